@@ -1,0 +1,113 @@
+# cnntrain - build, test, benchmark.
+#
+#   make deps     install the Debian packages the project needs (idempotent)
+#   make          build ./trainer (prints what optional parts were found)
+#   make test     build and run every test; ends with "N passed, N failed"
+#   make bench    CPU training throughput (docs/benchmarks.md)
+#   make clean
+#
+# Options: CUDA=0|1 (default: on when /usr/local/cuda is usable), MPI=0|1
+# (default: on when mpicc works), OPT="-O3 -march=native".
+# Optional parts are detected by compiling a probe, never by asking the package
+# manager. A change of options rebuilds everything that depends on them.
+
+SHELL := /bin/bash
+CC ?= gcc
+CUDA_HOME ?= /usr/local/cuda
+OPT ?= -O3 -march=native
+BUILD := build
+
+DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev libcmocka-dev \
+  libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3
+
+# ---------------------------------------------------------------- probes
+probe_c = $(shell d=$$(mktemp -d) && printf '%b' '$(1)' > $$d/p.c && \
+  $(2) $$d/p.c -o $$d/p $(3) >/dev/null 2>&1 && echo 1 || echo 0; rm -rf $$d)
+
+HAVE_BLAS := $(call probe_c,\#include <cblas.h>\nint main(void){float a=1,b=1,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return 0;}\n,$(CC),-I/usr/include/x86_64-linux-gnu/openblas-openmp -lopenblas)
+HAVE_MPI_PROBE := $(call probe_c,\#include <mpi.h>\nint main(int c,char**v){MPI_Init(&c,&v);MPI_Finalize();return 0;}\n,mpicc,)
+CUDA_INC := -I$(CUDA_HOME)/include
+CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+HAVE_CUDART := $(call probe_c,\#include <cuda_runtime.h>\nint main(void){int n;return cudaGetDeviceCount(&n)==12345;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lcudart)
+HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1 || echo 0)
+HAVE_CUDNN := $(call probe_c,\#include <cudnn.h>\nint main(void){return (int)cudnnGetVersion()==0;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lcudnn)
+HAVE_CUBLAS := $(call probe_c,\#include <cublas_v2.h>\nint main(void){cublasHandle_t h;return cublasCreate(&h)==12345;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lcublas)
+HAVE_NCCL := $(call probe_c,\#include <nccl.h>\nint main(void){int v;return ncclGetVersion(&v)==12345;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lnccl)
+
+CUDA_USABLE := $(if $(filter 1,$(HAVE_CUDART)),$(if $(filter 1,$(HAVE_NVCC)),1,0),0)
+CUDA ?= $(CUDA_USABLE)
+MPI ?= $(HAVE_MPI_PROBE)
+ifeq ($(HAVE_BLAS),0)
+  $(error OpenBLAS (cblas.h, libopenblas) not found: run `make deps`)
+endif
+ifeq ($(CUDA),1)
+  ifneq ($(CUDA_USABLE),1)
+    $(error CUDA=1 but no usable CUDA toolkit at $(CUDA_HOME) (nvcc, cuda_runtime.h, libcudart))
+  endif
+endif
+
+mark = $(if $(filter 1,$(1)),✓,✗)
+
+# ---------------------------------------------------------------- flags
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -fopenmp -I. \
+  -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
+LDLIBS := -lopenblas -linih -lz -lm -lpthread -fopenmp
+CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=0
+CFLAGS += $(CONFIG_DEFS)
+
+# Every option that changes the build goes into this file; objects depend on it.
+BUILD_SIG := CC=$(CC) OPT=$(OPT) CUDA=$(CUDA) MPI=$(MPI)
+$(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/config.sig 2>/dev/null)" = "$(BUILD_SIG)" ] || echo "$(BUILD_SIG)" > $(BUILD)/config.sig)
+
+# ---------------------------------------------------------------- sources
+LIB_SRC := $(wildcard common/*.c model/*.c data/*.c dist/*.c train/*.c)
+LIB_SRC := $(filter-out train/main.c,$(LIB_SRC))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB := $(BUILD)/libcnntrain.a
+
+TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps test bench clean found
+all: found trainer
+
+found:
+	@echo "cnntrain build configuration:"
+	@echo "  $(call mark,$(HAVE_BLAS)) OpenBLAS (CPU math library)"
+	@echo "  $(call mark,$(HAVE_MPI_PROBE)) MPI (mpicc)$(if $(filter 0,$(MPI)), - not used)"
+	@echo "  $(call mark,$(CUDA_USABLE)) CUDA toolkit ($(CUDA_HOME))$(if $(filter 1,$(CUDA)),, - not used)"
+	@echo "  $(call mark,$(HAVE_CUDNN)) cuDNN"
+	@echo "  $(call mark,$(HAVE_CUBLAS)) cuBLAS"
+	@echo "  $(call mark,$(HAVE_NCCL)) NCCL"
+
+$(BUILD)/%.o: %.c $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+trainer: $(BUILD)/train/main.o $(LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
+
+test: trainer $(TEST_BIN)
+	@tests/run_tests.sh $(TEST_BIN)
+
+bench: trainer
+	@tools/bench_cpu.sh
+
+deps:
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES)
+
+clean:
+	rm -rf $(BUILD) trainer
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,114 @@
+/*
+ * common/check.c - error messages, fatal exits and rank-aware logging.
+ */
+#include "common/check.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char err_buf[2048];
+static int log_rank = 0;
+static int log_world = 1;
+static void (*abort_hook)(int code) = NULL;
+
+int cnt_err_set(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    va_end(ap);
+    return CNT_ERR;
+}
+
+const char *cnt_err_msg(void) { return err_buf; }
+
+void cnt_log_set_rank(int rank, int world) {
+    log_rank = rank;
+    log_world = world;
+}
+
+int cnt_log_rank(void) { return log_rank; }
+
+void cnt_set_abort_hook(void (*hook)(int code)) { abort_hook = hook; }
+
+static void print_prefix(FILE *f) {
+    if (log_world > 1) fprintf(f, "[rank %d] ", log_rank);
+}
+
+void cnt_fatal_at(const char *file, int line, int code, const char *hint, const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    print_prefix(stderr);
+    fprintf(stderr, "%s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (hint) {
+        print_prefix(stderr);
+        fprintf(stderr, "HINT: %s\n", hint);
+    }
+    fflush(stderr);
+    if (code == 0) code = 1;
+    if (abort_hook) abort_hook(code);
+    exit(code);
+}
+
+void cnt_fatal_errno_at(const char *file, int line, const char *stmt, const char *what) {
+    int e = errno;
+    cnt_fatal_at(file, line, 1, NULL, "%s failed (%s): %s", what, stmt, strerror(e));
+}
+
+void *cnt_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) cnt_fatal("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *cnt_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) cnt_fatal("out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+char *cnt_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = cnt_malloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+void log_info(const char *fmt, ...) {
+    if (log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+static void log_stderr(const char *level, const char *fmt, va_list ap) {
+    fflush(stdout);
+    print_prefix(stderr);
+    fprintf(stderr, "%s: ", level);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
+void log_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_stderr("warning", fmt, ap);
+    va_end(ap);
+}
+
+void log_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_stderr("error", fmt, ap);
+    va_end(ap);
+}

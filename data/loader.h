@@ -1,0 +1,60 @@
+/*
+ * data/loader.h - batches for training and evaluation, prepared ahead by
+ * worker threads.
+ *
+ * Sharding: each epoch every rank draws the same permutation from (seed,
+ * epoch); rank r takes positions r, r+world, r+2*world, ... Training batches
+ * drop the remainder so every rank runs the same number of steps. Evaluation
+ * loaders (shuffle = 0, drop_last = 0) visit every sample of the shard exactly
+ * once, the last batch possibly short.
+ *
+ * Augmentation (training): pad by `pad` with zeros, random crop back to h x w,
+ * horizontal flip with probability 1/2. All randomness comes from the project's
+ * RNG seeded by (seed, epoch, rank, sample position), so a batch's content does
+ * not depend on which worker thread made it. Normalisation: (x/255 - mean)/std.
+ *
+ * Threads: `workers` threads fill a ring of `prefetch` batches ahead of the
+ * consumer; a mutex and two condition variables guard the ring (why: workers
+ * finish out of order, the consumer must receive batches in order).
+ */
+#ifndef CNT_LOADER_H
+#define CNT_LOADER_H
+
+#include <stdint.h>
+#include "data/dataset.h"
+
+typedef struct loader loader;
+
+typedef struct loader_options {
+    int batch;             /* samples per batch on this rank */
+    int rank, world;       /* shard: 0 <= rank < world */
+    uint64_t seed;
+    int shuffle;           /* 1: permutation per epoch; 0: natural order */
+    int drop_last;         /* 1: every batch full (training) */
+    int augment;           /* 1: pad-crop-flip */
+    int pad;               /* padding for the random crop (4 usual) */
+    float mean[3], std[3]; /* per channel, of pixels scaled to [0, 1] */
+    int workers;           /* >= 1 */
+    int prefetch;          /* batches ready ahead, >= 1 */
+} loader_options;
+
+typedef struct batch {
+    int n;                 /* samples in this batch (<= batch) */
+    float *x;              /* [n, c, h, w] host, normalised */
+    int32_t *labels;       /* [n] host */
+} batch;
+
+/* Returns NULL with a message on bad options (batch < 1, rank out of range,
+ * shard smaller than one batch with drop_last). The dataset must outlive it. */
+loader *loader_create(const dataset *ds, const loader_options *opt);
+/* Batches per epoch on this rank (identical on every rank when drop_last). */
+int loader_steps_per_epoch(const loader *ld);
+/* Starts preparing the batches of `epoch` (0-based). Any batch of the previous
+ * epoch not yet consumed is discarded. */
+void loader_start_epoch(loader *ld, int epoch);
+/* Blocks until the next batch of the epoch is ready and returns it, or NULL at
+ * the end of the epoch. The batch stays valid until the next call. */
+const batch *loader_next(loader *ld);
+void loader_free(loader *ld);
+
+#endif

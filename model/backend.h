@@ -1,0 +1,170 @@
+/*
+ * model/backend.h - the one compute interface every layer calls.
+ *
+ * A backend is a table of function pointers (ggml's pattern). The CPU backend
+ * (model/backend_cpu.c, OpenBLAS + OpenMP) is always built; a CUDA backend plugs
+ * in through model/backend_registry.c, the only file that knows which backends
+ * were compiled in. Layer code never sees a device type: pointers passed to ops
+ * are device pointers obtained from alloc(), and host data moves only through
+ * upload()/download().
+ *
+ * Conventions for every op:
+ *   - Tensors are dense NCHW float32. Filters are [K, C, R, S]. Row-major GEMM.
+ *   - `accumulate` (0 or 1) plays cuDNN's beta: 0 overwrites the output, 1 adds
+ *     to it. Backward ops that write an input gradient take it, because a tensor
+ *     consumed by two layers (a residual branch) receives the sum of both.
+ *   - Weight-gradient outputs are always overwritten (each parameter is used by
+ *     exactly one layer).
+ *   - Ops are asynchronous with respect to the host on devices that allow it;
+ *     download() and sync() are the only points where the host waits.
+ *   - Ops do not fail at run time on valid arguments; argument errors are
+ *     programming errors and end the process through CNT_ASSERT.
+ */
+#ifndef CNT_BACKEND_H
+#define CNT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Convolution geometry. P and Q (output height and width) are derived by
+ * conv_params_init(); N may change between calls (the last batch of an
+ * evaluation is smaller), everything else is fixed per layer. */
+typedef struct conv_params {
+    int N, C, H, W;      /* input  [N, C, H, W] */
+    int K, R, S;         /* filter [K, C, R, S] */
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int P, Q;            /* output [N, K, P, Q] */
+} conv_params;
+
+/* Fills P and Q; returns CNT_ERR (with a message) if the output would be empty. */
+int conv_params_init(conv_params *p);
+
+typedef enum pool_mode {
+    POOL_MODE_MAX,              /* padding never selected */
+    POOL_MODE_AVG_INCLUDE_PAD,  /* torch avg_pool2d default: divide by R*S (window clipped to padded input) */
+    POOL_MODE_AVG_EXCLUDE_PAD,  /* divide by the number of real input elements in the window */
+    POOL_MODE_ADAPTIVE_AVG      /* torch adaptive_avg_pool2d to P x Q; R, S, stride, pad unused */
+} pool_mode;
+
+typedef struct pool_params {
+    pool_mode mode;
+    int N, C, H, W;      /* input  [N, C, H, W] */
+    int R, S;            /* window */
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int ceil_mode;       /* torch ceil_mode (Inception's pools use floor) */
+    int P, Q;            /* output [N, C, P, Q]; set by pool_params_init except ADAPTIVE, where the caller sets them */
+} pool_params;
+
+/* Fills P and Q for non-adaptive modes (torch's formula, including the ceil_mode
+ * rule that the last window must start inside the input or left padding);
+ * returns CNT_ERR (with a message) if the output would be empty. */
+int pool_params_init(pool_params *p);
+
+typedef struct backend {
+    const char *name;    /* "cpu", "cuda" */
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t bytes);              /* zero-filled; fatal on failure */
+    void (*free)(void *ptr);                   /* NULL is fine */
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes); /* waits for pending ops */
+    void (*copy)(void *dst, const void *src, size_t bytes);          /* device to device */
+    void (*zero)(void *dst, size_t bytes);
+    void (*sync)(void);
+
+    /* ---- convolution (no bias; see bias_* below) ---- */
+    /* y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S]) */
+    void (*conv_fwd)(const conv_params *p, const float *x, const float *w, float *y);
+    /* dx[N,C,H,W] (+)= conv_transpose(dy[N,K,P,Q], w) */
+    void (*conv_bwd_data)(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate);
+    /* dw[K,C,R,S] = sum over batch of correlation(x, dy) */
+    void (*conv_bwd_filter)(const conv_params *p, const float *x, const float *dy, float *dw);
+
+    /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers) ---- */
+    void (*bias_fwd)(int N, int C, int HW, const float *b, float *y);       /* y += b[c] */
+    void (*bias_bwd)(int N, int C, int HW, const float *dy, float *db);     /* db = sum dy */
+
+    /* ---- batch norm over [N, C, HW], statistics per channel ---- */
+    /* Training: normalise with batch statistics (biased variance), write
+     * save_mean[C] and save_invstd[C] = 1/sqrt(var+eps) for backward, and update
+     * running stats: r = (1-momentum)*r + momentum*batch, the running variance
+     * using the unbiased batch variance (PyTorch's rule). */
+    void (*bn_fwd_train)(int N, int C, int HW, const float *x, const float *gamma, const float *beta,
+                         float *y, float *running_mean, float *running_var, float momentum, float eps,
+                         float *save_mean, float *save_invstd);
+    /* Inference: y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta */
+    void (*bn_fwd_infer)(int N, int C, int HW, const float *x, const float *gamma, const float *beta,
+                         float *y, const float *running_mean, const float *running_var, float eps);
+    /* Gradients of the training forward: dgamma, dbeta overwritten; dx (+)=. */
+    void (*bn_bwd)(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
+                   const float *save_mean, const float *save_invstd,
+                   float *dx, float *dgamma, float *dbeta, int accumulate_dx);
+
+    /* ---- pooling ---- */
+    void (*pool_fwd)(const pool_params *p, const float *x, float *y);
+    /* dx (+)= gradient; x and y are the forward's input and output (max pooling
+     * routes each dy to the first maximum of its window, scanning r then s). */
+    void (*pool_bwd)(const pool_params *p, const float *x, const float *y, const float *dy,
+                     float *dx, int accumulate);
+
+    /* ---- GEMM, row-major: C = alpha * op(A) * op(B) + beta * C ----
+     * op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda/ldb/ldc are row strides
+     * of the matrices as stored. */
+    void (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+    /* ---- elementwise over n values ---- */
+    void (*relu_fwd)(size_t n, const float *x, float *y);
+    /* dx (+)= dy * (y > 0); y is the forward output */
+    void (*relu_bwd)(size_t n, const float *y, const float *dy, float *dx, int accumulate);
+    /* y = a + b */
+    void (*add)(size_t n, const float *a, const float *b, float *y);
+    /* y = alpha * x + (accumulate ? y : 0) */
+    void (*axpy)(size_t n, float alpha, const float *x, float *y, int accumulate);
+    /* y = a * b elementwise, (+)= when accumulate */
+    void (*mul)(size_t n, const float *a, const float *b, float *y, int accumulate);
+    /* mask[i] = (rng_hash_uniform(seed, i) >= p) ? 1/(1-p) : 0 ; 0 <= p < 1 */
+    void (*dropout_mask)(size_t n, float p, uint64_t seed, float *mask);
+
+    /* ---- channel slices, for concat and channel padding ----
+     * For each n < N: dst[n, dst_off : dst_off+C, :] (+)= src[n, src_off : src_off+C, :]
+     * where src has src_C channels and dst has dst_C channels of HW values each. */
+    void (*channel_copy)(int N, int C, int HW, const float *src, int src_C, int src_off,
+                         float *dst, int dst_C, int dst_off, int accumulate);
+
+    /* ---- loss ----
+     * Softmax cross-entropy with label smoothing s over logits[N, K], labels[N]
+     * (a device int array, values in [0, K)). Target per row: (1-s) one-hot + s/K.
+     * Writes the mean loss over the batch to loss[0] (device float) and
+     * dlogits[N, K] = (softmax - target) / N (the gradient of that mean). */
+    void (*softmax_xent)(int N, int K, const float *logits, const int *labels, float smoothing,
+                         float *loss, float *dlogits);
+
+    /* ---- optimizer ----
+     * SGD with momentum (PyTorch's form) over n values:
+     *   g = grad_scale * grad + weight_decay * param
+     *   buf = momentum * buf + g          (buf starts at zero)
+     *   step = nesterov ? g + momentum * buf : buf
+     *   param -= lr * step
+     * With momentum == 0 buf is untouched and step = g. */
+    void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
+                       float momentum, float weight_decay, int nesterov, float grad_scale);
+
+    /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
+    void (*set_threads)(int n);
+} backend;
+
+/* The CPU backend (always built). */
+const backend *backend_cpu(void);
+
+/* Look a backend up by name ("cpu", "cuda", "auto"). "auto" picks a GPU backend
+ * when one was built in and a device is usable, else the CPU. Returns NULL and
+ * sets an error message when the named backend was not built in or has no
+ * device. */
+const backend *backend_get(const char *name);
+/* Space-separated names of the backends compiled into this binary. */
+const char *backend_list_built(void);
+
+#endif

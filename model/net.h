@@ -1,0 +1,194 @@
+/*
+ * model/net.h - a network as an ordered array of layer nodes.
+ *
+ * Provides the builder used by the model zoo (net_conv, net_bn, ..., each
+ * returning the new node's index), the flat parameter / gradient / buffer
+ * storage, forward and backward passes, parameter initialisation and the
+ * summary printed by `trainer --summary`.
+ *
+ * Layout that makes gradient overlap free (docs/ARCHITECTURE.md):
+ *   All parameters live in one flat device buffer and all gradients in another
+ *   of the same layout, ordered in REVERSE forward order: the last layer's
+ *   parameters come first, which is the order backward produces gradients. A
+ *   bucket of the gradient reducer is a contiguous slice of `grads`. After each
+ *   node's backward has written its weight gradients (always before its input
+ *   gradient), the grad hook is called with the slice it completed.
+ *
+ * Nodes name their inputs by index (NET_INPUT for the network's input), so a
+ * residual add or an Inception concat is a node with several inputs. A tensor
+ * consumed by several nodes receives the sum of their gradients: net_finalize()
+ * decides, per (node, input), whether backward overwrites or accumulates, so no
+ * gradient buffer is ever cleared.
+ *
+ * Errors: builder functions return the node index, or CNT_ERR with a message in
+ * cnt_err_msg() (bad shape, input too small); once one failed, the later ones
+ * fail too, so a zoo function may check only at the end.
+ */
+#ifndef CNT_NET_H
+#define CNT_NET_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stddef.h>
+
+#include "model/backend.h"
+
+#define NET_INPUT (-1)
+#define NET_MAX_INPUTS 8
+#define NET_NAME_LEN 96
+
+typedef struct net net;
+typedef struct node node;
+
+typedef enum init_kind {
+    INIT_ZERO,
+    INIT_ONE,
+    INIT_KAIMING_NORMAL_FAN_OUT, /* N(0, sqrt(2 / (K*R*S))): torchvision ResNet/VGG convs */
+    INIT_TORCH_DEFAULT,          /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): nn.Linear / nn.Conv2d defaults, weight and bias */
+    INIT_NORMAL,                 /* N(0, std) */
+    INIT_TRUNC_NORMAL            /* N(0, std) truncated to [-2, 2] (absolute, as torch.nn.init.trunc_normal_) */
+} init_kind;
+
+typedef struct init_spec {
+    init_kind kind;
+    float std; /* INIT_NORMAL, INIT_TRUNC_NORMAL */
+} init_spec;
+
+/* One learnable tensor: a view into the flat params/grads buffers. */
+typedef struct param_info {
+    char name[NET_NAME_LEN]; /* torchvision state_dict name, e.g. "layer1.0.conv1.weight" */
+    size_t offset;           /* elements from the start of net->params / net->grads */
+    size_t count;
+    int node;                /* owning node */
+    int no_decay;            /* a bias or batch-norm parameter (optim.wd_on_bn_bias) */
+    int fan_in, fan_out;     /* for initialisation */
+    init_spec init;
+} param_info;
+
+/* One non-learnable tensor (batch-norm running statistics). */
+typedef struct buffer_info {
+    char name[NET_NAME_LEN]; /* e.g. "bn1.running_mean" */
+    size_t offset;           /* elements from the start of net->buffers */
+    size_t count;
+    int node;
+    float init_value;        /* 0 for running_mean, 1 for running_var */
+} buffer_info;
+
+typedef struct layer_ops {
+    const char *kind;                                   /* "conv", "bn", ... */
+    void (*forward)(net *nt, node *nd, int training);   /* reads inputs' y, writes nd->y */
+    /* Writes this node's parameter gradients first, then adds/writes into its
+     * inputs' dy according to nd->accumulate[]. */
+    void (*backward)(net *nt, node *nd);
+    double (*flops)(const net *nt, const node *nd);     /* forward FLOPs per image, multiply-add = 2 */
+    void (*describe)(const node *nd, char *buf, size_t len); /* e.g. "3x3/2 pad 1, 64" */
+    void (*free_state)(net *nt, node *nd);              /* frees nd->state and its device memory */
+} layer_ops;
+
+struct node {
+    const layer_ops *ops;
+    char name[NET_NAME_LEN];          /* torchvision module path, e.g. "layer1.0.conv1" */
+    int n_inputs;
+    int inputs[NET_MAX_INPUTS];       /* node indices or NET_INPUT */
+    int accumulate[NET_MAX_INPUTS];   /* set by net_finalize: 1 if backward must add into the input's dy */
+    int C, H, W;                      /* output shape per image */
+    float *y;                         /* [N, C, H, W] output, device */
+    float *dy;                        /* [N, C, H, W] gradient of the loss w.r.t. y, device */
+    int first_param, n_params;        /* range in net->param_info */
+    int first_buffer, n_buffers;      /* range in net->buffer_info */
+    void *state;                      /* layer-private */
+};
+
+struct net {
+    const backend *be;
+    int in_c, in_h, in_w;             /* input shape per image */
+    int classes;
+    int max_batch;                    /* allocation size, set by net_finalize */
+    int batch;                        /* N of the current forward/backward */
+
+    node *nodes;                      /* [n_nodes] in forward order */
+    int n_nodes, cap_nodes;
+    param_info *param_info;           /* [n_param_tensors] in registration (forward) order */
+    int n_param_tensors, cap_params;
+    buffer_info *buffer_info;
+    int n_buffer_tensors, cap_buffers;
+
+    size_t n_params;                  /* total learnable values */
+    size_t n_buffers;                 /* total buffer values */
+    float *params;                    /* [n_params] device, reverse forward order */
+    float *grads;                     /* [n_params] device, same layout */
+    float *buffers;                   /* [n_buffers] device */
+
+    const float *input;               /* [N, in_c, in_h, in_w] device, set by net_forward */
+    int output;                       /* index of the node producing the logits */
+    int aux_output;                   /* Inception's auxiliary logits node, or -1 */
+    uint64_t dropout_seed;            /* advanced every training forward */
+    int failed;                       /* a builder call failed; later ones fail too */
+    int finalized;
+
+    /* Called after a node's weight gradients are written: grads[offset, offset+count). */
+    void (*grad_hook)(void *ctx, size_t offset, size_t count);
+    void *grad_hook_ctx;
+};
+
+/* ---- building ---- */
+net *net_create(const backend *be, int in_c, int in_h, int in_w, int classes);
+void net_free(net *nt);
+
+/* Convolution with square kernel, stride and padding; bias optional. */
+int net_conv(net *nt, int in, const char *name, int K, int kernel, int stride, int pad, int bias);
+/* Rectangular variant (Inception's 1x7 / 7x1). */
+int net_conv_rect(net *nt, int in, const char *name, int K, int R, int S, int stride_h, int stride_w,
+                  int pad_h, int pad_w, int bias);
+/* BatchNorm2d, momentum 0.1 (PyTorch convention), eps as given (1e-5 usual, 1e-3 Inception). */
+int net_bn(net *nt, int in, const char *name, float eps);
+int net_relu(net *nt, int in, const char *name);
+int net_maxpool(net *nt, int in, const char *name, int kernel, int stride, int pad, int ceil_mode);
+int net_avgpool(net *nt, int in, const char *name, int kernel, int stride, int pad, int count_include_pad);
+/* Adaptive average pool to P x Q (global average pool: 1 x 1). */
+int net_adaptive_avgpool(net *nt, int in, const char *name, int P, int Q);
+/* Linear over the flattened input (C*H*W features); output shape [out, 1, 1]. */
+int net_linear(net *nt, int in, const char *name, int out_features, int bias);
+int net_dropout(net *nt, int in, const char *name, float p);
+/* Channel concatenation of n inputs with equal H and W. */
+int net_concat(net *nt, const int *ins, int n, const char *name);
+/* Residual add of two inputs of equal shape. */
+int net_add(net *nt, int a, int b, const char *name);
+/* CIFAR ResNet shortcut "option A" (He et al. 2016): subsample by `stride` and
+ * zero-pad channels symmetrically up to out_channels. No parameters. */
+int net_shortcut_pad(net *nt, int in, const char *name, int out_channels, int stride);
+
+/* Override the initialisation of a node's weight (and bias, if any). */
+void net_set_init(net *nt, int node, init_spec weight, init_spec bias);
+
+/* Marks `out` as the logits node (and `aux_out`, or -1, as auxiliary logits),
+ * checks their shape is [classes, 1, 1], lays out
+ * and allocates parameters, gradients, buffers and activations for batches up
+ * to max_batch. Returns CNT_OK or CNT_ERR with a message. */
+int net_finalize(net *nt, int out, int aux_out, int max_batch);
+
+/* Deterministic initialisation from seed (generated on the host with the
+ * project's RNG, then uploaded, so every backend starts from the same values). */
+void net_init_params(net *nt, uint64_t seed);
+
+/* ---- running ---- */
+/* x: [N, in_c, in_h, in_w] device pointer, N <= max_batch. */
+void net_forward(net *nt, const float *x, int N, int training);
+/* The logits [N, classes] of the last forward (device). */
+const float *net_logits(const net *nt);
+/* The auxiliary logits [N, classes], or NULL when the net has none. */
+const float *net_aux_logits(const net *nt);
+/* Backward for the last training forward from dlogits [N, classes] (device)
+ * and, when the net has auxiliary logits, dlogits_aux (already weighted). */
+void net_backward(net *nt, const float *dlogits, const float *dlogits_aux);
+void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx);
+
+/* ---- inspection ---- */
+double net_flops_per_image(const net *nt);
+/* Prints one line per node (name, kind, output shape, parameters), then
+ * "params: N" and "forward GFLOPs/image: X". */
+void net_print_summary(const net *nt, FILE *out);
+/* Index of the parameter tensor with this name, or -1. */
+int net_find_param(const net *nt, const char *name);
+
+#endif

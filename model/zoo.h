@@ -1,0 +1,39 @@
+/*
+ * model/zoo.h - the model zoo: torchvision's architectures built from a name.
+ *
+ * ResNet 18/34/50/101/152 and VGG 11/13/16/19 (with and without BN) follow
+ * torchvision layer for layer, parameter for parameter, and name every
+ * parameter as torchvision's state_dict does. CIFAR-style ResNet 20/32/56/110
+ * follow He et al. 2016 section 4.2 (3x3 stem with 16 filters, three stages of
+ * 16/32/64, shortcut option A). Inception V3 follows torchvision's
+ * inception_v3 (optionally with the auxiliary classifier).
+ *
+ * Input channels, size and class count are those of the net passed in (they
+ * come from the data); `trainer --summary MODEL` uses ImageNet shape.
+ */
+#ifndef CNT_ZOO_H
+#define CNT_ZOO_H
+
+#include "model/net.h"
+
+typedef struct zoo_options {
+    int zero_init_residual; /* init the last BN scale of each residual block to 0 */
+    int aux_logits;         /* inception_v3: build the auxiliary classifier */
+    float dropout;          /* VGG classifier / Inception dropout probability; < 0: the model's default */
+} zoo_options;
+
+/* Builds `name` into nt (created with the data's input shape and classes).
+ * On success stores the logits node in *out and the auxiliary logits node (or
+ * -1) in *aux_out and returns CNT_OK; the caller then calls net_finalize().
+ * Unknown name or an input too small for the architecture: CNT_ERR with a
+ * message naming the model. */
+int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *aux_out);
+
+/* 1 if name is a zoo model. */
+int zoo_has(const char *name);
+/* Space-separated list of every zoo name. */
+const char *zoo_names(void);
+/* The ImageNet input shape torchvision uses for this model (3x224x224, 3x299x299 for inception_v3). */
+void zoo_imagenet_shape(const char *name, int *c, int *h, int *w);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * train/config.h - the run configuration: one table of keys drives parsing,
+ * validation, `--help` and the README's reference.
+ *
+ * Sources, in order: defaults from the table, the INI file (parsed with inih),
+ * then `section.key=value` overrides from the command line. Strict: an unknown
+ * section or key, a duplicate key in the file, a value of the wrong type, with
+ * trailing junk, or out of range is an error naming file:line (or the override)
+ * and the key.
+ *
+ * Errors: functions returning int give CNT_OK, or CNT_ERR with the message in
+ * cnt_err_msg(); the caller (train/main.c) prints it and exits with code 2.
+ */
+#ifndef CNT_CONFIG_H
+#define CNT_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_STR 512
+#define CONFIG_MAX_MILESTONES 16
+
+typedef struct config {
+    /* [model] */
+    char model_name[CONFIG_STR];     /* zoo name */
+    int zero_init_residual;          /* bool */
+    int aux_logits;                  /* bool, inception_v3 */
+    float dropout;                   /* < 0: the model's default */
+
+    /* [data] */
+    char data_kind[CONFIG_STR];      /* "idx" */
+    char data_root[CONFIG_STR];      /* directory holding the data set */
+    int train_limit;                 /* 0: all training samples */
+    int test_limit;                  /* 0: all test samples */
+    int augment;                     /* bool: pad-crop-flip */
+    int pad;                         /* crop padding */
+    int workers;                     /* loader threads */
+    int prefetch;                    /* batches ready ahead */
+
+    /* [train] */
+    char device[CONFIG_STR];         /* "auto", "cpu", "cuda" */
+    int epochs;
+    long max_steps;                  /* 0: no limit */
+    int batch_size;                  /* per rank */
+    int eval_batch_size;             /* 0: batch_size */
+    uint64_t seed;
+    int log_every;                   /* steps between progress lines */
+    char out_dir[CONFIG_STR];        /* metrics.jsonl and the effective config go here */
+    int threads;                     /* CPU compute threads, 0: all cores */
+    float label_smoothing;
+    float aux_weight;                /* weight of the auxiliary loss (inception_v3) */
+
+    /* [optim] */
+    float lr;                        /* per-worker base learning rate */
+    float momentum;
+    int nesterov;                    /* bool */
+    float weight_decay;
+    int wd_on_bn_bias;               /* bool: apply weight decay to BN and bias parameters too */
+    char schedule[CONFIG_STR];       /* "constant", "step", "cosine" */
+    int milestones[CONFIG_MAX_MILESTONES]; /* epochs, ascending (step schedule) */
+    int n_milestones;
+    float gamma;                     /* step schedule factor */
+    float warmup_epochs;             /* linear warm-up length, may be fractional */
+    float min_lr;                    /* cosine floor */
+} config;
+
+/* Fills every field with the table's default. */
+void config_defaults(config *cfg);
+/* Applies an INI file over cfg. */
+int config_load(config *cfg, const char *path);
+/* Applies one "section.key=value" override. */
+int config_override(config *cfg, const char *arg);
+/* Checks relations between keys (e.g. milestones ascending). */
+int config_validate(const config *cfg);
+
+/* `trainer --help`: every key with type, default, range and help. */
+void config_print_help(FILE *out);
+/* The README's config reference, as a Markdown table. */
+void config_print_reference_md(FILE *out);
+/* The effective configuration as an INI file (every key, in table order). */
+void config_write_ini(const config *cfg, FILE *out);
+
+#endif
