@@ -21,22 +21,16 @@ DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev lib
   libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3
 
 # ---------------------------------------------------------------- probes
-probe_c = $(shell d=$$(mktemp -d) && printf '%b' '$(1)' > $$d/p.c && \
-  $(2) $$d/p.c -o $$d/p $(3) >/dev/null 2>&1 && echo 1 || echo 0; rm -rf $$d)
-
-HAVE_BLAS := $(call probe_c,\#include <cblas.h>\nint main(void){float a=1,b=1,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return 0;}\n,$(CC),-I/usr/include/x86_64-linux-gnu/openblas-openmp -lopenblas)
-HAVE_MPI_PROBE := $(call probe_c,\#include <mpi.h>\nint main(int c,char**v){MPI_Init(&c,&v);MPI_Finalize();return 0;}\n,mpicc,)
+# Results are cached in build/probe.mk; `make clean` (or deleting it) re-probes.
+PROBE_MK := $(BUILD)/probe.mk
+$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" > $(PROBE_MK))
+include $(PROBE_MK)
 CUDA_INC := -I$(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
-HAVE_CUDART := $(call probe_c,\#include <cuda_runtime.h>\nint main(void){int n;return cudaGetDeviceCount(&n)==12345;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lcudart)
-HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1 || echo 0)
-HAVE_CUDNN := $(call probe_c,\#include <cudnn.h>\nint main(void){return (int)cudnnGetVersion()==0;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lcudnn)
-HAVE_CUBLAS := $(call probe_c,\#include <cublas_v2.h>\nint main(void){cublasHandle_t h;return cublasCreate(&h)==12345;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lcublas)
-HAVE_NCCL := $(call probe_c,\#include <nccl.h>\nint main(void){int v;return ncclGetVersion(&v)==12345;}\n,$(CC),$(CUDA_INC) $(CUDA_LIB) -lnccl)
 
 CUDA_USABLE := $(if $(filter 1,$(HAVE_CUDART)),$(if $(filter 1,$(HAVE_NVCC)),1,0),0)
 CUDA ?= $(CUDA_USABLE)
-MPI ?= $(HAVE_MPI_PROBE)
+MPI ?= $(HAVE_MPI)
 ifeq ($(HAVE_BLAS),0)
   $(error OpenBLAS (cblas.h, libopenblas) not found: run `make deps`)
 endif
@@ -69,6 +63,7 @@ TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
 .PHONY: all deps test bench clean found
 all: found trainer
@@ -76,7 +71,7 @@ all: found trainer
 found:
 	@echo "cnntrain build configuration:"
 	@echo "  $(call mark,$(HAVE_BLAS)) OpenBLAS (CPU math library)"
-	@echo "  $(call mark,$(HAVE_MPI_PROBE)) MPI (mpicc)$(if $(filter 0,$(MPI)), - not used)"
+	@echo "  $(call mark,$(HAVE_MPI)) MPI (mpicc)$(if $(filter 0,$(MPI)), - not used)"
 	@echo "  $(call mark,$(CUDA_USABLE)) CUDA toolkit ($(CUDA_HOME))$(if $(filter 1,$(CUDA)),, - not used)"
 	@echo "  $(call mark,$(HAVE_CUDNN)) cuDNN"
 	@echo "  $(call mark,$(HAVE_CUBLAS)) cuBLAS"
@@ -98,7 +93,7 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
 test: trainer $(TEST_BIN)
-	@tests/run_tests.sh $(TEST_BIN)
+	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 
 bench: trainer
 	@tools/bench_cpu.sh

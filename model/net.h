@@ -56,7 +56,7 @@ typedef struct init_spec {
 
 /* One learnable tensor: a view into the flat params/grads buffers. */
 typedef struct param_info {
-    char name[NET_NAME_LEN]; /* torchvision state_dict name, e.g. "layer1.0.conv1.weight" */
+    char name[NET_NAME_LEN + 32]; /* torchvision state_dict name, e.g. "layer1.0.conv1.weight" */
     size_t offset;           /* elements from the start of net->params / net->grads */
     size_t count;
     int node;                /* owning node */
@@ -67,7 +67,7 @@ typedef struct param_info {
 
 /* One non-learnable tensor (batch-norm running statistics). */
 typedef struct buffer_info {
-    char name[NET_NAME_LEN]; /* e.g. "bn1.running_mean" */
+    char name[NET_NAME_LEN + 32]; /* e.g. "bn1.running_mean" */
     size_t offset;           /* elements from the start of net->buffers */
     size_t count;
     int node;
@@ -82,7 +82,8 @@ typedef struct layer_ops {
     void (*backward)(net *nt, node *nd);
     double (*flops)(const net *nt, const node *nd);     /* forward FLOPs per image, multiply-add = 2 */
     void (*describe)(const node *nd, char *buf, size_t len); /* e.g. "3x3/2 pad 1, 64" */
-    void (*free_state)(net *nt, node *nd);              /* frees nd->state and its device memory */
+    void (*setup)(net *nt, node *nd);                   /* allocates batch-sized scratch at net_finalize; may be NULL */
+    void (*free_state)(net *nt, node *nd);              /* frees nd->state and its device memory; may be NULL */
 } layer_ops;
 
 struct node {
@@ -120,6 +121,7 @@ struct net {
     float *buffers;                   /* [n_buffers] device */
 
     const float *input;               /* [N, in_c, in_h, in_w] device, set by net_forward */
+    float *input_grad;                /* [max_batch, in_c, in_h, in_w] device: where gradients w.r.t. the input land */
     int output;                       /* index of the node producing the logits */
     int aux_output;                   /* Inception's auxiliary logits node, or -1 */
     uint64_t dropout_seed;            /* advanced every training forward */

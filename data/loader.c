@@ -1,0 +1,320 @@
+/*
+ * data/loader.c - sharded, augmented, prefetched batches (see data/loader.h).
+ *
+ * Steps of an epoch are numbered 0..steps-1; step s is built into ring slot
+ * s % nslots. The ring holds prefetch + 1 slots: up to `prefetch` batches made
+ * ahead plus the one the consumer holds (it stays valid until the next
+ * loader_next, so its slot cannot be refilled before then).
+ *
+ * Counters, all guarded by the mutex:
+ *   claimed   next step a worker may take; a worker takes step s only when
+ *             s < released + nslots, i.e. when the slot's previous batch has
+ *             been given back by the consumer;
+ *   delivered next step the consumer will receive;
+ *   released  steps whose slots the consumer has given back;
+ *   busy      workers filling a slot right now (outside the lock).
+ * Workers finish out of order; each marks its slot ready, and loader_next waits
+ * for the slot of step `delivered` specifically, so batches arrive in order.
+ *
+ * A sample's content depends only on (seed, epoch, rank, position in the shard)
+ * and the data, never on which worker built it or when.
+ */
+#include "data/loader.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/rng.h"
+
+#define LOADER_MAX_WORKERS 256
+#define LOADER_MAX_PREFETCH 1024
+
+typedef struct loader_slot {
+    batch b;          /* b.x: [batch, c, h, w], b.labels: [batch]; owned here */
+    int ready;        /* 1: filled for the step the consumer expects next in this slot */
+} loader_slot;
+
+struct loader {
+    const dataset *ds;
+    loader_options opt;
+    int steps;        /* batches per epoch on this rank */
+    int shard_n;      /* samples of this rank visited per epoch */
+    int *perm;        /* [ds->n] permutation of the current epoch */
+    float lut[3][256];/* per channel: normalised value of each byte */
+    int nslots;
+    loader_slot *slots;
+    pthread_t *threads;
+
+    /* Guards every field below, and perm/epoch while workers may read them. */
+    pthread_mutex_t mu;
+    /* Workers wait here for a step to claim (a new epoch, a slot given back,
+     * or shutdown). */
+    pthread_cond_t work_cv;
+    /* Signalled whenever a worker finishes a batch: the consumer waits on it
+     * for its next batch in order, loader_start_epoch for busy to reach 0. */
+    pthread_cond_t done_cv;
+    int epoch;
+    int active;       /* 1 once an epoch has been started */
+    int claimed, delivered, released, busy;
+    int holding;      /* 1: the consumer holds the slot of step delivered - 1 */
+    int stop;         /* 1: workers exit */
+};
+
+static void lock(loader *ld) {
+    errno = pthread_mutex_lock(&ld->mu);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_lock");
+}
+
+static void unlock(loader *ld) {
+    errno = pthread_mutex_unlock(&ld->mu);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_unlock");
+}
+
+static void wait_on(loader *ld, pthread_cond_t *cv) {
+    errno = pthread_cond_wait(cv, &ld->mu);
+    CHECK_ERRNO(errno == 0, "pthread_cond_wait");
+}
+
+static void broadcast(pthread_cond_t *cv) {
+    errno = pthread_cond_broadcast(cv);
+    CHECK_ERRNO(errno == 0, "pthread_cond_broadcast");
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Copies one image into dst with normalisation and, when rng is given, a
+ * random crop of the zero-padded image and a random horizontal flip. Padding is
+ * a raw pixel value of 0 (black), normalised like any other pixel. */
+static void loader_fill_sample(const loader *ld, const uint8_t *src, float *dst, rng *r) {
+    const dataset *ds = ld->ds;
+    int h = ds->h, w = ds->w, pad = ld->opt.pad;
+    int dy = 0, dx = 0, flip = 0;
+    if (r) {
+        dy = pad > 0 ? (int)rng_below(r, (uint32_t)(2 * pad + 1)) - pad : 0;
+        dx = pad > 0 ? (int)rng_below(r, (uint32_t)(2 * pad + 1)) - pad : 0;
+        flip = (int)rng_below(r, 2);
+    }
+    /* Output (y, x) reads source row y + dy and column sx(x), where
+     * sx(x) = x + dx, or (w - 1 - x) + dx when flipped; [x0, x1) is where
+     * sx lies inside the image. */
+    int x0, x1, sx0, step;
+    if (!flip) {
+        x0 = dx < 0 ? -dx : 0;
+        x1 = dx > 0 ? w - dx : w;
+        sx0 = dx;
+        step = 1;
+    } else {
+        x0 = dx > 0 ? dx : 0;
+        x1 = dx < 0 ? w + dx : w;
+        sx0 = w - 1 + dx;
+        step = -1;
+    }
+    if (x1 < x0) x1 = x0;
+    for (int ch = 0; ch < ds->c; ch++) {
+        const float *lut = ld->lut[ch];
+        float zero = lut[0];
+        const uint8_t *plane = src + (size_t)ch * (size_t)h * (size_t)w;
+        float *out = dst + (size_t)ch * (size_t)h * (size_t)w;
+        for (int y = 0; y < h; y++) {
+            float *row = out + (size_t)y * (size_t)w;
+            int sy = y + dy;
+            if (sy < 0 || sy >= h) {
+                for (int x = 0; x < w; x++) row[x] = zero;
+                continue;
+            }
+            const uint8_t *srow = plane + (size_t)sy * (size_t)w;
+            for (int x = 0; x < x0; x++) row[x] = zero;
+            for (int x = x0; x < x1; x++) row[x] = lut[srow[sx0 + step * x]];
+            for (int x = x1; x < w; x++) row[x] = zero;
+        }
+    }
+}
+
+/* Builds step s of the current epoch into slot. Called without the lock: the
+ * epoch and perm cannot change while busy > 0 (loader_start_epoch waits). */
+static void loader_fill_batch(const loader *ld, int s, loader_slot *slot) {
+    const dataset *ds = ld->ds;
+    const loader_options *o = &ld->opt;
+    size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+    int first = s * o->batch;
+    int n = ld->shard_n - first < o->batch ? ld->shard_n - first : o->batch;
+    uint64_t key = mix64(o->seed ^ mix64(0x6a09e667f3bcc909ULL + (uint64_t)ld->epoch));
+    for (int i = 0; i < n; i++) {
+        int pos = first + i;
+        int idx = ld->perm[o->rank + pos * o->world];
+        rng r;
+        rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+        loader_fill_sample(ld, ds->pixels + (size_t)idx * sample, slot->b.x + (size_t)i * sample,
+                           o->augment ? &r : NULL);
+        slot->b.labels[i] = ds->labels[idx];
+    }
+    slot->b.n = n;
+}
+
+static void *loader_worker(void *arg) {
+    loader *ld = arg;
+    lock(ld);
+    for (;;) {
+        if (ld->stop) break;
+        if (ld->active && ld->claimed < ld->steps && ld->claimed < ld->released + ld->nslots) {
+            int s = ld->claimed++;
+            loader_slot *slot = &ld->slots[s % ld->nslots];
+            ld->busy++;
+            unlock(ld);
+            loader_fill_batch(ld, s, slot);
+            lock(ld);
+            ld->busy--;
+            slot->ready = 1;
+            broadcast(&ld->done_cv);
+            continue;
+        }
+        wait_on(ld, &ld->work_cv);
+    }
+    unlock(ld);
+    return NULL;
+}
+
+static int loader_check_options(const dataset *ds, const loader_options *o) {
+    if (!ds || !ds->pixels || !ds->labels || ds->n < 1)
+        return cnt_err_set("loader: the dataset is empty");
+    if (ds->c < 1 || ds->c > 3 || ds->h < 1 || ds->w < 1)
+        return cnt_err_set("loader: unsupported image shape %dx%dx%d (1 to 3 channels)", ds->c, ds->h, ds->w);
+    if (o->batch < 1) return cnt_err_set("loader: batch must be >= 1, got %d", o->batch);
+    if (o->world < 1) return cnt_err_set("loader: world size must be >= 1, got %d", o->world);
+    if (o->rank < 0 || o->rank >= o->world)
+        return cnt_err_set("loader: rank %d is outside 0..%d", o->rank, o->world - 1);
+    if (o->workers < 1 || o->workers > LOADER_MAX_WORKERS)
+        return cnt_err_set("loader: workers must be in 1..%d, got %d", LOADER_MAX_WORKERS, o->workers);
+    if (o->prefetch < 1 || o->prefetch > LOADER_MAX_PREFETCH)
+        return cnt_err_set("loader: prefetch must be in 1..%d, got %d", LOADER_MAX_PREFETCH, o->prefetch);
+    if (o->augment && (o->pad < 0 || o->pad > ds->h || o->pad > ds->w))
+        return cnt_err_set("loader: pad must be in 0..%d for %dx%d images, got %d",
+                           ds->h < ds->w ? ds->h : ds->w, ds->h, ds->w, o->pad);
+    for (int ch = 0; ch < ds->c; ch++) {
+        if (!(o->std[ch] > 0.0f))
+            return cnt_err_set("loader: std of channel %d must be > 0, got %g", ch, (double)o->std[ch]);
+    }
+    if (o->drop_last && ds->n / o->world < o->batch)
+        return cnt_err_set("loader: rank shard of %d samples (%d samples over %d ranks) is smaller than "
+                           "one batch of %d",
+                           ds->n / o->world, ds->n, o->world, o->batch);
+    return CNT_OK;
+}
+
+loader *loader_create(const dataset *ds, const loader_options *opt) {
+    if (!opt) {
+        cnt_err_set("loader: no options given");
+        return NULL;
+    }
+    if (loader_check_options(ds, opt) != CNT_OK) return NULL;
+    loader *ld = cnt_calloc(1, sizeof *ld);
+    ld->ds = ds;
+    ld->opt = *opt;
+    if (opt->drop_last) {
+        int per_rank = ds->n / opt->world;
+        ld->steps = per_rank / opt->batch;
+        ld->shard_n = ld->steps * opt->batch;
+    } else {
+        ld->shard_n = (ds->n - opt->rank + opt->world - 1) / opt->world;
+        ld->steps = (ld->shard_n + opt->batch - 1) / opt->batch;
+    }
+    for (int ch = 0; ch < ds->c; ch++) {
+        for (int v = 0; v < 256; v++)
+            ld->lut[ch][v] = (float)(((double)v / 255.0 - (double)opt->mean[ch]) / (double)opt->std[ch]);
+    }
+    ld->perm = cnt_malloc((size_t)ds->n * sizeof *ld->perm);
+    ld->nslots = opt->prefetch + 1;
+    ld->slots = cnt_calloc((size_t)ld->nslots, sizeof *ld->slots);
+    size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+    for (int i = 0; i < ld->nslots; i++) {
+        ld->slots[i].b.x = cnt_malloc((size_t)opt->batch * sample * sizeof(float));
+        ld->slots[i].b.labels = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
+    }
+    errno = pthread_mutex_init(&ld->mu, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
+    errno = pthread_cond_init(&ld->work_cv, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+    errno = pthread_cond_init(&ld->done_cv, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+    ld->threads = cnt_malloc((size_t)opt->workers * sizeof *ld->threads);
+    for (int i = 0; i < opt->workers; i++) {
+        errno = pthread_create(&ld->threads[i], NULL, loader_worker, ld);
+        CHECK_ERRNO(errno == 0, "pthread_create (data loader worker)");
+    }
+    return ld;
+}
+
+int loader_steps_per_epoch(const loader *ld) { return ld->steps; }
+
+void loader_start_epoch(loader *ld, int epoch) {
+    lock(ld);
+    /* Stop new claims and let in-flight batches finish: workers read perm and
+     * epoch without the lock, so both may change only once busy is 0. */
+    ld->active = 0;
+    while (ld->busy > 0) wait_on(ld, &ld->done_cv);
+    ld->epoch = epoch;
+    if (ld->opt.shuffle) {
+        rng r;
+        rng_seed(&r, ld->opt.seed, (uint64_t)epoch);
+        rng_permutation(&r, ld->perm, ld->ds->n);
+    } else {
+        for (int i = 0; i < ld->ds->n; i++) ld->perm[i] = i;
+    }
+    for (int i = 0; i < ld->nslots; i++) ld->slots[i].ready = 0;
+    ld->claimed = ld->delivered = ld->released = 0;
+    ld->holding = 0;
+    ld->active = 1;
+    broadcast(&ld->work_cv);
+    unlock(ld);
+}
+
+const batch *loader_next(loader *ld) {
+    lock(ld);
+    if (ld->holding) {
+        /* The batch handed out last time is given back: its slot may be refilled. */
+        ld->holding = 0;
+        ld->released++;
+        broadcast(&ld->work_cv);
+    }
+    if (!ld->active || ld->delivered >= ld->steps) {
+        unlock(ld);
+        return NULL;
+    }
+    loader_slot *slot = &ld->slots[ld->delivered % ld->nslots];
+    while (!slot->ready) wait_on(ld, &ld->done_cv);
+    slot->ready = 0;
+    ld->delivered++;
+    ld->holding = 1;
+    unlock(ld);
+    return &slot->b;
+}
+
+void loader_free(loader *ld) {
+    if (!ld) return;
+    lock(ld);
+    ld->stop = 1;
+    broadcast(&ld->work_cv);
+    unlock(ld);
+    for (int i = 0; i < ld->opt.workers; i++) {
+        errno = pthread_join(ld->threads[i], NULL);
+        CHECK_ERRNO(errno == 0, "pthread_join (data loader worker)");
+    }
+    pthread_cond_destroy(&ld->done_cv);
+    pthread_cond_destroy(&ld->work_cv);
+    pthread_mutex_destroy(&ld->mu);
+    for (int i = 0; i < ld->nslots; i++) {
+        free(ld->slots[i].b.x);
+        free(ld->slots[i].b.labels);
+    }
+    free(ld->slots);
+    free(ld->threads);
+    free(ld->perm);
+    free(ld);
+}

@@ -1,0 +1,1035 @@
+/*
+ * model/backend_cpu.c - the CPU compute backend: OpenBLAS for the matrix work,
+ * OpenMP for everything else.
+ *
+ * Convolutions are im2col + sgemm. The batch is cut into work groups: one image
+ * (processed in tiles of output rows, so the im2col buffer stays about the size
+ * of the L2 cache), or several whole images side by side in one GEMM when their
+ * outputs are small (a 7x7 output makes a tiny GEMM on its own). Two ways to use
+ * the threads:
+ *   - outer: enough groups to share evenly, so threads take whole groups
+ *     (`omp parallel for schedule(static)`); each thread owns its scratch
+ *     buffers and OpenBLAS, called inside a parallel region, runs on one thread;
+ *   - inner: too few groups (a batch of 1 or 2 ImageNet images), so groups run
+ *     one after the other, im2col/col2im split channels across threads and
+ *     OpenBLAS uses its own OpenMP threads.
+ * 1x1 stride-1 unpadded convolutions use the input as its own im2col matrix.
+ *
+ * Scratch buffers are per thread (thread-local), grown when a larger layer
+ * comes and reused for every later call; nothing is allocated per image.
+ *
+ * Determinism: with a fixed thread count every op gives bitwise the same result
+ * for the same inputs. Work is split with static schedules, no float atomics are
+ * used, and every cross-thread reduction (the per-thread weight-gradient
+ * partials) is summed in thread order. Per-channel statistics (batch norm, bias
+ * gradients) are accumulated in double by one thread per channel.
+ *
+ * Scratch state is per thread, so the ops may be called from several host
+ * threads at once on distinct data.
+ */
+#include "model/backend.h"
+#include "common/check.h"
+#include "common/rng.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elementwise loops shorter than this run on one thread: below it, waking the
+ * team costs more than the loop. */
+#define CPU_PAR_MIN 32768
+/* Target size of one im2col tile (floats): about half of a 2 MiB L2. */
+#define CPU_COL_TILE_FLOATS (256 * 1024)
+/* Whole images are put side by side until a GEMM has at least this many columns. */
+#define CPU_GROUP_MIN_COLS 512
+/* The shifted algorithm needs this many input channels: each per-tap GEMM sums over C only. */
+#define CPU_SHIFT_MIN_C 8
+/* Filters with at least K*C values get images stacked until a GEMM has this many columns. */
+#define CPU_SHIFT_STACK_KC (128 * 128)
+#define CPU_SHIFT_STACK_COLS 256
+/* Output columns per shifted GEMM (a block of the output stays in cache across the taps). */
+#define CPU_SHIFT_CHUNK 1024
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cpu_alloc(size_t bytes) {
+    void *p = NULL;
+    int rc = posix_memalign(&p, 64, bytes ? bytes : 1);
+    if (rc != 0 || !p) cnt_fatal("cpu backend: out of memory allocating %zu bytes", bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(void *ptr) { free(ptr); }
+
+static void cpu_memcpy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(void *dst, size_t bytes) {
+    if (bytes) memset(dst, 0, bytes);
+}
+
+static void cpu_sync(void) {}
+
+/* Per-thread scratch, grown on demand and kept for the thread's lifetime. */
+typedef struct cpu_buf {
+    float *data;
+    size_t cap; /* floats */
+} cpu_buf;
+
+typedef struct cpu_scratch {
+    cpu_buf col;  /* [CRS, columns] im2col tile, or [C, CS] padded input (shift) */
+    cpu_buf tmp;  /* [K, columns] outputs / output gradients of a group of images */
+    cpu_buf dw;   /* [K*CRS] this thread's weight-gradient partial */
+    cpu_buf taps; /* [RS, K, C] the filter split by tap (shift algorithm) */
+} cpu_scratch;
+
+static _Thread_local cpu_scratch tls_scratch;
+
+static float *cpu_buf_get(cpu_buf *b, size_t floats) {
+    if (b->cap < floats) {
+        free(b->data);
+        void *p = NULL;
+        if (posix_memalign(&p, 64, floats * sizeof(float)) != 0 || !p)
+            cnt_fatal("cpu backend: out of memory allocating %zu bytes of scratch", floats * sizeof(float));
+        b->data = p;
+        b->cap = floats;
+    }
+    return b->data;
+}
+
+/* ------------------------------------------------------------- convolution */
+
+typedef enum conv_algo {
+    CONV_ALGO_DIRECT, /* 1x1, stride 1, no padding: x[n] is its own im2col matrix [C, HW] */
+    CONV_ALGO_SHIFT,  /* stride 1: one GEMM per filter tap over a shifted padded copy */
+    CONV_ALGO_IM2COL  /* everything else: im2col + one GEMM */
+} conv_algo;
+
+/*
+ * The shifted algorithm (stride 1, no im2col). Each channel of an image is
+ * copied into a zero-padded buffer with row pitch Wp >= W + pad_w: image row h
+ * starts at (pad_h + h)*Wp + pad_w, and the zeros at the end of a row double as
+ * the left padding of the next. Output (p, q) gets the flat index j = p*Wp + q
+ * and reads padded input (p + r, q + s), which sits at j + r*Wp + s. So for each
+ * filter tap (r, s) the whole output is one GEMM over a contiguous shifted view:
+ *     out[K, L] += w_rs[K, C] * buf[C, r*Wp + s + (0 .. L)]
+ * A group of images is stacked vertically, image b from buffer row b*Hs on,
+ * Hs = max(H + pad_h, P): the zero rows between two images serve as the bottom
+ * padding of one and the top padding of the next, and output row b*Hs + p is
+ * row p of image b. L = ((nb - 1)*Hs + P)*Wp. Columns q >= Q and the rows
+ * between images are junk: forward drops them, backward gives them a zero
+ * gradient so they add nothing. A channel of the buffer holds
+ * ((nb - 1)*Hs + H + 2*pad_h)*Wp values plus S - 1 read by the last junk columns.
+ */
+
+/* How a convolution call is split into work (see the file comment). */
+typedef struct conv_plan {
+    conv_algo algo;
+    int CRS, RS, PQ;
+    size_t CHW, KPQ;
+    int group;     /* images per GEMM (the last group may be smaller) */
+    int tile_rows; /* im2col: output rows per tile when group == 1 */
+    int n_groups;
+    int outer;     /* 1: threads take whole groups; 0: threads work inside each group */
+    int Wp, Hs;    /* shift: row pitch of the padded buffer, rows per stacked image */
+    int chunk;     /* shift: output columns per GEMM in forward and backward-data */
+} conv_plan;
+
+/* Shift: output columns of a group of nb images. */
+static int shift_cols(const conv_params *p, const conv_plan *pl, int nb) {
+    return ((nb - 1) * pl->Hs + p->P) * pl->Wp;
+}
+
+/* Shift: floats per channel of the padded buffer of nb images (a multiple of 16). */
+static size_t shift_chan_stride(const conv_params *p, const conv_plan *pl, int nb) {
+    size_t n = (size_t)((nb - 1) * pl->Hs + p->H + 2 * p->pad_h) * pl->Wp + p->S - 1;
+    return (n + 15) & ~(size_t)15;
+}
+
+static void conv_plan_init(const conv_params *p, conv_plan *pl) {
+    CNT_ASSERT(p->N >= 1 && p->C >= 1 && p->K >= 1 && p->H >= 1 && p->W >= 1);
+    CNT_ASSERT(p->R >= 1 && p->S >= 1 && p->stride_h >= 1 && p->stride_w >= 1);
+    CNT_ASSERT(p->pad_h >= 0 && p->pad_w >= 0);
+    CNT_ASSERT(p->P == (p->H + 2 * p->pad_h - p->R) / p->stride_h + 1 && p->P >= 1);
+    CNT_ASSERT(p->Q == (p->W + 2 * p->pad_w - p->S) / p->stride_w + 1 && p->Q >= 1);
+    int threads = omp_get_max_threads();
+    memset(pl, 0, sizeof *pl);
+    pl->RS = p->R * p->S;
+    pl->CRS = p->C * pl->RS;
+    pl->PQ = p->P * p->Q;
+    pl->CHW = (size_t)p->C * p->H * p->W;
+    pl->KPQ = (size_t)p->K * pl->PQ;
+    int stride1 = p->stride_h == 1 && p->stride_w == 1;
+    int Wp = p->W + p->pad_w > p->Q ? p->W + p->pad_w : p->Q;
+    int want = 1; /* images per GEMM for efficiency */
+    if (stride1 && pl->RS == 1 && p->pad_h == 0 && p->pad_w == 0) {
+        pl->algo = CONV_ALGO_DIRECT;
+    } else if (stride1 && p->C >= CPU_SHIFT_MIN_C && 10 * p->Q >= 7 * Wp) {
+        /* a few channels make the per-tap GEMMs too thin, and narrow images
+         * waste too many junk columns: those go to im2col */
+        pl->algo = CONV_ALGO_SHIFT;
+        pl->Wp = Wp;
+        pl->Hs = p->H + p->pad_h > p->P ? p->H + p->pad_h : p->P;
+        /* large filters are streamed once per GEMM: stack small images so the
+         * GEMM has enough columns to pay for it. Small filters stay in cache,
+         * and there one image per GEMM measured fastest. */
+        if ((size_t)p->K * p->C >= CPU_SHIFT_STACK_KC)
+            while (want < p->N && shift_cols(p, pl, want) < CPU_SHIFT_STACK_COLS) want++;
+    } else {
+        pl->algo = CONV_ALGO_IM2COL;
+        size_t row_floats = (size_t)pl->CRS * p->Q;
+        size_t rows = CPU_COL_TILE_FLOATS / row_floats;
+        /* keep at least CPU_GROUP_MIN_COLS columns per GEMM even when that
+         * overshoots the cache budget: a thin GEMM loses more than the cache saves */
+        size_t min_rows = ((size_t)CPU_GROUP_MIN_COLS + p->Q - 1) / p->Q;
+        if (rows < min_rows) rows = min_rows;
+        if (rows > (size_t)p->P) rows = (size_t)p->P;
+        pl->tile_rows = (int)rows;
+        if (pl->tile_rows == p->P && pl->PQ < CPU_GROUP_MIN_COLS)
+            want = (CPU_GROUP_MIN_COLS + pl->PQ - 1) / pl->PQ;
+    }
+    /* as many groups as efficiency wants, rounded up to a multiple of the
+     * thread count when there are enough images, then evened out */
+    int n_groups = (p->N + want - 1) / want;
+    if (n_groups >= threads) {
+        int rounded = (n_groups + threads - 1) / threads * threads;
+        if (rounded <= p->N) n_groups = rounded;
+    }
+    pl->group = (p->N + n_groups - 1) / n_groups;
+    pl->n_groups = (p->N + pl->group - 1) / pl->group;
+    pl->outer = threads > 1 && (pl->n_groups % threads == 0 || pl->n_groups >= 4 * threads);
+    if (pl->algo == CONV_ALGO_SHIFT) {
+        int L = shift_cols(p, pl, pl->group);
+        int n_chunks = (L + CPU_SHIFT_CHUNK - 1) / CPU_SHIFT_CHUNK;
+        pl->chunk = (L + n_chunks - 1) / n_chunks;
+    }
+}
+
+/* ---- im2col / col2im ---- */
+
+/* col[(c*R + r)*S + s][(p - p0)*Q + q] = x[c][p*sh - ph + r][q*sw - pw + s] (0 outside),
+ * for channels [c0, c1) and output rows [p0, p1); ld is col's row stride. */
+static void im2col_channels(const conv_params *p, const float *x, int c0, int c1, int p0, int p1, float *col,
+                            size_t ld) {
+    const int H = p->H, W = p->W, Q = p->Q, R = p->R, S = p->S;
+    const int sh = p->stride_h, sw = p->stride_w, ph = p->pad_h, pw = p->pad_w;
+    for (int c = c0; c < c1; c++) {
+        const float *xc = x + (size_t)c * H * W;
+        for (int r = 0; r < R; r++) {
+            for (int s = 0; s < S; s++) {
+                float *row = col + ((size_t)(c * R + r) * S + s) * ld;
+                int off = s - pw;
+                /* output columns whose input column q*sw + off lies inside [0, W) */
+                int q_lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+                int q_hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+                if (q_hi > Q) q_hi = Q;
+                if (q_lo > q_hi) q_lo = q_hi;
+                for (int op = p0; op < p1; op++) {
+                    float *dst = row + (size_t)(op - p0) * Q;
+                    int h = op * sh - ph + r;
+                    if (h < 0 || h >= H) {
+                        memset(dst, 0, (size_t)Q * sizeof(float));
+                        continue;
+                    }
+                    const float *src = xc + (size_t)h * W + off;
+                    for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
+                    if (sw == 1) {
+                        memcpy(dst + q_lo, src + q_lo, (size_t)(q_hi - q_lo) * sizeof(float));
+                    } else {
+                        for (int q = q_lo; q < q_hi; q++) dst[q] = src[(size_t)q * sw];
+                    }
+                    for (int q = q_hi; q < Q; q++) dst[q] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* The transpose of im2col_channels: x[c][h][w] += every col entry that was read from it. */
+static void col2im_channels(const conv_params *p, const float *col, size_t ld, int c0, int c1, int p0, int p1,
+                            float *x) {
+    const int H = p->H, W = p->W, Q = p->Q, R = p->R, S = p->S;
+    const int sh = p->stride_h, sw = p->stride_w, ph = p->pad_h, pw = p->pad_w;
+    for (int c = c0; c < c1; c++) {
+        float *xc = x + (size_t)c * H * W;
+        for (int r = 0; r < R; r++) {
+            for (int s = 0; s < S; s++) {
+                const float *row = col + ((size_t)(c * R + r) * S + s) * ld;
+                int off = s - pw;
+                int q_lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+                int q_hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+                if (q_hi > Q) q_hi = Q;
+                for (int op = p0; op < p1; op++) {
+                    int h = op * sh - ph + r;
+                    if (h < 0 || h >= H) continue;
+                    const float *src = row + (size_t)(op - p0) * Q;
+                    float *dst = xc + (size_t)h * W + off;
+                    if (sw == 1) {
+                        for (int q = q_lo; q < q_hi; q++) dst[q] += src[q];
+                    } else {
+                        for (int q = q_lo; q < q_hi; q++) dst[(size_t)q * sw] += src[q];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* im2col of one image's output rows [p0, p1); par: split channels across threads. */
+static void im2col_rows(const conv_params *p, const float *x, int p0, int p1, float *col, size_t ld, int par) {
+#pragma omp parallel for schedule(static) if (par)
+    for (int c = 0; c < p->C; c++) im2col_channels(p, x, c, c + 1, p0, p1, col, ld);
+}
+
+static void col2im_rows(const conv_params *p, const float *col, size_t ld, int p0, int p1, float *x, int par) {
+#pragma omp parallel for schedule(static) if (par)
+    for (int c = 0; c < p->C; c++) col2im_channels(p, col, ld, c, c + 1, p0, p1, x);
+}
+
+/* ---- the shifted layout ---- */
+
+/* buf[c] = images x[0 .. nb)[c] in the stacked padded layout, zeros around them. */
+static void shift_pack_input(const conv_params *p, const conv_plan *pl, const float *x, int nb, float *buf, int par) {
+    size_t cs = shift_chan_stride(p, pl, nb);
+#pragma omp parallel for schedule(static) if (par)
+    for (int c = 0; c < p->C; c++) {
+        float *bc = buf + (size_t)c * cs;
+        memset(bc, 0, cs * sizeof(float));
+        for (int b = 0; b < nb; b++) {
+            const float *xc = x + (size_t)b * pl->CHW + (size_t)c * p->H * p->W;
+            float *dst = bc + (size_t)(b * pl->Hs + p->pad_h) * pl->Wp + p->pad_w;
+            for (int h = 0; h < p->H; h++)
+                memcpy(dst + (size_t)h * pl->Wp, xc + (size_t)h * p->W, (size_t)p->W * sizeof(float));
+        }
+    }
+}
+
+/* x[0 .. nb)[c] (+)= the image parts of buf[c]: the inverse of shift_pack_input. */
+static void shift_unpack_input(const conv_params *p, const conv_plan *pl, const float *buf, int nb, float *x,
+                               int accumulate, int par) {
+    size_t cs = shift_chan_stride(p, pl, nb);
+#pragma omp parallel for schedule(static) if (par)
+    for (int c = 0; c < p->C; c++) {
+        for (int b = 0; b < nb; b++) {
+            float *xc = x + (size_t)b * pl->CHW + (size_t)c * p->H * p->W;
+            const float *bc = buf + (size_t)c * cs + (size_t)(b * pl->Hs + p->pad_h) * pl->Wp + p->pad_w;
+            for (int h = 0; h < p->H; h++) {
+                const float *src = bc + (size_t)h * pl->Wp;
+                float *dst = xc + (size_t)h * p->W;
+                if (accumulate) {
+#pragma omp simd
+                    for (int w = 0; w < p->W; w++) dst[w] += src[w];
+                } else {
+                    memcpy(dst, src, (size_t)p->W * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+/* buf[K, L] = t[0 .. nb)[K, P, Q] laid out as the stacked output, zeros in the junk. */
+static void shift_pack_output(const conv_params *p, const conv_plan *pl, const float *t, int nb, float *buf,
+                              int par) {
+    int L = shift_cols(p, pl, nb), rows = L / pl->Wp;
+#pragma omp parallel for schedule(static) if (par)
+    for (int k = 0; k < p->K; k++) {
+        for (int row = 0; row < rows; row++) {
+            float *dst = buf + (size_t)k * L + (size_t)row * pl->Wp;
+            int b = row / pl->Hs, op = row % pl->Hs, q0 = 0;
+            if (op < p->P) {
+                memcpy(dst, t + b * pl->KPQ + (size_t)k * pl->PQ + (size_t)op * p->Q, (size_t)p->Q * sizeof(float));
+                q0 = p->Q;
+            }
+            for (int q = q0; q < pl->Wp; q++) dst[q] = 0.0f;
+        }
+    }
+}
+
+/* t[0 .. nb)[K, P, Q] = the valid part of the stacked output buf[K, L]. */
+static void shift_unpack_output(const conv_params *p, const conv_plan *pl, const float *buf, int nb, float *t,
+                                int par) {
+    int L = shift_cols(p, pl, nb);
+#pragma omp parallel for schedule(static) if (par)
+    for (int k = 0; k < p->K; k++)
+        for (int b = 0; b < nb; b++)
+            for (int op = 0; op < p->P; op++)
+                memcpy(t + b * pl->KPQ + (size_t)k * pl->PQ + (size_t)op * p->Q,
+                       buf + (size_t)k * L + (size_t)(b * pl->Hs + op) * pl->Wp, (size_t)p->Q * sizeof(float));
+}
+
+/* wt[r*S + s][K, C] = w[K, C, r, s]: one [K, C] matrix per filter tap. */
+static void shift_split_taps(const conv_params *p, const conv_plan *pl, const float *w, float *wt) {
+    size_t KC = (size_t)p->K * p->C;
+    for (size_t kc = 0; kc < KC; kc++)
+        for (int rs = 0; rs < pl->RS; rs++) wt[(size_t)rs * KC + kc] = w[kc * pl->RS + rs];
+}
+
+static size_t shift_tap_offset(const conv_params *p, const conv_plan *pl, int rs) {
+    return (size_t)(rs / p->S) * pl->Wp + (size_t)(rs % p->S);
+}
+
+/* ---- the three passes, one group of images at a time ---- */
+
+static void sgemm_rm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                     float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+/* tmp[k][b*PQ + i] = t[n0 + b][k][i]: a group's [K, PQ] slices side by side. */
+static void group_gather(const conv_plan *pl, int K, const float *t, int n0, int nb, float *tmp) {
+    size_t ld = (size_t)nb * pl->PQ;
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < K; k++)
+            memcpy(tmp + k * ld + (size_t)b * pl->PQ, t + (size_t)(n0 + b) * pl->KPQ + (size_t)k * pl->PQ,
+                   (size_t)pl->PQ * sizeof(float));
+}
+
+static int group_size(const conv_params *p, const conv_plan *pl, int g) {
+    int left = p->N - g * pl->group;
+    return left < pl->group ? left : pl->group;
+}
+
+/* wt: the filter split by tap (shift only). */
+static void conv_fwd_group(const conv_params *p, const conv_plan *pl, const float *x, const float *w,
+                           const float *wt, float *y, int g, int par) {
+    cpu_scratch *sc = &tls_scratch;
+    int n0 = g * pl->group, nb = group_size(p, pl, g);
+    const float *xn = x + (size_t)n0 * pl->CHW;
+    float *yn = y + (size_t)n0 * pl->KPQ;
+    if (pl->algo == CONV_ALGO_DIRECT) {
+        /* y[n][K, HW] = w[K, C] * x[n][C, HW] */
+        sgemm_rm(0, 0, p->K, pl->PQ, p->C, w, p->C, xn, pl->PQ, 0.0f, yn, pl->PQ);
+    } else if (pl->algo == CONV_ALGO_SHIFT) {
+        int L = shift_cols(p, pl, nb);
+        size_t cs = shift_chan_stride(p, pl, nb), KC = (size_t)p->K * p->C;
+        float *buf = cpu_buf_get(&sc->col, (size_t)p->C * cs);
+        float *out = cpu_buf_get(&sc->tmp, (size_t)p->K * L);
+        shift_pack_input(p, pl, xn, nb, buf, par);
+        /* column blocks first, so each block of out stays in cache across the taps */
+        for (int j0 = 0; j0 < L; j0 += pl->chunk) {
+            int cols = L - j0 < pl->chunk ? L - j0 : pl->chunk;
+            for (int rs = 0; rs < pl->RS; rs++)
+                /* out[K, cols] += w_rs[K, C] * buf[C, shifted cols] */
+                sgemm_rm(0, 0, p->K, cols, p->C, wt + rs * KC, p->C, buf + shift_tap_offset(p, pl, rs) + j0,
+                         (int)cs, rs ? 1.0f : 0.0f, out + j0, L);
+        }
+        shift_unpack_output(p, pl, out, nb, yn, par);
+    } else if (nb == 1) {
+        float *col = cpu_buf_get(&sc->col, (size_t)pl->CRS * pl->tile_rows * p->Q);
+        for (int p0 = 0; p0 < p->P; p0 += pl->tile_rows) {
+            int p1 = p0 + pl->tile_rows < p->P ? p0 + pl->tile_rows : p->P;
+            int cols = (p1 - p0) * p->Q;
+            im2col_rows(p, xn, p0, p1, col, (size_t)cols, par);
+            /* y[n][K, rows p0..p1] = w[K, CRS] * col[CRS, cols] */
+            sgemm_rm(0, 0, p->K, cols, pl->CRS, w, pl->CRS, col, cols, 0.0f, yn + (size_t)p0 * p->Q, pl->PQ);
+        }
+    } else {
+        size_t ld = (size_t)nb * pl->PQ;
+        float *col = cpu_buf_get(&sc->col, (size_t)pl->CRS * ld);
+        float *tmp = cpu_buf_get(&sc->tmp, (size_t)p->K * ld);
+        for (int b = 0; b < nb; b++) im2col_rows(p, xn + b * pl->CHW, 0, p->P, col + (size_t)b * pl->PQ, ld, par);
+        /* tmp[K, nb*PQ] = w[K, CRS] * col[CRS, nb*PQ] */
+        sgemm_rm(0, 0, p->K, (int)ld, pl->CRS, w, pl->CRS, col, (int)ld, 0.0f, tmp, (int)ld);
+        for (int b = 0; b < nb; b++)
+            for (int k = 0; k < p->K; k++)
+                memcpy(yn + b * pl->KPQ + (size_t)k * pl->PQ, tmp + k * ld + (size_t)b * pl->PQ,
+                       (size_t)pl->PQ * sizeof(float));
+    }
+}
+
+/* The filter split by tap, in the calling thread's scratch; NULL unless shift. */
+static const float *conv_taps(const conv_params *p, const conv_plan *pl, const float *w) {
+    if (pl->algo != CONV_ALGO_SHIFT) return NULL;
+    float *wt = cpu_buf_get(&tls_scratch.taps, (size_t)p->K * pl->CRS);
+    shift_split_taps(p, pl, w, wt);
+    return wt;
+}
+
+static void cpu_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+    conv_plan pl;
+    conv_plan_init(p, &pl);
+    const float *wt = conv_taps(p, &pl, w);
+    if (pl.outer) {
+#pragma omp parallel for schedule(static)
+        for (int g = 0; g < pl.n_groups; g++) conv_fwd_group(p, &pl, x, w, wt, y, g, 0);
+    } else {
+        for (int g = 0; g < pl.n_groups; g++) conv_fwd_group(p, &pl, x, w, wt, y, g, 1);
+    }
+}
+
+static void conv_bwd_data_group(const conv_params *p, const conv_plan *pl, const float *dy, const float *w,
+                                const float *wt, float *dx, int accumulate, int g, int par) {
+    cpu_scratch *sc = &tls_scratch;
+    int n0 = g * pl->group, nb = group_size(p, pl, g);
+    const float *dyn = dy + (size_t)n0 * pl->KPQ;
+    float *dxn = dx + (size_t)n0 * pl->CHW;
+    if (pl->algo == CONV_ALGO_DIRECT) {
+        /* dx[n][C, HW] (+)= w^T[C, K] * dy[n][K, HW] */
+        sgemm_rm(1, 0, p->C, pl->PQ, p->K, w, p->C, dyn, pl->PQ, accumulate ? 1.0f : 0.0f, dxn, pl->PQ);
+    } else if (pl->algo == CONV_ALGO_SHIFT) {
+        int L = shift_cols(p, pl, nb);
+        size_t cs = shift_chan_stride(p, pl, nb), KC = (size_t)p->K * p->C;
+        float *buf = cpu_buf_get(&sc->col, (size_t)p->C * cs);
+        float *gout = cpu_buf_get(&sc->tmp, (size_t)p->K * L);
+        shift_pack_output(p, pl, dyn, nb, gout, par);
+        memset(buf, 0, (size_t)p->C * cs * sizeof(float));
+        for (int j0 = 0; j0 < L; j0 += pl->chunk) {
+            int cols = L - j0 < pl->chunk ? L - j0 : pl->chunk;
+            for (int rs = 0; rs < pl->RS; rs++)
+                /* buf[C, shifted cols] += w_rs^T[C, K] * gout[K, cols] */
+                sgemm_rm(1, 0, p->C, cols, p->K, wt + rs * KC, p->C, gout + j0, L, 1.0f,
+                         buf + shift_tap_offset(p, pl, rs) + j0, (int)cs);
+        }
+        shift_unpack_input(p, pl, buf, nb, dxn, accumulate, par);
+    } else if (nb == 1) {
+        if (!accumulate) memset(dxn, 0, pl->CHW * sizeof(float));
+        float *col = cpu_buf_get(&sc->col, (size_t)pl->CRS * pl->tile_rows * p->Q);
+        for (int p0 = 0; p0 < p->P; p0 += pl->tile_rows) {
+            int p1 = p0 + pl->tile_rows < p->P ? p0 + pl->tile_rows : p->P;
+            int cols = (p1 - p0) * p->Q;
+            /* col[CRS, cols] = w^T[CRS, K] * dy[n][K, rows p0..p1] */
+            sgemm_rm(1, 0, pl->CRS, cols, p->K, w, pl->CRS, dyn + (size_t)p0 * p->Q, pl->PQ, 0.0f, col, cols);
+            col2im_rows(p, col, (size_t)cols, p0, p1, dxn, par);
+        }
+    } else {
+        size_t ld = (size_t)nb * pl->PQ;
+        float *col = cpu_buf_get(&sc->col, (size_t)pl->CRS * ld);
+        float *tmp = cpu_buf_get(&sc->tmp, (size_t)p->K * ld);
+        group_gather(pl, p->K, dy, n0, nb, tmp);
+        /* col[CRS, nb*PQ] = w^T[CRS, K] * tmp[K, nb*PQ] */
+        sgemm_rm(1, 0, pl->CRS, (int)ld, p->K, w, pl->CRS, tmp, (int)ld, 0.0f, col, (int)ld);
+        for (int b = 0; b < nb; b++) {
+            if (!accumulate) memset(dxn + b * pl->CHW, 0, pl->CHW * sizeof(float));
+            col2im_rows(p, col + (size_t)b * pl->PQ, ld, 0, p->P, dxn + b * pl->CHW, par);
+        }
+    }
+}
+
+static void cpu_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    conv_plan pl;
+    conv_plan_init(p, &pl);
+    const float *wt = conv_taps(p, &pl, w);
+    if (pl.outer) {
+#pragma omp parallel for schedule(static)
+        for (int g = 0; g < pl.n_groups; g++) conv_bwd_data_group(p, &pl, dy, w, wt, dx, accumulate, g, 0);
+    } else {
+        for (int g = 0; g < pl.n_groups; g++) conv_bwd_data_group(p, &pl, dy, w, wt, dx, accumulate, g, 1);
+    }
+}
+
+/* part = beta * part + this group's weight gradient, in the algorithm's own
+ * layout (see wgrad_source): [RS][K][C] for shift, [CRS][K] otherwise, the
+ * orientations in which the GEMMs run fastest. */
+static void conv_bwd_filter_group(const conv_params *p, const conv_plan *pl, const float *x, const float *dy,
+                                  float *part, float beta, int g, int par) {
+    cpu_scratch *sc = &tls_scratch;
+    int n0 = g * pl->group, nb = group_size(p, pl, g);
+    const float *xn = x + (size_t)n0 * pl->CHW;
+    const float *dyn = dy + (size_t)n0 * pl->KPQ;
+    if (pl->algo == CONV_ALGO_DIRECT) {
+        /* part[C, K] += x[n][C, HW] * dy[n]^T[HW, K] */
+        sgemm_rm(0, 1, p->C, p->K, pl->PQ, xn, pl->PQ, dyn, pl->PQ, beta, part, p->K);
+    } else if (pl->algo == CONV_ALGO_SHIFT) {
+        int L = shift_cols(p, pl, nb);
+        size_t cs = shift_chan_stride(p, pl, nb), KC = (size_t)p->K * p->C;
+        float *buf = cpu_buf_get(&sc->col, (size_t)p->C * cs);
+        float *gout = cpu_buf_get(&sc->tmp, (size_t)p->K * L);
+        shift_pack_input(p, pl, xn, nb, buf, par);
+        shift_pack_output(p, pl, dyn, nb, gout, par);
+        for (int rs = 0; rs < pl->RS; rs++)
+            /* part_rs[K, C] += gout[K, L] * buf^T[shifted L, C] */
+            sgemm_rm(0, 1, p->K, p->C, L, gout, L, buf + shift_tap_offset(p, pl, rs), (int)cs, beta,
+                     part + rs * KC, p->C);
+    } else if (nb == 1) {
+        float *col = cpu_buf_get(&sc->col, (size_t)pl->CRS * pl->tile_rows * p->Q);
+        for (int p0 = 0; p0 < p->P; p0 += pl->tile_rows) {
+            int p1 = p0 + pl->tile_rows < p->P ? p0 + pl->tile_rows : p->P;
+            int cols = (p1 - p0) * p->Q;
+            im2col_rows(p, xn, p0, p1, col, (size_t)cols, par);
+            /* part[CRS, K] += col[CRS, cols] * dy[n]^T[rows p0..p1, K] */
+            sgemm_rm(0, 1, pl->CRS, p->K, cols, col, cols, dyn + (size_t)p0 * p->Q, pl->PQ, beta, part, p->K);
+            beta = 1.0f;
+        }
+    } else {
+        size_t ld = (size_t)nb * pl->PQ;
+        float *col = cpu_buf_get(&sc->col, (size_t)pl->CRS * ld);
+        float *tmp = cpu_buf_get(&sc->tmp, (size_t)p->K * ld);
+        group_gather(pl, p->K, dy, n0, nb, tmp);
+        for (int b = 0; b < nb; b++) im2col_rows(p, xn + b * pl->CHW, 0, p->P, col + (size_t)b * pl->PQ, ld, par);
+        /* part[CRS, K] += col[CRS, nb*PQ] * tmp^T[nb*PQ, K] */
+        sgemm_rm(0, 1, pl->CRS, p->K, (int)ld, col, (int)ld, tmp, (int)ld, beta, part, p->K);
+    }
+}
+
+/* Where dw[k][crs] (crs = (c*R + r)*S + s) lives in a partial of this plan. */
+static size_t wgrad_source(const conv_params *p, const conv_plan *pl, size_t i) {
+    size_t k = i / pl->CRS, crs = i % pl->CRS;
+    if (pl->algo == CONV_ALGO_SHIFT) {
+        size_t c = crs / pl->RS, rs = crs % pl->RS;
+        return (rs * p->K + k) * p->C + c;
+    }
+    return crs * p->K + k;
+}
+
+static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+    conv_plan pl;
+    conv_plan_init(p, &pl);
+    size_t wsize = (size_t)p->K * pl.CRS;
+    if (!pl.outer) {
+        float *part = cpu_buf_get(&tls_scratch.dw, wsize);
+        for (int g = 0; g < pl.n_groups; g++) conv_bwd_filter_group(p, &pl, x, dy, part, g ? 1.0f : 0.0f, g, 1);
+#pragma omp parallel for schedule(static) if (wsize >= CPU_PAR_MIN)
+        for (size_t i = 0; i < wsize; i++) dw[i] = part[wgrad_source(p, &pl, i)];
+        return;
+    }
+    int threads = omp_get_max_threads();
+    float **parts = cnt_calloc((size_t)threads, sizeof *parts);
+#pragma omp parallel num_threads(threads)
+    {
+        int nt = omp_get_num_threads();
+        float *part = cpu_buf_get(&tls_scratch.dw, wsize);
+        memset(part, 0, wsize * sizeof(float));
+        parts[omp_get_thread_num()] = part;
+#pragma omp for schedule(static)
+        for (int g = 0; g < pl.n_groups; g++) conv_bwd_filter_group(p, &pl, x, dy, part, 1.0f, g, 0);
+        /* the implicit barrier above: every partial is complete before the sum.
+         * The sum runs in thread order, so the result depends only on nt. */
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < wsize; i++) {
+            size_t src = wgrad_source(p, &pl, i);
+            float s = parts[0][src];
+            for (int t = 1; t < nt; t++) s += parts[t][src];
+            dw[i] = s;
+        }
+    }
+    free(parts);
+}
+
+/* -------------------------------------------------------------------- bias */
+
+static void cpu_bias_fwd(int N, int C, int HW, const float *b, float *y) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
+    size_t total = (size_t)N * C * HW;
+#pragma omp parallel for schedule(static) if (total >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) {
+            float *yp = y + ((size_t)n * C + c) * HW;
+            float v = b[c];
+#pragma omp simd
+            for (int i = 0; i < HW; i++) yp[i] += v;
+        }
+    }
+}
+
+static void cpu_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
+    size_t total = (size_t)N * C * HW;
+#pragma omp parallel for schedule(static) if (total >= CPU_PAR_MIN)
+    for (int c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *dp = dy + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < HW; i++) s += dp[i];
+        }
+        db[c] = (float)s;
+    }
+}
+
+/* -------------------------------------------------------------- batch norm */
+
+static void cpu_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
+                             float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                             float *save_invstd) {
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
+    size_t M = (size_t)N * HW;
+#pragma omp parallel for schedule(static) if (M * C >= CPU_PAR_MIN)
+    for (int c = 0; c < C; c++) {
+        /* two passes in double: the mean, then the squared deviations from it */
+        double s = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *xp = x + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < HW; i++) s += xp[i];
+        }
+        double mean = s / (double)M;
+        double s2 = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *xp = x + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : s2)
+            for (int i = 0; i < HW; i++) {
+                double d = (double)xp[i] - mean;
+                s2 += d * d;
+            }
+        }
+        double var = s2 / (double)M;
+        double invstd = 1.0 / sqrt(var + (double)eps);
+        float scale = (float)((double)gamma[c] * invstd);
+        float shift = (float)((double)beta[c] - mean * (double)gamma[c] * invstd);
+        for (int n = 0; n < N; n++) {
+            const float *xp = x + ((size_t)n * C + c) * HW;
+            float *yp = y + ((size_t)n * C + c) * HW;
+#pragma omp simd
+            for (int i = 0; i < HW; i++) yp[i] = xp[i] * scale + shift;
+        }
+        save_mean[c] = (float)mean;
+        save_invstd[c] = (float)invstd;
+        /* unbiased variance for the running estimate; a single value has none, so it counts as 0 */
+        double unbiased = M > 1 ? s2 / (double)(M - 1) : 0.0;
+        running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean;
+        running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)unbiased;
+    }
+}
+
+static void cpu_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
+                             const float *running_mean, const float *running_var, float eps) {
+    CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
+    size_t total = (size_t)N * C * HW;
+#pragma omp parallel for schedule(static) if (total >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) {
+            double invstd = 1.0 / sqrt((double)running_var[c] + (double)eps);
+            float scale = (float)((double)gamma[c] * invstd);
+            float shift = (float)((double)beta[c] - (double)running_mean[c] * (double)gamma[c] * invstd);
+            const float *xp = x + ((size_t)n * C + c) * HW;
+            float *yp = y + ((size_t)n * C + c) * HW;
+#pragma omp simd
+            for (int i = 0; i < HW; i++) yp[i] = xp[i] * scale + shift;
+        }
+    }
+}
+
+static void cpu_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
+                       const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbeta,
+                       int accumulate_dx) {
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
+    size_t M = (size_t)N * HW;
+#pragma omp parallel for schedule(static) if (M * C >= CPU_PAR_MIN)
+    for (int c = 0; c < C; c++) {
+        float mean = save_mean[c];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *xp = x + ((size_t)n * C + c) * HW;
+            const float *dp = dy + ((size_t)n * C + c) * HW;
+#pragma omp simd reduction(+ : sdy, sdyx)
+            for (int i = 0; i < HW; i++) {
+                sdy += dp[i];
+                sdyx += (double)dp[i] * (double)(xp[i] - mean);
+            }
+        }
+        double invstd = save_invstd[c];
+        dgamma[c] = (float)(sdyx * invstd);
+        dbeta[c] = (float)sdy;
+        /* dx = gamma*invstd * (dy - mean(dy) - (x-mean)*invstd^2 * mean(dy*(x-mean))) */
+        float a = (float)((double)gamma[c] * invstd);
+        float mdy = (float)(sdy / (double)M);
+        float b = (float)(invstd * invstd * sdyx / (double)M);
+        for (int n = 0; n < N; n++) {
+            const float *xp = x + ((size_t)n * C + c) * HW;
+            const float *dp = dy + ((size_t)n * C + c) * HW;
+            float *gp = dx + ((size_t)n * C + c) * HW;
+            if (accumulate_dx) {
+#pragma omp simd
+                for (int i = 0; i < HW; i++) gp[i] += a * (dp[i] - mdy - (xp[i] - mean) * b);
+            } else {
+#pragma omp simd
+                for (int i = 0; i < HW; i++) gp[i] = a * (dp[i] - mdy - (xp[i] - mean) * b);
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- pooling */
+
+static void pool_check(const pool_params *p) {
+    CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);
+    if (p->mode != POOL_MODE_ADAPTIVE_AVG)
+        CNT_ASSERT(p->R >= 1 && p->S >= 1 && p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 &&
+                   p->pad_w >= 0);
+}
+
+/* Window of output (i, j) clipped to the input: rows [h0, h1), columns [w0, w1);
+ * div is the divisor of the average modes. */
+static void pool_window(const pool_params *p, int i, int j, int *h0, int *h1, int *w0, int *w1, float *div) {
+    if (p->mode == POOL_MODE_ADAPTIVE_AVG) {
+        *h0 = (int)((long)i * p->H / p->P);
+        *h1 = (int)(((long)(i + 1) * p->H + p->P - 1) / p->P);
+        *w0 = (int)((long)j * p->W / p->Q);
+        *w1 = (int)(((long)(j + 1) * p->W + p->Q - 1) / p->Q);
+        *div = (float)((*h1 - *h0) * (*w1 - *w0));
+        return;
+    }
+    int hs = i * p->stride_h - p->pad_h, ws = j * p->stride_w - p->pad_w;
+    int he = hs + p->R, we = ws + p->S;
+    if (he > p->H + p->pad_h) he = p->H + p->pad_h;
+    if (we > p->W + p->pad_w) we = p->W + p->pad_w;
+    int padded = (he - hs) * (we - ws);
+    *h0 = hs > 0 ? hs : 0;
+    *w0 = ws > 0 ? ws : 0;
+    *h1 = he < p->H ? he : p->H;
+    *w1 = we < p->W ? we : p->W;
+    *div = (float)(p->mode == POOL_MODE_AVG_INCLUDE_PAD ? padded : (*h1 - *h0) * (*w1 - *w0));
+}
+
+/* Index in the plane of the first maximum of the window, scanning rows then
+ * columns; a NaN wins over numbers (it propagates, as in torch). */
+static int pool_argmax(const float *xp, int W, int h0, int h1, int w0, int w1) {
+    int best_i = h0 * W + w0;
+    float best = xp[best_i];
+    for (int h = h0; h < h1; h++) {
+        for (int w = w0; w < w1; w++) {
+            float v = xp[h * W + w];
+            if (v > best || (isnan(v) && !isnan(best))) {
+                best = v;
+                best_i = h * W + w;
+            }
+        }
+    }
+    return best_i;
+}
+
+static void cpu_pool_fwd(const pool_params *p, const float *x, float *y) {
+    pool_check(p);
+    int planes = p->N * p->C;
+    size_t HW = (size_t)p->H * p->W, PQ = (size_t)p->P * p->Q;
+#pragma omp parallel for schedule(static) if ((size_t)planes * HW >= CPU_PAR_MIN)
+    for (int pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * HW;
+        float *yp = y + pl * PQ;
+        for (int i = 0; i < p->P; i++) {
+            for (int j = 0; j < p->Q; j++) {
+                int h0, h1, w0, w1;
+                float div;
+                pool_window(p, i, j, &h0, &h1, &w0, &w1, &div);
+                CNT_ASSERT(h0 < h1 && w0 < w1);
+                if (p->mode == POOL_MODE_MAX) {
+                    yp[i * p->Q + j] = xp[pool_argmax(xp, p->W, h0, h1, w0, w1)];
+                } else {
+                    float s = 0.0f;
+                    for (int h = h0; h < h1; h++)
+                        for (int w = w0; w < w1; w++) s += xp[h * p->W + w];
+                    yp[i * p->Q + j] = s / div;
+                }
+            }
+        }
+    }
+}
+
+static void cpu_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
+                         int accumulate) {
+    (void)y; /* the maximum's position is recomputed from x, exactly as the forward chose it */
+    pool_check(p);
+    int planes = p->N * p->C;
+    size_t HW = (size_t)p->H * p->W, PQ = (size_t)p->P * p->Q;
+#pragma omp parallel for schedule(static) if ((size_t)planes * HW >= CPU_PAR_MIN)
+    for (int pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * HW;
+        const float *gp = dy + pl * PQ;
+        float *dp = dx + pl * HW;
+        if (!accumulate) memset(dp, 0, HW * sizeof(float));
+        for (int i = 0; i < p->P; i++) {
+            for (int j = 0; j < p->Q; j++) {
+                int h0, h1, w0, w1;
+                float div;
+                pool_window(p, i, j, &h0, &h1, &w0, &w1, &div);
+                float g = gp[i * p->Q + j];
+                if (p->mode == POOL_MODE_MAX) {
+                    dp[pool_argmax(xp, p->W, h0, h1, w0, w1)] += g;
+                } else {
+                    float v = g / div;
+                    for (int h = h0; h < h1; h++)
+                        for (int w = w0; w < w1; w++) dp[h * p->W + w] += v;
+                }
+            }
+        }
+    }
+}
+
+/* -------------------------------------------------------------------- gemm */
+
+static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+    CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
+    if (M == 0 || N == 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ------------------------------------------------------------- elementwise */
+
+static void cpu_relu_fwd(size_t n, const float *x, float *y) {
+    /* `x < 0 ? 0 : x` lets a NaN through, so a diverged run still shows it */
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+static void cpu_relu_bwd(size_t n, const float *y, const float *dy, float *dx, int accumulate) {
+    if (accumulate) {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    }
+}
+
+static void cpu_add(size_t n, const float *a, const float *b, float *y) {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static void cpu_axpy(size_t n, float alpha, const float *x, float *y, int accumulate) {
+    if (accumulate) {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) y[i] = alpha * x[i];
+    }
+}
+
+static void cpu_mul(size_t n, const float *a, const float *b, float *y, int accumulate) {
+    if (accumulate) {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) y[i] += a[i] * b[i];
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+    }
+}
+
+static void cpu_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
+    CNT_ASSERT(p >= 0.0f && p < 1.0f);
+    float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) mask[i] = rng_hash_uniform(seed, i) >= p ? keep : 0.0f;
+}
+
+static void cpu_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
+                             int dst_off, int accumulate) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
+    CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
+    size_t total = (size_t)N * C * HW;
+#pragma omp parallel for collapse(2) schedule(static) if (total >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) {
+            const float *s = src + ((size_t)n * src_C + src_off + c) * HW;
+            float *d = dst + ((size_t)n * dst_C + dst_off + c) * HW;
+            if (accumulate) {
+#pragma omp simd
+                for (int i = 0; i < HW; i++) d[i] += s[i];
+            } else {
+                memcpy(d, s, (size_t)HW * sizeof(float));
+            }
+        }
+    }
+}
+
+/* -------------------------------------------------------------------- loss */
+
+static void cpu_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
+                             float *dlogits) {
+    CNT_ASSERT(N >= 1 && K >= 1);
+    double total = 0.0;
+    double off = (double)smoothing / K, on = 1.0 - smoothing + off;
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * K;
+        float *dz = dlogits + (size_t)n * K;
+        int label = labels[n];
+        CNT_ASSERT(label >= 0 && label < K);
+        float mx = z[0];
+        for (int k = 1; k < K; k++)
+            if (z[k] > mx) mx = z[k];
+        double se = 0.0, sz = 0.0;
+        for (int k = 0; k < K; k++) {
+            se += exp((double)z[k] - mx);
+            sz += z[k];
+        }
+        double lse = (double)mx + log(se);
+        /* -sum_k target_k * log_softmax_k, with sum_k target_k = 1 */
+        total += lse - (1.0 - smoothing) * z[label] - off * sz;
+        for (int k = 0; k < K; k++) {
+            double prob = exp((double)z[k] - lse);
+            double target = k == label ? on : off;
+            dz[k] = (float)((prob - target) / N);
+        }
+    }
+    loss[0] = (float)(total / N);
+}
+
+/* --------------------------------------------------------------- optimizer */
+
+static void cpu_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
+                           float weight_decay, int nesterov, float grad_scale) {
+    if (momentum == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) param[i] -= lr * (grad_scale * grad[i] + weight_decay * param[i]);
+        return;
+    }
+    CNT_ASSERT(momentum_buf != NULL);
+    if (nesterov) {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = grad_scale * grad[i] + weight_decay * param[i];
+            float b = momentum * momentum_buf[i] + g;
+            momentum_buf[i] = b;
+            param[i] -= lr * (g + momentum * b);
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = grad_scale * grad[i] + weight_decay * param[i];
+            float b = momentum * momentum_buf[i] + g;
+            momentum_buf[i] = b;
+            param[i] -= lr * b;
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- threads */
+
+static void cpu_set_threads(int n) {
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+    /* the OpenMP build of OpenBLAS runs on OpenMP's threads; keep its count the same */
+    openblas_set_num_threads(n);
+}
+
+static const backend cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_data = cpu_conv_bwd_data,
+    .conv_bwd_filter = cpu_conv_bwd_filter,
+    .bias_fwd = cpu_bias_fwd,
+    .bias_bwd = cpu_bias_bwd,
+    .bn_fwd_train = cpu_bn_fwd_train,
+    .bn_fwd_infer = cpu_bn_fwd_infer,
+    .bn_bwd = cpu_bn_bwd,
+    .pool_fwd = cpu_pool_fwd,
+    .pool_bwd = cpu_pool_bwd,
+    .gemm = cpu_gemm,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .add = cpu_add,
+    .axpy = cpu_axpy,
+    .mul = cpu_mul,
+    .dropout_mask = cpu_dropout_mask,
+    .channel_copy = cpu_channel_copy,
+    .softmax_xent = cpu_softmax_xent,
+    .sgd_update = cpu_sgd_update,
+    .set_threads = cpu_set_threads,
+};
+
+const backend *backend_cpu(void) { return &cpu_backend; }

@@ -1,0 +1,178 @@
+/*
+ * model/layer_conv.c - convolution and linear (fully connected) layers.
+ *
+ * Both compute their weight gradient before their input gradient and call
+ * layer_grads_ready() in between, so the reducer can send this layer's
+ * gradients while the input gradient is still being computed.
+ */
+#include "model/layer.h"
+#include "common/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------- conv */
+
+typedef struct conv_state {
+    conv_params p;  /* N is set per call */
+    int bias;
+} conv_state;
+
+static void conv_forward(net *nt, node *nd, int training) {
+    (void)training;
+    conv_state *s = nd->state;
+    s->p.N = nt->batch;
+    const float *x = layer_in(nt, nd, 0);
+    nt->be->conv_fwd(&s->p, x, layer_param(nt, nd, 0), nd->y);
+    if (s->bias) nt->be->bias_fwd(nt->batch, s->p.K, s->p.P * s->p.Q, layer_param(nt, nd, 1), nd->y);
+}
+
+static void conv_backward(net *nt, node *nd) {
+    conv_state *s = nd->state;
+    s->p.N = nt->batch;
+    const float *x = layer_in(nt, nd, 0);
+    nt->be->conv_bwd_filter(&s->p, x, nd->dy, layer_param_grad(nt, nd, 0));
+    if (s->bias) nt->be->bias_bwd(nt->batch, s->p.K, s->p.P * s->p.Q, nd->dy, layer_param_grad(nt, nd, 1));
+    layer_grads_ready(nt, nd);
+    /* The network's input needs no gradient: skip the most expensive pass of the stem. */
+    if (nd->inputs[0] == NET_INPUT) return;
+    nt->be->conv_bwd_data(&s->p, nd->dy, layer_param(nt, nd, 0), layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+}
+
+static double conv_flops(const net *nt, const node *nd) {
+    (void)nt;
+    const conv_state *s = nd->state;
+    double out = (double)s->p.K * s->p.P * s->p.Q;
+    return 2.0 * out * s->p.C * s->p.R * s->p.S + (s->bias ? out : 0.0);
+}
+
+static void conv_describe(const node *nd, char *buf, size_t len) {
+    const conv_state *s = nd->state;
+    if (s->p.stride_h == s->p.stride_w && s->p.pad_h == s->p.pad_w)
+        snprintf(buf, len, "%dx%d/%d p%d%s", s->p.R, s->p.S, s->p.stride_h, s->p.pad_h, s->bias ? " +b" : "");
+    else
+        snprintf(buf, len, "%dx%d/%dx%d p%dx%d%s", s->p.R, s->p.S, s->p.stride_h, s->p.stride_w, s->p.pad_h,
+                 s->p.pad_w, s->bias ? " +b" : "");
+}
+
+static const layer_ops conv_ops = {
+    .kind = "conv",
+    .forward = conv_forward,
+    .backward = conv_backward,
+    .flops = conv_flops,
+    .describe = conv_describe,
+};
+
+int net_conv_rect(net *nt, int in, const char *name, int K, int R, int S, int stride_h, int stride_w, int pad_h,
+                  int pad_w, int bias) {
+    if (nt->failed) return CNT_ERR;
+    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
+        cnt_err_set("input node %d does not exist", in);
+        return layer_fail(nt, name);
+    }
+    conv_state *s = cnt_calloc(1, sizeof *s);
+    layer_input_shape(nt, in, &s->p.C, &s->p.H, &s->p.W);
+    s->p.N = 1;
+    s->p.K = K;
+    s->p.R = R;
+    s->p.S = S;
+    s->p.stride_h = stride_h;
+    s->p.stride_w = stride_w;
+    s->p.pad_h = pad_h;
+    s->p.pad_w = pad_w;
+    s->bias = bias;
+    if (K <= 0 || conv_params_init(&s->p) != CNT_OK) {
+        if (K <= 0) cnt_err_set("convolution with %d filters", K);
+        free(s);
+        return layer_fail(nt, name);
+    }
+    int C = s->p.C, P = s->p.P, Q = s->p.Q;
+    int idx = layer_add_node(nt, &conv_ops, name, &in, 1, K, P, Q, s);
+    if (idx < 0) return CNT_ERR;
+    int fan_in = C * R * S, fan_out = K * R * S;
+    layer_add_param(nt, idx, "weight", (size_t)K * C * R * S, fan_in, fan_out, 0,
+                    (init_spec){INIT_KAIMING_NORMAL_FAN_OUT, 0});
+    if (bias) layer_add_param(nt, idx, "bias", (size_t)K, fan_in, fan_out, 1, (init_spec){INIT_ZERO, 0});
+    return idx;
+}
+
+int net_conv(net *nt, int in, const char *name, int K, int kernel, int stride, int pad, int bias) {
+    return net_conv_rect(nt, in, name, K, kernel, kernel, stride, stride, pad, pad, bias);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+typedef struct linear_state {
+    int in_features, out_features;
+    int bias;
+} linear_state;
+
+/* y[N, out] = x[N, in] * W[out, in]^T + b */
+static void linear_forward(net *nt, node *nd, int training) {
+    (void)training;
+    linear_state *s = nd->state;
+    const float *x = layer_in(nt, nd, 0);
+    nt->be->gemm(0, 1, nt->batch, s->out_features, s->in_features, 1.0f, x, s->in_features,
+                 layer_param(nt, nd, 0), s->in_features, 0.0f, nd->y, s->out_features);
+    if (s->bias) nt->be->bias_fwd(nt->batch, s->out_features, 1, layer_param(nt, nd, 1), nd->y);
+}
+
+static void linear_backward(net *nt, node *nd) {
+    linear_state *s = nd->state;
+    const float *x = layer_in(nt, nd, 0);
+    /* dW[out, in] = dy^T[out, N] * x[N, in] */
+    nt->be->gemm(1, 0, s->out_features, s->in_features, nt->batch, 1.0f, nd->dy, s->out_features, x,
+                 s->in_features, 0.0f, layer_param_grad(nt, nd, 0), s->in_features);
+    if (s->bias) nt->be->bias_bwd(nt->batch, s->out_features, 1, nd->dy, layer_param_grad(nt, nd, 1));
+    layer_grads_ready(nt, nd);
+    if (nd->inputs[0] == NET_INPUT) return;
+    /* dx[N, in] (+)= dy[N, out] * W[out, in] */
+    nt->be->gemm(0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
+                 layer_param(nt, nd, 0), s->in_features, nd->accumulate[0] ? 1.0f : 0.0f,
+                 layer_in_grad(nt, nd, 0), s->in_features);
+}
+
+static double linear_flops(const net *nt, const node *nd) {
+    (void)nt;
+    const linear_state *s = nd->state;
+    return 2.0 * s->in_features * s->out_features + (s->bias ? s->out_features : 0);
+}
+
+static void linear_describe(const node *nd, char *buf, size_t len) {
+    const linear_state *s = nd->state;
+    snprintf(buf, len, "%d -> %d%s", s->in_features, s->out_features, s->bias ? " +b" : "");
+}
+
+static const layer_ops linear_ops = {
+    .kind = "linear",
+    .forward = linear_forward,
+    .backward = linear_backward,
+    .flops = linear_flops,
+    .describe = linear_describe,
+};
+
+int net_linear(net *nt, int in, const char *name, int out_features, int bias) {
+    if (nt->failed) return CNT_ERR;
+    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
+        cnt_err_set("input node %d does not exist", in);
+        return layer_fail(nt, name);
+    }
+    if (out_features <= 0) {
+        cnt_err_set("linear layer with %d outputs", out_features);
+        return layer_fail(nt, name);
+    }
+    int C, H, W;
+    layer_input_shape(nt, in, &C, &H, &W);
+    linear_state *s = cnt_calloc(1, sizeof *s);
+    s->in_features = C * H * W;
+    s->out_features = out_features;
+    s->bias = bias;
+    int idx = layer_add_node(nt, &linear_ops, name, &in, 1, out_features, 1, 1, s);
+    if (idx < 0) return CNT_ERR;
+    int fan_in = s->in_features;
+    layer_add_param(nt, idx, "weight", (size_t)out_features * fan_in, fan_in, out_features, 0,
+                    (init_spec){INIT_TORCH_DEFAULT, 0});
+    if (bias) layer_add_param(nt, idx, "bias", (size_t)out_features, fan_in, out_features, 1,
+                              (init_spec){INIT_TORCH_DEFAULT, 0});
+    return idx;
+}

@@ -1,0 +1,262 @@
+/*
+ * model/layer_misc.c - layers without parameters: ReLU, residual add, channel
+ * concat, dropout, and the CIFAR ResNet option-A shortcut.
+ */
+#include "model/layer.h"
+#include "common/check.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int check_input(net *nt, int in, const char *name) {
+    if (nt->failed) return CNT_ERR;
+    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
+        cnt_err_set("input node %d does not exist", in);
+        return layer_fail(nt, name);
+    }
+    return CNT_OK;
+}
+
+/* ---------------------------------------------------------------- relu */
+
+static void relu_forward(net *nt, node *nd, int training) {
+    (void)training;
+    nt->be->relu_fwd(layer_out_count(nt, nd), layer_in(nt, nd, 0), nd->y);
+}
+
+static void relu_backward(net *nt, node *nd) {
+    nt->be->relu_bwd(layer_out_count(nt, nd), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+}
+
+static double elementwise_flops(const net *nt, const node *nd) {
+    (void)nt;
+    return (double)nd->C * nd->H * nd->W;
+}
+
+static const layer_ops relu_ops = {
+    .kind = "relu", .forward = relu_forward, .backward = relu_backward, .flops = elementwise_flops};
+
+int net_relu(net *nt, int in, const char *name) {
+    if (check_input(nt, in, name) != CNT_OK) return CNT_ERR;
+    int C, H, W;
+    layer_input_shape(nt, in, &C, &H, &W);
+    return layer_add_node(nt, &relu_ops, name, &in, 1, C, H, W, NULL);
+}
+
+/* ---------------------------------------------------------------- add */
+
+static void add_forward(net *nt, node *nd, int training) {
+    (void)training;
+    nt->be->add(layer_out_count(nt, nd), layer_in(nt, nd, 0), layer_in(nt, nd, 1), nd->y);
+}
+
+static void add_backward(net *nt, node *nd) {
+    size_t n = layer_out_count(nt, nd);
+    for (int i = 0; i < 2; i++) nt->be->axpy(n, 1.0f, nd->dy, layer_in_grad(nt, nd, i), nd->accumulate[i]);
+}
+
+static const layer_ops add_ops = {
+    .kind = "add", .forward = add_forward, .backward = add_backward, .flops = elementwise_flops};
+
+int net_add(net *nt, int a, int b, const char *name) {
+    if (check_input(nt, a, name) != CNT_OK || check_input(nt, b, name) != CNT_OK) return CNT_ERR;
+    int Ca, Ha, Wa, Cb, Hb, Wb;
+    layer_input_shape(nt, a, &Ca, &Ha, &Wa);
+    layer_input_shape(nt, b, &Cb, &Hb, &Wb);
+    if (Ca != Cb || Ha != Hb || Wa != Wb) {
+        cnt_err_set("residual add of %dx%dx%d and %dx%dx%d", Ca, Ha, Wa, Cb, Hb, Wb);
+        return layer_fail(nt, name);
+    }
+    int ins[2] = {a, b};
+    return layer_add_node(nt, &add_ops, name, ins, 2, Ca, Ha, Wa, NULL);
+}
+
+/* ---------------------------------------------------------------- concat */
+
+static void concat_forward(net *nt, node *nd, int training) {
+    (void)training;
+    int HW = nd->H * nd->W, off = 0;
+    for (int i = 0; i < nd->n_inputs; i++) {
+        int Ci, Hi, Wi;
+        layer_input_shape(nt, nd->inputs[i], &Ci, &Hi, &Wi);
+        nt->be->channel_copy(nt->batch, Ci, HW, layer_in(nt, nd, i), Ci, 0, nd->y, nd->C, off, 0);
+        off += Ci;
+    }
+}
+
+static void concat_backward(net *nt, node *nd) {
+    int HW = nd->H * nd->W, off = 0;
+    for (int i = 0; i < nd->n_inputs; i++) {
+        int Ci, Hi, Wi;
+        layer_input_shape(nt, nd->inputs[i], &Ci, &Hi, &Wi);
+        nt->be->channel_copy(nt->batch, Ci, HW, nd->dy, nd->C, off, layer_in_grad(nt, nd, i), Ci, 0,
+                             nd->accumulate[i]);
+        off += Ci;
+    }
+}
+
+static const layer_ops concat_ops = {.kind = "concat", .forward = concat_forward, .backward = concat_backward};
+
+int net_concat(net *nt, const int *ins, int n, const char *name) {
+    if (nt->failed) return CNT_ERR;
+    if (n < 1 || n > NET_MAX_INPUTS) {
+        cnt_err_set("concat of %d inputs (1 to %d allowed)", n, NET_MAX_INPUTS);
+        return layer_fail(nt, name);
+    }
+    int C = 0, H = 0, W = 0;
+    for (int i = 0; i < n; i++) {
+        if (check_input(nt, ins[i], name) != CNT_OK) return CNT_ERR;
+        int Ci, Hi, Wi;
+        layer_input_shape(nt, ins[i], &Ci, &Hi, &Wi);
+        if (i > 0 && (Hi != H || Wi != W)) {
+            cnt_err_set("concat input %d is %dx%d, input 0 is %dx%d", i, Hi, Wi, H, W);
+            return layer_fail(nt, name);
+        }
+        H = Hi;
+        W = Wi;
+        C += Ci;
+    }
+    return layer_add_node(nt, &concat_ops, name, ins, n, C, H, W, NULL);
+}
+
+/* ---------------------------------------------------------------- dropout */
+
+typedef struct dropout_state {
+    float p;
+    float *mask; /* [max_batch, C, H, W] device: 0 or 1/(1-p) */
+} dropout_state;
+
+static void dropout_forward(net *nt, node *nd, int training) {
+    dropout_state *s = nd->state;
+    size_t n = layer_out_count(nt, nd);
+    if (!training || s->p == 0.0f) {
+        nt->be->copy(nd->y, layer_in(nt, nd, 0), n * sizeof(float));
+        return;
+    }
+    /* Mask from (step seed, node): the same on every backend and reproducible. */
+    uint64_t seed = nt->dropout_seed * 0x100000001B3ULL + (uint64_t)(nd - nt->nodes);
+    nt->be->dropout_mask(n, s->p, seed, s->mask);
+    nt->be->mul(n, layer_in(nt, nd, 0), s->mask, nd->y, 0);
+}
+
+static void dropout_backward(net *nt, node *nd) {
+    dropout_state *s = nd->state;
+    size_t n = layer_out_count(nt, nd);
+    if (s->p == 0.0f)
+        nt->be->axpy(n, 1.0f, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+    else
+        nt->be->mul(n, nd->dy, s->mask, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+}
+
+static void dropout_describe(const node *nd, char *buf, size_t len) {
+    const dropout_state *s = nd->state;
+    snprintf(buf, len, "p %g", (double)s->p);
+}
+
+static void dropout_setup(net *nt, node *nd) {
+    dropout_state *s = nd->state;
+    s->mask = nt->be->alloc((size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float));
+}
+
+static void dropout_free(net *nt, node *nd) {
+    dropout_state *s = nd->state;
+    nt->be->free(s->mask);
+}
+
+static const layer_ops dropout_ops = {
+    .kind = "dropout",
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+    .describe = dropout_describe,
+    .setup = dropout_setup,
+    .free_state = dropout_free,
+};
+
+int net_dropout(net *nt, int in, const char *name, float p) {
+    if (check_input(nt, in, name) != CNT_OK) return CNT_ERR;
+    if (!(p >= 0.0f && p < 1.0f)) {
+        cnt_err_set("dropout probability %g outside [0, 1)", (double)p);
+        return layer_fail(nt, name);
+    }
+    int C, H, W;
+    layer_input_shape(nt, in, &C, &H, &W);
+    dropout_state *s = cnt_calloc(1, sizeof *s);
+    s->p = p;
+    return layer_add_node(nt, &dropout_ops, name, &in, 1, C, H, W, s);
+}
+
+/* ---------------------------------------------------------------- shortcut (option A) */
+
+typedef struct shortcut_state {
+    pool_params sub;  /* 1x1 max "pool" with the stride: x[:, :, ::s, ::s] */
+    int in_c, offset; /* zero channels before the copied ones */
+    float *tmp;       /* [max_batch, in_c, P, Q] device: the subsampled input */
+    float *tmp_grad;  /* its gradient */
+} shortcut_state;
+
+static void shortcut_forward(net *nt, node *nd, int training) {
+    (void)training;
+    shortcut_state *s = nd->state;
+    int PQ = nd->H * nd->W;
+    s->sub.N = nt->batch;
+    nt->be->pool_fwd(&s->sub, layer_in(nt, nd, 0), s->tmp);
+    nt->be->zero(nd->y, layer_out_count(nt, nd) * sizeof(float));
+    nt->be->channel_copy(nt->batch, s->in_c, PQ, s->tmp, s->in_c, 0, nd->y, nd->C, s->offset, 0);
+}
+
+static void shortcut_backward(net *nt, node *nd) {
+    shortcut_state *s = nd->state;
+    int PQ = nd->H * nd->W;
+    s->sub.N = nt->batch;
+    nt->be->channel_copy(nt->batch, s->in_c, PQ, nd->dy, nd->C, s->offset, s->tmp_grad, s->in_c, 0, 0);
+    nt->be->pool_bwd(&s->sub, layer_in(nt, nd, 0), s->tmp, s->tmp_grad, layer_in_grad(nt, nd, 0),
+                     nd->accumulate[0]);
+}
+
+static void shortcut_describe(const node *nd, char *buf, size_t len) {
+    const shortcut_state *s = nd->state;
+    snprintf(buf, len, "option A /%d, %d->%d", s->sub.stride_h, s->in_c, nd->C);
+}
+
+static void shortcut_setup(net *nt, node *nd) {
+    shortcut_state *s = nd->state;
+    size_t n = (size_t)nt->max_batch * s->in_c * nd->H * nd->W * sizeof(float);
+    s->tmp = nt->be->alloc(n);
+    s->tmp_grad = nt->be->alloc(n);
+}
+
+static void shortcut_free(net *nt, node *nd) {
+    shortcut_state *s = nd->state;
+    nt->be->free(s->tmp);
+    nt->be->free(s->tmp_grad);
+}
+
+static const layer_ops shortcut_ops = {
+    .kind = "shortcut",
+    .forward = shortcut_forward,
+    .backward = shortcut_backward,
+    .describe = shortcut_describe,
+    .setup = shortcut_setup,
+    .free_state = shortcut_free,
+};
+
+int net_shortcut_pad(net *nt, int in, const char *name, int out_channels, int stride) {
+    if (check_input(nt, in, name) != CNT_OK) return CNT_ERR;
+    int C, H, W;
+    layer_input_shape(nt, in, &C, &H, &W);
+    if (out_channels < C || stride < 1) {
+        cnt_err_set("shortcut from %d to %d channels with stride %d", C, out_channels, stride);
+        return layer_fail(nt, name);
+    }
+    shortcut_state *s = cnt_calloc(1, sizeof *s);
+    s->sub = (pool_params){.mode = POOL_MODE_MAX, .N = 1, .C = C, .H = H, .W = W, .R = 1, .S = 1,
+                           .stride_h = stride, .stride_w = stride};
+    if (pool_params_init(&s->sub) != CNT_OK) {
+        free(s);
+        return layer_fail(nt, name);
+    }
+    s->in_c = C;
+    s->offset = (out_channels - C) / 2;
+    return layer_add_node(nt, &shortcut_ops, name, &in, 1, out_channels, s->sub.P, s->sub.Q, s);
+}

@@ -1,0 +1,101 @@
+/*
+ * model/layer_norm.c - batch normalisation (BatchNorm2d, and over features for
+ * [N, C, 1, 1] inputs).
+ *
+ * Training: batch statistics, running averages updated with momentum 0.1
+ * (PyTorch's convention: running = 0.9 * running + 0.1 * batch). Evaluation:
+ * running statistics. Parameters: weight (gamma, init 1) and bias (beta, init
+ * 0), both exempt from weight decay unless optim.wd_on_bn_bias.
+ */
+#include "model/layer.h"
+#include "common/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BN_MOMENTUM 0.1f
+
+typedef struct bn_state {
+    float eps;
+    float *save_mean;   /* [C] device: batch mean of the last training forward */
+    float *save_invstd; /* [C] device: 1/sqrt(batch var + eps) */
+} bn_state;
+
+static void bn_forward(net *nt, node *nd, int training) {
+    bn_state *s = nd->state;
+    const float *x = layer_in(nt, nd, 0);
+    int HW = nd->H * nd->W;
+    if (training)
+        nt->be->bn_fwd_train(nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
+                             layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1), BN_MOMENTUM, s->eps,
+                             s->save_mean, s->save_invstd);
+    else
+        nt->be->bn_fwd_infer(nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
+                             layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1), s->eps);
+}
+
+static void bn_backward(net *nt, node *nd) {
+    bn_state *s = nd->state;
+    const float *x = layer_in(nt, nd, 0);
+    /* One fused op writes dgamma, dbeta and dx; the weight gradients are
+     * complete when it returns, so the hook follows it. */
+    nt->be->bn_bwd(nt->batch, nd->C, nd->H * nd->W, x, nd->dy, layer_param(nt, nd, 0), s->save_mean,
+                   s->save_invstd, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
+                   layer_param_grad(nt, nd, 1), nd->accumulate[0]);
+    layer_grads_ready(nt, nd);
+}
+
+static double bn_flops(const net *nt, const node *nd) {
+    (void)nt;
+    return 2.0 * nd->C * nd->H * nd->W;
+}
+
+static void bn_describe(const node *nd, char *buf, size_t len) {
+    const bn_state *s = nd->state;
+    snprintf(buf, len, "eps %g", (double)s->eps);
+}
+
+static void bn_setup(net *nt, node *nd) {
+    bn_state *s = nd->state;
+    s->save_mean = nt->be->alloc((size_t)nd->C * sizeof(float));
+    s->save_invstd = nt->be->alloc((size_t)nd->C * sizeof(float));
+}
+
+static void bn_free(net *nt, node *nd) {
+    bn_state *s = nd->state;
+    nt->be->free(s->save_mean);
+    nt->be->free(s->save_invstd);
+}
+
+static const layer_ops bn_ops = {
+    .kind = "bn",
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .flops = bn_flops,
+    .describe = bn_describe,
+    .setup = bn_setup,
+    .free_state = bn_free,
+};
+
+int net_bn(net *nt, int in, const char *name, float eps) {
+    if (nt->failed) return CNT_ERR;
+    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
+        cnt_err_set("input node %d does not exist", in);
+        return layer_fail(nt, name);
+    }
+    if (!(eps > 0.0f)) {
+        cnt_err_set("batch norm eps %g must be positive", (double)eps);
+        return layer_fail(nt, name);
+    }
+    int C, H, W;
+    layer_input_shape(nt, in, &C, &H, &W);
+    bn_state *s = cnt_calloc(1, sizeof *s);
+    s->eps = eps;
+    int idx = layer_add_node(nt, &bn_ops, name, &in, 1, C, H, W, s);
+    if (idx < 0) return CNT_ERR;
+    layer_add_param(nt, idx, "weight", (size_t)C, C, C, 1, (init_spec){INIT_ONE, 0});
+    layer_add_param(nt, idx, "bias", (size_t)C, C, C, 1, (init_spec){INIT_ZERO, 0});
+    layer_add_buffer(nt, idx, "running_mean", (size_t)C, 0.0f);
+    layer_add_buffer(nt, idx, "running_var", (size_t)C, 1.0f);
+    return idx;
+}

@@ -1,0 +1,396 @@
+/*
+ * model/net.c - the network container: nodes, flat parameter storage in
+ * reverse forward order, forward and backward passes, initialisation, summary.
+ *
+ * See model/net.h for the layout and the gradient-accumulation rule.
+ */
+#include "model/net.h"
+#include "model/layer.h"
+#include "common/check.h"
+#include "common/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+net *net_create(const backend *be, int in_c, int in_h, int in_w, int classes) {
+    net *nt = cnt_calloc(1, sizeof *nt);
+    nt->be = be;
+    nt->in_c = in_c;
+    nt->in_h = in_h;
+    nt->in_w = in_w;
+    nt->classes = classes;
+    nt->output = -1;
+    nt->aux_output = -1;
+    if (in_c <= 0 || in_h <= 0 || in_w <= 0 || classes < 2) {
+        cnt_err_set("network input %dx%dx%d with %d classes is invalid", in_c, in_h, in_w, classes);
+        nt->failed = 1;
+    }
+    return nt;
+}
+
+void net_free(net *nt) {
+    if (!nt) return;
+    for (int i = 0; i < nt->n_nodes; i++) {
+        node *nd = &nt->nodes[i];
+        if (nd->ops->free_state) nd->ops->free_state(nt, nd);
+        free(nd->state);
+        nt->be->free(nd->y);
+        nt->be->free(nd->dy);
+    }
+    nt->be->free(nt->params);
+    nt->be->free(nt->grads);
+    nt->be->free(nt->buffers);
+    nt->be->free(nt->input_grad);
+    free(nt->nodes);
+    free(nt->param_info);
+    free(nt->buffer_info);
+    free(nt);
+}
+
+int layer_fail(net *nt, const char *name) {
+    if (!nt->failed) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+        cnt_err_set("layer '%s': %s", name, msg);
+    }
+    nt->failed = 1;
+    return CNT_ERR;
+}
+
+int layer_add_node(net *nt, const layer_ops *ops, const char *name, const int *inputs, int n_inputs,
+                   int C, int H, int W, void *state) {
+    if (nt->failed || nt->finalized) {
+        free(state);
+        if (nt->finalized) cnt_err_set("layer '%s' added after net_finalize", name);
+        nt->failed = 1;
+        return CNT_ERR;
+    }
+    if (n_inputs < 1 || n_inputs > NET_MAX_INPUTS) {
+        free(state);
+        cnt_err_set("%d inputs (1 to %d allowed)", n_inputs, NET_MAX_INPUTS);
+        return layer_fail(nt, name);
+    }
+    for (int i = 0; i < n_inputs; i++) {
+        if (inputs[i] != NET_INPUT && (inputs[i] < 0 || inputs[i] >= nt->n_nodes)) {
+            free(state);
+            cnt_err_set("input %d refers to node %d, which does not exist", i, inputs[i]);
+            return layer_fail(nt, name);
+        }
+    }
+    if (C <= 0 || H <= 0 || W <= 0) {
+        free(state);
+        cnt_err_set("empty output %dx%dx%d", C, H, W);
+        return layer_fail(nt, name);
+    }
+    for (int i = 0; i < nt->n_nodes; i++) {
+        if (strcmp(nt->nodes[i].name, name) == 0) {
+            free(state);
+            cnt_err_set("duplicate node name");
+            return layer_fail(nt, name);
+        }
+    }
+    if (nt->n_nodes == nt->cap_nodes) {
+        nt->cap_nodes = nt->cap_nodes ? 2 * nt->cap_nodes : 64;
+        nt->nodes = realloc(nt->nodes, (size_t)nt->cap_nodes * sizeof *nt->nodes);
+        CHECK_ERRNO(nt->nodes != NULL, "realloc");
+    }
+    node *nd = &nt->nodes[nt->n_nodes];
+    memset(nd, 0, sizeof *nd);
+    nd->ops = ops;
+    snprintf(nd->name, sizeof nd->name, "%s", name);
+    nd->n_inputs = n_inputs;
+    memcpy(nd->inputs, inputs, (size_t)n_inputs * sizeof *inputs);
+    nd->C = C;
+    nd->H = H;
+    nd->W = W;
+    nd->first_param = nt->n_param_tensors;
+    nd->first_buffer = nt->n_buffer_tensors;
+    nd->state = state;
+    return nt->n_nodes++;
+}
+
+int layer_add_param(net *nt, int node_idx, const char *suffix, size_t count, int fan_in, int fan_out,
+                    int no_decay, init_spec init) {
+    node *nd = &nt->nodes[node_idx];
+    CNT_ASSERT(node_idx == nt->n_nodes - 1 && nd->first_param + nd->n_params == nt->n_param_tensors);
+    if (nt->n_param_tensors == nt->cap_params) {
+        nt->cap_params = nt->cap_params ? 2 * nt->cap_params : 128;
+        nt->param_info = realloc(nt->param_info, (size_t)nt->cap_params * sizeof *nt->param_info);
+        CHECK_ERRNO(nt->param_info != NULL, "realloc");
+    }
+    param_info *pi = &nt->param_info[nt->n_param_tensors];
+    memset(pi, 0, sizeof *pi);
+    snprintf(pi->name, sizeof pi->name, "%s.%s", nd->name, suffix);
+    pi->count = count;
+    pi->node = node_idx;
+    pi->no_decay = no_decay;
+    pi->fan_in = fan_in;
+    pi->fan_out = fan_out;
+    pi->init = init;
+    nt->n_params += count;
+    nd->n_params++;
+    return nt->n_param_tensors++;
+}
+
+int layer_add_buffer(net *nt, int node_idx, const char *suffix, size_t count, float init_value) {
+    node *nd = &nt->nodes[node_idx];
+    CNT_ASSERT(node_idx == nt->n_nodes - 1 && nd->first_buffer + nd->n_buffers == nt->n_buffer_tensors);
+    if (nt->n_buffer_tensors == nt->cap_buffers) {
+        nt->cap_buffers = nt->cap_buffers ? 2 * nt->cap_buffers : 128;
+        nt->buffer_info = realloc(nt->buffer_info, (size_t)nt->cap_buffers * sizeof *nt->buffer_info);
+        CHECK_ERRNO(nt->buffer_info != NULL, "realloc");
+    }
+    buffer_info *bi = &nt->buffer_info[nt->n_buffer_tensors];
+    memset(bi, 0, sizeof *bi);
+    snprintf(bi->name, sizeof bi->name, "%s.%s", nd->name, suffix);
+    bi->offset = nt->n_buffers;
+    bi->count = count;
+    bi->node = node_idx;
+    bi->init_value = init_value;
+    nt->n_buffers += count;
+    nd->n_buffers++;
+    return nt->n_buffer_tensors++;
+}
+
+void layer_input_shape(const net *nt, int idx, int *C, int *H, int *W) {
+    if (idx == NET_INPUT) {
+        *C = nt->in_c;
+        *H = nt->in_h;
+        *W = nt->in_w;
+    } else {
+        *C = nt->nodes[idx].C;
+        *H = nt->nodes[idx].H;
+        *W = nt->nodes[idx].W;
+    }
+}
+
+const float *layer_in(const net *nt, const node *nd, int i) {
+    int p = nd->inputs[i];
+    return p == NET_INPUT ? nt->input : nt->nodes[p].y;
+}
+
+float *layer_in_grad(const net *nt, const node *nd, int i) {
+    int p = nd->inputs[i];
+    return p == NET_INPUT ? nt->input_grad : nt->nodes[p].dy;
+}
+
+float *layer_param(const net *nt, const node *nd, int k) {
+    return nt->params + nt->param_info[nd->first_param + k].offset;
+}
+
+float *layer_param_grad(const net *nt, const node *nd, int k) {
+    return nt->grads + nt->param_info[nd->first_param + k].offset;
+}
+
+float *layer_buffer(const net *nt, const node *nd, int k) {
+    return nt->buffers + nt->buffer_info[nd->first_buffer + k].offset;
+}
+
+void layer_grads_ready(net *nt, const node *nd) {
+    if (!nd->n_params || !nt->grad_hook) return;
+    /* Reverse layout: the node's last parameter has the lowest offset and its
+     * parameters are contiguous. */
+    const param_info *first = &nt->param_info[nd->first_param];
+    const param_info *last = &nt->param_info[nd->first_param + nd->n_params - 1];
+    size_t begin = last->offset;
+    size_t end = first->offset + first->count;
+    nt->grad_hook(nt->grad_hook_ctx, begin, end - begin);
+}
+
+size_t layer_out_count(const net *nt, const node *nd) {
+    return (size_t)nt->batch * (size_t)nd->C * (size_t)nd->H * (size_t)nd->W;
+}
+
+void net_set_init(net *nt, int node_idx, init_spec weight, init_spec bias) {
+    if (nt->failed || node_idx < 0 || node_idx >= nt->n_nodes) return;
+    node *nd = &nt->nodes[node_idx];
+    if (nd->n_params >= 1) nt->param_info[nd->first_param].init = weight;
+    if (nd->n_params >= 2) nt->param_info[nd->first_param + 1].init = bias;
+}
+
+static int check_logits(const net *nt, int idx, const char *what) {
+    if (idx < 0 || idx >= nt->n_nodes) return cnt_err_set("%s node %d does not exist", what, idx);
+    const node *nd = &nt->nodes[idx];
+    if (nd->C != nt->classes || nd->H != 1 || nd->W != 1)
+        return cnt_err_set("%s '%s' has shape %dx%dx%d, expected %dx1x1 (the class count)", what, nd->name, nd->C,
+                           nd->H, nd->W, nt->classes);
+    return CNT_OK;
+}
+
+int net_finalize(net *nt, int out, int aux_out, int max_batch) {
+    if (nt->failed) return CNT_ERR;
+    if (nt->finalized) return cnt_err_set("net_finalize called twice");
+    if (max_batch < 1) return cnt_err_set("batch size %d must be at least 1", max_batch);
+    if (check_logits(nt, out, "logits") != CNT_OK) return CNT_ERR;
+    if (aux_out >= 0 && check_logits(nt, aux_out, "auxiliary logits") != CNT_OK) return CNT_ERR;
+    nt->output = out;
+    nt->aux_output = aux_out;
+    nt->max_batch = max_batch;
+
+    /* Gradient flow: walking backward, the first consumer of a tensor writes its
+     * gradient, later ones add to it. A node nobody consumes (other than the
+     * outputs) would leave a gradient unwritten: reject it. */
+    char *written = cnt_calloc((size_t)nt->n_nodes + 1, 1);
+    written[out + 1] = 1;
+    if (aux_out >= 0) written[aux_out + 1] = 1;
+    for (int i = nt->n_nodes - 1; i >= 0; i--) {
+        node *nd = &nt->nodes[i];
+        if (!written[i + 1]) {
+            free(written);
+            return cnt_err_set("layer '%s' output is never used", nd->name);
+        }
+        for (int j = 0; j < nd->n_inputs; j++) {
+            int slot = nd->inputs[j] + 1;
+            nd->accumulate[j] = written[slot];
+            written[slot] = 1;
+        }
+    }
+    free(written);
+
+    /* Reverse forward order: the first registered tensor ends the buffer. */
+    size_t running = nt->n_params;
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        running -= nt->param_info[i].count;
+        nt->param_info[i].offset = running;
+    }
+    const backend *be = nt->be;
+    nt->params = be->alloc(nt->n_params * sizeof(float));
+    nt->grads = be->alloc(nt->n_params * sizeof(float));
+    nt->buffers = be->alloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
+    nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
+    for (int i = 0; i < nt->n_nodes; i++) {
+        node *nd = &nt->nodes[i];
+        size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
+        nd->y = be->alloc(n * sizeof(float));
+        nd->dy = be->alloc(n * sizeof(float));
+        if (nd->ops->setup) nd->ops->setup(nt, nd);
+    }
+    nt->finalized = 1;
+    nt->batch = max_batch;
+    return CNT_OK;
+}
+
+static float sample_init(rng *r, const param_info *pi) {
+    switch (pi->init.kind) {
+    case INIT_ZERO: return 0.0f;
+    case INIT_ONE: return 1.0f;
+    case INIT_KAIMING_NORMAL_FAN_OUT: return rng_normal(r) * sqrtf(2.0f / (float)pi->fan_out);
+    case INIT_TORCH_DEFAULT: {
+        float bound = 1.0f / sqrtf((float)pi->fan_in);
+        return rng_range(r, -bound, bound);
+    }
+    case INIT_NORMAL: return rng_normal(r) * pi->init.std;
+    case INIT_TRUNC_NORMAL:
+        for (;;) {
+            float v = rng_normal(r) * pi->init.std;
+            if (v >= -2.0f && v <= 2.0f) return v;
+        }
+    }
+    return 0.0f;
+}
+
+void net_init_params(net *nt, uint64_t seed) {
+    CNT_ASSERT(nt->finalized);
+    float *host = cnt_malloc(nt->n_params * sizeof(float));
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        const param_info *pi = &nt->param_info[i];
+        rng r;
+        /* One stream per tensor: a tensor's values do not depend on the others. */
+        rng_seed(&r, seed, (uint64_t)i + 1);
+        for (size_t k = 0; k < pi->count; k++) host[pi->offset + k] = sample_init(&r, pi);
+    }
+    nt->be->upload(nt->params, host, nt->n_params * sizeof(float));
+    free(host);
+    if (nt->n_buffers) {
+        float *hb = cnt_malloc(nt->n_buffers * sizeof(float));
+        for (int i = 0; i < nt->n_buffer_tensors; i++) {
+            const buffer_info *bi = &nt->buffer_info[i];
+            for (size_t k = 0; k < bi->count; k++) hb[bi->offset + k] = bi->init_value;
+        }
+        nt->be->upload(nt->buffers, hb, nt->n_buffers * sizeof(float));
+        free(hb);
+    }
+    nt->be->zero(nt->grads, nt->n_params * sizeof(float));
+    nt->dropout_seed = seed ^ 0x5DEECE66DULL;
+}
+
+void net_forward(net *nt, const float *x, int N, int training) {
+    CNT_ASSERT(nt->finalized && N >= 1 && N <= nt->max_batch);
+    nt->batch = N;
+    nt->input = x;
+    if (training) nt->dropout_seed++;
+    for (int i = 0; i < nt->n_nodes; i++) {
+        node *nd = &nt->nodes[i];
+        nd->ops->forward(nt, nd, training);
+    }
+}
+
+const float *net_logits(const net *nt) { return nt->nodes[nt->output].y; }
+
+const float *net_aux_logits(const net *nt) {
+    return nt->aux_output >= 0 ? nt->nodes[nt->aux_output].y : NULL;
+}
+
+void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
+    size_t n = (size_t)nt->batch * nt->classes * sizeof(float);
+    nt->be->copy(nt->nodes[nt->output].dy, dlogits, n);
+    if (nt->aux_output >= 0) {
+        if (dlogits_aux) nt->be->copy(nt->nodes[nt->aux_output].dy, dlogits_aux, n);
+        else nt->be->zero(nt->nodes[nt->aux_output].dy, n);
+    }
+    for (int i = nt->n_nodes - 1; i >= 0; i--) {
+        node *nd = &nt->nodes[i];
+        nd->ops->backward(nt, nd);
+    }
+}
+
+void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx) {
+    nt->grad_hook = hook;
+    nt->grad_hook_ctx = ctx;
+}
+
+double net_flops_per_image(const net *nt) {
+    double total = 0;
+    for (int i = 0; i < nt->n_nodes; i++) {
+        const node *nd = &nt->nodes[i];
+        if (nd->ops->flops) total += nd->ops->flops(nt, nd);
+    }
+    return total;
+}
+
+static void format_count(size_t v, char *buf, size_t len) {
+    /* 11689512 -> "11,689,512" */
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%zu", v);
+    size_t o = 0;
+    for (int i = 0; i < n && o + 2 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+}
+
+void net_print_summary(const net *nt, FILE *out) {
+    fprintf(out, "%-4s %-36s %-9s %-26s %-16s %12s\n", "#", "layer", "kind", "config", "output (CxHxW)", "params");
+    fprintf(out, "%-4s %-36s %-9s %-26s %-16s %12s\n", "", "input", "", "", "", "");
+    for (int i = 0; i < nt->n_nodes; i++) {
+        const node *nd = &nt->nodes[i];
+        size_t params = 0;
+        for (int k = 0; k < nd->n_params; k++) params += nt->param_info[nd->first_param + k].count;
+        char shape[48], desc[64] = "", count[32];
+        snprintf(shape, sizeof shape, "%dx%dx%d", nd->C, nd->H, nd->W);
+        if (nd->ops->describe) nd->ops->describe(nd, desc, sizeof desc);
+        format_count(params, count, sizeof count);
+        fprintf(out, "%-4d %-36s %-9s %-26s %-16s %12s\n", i, nd->name, nd->ops->kind, desc, shape, count);
+    }
+    fprintf(out, "input: %dx%dx%d, classes: %d\n", nt->in_c, nt->in_h, nt->in_w, nt->classes);
+    fprintf(out, "params: %zu\n", nt->n_params);
+    fprintf(out, "forward GFLOPs/image: %.4f\n", net_flops_per_image(nt) / 1e9);
+}
+
+int net_find_param(const net *nt, const char *name) {
+    for (int i = 0; i < nt->n_param_tensors; i++)
+        if (strcmp(nt->param_info[i].name, name) == 0) return i;
+    return -1;
+}

@@ -1,0 +1,947 @@
+/*
+ * tests/test_backend_cpu.c - the CPU backend against the double reference.
+ *
+ * Every op of model/backend.h runs through backend_cpu() on random data (fixed
+ * seeds) and is compared in double with tests/support/ref.c. Inputs are drawn
+ * as float-representable doubles, so backend and reference see the same
+ * numbers; what differs is float32 arithmetic, allowed for by rtol 1e-4 and
+ * an absolute tolerance that grows with the reduction length (tu_atol_f32).
+ * Shapes cover odd sizes, stride 2, padding, batch 1, 1x7 / 7x1 / 1x1 kernels,
+ * the CPU backend's code paths (tiled im2col, grouped images, the 1x1 shortcut,
+ * inner and outer threading), every pooling mode with ceil_mode, accumulate 0
+ * and 1 on every op that takes it, and a determinism check (bitwise equal
+ * results from two identical calls).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/check.h"
+#include "common/rng.h"
+#include "model/backend.h"
+#include "tests/support/ref.h"
+#include "tests/support/testutil.h"
+
+#define RTOL 1e-4
+
+static const backend *be;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* A tensor held twice: host doubles for the reference, device floats for the backend. */
+typedef struct pair {
+    double *h;
+    float *d;
+    size_t n;
+} pair;
+
+static pair pair_zero(size_t n) {
+    pair t = {tu_alloc(n), be->alloc((n > 0 ? n : 1) * sizeof(float)), n};
+    return t;
+}
+
+static pair pair_of(const double *host, size_t n) {
+    pair t = {tu_alloc(n), tu_dev_from_double(be, host, n), n};
+    memcpy(t.h, host, n * sizeof(double));
+    return t;
+}
+
+static pair pair_uniform(rng *r, size_t n, double lo, double hi) {
+    double *h = tu_alloc(n);
+    tu_fill_uniform(r, h, n, lo, hi);
+    pair t = pair_of(h, n);
+    free(h);
+    return t;
+}
+
+static pair pair_normal(rng *r, size_t n, double mean, double std) {
+    double *h = tu_alloc(n);
+    tu_fill_normal(r, h, n, mean, std);
+    pair t = pair_of(h, n);
+    free(h);
+    return t;
+}
+
+static void pair_free(pair *t) {
+    free(t->h);
+    be->free(t->d);
+    t->h = NULL;
+    t->d = NULL;
+}
+
+/* Compares the device side of t with its host side (the reference result). */
+static void expect(const char *what, const pair *t, double rtol, double atol) {
+    float *got = tu_alloc_f(t->n);
+    be->download(got, t->d, t->n * sizeof(float));
+    tu_assert_close_f(what, t->h, got, t->n, rtol, atol);
+    free(got);
+}
+
+static double max_abs(const double *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static void test_memory(void **state) {
+    (void)state;
+    const size_t n = 1001;
+    float *d = be->alloc(n * sizeof(float));
+    float *host = tu_alloc_f(n), *back = tu_alloc_f(n);
+    be->download(back, d, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) assert_true(back[i] == 0.0f); /* alloc is zero-filled */
+    for (size_t i = 0; i < n; i++) host[i] = (float)i * 0.5f - 3.0f;
+    be->upload(d, host, n * sizeof(float));
+    float *d2 = be->alloc(n * sizeof(float));
+    be->copy(d2, d, n * sizeof(float));
+    be->download(back, d2, n * sizeof(float));
+    tu_assert_bitwise_equal_f("upload, copy, download", host, back, n);
+    be->zero(d2 + 10, 20 * sizeof(float));
+    be->sync();
+    be->download(back, d2, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) assert_true(back[i] == (i >= 10 && i < 30 ? 0.0f : host[i]));
+    be->free(d);
+    be->free(d2);
+    be->free(NULL);
+    free(host);
+    free(back);
+}
+
+/* ---------------------------------------------------------------- convolution */
+
+typedef struct conv_case {
+    int N, C, H, W, K, R, S, sh, sw, ph, pw;
+} conv_case;
+
+/* Paths of the CPU backend these reach (as of writing): 1x1 stride-1 unpadded
+ * convolutions use the input as its own matrix; stride 1 with at least 8
+ * channels shifts a padded copy per filter tap; everything else is im2col,
+ * tiled by output rows when the matrix is large, with small images grouped. */
+static const conv_case conv_fixed[] = {
+    {2, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1},       /* 3x3 same, few channels */
+    {2, 8, 7, 7, 4, 3, 3, 1, 1, 1, 1},       /* 3x3 same, 8 channels */
+    {3, 5, 9, 8, 6, 3, 3, 2, 2, 1, 1},       /* stride 2, odd/even sizes */
+    {1, 4, 11, 13, 5, 3, 3, 1, 1, 0, 0},     /* batch 1, no padding */
+    {2, 9, 11, 13, 5, 3, 3, 1, 1, 0, 0},     /* no padding, 9 channels */
+    {2, 6, 9, 9, 4, 1, 7, 1, 1, 0, 3},       /* Inception 1x7 */
+    {2, 6, 9, 9, 4, 7, 1, 1, 1, 3, 0},       /* Inception 7x1 */
+    {2, 12, 9, 9, 4, 1, 7, 1, 1, 0, 3},      /* Inception 1x7, 12 channels */
+    {2, 12, 9, 9, 4, 7, 1, 1, 1, 3, 0},      /* Inception 7x1, 12 channels */
+    {4, 16, 8, 8, 12, 1, 1, 1, 1, 0, 0},     /* 1x1 stride 1 */
+    {3, 16, 10, 10, 8, 1, 1, 1, 1, 0, 0},    /* 1x1 stride 1, uneven batch */
+    {3, 8, 9, 9, 16, 1, 1, 2, 2, 0, 0},      /* 1x1 stride 2 (ResNet downsample) */
+    {2, 8, 6, 6, 4, 1, 1, 1, 1, 1, 1},       /* 1x1 with padding */
+    {1, 3, 23, 23, 8, 7, 7, 2, 2, 3, 3},     /* 7x7/2 stem, batch 1 */
+    {2, 3, 10, 10, 2, 5, 5, 1, 1, 2, 2},     /* 5x5 pad 2 */
+    {2, 10, 10, 10, 2, 5, 5, 1, 1, 2, 2},    /* 5x5 pad 2, 10 channels */
+    {2, 32, 34, 34, 16, 3, 3, 1, 1, 1, 1},   /* larger, stride 1 */
+    {1, 32, 30, 30, 8, 3, 3, 1, 1, 1, 1},    /* larger, batch 1: threads inside the image */
+    {1, 7, 48, 48, 4, 5, 5, 1, 1, 2, 2},     /* large im2col, batch 1: tiled */
+    {3, 16, 64, 64, 4, 7, 7, 2, 2, 3, 3},    /* large im2col, stride 2, uneven batch: tiled */
+    {2, 16, 64, 64, 4, 7, 7, 2, 2, 3, 3},    /* the same, even batch: threads over images */
+    {12, 8, 7, 7, 8, 3, 3, 1, 1, 1, 1},      /* small outputs, many images */
+    {12, 4, 7, 7, 8, 3, 3, 2, 2, 1, 1},      /* small outputs, im2col: images grouped in one GEMM */
+    {5, 2, 3, 3, 3, 3, 3, 1, 1, 0, 0},       /* 1x1 output */
+    {2, 3, 8, 6, 5, 3, 2, 2, 1, 2, 1},       /* rectangular kernel, mixed stride, pad > R/2 */
+    {2, 9, 8, 6, 5, 3, 2, 1, 1, 2, 1},       /* rectangular kernel, pad > R/2, stride 1 */
+};
+
+#define N_RANDOM_CONV 32
+
+/* Case i: the fixed cases, then random shapes from a fixed seed. Returns 0 when past the end. */
+static int conv_case_get(int i, conv_params *p) {
+    int n_fixed = (int)(sizeof conv_fixed / sizeof conv_fixed[0]);
+    if (i >= n_fixed + N_RANDOM_CONV) return 0;
+    conv_case c;
+    if (i < n_fixed) {
+        c = conv_fixed[i];
+    } else {
+        static const int ks[] = {1, 2, 3, 5, 7};
+        rng r;
+        rng_seed(&r, 0xC0417u, (uint64_t)i);
+        c.N = 1 + (int)rng_below(&r, 3);
+        c.C = 1 + (int)rng_below(&r, 12);
+        c.K = 1 + (int)rng_below(&r, 7);
+        c.R = ks[rng_below(&r, 5)];
+        c.S = rng_below(&r, 2) ? c.R : ks[rng_below(&r, 5)];
+        /* stride 1 half the time: it has its own code path */
+        c.sh = rng_below(&r, 2) ? 1 : 2 + (int)rng_below(&r, 2);
+        c.sw = rng_below(&r, 2) ? c.sh : 1 + (int)rng_below(&r, 3);
+        c.ph = (int)rng_below(&r, (uint32_t)(c.R / 2 + 2));
+        c.pw = (int)rng_below(&r, (uint32_t)(c.S / 2 + 2));
+        int min_h = c.R - 2 * c.ph > 1 ? c.R - 2 * c.ph : 1;
+        int min_w = c.S - 2 * c.pw > 1 ? c.S - 2 * c.pw : 1;
+        c.H = min_h + (int)rng_below(&r, 12);
+        c.W = min_w + (int)rng_below(&r, 12);
+    }
+    *p = (conv_params){.N = c.N, .C = c.C, .H = c.H, .W = c.W, .K = c.K, .R = c.R, .S = c.S, .stride_h = c.sh,
+                       .stride_w = c.sw, .pad_h = c.ph, .pad_w = c.pw};
+    assert_int_equal(conv_params_init(p), CNT_OK);
+    return 1;
+}
+
+/* The convolution tests run every case on all cores and on one thread: the CPU
+ * backend takes different paths (threads over images or inside one image). */
+static const int conv_threads[] = {0, 1};
+
+static void conv_label(char *buf, size_t len, const char *op, const conv_params *p, int accumulate, int threads) {
+    snprintf(buf, len, "%s N%d C%d %dx%d K%d %dx%d/%dx%d pad %dx%d -> %dx%d acc %d threads %s", op, p->N, p->C,
+             p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P, p->Q, accumulate,
+             threads ? "1" : "all");
+}
+
+static void conv_fwd_case(const conv_params *p, int i, int threads) {
+    rng r;
+    rng_seed(&r, 1000 + (uint64_t)i, 1);
+    pair x = pair_uniform(&r, (size_t)p->N * p->C * p->H * p->W, -1.0, 1.0);
+    pair w = pair_uniform(&r, (size_t)p->K * p->C * p->R * p->S, -1.0, 1.0);
+    pair y = pair_uniform(&r, (size_t)p->N * p->K * p->P * p->Q, -1.0, 1.0); /* overwritten */
+    ref_conv_fwd(p, x.h, w.h, y.h);
+    be->conv_fwd(p, x.d, w.d, y.d);
+    char what[160];
+    conv_label(what, sizeof what, "conv_fwd", p, 0, threads);
+    expect(what, &y, RTOL, tu_atol_f32((size_t)p->C * p->R * p->S, 1.0));
+    pair_free(&x);
+    pair_free(&w);
+    pair_free(&y);
+}
+
+static void conv_bwd_data_case(const conv_params *p, int i, int threads) {
+    for (int acc = 0; acc <= 1; acc++) {
+        rng r;
+        rng_seed(&r, 2000 + (uint64_t)i, (uint64_t)acc);
+        pair dy = pair_uniform(&r, (size_t)p->N * p->K * p->P * p->Q, -1.0, 1.0);
+        pair w = pair_uniform(&r, (size_t)p->K * p->C * p->R * p->S, -1.0, 1.0);
+        pair dx = pair_uniform(&r, (size_t)p->N * p->C * p->H * p->W, -1.0, 1.0);
+        ref_conv_bwd_data(p, dy.h, w.h, dx.h, acc);
+        be->conv_bwd_data(p, dy.d, w.d, dx.d, acc);
+        char what[160];
+        conv_label(what, sizeof what, "conv_bwd_data", p, acc, threads);
+        expect(what, &dx, RTOL, tu_atol_f32((size_t)p->K * p->R * p->S, 1.0));
+        pair_free(&dy);
+        pair_free(&w);
+        pair_free(&dx);
+    }
+}
+
+static void conv_bwd_filter_case(const conv_params *p, int i, int threads) {
+    rng r;
+    rng_seed(&r, 3000 + (uint64_t)i, 1);
+    pair x = pair_uniform(&r, (size_t)p->N * p->C * p->H * p->W, -1.0, 1.0);
+    pair dy = pair_uniform(&r, (size_t)p->N * p->K * p->P * p->Q, -1.0, 1.0);
+    pair dw = pair_uniform(&r, (size_t)p->K * p->C * p->R * p->S, -1.0, 1.0); /* overwritten */
+    ref_conv_bwd_filter(p, x.h, dy.h, dw.h);
+    be->conv_bwd_filter(p, x.d, dy.d, dw.d);
+    char what[160];
+    conv_label(what, sizeof what, "conv_bwd_filter", p, 0, threads);
+    expect(what, &dw, RTOL, tu_atol_f32((size_t)p->N * p->P * p->Q, 1.0));
+    pair_free(&x);
+    pair_free(&dy);
+    pair_free(&dw);
+}
+
+/* Runs one of the case functions over every case and both thread settings. */
+static void conv_run_all(void (*run_case)(const conv_params *, int, int)) {
+    for (size_t t = 0; t < sizeof conv_threads / sizeof conv_threads[0]; t++) {
+        be->set_threads(conv_threads[t]);
+        conv_params p;
+        for (int i = 0; conv_case_get(i, &p); i++) run_case(&p, i, conv_threads[t]);
+    }
+    be->set_threads(0);
+}
+
+static void test_conv_fwd(void **state) {
+    (void)state;
+    conv_run_all(conv_fwd_case);
+}
+
+static void test_conv_bwd_data(void **state) {
+    (void)state;
+    conv_run_all(conv_bwd_data_case);
+}
+
+static void test_conv_bwd_filter(void **state) {
+    (void)state;
+    conv_run_all(conv_bwd_filter_case);
+}
+
+/* ---------------------------------------------------------------- bias */
+
+static void test_bias(void **state) {
+    (void)state;
+    static const int shapes[][3] = {{2, 3, 17}, {1, 5, 49}, {7, 10, 1}, {3, 64, 196}, {1, 1, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
+        size_t n = (size_t)N * C * HW;
+        rng r;
+        rng_seed(&r, 4000 + i, 1);
+        pair b = pair_uniform(&r, (size_t)C, -1.0, 1.0);
+        pair y = pair_uniform(&r, n, -1.0, 1.0);
+        pair db = pair_uniform(&r, (size_t)C, -1.0, 1.0);
+        char what[96];
+        ref_bias_fwd(N, C, HW, b.h, y.h);
+        be->bias_fwd(N, C, HW, b.d, y.d);
+        snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
+        expect(what, &y, RTOL, tu_atol_f32(1, 1.0));
+        ref_bias_bwd(N, C, HW, y.h, db.h);
+        be->bias_bwd(N, C, HW, y.d, db.d); /* y as dy: same values on both sides */
+        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
+        expect(what, &db, RTOL, tu_atol_f32((size_t)N * HW, 2.0));
+        pair_free(&b);
+        pair_free(&y);
+        pair_free(&db);
+    }
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+typedef struct bn_case {
+    int N, C, HW;
+    double mean, std, momentum, eps;
+} bn_case;
+
+static const bn_case bn_cases[] = {
+    {4, 3, 25, 0.0, 1.0, 0.1, 1e-5},
+    {2, 3, 2, 1.0, 2.0, 0.1, 1e-5},     /* M = 4: unbiased variance differs by a third */
+    {1, 4, 49, -2.0, 0.5, 0.1, 1e-3},   /* batch 1 */
+    {16, 8, 1, 0.5, 1.0, 0.25, 1e-5},   /* after a linear layer */
+    {8, 5, 784, 3.0, 2.0, 0.1, 1e-5},   /* long reductions, mean far from 0 */
+    {3, 2, 9, 0.0, 0.3, 0.9, 0.5},      /* large eps: where eps goes matters */
+};
+
+static void test_bn_fwd_train(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof bn_cases / sizeof bn_cases[0]; i++) {
+        const bn_case *bc = &bn_cases[i];
+        int N = bc->N, C = bc->C, HW = bc->HW;
+        size_t n = (size_t)N * C * HW, M = (size_t)N * HW;
+        rng r;
+        rng_seed(&r, 5000 + i, 1);
+        pair x = pair_normal(&r, n, bc->mean, bc->std);
+        pair gamma = pair_uniform(&r, (size_t)C, 0.5, 1.5);
+        pair beta = pair_uniform(&r, (size_t)C, -0.5, 0.5);
+        pair y = pair_uniform(&r, n, -1.0, 1.0);
+        pair rmean = pair_uniform(&r, (size_t)C, -1.0, 1.0);
+        pair rvar = pair_uniform(&r, (size_t)C, 0.5, 2.0);
+        pair smean = pair_zero((size_t)C), sinv = pair_zero((size_t)C);
+        ref_bn_fwd_train(N, C, HW, x.h, gamma.h, beta.h, y.h, rmean.h, rvar.h, bc->momentum, bc->eps, smean.h,
+                         sinv.h);
+        be->bn_fwd_train(N, C, HW, x.d, gamma.d, beta.d, y.d, rmean.d, rvar.d, (float)bc->momentum,
+                         (float)bc->eps, smean.d, sinv.d);
+        char what[128];
+        snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
+        expect(what, &y, RTOL, tu_atol_f32(M, 1.0));
+        snprintf(what, sizeof what, "bn_fwd_train save_mean N%d C%d HW%d", N, C, HW);
+        expect(what, &smean, RTOL, tu_atol_f32(M, bc->std));
+        snprintf(what, sizeof what, "bn_fwd_train save_invstd N%d C%d HW%d", N, C, HW);
+        expect(what, &sinv, RTOL, tu_atol_f32(M, 1.0 / bc->std));
+        snprintf(what, sizeof what, "bn_fwd_train running_mean N%d C%d HW%d", N, C, HW);
+        expect(what, &rmean, RTOL, tu_atol_f32(M, bc->std));
+        snprintf(what, sizeof what, "bn_fwd_train running_var N%d C%d HW%d", N, C, HW);
+        expect(what, &rvar, RTOL, tu_atol_f32(M, bc->std * bc->std));
+        pair_free(&x);
+        pair_free(&gamma);
+        pair_free(&beta);
+        pair_free(&y);
+        pair_free(&rmean);
+        pair_free(&rvar);
+        pair_free(&smean);
+        pair_free(&sinv);
+    }
+}
+
+static void test_bn_fwd_infer(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof bn_cases / sizeof bn_cases[0]; i++) {
+        const bn_case *bc = &bn_cases[i];
+        int N = bc->N, C = bc->C, HW = bc->HW;
+        size_t n = (size_t)N * C * HW;
+        rng r;
+        rng_seed(&r, 5500 + i, 1);
+        pair x = pair_normal(&r, n, bc->mean, bc->std);
+        pair gamma = pair_uniform(&r, (size_t)C, 0.5, 1.5);
+        pair beta = pair_uniform(&r, (size_t)C, -0.5, 0.5);
+        pair rmean = pair_uniform(&r, (size_t)C, bc->mean - 0.5, bc->mean + 0.5);
+        pair rvar = pair_uniform(&r, (size_t)C, 0.2, 2.0);
+        pair y = pair_uniform(&r, n, -1.0, 1.0);
+        ref_bn_fwd_infer(N, C, HW, x.h, gamma.h, beta.h, y.h, rmean.h, rvar.h, bc->eps);
+        be->bn_fwd_infer(N, C, HW, x.d, gamma.d, beta.d, y.d, rmean.d, rvar.d, (float)bc->eps);
+        char what[96];
+        snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
+        expect(what, &y, RTOL, tu_atol_f32(1, 1.0));
+        pair_free(&x);
+        pair_free(&gamma);
+        pair_free(&beta);
+        pair_free(&rmean);
+        pair_free(&rvar);
+        pair_free(&y);
+    }
+}
+
+static void test_bn_bwd(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof bn_cases / sizeof bn_cases[0]; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            const bn_case *bc = &bn_cases[i];
+            int N = bc->N, C = bc->C, HW = bc->HW;
+            size_t n = (size_t)N * C * HW, M = (size_t)N * HW;
+            rng r;
+            rng_seed(&r, 6000 + i, (uint64_t)acc);
+            pair x = pair_normal(&r, n, bc->mean, bc->std);
+            pair dy = pair_normal(&r, n, 0.0, 1.0);
+            pair gamma = pair_uniform(&r, (size_t)C, 0.5, 1.5);
+            pair dx = pair_uniform(&r, n, -1.0, 1.0);
+            pair dgamma = pair_uniform(&r, (size_t)C, -1.0, 1.0), dbeta = pair_uniform(&r, (size_t)C, -1.0, 1.0);
+            /* saved statistics from the reference forward, rounded to float for both sides */
+            double *beta = tu_alloc((size_t)C), *y = tu_alloc(n), *rm = tu_alloc((size_t)C), *rv = tu_alloc((size_t)C);
+            double *sm = tu_alloc((size_t)C), *si = tu_alloc((size_t)C);
+            ref_bn_fwd_train(N, C, HW, x.h, gamma.h, beta, y, rm, rv, 0.1, bc->eps, sm, si);
+            for (int c = 0; c < C; c++) {
+                sm[c] = (double)(float)sm[c];
+                si[c] = (double)(float)si[c];
+            }
+            pair smean = pair_of(sm, (size_t)C), sinv = pair_of(si, (size_t)C);
+            ref_bn_bwd(N, C, HW, x.h, dy.h, gamma.h, smean.h, sinv.h, dx.h, dgamma.h, dbeta.h, acc);
+            be->bn_bwd(N, C, HW, x.d, dy.d, gamma.d, smean.d, sinv.d, dx.d, dgamma.d, dbeta.d, acc);
+            char what[128];
+            /* dx subtracts two sums of M terms, scaled by invstd / M */
+            snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
+            expect(what, &dx, RTOL, tu_atol_f32(M, max_abs(si, (size_t)C)));
+            snprintf(what, sizeof what, "bn_bwd dgamma N%d C%d HW%d", N, C, HW);
+            expect(what, &dgamma, RTOL, tu_atol_f32(M, 2.0));
+            snprintf(what, sizeof what, "bn_bwd dbeta N%d C%d HW%d", N, C, HW);
+            expect(what, &dbeta, RTOL, tu_atol_f32(M, 1.0));
+            free(beta);
+            free(y);
+            free(rm);
+            free(rv);
+            free(sm);
+            free(si);
+            pair_free(&x);
+            pair_free(&dy);
+            pair_free(&gamma);
+            pair_free(&dx);
+            pair_free(&dgamma);
+            pair_free(&dbeta);
+            pair_free(&smean);
+            pair_free(&sinv);
+        }
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+typedef struct pool_case {
+    pool_mode mode;
+    int N, C, H, W, R, S, sh, sw, ph, pw, ceil_mode, P, Q;
+} pool_case;
+
+static const pool_case pool_fixed[] = {
+    {POOL_MODE_MAX, 2, 3, 16, 16, 3, 3, 2, 2, 1, 1, 0, 0, 0},          /* ResNet stem */
+    {POOL_MODE_MAX, 2, 4, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0},            /* VGG 2x2 on odd sizes */
+    {POOL_MODE_MAX, 1, 3, 15, 15, 3, 3, 2, 2, 0, 0, 0, 0, 0},          /* Inception 3x3/2, batch 1 */
+    {POOL_MODE_MAX, 2, 3, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0},            /* ceil_mode */
+    {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},            /* ceil_mode + pad */
+    {POOL_MODE_MAX, 2, 2, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0},            /* 3x3/1 pad 1 */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception branch pool */
+    {POOL_MODE_AVG_EXCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0},
+    {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
+    {POOL_MODE_AVG_EXCLUDE_PAD, 1, 2, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0},
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 2, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0}, /* ceil_mode, window past the edge */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 17, 17, 5, 5, 3, 3, 0, 0, 0, 0, 0}, /* Inception aux 5x5/3 */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 4, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},   /* DenseNet transition */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 3, 5, 5, 0, 0, 0, 0, 0, 0, 0, 3, 3},     /* overlapping windows */
+    {POOL_MODE_ADAPTIVE_AVG, 3, 8, 7, 7, 0, 0, 0, 0, 0, 0, 0, 1, 1},     /* global average */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 13, 10, 0, 0, 0, 0, 0, 0, 0, 6, 4},   /* uneven */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 5, 7},     /* output larger than input */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 2, 14, 14, 0, 0, 0, 0, 0, 0, 0, 7, 7},   /* VGG's 7x7, divisible */
+};
+
+#define N_RANDOM_POOL 32
+
+static int pool_case_get(int i, pool_params *p) {
+    int n_fixed = (int)(sizeof pool_fixed / sizeof pool_fixed[0]);
+    if (i >= n_fixed + N_RANDOM_POOL) return 0;
+    pool_case c;
+    if (i < n_fixed) {
+        c = pool_fixed[i];
+    } else {
+        rng r;
+        rng_seed(&r, 0x9001u, (uint64_t)i);
+        memset(&c, 0, sizeof c);
+        c.mode = (pool_mode)rng_below(&r, 4);
+        c.N = 1 + (int)rng_below(&r, 3);
+        c.C = 1 + (int)rng_below(&r, 4);
+        c.H = 1 + (int)rng_below(&r, 14);
+        c.W = 1 + (int)rng_below(&r, 14);
+        if (c.mode == POOL_MODE_ADAPTIVE_AVG) {
+            c.P = 1 + (int)rng_below(&r, (uint32_t)c.H + 2);
+            c.Q = 1 + (int)rng_below(&r, (uint32_t)c.W + 2);
+        } else {
+            c.R = 1 + (int)rng_below(&r, 5);
+            c.S = 1 + (int)rng_below(&r, 5);
+            if (c.H < c.R) c.H = c.R;
+            if (c.W < c.S) c.W = c.S;
+            c.sh = 1 + (int)rng_below(&r, 3);
+            c.sw = 1 + (int)rng_below(&r, 3);
+            c.ph = (int)rng_below(&r, (uint32_t)(c.R / 2 + 1));
+            c.pw = (int)rng_below(&r, (uint32_t)(c.S / 2 + 1));
+            c.ceil_mode = (int)rng_below(&r, 2);
+        }
+    }
+    *p = (pool_params){.mode = c.mode, .N = c.N, .C = c.C, .H = c.H, .W = c.W, .R = c.R, .S = c.S,
+                       .stride_h = c.sh, .stride_w = c.sw, .pad_h = c.ph, .pad_w = c.pw,
+                       .ceil_mode = c.ceil_mode, .P = c.P, .Q = c.Q};
+    assert_int_equal(pool_params_init(p), CNT_OK);
+    return 1;
+}
+
+static void pool_label(char *buf, size_t len, const char *op, const pool_params *p, int accumulate) {
+    static const char *names[] = {"max", "avg incl pad", "avg excl pad", "adaptive avg"};
+    snprintf(buf, len, "%s %s N%d C%d %dx%d win %dx%d/%dx%d pad %dx%d ceil %d -> %dx%d acc %d", op, names[p->mode],
+             p->N, p->C, p->H, p->W, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->ceil_mode, p->P,
+             p->Q, accumulate);
+}
+
+/* Odd cases get values on a coarse grid so max windows hold ties (the first
+ * maximum must win), even cases continuous values. */
+static pair pool_input(rng *r, size_t n, int ties) {
+    double *h = tu_alloc(n);
+    tu_fill_uniform(r, h, n, -1.0, 1.0);
+    if (ties)
+        for (size_t i = 0; i < n; i++) h[i] = floor(h[i] * 2.0) / 2.0;
+    pair t = pair_of(h, n);
+    free(h);
+    return t;
+}
+
+static void test_pool_fwd(void **state) {
+    (void)state;
+    pool_params p;
+    for (int i = 0; pool_case_get(i, &p); i++) {
+        rng r;
+        rng_seed(&r, 7000 + (uint64_t)i, 1);
+        pair x = pool_input(&r, (size_t)p.N * p.C * p.H * p.W, i % 2);
+        pair y = pair_uniform(&r, (size_t)p.N * p.C * p.P * p.Q, -1.0, 1.0);
+        ref_pool_fwd(&p, x.h, y.h);
+        be->pool_fwd(&p, x.d, y.d);
+        char what[192];
+        pool_label(what, sizeof what, "pool_fwd", &p, 0);
+        expect(what, &y, RTOL, tu_atol_f32((size_t)(p.R * p.S > 0 ? p.R * p.S : p.H * p.W), 1.0));
+        pair_free(&x);
+        pair_free(&y);
+    }
+}
+
+static void test_pool_bwd(void **state) {
+    (void)state;
+    pool_params p;
+    for (int i = 0; pool_case_get(i, &p); i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            rng r;
+            rng_seed(&r, 8000 + (uint64_t)i, (uint64_t)acc);
+            size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
+            pair x = pool_input(&r, nx, i % 2);
+            pair y = pair_zero(ny);
+            pair dy = pair_uniform(&r, ny, -1.0, 1.0);
+            pair dx = pair_uniform(&r, nx, -1.0, 1.0);
+            ref_pool_fwd(&p, x.h, y.h);
+            be->pool_fwd(&p, x.d, y.d); /* the backend's own forward output, as a layer would pass it */
+            ref_pool_bwd(&p, x.h, y.h, dy.h, dx.h, acc);
+            be->pool_bwd(&p, x.d, y.d, dy.d, dx.d, acc);
+            char what[192];
+            pool_label(what, sizeof what, "pool_bwd", &p, acc);
+            /* each dx sums at most one contribution per overlapping window */
+            size_t overlap = (size_t)(p.R * p.S > 0 ? p.R * p.S : p.P * p.Q);
+            expect(what, &dx, RTOL, tu_atol_f32(overlap, 1.0));
+            pair_free(&x);
+            pair_free(&y);
+            pair_free(&dy);
+            pair_free(&dx);
+        }
+}
+
+/* ---------------------------------------------------------------- GEMM */
+
+static void test_gemm(void **state) {
+    (void)state;
+    /* M, N, K, extra stride padding, alpha, beta */
+    static const struct {
+        int M, N, K, pad;
+        double alpha, beta;
+    } cases[] = {
+        {7, 13, 29, 0, 1.0, 0.0}, {1, 10, 64, 3, 1.0, 1.0}, {32, 1, 17, 1, 0.5, 0.0},
+        {64, 100, 300, 5, 1.0, 0.5}, {5, 5, 1, 2, -2.0, 1.0}, {33, 47, 65, 0, 0.25, -1.0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ta = 0; ta <= 1; ta++)
+            for (int tb = 0; tb <= 1; tb++) {
+                int M = cases[i].M, N = cases[i].N, K = cases[i].K, pad = cases[i].pad;
+                /* stored shapes: A is [M, K] or [K, M]; B is [K, N] or [N, K]; rows padded by `pad` */
+                int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+                int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+                rng r;
+                rng_seed(&r, 9000 + i, (uint64_t)(2 * ta + tb));
+                pair A = pair_uniform(&r, (size_t)a_rows * lda, -1.0, 1.0);
+                pair B = pair_uniform(&r, (size_t)b_rows * ldb, -1.0, 1.0);
+                pair C = pair_uniform(&r, (size_t)M * ldc, -1.0, 1.0);
+                ref_gemm(ta, tb, M, N, K, cases[i].alpha, A.h, lda, B.h, ldb, cases[i].beta, C.h, ldc);
+                be->gemm(ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d, ldc);
+                char what[128];
+                snprintf(what, sizeof what, "gemm %c%c M%d N%d K%d ld+%d alpha %g beta %g", ta ? 'T' : 'N',
+                         tb ? 'T' : 'N', M, N, K, pad, cases[i].alpha, cases[i].beta);
+                /* includes the padding columns of C, which must be left alone */
+                expect(what, &C, RTOL, tu_atol_f32((size_t)K, fabs(cases[i].alpha) + fabs(cases[i].beta)));
+                pair_free(&A);
+                pair_free(&B);
+                pair_free(&C);
+            }
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static const size_t elem_sizes[] = {1, 3, 100, 10007, 100003};
+
+static void test_relu(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof elem_sizes / sizeof elem_sizes[0]; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            size_t n = elem_sizes[i];
+            rng r;
+            rng_seed(&r, 10000 + i, (uint64_t)acc);
+            double *h = tu_alloc(n);
+            tu_fill_uniform(&r, h, n, -1.0, 1.0);
+            for (size_t j = 0; j < n; j += 7) h[j] = 0.0; /* exact zeros: y > 0 is false there */
+            pair x = pair_of(h, n);
+            free(h);
+            pair y = pair_uniform(&r, n, -1.0, 1.0);
+            pair dy = pair_uniform(&r, n, -1.0, 1.0);
+            pair dx = pair_uniform(&r, n, -1.0, 1.0);
+            ref_relu_fwd(n, x.h, y.h);
+            be->relu_fwd(n, x.d, y.d);
+            char what[64];
+            snprintf(what, sizeof what, "relu_fwd n %zu", n);
+            expect(what, &y, 0.0, 0.0);
+            ref_relu_bwd(n, y.h, dy.h, dx.h, acc);
+            be->relu_bwd(n, y.d, dy.d, dx.d, acc);
+            snprintf(what, sizeof what, "relu_bwd n %zu acc %d", n, acc);
+            expect(what, &dx, RTOL, tu_atol_f32(1, 1.0));
+            pair_free(&x);
+            pair_free(&y);
+            pair_free(&dy);
+            pair_free(&dx);
+        }
+}
+
+static void test_add_axpy_mul(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof elem_sizes / sizeof elem_sizes[0]; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            size_t n = elem_sizes[i];
+            rng r;
+            rng_seed(&r, 11000 + i, (uint64_t)acc);
+            pair a = pair_uniform(&r, n, -2.0, 2.0), b = pair_uniform(&r, n, -2.0, 2.0);
+            pair y = pair_uniform(&r, n, -2.0, 2.0);
+            char what[64];
+            if (acc == 0) { /* add has no accumulate flag */
+                ref_add(n, a.h, b.h, y.h);
+                be->add(n, a.d, b.d, y.d);
+                snprintf(what, sizeof what, "add n %zu", n);
+                expect(what, &y, RTOL, tu_atol_f32(1, 2.0));
+            }
+            ref_axpy(n, -0.75, a.h, y.h, acc);
+            be->axpy(n, -0.75f, a.d, y.d, acc);
+            snprintf(what, sizeof what, "axpy n %zu acc %d", n, acc);
+            expect(what, &y, RTOL, tu_atol_f32(1, 4.0));
+            ref_mul(n, a.h, b.h, y.h, acc);
+            be->mul(n, a.d, b.d, y.d, acc);
+            snprintf(what, sizeof what, "mul n %zu acc %d", n, acc);
+            expect(what, &y, RTOL, tu_atol_f32(1, 8.0));
+            pair_free(&a);
+            pair_free(&b);
+            pair_free(&y);
+        }
+}
+
+static void test_dropout_mask(void **state) {
+    (void)state;
+    static const float ps[] = {0.0f, 0.1f, 0.3f, 0.5f, 0.9f};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            const size_t n = 10007;
+            rng r;
+            rng_seed(&r, 17000 + i, seed);
+            pair mask = pair_uniform(&r, n, 2.0, 3.0); /* overwritten */
+            ref_dropout_mask(n, ps[i], seed * 0x9E37u + 1, mask.h);
+            be->dropout_mask(n, ps[i], seed * 0x9E37u + 1, mask.d);
+            char what[64];
+            snprintf(what, sizeof what, "dropout_mask p %.1f seed %llu", (double)ps[i], (unsigned long long)seed);
+            /* the same elements dropped (atol 0: a zero must be exactly zero), kept
+             * values equal to 1/(1-p) up to float rounding of the division */
+            expect(what, &mask, 3e-7, 0.0);
+            pair_free(&mask);
+        }
+}
+
+static void test_channel_copy(void **state) {
+    (void)state;
+    /* N, C, HW, src_C, src_off, dst_C, dst_off */
+    static const int cases[][7] = {
+        {2, 3, 25, 3, 0, 8, 0},  /* first concat input */
+        {2, 5, 25, 5, 0, 8, 3},  /* second concat input */
+        {3, 2, 7, 6, 4, 4, 1},   /* slice of a larger source (concat backward) */
+        {1, 64, 49, 64, 0, 96, 32},
+        {4, 1, 1, 5, 2, 3, 2},   /* HW = 1 */
+        {2, 4, 9, 4, 0, 4, 0},   /* whole tensor */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            const int *c = cases[i];
+            int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
+            rng r;
+            rng_seed(&r, 12000 + i, (uint64_t)acc);
+            pair src = pair_uniform(&r, (size_t)N * src_C * HW, -1.0, 1.0);
+            pair dst = pair_uniform(&r, (size_t)N * dst_C * HW, -1.0, 1.0); /* outside the slice: kept */
+            ref_channel_copy(N, C, HW, src.h, src_C, src_off, dst.h, dst_C, dst_off, acc);
+            be->channel_copy(N, C, HW, src.d, src_C, src_off, dst.d, dst_C, dst_off, acc);
+            char what[128];
+            snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
+                     src_off, dst_C, dst_off, acc);
+            /* a copy is exact; a sum of two floats is off by at most one rounding */
+            expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0);
+            pair_free(&src);
+            pair_free(&dst);
+        }
+}
+
+/* ---------------------------------------------------------------- loss */
+
+static void test_softmax_xent(void **state) {
+    (void)state;
+    static const struct {
+        int N, K;
+        double std, smoothing;
+    } cases[] = {
+        {1, 10, 1.0, 0.0}, {7, 1000, 3.0, 0.1}, {32, 3, 2.0, 0.0}, {32, 3, 2.0, 0.1}, {5, 17, 30.0, 0.1},
+        {9, 2, 1.0, 0.5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int N = cases[i].N, K = cases[i].K;
+        rng r;
+        rng_seed(&r, 13000 + i, 1);
+        pair logits = pair_normal(&r, (size_t)N * K, 0.0, cases[i].std); /* std 30: exp overflows without a max shift */
+        pair dlogits = pair_uniform(&r, (size_t)N * K, -1.0, 1.0);
+        pair loss = pair_uniform(&r, 1, 5.0, 6.0);
+        int *labels = cnt_malloc((size_t)N * sizeof(int));
+        tu_fill_labels(&r, labels, (size_t)N, K);
+        int *dlabels = be->alloc((size_t)N * sizeof(int));
+        be->upload(dlabels, labels, (size_t)N * sizeof(int));
+        ref_softmax_xent(N, K, logits.h, labels, cases[i].smoothing, loss.h, dlogits.h);
+        be->softmax_xent(N, K, logits.d, dlabels, (float)cases[i].smoothing, loss.d, dlogits.d);
+        char what[96];
+        snprintf(what, sizeof what, "softmax_xent loss N%d K%d std %g smoothing %.1f", N, K, cases[i].std,
+                 cases[i].smoothing);
+        expect(what, &loss, RTOL, tu_atol_f32((size_t)K, 1.0));
+        snprintf(what, sizeof what, "softmax_xent dlogits N%d K%d std %g smoothing %.1f", N, K, cases[i].std,
+                 cases[i].smoothing);
+        expect(what, &dlogits, RTOL, tu_atol_f32((size_t)K, 1.0 / N));
+        free(labels);
+        be->free(dlabels);
+        pair_free(&logits);
+        pair_free(&dlogits);
+        pair_free(&loss);
+    }
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+static void test_sgd_update(void **state) {
+    (void)state;
+    static const struct {
+        double lr, momentum, wd;
+        int nesterov;
+        double grad_scale;
+    } cases[] = {
+        {0.1, 0.9, 1e-4, 0, 1.0},  {0.1, 0.9, 1e-4, 1, 1.0},    {0.05, 0.0, 5e-4, 0, 1.0}, {0.1, 0.0, 0.1, 1, 1.0},
+        {0.2, 0.9, 0.0, 1, 0.25}, {0.01, 0.5, 0.1, 0, 0.125}, {0.1, 0.0, 0.0, 0, 0.5},
+    };
+    const size_t n = 10007;
+    double *old = tu_alloc(n), *want = tu_alloc(n), *got = tu_alloc(n);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rng r;
+        rng_seed(&r, 14000 + i, 1);
+        pair param = pair_uniform(&r, n, -1.0, 1.0);
+        pair buf = pair_uniform(&r, n, -0.5, 0.5); /* as left by earlier steps */
+        for (int step = 0; step < 3; step++) {
+            pair grad = pair_normal(&r, n, 0.0, 1.0);
+            /* each step starts the reference from the backend's state, so errors do not compound */
+            tu_dev_to_double(be, param.d, param.h, n);
+            tu_dev_to_double(be, buf.d, buf.h, n);
+            memcpy(old, param.h, n * sizeof(double));
+            ref_sgd_update(n, param.h, grad.h, buf.h, cases[i].lr, cases[i].momentum, cases[i].wd,
+                           cases[i].nesterov, cases[i].grad_scale);
+            be->sgd_update(n, param.d, grad.d, buf.d, (float)cases[i].lr, (float)cases[i].momentum,
+                           (float)cases[i].wd, cases[i].nesterov, (float)cases[i].grad_scale);
+            /* the change of each parameter (small next to the parameter, so compared on its own;
+             * atol: the final rounding of a parameter near 1 to float) */
+            tu_dev_to_double(be, param.d, got, n);
+            for (size_t j = 0; j < n; j++) {
+                want[j] = param.h[j] - old[j];
+                got[j] -= old[j];
+            }
+            char what[128];
+            snprintf(what, sizeof what, "sgd param change lr %g momentum %g wd %g nesterov %d scale %g step %d",
+                     cases[i].lr, cases[i].momentum, cases[i].wd, cases[i].nesterov, cases[i].grad_scale, step);
+            tu_assert_close(what, want, got, n, RTOL, 3e-7);
+            snprintf(what, sizeof what, "sgd momentum_buf momentum %g nesterov %d step %d", cases[i].momentum,
+                     cases[i].nesterov, step);
+            expect(what, &buf, RTOL, tu_atol_f32(1, 1.0));
+            pair_free(&grad);
+        }
+        pair_free(&param);
+        pair_free(&buf);
+    }
+    free(old);
+    free(want);
+    free(got);
+}
+
+/* ---------------------------------------------------------------- threads and determinism */
+
+/* Two identical calls give bitwise identical results (no float atomics, no
+ * scheduling-dependent reduction order), for the ops with cross-thread sums. */
+static void test_determinism(void **state) {
+    (void)state;
+    /* threads over images (partial sums per thread), and threads inside one image */
+    conv_params shapes[] = {
+        {.N = 8, .C = 16, .H = 16, .W = 16, .K = 32, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1,
+         .pad_w = 1},
+        {.N = 1, .C = 16, .H = 40, .W = 40, .K = 8, .R = 5, .S = 5, .stride_h = 2, .stride_w = 2, .pad_h = 2,
+         .pad_w = 2},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        conv_params *cp = &shapes[i];
+        assert_int_equal(conv_params_init(cp), CNT_OK);
+        rng rc;
+        rng_seed(&rc, 15100 + i, 1);
+        size_t cx = (size_t)cp->N * cp->C * cp->H * cp->W, cw = (size_t)cp->K * cp->C * cp->R * cp->S;
+        pair in = pair_uniform(&rc, cx, -1.0, 1.0);
+        pair grad = pair_uniform(&rc, (size_t)cp->N * cp->K * cp->P * cp->Q, -1.0, 1.0);
+        float *d1 = be->alloc(cw * sizeof(float)), *d2 = be->alloc(cw * sizeof(float));
+        be->conv_bwd_filter(cp, in.d, grad.d, d1);
+        be->conv_bwd_filter(cp, in.d, grad.d, d2);
+        float *a = tu_alloc_f(cw), *b = tu_alloc_f(cw);
+        be->download(a, d1, cw * sizeof(float));
+        be->download(b, d2, cw * sizeof(float));
+        char what[64];
+        snprintf(what, sizeof what, "conv_bwd_filter twice, N%d", cp->N);
+        tu_assert_bitwise_equal_f(what, a, b, cw);
+        free(a);
+        free(b);
+        be->free(d1);
+        be->free(d2);
+        pair_free(&in);
+        pair_free(&grad);
+    }
+
+    rng r;
+    rng_seed(&r, 15000, 1);
+    pair x = pair_normal(&r, (size_t)8 * 16 * 256, 1.0, 2.0), gb = pair_uniform(&r, 32, 0.5, 1.5);
+    /* batch norm over [N, C, HW] = [8, 16, 256]: the same x, fresh running stats each time */
+    int N = 8, C = 16, HW = 256;
+    size_t n = (size_t)N * C * HW;
+    float *gamma = gb.d, *beta = gb.d + C;
+    float *out[2][5];
+    for (int t = 0; t < 2; t++) {
+        out[t][0] = be->alloc(n * sizeof(float));
+        for (int k = 1; k < 5; k++) out[t][k] = be->alloc((size_t)C * sizeof(float));
+        be->bn_fwd_train(N, C, HW, x.d, gamma, beta, out[t][0], out[t][1], out[t][2], 0.1f, 1e-5f, out[t][3],
+                         out[t][4]);
+    }
+    static const char *names[] = {"bn_fwd_train y twice", "bn running_mean twice", "bn running_var twice",
+                                  "bn save_mean twice", "bn save_invstd twice"};
+    for (int k = 0; k < 5; k++) {
+        size_t m = k == 0 ? n : (size_t)C;
+        float *a = tu_alloc_f(m), *b = tu_alloc_f(m);
+        be->download(a, out[0][k], m * sizeof(float));
+        be->download(b, out[1][k], m * sizeof(float));
+        tu_assert_bitwise_equal_f(names[k], a, b, m);
+        free(a);
+        free(b);
+        be->free(out[0][k]);
+        be->free(out[1][k]);
+    }
+    pair_free(&x);
+    pair_free(&gb);
+}
+
+/* One thread gives the same answers as all of them (within float tolerance). */
+static void test_set_threads(void **state) {
+    (void)state;
+    conv_params p = {.N = 4, .C = 8, .H = 12, .W = 12, .K = 8, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1,
+                     .pad_h = 1, .pad_w = 1};
+    assert_int_equal(conv_params_init(&p), CNT_OK);
+    rng r;
+    rng_seed(&r, 16000, 1);
+    pair x = pair_uniform(&r, (size_t)p.N * p.C * p.H * p.W, -1.0, 1.0);
+    pair w = pair_uniform(&r, (size_t)p.K * p.C * p.R * p.S, -1.0, 1.0);
+    pair y = pair_zero((size_t)p.N * p.K * p.P * p.Q);
+    ref_conv_fwd(&p, x.h, w.h, y.h);
+    be->set_threads(1);
+    be->conv_fwd(&p, x.d, w.d, y.d);
+    expect("conv_fwd on 1 thread", &y, RTOL, tu_atol_f32((size_t)p.C * 9, 1.0));
+    be->set_threads(0);
+    be->zero(y.d, y.n * sizeof(float));
+    be->conv_fwd(&p, x.d, w.d, y.d);
+    expect("conv_fwd on all threads", &y, RTOL, tu_atol_f32((size_t)p.C * 9, 1.0));
+    pair_free(&x);
+    pair_free(&w);
+    pair_free(&y);
+}
+
+static int setup(void **state) {
+    (void)state;
+    be = backend_cpu();
+    return be ? 0 : -1;
+}
+
+/* Every test starts on all cores, whatever the one before it left behind. */
+static int all_threads(void **state) {
+    (void)state;
+    be->set_threads(0);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_memory, all_threads),
+        cmocka_unit_test_setup(test_conv_fwd, all_threads),
+        cmocka_unit_test_setup(test_conv_bwd_data, all_threads),
+        cmocka_unit_test_setup(test_conv_bwd_filter, all_threads),
+        cmocka_unit_test_setup(test_bias, all_threads),
+        cmocka_unit_test_setup(test_bn_fwd_train, all_threads),
+        cmocka_unit_test_setup(test_bn_fwd_infer, all_threads),
+        cmocka_unit_test_setup(test_bn_bwd, all_threads),
+        cmocka_unit_test_setup(test_pool_fwd, all_threads),
+        cmocka_unit_test_setup(test_pool_bwd, all_threads),
+        cmocka_unit_test_setup(test_gemm, all_threads),
+        cmocka_unit_test_setup(test_relu, all_threads),
+        cmocka_unit_test_setup(test_add_axpy_mul, all_threads),
+        cmocka_unit_test_setup(test_dropout_mask, all_threads),
+        cmocka_unit_test_setup(test_channel_copy, all_threads),
+        cmocka_unit_test_setup(test_softmax_xent, all_threads),
+        cmocka_unit_test_setup(test_sgd_update, all_threads),
+        cmocka_unit_test_setup(test_determinism, all_threads),
+        cmocka_unit_test_setup(test_set_threads, all_threads),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

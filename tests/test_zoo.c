@@ -1,0 +1,744 @@
+/*
+ * tests/test_zoo.c - the model zoo against torchvision.
+ *
+ * Checks, for every zoo model, the exact parameter count torchvision reports
+ * (sum(p.numel() for p in model.parameters())), a sample of state_dict names
+ * with their sizes and order, layer kinds and output shapes at key points, the
+ * initialisation each model asks net.c for (zero_init_residual included), the
+ * error messages for an unknown name and for an input too small, and runs a
+ * CIFAR ResNet and Inception V3 forward and backward on the CPU backend.
+ *
+ * Most tests only build nets (no net_finalize): building allocates no
+ * parameter memory, so even VGG and ResNet-152 at ImageNet size are cheap.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include <cmocka.h>
+
+#include "common/check.h"
+#include "common/rng.h"
+#include "model/backend.h"
+#include "model/net.h"
+#include "model/zoo.h"
+
+static const zoo_options opt_default = {0, 0, -1.0f};
+static const zoo_options opt_zero_init = {1, 0, -1.0f};
+static const zoo_options opt_aux = {0, 1, -1.0f};
+
+/* Builds `name` for a c x h x w input with `classes` classes; fails the test on error. */
+static net *build_ok(const char *name, int c, int h, int w, int classes, const zoo_options *opt, int *out,
+                     int *aux) {
+    net *nt = net_create(backend_cpu(), c, h, w, classes);
+    assert_non_null(nt);
+    int rc = zoo_build(nt, name, opt, out, aux);
+    if (rc != CNT_OK) fail_msg("zoo_build(%s, %dx%dx%d): %s", name, c, h, w, cnt_err_msg());
+    assert_int_equal(nt->failed, 0);
+    return nt;
+}
+
+static net *build_imagenet(const char *name, const zoo_options *opt, int *out, int *aux) {
+    int c, h, w;
+    zoo_imagenet_shape(name, &c, &h, &w);
+    return build_ok(name, c, h, w, 1000, opt, out, aux);
+}
+
+/* Builds `name` expecting CNT_ERR; returns the message (static storage of check.c). */
+static const char *build_fail(const char *name, int c, int h, int w, int classes, const zoo_options *opt) {
+    net *nt = net_create(backend_cpu(), c, h, w, classes);
+    assert_non_null(nt);
+    int out = 12345, aux = 12345;
+    int rc = zoo_build(nt, name, opt, &out, &aux);
+    net_free(nt);
+    if (rc != CNT_ERR) fail_msg("zoo_build(%s, %dx%dx%d) succeeded, expected an error", name, c, h, w);
+    assert_int_equal(out, -1);
+    assert_int_equal(aux, -1);
+    return cnt_err_msg();
+}
+
+static void assert_contains(const char *haystack, const char *needle) {
+    if (!strstr(haystack, needle)) fail_msg("message \"%s\" lacks \"%s\"", haystack, needle);
+}
+
+static const param_info *param(const net *nt, const char *name) {
+    int i = net_find_param(nt, name);
+    if (i < 0) fail_msg("no parameter named %s", name);
+    return &nt->param_info[i];
+}
+
+static void assert_param(const net *nt, const char *name, size_t count) {
+    const param_info *p = param(nt, name);
+    if (p->count != count) fail_msg("%s has %zu values, expected %zu", name, p->count, count);
+}
+
+static void assert_buffer(const net *nt, const char *name, size_t count, float init_value) {
+    for (int i = 0; i < nt->n_buffer_tensors; i++) {
+        const buffer_info *b = &nt->buffer_info[i];
+        if (strcmp(b->name, name) != 0) continue;
+        if (b->count != count) fail_msg("buffer %s has %zu values, expected %zu", name, b->count, count);
+        assert_true(b->init_value == init_value);
+        return;
+    }
+    fail_msg("no buffer named %s", name);
+}
+
+static const node *find_node(const net *nt, const char *name) {
+    for (int i = 0; i < nt->n_nodes; i++)
+        if (strcmp(nt->nodes[i].name, name) == 0) return &nt->nodes[i];
+    return NULL;
+}
+
+/* Node `name` exists, is of `kind` and outputs C x H x W. */
+static void assert_node(const net *nt, const char *name, const char *kind, int C, int H, int W) {
+    const node *nd = find_node(nt, name);
+    if (!nd) fail_msg("no node named %s", name);
+    if (strcmp(nd->ops->kind, kind) != 0) fail_msg("%s is a %s, expected %s", name, nd->ops->kind, kind);
+    if (nd->C != C || nd->H != H || nd->W != W)
+        fail_msg("%s outputs %dx%dx%d, expected %dx%dx%d", name, nd->C, nd->H, nd->W, C, H, W);
+}
+
+/* Node `name` reads exactly the nodes named in `inputs` (n of them), in order. */
+static void assert_inputs(const net *nt, const char *name, const char *const *inputs, int n) {
+    const node *nd = find_node(nt, name);
+    if (!nd) fail_msg("no node named %s", name);
+    if (nd->n_inputs != n) fail_msg("%s has %d inputs, expected %d", name, nd->n_inputs, n);
+    for (int i = 0; i < n; i++) {
+        const char *got = nd->inputs[i] == NET_INPUT ? "(input)" : nt->nodes[nd->inputs[i]].name;
+        if (strcmp(got, inputs[i]) != 0) fail_msg("%s input %d is %s, expected %s", name, i, got, inputs[i]);
+    }
+}
+
+static void assert_input1(const net *nt, const char *name, const char *input) {
+    assert_inputs(nt, name, &input, 1);
+}
+
+static void assert_input2(const net *nt, const char *name, const char *a, const char *b) {
+    const char *const in[2] = {a, b};
+    assert_inputs(nt, name, in, 2);
+}
+
+/* The layer describes itself (net_print_summary's config column) exactly as
+ * `text`: a BN's eps, a dropout's p, a pool's window and padding rule. */
+static void assert_describe(const net *nt, const char *name, const char *text) {
+    const node *nd = find_node(nt, name);
+    if (!nd) fail_msg("no node named %s", name);
+    assert_non_null(nd->ops->describe);
+    char buf[128];
+    nd->ops->describe(nd, buf, sizeof buf);
+    if (strcmp(buf, text) != 0) fail_msg("%s is described as \"%s\", expected \"%s\"", name, buf, text);
+}
+
+static void assert_init(const net *nt, const char *name, init_kind kind, float std) {
+    const param_info *p = param(nt, name);
+    if (p->init.kind != kind) fail_msg("%s init kind %d, expected %d", name, (int)p->init.kind, (int)kind);
+    if ((kind == INIT_NORMAL || kind == INIT_TRUNC_NORMAL) && p->init.std != std)
+        fail_msg("%s init std %g, expected %g", name, (double)p->init.std, (double)std);
+}
+
+/* n_params equals the sum of the tensors, and every name is unique and ends in .weight or .bias. */
+static void assert_params_consistent(const net *nt) {
+    size_t sum = 0;
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        const param_info *p = &nt->param_info[i];
+        sum += p->count;
+        size_t len = strlen(p->name);
+        int weight = len > 7 && strcmp(p->name + len - 7, ".weight") == 0;
+        int bias = len > 5 && strcmp(p->name + len - 5, ".bias") == 0;
+        if (!weight && !bias) fail_msg("parameter %s is neither a weight nor a bias", p->name);
+        for (int j = 0; j < i; j++)
+            if (strcmp(nt->param_info[j].name, p->name) == 0) fail_msg("parameter %s registered twice", p->name);
+    }
+    assert_int_equal(sum, nt->n_params);
+}
+
+/* Position of parameter `name` in registration (state_dict) order. */
+static int param_pos(const net *nt, const char *name) {
+    int i = net_find_param(nt, name);
+    if (i < 0) fail_msg("no parameter named %s", name);
+    return i;
+}
+
+/* ------------------------------------------------------------------ names */
+
+static void test_names(void **state) {
+    (void)state;
+    static const char *expected[] = {"resnet18", "resnet34", "resnet50",  "resnet101", "resnet152",   "resnet20",
+                                     "resnet32", "resnet56", "resnet110", "vgg11",     "vgg13",       "vgg16",
+                                     "vgg19",    "vgg11_bn", "vgg13_bn",  "vgg16_bn",  "vgg19_bn", "inception_v3"};
+    const size_t n_expected = sizeof expected / sizeof expected[0];
+    char list[512];
+    snprintf(list, sizeof list, "%s", zoo_names());
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(list, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        assert_true(n < n_expected);
+        assert_string_equal(tok, expected[n]);
+        assert_true(zoo_has(tok));
+        n++;
+    }
+    assert_int_equal(n, n_expected);
+    assert_false(zoo_has("resnet"));
+    assert_false(zoo_has("resnet18 "));
+    assert_false(zoo_has(""));
+    assert_false(zoo_has("VGG16"));
+
+    int c, h, w;
+    zoo_imagenet_shape("inception_v3", &c, &h, &w);
+    assert_int_equal(c, 3);
+    assert_int_equal(h, 299);
+    assert_int_equal(w, 299);
+    for (size_t i = 0; i + 1 < n_expected; i++) {
+        zoo_imagenet_shape(expected[i], &c, &h, &w);
+        assert_int_equal(c, 3);
+        assert_int_equal(h, 224);
+        assert_int_equal(w, 224);
+    }
+}
+
+/* ------------------------------------------------------ parameter counts */
+
+typedef struct count_case {
+    const char *name;
+    size_t params;
+} count_case;
+
+static void check_count(const char *name, const zoo_options *opt, size_t expected) {
+    int out = -1, aux = -2;
+    net *nt = build_imagenet(name, opt, &out, &aux);
+    if (nt->n_params != expected) fail_msg("%s: %zu parameters, torchvision has %zu", name, nt->n_params, expected);
+    assert_params_consistent(nt);
+    assert_true(out >= 0 && out < nt->n_nodes);
+    assert_int_equal(out, nt->n_nodes - 1);
+    assert_string_equal(nt->nodes[out].name, "fc");
+    net_free(nt);
+}
+
+static void test_resnet_imagenet_counts(void **state) {
+    (void)state;
+    static const count_case cases[] = {
+        {"resnet18", 11689512},  {"resnet34", 21797672},  {"resnet50", 25557032},
+        {"resnet101", 44549160}, {"resnet152", 60192808},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_count(cases[i].name, &opt_default, cases[i].params);
+        check_count(cases[i].name, &opt_zero_init, cases[i].params);
+    }
+}
+
+static void test_vgg_counts(void **state) {
+    (void)state;
+    static const count_case cases[] = {
+        {"vgg11", 132863336},    {"vgg13", 133047848},    {"vgg16", 138357544},    {"vgg19", 143667240},
+        {"vgg11_bn", 132868840}, {"vgg13_bn", 133053736}, {"vgg16_bn", 138365992}, {"vgg19_bn", 143678248},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int out = -1, aux = -2;
+        net *nt = build_imagenet(cases[i].name, &opt_default, &out, &aux);
+        if (nt->n_params != cases[i].params)
+            fail_msg("%s: %zu parameters, torchvision has %zu", cases[i].name, nt->n_params, cases[i].params);
+        assert_params_consistent(nt);
+        assert_int_equal(aux, -1);
+        assert_int_equal(out, nt->n_nodes - 1);
+        assert_string_equal(nt->nodes[out].name, "classifier.6");
+        net_free(nt);
+    }
+}
+
+/* The auxiliary classifier holds conv0 (768*128 + BN 2*128 = 98,560),
+ * conv1 (128*768*25 + BN 2*768 = 2,459,136) and fc (768*1000 + 1000 =
+ * 769,000): 3,326,696 of torchvision's 27,161,264, leaving 23,834,568. */
+static void test_inception_counts(void **state) {
+    (void)state;
+    int out = -1, aux = -1;
+    net *nt = build_imagenet("inception_v3", &opt_aux, &out, &aux);
+    assert_int_equal(nt->n_params, 27161264);
+    assert_params_consistent(nt);
+    assert_true(aux >= 0);
+    assert_string_equal(nt->nodes[aux].name, "AuxLogits.fc");
+    assert_string_equal(nt->nodes[out].name, "fc");
+    assert_int_equal(nt->nodes[aux].C, 1000);
+    net_free(nt);
+
+    aux = 7;
+    nt = build_imagenet("inception_v3", &opt_default, &out, &aux);
+    assert_int_equal(nt->n_params, 23834568);
+    assert_params_consistent(nt);
+    assert_int_equal(aux, -1);
+    assert_null(find_node(nt, "AuxLogits.fc"));
+    net_free(nt);
+}
+
+/* CIFAR ResNet with option A, depth 6n+2, 3x32x32 and 10 classes:
+ * conv1 + bn1 = 432 + 32; stage 1: n blocks of 2 x (2304 + 32) = 4672;
+ * stage 2: first block (4608 + 64) + (9216 + 64) = 13952, then (n-1) x 18560;
+ * stage 3: first block (18432 + 128) + (36864 + 128) = 55552, then (n-1) x 73984;
+ * fc 64*10 + 10 = 650. Total 70618 + 4672 n + 92544 (n - 1). */
+static void test_cifar_resnet_counts(void **state) {
+    (void)state;
+    static const count_case cases[] = {
+        {"resnet20", 269722}, {"resnet32", 464154}, {"resnet56", 853018}, {"resnet110", 1727962},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int out = -1, aux = -2;
+        net *nt = build_ok(cases[i].name, 3, 32, 32, 10, &opt_default, &out, &aux);
+        if (nt->n_params != cases[i].params)
+            fail_msg("%s: %zu parameters, expected %zu", cases[i].name, nt->n_params, cases[i].params);
+        assert_params_consistent(nt);
+        assert_int_equal(aux, -1);
+        assert_node(nt, "fc", "linear", 10, 1, 1);
+        net_free(nt);
+    }
+}
+
+/* ------------------------------------------------------- names and shapes */
+
+static void test_resnet_structure(void **state) {
+    (void)state;
+    int out, aux;
+    net *nt = build_imagenet("resnet50", &opt_default, &out, &aux);
+    assert_param(nt, "conv1.weight", 64 * 3 * 7 * 7);
+    assert_param(nt, "layer1.0.downsample.0.weight", 256 * 64);
+    assert_param(nt, "layer1.0.downsample.1.bias", 256);
+    assert_param(nt, "layer2.0.conv2.weight", 128 * 128 * 9);
+    assert_param(nt, "layer4.2.conv3.weight", 2048 * 512);
+    assert_param(nt, "layer4.2.bn3.weight", 2048);
+    assert_param(nt, "fc.weight", 1000 * 2048);
+    assert_param(nt, "fc.bias", 1000);
+    assert_int_equal(net_find_param(nt, "layer1.1.downsample.0.weight"), -1);
+    assert_int_equal(net_find_param(nt, "layer1.0.conv1.bias"), -1);
+    assert_buffer(nt, "layer3.5.bn2.running_var", 256, 1.0f);
+    assert_node(nt, "conv1", "conv", 64, 112, 112);
+    assert_node(nt, "maxpool", "pool", 64, 56, 56);
+    assert_node(nt, "layer1.2.relu3", "relu", 256, 56, 56);
+    /* v1.5: the stride sits on the 3x3 conv */
+    assert_node(nt, "layer2.0.conv1", "conv", 128, 56, 56);
+    assert_node(nt, "layer2.0.conv2", "conv", 128, 28, 28);
+    assert_node(nt, "layer2.0.downsample.0", "conv", 512, 28, 28);
+    assert_node(nt, "layer4.2.add", "add", 2048, 7, 7);
+    assert_node(nt, "avgpool", "pool", 2048, 1, 1);
+    assert_describe(nt, "maxpool", "max 3x3/2 p1");
+    assert_describe(nt, "layer1.0.bn1", "eps 1e-05");
+    /* state_dict order inside a block: conv1 bn1 conv2 bn2 conv3 bn3 downsample */
+    assert_true(param_pos(nt, "layer2.0.bn3.bias") < param_pos(nt, "layer2.0.downsample.0.weight"));
+    assert_true(param_pos(nt, "layer2.0.downsample.1.bias") < param_pos(nt, "layer2.1.conv1.weight"));
+    assert_input1(nt, "conv1", "(input)");
+    assert_input2(nt, "layer1.0.add", "layer1.0.bn3", "layer1.0.downsample.1");
+    assert_input1(nt, "layer1.0.downsample.0", "maxpool");
+    assert_input2(nt, "layer1.1.add", "layer1.1.bn3", "layer1.0.relu3");
+    assert_input1(nt, "layer1.1.conv1", "layer1.0.relu3");
+    assert_input1(nt, "layer1.1.relu3", "layer1.1.add");
+    assert_input1(nt, "avgpool", "layer4.2.relu3");
+    assert_input1(nt, "fc", "avgpool");
+    assert_int_equal(param_pos(nt, "conv1.weight"), 0);
+    assert_int_equal(param_pos(nt, "fc.bias"), nt->n_param_tensors - 1);
+    net_free(nt);
+
+    nt = build_imagenet("resnet18", &opt_default, &out, &aux);
+    assert_buffer(nt, "bn1.running_mean", 64, 0.0f);
+    assert_buffer(nt, "bn1.running_var", 64, 1.0f);
+    assert_buffer(nt, "layer4.1.bn2.running_mean", 512, 0.0f);
+    assert_param(nt, "layer2.0.downsample.0.weight", 128 * 64);
+    assert_int_equal(net_find_param(nt, "layer1.0.downsample.0.weight"), -1);
+    assert_int_equal(net_find_param(nt, "layer1.0.conv3.weight"), -1);
+    assert_node(nt, "layer2.0.conv1", "conv", 128, 28, 28);
+    assert_node(nt, "layer4.1.relu2", "relu", 512, 7, 7);
+    assert_input2(nt, "layer1.0.add", "layer1.0.bn2", "maxpool");
+    assert_input2(nt, "layer2.0.add", "layer2.0.bn2", "layer2.0.downsample.1");
+    assert_input1(nt, "layer2.0.relu2", "layer2.0.add");
+    assert_input1(nt, "layer2.1.conv1", "layer2.0.relu2");
+    /* 20 convolutions + 20 batch norms (2 per tensor) + fc weight and bias */
+    assert_int_equal(nt->n_param_tensors, 20 + 40 + 2);
+    assert_int_equal(nt->n_buffer_tensors, 40);
+    net_free(nt);
+
+    nt = build_ok("resnet20", 3, 32, 32, 10, &opt_default, &out, &aux);
+    assert_param(nt, "conv1.weight", 16 * 3 * 9);
+    assert_param(nt, "layer3.2.conv2.weight", 64 * 64 * 9);
+    assert_node(nt, "layer1.2.relu2", "relu", 16, 32, 32);
+    assert_node(nt, "layer2.0.shortcut", "shortcut", 32, 16, 16);
+    assert_node(nt, "layer3.0.shortcut", "shortcut", 64, 8, 8);
+    assert_null(find_node(nt, "layer2.1.shortcut"));
+    assert_input2(nt, "layer1.0.add", "layer1.0.bn2", "relu");
+    assert_input2(nt, "layer2.0.add", "layer2.0.bn2", "layer2.0.shortcut");
+    assert_input1(nt, "layer2.0.shortcut", "layer1.2.relu2");
+    assert_input2(nt, "layer2.1.add", "layer2.1.bn2", "layer2.0.relu2");
+    assert_input1(nt, "fc", "avgpool");
+    assert_null(find_node(nt, "layer1.0.shortcut"));
+    assert_int_equal(net_find_param(nt, "layer2.0.downsample.0.weight"), -1);
+    assert_node(nt, "layer3.2.relu2", "relu", 64, 8, 8);
+    assert_node(nt, "avgpool", "pool", 64, 1, 1);
+    net_free(nt);
+}
+
+/* features.N in torchvision's numbering: c conv, b batch norm, r relu, m max pool. */
+static void check_vgg_features(const char *name, const char *kinds) {
+    int out, aux;
+    net *nt = build_imagenet(name, &opt_default, &out, &aux);
+    size_t n = strlen(kinds);
+    for (size_t i = 0; i < n; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "features.%zu", i);
+        const node *nd = find_node(nt, nm);
+        if (!nd) fail_msg("%s: no node %s", name, nm);
+        const char *kind = kinds[i] == 'c' ? "conv" : kinds[i] == 'b' ? "bn" : kinds[i] == 'r' ? "relu" : "pool";
+        if (strcmp(nd->ops->kind, kind) != 0) fail_msg("%s: %s is a %s, expected %s", name, nm, nd->ops->kind, kind);
+    }
+    char nm[32];
+    snprintf(nm, sizeof nm, "features.%zu", n);
+    assert_null(find_node(nt, nm));
+    net_free(nt);
+}
+
+static void test_vgg_structure(void **state) {
+    (void)state;
+    check_vgg_features("vgg11", "crm" "crm" "crcrm" "crcrm" "crcrm");
+    check_vgg_features("vgg11_bn", "cbrm" "cbrm" "cbrcbrm" "cbrcbrm" "cbrcbrm");
+    check_vgg_features("vgg13", "crcrm" "crcrm" "crcrm" "crcrm" "crcrm");
+    check_vgg_features("vgg16", "crcrm" "crcrm" "crcrcrm" "crcrcrm" "crcrcrm");
+    check_vgg_features("vgg19_bn", "cbrcbrm" "cbrcbrm" "cbrcbrcbrcbrm" "cbrcbrcbrcbrm" "cbrcbrcbrcbrm");
+
+    int out, aux;
+    net *nt = build_imagenet("vgg16", &opt_default, &out, &aux);
+    assert_param(nt, "features.0.weight", 64 * 3 * 9);
+    assert_param(nt, "features.0.bias", 64);
+    assert_param(nt, "features.28.weight", 512 * 512 * 9);
+    assert_param(nt, "classifier.0.weight", (size_t)4096 * 512 * 7 * 7);
+    assert_param(nt, "classifier.3.weight", 4096 * 4096);
+    assert_param(nt, "classifier.6.bias", 1000);
+    assert_int_equal(nt->n_buffer_tensors, 0);
+    assert_node(nt, "features.30", "pool", 512, 7, 7);
+    assert_node(nt, "avgpool", "pool", 512, 7, 7);
+    assert_node(nt, "classifier.1", "relu", 4096, 1, 1);
+    assert_node(nt, "classifier.2", "dropout", 4096, 1, 1);
+    assert_node(nt, "classifier.5", "dropout", 4096, 1, 1);
+    assert_describe(nt, "classifier.2", "p 0.5");
+    assert_input1(nt, "avgpool", "features.30");
+    static const char *chain[] = {"avgpool", "classifier.0", "classifier.1", "classifier.2",
+                                  "classifier.3", "classifier.4", "classifier.5", "classifier.6"};
+    for (int i = 1; i < 8; i++) assert_input1(nt, chain[i], chain[i - 1]);
+    assert_node(nt, "classifier.4", "relu", 4096, 1, 1);
+    assert_describe(nt, "features.4", "max 2x2/2 p0");
+    net_free(nt);
+
+    nt = build_imagenet("vgg16_bn", &opt_default, &out, &aux);
+    assert_param(nt, "features.40.weight", 512 * 512 * 9);
+    assert_param(nt, "features.41.weight", 512);
+    assert_buffer(nt, "features.41.running_var", 512, 1.0f);
+    assert_buffer(nt, "features.1.running_mean", 64, 0.0f);
+    assert_describe(nt, "features.1", "eps 1e-05");
+    assert_node(nt, "features.43", "pool", 512, 7, 7);
+    net_free(nt);
+
+    /* 32x32 ends the features at 1x1; the adaptive pool still yields 7x7. */
+    const zoo_options opt_p = {0, 0, 0.25f};
+    nt = build_ok("vgg11", 3, 32, 32, 10, &opt_p, &out, &aux);
+    assert_node(nt, "features.20", "pool", 512, 1, 1);
+    assert_node(nt, "avgpool", "pool", 512, 7, 7);
+    assert_node(nt, "classifier.6", "linear", 10, 1, 1);
+    assert_describe(nt, "classifier.5", "p 0.25");
+    net_free(nt);
+}
+
+static void test_inception_structure(void **state) {
+    (void)state;
+    int out, aux;
+    net *nt = build_imagenet("inception_v3", &opt_aux, &out, &aux);
+    assert_param(nt, "Conv2d_1a_3x3.conv.weight", 32 * 3 * 9);
+    assert_int_equal(net_find_param(nt, "Conv2d_1a_3x3.conv.bias"), -1);
+    assert_param(nt, "Conv2d_1a_3x3.bn.weight", 32);
+    assert_buffer(nt, "Conv2d_4a_3x3.bn.running_mean", 192, 0.0f);
+    assert_param(nt, "Mixed_5b.branch1x1.conv.weight", 64 * 192);
+    assert_param(nt, "Mixed_5b.branch5x5_2.conv.weight", 64 * 48 * 25);
+    assert_param(nt, "Mixed_5b.branch_pool.conv.weight", 32 * 192);
+    assert_param(nt, "Mixed_6b.branch7x7_2.conv.weight", 128 * 128 * 7);
+    assert_param(nt, "Mixed_6e.branch7x7dbl_5.conv.weight", 192 * 192 * 7);
+    assert_param(nt, "Mixed_7a.branch3x3_2.conv.weight", 320 * 192 * 9);
+    assert_param(nt, "Mixed_7c.branch3x3dbl_3b.bn.bias", 384);
+    assert_param(nt, "AuxLogits.conv0.conv.weight", 128 * 768);
+    assert_param(nt, "AuxLogits.conv1.conv.weight", 768 * 128 * 25);
+    assert_param(nt, "AuxLogits.fc.weight", 1000 * 768);
+    assert_param(nt, "fc.weight", 1000 * 2048);
+    assert_buffer(nt, "AuxLogits.conv1.bn.running_var", 768, 1.0f);
+
+    assert_node(nt, "Conv2d_1a_3x3.relu", "relu", 32, 149, 149);
+    assert_node(nt, "Conv2d_2b_3x3.relu", "relu", 64, 147, 147);
+    assert_node(nt, "maxpool1", "pool", 64, 73, 73);
+    assert_node(nt, "Conv2d_4a_3x3.relu", "relu", 192, 71, 71);
+    assert_node(nt, "maxpool2", "pool", 192, 35, 35);
+    assert_node(nt, "Mixed_5b.cat", "concat", 256, 35, 35);
+    assert_node(nt, "Mixed_5c.cat", "concat", 288, 35, 35);
+    assert_node(nt, "Mixed_5d.cat", "concat", 288, 35, 35);
+    assert_node(nt, "Mixed_6a.cat", "concat", 768, 17, 17);
+    assert_node(nt, "Mixed_6b.branch7x7_2.conv", "conv", 128, 17, 17);
+    assert_node(nt, "Mixed_6e.cat", "concat", 768, 17, 17);
+    assert_node(nt, "AuxLogits.avg_pool", "pool", 768, 5, 5);
+    assert_node(nt, "AuxLogits.conv1.relu", "relu", 768, 1, 1);
+    assert_node(nt, "Mixed_7a.cat", "concat", 1280, 8, 8);
+    assert_node(nt, "Mixed_7b.cat", "concat", 2048, 8, 8);
+    assert_node(nt, "Mixed_7c.cat", "concat", 2048, 8, 8);
+    assert_node(nt, "avgpool", "pool", 2048, 1, 1);
+    assert_node(nt, "dropout", "dropout", 2048, 1, 1);
+    assert_describe(nt, "dropout", "p 0.5");
+    assert_describe(nt, "Mixed_5b.branch1x1.bn", "eps 0.001");
+    assert_describe(nt, "Mixed_5b.avg_pool", "avg 3x3/1 p1");
+    assert_describe(nt, "Mixed_6a.max_pool", "max 3x3/2 p0");
+    assert_describe(nt, "AuxLogits.avg_pool", "avg 5x5/3 p0");
+
+    /* concat order: torchvision's [branch1x1, branch5x5, branch3x3dbl, branch_pool] */
+    const node *cat = find_node(nt, "Mixed_5b.cat");
+    static const char *a_order[] = {"Mixed_5b.branch1x1.relu", "Mixed_5b.branch5x5_2.relu",
+                                    "Mixed_5b.branch3x3dbl_3.relu", "Mixed_5b.branch_pool.relu"};
+    assert_int_equal(cat->n_inputs, 4);
+    for (int i = 0; i < 4; i++) assert_string_equal(nt->nodes[cat->inputs[i]].name, a_order[i]);
+    /* InceptionE: [1x1, cat(3x3_2a, 3x3_2b), cat(3x3dbl_3a, 3x3dbl_3b), pool] as one flat concat */
+    cat = find_node(nt, "Mixed_7b.cat");
+    static const char *e_order[] = {"Mixed_7b.branch1x1.relu",       "Mixed_7b.branch3x3_2a.relu",
+                                    "Mixed_7b.branch3x3_2b.relu",    "Mixed_7b.branch3x3dbl_3a.relu",
+                                    "Mixed_7b.branch3x3dbl_3b.relu", "Mixed_7b.branch_pool.relu"};
+    assert_int_equal(cat->n_inputs, 6);
+    for (int i = 0; i < 6; i++) assert_string_equal(nt->nodes[cat->inputs[i]].name, e_order[i]);
+    /* InceptionD: [branch3x3, branch7x7x3, branch_pool] */
+    cat = find_node(nt, "Mixed_7a.cat");
+    assert_int_equal(cat->n_inputs, 3);
+    assert_string_equal(nt->nodes[cat->inputs[0]].name, "Mixed_7a.branch3x3_2.relu");
+    assert_string_equal(nt->nodes[cat->inputs[1]].name, "Mixed_7a.branch7x7x3_4.relu");
+    assert_string_equal(nt->nodes[cat->inputs[2]].name, "Mixed_7a.max_pool");
+    /* the aux head reads Mixed_6e, as does Mixed_7a */
+    assert_input1(nt, "AuxLogits.avg_pool", "Mixed_6e.cat");
+    assert_input1(nt, "Mixed_7a.branch3x3_1.conv", "Mixed_6e.cat");
+    assert_input1(nt, "Mixed_7a.max_pool", "Mixed_6e.cat");
+    assert_input1(nt, "AuxLogits.fc", "AuxLogits.avgpool");
+    /* InceptionE: 2a and 2b both read 3x3_1; 3a and 3b both read 3x3dbl_2 */
+    assert_input1(nt, "Mixed_7c.branch3x3_2b.conv", "Mixed_7c.branch3x3_1.relu");
+    assert_input1(nt, "Mixed_7c.branch3x3dbl_3a.conv", "Mixed_7c.branch3x3dbl_2.relu");
+    assert_input1(nt, "Mixed_7c.branch_pool.conv", "Mixed_7c.avg_pool");
+    assert_input1(nt, "Mixed_7c.avg_pool", "Mixed_7b.cat");
+    assert_input1(nt, "Mixed_5b.branch1x1.conv", "maxpool2");
+    static const char *head[] = {"Mixed_7c.cat", "avgpool", "dropout", "fc"};
+    for (int i = 1; i < 4; i++) assert_input1(nt, head[i], head[i - 1]);
+    net_free(nt);
+}
+
+/* ------------------------------------------------------------ initialisation */
+
+static void test_init(void **state) {
+    (void)state;
+    int out, aux;
+    net *nt = build_imagenet("resnet50", &opt_default, &out, &aux);
+    assert_init(nt, "conv1.weight", INIT_KAIMING_NORMAL_FAN_OUT, 0);
+    assert_init(nt, "layer1.0.conv2.weight", INIT_KAIMING_NORMAL_FAN_OUT, 0);
+    assert_init(nt, "layer1.0.bn3.weight", INIT_ONE, 0);
+    assert_init(nt, "layer1.0.bn3.bias", INIT_ZERO, 0);
+    assert_init(nt, "fc.weight", INIT_TORCH_DEFAULT, 0);
+    assert_init(nt, "fc.bias", INIT_TORCH_DEFAULT, 0);
+    net_free(nt);
+
+    nt = build_imagenet("resnet50", &opt_zero_init, &out, &aux);
+    assert_init(nt, "layer1.0.bn3.weight", INIT_ZERO, 0);
+    assert_init(nt, "layer1.0.bn3.bias", INIT_ZERO, 0);
+    assert_init(nt, "layer4.2.bn3.weight", INIT_ZERO, 0);
+    assert_init(nt, "layer1.0.bn1.weight", INIT_ONE, 0);
+    assert_init(nt, "layer1.0.bn2.weight", INIT_ONE, 0);
+    assert_init(nt, "layer1.0.downsample.1.weight", INIT_ONE, 0);
+    assert_init(nt, "bn1.weight", INIT_ONE, 0);
+    int zeroed = 0;
+    for (int i = 0; i < nt->n_param_tensors; i++)
+        if (nt->param_info[i].init.kind == INIT_ZERO && strstr(nt->param_info[i].name, ".weight")) zeroed++;
+    assert_int_equal(zeroed, 3 + 4 + 6 + 3); /* one per block */
+    net_free(nt);
+
+    nt = build_imagenet("resnet18", &opt_zero_init, &out, &aux);
+    assert_init(nt, "layer1.0.bn2.weight", INIT_ZERO, 0);
+    assert_init(nt, "layer2.0.bn2.weight", INIT_ZERO, 0);
+    assert_init(nt, "layer1.0.bn1.weight", INIT_ONE, 0);
+    assert_init(nt, "layer2.0.downsample.1.weight", INIT_ONE, 0);
+    net_free(nt);
+
+    nt = build_ok("resnet20", 3, 32, 32, 10, &opt_zero_init, &out, &aux);
+    assert_init(nt, "layer3.2.bn2.weight", INIT_ZERO, 0);
+    assert_init(nt, "layer3.2.bn1.weight", INIT_ONE, 0);
+    assert_init(nt, "bn1.weight", INIT_ONE, 0);
+    net_free(nt);
+    nt = build_ok("resnet20", 3, 32, 32, 10, &opt_default, &out, &aux);
+    assert_init(nt, "layer3.2.bn2.weight", INIT_ONE, 0);
+    assert_init(nt, "layer1.0.conv1.weight", INIT_KAIMING_NORMAL_FAN_OUT, 0);
+    net_free(nt);
+
+    nt = build_imagenet("vgg11_bn", &opt_default, &out, &aux);
+    assert_init(nt, "features.0.weight", INIT_KAIMING_NORMAL_FAN_OUT, 0);
+    assert_init(nt, "features.0.bias", INIT_ZERO, 0);
+    assert_init(nt, "features.1.weight", INIT_ONE, 0);
+    assert_init(nt, "classifier.0.weight", INIT_NORMAL, 0.01f);
+    assert_init(nt, "classifier.0.bias", INIT_ZERO, 0);
+    assert_init(nt, "classifier.3.weight", INIT_NORMAL, 0.01f);
+    assert_init(nt, "classifier.6.weight", INIT_NORMAL, 0.01f);
+    assert_init(nt, "classifier.6.bias", INIT_ZERO, 0);
+    net_free(nt);
+
+    nt = build_imagenet("inception_v3", &opt_aux, &out, &aux);
+    assert_init(nt, "Conv2d_1a_3x3.conv.weight", INIT_TRUNC_NORMAL, 0.1f);
+    assert_init(nt, "Mixed_7c.branch_pool.conv.weight", INIT_TRUNC_NORMAL, 0.1f);
+    assert_init(nt, "Mixed_7c.branch_pool.bn.weight", INIT_ONE, 0);
+    assert_init(nt, "Mixed_7c.branch_pool.bn.bias", INIT_ZERO, 0);
+    /* torchvision's `conv1.stddev = 0.01` sits on the BasicConv2d wrapper,
+     * which its init loop never reads: the inner conv gets 0.1. */
+    assert_init(nt, "AuxLogits.conv1.conv.weight", INIT_TRUNC_NORMAL, 0.1f);
+    assert_init(nt, "AuxLogits.fc.weight", INIT_TRUNC_NORMAL, 0.001f);
+    assert_init(nt, "AuxLogits.fc.bias", INIT_TORCH_DEFAULT, 0);
+    assert_init(nt, "fc.weight", INIT_TRUNC_NORMAL, 0.1f);
+    assert_init(nt, "fc.bias", INIT_TORCH_DEFAULT, 0);
+    net_free(nt);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static void test_unknown_model(void **state) {
+    (void)state;
+    const char *msg = build_fail("resnet19", 3, 224, 224, 1000, &opt_default);
+    assert_contains(msg, "unknown model 'resnet19'");
+    assert_contains(msg, "resnet18");
+    assert_contains(msg, "inception_v3");
+    msg = build_fail("", 3, 224, 224, 1000, &opt_default);
+    assert_contains(msg, "unknown model ''");
+}
+
+static void test_input_too_small(void **state) {
+    (void)state;
+    /* 28 -> 14 -> 7 -> 3 -> 1, and the fifth 2x2 pool has nothing to pool */
+    const char *msg = build_fail("vgg11", 1, 28, 28, 10, &opt_default);
+    assert_contains(msg, "vgg11");
+    assert_contains(msg, "too small");
+    assert_contains(msg, "1x28x28");
+    msg = build_fail("vgg16_bn", 3, 16, 16, 10, &opt_default);
+    assert_contains(msg, "vgg16_bn");
+    assert_contains(msg, "too small");
+    assert_contains(msg, "3x16x16");
+
+    /* Inception needs 75x75; its auxiliary head needs 299x299 (17x17 at Mixed_6e). */
+    msg = build_fail("inception_v3", 3, 64, 64, 10, &opt_default);
+    assert_contains(msg, "inception_v3");
+    assert_contains(msg, "too small");
+    assert_contains(msg, "3x64x64");
+    msg = build_fail("inception_v3", 3, 298, 298, 10, &opt_aux);
+    assert_contains(msg, "inception_v3");
+    assert_contains(msg, "too small");
+    assert_contains(msg, "auxiliary");
+    int out, aux;
+    net *nt = build_ok("inception_v3", 3, 75, 75, 10, &opt_default, &out, &aux);
+    assert_node(nt, "Mixed_7c.cat", "concat", 2048, 1, 1);
+    net_free(nt);
+    nt = build_ok("inception_v3", 3, 224, 224, 10, &opt_default, &out, &aux);
+    assert_int_equal(aux, -1);
+    net_free(nt);
+
+    /* The same errors through zoo_build's other checks: bad dropout, a used net. */
+    const zoo_options bad_p = {0, 0, 1.0f};
+    msg = build_fail("vgg11", 3, 224, 224, 10, &bad_p);
+    assert_contains(msg, "vgg11");
+    assert_contains(msg, "dropout");
+    nt = build_ok("resnet20", 3, 32, 32, 10, &opt_default, &out, &aux);
+    assert_int_equal(zoo_build(nt, "resnet20", &opt_default, &out, &aux), CNT_ERR);
+    assert_contains(cnt_err_msg(), "resnet20");
+    net_free(nt);
+}
+
+/* ---------------------------------------------------------- forward/backward */
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Trains one step's forward and backward on random data; returns the host
+ * logits [N, classes] (and aux logits when the net has them) for inspection. */
+static void forward_backward(net *nt, int N, float *logits, float *aux_logits) {
+    const backend *be = nt->be;
+    net_init_params(nt, 42);
+    size_t in_n = (size_t)N * nt->in_c * nt->in_h * nt->in_w;
+    size_t out_n = (size_t)N * nt->classes;
+    float *x = cnt_malloc(in_n * sizeof(float));
+    float *dl = cnt_malloc(out_n * sizeof(float));
+    rng r;
+    rng_seed(&r, 7, 1);
+    for (size_t i = 0; i < in_n; i++) x[i] = rng_normal(&r);
+    for (size_t i = 0; i < out_n; i++) dl[i] = rng_range(&r, -0.1f, 0.1f);
+    float *dx = be->alloc(in_n * sizeof(float));
+    float *ddl = be->alloc(out_n * sizeof(float));
+    be->upload(dx, x, in_n * sizeof(float));
+    be->upload(ddl, dl, out_n * sizeof(float));
+
+    net_forward(nt, dx, N, 1);
+    be->download(logits, net_logits(nt), out_n * sizeof(float));
+    if (aux_logits) {
+        assert_non_null(net_aux_logits(nt));
+        be->download(aux_logits, net_aux_logits(nt), out_n * sizeof(float));
+    }
+    net_backward(nt, ddl, aux_logits ? ddl : NULL);
+
+    float *g = cnt_malloc(nt->n_params * sizeof(float));
+    be->download(g, nt->grads, nt->n_params * sizeof(float));
+    assert_true(all_finite(g, nt->n_params));
+    /* the first conv (farthest from the loss) received a gradient */
+    const param_info *first = &nt->param_info[0];
+    double norm = 0;
+    for (size_t i = 0; i < first->count; i++) norm += (double)g[first->offset + i] * g[first->offset + i];
+    if (!(norm > 0)) fail_msg("%s has a zero gradient", first->name);
+    free(g);
+    be->free(dx);
+    be->free(ddl);
+    free(x);
+    free(dl);
+}
+
+static void test_resnet20_forward_backward(void **state) {
+    (void)state;
+    int out, aux;
+    net *nt = build_ok("resnet20", 1, 28, 28, 10, &opt_default, &out, &aux);
+    assert_int_equal(aux, -1);
+    if (net_finalize(nt, out, aux, 2) != CNT_OK) fail_msg("net_finalize: %s", cnt_err_msg());
+    assert_int_equal(nt->n_params, 269722 - 2 * 16 * 9); /* 1 input channel instead of 3 */
+    assert_node(nt, "layer3.2.relu2", "relu", 64, 7, 7);
+    float logits[2 * 10];
+    forward_backward(nt, 2, logits, NULL);
+    assert_true(all_finite(logits, 20));
+    assert_false(logits[0] == logits[10] && logits[1] == logits[11]); /* two different images */
+    net_free(nt);
+}
+
+static void test_inception_forward_backward(void **state) {
+    (void)state;
+    int out, aux;
+    net *nt = build_ok("inception_v3", 3, 299, 299, 5, &opt_aux, &out, &aux);
+    assert_true(aux >= 0);
+    if (net_finalize(nt, out, aux, 2) != CNT_OK) fail_msg("net_finalize: %s", cnt_err_msg());
+    float logits[2 * 5], aux_logits[2 * 5];
+    forward_backward(nt, 2, logits, aux_logits);
+    assert_true(all_finite(logits, 10));
+    assert_true(all_finite(aux_logits, 10));
+    net_free(nt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_resnet_imagenet_counts),
+        cmocka_unit_test(test_vgg_counts),
+        cmocka_unit_test(test_inception_counts),
+        cmocka_unit_test(test_cifar_resnet_counts),
+        cmocka_unit_test(test_resnet_structure),
+        cmocka_unit_test(test_vgg_structure),
+        cmocka_unit_test(test_inception_structure),
+        cmocka_unit_test(test_init),
+        cmocka_unit_test(test_unknown_model),
+        cmocka_unit_test(test_input_too_small),
+        cmocka_unit_test(test_resnet20_forward_backward),
+        cmocka_unit_test(test_inception_forward_backward),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,3 @@
+/* Build probe: cuDNN links. */
+#include <cudnn.h>
+int main(void) { return cudnnGetVersion() == 0; }

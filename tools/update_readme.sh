@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tools/update_readme.sh - regenerate the README's config reference from the
+# parser's own table (`./trainer --config-reference`), between the markers
+# <!-- config-reference:begin --> and <!-- config-reference:end -->.
+# tests/test_cli.sh fails when the README is out of date. Run after `make`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ref=$(mktemp)
+trap 'rm -f "$ref"' EXIT
+./trainer --config-reference > "$ref"
+python3 - "$ref" README.md <<'PY'
+import sys
+ref = open(sys.argv[1]).read()
+path = sys.argv[2]
+text = open(path).read()
+begin, end = "<!-- config-reference:begin -->", "<!-- config-reference:end -->"
+i, j = text.index(begin) + len(begin), text.index(end)
+open(path, "w").write(text[:i] + "\n" + ref.strip() + "\n" + text[j:])
+PY
+echo "README.md: config reference updated"

@@ -1,0 +1,100 @@
+/*
+ * train/bench.c - timed training steps of a zoo model on random inputs.
+ */
+#include "train/bench.h"
+#include "common/check.h"
+#include "common/rng.h"
+#include "common/timer.h"
+#include "model/net.h"
+#include "model/zoo.h"
+#include "train/optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int bench_parse_shape(const char *s, int *c, int *h, int *w) {
+    char tail;
+    if (sscanf(s, "%dx%dx%d%c", c, h, w, &tail) != 3 || *c < 1 || *h < 1 || *w < 1 || *c > 4096 || *h > 8192 ||
+        *w > 8192)
+        return cnt_err_set("bad input shape '%s' (expected CxHxW, e.g. 3x32x32)", s);
+    return CNT_OK;
+}
+
+int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
+    const backend *be = backend_get(opt->device ? opt->device : "auto");
+    if (!be) return CNT_ERR;
+    be->set_threads(opt->threads);
+    if (opt->batch < 1 || opt->steps < 1) return cnt_err_set("batch and steps must be at least 1");
+    net *nt = net_create(be, opt->c, opt->h, opt->w, opt->classes);
+    zoo_options zo = {.zero_init_residual = 0, .aux_logits = 1, .dropout = -1};
+    int outn = -1, aux = -1;
+    if (zoo_build(nt, opt->model, &zo, &outn, &aux) != CNT_OK || net_finalize(nt, outn, aux, opt->batch) != CNT_OK) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+        net_free(nt);
+        return cnt_err_set("%s", msg);
+    }
+    net_init_params(nt, 1);
+
+    size_t in_n = (size_t)opt->batch * opt->c * opt->h * opt->w;
+    float *xh = cnt_malloc(in_n * sizeof(float));
+    int32_t *lh = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
+    rng r;
+    rng_seed(&r, 1, 2);
+    for (size_t i = 0; i < in_n; i++) xh[i] = rng_normal(&r);
+    for (int i = 0; i < opt->batch; i++) lh[i] = (int32_t)rng_below(&r, (uint32_t)opt->classes);
+    float *x = be->alloc(in_n * sizeof(float));
+    int32_t *labels = be->alloc((size_t)opt->batch * sizeof(int32_t));
+    float *loss = be->alloc(sizeof(float));
+    float *dl = be->alloc((size_t)opt->batch * opt->classes * sizeof(float));
+    float *dl_aux = aux >= 0 ? be->alloc((size_t)opt->batch * opt->classes * sizeof(float)) : NULL;
+    be->upload(x, xh, in_n * sizeof(float));
+    be->upload(labels, lh, (size_t)opt->batch * sizeof(int32_t));
+    config cfg;
+    config_defaults(&cfg);
+    optimizer o;
+    optim_init(&o, nt, &cfg);
+
+    double fwd = 0, bwd = 0, upd = 0;
+    for (int s = 0; s < opt->warmup + opt->steps; s++) {
+        if (s == opt->warmup) fwd = bwd = upd = 0;
+        double t0 = time_now();
+        net_forward(nt, x, opt->batch, 1);
+        be->softmax_xent(opt->batch, opt->classes, net_logits(nt), labels, 0.0f, loss, dl);
+        if (dl_aux) be->softmax_xent(opt->batch, opt->classes, net_aux_logits(nt), labels, 0.0f, loss, dl_aux);
+        be->sync();
+        double t1 = time_now();
+        net_backward(nt, dl, dl_aux);
+        be->sync();
+        double t2 = time_now();
+        optim_step(&o, nt, 0.01f, 1.0f);
+        be->sync();
+        double t3 = time_now();
+        fwd += t1 - t0;
+        bwd += t2 - t1;
+        upd += t3 - t2;
+    }
+    double total = fwd + bwd + upd;
+    bench_result br;
+    br.fwd_ms = 1e3 * fwd / opt->steps;
+    br.bwd_ms = 1e3 * bwd / opt->steps;
+    br.update_ms = 1e3 * upd / opt->steps;
+    br.img_per_sec = (double)opt->batch * opt->steps / total;
+    br.gflops = 3.0 * net_flops_per_image(nt) * br.img_per_sec / 1e9;
+    fprintf(out,
+            "bench %s %dx%dx%d batch %d on %s: %.1f img/s, %.1f GFLOP/s (forward %.1f ms, backward %.1f ms, "
+            "update %.1f ms per step; %d steps)\n",
+            opt->model, opt->c, opt->h, opt->w, opt->batch, be->name, br.img_per_sec, br.gflops, br.fwd_ms,
+            br.bwd_ms, br.update_ms, opt->steps);
+    if (res) *res = br;
+    optim_free(&o);
+    be->free(x);
+    be->free(labels);
+    be->free(loss);
+    be->free(dl);
+    be->free(dl_aux);
+    free(xh);
+    free(lh);
+    net_free(nt);
+    return CNT_OK;
+}

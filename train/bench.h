@@ -1,0 +1,40 @@
+/*
+ * train/bench.h - benchmark mode: training throughput of a zoo model on
+ * random data, without a data set or loader in the way.
+ *
+ *   trainer --bench MODEL CxHxW BATCH [STEPS] [key=value ...]
+ *
+ * Prints forward / backward / update times per step, images/sec and the
+ * GFLOP/s reached (training FLOPs counted as 3x the forward FLOPs: forward,
+ * backward-data and backward-filter each cost about one forward).
+ */
+#ifndef CNT_BENCH_H
+#define CNT_BENCH_H
+
+#include <stdio.h>
+
+typedef struct bench_options {
+    const char *model;
+    int c, h, w;
+    int classes;
+    int batch;
+    int steps;     /* timed steps, after warm-up */
+    int warmup;    /* untimed steps */
+    int threads;   /* 0: all cores */
+    const char *device;
+} bench_options;
+
+typedef struct bench_result {
+    double img_per_sec;
+    double gflops;        /* training GFLOP/s */
+    double fwd_ms, bwd_ms, update_ms; /* per step */
+} bench_result;
+
+/* Runs the benchmark and prints one summary line to out. CNT_ERR with a
+ * message on an unknown model, bad shape or device. */
+int bench_run(const bench_options *opt, bench_result *res, FILE *out);
+
+/* Parses "CxHxW" (e.g. "3x32x32"). CNT_ERR with a message when malformed. */
+int bench_parse_shape(const char *s, int *c, int *h, int *w);
+
+#endif

@@ -1,0 +1,968 @@
+/*
+ * train/config.c - the run configuration: one table of keys (key_table below)
+ * drives defaults, INI parsing, command-line overrides, validation, `--help`,
+ * the README's Markdown reference and the effective-config INI writer.
+ *
+ * Each table entry names its section and key, its type, its default (a string
+ * parsed by the same code as a user's value), its range or choices, a help
+ * line, and where the value lives in struct config (offsetof, type-checked at
+ * compile time by the OFF_* macros).
+ *
+ * The INI file is read through inih's ini_parse_stream() with our own line
+ * reader. The packaged inih (Debian 55) calls the handler without a line
+ * number, reads an indented line as the continuation of the previous value,
+ * accepts text after a "[section]" header and does not report empty sections.
+ * The reader therefore counts lines itself (inih calls the handler for line N
+ * right after reading line N, so the reader's count is the handler's line),
+ * and checks each line before inih sees it: section headers (known name,
+ * closing ']', nothing after it but a ';' comment), indentation (refused, so
+ * no line is silently glued onto the previous value), a key separator, the
+ * length limit of inih's line buffer. The first error stops the parse: the
+ * reader returns NULL, which inih treats as the end of the file.
+ *
+ * Every value written by config_write_ini() fits one inih line: strings are
+ * limited to CONFIG_VALUE_MAX characters and list items to six digits (see the
+ * static assertions), and floats are printed with the fewest digits (at most
+ * 9) that read back to the identical float.
+ */
+#include "train/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/types.h>
+
+#include "common/check.h"
+
+/* Longest string value, so that "key = value" fits inih's line buffer. */
+#define CONFIG_VALUE_MAX 150
+/* Longest key name (checked against the table by config_defaults). */
+#define CONFIG_NAME_MAX 32
+/* Largest milestone: six digits, so a full list fits one line. */
+#define CONFIG_MILESTONE_MAX 100000
+/* Room for range_text(): two "%.10g" numbers and punctuation. */
+#define RANGE_TEXT_MAX 80
+
+_Static_assert(CONFIG_VALUE_MAX < CONFIG_STR, "string values must fit struct config");
+_Static_assert(CONFIG_NAME_MAX + 3 + CONFIG_VALUE_MAX + 3 <= INI_MAX_LINE,
+               "the longest string key line must fit inih's line buffer");
+_Static_assert(CONFIG_NAME_MAX + 3 + CONFIG_MAX_MILESTONES * 8 + 3 <= INI_MAX_LINE,
+               "a full milestone list must fit inih's line buffer");
+
+typedef enum key_type {
+    KEY_INT,
+    KEY_LONG,
+    KEY_UINT64,
+    KEY_FLOAT,
+    KEY_BOOL,
+    KEY_STRING,
+    KEY_ENUM,
+    KEY_INT_LIST,
+} key_type;
+
+enum {
+    RANGE_MIN = 1u << 0,      /* value >= min (or > min with RANGE_MIN_EXCL) */
+    RANGE_MAX = 1u << 1,      /* value <= max */
+    RANGE_MIN_EXCL = 1u << 2, /* the lower bound is exclusive */
+};
+
+typedef struct key_def {
+    const char *section;
+    const char *name;
+    key_type type;
+    const char *def;            /* default, parsed like a user's value */
+    unsigned range;             /* RANGE_* flags; numbers and list items */
+    double min, max;
+    const char *const *choices; /* KEY_ENUM: NULL-terminated */
+    const char *help;
+    size_t off;                 /* the field in struct config */
+    size_t count_off;           /* KEY_INT_LIST: the int holding the count */
+    int max_count;              /* KEY_INT_LIST: capacity of the array */
+} key_def;
+
+/* offsetof() that fails to compile when the field has another type. */
+#define OFF_INT(f) _Generic(((config *)0)->f, int: offsetof(config, f))
+#define OFF_LONG(f) _Generic(((config *)0)->f, long: offsetof(config, f))
+#define OFF_U64(f) _Generic(((config *)0)->f, uint64_t: offsetof(config, f))
+#define OFF_FLOAT(f) _Generic(((config *)0)->f, float: offsetof(config, f))
+#define OFF_STR(f) _Generic(((config *)0)->f, char *: offsetof(config, f))
+#define OFF_LIST(f) _Generic(((config *)0)->f, int *: offsetof(config, f))
+
+#define BETWEEN(lo, hi) .range = RANGE_MIN | RANGE_MAX, .min = (lo), .max = (hi)
+#define ABOVE(lo, hi) .range = RANGE_MIN | RANGE_MIN_EXCL | RANGE_MAX, .min = (lo), .max = (hi)
+#define AT_LEAST(lo) .range = RANGE_MIN, .min = (lo)
+
+#define K_INT(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_INT, .def = dflt, .off = OFF_INT(field), __VA_ARGS__}
+#define K_LONG(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_LONG, .def = dflt, .off = OFF_LONG(field), __VA_ARGS__}
+#define K_U64(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_UINT64, .def = dflt, .off = OFF_U64(field), __VA_ARGS__}
+#define K_FLOAT(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_FLOAT, .def = dflt, .off = OFF_FLOAT(field), __VA_ARGS__}
+#define K_BOOL(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_BOOL, .def = dflt, .off = OFF_INT(field), __VA_ARGS__}
+#define K_STRING(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_STRING, .def = dflt, .off = OFF_STR(field), __VA_ARGS__}
+#define K_ENUM(sec, key, field, dflt, ...) \
+    {.section = sec, .name = key, .type = KEY_ENUM, .def = dflt, .off = OFF_STR(field), __VA_ARGS__}
+#define K_INT_LIST(sec, key, field, count, dflt, ...)                                              \
+    {.section = sec, .name = key, .type = KEY_INT_LIST, .def = dflt, .off = OFF_LIST(field),    \
+     .count_off = OFF_INT(count),                                                               \
+     .max_count = (int)(sizeof(((config *)0)->field) / sizeof(((config *)0)->field[0])), __VA_ARGS__}
+
+static const char *const data_kinds[] = {"idx", NULL};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const schedules[] = {"constant", "step", "cosine", NULL};
+
+/* The keys, grouped by section, in the order of --help, the README and the
+ * written INI file. */
+static const key_def key_table[] = {
+    K_STRING("model", "name", model_name, "resnet20",
+           .help = "network architecture: a name from the model zoo"),
+    K_BOOL("model", "zero_init_residual", zero_init_residual, "false",
+         .help = "start the last batch-norm scale of each residual block at 0"),
+    K_BOOL("model", "aux_logits", aux_logits, "true",
+         .help = "train the auxiliary classifier (inception_v3; other models ignore it)"),
+    K_FLOAT("model", "dropout", dropout, "-1", BETWEEN(-1, 0.99),
+          .help = "dropout probability before the classifier; negative keeps the model's default"),
+
+    K_ENUM("data", "kind", data_kind, "idx", .choices = data_kinds,
+         .help = "data set format: idx (MNIST-style ubyte files)"),
+    K_STRING("data", "root", data_root, "/usr/share/datasets/fashion-mnist",
+           .help = "directory holding the data set files"),
+    K_INT("data", "train_limit", train_limit, "0", AT_LEAST(0),
+        .help = "use only the first N training samples; 0 uses all"),
+    K_INT("data", "test_limit", test_limit, "0", AT_LEAST(0),
+        .help = "use only the first N test samples; 0 uses all"),
+    K_BOOL("data", "augment", augment, "true",
+         .help = "random pad-crop and horizontal flip of training images"),
+    K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
+        .help = "padding in pixels on each side before the random crop"),
+    K_INT("data", "workers", workers, "2", BETWEEN(1, 64),
+        .help = "loader threads decoding and augmenting batches"),
+    K_INT("data", "prefetch", prefetch, "4", BETWEEN(1, 256),
+        .help = "batches prepared ahead of the training step"),
+
+    K_ENUM("train", "device", device, "auto", .choices = devices,
+         .help = "compute device; auto picks cuda when a GPU is usable, else cpu"),
+    K_INT("train", "epochs", epochs, "15", BETWEEN(1, 100000),
+        .help = "passes over the training set"),
+    K_LONG("train", "max_steps", max_steps, "0", AT_LEAST(0),
+         .help = "stop after this many optimizer steps; 0 means no limit"),
+    K_INT("train", "batch_size", batch_size, "128", BETWEEN(1, 65536),
+        .help = "training samples per step on each rank"),
+    K_INT("train", "eval_batch_size", eval_batch_size, "0", BETWEEN(0, 65536),
+        .help = "samples per evaluation batch; 0 uses batch_size"),
+    K_U64("train", "seed", seed, "42",
+        .help = "seed for initialisation, shuffling, augmentation and dropout"),
+    K_INT("train", "log_every", log_every, "50", AT_LEAST(1),
+        .help = "optimizer steps between progress lines"),
+    K_STRING("train", "out_dir", out_dir, "runs/default",
+           .help = "directory for metrics.jsonl, checkpoints and the effective config"),
+    K_INT("train", "threads", threads, "0", BETWEEN(0, 1024),
+        .help = "CPU compute threads; 0 uses all cores"),
+    K_FLOAT("train", "label_smoothing", label_smoothing, "0", BETWEEN(0, 0.99),
+          .help = "probability mass spread uniformly over all classes in the loss target"),
+    K_FLOAT("train", "aux_weight", aux_weight, "0.4", BETWEEN(0, 10),
+          .help = "weight of the auxiliary classifier's loss (inception_v3)"),
+
+    K_FLOAT("optim", "lr", lr, "0.1", ABOVE(0, 100),
+          .help = "base learning rate of each worker"),
+    K_FLOAT("optim", "momentum", momentum, "0.9", BETWEEN(0, 0.999),
+          .help = "SGD momentum; 0 disables it"),
+    K_BOOL("optim", "nesterov", nesterov, "false",
+         .help = "use Nesterov momentum (needs momentum > 0)"),
+    K_FLOAT("optim", "weight_decay", weight_decay, "5e-4", BETWEEN(0, 1),
+          .help = "L2 weight decay added to the gradient"),
+    K_BOOL("optim", "wd_on_bn_bias", wd_on_bn_bias, "true",
+         .help = "apply weight decay to batch-norm and bias parameters too"),
+    K_ENUM("optim", "schedule", schedule, "cosine", .choices = schedules,
+         .help = "learning-rate schedule after warm-up"),
+    K_INT_LIST("optim", "milestones", milestones, n_milestones, "", BETWEEN(1, CONFIG_MILESTONE_MAX),
+             .help = "epochs at which the step schedule multiplies the rate by gamma, e.g. 30,60,90"),
+    K_FLOAT("optim", "gamma", gamma, "0.1", ABOVE(0, 1),
+          .help = "factor applied at each milestone (step schedule)"),
+    K_FLOAT("optim", "warmup_epochs", warmup_epochs, "0", BETWEEN(0, 1000),
+          .help = "linear warm-up from 0 to lr over this many epochs (may be fractional); 0: none"),
+    K_FLOAT("optim", "min_lr", min_lr, "0", AT_LEAST(0),
+          .help = "final learning rate of the cosine schedule"),
+};
+
+#define N_KEYS ((int)(sizeof key_table / sizeof key_table[0]))
+
+/* ------------------------------------------------------------------ helpers */
+
+static void *field_ptr(const key_def *k, config *cfg) { return (char *)cfg + k->off; }
+static const void *field_cptr(const key_def *k, const config *cfg) { return (const char *)cfg + k->off; }
+
+/* Appends printf-style text to buf (size n), truncating silently. */
+static void append(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t n, const char *fmt, ...) {
+    size_t used = strlen(buf);
+    if (used + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, n - used, fmt, ap);
+    va_end(ap);
+}
+
+/* The shortest "%.Ng" (N = 6..9) that reads back to exactly v. */
+static void format_float(float v, char *buf, size_t n) {
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) return;
+    }
+}
+
+static const char *type_name(key_type t) {
+    switch (t) {
+    case KEY_INT:
+    case KEY_LONG: return "int";
+    case KEY_UINT64: return "uint64";
+    case KEY_FLOAT: return "float";
+    case KEY_BOOL: return "bool";
+    case KEY_STRING: return "string";
+    case KEY_ENUM: return "enum";
+    case KEY_INT_LIST: return "int list";
+    }
+    return "?";
+}
+
+/* "[0, 64]", "(0, 100]", ">= 1", "> 0", or "" when the key has no range. */
+static void range_text(const key_def *k, char *buf, size_t n) {
+    char lo[32], hi[32];
+    snprintf(lo, sizeof lo, "%.10g", k->min);
+    snprintf(hi, sizeof hi, "%.10g", k->max);
+    int excl = (k->range & RANGE_MIN_EXCL) != 0;
+    if ((k->range & RANGE_MIN) && (k->range & RANGE_MAX))
+        snprintf(buf, n, "%c%s, %s]", excl ? '(' : '[', lo, hi);
+    else if (k->range & RANGE_MIN)
+        snprintf(buf, n, "%s %s", excl ? ">" : ">=", lo);
+    else if (k->range & RANGE_MAX)
+        snprintf(buf, n, "<= %s", hi);
+    else
+        buf[0] = '\0';
+}
+
+static int in_range_double(const key_def *k, double v) {
+    if (k->range & RANGE_MIN) {
+        if ((k->range & RANGE_MIN_EXCL) ? !(v > k->min) : !(v >= k->min)) return 0;
+    }
+    if ((k->range & RANGE_MAX) && !(v <= k->max)) return 0;
+    return 1;
+}
+
+/* Float keys compare in float precision, so a bound written in the table
+ * (0.999) admits the float a user's "0.999" becomes, and so does its
+ * round-tripped printout. */
+static int in_range_float(const key_def *k, float v) {
+    if (k->range & RANGE_MIN) {
+        float lo = (float)k->min;
+        if ((k->range & RANGE_MIN_EXCL) ? !(v > lo) : !(v >= lo)) return 0;
+    }
+    if ((k->range & RANGE_MAX) && !(v <= (float)k->max)) return 0;
+    return 1;
+}
+
+/* The "allowed" column of --help and the README. */
+static void allowed_text(const key_def *k, int markdown, char *buf, size_t n) {
+    char range[RANGE_TEXT_MAX];
+    range_text(k, range, sizeof range);
+    buf[0] = '\0';
+    switch (k->type) {
+    case KEY_INT:
+    case KEY_LONG:
+    case KEY_FLOAT: snprintf(buf, n, "%s", range[0] ? range : "any"); break;
+    case KEY_UINT64: snprintf(buf, n, "[0, 2^64-1]"); break;
+    case KEY_BOOL: snprintf(buf, n, "true, false"); break;
+    case KEY_STRING: snprintf(buf, n, "text, at most %d characters", CONFIG_VALUE_MAX); break;
+    case KEY_ENUM:
+        for (int i = 0; k->choices[i]; i++)
+            append(buf, n, markdown ? "%s`%s`" : "%s%s", i ? ", " : "", k->choices[i]);
+        break;
+    case KEY_INT_LIST: snprintf(buf, n, "up to %d ascending ints in %s", k->max_count, range); break;
+    }
+}
+
+/* ------------------------------------------------------------ key lookup */
+
+static int section_known(const char *s, size_t len) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strlen(key_table[i].section) == len && strncmp(key_table[i].section, s, len) == 0) return 1;
+    return 0;
+}
+
+/* "model data train optim": the sections in table order. */
+static void section_list(char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int i = 0; i < N_KEYS; i++)
+        if (i == 0 || strcmp(key_table[i].section, key_table[i - 1].section) != 0)
+            append(buf, n, "%s%s", i ? " " : "", key_table[i].section);
+}
+
+static const key_def *key_find(const char *section, const char *name) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(key_table[i].section, section) == 0 && strcmp(key_table[i].name, name) == 0)
+            return &key_table[i];
+    return NULL;
+}
+
+/* Levenshtein distance, or a large number for names longer than keys get. */
+static int edit_distance(const char *a, const char *b) {
+    enum { MAXLEN = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= MAXLEN || lb >= MAXLEN) return INT_MAX;
+    int prev[MAXLEN + 1], cur[MAXLEN + 1];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(int) * (lb + 1));
+    }
+    return prev[lb];
+}
+
+/* The key closest to name (any section; ties go to `section`, then to table
+ * order), when it is within edit distance 2 and not a mere replacement of a
+ * very short name. NULL when nothing is close. */
+static const key_def *key_suggest(const char *section, const char *name) {
+    const key_def *best = NULL;
+    int best_d = INT_MAX, best_other = 1;
+    for (int i = 0; i < N_KEYS; i++) {
+        int d = edit_distance(name, key_table[i].name);
+        int other = strcmp(key_table[i].section, section) != 0;
+        if (d < best_d || (d == best_d && other < best_other)) {
+            best = &key_table[i];
+            best_d = d;
+            best_other = other;
+        }
+    }
+    if (best && best_d <= 2 && (size_t)best_d < strlen(name)) return best;
+    return NULL;
+}
+
+/* The message for a (section, name) pair key_find() did not find. */
+static void describe_unknown(const char *section, const char *name, char *buf, size_t n) {
+    if (!section_known(section, strlen(section))) {
+        char sections[128];
+        section_list(sections, sizeof sections);
+        snprintf(buf, n, "unknown section [%s] (sections: %s)", section, sections);
+        return;
+    }
+    snprintf(buf, n, "unknown key '%s' in [%s]", name, section);
+    const key_def *s = key_suggest(section, name);
+    if (s) {
+        append(buf, n, " (did you mean %s.%s?)", s->section, s->name);
+        return;
+    }
+    append(buf, n, " (keys in [%s]:", section);
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(key_table[i].section, section) == 0) append(buf, n, " %s", key_table[i].name);
+    append(buf, n, ")");
+}
+
+/* ------------------------------------------------------ values: printing */
+
+static void value_text(const key_def *k, const config *cfg, char *buf, size_t n) {
+    const void *p = field_cptr(k, cfg);
+    switch (k->type) {
+    case KEY_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case KEY_LONG: snprintf(buf, n, "%ld", *(const long *)p); break;
+    case KEY_UINT64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
+    case KEY_FLOAT: format_float(*(const float *)p, buf, n); break;
+    case KEY_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
+    case KEY_STRING:
+    case KEY_ENUM: snprintf(buf, n, "%s", (const char *)p); break;
+    case KEY_INT_LIST: {
+        const int *items = p;
+        int count = *(const int *)((const char *)cfg + k->count_off);
+        buf[0] = '\0';
+        for (int i = 0; i < count && i < k->max_count; i++) append(buf, n, "%s%d", i ? ", " : "", items[i]);
+        break;
+    }
+    }
+}
+
+/* -------------------------------------------------- values: validation */
+
+/* A string value that reads back from an INI file unchanged: non-empty, at
+ * most CONFIG_VALUE_MAX characters, no control characters, no leading or
+ * trailing blanks, no " ;" (inih starts an inline comment there). */
+static int check_text(const char *s, char *why, size_t n) {
+    size_t len = strlen(s);
+    if (len == 0) {
+        snprintf(why, n, "empty value");
+        return CNT_ERR;
+    }
+    if (len > CONFIG_VALUE_MAX) {
+        snprintf(why, n, "value is longer than %d characters", CONFIG_VALUE_MAX);
+        return CNT_ERR;
+    }
+    if (isspace((unsigned char)s[0]) || isspace((unsigned char)s[len - 1])) {
+        snprintf(why, n, "'%s' starts or ends with whitespace", s);
+        return CNT_ERR;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (iscntrl((unsigned char)s[i])) {
+            snprintf(why, n, "value contains a control character (byte %zu)", i);
+            return CNT_ERR;
+        }
+        if (s[i] == ';' && i > 0 && isspace((unsigned char)s[i - 1])) {
+            snprintf(why, n, "'%s' contains ' ;', which starts a comment in an INI file", s);
+            return CNT_ERR;
+        }
+    }
+    return CNT_OK;
+}
+
+static int out_of_range(const key_def *k, const char *value, char *why, size_t n) {
+    char range[RANGE_TEXT_MAX];
+    range_text(k, range, sizeof range);
+    snprintf(why, n, "%s is out of range; allowed: %s", value, range);
+    return CNT_ERR;
+}
+
+/* Checks the value stored in cfg against the key's range, choices or string
+ * rules. Used after parsing and by config_validate. */
+static int key_check(const key_def *k, const config *cfg, char *why, size_t n) {
+    const void *p = field_cptr(k, cfg);
+    char text[64];
+    switch (k->type) {
+    case KEY_INT:
+        if (in_range_double(k, *(const int *)p)) return CNT_OK;
+        value_text(k, cfg, text, sizeof text);
+        return out_of_range(k, text, why, n);
+    case KEY_LONG:
+        if (in_range_double(k, (double)*(const long *)p)) return CNT_OK;
+        value_text(k, cfg, text, sizeof text);
+        return out_of_range(k, text, why, n);
+    case KEY_UINT64: return CNT_OK;
+    case KEY_FLOAT: {
+        float v = *(const float *)p;
+        value_text(k, cfg, text, sizeof text);
+        if (!isfinite(v)) {
+            snprintf(why, n, "%s is not a finite number", text);
+            return CNT_ERR;
+        }
+        return in_range_float(k, v) ? CNT_OK : out_of_range(k, text, why, n);
+    }
+    case KEY_BOOL:
+        if (*(const int *)p == 0 || *(const int *)p == 1) return CNT_OK;
+        snprintf(why, n, "%d is not a bool (0 or 1)", *(const int *)p);
+        return CNT_ERR;
+    case KEY_STRING:
+    case KEY_ENUM: {
+        const char *s = p;
+        if (!memchr(s, '\0', CONFIG_STR)) {
+            snprintf(why, n, "value is not NUL-terminated");
+            return CNT_ERR;
+        }
+        if (check_text(s, why, n) != CNT_OK) return CNT_ERR;
+        if (k->type == KEY_STRING) return CNT_OK;
+        for (int i = 0; k->choices[i]; i++)
+            if (strcmp(s, k->choices[i]) == 0) return CNT_OK;
+        snprintf(why, n, "'%s' is not one of: ", s);
+        for (int i = 0; k->choices[i]; i++) append(why, n, "%s%s", i ? ", " : "", k->choices[i]);
+        return CNT_ERR;
+    }
+    case KEY_INT_LIST: {
+        const int *items = p;
+        int count = *(const int *)((const char *)cfg + k->count_off);
+        if (count < 0 || count > k->max_count) {
+            snprintf(why, n, "%d items; allowed: 0 to %d", count, k->max_count);
+            return CNT_ERR;
+        }
+        for (int i = 0; i < count; i++) {
+            if (in_range_double(k, items[i])) continue;
+            snprintf(text, sizeof text, "item %d", items[i]);
+            return out_of_range(k, text, why, n);
+        }
+        return CNT_OK;
+    }
+    }
+    snprintf(why, n, "unknown key type");
+    return CNT_ERR;
+}
+
+/* ----------------------------------------------------- values: parsing */
+
+/* A base-10 integer with nothing after it. */
+static int parse_ll(const char *s, long long *out, const char *what, char *why, size_t n) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || isspace((unsigned char)s[0])) {
+        snprintf(why, n, "'%s' is not %s", s, what);
+        return CNT_ERR;
+    }
+    if (*end) {
+        snprintf(why, n, "'%s' is not %s (unexpected '%s' after '%.*s')", s, what, end, (int)(end - s), s);
+        return CNT_ERR;
+    }
+    if (errno == ERANGE) {
+        snprintf(why, n, "'%s' is too large for a 64-bit integer", s);
+        return CNT_ERR;
+    }
+    *out = v;
+    return CNT_OK;
+}
+
+static int parse_int(const char *s, int *out, char *why, size_t n) {
+    long long v;
+    if (parse_ll(s, &v, "an integer", why, n) != CNT_OK) return CNT_ERR;
+    if (v < INT_MIN || v > INT_MAX) {
+        snprintf(why, n, "'%s' is out of the range of an int", s);
+        return CNT_ERR;
+    }
+    *out = (int)v;
+    return CNT_OK;
+}
+
+static int parse_long(const char *s, long *out, char *why, size_t n) {
+    long long v;
+    if (parse_ll(s, &v, "an integer", why, n) != CNT_OK) return CNT_ERR;
+#if LLONG_MAX > LONG_MAX
+    if (v < LONG_MIN || v > LONG_MAX) {
+        snprintf(why, n, "'%s' is out of the range of a long", s);
+        return CNT_ERR;
+    }
+#endif
+    *out = (long)v;
+    return CNT_OK;
+}
+
+static int parse_u64(const char *s, uint64_t *out, char *why, size_t n) {
+    char *end;
+    if (!isdigit((unsigned char)s[0])) {
+        snprintf(why, n, "'%s' is not an unsigned integer", s);
+        return CNT_ERR;
+    }
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end) {
+        snprintf(why, n, "'%s' is not an unsigned integer (unexpected '%s' after '%.*s')", s, end,
+                 (int)(end - s), s);
+        return CNT_ERR;
+    }
+    if (errno == ERANGE) {
+        snprintf(why, n, "'%s' is too large for a 64-bit unsigned integer", s);
+        return CNT_ERR;
+    }
+    *out = (uint64_t)v;
+    return CNT_OK;
+}
+
+static int parse_float(const char *s, float *out, char *why, size_t n) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (end == s || isspace((unsigned char)s[0])) {
+        snprintf(why, n, "'%s' is not a number", s);
+        return CNT_ERR;
+    }
+    if (*end) {
+        snprintf(why, n, "'%s' is not a number (unexpected '%s' after '%.*s')", s, end, (int)(end - s), s);
+        return CNT_ERR;
+    }
+    if (errno == ERANGE) {
+        snprintf(why, n, "'%s' is outside the range of a float", s);
+        return CNT_ERR;
+    }
+    if (!isfinite(v)) {
+        snprintf(why, n, "'%s' is not a finite number", s);
+        return CNT_ERR;
+    }
+    *out = v;
+    return CNT_OK;
+}
+
+static int parse_bool(const char *s, int *out, char *why, size_t n) {
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return CNT_OK;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return CNT_OK;
+        }
+    }
+    snprintf(why, n, "'%s' is not a bool (use true/false, yes/no, on/off or 1/0)", s);
+    return CNT_ERR;
+}
+
+/* Items separated by commas, whitespace, or both: "30,60,90", "30 60 90",
+ * "30, 60, 90". Empty text is the empty list; an empty item is an error. */
+static int parse_int_list(const char *s, int *items, int *count, int max_count, char *why, size_t n) {
+    int k = 0, after_comma = 0;
+    const char *p = s;
+    for (;;) {
+        while (isspace((unsigned char)*p)) p++;
+        if (*p == '\0') {
+            if (after_comma) {
+                snprintf(why, n, "'%s' ends with ','", s);
+                return CNT_ERR;
+            }
+            break;
+        }
+        if (*p == ',') {
+            snprintf(why, n, "'%s' has an empty item", s);
+            return CNT_ERR;
+        }
+        size_t len = strcspn(p, ", \t\r\n\v\f");
+        char item[32];
+        if (len >= sizeof item) {
+            snprintf(why, n, "item '%.*s' is too long", (int)len, p);
+            return CNT_ERR;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (k == max_count) {
+            snprintf(why, n, "'%s' has more than %d items", s, max_count);
+            return CNT_ERR;
+        }
+        if (parse_int(item, &items[k], why, n) != CNT_OK) return CNT_ERR;
+        k++;
+        p += len;
+        while (isspace((unsigned char)*p)) p++;
+        after_comma = *p == ',';
+        if (after_comma) p++;
+    }
+    *count = k;
+    return CNT_OK;
+}
+
+/* Parses text as the value of key k and stores it into cfg (which the caller
+ * discards on failure), then checks range and choices. On failure why holds a
+ * description without the key's name. */
+static int key_parse(const key_def *k, const char *text, config *cfg, char *why, size_t n) {
+    void *p = field_ptr(k, cfg);
+    if (text[0] == '\0' && k->type != KEY_INT_LIST) {
+        snprintf(why, n, "empty value");
+        return CNT_ERR;
+    }
+    int rc = CNT_OK;
+    switch (k->type) {
+    case KEY_INT: rc = parse_int(text, p, why, n); break;
+    case KEY_LONG: rc = parse_long(text, p, why, n); break;
+    case KEY_UINT64: rc = parse_u64(text, p, why, n); break;
+    case KEY_FLOAT: rc = parse_float(text, p, why, n); break;
+    case KEY_BOOL: rc = parse_bool(text, p, why, n); break;
+    case KEY_STRING:
+    case KEY_ENUM:
+        rc = check_text(text, why, n);
+        if (rc == CNT_OK) {
+            memset(p, 0, CONFIG_STR);
+            memcpy(p, text, strlen(text));
+        }
+        break;
+    case KEY_INT_LIST:
+        rc = parse_int_list(text, p, (int *)((char *)cfg + k->count_off), k->max_count, why, n);
+        break;
+    }
+    if (rc != CNT_OK) return CNT_ERR;
+    return key_check(k, cfg, why, n);
+}
+
+/* ----------------------------------------------------------------- public */
+
+void config_defaults(config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &key_table[i];
+        char why[256];
+        CNT_ASSERT(strlen(k->name) <= CONFIG_NAME_MAX);
+        CNT_ASSERT(k->type != KEY_ENUM || k->choices);
+        if (key_parse(k, k->def, cfg, why, sizeof why) != CNT_OK)
+            cnt_fatal("config table: default of %s.%s: %s", k->section, k->name, why);
+    }
+}
+
+/* State of one config_load(): shared by the line reader and the key handler. */
+typedef struct load_ctx {
+    const char *path;
+    FILE *f;
+    config work;           /* the result, copied out only on success */
+    char *line;            /* getline() buffer */
+    size_t line_cap;
+    int lineno;            /* the line inih is processing */
+    int failed;            /* an error message has been stored */
+    int first_line[N_KEYS]; /* where each key was set, 0: not yet */
+} load_ctx;
+
+/* Stores "path:line: message" and marks the load failed. Returns CNT_ERR. */
+static int load_fail(load_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int load_fail(load_ctx *ctx, const char *fmt, ...) {
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->failed = 1;
+    return cnt_err_set("%s:%d: %s", ctx->path, ctx->lineno, msg);
+}
+
+/* The checks inih does not do (see the top of the file). s has no newline. */
+static int check_line(load_ctx *ctx, const char *s) {
+    const char *t = s;
+    while (isspace((unsigned char)*t)) t++;
+    if (*t == '\0' || *t == ';' || *t == '#') return CNT_OK;
+    if (t > s)
+        return load_fail(ctx, "line starts with whitespace; INI would read it as the continuation of the "
+                              "previous value, which is not supported: remove the indentation");
+    if (*t == '[') {
+        const char *end = strchr(t, ']');
+        if (!end) return load_fail(ctx, "section header '%s' has no closing ']'", t);
+        const char *after = end + 1;
+        while (isspace((unsigned char)*after)) after++;
+        if (*after && *after != ';')
+            return load_fail(ctx, "unexpected text '%s' after section header", after);
+        size_t len = (size_t)(end - t - 1);
+        if (!section_known(t + 1, len)) {
+            char sections[128];
+            section_list(sections, sizeof sections);
+            return load_fail(ctx, "unknown section [%.*s] (sections: %s)", (int)len, t + 1, sections);
+        }
+        return CNT_OK;
+    }
+    const char *p = t;
+    while (*p && *p != '=' && *p != ':' && !(*p == ';' && isspace((unsigned char)p[-1]))) p++;
+    if (*p != '=' && *p != ':') return load_fail(ctx, "expected 'key = value' or '[section]', got '%s'", t);
+    if (p == t) return load_fail(ctx, "missing key name before '%c'", *p);
+    return CNT_OK;
+}
+
+/* inih's fgets-style reader: one whole line per call, so the count of lines
+ * read is the line number of the handler call that follows. */
+static char *ini_read_line(char *str, int num, void *stream) {
+    load_ctx *ctx = stream;
+    if (ctx->failed) return NULL;
+    errno = 0;
+    ssize_t got = getline(&ctx->line, &ctx->line_cap, ctx->f);
+    if (got < 0) {
+        if (ferror(ctx->f)) {
+            ctx->failed = 1;
+            cnt_err_set("cannot read config '%s': %s", ctx->path, strerror(errno ? errno : EIO));
+        }
+        return NULL;
+    }
+    ctx->lineno++;
+    char *s = ctx->line;
+    size_t len = (size_t)got;
+    if (memchr(s, '\0', len)) {
+        load_fail(ctx, "line contains a NUL byte");
+        return NULL;
+    }
+    while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r')) s[--len] = '\0';
+    if (ctx->lineno == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+        s += 3;
+        len -= 3;
+    }
+    if (num < 1 || len >= (size_t)num) {
+        load_fail(ctx, "line is longer than %d characters", num - 1);
+        return NULL;
+    }
+    if (check_line(ctx, s) != CNT_OK) return NULL;
+    memcpy(str, s, len + 1);
+    return str;
+}
+
+static int ini_on_key(void *user, const char *section, const char *name, const char *value) {
+    load_ctx *ctx = user;
+    if (ctx->failed) return 0;
+    if (section[0] == '\0') {
+        const key_def *s = key_suggest("", name);
+        if (s)
+            load_fail(ctx, "key '%s' is outside any section (did you mean %s.%s under [%s]?)", name, s->section,
+                      s->name, s->section);
+        else
+            load_fail(ctx, "key '%s' is outside any section", name);
+        return 0;
+    }
+    const key_def *k = key_find(section, name);
+    if (!k) {
+        char msg[1024];
+        describe_unknown(section, name, msg, sizeof msg);
+        load_fail(ctx, "%s", msg);
+        return 0;
+    }
+    int idx = (int)(k - key_table);
+    if (ctx->first_line[idx]) {
+        load_fail(ctx, "duplicate key %s.%s (first set on line %d)", k->section, k->name, ctx->first_line[idx]);
+        return 0;
+    }
+    ctx->first_line[idx] = ctx->lineno;
+    char why[512];
+    if (key_parse(k, value, &ctx->work, why, sizeof why) != CNT_OK) {
+        load_fail(ctx, "%s.%s: %s", k->section, k->name, why);
+        return 0;
+    }
+    return 1;
+}
+
+int config_load(config *cfg, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return cnt_err_set("cannot open config '%s': %s", path, strerror(errno));
+    load_ctx *ctx = cnt_calloc(1, sizeof *ctx);
+    ctx->path = path;
+    ctx->f = f;
+    ctx->work = *cfg;
+    int ret = ini_parse_stream(ini_read_line, ctx, ini_on_key, ctx);
+    int rc = CNT_OK;
+    if (ctx->failed) {
+        /* An earlier line inih rejected on its own wins over our later error. */
+        if (ret > 0 && ret < ctx->lineno) rc = cnt_err_set("%s:%d: syntax error", path, ret);
+        else rc = CNT_ERR;
+    } else if (ret > 0) {
+        rc = cnt_err_set("%s:%d: syntax error", path, ret);
+    } else if (ret != 0) {
+        rc = cnt_err_set("cannot parse config '%s': inih error %d", path, ret);
+    }
+    if (rc == CNT_OK) *cfg = ctx->work;
+    free(ctx->line);
+    free(ctx);
+    fclose(f);
+    return rc;
+}
+
+int config_override(config *cfg, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) return cnt_err_set("command line override '%s': expected section.key=value (no '=')", arg);
+    const char *a = arg, *b = eq;
+    while (a < b && isspace((unsigned char)*a)) a++;
+    while (b > a && isspace((unsigned char)b[-1])) b--;
+    char key[128];
+    if ((size_t)(b - a) >= sizeof key) return cnt_err_set("command line override '%s': key is too long", arg);
+    memcpy(key, a, (size_t)(b - a));
+    key[b - a] = '\0';
+    char *dot = strchr(key, '.');
+    if (!dot) {
+        const key_def *s = key_suggest("", key);
+        if (s)
+            return cnt_err_set("command line override '%s': expected section.key=value (no '.'; did you mean %s.%s?)",
+                               arg, s->section, s->name);
+        return cnt_err_set("command line override '%s': expected section.key=value (no '.')", arg);
+    }
+    *dot = '\0';
+    const char *section = key, *name = dot + 1;
+    const key_def *k = key_find(section, name);
+    if (!k) {
+        char msg[1024];
+        describe_unknown(section, name, msg, sizeof msg);
+        return cnt_err_set("command line override '%s': %s", arg, msg);
+    }
+    const char *v = eq + 1, *ve = eq + strlen(eq);
+    while (*v && isspace((unsigned char)*v)) v++;
+    while (ve > v && isspace((unsigned char)ve[-1])) ve--;
+    char *value = cnt_malloc((size_t)(ve - v) + 1);
+    memcpy(value, v, (size_t)(ve - v));
+    value[ve - v] = '\0';
+    config work = *cfg;
+    char why[512];
+    int rc = key_parse(k, value, &work, why, sizeof why);
+    free(value);
+    if (rc != CNT_OK) return cnt_err_set("command line override '%s': %s.%s: %s", arg, k->section, k->name, why);
+    *cfg = work;
+    return CNT_OK;
+}
+
+int config_validate(const config *cfg) {
+    char why[512];
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &key_table[i];
+        if (key_check(k, cfg, why, sizeof why) != CNT_OK)
+            return cnt_err_set("invalid configuration: %s.%s: %s", k->section, k->name, why);
+    }
+    for (int i = 1; i < cfg->n_milestones; i++)
+        if (cfg->milestones[i] <= cfg->milestones[i - 1])
+            return cnt_err_set("invalid configuration: optim.milestones must be strictly ascending (%d follows %d)",
+                               cfg->milestones[i], cfg->milestones[i - 1]);
+    if (strcmp(cfg->schedule, "step") == 0 && cfg->n_milestones == 0)
+        return cnt_err_set("invalid configuration: optim.schedule = step needs optim.milestones (e.g. 30,60,90)");
+    if (cfg->nesterov && cfg->momentum == 0.0f)
+        return cnt_err_set("invalid configuration: optim.nesterov = true needs optim.momentum > 0");
+    if (strcmp(cfg->schedule, "cosine") == 0 && cfg->min_lr > cfg->lr)
+        return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the cosine schedule "
+                           "would raise the rate",
+                           (double)cfg->min_lr, (double)cfg->lr);
+    return CNT_OK;
+}
+
+/* The default as shown to people: the table's text, "(none)" when empty. */
+static const char *default_text(const key_def *k) { return k->def[0] ? k->def : "(none)"; }
+
+void config_print_help(FILE *out) {
+    fprintf(out, "Configuration keys: set them in an INI file under [section] headers, or override\n"
+                 "one on the command line as section.key=value (e.g. optim.lr=0.05). Booleans take\n"
+                 "true/false, yes/no, on/off or 1/0; lists are separated by commas or spaces.\n");
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &key_table[i];
+        if (i == 0 || strcmp(k->section, key_table[i - 1].section) != 0) fprintf(out, "\n[%s]\n", k->section);
+        char full[80], allowed[256];
+        snprintf(full, sizeof full, "%s.%s", k->section, k->name);
+        allowed_text(k, 0, allowed, sizeof allowed);
+        fprintf(out, "  %-26s %s, default %s; allowed: %s\n", full, type_name(k->type), default_text(k), allowed);
+        fprintf(out, "  %-26s %s\n", "", k->help);
+    }
+}
+
+/* A Markdown table cell: '|' escaped. */
+static void md_cell(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void config_print_reference_md(FILE *out) {
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &key_table[i];
+        if (i == 0 || strcmp(k->section, key_table[i - 1].section) != 0) {
+            fprintf(out, "%s### [%s]\n\n", i ? "\n" : "", k->section);
+            fprintf(out, "| key | type | default | allowed | description |\n");
+            fprintf(out, "|-----|------|---------|---------|-------------|\n");
+        }
+        char allowed[256];
+        allowed_text(k, 1, allowed, sizeof allowed);
+        fprintf(out, "| `%s.%s` | %s | ", k->section, k->name, type_name(k->type));
+        if (k->def[0]) {
+            fputc('`', out);
+            md_cell(out, k->def);
+            fputc('`', out);
+        } else {
+            fputs("(none)", out);
+        }
+        fputs(" | ", out);
+        md_cell(out, allowed);
+        fputs(" | ", out);
+        md_cell(out, k->help);
+        fputs(" |\n", out);
+    }
+}
+
+void config_write_ini(const config *cfg, FILE *out) {
+    fprintf(out, "; cnntrain configuration: every key, as used by the run\n");
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &key_table[i];
+        if (i == 0 || strcmp(k->section, key_table[i - 1].section) != 0) fprintf(out, "\n[%s]\n", k->section);
+        char value[CONFIG_STR];
+        value_text(k, cfg, value, sizeof value);
+        fprintf(out, "%s =%s%s\n", k->name, value[0] ? " " : "", value);
+    }
+}

@@ -1,0 +1,155 @@
+/*
+ * train/main.c - the `trainer` command line.
+ *
+ *   trainer CONFIG.ini [section.key=value ...]     train
+ *   trainer --summary CONFIG.ini [overrides ...]   layers, shapes, parameters, FLOPs of the configured model
+ *   trainer --summary MODEL                        the same for a zoo model at ImageNet shape
+ *   trainer --help | --version | --config-reference
+ *
+ * Exit codes: 0 success, 1 run-time failure (missing data, diverged), 2 usage
+ * or configuration error.
+ */
+#include "common/check.h"
+#include "model/backend.h"
+#include "model/zoo.h"
+#include "train/bench.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define CNT_VERSION "0.1.0"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: trainer CONFIG.ini [section.key=value ...]\n"
+            "       trainer --summary CONFIG.ini [section.key=value ...]\n"
+            "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
+            "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]]   (training speed on random data)\n"
+            "       trainer --help | --version | --config-reference\n");
+}
+
+static void print_help(void) {
+    usage(stdout);
+    printf("\ncnntrain trains ResNet, VGG and Inception networks, in one process or under mpirun.\n"
+           "Every config key can be overridden on the command line as section.key=value.\n\n"
+           "zoo models: %s\n\n",
+           zoo_names());
+    config_print_help(stdout);
+}
+
+/* Loads CONFIG and applies overrides argv[first..argc). Exits 2 on error. */
+static void load_config(config *cfg, const char *path, int argc, char **argv, int first) {
+    config_defaults(cfg);
+    if (config_load(cfg, path) != CNT_OK) {
+        fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+        exit(2);
+    }
+    for (int i = first; i < argc; i++) {
+        if (config_override(cfg, argv[i]) != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            exit(2);
+        }
+    }
+    if (config_validate(cfg) != CNT_OK) {
+        fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        print_help();
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("cnntrain %s\nbackends: %s\nmpi: %s\n", CNT_VERSION, backend_list_built(),
+               CNT_HAVE_MPI ? "built in" : "not built in");
+        return 0;
+    }
+    if (strcmp(cmd, "--config-reference") == 0) {
+        config_print_reference_md(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--summary") == 0) {
+        if (argc < 3) {
+            usage(stderr);
+            return 2;
+        }
+        const char *what = argv[2];
+        int status;
+        if (access(what, F_OK) != 0 && zoo_has(what)) {
+            if (argc > 3) {
+                fprintf(stderr, "trainer: --summary MODEL takes no overrides\n");
+                return 2;
+            }
+            status = trainer_summary_model(what, stdout);
+        } else {
+            config cfg;
+            load_config(&cfg, what, argc, argv, 3);
+            status = trainer_summary_config(&cfg, stdout);
+        }
+        if (status != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            return 1;
+        }
+        return 0;
+    }
+    if (strcmp(cmd, "--bench") == 0) {
+        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = "auto"};
+        if (argc < 5 || argc > 7) {
+            usage(stderr);
+            return 2;
+        }
+        bo.model = argv[2];
+        char *end;
+        bo.batch = (int)strtol(argv[4], &end, 10);
+        if (*end || bo.batch < 1) {
+            fprintf(stderr, "trainer: bad batch size '%s'\n", argv[4]);
+            return 2;
+        }
+        if (argc > 5) {
+            bo.steps = (int)strtol(argv[5], &end, 10);
+            if (*end || bo.steps < 1) {
+                fprintf(stderr, "trainer: bad step count '%s'\n", argv[5]);
+                return 2;
+            }
+        }
+        if (argc > 6) {
+            bo.threads = (int)strtol(argv[6], &end, 10);
+            if (*end || bo.threads < 0) {
+                fprintf(stderr, "trainer: bad thread count '%s'\n", argv[6]);
+                return 2;
+            }
+        }
+        if (bench_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            return 2;
+        }
+        if (bench_run(&bo, NULL, stdout) != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            return 1;
+        }
+        return 0;
+    }
+    if (cmd[0] == '-') {
+        fprintf(stderr, "trainer: unknown option '%s'\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    config cfg;
+    load_config(&cfg, cmd, argc, argv, 2);
+    if (trainer_run(&cfg, NULL) != CNT_OK) {
+        fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,69 @@
+/*
+ * train/metrics.c - JSON-lines metrics writer.
+ */
+#include "train/metrics.h"
+#include "common/check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int make_dirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return cnt_err_set("path too long: %s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return cnt_err_set("cannot create directory '%s': %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return cnt_err_set("cannot create directory '%s': %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) return cnt_err_set("'%s' is not a directory", buf);
+    return CNT_OK;
+}
+
+int metrics_open(metrics *m, const char *dir) {
+    m->f = NULL;
+    if (make_dirs(dir) != CNT_OK) return CNT_ERR;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    m->f = fopen(path, "w");
+    if (!m->f) return cnt_err_set("cannot write '%s': %s", path, strerror(errno));
+    return CNT_OK;
+}
+
+void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
+                  double data_wait_ms) {
+    if (!m->f) return;
+    fprintf(m->f,
+            "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.6g,\"lr\":%.6g,\"img_per_sec\":%.1f,"
+            "\"data_wait_ms\":%.3f}\n",
+            epoch, step, loss, lr, img_per_sec, data_wait_ms);
+    fflush(m->f);
+}
+
+void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5) {
+    if (!m->f) return;
+    fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%.6g,\"top1\":%.6f,\"top5\":%.6f}\n",
+            epoch, step, loss, top1, top5);
+    fflush(m->f);
+}
+
+void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
+                   double data_wait_frac) {
+    if (!m->f) return;
+    fprintf(m->f,
+            "{\"kind\":\"epoch\",\"epoch\":%d,\"seconds\":%.3f,\"img_per_sec\":%.1f,\"data_wait_ms\":%.3f,"
+            "\"data_wait_frac\":%.5f}\n",
+            epoch, seconds, img_per_sec, data_wait_ms, data_wait_frac);
+    fflush(m->f);
+}
+
+void metrics_close(metrics *m) {
+    if (m->f) fclose(m->f);
+    m->f = NULL;
+}

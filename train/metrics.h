@@ -1,0 +1,35 @@
+/*
+ * train/metrics.h - the run's machine-readable record: <out_dir>/metrics.jsonl,
+ * one JSON object per line.
+ *
+ *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"data_wait_ms":W}
+ *   {"kind":"eval","epoch":E,"step":S,"eval_loss":L,"top1":A,"top5":B}
+ *   {"kind":"epoch","epoch":E,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F}
+ *
+ * `epoch` is 1-based in records (the epoch being trained or just finished),
+ * `step` counts optimizer steps from 1. Every line is flushed as written, so
+ * the file can be followed while a run is in progress.
+ */
+#ifndef CNT_METRICS_H
+#define CNT_METRICS_H
+
+#include <stdio.h>
+
+typedef struct metrics {
+    FILE *f;
+} metrics;
+
+/* Creates dir (and parents) and opens dir/metrics.jsonl, truncating it.
+ * CNT_ERR with a message naming the path on failure. */
+int metrics_open(metrics *m, const char *dir);
+void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
+                  double data_wait_ms);
+void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
+void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
+                   double data_wait_frac);
+void metrics_close(metrics *m);
+
+/* mkdir -p. CNT_ERR with a message naming the path on failure. */
+int make_dirs(const char *path);
+
+#endif

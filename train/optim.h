@@ -1,0 +1,43 @@
+/*
+ * train/optim.h - SGD with momentum and the learning-rate schedules.
+ *
+ * The optimizer keeps one momentum buffer with the layout of net->grads (the
+ * flat, reverse-forward-order buffer) and updates every parameter tensor with
+ * the backend's sgd_update, skipping weight decay on batch-norm and bias
+ * parameters unless optim.wd_on_bn_bias.
+ *
+ * Schedules (per step, so warm-up is smooth within an epoch):
+ *   constant: lr
+ *   step:     lr * gamma^(number of milestones <= current epoch)
+ *   cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * step / total_steps)) / 2
+ * each multiplied during the first warmup_epochs by a linear ramp
+ * (step + 1) / warmup_steps, so the first step is small and the rate reaches
+ * the schedule's value when warm-up ends.
+ */
+#ifndef CNT_OPTIM_H
+#define CNT_OPTIM_H
+
+#include "model/net.h"
+#include "train/config.h"
+
+typedef struct optimizer {
+    const backend *be;
+    float *momentum_buf; /* [n_params] device, zero at start */
+    float momentum;
+    float weight_decay;
+    int nesterov;
+    int wd_on_bn_bias;
+} optimizer;
+
+/* Allocates the momentum buffer for nt. Never fails on valid config. */
+void optim_init(optimizer *opt, const net *nt, const config *cfg);
+/* One update of every parameter from nt->grads, which are multiplied by
+ * grad_scale first (1/world_size when gradients were summed over ranks). */
+void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
+void optim_free(optimizer *opt);
+
+/* Learning rate for a 0-based step, given steps per epoch and total steps.
+ * base_lr is the effective (already scaled) rate. */
+double schedule_lr(const config *cfg, double base_lr, long step, long steps_per_epoch, long total_steps);
+
+#endif

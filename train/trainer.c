@@ -1,0 +1,352 @@
+/*
+ * train/trainer.c - the training loop.
+ *
+ * One step, as data flows:
+ *   loader_next (host batch, prepared ahead by worker threads; the wait is
+ *   measured) -> upload -> forward -> softmax cross-entropy -> backward ->
+ *   SGD update -> every log_every steps: one progress line and one JSON record.
+ * After each epoch (and at the end of a run stopped by train.max_steps): an
+ * evaluation over the whole test set, top-1 and top-5.
+ *
+ * The host reads device memory only when a log line needs a value: the loss of
+ * each step is accumulated on the device.
+ */
+#include "train/trainer.h"
+#include "common/check.h"
+#include "common/timer.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "model/net.h"
+#include "model/zoo.h"
+#include "train/metrics.h"
+#include "train/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct data_pair {
+    dataset train, test;
+    float mean[3], std[3];
+} data_pair;
+
+static int load_data(const config *cfg, data_pair *d) {
+    memset(d, 0, sizeof *d);
+    if (strcmp(cfg->data_kind, "idx") == 0) {
+        if (dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
+        if (dataset_load_mnist_dir(&d->test, cfg->data_root, 0) != CNT_OK) {
+            dataset_free(&d->train);
+            return CNT_ERR;
+        }
+    } else {
+        return cnt_err_set("data.kind '%s' is not supported", cfg->data_kind);
+    }
+    dataset_truncate(&d->train, cfg->train_limit);
+    dataset_truncate(&d->test, cfg->test_limit);
+    if (d->train.c > 3) {
+        dataset_free(&d->train);
+        dataset_free(&d->test);
+        return cnt_err_set("data set has %d channels; at most 3 are supported", d->train.c);
+    }
+    /* Normalise with the training set's own statistics. */
+    dataset_channel_stats(&d->train, d->mean, d->std);
+    for (int c = 0; c < d->train.c; c++)
+        if (d->std[c] < 1e-6f) d->std[c] = 1.0f;
+    return CNT_OK;
+}
+
+static void free_data(data_pair *d) {
+    dataset_free(&d->train);
+    dataset_free(&d->test);
+}
+
+static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
+    net *nt = net_create(be, c, h, w, classes);
+    zoo_options zo = {.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
+                      .dropout = cfg->dropout};
+    int out = -1, aux = -1;
+    if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, max_batch) != CNT_OK) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+        net_free(nt);
+        cnt_err_set("model '%s' on %dx%dx%d input with %d classes: %s", cfg->model_name, c, h, w, classes, msg);
+        return NULL;
+    }
+    return nt;
+}
+
+/* Evaluation over the whole test set: mean loss, top-1 and top-5 fractions. */
+typedef struct eval_result {
+    double loss, top1, top5;
+} eval_result;
+
+static void evaluate(net *nt, loader *ld, float *x_dev, int32_t *labels_dev, float *loss_dev, float *dlogits_dev,
+                     int in_size, eval_result *er) {
+    const backend *be = nt->be;
+    int K = nt->classes;
+    int topk = K < 5 ? K : 5;
+    float *logits = cnt_malloc((size_t)nt->max_batch * K * sizeof(float));
+    double loss_sum = 0;
+    long n_total = 0, hit1 = 0, hit5 = 0;
+    loader_start_epoch(ld, 0);
+    const batch *b;
+    while ((b = loader_next(ld)) != NULL) {
+        be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
+        be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
+        net_forward(nt, x_dev, b->n, 0);
+        be->softmax_xent(b->n, K, net_logits(nt), labels_dev, 0.0f, loss_dev, dlogits_dev);
+        float loss;
+        be->download(&loss, loss_dev, sizeof loss);
+        be->download(logits, net_logits(nt), (size_t)b->n * K * sizeof(float));
+        loss_sum += (double)loss * b->n;
+        for (int i = 0; i < b->n; i++) {
+            const float *row = logits + (size_t)i * K;
+            int label = b->labels[i];
+            /* rank of the true class: how many logits beat it (ties count against) */
+            int better = 0;
+            for (int k = 0; k < K; k++)
+                if (k != label && (row[k] > row[label] || (row[k] == row[label] && k < label))) better++;
+            hit1 += better < 1;
+            hit5 += better < topk;
+        }
+        n_total += b->n;
+    }
+    free(logits);
+    er->loss = n_total ? loss_sum / n_total : 0;
+    er->top1 = n_total ? (double)hit1 / n_total : 0;
+    er->top5 = n_total ? (double)hit5 / n_total : 0;
+}
+
+static void format_duration(double s, char *buf, size_t len) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+int trainer_run(const config *cfg, train_result *res) {
+    train_result r;
+    memset(&r, 0, sizeof r);
+    const backend *be = backend_get(cfg->device);
+    if (!be) return CNT_ERR;
+    be->set_threads(cfg->threads);
+
+    data_pair d;
+    if (load_data(cfg, &d) != CNT_OK) return CNT_ERR;
+    int C = d.train.c, H = d.train.h, W = d.train.w, classes = d.train.classes;
+    if (d.test.c != C || d.test.h != H || d.test.w != W) {
+        free_data(&d);
+        return cnt_err_set("test images are %dx%dx%d but training images are %dx%dx%d", d.test.c, d.test.h,
+                           d.test.w, C, H, W);
+    }
+    int eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
+    int max_batch = cfg->batch_size > eval_batch ? cfg->batch_size : eval_batch;
+    net *nt = build_model(be, cfg, C, H, W, classes, max_batch);
+    if (!nt) {
+        free_data(&d);
+        return CNT_ERR;
+    }
+    net_init_params(nt, cfg->seed);
+
+    loader_options lo = {.batch = cfg->batch_size, .rank = 0, .world = 1, .seed = cfg->seed, .shuffle = 1,
+                         .drop_last = 1, .augment = cfg->augment, .pad = cfg->pad, .workers = cfg->workers,
+                         .prefetch = cfg->prefetch};
+    memcpy(lo.mean, d.mean, sizeof lo.mean);
+    memcpy(lo.std, d.std, sizeof lo.std);
+    loader *train_ld = loader_create(&d.train, &lo);
+    loader_options eo = lo;
+    eo.batch = eval_batch;
+    eo.shuffle = 0;
+    eo.drop_last = 0;
+    eo.augment = 0;
+    eo.workers = 1;
+    loader *test_ld = train_ld ? loader_create(&d.test, &eo) : NULL;
+    metrics m = {0};
+    if (!train_ld || !test_ld || metrics_open(&m, cfg->out_dir) != CNT_OK) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+        loader_free(train_ld);
+        loader_free(test_ld);
+        net_free(nt);
+        free_data(&d);
+        return cnt_err_set("%s", msg);
+    }
+    {
+        char path[CONFIG_STR + 32];
+        snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            config_write_ini(cfg, f);
+            fclose(f);
+        }
+    }
+
+    long steps_per_epoch = loader_steps_per_epoch(train_ld);
+    long total_steps = steps_per_epoch * cfg->epochs;
+    if (cfg->max_steps > 0 && cfg->max_steps < total_steps) total_steps = cfg->max_steps;
+    int in_size = C * H * W;
+    optimizer opt;
+    optim_init(&opt, nt, cfg);
+
+    float *x_dev = be->alloc((size_t)max_batch * in_size * sizeof(float));
+    int32_t *labels_dev = be->alloc((size_t)max_batch * sizeof(int32_t));
+    float *loss_dev = be->alloc(sizeof(float));
+    float *loss_acc_dev = be->alloc(sizeof(float));
+    float *dlogits = be->alloc((size_t)max_batch * classes * sizeof(float));
+    float *aux_loss_dev = NULL, *dlogits_aux = NULL;
+    if (nt->aux_output >= 0) {
+        aux_loss_dev = be->alloc(sizeof(float));
+        dlogits_aux = be->alloc((size_t)max_batch * classes * sizeof(float));
+    }
+
+    log_info("cnntrain: model %s (%zu parameters, %.3f GFLOPs/image forward) on %s", cfg->model_name,
+             nt->n_params, net_flops_per_image(nt) / 1e9, be->name);
+    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", cfg->data_kind, cfg->data_root,
+             d.train.n, d.test.n, C, H, W, classes);
+    log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; lr %g (%s, warm-up %g epochs), out %s",
+             cfg->epochs, steps_per_epoch, cfg->batch_size, total_steps, (double)cfg->lr, cfg->schedule,
+             (double)cfg->warmup_epochs, cfg->out_dir);
+
+    long step = 0;
+    double t_start = time_now();
+    double win_t0 = t_start, win_wait = 0, win_loss_steps = 0;
+    long win_images = 0, win_steps = 0;
+    int done = 0;
+    eval_result er = {0};
+    for (int epoch = 0; epoch < cfg->epochs && !done; epoch++) {
+        r.epochs = epoch + 1;
+        loader_start_epoch(train_ld, epoch);
+        double ep_t0 = time_now(), ep_wait = 0;
+        long ep_images = 0, ep_steps = 0;
+        for (;;) {
+            double tw = time_now();
+            const batch *b = loader_next(train_ld);
+            double wait = time_now() - tw;
+            if (!b) break;
+            win_wait += wait;
+            ep_wait += wait;
+            double lr = schedule_lr(cfg, cfg->lr, step, steps_per_epoch, total_steps);
+            be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
+            be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
+            net_forward(nt, x_dev, b->n, 1);
+            be->softmax_xent(b->n, classes, net_logits(nt), labels_dev, cfg->label_smoothing, loss_dev, dlogits);
+            if (dlogits_aux) {
+                /* Inception's auxiliary head: loss + aux_weight * aux_loss. */
+                be->softmax_xent(b->n, classes, net_aux_logits(nt), labels_dev, cfg->label_smoothing,
+                                 aux_loss_dev, dlogits_aux);
+                be->axpy((size_t)b->n * classes, cfg->aux_weight, dlogits_aux, dlogits_aux, 0);
+                be->axpy(1, cfg->aux_weight, aux_loss_dev, loss_dev, 1);
+            }
+            net_backward(nt, dlogits, dlogits_aux);
+            optim_step(&opt, nt, (float)lr, 1.0f);
+            be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
+            win_loss_steps++;
+            step++;
+            win_steps++;
+            ep_steps++;
+            win_images += b->n;
+            ep_images += b->n;
+            if (step == 1) {
+                float l;
+                be->download(&l, loss_dev, sizeof l);
+                r.first_loss = l;
+                if (!isfinite(l)) log_warn("the first step's loss is %g", (double)l);
+            }
+            int last = step == total_steps;
+            if (step % cfg->log_every == 0 || last) {
+                float acc;
+                be->download(&acc, loss_acc_dev, sizeof acc);
+                double now = time_now();
+                double loss = acc / win_loss_steps;
+                double ips = win_images / (now - win_t0);
+                double wait_ms = 1e3 * win_wait / win_steps;
+                double eta = (now - t_start) / step * (total_steps - step);
+                char eta_s[32];
+                format_duration(eta, eta_s, sizeof eta_s);
+                log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms  eta %s",
+                         epoch + 1, cfg->epochs, step, total_steps, loss, lr, ips, wait_ms, eta_s);
+                metrics_step(&m, epoch + 1, step, loss, lr, ips, wait_ms);
+                r.last_loss = loss;
+                if (!isfinite(loss)) {
+                    log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
+                    done = 1;
+                    break;
+                }
+                win_t0 = now;
+                win_wait = 0;
+                win_images = 0;
+                win_steps = 0;
+                win_loss_steps = 0;
+            }
+            if (last) {
+                done = 1;
+                break;
+            }
+        }
+        double ep_secs = time_now() - ep_t0;
+        evaluate(nt, test_ld, x_dev, labels_dev, loss_dev, dlogits, in_size, &er);
+        double ep_ips = ep_secs > 0 ? ep_images / ep_secs : 0;
+        double ep_wait_ms = ep_steps ? 1e3 * ep_wait / ep_steps : 0;
+        log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
+                 "top-1 %.2f%%  top-5 %.2f%%",
+                 epoch + 1, cfg->epochs, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? 100.0 * ep_wait / ep_secs : 0,
+                 er.loss, 100 * er.top1, 100 * er.top5);
+        metrics_epoch(&m, epoch + 1, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? ep_wait / ep_secs : 0);
+        metrics_eval(&m, epoch + 1, step, er.loss, er.top1, er.top5);
+    }
+    r.seconds = time_now() - t_start;
+    r.steps = step;
+    r.eval_loss = er.loss;
+    r.top1 = er.top1;
+    r.top5 = er.top5;
+    r.img_per_sec = r.seconds > 0 ? (double)step * cfg->batch_size / r.seconds : 0;
+    log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", step,
+             r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
+
+    int status = isfinite(r.last_loss) ? CNT_OK : cnt_err_set("training diverged (loss %g)", r.last_loss);
+    metrics_close(&m);
+    be->free(x_dev);
+    be->free(labels_dev);
+    be->free(loss_dev);
+    be->free(loss_acc_dev);
+    be->free(dlogits);
+    be->free(aux_loss_dev);
+    be->free(dlogits_aux);
+    optim_free(&opt);
+    loader_free(train_ld);
+    loader_free(test_ld);
+    net_free(nt);
+    free_data(&d);
+    if (res) *res = r;
+    return status;
+}
+
+int trainer_summary_config(const config *cfg, FILE *out) {
+    data_pair d;
+    if (load_data(cfg, &d) != CNT_OK) return CNT_ERR;
+    net *nt = build_model(backend_cpu(), cfg, d.train.c, d.train.h, d.train.w, d.train.classes, 1);
+    free_data(&d);
+    if (!nt) return CNT_ERR;
+    fprintf(out, "model %s\n", cfg->model_name);
+    net_print_summary(nt, out);
+    net_free(nt);
+    return CNT_OK;
+}
+
+int trainer_summary_model(const char *name, FILE *out) {
+    int c, h, w;
+    if (!zoo_has(name)) return cnt_err_set("unknown model '%s' (available: %s)", name, zoo_names());
+    zoo_imagenet_shape(name, &c, &h, &w);
+    config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.model_name, sizeof cfg.model_name, "%s", name);
+    net *nt = build_model(backend_cpu(), &cfg, c, h, w, 1000, 1);
+    if (!nt) return CNT_ERR;
+    fprintf(out, "model %s\n", name);
+    net_print_summary(nt, out);
+    net_free(nt);
+    return CNT_OK;
+}
