@@ -93,6 +93,7 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
 test: trainer $(TEST_BIN)
+	@echo "GPU tests: skipped (this build has no CUDA backend yet: backends built in: cpu)"
 	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 
 bench: trainer

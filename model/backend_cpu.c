@@ -1,31 +1,33 @@
 /*
- * model/backend_cpu.c - the CPU compute backend: OpenBLAS for the matrix work,
- * OpenMP for everything else.
+ * model/backend_cpu.c - the CPU compute backend: OpenBLAS sgemm for the matrix
+ * work, plain C loops with OpenMP for everything else.
  *
- * Convolutions are im2col + sgemm. The batch is cut into work groups: one image
- * (processed in tiles of output rows, so the im2col buffer stays about the size
- * of the L2 cache), or several whole images side by side in one GEMM when their
- * outputs are small (a 7x7 output makes a tiny GEMM on its own). Two ways to use
- * the threads:
- *   - outer: enough groups to share evenly, so threads take whole groups
- *     (`omp parallel for schedule(static)`); each thread owns its scratch
- *     buffers and OpenBLAS, called inside a parallel region, runs on one thread;
- *   - inner: too few groups (a batch of 1 or 2 ImageNet images), so groups run
- *     one after the other, im2col/col2im split channels across threads and
- *     OpenBLAS uses its own OpenMP threads.
- * 1x1 stride-1 unpadded convolutions use the input as its own im2col matrix.
+ * Convolutions use one of three GEMM formulations (conv_plan_init picks):
+ *   - direct: a 1x1 stride-1 unpadded convolution is one GEMM on the input;
+ *   - shift: a stride-1 convolution with 8+ input channels runs one GEMM per
+ *     filter tap over shifted views of a zero-padded copy of the input, so no
+ *     im2col matrix is built (it cost as much as the GEMM itself at ResNet-20
+ *     sizes); see the comment above conv_plan;
+ *   - im2col: everything else (strided convolutions, stems with 1-3 channels),
+ *     in tiles of output rows so the column buffer stays near L2 size.
+ * The batch is cut into work groups: one image, or several images in one GEMM
+ * when a single image makes the GEMM too small. Threads are used in one of two
+ * ways: outer, when there are enough groups to share evenly, threads take whole
+ * groups (`omp parallel for schedule(static)`) with their own scratch buffers,
+ * and OpenBLAS, called inside a parallel region, runs on one thread; inner, with
+ * too few groups (a batch of 1 or 2 ImageNet images), groups run one after the
+ * other, the packing loops split channels across threads and OpenBLAS uses its
+ * own OpenMP threads.
  *
  * Scratch buffers are per thread (thread-local), grown when a larger layer
- * comes and reused for every later call; nothing is allocated per image.
+ * comes and reused for every later call; nothing is allocated per image, and
+ * the file keeps no other mutable state.
  *
  * Determinism: with a fixed thread count every op gives bitwise the same result
  * for the same inputs. Work is split with static schedules, no float atomics are
  * used, and every cross-thread reduction (the per-thread weight-gradient
  * partials) is summed in thread order. Per-channel statistics (batch norm, bias
  * gradients) are accumulated in double by one thread per channel.
- *
- * Scratch state is per thread, so the ops may be called from several host
- * threads at once on distinct data.
  */
 #include "model/backend.h"
 #include "common/check.h"
@@ -64,12 +66,32 @@ static void *cpu_alloc(size_t bytes) {
 
 static void cpu_free(void *ptr) { free(ptr); }
 
-static void cpu_memcpy(void *dst, const void *src, size_t bytes) {
+/* Host <-> "device" moves are plain copies, on the calling thread: the data
+ * loader may call them from its own threads. */
+static void cpu_transfer(void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
 }
 
+/* Large device copies and clears are split across threads: one core does not
+ * saturate memory. */
+#define CPU_COPY_BLOCK ((size_t)1 << 18)
+
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    size_t blocks = (bytes + CPU_COPY_BLOCK - 1) / CPU_COPY_BLOCK;
+#pragma omp parallel for schedule(static) if (blocks >= 4)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t off = b * CPU_COPY_BLOCK, len = bytes - off < CPU_COPY_BLOCK ? bytes - off : CPU_COPY_BLOCK;
+        memcpy((char *)dst + off, (const char *)src + off, len);
+    }
+}
+
 static void cpu_zero(void *dst, size_t bytes) {
-    if (bytes) memset(dst, 0, bytes);
+    size_t blocks = (bytes + CPU_COPY_BLOCK - 1) / CPU_COPY_BLOCK;
+#pragma omp parallel for schedule(static) if (blocks >= 4)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t off = b * CPU_COPY_BLOCK, len = bytes - off < CPU_COPY_BLOCK ? bytes - off : CPU_COPY_BLOCK;
+        memset((char *)dst + off, 0, len);
+    }
 }
 
 static void cpu_sync(void) {}
@@ -192,8 +214,11 @@ static void conv_plan_init(const conv_params *p, conv_plan *pl) {
         if (pl->tile_rows == p->P && pl->PQ < CPU_GROUP_MIN_COLS)
             want = (CPU_GROUP_MIN_COLS + pl->PQ - 1) / pl->PQ;
     }
-    /* as many groups as efficiency wants, rounded up to a multiple of the
-     * thread count when there are enough images, then evened out */
+    /* as many groups as efficiency wants but at least one per thread (threads
+     * sharing whole groups beat threads sharing one GEMM), rounded up to a
+     * multiple of the thread count when there are enough images, then evened out */
+    int fair = p->N / threads;
+    if (want > fair) want = fair > 1 ? fair : 1;
     int n_groups = (p->N + want - 1) / want;
     if (n_groups >= threads) {
         int rounded = (n_groups + threads - 1) / threads * threads;
@@ -477,7 +502,8 @@ static void conv_bwd_data_group(const conv_params *p, const conv_plan *pl, const
         float *buf = cpu_buf_get(&sc->col, (size_t)p->C * cs);
         float *gout = cpu_buf_get(&sc->tmp, (size_t)p->K * L);
         shift_pack_output(p, pl, dyn, nb, gout, par);
-        memset(buf, 0, (size_t)p->C * cs * sizeof(float));
+#pragma omp parallel for schedule(static) if (par)
+        for (int c = 0; c < p->C; c++) memset(buf + (size_t)c * cs, 0, cs * sizeof(float));
         for (int j0 = 0; j0 < L; j0 += pl->chunk) {
             int cols = L - j0 < pl->chunk ? L - j0 : pl->chunk;
             for (int rs = 0; rs < pl->RS; rs++)
@@ -523,7 +549,7 @@ static void cpu_conv_bwd_data(const conv_params *p, const float *dy, const float
 }
 
 /* part = beta * part + this group's weight gradient, in the algorithm's own
- * layout (see wgrad_source): [RS][K][C] for shift, [CRS][K] otherwise, the
+ * layout (see wgrad_reduce): [RS][K][C] for shift, [CRS][K] otherwise, the
  * orientations in which the GEMMs run fastest. */
 static void conv_bwd_filter_group(const conv_params *p, const conv_plan *pl, const float *x, const float *dy,
                                   float *part, float beta, int g, int par) {
@@ -566,14 +592,24 @@ static void conv_bwd_filter_group(const conv_params *p, const conv_plan *pl, con
     }
 }
 
-/* Where dw[k][crs] (crs = (c*R + r)*S + s) lives in a partial of this plan. */
-static size_t wgrad_source(const conv_params *p, const conv_plan *pl, size_t i) {
-    size_t k = i / pl->CRS, crs = i % pl->CRS;
-    if (pl->algo == CONV_ALGO_SHIFT) {
-        size_t c = crs / pl->RS, rs = crs % pl->RS;
-        return (rs * p->K + k) * p->C + c;
+/* dw[k, :] = sum over t < nt, in order, of parts[t] (each in the layout
+ * conv_bwd_filter_group writes), for filters k in [k0, k1). */
+static void wgrad_reduce(const conv_params *p, const conv_plan *pl, float *const *parts, int nt, float *dw, int k0,
+                         int k1) {
+    size_t KC = (size_t)p->K * p->C;
+    for (int k = k0; k < k1; k++) {
+        float *dk = dw + (size_t)k * pl->CRS;
+        for (int c = 0; c < p->C; c++) {
+            for (int rs = 0; rs < pl->RS; rs++) {
+                /* shift: [RS][K][C]; the others: [CRS][K] */
+                size_t src = pl->algo == CONV_ALGO_SHIFT ? rs * KC + (size_t)k * p->C + c
+                                                         : ((size_t)c * pl->RS + rs) * p->K + k;
+                float s = parts[0][src];
+                for (int t = 1; t < nt; t++) s += parts[t][src];
+                dk[c * pl->RS + rs] = s;
+            }
+        }
     }
-    return crs * p->K + k;
 }
 
 static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
@@ -584,7 +620,7 @@ static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const floa
         float *part = cpu_buf_get(&tls_scratch.dw, wsize);
         for (int g = 0; g < pl.n_groups; g++) conv_bwd_filter_group(p, &pl, x, dy, part, g ? 1.0f : 0.0f, g, 1);
 #pragma omp parallel for schedule(static) if (wsize >= CPU_PAR_MIN)
-        for (size_t i = 0; i < wsize; i++) dw[i] = part[wgrad_source(p, &pl, i)];
+        for (int k = 0; k < p->K; k++) wgrad_reduce(p, &pl, &part, 1, dw, k, k + 1);
         return;
     }
     int threads = omp_get_max_threads();
@@ -600,12 +636,7 @@ static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const floa
         /* the implicit barrier above: every partial is complete before the sum.
          * The sum runs in thread order, so the result depends only on nt. */
 #pragma omp for schedule(static)
-        for (size_t i = 0; i < wsize; i++) {
-            size_t src = wgrad_source(p, &pl, i);
-            float s = parts[0][src];
-            for (int t = 1; t < nt; t++) s += parts[t][src];
-            dw[i] = s;
-        }
+        for (int k = 0; k < p->K; k++) wgrad_reduce(p, &pl, parts, nt, dw, k, k + 1);
     }
     free(parts);
 }
@@ -650,37 +681,35 @@ static void cpu_bn_fwd_train(int N, int C, int HW, const float *x, const float *
     size_t M = (size_t)N * HW;
 #pragma omp parallel for schedule(static) if (M * C >= CPU_PAR_MIN)
     for (int c = 0; c < C; c++) {
-        /* two passes in double: the mean, then the squared deviations from it */
-        double s = 0.0;
+        /* one pass in double over values shifted by one of them (x0), so the
+         * sum of squares does not cancel when |mean| >> std */
+        double x0 = x[(size_t)c * HW], s1 = 0.0, s2 = 0.0;
         for (int n = 0; n < N; n++) {
             const float *xp = x + ((size_t)n * C + c) * HW;
-#pragma omp simd reduction(+ : s)
-            for (int i = 0; i < HW; i++) s += xp[i];
-        }
-        double mean = s / (double)M;
-        double s2 = 0.0;
-        for (int n = 0; n < N; n++) {
-            const float *xp = x + ((size_t)n * C + c) * HW;
-#pragma omp simd reduction(+ : s2)
+#pragma omp simd reduction(+ : s1, s2)
             for (int i = 0; i < HW; i++) {
-                double d = (double)xp[i] - mean;
+                double d = (double)xp[i] - x0;
+                s1 += d;
                 s2 += d * d;
             }
         }
-        double var = s2 / (double)M;
+        double dmean = s1 / (double)M, mean = x0 + dmean;
+        double ss = s2 - s1 * dmean; /* sum of squared deviations from the mean */
+        if (ss < 0.0) ss = 0.0;
+        double var = ss / (double)M;
         double invstd = 1.0 / sqrt(var + (double)eps);
-        float scale = (float)((double)gamma[c] * invstd);
-        float shift = (float)((double)beta[c] - mean * (double)gamma[c] * invstd);
+        /* (x - mean) first: x*scale + shift would cancel when |mean| >> std */
+        float m = (float)mean, scale = (float)((double)gamma[c] * invstd), b = beta[c];
         for (int n = 0; n < N; n++) {
             const float *xp = x + ((size_t)n * C + c) * HW;
             float *yp = y + ((size_t)n * C + c) * HW;
 #pragma omp simd
-            for (int i = 0; i < HW; i++) yp[i] = xp[i] * scale + shift;
+            for (int i = 0; i < HW; i++) yp[i] = (xp[i] - m) * scale + b;
         }
         save_mean[c] = (float)mean;
         save_invstd[c] = (float)invstd;
         /* unbiased variance for the running estimate; a single value has none, so it counts as 0 */
-        double unbiased = M > 1 ? s2 / (double)(M - 1) : 0.0;
+        double unbiased = M > 1 ? ss / (double)(M - 1) : 0.0;
         running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean;
         running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)unbiased;
     }
@@ -693,13 +722,12 @@ static void cpu_bn_fwd_infer(int N, int C, int HW, const float *x, const float *
 #pragma omp parallel for schedule(static) if (total >= CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
         for (int c = 0; c < C; c++) {
-            double invstd = 1.0 / sqrt((double)running_var[c] + (double)eps);
-            float scale = (float)((double)gamma[c] * invstd);
-            float shift = (float)((double)beta[c] - (double)running_mean[c] * (double)gamma[c] * invstd);
+            float m = running_mean[c], b = beta[c];
+            float scale = (float)((double)gamma[c] / sqrt((double)running_var[c] + (double)eps));
             const float *xp = x + ((size_t)n * C + c) * HW;
             float *yp = y + ((size_t)n * C + c) * HW;
 #pragma omp simd
-            for (int i = 0; i < HW; i++) yp[i] = xp[i] * scale + shift;
+            for (int i = 0; i < HW; i++) yp[i] = (xp[i] - m) * scale + b;
         }
     }
 }
@@ -746,108 +774,175 @@ static void cpu_bn_bwd(int N, int C, int HW, const float *x, const float *dy, co
 
 /* ----------------------------------------------------------------- pooling */
 
-static void pool_check(const pool_params *p) {
+/* Every pooling window is a product of a row range and a column range, and so
+ * is its divisor: the ranges are worked out once per call, per axis. */
+typedef struct pool_axis {
+    int *lo, *hi; /* [out] the window clipped to the input: [lo, hi) */
+    int *count;   /* [out] this axis' factor of the average's divisor */
+} pool_axis;
+
+static void pool_axis_init(pool_axis *a, const pool_params *p, int in, int out, int k, int stride, int pad) {
+    a->lo = cnt_malloc(3 * (size_t)out * sizeof(int));
+    a->hi = a->lo + out;
+    a->count = a->hi + out;
+    for (int i = 0; i < out; i++) {
+        if (p->mode == POOL_MODE_ADAPTIVE_AVG) {
+            a->lo[i] = (int)((long)i * in / out);                  /* floor(i*in/out) */
+            a->hi[i] = (int)(((long)(i + 1) * in + out - 1) / out); /* ceil((i+1)*in/out) */
+            a->count[i] = a->hi[i] - a->lo[i];
+            continue;
+        }
+        int s = i * stride - pad;
+        int e = s + k < in + pad ? s + k : in + pad; /* clipped to the padded input */
+        a->lo[i] = s > 0 ? s : 0;
+        a->hi[i] = e < in ? e : in;
+        a->count[i] = p->mode == POOL_MODE_AVG_INCLUDE_PAD ? e - s : a->hi[i] - a->lo[i];
+        /* torch's output size rule keeps every window inside the input */
+        CNT_ASSERT(a->lo[i] < a->hi[i]);
+    }
+}
+
+static void pool_check(const pool_params *p, pool_axis *rows, pool_axis *cols) {
     CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);
     if (p->mode != POOL_MODE_ADAPTIVE_AVG)
         CNT_ASSERT(p->R >= 1 && p->S >= 1 && p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 &&
                    p->pad_w >= 0);
+    pool_axis_init(rows, p, p->H, p->P, p->R, p->stride_h, p->pad_h);
+    pool_axis_init(cols, p, p->W, p->Q, p->S, p->stride_w, p->pad_w);
 }
 
-/* Window of output (i, j) clipped to the input: rows [h0, h1), columns [w0, w1);
- * div is the divisor of the average modes. */
-static void pool_window(const pool_params *p, int i, int j, int *h0, int *h1, int *w0, int *w1, float *div) {
-    if (p->mode == POOL_MODE_ADAPTIVE_AVG) {
-        *h0 = (int)((long)i * p->H / p->P);
-        *h1 = (int)(((long)(i + 1) * p->H + p->P - 1) / p->P);
-        *w0 = (int)((long)j * p->W / p->Q);
-        *w1 = (int)(((long)(j + 1) * p->W + p->Q - 1) / p->Q);
-        *div = (float)((*h1 - *h0) * (*w1 - *w0));
-        return;
-    }
-    int hs = i * p->stride_h - p->pad_h, ws = j * p->stride_w - p->pad_w;
-    int he = hs + p->R, we = ws + p->S;
-    if (he > p->H + p->pad_h) he = p->H + p->pad_h;
-    if (we > p->W + p->pad_w) we = p->W + p->pad_w;
-    int padded = (he - hs) * (we - ws);
-    *h0 = hs > 0 ? hs : 0;
-    *w0 = ws > 0 ? ws : 0;
-    *h1 = he < p->H ? he : p->H;
-    *w1 = we < p->W ? we : p->W;
-    *div = (float)(p->mode == POOL_MODE_AVG_INCLUDE_PAD ? padded : (*h1 - *h0) * (*w1 - *w0));
-}
+/* The first maximum of a window, scanning rows then columns, as torch picks it:
+ * a NaN wins over numbers (it propagates) and the first NaN stays. take()
+ * decides whether v replaces the current best. */
+static inline int pool_take(float v, float best) { return (v > best) | ((v != v) & (best == best)); }
 
-/* Index in the plane of the first maximum of the window, scanning rows then
- * columns; a NaN wins over numbers (it propagates, as in torch). */
-static int pool_argmax(const float *xp, int W, int h0, int h1, int w0, int w1) {
-    int best_i = h0 * W + w0;
-    float best = xp[best_i];
+/* Window [h0, h1) x [w0, w1) of plane xp: its maximum in *best, the index of
+ * that first maximum in *bi. */
+static void pool_window_max(const float *xp, int W, int h0, int h1, int w0, int w1, float *best, int *bi) {
+    float b = -INFINITY;
+    int i = h0 * W + w0;
     for (int h = h0; h < h1; h++) {
         for (int w = w0; w < w1; w++) {
             float v = xp[h * W + w];
-            if (v > best || (isnan(v) && !isnan(best))) {
-                best = v;
-                best_i = h * W + w;
+            int take = pool_take(v, b);
+            b = take ? v : b;
+            i = take ? h * W + w : i;
+        }
+    }
+    *best = b;
+    *bi = i;
+}
+
+/* Max pooling of output row i of plane xp: best[Q] and first-maximum index bi[Q].
+ * Columns whose window lies inside the input run as straight vector loops over
+ * the row (selects, not branches: a data-dependent branch mispredicts all the
+ * time); the few at the borders take pool_window_max. */
+static void pool_max_row(const pool_params *p, const pool_axis *rows, const pool_axis *cols, const float *xp, int i,
+                         float *best, int *bi) {
+    const int W = p->W, Q = p->Q, S = p->S, sw = p->stride_w, pw = p->pad_w;
+    int h0 = rows->lo[i], h1 = rows->hi[i];
+    /* inside: j*sw - pw >= 0 and j*sw - pw + S <= W */
+    int j_lo = (pw + sw - 1) / sw;
+    int j_hi = W - S + pw < 0 ? 0 : (W - S + pw) / sw + 1;
+    if (j_hi > Q) j_hi = Q;
+    if (j_lo > j_hi) j_lo = j_hi;
+    for (int j = 0; j < Q; j++) {
+        if (j == j_lo) j = j_hi;
+        if (j >= Q) break;
+        pool_window_max(xp, W, h0, h1, cols->lo[j], cols->hi[j], &best[j], &bi[j]);
+    }
+    for (int j = j_lo; j < j_hi; j++) {
+        best[j] = -INFINITY;
+        bi[j] = h0 * W + j * sw - pw;
+    }
+    for (int h = h0; h < h1; h++) {
+        for (int s = 0; s < S; s++) {
+            const float *xr = xp + (size_t)h * W + s - pw;
+            int base = h * W + s - pw;
+#pragma omp simd
+            for (int j = j_lo; j < j_hi; j++) {
+                float v = xr[j * sw];
+                int take = pool_take(v, best[j]);
+                best[j] = take ? v : best[j];
+                bi[j] = take ? base + j * sw : bi[j];
             }
         }
     }
-    return best_i;
 }
 
 static void cpu_pool_fwd(const pool_params *p, const float *x, float *y) {
-    pool_check(p);
+    pool_axis rows, cols;
+    pool_check(p, &rows, &cols);
     int planes = p->N * p->C;
     size_t HW = (size_t)p->H * p->W, PQ = (size_t)p->P * p->Q;
-#pragma omp parallel for schedule(static) if ((size_t)planes * HW >= CPU_PAR_MIN)
-    for (int pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * HW;
-        float *yp = y + pl * PQ;
-        for (int i = 0; i < p->P; i++) {
-            for (int j = 0; j < p->Q; j++) {
-                int h0, h1, w0, w1;
-                float div;
-                pool_window(p, i, j, &h0, &h1, &w0, &w1, &div);
-                CNT_ASSERT(h0 < h1 && w0 < w1);
+#pragma omp parallel if ((size_t)planes * HW >= CPU_PAR_MIN)
+    {
+        int *bi = p->mode == POOL_MODE_MAX ? cnt_malloc((size_t)p->Q * sizeof(int)) : NULL;
+#pragma omp for schedule(static)
+        for (int pl = 0; pl < planes; pl++) {
+            const float *xp = x + pl * HW;
+            float *yp = y + pl * PQ;
+            for (int i = 0; i < p->P; i++) {
                 if (p->mode == POOL_MODE_MAX) {
-                    yp[i * p->Q + j] = xp[pool_argmax(xp, p->W, h0, h1, w0, w1)];
-                } else {
+                    pool_max_row(p, &rows, &cols, xp, i, yp + (size_t)i * p->Q, bi);
+                    continue;
+                }
+                int h0 = rows.lo[i], h1 = rows.hi[i];
+                for (int j = 0; j < p->Q; j++) {
                     float s = 0.0f;
                     for (int h = h0; h < h1; h++)
-                        for (int w = w0; w < w1; w++) s += xp[h * p->W + w];
-                    yp[i * p->Q + j] = s / div;
+                        for (int w = cols.lo[j]; w < cols.hi[j]; w++) s += xp[h * p->W + w];
+                    yp[i * p->Q + j] = s / (float)(rows.count[i] * cols.count[j]);
                 }
             }
         }
+        free(bi);
     }
+    free(rows.lo);
+    free(cols.lo);
 }
 
 static void cpu_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
                          int accumulate) {
     (void)y; /* the maximum's position is recomputed from x, exactly as the forward chose it */
-    pool_check(p);
+    pool_axis rows, cols;
+    pool_check(p, &rows, &cols);
     int planes = p->N * p->C;
     size_t HW = (size_t)p->H * p->W, PQ = (size_t)p->P * p->Q;
-#pragma omp parallel for schedule(static) if ((size_t)planes * HW >= CPU_PAR_MIN)
-    for (int pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * HW;
-        const float *gp = dy + pl * PQ;
-        float *dp = dx + pl * HW;
-        if (!accumulate) memset(dp, 0, HW * sizeof(float));
-        for (int i = 0; i < p->P; i++) {
-            for (int j = 0; j < p->Q; j++) {
-                int h0, h1, w0, w1;
-                float div;
-                pool_window(p, i, j, &h0, &h1, &w0, &w1, &div);
-                float g = gp[i * p->Q + j];
+#pragma omp parallel if ((size_t)planes * HW >= CPU_PAR_MIN)
+    {
+        float *best = NULL;
+        int *bi = NULL;
+        if (p->mode == POOL_MODE_MAX) {
+            best = cnt_malloc((size_t)p->Q * sizeof(float));
+            bi = cnt_malloc((size_t)p->Q * sizeof(int));
+        }
+#pragma omp for schedule(static)
+        for (int pl = 0; pl < planes; pl++) {
+            const float *xp = x + pl * HW;
+            const float *gp = dy + pl * PQ;
+            float *dp = dx + pl * HW;
+            if (!accumulate) memset(dp, 0, HW * sizeof(float));
+            for (int i = 0; i < p->P; i++) {
                 if (p->mode == POOL_MODE_MAX) {
-                    dp[pool_argmax(xp, p->W, h0, h1, w0, w1)] += g;
-                } else {
-                    float v = g / div;
+                    pool_max_row(p, &rows, &cols, xp, i, best, bi);
+                    /* in order: windows overlap, so the sum order must be fixed */
+                    for (int j = 0; j < p->Q; j++) dp[bi[j]] += gp[i * p->Q + j];
+                    continue;
+                }
+                int h0 = rows.lo[i], h1 = rows.hi[i];
+                for (int j = 0; j < p->Q; j++) {
+                    float v = gp[i * p->Q + j] / (float)(rows.count[i] * cols.count[j]);
                     for (int h = h0; h < h1; h++)
-                        for (int w = w0; w < w1; w++) dp[h * p->W + w] += v;
+                        for (int w = cols.lo[j]; w < cols.hi[j]; w++) dp[h * p->W + w] += v;
                 }
             }
         }
+        free(best);
+        free(bi);
     }
+    free(rows.lo);
+    free(cols.lo);
 }
 
 /* -------------------------------------------------------------------- gemm */
@@ -906,8 +1001,16 @@ static void cpu_mul(size_t n, const float *a, const float *b, float *y, int accu
 static void cpu_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
     CNT_ASSERT(p >= 0.0f && p < 1.0f);
     float keep = 1.0f / (1.0f - p);
+    size_t blocks = (n + 255) / 256;
 #pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN / 8)
-    for (size_t i = 0; i < n; i++) mask[i] = rng_hash_uniform(seed, i) >= p ? keep : 0.0f;
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i0 = b * 256, i1 = i0 + 256 < n ? i0 + 256 : n;
+        /* draw first, then threshold in a vector loop: a branch on a coin flip
+         * would mispredict half the time */
+        for (size_t i = i0; i < i1; i++) mask[i] = rng_hash_uniform(seed, i);
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) mask[i] = mask[i] >= p ? keep : 0.0f;
+    }
 }
 
 static void cpu_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
@@ -947,16 +1050,16 @@ static void cpu_softmax_xent(int N, int K, const float *logits, const int *label
             if (z[k] > mx) mx = z[k];
         double se = 0.0, sz = 0.0;
         for (int k = 0; k < K; k++) {
-            se += exp((double)z[k] - mx);
+            float e = expf(z[k] - mx); /* <= 1; kept in dz until the sum is known */
+            dz[k] = e;
+            se += e;
             sz += z[k];
         }
-        double lse = (double)mx + log(se);
         /* -sum_k target_k * log_softmax_k, with sum_k target_k = 1 */
-        total += lse - (1.0 - smoothing) * z[label] - off * sz;
+        total += (double)mx + log(se) - (1.0 - smoothing) * z[label] - off * sz;
         for (int k = 0; k < K; k++) {
-            double prob = exp((double)z[k] - lse);
             double target = k == label ? on : off;
-            dz[k] = (float)((prob - target) / N);
+            dz[k] = (float)((dz[k] / se - target) / N);
         }
     }
     loss[0] = (float)(total / N);
@@ -1004,9 +1107,9 @@ static const backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .upload = cpu_memcpy,
-    .download = cpu_memcpy,
-    .copy = cpu_memcpy,
+    .upload = cpu_transfer,
+    .download = cpu_transfer,
+    .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
     .conv_fwd = cpu_conv_fwd,

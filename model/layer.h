@@ -23,6 +23,9 @@ int layer_add_param(net *nt, int node_idx, const char *suffix, size_t count, int
                     int no_decay, init_spec init);
 /* Registers a buffer "<node name>.<suffix>" for the given node. Returns its index. */
 int layer_add_buffer(net *nt, int node_idx, const char *suffix, size_t count, float init_value);
+/* CNT_OK if the builder has not failed and `in` names an existing node or
+ * NET_INPUT; otherwise marks the builder failed (message names the layer). */
+int layer_check_input(net *nt, int in, const char *name);
 /* Marks the builder as failed with the message already in cnt_err_msg(), prefixed by the node name. */
 int layer_fail(net *nt, const char *name);
 

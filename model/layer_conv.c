@@ -65,11 +65,7 @@ static const layer_ops conv_ops = {
 
 int net_conv_rect(net *nt, int in, const char *name, int K, int R, int S, int stride_h, int stride_w, int pad_h,
                   int pad_w, int bias) {
-    if (nt->failed) return CNT_ERR;
-    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
-        cnt_err_set("input node %d does not exist", in);
-        return layer_fail(nt, name);
-    }
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     conv_state *s = cnt_calloc(1, sizeof *s);
     layer_input_shape(nt, in, &s->p.C, &s->p.H, &s->p.W);
     s->p.N = 1;
@@ -152,11 +148,7 @@ static const layer_ops linear_ops = {
 };
 
 int net_linear(net *nt, int in, const char *name, int out_features, int bias) {
-    if (nt->failed) return CNT_ERR;
-    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
-        cnt_err_set("input node %d does not exist", in);
-        return layer_fail(nt, name);
-    }
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     if (out_features <= 0) {
         cnt_err_set("linear layer with %d outputs", out_features);
         return layer_fail(nt, name);

@@ -9,15 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int check_input(net *nt, int in, const char *name) {
-    if (nt->failed) return CNT_ERR;
-    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
-        cnt_err_set("input node %d does not exist", in);
-        return layer_fail(nt, name);
-    }
-    return CNT_OK;
-}
-
 /* ---------------------------------------------------------------- relu */
 
 static void relu_forward(net *nt, node *nd, int training) {
@@ -38,7 +29,7 @@ static const layer_ops relu_ops = {
     .kind = "relu", .forward = relu_forward, .backward = relu_backward, .flops = elementwise_flops};
 
 int net_relu(net *nt, int in, const char *name) {
-    if (check_input(nt, in, name) != CNT_OK) return CNT_ERR;
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     int C, H, W;
     layer_input_shape(nt, in, &C, &H, &W);
     return layer_add_node(nt, &relu_ops, name, &in, 1, C, H, W, NULL);
@@ -60,7 +51,7 @@ static const layer_ops add_ops = {
     .kind = "add", .forward = add_forward, .backward = add_backward, .flops = elementwise_flops};
 
 int net_add(net *nt, int a, int b, const char *name) {
-    if (check_input(nt, a, name) != CNT_OK || check_input(nt, b, name) != CNT_OK) return CNT_ERR;
+    if (layer_check_input(nt, a, name) != CNT_OK || layer_check_input(nt, b, name) != CNT_OK) return CNT_ERR;
     int Ca, Ha, Wa, Cb, Hb, Wb;
     layer_input_shape(nt, a, &Ca, &Ha, &Wa);
     layer_input_shape(nt, b, &Cb, &Hb, &Wb);
@@ -106,7 +97,7 @@ int net_concat(net *nt, const int *ins, int n, const char *name) {
     }
     int C = 0, H = 0, W = 0;
     for (int i = 0; i < n; i++) {
-        if (check_input(nt, ins[i], name) != CNT_OK) return CNT_ERR;
+        if (layer_check_input(nt, ins[i], name) != CNT_OK) return CNT_ERR;
         int Ci, Hi, Wi;
         layer_input_shape(nt, ins[i], &Ci, &Hi, &Wi);
         if (i > 0 && (Hi != H || Wi != W)) {
@@ -174,7 +165,7 @@ static const layer_ops dropout_ops = {
 };
 
 int net_dropout(net *nt, int in, const char *name, float p) {
-    if (check_input(nt, in, name) != CNT_OK) return CNT_ERR;
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     if (!(p >= 0.0f && p < 1.0f)) {
         cnt_err_set("dropout probability %g outside [0, 1)", (double)p);
         return layer_fail(nt, name);
@@ -242,7 +233,7 @@ static const layer_ops shortcut_ops = {
 };
 
 int net_shortcut_pad(net *nt, int in, const char *name, int out_channels, int stride) {
-    if (check_input(nt, in, name) != CNT_OK) return CNT_ERR;
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     int C, H, W;
     layer_input_shape(nt, in, &C, &H, &W);
     if (out_channels < C || stride < 1) {

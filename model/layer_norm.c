@@ -78,11 +78,7 @@ static const layer_ops bn_ops = {
 };
 
 int net_bn(net *nt, int in, const char *name, float eps) {
-    if (nt->failed) return CNT_ERR;
-    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
-        cnt_err_set("input node %d does not exist", in);
-        return layer_fail(nt, name);
-    }
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     if (!(eps > 0.0f)) {
         cnt_err_set("batch norm eps %g must be positive", (double)eps);
         return layer_fail(nt, name);

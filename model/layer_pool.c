@@ -59,11 +59,7 @@ static const layer_ops pool_ops = {
 };
 
 static int add_pool(net *nt, int in, const char *name, pool_params *p) {
-    if (nt->failed) return CNT_ERR;
-    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
-        cnt_err_set("input node %d does not exist", in);
-        return layer_fail(nt, name);
-    }
+    if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     layer_input_shape(nt, in, &p->C, &p->H, &p->W);
     p->N = 1;
     if (pool_params_init(p) != CNT_OK) return layer_fail(nt, name);

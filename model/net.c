@@ -58,6 +58,15 @@ int layer_fail(net *nt, const char *name) {
     return CNT_ERR;
 }
 
+int layer_check_input(net *nt, int in, const char *name) {
+    if (nt->failed) return CNT_ERR;
+    if (in != NET_INPUT && (in < 0 || in >= nt->n_nodes)) {
+        cnt_err_set("input node %d does not exist", in);
+        return layer_fail(nt, name);
+    }
+    return CNT_OK;
+}
+
 int layer_add_node(net *nt, const layer_ops *ops, const char *name, const int *inputs, int n_inputs,
                    int C, int H, int W, void *state) {
     if (nt->failed || nt->finalized) {
