@@ -21,23 +21,28 @@ DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev lib
   libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3
 
 # ---------------------------------------------------------------- probes
-# Results are cached in build/probe.mk; `make clean` (or deleting it) re-probes.
+# Results are cached in build/probe.mk; `make clean` (or `make deps`, which
+# may have installed something) re-probes. `make deps` and `make clean` run
+# without probing, so they work on a machine that has nothing installed yet.
 PROBE_MK := $(BUILD)/probe.mk
-$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" > $(PROBE_MK))
-include $(PROBE_MK)
 CUDA_INC := -I$(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
-
+NEEDS_BUILD := $(filter-out deps clean,$(or $(MAKECMDGOALS),all))
+ifneq ($(NEEDS_BUILD),)
+$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" > $(PROBE_MK))
+include $(PROBE_MK)
 CUDA_USABLE := $(if $(filter 1,$(HAVE_CUDART)),$(if $(filter 1,$(HAVE_NVCC)),1,0),0)
 CUDA ?= $(CUDA_USABLE)
 MPI ?= $(HAVE_MPI)
 ifeq ($(HAVE_BLAS),0)
+  $(shell rm -f $(PROBE_MK))
   $(error OpenBLAS (cblas.h, libopenblas) not found: run `make deps`)
 endif
 ifeq ($(CUDA),1)
   ifneq ($(CUDA_USABLE),1)
     $(error CUDA=1 but no usable CUDA toolkit at $(CUDA_HOME) (nvcc, cuda_runtime.h, libcudart))
   endif
+endif
 endif
 
 mark = $(if $(filter 1,$(1)),✓,✗)
@@ -51,7 +56,9 @@ CFLAGS += $(CONFIG_DEFS)
 
 # Every option that changes the build goes into this file; objects depend on it.
 BUILD_SIG := CC=$(CC) OPT=$(OPT) CUDA=$(CUDA) MPI=$(MPI)
+ifneq ($(NEEDS_BUILD),)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/config.sig 2>/dev/null)" = "$(BUILD_SIG)" ] || echo "$(BUILD_SIG)" > $(BUILD)/config.sig)
+endif
 
 # ---------------------------------------------------------------- sources
 LIB_SRC := $(wildcard common/*.c model/*.c data/*.c dist/*.c train/*.c)
@@ -102,6 +109,7 @@ bench: trainer
 deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES)
+	rm -f $(PROBE_MK)
 
 clean:
 	rm -rf $(BUILD) trainer

@@ -75,6 +75,9 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
         upd += t3 - t2;
     }
     double total = fwd + bwd + upd;
+    char threads[16];
+    if (opt->threads > 0) snprintf(threads, sizeof threads, "%d", opt->threads);
+    else snprintf(threads, sizeof threads, "all");
     bench_result br;
     br.fwd_ms = 1e3 * fwd / opt->steps;
     br.bwd_ms = 1e3 * bwd / opt->steps;
@@ -82,9 +85,9 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     br.img_per_sec = (double)opt->batch * opt->steps / total;
     br.gflops = 3.0 * net_flops_per_image(nt) * br.img_per_sec / 1e9;
     fprintf(out,
-            "bench %s %dx%dx%d batch %d on %s: %.1f img/s, %.1f GFLOP/s (forward %.1f ms, backward %.1f ms, "
+            "bench %s %dx%dx%d batch %d on %s, %s threads: %.1f img/s, %.1f GFLOP/s (forward %.1f ms, backward %.1f ms, "
             "update %.1f ms per step; %d steps)\n",
-            opt->model, opt->c, opt->h, opt->w, opt->batch, be->name, br.img_per_sec, br.gflops, br.fwd_ms,
+            opt->model, opt->c, opt->h, opt->w, opt->batch, be->name, threads, br.img_per_sec, br.gflops, br.fwd_ms,
             br.bwd_ms, br.update_ms, opt->steps);
     if (res) *res = br;
     optim_free(&o);

@@ -1,0 +1,169 @@
+/*
+ * tests/test_optim.c - learning-rate schedules and the SGD step over the flat
+ * parameter buffer: warm-up ramp, step milestones, cosine end points, and
+ * weight decay applied to exactly the tensors it should be (checked against
+ * the double-precision reference update, tensor by tensor).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "model/net.h"
+#include "tests/support/ref.h"
+#include "tests/support/testutil.h"
+#include "train/config.h"
+#include "train/optim.h"
+
+static void set(config *cfg, const char *kv) { assert_int_equal(config_override(cfg, kv), CNT_OK); }
+
+static void test_constant_and_warmup(void **state) {
+    (void)state;
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "optim.schedule=constant");
+    set(&cfg, "optim.warmup_epochs=2");
+    /* 10 steps per epoch: warm-up is 20 steps, step s gets (s+1)/20 of the rate */
+    assert_float_equal(schedule_lr(&cfg, 0.4, 0, 10, 100), 0.4 * 1 / 20, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 0.4, 9, 10, 100), 0.4 * 10 / 20, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 0.4, 19, 10, 100), 0.4, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 0.4, 20, 10, 100), 0.4, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 0.4, 99, 10, 100), 0.4, 1e-12);
+    /* fractional warm-up */
+    set(&cfg, "optim.warmup_epochs=0.5");
+    assert_float_equal(schedule_lr(&cfg, 1.0, 0, 10, 100), 0.2, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 4, 10, 100), 1.0, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 5, 10, 100), 1.0, 1e-12);
+}
+
+static void test_step_schedule(void **state) {
+    (void)state;
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "optim.schedule=step");
+    set(&cfg, "optim.milestones=3,5");
+    set(&cfg, "optim.gamma=0.1");
+    set(&cfg, "optim.warmup_epochs=0");
+    assert_float_equal(schedule_lr(&cfg, 1.0, 0, 10, 80), 1.0, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 29, 10, 80), 1.0, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 30, 10, 80), 0.1, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 49, 10, 80), 0.1, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 50, 10, 80), 0.01, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 1.0, 79, 10, 80), 0.01, 1e-12);
+}
+
+static void test_cosine_schedule(void **state) {
+    (void)state;
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "optim.schedule=cosine");
+    set(&cfg, "optim.warmup_epochs=0");
+    set(&cfg, "optim.min_lr=0.001");
+    assert_float_equal(schedule_lr(&cfg, 0.1, 0, 10, 100), 0.1, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 0.1, 50, 10, 100), 0.001 + 0.099 * 0.5, 1e-12);
+    assert_float_equal(schedule_lr(&cfg, 0.1, 100, 10, 100), 0.001, 1e-12);
+    /* monotone non-increasing */
+    double prev = 1;
+    for (long s = 0; s <= 100; s++) {
+        double lr = schedule_lr(&cfg, 0.1, s, 10, 100);
+        assert_true(lr <= prev + 1e-15);
+        prev = lr;
+    }
+    /* warm-up multiplies the cosine value */
+    set(&cfg, "optim.warmup_epochs=1");
+    double plain = 0.001 + 0.099 * 0.5 * (1 + cos(M_PI * 4 / 100.0));
+    assert_float_equal(schedule_lr(&cfg, 0.1, 4, 10, 100), plain * 5 / 10, 1e-12);
+}
+
+/* A small net whose tensors alternate decayed (conv/linear weights) and
+ * exempt (BN, bias) parameters. */
+static net *small_net(void) {
+    net *nt = net_create(backend_cpu(), 2, 5, 5, 3);
+    int c = net_conv(nt, NET_INPUT, "conv", 4, 3, 1, 1, 1);
+    int b = net_bn(nt, c, "bn", 1e-5f);
+    int r = net_relu(nt, b, "relu");
+    int c2 = net_conv(nt, r, "conv2", 4, 3, 2, 1, 0);
+    int fc = net_linear(nt, c2, "fc", 3, 1);
+    assert_int_equal(net_finalize(nt, fc, -1, 2), CNT_OK);
+    net_init_params(nt, 5);
+    return nt;
+}
+
+static void check_sgd(int wd_on_bn_bias, int nesterov) {
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "optim.momentum=0.9");
+    set(&cfg, "optim.weight_decay=0.01");
+    set(&cfg, nesterov ? "optim.nesterov=true" : "optim.nesterov=false");
+    set(&cfg, wd_on_bn_bias ? "optim.wd_on_bn_bias=true" : "optim.wd_on_bn_bias=false");
+    net *nt = small_net();
+    const backend *be = nt->be;
+    size_t n = nt->n_params;
+    rng r;
+    rng_seed(&r, 11, 0);
+    double *p = tu_alloc(n), *g = tu_alloc(n), *m = tu_alloc(n);
+    float *pf = tu_alloc_f(n);
+    be->download(pf, nt->params, n * sizeof(float));
+    tu_to_double(pf, p, n);
+    optimizer opt;
+    optim_init(&opt, nt, &cfg);
+    for (int step = 0; step < 3; step++) {
+        tu_fill_normal(&r, g, n, 0.0, 1.0);
+        float *gd = tu_dev_from_double(be, g, n);
+        be->copy(nt->grads, gd, n * sizeof(float));
+        be->free(gd);
+        optim_step(&opt, nt, 0.05f, 0.5f);
+        for (int t = 0; t < nt->n_param_tensors; t++) {
+            const param_info *pi = &nt->param_info[t];
+            double wd = (!pi->no_decay || wd_on_bn_bias) ? 0.01 : 0.0;
+            ref_sgd_update(pi->count, p + pi->offset, g + pi->offset, m + pi->offset, 0.05, 0.9, wd, nesterov, 0.5);
+        }
+    }
+    be->download(pf, nt->params, n * sizeof(float));
+    tu_assert_close_f("parameters after 3 SGD steps", p, pf, n, 1e-5, 1e-6);
+    optim_free(&opt);
+    free(p);
+    free(g);
+    free(m);
+    free(pf);
+    net_free(nt);
+}
+
+static void test_sgd_no_decay_on_bn_bias(void **state) {
+    (void)state;
+    check_sgd(0, 0);
+    check_sgd(0, 1);
+}
+
+static void test_sgd_decay_everywhere(void **state) {
+    (void)state;
+    check_sgd(1, 0);
+}
+
+static void test_no_decay_flags(void **state) {
+    (void)state;
+    net *nt = small_net();
+    const char *exempt[] = {"conv.bias", "bn.weight", "bn.bias", "fc.bias"};
+    const char *decayed[] = {"conv.weight", "conv2.weight", "fc.weight"};
+    for (size_t i = 0; i < 4; i++) assert_true(nt->param_info[net_find_param(nt, exempt[i])].no_decay);
+    for (size_t i = 0; i < 3; i++) assert_false(nt->param_info[net_find_param(nt, decayed[i])].no_decay);
+    net_free(nt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_constant_and_warmup),
+        cmocka_unit_test(test_step_schedule),
+        cmocka_unit_test(test_cosine_schedule),
+        cmocka_unit_test(test_no_decay_flags),
+        cmocka_unit_test(test_sgd_no_decay_on_bn_bias),
+        cmocka_unit_test(test_sgd_decay_everywhere),
+    };
+    return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
+}
