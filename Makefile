@@ -73,6 +73,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
 .PHONY: all deps test bench clean found
+# Test support objects are prerequisites of pattern rules only; keep them.
+.SECONDARY: $(TEST_SUPPORT_OBJ)
 all: found trainer
 
 found:

@@ -62,7 +62,7 @@ run $T --summary configs/resnet20-fashion.ini
 check "--summary CONFIG: shape from the data (1x28x28)" grep -qx "params: 269434" <<<"$out"
 
 run $T --summary configs/resnet20-fashion.ini model.name=resnet56
-check "--summary CONFIG with override" test "$rc" -eq 0 -a -n "$(grep -x 'params: 853018' <<<"$out")"
+check "--summary CONFIG with override" test "$rc" -eq 0 -a -n "$(grep -x 'params: 852730' <<<"$out")"
 
 run $T --version
 check "--version lists the backends" grep -q "^backends: cpu" <<<"$out"
