@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_cli.sh - the trainer's command line as a user meets it: exit codes
-# and messages for configuration mistakes, --summary, --help, --version, and
-# the README's config reference being the one the parser uses.
+# and messages for configuration mistakes, --summary, --help, --version, the
+# data kinds (synthetic training, CIFAR errors), and the README's config
+# reference being the one the parser uses.
 # Run from the repository root after `make`. Exits non-zero on the first failure.
 set -u
 T=./trainer
@@ -63,6 +64,22 @@ check "--summary CONFIG: shape from the data (1x28x28)" grep -qx "params: 269434
 
 run $T --summary configs/resnet20-fashion.ini model.name=resnet56
 check "--summary CONFIG with override" test "$rc" -eq 0 -a -n "$(grep -x 'params: 852730' <<<"$out")"
+
+run $T --summary configs/resnet20-fashion.ini data.kind=synthetic data.synthetic_shape=3x32x32
+check "--summary synthetic 3x32x32: ResNet-20 with 3 input channels" grep -qx "params: 269722" <<<"$out"
+
+run $T --summary configs/resnet20-fashion.ini data.kind=synthetic data.synthetic_shape=3x32
+check "bad synthetic_shape: exit 2 naming the key" test "$rc" -eq 2 -a -n "$(grep -o 'data.synthetic_shape' <<<"$out")"
+
+run $T configs/resnet20-fashion.ini data.kind=synthetic data.synthetic_train=256 data.synthetic_test=64 \
+    train.epochs=1 train.batch_size=32 train.out_dir="$tmp/syn"
+check "training on synthetic data: exit 0" test "$rc" -eq 0
+check "training on synthetic data: metrics.jsonl written" test -s "$tmp/syn/metrics.jsonl"
+
+run $T configs/resnet20-cifar10.ini data.root=/nonexistent train.out_dir="$tmp/out"
+check "cifar, missing root: exit 1 naming the path" test "$rc" -eq 1 -a -n "$(grep -o '/nonexistent' <<<"$out")"
+run $T --summary configs/resnet20-cifar10.ini data.root="$tmp"
+check "cifar, no files: every path tried is named" grep -q "$tmp/cifar-10-batches-bin/data_batch_1.bin" <<<"$out"
 
 run $T --version
 check "--version lists the backends" grep -q "^backends: cpu" <<<"$out"

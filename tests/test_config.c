@@ -28,7 +28,7 @@
 static const char *const all_keys[] = {
     "model.name", "model.zero_init_residual", "model.aux_logits", "model.dropout",
     "data.kind", "data.root", "data.train_limit", "data.test_limit", "data.augment", "data.pad", "data.workers",
-    "data.prefetch",
+    "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",

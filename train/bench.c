@@ -12,14 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bench_parse_shape(const char *s, int *c, int *h, int *w) {
-    char tail;
-    if (sscanf(s, "%dx%dx%d%c", c, h, w, &tail) != 3 || *c < 1 || *h < 1 || *w < 1 || *c > 4096 || *h > 8192 ||
-        *w > 8192)
-        return cnt_err_set("bad input shape '%s' (expected CxHxW, e.g. 3x32x32)", s);
-    return CNT_OK;
-}
-
 int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     const backend *be = backend_get(opt->device ? opt->device : "auto");
     if (!be) return CNT_ERR;

@@ -34,7 +34,4 @@ typedef struct bench_result {
  * message on an unknown model, bad shape or device. */
 int bench_run(const bench_options *opt, bench_result *res, FILE *out);
 
-/* Parses "CxHxW" (e.g. "3x32x32"). CNT_ERR with a message when malformed. */
-int bench_parse_shape(const char *s, int *c, int *h, int *w);
-
 #endif

@@ -120,7 +120,7 @@ typedef struct key_def {
      .count_off = OFF_INT(count),                                                               \
      .max_count = (int)(sizeof(((config *)0)->field) / sizeof(((config *)0)->field[0])), __VA_ARGS__}
 
-static const char *const data_kinds[] = {"idx", NULL};
+static const char *const data_kinds[] = {"idx", "cifar", "synthetic", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 
@@ -137,9 +137,10 @@ static const key_def key_table[] = {
           .help = "dropout probability before the classifier; negative keeps the model's default"),
 
     K_ENUM("data", "kind", data_kind, "idx", .choices = data_kinds,
-         .help = "data set format: idx (MNIST-style ubyte files)"),
+         .help = "data set format: idx (MNIST-style ubyte files), cifar (CIFAR-10/100 binary batches), "
+                 "synthetic (random images generated in memory)"),
     K_STRING("data", "root", data_root, "/usr/share/datasets/fashion-mnist",
-           .help = "directory holding the data set files"),
+           .help = "directory holding the data set files (kinds idx and cifar; synthetic ignores it)"),
     K_INT("data", "train_limit", train_limit, "0", AT_LEAST(0),
         .help = "use only the first N training samples; 0 uses all"),
     K_INT("data", "test_limit", test_limit, "0", AT_LEAST(0),
@@ -152,6 +153,14 @@ static const key_def key_table[] = {
         .help = "loader threads decoding and augmenting batches"),
     K_INT("data", "prefetch", prefetch, "4", BETWEEN(1, 256),
         .help = "batches prepared ahead of the training step"),
+    K_STRING("data", "synthetic_shape", synthetic_shape, "3x32x32",
+           .help = "image shape CxHxW of the synthetic data set (C 1..3, H and W 1..4096)"),
+    K_INT("data", "synthetic_classes", synthetic_classes, "10", BETWEEN(2, 100000),
+        .help = "number of classes of the synthetic data set"),
+    K_INT("data", "synthetic_train", synthetic_train, "10000", AT_LEAST(1),
+        .help = "training samples of the synthetic data set"),
+    K_INT("data", "synthetic_test", synthetic_test, "1000", AT_LEAST(1),
+        .help = "test samples of the synthetic data set"),
 
     K_ENUM("train", "device", device, "auto", .choices = devices,
          .help = "compute device; auto picks cuda when a GPU is usable, else cpu"),
@@ -882,6 +891,40 @@ int config_override(config *cfg, const char *arg) {
     return CNT_OK;
 }
 
+/* One dimension of the shape: digits only, in 1..max. *end receives the
+ * character after the digits. */
+static int shape_dim(const char *s, const char **end, int max, int *out) {
+    long v = 0;
+    const char *p = s;
+    while (*p >= '0' && *p <= '9' && p - s < 9) v = v * 10 + (*p++ - '0');
+    if (p == s || (*p >= '0' && *p <= '9') || v < 1 || v > max) return CNT_ERR;
+    *end = p;
+    *out = (int)v;
+    return CNT_OK;
+}
+
+int config_parse_shape(const char *s, int *c, int *h, int *w) {
+    const char *p = s;
+    int dims[3];
+    static const int max[3] = {3, 4096, 4096};
+    for (int i = 0; i < 3; i++) {
+        if (shape_dim(p, &p, max[i], &dims[i]) != CNT_OK || *p != (i < 2 ? 'x' : '\0'))
+            return cnt_err_set("'%.64s' is not CxHxW with C in 1..3 and H, W in 1..4096 (e.g. 3x32x32)", s);
+        if (i < 2) p++;
+    }
+    *c = dims[0];
+    *h = dims[1];
+    *w = dims[2];
+    return CNT_OK;
+}
+
+int config_synthetic_shape(const config *cfg, int *c, int *h, int *w) {
+    if (config_parse_shape(cfg->synthetic_shape, c, h, w) == CNT_OK) return CNT_OK;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+    return cnt_err_set("invalid configuration: data.synthetic_shape: %s", msg);
+}
+
 int config_validate(const config *cfg) {
     char why[512];
     for (int i = 0; i < N_KEYS; i++) {
@@ -889,6 +932,8 @@ int config_validate(const config *cfg) {
         if (key_check(k, cfg, why, sizeof why) != CNT_OK)
             return cnt_err_set("invalid configuration: %s.%s: %s", k->section, k->name, why);
     }
+    int sc, sh, sw;
+    if (config_synthetic_shape(cfg, &sc, &sh, &sw) != CNT_OK) return CNT_ERR;
     for (int i = 1; i < cfg->n_milestones; i++)
         if (cfg->milestones[i] <= cfg->milestones[i - 1])
             return cnt_err_set("invalid configuration: optim.milestones must be strictly ascending (%d follows %d)",

@@ -28,14 +28,18 @@ typedef struct config {
     float dropout;                   /* < 0: the model's default */
 
     /* [data] */
-    char data_kind[CONFIG_STR];      /* "idx" */
-    char data_root[CONFIG_STR];      /* directory holding the data set */
+    char data_kind[CONFIG_STR];      /* "idx", "cifar", "synthetic" */
+    char data_root[CONFIG_STR];      /* directory holding the data set (idx, cifar) */
     int train_limit;                 /* 0: all training samples */
     int test_limit;                  /* 0: all test samples */
     int augment;                     /* bool: pad-crop-flip */
     int pad;                         /* crop padding */
     int workers;                     /* loader threads */
     int prefetch;                    /* batches ready ahead */
+    char synthetic_shape[CONFIG_STR]; /* "CxHxW" (synthetic) */
+    int synthetic_classes;           /* label range (synthetic) */
+    int synthetic_train;             /* training samples (synthetic) */
+    int synthetic_test;              /* test samples (synthetic) */
 
     /* [train] */
     char device[CONFIG_STR];         /* "auto", "cpu", "cuda" */
@@ -72,6 +76,14 @@ int config_load(config *cfg, const char *path);
 int config_override(config *cfg, const char *arg);
 /* Checks relations between keys (e.g. milestones ascending). */
 int config_validate(const config *cfg);
+
+/* Parses an image shape "CxHxW" (C in 1..3, H and W in 1..4096) into *c, *h,
+ * *w. Errors: CNT_ERR with a message quoting the value. */
+int config_parse_shape(const char *s, int *c, int *h, int *w);
+/* Parses data.synthetic_shape with config_parse_shape. Errors: CNT_ERR with a
+ * message naming data.synthetic_shape and the value; config_validate() reports
+ * the same error. */
+int config_synthetic_shape(const config *cfg, int *c, int *h, int *w);
 
 /* `trainer --help`: every key with type, default, range and help. */
 void config_print_help(FILE *out);

@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
-        if (bench_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
+        if (config_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 2;
         }

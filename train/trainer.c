@@ -30,11 +30,33 @@ typedef struct data_pair {
     float mean[3], std[3];
 } data_pair;
 
+/* RNG streams of the synthetic data set; other consumers of train.seed use
+ * their own streams, so the data does not repeat the initialisation. */
+enum { SYNTHETIC_STREAM_TRAIN = 0x5d7a0001, SYNTHETIC_STREAM_TEST = 0x5d7a0002 };
+
 static int load_data(const config *cfg, data_pair *d) {
     memset(d, 0, sizeof *d);
     if (strcmp(cfg->data_kind, "idx") == 0) {
         if (dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
         if (dataset_load_mnist_dir(&d->test, cfg->data_root, 0) != CNT_OK) {
+            dataset_free(&d->train);
+            return CNT_ERR;
+        }
+    } else if (strcmp(cfg->data_kind, "cifar") == 0) {
+        if (dataset_load_cifar(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
+        if (dataset_load_cifar(&d->test, cfg->data_root, 0) != CNT_OK) {
+            dataset_free(&d->train);
+            return CNT_ERR;
+        }
+    } else if (strcmp(cfg->data_kind, "synthetic") == 0) {
+        /* Train and test are two streams of the same seed: different images. */
+        int c, h, w;
+        if (config_synthetic_shape(cfg, &c, &h, &w) != CNT_OK) return CNT_ERR;
+        if (dataset_make_synthetic(&d->train, c, h, w, cfg->synthetic_classes, cfg->synthetic_train, cfg->seed,
+                                   SYNTHETIC_STREAM_TRAIN) != CNT_OK)
+            return CNT_ERR;
+        if (dataset_make_synthetic(&d->test, c, h, w, cfg->synthetic_classes, cfg->synthetic_test, cfg->seed,
+                                   SYNTHETIC_STREAM_TEST) != CNT_OK) {
             dataset_free(&d->train);
             return CNT_ERR;
         }
