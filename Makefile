@@ -53,6 +53,11 @@ CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -fopenmp -I. \
 LDLIBS := -lopenblas -linih -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=0
 CFLAGS += $(CONFIG_DEFS)
+ifeq ($(MPI),1)
+  # Open MPI's wrapper tells its own flags; only dist/ includes mpi.h.
+  CFLAGS += $(shell mpicc --showme:compile)
+  LDLIBS += $(shell mpicc --showme:link)
+endif
 
 # Every option that changes the build goes into this file; objects depend on it.
 BUILD_SIG := CC=$(CC) OPT=$(OPT) CUDA=$(CUDA) MPI=$(MPI)
@@ -71,6 +76,9 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
+# Programs run under mpirun by the integration scripts (not run directly).
+MPI_TEST_SRC := $(wildcard tests/mpi_*.c)
+MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps test bench clean found
 # Test support objects are prerequisites of pattern rules only; keep them.
@@ -101,7 +109,11 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
-test: trainer $(TEST_BIN)
+$(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
+
+test: trainer $(TEST_BIN) $(MPI_TEST_BIN)
 	@echo "GPU tests: skipped (this build has no CUDA backend yet: backends built in: cpu)"
 	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 

@@ -123,6 +123,8 @@ typedef struct key_def {
 static const char *const data_kinds[] = {"idx", "cifar", "synthetic", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
+static const char *const lr_scalings[] = {"linear", "none", NULL};
+static const char *const dist_backends[] = {"auto", "mpi", "ring", NULL};
 
 /* The keys, grouped by section, in the order of --help, the README and the
  * written INI file. */
@@ -205,6 +207,12 @@ static const key_def key_table[] = {
           .help = "linear warm-up from 0 to lr over this many epochs (may be fractional); 0: none"),
     K_FLOAT("optim", "min_lr", min_lr, "0", AT_LEAST(0),
           .help = "final learning rate of the cosine schedule"),
+    K_ENUM("optim", "lr_scaling", lr_scaling, "linear", .choices = lr_scalings,
+         .help = "linear: the effective rate is optim.lr x world size (Goyal et al. 2017); none: optim.lr"),
+
+    K_ENUM("dist", "backend", dist_backend, "auto", .choices = dist_backends,
+         .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point); "
+                 "auto: mpi"),
 };
 
 #define N_KEYS ((int)(sizeof key_table / sizeof key_table[0]))
@@ -311,7 +319,7 @@ static int section_known(const char *s, size_t len) {
     return 0;
 }
 
-/* "model data train optim": the sections in table order. */
+/* "model data train optim dist": the sections in table order. */
 static void section_list(char *buf, size_t n) {
     buf[0] = '\0';
     for (int i = 0; i < N_KEYS; i++)

@@ -66,6 +66,10 @@ typedef struct config {
     float gamma;                     /* step schedule factor */
     float warmup_epochs;             /* linear warm-up length, may be fractional */
     float min_lr;                    /* cosine floor */
+    char lr_scaling[CONFIG_STR];     /* "linear", "none" */
+
+    /* [dist] */
+    char dist_backend[CONFIG_STR];   /* "auto", "mpi", "ring" */
 } config;
 
 /* Fills every field with the table's default. */

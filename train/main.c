@@ -10,6 +10,7 @@
  * or configuration error.
  */
 #include "common/check.h"
+#include "dist/dist.h"
 #include "model/backend.h"
 #include "model/zoo.h"
 #include "train/bench.h"
@@ -147,9 +148,16 @@ int main(int argc, char **argv) {
     }
     config cfg;
     load_config(&cfg, cmd, argc, argv, 2);
-    if (trainer_run(&cfg, NULL) != CNT_OK) {
+    if (dist_init(&argc, &argv) != CNT_OK) {
         fprintf(stderr, "trainer: %s\n", cnt_err_msg());
         return 1;
     }
+    if (trainer_run(&cfg, NULL) != CNT_OK) {
+        log_error("%s", cnt_err_msg());
+        /* Other ranks may be waiting in a collective: end the whole job. */
+        if (dist_world() > 1) dist_abort(1);
+        return 1;
+    }
+    dist_finalize();
     return 0;
 }

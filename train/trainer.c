@@ -16,6 +16,7 @@
 #include "common/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "dist/dist.h"
 #include "model/net.h"
 #include "model/zoo.h"
 #include "train/metrics.h"
@@ -134,9 +135,72 @@ static void evaluate(net *nt, loader *ld, float *x_dev, int32_t *labels_dev, flo
         n_total += b->n;
     }
     free(logits);
-    er->loss = n_total ? loss_sum / n_total : 0;
-    er->top1 = n_total ? (double)hit1 / n_total : 0;
-    er->top5 = n_total ? (double)hit5 / n_total : 0;
+    /* Every rank evaluated its own shard; every sample counts once in the sums. */
+    double sums[4] = {loss_sum, (double)n_total, (double)hit1, (double)hit5};
+    dist_allreduce_sum_f64(sums, 4);
+    er->loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    er->top1 = sums[1] > 0 ? sums[2] / sums[1] : 0;
+    er->top5 = sums[1] > 0 ? sums[3] / sums[1] : 0;
+}
+
+/* Copies n floats of device memory to every rank from rank 0, through host
+ * staging memory (the backend's pointers may not be host pointers). */
+static void broadcast_device(const backend *be, float *dev, size_t n, float *host) {
+    be->download(host, dev, n * sizeof(float));
+    dist_broadcast(host, n * sizeof(float), 0);
+    be->upload(dev, host, n * sizeof(float));
+}
+
+/* Ranks must run the same configuration and model: compare a hash of the
+ * effective config (as written to config.ini) and the parameter count. On a
+ * mismatch, each differing rank names the first line that differs from rank
+ * 0's config, and the job ends (a silent divergence or a hang is worse). */
+static int check_same_config(const config *cfg, const net *nt) {
+    int world = dist_world();
+    if (world == 1) return CNT_OK;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK_ERRNO(f != NULL, "open_memstream");
+    config_write_ini(cfg, f);
+    fprintf(f, "; model parameters %zu\n", nt->n_params);
+    fclose(f);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 1099511628211ULL;
+    uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
+    dist_allgather_u64(h, all);
+    int same = 1;
+    for (int r = 1; r < world; r++) same &= all[r] == all[0];
+    free(all);
+    if (same) {
+        free(text);
+        return CNT_OK;
+    }
+    /* Rank 0's text travels to every rank so each can say what differs. */
+    uint64_t n0 = len;
+    dist_broadcast(&n0, sizeof n0, 0);
+    char *text0 = cnt_malloc(n0 + 1);
+    if (dist_rank() == 0) memcpy(text0, text, n0);
+    dist_broadcast(text0, n0, 0);
+    text0[n0] = '\0';
+    if (dist_rank() != 0) {
+        const char *a = text0, *b = text;
+        while (*a && *b) {
+            const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+            size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+            if (la != lb || memcmp(a, b, la) != 0) {
+                log_error("this rank's configuration differs from rank 0's: '%.*s' here, '%.*s' on rank 0", (int)lb,
+                          b, (int)la, a);
+                break;
+            }
+            a += la + (ea ? 1 : 0);
+            b += lb + (eb ? 1 : 0);
+        }
+    }
+    free(text0);
+    free(text);
+    dist_barrier(); /* let every rank print before rank 0 reports and the job ends */
+    return cnt_err_set("ranks run different configurations or models (see the lines from the differing ranks)");
 }
 
 static void format_duration(double s, char *buf, size_t len) {
@@ -173,7 +237,22 @@ int trainer_run(const config *cfg, train_result *res) {
     }
     net_init_params(nt, cfg->seed);
 
-    loader_options lo = {.batch = cfg->batch_size, .rank = 0, .world = 1, .seed = cfg->seed, .shuffle = 1,
+    int rank = dist_rank(), world = dist_world();
+    if (check_same_config(cfg, nt) != CNT_OK) {
+        net_free(nt);
+        free_data(&d);
+        return CNT_ERR;
+    }
+    /* Every rank starts from rank 0's weights (the same seed gives the same
+     * weights anyway; the broadcast makes it so whatever the ranks did). */
+    if (world > 1) {
+        size_t n = nt->n_params > nt->n_buffers ? nt->n_params : nt->n_buffers;
+        float *host = cnt_malloc((n ? n : 1) * sizeof(float));
+        broadcast_device(be, nt->params, nt->n_params, host);
+        if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, host);
+        free(host);
+    }
+    loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
                          .drop_last = 1, .augment = cfg->augment, .pad = cfg->pad, .workers = cfg->workers,
                          .prefetch = cfg->prefetch};
     memcpy(lo.mean, d.mean, sizeof lo.mean);
@@ -187,7 +266,8 @@ int trainer_run(const config *cfg, train_result *res) {
     eo.workers = 1;
     loader *test_ld = train_ld ? loader_create(&d.test, &eo) : NULL;
     metrics m = {0};
-    if (!train_ld || !test_ld || metrics_open(&m, cfg->out_dir) != CNT_OK) {
+    /* Only rank 0 writes files: one run directory, no races between ranks. */
+    if (!train_ld || !test_ld || (rank == 0 && metrics_open(&m, cfg->out_dir) != CNT_OK)) {
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", cnt_err_msg());
         loader_free(train_ld);
@@ -196,7 +276,7 @@ int trainer_run(const config *cfg, train_result *res) {
         free_data(&d);
         return cnt_err_set("%s", msg);
     }
-    {
+    if (rank == 0) {
         char path[CONFIG_STR + 32];
         snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
         FILE *f = fopen(path, "w");
@@ -228,9 +308,20 @@ int trainer_run(const config *cfg, train_result *res) {
              nt->n_params, net_flops_per_image(nt) / 1e9, be->name);
     log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", cfg->data_kind, cfg->data_root,
              d.train.n, d.test.n, C, H, W, classes);
-    log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; lr %g (%s, warm-up %g epochs), out %s",
-             cfg->epochs, steps_per_epoch, cfg->batch_size, total_steps, (double)cfg->lr, cfg->schedule,
-             (double)cfg->warmup_epochs, cfg->out_dir);
+    log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
+             cfg->epochs, steps_per_epoch, cfg->batch_size, total_steps, cfg->schedule, (double)cfg->warmup_epochs,
+             cfg->out_dir);
+    /* Linear scaling (Goyal et al. 2017): N workers take N times larger steps
+     * on the N times larger global batch, reached through the warm-up. */
+    double base_lr = strcmp(cfg->lr_scaling, "linear") == 0 ? (double)cfg->lr * world : (double)cfg->lr;
+    dist_algo algo = strcmp(cfg->dist_backend, "ring") == 0 ? DIST_ALGO_RING : DIST_ALGO_MPI;
+    log_info("dist: %d rank%s (%d on this node), global batch %d, gradients allreduced with %s after backward; "
+             "lr %g per worker x %d = %g (optim.lr_scaling = %s)",
+             world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world,
+             algo == DIST_ALGO_RING ? "ring" : "MPI_Allreduce", (double)cfg->lr,
+             strcmp(cfg->lr_scaling, "linear") == 0 ? world : 1, base_lr, cfg->lr_scaling);
+    float *grads_host = world > 1 ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
+    float *buffers_host = world > 1 ? cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float)) : NULL;
 
     long step = 0;
     double t_start = time_now();
@@ -250,7 +341,7 @@ int trainer_run(const config *cfg, train_result *res) {
             if (!b) break;
             win_wait += wait;
             ep_wait += wait;
-            double lr = schedule_lr(cfg, cfg->lr, step, steps_per_epoch, total_steps);
+            double lr = schedule_lr(cfg, base_lr, step, steps_per_epoch, total_steps);
             be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
             be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
             net_forward(nt, x_dev, b->n, 1);
@@ -263,7 +354,13 @@ int trainer_run(const config *cfg, train_result *res) {
                 be->axpy(1, cfg->aux_weight, aux_loss_dev, loss_dev, 1);
             }
             net_backward(nt, dlogits, dlogits_aux);
-            optim_step(&opt, nt, (float)lr, 1.0f);
+            if (world > 1) {
+                /* Sum the gradients of every rank; the update divides by world. */
+                be->download(grads_host, nt->grads, nt->n_params * sizeof(float));
+                dist_allreduce_sum(grads_host, nt->n_params, algo);
+                be->upload(nt->grads, grads_host, nt->n_params * sizeof(float));
+            }
+            optim_step(&opt, nt, (float)lr, 1.0f / (float)world);
             be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
             win_loss_steps++;
             step++;
@@ -281,9 +378,12 @@ int trainer_run(const config *cfg, train_result *res) {
             if (step % cfg->log_every == 0 || last) {
                 float acc;
                 be->download(&acc, loss_acc_dev, sizeof acc);
+                /* Mean loss over every rank's samples (all ranks log at the same steps). */
+                double lsum = acc;
+                dist_allreduce_sum_f64(&lsum, 1);
                 double now = time_now();
-                double loss = acc / win_loss_steps;
-                double ips = win_images / (now - win_t0);
+                double loss = lsum / win_loss_steps / world;
+                double ips = world * win_images / (now - win_t0);
                 double wait_ms = 1e3 * win_wait / win_steps;
                 double eta = (now - t_start) / step * (total_steps - step);
                 char eta_s[32];
@@ -309,8 +409,11 @@ int trainer_run(const config *cfg, train_result *res) {
             }
         }
         double ep_secs = time_now() - ep_t0;
+        /* Batch-norm statistics stay per rank during training (as in Horovod);
+         * evaluate every shard with rank 0's, so N ranks score what one would. */
+        if (world > 1 && nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, buffers_host);
         evaluate(nt, test_ld, x_dev, labels_dev, loss_dev, dlogits, in_size, &er);
-        double ep_ips = ep_secs > 0 ? ep_images / ep_secs : 0;
+        double ep_ips = ep_secs > 0 ? world * ep_images / ep_secs : 0;
         double ep_wait_ms = ep_steps ? 1e3 * ep_wait / ep_steps : 0;
         log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
                  "top-1 %.2f%%  top-5 %.2f%%",
@@ -324,12 +427,14 @@ int trainer_run(const config *cfg, train_result *res) {
     r.eval_loss = er.loss;
     r.top1 = er.top1;
     r.top5 = er.top5;
-    r.img_per_sec = r.seconds > 0 ? (double)step * cfg->batch_size / r.seconds : 0;
+    r.img_per_sec = r.seconds > 0 ? (double)step * cfg->batch_size * world / r.seconds : 0;
     log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", step,
              r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
 
     int status = isfinite(r.last_loss) ? CNT_OK : cnt_err_set("training diverged (loss %g)", r.last_loss);
     metrics_close(&m);
+    free(grads_host);
+    free(buffers_host);
     be->free(x_dev);
     be->free(labels_dev);
     be->free(loss_dev);

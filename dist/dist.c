@@ -1,0 +1,212 @@
+/*
+ * dist/dist.c - the job's ranks and host-memory collectives (see dist/dist.h).
+ *
+ * Built with MPI (CNT_HAVE_MPI=1): dist_init starts MPI asking for
+ * MPI_THREAD_SERIALIZED, learns rank, world and the node-local rank/world
+ * (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), names the rank in log
+ * prefixes and installs MPI_Abort as cnt_fatal()'s hook. MPI_COMM_WORLD gets
+ * MPI_ERRORS_RETURN so every failing call comes back to DIST_MPI_CHECK, which
+ * prints the statement, file:line, rank and MPI's error string, then aborts the
+ * whole job. Collectives on buffers that may exceed INT_MAX elements (MPI counts
+ * are int) are issued in chunks.
+ *
+ * Built without MPI (CNT_HAVE_MPI=0) every function is the world-of-one
+ * version: broadcast and allreduce leave the buffer as it is, allgather copies
+ * the single value, abort exits.
+ *
+ * Together with dist/ring.c this is the only place in the project that knows
+ * whether MPI is there.
+ */
+#include "dist/dist.h"
+
+#include <stdlib.h>
+
+#include "common/check.h"
+
+#if CNT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static int dist_initialised = 0; /* dist_init succeeded and MPI is up */
+static int dist_finalised = 0;   /* dist_finalize already ran */
+static int g_rank = 0;
+static int g_world = 1;
+static int g_local_rank = 0;
+static int g_local_world = 1;
+
+int dist_rank(void) { return g_rank; }
+int dist_world(void) { return g_world; }
+int dist_local_rank(void) { return g_local_rank; }
+int dist_local_world(void) { return g_local_world; }
+
+#if CNT_HAVE_MPI
+
+/* Largest element count handed to one MPI call: below INT_MAX, and a power of
+ * two so chunks of floats or bytes stay nicely aligned. */
+#define DIST_MAX_COUNT ((size_t)1 << 30)
+
+void dist_mpi_fail_at(const char *file, int line, const char *stmt, int err) {
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) len = 0;
+    msg[len] = '\0';
+    cnt_fatal_at(file, line, 1, NULL, "MPI call failed: %s: %s (error %d)", stmt,
+                 len ? msg : "unknown MPI error", err);
+}
+
+/* cnt_fatal()'s hook: end every rank, so none is left waiting in a collective
+ * for the one that failed. Alone, a plain exit (cnt_fatal's own) is enough. */
+static void dist_abort_hook(int code) {
+    if (dist_initialised && !dist_finalised && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+int dist_init(int *argc, char ***argv) {
+    if (dist_initialised) return CNT_OK;
+    int provided = MPI_THREAD_SINGLE;
+    int err = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (err != MPI_SUCCESS) dist_mpi_fail_at(__FILE__, __LINE__, "MPI_Init_thread", err);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        /* Every rank links the same library, so every rank takes this branch. */
+        MPI_Finalize();
+        dist_finalised = 1;
+        return cnt_err_set("the MPI library grants thread level %d, below the "
+                           "MPI_THREAD_SERIALIZED (%d) the trainer needs (its "
+                           "communication thread calls MPI); rebuild Open MPI with "
+                           "thread support",
+                           provided, MPI_THREAD_SERIALIZED);
+    }
+    /* From here on, failures come back as codes to DIST_MPI_CHECK instead of
+     * MPI's default handler killing the job with a message that lacks our
+     * file:line. */
+    DIST_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    DIST_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
+    DIST_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_world));
+    cnt_log_set_rank(g_rank, g_world);
+    dist_initialised = 1;
+    cnt_set_abort_hook(dist_abort_hook);
+
+    MPI_Comm local;
+    DIST_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank,
+                                       MPI_INFO_NULL, &local));
+    DIST_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
+    DIST_MPI_CHECK(MPI_Comm_rank(local, &g_local_rank));
+    DIST_MPI_CHECK(MPI_Comm_size(local, &g_local_world));
+    DIST_MPI_CHECK(MPI_Comm_free(&local));
+    return CNT_OK;
+}
+
+void dist_finalize(void) {
+    if (!dist_initialised || dist_finalised) return;
+    /* Why a barrier: every rank reaches the end of its work before any tears
+     * MPI down; a rank still busy (or stuck) keeps the others waiting here, in
+     * a plain collective an abort can end, rather than inside MPI_Finalize. */
+    DIST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    dist_finalised = 1;
+    DIST_MPI_CHECK(MPI_Finalize());
+}
+
+void dist_abort(int code) {
+    if (code == 0) code = 1;
+    if (dist_initialised && !dist_finalised && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+static int dist_active(void) { return dist_initialised && !dist_finalised && g_world > 1; }
+
+void dist_barrier(void) {
+    if (!dist_active()) return;
+    /* Why: the caller needs every rank to have reached this point (e.g. rank 0
+     * wrote a file the others are about to read). Blocks until all arrive. */
+    DIST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+void dist_broadcast(void *buf, size_t bytes, int root) {
+    if (!dist_active()) return;
+    CNT_ASSERT(root >= 0 && root < g_world);
+    /* Blocking: returns once this rank's part of each chunk is done. Chunks
+     * keep every count below INT_MAX, MPI's limit for a count. */
+    char *p = buf;
+    for (size_t off = 0; off < bytes; off += DIST_MAX_COUNT) {
+        size_t len = bytes - off < DIST_MAX_COUNT ? bytes - off : DIST_MAX_COUNT;
+        DIST_MPI_CHECK(MPI_Bcast(p + off, (int)len, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+}
+
+void dist_allgather_u64(uint64_t value, uint64_t *out) {
+    if (!dist_active()) {
+        out[0] = value;
+        return;
+    }
+    /* Blocking collective: every rank's value is needed before anyone goes on. */
+    DIST_MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD));
+}
+
+void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
+    if (!dist_active()) return;
+    if (algo == DIST_ALGO_RING) {
+        dist_ring_allreduce(buf, n, 0);
+        return;
+    }
+    CNT_ASSERT(algo == DIST_ALGO_MPI);
+    /* Blocking collective, in place, in chunks below INT_MAX elements. */
+    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
+        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
+        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_FLOAT, MPI_SUM,
+                                     MPI_COMM_WORLD));
+    }
+}
+
+void dist_allreduce_sum_f64(double *buf, size_t n) {
+    if (!dist_active()) return;
+    /* Blocking collective, in place, in chunks below INT_MAX elements. */
+    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
+        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
+        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_DOUBLE, MPI_SUM,
+                                     MPI_COMM_WORLD));
+    }
+}
+
+#else /* !CNT_HAVE_MPI: a world of one */
+
+void dist_mpi_fail_at(const char *file, int line, const char *stmt, int err) {
+    cnt_fatal_at(file, line, 1, NULL, "MPI call failed: %s (error %d; built without MPI)", stmt,
+                 err);
+}
+
+int dist_init(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    dist_initialised = 1;
+    cnt_log_set_rank(0, 1);
+    return CNT_OK;
+}
+
+void dist_finalize(void) {
+    if (!dist_initialised || dist_finalised) return;
+    dist_finalised = 1;
+}
+
+void dist_abort(int code) { exit(code == 0 ? 1 : code); }
+
+void dist_barrier(void) {}
+
+void dist_broadcast(void *buf, size_t bytes, int root) {
+    (void)buf;
+    (void)bytes;
+    CNT_ASSERT(root == 0);
+}
+
+void dist_allgather_u64(uint64_t value, uint64_t *out) { out[0] = value; }
+
+void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
+    (void)buf;
+    (void)n;
+    CNT_ASSERT(algo == DIST_ALGO_MPI || algo == DIST_ALGO_RING);
+}
+
+void dist_allreduce_sum_f64(double *buf, size_t n) {
+    (void)buf;
+    (void)n;
+}
+
+#endif

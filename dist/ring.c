@@ -1,0 +1,147 @@
+/*
+ * dist/ring.c - ring allreduce (sum of float buffers over every rank), built
+ * on MPI point-to-point messages. What DIST_ALGO_RING runs; tested bit for bit
+ * against MPI_Allreduce by tests/mpi_ring.c.
+ *
+ * The algorithm. N ranks sit on a ring: rank r sends only to r+1 and receives
+ * only from r-1 (mod N). The buffer of n floats is cut into N segments whose
+ * sizes differ by at most one element (when n < N some are empty).
+ *
+ *   1. Reduce-scatter, N-1 steps. At step k rank r sends segment (r-k) to its
+ *      right neighbour and receives segment (r-k-1) from its left one, adding
+ *      it into its own copy. A segment travels once around the ring picking up
+ *      one rank's contribution per hop, so after N-1 steps rank r holds the
+ *      complete sum of segment (r+1).
+ *
+ *        N = 3, segments a b c, step 0:  r0 sends a0 -> r1 (a0+a1)
+ *                                        r1 sends b1 -> r2 (b1+b2)
+ *                                        r2 sends c2 -> r0 (c2+c0)
+ *                   step 1:  r0 sends c -> r1: r1 holds c0+c1+c2, and so on.
+ *
+ *   2. Allgather, N-1 steps. At step k rank r sends segment (r+1-k), which is
+ *      complete, and receives segment (r-k), which overwrites its copy. After
+ *      N-1 steps every rank holds every complete segment.
+ *
+ * Why it is bandwidth-optimal. Each step every rank sends one segment, n/N
+ * floats, and receives one, over its own link to the next rank; all links are
+ * busy at once. In 2(N-1) steps each rank sends 2(N-1)/N * n floats. Any
+ * allreduce must move at least that much through each rank: its n values must
+ * leave it (minus the 1/N it may reduce itself) and the n sums must come back
+ * (minus its own 1/N), (N-1)/N * n each way. So the time is about
+ * 2(N-1)/N * n * sizeof(float) / link_bandwidth: almost independent of N,
+ * unlike sending the whole buffer to one root (N-1 times n through the root's
+ * link). The price is 2(N-1) message latencies, which is why small buffers are
+ * better served by a tree (MPI_Allreduce picks one for them).
+ *
+ * Chunking. Each step's segment goes in messages of at most chunk_bytes
+ * (default 1 MiB), so a huge buffer never becomes one huge message (MPI counts
+ * are int) and the receive buffer stays small. For each chunk the receive is
+ * posted before the send (MPI_Irecv, MPI_Isend, then wait for both), so no
+ * rank blocks in a send waiting for its neighbour, whatever the world size:
+ * every rank posts its chunk-c receive without waiting for anything, so the
+ * chunk-c messages of the whole ring can always complete. Sender and receiver
+ * agree on the number of chunks because both cut the same segment.
+ *
+ * Threads: MPI_THREAD_SERIALIZED; one thread at a time runs this (it owns the
+ * static receive buffer while it does).
+ */
+#include "dist/dist.h"
+
+#include <stdlib.h>
+
+#include "common/check.h"
+
+#if CNT_HAVE_MPI
+#include <mpi.h>
+
+#define RING_DEFAULT_CHUNK_BYTES ((size_t)1 << 20)
+/* MPI counts are int; stay well below. */
+#define RING_MAX_CHUNK_ELEMS ((size_t)1 << 30)
+/* Our own tag, so the ring's messages cannot match anyone else's. */
+#define RING_TAG 0x52494e47
+
+/* First element and length of segment s of n elements cut into `world`. */
+static size_t seg_start(size_t n, int world, int s) {
+    size_t base = n / (size_t)world, extra = n % (size_t)world;
+    return (size_t)s * base + ((size_t)s < extra ? (size_t)s : extra);
+}
+
+static size_t seg_len(size_t n, int world, int s) {
+    return n / (size_t)world + ((size_t)s < n % (size_t)world ? 1 : 0);
+}
+
+static int mod(int a, int m) { return ((a % m) + m) % m; }
+
+/* The receive buffer, reused across calls and grown as needed (one chunk). */
+static float *ring_tmp = NULL;
+static size_t ring_tmp_elems = 0;
+
+static float *ring_tmp_get(size_t elems) {
+    if (elems > ring_tmp_elems) {
+        free(ring_tmp);
+        ring_tmp = cnt_malloc(elems * sizeof(float));
+        ring_tmp_elems = elems;
+    }
+    return ring_tmp;
+}
+
+/* One ring step: send send_len floats at `send` to the right, receive recv_len
+ * floats from the left into `recv`, chunk by chunk; add them when `add`, else
+ * store them directly (allgather). */
+static void ring_step(const float *send, size_t send_len, float *recv, size_t recv_len, int add,
+                      size_t chunk, int left, int right) {
+    float *tmp = add ? ring_tmp_get(chunk) : NULL;
+    size_t off = 0;
+    while (off < send_len || off < recv_len) {
+        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        size_t rn = off < recv_len ? (recv_len - off < chunk ? recv_len - off : chunk) : 0;
+        size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
+        float *dst = add ? tmp : recv + off;
+        if (rn)
+            DIST_MPI_CHECK(MPI_Irecv(dst, (int)rn, MPI_FLOAT, left, RING_TAG, MPI_COMM_WORLD,
+                                     &req[0]));
+        if (sn)
+            DIST_MPI_CHECK(MPI_Isend(send + off, (int)sn, MPI_FLOAT, right, RING_TAG,
+                                     MPI_COMM_WORLD, &req[1]));
+        /* Why wait here: the chunk must have arrived before we add it, and the
+         * temporary buffer is reused by the next chunk. Neighbours have posted
+         * (or will post without waiting) the matching operations. */
+        DIST_MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
+        if (add)
+            for (size_t i = 0; i < rn; i++) recv[off + i] += tmp[i];
+        off += chunk;
+    }
+}
+
+void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+    int world = dist_world(), rank = dist_rank();
+    if (world <= 1 || n == 0) return;
+    if (chunk_bytes == 0) chunk_bytes = RING_DEFAULT_CHUNK_BYTES;
+    size_t chunk = chunk_bytes / sizeof(float);
+    if (chunk == 0) chunk = 1;
+    if (chunk > RING_MAX_CHUNK_ELEMS) chunk = RING_MAX_CHUNK_ELEMS;
+    int right = mod(rank + 1, world), left = mod(rank - 1, world);
+
+    /* Reduce-scatter: after step k, segment (r-k-1) holds k+2 ranks' sums. */
+    for (int k = 0; k < world - 1; k++) {
+        int s = mod(rank - k, world), r = mod(rank - k - 1, world);
+        ring_step(buf + seg_start(n, world, s), seg_len(n, world, s), buf + seg_start(n, world, r),
+                  seg_len(n, world, r), 1, chunk, left, right);
+    }
+    /* Allgather: rank r starts owning the complete segment (r+1). */
+    for (int k = 0; k < world - 1; k++) {
+        int s = mod(rank + 1 - k, world), r = mod(rank - k, world);
+        ring_step(buf + seg_start(n, world, s), seg_len(n, world, s), buf + seg_start(n, world, r),
+                  seg_len(n, world, r), 0, chunk, left, right);
+    }
+}
+
+#else /* !CNT_HAVE_MPI: a world of one holds the sum already */
+
+void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+    (void)buf;
+    (void)n;
+    (void)chunk_bytes;
+}
+
+#endif

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# tests/test_dist_train.sh - data-parallel training under mpirun (2 and 4
+# ranks, oversubscribed): the job trains and logs once; the learning rate is
+# scaled by the world size; one step on 2 ranks x batch B equals one step on
+# 1 rank x batch 2B (same samples, model without batch norm or dropout);
+# ranks with different configs are reported, not hung on; a rank that fails
+# ends the job. Run from the repository root after `make`.
+set -u
+if ! command -v mpirun >/dev/null 2>&1 || ! ./trainer --version | grep -q "^mpi: built in"; then
+    echo "SKIPPED: no MPI in this build"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+MPI=(timeout 120 mpirun --allow-run-as-root --oversubscribe)
+fails=0
+check() {
+    local what=$1
+    shift
+    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+small=(data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=8
+       train.log_every=4 train.threads=1 data.workers=1 optim.lr=0.05)
+
+for np in 2 4; do
+    out=$("${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/r$np" 2>&1)
+    rc=$?
+    check "$np ranks: training exits 0" test $rc -eq 0
+    check "$np ranks: start-up line names the world and the scaled lr" \
+        grep -q "dist: $np ranks.*lr 0.05 per worker x $np = $(python3 -c "print($np*0.05)")" <<<"$out"
+    check "$np ranks: progress is logged once" test "$(grep -c 'step 8/8' <<<"$out")" -eq 1
+    check "$np ranks: metrics.jsonl written once per record" \
+        test "$(grep -c '"kind":"step"' "$tmp/r$np/metrics.jsonl" 2>/dev/null)" -eq 2
+done
+
+# One SGD step: 2 ranks x batch 8 == 1 rank x batch 16 on the same 16 samples
+# (rank r takes positions r, r+2, ... of the shared permutation). VGG-11 on
+# synthetic 3x32x32 data has no batch norm; dropout off, no augmentation.
+one=(model.name=vgg11 model.dropout=0 data.kind=synthetic data.synthetic_shape=3x32x32 data.synthetic_train=64
+     data.synthetic_test=32 data.augment=false train.epochs=1 train.max_steps=1 train.log_every=1 train.threads=1
+     data.workers=1 optim.lr_scaling=none optim.lr=0.01 optim.warmup_epochs=0 optim.schedule=constant)
+"${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=16 train.out_dir="$tmp/one1" >/dev/null 2>&1
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=8 train.out_dir="$tmp/one2" >/dev/null 2>&1
+check "2 ranks x batch 8 == 1 rank x batch 16: step loss and eval loss agree" python3 - "$tmp/one1/metrics.jsonl" "$tmp/one2/metrics.jsonl" <<'PY'
+import json, sys
+def rec(path):
+    rows = [json.loads(l) for l in open(path)]
+    step = [r for r in rows if r["kind"] == "step"][0]
+    ev = [r for r in rows if r["kind"] == "eval"][0]
+    return step["loss"], ev["eval_loss"], ev["top1"]
+a, b = rec(sys.argv[1]), rec(sys.argv[2])
+print("1 rank:", a, " 2 ranks:", b)
+ok = abs(a[0] - b[0]) <= 1e-5 * abs(a[0]) and abs(a[1] - b[1]) <= 1e-5 * abs(a[1]) and a[2] == b[2]
+sys.exit(0 if ok else 1)
+PY
+
+# Different configurations on the ranks: reported with the differing key.
+out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.9 : \
+      -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.8 2>&1)
+rc=$?
+check "config mismatch: non-zero exit" test $rc -ne 0 -a $rc -ne 124
+check "config mismatch: rank 1 names the differing key" grep -q "\[rank 1\].*momentum = 0.8.*momentum = 0.9" <<<"$out"
+
+# A rank that fails ends the job instead of leaving rank 0 waiting.
+out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/d" : \
+      -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/d" data.root="$tmp/none" 2>&1)
+rc=$?
+check "a failing rank ends the job (no hang)" test $rc -ne 0 -a $rc -ne 124
+check "the failing rank is named" grep -q "\[rank 1\].*$tmp/none" <<<"$out"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all distributed training checks passed"
