@@ -34,6 +34,21 @@ for np in 2 4; do
         test "$(grep -c '"kind":"step"' "$tmp/r$np/metrics.jsonl" 2>/dev/null)" -eq 2
 done
 
+# Overlap on and off: the same sums, so the same losses; with overlap the
+# buckets leave during backward, without it none does.
+for ov in true false; do
+    out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.overlap=$ov dist.bucket_mb=0.25 \
+          dist.first_bucket_mb=0.05 train.out_dir="$tmp/ov$ov" 2>&1)
+    check "overlap=$ov: exits 0 with 5 buckets" grep -q "in 5 buckets" <<<"$out"
+    if [ $ov = true ]; then
+        check "overlap=true: buckets start during backward" grep -qE "communication: .* 40 of 40 buckets started during backward" <<<"$out"
+    else
+        check "overlap=false: no bucket starts during backward" grep -qE "communication: .* 0 of 40 buckets started during backward" <<<"$out"
+    fi
+    check "overlap=$ov: comm_ms and comm_exposed_ms in metrics.jsonl" grep -q '"comm_exposed_ms":' "$tmp/ov$ov/metrics.jsonl"
+done
+check "overlap on and off give the same losses" test "$(grep -o '"loss":[^,]*' "$tmp/ovtrue/metrics.jsonl")" = "$(grep -o '"loss":[^,]*' "$tmp/ovfalse/metrics.jsonl")"
+
 # One SGD step: 2 ranks x batch 8 == 1 rank x batch 16 on the same 16 samples
 # (rank r takes positions r, r+2, ... of the shared permutation). VGG-11 on
 # synthetic 3x32x32 data has no batch norm; dropout off, no augmentation.

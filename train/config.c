@@ -213,6 +213,12 @@ static const key_def key_table[] = {
     K_ENUM("dist", "backend", dist_backend, "auto", .choices = dist_backends,
          .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point); "
                  "auto: mpi"),
+    K_BOOL("dist", "overlap", overlap, "true",
+         .help = "allreduce each gradient bucket as soon as backward completes it; false: after backward"),
+    K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096),
+          .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25)"),
+    K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),
+          .help = "size of the first bucket in MiB: small, so communication starts early"),
 };
 
 #define N_KEYS ((int)(sizeof key_table / sizeof key_table[0]))

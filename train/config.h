@@ -70,6 +70,9 @@ typedef struct config {
 
     /* [dist] */
     char dist_backend[CONFIG_STR];   /* "auto", "mpi", "ring" */
+    int overlap;                     /* bool: allreduce buckets during backward */
+    float bucket_mb;                 /* bucket size, MiB */
+    float first_bucket_mb;           /* first bucket size, MiB */
 } config;
 
 /* Fills every field with the table's default. */

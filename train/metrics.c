@@ -37,12 +37,12 @@ int metrics_open(metrics *m, const char *dir) {
 }
 
 void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
-                  double data_wait_ms) {
+                  double data_wait_ms, double comm_ms, double comm_exposed_ms) {
     if (!m->f) return;
     fprintf(m->f,
             "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.6g,\"lr\":%.6g,\"img_per_sec\":%.1f,"
-            "\"data_wait_ms\":%.3f}\n",
-            epoch, step, loss, lr, img_per_sec, data_wait_ms);
+            "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f}\n",
+            epoch, step, loss, lr, img_per_sec, data_wait_ms, comm_ms, comm_exposed_ms);
     fflush(m->f);
 }
 
@@ -54,12 +54,12 @@ void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, do
 }
 
 void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
-                   double data_wait_frac) {
+                   double data_wait_frac, double comm_ms, double comm_exposed_ms) {
     if (!m->f) return;
     fprintf(m->f,
             "{\"kind\":\"epoch\",\"epoch\":%d,\"seconds\":%.3f,\"img_per_sec\":%.1f,\"data_wait_ms\":%.3f,"
-            "\"data_wait_frac\":%.5f}\n",
-            epoch, seconds, img_per_sec, data_wait_ms, data_wait_frac);
+            "\"data_wait_frac\":%.5f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f}\n",
+            epoch, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms);
     fflush(m->f);
 }
 

@@ -2,9 +2,15 @@
  * train/metrics.h - the run's machine-readable record: <out_dir>/metrics.jsonl,
  * one JSON object per line.
  *
- *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"data_wait_ms":W}
+ *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"data_wait_ms":W,
+ *    "comm_ms":C,"comm_exposed_ms":X}
  *   {"kind":"eval","epoch":E,"step":S,"eval_loss":L,"top1":A,"top5":B}
- *   {"kind":"epoch","epoch":E,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F}
+ *   {"kind":"epoch","epoch":E,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F,
+ *    "comm_ms":C,"comm_exposed_ms":X}
+ *
+ * Per-step times are means over the steps the record covers. comm_ms is the
+ * time the gradient allreduce took, comm_exposed_ms the part of it backward
+ * did not hide (the training thread waited); both are 0 in a world of one.
  *
  * `epoch` is 1-based in records (the epoch being trained or just finished),
  * `step` counts optimizer steps from 1. Every line is flushed as written, so
@@ -23,10 +29,10 @@ typedef struct metrics {
  * CNT_ERR with a message naming the path on failure. */
 int metrics_open(metrics *m, const char *dir);
 void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
-                  double data_wait_ms);
+                  double data_wait_ms, double comm_ms, double comm_exposed_ms);
 void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
 void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
-                   double data_wait_frac);
+                   double data_wait_frac, double comm_ms, double comm_exposed_ms);
 void metrics_close(metrics *m);
 
 /* mkdir -p. CNT_ERR with a message naming the path on failure. */

@@ -17,6 +17,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "dist/dist.h"
+#include "dist/reducer.h"
 #include "model/net.h"
 #include "model/zoo.h"
 #include "train/metrics.h"
@@ -315,24 +316,33 @@ int trainer_run(const config *cfg, train_result *res) {
      * on the N times larger global batch, reached through the warm-up. */
     double base_lr = strcmp(cfg->lr_scaling, "linear") == 0 ? (double)cfg->lr * world : (double)cfg->lr;
     dist_algo algo = strcmp(cfg->dist_backend, "ring") == 0 ? DIST_ALGO_RING : DIST_ALGO_MPI;
-    log_info("dist: %d rank%s (%d on this node), global batch %d, gradients allreduced with %s after backward; "
-             "lr %g per worker x %d = %g (optim.lr_scaling = %s)",
+    reducer *rd = NULL;
+    if (world > 1) {
+        size_t mib = (size_t)1 << 20;
+        size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float)), bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
+        rd = reducer_create(be, nt->grads, nt->n_params, first ? first : 1, bucket ? bucket : 1, algo, cfg->overlap);
+        net_set_grad_hook(nt, reducer_grads_ready, rd);
+    }
+    log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
+             "(%g MiB, first %g MiB) %s; lr %g per worker x %d = %g (optim.lr_scaling = %s)",
              world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world,
-             algo == DIST_ALGO_RING ? "ring" : "MPI_Allreduce", (double)cfg->lr,
+             algo == DIST_ALGO_RING ? "ring" : "MPI_Allreduce", rd ? reducer_bucket_count(rd) : 0,
+             rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
+             cfg->overlap ? "during backward" : "after backward", (double)cfg->lr,
              strcmp(cfg->lr_scaling, "linear") == 0 ? world : 1, base_lr, cfg->lr_scaling);
-    float *grads_host = world > 1 ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
     float *buffers_host = world > 1 ? cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float)) : NULL;
 
     long step = 0;
     double t_start = time_now();
-    double win_t0 = t_start, win_wait = 0, win_loss_steps = 0;
+    double win_t0 = t_start, win_wait = 0, win_loss_steps = 0, win_comm = 0, win_exposed = 0;
     long win_images = 0, win_steps = 0;
     int done = 0;
     eval_result er = {0};
     for (int epoch = 0; epoch < cfg->epochs && !done; epoch++) {
         r.epochs = epoch + 1;
         loader_start_epoch(train_ld, epoch);
-        double ep_t0 = time_now(), ep_wait = 0;
+        double ep_t0 = time_now(), ep_wait = 0, ep_comm = 0, ep_exposed = 0;
+        long ep_early = 0, ep_buckets = 0;
         long ep_images = 0, ep_steps = 0;
         for (;;) {
             double tw = time_now();
@@ -353,12 +363,18 @@ int trainer_run(const config *cfg, train_result *res) {
                 be->axpy((size_t)b->n * classes, cfg->aux_weight, dlogits_aux, dlogits_aux, 0);
                 be->axpy(1, cfg->aux_weight, aux_loss_dev, loss_dev, 1);
             }
+            if (rd) reducer_begin(rd);
             net_backward(nt, dlogits, dlogits_aux);
-            if (world > 1) {
-                /* Sum the gradients of every rank; the update divides by world. */
-                be->download(grads_host, nt->grads, nt->n_params * sizeof(float));
-                dist_allreduce_sum(grads_host, nt->n_params, algo);
-                be->upload(nt->grads, grads_host, nt->n_params * sizeof(float));
+            if (rd) {
+                /* Wait for the buckets still in flight; the update divides the sums by world. */
+                reducer_stats rs;
+                reducer_finish(rd, &rs);
+                win_comm += rs.comm_ms;
+                win_exposed += rs.exposed_ms;
+                ep_comm += rs.comm_ms;
+                ep_exposed += rs.exposed_ms;
+                ep_early += rs.early;
+                ep_buckets += rs.buckets;
             }
             optim_step(&opt, nt, (float)lr, 1.0f / (float)world);
             be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
@@ -388,9 +404,14 @@ int trainer_run(const config *cfg, train_result *res) {
                 double eta = (now - t_start) / step * (total_steps - step);
                 char eta_s[32];
                 format_duration(eta, eta_s, sizeof eta_s);
-                log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms  eta %s",
-                         epoch + 1, cfg->epochs, step, total_steps, loss, lr, ips, wait_ms, eta_s);
-                metrics_step(&m, epoch + 1, step, loss, lr, ips, wait_ms);
+                char comm[96] = "";
+                if (world > 1)
+                    snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", win_comm / win_steps,
+                             win_exposed / win_steps);
+                log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms%s  eta %s",
+                         epoch + 1, cfg->epochs, step, total_steps, loss, lr, ips, wait_ms, comm, eta_s);
+                metrics_step(&m, epoch + 1, step, loss, lr, ips, wait_ms, win_comm / win_steps,
+                             win_exposed / win_steps);
                 r.last_loss = loss;
                 if (!isfinite(loss)) {
                     log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
@@ -401,6 +422,8 @@ int trainer_run(const config *cfg, train_result *res) {
                 win_wait = 0;
                 win_images = 0;
                 win_steps = 0;
+                win_comm = 0;
+                win_exposed = 0;
                 win_loss_steps = 0;
             }
             if (last) {
@@ -419,7 +442,13 @@ int trainer_run(const config *cfg, train_result *res) {
                  "top-1 %.2f%%  top-5 %.2f%%",
                  epoch + 1, cfg->epochs, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? 100.0 * ep_wait / ep_secs : 0,
                  er.loss, 100 * er.top1, 100 * er.top5);
-        metrics_epoch(&m, epoch + 1, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? ep_wait / ep_secs : 0);
+        metrics_epoch(&m, epoch + 1, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? ep_wait / ep_secs : 0,
+                      ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0);
+        if (world > 1)
+            log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
+                     "%ld of %ld buckets started during backward",
+                     epoch + 1, cfg->epochs, ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0,
+                     ep_early, ep_buckets);
         metrics_eval(&m, epoch + 1, step, er.loss, er.top1, er.top5);
     }
     r.seconds = time_now() - t_start;
@@ -433,7 +462,7 @@ int trainer_run(const config *cfg, train_result *res) {
 
     int status = isfinite(r.last_loss) ? CNT_OK : cnt_err_set("training diverged (loss %g)", r.last_loss);
     metrics_close(&m);
-    free(grads_host);
+    reducer_free(rd);
     free(buffers_host);
     be->free(x_dev);
     be->free(labels_dev);

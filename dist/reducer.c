@@ -1,0 +1,170 @@
+/*
+ * dist/reducer.c - bucketed gradient allreduce on a communication thread,
+ * overlapped with backward (see dist/reducer.h).
+ */
+#include "dist/reducer.h"
+#include "common/check.h"
+#include "common/timer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bucket {
+    size_t begin, end;   /* [begin, end) of the gradient buffer */
+    double t_start, t_end;
+} bucket;
+
+struct reducer {
+    const backend *be;
+    float *grads;        /* [n] device */
+    float *host;         /* [n] host staging */
+    size_t n;
+    dist_algo algo;
+    int overlap;
+    bucket *buckets;
+    int n_buckets;
+    size_t ready_upto;   /* training thread only: gradients final below this offset */
+    int next_launch;     /* training thread only: first bucket not yet handed over */
+
+    /* Guards launched, done and stop: the training thread hands buckets over
+     * (launched), the communication thread reports them finished (done). */
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* the communication thread waits here for a launch */
+    pthread_cond_t done_cv;  /* reducer_finish waits here for the last bucket */
+    int launched, done, stop;
+    pthread_t thread;
+};
+
+static void lock(reducer *rd) {
+    errno = pthread_mutex_lock(&rd->mu);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_lock");
+}
+
+static void unlock(reducer *rd) {
+    errno = pthread_mutex_unlock(&rd->mu);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_unlock");
+}
+
+static void *comm_main(void *arg) {
+    reducer *rd = arg;
+    lock(rd);
+    for (;;) {
+        while (!rd->stop && rd->done == rd->launched) pthread_cond_wait(&rd->work_cv, &rd->mu);
+        if (rd->stop) break;
+        int b = rd->done;
+        unlock(rd);
+        /* Buckets are reduced in launch order, the same order on every rank,
+         * so the ranks' collectives always match. */
+        bucket *bk = &rd->buckets[b];
+        size_t len = bk->end - bk->begin;
+        bk->t_start = time_now();
+        rd->be->download(rd->host + bk->begin, rd->grads + bk->begin, len * sizeof(float));
+        dist_allreduce_sum(rd->host + bk->begin, len, rd->algo);
+        rd->be->upload(rd->grads + bk->begin, rd->host + bk->begin, len * sizeof(float));
+        bk->t_end = time_now();
+        lock(rd);
+        rd->done++;
+        pthread_cond_signal(&rd->done_cv);
+    }
+    unlock(rd);
+    return NULL;
+}
+
+reducer *reducer_create(const backend *be, float *grads, size_t n, size_t first_bucket, size_t bucket_size,
+                        dist_algo algo, int overlap) {
+    CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
+    reducer *rd = cnt_calloc(1, sizeof *rd);
+    rd->be = be;
+    rd->grads = grads;
+    rd->n = n;
+    rd->algo = algo;
+    rd->overlap = overlap;
+    rd->host = cnt_malloc(n * sizeof(float));
+    size_t cap = 2 + n / bucket_size;
+    rd->buckets = cnt_calloc(cap, sizeof *rd->buckets);
+    size_t off = 0;
+    while (off < n) {
+        size_t len = rd->n_buckets == 0 ? first_bucket : bucket_size;
+        if (len > n - off) len = n - off;
+        rd->buckets[rd->n_buckets].begin = off;
+        rd->buckets[rd->n_buckets].end = off + len;
+        rd->n_buckets++;
+        off += len;
+    }
+    errno = pthread_mutex_init(&rd->mu, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
+    errno = pthread_cond_init(&rd->work_cv, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+    errno = pthread_cond_init(&rd->done_cv, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+    errno = pthread_create(&rd->thread, NULL, comm_main, rd);
+    CHECK_ERRNO(errno == 0, "pthread_create (communication thread)");
+    return rd;
+}
+
+int reducer_bucket_count(const reducer *rd) { return rd->n_buckets; }
+
+void reducer_begin(reducer *rd) {
+    rd->ready_upto = 0;
+    rd->next_launch = 0;
+    lock(rd);
+    CNT_ASSERT(rd->done == rd->launched);
+    rd->launched = rd->done = 0;
+    unlock(rd);
+}
+
+/* Hands buckets [next_launch, upto) to the communication thread. */
+static void launch(reducer *rd, int upto) {
+    if (upto <= rd->next_launch) return;
+    lock(rd);
+    rd->launched = upto;
+    pthread_cond_signal(&rd->work_cv);
+    unlock(rd);
+    rd->next_launch = upto;
+}
+
+void reducer_grads_ready(void *ctx, size_t offset, size_t count) {
+    reducer *rd = ctx;
+    CNT_ASSERT(offset == rd->ready_upto && offset + count <= rd->n);
+    rd->ready_upto = offset + count;
+    if (!rd->overlap) return;
+    int b = rd->next_launch;
+    while (b < rd->n_buckets && rd->buckets[b].end <= rd->ready_upto) b++;
+    launch(rd, b);
+}
+
+void reducer_finish(reducer *rd, reducer_stats *st) {
+    CNT_ASSERT(rd->ready_upto == rd->n);
+    double t0 = time_now();
+    int early = rd->next_launch;
+    launch(rd, rd->n_buckets);
+    lock(rd);
+    while (rd->done < rd->n_buckets) pthread_cond_wait(&rd->done_cv, &rd->mu);
+    unlock(rd);
+    double t1 = time_now();
+    if (st) {
+        st->exposed_ms = 1e3 * (t1 - t0);
+        st->comm_ms = 0;
+        for (int b = 0; b < rd->n_buckets; b++)
+            st->comm_ms += 1e3 * (rd->buckets[b].t_end - rd->buckets[b].t_start);
+        st->buckets = rd->n_buckets;
+        st->early = early;
+    }
+}
+
+void reducer_free(reducer *rd) {
+    if (!rd) return;
+    lock(rd);
+    rd->stop = 1;
+    pthread_cond_signal(&rd->work_cv);
+    unlock(rd);
+    pthread_join(rd->thread, NULL);
+    pthread_mutex_destroy(&rd->mu);
+    pthread_cond_destroy(&rd->work_cv);
+    pthread_cond_destroy(&rd->done_cv);
+    free(rd->buckets);
+    free(rd->host);
+    free(rd);
+}

@@ -1,0 +1,106 @@
+/*
+ * tests/test_reducer.c - the gradient reducer in a world of one: buckets cut
+ * the flat buffer as configured, a bucket leaves as soon as backward has
+ * completed it (overlap on) or only at the end (overlap off), the gradients
+ * come back unchanged (the sum over one rank), and a whole net's backward
+ * drives it through the grad hook. Several ranks: tests/test_dist_train.sh.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "dist/reducer.h"
+#include "model/net.h"
+
+static void test_buckets_and_early_launch(void **state) {
+    (void)state;
+    const backend *be = backend_cpu();
+    float host[10];
+    for (int i = 0; i < 10; i++) host[i] = (float)i + 0.5f;
+    float *g = be->alloc(sizeof host);
+    be->upload(g, host, sizeof host);
+    for (int overlap = 0; overlap <= 1; overlap++) {
+        reducer *rd = reducer_create(be, g, 10, 3, 4, DIST_ALGO_MPI, overlap);
+        assert_int_equal(reducer_bucket_count(rd), 3); /* [0,3) [3,7) [7,10) */
+        for (int step = 0; step < 2; step++) {
+            reducer_begin(rd);
+            reducer_grads_ready(rd, 0, 2);
+            reducer_grads_ready(rd, 2, 5); /* completes buckets 0 and 1 */
+            reducer_grads_ready(rd, 7, 3);
+            reducer_stats st;
+            reducer_finish(rd, &st);
+            assert_int_equal(st.buckets, 3);
+            assert_int_equal(st.early, overlap ? 3 : 0);
+            assert_true(st.comm_ms >= 0 && st.exposed_ms >= 0);
+        }
+        float back[10];
+        be->download(back, g, sizeof back);
+        assert_memory_equal(back, host, sizeof host);
+        reducer_free(rd);
+    }
+    /* one bucket bigger than the buffer */
+    reducer *rd = reducer_create(be, g, 10, 100, 100, DIST_ALGO_RING, 1);
+    assert_int_equal(reducer_bucket_count(rd), 1);
+    reducer_free(rd);
+    be->free(g);
+}
+
+typedef struct hook_spy {
+    reducer *rd;
+    size_t calls;
+} hook_spy;
+
+static void spy_hook(void *ctx, size_t offset, size_t count) {
+    hook_spy *h = ctx;
+    h->calls++;
+    reducer_grads_ready(h->rd, offset, count);
+}
+
+static void test_driven_by_backward(void **state) {
+    (void)state;
+    net *nt = net_create(backend_cpu(), 1, 8, 8, 4);
+    int c = net_conv(nt, NET_INPUT, "conv1", 8, 3, 1, 1, 0);
+    int b = net_bn(nt, c, "bn1", 1e-5f);
+    int r = net_relu(nt, b, "relu");
+    int c2 = net_conv(nt, r, "conv2", 8, 3, 2, 1, 0);
+    int p = net_adaptive_avgpool(nt, c2, "pool", 1, 1);
+    int fc = net_linear(nt, p, "fc", 4, 1);
+    assert_int_equal(net_finalize(nt, fc, -1, 2), CNT_OK);
+    net_init_params(nt, 3);
+    /* buckets of 100 values: the fc and conv2 ones are complete before conv1's backward */
+    hook_spy h = {reducer_create(nt->be, nt->grads, nt->n_params, 40, 100, DIST_ALGO_MPI, 1), 0};
+    net_set_grad_hook(nt, spy_hook, &h);
+    float x[2 * 64];
+    for (int i = 0; i < 128; i++) x[i] = (float)((i * 37) % 11) - 5.0f;
+    float *xd = nt->be->alloc(sizeof x);
+    nt->be->upload(xd, x, sizeof x);
+    float dl[8] = {0.1f, -0.2f, 0.05f, 0.05f, -0.1f, 0.3f, -0.1f, -0.1f};
+    float *dld = nt->be->alloc(sizeof dl);
+    nt->be->upload(dld, dl, sizeof dl);
+    reducer_begin(h.rd);
+    net_forward(nt, xd, 2, 1);
+    net_backward(nt, dld, NULL);
+    reducer_stats st;
+    reducer_finish(h.rd, &st);
+    assert_int_equal(h.calls, 4); /* fc, conv2, bn1, conv1 */
+    assert_int_equal(st.buckets, reducer_bucket_count(h.rd));
+    assert_int_equal(st.early, st.buckets); /* all complete once conv1 reports */
+    reducer_free(h.rd);
+    nt->be->free(xd);
+    nt->be->free(dld);
+    net_free(nt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_buckets_and_early_launch),
+        cmocka_unit_test(test_driven_by_backward),
+    };
+    return cmocka_run_group_tests_name("reducer", tests, NULL, NULL);
+}
