@@ -34,6 +34,7 @@ static const char *const all_keys[] = {
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.min_lr", "optim.lr_scaling", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb",
+    "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.keep", "checkpoint.resume",
 };
 #define N_ALL_KEYS ((int)(sizeof all_keys / sizeof all_keys[0]))
 
@@ -333,7 +334,7 @@ static void test_open_errors(void **state) {
 static void test_unknown_section(void **state) {
     (void)state;
     expect_load_error("[model]\nname = x\n[foo]\nbar = 1\n", 3,
-                      "unknown section [foo] (sections: model data train optim dist)", NULL);
+                      "unknown section [foo] (sections: model data train optim dist checkpoint)", NULL);
     /* An unknown section with no keys in it is an error too. */
     expect_load_error("[optim]\nlr = 0.1\n\n[nosuch]\n", 4, "unknown section [nosuch]", NULL);
     expect_load_error("[Optim]\nlr = 0.1\n", 1, "unknown section [Optim]", NULL);
@@ -467,7 +468,7 @@ static void test_overrides(void **state) {
 
     expect_override_error("optim.lr", "no '='", NULL);
     expect_override_error("lr=0.1", "no '.'", "did you mean optim.lr?", NULL);
-    expect_override_error("foo.bar=1", "unknown section [foo] (sections: model data train optim dist)", NULL);
+    expect_override_error("foo.bar=1", "unknown section [foo] (sections: model data train optim dist checkpoint)", NULL);
     expect_override_error("optim.lrr=1", "unknown key 'lrr' in [optim]", "did you mean optim.lr?", NULL);
     expect_override_error("optim.lr=abc", "optim.lr: 'abc' is not a number", NULL);
     expect_override_error("optim.lr=0.1x", "optim.lr", "unexpected 'x'", NULL);
@@ -693,7 +694,7 @@ static void test_help_and_reference(void **state) {
         }
         line = end + 1;
     }
-    assert_int_equal(rows, N_ALL_KEYS + 2 * 5); /* header and rule rows of 5 sections */
+    assert_int_equal(rows, N_ALL_KEYS + 2 * 6); /* header and rule rows of 6 sections */
 
     /* Deterministic: the README embeds this text. */
     char *md2 = capture(config_print_reference_md);

@@ -70,6 +70,16 @@ ok = abs(a[0] - b[0]) <= 1e-5 * abs(a[0]) and abs(a[1] - b[1]) <= 1e-5 * abs(a[1
 sys.exit(0 if ok else 1)
 PY
 
+# Checkpoints: only rank 0 writes them (one file per epoch, nothing else in
+# the directory), and a 2-rank job resumes from one.
+ck=(data.train_limit=512 data.test_limit=100 train.batch_size=16 train.log_every=8 train.threads=1 data.workers=1
+    checkpoint.keep=0 train.out_dir="$tmp/ck")
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${ck[@]}" train.epochs=1 >/dev/null 2>&1
+check "2 ranks: exactly one checkpoint file after one epoch" test "$(ls -A "$tmp/ck/checkpoints" 2>/dev/null)" = "ckpt-000001.cnt"
+out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${ck[@]}" train.epochs=2 checkpoint.resume=auto 2>&1)
+check "2 ranks: resume from the newest checkpoint" grep -q "resumed from .*ckpt-000001.cnt: 1 epochs and 16 steps done" <<<"$out"
+check "2 ranks: the resumed run writes epoch 2" test "$(ls -A "$tmp/ck/checkpoints" | tr '\n' ' ')" = "ckpt-000001.cnt ckpt-000002.cnt "
+
 # Different configurations on the ranks: reported with the differing key.
 out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.9 : \
       -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.8 2>&1)

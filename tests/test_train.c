@@ -18,8 +18,12 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "model/net.h"
+#include "model/zoo.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
+#include "tests/support/testutil.h"
 
 static void small_config(config *cfg, const char *out_dir) {
     config_defaults(cfg);
@@ -154,11 +158,101 @@ static void test_setup_errors(void **state) {
     assert_non_null(strstr(cnt_err_msg(), "/proc/cnt_cannot_write_here"));
 }
 
+/* Reads a checkpoint of a resnet20 run on Fashion-MNIST into fresh arrays. */
+typedef struct ckpt_arrays {
+    float *params, *buffers, *momentum;
+    size_t n_params, n_buffers;
+    ckpt_meta meta;
+} ckpt_arrays;
+
+static void read_ckpt(const char *path, ckpt_arrays *a) {
+    net *nt = net_create(backend_cpu(), 1, 28, 28, 10);
+    int out, aux;
+    zoo_options zo = {0, 1, -1};
+    assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
+    assert_int_equal(net_finalize(nt, out, aux, 1), CNT_OK);
+    a->n_params = nt->n_params;
+    a->n_buffers = nt->n_buffers;
+    a->params = malloc(a->n_params * sizeof(float));
+    a->buffers = malloc(a->n_buffers * sizeof(float));
+    a->momentum = malloc(a->n_params * sizeof(float));
+    int has_momentum = 0;
+    if (ckpt_read(path, nt, a->params, a->buffers, a->momentum, &has_momentum, &a->meta) != CNT_OK)
+        fail_msg("%s", cnt_err_msg());
+    assert_true(has_momentum);
+    net_free(nt);
+}
+
+static void free_ckpt(ckpt_arrays *a) {
+    free(a->params);
+    free(a->buffers);
+    free(a->momentum);
+}
+
+/* Training 2 epochs equals training 1, stopping, and resuming for 1: bit for
+ * bit, parameters, batch-norm buffers and momentum. */
+static void test_resume_equals_continuous(void **state) {
+    (void)state;
+    char da[] = "/tmp/cnt_resume_XXXXXX", db[] = "/tmp/cnt_resume_XXXXXX";
+    assert_non_null(mkdtemp(da));
+    assert_non_null(mkdtemp(db));
+    const char *common[] = {"data.train_limit=512", "data.test_limit=100", "train.epochs=2", "train.log_every=8",
+                            "checkpoint.keep=0"};
+    config a, b;
+    small_config(&a, da);
+    small_config(&b, db);
+    for (size_t i = 0; i < sizeof common / sizeof *common; i++) {
+        assert_int_equal(config_override(&a, common[i]), CNT_OK);
+        assert_int_equal(config_override(&b, common[i]), CNT_OK);
+    }
+    assert_int_equal(trainer_run(&a, NULL), CNT_OK);
+    /* b: stop after the first epoch (16 steps), then resume */
+    assert_int_equal(config_override(&b, "train.max_steps=16"), CNT_OK);
+    train_result rb;
+    assert_int_equal(trainer_run(&b, &rb), CNT_OK);
+    assert_int_equal(rb.steps, 16);
+    assert_int_equal(config_override(&b, "train.max_steps=0"), CNT_OK);
+    assert_int_equal(config_override(&b, "checkpoint.resume=auto"), CNT_OK);
+    assert_int_equal(trainer_run(&b, &rb), CNT_OK);
+    assert_int_equal(rb.steps, 32);
+
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/checkpoints/ckpt-000002.cnt", da);
+    snprintf(pb, sizeof pb, "%s/checkpoints/ckpt-000002.cnt", db);
+    ckpt_arrays ca, cb;
+    read_ckpt(pa, &ca);
+    read_ckpt(pb, &cb);
+    assert_int_equal(ca.meta.epoch, 2);
+    assert_int_equal(cb.meta.step, 32);
+    tu_assert_bitwise_equal_f("parameters", ca.params, cb.params, ca.n_params);
+    tu_assert_bitwise_equal_f("batch-norm buffers", ca.buffers, cb.buffers, ca.n_buffers);
+    tu_assert_bitwise_equal_f("momentum", ca.momentum, cb.momentum, ca.n_params);
+    free_ckpt(&ca);
+    free_ckpt(&cb);
+
+    /* resuming a different model from that checkpoint is an error naming the file */
+    config c;
+    small_config(&c, db);
+    assert_int_equal(config_override(&c, "model.name=resnet32"), CNT_OK);
+    char o[800];
+    snprintf(o, sizeof o, "checkpoint.resume=%s", pa);
+    assert_int_equal(config_override(&c, o), CNT_OK);
+    assert_int_equal(trainer_run(&c, NULL), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), pa));
+
+    /* a missing checkpoint file named explicitly is an error too */
+    small_config(&c, db);
+    assert_int_equal(config_override(&c, "checkpoint.resume=/tmp/cnt_no_such_checkpoint.cnt"), CNT_OK);
+    assert_int_equal(trainer_run(&c, NULL), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "/tmp/cnt_no_such_checkpoint.cnt"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_setup_errors),
         cmocka_unit_test(test_same_seed_same_losses),
         cmocka_unit_test(test_learns_fashion_mnist),
+        cmocka_unit_test(test_resume_equals_continuous),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }

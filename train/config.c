@@ -219,6 +219,15 @@ static const key_def key_table[] = {
           .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25)"),
     K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),
           .help = "size of the first bucket in MiB: small, so communication starts early"),
+
+    K_STRING("checkpoint", "dir", ckpt_dir, "checkpoints",
+           .help = "where rank 0 writes checkpoints; a relative path is inside train.out_dir"),
+    K_INT("checkpoint", "every_epochs", ckpt_every, "1", AT_LEAST(0),
+        .help = "write a checkpoint after every N completed epochs (and after the last); 0: never"),
+    K_INT("checkpoint", "keep", ckpt_keep, "3", AT_LEAST(0),
+        .help = "checkpoints kept in checkpoint.dir, oldest deleted first; 0 keeps all"),
+    K_STRING("checkpoint", "resume", ckpt_resume, "none",
+           .help = "none; auto: the newest checkpoint in checkpoint.dir if there is one; or a checkpoint file"),
 };
 
 #define N_KEYS ((int)(sizeof key_table / sizeof key_table[0]))
@@ -325,7 +334,7 @@ static int section_known(const char *s, size_t len) {
     return 0;
 }
 
-/* "model data train optim dist": the sections in table order. */
+/* "model data train optim dist checkpoint": the sections in table order. */
 static void section_list(char *buf, size_t n) {
     buf[0] = '\0';
     for (int i = 0; i < N_KEYS; i++)

@@ -73,6 +73,12 @@ typedef struct config {
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
+
+    /* [checkpoint] */
+    char ckpt_dir[CONFIG_STR];       /* relative: inside out_dir */
+    int ckpt_every;                  /* epochs between checkpoints, 0: never */
+    int ckpt_keep;                   /* 0: keep all */
+    char ckpt_resume[CONFIG_STR];    /* "none", "auto" or a path */
 } config;
 
 /* Fills every field with the table's default. */

@@ -36,7 +36,8 @@ void optim_init(optimizer *opt, const net *nt, const config *cfg);
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
 void optim_free(optimizer *opt);
 
-/* Learning rate for a 0-based step, given steps per epoch and total steps.
+/* Learning rate for a 0-based step, given steps per epoch and the schedule's
+ * length (train.epochs x steps per epoch; train.max_steps does not shorten it).
  * base_lr is the effective (already scaled) rate. */
 double schedule_lr(const config *cfg, double base_lr, long step, long steps_per_epoch, long total_steps);
 

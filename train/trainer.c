@@ -20,6 +20,7 @@
 #include "dist/reducer.h"
 #include "model/net.h"
 #include "model/zoo.h"
+#include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 
@@ -152,6 +153,33 @@ static void broadcast_device(const backend *be, float *dev, size_t n, float *hos
     be->upload(dev, host, n * sizeof(float));
 }
 
+/* The effective config as written to config.ini, plus the model's parameter
+ * count: what every rank must agree on. Caller frees. */
+static char *config_text(const config *cfg, size_t n_params, size_t *len) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    CHECK_ERRNO(f != NULL, "open_memstream");
+    config_write_ini(cfg, f);
+    fprintf(f, "; model parameters %zu\n", n_params);
+    fclose(f);
+    return text;
+}
+
+static uint64_t fnv1a(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Hash of the effective configuration, stored in checkpoints. */
+static uint64_t config_hash(const config *cfg) {
+    size_t len;
+    char *text = config_text(cfg, 0, &len);
+    uint64_t h = fnv1a(text, len);
+    free(text);
+    return h;
+}
+
 /* Ranks must run the same configuration and model: compare a hash of the
  * effective config (as written to config.ini) and the parameter count. On a
  * mismatch, each differing rank names the first line that differs from rank
@@ -159,15 +187,9 @@ static void broadcast_device(const backend *be, float *dev, size_t n, float *hos
 static int check_same_config(const config *cfg, const net *nt) {
     int world = dist_world();
     if (world == 1) return CNT_OK;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    CHECK_ERRNO(f != NULL, "open_memstream");
-    config_write_ini(cfg, f);
-    fprintf(f, "; model parameters %zu\n", nt->n_params);
-    fclose(f);
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 1099511628211ULL;
+    size_t len;
+    char *text = config_text(cfg, nt->n_params, &len);
+    uint64_t h = fnv1a(text, len);
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
     dist_allgather_u64(h, all);
     int same = 1;
@@ -202,6 +224,105 @@ static int check_same_config(const config *cfg, const net *nt) {
     free(text);
     dist_barrier(); /* let every rank print before rank 0 reports and the job ends */
     return cnt_err_set("ranks run different configurations or models (see the lines from the differing ranks)");
+}
+
+/* checkpoint.dir, resolved inside out_dir when relative. */
+static void checkpoint_dir(const config *cfg, char *out, size_t len) {
+    if (cfg->ckpt_dir[0] == '/') snprintf(out, len, "%s", cfg->ckpt_dir);
+    else snprintf(out, len, "%s/%s", cfg->out_dir, cfg->ckpt_dir);
+}
+
+/* checkpoint.resume: rank 0 finds and validates the checkpoint, then every
+ * rank receives its state (parameters, buffers, momentum, position). Sets
+ * *start_epoch and *step; leaves them at 0 when starting fresh. A missing or
+ * bad checkpoint on rank 0 is an error (CNT_ERR on rank 0; the caller ends the
+ * job, which releases the ranks waiting in the broadcast). */
+static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_epoch, long *step) {
+    const backend *be = nt->be;
+    int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
+    ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    float *params = cnt_malloc((nt->n_params ? nt->n_params : 1) * sizeof(float));
+    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
+    float *momentum = opt->momentum_buf ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
+    int status = CNT_OK;
+    if (dist_rank() == 0 && strcmp(cfg->ckpt_resume, "none") != 0) {
+        char path[2 * CONFIG_STR + 64];
+        int have = 1;
+        if (strcmp(cfg->ckpt_resume, "auto") == 0) {
+            char dir[2 * CONFIG_STR + 8];
+            checkpoint_dir(cfg, dir, sizeof dir);
+            if (ckpt_find_latest(dir, path, sizeof path) != CNT_OK) {
+                log_info("checkpoint.resume = auto: no checkpoint in %s, starting from scratch", dir);
+                have = 0;
+            }
+        } else {
+            snprintf(path, sizeof path, "%s", cfg->ckpt_resume);
+        }
+        if (have) {
+            int has_momentum = 0;
+            if (ckpt_read(path, nt, params, buffers, momentum, &has_momentum, &meta) != CNT_OK) {
+                status = CNT_ERR;
+            } else {
+                found = 1;
+                if (momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
+                log_info("resumed from %s: %d epochs and %ld steps done", path, meta.epoch, meta.step);
+            }
+        }
+    }
+    if (status != CNT_OK) {
+        free(params);
+        free(buffers);
+        free(momentum);
+        return CNT_ERR;
+    }
+    dist_broadcast(&found, sizeof found, 0);
+    if (found) {
+        dist_broadcast(&meta, sizeof meta, 0);
+        dist_broadcast(params, nt->n_params * sizeof(float), 0);
+        be->upload(nt->params, params, nt->n_params * sizeof(float));
+        if (nt->n_buffers) {
+            dist_broadcast(buffers, nt->n_buffers * sizeof(float), 0);
+            be->upload(nt->buffers, buffers, nt->n_buffers * sizeof(float));
+        }
+        if (momentum) {
+            dist_broadcast(momentum, nt->n_params * sizeof(float), 0);
+            be->upload(opt->momentum_buf, momentum, nt->n_params * sizeof(float));
+        }
+        nt->dropout_seed = meta.dropout_seed;
+        *start_epoch = meta.epoch;
+        *step = meta.step;
+    }
+    free(params);
+    free(buffers);
+    free(momentum);
+    return CNT_OK;
+}
+
+/* Rank 0 writes the state after `epochs_done` complete epochs. */
+static int save_checkpoint(const config *cfg, const net *nt, const optimizer *opt, int epochs_done, long step) {
+    const backend *be = nt->be;
+    float *params = cnt_malloc(nt->n_params * sizeof(float));
+    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
+    float *momentum = opt->momentum_buf ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
+    be->download(params, nt->params, nt->n_params * sizeof(float));
+    if (nt->n_buffers) be->download(buffers, nt->buffers, nt->n_buffers * sizeof(float));
+    if (momentum) be->download(momentum, opt->momentum_buf, nt->n_params * sizeof(float));
+    ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.epoch = epochs_done;
+    meta.step = step;
+    meta.dropout_seed = nt->dropout_seed;
+    meta.config_hash = config_hash(cfg);
+    snprintf(meta.model_name, sizeof meta.model_name, "%.*s", (int)sizeof meta.model_name - 1, cfg->model_name);
+    char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
+    checkpoint_dir(cfg, dir, sizeof dir);
+    int status = ckpt_write(dir, nt, params, buffers, momentum, &meta, cfg->ckpt_keep, path, sizeof path);
+    if (status == CNT_OK) log_info("checkpoint: %s", path);
+    free(params);
+    free(buffers);
+    free(momentum);
+    return status;
 }
 
 static void format_duration(double s, char *buf, size_t len) {
@@ -333,12 +454,18 @@ int trainer_run(const config *cfg, train_result *res) {
     float *buffers_host = world > 1 ? cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float)) : NULL;
 
     long step = 0;
+    int start_epoch = 0;
+    int status = resume_state(cfg, nt, &opt, &start_epoch, &step);
+    long first_step = step;
     double t_start = time_now();
     double win_t0 = t_start, win_wait = 0, win_loss_steps = 0, win_comm = 0, win_exposed = 0;
     long win_images = 0, win_steps = 0;
-    int done = 0;
+    int done = status != CNT_OK;
     eval_result er = {0};
-    for (int epoch = 0; epoch < cfg->epochs && !done; epoch++) {
+    /* The schedule spans every configured epoch; train.max_steps only stops
+     * early, so a stopped run resumes onto the same schedule. */
+    long schedule_steps = steps_per_epoch * cfg->epochs;
+    for (int epoch = start_epoch; epoch < cfg->epochs && !done && step < total_steps; epoch++) {
         r.epochs = epoch + 1;
         loader_start_epoch(train_ld, epoch);
         double ep_t0 = time_now(), ep_wait = 0, ep_comm = 0, ep_exposed = 0;
@@ -351,7 +478,7 @@ int trainer_run(const config *cfg, train_result *res) {
             if (!b) break;
             win_wait += wait;
             ep_wait += wait;
-            double lr = schedule_lr(cfg, base_lr, step, steps_per_epoch, total_steps);
+            double lr = schedule_lr(cfg, base_lr, step, steps_per_epoch, schedule_steps);
             be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
             be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
             net_forward(nt, x_dev, b->n, 1);
@@ -384,7 +511,7 @@ int trainer_run(const config *cfg, train_result *res) {
             ep_steps++;
             win_images += b->n;
             ep_images += b->n;
-            if (step == 1) {
+            if (step == first_step + 1) {
                 float l;
                 be->download(&l, loss_dev, sizeof l);
                 r.first_loss = l;
@@ -401,7 +528,7 @@ int trainer_run(const config *cfg, train_result *res) {
                 double loss = lsum / win_loss_steps / world;
                 double ips = world * win_images / (now - win_t0);
                 double wait_ms = 1e3 * win_wait / win_steps;
-                double eta = (now - t_start) / step * (total_steps - step);
+                double eta = (now - t_start) / (step - first_step) * (total_steps - step);
                 char eta_s[32];
                 format_duration(eta, eta_s, sizeof eta_s);
                 char comm[96] = "";
@@ -450,17 +577,24 @@ int trainer_run(const config *cfg, train_result *res) {
                      epoch + 1, cfg->epochs, ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0,
                      ep_early, ep_buckets);
         metrics_eval(&m, epoch + 1, step, er.loss, er.top1, er.top5);
+        /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
+        int complete = ep_steps == steps_per_epoch;
+        int due = cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs || done);
+        if (rank == 0 && complete && due && save_checkpoint(cfg, nt, &opt, epoch + 1, step) != CNT_OK) {
+            status = CNT_ERR;
+            break;
+        }
     }
     r.seconds = time_now() - t_start;
     r.steps = step;
     r.eval_loss = er.loss;
     r.top1 = er.top1;
     r.top5 = er.top5;
-    r.img_per_sec = r.seconds > 0 ? (double)step * cfg->batch_size * world / r.seconds : 0;
+    r.img_per_sec = r.seconds > 0 ? (double)(step - first_step) * cfg->batch_size * world / r.seconds : 0;
     log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", step,
              r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
 
-    int status = isfinite(r.last_loss) ? CNT_OK : cnt_err_set("training diverged (loss %g)", r.last_loss);
+    if (status == CNT_OK && !isfinite(r.last_loss)) status = cnt_err_set("training diverged (loss %g)", r.last_loss);
     metrics_close(&m);
     reducer_free(rd);
     free(buffers_host);

@@ -1,0 +1,470 @@
+/*
+ * tests/test_checkpoint.c - the checkpoint file: a bitwise round trip of
+ * parameters, buffers, momentum and meta; pruning to `keep`; finding the latest;
+ * and every rejection ckpt_read promises (wrong magic, truncation at many
+ * points, a flipped byte, another model, a missing file), plus failed writes
+ * that must leave the previous checkpoint intact and no temporary file behind.
+ * Files live under a fresh mkdtemp directory in /tmp, removed afterwards.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/rng.h"
+#include "model/net.h"
+#include "tests/support/testutil.h"
+#include "train/checkpoint.h"
+
+/* ---------------------------------------------------------------- fixtures */
+
+typedef struct fixture {
+    char root[64];     /* the mkdtemp directory */
+    net *nt;
+    float *params;     /* [n_params] host copy */
+    float *buffers;    /* [n_buffers] */
+    float *momentum;   /* [n_params] */
+    ckpt_meta meta;
+} fixture;
+
+/* conv(K) -> bn -> relu -> global avgpool -> linear: params and BN buffers. */
+static net *build_net(int K) {
+    net *nt = net_create(backend_cpu(), 3, 6, 6, 5);
+    int c = net_conv(nt, NET_INPUT, "conv1", K, 3, 1, 1, 0);
+    int b = net_bn(nt, c, "bn1", 1e-5f);
+    int r = net_relu(nt, b, "relu");
+    int p = net_adaptive_avgpool(nt, r, "avgpool", 1, 1);
+    int fc = net_linear(nt, p, "fc", 5, 1);
+    assert_int_equal(net_finalize(nt, fc, -1, 2), CNT_OK);
+    net_init_params(nt, 17);
+    return nt;
+}
+
+static void fill_random(rng *r, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_uniform(r) * 4.0f - 2.0f;
+}
+
+static int setup(void **state) {
+    fixture *fx = cnt_calloc(1, sizeof *fx);
+    snprintf(fx->root, sizeof fx->root, "/tmp/cnt_ckpt_XXXXXX");
+    if (!mkdtemp(fx->root)) return -1;
+    fx->nt = build_net(4);
+    const net *nt = fx->nt;
+    fx->params = tu_alloc_f(nt->n_params);
+    fx->buffers = tu_alloc_f(nt->n_buffers);
+    fx->momentum = tu_alloc_f(nt->n_params);
+    nt->be->download(fx->params, nt->params, nt->n_params * sizeof(float));
+    /* Running statistics start at 0 and 1; make them arbitrary so the round trip means something. */
+    rng r;
+    rng_seed(&r, 99, 0);
+    fill_random(&r, fx->buffers, nt->n_buffers);
+    fill_random(&r, fx->momentum, nt->n_params);
+    fx->meta.epoch = 3;
+    fx->meta.step = 1234567890123L;
+    fx->meta.dropout_seed = 0xdeadbeefcafef00dULL;
+    fx->meta.config_hash = 0x0123456789abcdefULL;
+    snprintf(fx->meta.model_name, sizeof fx->meta.model_name, "tiny_cnn");
+    *state = fx;
+    return 0;
+}
+
+/* rm -r of the fixture directory (one level of subdirectories is all tests create). */
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        unlink(dir);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+            chmod(p, 0700);
+            remove_tree(p);
+        } else {
+            unlink(p);
+        }
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int teardown(void **state) {
+    fixture *fx = *state;
+    remove_tree(fx->root);
+    net_free(fx->nt);
+    free(fx->params);
+    free(fx->buffers);
+    free(fx->momentum);
+    free(fx);
+    return 0;
+}
+
+static void sub(const fixture *fx, const char *name, char *out, size_t len) {
+    snprintf(out, len, "%s/%s", fx->root, name);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (long)st.st_size;
+}
+
+/* Copies the first `bytes` of src to dst (bytes < 0: all of it). */
+static void copy_prefix(const char *src, const char *dst, long bytes) {
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    long n = 0;
+    int c;
+    while ((bytes < 0 || n < bytes) && (c = fgetc(in)) != EOF) {
+        fputc(c, out);
+        n++;
+    }
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    fputc(c ^ 0x5a, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Count of directory entries whose name contains `part`. */
+static int count_entries(const char *dir, const char *part) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, part) != NULL;
+    closedir(d);
+    return n;
+}
+
+/* ckpt_read must fail, with a message naming path and containing `what`. */
+static void expect_read_error(const fixture *fx, const char *path, const char *what) {
+    float *p = tu_alloc_f(fx->nt->n_params), *b = tu_alloc_f(fx->nt->n_buffers), *m = tu_alloc_f(fx->nt->n_params);
+    int rc = ckpt_read(path, fx->nt, p, b, m, NULL, NULL);
+    if (rc != CNT_ERR || !strstr(cnt_err_msg(), path) || !strstr(cnt_err_msg(), what))
+        fail_msg("ckpt_read('%s'): rc %d, message \"%s\"; expected CNT_ERR naming the path and containing \"%s\"",
+                 path, rc, cnt_err_msg(), what);
+    free(p);
+    free(b);
+    free(m);
+}
+
+/* Reads path and checks it holds exactly the fixture's arrays (momentum when with_momentum) and meta. */
+static void expect_round_trip(const fixture *fx, const char *path, int with_momentum) {
+    const net *nt = fx->nt;
+    float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers), *m = tu_alloc_f(nt->n_params);
+    for (size_t i = 0; i < nt->n_params; i++) m[i] = 7.0f; /* must be overwritten */
+    int has = -1;
+    ckpt_meta meta;
+    memset(&meta, 0xff, sizeof meta);
+    if (ckpt_read(path, nt, p, b, m, &has, &meta) != CNT_OK) fail_msg("ckpt_read: %s", cnt_err_msg());
+    tu_assert_bitwise_equal_f("params", fx->params, p, nt->n_params);
+    tu_assert_bitwise_equal_f("buffers", fx->buffers, b, nt->n_buffers);
+    assert_int_equal(has, with_momentum);
+    if (with_momentum) {
+        tu_assert_bitwise_equal_f("momentum", fx->momentum, m, nt->n_params);
+    } else {
+        for (size_t i = 0; i < nt->n_params; i++) assert_true(m[i] == 0.0f);
+    }
+    assert_int_equal(meta.epoch, fx->meta.epoch);
+    assert_true(meta.step == fx->meta.step);
+    assert_true(meta.dropout_seed == fx->meta.dropout_seed);
+    assert_true(meta.config_hash == fx->meta.config_hash);
+    assert_string_equal(meta.model_name, fx->meta.model_name);
+    free(p);
+    free(b);
+    free(m);
+}
+
+static void write_ok(fixture *fx, const char *dir, int epoch, int keep, const float *momentum, char *path,
+                     size_t len) {
+    fx->meta.epoch = epoch;
+    if (ckpt_write(dir, fx->nt, fx->params, fx->buffers, momentum, &fx->meta, keep, path, len) != CNT_OK)
+        fail_msg("ckpt_write(%s, epoch %d): %s", dir, epoch, cnt_err_msg());
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_round_trip(void **state) {
+    fixture *fx = *state;
+    assert_true(fx->nt->n_buffer_tensors > 0 && fx->nt->n_param_tensors > 0);
+    char dir[256], path[512], expected[512];
+    sub(fx, "a/b/ckpts", dir, sizeof dir); /* parents created too */
+    write_ok(fx, dir, 3, 0, fx->momentum, path, sizeof path);
+    snprintf(expected, sizeof expected, "%s/ckpt-000003.cnt", dir);
+    assert_string_equal(path, expected);
+    assert_int_equal(count_entries(dir, ".tmp"), 0);
+    assert_int_equal(count_entries(dir, "ckpt-"), 1);
+    expect_round_trip(fx, path, 1);
+
+    /* momentum not requested: params and buffers still read */
+    float *p = tu_alloc_f(fx->nt->n_params), *b = tu_alloc_f(fx->nt->n_buffers);
+    int has = -1;
+    assert_int_equal(ckpt_read(path, fx->nt, p, b, NULL, &has, NULL), CNT_OK);
+    assert_int_equal(has, 1);
+    tu_assert_bitwise_equal_f("params", fx->params, p, fx->nt->n_params);
+    free(p);
+    free(b);
+}
+
+static void test_without_momentum(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512];
+    sub(fx, "nomom", dir, sizeof dir);
+    write_ok(fx, dir, 0, 0, NULL, path, sizeof path);
+    expect_round_trip(fx, path, 0); /* zero-filled, has_momentum = 0 */
+}
+
+static void test_keep_and_find_latest(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], latest[512], name[600];
+    sub(fx, "keep", dir, sizeof dir);
+    assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_ERR); /* no directory yet */
+    for (int e = 1; e <= 4; e++) write_ok(fx, dir, e, 2, fx->momentum, path, sizeof path);
+    for (int e = 1; e <= 4; e++) {
+        snprintf(name, sizeof name, "%s/ckpt-%06d.cnt", dir, e);
+        if (file_exists(name) != (e >= 3)) fail_msg("after keep=2: %s %s", name, e >= 3 ? "missing" : "still there");
+    }
+    assert_int_equal(count_entries(dir, "ckpt-"), 2);
+    /* Files that only look similar are neither pruned nor found. */
+    snprintf(name, sizeof name, "%s/ckpt-999999.cnt.bak", dir);
+    copy_prefix(path, name, -1);
+    snprintf(name, sizeof name, "%s/ckpt-12.cnt", dir);
+    copy_prefix(path, name, -1);
+    assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_OK);
+    snprintf(name, sizeof name, "%s/ckpt-000004.cnt", dir);
+    assert_string_equal(latest, name);
+    fx->meta.epoch = 4;
+    expect_round_trip(fx, latest, 1);
+    /* keep <= 0 keeps everything */
+    write_ok(fx, dir, 5, 0, fx->momentum, path, sizeof path);
+    assert_int_equal(count_entries(dir, "ckpt-0"), 3);
+    assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_OK);
+    assert_string_equal(latest, path);
+
+    char empty[256];
+    sub(fx, "empty", empty, sizeof empty);
+    assert_int_equal(mkdir(empty, 0700), 0);
+    assert_int_equal(ckpt_find_latest(empty, latest, sizeof latest), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), empty));
+}
+
+static void test_wrong_magic(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], bad[512];
+    sub(fx, "magic", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    sub(fx, "magic/flipped.cnt", bad, sizeof bad);
+    copy_prefix(path, bad, -1);
+    flip_byte(bad, 2);
+    expect_read_error(fx, bad, "not a cnntrain checkpoint");
+    sub(fx, "magic/text.cnt", bad, sizeof bad);
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    fputs("epoch=3\n", f);
+    fclose(f);
+    expect_read_error(fx, bad, "not a cnntrain checkpoint");
+    sub(fx, "magic/short.cnt", bad, sizeof bad);
+    f = fopen(bad, "w");
+    fputs("ab", f);
+    fclose(f);
+    expect_read_error(fx, bad, "not a cnntrain checkpoint");
+}
+
+static void test_bad_version(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512];
+    sub(fx, "version", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    flip_byte(path, 8); /* the version's low byte */
+    expect_read_error(fx, path, "unsupported version");
+}
+
+static void test_truncated(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], cut[512];
+    sub(fx, "trunc", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    long size = file_size(path);
+    const net *nt = fx->nt;
+    long sig_end = 112 + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
+    long cuts[] = {0, 5, 8, 12, 60, 111, 112, 200, sig_end - 1, sig_end, sig_end + 10, size / 2, size - 4 * (long)nt->n_params,
+                   size - 5, size - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        assert_true(cuts[i] >= 0 && cuts[i] < size);
+        sub(fx, "trunc/cut.cnt", cut, sizeof cut);
+        copy_prefix(path, cut, cuts[i]);
+        assert_int_equal(file_size(cut), cuts[i]);
+        expect_read_error(fx, cut, "truncated");
+    }
+    /* Bytes appended after the checksum are caught too. */
+    copy_prefix(path, cut, -1);
+    FILE *f = fopen(cut, "ab");
+    fputs("xyz", f);
+    fclose(f);
+    expect_read_error(fx, cut, "corrupt");
+}
+
+static void test_flipped_byte(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], bad[512];
+    sub(fx, "flip", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    long size = file_size(path);
+    const net *nt = fx->nt;
+    long params_at = 112 + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
+    /* meta, a tensor name, params, buffers, momentum, the stored checksum itself */
+    long at[] = {20, 130, params_at, params_at + 4 * (long)nt->n_params + 1, size - 12, size - 2};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        sub(fx, "flip/bad.cnt", bad, sizeof bad);
+        copy_prefix(path, bad, -1);
+        flip_byte(bad, at[i]);
+        expect_read_error(fx, bad, "corrupt");
+    }
+    /* The caller's arrays are untouched by a rejected file. */
+    float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers);
+    assert_int_equal(ckpt_read(bad, nt, p, b, NULL, NULL, NULL), CNT_ERR);
+    for (size_t i = 0; i < nt->n_params; i++) assert_true(p[i] == 0.0f);
+    free(p);
+    free(b);
+}
+
+static void test_other_model(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512];
+    sub(fx, "model", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    net *other = build_net(6); /* conv1 with 6 output channels instead of 4 */
+    float *p = tu_alloc_f(other->n_params), *b = tu_alloc_f(other->n_buffers);
+    assert_int_equal(ckpt_read(path, other, p, b, NULL, NULL, NULL), CNT_ERR);
+    const char *msg = cnt_err_msg();
+    if (!strstr(msg, path) || !strstr(msg, "conv1.weight") || !strstr(msg, "tiny_cnn"))
+        fail_msg("model mismatch message should name the path, 'conv1.weight' and 'tiny_cnn': %s", msg);
+    free(p);
+    free(b);
+    net_free(other);
+
+    /* A net with a different tensor list (no batch norm): names the first differing tensor. */
+    other = net_create(backend_cpu(), 3, 6, 6, 5);
+    int c = net_conv(other, NET_INPUT, "conv1", 4, 3, 1, 1, 0);
+    int pool = net_adaptive_avgpool(other, c, "avgpool", 1, 1);
+    int fc = net_linear(other, pool, "fc", 5, 1);
+    assert_int_equal(net_finalize(other, fc, -1, 2), CNT_OK);
+    p = tu_alloc_f(other->n_params);
+    b = tu_alloc_f(other->n_buffers + 1);
+    assert_int_equal(ckpt_read(path, other, p, b, NULL, NULL, NULL), CNT_ERR);
+    msg = cnt_err_msg();
+    if (!strstr(msg, path) || !strstr(msg, "bn1.weight") || !strstr(msg, "fc.weight"))
+        fail_msg("model mismatch message should name 'bn1.weight' and 'fc.weight': %s", msg);
+    free(p);
+    free(b);
+    net_free(other);
+}
+
+static void test_missing_and_uncreatable(void **state) {
+    fixture *fx = *state;
+    char path[512], dir[512], file[256];
+    sub(fx, "nowhere/ckpt-000001.cnt", path, sizeof path);
+    expect_read_error(fx, path, "cannot open");
+    /* A directory below a regular file cannot be created. */
+    sub(fx, "plainfile", file, sizeof file);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    fx->meta.epoch = 1;
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), dir));
+    /* Epoch out of range. */
+    sub(fx, "range", dir, sizeof dir);
+    fx->meta.epoch = 1000000;
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
+}
+
+static void test_failed_write_keeps_previous(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], tmp[512];
+    sub(fx, "fail", dir, sizeof dir);
+    write_ok(fx, dir, 2, 0, fx->momentum, path, sizeof path);
+    float saved0 = fx->params[0];
+    fx->params[0] += 1.0f; /* the failed writes carry different values */
+
+    /* (1) dir is a file: nothing written, earlier checkpoint elsewhere untouched. */
+    char file[256];
+    sub(fx, "fail/ckpt-000002.cnt", file, sizeof file);
+    fx->meta.epoch = 2;
+    assert_int_equal(ckpt_write(file, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 1, NULL, 0), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), file));
+
+    /* (2) the temporary file cannot be created. */
+    snprintf(tmp, sizeof tmp, "%s/.ckpt-000002.cnt.tmp", dir);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 1, NULL, 0), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), tmp));
+    assert_int_equal(rmdir(tmp), 0);
+
+    /* (3) the disk "fills up" part-way: a file size limit makes write() fail with EFBIG. */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 200;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = ckpt_write(dir, fx->nt, fx->params, fx->buffers, fx->momentum, &fx->meta, 1, NULL, 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), tmp));
+    assert_false(file_exists(tmp));
+    assert_int_equal(count_entries(dir, ".tmp"), 0);
+
+    /* The epoch-2 checkpoint still holds the original values. */
+    fx->params[0] = saved0;
+    fx->meta.epoch = 2;
+    expect_round_trip(fx, path, 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_without_momentum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keep_and_find_latest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_and_uncreatable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_write_keeps_previous, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("checkpoint", tests, NULL, NULL);
+}

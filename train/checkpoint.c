@@ -1,0 +1,444 @@
+/*
+ * train/checkpoint.c - writing, validating and finding checkpoint files.
+ *
+ * The layout is documented in checkpoint.h. Writing streams the fields through
+ * one writer that updates the CRC as it goes; reading first checks the size the
+ * header implies, then the checksum over the whole file, then the model
+ * signature, and only then copies the arrays into the caller's memory, so a bad
+ * file never leaves half-loaded parameters behind.
+ */
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/check.h"
+#include "train/metrics.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint files are written in host byte order, which must be little-endian"
+#endif
+
+#define CKPT_MAGIC "CNTCKPT" /* 7 characters + the terminating NUL = 8 bytes */
+#define CKPT_MAGIC_LEN 8
+#define CKPT_NAME_LEN 128
+#define CKPT_ENTRY_BYTES ((uint64_t)CKPT_NAME_LEN + 8 + 8)
+/* magic, version, meta (4 + 8 + 8 + 8 + 64), two tensor counts */
+#define CKPT_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + 4 + 4)
+#define CKPT_PATH_MAX 4096
+#define CKPT_CHUNK ((size_t)1 << 20)
+
+_Static_assert(sizeof(((param_info *)0)->name) <= CKPT_NAME_LEN, "param names must fit the checkpoint's field");
+_Static_assert(sizeof(((buffer_info *)0)->name) <= CKPT_NAME_LEN, "buffer names must fit the checkpoint's field");
+
+/* ---------------------------------------------------------------- writing */
+
+typedef struct ckpt_writer {
+    FILE *f;
+    const char *path; /* for messages */
+    uLong crc;
+    int failed;       /* the first failure already set the message */
+} ckpt_writer;
+
+static void put(ckpt_writer *w, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    while (!w->failed && bytes > 0) {
+        size_t n = bytes < CKPT_CHUNK ? bytes : CKPT_CHUNK;
+        if (fwrite(p, 1, n, w->f) != n) {
+            cnt_err_set("cannot write checkpoint '%s': %s", w->path, strerror(errno));
+            w->failed = 1;
+            return;
+        }
+        w->crc = crc32(w->crc, p, (uInt)n);
+        p += n;
+        bytes -= n;
+    }
+}
+
+static void put_u32(ckpt_writer *w, uint32_t v) { put(w, &v, sizeof v); }
+static void put_u64(ckpt_writer *w, uint64_t v) { put(w, &v, sizeof v); }
+
+static void put_name(ckpt_writer *w, const char *name) {
+    char buf[CKPT_NAME_LEN];
+    memset(buf, 0, sizeof buf);
+    snprintf(buf, sizeof buf, "%s", name);
+    put(w, buf, sizeof buf);
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return cnt_err_set("cannot open directory '%s' to sync it: %s", dir, strerror(errno));
+    /* Why: the rename is only durable once the directory entry is on disk. */
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    if (rc != 0) return cnt_err_set("cannot fsync directory '%s': %s", dir, strerror(saved));
+    return CNT_OK;
+}
+
+/* Parses "ckpt-NNNNNN.cnt" exactly; returns the epoch or -1. */
+static int parse_ckpt_name(const char *name) {
+    if (strncmp(name, "ckpt-", 5) != 0) return -1;
+    int epoch = 0;
+    for (int i = 5; i < 11; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        epoch = epoch * 10 + (name[i] - '0');
+    }
+    return strcmp(name + 11, ".cnt") == 0 ? epoch : -1;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Removes the oldest checkpoints in dir so that at most keep remain; failures are warnings. */
+static void prune(const char *dir, int keep) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        log_warn("checkpoint: cannot list '%s' to remove old checkpoints: %s", dir, strerror(errno));
+        return;
+    }
+    int n = 0, cap = 16;
+    int *epochs = cnt_malloc((size_t)cap * sizeof *epochs);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int ep = parse_ckpt_name(e->d_name);
+        if (ep < 0) continue;
+        if (n == cap) {
+            cap *= 2;
+            int *grown = realloc(epochs, (size_t)cap * sizeof *epochs);
+            CHECK_ERRNO(grown != NULL, "growing the checkpoint list");
+            epochs = grown;
+        }
+        epochs[n++] = ep;
+    }
+    closedir(d);
+    qsort(epochs, (size_t)n, sizeof *epochs, cmp_int);
+    for (int i = 0; i + keep < n; i++) {
+        char path[CKPT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/ckpt-%06d.cnt", dir, epochs[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            log_warn("checkpoint: cannot remove old checkpoint '%s': %s", path, strerror(errno));
+    }
+    free(epochs);
+}
+
+int ckpt_write(const char *dir, const net *nt, const float *params, const float *buffers, const float *momentum,
+               const ckpt_meta *meta, int keep, char *path_out, size_t path_len) {
+    if (meta->epoch < 0 || meta->epoch > CKPT_MAX_EPOCH)
+        return cnt_err_set("checkpoint in '%s': epoch %d is outside 0..%d", dir, meta->epoch, CKPT_MAX_EPOCH);
+    char path[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/ckpt-%06d.cnt", dir, meta->epoch) >= (int)sizeof path ||
+        snprintf(tmp, sizeof tmp, "%s/.ckpt-%06d.cnt.tmp", dir, meta->epoch) >= (int)sizeof tmp)
+        return cnt_err_set("checkpoint directory path too long: '%s'", dir);
+    if (path_out && strlen(path) >= path_len)
+        return cnt_err_set("checkpoint path '%s' does not fit the caller's %zu-byte buffer", path, path_len);
+    if (make_dirs(dir) != CNT_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cnt_err_msg());
+        return cnt_err_set("cannot write checkpoint '%s': %s", path, why);
+    }
+
+    ckpt_writer w = {.f = fopen(tmp, "wb"), .path = tmp, .crc = crc32(0L, Z_NULL, 0), .failed = 0};
+    if (!w.f) return cnt_err_set("cannot create checkpoint file '%s': %s", tmp, strerror(errno));
+
+    char magic[CKPT_MAGIC_LEN] = CKPT_MAGIC;
+    put(&w, magic, sizeof magic);
+    put_u32(&w, CKPT_VERSION);
+    int32_t epoch = meta->epoch;
+    int64_t step = meta->step;
+    put(&w, &epoch, sizeof epoch);
+    put(&w, &step, sizeof step);
+    put_u64(&w, meta->dropout_seed);
+    put_u64(&w, meta->config_hash);
+    char model_name[sizeof meta->model_name];
+    memset(model_name, 0, sizeof model_name);
+    snprintf(model_name, sizeof model_name, "%.*s", (int)sizeof model_name - 1, meta->model_name);
+    put(&w, model_name, sizeof model_name);
+    put_u32(&w, (uint32_t)nt->n_param_tensors);
+    put_u32(&w, (uint32_t)nt->n_buffer_tensors);
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        put_name(&w, nt->param_info[i].name);
+        put_u64(&w, nt->param_info[i].offset);
+        put_u64(&w, nt->param_info[i].count);
+    }
+    for (int i = 0; i < nt->n_buffer_tensors; i++) {
+        put_name(&w, nt->buffer_info[i].name);
+        put_u64(&w, nt->buffer_info[i].offset);
+        put_u64(&w, nt->buffer_info[i].count);
+    }
+    put_u64(&w, nt->n_params);
+    put_u64(&w, nt->n_buffers);
+    put(&w, params, nt->n_params * sizeof(float));
+    put(&w, buffers, nt->n_buffers * sizeof(float));
+    put_u32(&w, momentum ? 1u : 0u);
+    if (momentum) put(&w, momentum, nt->n_params * sizeof(float));
+    uint32_t crc = (uint32_t)w.crc;
+    put(&w, &crc, sizeof crc);
+
+    if (!w.failed && fflush(w.f) != 0) {
+        cnt_err_set("cannot write checkpoint '%s': %s", tmp, strerror(errno));
+        w.failed = 1;
+    }
+    /* Why: the data must be on disk before the rename makes it the checkpoint. */
+    if (!w.failed && fsync(fileno(w.f)) != 0) {
+        cnt_err_set("cannot fsync checkpoint '%s': %s", tmp, strerror(errno));
+        w.failed = 1;
+    }
+    if (fclose(w.f) != 0 && !w.failed) {
+        cnt_err_set("cannot close checkpoint '%s': %s", tmp, strerror(errno));
+        w.failed = 1;
+    }
+    if (!w.failed && rename(tmp, path) != 0) {
+        cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        w.failed = 1;
+    }
+    if (w.failed) {
+        unlink(tmp);
+        return CNT_ERR;
+    }
+    if (fsync_dir(dir) != CNT_OK) return CNT_ERR;
+    if (keep > 0) prune(dir, keep);
+    if (path_out) snprintf(path_out, path_len, "%s", path);
+    return CNT_OK;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+typedef struct ckpt_entry {
+    char name[CKPT_NAME_LEN];
+    uint64_t offset, count;
+} ckpt_entry;
+
+/* Reads exactly bytes; CNT_ERR naming path when the file ends first. */
+static int get(FILE *f, const char *path, void *dst, size_t bytes) {
+    unsigned char *p = dst;
+    while (bytes > 0) {
+        size_t n = bytes < CKPT_CHUNK ? bytes : CKPT_CHUNK;
+        if (fread(p, 1, n, f) != n) {
+            if (ferror(f)) return cnt_err_set("cannot read checkpoint '%s': %s", path, strerror(errno));
+            return cnt_err_set("checkpoint '%s' is truncated (the file ends inside its header)", path);
+        }
+        p += n;
+        bytes -= n;
+    }
+    return CNT_OK;
+}
+
+static int seek_to(FILE *f, const char *path, uint64_t pos) {
+    if (fseeko(f, (off_t)pos, SEEK_SET) != 0)
+        return cnt_err_set("cannot seek in checkpoint '%s': %s", path, strerror(errno));
+    return CNT_OK;
+}
+
+/* The first difference between the stored signature and the net's tensors
+ * (kind "parameter" or "buffer"); CNT_ERR with the message. */
+static int compare_tensors(const char *path, const char *model, const char *kind, const ckpt_entry *stored,
+                           int n_stored, int n_net, const char *(*name_at)(const net *, int),
+                           size_t (*offset_at)(const net *, int), size_t (*count_at)(const net *, int),
+                           const net *nt) {
+    int n = n_stored < n_net ? n_stored : n_net;
+    for (int i = 0; i < n; i++) {
+        const ckpt_entry *s = &stored[i];
+        if (strcmp(s->name, name_at(nt, i)) != 0)
+            return cnt_err_set("checkpoint '%s' (model '%s') does not match this model: %s tensor %d is '%s' in "
+                               "the checkpoint but '%s' here",
+                               path, model, kind, i, s->name, name_at(nt, i));
+        if (s->count != count_at(nt, i))
+            return cnt_err_set("checkpoint '%s' (model '%s') does not match this model: %s '%s' has %llu values "
+                               "in the checkpoint but %zu here",
+                               path, model, kind, s->name, (unsigned long long)s->count, count_at(nt, i));
+    }
+    if (n_stored != n_net)
+        return cnt_err_set("checkpoint '%s' (model '%s') does not match this model: it has %d %s tensors, this "
+                           "model %d (first unmatched: '%s')",
+                           path, model, n_stored, kind, n_net, n_stored > n_net ? stored[n].name : name_at(nt, n));
+    /* Same tensors: a different offset can only mean the flat layout's rules changed. */
+    for (int i = 0; i < n; i++) {
+        const ckpt_entry *s = &stored[i];
+        if (s->offset != offset_at(nt, i))
+            return cnt_err_set("checkpoint '%s' (model '%s') does not match this model: %s '%s' is at offset %llu "
+                               "in the checkpoint but %zu here (the parameter layout changed)",
+                               path, model, kind, s->name, (unsigned long long)s->offset, offset_at(nt, i));
+    }
+    return CNT_OK;
+}
+
+static const char *param_name(const net *nt, int i) { return nt->param_info[i].name; }
+static size_t param_offset(const net *nt, int i) { return nt->param_info[i].offset; }
+static size_t param_count(const net *nt, int i) { return nt->param_info[i].count; }
+static const char *buffer_name(const net *nt, int i) { return nt->buffer_info[i].name; }
+static size_t buffer_offset(const net *nt, int i) { return nt->buffer_info[i].offset; }
+static size_t buffer_count(const net *nt, int i) { return nt->buffer_info[i].count; }
+
+/* Everything after the file is open: see ckpt_read. */
+static int read_open(FILE *f, const char *path, const net *nt, float *params, float *buffers, float *momentum,
+                     int *has_momentum, ckpt_meta *meta) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) return cnt_err_set("cannot stat checkpoint '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return cnt_err_set("checkpoint '%s' is a directory", path);
+    uint64_t size = (uint64_t)st.st_size;
+
+    unsigned char magic[CKPT_MAGIC_LEN];
+    size_t have = size < CKPT_MAGIC_LEN ? (size_t)size : CKPT_MAGIC_LEN;
+    if (get(f, path, magic, have) != CNT_OK) return CNT_ERR;
+    if (memcmp(magic, CKPT_MAGIC, have) != 0)
+        return cnt_err_set("'%s' is not a cnntrain checkpoint (wrong magic number)", path);
+    if (size < CKPT_FIXED_BYTES)
+        return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
+                           (unsigned long long)size, (unsigned long long)CKPT_FIXED_BYTES);
+    uint32_t version;
+    if (get(f, path, &version, sizeof version) != CNT_OK) return CNT_ERR;
+    if (version != CKPT_VERSION)
+        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads version %d)", path, version,
+                           CKPT_VERSION);
+
+    int32_t epoch;
+    int64_t step;
+    ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    if (get(f, path, &epoch, sizeof epoch) != CNT_OK || get(f, path, &step, sizeof step) != CNT_OK ||
+        get(f, path, &m.dropout_seed, sizeof m.dropout_seed) != CNT_OK ||
+        get(f, path, &m.config_hash, sizeof m.config_hash) != CNT_OK ||
+        get(f, path, m.model_name, sizeof m.model_name) != CNT_OK)
+        return CNT_ERR;
+    m.epoch = epoch;
+    m.step = (long)step;
+    m.model_name[sizeof m.model_name - 1] = '\0';
+
+    uint32_t n_pt, n_bt;
+    if (get(f, path, &n_pt, sizeof n_pt) != CNT_OK || get(f, path, &n_bt, sizeof n_bt) != CNT_OK) return CNT_ERR;
+    uint64_t entries = (uint64_t)n_pt + n_bt;
+    uint64_t after_sig = CKPT_FIXED_BYTES + entries * CKPT_ENTRY_BYTES + 16;
+    if (after_sig > size)
+        return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, but its model signature alone needs %llu",
+                           path, (unsigned long long)size, (unsigned long long)after_sig);
+    ckpt_entry *ent = cnt_calloc(entries ? (size_t)entries : 1, sizeof *ent);
+    int rc = CNT_ERR;
+    for (uint64_t i = 0; i < entries; i++) {
+        if (get(f, path, ent[i].name, CKPT_NAME_LEN) != CNT_OK || get(f, path, &ent[i].offset, 8) != CNT_OK ||
+            get(f, path, &ent[i].count, 8) != CNT_OK)
+            goto out;
+        ent[i].name[CKPT_NAME_LEN - 1] = '\0';
+    }
+    uint64_t n_params, n_buffers;
+    if (get(f, path, &n_params, 8) != CNT_OK || get(f, path, &n_buffers, 8) != CNT_OK) goto out;
+    if (n_params > size / 4 || n_buffers > size / 4 || after_sig + 4 * (n_params + n_buffers) + 4 > size) {
+        cnt_err_set("checkpoint '%s' is truncated: %llu bytes, too short for the %llu parameters and %llu buffer "
+                    "values its header describes",
+                    path, (unsigned long long)size, (unsigned long long)n_params, (unsigned long long)n_buffers);
+        goto out;
+    }
+    uint64_t flag_at = after_sig + 4 * (n_params + n_buffers);
+    uint32_t flag;
+    if (seek_to(f, path, flag_at) != CNT_OK || get(f, path, &flag, sizeof flag) != CNT_OK) goto out;
+    if (flag > 1) {
+        cnt_err_set("checkpoint '%s' is corrupt: momentum flag is %u (expected 0 or 1)", path, flag);
+        goto out;
+    }
+    uint64_t expected = flag_at + 4 + (flag ? 4 * n_params : 0) + 4;
+    if (size < expected) {
+        cnt_err_set("checkpoint '%s' is truncated: %llu bytes, its header describes %llu", path,
+                    (unsigned long long)size, (unsigned long long)expected);
+        goto out;
+    }
+    if (size > expected) {
+        cnt_err_set("checkpoint '%s' is corrupt: %llu bytes, its header describes only %llu", path,
+                    (unsigned long long)size, (unsigned long long)expected);
+        goto out;
+    }
+
+    /* Checksum of everything before the last 4 bytes, streamed. */
+    if (seek_to(f, path, 0) != CNT_OK) goto out;
+    unsigned char *chunk = cnt_malloc(CKPT_CHUNK);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (uint64_t left = size - 4; left > 0;) {
+        size_t n = left < CKPT_CHUNK ? (size_t)left : CKPT_CHUNK;
+        if (get(f, path, chunk, n) != CNT_OK) {
+            free(chunk);
+            goto out;
+        }
+        crc = crc32(crc, chunk, (uInt)n);
+        left -= n;
+    }
+    free(chunk);
+    uint32_t stored_crc;
+    if (get(f, path, &stored_crc, sizeof stored_crc) != CNT_OK) goto out;
+    if (stored_crc != (uint32_t)crc) {
+        cnt_err_set("checkpoint '%s' is corrupt: checksum mismatch (stored %08x, computed %08x)", path, stored_crc,
+                    (unsigned)crc);
+        goto out;
+    }
+
+    if (compare_tensors(path, m.model_name, "parameter", ent, (int)n_pt, nt->n_param_tensors, param_name,
+                        param_offset, param_count, nt) != CNT_OK ||
+        compare_tensors(path, m.model_name, "buffer", ent + n_pt, (int)n_bt, nt->n_buffer_tensors, buffer_name,
+                        buffer_offset, buffer_count, nt) != CNT_OK)
+        goto out;
+    if (n_params != nt->n_params || n_buffers != nt->n_buffers) {
+        cnt_err_set("checkpoint '%s' (model '%s') does not match this model: %llu parameters and %llu buffer "
+                    "values in the checkpoint, %zu and %zu here",
+                    path, m.model_name, (unsigned long long)n_params, (unsigned long long)n_buffers, nt->n_params,
+                    nt->n_buffers);
+        goto out;
+    }
+
+    /* Valid: now the caller's arrays may be written. */
+    if (seek_to(f, path, after_sig) != CNT_OK || get(f, path, params, nt->n_params * sizeof(float)) != CNT_OK ||
+        get(f, path, buffers, nt->n_buffers * sizeof(float)) != CNT_OK)
+        goto out;
+    if (momentum) {
+        if (flag) {
+            if (seek_to(f, path, flag_at + 4) != CNT_OK || get(f, path, momentum, nt->n_params * sizeof(float)) != CNT_OK)
+                goto out;
+        } else {
+            memset(momentum, 0, nt->n_params * sizeof(float));
+        }
+    }
+    if (has_momentum) *has_momentum = (int)flag;
+    if (meta) *meta = m;
+    rc = CNT_OK;
+out:
+    free(ent);
+    return rc;
+}
+
+int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
+              ckpt_meta *meta) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return cnt_err_set("cannot open checkpoint '%s': %s", path, strerror(errno));
+    int rc = read_open(f, path, nt, params, buffers, momentum, has_momentum, meta);
+    fclose(f);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- finding */
+
+int ckpt_find_latest(const char *dir, char *path_out, size_t path_len) {
+    DIR *d = opendir(dir);
+    if (!d) return cnt_err_set("cannot open checkpoint directory '%s': %s", dir, strerror(errno));
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int ep = parse_ckpt_name(e->d_name);
+        if (ep <= best) continue;
+        char path[CKPT_PATH_MAX];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        best = ep;
+    }
+    closedir(d);
+    if (best < 0) return cnt_err_set("no checkpoint (ckpt-NNNNNN.cnt) in '%s'", dir);
+    if (snprintf(path_out, path_len, "%s/ckpt-%06d.cnt", dir, best) >= (int)path_len)
+        return cnt_err_set("checkpoint path in '%s' does not fit the caller's %zu-byte buffer", dir, path_len);
+    return CNT_OK;
+}

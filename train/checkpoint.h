@@ -1,0 +1,90 @@
+/*
+ * train/checkpoint.h - the training checkpoint file: dir/ckpt-EEEEEE.cnt.
+ *
+ * Provides ckpt_write() (rank 0 of a job writes; atomic: temporary file,
+ * fsync, rename, fsync of the directory; old checkpoints pruned to `keep`),
+ * ckpt_read() (validates everything before touching the caller's arrays) and
+ * ckpt_find_latest() (for resuming).
+ *
+ * File layout, version 1. Integers and floats are in the host's byte order,
+ * which must be little-endian (checked at compile time); the file is not meant
+ * to move between machines of different endianness.
+ *
+ *   char     magic[8]          "CNTCKPT\0"
+ *   u32      version           1
+ *   i32      epoch             ckpt_meta, field by field, no padding
+ *   i64      step
+ *   u64      dropout_seed
+ *   u64      config_hash
+ *   char     model_name[64]    NUL-padded
+ *   u32      n_param_tensors   model signature: net->param_info in order ...
+ *   u32      n_buffer_tensors  ... then net->buffer_info in order
+ *   { char name[128]; u64 offset; u64 count; } x (n_param_tensors + n_buffer_tensors)
+ *   u64      n_params          total values, = net->n_params
+ *   u64      n_buffers         total values, = net->n_buffers
+ *   f32      params[n_params]  net->params' layout (reverse forward order)
+ *   f32      buffers[n_buffers]
+ *   u32      has_momentum      0 or 1
+ *   f32      momentum[n_params]   only when has_momentum is 1
+ *   u32      crc32             zlib crc32 of every byte before it
+ */
+#ifndef CNT_CHECKPOINT_H
+#define CNT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/net.h"
+
+#define CKPT_VERSION 1
+#define CKPT_MAX_EPOCH 999999 /* six digits in the file name */
+
+typedef struct ckpt_meta {
+    int epoch;             /* epochs completed */
+    long step;             /* optimizer steps taken */
+    uint64_t dropout_seed; /* net->dropout_seed */
+    uint64_t config_hash;  /* hash of the effective config (informational) */
+    char model_name[64];   /* NUL-terminated */
+} ckpt_meta;
+
+/* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits) holding meta, the
+ * model signature of nt, params and buffers (host arrays of nt->n_params and
+ * nt->n_buffers floats in net->params' / net->buffers' layout) and momentum
+ * (n_params floats, or NULL: recorded as absent). Creates dir (and parents) if
+ * needed. Atomic: writes dir/.ckpt-EEEEEE.cnt.tmp, flushes and fsyncs it,
+ * renames it over the final name and fsyncs dir. Then removes the oldest
+ * ckpt-NNNNNN.cnt files so that at most `keep` remain (keep <= 0 keeps all); a
+ * file that cannot be removed there is only a warning (log_warn).
+ * When path_out is non-NULL it receives the final path.
+ * Errors: CNT_ERR with a message naming the path (epoch out of 0..999999,
+ * path_out too small, directory cannot be created, open/write/fsync/rename
+ * failure). On error the temporary file is removed and any earlier checkpoint,
+ * including one of the same epoch, is left as it was. */
+int ckpt_write(const char *dir, const net *nt, const float *params, const float *buffers, const float *momentum,
+               const ckpt_meta *meta, int keep, char *path_out, size_t path_len);
+
+/* Reads the checkpoint at path into host arrays sized for nt: params
+ * (n_params), buffers (n_buffers) and momentum (n_params, or NULL to skip).
+ * When the file has no momentum and momentum is non-NULL, momentum is zero-filled
+ * and *has_momentum set to 0 (not an error); otherwise *has_momentum is 1 if the
+ * file has one. has_momentum and meta may be NULL.
+ * The whole file is validated (size, checksum, model signature) before any of
+ * the caller's arrays is written, so on error they are unchanged.
+ * Errors: CNT_ERR with a message naming path: cannot open; truncated (too
+ * short for what its header describes); "not a cnntrain checkpoint" (magic);
+ * unsupported version; "corrupt" (checksum mismatch, bad momentum flag, bytes
+ * after the end); model mismatch (the first parameter or buffer tensor whose
+ * name, size or offset differs, or the differing tensor counts, and the
+ * checkpoint's model_name). */
+int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
+              ckpt_meta *meta);
+
+/* Finds the checkpoint with the highest epoch in dir: the regular file whose
+ * name is exactly ckpt-NNNNNN.cnt (six digits) with the largest NNNNNN; its
+ * contents are not checked (ckpt_read does that).
+ * Returns CNT_OK with the path in path_out, or CNT_ERR with a message when dir
+ * cannot be opened, holds no checkpoint (the caller decides whether that is an
+ * error) or path_out is too small. */
+int ckpt_find_latest(const char *dir, char *path_out, size_t path_len);
+
+#endif
