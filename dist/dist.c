@@ -12,14 +12,16 @@
  *
  * Built without MPI (CNT_HAVE_MPI=0) every function is the world-of-one
  * version: broadcast and allreduce leave the buffer as it is, allgather copies
- * the single value, abort exits.
+ * the single value, the byte gather copies, abort exits.
  *
  * Together with dist/ring.c this is the only place in the project that knows
  * whether MPI is there.
  */
 #include "dist/dist.h"
 
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/check.h"
 
@@ -141,6 +143,44 @@ void dist_allgather_u64(uint64_t value, uint64_t *out) {
     DIST_MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD));
 }
 
+void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
+    if (!dist_active()) {
+        *out = cnt_malloc(n ? n : 1);
+        if (n) memcpy(*out, buf, n);
+        *counts = cnt_malloc(sizeof **counts);
+        (*counts)[0] = n;
+        return;
+    }
+    /* Blocking collectives: rank 0 learns every size, then receives the bytes. */
+    uint64_t mine = n;
+    uint64_t *sizes = g_rank == 0 ? cnt_malloc((size_t)g_world * sizeof *sizes) : NULL;
+    DIST_MPI_CHECK(MPI_Gather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    if (n > INT_MAX) cnt_fatal("dist_gather_bytes: %zu bytes on rank %d exceed MPI's count limit", n, g_rank);
+    int *rcounts = NULL, *displs = NULL;
+    char *all = NULL;
+    if (g_rank == 0) {
+        rcounts = cnt_malloc((size_t)g_world * sizeof *rcounts);
+        displs = cnt_malloc((size_t)g_world * sizeof *displs);
+        *counts = cnt_malloc((size_t)g_world * sizeof **counts);
+        uint64_t total = 0;
+        for (int r = 0; r < g_world; r++) {
+            if (total + sizes[r] > INT_MAX)
+                cnt_fatal("dist_gather_bytes: more than %d bytes in all exceed MPI's count limit", INT_MAX);
+            displs[r] = (int)total;
+            rcounts[r] = (int)sizes[r];
+            (*counts)[r] = (size_t)sizes[r];
+            total += sizes[r];
+        }
+        all = cnt_malloc(total ? (size_t)total : 1);
+    }
+    DIST_MPI_CHECK(MPI_Gatherv(buf, (int)n, MPI_BYTE, all, rcounts, displs, MPI_BYTE, 0, MPI_COMM_WORLD));
+    if (g_rank != 0) *counts = NULL;
+    *out = all;
+    free(sizes);
+    free(rcounts);
+    free(displs);
+}
+
 void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
     if (!dist_active()) return;
     if (algo == DIST_ALGO_RING) {
@@ -197,6 +237,13 @@ void dist_broadcast(void *buf, size_t bytes, int root) {
 }
 
 void dist_allgather_u64(uint64_t value, uint64_t *out) { out[0] = value; }
+
+void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
+    *out = cnt_malloc(n ? n : 1);
+    if (n) memcpy(*out, buf, n);
+    *counts = cnt_malloc(sizeof **counts);
+    (*counts)[0] = n;
+}
 
 void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
     (void)buf;

@@ -54,6 +54,13 @@ void dist_barrier(void);
 void dist_broadcast(void *buf, size_t bytes, int root);
 /* Every rank's `value` into out[0..world) on every rank. */
 void dist_allgather_u64(uint64_t value, uint64_t *out);
+/* Gathers every rank's n bytes at buf to rank 0 (a collective: every rank
+ * calls it). On rank 0, *out is a new buffer (free()) holding the ranks'
+ * bytes one after another in rank order and *counts a new array (free()) of
+ * world byte counts; on other ranks both are set to NULL. A world of one just
+ * copies. Fatal (the whole job ends) if the total exceeds INT_MAX bytes, MPI's
+ * count limit. */
+void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts);
 /* In-place sum over ranks of n floats of host memory. */
 void dist_allreduce_sum(float *buf, size_t n, dist_algo algo);
 /* In-place sum over ranks of n doubles (metrics: loss sums, hit counts). */

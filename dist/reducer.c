@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,7 @@ struct reducer {
     int n_buckets;
     size_t ready_upto;   /* training thread only: gradients final below this offset */
     int next_launch;     /* training thread only: first bucket not yet handed over */
+    timeline *tl;        /* NULL, or where the communication thread records buckets */
 
     /* Guards launched, done and stop: the training thread hands buckets over
      * (launched), the communication thread reports them finished (done). */
@@ -64,6 +66,11 @@ static void *comm_main(void *arg) {
         dist_allreduce_sum(rd->host + bk->begin, len, rd->algo);
         rd->be->upload(rd->grads + bk->begin, rd->host + bk->begin, len * sizeof(float));
         bk->t_end = time_now();
+        if (rd->tl) {
+            char name[48];
+            snprintf(name, sizeof name, "allreduce bucket %d", b);
+            timeline_record(rd->tl, name, "comm", TIMELINE_TID_COMM, bk->t_start, bk->t_end);
+        }
         lock(rd);
         rd->done++;
         pthread_cond_signal(&rd->done_cv);
@@ -105,6 +112,14 @@ reducer *reducer_create(const backend *be, float *grads, size_t n, size_t first_
 }
 
 int reducer_bucket_count(const reducer *rd) { return rd->n_buckets; }
+
+void reducer_set_timeline(reducer *rd, timeline *tl) {
+    /* Why the lock: it orders this write before the communication thread's
+     * next read of rd->tl (which follows its own lock in comm_main). */
+    lock(rd);
+    rd->tl = tl;
+    unlock(rd);
+}
 
 void reducer_begin(reducer *rd) {
     rd->ready_upto = 0;

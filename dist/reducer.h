@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "dist/dist.h"
+#include "dist/timeline.h"
 #include "model/backend.h"
 
 typedef struct reducer reducer;
@@ -50,6 +51,10 @@ void reducer_grads_ready(void *rd, size_t offset, size_t count);
  * gradients in the device buffer. Fills *st when st is not NULL. */
 void reducer_finish(reducer *rd, reducer_stats *st);
 int reducer_bucket_count(const reducer *rd);
+/* From now on the communication thread records "allreduce bucket k" on tl's
+ * comm thread (TIMELINE_TID_COMM) for every bucket; NULL stops it. Call
+ * between steps only. Never fails. */
+void reducer_set_timeline(reducer *rd, timeline *tl);
 void reducer_free(reducer *rd);
 
 #endif

@@ -8,6 +8,7 @@
 #include "model/layer.h"
 #include "common/check.h"
 #include "common/rng.h"
+#include "common/timer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -331,7 +332,13 @@ void net_forward(net *nt, const float *x, int N, int training) {
     if (training) nt->dropout_seed++;
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
+        if (!nt->node_hook) {
+            nd->ops->forward(nt, nd, training);
+            continue;
+        }
+        double t0 = time_now();
         nd->ops->forward(nt, nd, training);
+        nt->node_hook(nt->node_hook_ctx, nd, 0, t0, time_now());
     }
 }
 
@@ -350,13 +357,25 @@ void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
     }
     for (int i = nt->n_nodes - 1; i >= 0; i--) {
         node *nd = &nt->nodes[i];
+        if (!nt->node_hook) {
+            nd->ops->backward(nt, nd);
+            continue;
+        }
+        double t0 = time_now();
         nd->ops->backward(nt, nd);
+        nt->node_hook(nt->node_hook_ctx, nd, 1, t0, time_now());
     }
 }
 
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx) {
     nt->grad_hook = hook;
     nt->grad_hook_ctx = ctx;
+}
+
+void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward, double t0, double t1),
+                       void *ctx) {
+    nt->node_hook = hook;
+    nt->node_hook_ctx = ctx;
 }
 
 double net_flops_per_image(const net *nt) {

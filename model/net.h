@@ -131,6 +131,10 @@ struct net {
     /* Called after a node's weight gradients are written: grads[offset, offset+count). */
     void (*grad_hook)(void *ctx, size_t offset, size_t count);
     void *grad_hook_ctx;
+    /* Called after each node's forward (backward = 0) or backward (1) with its
+     * start and end (time_now() seconds); NULL: not timed (one branch). */
+    void (*node_hook)(void *ctx, const node *nd, int backward, double t0, double t1);
+    void *node_hook_ctx;
 };
 
 /* ---- building ---- */
@@ -184,6 +188,10 @@ const float *net_aux_logits(const net *nt);
  * and, when the net has auxiliary logits, dlogits_aux (already weighted). */
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux);
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx);
+/* Times every node of net_forward and net_backward and reports it to hook
+ * (for the timeline); hook NULL turns timing off. Never fails. */
+void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward, double t0, double t1),
+                       void *ctx);
 
 /* ---- inspection ---- */
 double net_flops_per_image(const net *nt);

@@ -33,7 +33,7 @@ static const char *const all_keys[] = {
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.min_lr", "optim.lr_scaling", "dist.backend",
-    "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb",
+    "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.keep", "checkpoint.resume",
 };
 #define N_ALL_KEYS ((int)(sizeof all_keys / sizeof all_keys[0]))

@@ -4,7 +4,8 @@
 # scaled by the world size; one step on 2 ranks x batch B equals one step on
 # 1 rank x batch 2B (same samples, model without batch norm or dropout);
 # ranks with different configs are reported, not hung on; a rank that fails
-# ends the job. Run from the repository root after `make`.
+# ends the job; dist.timeline writes a Chrome trace in which buckets leave
+# during backward. Run from the repository root after `make`.
 set -u
 if ! command -v mpirun >/dev/null 2>&1 || ! ./trainer --version | grep -q "^mpi: built in"; then
     echo "SKIPPED: no MPI in this build"
@@ -48,6 +49,38 @@ for ov in true false; do
     check "overlap=$ov: comm_ms and comm_exposed_ms in metrics.jsonl" grep -q '"comm_exposed_ms":' "$tmp/ov$ov/metrics.jsonl"
 done
 check "overlap on and off give the same losses" test "$(grep -o '"loss":[^,]*' "$tmp/ovtrue/metrics.jsonl")" = "$(grep -o '"loss":[^,]*' "$tmp/ovfalse/metrics.jsonl")"
+
+# dist.timeline: one Chrome-trace file from both ranks, with per-layer
+# backward events and bucket allreduces that start before backward ends.
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=timeline.json dist.bucket_mb=0.25 \
+    dist.first_bucket_mb=0.05 train.max_steps=4 train.out_dir="$tmp/tl2" >/dev/null 2>&1
+check "timeline (2 ranks): valid JSON with both ranks, layer events and overlapped buckets" \
+    python3 - "$tmp/tl2/timeline.json" 2 <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+world = int(sys.argv[2])
+x = [e for e in ev if e["ph"] == "X"]
+assert {e["pid"] for e in x} == set(range(world)), "events from every rank"
+assert any(e["name"].startswith("bwd ") for e in x), "per-layer backward events"
+names = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert names == {"train", "comm"}, names
+bwd_end = {(e["pid"], e["args"]["step"]): e["ts"] + e["dur"] for e in x if e["name"] == "backward"}
+assert len(bwd_end) == 4 * world, bwd_end
+buckets = [e for e in x if e["name"].startswith("allreduce bucket") and e["tid"] == 1]
+assert buckets, "bucket events on the comm thread"
+early = [e for e in buckets if e["ts"] < bwd_end[(e["pid"], e["args"]["step"])]]
+print(len(early), "of", len(buckets), "bucket allreduces start before backward ends")
+assert early
+PY
+./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json train.max_steps=2 train.out_dir="$tmp/tl1" \
+    >/dev/null 2>&1
+check "timeline (1 process): valid JSON with forward and backward events" python3 - "$tmp/tl1/tl.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["name"] for e in ev if e["ph"] == "X"}
+assert {"data wait", "forward", "backward", "optimizer"} <= names, names
+assert {e["pid"] for e in ev} == {0}
+PY
 
 # One SGD step: 2 ranks x batch 8 == 1 rank x batch 16 on the same 16 samples
 # (rank r takes positions r, r+2, ... of the shared permutation). VGG-11 on

@@ -87,6 +87,7 @@ typedef struct key_def {
     size_t off;                 /* the field in struct config */
     size_t count_off;           /* KEY_INT_LIST: the int holding the count */
     int max_count;              /* KEY_INT_LIST: capacity of the array */
+    int empty_ok;               /* KEY_STRING: "" is a valid value (it means "off") */
 } key_def;
 
 /* offsetof() that fails to compile when the field has another type. */
@@ -219,6 +220,9 @@ static const key_def key_table[] = {
           .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25)"),
     K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),
           .help = "size of the first bucket in MiB: small, so communication starts early"),
+    K_STRING("dist", "timeline", timeline, "", .empty_ok = 1,
+           .help = "write a Chrome-trace timeline (chrome://tracing, Perfetto) of every rank's steps to this file; "
+                   "a relative path is inside train.out_dir; empty: off"),
 
     K_STRING("checkpoint", "dir", ckpt_dir, "checkpoints",
            .help = "where rank 0 writes checkpoints; a relative path is inside train.out_dir"),
@@ -503,6 +507,7 @@ static int key_check(const key_def *k, const config *cfg, char *why, size_t n) {
             snprintf(why, n, "value is not NUL-terminated");
             return CNT_ERR;
         }
+        if (s[0] == '\0' && k->empty_ok) return CNT_OK;
         if (check_text(s, why, n) != CNT_OK) return CNT_ERR;
         if (k->type == KEY_STRING) return CNT_OK;
         for (int i = 0; k->choices[i]; i++)
@@ -685,7 +690,7 @@ static int parse_int_list(const char *s, int *items, int *count, int max_count, 
  * description without the key's name. */
 static int key_parse(const key_def *k, const char *text, config *cfg, char *why, size_t n) {
     void *p = field_ptr(k, cfg);
-    if (text[0] == '\0' && k->type != KEY_INT_LIST) {
+    if (text[0] == '\0' && k->type != KEY_INT_LIST && !k->empty_ok) {
         snprintf(why, n, "empty value");
         return CNT_ERR;
     }
@@ -698,7 +703,7 @@ static int key_parse(const key_def *k, const char *text, config *cfg, char *why,
     case KEY_BOOL: rc = parse_bool(text, p, why, n); break;
     case KEY_STRING:
     case KEY_ENUM:
-        rc = check_text(text, why, n);
+        rc = text[0] == '\0' && k->empty_ok ? CNT_OK : check_text(text, why, n);
         if (rc == CNT_OK) {
             memset(p, 0, CONFIG_STR);
             memcpy(p, text, strlen(text));

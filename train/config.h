@@ -73,6 +73,7 @@ typedef struct config {
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
+    char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */
 
     /* [checkpoint] */
     char ckpt_dir[CONFIG_STR];       /* relative: inside out_dir */

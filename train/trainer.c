@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "dist/dist.h"
 #include "dist/reducer.h"
+#include "dist/timeline.h"
 #include "model/net.h"
 #include "model/zoo.h"
 #include "train/checkpoint.h"
@@ -325,6 +326,21 @@ static int save_checkpoint(const config *cfg, const net *nt, const optimizer *op
     return status;
 }
 
+/* The net's node hook while dist.timeline is on: one "bwd <node>" event per
+ * layer of backward (forward is recorded as a whole). */
+static void timeline_node_hook(void *ctx, const node *nd, int backward, double t0, double t1) {
+    if (!backward) return;
+    char name[NET_NAME_LEN + 8];
+    snprintf(name, sizeof name, "bwd %s", nd->name);
+    timeline_record(ctx, name, "backward", TIMELINE_TID_TRAIN, t0, t1);
+}
+
+/* dist.timeline, resolved inside out_dir when relative. */
+static void timeline_path(const config *cfg, char *out, size_t len) {
+    if (cfg->timeline[0] == '/') snprintf(out, len, "%s", cfg->timeline);
+    else snprintf(out, len, "%s/%s", cfg->out_dir, cfg->timeline);
+}
+
 static void format_duration(double s, char *buf, size_t len) {
     if (!(s >= 0) || s > 1e8) {
         snprintf(buf, len, "?");
@@ -451,6 +467,12 @@ int trainer_run(const config *cfg, train_result *res) {
              rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
              cfg->overlap ? "during backward" : "after backward", (double)cfg->lr,
              strcmp(cfg->lr_scaling, "linear") == 0 ? world : 1, base_lr, cfg->lr_scaling);
+    timeline *tl = NULL;
+    if (cfg->timeline[0]) {
+        tl = timeline_create(); /* a collective: every rank has the same config */
+        net_set_node_hook(nt, timeline_node_hook, tl);
+        if (rd) reducer_set_timeline(rd, tl);
+    }
     float *buffers_host = world > 1 ? cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float)) : NULL;
 
     long step = 0;
@@ -472,15 +494,18 @@ int trainer_run(const config *cfg, train_result *res) {
         long ep_early = 0, ep_buckets = 0;
         long ep_images = 0, ep_steps = 0;
         for (;;) {
+            if (tl) timeline_set_step(tl, step + 1);
             double tw = time_now();
             const batch *b = loader_next(train_ld);
-            double wait = time_now() - tw;
+            double tw1 = time_now(), wait = tw1 - tw;
             if (!b) break;
+            if (tl) timeline_record(tl, "data wait", "data", TIMELINE_TID_TRAIN, tw, tw1);
             win_wait += wait;
             ep_wait += wait;
             double lr = schedule_lr(cfg, base_lr, step, steps_per_epoch, schedule_steps);
             be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
             be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
+            double tf = time_now();
             net_forward(nt, x_dev, b->n, 1);
             be->softmax_xent(b->n, classes, net_logits(nt), labels_dev, cfg->label_smoothing, loss_dev, dlogits);
             if (dlogits_aux) {
@@ -490,12 +515,17 @@ int trainer_run(const config *cfg, train_result *res) {
                 be->axpy((size_t)b->n * classes, cfg->aux_weight, dlogits_aux, dlogits_aux, 0);
                 be->axpy(1, cfg->aux_weight, aux_loss_dev, loss_dev, 1);
             }
+            double tb = time_now();
+            if (tl) timeline_record(tl, "forward", "forward", TIMELINE_TID_TRAIN, tf, tb);
             if (rd) reducer_begin(rd);
             net_backward(nt, dlogits, dlogits_aux);
+            double tr = time_now();
+            if (tl) timeline_record(tl, "backward", "backward", TIMELINE_TID_TRAIN, tb, tr);
             if (rd) {
                 /* Wait for the buckets still in flight; the update divides the sums by world. */
                 reducer_stats rs;
                 reducer_finish(rd, &rs);
+                if (tl) timeline_record(tl, "allreduce wait", "comm", TIMELINE_TID_TRAIN, tr, time_now());
                 win_comm += rs.comm_ms;
                 win_exposed += rs.exposed_ms;
                 ep_comm += rs.comm_ms;
@@ -503,7 +533,9 @@ int trainer_run(const config *cfg, train_result *res) {
                 ep_early += rs.early;
                 ep_buckets += rs.buckets;
             }
+            double to = time_now();
             optim_step(&opt, nt, (float)lr, 1.0f / (float)world);
+            if (tl) timeline_record(tl, "optimizer", "optimizer", TIMELINE_TID_TRAIN, to, time_now());
             be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
             win_loss_steps++;
             step++;
@@ -595,6 +627,21 @@ int trainer_run(const config *cfg, train_result *res) {
              r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
 
     if (status == CNT_OK && !isfinite(r.last_loss)) status = cnt_err_set("training diverged (loss %g)", r.last_loss);
+    if (tl) {
+        /* Every rank gets here (the loop ends at the same step everywhere);
+         * the write is a collective gather to rank 0. */
+        net_set_node_hook(nt, NULL, NULL);
+        if (rd) reducer_set_timeline(rd, NULL);
+        char path[2 * CONFIG_STR + 8];
+        timeline_path(cfg, path, sizeof path);
+        if (timeline_write(tl, path) != CNT_OK) {
+            if (status == CNT_OK) status = CNT_ERR;
+            else log_error("%s", cnt_err_msg());
+        } else if (rank == 0) {
+            log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
+        }
+        timeline_free(tl);
+    }
     metrics_close(&m);
     reducer_free(rd);
     free(buffers_host);

@@ -1,0 +1,207 @@
+/*
+ * dist/timeline.c - Chrome-trace event recording and the end-of-run gather to
+ * rank 0 (see dist/timeline.h).
+ */
+#include "dist/timeline.h"
+#include "common/check.h"
+#include "common/timer.h"
+#include "dist/dist.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tl_event {
+    char name[128];
+    const char *cat;  /* a string literal */
+    int tid;
+    long step;
+    double t_start, t_end; /* seconds, time_now() */
+} tl_event;
+
+struct timeline {
+    double t0;        /* this rank's zero, taken after a barrier */
+    /* Guards events, n, cap and step: the training thread and the reducer's
+     * communication thread both append during a step. */
+    pthread_mutex_t mu;
+    tl_event *events;
+    long n, cap;
+    long step;
+};
+
+static void tl_lock(timeline *tl) {
+    errno = pthread_mutex_lock(&tl->mu);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_lock");
+}
+
+static void tl_unlock(timeline *tl) {
+    errno = pthread_mutex_unlock(&tl->mu);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_unlock");
+}
+
+timeline *timeline_create(void) {
+    timeline *tl = cnt_calloc(1, sizeof *tl);
+    errno = pthread_mutex_init(&tl->mu, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
+    tl->cap = 1024;
+    tl->events = cnt_malloc((size_t)tl->cap * sizeof *tl->events);
+    /* Why a barrier: every rank takes its zero at (nearly) the same moment,
+     * so the ranks' events line up on one time axis. */
+    dist_barrier();
+    tl->t0 = time_now();
+    return tl;
+}
+
+void timeline_set_step(timeline *tl, long step) {
+    tl_lock(tl);
+    tl->step = step;
+    tl_unlock(tl);
+}
+
+void timeline_record(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end) {
+    tl_lock(tl);
+    if (tl->n == tl->cap) {
+        long cap = 2 * tl->cap;
+        tl_event *ev = realloc(tl->events, (size_t)cap * sizeof *ev);
+        CHECK_ERRNO(ev != NULL, "realloc (timeline events)");
+        tl->events = ev;
+        tl->cap = cap;
+    }
+    tl_event *e = &tl->events[tl->n++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->cat = cat;
+    e->tid = tid;
+    e->step = tl->step;
+    e->t_start = t_start;
+    e->t_end = t_end;
+    tl_unlock(tl);
+}
+
+long timeline_count(timeline *tl) {
+    tl_lock(tl);
+    long n = tl->n;
+    tl_unlock(tl);
+    return n;
+}
+
+/* A growable text buffer. */
+typedef struct text {
+    char *p;
+    size_t len, cap;
+} text;
+
+static void text_printf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        CNT_ASSERT(k >= 0);
+        if ((size_t)k < t->cap - t->len) {
+            t->len += (size_t)k;
+            return;
+        }
+        size_t cap = 2 * t->cap + (size_t)k + 1;
+        char *p = realloc(t->p, cap);
+        CHECK_ERRNO(p != NULL, "realloc (timeline text)");
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+/* name as a JSON string body: quotes, backslashes and control bytes escaped. */
+static void json_escape(const char *s, char *out, size_t len) {
+    size_t j = 0;
+    for (; *s && j + 7 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[j++] = '\\';
+            out[j++] = (char)c;
+        } else if (c < 0x20) {
+            j += (size_t)snprintf(out + j, len - j, "\\u%04x", c);
+        } else {
+            out[j++] = (char)c;
+        }
+    }
+    out[j] = '\0';
+}
+
+/* This rank's part of the trace: metadata, then its events, each element
+ * preceded by ",\n" (rank 0 drops the very first comma). */
+static void rank_events(timeline *tl, int rank, text *t) {
+    text_printf(t, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
+                rank, rank);
+    text_printf(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+                rank, rank);
+    text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"train\"}}",
+                rank, TIMELINE_TID_TRAIN);
+    text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"comm\"}}",
+                rank, TIMELINE_TID_COMM);
+    tl_lock(tl);
+    for (long i = 0; i < tl->n; i++) {
+        const tl_event *e = &tl->events[i];
+        char name[6 * sizeof e->name + 8];
+        json_escape(e->name, name, sizeof name);
+        double ts = 1e6 * (e->t_start - tl->t0), dur = 1e6 * (e->t_end - e->t_start);
+        text_printf(t,
+                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                    "\"dur\":%.3f,\"args\":{\"step\":%ld}}",
+                    name, e->cat, rank, e->tid, ts, dur > 0 ? dur : 0, e->step);
+    }
+    tl_unlock(tl);
+}
+
+int timeline_write(timeline *tl, const char *path) {
+    text t = {.p = cnt_malloc(4096), .len = 0, .cap = 4096};
+    rank_events(tl, dist_rank(), &t);
+    void *all = NULL;
+    size_t *counts = NULL;
+    dist_gather_bytes(t.p, t.len, &all, &counts);
+    free(t.p);
+    if (dist_rank() != 0) return CNT_OK;
+    size_t total = 0;
+    for (int r = 0; r < dist_world(); r++) total += counts[r];
+    free(counts);
+    CNT_ASSERT(total > 0 && ((char *)all)[0] == ',');
+
+    char tmp[4096 + 8];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        free(all);
+        return cnt_err_set("timeline path too long: '%s'", path);
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        free(all);
+        return cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(errno));
+    }
+    int ok = fputs("{\"traceEvents\":[", f) >= 0;
+    ok = ok && fwrite((char *)all + 1, 1, total - 1, f) == total - 1; /* drop the first ',' */
+    ok = ok && fputs("\n],\"displayTimeUnit\":\"ms\"}\n", f) >= 0;
+    int err = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        err = errno;
+    }
+    free(all);
+    if (!ok) {
+        remove(tmp);
+        return cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(err));
+    }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        remove(tmp);
+        return cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
+    }
+    return CNT_OK;
+}
+
+void timeline_free(timeline *tl) {
+    if (!tl) return;
+    pthread_mutex_destroy(&tl->mu);
+    free(tl->events);
+    free(tl);
+}

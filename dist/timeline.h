@@ -1,0 +1,44 @@
+/*
+ * dist/timeline.h - a Chrome-trace timeline of a training run (dist.timeline).
+ *
+ * Records complete events ("ph":"X": a name, a category, a thread and a start
+ * and end time) while training runs, cheaply: appending copies the event into
+ * a growable array under a mutex, with no I/O. At the end every rank's events
+ * are gathered to rank 0, which writes one JSON file that chrome://tracing and
+ * Perfetto open: {"traceEvents":[...]}, one process per rank ("rank r", pid r)
+ * with two threads, TIMELINE_TID_TRAIN ("train") and TIMELINE_TID_COMM
+ * ("comm", the reducer's communication thread).
+ *
+ * Clocks: each rank's zero is taken right after a barrier in timeline_create,
+ * so the ranks' time axes agree to within a barrier's skew - good enough to
+ * see overlap, not to measure message latencies. Times are host wall-clock
+ * (time_now()); with an asynchronous device backend they show when work was
+ * issued rather than when it ran.
+ */
+#ifndef CNT_TIMELINE_H
+#define CNT_TIMELINE_H
+
+enum { TIMELINE_TID_TRAIN = 0, TIMELINE_TID_COMM = 1 };
+
+typedef struct timeline timeline;
+
+/* A collective (every rank calls it: it holds a barrier, then takes this
+ * rank's zero time). Never fails; allocation and mutex failures are fatal. */
+timeline *timeline_create(void);
+/* The step stamped (as args.step) on events recorded from now on; called by
+ * the training thread at the start of each step. */
+void timeline_set_step(timeline *tl, long step);
+/* Appends one event: t_start and t_end are time_now() seconds. name is
+ * copied (truncated to 127 bytes); cat must be a string literal (kept as a
+ * pointer). Safe from any thread. Never fails (allocation failure is fatal). */
+void timeline_record(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end);
+/* A collective: gathers every rank's events to rank 0, which writes the trace
+ * to `path` (through path.tmp and a rename, so a reader never sees half a
+ * file). Returns CNT_OK, or on rank 0 CNT_ERR with a message when the file
+ * cannot be written (the other ranks return CNT_OK). */
+int timeline_write(timeline *tl, const char *path);
+/* Number of events this rank recorded (for tests and logs). */
+long timeline_count(timeline *tl);
+void timeline_free(timeline *tl);
+
+#endif
