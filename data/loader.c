@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/threads.h"
 #include "common/rng.h"
 
 #define LOADER_MAX_WORKERS 256
@@ -62,21 +63,6 @@ struct loader {
     int holding;      /* 1: the consumer holds the slot of step delivered - 1 */
     int stop;         /* 1: workers exit */
 };
-
-static void lock(loader *ld) {
-    errno = pthread_mutex_lock(&ld->mu);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_lock");
-}
-
-static void unlock(loader *ld) {
-    errno = pthread_mutex_unlock(&ld->mu);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_unlock");
-}
-
-static void wait_on(loader *ld, pthread_cond_t *cv) {
-    errno = pthread_cond_wait(cv, &ld->mu);
-    CHECK_ERRNO(errno == 0, "pthread_cond_wait");
-}
 
 static void broadcast(pthread_cond_t *cv) {
     errno = pthread_cond_broadcast(cv);
@@ -160,24 +146,24 @@ static void loader_fill_batch(const loader *ld, int s, loader_slot *slot) {
 
 static void *loader_worker(void *arg) {
     loader *ld = arg;
-    lock(ld);
+    cnt_mutex_lock(&ld->mu);
     for (;;) {
         if (ld->stop) break;
         if (ld->active && ld->claimed < ld->steps && ld->claimed < ld->released + ld->nslots) {
             int s = ld->claimed++;
             loader_slot *slot = &ld->slots[s % ld->nslots];
             ld->busy++;
-            unlock(ld);
+            cnt_mutex_unlock(&ld->mu);
             loader_fill_batch(ld, s, slot);
-            lock(ld);
+            cnt_mutex_lock(&ld->mu);
             ld->busy--;
             slot->ready = 1;
             broadcast(&ld->done_cv);
             continue;
         }
-        wait_on(ld, &ld->work_cv);
+        cnt_cond_wait(&ld->work_cv, &ld->mu);
     }
-    unlock(ld);
+    cnt_mutex_unlock(&ld->mu);
     return NULL;
 }
 
@@ -254,11 +240,11 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
 int loader_steps_per_epoch(const loader *ld) { return ld->steps; }
 
 void loader_start_epoch(loader *ld, int epoch) {
-    lock(ld);
+    cnt_mutex_lock(&ld->mu);
     /* Stop new claims and let in-flight batches finish: workers read perm and
      * epoch without the lock, so both may change only once busy is 0. */
     ld->active = 0;
-    while (ld->busy > 0) wait_on(ld, &ld->done_cv);
+    while (ld->busy > 0) cnt_cond_wait(&ld->done_cv, &ld->mu);
     ld->epoch = epoch;
     if (ld->opt.shuffle) {
         rng r;
@@ -272,11 +258,11 @@ void loader_start_epoch(loader *ld, int epoch) {
     ld->holding = 0;
     ld->active = 1;
     broadcast(&ld->work_cv);
-    unlock(ld);
+    cnt_mutex_unlock(&ld->mu);
 }
 
 const batch *loader_next(loader *ld) {
-    lock(ld);
+    cnt_mutex_lock(&ld->mu);
     if (ld->holding) {
         /* The batch handed out last time is given back: its slot may be refilled. */
         ld->holding = 0;
@@ -284,24 +270,24 @@ const batch *loader_next(loader *ld) {
         broadcast(&ld->work_cv);
     }
     if (!ld->active || ld->delivered >= ld->steps) {
-        unlock(ld);
+        cnt_mutex_unlock(&ld->mu);
         return NULL;
     }
     loader_slot *slot = &ld->slots[ld->delivered % ld->nslots];
-    while (!slot->ready) wait_on(ld, &ld->done_cv);
+    while (!slot->ready) cnt_cond_wait(&ld->done_cv, &ld->mu);
     slot->ready = 0;
     ld->delivered++;
     ld->holding = 1;
-    unlock(ld);
+    cnt_mutex_unlock(&ld->mu);
     return &slot->b;
 }
 
 void loader_free(loader *ld) {
     if (!ld) return;
-    lock(ld);
+    cnt_mutex_lock(&ld->mu);
     ld->stop = 1;
     broadcast(&ld->work_cv);
-    unlock(ld);
+    cnt_mutex_unlock(&ld->mu);
     for (int i = 0; i < ld->opt.workers; i++) {
         errno = pthread_join(ld->threads[i], NULL);
         CHECK_ERRNO(errno == 0, "pthread_join (data loader worker)");

@@ -4,6 +4,7 @@
  */
 #include "dist/reducer.h"
 #include "common/check.h"
+#include "common/threads.h"
 #include "common/timer.h"
 
 #include <errno.h>
@@ -39,24 +40,14 @@ struct reducer {
     pthread_t thread;
 };
 
-static void lock(reducer *rd) {
-    errno = pthread_mutex_lock(&rd->mu);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_lock");
-}
-
-static void unlock(reducer *rd) {
-    errno = pthread_mutex_unlock(&rd->mu);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_unlock");
-}
-
 static void *comm_main(void *arg) {
     reducer *rd = arg;
-    lock(rd);
+    cnt_mutex_lock(&rd->mu);
     for (;;) {
-        while (!rd->stop && rd->done == rd->launched) pthread_cond_wait(&rd->work_cv, &rd->mu);
+        while (!rd->stop && rd->done == rd->launched) cnt_cond_wait(&rd->work_cv, &rd->mu);
         if (rd->stop) break;
         int b = rd->done;
-        unlock(rd);
+        cnt_mutex_unlock(&rd->mu);
         /* Buckets are reduced in launch order, the same order on every rank,
          * so the ranks' collectives always match. */
         bucket *bk = &rd->buckets[b];
@@ -71,11 +62,11 @@ static void *comm_main(void *arg) {
             snprintf(name, sizeof name, "allreduce bucket %d", b);
             timeline_record(rd->tl, name, "comm", TIMELINE_TID_COMM, bk->t_start, bk->t_end);
         }
-        lock(rd);
+        cnt_mutex_lock(&rd->mu);
         rd->done++;
         pthread_cond_signal(&rd->done_cv);
     }
-    unlock(rd);
+    cnt_mutex_unlock(&rd->mu);
     return NULL;
 }
 
@@ -116,27 +107,27 @@ int reducer_bucket_count(const reducer *rd) { return rd->n_buckets; }
 void reducer_set_timeline(reducer *rd, timeline *tl) {
     /* Why the lock: it orders this write before the communication thread's
      * next read of rd->tl (which follows its own lock in comm_main). */
-    lock(rd);
+    cnt_mutex_lock(&rd->mu);
     rd->tl = tl;
-    unlock(rd);
+    cnt_mutex_unlock(&rd->mu);
 }
 
 void reducer_begin(reducer *rd) {
     rd->ready_upto = 0;
     rd->next_launch = 0;
-    lock(rd);
+    cnt_mutex_lock(&rd->mu);
     CNT_ASSERT(rd->done == rd->launched);
     rd->launched = rd->done = 0;
-    unlock(rd);
+    cnt_mutex_unlock(&rd->mu);
 }
 
 /* Hands buckets [next_launch, upto) to the communication thread. */
 static void launch(reducer *rd, int upto) {
     if (upto <= rd->next_launch) return;
-    lock(rd);
+    cnt_mutex_lock(&rd->mu);
     rd->launched = upto;
     pthread_cond_signal(&rd->work_cv);
-    unlock(rd);
+    cnt_mutex_unlock(&rd->mu);
     rd->next_launch = upto;
 }
 
@@ -155,9 +146,9 @@ void reducer_finish(reducer *rd, reducer_stats *st) {
     double t0 = time_now();
     int early = rd->next_launch;
     launch(rd, rd->n_buckets);
-    lock(rd);
-    while (rd->done < rd->n_buckets) pthread_cond_wait(&rd->done_cv, &rd->mu);
-    unlock(rd);
+    cnt_mutex_lock(&rd->mu);
+    while (rd->done < rd->n_buckets) cnt_cond_wait(&rd->done_cv, &rd->mu);
+    cnt_mutex_unlock(&rd->mu);
     double t1 = time_now();
     if (st) {
         st->exposed_ms = 1e3 * (t1 - t0);
@@ -171,10 +162,10 @@ void reducer_finish(reducer *rd, reducer_stats *st) {
 
 void reducer_free(reducer *rd) {
     if (!rd) return;
-    lock(rd);
+    cnt_mutex_lock(&rd->mu);
     rd->stop = 1;
     pthread_cond_signal(&rd->work_cv);
-    unlock(rd);
+    cnt_mutex_unlock(&rd->mu);
     pthread_join(rd->thread, NULL);
     pthread_mutex_destroy(&rd->mu);
     pthread_cond_destroy(&rd->work_cv);

@@ -4,6 +4,7 @@
  */
 #include "dist/timeline.h"
 #include "common/check.h"
+#include "common/threads.h"
 #include "common/timer.h"
 #include "dist/dist.h"
 
@@ -32,16 +33,6 @@ struct timeline {
     long step;
 };
 
-static void tl_lock(timeline *tl) {
-    errno = pthread_mutex_lock(&tl->mu);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_lock");
-}
-
-static void tl_unlock(timeline *tl) {
-    errno = pthread_mutex_unlock(&tl->mu);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_unlock");
-}
-
 timeline *timeline_create(void) {
     timeline *tl = cnt_calloc(1, sizeof *tl);
     errno = pthread_mutex_init(&tl->mu, NULL);
@@ -56,13 +47,13 @@ timeline *timeline_create(void) {
 }
 
 void timeline_set_step(timeline *tl, long step) {
-    tl_lock(tl);
+    cnt_mutex_lock(&tl->mu);
     tl->step = step;
-    tl_unlock(tl);
+    cnt_mutex_unlock(&tl->mu);
 }
 
 void timeline_record(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end) {
-    tl_lock(tl);
+    cnt_mutex_lock(&tl->mu);
     if (tl->n == tl->cap) {
         long cap = 2 * tl->cap;
         tl_event *ev = realloc(tl->events, (size_t)cap * sizeof *ev);
@@ -77,13 +68,13 @@ void timeline_record(timeline *tl, const char *name, const char *cat, int tid, d
     e->step = tl->step;
     e->t_start = t_start;
     e->t_end = t_end;
-    tl_unlock(tl);
+    cnt_mutex_unlock(&tl->mu);
 }
 
 long timeline_count(timeline *tl) {
-    tl_lock(tl);
+    cnt_mutex_lock(&tl->mu);
     long n = tl->n;
-    tl_unlock(tl);
+    cnt_mutex_unlock(&tl->mu);
     return n;
 }
 
@@ -141,7 +132,7 @@ static void rank_events(timeline *tl, int rank, text *t) {
                 rank, TIMELINE_TID_TRAIN);
     text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"comm\"}}",
                 rank, TIMELINE_TID_COMM);
-    tl_lock(tl);
+    cnt_mutex_lock(&tl->mu);
     for (long i = 0; i < tl->n; i++) {
         const tl_event *e = &tl->events[i];
         char name[6 * sizeof e->name + 8];
@@ -152,7 +143,7 @@ static void rank_events(timeline *tl, int rank, text *t) {
                     "\"dur\":%.3f,\"args\":{\"step\":%ld}}",
                     name, e->cat, rank, e->tid, ts, dur > 0 ? dur : 0, e->step);
     }
-    tl_unlock(tl);
+    cnt_mutex_unlock(&tl->mu);
 }
 
 int timeline_write(timeline *tl, const char *path) {

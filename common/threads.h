@@ -1,0 +1,19 @@
+/*
+ * common/threads.h - checked pthread locking shared by the loader, the
+ * gradient reducer and the timeline.
+ *
+ * A failure of these calls means a broken program (an uninitialised or
+ * destroyed mutex), not a user error: each ends the process through
+ * cnt_fatal with the call and strerror of its result.
+ */
+#ifndef CNT_THREADS_H
+#define CNT_THREADS_H
+
+#include <pthread.h>
+
+void cnt_mutex_lock(pthread_mutex_t *mu);
+void cnt_mutex_unlock(pthread_mutex_t *mu);
+/* pthread_cond_wait on cv with mu held. */
+void cnt_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu);
+
+#endif
