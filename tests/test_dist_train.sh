@@ -31,6 +31,8 @@ for np in 2 4; do
     check "$np ranks: start-up line names the world and the scaled lr" \
         grep -q "dist: $np ranks.*lr 0.05 per worker x $np = $(python3 -c "print($np*0.05)")" <<<"$out"
     check "$np ranks: progress is logged once" test "$(grep -c 'step 8/8' <<<"$out")" -eq 1
+    check "$np ranks: parameters bit-identical on every rank after the steps" \
+        grep -q "parameters bit-identical on all $np ranks" <<<"$out"
     check "$np ranks: metrics.jsonl written once per record" \
         test "$(grep -c '"kind":"step"' "$tmp/r$np/metrics.jsonl" 2>/dev/null)" -eq 2
 done

@@ -172,6 +172,24 @@ static uint64_t fnv1a(const char *p, size_t n) {
     return h;
 }
 
+/* After each epoch in a multi-rank job: every rank must hold bit-identical
+ * parameters (they start from rank 0's and apply the same summed gradients).
+ * A difference means a broken reduction or a nondeterministic update, and
+ * training on would silently diverge: report the ranks and stop. */
+static int check_params_identical(const net *nt, float *host) {
+    int world = dist_world();
+    nt->be->download(host, nt->params, nt->n_params * sizeof(float));
+    uint64_t h = fnv1a((const char *)host, nt->n_params * sizeof(float));
+    uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
+    dist_allgather_u64(h, all);
+    int bad = -1;
+    for (int r = 1; r < world && bad < 0; r++)
+        if (all[r] != all[0]) bad = r;
+    free(all);
+    if (bad >= 0) return cnt_err_set("parameters on rank %d differ from rank 0's: the ranks have diverged", bad);
+    return CNT_OK;
+}
+
 /* Hash of the effective configuration, stored in checkpoints. */
 static uint64_t config_hash(const config *cfg) {
     size_t len;
@@ -474,6 +492,7 @@ int trainer_run(const config *cfg, train_result *res) {
         if (rd) reducer_set_timeline(rd, tl);
     }
     float *buffers_host = world > 1 ? cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float)) : NULL;
+    float *params_host = world > 1 ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
 
     long step = 0;
     int start_epoch = 0;
@@ -593,7 +612,14 @@ int trainer_run(const config *cfg, train_result *res) {
         double ep_secs = time_now() - ep_t0;
         /* Batch-norm statistics stay per rank during training (as in Horovod);
          * evaluate every shard with rank 0's, so N ranks score what one would. */
-        if (world > 1 && nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, buffers_host);
+        if (world > 1) {
+            if (check_params_identical(nt, params_host) != CNT_OK) {
+                status = CNT_ERR;
+                break;
+            }
+            log_info("epoch %d/%d: parameters bit-identical on all %d ranks", epoch + 1, cfg->epochs, world);
+            if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, buffers_host);
+        }
         evaluate(nt, test_ld, x_dev, labels_dev, loss_dev, dlogits, in_size, &er);
         double ep_ips = ep_secs > 0 ? world * ep_images / ep_secs : 0;
         double ep_wait_ms = ep_steps ? 1e3 * ep_wait / ep_steps : 0;
@@ -645,6 +671,7 @@ int trainer_run(const config *cfg, train_result *res) {
     metrics_close(&m);
     reducer_free(rd);
     free(buffers_host);
+    free(params_host);
     be->free(x_dev);
     be->free(labels_dev);
     be->free(loss_dev);
