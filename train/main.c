@@ -17,6 +17,7 @@
 #include "train/config.h"
 #include "train/trainer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -40,6 +41,19 @@ static void print_help(void) {
            "zoo models: %s\n\n",
            zoo_names());
     config_print_help(stdout);
+}
+
+/* A whole-number command-line argument >= min, or a message naming `what`. */
+static int parse_count(const char *arg, const char *what, int min, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end || errno || v < min || v > 1 << 30) {
+        fprintf(stderr, "trainer: bad %s '%s'\n", what, arg);
+        return CNT_ERR;
+    }
+    *out = (int)v;
+    return CNT_OK;
 }
 
 /* Loads CONFIG and applies overrides argv[first..argc). Exits 2 on error. */
@@ -111,26 +125,10 @@ int main(int argc, char **argv) {
             return 2;
         }
         bo.model = argv[2];
-        char *end;
-        bo.batch = (int)strtol(argv[4], &end, 10);
-        if (*end || bo.batch < 1) {
-            fprintf(stderr, "trainer: bad batch size '%s'\n", argv[4]);
+        if (parse_count(argv[4], "batch size", 1, &bo.batch) != CNT_OK ||
+            (argc > 5 && parse_count(argv[5], "step count", 1, &bo.steps) != CNT_OK) ||
+            (argc > 6 && parse_count(argv[6], "thread count", 0, &bo.threads) != CNT_OK))
             return 2;
-        }
-        if (argc > 5) {
-            bo.steps = (int)strtol(argv[5], &end, 10);
-            if (*end || bo.steps < 1) {
-                fprintf(stderr, "trainer: bad step count '%s'\n", argv[5]);
-                return 2;
-            }
-        }
-        if (argc > 6) {
-            bo.threads = (int)strtol(argv[6], &end, 10);
-            if (*end || bo.threads < 0) {
-                fprintf(stderr, "trainer: bad thread count '%s'\n", argv[6]);
-                return 2;
-            }
-        }
         if (config_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 2;

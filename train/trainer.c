@@ -146,12 +146,17 @@ static void evaluate(net *nt, loader *ld, float *x_dev, int32_t *labels_dev, flo
     er->top5 = sums[1] > 0 ? sums[3] / sums[1] : 0;
 }
 
+/* Sends rank 0's n host floats to every rank and uploads them into dev. */
+static void broadcast_upload(const backend *be, float *dev, size_t n, float *host) {
+    dist_broadcast(host, n * sizeof(float), 0);
+    be->upload(dev, host, n * sizeof(float));
+}
+
 /* Copies n floats of device memory to every rank from rank 0, through host
  * staging memory (the backend's pointers may not be host pointers). */
 static void broadcast_device(const backend *be, float *dev, size_t n, float *host) {
     be->download(host, dev, n * sizeof(float));
-    dist_broadcast(host, n * sizeof(float), 0);
-    be->upload(dev, host, n * sizeof(float));
+    broadcast_upload(be, dev, n, host);
 }
 
 /* The effective config as written to config.ini, plus the model's parameter
@@ -245,10 +250,11 @@ static int check_same_config(const config *cfg, const net *nt) {
     return cnt_err_set("ranks run different configurations or models (see the lines from the differing ranks)");
 }
 
-/* checkpoint.dir, resolved inside out_dir when relative. */
-static void checkpoint_dir(const config *cfg, char *out, size_t len) {
-    if (cfg->ckpt_dir[0] == '/') snprintf(out, len, "%s", cfg->ckpt_dir);
-    else snprintf(out, len, "%s/%s", cfg->out_dir, cfg->ckpt_dir);
+/* A path from the config (checkpoint.dir, dist.timeline), resolved inside
+ * train.out_dir when relative. */
+static void path_in_out_dir(const config *cfg, const char *path, char *out, size_t len) {
+    if (path[0] == '/') snprintf(out, len, "%s", path);
+    else snprintf(out, len, "%s/%s", cfg->out_dir, path);
 }
 
 /* checkpoint.resume: rank 0 finds and validates the checkpoint, then every
@@ -270,7 +276,7 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_e
         int have = 1;
         if (strcmp(cfg->ckpt_resume, "auto") == 0) {
             char dir[2 * CONFIG_STR + 8];
-            checkpoint_dir(cfg, dir, sizeof dir);
+            path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
             if (ckpt_find_latest(dir, path, sizeof path) != CNT_OK) {
                 log_info("checkpoint.resume = auto: no checkpoint in %s, starting from scratch", dir);
                 have = 0;
@@ -298,16 +304,9 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_e
     dist_broadcast(&found, sizeof found, 0);
     if (found) {
         dist_broadcast(&meta, sizeof meta, 0);
-        dist_broadcast(params, nt->n_params * sizeof(float), 0);
-        be->upload(nt->params, params, nt->n_params * sizeof(float));
-        if (nt->n_buffers) {
-            dist_broadcast(buffers, nt->n_buffers * sizeof(float), 0);
-            be->upload(nt->buffers, buffers, nt->n_buffers * sizeof(float));
-        }
-        if (momentum) {
-            dist_broadcast(momentum, nt->n_params * sizeof(float), 0);
-            be->upload(opt->momentum_buf, momentum, nt->n_params * sizeof(float));
-        }
+        broadcast_upload(be, nt->params, nt->n_params, params);
+        if (nt->n_buffers) broadcast_upload(be, nt->buffers, nt->n_buffers, buffers);
+        if (momentum) broadcast_upload(be, opt->momentum_buf, nt->n_params, momentum);
         nt->dropout_seed = meta.dropout_seed;
         *start_epoch = meta.epoch;
         *step = meta.step;
@@ -335,7 +334,7 @@ static int save_checkpoint(const config *cfg, const net *nt, const optimizer *op
     meta.config_hash = config_hash(cfg);
     snprintf(meta.model_name, sizeof meta.model_name, "%.*s", (int)sizeof meta.model_name - 1, cfg->model_name);
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
-    checkpoint_dir(cfg, dir, sizeof dir);
+    path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
     int status = ckpt_write(dir, nt, params, buffers, momentum, &meta, cfg->ckpt_keep, path, sizeof path);
     if (status == CNT_OK) log_info("checkpoint: %s", path);
     free(params);
@@ -351,12 +350,6 @@ static void timeline_node_hook(void *ctx, const node *nd, int backward, double t
     char name[NET_NAME_LEN + 8];
     snprintf(name, sizeof name, "bwd %s", nd->name);
     timeline_record(ctx, name, "backward", TIMELINE_TID_TRAIN, t0, t1);
-}
-
-/* dist.timeline, resolved inside out_dir when relative. */
-static void timeline_path(const config *cfg, char *out, size_t len) {
-    if (cfg->timeline[0] == '/') snprintf(out, len, "%s", cfg->timeline);
-    else snprintf(out, len, "%s/%s", cfg->out_dir, cfg->timeline);
 }
 
 static void format_duration(double s, char *buf, size_t len) {
@@ -659,7 +652,7 @@ int trainer_run(const config *cfg, train_result *res) {
         net_set_node_hook(nt, NULL, NULL);
         if (rd) reducer_set_timeline(rd, NULL);
         char path[2 * CONFIG_STR + 8];
-        timeline_path(cfg, path, sizeof path);
+        path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
         if (timeline_write(tl, path) != CNT_OK) {
             if (status == CNT_OK) status = CNT_ERR;
             else log_error("%s", cnt_err_msg());
