@@ -26,14 +26,17 @@
 /* Every key, as section.name; the help, the reference and the written INI
  * file must each name all of them. */
 static const char *const all_keys[] = {
-    "model.name", "model.zero_init_residual", "model.aux_logits", "model.dropout",
-    "data.kind", "data.root", "data.train_limit", "data.test_limit", "data.augment", "data.pad", "data.workers",
+    "model.name", "model.zero_init_residual", "model.aux_logits", "model.dropout", "model.init_from",
+    "data.kind", "data.root", "data.train_root", "data.val_root", "data.image_size", "data.channels",
+    "data.train_limit", "data.test_limit", "data.augment", "data.crop", "data.pad", "data.min_scale", "data.mean",
+    "data.std", "data.workers",
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.min_lr", "optim.lr_scaling", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
+    "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.keep", "checkpoint.resume",
 };
 #define N_ALL_KEYS ((int)(sizeof all_keys / sizeof all_keys[0]))
@@ -191,6 +194,18 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_float_bits(a->gamma, b->gamma);
     assert_float_bits(a->warmup_epochs, b->warmup_epochs);
     assert_float_bits(a->min_lr, b->min_lr);
+    assert_string_equal(a->init_from, b->init_from);
+    assert_string_equal(a->train_root, b->train_root);
+    assert_string_equal(a->val_root, b->val_root);
+    assert_int_equal(a->image_size, b->image_size);
+    assert_int_equal(a->channels, b->channels);
+    assert_string_equal(a->crop, b->crop);
+    assert_float_bits(a->min_scale, b->min_scale);
+    assert_string_equal(a->mean, b->mean);
+    assert_string_equal(a->std, b->std);
+    assert_string_equal(a->compress, b->compress);
+    assert_float_bits(a->stall_warn_s, b->stall_warn_s);
+    assert_float_bits(a->stall_abort_s, b->stall_abort_s);
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -572,6 +587,46 @@ static void test_validate(void **state) {
     c.batch_size = 0;
     assert_int_equal(config_validate(&c), CNT_ERR);
     assert_contains(cnt_err_msg(), "train.batch_size");
+
+    /* Input channels: 0, 1 or 3. */
+    config_defaults(&c);
+    override_ok(&c, "data.channels=2");
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "data.channels");
+    override_ok(&c, "data.channels=1");
+    assert_int_equal(config_validate(&c), CNT_OK);
+}
+
+/* data.mean / data.std: auto, one number for every channel, or three. */
+static void test_norm_values(void **state) {
+    (void)state;
+    config c;
+    config_defaults(&c);
+    float v[3];
+    int is_auto = 0;
+    assert_int_equal(config_norm_values(&c, 0, v, &is_auto), CNT_OK);
+    assert_true(is_auto);
+    override_ok(&c, "data.mean=0.485, 0.456,0.406");
+    override_ok(&c, "data.std=0.5");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    assert_int_equal(config_norm_values(&c, 0, v, &is_auto), CNT_OK);
+    assert_false(is_auto);
+    assert_true(v[0] == 0.485f && v[1] == 0.456f && v[2] == 0.406f);
+    assert_int_equal(config_norm_values(&c, 1, v, &is_auto), CNT_OK);
+    assert_true(v[0] == 0.5f && v[1] == 0.5f && v[2] == 0.5f);
+    static const char *const bad_std[] = {"0", "-1", "0.2,0.2", "0.1,0.2,0.3,0.4", "x", "0.2,", "0.2;0.3", ""};
+    for (size_t i = 0; i < sizeof bad_std / sizeof bad_std[0]; i++) {
+        config_defaults(&c);
+        snprintf(c.std, sizeof c.std, "%s", bad_std[i]);
+        assert_int_equal(config_validate(&c), CNT_ERR);
+        assert_contains(cnt_err_msg(), "data.std");
+    }
+    config_defaults(&c);
+    override_ok(&c, "data.mean=-0.5");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    override_ok(&c, "data.mean=nan");
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "data.mean");
 }
 
 /* Writes cfg as INI, loads it over the defaults, and checks the result equals
@@ -721,6 +776,7 @@ int main(void) {
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_milestones),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_norm_values),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_help_and_reference),
     };

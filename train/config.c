@@ -121,7 +121,9 @@ typedef struct key_def {
      .count_off = OFF_INT(count),                                                               \
      .max_count = (int)(sizeof(((config *)0)->field) / sizeof(((config *)0)->field[0])), __VA_ARGS__}
 
-static const char *const data_kinds[] = {"idx", "cifar", "synthetic", NULL};
+static const char *const data_kinds[] = {"idx", "cifar", "imagefolder", "synthetic", NULL};
+static const char *const crops[] = {"auto", "pad", "resized", NULL};
+static const char *const compressions[] = {"none", "fp16", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const lr_scalings[] = {"linear", "none", NULL};
@@ -138,20 +140,46 @@ static const key_def key_table[] = {
          .help = "train the auxiliary classifier (inception_v3; other models ignore it)"),
     K_FLOAT("model", "dropout", dropout, "-1", BETWEEN(-1, 0.99),
           .help = "dropout probability before the classifier; negative keeps the model's default"),
+    K_STRING("model", "init_from", init_from, "", .empty_ok = 1,
+           .help = "start from the weights in this safetensors file (torchvision tensor names, e.g. torchvision's "
+                   "pretrained weights, or a file written by --export); empty: random initialisation"),
 
     K_ENUM("data", "kind", data_kind, "idx", .choices = data_kinds,
          .help = "data set format: idx (MNIST-style ubyte files), cifar (CIFAR-10/100 binary batches), "
+                 "imagefolder (root/<class>/<image> trees of JPEG/PNG/BMP/TGA/GIF files), "
                  "synthetic (random images generated in memory)"),
     K_STRING("data", "root", data_root, "/usr/share/datasets/fashion-mnist",
-           .help = "directory holding the data set files (kinds idx and cifar; synthetic ignores it)"),
+           .help = "directory holding the data set (idx, cifar; imagefolder: the folder holding train/ and val/; "
+                   "synthetic ignores it)"),
+    K_STRING("data", "train_root", train_root, "", .empty_ok = 1,
+           .help = "imagefolder: the training tree <class>/<image>; empty: data.root/train"),
+    K_STRING("data", "val_root", val_root, "", .empty_ok = 1,
+           .help = "imagefolder: the validation tree <class>/<image>; empty: data.root/val"),
+    K_INT("data", "image_size", image_size, "0", BETWEEN(0, 4096),
+        .help = "height and width of the model input; 0: the data's own size (idx, cifar, synthetic) or 224 "
+                "(imagefolder; 299 for inception_v3)"),
+    K_INT("data", "channels", channels, "0", BETWEEN(0, 3),
+        .help = "input channels, 1 (grey) or 3 (RGB); 0: the data's own (idx, cifar, synthetic) or 3 (imagefolder)"),
     K_INT("data", "train_limit", train_limit, "0", AT_LEAST(0),
         .help = "use only the first N training samples; 0 uses all"),
     K_INT("data", "test_limit", test_limit, "0", AT_LEAST(0),
         .help = "use only the first N test samples; 0 uses all"),
     K_BOOL("data", "augment", augment, "true",
-         .help = "random pad-crop and horizontal flip of training images"),
+         .help = "random crop (data.crop) and horizontal flip of training images"),
+    K_ENUM("data", "crop", crop, "auto", .choices = crops,
+         .help = "pad: pad by data.pad and crop at random (CIFAR style); resized: random-resized crop, evaluation "
+                 "resizes the shorter side to size x 256/224 and crops the centre (ImageNet style); auto: resized for "
+                 "imagefolder, pad otherwise"),
     K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
-        .help = "padding in pixels on each side before the random crop"),
+        .help = "padding in pixels on each side before the random crop (crop = pad)"),
+    K_FLOAT("data", "min_scale", min_scale, "0.08", BETWEEN(0.01, 1),
+          .help = "smallest crop area as a fraction of the image (crop = resized; aspect ratio 3/4 to 4/3)"),
+    K_STRING("data", "mean", mean, "auto",
+           .help = "per-channel mean of pixels scaled to [0, 1], e.g. 0.485,0.456,0.406; auto: measured on the "
+                   "training data (imagefolder: on up to 1024 images spread over it)"),
+    K_STRING("data", "std", std, "auto",
+           .help = "per-channel standard deviation of pixels scaled to [0, 1], e.g. 0.229,0.224,0.225; auto: "
+                   "measured like data.mean"),
     K_INT("data", "workers", workers, "2", BETWEEN(1, 64),
         .help = "loader threads decoding and augmenting batches"),
     K_INT("data", "prefetch", prefetch, "4", BETWEEN(1, 256),
@@ -223,6 +251,14 @@ static const key_def key_table[] = {
     K_STRING("dist", "timeline", timeline, "", .empty_ok = 1,
            .help = "write a Chrome-trace timeline (chrome://tracing, Perfetto) of every rank's steps to this file; "
                    "a relative path is inside train.out_dir; empty: off"),
+    K_ENUM("dist", "compress", compress, "none", .choices = compressions,
+         .help = "gradient format on the wire: none (fp32) or fp16 (half the bytes; summed in fp32, as Horovod's "
+                 "fp16 compression)"),
+    K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
+          .help = "warn when a gradient allreduce has waited this many seconds, naming the ranks that have not "
+                  "arrived, the step and the bucket; 0: off"),
+    K_FLOAT("dist", "stall_abort_s", stall_abort_s, "0", BETWEEN(0, 86400),
+          .help = "end the job when a gradient allreduce has waited this many seconds; 0: never"),
 
     K_STRING("checkpoint", "dir", ckpt_dir, "checkpoints",
            .help = "where rank 0 writes checkpoints; a relative path is inside train.out_dir"),
@@ -953,6 +989,37 @@ int config_synthetic_shape(const config *cfg, int *c, int *h, int *w) {
     return cnt_err_set("invalid configuration: data.synthetic_shape: %s", msg);
 }
 
+int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto) {
+    const char *key = want_std ? "data.std" : "data.mean";
+    const char *s = want_std ? cfg->std : cfg->mean;
+    *is_auto = strcmp(s, "auto") == 0;
+    if (*is_auto) {
+        for (int i = 0; i < 3; i++) v[i] = want_std ? 1.0f : 0.0f;
+        return CNT_OK;
+    }
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        double x = strtod(p, &end);
+        if (end == p || errno != 0 || !isfinite(x) || n == 3 || (want_std && !(x > 0)) || x < -1e6 || x > 1e6)
+            return cnt_err_set("invalid configuration: %s: '%.64s' is not auto or 1 or 3 numbers separated by "
+                               "commas%s",
+                               key, s, want_std ? " (each > 0)" : "");
+        v[n++] = (float)x;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == '\0') break;
+        if (*p != ',') return cnt_err_set("invalid configuration: %s: '%.64s': unexpected '%c'", key, s, *p);
+        p++;
+    }
+    if (n == 2) return cnt_err_set("invalid configuration: %s: '%.64s' has 2 numbers; give 1 or 3", key, s);
+    if (n == 1) v[1] = v[2] = v[0];
+    return CNT_OK;
+}
+
 int config_validate(const config *cfg) {
     char why[512];
     for (int i = 0; i < N_KEYS; i++) {
@@ -962,6 +1029,12 @@ int config_validate(const config *cfg) {
     }
     int sc, sh, sw;
     if (config_synthetic_shape(cfg, &sc, &sh, &sw) != CNT_OK) return CNT_ERR;
+    if (cfg->channels == 2)
+        return cnt_err_set("invalid configuration: data.channels must be 0 (from the data), 1 or 3, got 2");
+    float nv[3];
+    int na;
+    if (config_norm_values(cfg, 0, nv, &na) != CNT_OK || config_norm_values(cfg, 1, nv, &na) != CNT_OK)
+        return CNT_ERR;
     for (int i = 1; i < cfg->n_milestones; i++)
         if (cfg->milestones[i] <= cfg->milestones[i - 1])
             return cnt_err_set("invalid configuration: optim.milestones must be strictly ascending (%d follows %d)",

@@ -26,14 +26,23 @@ typedef struct config {
     int zero_init_residual;          /* bool */
     int aux_logits;                  /* bool, inception_v3 */
     float dropout;                   /* < 0: the model's default */
+    char init_from[CONFIG_STR];      /* safetensors file to start from; "": random init */
 
     /* [data] */
-    char data_kind[CONFIG_STR];      /* "idx", "cifar", "synthetic" */
-    char data_root[CONFIG_STR];      /* directory holding the data set (idx, cifar) */
+    char data_kind[CONFIG_STR];      /* "idx", "cifar", "imagefolder", "synthetic" */
+    char data_root[CONFIG_STR];      /* directory holding the data set (idx, cifar, imagefolder) */
+    char train_root[CONFIG_STR];     /* imagefolder training tree; "": data_root/train */
+    char val_root[CONFIG_STR];       /* imagefolder validation tree; "": data_root/val */
+    int image_size;                  /* model input side; 0: from the data / 224 (299 inception_v3) */
+    int channels;                    /* model input channels 1 or 3; 0: from the data / 3 */
     int train_limit;                 /* 0: all training samples */
     int test_limit;                  /* 0: all test samples */
-    int augment;                     /* bool: pad-crop-flip */
-    int pad;                         /* crop padding */
+    int augment;                     /* bool: random crop and flip of training images */
+    char crop[CONFIG_STR];           /* "auto", "pad", "resized" */
+    int pad;                         /* crop padding (crop = pad) */
+    float min_scale;                 /* smallest crop area fraction (crop = resized) */
+    char mean[CONFIG_STR];           /* "auto" or per-channel list */
+    char std[CONFIG_STR];            /* "auto" or per-channel list */
     int workers;                     /* loader threads */
     int prefetch;                    /* batches ready ahead */
     char synthetic_shape[CONFIG_STR]; /* "CxHxW" (synthetic) */
@@ -74,6 +83,9 @@ typedef struct config {
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
     char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */
+    char compress[CONFIG_STR];       /* "none", "fp16": gradient format on the wire */
+    float stall_warn_s;              /* warn when a collective waits this long; 0: off */
+    float stall_abort_s;             /* end the job when a collective waits this long; 0: off */
 
     /* [checkpoint] */
     char ckpt_dir[CONFIG_STR];       /* relative: inside out_dir */
@@ -98,6 +110,10 @@ int config_parse_shape(const char *s, int *c, int *h, int *w);
  * message naming data.synthetic_shape and the value; config_validate() reports
  * the same error. */
 int config_synthetic_shape(const config *cfg, int *c, int *h, int *w);
+/* Parses data.mean or data.std ("auto", or 1 or 3 comma-separated numbers)
+ * into v[0..2] (one number is used for every channel); *is_auto is set for
+ * "auto". Errors: CNT_ERR naming the key and the value. */
+int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto);
 
 /* `trainer --help`: every key with type, default, range and help. */
 void config_print_help(FILE *out);
