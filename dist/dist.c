@@ -14,8 +14,8 @@
  * version: broadcast and allreduce leave the buffer as it is, allgather copies
  * the single value, the byte gather copies, abort exits.
  *
- * Together with dist/ring.c this is the only place in the project that knows
- * whether MPI is there.
+ * Together with dist/ring.c and dist/watchdog.c this is the only place in the
+ * project that knows whether MPI is there.
  */
 #include "dist/dist.h"
 
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "dist/fp16.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
@@ -42,6 +43,10 @@ int dist_local_rank(void) { return g_local_rank; }
 int dist_local_world(void) { return g_local_world; }
 
 #if CNT_HAVE_MPI
+
+/* The fp16 sum's datatype and op (see dist_allreduce_sum_f16). */
+static MPI_Datatype half_type = MPI_DATATYPE_NULL;
+static MPI_Op half_sum_op = MPI_OP_NULL;
 
 /* Largest element count handed to one MPI call: below INT_MAX, and a power of
  * two so chunks of floats or bytes stay nicely aligned. */
@@ -103,6 +108,8 @@ void dist_finalize(void) {
      * MPI down; a rank still busy (or stuck) keeps the others waiting here, in
      * a plain collective an abort can end, rather than inside MPI_Finalize. */
     DIST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (half_sum_op != MPI_OP_NULL) DIST_MPI_CHECK(MPI_Op_free(&half_sum_op));
+    if (half_type != MPI_DATATYPE_NULL) DIST_MPI_CHECK(MPI_Type_free(&half_type));
     dist_finalised = 1;
     DIST_MPI_CHECK(MPI_Finalize());
 }
@@ -196,6 +203,37 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
     }
 }
 
+/* fp16 sums: a 16-bit datatype of our own (half_type, so the op is never
+ * applied to anything else by mistake) and the op (half_sum_op) adding halves
+ * through float. Created
+ * at first use by whichever thread runs the first fp16 allreduce (one thread
+ * at a time calls MPI), freed by dist_finalize. */
+
+static void half_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    fp16_add_array(inout, in, (size_t)*len);
+}
+
+void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo) {
+    if (!dist_active()) return;
+    if (algo == DIST_ALGO_RING) {
+        dist_ring_allreduce_f16(buf, n, 0);
+        return;
+    }
+    CNT_ASSERT(algo == DIST_ALGO_MPI);
+    if (half_type == MPI_DATATYPE_NULL) {
+        DIST_MPI_CHECK(MPI_Type_contiguous(1, MPI_UINT16_T, &half_type));
+        DIST_MPI_CHECK(MPI_Type_commit(&half_type));
+        /* Commutative: a + b == b + a bit for bit, in float and after rounding. */
+        DIST_MPI_CHECK(MPI_Op_create(half_sum, 1, &half_sum_op));
+    }
+    /* Blocking collective, in place, in chunks below INT_MAX elements. */
+    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
+        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
+        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, half_type, half_sum_op, MPI_COMM_WORLD));
+    }
+}
+
 void dist_allreduce_sum_f64(double *buf, size_t n) {
     if (!dist_active()) return;
     /* Blocking collective, in place, in chunks below INT_MAX elements. */
@@ -254,6 +292,12 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
 void dist_allreduce_sum_f64(double *buf, size_t n) {
     (void)buf;
     (void)n;
+}
+
+void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo) {
+    (void)buf;
+    (void)n;
+    CNT_ASSERT(algo == DIST_ALGO_MPI || algo == DIST_ALGO_RING);
 }
 
 #endif

@@ -10,6 +10,9 @@
  *                   buffers are pipelined; any size, any world size. It is the
  *                   textbook algorithm docs/ explains, and is tested against
  *                   MPI_Allreduce.
+ * Both also sum IEEE binary16 buffers (dist_allreduce_sum_f16, for
+ * dist.compress = fp16; conversions in dist/fp16.h). And the stall watchdog
+ * (dist/watchdog.c): an arrival barrier with a timeout that names late ranks.
  *
  * Built with MPI (CNT_HAVE_MPI=1) the job is whatever mpirun started; a plain
  * `./trainer` is a world of one. Built without MPI every function works for a
@@ -66,9 +69,48 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo);
 /* In-place sum over ranks of n doubles (metrics: loss sums, hit counts). */
 void dist_allreduce_sum_f64(double *buf, size_t n);
 
+/* In-place sum over ranks of n IEEE binary16 values (dist/fp16.h), for
+ * dist.compress = fp16: half the bytes of the float sum on the wire. Each
+ * reduction step widens both halves to float, adds, and rounds once back to
+ * half (ties to even), so a sum beyond 65504 becomes inf (as in Horovod).
+ * DIST_ALGO_MPI: MPI_Allreduce with a 16-bit MPI datatype and a user-defined,
+ * commutative MPI_Op doing that step (both created at first use, freed by
+ * dist_finalize); DIST_ALGO_RING: dist_ring_allreduce_f16. Every rank gets the
+ * same bits. */
+void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo);
+
 /* The ring algorithm alone over every rank (what DIST_ALGO_RING runs), for
  * tests and benchmarks; `chunk_bytes` bounds each message (0: default). */
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes);
+/* The same over halves: partial sums travel as halves and are added in float
+ * at every hop (what dist_allreduce_sum_f16 runs with DIST_ALGO_RING). */
+void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes);
+
+/* The stall watchdog (dist/watchdog.c): an arrival barrier with a timeout,
+ * run by the reducer's communication thread before each gradient bucket's
+ * allreduce when dist.stall_warn_s or dist.stall_abort_s is set.
+ * dist_watchdog_arrive announces "this rank reached (step, bucket)" to every
+ * other rank (MPI_Isend of three int64 on a private duplicate of
+ * MPI_COMM_WORLD, so the announcements never match other messages) and polls
+ * (MPI_Iprobe + MPI_Recv; a short spin, then sleeps growing to 250 us so the
+ * waiting thread leaves the cores to compute) until every peer has announced
+ * the same bucket. While it waits it knows exactly which peers have not
+ * arrived: after warn_s seconds (and again at every further multiple) it
+ * prints "stall: step S bucket B has waited T s for rank(s) ... (last seen
+ * at ...)"; after abort_s seconds it prints an error naming them and ends
+ * the job (dist_abort). 0 turns either off. */
+typedef struct dist_watchdog dist_watchdog;
+/* A collective over every rank (it duplicates MPI_COMM_WORLD). Returns NULL
+ * when both limits are 0 or the world is one (then nothing is ever sent).
+ * MPI failures are fatal. */
+dist_watchdog *dist_watchdog_create(double warn_s, double abort_s);
+/* Announces (step, bucket) and returns once every rank has announced it;
+ * every rank calls it for the same sequence of buckets. Warns or ends the job
+ * as above; never returns an error. wd may be NULL (returns at once). */
+void dist_watchdog_arrive(dist_watchdog *wd, long step, int bucket);
+/* Completes the outstanding sends and frees the communicator (every rank,
+ * after its last dist_watchdog_arrive). NULL is fine. */
+void dist_watchdog_free(dist_watchdog *wd);
 
 /* For dist/ sources only (kept free of MPI types so this header never needs mpi.h):
  * the check of every MPI call. MPI_SUCCESS is 0 by the standard. On failure

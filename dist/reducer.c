@@ -1,17 +1,21 @@
 /*
  * dist/reducer.c - bucketed gradient allreduce on a communication thread,
- * overlapped with backward (see dist/reducer.h).
+ * overlapped with backward, optionally fp16 on the wire and guarded by the
+ * stall watchdog (see dist/reducer.h).
  */
 #include "dist/reducer.h"
 #include "common/check.h"
 #include "common/threads.h"
 #include "common/timer.h"
+#include "dist/fp16.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct bucket {
     size_t begin, end;   /* [begin, end) of the gradient buffer */
@@ -22,9 +26,14 @@ struct reducer {
     const backend *be;
     float *grads;        /* [n] device */
     float *host;         /* [n] host staging */
+    uint16_t *half;      /* [n] host fp16 staging (compress = fp16), else NULL */
     size_t n;
     dist_algo algo;
     int overlap;
+    dist_watchdog *wd;   /* NULL when the watchdog is off */
+    int stall_rank;      /* CNT_TEST_STALL: this rank (or -1: none) ... */
+    long stall_step;     /* ... sleeps in reducer_begin of this step ... */
+    double stall_s;      /* ... for this long */
     bucket *buckets;
     int n_buckets;
     size_t ready_upto;   /* training thread only: gradients final below this offset */
@@ -37,6 +46,7 @@ struct reducer {
     pthread_cond_t work_cv;  /* the communication thread waits here for a launch */
     pthread_cond_t done_cv;  /* reducer_finish waits here for the last bucket */
     int launched, done, stop;
+    long step;           /* the current step, as given to reducer_begin */
     pthread_t thread;
 };
 
@@ -47,14 +57,25 @@ static void *comm_main(void *arg) {
         while (!rd->stop && rd->done == rd->launched) cnt_cond_wait(&rd->work_cv, &rd->mu);
         if (rd->stop) break;
         int b = rd->done;
+        long step = rd->step;
         cnt_mutex_unlock(&rd->mu);
         /* Buckets are reduced in launch order, the same order on every rank,
          * so the ranks' collectives always match. */
         bucket *bk = &rd->buckets[b];
         size_t len = bk->end - bk->begin;
         bk->t_start = time_now();
-        rd->be->download(rd->host + bk->begin, rd->grads + bk->begin, len * sizeof(float));
-        dist_allreduce_sum(rd->host + bk->begin, len, rd->algo);
+        float *h = rd->host + bk->begin;
+        rd->be->download(h, rd->grads + bk->begin, len * sizeof(float));
+        if (rd->half) fp16_from_float_array(rd->half + bk->begin, h, len);
+        /* Why before the allreduce: a blocking collective cannot tell who is
+         * missing; the watchdog's arrival barrier can, and warns or aborts. */
+        dist_watchdog_arrive(rd->wd, step, b);
+        if (rd->half) {
+            dist_allreduce_sum_f16(rd->half + bk->begin, len, rd->algo);
+            fp16_to_float_array(h, rd->half + bk->begin, len);
+        } else {
+            dist_allreduce_sum(h, len, rd->algo);
+        }
         rd->be->upload(rd->grads + bk->begin, rd->host + bk->begin, len * sizeof(float));
         bk->t_end = time_now();
         if (rd->tl) {
@@ -70,16 +91,35 @@ static void *comm_main(void *arg) {
     return NULL;
 }
 
-reducer *reducer_create(const backend *be, float *grads, size_t n, size_t first_bucket, size_t bucket_size,
-                        dist_algo algo, int overlap) {
+/* CNT_TEST_STALL=RANK:STEP:SECONDS (tests only, see dist/reducer.h). */
+static void parse_test_stall(reducer *rd) {
+    rd->stall_rank = -1;
+    const char *v = getenv("CNT_TEST_STALL");
+    if (!v || !*v) return;
+    int r, used = 0;
+    long st;
+    double sec;
+    if (sscanf(v, "%d:%ld:%lf%n", &r, &st, &sec, &used) != 3 || v[used] != '\0' || r < 0 || st < 1 || sec < 0)
+        cnt_fatal("CNT_TEST_STALL='%s': expected RANK:STEP:SECONDS (test-only fault injection)", v);
+    rd->stall_rank = r;
+    rd->stall_step = st;
+    rd->stall_s = sec;
+}
+
+reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts) {
+    size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;
     CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
+    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE || opts->compress == REDUCER_COMPRESS_FP16);
     reducer *rd = cnt_calloc(1, sizeof *rd);
     rd->be = be;
     rd->grads = grads;
     rd->n = n;
-    rd->algo = algo;
-    rd->overlap = overlap;
+    rd->algo = opts->algo;
+    rd->overlap = opts->overlap;
     rd->host = cnt_malloc(n * sizeof(float));
+    if (opts->compress == REDUCER_COMPRESS_FP16) rd->half = cnt_malloc(n * sizeof(uint16_t));
+    rd->wd = dist_watchdog_create(opts->stall_warn_s, opts->stall_abort_s);
+    parse_test_stall(rd);
     size_t cap = 2 + n / bucket_size;
     rd->buckets = cnt_calloc(cap, sizeof *rd->buckets);
     size_t off = 0;
@@ -112,13 +152,21 @@ void reducer_set_timeline(reducer *rd, timeline *tl) {
     cnt_mutex_unlock(&rd->mu);
 }
 
-void reducer_begin(reducer *rd) {
+void reducer_begin(reducer *rd, long step_number) {
     rd->ready_upto = 0;
     rd->next_launch = 0;
     cnt_mutex_lock(&rd->mu);
     CNT_ASSERT(rd->done == rd->launched);
     rd->launched = rd->done = 0;
+    long step = rd->step = step_number;
     cnt_mutex_unlock(&rd->mu);
+    if (rd->stall_rank == dist_rank() && rd->stall_step == step) {
+        log_warn("CNT_TEST_STALL: sleeping %g s at the start of step %ld (test-only fault injection)",
+                 rd->stall_s, step);
+        struct timespec ts = {(time_t)rd->stall_s, (long)((rd->stall_s - (double)(time_t)rd->stall_s) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
 }
 
 /* Hands buckets [next_launch, upto) to the communication thread. */
@@ -167,10 +215,12 @@ void reducer_free(reducer *rd) {
     pthread_cond_signal(&rd->work_cv);
     cnt_mutex_unlock(&rd->mu);
     pthread_join(rd->thread, NULL);
+    dist_watchdog_free(rd->wd); /* after the join: the communication thread used it */
     pthread_mutex_destroy(&rd->mu);
     pthread_cond_destroy(&rd->work_cv);
     pthread_cond_destroy(&rd->done_cv);
     free(rd->buckets);
     free(rd->host);
+    free(rd->half);
     free(rd);
 }

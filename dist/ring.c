@@ -42,6 +42,15 @@
  * chunk-c messages of the whole ring can always complete. Sender and receiver
  * agree on the number of chunks because both cut the same segment.
  *
+ * fp16 (dist_ring_allreduce_f16, for dist.compress = fp16): the same ring
+ * over 16-bit halves, so every message is half the size. The partial sums
+ * travel as halves; at each reduce-scatter hop the received half and the
+ * local half are widened to float, added, and rounded once back to half
+ * (dist/fp16.h), the same step MPI's reduction runs with the op of
+ * dist_allreduce_sum_f16. With 2 ranks that is exactly the rounded sum; with
+ * N ranks each element is rounded N-1 times, in ring order. Sums beyond
+ * 65504 become inf.
+ *
  * Threads: MPI_THREAD_SERIALIZED; one thread at a time runs this (it owns the
  * static receive buffer while it does).
  */
@@ -50,6 +59,7 @@
 #include <stdlib.h>
 
 #include "common/check.h"
+#include "dist/fp16.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
@@ -73,72 +83,104 @@ static size_t seg_len(size_t n, int world, int s) {
 static int mod(int a, int m) { return ((a % m) + m) % m; }
 
 /* The receive buffer, reused across calls and grown as needed (one chunk). */
-static float *ring_tmp = NULL;
-static size_t ring_tmp_elems = 0;
+static void *ring_tmp = NULL;
+static size_t ring_tmp_bytes = 0;
 
-static float *ring_tmp_get(size_t elems) {
-    if (elems > ring_tmp_elems) {
+static void *ring_tmp_get(size_t bytes) {
+    if (bytes > ring_tmp_bytes) {
         free(ring_tmp);
-        ring_tmp = cnt_malloc(elems * sizeof(float));
-        ring_tmp_elems = elems;
+        ring_tmp = cnt_malloc(bytes);
+        ring_tmp_bytes = bytes;
     }
     return ring_tmp;
 }
 
-/* One ring step: send send_len floats at `send` to the right, receive recv_len
- * floats from the left into `recv`, chunk by chunk; add them when `add`, else
- * store them directly (allgather). */
-static void ring_step(const float *send, size_t send_len, float *recv, size_t recv_len, int add,
-                      size_t chunk, int left, int right) {
-    float *tmp = add ? ring_tmp_get(chunk) : NULL;
+/* The element type of one ring: float (sums in float) or half (sums through
+ * float, rounded to half at every hop). */
+typedef struct ring_elem {
+    size_t size;          /* bytes per element */
+    MPI_Datatype type;
+    void (*add)(void *acc, const void *in, size_t n); /* acc[i] += in[i] */
+} ring_elem;
+
+static void add_float(void *acc, const void *in, size_t n) {
+    float *a = acc;
+    const float *b = in;
+    for (size_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+static void add_half(void *acc, const void *in, size_t n) { fp16_add_array(acc, in, n); }
+
+/* One ring step: send send_len elements at `send` to the right, receive
+ * recv_len elements from the left into `recv`, chunk by chunk (chunk
+ * elements); add them when `add`, else store them directly (allgather). */
+static void ring_step(const ring_elem *el, const char *send, size_t send_len, char *recv, size_t recv_len,
+                      int add, size_t chunk, int left, int right) {
+    char *tmp = add ? ring_tmp_get(chunk * el->size) : NULL;
     size_t off = 0;
     while (off < send_len || off < recv_len) {
         MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
         size_t rn = off < recv_len ? (recv_len - off < chunk ? recv_len - off : chunk) : 0;
         size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
-        float *dst = add ? tmp : recv + off;
+        char *dst = add ? tmp : recv + off * el->size;
         if (rn)
-            DIST_MPI_CHECK(MPI_Irecv(dst, (int)rn, MPI_FLOAT, left, RING_TAG, MPI_COMM_WORLD,
-                                     &req[0]));
+            DIST_MPI_CHECK(MPI_Irecv(dst, (int)rn, el->type, left, RING_TAG, MPI_COMM_WORLD, &req[0]));
         if (sn)
-            DIST_MPI_CHECK(MPI_Isend(send + off, (int)sn, MPI_FLOAT, right, RING_TAG,
-                                     MPI_COMM_WORLD, &req[1]));
+            DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, MPI_COMM_WORLD,
+                                     &req[1]));
         /* Why wait here: the chunk must have arrived before we add it, and the
          * temporary buffer is reused by the next chunk. Neighbours have posted
          * (or will post without waiting) the matching operations. */
         DIST_MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
-        if (add)
-            for (size_t i = 0; i < rn; i++) recv[off + i] += tmp[i];
+        if (add && rn) el->add(recv + off * el->size, tmp, rn);
         off += chunk;
     }
 }
 
-void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+static void ring_allreduce(const ring_elem *el, void *vbuf, size_t n, size_t chunk_bytes) {
     int world = dist_world(), rank = dist_rank();
     if (world <= 1 || n == 0) return;
+    char *buf = vbuf;
     if (chunk_bytes == 0) chunk_bytes = RING_DEFAULT_CHUNK_BYTES;
-    size_t chunk = chunk_bytes / sizeof(float);
+    size_t chunk = chunk_bytes / el->size;
     if (chunk == 0) chunk = 1;
     if (chunk > RING_MAX_CHUNK_ELEMS) chunk = RING_MAX_CHUNK_ELEMS;
     int right = mod(rank + 1, world), left = mod(rank - 1, world);
+    size_t es = el->size;
 
     /* Reduce-scatter: after step k, segment (r-k-1) holds k+2 ranks' sums. */
     for (int k = 0; k < world - 1; k++) {
         int s = mod(rank - k, world), r = mod(rank - k - 1, world);
-        ring_step(buf + seg_start(n, world, s), seg_len(n, world, s), buf + seg_start(n, world, r),
+        ring_step(el, buf + seg_start(n, world, s) * es, seg_len(n, world, s), buf + seg_start(n, world, r) * es,
                   seg_len(n, world, r), 1, chunk, left, right);
     }
     /* Allgather: rank r starts owning the complete segment (r+1). */
     for (int k = 0; k < world - 1; k++) {
         int s = mod(rank + 1 - k, world), r = mod(rank - k, world);
-        ring_step(buf + seg_start(n, world, s), seg_len(n, world, s), buf + seg_start(n, world, r),
+        ring_step(el, buf + seg_start(n, world, s) * es, seg_len(n, world, s), buf + seg_start(n, world, r) * es,
                   seg_len(n, world, r), 0, chunk, left, right);
     }
+}
+
+void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+    ring_elem el = {sizeof(float), MPI_FLOAT, add_float};
+    ring_allreduce(&el, buf, n, chunk_bytes);
+}
+
+void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
+    ring_elem el = {sizeof(uint16_t), MPI_UINT16_T, add_half};
+    ring_allreduce(&el, buf, n, chunk_bytes);
 }
 
 #else /* !CNT_HAVE_MPI: a world of one holds the sum already */
 
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+    (void)buf;
+    (void)n;
+    (void)chunk_bytes;
+}
+
+void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
     (void)buf;
     (void)n;
     (void)chunk_bytes;

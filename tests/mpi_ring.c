@@ -12,12 +12,25 @@
  * Every value is a small integer, exact in float, and so is every partial sum,
  * so any summation order gives the same bits.
  *
+ * fp16 (dist.compress = fp16): dist_ring_allreduce_f16 and
+ * dist_allreduce_sum_f16 with both algorithms, for sizes 1, 7, 1000 and
+ * 2^20+3: on the small integers (exact in half too) bitwise equal to each
+ * other and to the analytic sum; on random fractional values within the fp16
+ * rounding bound of the exact sum of the halves ((world-1) roundings of at
+ * most half an ulp of a partial sum each), and bitwise equal to each other at
+ * 2 ranks (one rounding, whatever the order); sums beyond 65504 become inf.
+ * The stall watchdog's arrival barrier (dist_watchdog_arrive) is run for a
+ * few buckets, so its messages are matched and freed.
+ *
  * Options:
  *   --expect-world N    fail unless the job has N ranks (a broken dist_init
  *                       reporting a world of one would otherwise pass);
  *   --single-node       also require local_world == world;
  *   --die-on-rank R     rank R calls cnt_fatal() while the others wait in a
  *                       barrier: the whole job must end (abort hook), non-zero.
+ *   --bench             no checks: time, per bucket, the allreduce alone and
+ *                       with the stall watchdog's arrival barrier before it
+ *                       (its overhead), and fp32 against fp16 allreduces.
  *
  * Output: rank 0 prints "ok ..." or "FAIL ..." per check (a check fails when it
  * fails on any rank); other ranks print their own failures on stderr. Every
@@ -30,7 +43,11 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/timer.h"
 #include "dist/dist.h"
+#include "dist/fp16.h"
+
+#include <math.h>
 
 static int rank_, world_;
 static int failures = 0;
@@ -96,6 +113,145 @@ static void test_allreduce_algo(dist_algo algo, const char *name, size_t n) {
     free(buf);
 }
 
+/* fp16 on the small integers: every partial sum is exact in half, so the
+ * ring, MPI and the analytic sum agree bit for bit. */
+static void test_f16_exact(size_t n, size_t chunk_bytes) {
+    uint16_t *ring = cnt_malloc(n * sizeof *ring), *mpi = cnt_malloc(n * sizeof *mpi);
+    uint16_t *viaring = cnt_malloc(n * sizeof *viaring);
+    for (size_t i = 0; i < n; i++) ring[i] = mpi[i] = viaring[i] = fp16_from_float(value_of(rank_, i));
+    dist_ring_allreduce_f16(ring, n, chunk_bytes);
+    dist_allreduce_sum_f16(mpi, n, DIST_ALGO_MPI);
+    dist_allreduce_sum_f16(viaring, n, DIST_ALGO_RING);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= ring[i] == fp16_from_float(expected_of(i));
+    check(ok, "fp16 ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
+    check(memcmp(ring, mpi, n * sizeof *ring) == 0 && memcmp(ring, viaring, n * sizeof *ring) == 0,
+          "fp16 n=%zu: ring, MPI (user op) and dist_allreduce_sum_f16(RING) bitwise equal", n);
+    free(ring);
+    free(mpi);
+    free(viaring);
+}
+
+/* A fractional value rank r holds at i, the same function on every rank, so
+ * each rank can compute the exact sum of every rank's half. */
+static float frac_of(int r, size_t i) {
+    uint32_t s = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 17u);
+    s = s * 1664525u + 1013904223u;
+    s ^= s >> 13;
+    s *= 2246822519u;
+    s ^= s >> 16;
+    float u = (float)(s & 0xffffff) / (float)(1 << 24) - 0.5f; /* [-0.5, 0.5) */
+    int e = (int)((s >> 24) % 24) - 18;                        /* magnitudes 2^-19 .. 2^5 */
+    return ldexpf(u, e);
+}
+
+static void test_f16_tolerance(size_t n) {
+    uint16_t *ring = cnt_malloc(n * sizeof *ring), *mpi = cnt_malloc(n * sizeof *mpi);
+    for (size_t i = 0; i < n; i++) ring[i] = mpi[i] = fp16_from_float(frac_of(rank_, i));
+    dist_allreduce_sum_f16(ring, n, DIST_ALGO_RING);
+    dist_allreduce_sum_f16(mpi, n, DIST_ALGO_MPI);
+    int ok_ring = 1, ok_mpi = 1, inexact = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double exact = 0, mag = 0;
+        for (int r = 0; r < world_; r++) {
+            double v = fp16_to_float(fp16_from_float(frac_of(r, i)));
+            exact += v;
+            mag += fabs(v);
+        }
+        /* Each of the world-1 additions rounds once to half: at most half an
+         * ulp of a partial sum (2^-11 of it when normal, 2^-25 subnormal). */
+        double tol = 1.01 * (world_ - 1) * (ldexp(mag, -11) + ldexp(1.0, -25)); /* 1%: float's own rounding */
+        double er = fabs(fp16_to_float(ring[i]) - exact), em = fabs(fp16_to_float(mpi[i]) - exact);
+        ok_ring &= er <= tol;
+        ok_mpi &= em <= tol;
+        inexact += er > 0;
+        if (mag > 0 && er / mag > worst) worst = er / mag;
+    }
+    check(ok_ring, "fp16 ring n=%zu: within the fp16 rounding bound of the fp32 sum (worst %.2g of sum|x|)", n,
+          worst);
+    check(ok_mpi, "fp16 MPI n=%zu: within the fp16 rounding bound of the fp32 sum", n);
+    /* At 2 ranks both round the same single sum; beyond, the orders differ. */
+    if (world_ == 2)
+        check(memcmp(ring, mpi, n * sizeof *ring) == 0, "fp16 n=%zu: ring and MPI agree (bitwise at 2 ranks)", n);
+    else
+        check(ok_ring && ok_mpi, "fp16 n=%zu: ring and MPI agree (within the bound at %d ranks)", n, world_);
+    if (n >= 1000) check(inexact > 0, "fp16 n=%zu: the test values do round (%d inexact sums)", n, inexact);
+    free(ring);
+    free(mpi);
+}
+
+static void test_f16_overflow(void) {
+    uint16_t b[3] = {fp16_from_float(40000.0f), fp16_from_float(-40000.0f), fp16_from_float(1.0f)};
+    uint16_t c[3];
+    memcpy(c, b, sizeof b);
+    dist_allreduce_sum_f16(b, 3, DIST_ALGO_MPI);
+    dist_allreduce_sum_f16(c, 3, DIST_ALGO_RING);
+    int ok = b[0] == 0x7c00 && b[1] == 0xfc00 && fp16_to_float(b[2]) == (float)world_;
+    check(ok && memcmp(b, c, sizeof b) == 0, "fp16: sums beyond 65504 become +-inf (MPI and ring)");
+}
+
+/* The watchdog's arrival barrier with warnings on (none should fire), a few
+ * buckets around real allreduces, then freed: nothing left unmatched. */
+static void test_watchdog(void) {
+    dist_watchdog *wd = dist_watchdog_create(30, 0);
+    float x = 1;
+    for (int b = 0; b < 5; b++) {
+        dist_watchdog_arrive(wd, 1, b);
+        dist_allreduce_sum(&x, 1, DIST_ALGO_MPI);
+    }
+    dist_watchdog_free(wd);
+    check(x == powf((float)world_, 5), "stall watchdog: arrival barriers between allreduces, then freed");
+    check(dist_watchdog_create(0, 0) == NULL, "stall watchdog: off (NULL) when both limits are 0");
+}
+
+/* --bench: mean time per bucket over `reps` buckets of n floats. */
+static double bench_buckets(size_t n, int reps, dist_watchdog *wd, int fp16) {
+    float *buf = cnt_malloc(n * sizeof *buf);
+    uint16_t *half = cnt_malloc(n * sizeof *half);
+    for (size_t i = 0; i < n; i++) buf[i] = value_of(rank_, i);
+    dist_barrier();
+    double t0 = time_now();
+    for (int k = 0; k < reps; k++) {
+        if (fp16) fp16_from_float_array(half, buf, n);
+        dist_watchdog_arrive(wd, 1, k);
+        if (fp16) {
+            dist_allreduce_sum_f16(half, n, DIST_ALGO_MPI);
+            fp16_to_float_array(buf, half, n);
+        } else {
+            dist_allreduce_sum(buf, n, DIST_ALGO_MPI);
+        }
+        for (size_t i = 0; i < n && i < 64; i++) buf[i] = value_of(rank_, i);
+    }
+    double mean = (time_now() - t0) / reps;
+    dist_allreduce_sum_f64(&mean, 1);
+    free(buf);
+    free(half);
+    return mean / world_; /* the mean over ranks */
+}
+
+static void bench(void) {
+    size_t sizes[] = {1, 256 * 1024, 25 * 256 * 1024}; /* 4 B, 1 MiB, 25 MiB of floats */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        int reps = n == 1 ? 10000 : n < 1000000 ? 100 : 10;
+        dist_watchdog *wd = dist_watchdog_create(60, 0);
+        /* Rounds alternate the variants; the best round of each counts, so
+         * other load on a shared machine inflates neither. */
+        double plain = 1e30, guarded = 1e30, f16 = 1e30;
+        for (int round = 0; round < 5; round++) {
+            plain = fmin(plain, bench_buckets(n, reps, NULL, 0));
+            guarded = fmin(guarded, bench_buckets(n, reps, wd, 0));
+            f16 = fmin(f16, bench_buckets(n, reps, NULL, 1));
+        }
+        if (rank_ == 0)
+            printf("bench world %d, %zu floats: allreduce %.1f us/bucket, with the stall watchdog %.1f us "
+                   "(%+.1f us); fp16 (with conversions) %.1f us\n",
+                   world_, n, 1e6 * plain, 1e6 * guarded, 1e6 * (guarded - plain), 1e6 * f16);
+        dist_watchdog_free(wd);
+    }
+}
+
 static void test_broadcast(size_t bytes) {
     int root = world_ - 1;
     unsigned char *buf = cnt_malloc(bytes);
@@ -138,12 +294,14 @@ int main(int argc, char **argv) {
     }
     rank_ = dist_rank();
     world_ = dist_world();
-    int expect_world = 0, single_node = 0, die_on = -1;
+    int expect_world = 0, single_node = 0, die_on = -1, do_bench = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-world") && i + 1 < argc)
             expect_world = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--single-node"))
             single_node = 1;
+        else if (!strcmp(argv[i], "--bench"))
+            do_bench = 1;
         else if (!strcmp(argv[i], "--die-on-rank") && i + 1 < argc)
             die_on = atoi(argv[++i]);
         else
@@ -159,6 +317,11 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    if (do_bench) {
+        bench();
+        dist_finalize();
+        return 0;
+    }
     test_misc(expect_world, single_node);
     size_t sizes[] = {1, 3, 7, (size_t)(world_ > 1 ? world_ - 1 : 2), (size_t)world_ + 1, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -175,6 +338,14 @@ int main(int argc, char **argv) {
     test_allreduce_algo(DIST_ALGO_RING, "RING", ((size_t)1 << 20) + 3);
     test_broadcast(1);
     test_broadcast((3u << 20) + 5);
+    size_t f16_sizes[] = {1, 7, 1000, ((size_t)1 << 20) + 3};
+    for (size_t i = 0; i < sizeof f16_sizes / sizeof f16_sizes[0]; i++) {
+        test_f16_exact(f16_sizes[i], 0);
+        test_f16_tolerance(f16_sizes[i]);
+    }
+    test_f16_exact(1000, 6); /* 3 halves per message */
+    test_f16_overflow();
+    test_watchdog();
 
     if (rank_ == 0) printf("mpi_ring: world %d, %s\n", world_, failures ? "FAILED" : "all checks passed");
     dist_finalize();

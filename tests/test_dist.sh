@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_dist.sh - dist/ under a real mpirun: build/tests/mpi_ring with 2, 3
 # and 4 ranks on this machine (ring allreduce bitwise against MPI_Allreduce and
-# the analytic sum, broadcast, allgather, f64 allreduce, local rank), and a
+# the analytic sum, broadcast, allgather, f64 allreduce, local rank; fp16 ring
+# and MPI allreduces against each other and the fp32 sum; the stall watchdog's
+# arrival barrier), and a
 # fatal error on one rank ending the whole job (the MPI_Abort hook) instead of
 # leaving the others in a barrier.
 # Run from the repository root after `make test` has built the programs.
@@ -18,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 # How many "ok" lines tests/mpi_ring.c prints with --expect-world and
 # --single-node; update with it, so a check that silently stops running fails.
-NCHECKS=54
+NCHECKS=81
 check() { # description, then a command that must succeed
     local what=$1
     shift

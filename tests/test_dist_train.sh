@@ -5,7 +5,10 @@
 # 1 rank x batch 2B (same samples, model without batch norm or dropout);
 # ranks with different configs are reported, not hung on; a rank that fails
 # ends the job; dist.timeline writes a Chrome trace in which buckets leave
-# during backward. Run from the repository root after `make`.
+# during backward; dist.compress=fp16 trains with bit-identical ranks; the
+# stall watchdog names a late rank (CNT_TEST_STALL, test-only fault
+# injection) and ends a job whose rank stalls past dist.stall_abort_s.
+# Run from the repository root after `make`.
 set -u
 if ! command -v mpirun >/dev/null 2>&1 || ! ./trainer --version | grep -q "^mpi: built in"; then
     echo "SKIPPED: no MPI in this build"
@@ -114,6 +117,49 @@ check "2 ranks: exactly one checkpoint file after one epoch" test "$(ls -A "$tmp
 out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${ck[@]}" train.epochs=2 checkpoint.resume=auto 2>&1)
 check "2 ranks: resume from the newest checkpoint" grep -q "resumed from .*ckpt-000001.cnt: 1 epochs and 16 steps done" <<<"$out"
 check "2 ranks: the resumed run writes epoch 2" test "$(ls -A "$tmp/ck/checkpoints" | tr '\n' ' ')" = "ckpt-000001.cnt ckpt-000002.cnt "
+
+# dist.compress=fp16: gradients travel as halves (MPI user op, then our ring);
+# the job trains (the loss drops) and the ranks stay bit-identical (checked
+# after the epoch; a divergence would fail the run).
+f16=(data.train_limit=1024 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=32 train.log_every=8
+     train.threads=1 data.workers=1 optim.lr=0.05 dist.compress=fp16)
+for be in mpi ring; do
+    out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${f16[@]}" dist.backend=$be train.out_dir="$tmp/f16$be" 2>&1)
+    rc=$?
+    check "fp16 ($be): training exits 0" test $rc -eq 0
+    check "fp16 ($be): start-up line says fp16 on the wire" grep -q "dist: 2 ranks.*fp16 on the wire" <<<"$out"
+    check "fp16 ($be): parameters bit-identical on both ranks" grep -q "parameters bit-identical on all 2 ranks" <<<"$out"
+    check "fp16 ($be): the loss drops" python3 - "$tmp/f16$be/metrics.jsonl" <<'PY'
+import json, sys
+loss = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "step"]
+print("    fp16 losses:", " ".join("%.4f" % l for l in loss))
+sys.exit(0 if len(loss) == 4 and loss[-1] < 0.8 * loss[0] else 1)
+PY
+done
+
+# Stall watchdog: rank 1 sleeps 3 s at the start of step 3 (CNT_TEST_STALL,
+# test-only); with dist.stall_warn_s=1 rank 0 names rank 1, the step and the
+# bucket, and the run still finishes.
+out=$(CNT_TEST_STALL=1:3:3 "${MPI[@]}" -np 2 -x CNT_TEST_STALL ./trainer configs/resnet20-fashion.ini "${small[@]}" \
+      dist.stall_warn_s=1 train.out_dir="$tmp/stw" 2>&1)
+rc=$?
+check "stall warning: the run finishes (exit 0)" test $rc -eq 0
+check "stall warning: rank 0 names the late rank 1, step 3 and bucket 0" \
+    grep -qE "^\[rank 0\] warning: stall: step 3 bucket 0 has waited [0-9]+ s for rank 1 \(last seen at step 2 bucket" <<<"$out"
+check "stall warning: rank 0 reports the stall over" grep -q "^\[rank 0\] warning: stall over: step 3 bucket 0" <<<"$out"
+if [ $rc -ne 0 ]; then tail -n 20 <<<"$out" | sed 's/^/    /'; fi
+
+# dist.stall_abort_s=2 and a 30 s stall: the job ends non-zero within seconds
+# (not by the timeout), with an error naming the late rank.
+t0=$(date +%s)
+out=$(CNT_TEST_STALL=1:2:30 timeout 40 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL ./trainer \
+      configs/resnet20-fashion.ini "${small[@]}" dist.stall_abort_s=2 train.out_dir="$tmp/sta" 2>&1)
+rc=$?
+secs=$(($(date +%s) - t0))
+check "stall abort: the job ends non-zero, not by the timeout (rc=$rc, ${secs}s)" test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137
+check "stall abort: within 15 s of start (start-up included)" test $secs -le 15
+check "stall abort: rank 0's error names rank 1" \
+    grep -qE "^\[rank 0\] error: stall: step 2 bucket 0 has waited [0-9]+ s for rank 1 .*ending the job" <<<"$out"
 
 # Different configurations on the ranks: reported with the differing key.
 out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.9 : \

@@ -3,7 +3,8 @@
  * the flat buffer as configured, a bucket leaves as soon as backward has
  * completed it (overlap on) or only at the end (overlap off), the gradients
  * come back unchanged (the sum over one rank), and a whole net's backward
- * drives it through the grad hook. Several ranks: tests/test_dist_train.sh.
+ * drives it through the grad hook; fp16 compression rounds what comes back to
+ * half. Several ranks: tests/test_dist_train.sh.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "dist/fp16.h"
 #include "dist/reducer.h"
 #include "model/net.h"
 
@@ -26,10 +28,11 @@ static void test_buckets_and_early_launch(void **state) {
     float *g = be->alloc(sizeof host);
     be->upload(g, host, sizeof host);
     for (int overlap = 0; overlap <= 1; overlap++) {
-        reducer *rd = reducer_create(be, g, 10, 3, 4, DIST_ALGO_MPI, overlap);
+        reducer_opts ro = {.first_bucket = 3, .bucket = 4, .algo = DIST_ALGO_MPI, .overlap = overlap};
+        reducer *rd = reducer_create(be, g, 10, &ro);
         assert_int_equal(reducer_bucket_count(rd), 3); /* [0,3) [3,7) [7,10) */
         for (int step = 0; step < 2; step++) {
-            reducer_begin(rd);
+            reducer_begin(rd, step + 1);
             reducer_grads_ready(rd, 0, 2);
             reducer_grads_ready(rd, 2, 5); /* completes buckets 0 and 1 */
             reducer_grads_ready(rd, 7, 3);
@@ -45,7 +48,8 @@ static void test_buckets_and_early_launch(void **state) {
         reducer_free(rd);
     }
     /* one bucket bigger than the buffer */
-    reducer *rd = reducer_create(be, g, 10, 100, 100, DIST_ALGO_RING, 1);
+    reducer_opts big = {.first_bucket = 100, .bucket = 100, .algo = DIST_ALGO_RING, .overlap = 1};
+    reducer *rd = reducer_create(be, g, 10, &big);
     assert_int_equal(reducer_bucket_count(rd), 1);
     reducer_free(rd);
     be->free(g);
@@ -74,7 +78,8 @@ static void test_driven_by_backward(void **state) {
     assert_int_equal(net_finalize(nt, fc, -1, 2), CNT_OK);
     net_init_params(nt, 3);
     /* buckets of 100 values: the fc and conv2 ones are complete before conv1's backward */
-    hook_spy h = {reducer_create(nt->be, nt->grads, nt->n_params, 40, 100, DIST_ALGO_MPI, 1), 0};
+    reducer_opts ro = {.first_bucket = 40, .bucket = 100, .algo = DIST_ALGO_MPI, .overlap = 1};
+    hook_spy h = {reducer_create(nt->be, nt->grads, nt->n_params, &ro), 0};
     net_set_grad_hook(nt, spy_hook, &h);
     float x[2 * 64];
     for (int i = 0; i < 128; i++) x[i] = (float)((i * 37) % 11) - 5.0f;
@@ -83,7 +88,7 @@ static void test_driven_by_backward(void **state) {
     float dl[8] = {0.1f, -0.2f, 0.05f, 0.05f, -0.1f, 0.3f, -0.1f, -0.1f};
     float *dld = nt->be->alloc(sizeof dl);
     nt->be->upload(dld, dl, sizeof dl);
-    reducer_begin(h.rd);
+    reducer_begin(h.rd, 1);
     net_forward(nt, xd, 2, 1);
     net_backward(nt, dld, NULL);
     reducer_stats st;
@@ -97,10 +102,39 @@ static void test_driven_by_backward(void **state) {
     net_free(nt);
 }
 
+/* dist.compress = fp16 in a world of one: the sum over one rank is the
+ * gradient itself, so what comes back is each gradient rounded to half (and
+ * inf beyond the half range); the watchdog settings are accepted and, alone,
+ * send nothing. */
+static void test_fp16_compression(void **state) {
+    (void)state;
+    const backend *be = backend_cpu();
+    enum { N = 9 };
+    float host[N] = {1.5f, 0.1f, -3.0e-6f, 65504.0f, 70000.0f, -1.0f / 3.0f, 1e-9f, 2049.0f, 0.0f};
+    float *g = be->alloc(sizeof host);
+    reducer_opts ro = {.first_bucket = 2, .bucket = 4, .algo = DIST_ALGO_RING, .overlap = 1,
+                       .compress = REDUCER_COMPRESS_FP16, .stall_warn_s = 1, .stall_abort_s = 2};
+    reducer *rd = reducer_create(be, g, N, &ro);
+    assert_int_equal(reducer_bucket_count(rd), 3);
+    be->upload(g, host, sizeof host);
+    reducer_begin(rd, 1);
+    reducer_grads_ready(rd, 0, N);
+    reducer_finish(rd, NULL);
+    float back[N];
+    be->download(back, g, sizeof back);
+    for (int i = 0; i < N; i++) assert_true(back[i] == fp16_to_float(fp16_from_float(host[i])));
+    assert_true(back[0] == 1.5f && back[3] == 65504.0f && back[7] == 2048.0f && back[8] == 0.0f);
+    assert_true(back[4] > 0 && back[4] * 0.0f != 0.0f); /* +inf */
+    assert_true(back[1] != host[1] && back[1] > 0.0999f && back[1] < 0.1001f);
+    reducer_free(rd);
+    be->free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_and_early_launch),
         cmocka_unit_test(test_driven_by_backward),
+        cmocka_unit_test(test_fp16_compression),
     };
     return cmocka_run_group_tests_name("reducer", tests, NULL, NULL);
 }
