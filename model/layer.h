@@ -21,7 +21,10 @@ int layer_add_node(net *nt, const layer_ops *ops, const char *name, const int *i
  * last added node. Returns its index in nt->param_info. */
 int layer_add_param(net *nt, int node_idx, const char *suffix, size_t count, int fan_in, int fan_out,
                     int no_decay, init_spec init);
-/* Registers a buffer "<node name>.<suffix>" for the given node. Returns its index. */
+/* Records torchvision's shape of parameter tensor `param` (ndim <= 4 dims whose
+ * product must equal its count); without a call the shape is 1-D [count]. */
+void layer_set_param_shape(net *nt, int param, int ndim, const int *shape);
+/* Registers a buffer "<node name>.<suffix>" (1-D, [count]) for the given node. Returns its index. */
 int layer_add_buffer(net *nt, int node_idx, const char *suffix, size_t count, float init_value);
 /* CNT_OK if the builder has not failed and `in` names an existing node or
  * NET_INPUT; otherwise marks the builder failed (message names the layer). */

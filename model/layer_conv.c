@@ -86,8 +86,9 @@ int net_conv_rect(net *nt, int in, const char *name, int K, int R, int S, int st
     int idx = layer_add_node(nt, &conv_ops, name, &in, 1, K, P, Q, s);
     if (idx < 0) return CNT_ERR;
     int fan_in = C * R * S, fan_out = K * R * S;
-    layer_add_param(nt, idx, "weight", (size_t)K * C * R * S, fan_in, fan_out, 0,
-                    (init_spec){INIT_KAIMING_NORMAL_FAN_OUT, 0});
+    int w = layer_add_param(nt, idx, "weight", (size_t)K * C * R * S, fan_in, fan_out, 0,
+                            (init_spec){INIT_KAIMING_NORMAL_FAN_OUT, 0});
+    layer_set_param_shape(nt, w, 4, (const int[]){K, C, R, S});
     if (bias) layer_add_param(nt, idx, "bias", (size_t)K, fan_in, fan_out, 1, (init_spec){INIT_ZERO, 0});
     return idx;
 }
@@ -162,8 +163,9 @@ int net_linear(net *nt, int in, const char *name, int out_features, int bias) {
     int idx = layer_add_node(nt, &linear_ops, name, &in, 1, out_features, 1, 1, s);
     if (idx < 0) return CNT_ERR;
     int fan_in = s->in_features;
-    layer_add_param(nt, idx, "weight", (size_t)out_features * fan_in, fan_in, out_features, 0,
-                    (init_spec){INIT_TORCH_DEFAULT, 0});
+    int w = layer_add_param(nt, idx, "weight", (size_t)out_features * fan_in, fan_in, out_features, 0,
+                            (init_spec){INIT_TORCH_DEFAULT, 0});
+    layer_set_param_shape(nt, w, 2, (const int[]){out_features, fan_in}); /* [out, in] */
     if (bias) layer_add_param(nt, idx, "bias", (size_t)out_features, fan_in, out_features, 1,
                               (init_spec){INIT_TORCH_DEFAULT, 0});
     return idx;

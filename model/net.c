@@ -138,9 +138,20 @@ int layer_add_param(net *nt, int node_idx, const char *suffix, size_t count, int
     pi->fan_in = fan_in;
     pi->fan_out = fan_out;
     pi->init = init;
+    pi->ndim = 1;
+    pi->shape[0] = (int)count;
     nt->n_params += count;
     nd->n_params++;
     return nt->n_param_tensors++;
+}
+
+void layer_set_param_shape(net *nt, int param, int ndim, const int *shape) {
+    param_info *pi = &nt->param_info[param];
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    CNT_ASSERT(ndim >= 1 && ndim <= 4 && n == pi->count);
+    pi->ndim = ndim;
+    memcpy(pi->shape, shape, (size_t)ndim * sizeof *shape);
 }
 
 int layer_add_buffer(net *nt, int node_idx, const char *suffix, size_t count, float init_value) {
@@ -158,6 +169,8 @@ int layer_add_buffer(net *nt, int node_idx, const char *suffix, size_t count, fl
     bi->count = count;
     bi->node = node_idx;
     bi->init_value = init_value;
+    bi->ndim = 1;
+    bi->shape[0] = (int)count;
     nt->n_buffers += count;
     nd->n_buffers++;
     return nt->n_buffer_tensors++;

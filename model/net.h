@@ -63,6 +63,8 @@ typedef struct param_info {
     int no_decay;            /* a bias or batch-norm parameter (optim.wd_on_bn_bias) */
     int fan_in, fan_out;     /* for initialisation */
     init_spec init;
+    int ndim;                /* torchvision's shape: conv weight [K, C, R, S], linear weight [out, in], */
+    int shape[4];            /* biases and batch norm [C]; the product is count */
 } param_info;
 
 /* One non-learnable tensor (batch-norm running statistics). */
@@ -72,6 +74,8 @@ typedef struct buffer_info {
     size_t count;
     int node;
     float init_value;        /* 0 for running_mean, 1 for running_var */
+    int ndim;                /* torchvision's shape: [C] for the running statistics */
+    int shape[4];
 } buffer_info;
 
 typedef struct layer_ops {

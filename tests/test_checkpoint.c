@@ -4,6 +4,9 @@
  * and every rejection ckpt_read promises (wrong magic, truncation at many
  * points, a flipped byte, another model, a missing file), plus failed writes
  * that must leave the previous checkpoint intact and no temporary file behind.
+ * Version 2's model block (input shape, classes, aux_logits, zoo options) is
+ * round-tripped through ckpt_read and ckpt_read_meta; version-1 files get a
+ * message saying what they lack.
  * Files live under a fresh mkdtemp directory in /tmp, removed afterwards.
  */
 #include <setjmp.h>
@@ -26,6 +29,10 @@
 #include "model/net.h"
 #include "tests/support/testutil.h"
 #include "train/checkpoint.h"
+
+/* Bytes before the tensor signature entries: magic 8, version 4, meta 92,
+ * model block 28, two tensor counts 8. */
+#define FIXED_BYTES 140L
 
 /* ---------------------------------------------------------------- fixtures */
 
@@ -75,6 +82,9 @@ static int setup(void **state) {
     fx->meta.dropout_seed = 0xdeadbeefcafef00dULL;
     fx->meta.config_hash = 0x0123456789abcdefULL;
     snprintf(fx->meta.model_name, sizeof fx->meta.model_name, "tiny_cnn");
+    fx->meta.zero_init_residual = 1;
+    fx->meta.dropout = 0.25f;
+    fx->meta.in_c = 99; /* ignored by ckpt_write: the net's shape is stored */
     *state = fx;
     return 0;
 }
@@ -200,6 +210,26 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_true(meta.dropout_seed == fx->meta.dropout_seed);
     assert_true(meta.config_hash == fx->meta.config_hash);
     assert_string_equal(meta.model_name, fx->meta.model_name);
+    /* The model block: the net's shape and head, the zoo options from meta. */
+    assert_int_equal(meta.in_c, 3);
+    assert_int_equal(meta.in_h, 6);
+    assert_int_equal(meta.in_w, 6);
+    assert_int_equal(meta.classes, 5);
+    assert_int_equal(meta.aux_logits, 0);
+    assert_int_equal(meta.zero_init_residual, fx->meta.zero_init_residual);
+    assert_true(meta.dropout == fx->meta.dropout);
+    ckpt_meta head;
+    memset(&head, 0xff, sizeof head);
+    if (ckpt_read_meta(path, &head) != CNT_OK) fail_msg("ckpt_read_meta: %s", cnt_err_msg());
+    assert_int_equal(head.epoch, fx->meta.epoch);
+    assert_true(head.step == fx->meta.step);
+    assert_string_equal(head.model_name, fx->meta.model_name);
+    assert_int_equal(head.in_c, 3);
+    assert_int_equal(head.in_h, 6);
+    assert_int_equal(head.in_w, 6);
+    assert_int_equal(head.classes, 5);
+    assert_int_equal(head.aux_logits, 0);
+    assert_true(head.dropout == fx->meta.dropout);
     free(p);
     free(b);
     free(m);
@@ -307,6 +337,33 @@ static void test_bad_version(void **state) {
     write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     flip_byte(path, 8); /* the version's low byte */
     expect_read_error(fx, path, "unsupported version");
+    ckpt_meta m;
+    assert_int_equal(ckpt_read_meta(path, &m), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "unsupported version"));
+}
+
+/* A version-1 file (no model block) is refused by name, by ckpt_read and ckpt_read_meta. */
+static void test_version_1(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512];
+    sub(fx, "v1", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    uint32_t one = 1;
+    assert_int_equal(fseek(f, 8, SEEK_SET), 0);
+    assert_int_equal(fwrite(&one, sizeof one, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+    expect_read_error(fx, path, "version 1");
+    ckpt_meta m;
+    assert_int_equal(ckpt_read_meta(path, &m), CNT_ERR);
+    if (!strstr(cnt_err_msg(), path) || !strstr(cnt_err_msg(), "version 1") || !strstr(cnt_err_msg(), "model block"))
+        fail_msg("version-1 message should name the path, the version and what it lacks: %s", cnt_err_msg());
+    /* ckpt_read_meta's other errors name the path too. */
+    char missing[512];
+    sub(fx, "v1/none.cnt", missing, sizeof missing);
+    assert_int_equal(ckpt_read_meta(missing, &m), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), missing));
 }
 
 static void test_truncated(void **state) {
@@ -316,8 +373,8 @@ static void test_truncated(void **state) {
     write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     long size = file_size(path);
     const net *nt = fx->nt;
-    long sig_end = 112 + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
-    long cuts[] = {0, 5, 8, 12, 60, 111, 112, 200, sig_end - 1, sig_end, sig_end + 10, size / 2, size - 4 * (long)nt->n_params,
+    long sig_end = FIXED_BYTES + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
+    long cuts[] = {0, 5, 8, 12, 60, 111, 112, FIXED_BYTES - 1, FIXED_BYTES, 200, sig_end - 1, sig_end, sig_end + 10, size / 2, size - 4 * (long)nt->n_params,
                    size - 5, size - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         assert_true(cuts[i] >= 0 && cuts[i] < size);
@@ -341,9 +398,9 @@ static void test_flipped_byte(void **state) {
     write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     long size = file_size(path);
     const net *nt = fx->nt;
-    long params_at = 112 + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
-    /* meta, a tensor name, params, buffers, momentum, the stored checksum itself */
-    long at[] = {20, 130, params_at, params_at + 4 * (long)nt->n_params + 1, size - 12, size - 2};
+    long params_at = FIXED_BYTES + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
+    /* meta, the model block, a tensor name, params, buffers, momentum, the stored checksum itself */
+    long at[] = {20, 117, FIXED_BYTES + 20, params_at, params_at + 4 * (long)nt->n_params + 1, size - 12, size - 2};
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
         sub(fx, "flip/bad.cnt", bad, sizeof bad);
         copy_prefix(path, bad, -1);
@@ -460,6 +517,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_keep_and_find_latest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model, setup, teardown),

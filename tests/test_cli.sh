@@ -92,6 +92,59 @@ check "--bench runs" grep -q "img/s" <<<"$out"
 run $T --bench resnet20 1x28 4 1
 check "--bench bad shape: exit 2" test "$rc" -eq 2
 
+# Weights interchange: a checkpoint exported as safetensors (checked with
+# python3's standard library only), then a run started from it. Its own
+# config file, so the section does not depend on the shipped ones.
+printf '[model]\nname = resnet20\n[data]\nkind = synthetic\nsynthetic_train = 64\nsynthetic_test = 32\n[train]\nepochs = 1\nbatch_size = 32\n' >"$tmp/w.ini"
+run $T "$tmp/w.ini" train.out_dir="$tmp/exp"
+check "training with a checkpoint: exit 0" test "$rc" -eq 0 -a -s "$tmp/exp/checkpoints/ckpt-000001.cnt"
+run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt" "$tmp/w.safetensors"
+check "--export: exit 0" test "$rc" -eq 0 -a -s "$tmp/w.safetensors"
+check "--export: a valid safetensors file with torchvision's names and shapes" python3 - "$tmp/w.safetensors" <<'PY'
+import json, os, struct, sys
+path = sys.argv[1]
+with open(path, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n).decode("utf-8"))
+    assert (8 + n) % 8 == 0
+    meta = header.pop("__metadata__")
+    assert meta["model"] == "resnet20" and meta["format"] == "pt", meta
+    spans = sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in header.items())
+    assert spans[0][0] == 0 and spans[-1][1] == os.path.getsize(path) - 8 - n
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), "gaps or overlaps"
+    size = {"F32": 4, "I64": 8}
+    for k, v in header.items():
+        count = 1
+        for d in v["shape"]:
+            count *= d
+        assert v["data_offsets"][1] - v["data_offsets"][0] == count * size[v["dtype"]], k
+    assert header["conv1.weight"]["shape"] == [16, 3, 3, 3]
+    assert header["fc.weight"]["shape"] == [10, 64] and header["fc.bias"]["shape"] == [10]
+    assert header["layer3.2.bn2.running_var"]["shape"] == [64]
+    nbt = header["bn1.num_batches_tracked"]
+    assert nbt["dtype"] == "I64" and nbt["shape"] == []
+    f.seek(8 + n + nbt["data_offsets"][0])
+    assert struct.unpack("<q", f.read(8))[0] == 2  # the checkpoint's step count
+    assert sum(k.endswith("num_batches_tracked") for k in header) == 19
+    assert len(header) == 116
+PY
+run $T "$tmp/w.ini" train.out_dir="$tmp/init" model.init_from="$tmp/w.safetensors"
+check "model.init_from: exit 0" test "$rc" -eq 0
+check "model.init_from: one line with loaded and ignored counts" \
+    grep -q "model.init_from: loaded 97 tensors from $tmp/w.safetensors; ignored 19 extra tensors" <<<"$out"
+run $T "$tmp/w.ini" train.out_dir="$tmp/init10" data.synthetic_classes=7 \
+    model.init_from="$tmp/w.safetensors"
+check "model.init_from, 7 classes: the classifier keeps its initialisation (warning)" \
+    test "$rc" -eq 0 -a -n "$(grep -o 'fc.weight \[10, 64\] (here \[7, 64\])' <<<"$out")"
+run $T "$tmp/w.ini" train.out_dir="$tmp/init2" model.init_from="$tmp/none.safetensors"
+check "model.init_from, missing file: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/none.safetensors" <<<"$out")"
+run $T --export "$tmp/nockpt.cnt" "$tmp/x.safetensors"
+check "--export, missing checkpoint: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/nockpt.cnt" <<<"$out")"
+run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt" "$tmp/no/dir/x.safetensors"
+check "--export, unwritable output: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/no/dir/x.safetensors" <<<"$out")"
+run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt"
+check "--export with one argument: usage, exit 2" test "$rc" -eq 2
+
 # The README embeds the reference generated from the parser's table.
 $T --config-reference > "$tmp/ref.md"
 check "README holds the current config reference" python3 - "$tmp/ref.md" README.md <<'PY'

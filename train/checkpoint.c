@@ -30,8 +30,9 @@
 #define CKPT_MAGIC_LEN 8
 #define CKPT_NAME_LEN 128
 #define CKPT_ENTRY_BYTES ((uint64_t)CKPT_NAME_LEN + 8 + 8)
-/* magic, version, meta (4 + 8 + 8 + 8 + 64), two tensor counts */
-#define CKPT_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + 4 + 4)
+/* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), two tensor counts */
+#define CKPT_MODEL_BYTES 28
+#define CKPT_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + CKPT_MODEL_BYTES + 4 + 4)
 #define CKPT_PATH_MAX 4096
 #define CKPT_CHUNK ((size_t)1 << 20)
 
@@ -163,6 +164,11 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     memset(model_name, 0, sizeof model_name);
     snprintf(model_name, sizeof model_name, "%.*s", (int)sizeof model_name - 1, meta->model_name);
     put(&w, model_name, sizeof model_name);
+    int32_t model_block[6] = {nt->in_c, nt->in_h, nt->in_w, nt->classes, nt->aux_output >= 0,
+                              meta->zero_init_residual != 0};
+    float dropout = meta->dropout;
+    put(&w, model_block, sizeof model_block);
+    put(&w, &dropout, sizeof dropout);
     put_u32(&w, (uint32_t)nt->n_param_tensors);
     put_u32(&w, (uint32_t)nt->n_buffer_tensors);
     for (int i = 0; i < nt->n_param_tensors; i++) {
@@ -279,6 +285,50 @@ static const char *buffer_name(const net *nt, int i) { return nt->buffer_info[i]
 static size_t buffer_offset(const net *nt, int i) { return nt->buffer_info[i].offset; }
 static size_t buffer_count(const net *nt, int i) { return nt->buffer_info[i].count; }
 
+/* Magic (already checked by the caller) is behind f's position: reads the
+ * version and the meta with its model block into *m. */
+static int read_header(FILE *f, const char *path, ckpt_meta *m) {
+    uint32_t version;
+    if (get(f, path, &version, sizeof version) != CNT_OK) return CNT_ERR;
+    if (version == 1)
+        return cnt_err_set("checkpoint '%s' has version 1, written by an older cnntrain: it has no model block "
+                           "(input shape, classes) and this build reads version %d only; retrain to get a "
+                           "version-%d checkpoint",
+                           path, CKPT_VERSION, CKPT_VERSION);
+    if (version != CKPT_VERSION)
+        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads version %d)", path, version,
+                           CKPT_VERSION);
+    int32_t epoch;
+    int64_t step;
+    int32_t block[6];
+    float dropout;
+    memset(m, 0, sizeof *m);
+    if (get(f, path, &epoch, sizeof epoch) != CNT_OK || get(f, path, &step, sizeof step) != CNT_OK ||
+        get(f, path, &m->dropout_seed, sizeof m->dropout_seed) != CNT_OK ||
+        get(f, path, &m->config_hash, sizeof m->config_hash) != CNT_OK ||
+        get(f, path, m->model_name, sizeof m->model_name) != CNT_OK || get(f, path, block, sizeof block) != CNT_OK ||
+        get(f, path, &dropout, sizeof dropout) != CNT_OK)
+        return CNT_ERR;
+    m->epoch = epoch;
+    m->step = (long)step;
+    m->model_name[sizeof m->model_name - 1] = '\0';
+    m->in_c = block[0];
+    m->in_h = block[1];
+    m->in_w = block[2];
+    m->classes = block[3];
+    m->aux_logits = block[4];
+    m->zero_init_residual = block[5];
+    m->dropout = dropout;
+    const int32_t big = 1 << 20;
+    if (block[0] < 1 || block[0] > big || block[1] < 1 || block[1] > big || block[2] < 1 || block[2] > big ||
+        block[3] < 1 || block[3] > big || (uint32_t)block[4] > 1 || (uint32_t)block[5] > 1 || !(dropout < 1.0f) ||
+        dropout != dropout)
+        return cnt_err_set("checkpoint '%s' is corrupt: implausible model block (input %dx%dx%d, %d classes, "
+                           "aux_logits %d, zero_init_residual %d, dropout %g)",
+                           path, block[0], block[1], block[2], block[3], block[4], block[5], (double)dropout);
+    return CNT_OK;
+}
+
 /* Everything after the file is open: see ckpt_read. */
 static int read_open(FILE *f, const char *path, const net *nt, float *params, float *buffers, float *momentum,
                      int *has_momentum, ckpt_meta *meta) {
@@ -295,24 +345,8 @@ static int read_open(FILE *f, const char *path, const net *nt, float *params, fl
     if (size < CKPT_FIXED_BYTES)
         return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
                            (unsigned long long)size, (unsigned long long)CKPT_FIXED_BYTES);
-    uint32_t version;
-    if (get(f, path, &version, sizeof version) != CNT_OK) return CNT_ERR;
-    if (version != CKPT_VERSION)
-        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads version %d)", path, version,
-                           CKPT_VERSION);
-
-    int32_t epoch;
-    int64_t step;
     ckpt_meta m;
-    memset(&m, 0, sizeof m);
-    if (get(f, path, &epoch, sizeof epoch) != CNT_OK || get(f, path, &step, sizeof step) != CNT_OK ||
-        get(f, path, &m.dropout_seed, sizeof m.dropout_seed) != CNT_OK ||
-        get(f, path, &m.config_hash, sizeof m.config_hash) != CNT_OK ||
-        get(f, path, m.model_name, sizeof m.model_name) != CNT_OK)
-        return CNT_ERR;
-    m.epoch = epoch;
-    m.step = (long)step;
-    m.model_name[sizeof m.model_name - 1] = '\0';
+    if (read_header(f, path, &m) != CNT_OK) return CNT_ERR;
 
     uint32_t n_pt, n_bt;
     if (get(f, path, &n_pt, sizeof n_pt) != CNT_OK || get(f, path, &n_bt, sizeof n_bt) != CNT_OK) return CNT_ERR;
@@ -416,6 +450,34 @@ int ckpt_read(const char *path, const net *nt, float *params, float *buffers, fl
     FILE *f = fopen(path, "rb");
     if (!f) return cnt_err_set("cannot open checkpoint '%s': %s", path, strerror(errno));
     int rc = read_open(f, path, nt, params, buffers, momentum, has_momentum, meta);
+    fclose(f);
+    return rc;
+}
+
+int ckpt_read_meta(const char *path, ckpt_meta *meta) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return cnt_err_set("cannot open checkpoint '%s': %s", path, strerror(errno));
+    struct stat st;
+    int rc = CNT_ERR;
+    unsigned char magic[CKPT_MAGIC_LEN];
+    if (fstat(fileno(f), &st) != 0) {
+        cnt_err_set("cannot stat checkpoint '%s': %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        cnt_err_set("checkpoint '%s' is a directory", path);
+    } else {
+        uint64_t size = (uint64_t)st.st_size;
+        size_t have = size < CKPT_MAGIC_LEN ? (size_t)size : CKPT_MAGIC_LEN;
+        if (get(f, path, magic, have) != CNT_OK) {
+            /* message set */
+        } else if (memcmp(magic, CKPT_MAGIC, have) != 0 || have < CKPT_MAGIC_LEN) {
+            cnt_err_set("'%s' is not a cnntrain checkpoint (wrong magic number)", path);
+        } else if (size < CKPT_FIXED_BYTES) {
+            cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
+                        (unsigned long long)size, (unsigned long long)CKPT_FIXED_BYTES);
+        } else {
+            rc = read_header(f, path, meta);
+        }
+    }
     fclose(f);
     return rc;
 }

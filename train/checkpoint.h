@@ -6,17 +6,23 @@
  * ckpt_read() (validates everything before touching the caller's arrays) and
  * ckpt_find_latest() (for resuming).
  *
- * File layout, version 1. Integers and floats are in the host's byte order,
+ * File layout, version 2 (version 1 lacked the model block; such files are
+ * rejected with a message saying so). Integers and floats are in the host's byte order,
  * which must be little-endian (checked at compile time); the file is not meant
  * to move between machines of different endianness.
  *
  *   char     magic[8]          "CNTCKPT\0"
- *   u32      version           1
+ *   u32      version           2
  *   i32      epoch             ckpt_meta, field by field, no padding
  *   i64      step
  *   u64      dropout_seed
  *   u64      config_hash
  *   char     model_name[64]    NUL-padded
+ *   i32      in_c, in_h, in_w  model block: what zoo_build needs to rebuild the
+ *   i32      classes           exact net from the file alone (trainer --export)
+ *   i32      aux_logits        0 or 1: the net has inception's auxiliary head
+ *   i32      zero_init_residual  0 or 1 (zoo_options; affects only initialisation)
+ *   f32      dropout           zoo_options.dropout (< 0: the model's default)
  *   u32      n_param_tensors   model signature: net->param_info in order ...
  *   u32      n_buffer_tensors  ... then net->buffer_info in order
  *   { char name[128]; u64 offset; u64 count; } x (n_param_tensors + n_buffer_tensors)
@@ -36,7 +42,7 @@
 
 #include "model/net.h"
 
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 #define CKPT_MAX_EPOCH 999999 /* six digits in the file name */
 
 typedef struct ckpt_meta {
@@ -45,6 +51,14 @@ typedef struct ckpt_meta {
     uint64_t dropout_seed; /* net->dropout_seed */
     uint64_t config_hash;  /* hash of the effective config (informational) */
     char model_name[64];   /* NUL-terminated */
+    /* The model block. ckpt_write takes the shape, classes and aux_logits from
+     * the net it is given (these meta fields are ignored there) and
+     * zero_init_residual and dropout from meta; ckpt_read fills them all. */
+    int in_c, in_h, in_w;  /* input shape per image */
+    int classes;
+    int aux_logits;        /* the net has an auxiliary classifier (inception_v3) */
+    int zero_init_residual;
+    float dropout;         /* zoo_options.dropout */
 } ckpt_meta;
 
 /* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits) holding meta, the
@@ -72,12 +86,20 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
  * the caller's arrays is written, so on error they are unchanged.
  * Errors: CNT_ERR with a message naming path: cannot open; truncated (too
  * short for what its header describes); "not a cnntrain checkpoint" (magic);
- * unsupported version; "corrupt" (checksum mismatch, bad momentum flag, bytes
- * after the end); model mismatch (the first parameter or buffer tensor whose
+ * unsupported version (version 1: "has no model block"); "corrupt" (checksum
+ * mismatch, bad momentum flag, bytes after the end, implausible model block); model mismatch (the first parameter or buffer tensor whose
  * name, size or offset differs, or the differing tensor counts, and the
  * checkpoint's model_name). */
 int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
               ckpt_meta *meta);
+
+/* Reads only the header of the checkpoint at path (magic, version, meta with
+ * the model block) into *meta, enough to rebuild the net with zoo_build; the
+ * rest of the file is validated by ckpt_read.
+ * Errors: CNT_ERR naming path: cannot open; "not a cnntrain checkpoint";
+ * truncated header; a version-1 file ("version 1 ... has no model block") or
+ * another unsupported version; an implausible model block (corrupt). */
+int ckpt_read_meta(const char *path, ckpt_meta *meta);
 
 /* Finds the checkpoint with the highest epoch in dir: the regular file whose
  * name is exactly ckpt-NNNNNN.cnt (six digits) with the largest NNNNNN; its

@@ -4,6 +4,8 @@
  *   trainer CONFIG.ini [section.key=value ...]     train
  *   trainer --summary CONFIG.ini [overrides ...]   layers, shapes, parameters, FLOPs of the configured model
  *   trainer --summary MODEL                        the same for a zoo model at ImageNet shape
+ *   trainer --bench-data CONFIG.ini [overrides ...] data loader images/sec for 1, 2, 4, ... workers
+ *   trainer --export CHECKPOINT OUT.safetensors    the checkpoint's weights for PyTorch (torchvision names)
  *   trainer --help | --version | --config-reference
  *
  * Exit codes: 0 success, 1 run-time failure (missing data, diverged), 2 usage
@@ -16,6 +18,7 @@
 #include "train/bench.h"
 #include "train/config.h"
 #include "train/trainer.h"
+#include "train/weights.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +34,8 @@ static void usage(FILE *out) {
             "       trainer --summary CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
             "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]]   (training speed on random data)\n"
+            "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
+            "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
             "       trainer --help | --version | --config-reference\n");
 }
 
@@ -137,6 +142,32 @@ int main(int argc, char **argv) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 1;
         }
+        return 0;
+    }
+    if (strcmp(cmd, "--bench-data") == 0) {
+        if (argc < 3) {
+            usage(stderr);
+            return 2;
+        }
+        config cfg;
+        load_config(&cfg, argv[2], argc, argv, 3);
+        if (bench_data(&cfg, 3.0, stdout) != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            return 1;
+        }
+        return 0;
+    }
+    if (strcmp(cmd, "--export") == 0) {
+        if (argc != 4) {
+            usage(stderr);
+            return 2;
+        }
+        int n_tensors = 0;
+        if (weights_export(argv[2], argv[3], &n_tensors) != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            return 1;
+        }
+        printf("exported %d tensors from %s to %s\n", n_tensors, argv[2], argv[3]);
         return 0;
     }
     if (cmd[0] == '-') {

@@ -1,0 +1,805 @@
+/*
+ * train/safetensors.c - writing and reading safetensors weight files.
+ *
+ * The format and the contract are in safetensors.h. Writing builds the JSON
+ * header in memory (tensor entries in torchvision's state_dict order; the data
+ * of the 8-byte num_batches_tracked scalars first, so every tensor stays
+ * aligned to its element size), pads it with spaces to a multiple of 8 as the
+ * reference implementation does, and streams header and data to a temporary
+ * file that is renamed into place. Reading parses the header with a small,
+ * strict parser, checks the data layout (sizes, no overlap, no gap, within the
+ * file), matches the net's tensors by name, and only then copies (and
+ * converts) their data.
+ */
+#include "train/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/check.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian and is copied as is: the host must be little-endian"
+#endif
+
+#define ST_PATH_MAX 4096
+#define ST_MAX_DIMS 16
+#define ST_CHUNK ((size_t)1 << 20)
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef struct st_dtype {
+    const char *name;
+    int bytes;
+} st_dtype;
+
+/* The reference implementation's byte-sized dtypes. */
+static const st_dtype st_dtypes[] = {
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+    {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},     {"U32", 4},
+    {"F32", 4},  {"F64", 8}, {"I64", 8}, {"U64", 8},     {"C64", 8},
+};
+#define ST_N_DTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
+
+static int dtype_index(const char *name) {
+    for (int i = 0; i < ST_N_DTYPES; i++)
+        if (strcmp(st_dtypes[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+/* Writes s as a JSON string (names are ASCII in practice; anything below 0x20 is escaped). */
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void json_entry(FILE *f, int *first, const char *name, const char *dtype, int ndim, const int *shape,
+                       uint64_t begin, uint64_t end) {
+    fputs(*first ? "" : ",", f);
+    *first = 0;
+    json_string(f, name);
+    fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", dtype);
+    for (int d = 0; d < ndim; d++) fprintf(f, "%s%d", d ? "," : "", shape[d]);
+    fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)end);
+}
+
+static int is_bn(const node *nd) { return strcmp(nd->ops->kind, "bn") == 0; }
+
+/* The header text (unpadded). Caller frees. */
+static char *build_header(const net *nt, const char *const *metadata, size_t *len) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    CHECK_ERRNO(f != NULL, "open_memstream");
+    fputc('{', f);
+    int first = 1;
+    if (metadata && metadata[0]) {
+        fputs("\"__metadata__\":{", f);
+        for (int i = 0; metadata[i] && metadata[i + 1]; i += 2) {
+            if (i) fputc(',', f);
+            json_string(f, metadata[i]);
+            fputc(':', f);
+            json_string(f, metadata[i + 1]);
+        }
+        fputc('}', f);
+        first = 0;
+    }
+    /* Data: the I64 scalars first (8-byte aligned), then the float tensors in entry order. */
+    uint64_t n_bn = 0;
+    for (int n = 0; n < nt->n_nodes; n++) n_bn += is_bn(&nt->nodes[n]);
+    uint64_t i64_at = 0, f32_at = 8 * n_bn;
+    for (int n = 0; n < nt->n_nodes; n++) {
+        const node *nd = &nt->nodes[n];
+        for (int k = 0; k < nd->n_params; k++) {
+            const param_info *pi = &nt->param_info[nd->first_param + k];
+            json_entry(f, &first, pi->name, "F32", pi->ndim, pi->shape, f32_at, f32_at + 4 * pi->count);
+            f32_at += 4 * pi->count;
+        }
+        for (int k = 0; k < nd->n_buffers; k++) {
+            const buffer_info *bi = &nt->buffer_info[nd->first_buffer + k];
+            json_entry(f, &first, bi->name, "F32", bi->ndim, bi->shape, f32_at, f32_at + 4 * bi->count);
+            f32_at += 4 * bi->count;
+        }
+        if (is_bn(nd)) {
+            char name[NET_NAME_LEN + 32];
+            snprintf(name, sizeof name, "%s.num_batches_tracked", nd->name);
+            json_entry(f, &first, name, "I64", 0, NULL, i64_at, i64_at + 8);
+            i64_at += 8;
+        }
+    }
+    fputc('}', f);
+    CHECK_ERRNO(fclose(f) == 0, "building the safetensors header");
+    return text;
+}
+
+typedef struct st_writer {
+    FILE *f;
+    const char *path; /* for messages */
+    int failed;       /* the first failure already set the message */
+} st_writer;
+
+static void put(st_writer *w, const void *data, size_t bytes) {
+    if (w->failed || bytes == 0) return;
+    if (fwrite(data, 1, bytes, w->f) != bytes) {
+        cnt_err_set("cannot write safetensors file '%s': %s", w->path, strerror(errno));
+        w->failed = 1;
+    }
+}
+
+int safetensors_write(const char *path, const net *nt, const float *params, const float *buffers,
+                      int64_t num_batches_tracked, const char *const *metadata) {
+    /* dir/.name.tmp beside the final file, so the rename stays within one file system. */
+    char dir[ST_PATH_MAX], tmp[ST_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base) return cnt_err_set("cannot write safetensors file '%s': the path names a directory", path);
+    if (slash) {
+        if ((size_t)(slash - path) >= sizeof dir) return cnt_err_set("safetensors path too long: '%s'", path);
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
+    if (snprintf(tmp, sizeof tmp, "%.*s.%s.tmp", (int)(base - path), path, base) >= (int)sizeof tmp)
+        return cnt_err_set("safetensors path too long: '%s'", path);
+
+    size_t len;
+    char *header = build_header(nt, metadata, &len);
+    size_t padded = (len + 7) / 8 * 8; /* 8 + padded is a multiple of 8: the data starts aligned */
+    st_writer w = {.f = fopen(tmp, "wb"), .path = tmp, .failed = 0};
+    if (!w.f) {
+        free(header);
+        return cnt_err_set("cannot create safetensors file '%s' (for '%s'): %s", tmp, path, strerror(errno));
+    }
+    uint64_t n = padded;
+    put(&w, &n, sizeof n);
+    put(&w, header, len);
+    for (size_t i = len; i < padded; i++) put(&w, " ", 1);
+    free(header);
+    for (int k = 0; k < nt->n_nodes; k++) {
+        if (!is_bn(&nt->nodes[k])) continue;
+        int64_t v = num_batches_tracked;
+        put(&w, &v, sizeof v);
+    }
+    for (int k = 0; k < nt->n_nodes; k++) {
+        const node *nd = &nt->nodes[k];
+        for (int j = 0; j < nd->n_params; j++) {
+            const param_info *pi = &nt->param_info[nd->first_param + j];
+            put(&w, params + pi->offset, pi->count * sizeof(float));
+        }
+        for (int j = 0; j < nd->n_buffers; j++) {
+            const buffer_info *bi = &nt->buffer_info[nd->first_buffer + j];
+            put(&w, buffers + bi->offset, bi->count * sizeof(float));
+        }
+    }
+    if (!w.failed && fflush(w.f) != 0) {
+        cnt_err_set("cannot write safetensors file '%s': %s", tmp, strerror(errno));
+        w.failed = 1;
+    }
+    /* Why: the data must be on disk before the rename makes it the file. */
+    if (!w.failed && fsync(fileno(w.f)) != 0) {
+        cnt_err_set("cannot fsync safetensors file '%s': %s", tmp, strerror(errno));
+        w.failed = 1;
+    }
+    if (fclose(w.f) != 0 && !w.failed) {
+        cnt_err_set("cannot close safetensors file '%s': %s", tmp, strerror(errno));
+        w.failed = 1;
+    }
+    if (!w.failed && rename(tmp, path) != 0) {
+        cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        w.failed = 1;
+    }
+    if (w.failed) {
+        unlink(tmp);
+        return CNT_ERR;
+    }
+    /* Why: the rename is only durable once the directory entry is on disk. */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int saved = errno;
+        if (fd >= 0) close(fd);
+        return cnt_err_set("wrote '%s' but cannot fsync its directory '%s': %s", path, dir, strerror(saved));
+    }
+    close(fd);
+    return CNT_OK;
+}
+
+/* ---------------------------------------------------------------- the header parser */
+
+typedef struct st_entry {
+    char *name;
+    int dtype;               /* index in st_dtypes */
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end;     /* data_offsets */
+    int used;                /* matched to a tensor of the net */
+} st_entry;
+
+typedef struct st_parser {
+    const char *p, *end;
+    const char *path;        /* for messages */
+    const char *start;       /* of the header, for positions */
+    st_entry *entries;
+    int n, cap;
+    int has_metadata;
+} st_parser;
+
+static int bad(st_parser *ps, const char *what) {
+    return cnt_err_set("safetensors file '%s' has a bad header: %s at byte %ld of the JSON header", ps->path, what,
+                       (long)(ps->p - ps->start));
+}
+
+static void skip_ws(st_parser *ps) {
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
+}
+
+static int expect(st_parser *ps, char c) {
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != c) {
+        char what[32];
+        snprintf(what, sizeof what, "expected '%c'", c);
+        return bad(ps, what);
+    }
+    ps->p++;
+    return CNT_OK;
+}
+
+/* 1 (and consumes it) if the next non-space character is c. */
+static int accept(st_parser *ps, char c) {
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == c) {
+        ps->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int hex4(st_parser *ps, unsigned *out) {
+    if (ps->end - ps->p < 4) return bad(ps, "short \\u escape");
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = ps->p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return bad(ps, "bad \\u escape");
+        v = v * 16 + (unsigned)d;
+    }
+    ps->p += 4;
+    *out = v;
+    return CNT_OK;
+}
+
+/* A JSON string, decoded to UTF-8 in a new allocation (*out, caller frees). */
+static int parse_string(st_parser *ps, char **out) {
+    if (expect(ps, '"') != CNT_OK) return CNT_ERR;
+    const char *q = ps->p;
+    while (q < ps->end && *q != '"') q += *q == '\\' ? 2 : 1; /* bound for the decoded length */
+    if (q >= ps->end) return bad(ps, "unterminated string");
+    char *s = cnt_malloc((size_t)(q - ps->p) + 1), *o = s;
+    while (*ps->p != '"') {
+        unsigned char c = (unsigned char)*ps->p++;
+        if (c < 0x20) {
+            free(s);
+            ps->p--;
+            return bad(ps, "control character in a string");
+        }
+        if (c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        c = (unsigned char)*ps->p++;
+        unsigned u;
+        switch (c) {
+        case '"': case '\\': case '/': *o++ = (char)c; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u':
+            if (hex4(ps, &u) != CNT_OK) {
+                free(s);
+                return CNT_ERR;
+            }
+            if (u >= 0xd800 && u < 0xdc00) { /* a surrogate pair: the low half must follow */
+                unsigned lo;
+                if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u') {
+                    free(s);
+                    return bad(ps, "unpaired surrogate in a \\u escape");
+                }
+                ps->p += 2;
+                if (hex4(ps, &lo) != CNT_OK) {
+                    free(s);
+                    return CNT_ERR;
+                }
+                if (lo < 0xdc00 || lo > 0xdfff) {
+                    free(s);
+                    return bad(ps, "unpaired surrogate in a \\u escape");
+                }
+                u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+            } else if (u >= 0xdc00 && u < 0xe000) {
+                free(s);
+                return bad(ps, "unpaired surrogate in a \\u escape");
+            }
+            if (u < 0x80) {
+                *o++ = (char)u;
+            } else if (u < 0x800) {
+                *o++ = (char)(0xc0 | (u >> 6));
+                *o++ = (char)(0x80 | (u & 0x3f));
+            } else if (u < 0x10000) {
+                *o++ = (char)(0xe0 | (u >> 12));
+                *o++ = (char)(0x80 | ((u >> 6) & 0x3f));
+                *o++ = (char)(0x80 | (u & 0x3f));
+            } else {
+                *o++ = (char)(0xf0 | (u >> 18));
+                *o++ = (char)(0x80 | ((u >> 12) & 0x3f));
+                *o++ = (char)(0x80 | ((u >> 6) & 0x3f));
+                *o++ = (char)(0x80 | (u & 0x3f));
+            }
+            break;
+        default:
+            free(s);
+            ps->p--;
+            return bad(ps, "bad escape in a string");
+        }
+    }
+    ps->p++; /* the closing quote */
+    *o = '\0';
+    *out = s;
+    return CNT_OK;
+}
+
+/* A non-negative integer without sign, fraction or exponent. */
+static int parse_uint(st_parser *ps, uint64_t *out) {
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9') return bad(ps, "expected a non-negative integer");
+    if (*ps->p == '0' && ps->p + 1 < ps->end && ps->p[1] >= '0' && ps->p[1] <= '9')
+        return bad(ps, "number with a leading zero");
+    uint64_t v = 0;
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
+        unsigned d = (unsigned)(*ps->p - '0');
+        if (v > (UINT64_MAX - d) / 10) return bad(ps, "integer too large");
+        v = v * 10 + d;
+        ps->p++;
+    }
+    if (ps->p < ps->end && (*ps->p == '.' || *ps->p == 'e' || *ps->p == 'E'))
+        return bad(ps, "expected an integer, found a fraction or exponent");
+    *out = v;
+    return CNT_OK;
+}
+
+/* [n, n, ...] into vals (at most max); *count receives how many. */
+static int parse_uint_array(st_parser *ps, uint64_t *vals, int max, int *count, const char *tensor) {
+    if (expect(ps, '[') != CNT_OK) return CNT_ERR;
+    int n = 0;
+    if (!accept(ps, ']')) {
+        do {
+            if (n == max) {
+                char what[NET_NAME_LEN + 96];
+                snprintf(what, sizeof what, "tensor '%.*s' has more than %d dimensions", NET_NAME_LEN, tensor, max);
+                return bad(ps, what);
+            }
+            if (parse_uint(ps, &vals[n++]) != CNT_OK) return CNT_ERR;
+        } while (accept(ps, ','));
+        if (expect(ps, ']') != CNT_OK) return CNT_ERR;
+    }
+    *count = n;
+    return CNT_OK;
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} for tensor e->name. */
+static int parse_tensor(st_parser *ps, st_entry *e) {
+    if (expect(ps, '{') != CNT_OK) return CNT_ERR;
+    int have_dtype = 0, have_shape = 0, have_offsets = 0;
+    char what[NET_NAME_LEN + 128];
+    if (!accept(ps, '}')) {
+        do {
+            char *key;
+            if (parse_string(ps, &key) != CNT_OK) return CNT_ERR;
+            if (expect(ps, ':') != CNT_OK) {
+                free(key);
+                return CNT_ERR;
+            }
+            int rc = CNT_OK;
+            if (strcmp(key, "dtype") == 0 && !have_dtype) {
+                char *dt;
+                have_dtype = 1;
+                rc = parse_string(ps, &dt);
+                if (rc == CNT_OK) {
+                    e->dtype = dtype_index(dt);
+                    if (e->dtype < 0) {
+                        snprintf(what, sizeof what, "tensor '%.*s' has unknown dtype '%.16s'", NET_NAME_LEN, e->name,
+                                 dt);
+                        rc = bad(ps, what);
+                    }
+                    free(dt);
+                }
+            } else if (strcmp(key, "shape") == 0 && !have_shape) {
+                have_shape = 1;
+                rc = parse_uint_array(ps, e->shape, ST_MAX_DIMS, &e->ndim, e->name);
+            } else if (strcmp(key, "data_offsets") == 0 && !have_offsets) {
+                uint64_t off[3] = {0, 0, 0};
+                int n = 0;
+                have_offsets = 1;
+                rc = parse_uint_array(ps, off, 3, &n, e->name);
+                if (rc == CNT_OK && n != 2) {
+                    snprintf(what, sizeof what, "tensor '%.*s': data_offsets must hold 2 numbers", NET_NAME_LEN,
+                             e->name);
+                    rc = bad(ps, what);
+                }
+                e->begin = off[0];
+                e->end = off[1];
+            } else {
+                snprintf(what, sizeof what, "tensor '%.*s': unexpected or repeated key '%.32s'", NET_NAME_LEN,
+                         e->name, key);
+                rc = bad(ps, what);
+            }
+            free(key);
+            if (rc != CNT_OK) return CNT_ERR;
+        } while (accept(ps, ','));
+        if (expect(ps, '}') != CNT_OK) return CNT_ERR;
+    }
+    if (!have_dtype || !have_shape || !have_offsets) {
+        snprintf(what, sizeof what, "tensor '%.*s' lacks %s", NET_NAME_LEN, e->name,
+                 !have_dtype ? "\"dtype\"" : !have_shape ? "\"shape\"" : "\"data_offsets\"");
+        return bad(ps, what);
+    }
+    return CNT_OK;
+}
+
+/* "__metadata__": {str: str, ...}; the values are not used. */
+static int parse_metadata(st_parser *ps) {
+    if (expect(ps, '{') != CNT_OK) return CNT_ERR;
+    if (accept(ps, '}')) return CNT_OK;
+    do {
+        char *k, *v;
+        if (parse_string(ps, &k) != CNT_OK) return CNT_ERR;
+        free(k);
+        if (expect(ps, ':') != CNT_OK) return CNT_ERR;
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p != '"') return bad(ps, "__metadata__ values must be strings");
+        if (parse_string(ps, &v) != CNT_OK) return CNT_ERR;
+        free(v);
+    } while (accept(ps, ','));
+    return expect(ps, '}');
+}
+
+static int find_entry(const st_parser *ps, const char *name) {
+    for (int i = 0; i < ps->n; i++)
+        if (strcmp(ps->entries[i].name, name) == 0) return i;
+    return -1;
+}
+
+static int parse_header(st_parser *ps) {
+    if (expect(ps, '{') != CNT_OK) return CNT_ERR;
+    if (!accept(ps, '}')) {
+        do {
+            char *name;
+            if (parse_string(ps, &name) != CNT_OK) return CNT_ERR;
+            if (expect(ps, ':') != CNT_OK) {
+                free(name);
+                return CNT_ERR;
+            }
+            if (strcmp(name, "__metadata__") == 0) {
+                free(name);
+                if (ps->has_metadata) return bad(ps, "repeated \"__metadata__\"");
+                ps->has_metadata = 1;
+                if (parse_metadata(ps) != CNT_OK) return CNT_ERR;
+                continue;
+            }
+            if (find_entry(ps, name) >= 0) {
+                char what[NET_NAME_LEN + 64];
+                snprintf(what, sizeof what, "tensor '%.*s' appears twice", NET_NAME_LEN, name);
+                free(name);
+                return bad(ps, what);
+            }
+            if (ps->n == ps->cap) {
+                ps->cap = ps->cap ? 2 * ps->cap : 256;
+                st_entry *grown = realloc(ps->entries, (size_t)ps->cap * sizeof *grown);
+                CHECK_ERRNO(grown != NULL, "growing the safetensors entry list");
+                ps->entries = grown;
+            }
+            st_entry *e = &ps->entries[ps->n++];
+            memset(e, 0, sizeof *e);
+            e->name = name;
+            if (parse_tensor(ps, e) != CNT_OK) return CNT_ERR;
+        } while (accept(ps, ','));
+        if (expect(ps, '}') != CNT_OK) return CNT_ERR;
+    }
+    skip_ws(ps); /* the padding */
+    if (ps->p != ps->end) return bad(ps, "unexpected text after the JSON object");
+    return CNT_OK;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+static int cmp_begin(const void *a, const void *b) {
+    const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
+    if (x->begin != y->begin) return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+static void fmt_shape(char *buf, size_t len, int ndim, const uint64_t *u, const int *s) {
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%llu", d ? ", " : "",
+                               u ? (unsigned long long)u[d] : (unsigned long long)s[d]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+}
+
+/* Appends name to a comma-separated list of fixed size, ending it with "..." when full. */
+static void list_add(char *list, size_t len, const char *name) {
+    size_t at = strlen(list);
+    if (at >= 3 && strcmp(list + at - 3, "...") == 0) return;
+    size_t need = strlen(name) + (at ? 2 : 0);
+    if (at + need + 4 >= len) {
+        snprintf(list + at, len - at, "%s...", at ? ", " : "");
+        return;
+    }
+    snprintf(list + at, len - at, "%s%s", at ? ", " : "", name);
+}
+
+/* Sizes and layout of the data section (data_len bytes): every entry's byte
+ * size matches dtype x shape; sorted by offset the entries are back to back
+ * from 0, without overlap or gap, and end exactly at data_len. */
+static int check_layout(const char *path, st_entry *entries, int n, uint64_t data_len) {
+    for (int i = 0; i < n; i++) {
+        const st_entry *e = &entries[i];
+        uint64_t numel = 1;
+        int overflow = 0;
+        for (int d = 0; d < e->ndim; d++) {
+            if (e->shape[d] && numel > UINT64_MAX / 8 / e->shape[d]) overflow = 1;
+            else numel *= e->shape[d];
+        }
+        uint64_t bytes = numel * (uint64_t)st_dtypes[e->dtype].bytes;
+        if (e->end < e->begin)
+            return cnt_err_set("safetensors file '%s': tensor '%s' has data_offsets [%llu, %llu] that are out of "
+                               "range (end before begin)",
+                               path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+        if (overflow || bytes != e->end - e->begin) {
+            char sh[160];
+            fmt_shape(sh, sizeof sh, e->ndim, e->shape, NULL);
+            char need[32];
+            if (overflow) snprintf(need, sizeof need, "too many");
+            else snprintf(need, sizeof need, "%llu", (unsigned long long)bytes);
+            return cnt_err_set("safetensors file '%s' has a bad header: tensor '%s' (%s %s) needs %s bytes but its "
+                               "data_offsets [%llu, %llu] hold %llu",
+                               path, e->name, st_dtypes[e->dtype].name, sh, need,
+                               (unsigned long long)e->begin, (unsigned long long)e->end,
+                               (unsigned long long)(e->end - e->begin));
+        }
+    }
+    st_entry **order = cnt_malloc((size_t)(n ? n : 1) * sizeof *order);
+    for (int i = 0; i < n; i++) order[i] = &entries[i];
+    qsort(order, (size_t)n, sizeof *order, cmp_begin);
+    uint64_t at = 0;
+    int rc = CNT_OK;
+    for (int i = 0; i < n && rc == CNT_OK; i++) {
+        const st_entry *e = order[i];
+        if (e->begin < at)
+            rc = cnt_err_set("safetensors file '%s': data_offsets overlap: tensor '%s' [%llu, %llu] and tensor '%s' "
+                             "[%llu, %llu]",
+                             path, order[i - 1]->name, (unsigned long long)order[i - 1]->begin,
+                             (unsigned long long)order[i - 1]->end, e->name, (unsigned long long)e->begin,
+                             (unsigned long long)e->end);
+        else if (e->begin > at)
+            rc = cnt_err_set("safetensors file '%s': tensor '%s' has data_offsets [%llu, %llu] out of range: the "
+                             "tensors before it end at byte %llu and the format leaves no gaps (data section: %llu "
+                             "bytes)",
+                             path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                             (unsigned long long)at, (unsigned long long)data_len);
+        else if (e->end > data_len)
+            rc = cnt_err_set("safetensors file '%s' is truncated: tensor '%s' needs data bytes [%llu, %llu), the file "
+                             "holds %llu bytes of data",
+                             path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                             (unsigned long long)data_len);
+        at = e->end;
+    }
+    if (rc == CNT_OK && at != data_len)
+        rc = cnt_err_set("safetensors file '%s': its tensors' data_offsets end at byte %llu but the data section has "
+                         "%llu bytes (out of range offsets or trailing bytes)",
+                         path, (unsigned long long)at, (unsigned long long)data_len);
+    free(order);
+    return rc;
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    float f;
+    if (exp == 0) {
+        f = (float)mant * 0x1p-24f; /* zero or subnormal: exact in float */
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13); /* inf, NaN */
+    } else {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Reads entry e (F32, F16 or BF16) at data offset base + e->begin into dst as floats. */
+static int read_tensor(FILE *f, const char *path, uint64_t base, const st_entry *e, float *dst) {
+    if (fseeko(f, (off_t)(base + e->begin), SEEK_SET) != 0)
+        return cnt_err_set("cannot seek in safetensors file '%s': %s", path, strerror(errno));
+    const char *dt = st_dtypes[e->dtype].name;
+    uint64_t bytes = e->end - e->begin;
+    if (strcmp(dt, "F32") == 0) {
+        if (bytes && fread(dst, 1, (size_t)bytes, f) != bytes) goto fail;
+        return CNT_OK;
+    }
+    int bf16 = strcmp(dt, "BF16") == 0;
+    uint16_t *buf = cnt_malloc(ST_CHUNK);
+    uint64_t n = bytes / 2, done = 0;
+    while (done < n) {
+        size_t m = n - done < ST_CHUNK / 2 ? (size_t)(n - done) : ST_CHUNK / 2;
+        if (fread(buf, 2, m, f) != m) {
+            free(buf);
+            goto fail;
+        }
+        for (size_t i = 0; i < m; i++) {
+            if (bf16) {
+                uint32_t bits = (uint32_t)buf[i] << 16;
+                memcpy(&dst[done + i], &bits, sizeof bits);
+            } else {
+                dst[done + i] = f16_to_f32(buf[i]);
+            }
+        }
+        done += m;
+    }
+    free(buf);
+    return CNT_OK;
+fail:
+    if (ferror(f)) return cnt_err_set("cannot read safetensors file '%s' (tensor '%s'): %s", path, e->name, strerror(errno));
+    return cnt_err_set("safetensors file '%s' is truncated inside tensor '%s'", path, e->name);
+}
+
+/* One of the net's tensors to load. */
+typedef struct st_target {
+    const char *name;
+    int ndim;
+    const int *shape;
+    float *dst;
+    int node;
+    int entry;  /* index in the parser's entries */
+    int keep;   /* classifier with another class count: leave dst alone */
+} st_target;
+
+static int shape_equal(const st_entry *e, const st_target *t, int from) {
+    if (e->ndim != t->ndim) return 0;
+    for (int d = from; d < t->ndim; d++)
+        if (e->shape[d] != (uint64_t)t->shape[d]) return 0;
+    return 1;
+}
+
+/* Everything after the file is open: see safetensors_load. */
+static int load_open(FILE *f, const char *path, const net *nt, float *params, float *buffers,
+                     safetensors_report *rep) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) return cnt_err_set("cannot stat safetensors file '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return cnt_err_set("safetensors file '%s' is a directory", path);
+    uint64_t size = (uint64_t)st.st_size;
+    uint64_t hlen;
+    if (size < 8 || fread(&hlen, 1, 8, f) != 8)
+        return cnt_err_set("safetensors file '%s' is truncated: %llu bytes, too short for the header length", path,
+                           (unsigned long long)size);
+    if (hlen > SAFETENSORS_MAX_HEADER)
+        return cnt_err_set("safetensors file '%s' has a bad header: its length field says %llu bytes (at most %llu "
+                           "allowed; is this a safetensors file?)",
+                           path, (unsigned long long)hlen, (unsigned long long)SAFETENSORS_MAX_HEADER);
+    if (hlen > size - 8)
+        return cnt_err_set("safetensors file '%s' is truncated: the header needs %llu bytes, the file has %llu after "
+                           "the length field",
+                           path, (unsigned long long)hlen, (unsigned long long)(size - 8));
+    char *text = cnt_malloc((size_t)hlen + 1);
+    if (hlen && fread(text, 1, (size_t)hlen, f) != hlen) {
+        free(text);
+        return cnt_err_set("cannot read the header of safetensors file '%s': %s", path, strerror(errno));
+    }
+    text[hlen] = '\0';
+    st_parser ps = {.p = text, .end = text + hlen, .start = text, .path = path};
+    int rc = CNT_ERR;
+    st_target *tg = NULL;
+    int n_tg = nt->n_param_tensors + nt->n_buffer_tensors;
+    if (parse_header(&ps) != CNT_OK || check_layout(path, ps.entries, ps.n, size - 8 - hlen) != CNT_OK) goto out;
+
+    /* Match the net's tensors. */
+    tg = cnt_calloc((size_t)(n_tg ? n_tg : 1), sizeof *tg);
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        const param_info *pi = &nt->param_info[i];
+        tg[i] = (st_target){pi->name, pi->ndim, pi->shape, params + pi->offset, pi->node, -1, 0};
+    }
+    for (int i = 0; i < nt->n_buffer_tensors; i++) {
+        const buffer_info *bi = &nt->buffer_info[i];
+        tg[nt->n_param_tensors + i] = (st_target){bi->name, bi->ndim, bi->shape, buffers + bi->offset, bi->node, -1, 0};
+    }
+    int missing = 0, first_missing = -1;
+    for (int i = 0; i < n_tg; i++) {
+        tg[i].entry = find_entry(&ps, tg[i].name);
+        if (tg[i].entry < 0 && missing++ == 0) first_missing = i;
+    }
+    if (missing) {
+        cnt_err_set("safetensors file '%s' has no tensor '%s', which this model needs (%d of its %d tensors are "
+                    "missing; the file has %d)",
+                    path, tg[first_missing].name, missing, n_tg, ps.n);
+        goto out;
+    }
+    for (int i = 0; i < n_tg; i++) {
+        st_target *t = &tg[i];
+        const st_entry *e = &ps.entries[t->entry];
+        const char *dt = st_dtypes[e->dtype].name;
+        if (strcmp(dt, "F32") != 0 && strcmp(dt, "F16") != 0 && strcmp(dt, "BF16") != 0) {
+            cnt_err_set("safetensors file '%s': tensor '%s' has dtype %s; only F32, F16 and BF16 can be loaded", path,
+                        t->name, dt);
+            goto out;
+        }
+        if (shape_equal(e, t, 0)) continue;
+        /* Fine-tuning: the classifier for another class count keeps the net's values. */
+        int classifier = t->node == nt->output || (nt->aux_output >= 0 && t->node == nt->aux_output);
+        if (classifier && shape_equal(e, t, 1)) {
+            for (int j = 0; j < n_tg; j++)
+                if (tg[j].node == t->node) tg[j].keep = 1;
+            continue;
+        }
+        char fs[160], ns[160];
+        fmt_shape(fs, sizeof fs, e->ndim, e->shape, NULL);
+        fmt_shape(ns, sizeof ns, t->ndim, NULL, t->shape);
+        cnt_err_set("safetensors file '%s': tensor '%s' has shape %s, this model needs %s", path, t->name, fs, ns);
+        goto out;
+    }
+
+    /* Valid: now the caller's arrays may be written. */
+    safetensors_report r;
+    memset(&r, 0, sizeof r);
+    uint64_t base = 8 + hlen;
+    for (int i = 0; i < n_tg; i++) {
+        st_target *t = &tg[i];
+        st_entry *e = &ps.entries[t->entry];
+        e->used = 1;
+        if (t->keep) {
+            char fs[96], ns[96], item[NET_NAME_LEN + 256];
+            fmt_shape(fs, sizeof fs, e->ndim, e->shape, NULL);
+            fmt_shape(ns, sizeof ns, t->ndim, NULL, t->shape);
+            snprintf(item, sizeof item, "%s %s (here %s)", t->name, fs, ns);
+            list_add(r.kept, sizeof r.kept, item);
+            r.n_kept++;
+            continue;
+        }
+        if (read_tensor(f, path, base, e, t->dst) != CNT_OK) goto out;
+        r.n_loaded++;
+    }
+    for (int i = 0; i < ps.n; i++) {
+        if (ps.entries[i].used) continue;
+        r.n_ignored++;
+        const char *nm = ps.entries[i].name, *suffix = ".num_batches_tracked";
+        size_t ln = strlen(nm), ls = strlen(suffix);
+        if (ln >= ls && strcmp(nm + ln - ls, suffix) == 0) r.n_ignored_nbt++;
+        else list_add(r.ignored, sizeof r.ignored, nm);
+    }
+    if (rep) *rep = r;
+    rc = CNT_OK;
+out:
+    for (int i = 0; i < ps.n; i++) free(ps.entries[i].name);
+    free(ps.entries);
+    free(tg);
+    free(text);
+    return rc;
+}
+
+int safetensors_load(const char *path, const net *nt, float *params, float *buffers, safetensors_report *rep) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return cnt_err_set("cannot open safetensors file '%s': %s", path, strerror(errno));
+    int rc = load_open(f, path, nt, params, buffers, rep);
+    fclose(f);
+    return rc;
+}

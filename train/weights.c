@@ -1,0 +1,83 @@
+/*
+ * train/weights.c - `trainer --export` and `model.init_from`: the glue between
+ * checkpoints, the model zoo and the safetensors format.
+ */
+#include "train/weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "model/backend.h"
+#include "model/zoo.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+
+int weights_export(const char *ckpt_path, const char *out_path, int *n_tensors) {
+    ckpt_meta m;
+    if (ckpt_read_meta(ckpt_path, &m) != CNT_OK) return CNT_ERR;
+    net *nt = net_create(backend_cpu(), m.in_c, m.in_h, m.in_w, m.classes);
+    zoo_options zo = {.zero_init_residual = m.zero_init_residual, .aux_logits = m.aux_logits, .dropout = m.dropout};
+    int out = -1, aux = -1;
+    /* Batch 1: only the parameters are needed, activations stay small. */
+    if (zoo_build(nt, m.model_name, &zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, 1) != CNT_OK) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+        net_free(nt);
+        return cnt_err_set("checkpoint '%s': cannot rebuild its model '%s' on %dx%dx%d input with %d classes: %s",
+                           ckpt_path, m.model_name, m.in_c, m.in_h, m.in_w, m.classes, msg);
+    }
+    float *params = cnt_malloc((nt->n_params ? nt->n_params : 1) * sizeof(float));
+    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
+    int rc = ckpt_read(ckpt_path, nt, params, buffers, NULL, NULL, NULL);
+    if (rc == CNT_OK) {
+        char epoch[32], step[32], shape[64], classes[32];
+        snprintf(epoch, sizeof epoch, "%d", m.epoch);
+        snprintf(step, sizeof step, "%ld", m.step);
+        snprintf(shape, sizeof shape, "%dx%dx%d", m.in_c, m.in_h, m.in_w);
+        snprintf(classes, sizeof classes, "%d", m.classes);
+        const char *metadata[] = {"format", "pt", "producer", "cnntrain", "model", m.model_name, "input_shape", shape,
+                                  "classes", classes, "epoch", epoch, "step", step, NULL};
+        /* num_batches_tracked: the optimizer steps taken, i.e. the training
+         * batches every batch-norm layer has seen (on one rank). PyTorch reads
+         * it only when a BatchNorm's momentum is None. */
+        rc = safetensors_write(out_path, nt, params, buffers, (int64_t)m.step, metadata);
+    }
+    if (rc == CNT_OK && n_tensors) {
+        int n_bn = 0;
+        for (int i = 0; i < nt->n_nodes; i++) n_bn += strcmp(nt->nodes[i].ops->kind, "bn") == 0;
+        *n_tensors = nt->n_param_tensors + nt->n_buffer_tensors + n_bn;
+    }
+    free(params);
+    free(buffers);
+    net_free(nt);
+    return rc;
+}
+
+int weights_init_from(net *nt, const char *path) {
+    const backend *be = nt->be;
+    float *params = cnt_malloc((nt->n_params ? nt->n_params : 1) * sizeof(float));
+    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
+    be->download(params, nt->params, nt->n_params * sizeof(float));
+    if (nt->n_buffers) be->download(buffers, nt->buffers, nt->n_buffers * sizeof(float));
+    safetensors_report rep;
+    int rc = safetensors_load(path, nt, params, buffers, &rep);
+    if (rc == CNT_OK) {
+        be->upload(nt->params, params, nt->n_params * sizeof(float));
+        if (nt->n_buffers) be->upload(nt->buffers, buffers, nt->n_buffers * sizeof(float));
+        char extra[400];
+        int others = rep.n_ignored - rep.n_ignored_nbt;
+        snprintf(extra, sizeof extra, "%d num_batches_tracked%s%s", rep.n_ignored_nbt, others ? "; " : "",
+                 rep.ignored);
+        log_info("model.init_from: loaded %d tensors from %s; ignored %d extra tensor%s in the file (%s)", rep.n_loaded,
+                 path, rep.n_ignored, rep.n_ignored == 1 ? "" : "s", extra);
+        if (rep.n_kept)
+            log_warn("model.init_from: %d classifier tensor%s of %s have another class count and keep this "
+                     "model's random initialisation (fine-tuning): %s",
+                     rep.n_kept, rep.n_kept == 1 ? "" : "s", path, rep.kept);
+    }
+    free(params);
+    free(buffers);
+    return rc;
+}
