@@ -50,7 +50,7 @@ mark = $(if $(filter 1,$(1)),✓,✗)
 # ---------------------------------------------------------------- flags
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
-LDLIBS := -lopenblas -linih -lz -lm -lpthread -fopenmp
+LDLIBS := -lopenblas -linih -lstb -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=0
 CFLAGS += $(CONFIG_DEFS)
 ifeq ($(MPI),1)
@@ -80,10 +80,15 @@ TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 MPI_TEST_SRC := $(wildcard tests/mpi_*.c)
 MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
+# Programs beside the trainer (tools/*.c, built to build/tools/). bench_onednn
+# needs libdnnl-dev, which `make deps` does not install: built by hand (see it).
+TOOL_SRC := $(filter-out tools/bench_onednn.c,$(wildcard tools/*.c))
+TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
+
 .PHONY: all deps test bench clean found
 # Test support objects are prerequisites of pattern rules only; keep them.
 .SECONDARY: $(TEST_SUPPORT_OBJ)
-all: found trainer
+all: found trainer $(TOOL_BIN)
 
 found:
 	@echo "cnntrain build configuration:"
@@ -109,11 +114,15 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
+$(BUILD)/tools/%: tools/%.c $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
 $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
-test: trainer $(TEST_BIN) $(MPI_TEST_BIN)
+test: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
 	@echo "GPU tests: skipped (this build has no CUDA backend yet: backends built in: cpu)"
 	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 

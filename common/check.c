@@ -73,6 +73,12 @@ void *cnt_calloc(size_t count, size_t size) {
     return p;
 }
 
+void *cnt_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) cnt_fatal_at(__FILE__, __LINE__, 1, NULL, "out of memory (%zu bytes)", bytes);
+    return q;
+}
+
 char *cnt_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = cnt_malloc(n);

@@ -60,6 +60,7 @@ void cnt_fatal_errno_at(const char *file, int line, const char *stmt, const char
 /* Allocation that never returns NULL (fatal on failure). */
 void *cnt_malloc(size_t bytes);
 void *cnt_calloc(size_t count, size_t size);
+void *cnt_realloc(void *p, size_t bytes);
 char *cnt_strdup(const char *s);
 
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -8,8 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* In memory the first samples are kept (the files' order is already mixed);
+ * a file-backed listing is sorted by class, so samples spread evenly over it
+ * are kept instead, which keeps every class. */
 void dataset_truncate(dataset *ds, int limit) {
     if (limit <= 0 || limit >= ds->n) return;
+    if (ds->name_off) {
+        for (int j = 0; j < limit; j++) {
+            int i = (int)((long)j * ds->n / limit);
+            ds->labels[j] = ds->labels[i];
+            ds->name_off[j] = ds->name_off[i];
+        }
+    }
     ds->n = limit;
 }
 
@@ -48,5 +58,9 @@ void dataset_channel_stats(const dataset *ds, float *mean, float *std) {
 void dataset_free(dataset *ds) {
     free(ds->pixels);
     free(ds->labels);
+    free(ds->root);
+    free(ds->names);
+    free(ds->name_off);
+    free(ds->class_off);
     memset(ds, 0, sizeof *ds);
 }

@@ -1,10 +1,15 @@
 /*
- * data/dataset.h - data sets held in memory as 8-bit images, and their readers.
+ * data/dataset.h - data sets of 8-bit images with integer labels, and their
+ * readers.
  *
- * A dataset is n images of c x h x w bytes with integer labels in [0, classes).
- * Readers: IDX files, gzipped or raw (MNIST, Fashion-MNIST, data/idx.c),
- * CIFAR-10/100 binary batches (data/cifar.c); a synthetic generator
- * (data/synthetic.c). Image folders may plug in beside them.
+ * A dataset is n images with labels in [0, classes), in one of two forms:
+ *  - in memory: `pixels` holds n images of c x h x w bytes. Readers: IDX files,
+ *    gzipped or raw (MNIST, Fashion-MNIST, data/idx.c), CIFAR-10/100 binary
+ *    batches (data/cifar.c), a synthetic generator (data/synthetic.c);
+ *  - file-backed (image folders, data/imagefolder.c): `pixels` is NULL and
+ *    sample i is the file root/names[i], decoded on demand by the loader's
+ *    worker threads; c x h x w is then the shape the loader produces (the
+ *    model's input), set with dataset_set_shape().
  *
  * Errors: readers return CNT_ERR with a message naming the file and what is
  * wrong (missing, truncated, bad magic, label/image count mismatch, label out
@@ -13,14 +18,21 @@
 #ifndef CNT_DATASET_H
 #define CNT_DATASET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct dataset {
     int n;                 /* number of samples */
-    int c, h, w;           /* image shape */
+    int c, h, w;           /* image shape (file-backed: the shape produced) */
     int classes;           /* label range [0, classes) */
-    uint8_t *pixels;       /* [n, c, h, w] */
+    uint8_t *pixels;       /* [n, c, h, w]; NULL when file-backed */
     int32_t *labels;       /* [n] */
+    /* File-backed only (NULL otherwise). */
+    char *root;            /* the tree's root directory */
+    char *names;           /* "class/file" paths relative to root, NUL-terminated, back to back */
+    size_t names_len;      /* bytes in names */
+    size_t *name_off;      /* [n] offset of sample i's path in names */
+    size_t *class_off;     /* [classes] offset of class k's folder name in names (the path of its first file) */
 } dataset;
 
 /* Reads an IDX image file (magic 0x00000803, [n, h, w] unsigned bytes) and an
@@ -48,6 +60,54 @@ int dataset_load_cifar(dataset *ds, const char *root, int train);
  * 8 GiB of pixels (nothing is allocated then). */
 int dataset_make_synthetic(dataset *ds, int c, int h, int w, int classes, int n, uint64_t seed,
                            uint64_t stream);
+
+/* ---- image folders (data/imagefolder.c) ---- */
+
+/* Lists an ImageNet-style tree root/<class>/<image>: classes are the
+ * sub-directories, sorted by name (strcmp) and numbered from 0 as torchvision's
+ * ImageFolder does; images are the files whose extension stb_image decodes
+ * (jpg jpeg png bmp tga gif ppm pgm pnm psd hdr pic, any case), sorted by name
+ * within a class. Hidden entries (leading '.') and other files are ignored;
+ * symbolic links are followed. Reads directories only (no file is opened), so a
+ * tree of a million images lists in seconds. c, h, w are left 0 (see
+ * dataset_set_shape). Errors: root missing or not a directory; no class
+ * folder; a class folder without images (names it); more than 2^31-1 images. */
+int dataset_list_imagefolder(dataset *ds, const char *root);
+
+/* Sets the shape a file-backed dataset's images are produced in: c = 1 (grey)
+ * or 3 (RGB), h = w = size. */
+void dataset_set_shape(dataset *ds, int c, int size);
+
+/* 1 when the two file-backed sets have the same class folders in the same
+ * order; otherwise CNT_ERR with a message naming both roots and the first
+ * class that differs (or the counts). */
+int dataset_same_classes(const dataset *a, const dataset *b);
+
+/* Path of sample i (root/class/file) into buf; truncated to n bytes. */
+void dataset_sample_path(const dataset *ds, int i, char *buf, size_t n);
+/* Name of class k (its folder). */
+const char *dataset_class_name(const dataset *ds, int k);
+
+/* Decodes sample i of a file-backed dataset with ds->c channels (grey images
+ * are replicated to RGB, RGB is converted to grey by stb_image's luma rule) as
+ * interleaved rows (h x w x c bytes, malloc'ed into *pix, caller frees).
+ * Errors: CNT_ERR with stb_image's reason and the path (unreadable, corrupt,
+ * unsupported, or larger than 2^28 pixels). Thread-safe. */
+int dataset_decode(const dataset *ds, int i, uint8_t **pix, int *w, int *h);
+
+/* The listing as one byte string (so rank 0 can list and broadcast), and
+ * back. dataset_unpack validates the bytes (CNT_ERR on a malformed string) and
+ * leaves c, h, w 0. */
+void *dataset_pack(const dataset *ds, size_t *len);
+int dataset_unpack(dataset *ds, const void *buf, size_t len);
+
+/* Per-channel mean and std (pixels scaled to [0, 1]) of up to max_images
+ * images spread evenly over a file-backed dataset, decoded at their own size
+ * with `threads` threads; the result does not depend on the thread count.
+ * Unreadable images are left out (*unreadable counts them). Errors: CNT_ERR
+ * when no image in the sample decodes. */
+int dataset_estimate_stats(const dataset *ds, int max_images, int threads, float *mean, float *std,
+                           int *unreadable);
 
 /* Keep only the first `limit` samples (limit <= 0 or >= n: no change). */
 void dataset_truncate(dataset *ds, int limit);

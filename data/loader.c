@@ -22,9 +22,13 @@
 #include "data/loader.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <stb/stb_image.h>
+#include <stb/stb_image_resize.h>
 
 #include "common/check.h"
 #include "common/threads.h"
@@ -62,6 +66,11 @@ struct loader {
     int claimed, delivered, released, busy;
     int holding;      /* 1: the consumer holds the slot of step delivered - 1 */
     int stop;         /* 1: workers exit */
+
+    /* Unreadable images, updated by workers with atomics (no lock). */
+    uint8_t *known_bad; /* [ds->n] 1 once a sample failed to decode (reported then, never retried) */
+    int *bad_stamp;     /* [ds->n] epoch + 1 when counted in this epoch's skipped */
+    long skipped;       /* distinct unreadable samples met this epoch */
 };
 
 static void broadcast(pthread_cond_t *cv) {
@@ -123,25 +132,198 @@ static void loader_fill_sample(const loader *ld, const uint8_t *src, float *dst,
     }
 }
 
+/* Sample idx as interleaved rows (h x w x c) in *pix (malloc'ed): decoded
+ * from its file, or transposed from the in-memory planes. Returns CNT_ERR (with
+ * the message) for an unreadable file. */
+static int loader_get_hwc(const loader *ld, int idx, uint8_t **pix, int *w, int *h) {
+    const dataset *ds = ld->ds;
+    if (!ds->pixels) return dataset_decode(ds, idx, pix, w, h);
+    size_t plane = (size_t)ds->h * (size_t)ds->w;
+    const uint8_t *src = ds->pixels + (size_t)idx * plane * (size_t)ds->c;
+    uint8_t *p = cnt_malloc(plane * (size_t)ds->c);
+    for (size_t k = 0; k < plane; k++)
+        for (int ch = 0; ch < ds->c; ch++) p[k * (size_t)ds->c + (size_t)ch] = src[(size_t)ch * plane + k];
+    *pix = p;
+    *w = ds->w;
+    *h = ds->h;
+    return CNT_OK;
+}
+
+/* Resizes the w x h region at (x0, y0) of an interleaved image with row
+ * stride `stride` bytes to ow x oh (interleaved, malloc'ed). */
+static uint8_t *resize_region(const uint8_t *img, int stride, int c, int x0, int y0, int w, int h, int ow, int oh) {
+    uint8_t *out = cnt_malloc((size_t)ow * (size_t)oh * (size_t)c);
+    const uint8_t *src = img + (size_t)y0 * (size_t)stride + (size_t)x0 * (size_t)c;
+    if (w == ow && h == oh) {
+        for (int y = 0; y < h; y++)
+            memcpy(out + (size_t)y * ow * c, src + (size_t)y * (size_t)stride, (size_t)w * (size_t)c);
+        return out;
+    }
+    if (!stbir_resize_uint8(src, w, h, stride, out, ow, oh, ow * c, c))
+        cnt_fatal("stb_image_resize could not resize %dx%d to %dx%d (out of memory)", w, h, ow, oh);
+    return out;
+}
+
+/* torchvision's RandomResizedCrop.get_params: the crop (x, y, cw, ch) of a
+ * w x h image. */
+void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, int *y, int *cw, int *ch) {
+    double area = (double)w * (double)h;
+    double lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * ((double)min_scale + (1.0 - (double)min_scale) * (double)rng_uniform(r));
+        double ratio = exp(lr0 + (lr1 - lr0) * (double)rng_uniform(r));
+        int tw = (int)lround(sqrt(target * ratio)), th = (int)lround(sqrt(target / ratio));
+        if (tw > 0 && tw <= w && th > 0 && th <= h) {
+            *y = (int)rng_below(r, (uint32_t)(h - th + 1));
+            *x = (int)rng_below(r, (uint32_t)(w - tw + 1));
+            *cw = tw;
+            *ch = th;
+            return;
+        }
+    }
+    /* Fallback: the centre crop of the whole image, its ratio clamped. */
+    double in_ratio = (double)w / (double)h;
+    int tw = w, th = h;
+    if (in_ratio < 3.0 / 4.0) {
+        th = (int)lround(w / (3.0 / 4.0));
+    } else if (in_ratio > 4.0 / 3.0) {
+        tw = (int)lround(h * (4.0 / 3.0));
+    }
+    if (th > h) th = h;
+    if (tw > w) tw = w;
+    *cw = tw;
+    *ch = th;
+    *y = (h - th) / 2;
+    *x = (w - tw) / 2;
+}
+
+/* Writes an interleaved h x w x c image (row stride `stride`) as normalised
+ * planes, mirrored when flip. */
+static void loader_store_hwc(const loader *ld, const uint8_t *img, int stride, int flip, float *dst) {
+    const dataset *ds = ld->ds;
+    int c = ds->c, h = ds->h, w = ds->w;
+    for (int ch = 0; ch < c; ch++) {
+        const float *lut = ld->lut[ch];
+        float *out = dst + (size_t)ch * (size_t)h * (size_t)w;
+        for (int y = 0; y < h; y++) {
+            const uint8_t *row = img + (size_t)y * (size_t)stride + ch;
+            float *o = out + (size_t)y * (size_t)w;
+            if (flip)
+                for (int x = 0; x < w; x++) o[x] = lut[row[(size_t)(w - 1 - x) * (size_t)c]];
+            else
+                for (int x = 0; x < w; x++) o[x] = lut[row[(size_t)x * (size_t)c]];
+        }
+    }
+}
+
+/* Produces sample idx into dst through the general path (decoded files, or any
+ * set with the resized crop). Returns CNT_ERR for an unreadable file. */
+static int loader_fill_general(const loader *ld, int idx, float *dst, rng *r) {
+    const dataset *ds = ld->ds;
+    const loader_options *o = &ld->opt;
+    int c = ds->c, H = ds->h, W = ds->w;
+    uint8_t *img;
+    int w, h;
+    if (loader_get_hwc(ld, idx, &img, &w, &h) != CNT_OK) return CNT_ERR;
+    if (o->crop == LOADER_CROP_PAD) {
+        uint8_t *sized = resize_region(img, w * c, c, 0, 0, w, h, W, H);
+        /* To planes, then the in-memory pad-crop-flip path. */
+        size_t plane = (size_t)H * (size_t)W;
+        uint8_t *planes = cnt_malloc(plane * (size_t)c);
+        for (size_t k = 0; k < plane; k++)
+            for (int ch = 0; ch < c; ch++) planes[(size_t)ch * plane + k] = sized[k * (size_t)c + (size_t)ch];
+        loader_fill_sample(ld, planes, dst, r);
+        free(planes);
+        free(sized);
+    } else if (r) {
+        int x, y, cw, chh;
+        loader_resized_crop_params(r, w, h, o->min_scale, &x, &y, &cw, &chh);
+        int flip = (int)rng_below(r, 2);
+        uint8_t *crop = resize_region(img, w * c, c, x, y, cw, chh, W, H);
+        loader_store_hwc(ld, crop, W * c, flip, dst);
+        free(crop);
+    } else {
+        /* Shorter side to floor(H x 256/224), then the centre crop (torchvision:
+         * Resize(256) + CenterCrop(224)). */
+        int target = H * 256 / 224 > H ? H * 256 / 224 : H;
+        int side = W > target ? W : target;
+        int rw, rh;
+        if (w <= h) {
+            rw = side;
+            rh = (int)((long)side * h / w);
+        } else {
+            rh = side;
+            rw = (int)((long)side * w / h);
+        }
+        if (rh < H) rh = H;
+        if (rw < W) rw = W;
+        uint8_t *sized = resize_region(img, w * c, c, 0, 0, w, h, rw, rh);
+        int top = (int)lround((rh - H) / 2.0), left = (int)lround((rw - W) / 2.0);
+        loader_store_hwc(ld, sized + ((size_t)top * (size_t)rw + (size_t)left) * (size_t)c, rw * c, 0, dst);
+        free(sized);
+    }
+    if (ds->pixels)
+        free(img);
+    else
+        stbi_image_free(img);
+    return CNT_OK;
+}
+
+/* Records an unreadable sample: reported the first time, counted once per
+ * epoch however often it is met (as itself or as a replacement). */
+static void loader_note_unreadable(loader *ld, int idx, int decoded) {
+    if (decoded && !__atomic_exchange_n(&ld->known_bad[idx], 1, __ATOMIC_RELAXED))
+        log_warn("data: skipping unreadable image: %s", cnt_err_msg());
+    if (__atomic_exchange_n(&ld->bad_stamp[idx], ld->epoch + 1, __ATOMIC_RELAXED) != ld->epoch + 1)
+        __atomic_add_fetch(&ld->skipped, 1, __ATOMIC_RELAXED);
+}
+
+/* loader_fill_general for a sample not known to be unreadable; an unreadable
+ * one is noted and CNT_ERR returned. */
+static int loader_try_sample(loader *ld, int idx, float *dst, rng *r) {
+    if (__atomic_load_n(&ld->known_bad[idx], __ATOMIC_RELAXED)) {
+        loader_note_unreadable(ld, idx, 0);
+        return CNT_ERR;
+    }
+    if (loader_fill_general(ld, idx, dst, r) == CNT_OK) return CNT_OK;
+    loader_note_unreadable(ld, idx, 1);
+    return CNT_ERR;
+}
+
 /* Builds step s of the current epoch into slot. Called without the lock: the
  * epoch and perm cannot change while busy > 0 (loader_start_epoch waits). */
-static void loader_fill_batch(const loader *ld, int s, loader_slot *slot) {
+static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
     const dataset *ds = ld->ds;
     const loader_options *o = &ld->opt;
     size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
     int first = s * o->batch;
     int n = ld->shard_n - first < o->batch ? ld->shard_n - first : o->batch;
+    int general = !ds->pixels || o->crop == LOADER_CROP_RESIZED;
     uint64_t key = mix64(o->seed ^ mix64(0x6a09e667f3bcc909ULL + (uint64_t)ld->epoch));
+    int out = 0;
     for (int i = 0; i < n; i++) {
         int pos = first + i;
         int idx = ld->perm[o->rank + pos * o->world];
         rng r;
         rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
-        loader_fill_sample(ld, ds->pixels + (size_t)idx * sample, slot->b.x + (size_t)i * sample,
-                           o->augment ? &r : NULL);
-        slot->b.labels[i] = ds->labels[idx];
+        float *dst = slot->b.x + (size_t)out * sample;
+        if (!general) {
+            loader_fill_sample(ld, ds->pixels + (size_t)idx * sample, dst, o->augment ? &r : NULL);
+        } else if (loader_try_sample(ld, idx, dst, o->augment ? &r : NULL) != CNT_OK) {
+            if (!o->drop_last) continue; /* evaluation: leave it out */
+            /* Training: the next readable image of the shard takes its place. */
+            int k;
+            for (k = 1; k < ld->shard_n; k++) {
+                idx = ld->perm[o->rank + ((pos + k) % ld->shard_n) * o->world];
+                rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+                if (loader_try_sample(ld, idx, dst, o->augment ? &r : NULL) == CNT_OK) break;
+            }
+            if (k == ld->shard_n)
+                cnt_fatal("data: no image of this rank's shard of %s can be read (%d tried)", ds->root, ld->shard_n);
+        }
+        slot->b.labels[out++] = ds->labels[idx];
     }
-    slot->b.n = n;
+    slot->b.n = out;
 }
 
 static void *loader_worker(void *arg) {
@@ -168,8 +350,7 @@ static void *loader_worker(void *arg) {
 }
 
 static int loader_check_options(const dataset *ds, const loader_options *o) {
-    if (!ds || !ds->pixels || !ds->labels || ds->n < 1)
-        return cnt_err_set("loader: the dataset is empty");
+    if (!ds || (!ds->pixels && !ds->name_off)) return cnt_err_set("loader: the dataset is empty");
     if (ds->c < 1 || ds->c > 3 || ds->h < 1 || ds->w < 1)
         return cnt_err_set("loader: unsupported image shape %dx%dx%d (1 to 3 channels)", ds->c, ds->h, ds->w);
     if (o->batch < 1) return cnt_err_set("loader: batch must be >= 1, got %d", o->batch);
@@ -180,7 +361,12 @@ static int loader_check_options(const dataset *ds, const loader_options *o) {
         return cnt_err_set("loader: workers must be in 1..%d, got %d", LOADER_MAX_WORKERS, o->workers);
     if (o->prefetch < 1 || o->prefetch > LOADER_MAX_PREFETCH)
         return cnt_err_set("loader: prefetch must be in 1..%d, got %d", LOADER_MAX_PREFETCH, o->prefetch);
-    if (o->augment && (o->pad < 0 || o->pad > ds->h || o->pad > ds->w))
+    if (!ds->labels || ds->n < 1) return cnt_err_set("loader: the dataset is empty");
+    if (o->crop != LOADER_CROP_PAD && o->crop != LOADER_CROP_RESIZED)
+        return cnt_err_set("loader: unknown crop mode %d", o->crop);
+    if (o->crop == LOADER_CROP_RESIZED && !(o->min_scale > 0.0f && o->min_scale <= 1.0f))
+        return cnt_err_set("loader: min_scale must be in (0, 1], got %g", (double)o->min_scale);
+    if (o->augment && o->crop == LOADER_CROP_PAD && (o->pad < 0 || o->pad > ds->h || o->pad > ds->w))
         return cnt_err_set("loader: pad must be in 0..%d for %dx%d images, got %d",
                            ds->h < ds->w ? ds->h : ds->w, ds->h, ds->w, o->pad);
     for (int ch = 0; ch < ds->c; ch++) {
@@ -216,6 +402,8 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
             ld->lut[ch][v] = (float)(((double)v / 255.0 - (double)opt->mean[ch]) / (double)opt->std[ch]);
     }
     ld->perm = cnt_malloc((size_t)ds->n * sizeof *ld->perm);
+    ld->known_bad = cnt_calloc((size_t)ds->n, 1);
+    ld->bad_stamp = cnt_calloc((size_t)ds->n, sizeof *ld->bad_stamp);
     ld->nslots = opt->prefetch + 1;
     ld->slots = cnt_calloc((size_t)ld->nslots, sizeof *ld->slots);
     size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
@@ -239,6 +427,8 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
 
 int loader_steps_per_epoch(const loader *ld) { return ld->steps; }
 
+long loader_skipped(const loader *ld) { return __atomic_load_n(&ld->skipped, __ATOMIC_RELAXED); }
+
 void loader_start_epoch(loader *ld, int epoch) {
     cnt_mutex_lock(&ld->mu);
     /* Stop new claims and let in-flight batches finish: workers read perm and
@@ -254,6 +444,7 @@ void loader_start_epoch(loader *ld, int epoch) {
         for (int i = 0; i < ld->ds->n; i++) ld->perm[i] = i;
     }
     for (int i = 0; i < ld->nslots; i++) ld->slots[i].ready = 0;
+    __atomic_store_n(&ld->skipped, 0, __ATOMIC_RELAXED);
     ld->claimed = ld->delivered = ld->released = 0;
     ld->holding = 0;
     ld->active = 1;
@@ -302,5 +493,7 @@ void loader_free(loader *ld) {
     free(ld->slots);
     free(ld->threads);
     free(ld->perm);
+    free(ld->known_bad);
+    free(ld->bad_stamp);
     free(ld);
 }

@@ -8,10 +8,31 @@
  * loaders (shuffle = 0, drop_last = 0) visit every sample of the shard exactly
  * once, the last batch possibly short.
  *
- * Augmentation (training): pad by `pad` with zeros, random crop back to h x w,
- * horizontal flip with probability 1/2. All randomness comes from the project's
- * RNG seeded by (seed, epoch, rank, sample position), so a batch's content does
- * not depend on which worker thread made it. Normalisation: (x/255 - mean)/std.
+ * Images come out at the dataset's c x h x w (for image folders: the model's
+ * input shape; each file is decoded by a worker thread).
+ *
+ * Augmentation (training, `augment`), by `crop`:
+ *  - LOADER_CROP_PAD (CIFAR style): pad by `pad` with zeros, random crop back
+ *    to h x w, horizontal flip with probability 1/2. An image of another size
+ *    is first resized to h x w. Without augmentation: the image as it is
+ *    (resized to h x w if needed).
+ *  - LOADER_CROP_RESIZED (ImageNet style, torchvision's RandomResizedCrop): a
+ *    crop of area scale x (image area), scale uniform in [min_scale, 1], aspect
+ *    ratio log-uniform in [3/4, 4/3], at a uniform position (10 tries, then a
+ *    centre crop of the largest allowed ratio), resized to h x w, flipped with
+ *    probability 1/2. Without augmentation (evaluation): the shorter side is
+ *    resized to floor(h x 256/224), then the centre h x w is cut out.
+ * Resizing uses stb_image_resize (Mitchell filter down, Catmull-Rom up). All
+ * randomness comes from the project's RNG seeded by (seed, epoch, rank, sample
+ * position), so a batch's content does not depend on which worker thread made
+ * it. Normalisation: (x/255 - mean)/std.
+ *
+ * Unreadable images (file-backed sets): a file that cannot be opened or
+ * decoded gets one warning naming it (the first time, per process) and is
+ * counted (loader_skipped). Training batches stay full: the sample is replaced
+ * by the next readable one of the rank's shard (wrapping around), augmented
+ * with the original position's randomness. Evaluation batches leave it out
+ * (b.n shrinks), so accuracy is over the readable images only.
  *
  * Threads: `workers` threads fill a ring of `prefetch` batches ahead of the
  * consumer; a mutex and two condition variables guard the ring (why: workers
@@ -21,9 +42,12 @@
 #define CNT_LOADER_H
 
 #include <stdint.h>
+#include "common/rng.h"
 #include "data/dataset.h"
 
 typedef struct loader loader;
+
+enum { LOADER_CROP_PAD = 0, LOADER_CROP_RESIZED = 1 };
 
 typedef struct loader_options {
     int batch;             /* samples per batch on this rank */
@@ -31,8 +55,10 @@ typedef struct loader_options {
     uint64_t seed;
     int shuffle;           /* 1: permutation per epoch; 0: natural order */
     int drop_last;         /* 1: every batch full (training) */
-    int augment;           /* 1: pad-crop-flip */
+    int augment;           /* 1: random crop and flip (see crop) */
+    int crop;              /* LOADER_CROP_PAD or LOADER_CROP_RESIZED */
     int pad;               /* padding for the random crop (4 usual) */
+    float min_scale;       /* LOADER_CROP_RESIZED: smallest crop area fraction, in (0, 1] */
     float mean[3], std[3]; /* per channel, of pixels scaled to [0, 1] */
     int workers;           /* >= 1 */
     int prefetch;          /* batches ready ahead, >= 1 */
@@ -55,6 +81,12 @@ void loader_start_epoch(loader *ld, int epoch);
 /* Blocks until the next batch of the epoch is ready and returns it, or NULL at
  * the end of the epoch. The batch stays valid until the next call. */
 const batch *loader_next(loader *ld);
+/* torchvision's RandomResizedCrop parameters for a w x h image: the crop at
+ * (*x, *y) of *cw x *ch pixels (used by the loader; exposed for tests). */
+void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, int *y, int *cw, int *ch);
+
+/* Unreadable images met since the current epoch started (this rank). */
+long loader_skipped(const loader *ld);
 void loader_free(loader *ld);
 
 #endif

@@ -2,6 +2,12 @@
  * train/bench.c - timed training steps of a zoo model on random inputs.
  */
 #include "train/bench.h"
+
+#include <unistd.h>
+
+#include "common/timer.h"
+#include "data/loader.h"
+#include "train/input.h"
 #include "common/check.h"
 #include "common/rng.h"
 #include "common/timer.h"
@@ -92,4 +98,51 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     free(lh);
     net_free(nt);
     return CNT_OK;
+}
+
+int bench_data(const config *cfg, double seconds, FILE *out) {
+    input_data d;
+    if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int max_workers = cfg->workers > cores ? cfg->workers : (int)cores;
+    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, augment %s\n", cfg->data_kind,
+            d.train.root ? d.train.root : cfg->data_root, d.train.n, d.train.c, d.train.h, d.train.w,
+            cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad", cfg->augment ? "on" : "off");
+    fprintf(out, "%8s %12s %12s %14s %10s\n", "workers", "images/s", "ms/batch", "img/s/worker", "skipped");
+    int status = CNT_OK;
+    for (int workers = 1;; workers = workers * 2 > max_workers && workers < max_workers ? max_workers : workers * 2) {
+        loader_options lo, eo;
+        input_loader_options(cfg, &d, 0, 1, &lo, &eo);
+        lo.workers = workers;
+        lo.prefetch = 2 * workers > cfg->prefetch ? 2 * workers : cfg->prefetch;
+        loader *ld = loader_create(&d.train, &lo);
+        if (!ld) {
+            status = CNT_ERR;
+            break;
+        }
+        loader_start_epoch(ld, 0);
+        /* The first batch warms up (threads start, files enter the page cache). */
+        long images = 0, batches = 0;
+        const batch *b = loader_next(ld);
+        double t0 = time_now(), t = t0;
+        while (b && (b = loader_next(ld)) != NULL) {
+            images += b->n;
+            batches++;
+            t = time_now();
+            if (t - t0 >= seconds) break;
+        }
+        long skipped = loader_skipped(ld);
+        loader_free(ld);
+        double dt = t - t0;
+        if (batches == 0 || dt <= 0) {
+            fprintf(out, "%8d %12s   (one epoch is a single batch: nothing to time)\n", workers, "-");
+        } else {
+            fprintf(out, "%8d %12.1f %12.2f %14.1f %10ld\n", workers, images / dt, 1e3 * dt / batches,
+                    images / dt / workers, skipped);
+        }
+        fflush(out);
+        if (workers >= max_workers) break;
+    }
+    input_free(&d);
+    return status;
 }

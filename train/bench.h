@@ -13,6 +13,8 @@
 
 #include <stdio.h>
 
+#include "train/config.h"
+
 typedef struct bench_options {
     const char *model;
     int c, h, w;
@@ -33,5 +35,12 @@ typedef struct bench_result {
 /* Runs the benchmark and prints one summary line to out. CNT_ERR with a
  * message on an unknown model, bad shape or device. */
 int bench_run(const bench_options *opt, bench_result *res, FILE *out);
+
+/* `trainer --bench-data CONFIG`: decoded and augmented training images per
+ * second from the configured data set's loader (no model), with 1, 2, 4, ...
+ * worker threads up to max(cores, data.workers), each for about `seconds`
+ * (at most one epoch), as a table on out. CNT_ERR with a message when the data
+ * cannot be loaded. */
+int bench_data(const config *cfg, double seconds, FILE *out);
 
 #endif

@@ -156,10 +156,11 @@ static const key_def key_table[] = {
     K_STRING("data", "val_root", val_root, "", .empty_ok = 1,
            .help = "imagefolder: the validation tree <class>/<image>; empty: data.root/val"),
     K_INT("data", "image_size", image_size, "0", BETWEEN(0, 4096),
-        .help = "height and width of the model input; 0: the data's own size (idx, cifar, synthetic) or 224 "
-                "(imagefolder; 299 for inception_v3)"),
+        .help = "imagefolder: height and width images are cropped and resized to (the model input); 0: 224 (299 "
+                "for inception_v3). Other kinds keep their own size and ignore it"),
     K_INT("data", "channels", channels, "0", BETWEEN(0, 3),
-        .help = "input channels, 1 (grey) or 3 (RGB); 0: the data's own (idx, cifar, synthetic) or 3 (imagefolder)"),
+        .help = "imagefolder: channels images are decoded to, 1 (grey) or 3 (RGB); 0: 3. Other kinds keep their "
+                "own and ignore it"),
     K_INT("data", "train_limit", train_limit, "0", AT_LEAST(0),
         .help = "use only the first N training samples; 0 uses all"),
     K_INT("data", "test_limit", test_limit, "0", AT_LEAST(0),

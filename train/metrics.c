@@ -54,12 +54,15 @@ void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, do
 }
 
 void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
-                   double data_wait_frac, double comm_ms, double comm_exposed_ms) {
+                   double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
+                   long skipped_eval) {
     if (!m->f) return;
     fprintf(m->f,
             "{\"kind\":\"epoch\",\"epoch\":%d,\"seconds\":%.3f,\"img_per_sec\":%.1f,\"data_wait_ms\":%.3f,"
-            "\"data_wait_frac\":%.5f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f}\n",
-            epoch, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms);
+            "\"data_wait_frac\":%.5f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"skipped_images\":%ld,"
+            "\"skipped_eval_images\":%ld}\n",
+            epoch, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms, skipped_train,
+            skipped_eval);
     fflush(m->f);
 }
 

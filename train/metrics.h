@@ -31,8 +31,10 @@ int metrics_open(metrics *m, const char *dir);
 void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
                   double data_wait_ms, double comm_ms, double comm_exposed_ms);
 void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
+/* skipped_train / skipped_eval: unreadable images left out this epoch, all ranks. */
 void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
-                   double data_wait_frac, double comm_ms, double comm_exposed_ms);
+                   double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
+                   long skipped_eval);
 void metrics_close(metrics *m);
 
 /* mkdir -p. CNT_ERR with a message naming the path on failure. */

@@ -15,6 +15,7 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "data/dataset.h"
+#include "train/input.h"
 #include "data/loader.h"
 #include "dist/dist.h"
 #include "dist/reducer.h"
@@ -24,67 +25,11 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/weights.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct data_pair {
-    dataset train, test;
-    float mean[3], std[3];
-} data_pair;
-
-/* RNG streams of the synthetic data set; other consumers of train.seed use
- * their own streams, so the data does not repeat the initialisation. */
-enum { SYNTHETIC_STREAM_TRAIN = 0x5d7a0001, SYNTHETIC_STREAM_TEST = 0x5d7a0002 };
-
-static int load_data(const config *cfg, data_pair *d) {
-    memset(d, 0, sizeof *d);
-    if (strcmp(cfg->data_kind, "idx") == 0) {
-        if (dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
-        if (dataset_load_mnist_dir(&d->test, cfg->data_root, 0) != CNT_OK) {
-            dataset_free(&d->train);
-            return CNT_ERR;
-        }
-    } else if (strcmp(cfg->data_kind, "cifar") == 0) {
-        if (dataset_load_cifar(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
-        if (dataset_load_cifar(&d->test, cfg->data_root, 0) != CNT_OK) {
-            dataset_free(&d->train);
-            return CNT_ERR;
-        }
-    } else if (strcmp(cfg->data_kind, "synthetic") == 0) {
-        /* Train and test are two streams of the same seed: different images. */
-        int c, h, w;
-        if (config_synthetic_shape(cfg, &c, &h, &w) != CNT_OK) return CNT_ERR;
-        if (dataset_make_synthetic(&d->train, c, h, w, cfg->synthetic_classes, cfg->synthetic_train, cfg->seed,
-                                   SYNTHETIC_STREAM_TRAIN) != CNT_OK)
-            return CNT_ERR;
-        if (dataset_make_synthetic(&d->test, c, h, w, cfg->synthetic_classes, cfg->synthetic_test, cfg->seed,
-                                   SYNTHETIC_STREAM_TEST) != CNT_OK) {
-            dataset_free(&d->train);
-            return CNT_ERR;
-        }
-    } else {
-        return cnt_err_set("data.kind '%s' is not supported", cfg->data_kind);
-    }
-    dataset_truncate(&d->train, cfg->train_limit);
-    dataset_truncate(&d->test, cfg->test_limit);
-    if (d->train.c > 3) {
-        dataset_free(&d->train);
-        dataset_free(&d->test);
-        return cnt_err_set("data set has %d channels; at most 3 are supported", d->train.c);
-    }
-    /* Normalise with the training set's own statistics. */
-    dataset_channel_stats(&d->train, d->mean, d->std);
-    for (int c = 0; c < d->train.c; c++)
-        if (d->std[c] < 1e-6f) d->std[c] = 1.0f;
-    return CNT_OK;
-}
-
-static void free_data(data_pair *d) {
-    dataset_free(&d->train);
-    dataset_free(&d->test);
-}
 
 static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
     net *nt = net_create(be, c, h, w, classes);
@@ -117,6 +62,7 @@ static void evaluate(net *nt, loader *ld, float *x_dev, int32_t *labels_dev, flo
     loader_start_epoch(ld, 0);
     const batch *b;
     while ((b = loader_next(ld)) != NULL) {
+        if (b->n == 0) continue; /* every image of the batch was unreadable */
         be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
         be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
         net_forward(nt, x_dev, b->n, 0);
@@ -317,6 +263,27 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_e
     return CNT_OK;
 }
 
+/* model.init_from on rank 0: loads the safetensors file into nt, unless
+ * checkpoint.resume will load a checkpoint (which then wins). */
+static int load_init_from(const config *cfg, net *nt) {
+    if (strcmp(cfg->ckpt_resume, "none") != 0) {
+        char dir[2 * CONFIG_STR + 8], path[2 * CONFIG_STR + 64];
+        int have = 1;
+        if (strcmp(cfg->ckpt_resume, "auto") == 0) {
+            path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+            have = ckpt_find_latest(dir, path, sizeof path) == CNT_OK;
+        } else {
+            snprintf(path, sizeof path, "%s", cfg->ckpt_resume);
+        }
+        if (have) {
+            log_info("model.init_from = %s not loaded: checkpoint.resume loads %s, and the checkpoint wins",
+                     cfg->init_from, path);
+            return CNT_OK;
+        }
+    }
+    return weights_init_from(nt, cfg->init_from);
+}
+
 /* Rank 0 writes the state after `epochs_done` complete epochs. */
 static int save_checkpoint(const config *cfg, const net *nt, const optimizer *opt, int epochs_done, long step) {
     const backend *be = nt->be;
@@ -333,6 +300,9 @@ static int save_checkpoint(const config *cfg, const net *nt, const optimizer *op
     meta.dropout_seed = nt->dropout_seed;
     meta.config_hash = config_hash(cfg);
     snprintf(meta.model_name, sizeof meta.model_name, "%.*s", (int)sizeof meta.model_name - 1, cfg->model_name);
+    /* What zoo_build needs besides the net's shape (ckpt_write takes that from nt). */
+    meta.zero_init_residual = cfg->zero_init_residual;
+    meta.dropout = cfg->dropout;
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
     int status = ckpt_write(dir, nt, params, buffers, momentum, &meta, cfg->ckpt_keep, path, sizeof path);
@@ -369,19 +339,14 @@ int trainer_run(const config *cfg, train_result *res) {
     if (!be) return CNT_ERR;
     be->set_threads(cfg->threads);
 
-    data_pair d;
-    if (load_data(cfg, &d) != CNT_OK) return CNT_ERR;
+    input_data d;
+    if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     int C = d.train.c, H = d.train.h, W = d.train.w, classes = d.train.classes;
-    if (d.test.c != C || d.test.h != H || d.test.w != W) {
-        free_data(&d);
-        return cnt_err_set("test images are %dx%dx%d but training images are %dx%dx%d", d.test.c, d.test.h,
-                           d.test.w, C, H, W);
-    }
     int eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
     int max_batch = cfg->batch_size > eval_batch ? cfg->batch_size : eval_batch;
     net *nt = build_model(be, cfg, C, H, W, classes, max_batch);
     if (!nt) {
-        free_data(&d);
+        input_free(&d);
         return CNT_ERR;
     }
     net_init_params(nt, cfg->seed);
@@ -389,7 +354,13 @@ int trainer_run(const config *cfg, train_result *res) {
     int rank = dist_rank(), world = dist_world();
     if (check_same_config(cfg, nt) != CNT_OK) {
         net_free(nt);
-        free_data(&d);
+        input_free(&d);
+        return CNT_ERR;
+    }
+    /* model.init_from: rank 0 reads the file; the broadcast below copies it. */
+    if (rank == 0 && cfg->init_from[0] && load_init_from(cfg, nt) != CNT_OK) {
+        net_free(nt);
+        input_free(&d);
         return CNT_ERR;
     }
     /* Every rank starts from rank 0's weights (the same seed gives the same
@@ -401,18 +372,9 @@ int trainer_run(const config *cfg, train_result *res) {
         if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, host);
         free(host);
     }
-    loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
-                         .drop_last = 1, .augment = cfg->augment, .pad = cfg->pad, .workers = cfg->workers,
-                         .prefetch = cfg->prefetch};
-    memcpy(lo.mean, d.mean, sizeof lo.mean);
-    memcpy(lo.std, d.std, sizeof lo.std);
+    loader_options lo, eo;
+    input_loader_options(cfg, &d, rank, world, &lo, &eo);
     loader *train_ld = loader_create(&d.train, &lo);
-    loader_options eo = lo;
-    eo.batch = eval_batch;
-    eo.shuffle = 0;
-    eo.drop_last = 0;
-    eo.augment = 0;
-    eo.workers = 1;
     loader *test_ld = train_ld ? loader_create(&d.test, &eo) : NULL;
     metrics m = {0};
     /* Only rank 0 writes files: one run directory, no races between ranks. */
@@ -422,7 +384,7 @@ int trainer_run(const config *cfg, train_result *res) {
         loader_free(train_ld);
         loader_free(test_ld);
         net_free(nt);
-        free_data(&d);
+        input_free(&d);
         return cnt_err_set("%s", msg);
     }
     if (rank == 0) {
@@ -468,16 +430,28 @@ int trainer_run(const config *cfg, train_result *res) {
     if (world > 1) {
         size_t mib = (size_t)1 << 20;
         size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float)), bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
-        rd = reducer_create(be, nt->grads, nt->n_params, first ? first : 1, bucket ? bucket : 1, algo, cfg->overlap);
+        reducer_opts ro = {.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1, .algo = algo,
+                           .overlap = cfg->overlap,
+                           .compress = strcmp(cfg->compress, "fp16") == 0 ? REDUCER_COMPRESS_FP16 : REDUCER_COMPRESS_NONE,
+                           .stall_warn_s = cfg->stall_warn_s, .stall_abort_s = cfg->stall_abort_s};
+        rd = reducer_create(be, nt->grads, nt->n_params, &ro);
         net_set_grad_hook(nt, reducer_grads_ready, rd);
     }
-    log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
-             "(%g MiB, first %g MiB) %s; lr %g per worker x %d = %g (optim.lr_scaling = %s)",
-             world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world,
-             algo == DIST_ALGO_RING ? "ring" : "MPI_Allreduce", rd ? reducer_bucket_count(rd) : 0,
-             rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
-             cfg->overlap ? "during backward" : "after backward", (double)cfg->lr,
-             strcmp(cfg->lr_scaling, "linear") == 0 ? world : 1, base_lr, cfg->lr_scaling);
+    if (world == 1) {
+        log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr, cfg->lr_scaling);
+    } else {
+        log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
+                 "(%g MiB, first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s); "
+                 "lr %g per worker x %d = %g (optim.lr_scaling = %s)",
+                 world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world,
+                 algo == DIST_ALGO_RING ? "ring" : "MPI_Allreduce", rd ? reducer_bucket_count(rd) : 0,
+                 rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
+                 cfg->overlap ? "during backward" : "after backward",
+                 strcmp(cfg->compress, "fp16") == 0 ? "fp16" : "fp32",
+                 cfg->stall_warn_s > 0 || cfg->stall_abort_s > 0 ? "on" : "off", (double)cfg->stall_warn_s,
+                 (double)cfg->stall_abort_s, (double)cfg->lr,
+                 strcmp(cfg->lr_scaling, "linear") == 0 ? world : 1, base_lr, cfg->lr_scaling);
+    }
     timeline *tl = NULL;
     if (cfg->timeline[0]) {
         tl = timeline_create(); /* a collective: every rank has the same config */
@@ -529,7 +503,7 @@ int trainer_run(const config *cfg, train_result *res) {
             }
             double tb = time_now();
             if (tl) timeline_record(tl, "forward", "forward", TIMELINE_TID_TRAIN, tf, tb);
-            if (rd) reducer_begin(rd);
+            if (rd) reducer_begin(rd, step + 1);
             net_backward(nt, dlogits, dlogits_aux);
             double tr = time_now();
             if (tl) timeline_record(tl, "backward", "backward", TIMELINE_TID_TRAIN, tb, tr);
@@ -614,6 +588,14 @@ int trainer_run(const config *cfg, train_result *res) {
             if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, buffers_host);
         }
         evaluate(nt, test_ld, x_dev, labels_dev, loss_dev, dlogits, in_size, &er);
+        /* Unreadable images of every rank's shard (collective on all ranks). */
+        double skipped[2] = {(double)loader_skipped(train_ld), (double)loader_skipped(test_ld)};
+        dist_allreduce_sum_f64(skipped, 2);
+        if (skipped[0] > 0 || skipped[1] > 0)
+            log_warn("epoch %d/%d: %.0f unreadable training image%s replaced, %.0f unreadable test image%s left out "
+                     "(each named once above)",
+                     epoch + 1, cfg->epochs, skipped[0], skipped[0] == 1 ? "" : "s", skipped[1],
+                     skipped[1] == 1 ? "" : "s");
         double ep_ips = ep_secs > 0 ? world * ep_images / ep_secs : 0;
         double ep_wait_ms = ep_steps ? 1e3 * ep_wait / ep_steps : 0;
         log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
@@ -621,7 +603,8 @@ int trainer_run(const config *cfg, train_result *res) {
                  epoch + 1, cfg->epochs, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? 100.0 * ep_wait / ep_secs : 0,
                  er.loss, 100 * er.top1, 100 * er.top5);
         metrics_epoch(&m, epoch + 1, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? ep_wait / ep_secs : 0,
-                      ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0);
+                      ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0, (long)skipped[0],
+                      (long)skipped[1]);
         if (world > 1)
             log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                      "%ld of %ld buckets started during backward",
@@ -676,16 +659,16 @@ int trainer_run(const config *cfg, train_result *res) {
     loader_free(train_ld);
     loader_free(test_ld);
     net_free(nt);
-    free_data(&d);
+    input_free(&d);
     if (res) *res = r;
     return status;
 }
 
 int trainer_summary_config(const config *cfg, FILE *out) {
-    data_pair d;
-    if (load_data(cfg, &d) != CNT_OK) return CNT_ERR;
+    input_data d;
+    if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     net *nt = build_model(backend_cpu(), cfg, d.train.c, d.train.h, d.train.w, d.train.classes, 1);
-    free_data(&d);
+    input_free(&d);
     if (!nt) return CNT_ERR;
     fprintf(out, "model %s\n", cfg->model_name);
     net_print_summary(nt, out);

@@ -1,0 +1,199 @@
+/*
+ * train/input.c - the configured data set (see train/input.h).
+ */
+#include "train/input.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/timer.h"
+#include "dist/dist.h"
+
+/* RNG streams of the synthetic data set; other consumers of train.seed use
+ * their own streams, so the data does not repeat the initialisation. */
+enum { SYNTHETIC_STREAM_TRAIN = 0x5d7a0001, SYNTHETIC_STREAM_TEST = 0x5d7a0002 };
+
+/* Images of an image folder estimated for data.mean / data.std = auto. */
+#define STATS_IMAGES 1024
+
+static int load_in_memory(const config *cfg, input_data *d) {
+    if (strcmp(cfg->data_kind, "idx") == 0) {
+        if (dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
+        return dataset_load_mnist_dir(&d->test, cfg->data_root, 0);
+    }
+    if (strcmp(cfg->data_kind, "cifar") == 0) {
+        if (dataset_load_cifar(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
+        return dataset_load_cifar(&d->test, cfg->data_root, 0);
+    }
+    if (strcmp(cfg->data_kind, "synthetic") == 0) {
+        /* Train and test are two streams of the same seed: different images. */
+        int c, h, w;
+        if (config_synthetic_shape(cfg, &c, &h, &w) != CNT_OK) return CNT_ERR;
+        if (dataset_make_synthetic(&d->train, c, h, w, cfg->synthetic_classes, cfg->synthetic_train, cfg->seed,
+                                   SYNTHETIC_STREAM_TRAIN) != CNT_OK)
+            return CNT_ERR;
+        return dataset_make_synthetic(&d->test, c, h, w, cfg->synthetic_classes, cfg->synthetic_test, cfg->seed,
+                                      SYNTHETIC_STREAM_TEST);
+    }
+    return cnt_err_set("data.kind '%s' is not supported", cfg->data_kind);
+}
+
+static void folder_path(char *out, size_t n, const char *given, const char *root, const char *sub) {
+    if (given[0])
+        snprintf(out, n, "%s", given);
+    else
+        snprintf(out, n, "%s/%s", root, sub);
+}
+
+/* Rank 0 lists both trees (and checks their classes agree), then broadcasts
+ * the listings; every rank returns the same sets or the same failure. */
+static int list_folders(const config *cfg, input_data *d) {
+    char train_root[CONFIG_STR + 16], val_root[CONFIG_STR + 16];
+    folder_path(train_root, sizeof train_root, cfg->train_root, cfg->data_root, "train");
+    folder_path(val_root, sizeof val_root, cfg->val_root, cfg->data_root, "val");
+    int64_t lens[2] = {-1, -1};
+    void *packed[2] = {NULL, NULL};
+    int rc = CNT_OK;
+    if (dist_rank() == 0) {
+        double t0 = time_now();
+        rc = dataset_list_imagefolder(&d->train, train_root);
+        if (rc == CNT_OK) rc = dataset_list_imagefolder(&d->test, val_root);
+        if (rc == CNT_OK) rc = dataset_same_classes(&d->train, &d->test);
+        if (rc == CNT_OK) {
+            log_info("data: listed %s (%d images in %d classes) and %s (%d images) in %.2f s", train_root,
+                     d->train.n, d->train.classes, val_root, d->test.n, time_now() - t0);
+            if (dist_world() > 1) {
+                size_t l0, l1;
+                packed[0] = dataset_pack(&d->train, &l0);
+                packed[1] = dataset_pack(&d->test, &l1);
+                lens[0] = (int64_t)l0;
+                lens[1] = (int64_t)l1;
+            }
+        }
+    }
+    if (dist_world() == 1) return rc;
+    dist_broadcast(lens, sizeof lens, 0);
+    if (lens[0] < 0) {
+        if (dist_rank() == 0) return rc;
+        return cnt_err_set("rank 0 could not list the image folders %s and %s (its message says why)", train_root,
+                           val_root);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (dist_rank() != 0) packed[i] = cnt_malloc((size_t)lens[i]);
+        dist_broadcast(packed[i], (size_t)lens[i], 0);
+    }
+    if (dist_rank() != 0) {
+        rc = dataset_unpack(&d->train, packed[0], (size_t)lens[0]);
+        if (rc == CNT_OK) rc = dataset_unpack(&d->test, packed[1], (size_t)lens[1]);
+    }
+    free(packed[0]);
+    free(packed[1]);
+    return rc;
+}
+
+/* data.mean / data.std = auto on an image folder: rank 0 estimates them from
+ * a sample and broadcasts them, so every rank normalises identically. */
+static int folder_stats(const config *cfg, input_data *d) {
+    float v[7] = {0};  /* mean[3], std[3], status */
+    if (dist_rank() == 0) {
+        int unreadable = 0;
+        double t0 = time_now();
+        int threads = cfg->workers > 2 ? cfg->workers : 2;
+        if (dataset_estimate_stats(&d->train, STATS_IMAGES, threads, v, v + 3, &unreadable) == CNT_OK) {
+            v[6] = 1;
+            log_info("data: mean/std estimated from %d images in %.2f s%s", d->train.n < STATS_IMAGES ? d->train.n
+                                                                                                     : STATS_IMAGES,
+                     time_now() - t0, unreadable ? " (some unreadable ones left out)" : "");
+        }
+    }
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+    dist_broadcast(v, sizeof v, 0);
+    if (v[6] != 1) {
+        if (dist_rank() == 0) return cnt_err_set("%s", msg);
+        return cnt_err_set("rank 0 could not estimate data.mean/data.std from %s", d->train.root);
+    }
+    memcpy(d->mean, v, sizeof d->mean);
+    memcpy(d->std, v + 3, sizeof d->std);
+    return CNT_OK;
+}
+
+int input_load(const config *cfg, input_data *d) {
+    memset(d, 0, sizeof *d);
+    int folder = strcmp(cfg->data_kind, "imagefolder") == 0;
+    int rc;
+    if (folder) {
+        rc = list_folders(cfg, d);
+        if (rc == CNT_OK) {
+            int size = cfg->image_size ? cfg->image_size : strcmp(cfg->model_name, "inception_v3") == 0 ? 299 : 224;
+            int c = cfg->channels ? cfg->channels : 3;
+            dataset_set_shape(&d->train, c, size);
+            dataset_set_shape(&d->test, c, size);
+        }
+    } else {
+        /* data.image_size and data.channels apply to image folders only. */
+        rc = load_in_memory(cfg, d);
+        if (rc == CNT_OK && (d->train.c > 3 || d->test.c != d->train.c || d->test.h != d->train.h ||
+                             d->test.w != d->train.w))
+            rc = cnt_err_set("%s %s: test images are %dx%dx%d but training images are %dx%dx%d (at most 3 "
+                             "channels)",
+                             cfg->data_kind, cfg->data_root, d->test.c, d->test.h, d->test.w, d->train.c,
+                             d->train.h, d->train.w);
+    }
+    if (rc != CNT_OK) {
+        input_free(d);
+        return CNT_ERR;
+    }
+    dataset_truncate(&d->train, cfg->train_limit);
+    dataset_truncate(&d->test, cfg->test_limit);
+
+    float mean[3], std[3];
+    int mean_auto, std_auto;
+    if (config_norm_values(cfg, 0, mean, &mean_auto) != CNT_OK || config_norm_values(cfg, 1, std, &std_auto) != CNT_OK) {
+        input_free(d);
+        return CNT_ERR;
+    }
+    if (mean_auto || std_auto) {
+        /* Normalise with the training set's own statistics. */
+        if (folder) {
+            if (folder_stats(cfg, d) != CNT_OK) {
+                input_free(d);
+                return CNT_ERR;
+            }
+        } else {
+            dataset_channel_stats(&d->train, d->mean, d->std);
+        }
+        for (int c = 0; c < d->train.c; c++)
+            if (d->std[c] < 1e-6f) d->std[c] = 1.0f;
+    }
+    if (!mean_auto) memcpy(d->mean, mean, sizeof mean);
+    if (!std_auto) memcpy(d->std, std, sizeof std);
+    if (strcmp(cfg->crop, "auto") == 0)
+        d->crop = folder ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+    else
+        d->crop = strcmp(cfg->crop, "resized") == 0 ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+    return CNT_OK;
+}
+
+void input_free(input_data *d) {
+    dataset_free(&d->train);
+    dataset_free(&d->test);
+}
+
+void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
+                          loader_options *eval) {
+    loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
+                         .drop_last = 1, .augment = cfg->augment, .crop = d->crop, .pad = cfg->pad,
+                         .min_scale = cfg->min_scale, .workers = cfg->workers, .prefetch = cfg->prefetch};
+    memcpy(lo.mean, d->mean, sizeof lo.mean);
+    memcpy(lo.std, d->std, sizeof lo.std);
+    *train = lo;
+    *eval = lo;
+    eval->batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
+    eval->shuffle = 0;
+    eval->drop_last = 0;
+    eval->augment = 0;
+    /* Decoding files is the expensive part: evaluation gets the same workers. */
+    eval->workers = d->train.pixels ? 1 : cfg->workers;
+}

@@ -1,0 +1,36 @@
+/*
+ * train/input.h - the configured data set, ready for the loaders: reading or
+ * listing it ([data] kind, root, train_root, val_root), the model input shape
+ * (image_size, channels), normalisation (mean, std), crop style and the loader
+ * options derived from the config. Shared by training and --bench-data.
+ *
+ * Image folders are listed by rank 0 only and the listing broadcast, so every
+ * rank sees the same samples in the same order even if the file system
+ * changes meanwhile; rank 0 also estimates mean/std (data.mean = auto) and
+ * broadcasts them. input_load is therefore collective when world > 1.
+ *
+ * Errors: CNT_ERR with a message naming the path or key (missing root, empty
+ * class folder, no images, train/val classes that differ).
+ */
+#ifndef CNT_INPUT_H
+#define CNT_INPUT_H
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "train/config.h"
+
+typedef struct input_data {
+    dataset train, test;
+    float mean[3], std[3];
+    int crop;              /* LOADER_CROP_PAD or LOADER_CROP_RESIZED */
+} input_data;
+
+int input_load(const config *cfg, input_data *d);
+void input_free(input_data *d);
+
+/* Loader options for training (shuffled, augmented, full batches) and for
+ * evaluation (natural order, no augmentation, every sample once). */
+void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
+                          loader_options *eval);
+
+#endif
