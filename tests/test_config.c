@@ -34,7 +34,7 @@ static const char *const all_keys[] = {
     "train.device", "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
-    "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.min_lr", "optim.lr_scaling", "dist.backend",
+    "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.keep", "checkpoint.resume",
@@ -194,6 +194,7 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_float_bits(a->gamma, b->gamma);
     assert_float_bits(a->warmup_epochs, b->warmup_epochs);
     assert_float_bits(a->min_lr, b->min_lr);
+    assert_string_equal(a->warmup_start, b->warmup_start);
     assert_string_equal(a->init_from, b->init_from);
     assert_string_equal(a->train_root, b->train_root);
     assert_string_equal(a->val_root, b->val_root);

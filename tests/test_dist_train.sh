@@ -7,7 +7,8 @@
 # ends the job; dist.timeline writes a Chrome trace in which buckets leave
 # during backward; dist.compress=fp16 trains with bit-identical ranks; the
 # stall watchdog names a late rank (CNT_TEST_STALL, test-only fault
-# injection) and ends a job whose rank stalls past dist.stall_abort_s.
+# injection) and ends a job whose rank stalls past dist.stall_abort_s; the
+# warm-up starts at 0 or, with optim.warmup_start=lr, at one worker's rate.
 # Run from the repository root after `make`.
 set -u
 if ! command -v mpirun >/dev/null 2>&1 || ! ./trainer --version | grep -q "^mpi: built in"; then
@@ -160,6 +161,15 @@ check "stall abort: the job ends non-zero, not by the timeout (rc=$rc, ${secs}s)
 check "stall abort: within 15 s of start (start-up included)" test $secs -le 15
 check "stall abort: rank 0's error names rank 1" \
     grep -qE "^\[rank 0\] error: stall: step 2 bucket 0 has waited [0-9]+ s for rank 1 .*ending the job" <<<"$out"
+
+# Warm-up: from 0 by default; optim.warmup_start=lr (Goyal et al.) starts at
+# one worker's rate 0.05 and rises to 2 x 0.05 over the 16 steps of an epoch.
+for ws in zero lr; do
+    out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=2 train.log_every=1 \
+          optim.schedule=constant optim.warmup_epochs=1 optim.warmup_start=$ws train.out_dir="$tmp/w$ws" 2>&1)
+    want=$([ $ws = zero ] && echo '0\.00625' || echo '0\.0531[23]')
+    check "warmup_start=$ws: the first step's lr is $want" grep -qE "step 1/2 .* lr $want " <<<"$out"
+done
 
 # Different configurations on the ranks: reported with the differing key.
 out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.9 : \

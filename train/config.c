@@ -127,6 +127,7 @@ static const char *const compressions[] = {"none", "fp16", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const lr_scalings[] = {"linear", "none", NULL};
+static const char *const warmup_starts[] = {"zero", "lr", NULL};
 static const char *const dist_backends[] = {"auto", "mpi", "ring", NULL};
 
 /* The keys, grouped by section, in the order of --help, the README and the
@@ -234,7 +235,10 @@ static const key_def key_table[] = {
     K_FLOAT("optim", "gamma", gamma, "0.1", ABOVE(0, 1),
           .help = "factor applied at each milestone (step schedule)"),
     K_FLOAT("optim", "warmup_epochs", warmup_epochs, "0", BETWEEN(0, 1000),
-          .help = "linear warm-up from 0 to lr over this many epochs (may be fractional); 0: none"),
+          .help = "linear warm-up to the (scaled) rate over this many epochs (may be fractional); 0: none"),
+    K_ENUM("optim", "warmup_start", warmup_start, "zero", .choices = warmup_starts,
+         .help = "where the warm-up starts: zero, or lr (optim.lr, one worker's rate, rising to optim.lr x world "
+                 "size: Goyal et al.'s gradual warm-up; a single rank then has no warm-up)"),
     K_FLOAT("optim", "min_lr", min_lr, "0", AT_LEAST(0),
           .help = "final learning rate of the cosine schedule"),
     K_ENUM("optim", "lr_scaling", lr_scaling, "linear", .choices = lr_scalings,

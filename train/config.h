@@ -74,6 +74,7 @@ typedef struct config {
     int n_milestones;
     float gamma;                     /* step schedule factor */
     float warmup_epochs;             /* linear warm-up length, may be fractional */
+    char warmup_start[CONFIG_STR];   /* "zero", "lr": where the warm-up ramp starts */
     float min_lr;                    /* cosine floor */
     char lr_scaling[CONFIG_STR];     /* "linear", "none" */
 

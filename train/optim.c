@@ -48,7 +48,8 @@ void optim_free(optimizer *opt) {
     opt->momentum_buf = NULL;
 }
 
-double schedule_lr(const config *cfg, double base_lr, long step, long steps_per_epoch, long total_steps) {
+double schedule_lr(const config *cfg, double base_lr, double warmup_start, long step, long steps_per_epoch,
+                   long total_steps) {
     double lr = base_lr;
     if (strcmp(cfg->schedule, "step") == 0) {
         long epoch = step / steps_per_epoch;
@@ -60,6 +61,9 @@ double schedule_lr(const config *cfg, double base_lr, long step, long steps_per_
         lr = cfg->min_lr + (base_lr - cfg->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
     }
     double warmup_steps = cfg->warmup_epochs * (double)steps_per_epoch;
-    if (warmup_steps > 0 && (double)step < warmup_steps) lr *= ((double)step + 1.0) / warmup_steps;
+    if (warmup_steps > 0 && (double)step < warmup_steps) {
+        double start = warmup_start < lr ? warmup_start : lr;
+        lr = start + (lr - start) * (((double)step + 1.0) / warmup_steps);
+    }
     return lr;
 }

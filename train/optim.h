@@ -10,9 +10,10 @@
  *   constant: lr
  *   step:     lr * gamma^(number of milestones <= current epoch)
  *   cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * step / total_steps)) / 2
- * each multiplied during the first warmup_epochs by a linear ramp
- * (step + 1) / warmup_steps, so the first step is small and the rate reaches
- * the schedule's value when warm-up ends.
+ * during the first warmup_epochs replaced by a linear ramp from warmup_start
+ * (0, or optim.lr with optim.warmup_start = lr) to the schedule's value:
+ * start + (value - start) * (step + 1) / warmup_steps, so the first step is
+ * small and the rate reaches the schedule's value when warm-up ends.
  */
 #ifndef CNT_OPTIM_H
 #define CNT_OPTIM_H
@@ -39,6 +40,7 @@ void optim_free(optimizer *opt);
 /* Learning rate for a 0-based step, given steps per epoch and the schedule's
  * length (train.epochs x steps per epoch; train.max_steps does not shorten it).
  * base_lr is the effective (already scaled) rate. */
-double schedule_lr(const config *cfg, double base_lr, long step, long steps_per_epoch, long total_steps);
+double schedule_lr(const config *cfg, double base_lr, double warmup_start, long step, long steps_per_epoch,
+                   long total_steps);
 
 #endif

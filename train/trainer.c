@@ -425,6 +425,8 @@ int trainer_run(const config *cfg, train_result *res) {
     /* Linear scaling (Goyal et al. 2017): N workers take N times larger steps
      * on the N times larger global batch, reached through the warm-up. */
     double base_lr = strcmp(cfg->lr_scaling, "linear") == 0 ? (double)cfg->lr * world : (double)cfg->lr;
+    /* Goyal et al.'s gradual warm-up starts at one worker's rate. */
+    double warmup_start = strcmp(cfg->warmup_start, "lr") == 0 ? (double)cfg->lr : 0.0;
     dist_algo algo = strcmp(cfg->dist_backend, "ring") == 0 ? DIST_ALGO_RING : DIST_ALGO_MPI;
     reducer *rd = NULL;
     if (world > 1) {
@@ -488,7 +490,7 @@ int trainer_run(const config *cfg, train_result *res) {
             if (tl) timeline_record(tl, "data wait", "data", TIMELINE_TID_TRAIN, tw, tw1);
             win_wait += wait;
             ep_wait += wait;
-            double lr = schedule_lr(cfg, base_lr, step, steps_per_epoch, schedule_steps);
+            double lr = schedule_lr(cfg, base_lr, warmup_start, step, steps_per_epoch, schedule_steps);
             be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
             be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
             double tf = time_now();
