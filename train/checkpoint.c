@@ -11,7 +11,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include <zlib.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 #include "train/metrics.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -71,17 +71,6 @@ static void put_name(ckpt_writer *w, const char *name) {
     memset(buf, 0, sizeof buf);
     snprintf(buf, sizeof buf, "%s", name);
     put(w, buf, sizeof buf);
-}
-
-static int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return cnt_err_set("cannot open directory '%s' to sync it: %s", dir, strerror(errno));
-    /* Why: the rename is only durable once the directory entry is on disk. */
-    int rc = fsync(fd);
-    int saved = errno;
-    close(fd);
-    if (rc != 0) return cnt_err_set("cannot fsync directory '%s': %s", dir, strerror(saved));
-    return CNT_OK;
 }
 
 /* Parses "ckpt-NNNNNN.cnt" exactly; returns the epoch or -1. */
@@ -190,28 +179,7 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     uint32_t crc = (uint32_t)w.crc;
     put(&w, &crc, sizeof crc);
 
-    if (!w.failed && fflush(w.f) != 0) {
-        cnt_err_set("cannot write checkpoint '%s': %s", tmp, strerror(errno));
-        w.failed = 1;
-    }
-    /* Why: the data must be on disk before the rename makes it the checkpoint. */
-    if (!w.failed && fsync(fileno(w.f)) != 0) {
-        cnt_err_set("cannot fsync checkpoint '%s': %s", tmp, strerror(errno));
-        w.failed = 1;
-    }
-    if (fclose(w.f) != 0 && !w.failed) {
-        cnt_err_set("cannot close checkpoint '%s': %s", tmp, strerror(errno));
-        w.failed = 1;
-    }
-    if (!w.failed && rename(tmp, path) != 0) {
-        cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        w.failed = 1;
-    }
-    if (w.failed) {
-        unlink(tmp);
-        return CNT_ERR;
-    }
-    if (fsync_dir(dir) != CNT_OK) return CNT_ERR;
+    if (file_commit_atomic(w.f, w.failed, tmp, path, dir, "checkpoint") != CNT_OK) return CNT_ERR;
     if (keep > 0) prune(dir, keep);
     if (path_out) snprintf(path_out, path_len, "%s", path);
     return CNT_OK;

@@ -14,7 +14,6 @@
 #include "train/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is copied as is: the host must be little-endian"
@@ -182,36 +182,7 @@ int safetensors_write(const char *path, const net *nt, const float *params, cons
             put(&w, buffers + bi->offset, bi->count * sizeof(float));
         }
     }
-    if (!w.failed && fflush(w.f) != 0) {
-        cnt_err_set("cannot write safetensors file '%s': %s", tmp, strerror(errno));
-        w.failed = 1;
-    }
-    /* Why: the data must be on disk before the rename makes it the file. */
-    if (!w.failed && fsync(fileno(w.f)) != 0) {
-        cnt_err_set("cannot fsync safetensors file '%s': %s", tmp, strerror(errno));
-        w.failed = 1;
-    }
-    if (fclose(w.f) != 0 && !w.failed) {
-        cnt_err_set("cannot close safetensors file '%s': %s", tmp, strerror(errno));
-        w.failed = 1;
-    }
-    if (!w.failed && rename(tmp, path) != 0) {
-        cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        w.failed = 1;
-    }
-    if (w.failed) {
-        unlink(tmp);
-        return CNT_ERR;
-    }
-    /* Why: the rename is only durable once the directory entry is on disk. */
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0 || fsync(fd) != 0) {
-        int saved = errno;
-        if (fd >= 0) close(fd);
-        return cnt_err_set("wrote '%s' but cannot fsync its directory '%s': %s", path, dir, strerror(saved));
-    }
-    close(fd);
-    return CNT_OK;
+    return file_commit_atomic(w.f, w.failed, tmp, path, dir, "safetensors file");
 }
 
 /* ---------------------------------------------------------------- the header parser */
