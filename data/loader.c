@@ -303,7 +303,7 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
     int out = 0;
     for (int i = 0; i < n; i++) {
         int pos = first + i;
-        int idx = ld->perm[o->rank + pos * o->world];
+        int idx = ld->perm[(o->rank + pos * o->world) % ds->n];
         rng r;
         rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
         float *dst = slot->b.x + (size_t)out * sample;
@@ -314,7 +314,7 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
             /* Training: the next readable image of the shard takes its place. */
             int k;
             for (k = 1; k < ld->shard_n; k++) {
-                idx = ld->perm[o->rank + ((pos + k) % ld->shard_n) * o->world];
+                idx = ld->perm[(o->rank + ((pos + k) % ld->shard_n) * o->world) % ds->n];
                 rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
                 if (loader_try_sample(ld, idx, dst, o->augment ? &r : NULL) == CNT_OK) break;
             }
@@ -373,7 +373,7 @@ static int loader_check_options(const dataset *ds, const loader_options *o) {
         if (!(o->std[ch] > 0.0f))
             return cnt_err_set("loader: std of channel %d must be > 0, got %g", ch, (double)o->std[ch]);
     }
-    if (o->drop_last && ds->n / o->world < o->batch)
+    if (o->drop_last && !o->wrap && ds->n / o->world < o->batch)
         return cnt_err_set("loader: rank shard of %d samples (%d samples over %d ranks) is smaller than "
                            "one batch of %d",
                            ds->n / o->world, ds->n, o->world, o->batch);
@@ -389,7 +389,12 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
     loader *ld = cnt_calloc(1, sizeof *ld);
     ld->ds = ds;
     ld->opt = *opt;
-    if (opt->drop_last) {
+    if (opt->drop_last && opt->wrap) {
+        /* Enough steps for every sample: ceil(n / (world x batch)). */
+        long global = (long)opt->world * opt->batch;
+        ld->steps = (int)((ds->n + global - 1) / global);
+        ld->shard_n = ld->steps * opt->batch;
+    } else if (opt->drop_last) {
         int per_rank = ds->n / opt->world;
         ld->steps = per_rank / opt->batch;
         ld->shard_n = ld->steps * opt->batch;

@@ -4,7 +4,11 @@
  *
  * Sharding: each epoch every rank draws the same permutation from (seed,
  * epoch); rank r takes positions r, r+world, r+2*world, ... Training batches
- * drop the remainder so every rank runs the same number of steps. Evaluation
+ * are all full and every rank runs the same number of steps: the remainder
+ * that does not fill a step of every rank is dropped, or with `wrap` the last
+ * step is filled by continuing at the start of the permutation (positions
+ * taken modulo n), so every sample is seen at least once per epoch and a few
+ * twice. Evaluation
  * loaders (shuffle = 0, drop_last = 0) visit every sample of the shard exactly
  * once, the last batch possibly short.
  *
@@ -55,6 +59,8 @@ typedef struct loader_options {
     uint64_t seed;
     int shuffle;           /* 1: permutation per epoch; 0: natural order */
     int drop_last;         /* 1: every batch full (training) */
+    int wrap;              /* with drop_last: instead of dropping the remainder, fill the last steps by
+                              wrapping around to the start of the permutation (every sample at least once) */
     int augment;           /* 1: random crop and flip (see crop) */
     int crop;              /* LOADER_CROP_PAD or LOADER_CROP_RESIZED */
     int pad;               /* padding for the random crop (4 usual) */

@@ -29,7 +29,7 @@ static const char *const all_keys[] = {
     "model.name", "model.zero_init_residual", "model.aux_logits", "model.dropout", "model.init_from",
     "data.kind", "data.root", "data.train_root", "data.val_root", "data.image_size", "data.channels",
     "data.train_limit", "data.test_limit", "data.augment", "data.crop", "data.pad", "data.min_scale", "data.mean",
-    "data.std", "data.workers",
+    "data.std", "data.workers", "data.remainder",
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight",
@@ -195,6 +195,7 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_float_bits(a->warmup_epochs, b->warmup_epochs);
     assert_float_bits(a->min_lr, b->min_lr);
     assert_string_equal(a->warmup_start, b->warmup_start);
+    assert_string_equal(a->remainder, b->remainder);
     assert_string_equal(a->init_from, b->init_from);
     assert_string_equal(a->train_root, b->train_root);
     assert_string_equal(a->val_root, b->val_root);

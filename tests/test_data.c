@@ -437,6 +437,27 @@ static void test_shards(void **state) {
             }
             loader_free(ld);
         }
+        /* Training with wrap: equal steps, full batches, every sample at least
+         * once and at most twice, the extra ones from the permutation's start. */
+        memset(seen, 0, n * sizeof(int));
+        int wrap_steps = (n + world * bs - 1) / (world * bs);
+        for (int rank = 0; rank < world; rank++) {
+            o = plain_options(bs, rank, world);
+            o.wrap = 1;
+            ld = loader_create(&ds, &o);
+            assert_non_null(ld);
+            assert_int_equal(loader_steps_per_epoch(ld), wrap_steps);
+            int c = run_epoch(ld, &ds, 3, bs, 1, got, &steps);
+            assert_int_equal(steps, wrap_steps);
+            assert_int_equal(c, wrap_steps * bs);
+            for (int p = 0; p < c; p++) {
+                assert_int_equal(got[p], reference[(rank + p * world) % n]);
+                seen[got[p]]++;
+            }
+            loader_free(ld);
+        }
+        for (int i = 0; i < n; i++) assert_true(seen[i] >= 1 && seen[i] <= 2);
+
         /* Evaluation, shuffled and in natural order: every sample exactly once. */
         for (int shuffle = 0; shuffle < 2; shuffle++) {
             memset(seen, 0, n * sizeof(int));

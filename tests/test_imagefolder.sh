@@ -81,6 +81,14 @@ check "imagefolder: listing logged with counts" grep -q "listed $tmp/fpng/train 
 check "imagefolder: 1x28x28 input, 10 classes" grep -q "imagefolder $tmp/fpng, 400 train / 400 test images of 1x28x28, 10 classes" <<<"$out"
 check "imagefolder: epoch record has skipped_images 0" grep -q '"skipped_images":0' "$tmp/r1/metrics.jsonl"
 
+# The remainder: 400 images in batches of 48 make 8 full steps (16 images
+# dropped) or, wrapping around, 9.
+for rem in drop:8 wrap:9; do
+    out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" train.batch_size=48 train.max_steps=1 \
+          data.remainder=${rem%%:*} data.root="$tmp/fpng" train.out_dir="$tmp/rem" 2>&1)
+    check "data.remainder=${rem%%:*}: ${rem##*:} steps per epoch" grep -q "1 epochs x ${rem##*:} steps (batch 48)" <<<"$out"
+done
+
 # A corrupt training image and a corrupt validation image: one warning each,
 # counted, and the run still finishes.
 first=$(ls "$tmp/fpng/train/3" | head -1)

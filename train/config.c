@@ -123,6 +123,7 @@ typedef struct key_def {
 
 static const char *const data_kinds[] = {"idx", "cifar", "imagefolder", "synthetic", NULL};
 static const char *const crops[] = {"auto", "pad", "resized", NULL};
+static const char *const remainders[] = {"drop", "wrap", NULL};
 static const char *const compressions[] = {"none", "fp16", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
@@ -186,6 +187,9 @@ static const key_def key_table[] = {
         .help = "loader threads decoding and augmenting batches"),
     K_INT("data", "prefetch", prefetch, "4", BETWEEN(1, 256),
         .help = "batches prepared ahead of the training step"),
+    K_ENUM("data", "remainder", remainder, "drop", .choices = remainders,
+         .help = "training samples that do not fill one more step on every rank: drop them (a different few "
+                 "each epoch), or wrap around to the epoch's first samples so every sample is seen"),
     K_STRING("data", "synthetic_shape", synthetic_shape, "3x32x32",
            .help = "image shape CxHxW of the synthetic data set (C 1..3, H and W 1..4096)"),
     K_INT("data", "synthetic_classes", synthetic_classes, "10", BETWEEN(2, 100000),

@@ -45,6 +45,7 @@ typedef struct config {
     char std[CONFIG_STR];            /* "auto" or per-channel list */
     int workers;                     /* loader threads */
     int prefetch;                    /* batches ready ahead */
+    char remainder[CONFIG_STR];      /* "drop", "wrap": training samples that do not fill a step */
     char synthetic_shape[CONFIG_STR]; /* "CxHxW" (synthetic) */
     int synthetic_classes;           /* label range (synthetic) */
     int synthetic_train;             /* training samples (synthetic) */

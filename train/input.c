@@ -184,7 +184,7 @@ void input_free(input_data *d) {
 void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
                           loader_options *eval) {
     loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
-                         .drop_last = 1, .augment = cfg->augment, .crop = d->crop, .pad = cfg->pad,
+                         .drop_last = 1, .wrap = strcmp(cfg->remainder, "wrap") == 0, .augment = cfg->augment, .crop = d->crop, .pad = cfg->pad,
                          .min_scale = cfg->min_scale, .workers = cfg->workers, .prefetch = cfg->prefetch};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);
@@ -193,6 +193,7 @@ void input_loader_options(const config *cfg, const input_data *d, int rank, int 
     eval->batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
     eval->shuffle = 0;
     eval->drop_last = 0;
+    eval->wrap = 0;
     eval->augment = 0;
     /* Decoding files is the expensive part: evaluation gets the same workers. */
     eval->workers = d->train.pixels ? 1 : cfg->workers;
