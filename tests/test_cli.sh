@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_cli.sh - the trainer's command line as a user meets it: exit codes
 # and messages for configuration mistakes, --summary, --help, --version, the
-# data kinds (synthetic training, CIFAR errors), and the README's config
-# reference being the one the parser uses.
+# data kinds (synthetic training, CIFAR errors), the ImageNet configs, and the
+# README's config reference being the one the parser uses.
 # Run from the repository root after `make`. Exits non-zero on the first failure.
 set -u
 T=./trainer
@@ -144,6 +144,23 @@ run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt" "$tmp/no/dir/x.safetensor
 check "--export, unwritable output: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/no/dir/x.safetensors" <<<"$out")"
 run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt"
 check "--export with one argument: usage, exit 2" test "$rc" -eq 2
+
+# The ImageNet configs: torchvision's parameter counts at their input shape on
+# synthetic data (one override), a clear error while ImageNet is missing, and
+# one real training step of resnet50 on synthetic data.
+for cm in resnet50:25557032:224 resnet101:44549160:224 vgg16:138357544:224 inception3:27161264:299; do
+    IFS=: read -r cfgname params side <<<"$cm"
+    run $T --summary configs/$cfgname.ini data.kind=synthetic
+    check "configs/$cfgname.ini on synthetic data: $params parameters, 3x${side}x${side}, 1000 classes" \
+        bash -c "[ $rc -eq 0 ] && grep -q 'params: $params' <<<\"\$1\" && grep -q '3x${side}x${side}' <<<\"\$1\" && grep -q 'classes: 1000' <<<\"\$1\"" _ "$out"
+    run $T configs/$cfgname.ini data.root="$tmp/no-imagenet" train.out_dir="$tmp/in-$cfgname"
+    check "configs/$cfgname.ini without ImageNet: exit 1 naming the folder and what to set" \
+        bash -c "[ $rc -eq 1 ] && grep -q '$tmp/no-imagenet/train: No such file or directory; set data.root' <<<\"\$1\"" _ "$out"
+done
+run $T configs/resnet50.ini data.kind=synthetic train.batch_size=2 train.eval_batch_size=2 data.synthetic_train=4 \
+    data.synthetic_test=2 train.max_steps=1 train.log_every=1 train.out_dir="$tmp/r50"
+check "configs/resnet50.ini trains a step on synthetic data" \
+    bash -c "[ $rc -eq 0 ] && grep -q 'step 1/1' <<<\"\$1\"" _ "$out"
 
 # The README embeds the reference generated from the parser's table.
 $T --config-reference > "$tmp/ref.md"

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -59,6 +60,13 @@ static int list_folders(const config *cfg, input_data *d) {
         double t0 = time_now();
         rc = dataset_list_imagefolder(&d->train, train_root);
         if (rc == CNT_OK) rc = dataset_list_imagefolder(&d->test, val_root);
+        if (rc != CNT_OK && access(d->train.root ? val_root : train_root, F_OK) != 0) {
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", cnt_err_msg());
+            rc = cnt_err_set("%s; set data.root to the folder holding train/ and val/ (or data.train_root and "
+                             "data.val_root), or use data.kind=synthetic for a run without data",
+                             msg);
+        }
         if (rc == CNT_OK) rc = dataset_same_classes(&d->train, &d->test);
         if (rc == CNT_OK) {
             log_info("data: listed %s (%d images in %d classes) and %s (%d images) in %.2f s", train_root,
