@@ -106,7 +106,7 @@ static long list_dir(const char *dir, int kind, pool *p, size_t **offs, size_t *
         errno = err;
         return -1;
     }
-    qsort_r(*offs, (size_t)n, sizeof **offs, cmp_off, p->buf + first);
+    if (n > 0) qsort_r(*offs, (size_t)n, sizeof **offs, cmp_off, p->buf + first);
     for (long i = 0; i < n; i++) (*offs)[i] += first;
     return n;
 }

@@ -33,6 +33,8 @@ $tool bogus a b >/dev/null 2>&1
 check "to_imagefolder: unknown kind exits 2" test $? -eq 2
 $tool idx /usr/share/datasets/fashion-mnist "$tmp/x" --format gif >/dev/null 2>&1
 check "to_imagefolder: bad --format exits 2" test $? -eq 2
+$tool synthetic "$tmp/y" --classes 10 --val 8 >/dev/null 2>&1
+check "to_imagefolder synthetic: fewer images than classes exits 2" test $? -eq 2
 
 # The first training image, as the tool wrote it, is the first IDX image.
 python3 - "$tmp/fpng" <<'PY' >/dev/null

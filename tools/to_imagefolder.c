@@ -227,6 +227,14 @@ int main(int argc, char **argv) {
     if (synthetic) {
         int nt = o.limit && o.limit < o.n_train ? o.limit : o.n_train;
         int nv = o.limit && o.limit < o.n_val ? o.limit : o.n_val;
+        if (nt < o.classes || nv < o.classes) {
+            /* Images go to classes in turn; a class without images in one split
+             * would give train and val trees the trainer refuses. */
+            fprintf(stderr, "to_imagefolder: --train %d / --val %d: each split needs at least one image per class "
+                            "(--classes %d)\n",
+                    nt, nv, o.classes);
+            return 2;
+        }
         if (write_synthetic(out, "train", nt, 1, &o) != CNT_OK || write_synthetic(out, "val", nv, 2, &o) != CNT_OK) {
             fprintf(stderr, "to_imagefolder: %s\n", cnt_err_msg());
             return 1;
