@@ -89,33 +89,10 @@ static int setup(void **state) {
     return 0;
 }
 
-/* rm -r of the fixture directory (one level of subdirectories is all tests create). */
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        unlink(dir);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-            chmod(p, 0700);
-            remove_tree(p);
-        } else {
-            unlink(p);
-        }
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static int teardown(void **state) {
     fixture *fx = *state;
-    remove_tree(fx->root);
+    tu_remove_tree(fx->root);
     net_free(fx->nt);
     free(fx->params);
     free(fx->buffers);

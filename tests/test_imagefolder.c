@@ -14,8 +14,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#define _XOPEN_SOURCE 700
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +27,9 @@
 #include "common/rng.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "tests/support/testutil.h"
 
 static char tmp_root[256];
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
 
 static int setup(void **state) {
     (void)state;
@@ -45,7 +39,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    return nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tu_remove_tree(tmp_root);
+    return 0;
 }
 
 /* tmp_root/<rel>, with parent directories created. */

@@ -730,25 +730,6 @@ static void test_export_checkpoint(void **state) {
     net_free(nt);
 }
 
-/* rm -r of the fixture directory (one level of subdirectories). */
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        unlink(dir);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(p);
-        else unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static int group_setup(void **state) {
     (void)state;
@@ -758,7 +739,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
     (void)state;
-    remove_tree(root);
+    tu_remove_tree(root);
     return 0;
 }
 

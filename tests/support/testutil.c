@@ -7,6 +7,9 @@
  * values, largest errors.
  */
 #include "tests/support/testutil.h"
+#include <unistd.h>
+#include <sys/stat.h>
+#include <dirent.h>
 
 #include <math.h>
 #include <setjmp.h>
@@ -217,4 +220,27 @@ int tu_gradcheck_check(const char *what, tu_scalar_fn f, void *ctx, double *x, s
 void tu_gradcheck_at(const char *file, int line, const char *what, tu_scalar_fn f, void *ctx, double *x, size_t n,
                      const double *grad, size_t max_points, double rtol, double atol) {
     if (tu_gradcheck_check(what, f, ctx, x, n, grad, max_points, rtol, atol, 1) != CNT_OK) _fail(file, line);
+}
+
+void tu_remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        unlink(dir);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+            chmod(p, 0700);
+            tu_remove_tree(p);
+        } else {
+            unlink(p);
+        }
+    }
+    closedir(d);
+    rmdir(dir);
 }

@@ -65,6 +65,11 @@ double tu_atol_f32(size_t reduction_len, double scale);
 double *tu_alloc(size_t n);
 float *tu_alloc_f(size_t n);
 /* x[i] uniform in [lo, hi), rounded to float. */
+/* rm -r of a test's scratch directory: directories are made writable before
+ * they are emptied (tests create read-only ones), symbolic links are removed,
+ * not followed. Errors are ignored (a test's teardown must not fail). */
+void tu_remove_tree(const char *dir);
+
 void tu_fill_uniform(rng *r, double *x, size_t n, double lo, double hi);
 /* x[i] = mean + std * N(0, 1), rounded to float. */
 void tu_fill_normal(rng *r, double *x, size_t n, double mean, double std);
