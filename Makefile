@@ -6,8 +6,10 @@
 #   make bench    CPU training throughput (docs/benchmarks.md)
 #   make clean
 #
-# Options: CUDA=0|1 (default: on when /usr/local/cuda is usable), MPI=0|1
-# (default: on when mpicc works), OPT="-O3 -march=native".
+# Options: CUDA=0|1 (default: on when /usr/local/cuda is usable; the CUDA
+# backend also needs cuDNN and cuBLAS, NCCL is used when found), MPI=0|1
+# (default: on when mpicc works), OPT="-O3 -march=native",
+# NVCC_ARCH="-gencode ..." (default: Ampere and Hopper, plus PTX for newer GPUs).
 # Optional parts are detected by compiling a probe, never by asking the package
 # manager. A change of options rebuilds everything that depends on them.
 
@@ -43,6 +45,9 @@ ifeq ($(CUDA),1)
     $(error CUDA=1 but no usable CUDA toolkit at $(CUDA_HOME) (nvcc, cuda_runtime.h, libcudart))
   endif
 endif
+# The CUDA backend: the toolkit, cuDNN and cuBLAS; NCCL on top when MPI is on.
+CUDA_BACKEND := $(if $(filter 1,$(CUDA)),$(if $(filter 1,$(HAVE_CUDNN)),$(if $(filter 1,$(HAVE_CUBLAS)),1,0),0),0)
+NCCL := $(if $(filter 1,$(CUDA_BACKEND)),$(if $(filter 1,$(MPI)),$(HAVE_NCCL),0),0)
 endif
 
 mark = $(if $(filter 1,$(1)),✓,✗)
@@ -51,8 +56,22 @@ mark = $(if $(filter 1,$(1)),✓,✗)
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
 LDLIBS := -lopenblas -linih -lstb -lz -lm -lpthread -fopenmp
-CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=0
+CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \
+  -DCNT_HAVE_NCCL=$(NCCL)
 CFLAGS += $(CONFIG_DEFS)
+NVCC := $(CUDA_HOME)/bin/nvcc
+# sm_80 (A100), sm_90 (H100/H200) as machine code, compute_90 as PTX that the
+# driver compiles for newer GPUs.
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -gencode arch=compute_90,code=compute_90
+NVCCFLAGS := -O3 -std=c++17 -g -I. $(CONFIG_DEFS) $(NVCC_ARCH) -Xcompiler -Wall,-Wextra -MMD -MP
+ifeq ($(CUDA_BACKEND),1)
+  CFLAGS += $(CUDA_INC)
+  LDLIBS += $(CUDA_LIB) -lcudnn -lcublas -lcudart -lstdc++
+  ifeq ($(NCCL),1)
+    LDLIBS += -lnccl
+  endif
+endif
 ifeq ($(MPI),1)
   # Open MPI's wrapper tells its own flags; only dist/ includes mpi.h.
   CFLAGS += $(shell mpicc --showme:compile)
@@ -60,7 +79,7 @@ ifeq ($(MPI),1)
 endif
 
 # Every option that changes the build goes into this file; objects depend on it.
-BUILD_SIG := CC=$(CC) OPT=$(OPT) CUDA=$(CUDA) MPI=$(MPI)
+BUILD_SIG := CC=$(CC) OPT=$(OPT) CUDA=$(CUDA) MPI=$(MPI) CUDA_BACKEND=$(CUDA_BACKEND) NCCL=$(NCCL) NVCC_ARCH=$(NVCC_ARCH)
 ifneq ($(NEEDS_BUILD),)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/config.sig 2>/dev/null)" = "$(BUILD_SIG)" ] || echo "$(BUILD_SIG)" > $(BUILD)/config.sig)
 endif
@@ -68,7 +87,14 @@ endif
 # ---------------------------------------------------------------- sources
 LIB_SRC := $(wildcard common/*.c model/*.c data/*.c dist/*.c train/*.c)
 LIB_SRC := $(filter-out train/main.c,$(LIB_SRC))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The CUDA backend's sources: host code in C (gcc), kernels in .cu (nvcc).
+CUDA_SRC := model/backend_cuda.c
+CU_SRC := $(wildcard model/*.cu)
+ifeq ($(CUDA_BACKEND),1)
+  LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o)
+else
+  LIB_OBJ := $(filter-out $(CUDA_SRC:%.c=$(BUILD)/%.o),$(LIB_SRC:%.c=$(BUILD)/%.o))
+endif
 LIB := $(BUILD)/libcnntrain.a
 
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
@@ -98,10 +124,15 @@ found:
 	@echo "  $(call mark,$(HAVE_CUDNN)) cuDNN"
 	@echo "  $(call mark,$(HAVE_CUBLAS)) cuBLAS"
 	@echo "  $(call mark,$(HAVE_NCCL)) NCCL"
+	@echo "  $(call mark,$(CUDA_BACKEND)) CUDA backend (toolkit + cuDNN + cuBLAS)$(if $(filter 1,$(NCCL)), with NCCL,)"
 
 $(BUILD)/%.o: %.c $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -123,7 +154,7 @@ $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.s
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
 test: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
-	@echo "GPU tests: skipped (this build has no CUDA backend yet: backends built in: cpu)"
+	@./trainer --devices | tests/gpu_line.sh
 	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 
 bench: trainer

@@ -1,7 +1,8 @@
 /*
- * dist/reducer.c - bucketed gradient allreduce on a communication thread,
- * overlapped with backward, optionally fp16 on the wire and guarded by the
- * stall watchdog (see dist/reducer.h).
+ * dist/reducer.c - bucketed gradient allreduce overlapped with backward: on a
+ * communication thread staged through host memory (MPI, our ring), optionally
+ * fp16 on the wire, or queued on the GPU with NCCL; guarded by the stall
+ * watchdog (see dist/reducer.h).
  */
 #include "dist/reducer.h"
 #include "common/check.h"
@@ -20,6 +21,7 @@
 typedef struct bucket {
     size_t begin, end;   /* [begin, end) of the gradient buffer */
     double t_start, t_end;
+    void *fence;         /* MPI path: marks the ops that wrote the bucket */
 } bucket;
 
 struct reducer {
@@ -38,7 +40,19 @@ struct reducer {
     int n_buckets;
     size_t ready_upto;   /* training thread only: gradients final below this offset */
     int next_launch;     /* training thread only: first bucket not yet handed over */
-    timeline *tl;        /* NULL, or where the communication thread records buckets */
+    int next_fence;      /* training thread only: first bucket whose fence is not recorded this step */
+    timeline *tl;        /* NULL, or where buckets are recorded */
+
+    /* The NCCL path (nccl != NULL); training thread only. */
+    dist_nccl *nccl;
+    void *stream;        /* be->native_stream() */
+    double stall_warn_s, stall_abort_s;
+    long pending_round;  /* the last step's round, not yet read; -1: none */
+    long pending_step;   /* ... and its step */
+    int have_prev;       /* prev_* hold a read round not yet reported */
+    double prev_comm_ms, prev_exposed_ms;
+    long prev_step;
+    int have_thread;     /* the MPI path's communication thread runs */
 
     /* Guards launched, done and stop: the training thread hands buckets over
      * (launched), the communication thread reports them finished (done). */
@@ -65,7 +79,9 @@ static void *comm_main(void *arg) {
         size_t len = bk->end - bk->begin;
         bk->t_start = time_now();
         float *h = rd->host + bk->begin;
-        rd->be->download(h, rd->grads + bk->begin, len * sizeof(float));
+        /* Waits for the ops that wrote this bucket and for nothing after them
+         * (see dist/reducer.h): backward goes on on the device. */
+        rd->be->download_fenced(h, rd->grads + bk->begin, len * sizeof(float), bk->fence);
         if (rd->half) fp16_from_float_array(rd->half + bk->begin, h, len);
         /* Why before the allreduce: a blocking collective cannot tell who is
          * missing; the watchdog's arrival barrier can, and warns or aborts. */
@@ -76,7 +92,9 @@ static void *comm_main(void *arg) {
         } else {
             dist_allreduce_sum(h, len, rd->algo);
         }
-        rd->be->upload(rd->grads + bk->begin, rd->host + bk->begin, len * sizeof(float));
+        /* Returns once the sum is on the device; nothing queued touches a
+         * finished bucket before the optimizer, issued after reducer_finish. */
+        rd->be->upload_sync(rd->grads + bk->begin, rd->host + bk->begin, len * sizeof(float));
         bk->t_end = time_now();
         if (rd->tl) {
             char name[48];
@@ -110,13 +128,27 @@ reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer
     size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;
     CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
     CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE || opts->compress == REDUCER_COMPRESS_FP16);
+#if CNT_HAVE_NCCL
+    /* fp16 with NCCL would need a device conversion kernel; the trainer
+     * rejects dist.compress=fp16 with dist.backend=nccl as a config error. */
+    CNT_ASSERT(!opts->nccl || opts->compress == REDUCER_COMPRESS_NONE);
+    /* NCCL orders itself against the compute stream: a GPU backend's. */
+    CNT_ASSERT(!opts->nccl || be->native_stream() != NULL);
+#else
+    CNT_ASSERT(opts->nccl == NULL); /* a build without NCCL cannot have made one */
+#endif
     reducer *rd = cnt_calloc(1, sizeof *rd);
     rd->be = be;
     rd->grads = grads;
     rd->n = n;
     rd->algo = opts->algo;
     rd->overlap = opts->overlap;
-    rd->host = cnt_malloc(n * sizeof(float));
+    rd->nccl = opts->nccl;
+    rd->stream = opts->nccl ? be->native_stream() : NULL;
+    rd->stall_warn_s = opts->stall_warn_s;
+    rd->stall_abort_s = opts->stall_abort_s;
+    rd->pending_round = -1;
+    if (!rd->nccl) rd->host = cnt_malloc(n * sizeof(float));
     if (opts->compress == REDUCER_COMPRESS_FP16) rd->half = cnt_malloc(n * sizeof(uint16_t));
     rd->wd = dist_watchdog_create(opts->stall_warn_s, opts->stall_abort_s);
     parse_test_stall(rd);
@@ -128,6 +160,7 @@ reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer
         if (len > n - off) len = n - off;
         rd->buckets[rd->n_buckets].begin = off;
         rd->buckets[rd->n_buckets].end = off + len;
+        if (!rd->nccl) rd->buckets[rd->n_buckets].fence = be->fence_create();
         rd->n_buckets++;
         off += len;
     }
@@ -137,14 +170,21 @@ reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer
     CHECK_ERRNO(errno == 0, "pthread_cond_init");
     errno = pthread_cond_init(&rd->done_cv, NULL);
     CHECK_ERRNO(errno == 0, "pthread_cond_init");
-    errno = pthread_create(&rd->thread, NULL, comm_main, rd);
-    CHECK_ERRNO(errno == 0, "pthread_create (communication thread)");
+    if (!rd->nccl) {
+        errno = pthread_create(&rd->thread, NULL, comm_main, rd);
+        CHECK_ERRNO(errno == 0, "pthread_create (communication thread)");
+        rd->have_thread = 1;
+    }
     return rd;
 }
 
 int reducer_bucket_count(const reducer *rd) { return rd->n_buckets; }
 
+static void nccl_read_pending(reducer *rd);
+
 void reducer_set_timeline(reducer *rd, timeline *tl) {
+    /* NCCL: the last step's buckets belong on the timeline being left. */
+    if (rd->nccl && rd->tl && tl != rd->tl) nccl_read_pending(rd);
     /* Why the lock: it orders this write before the communication thread's
      * next read of rd->tl (which follows its own lock in comm_main). */
     cnt_mutex_lock(&rd->mu);
@@ -155,6 +195,7 @@ void reducer_set_timeline(reducer *rd, timeline *tl) {
 void reducer_begin(reducer *rd, long step_number) {
     rd->ready_upto = 0;
     rd->next_launch = 0;
+    rd->next_fence = 0;
     cnt_mutex_lock(&rd->mu);
     CNT_ASSERT(rd->done == rd->launched);
     rd->launched = rd->done = 0;
@@ -169,9 +210,30 @@ void reducer_begin(reducer *rd, long step_number) {
     }
 }
 
-/* Hands buckets [next_launch, upto) to the communication thread. */
+/* MPI path: marks the ops issued so far as the writers of buckets
+ * [next_fence, upto), whose last gradients backward has just issued. */
+static void record_fences(reducer *rd, int upto) {
+    for (; rd->next_fence < upto; rd->next_fence++) rd->be->fence_record(rd->buckets[rd->next_fence].fence);
+}
+
+/* Starts the allreduces of buckets [next_launch, upto). MPI path: hands them
+ * to the communication thread (their fences are recorded). NCCL path: queues
+ * them on the communication stream after the compute stream's ops so far,
+ * each after the host-side half of the watchdog (dist/reducer.h). */
 static void launch(reducer *rd, int upto) {
     if (upto <= rd->next_launch) return;
+    if (rd->nccl) {
+#if CNT_HAVE_NCCL
+        for (int b = rd->next_launch; b < upto; b++) {
+            bucket *bk = &rd->buckets[b];
+            dist_watchdog_arrive(rd->wd, rd->step, b);
+            dist_nccl_allreduce_after(rd->nccl, rd->stream, rd->grads + bk->begin, bk->end - bk->begin);
+        }
+#endif
+        rd->next_launch = upto;
+        return;
+    }
+    CNT_ASSERT(rd->next_fence >= upto);
     cnt_mutex_lock(&rd->mu);
     rd->launched = upto;
     pthread_cond_signal(&rd->work_cv);
@@ -186,23 +248,90 @@ void reducer_grads_ready(void *ctx, size_t offset, size_t count) {
     if (!rd->overlap) return;
     int b = rd->next_launch;
     while (b < rd->n_buckets && rd->buckets[b].end <= rd->ready_upto) b++;
+    if (!rd->nccl) record_fences(rd, b);
     launch(rd, b);
+}
+
+/* NCCL path: waits for the pending round (the last finished step's
+ * allreduces) on the device, records its buckets on the timeline, and keeps
+ * its times for the next reducer_finish to report. */
+static void nccl_read_pending(reducer *rd) {
+    if (rd->pending_round < 0) return;
+#if CNT_HAVE_NCCL
+    char what[96];
+    snprintf(what, sizeof what, "the gradient allreduces of step %ld", rd->pending_step);
+    dist_nccl_round r;
+    dist_nccl_round_wait(rd->nccl, rd->pending_round, rd->stall_warn_s, rd->stall_abort_s, what, &r);
+    CNT_ASSERT(r.count == rd->n_buckets);
+    if (rd->tl) {
+        for (int b = 0; b < r.count; b++) {
+            char name[48];
+            snprintf(name, sizeof name, "allreduce bucket %d", b);
+            timeline_record(rd->tl, name, "comm", TIMELINE_TID_COMM, r.start_s[b], r.end_s[b]);
+        }
+    }
+    rd->have_prev = 1;
+    rd->prev_comm_ms = r.comm_ms;
+    rd->prev_exposed_ms = r.exposed_ms;
+    rd->prev_step = rd->pending_step;
+#endif
+    rd->pending_round = -1;
+}
+
+static void finish_nccl(reducer *rd, reducer_stats *st) {
+    int early = rd->next_launch;
+    launch(rd, rd->n_buckets);
+    long round = 0;
+#if CNT_HAVE_NCCL
+    /* The optimizer ops issued after this return run after the sums. */
+    round = dist_nccl_join(rd->nccl, rd->stream);
+#endif
+    /* Why here: this step's backward is still queued on the device, so the
+     * wait for the previous step's allreduces leaves it no idle time. */
+    nccl_read_pending(rd);
+    if (st) {
+        st->comm_ms = rd->have_prev ? rd->prev_comm_ms : 0;
+        st->exposed_ms = rd->have_prev ? rd->prev_exposed_ms : 0;
+        st->comm_step = rd->have_prev ? rd->prev_step : 0;
+        st->buckets = rd->n_buckets;
+        st->early = early;
+    }
+    rd->have_prev = 0;
+    rd->pending_round = round;
+    rd->pending_step = rd->step;
 }
 
 void reducer_finish(reducer *rd, reducer_stats *st) {
     CNT_ASSERT(rd->ready_upto == rd->n);
+    if (rd->nccl) {
+        finish_nccl(rd, st);
+        return;
+    }
     double t0 = time_now();
     int early = rd->next_launch;
+    record_fences(rd, rd->n_buckets);
     launch(rd, rd->n_buckets);
+    /* On an asynchronous backend the device may still be running backward:
+     * that wait is not communication. Wait for the last bucket's fence first
+     * (a one-float fenced download; the value is not used, and may race with
+     * the communication thread's upload of the sum: either value is fine). */
+    double t_grads = t0;
+    if (rd->be->native_stream() != NULL) {
+        bucket *last = &rd->buckets[rd->n_buckets - 1];
+        float probe;
+        rd->be->download_fenced(&probe, rd->grads + last->begin, sizeof probe, last->fence);
+        t_grads = time_now();
+    }
     cnt_mutex_lock(&rd->mu);
     while (rd->done < rd->n_buckets) cnt_cond_wait(&rd->done_cv, &rd->mu);
     cnt_mutex_unlock(&rd->mu);
     double t1 = time_now();
     if (st) {
-        st->exposed_ms = 1e3 * (t1 - t0);
+        st->exposed_ms = 1e3 * (t1 - t_grads);
         st->comm_ms = 0;
         for (int b = 0; b < rd->n_buckets; b++)
             st->comm_ms += 1e3 * (rd->buckets[b].t_end - rd->buckets[b].t_start);
+        st->comm_step = rd->step;
         st->buckets = rd->n_buckets;
         st->early = early;
     }
@@ -210,12 +339,17 @@ void reducer_finish(reducer *rd, reducer_stats *st) {
 
 void reducer_free(reducer *rd) {
     if (!rd) return;
-    cnt_mutex_lock(&rd->mu);
-    rd->stop = 1;
-    pthread_cond_signal(&rd->work_cv);
-    cnt_mutex_unlock(&rd->mu);
-    pthread_join(rd->thread, NULL);
+    if (rd->have_thread) {
+        cnt_mutex_lock(&rd->mu);
+        rd->stop = 1;
+        pthread_cond_signal(&rd->work_cv);
+        cnt_mutex_unlock(&rd->mu);
+        pthread_join(rd->thread, NULL);
+    }
     dist_watchdog_free(rd->wd); /* after the join: the communication thread used it */
+    /* After the join too: the thread waited on them. */
+    for (int b = 0; b < rd->n_buckets; b++)
+        if (rd->buckets[b].fence) rd->be->fence_destroy(rd->buckets[b].fence);
     pthread_mutex_destroy(&rd->mu);
     pthread_cond_destroy(&rd->work_cv);
     pthread_cond_destroy(&rd->done_cv);

@@ -64,6 +64,9 @@ int pool_params_init(pool_params *p);
 
 typedef struct backend {
     const char *name;    /* "cpu", "cuda" */
+    /* One line for logs: which device, e.g. "cuda:1 NVIDIA H100 80GB HBM3
+     * (79.1 GiB, compute 9.0)" or "cpu (16 threads)". */
+    void (*describe)(char *buf, size_t len);
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);              /* zero-filled; fatal on failure */
@@ -111,7 +114,8 @@ typedef struct backend {
 
     /* ---- GEMM, row-major: C = alpha * op(A) * op(B) + beta * C ----
      * op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda/ldb/ldc are row strides
-     * of the matrices as stored. */
+     * of the matrices as stored. With beta == 0, C's old contents are not read
+     * (BLAS's rule). */
     void (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
@@ -125,7 +129,8 @@ typedef struct backend {
     void (*axpy)(size_t n, float alpha, const float *x, float *y, int accumulate);
     /* y = a * b elementwise, (+)= when accumulate */
     void (*mul)(size_t n, const float *a, const float *b, float *y, int accumulate);
-    /* mask[i] = (rng_hash_uniform(seed, i) >= p) ? 1/(1-p) : 0 ; 0 <= p < 1 */
+    /* mask[i] = (rng_hash_uniform(seed, i) >= p) ? 1.0f/(1.0f-p) : 0 ; 0 <= p < 1;
+     * computed in float exactly so: every backend gives the same bits. */
     void (*dropout_mask)(size_t n, float p, uint64_t seed, float *mask);
 
     /* ---- channel slices, for concat and channel padding ----
@@ -148,13 +153,43 @@ typedef struct backend {
      *   buf = momentum * buf + g          (buf starts at zero)
      *   step = nesterov ? g + momentum * buf : buf
      *   param -= lr * step
-     * With momentum == 0 buf is untouched and step = g. */
+     * With momentum == 0 buf is untouched (it may be NULL) and step = g. */
     void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
                        float momentum, float weight_decay, int nesterov, float grad_scale);
 
     /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
     void (*set_threads)(int n);
+
+    /* ---- math mode: how convolutions and GEMMs may round ----
+     * BACKEND_MATH_FP32: full fp32 products. BACKEND_MATH_TF32: tensor cores
+     * with TF32 inputs (10-bit mantissa) and fp32 accumulation, where the
+     * device has them; the CPU backend always computes fp32. */
+    void (*set_math)(int math);
+
+    /* ---- ordering against other threads and libraries ----
+     * A GPU backend queues every op above on one compute stream, issued by one
+     * thread (the training thread). These let another thread (the reducer's
+     * communication thread) or another library (NCCL) order itself against
+     * that stream. On the CPU, where ops finish before they return, they are
+     * plain copies and no-ops. */
+    void *(*native_stream)(void);      /* the compute stream (a cudaStream_t, never the legacy default
+                                        * stream, so never NULL on a GPU); NULL on the CPU */
+    void *(*fence_create)(void);       /* never NULL */
+    void (*fence_destroy)(void *fence);
+    /* Marks the ops issued so far on the compute stream (training thread). */
+    void (*fence_record)(void *fence);
+    /* From any thread: copies device to host once the ops before the fence's
+     * last record have finished, without waiting for ops issued after it;
+     * returns when the copy is done. */
+    void (*download_fenced)(void *host_dst, const void *src, size_t bytes, void *fence);
+    /* From any thread: copies host to device and returns when the copy is
+     * done, so compute ops issued after it returns see the data. It does not
+     * wait for the compute stream: the caller makes sure no queued op reads or
+     * writes dst meanwhile. */
+    void (*upload_sync)(void *dst, const void *host_src, size_t bytes);
 } backend;
+
+enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1 };
 
 /* The CPU backend (always built). */
 const backend *backend_cpu(void);
@@ -164,6 +199,13 @@ const backend *backend_cpu(void);
  * sets an error message when the named backend was not built in or has no
  * device. */
 const backend *backend_get(const char *name);
+/* backend_get for one rank of a job: GPU backends take device
+ * local_rank % (devices on this node), so ranks of one node spread over its
+ * GPUs (several ranks share one when there are more ranks than GPUs). */
+const backend *backend_get_for_rank(const char *name, int local_rank);
+/* Writes one line per usable GPU ("cuda:0 NAME, N GiB, compute X.Y") or the
+ * reason there is none; returns the number of usable GPUs. */
+int backend_describe_devices(char *buf, size_t len);
 /* Space-separated names of the backends compiled into this binary. */
 const char *backend_list_built(void);
 

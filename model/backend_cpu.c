@@ -36,6 +36,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1103,8 +1104,30 @@ static void cpu_set_threads(int n) {
     openblas_set_num_threads(n);
 }
 
+/* ------------------------------------------------- math mode and ordering */
+
+/* The CPU computes fp32 whatever the mode (there is no TF32 on it). */
+static void cpu_set_math(int math) { CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32); }
+
+/* Every CPU op has finished when it returns: nothing to order against. */
+static void *cpu_native_stream(void) { return NULL; }
+static char cpu_fence_token;
+static void *cpu_fence_create(void) { return &cpu_fence_token; }
+static void cpu_fence_destroy(void *fence) { (void)fence; }
+static void cpu_fence_record(void *fence) { (void)fence; }
+static void cpu_download_fenced(void *host_dst, const void *src, size_t bytes, void *fence) {
+    (void)fence;
+    cpu_transfer(host_dst, src, bytes);
+}
+
+static void cpu_describe(char *buf, size_t len) {
+    snprintf(buf, len, "cpu (%d thread%s, OpenBLAS + OpenMP)", omp_get_max_threads(),
+             omp_get_max_threads() == 1 ? "" : "s");
+}
+
 static const backend cpu_backend = {
     .name = "cpu",
+    .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_transfer,
@@ -1133,6 +1156,13 @@ static const backend cpu_backend = {
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
     .set_threads = cpu_set_threads,
+    .set_math = cpu_set_math,
+    .native_stream = cpu_native_stream,
+    .fence_create = cpu_fence_create,
+    .fence_destroy = cpu_fence_destroy,
+    .fence_record = cpu_fence_record,
+    .download_fenced = cpu_download_fenced,
+    .upload_sync = cpu_transfer,
 };
 
 const backend *backend_cpu(void) { return &cpu_backend; }

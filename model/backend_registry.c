@@ -2,15 +2,19 @@
  * model/backend_registry.c - which backends this binary has, chosen by name.
  *
  * The only file outside a backend's own sources that knows whether CUDA was
- * compiled in (CNT_HAVE_CUDA, set by the Makefile's probe).
+ * compiled in (CNT_HAVE_CUDA_BACKEND, set by the Makefile when the CUDA
+ * toolkit, cuDNN and cuBLAS were found).
  */
 #include "model/backend.h"
 #include "common/check.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #if CNT_HAVE_CUDA_BACKEND
-const backend *backend_cuda(void); /* NULL when no device is usable (message in cnt_err_msg) */
+/* model/backend_cuda.c */
+const backend *backend_cuda(int local_rank); /* NULL when no device is usable (reason in cnt_err_msg) */
+int backend_cuda_describe(char *buf, size_t len);
 #endif
 
 const char *backend_list_built(void) {
@@ -21,12 +25,13 @@ const char *backend_list_built(void) {
 #endif
 }
 
-const backend *backend_get(const char *name) {
+const backend *backend_get_for_rank(const char *name, int local_rank) {
     if (strcmp(name, "cpu") == 0) return backend_cpu();
     if (strcmp(name, "cuda") == 0) {
 #if CNT_HAVE_CUDA_BACKEND
-        return backend_cuda();
+        return backend_cuda(local_rank);
 #else
+        (void)local_rank;
         cnt_err_set("device 'cuda' requested but this binary has no CUDA backend (built in: %s)",
                     backend_list_built());
         return NULL;
@@ -34,11 +39,24 @@ const backend *backend_get(const char *name) {
     }
     if (strcmp(name, "auto") == 0) {
 #if CNT_HAVE_CUDA_BACKEND
-        const backend *be = backend_cuda();
+        const backend *be = backend_cuda(local_rank);
         if (be) return be;
+#else
+        (void)local_rank;
 #endif
         return backend_cpu();
     }
     cnt_err_set("unknown device '%s' (expected auto, cpu or cuda)", name);
     return NULL;
+}
+
+const backend *backend_get(const char *name) { return backend_get_for_rank(name, 0); }
+
+int backend_describe_devices(char *buf, size_t len) {
+#if CNT_HAVE_CUDA_BACKEND
+    return backend_cuda_describe(buf, len);
+#else
+    snprintf(buf, len, "cuda: not built in (this binary has: %s)\n", backend_list_built());
+    return 0;
+#endif
 }

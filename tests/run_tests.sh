@@ -6,7 +6,8 @@
 # "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s), listed below:").
 # Scripts (tests/*.sh): each counts as one test, passed when it exits 0.
 # A binary that crashes or exits non-zero without a cmocka summary counts as
-# one failure, so nothing can fail silently.
+# one failure, so nothing can fail silently. cmocka's "[  SKIPPED ]" cases
+# and scripts printing a line starting with SKIPPED count as skipped.
 set -u
 passed=0
 failed=0
@@ -41,9 +42,10 @@ done
 if [ ${#failures[@]} -gt 0 ]; then
     echo "failing: ${failures[*]}"
 fi
+# Skipped tests (the GPU tests without a GPU) are counted on their own line;
+# the last line is always "N passed, N failed".
 if [ "$skipped" -gt 0 ]; then
-    echo "$passed passed, $failed failed, $skipped skipped"
-else
-    echo "$passed passed, $failed failed"
+    echo "$skipped skipped (not counted below)"
 fi
+echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

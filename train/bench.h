@@ -2,11 +2,14 @@
  * train/bench.h - benchmark mode: training throughput of a zoo model on
  * random data, without a data set or loader in the way.
  *
- *   trainer --bench MODEL CxHxW BATCH [STEPS] [key=value ...]
+ *   trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [classes=N]
  *
- * Prints forward / backward / update times per step, images/sec and the
- * GFLOP/s reached (training FLOPs counted as 3x the forward FLOPs: forward,
- * backward-data and backward-filter each cost about one forward).
+ * Prints images/sec and the GFLOP/s reached (training FLOPs counted as 3x the
+ * forward FLOPs: forward, backward-data and backward-filter each cost about
+ * one forward), and forward / backward / update times per step. On a GPU the
+ * images/sec come from steps queued back to back with one wait at the end (as
+ * training runs them); the per-phase times from a second pass that waits after
+ * each phase, so they add up to a little more.
  */
 #ifndef CNT_BENCH_H
 #define CNT_BENCH_H
@@ -24,6 +27,7 @@ typedef struct bench_options {
     int warmup;    /* untimed steps */
     int threads;   /* 0: all cores */
     const char *device;
+    const char *precision; /* "fp32" or "tf32" */
 } bench_options;
 
 typedef struct bench_result {

@@ -129,7 +129,8 @@ static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const lr_scalings[] = {"linear", "none", NULL};
 static const char *const warmup_starts[] = {"zero", "lr", NULL};
-static const char *const dist_backends[] = {"auto", "mpi", "ring", NULL};
+static const char *const dist_backends[] = {"auto", "mpi", "ring", "nccl", NULL};
+static const char *const precisions[] = {"fp32", "tf32", NULL};
 
 /* The keys, grouped by section, in the order of --help, the README and the
  * written INI file. */
@@ -200,7 +201,11 @@ static const key_def key_table[] = {
         .help = "test samples of the synthetic data set"),
 
     K_ENUM("train", "device", device, "auto", .choices = devices,
-         .help = "compute device; auto picks cuda when a GPU is usable, else cpu"),
+         .help = "compute device; auto picks cuda when a GPU is usable, else cpu; each rank takes GPU "
+                 "local_rank % GPUs on its node"),
+    K_ENUM("train", "precision", precision, "fp32", .choices = precisions,
+         .help = "convolution and GEMM math on GPUs: fp32, or tf32 (tensor cores, 10-bit mantissa inputs, fp32 "
+                 "accumulation and storage); the CPU computes fp32 either way"),
     K_INT("train", "epochs", epochs, "15", BETWEEN(1, 100000),
         .help = "passes over the training set"),
     K_LONG("train", "max_steps", max_steps, "0", AT_LEAST(0),
@@ -249,8 +254,9 @@ static const key_def key_table[] = {
          .help = "linear: the effective rate is optim.lr x world size (Goyal et al. 2017); none: optim.lr"),
 
     K_ENUM("dist", "backend", dist_backend, "auto", .choices = dist_backends,
-         .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point); "
-                 "auto: mpi"),
+         .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point), nccl "
+                 "(GPU to GPU, on its own stream; needs device cuda and one GPU per rank); auto: nccl on GPUs when "
+                 "every rank has its own GPU, else mpi (through host memory)"),
     K_BOOL("dist", "overlap", overlap, "true",
          .help = "allreduce each gradient bucket as soon as backward completes it; false: after backward"),
     K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096),
@@ -1056,6 +1062,13 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the cosine schedule "
                            "would raise the rate",
                            (double)cfg->min_lr, (double)cfg->lr);
+    if (strcmp(cfg->dist_backend, "nccl") == 0 && strcmp(cfg->compress, "none") != 0)
+        return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi or ring; NCCL "
+                           "sums fp32 gradients on the GPUs (dist.compress = none)",
+                           cfg->compress);
+    if (strcmp(cfg->dist_backend, "nccl") == 0 && strcmp(cfg->device, "cpu") == 0)
+        return cnt_err_set("invalid configuration: dist.backend = nccl needs GPUs (train.device = cuda or auto), "
+                           "got train.device = cpu");
     return CNT_OK;
 }
 

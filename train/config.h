@@ -53,6 +53,7 @@ typedef struct config {
 
     /* [train] */
     char device[CONFIG_STR];         /* "auto", "cpu", "cuda" */
+    char precision[CONFIG_STR];      /* "fp32", "tf32" */
     int epochs;
     long max_steps;                  /* 0: no limit */
     int batch_size;                  /* per rank */
@@ -80,7 +81,7 @@ typedef struct config {
     char lr_scaling[CONFIG_STR];     /* "linear", "none" */
 
     /* [dist] */
-    char dist_backend[CONFIG_STR];   /* "auto", "mpi", "ring" */
+    char dist_backend[CONFIG_STR];   /* "auto", "mpi", "ring", "nccl" */
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */

@@ -6,6 +6,7 @@
  *   trainer --summary MODEL                        the same for a zoo model at ImageNet shape
  *   trainer --bench-data CONFIG.ini [overrides ...] data loader images/sec for 1, 2, 4, ... workers
  *   trainer --export CHECKPOINT OUT.safetensors    the checkpoint's weights for PyTorch (torchvision names)
+ *   trainer --devices                              the backends built in and the GPUs this process sees
  *   trainer --help | --version | --config-reference
  *
  * Exit codes: 0 success, 1 run-time failure (missing data, diverged), 2 usage
@@ -33,9 +34,11 @@ static void usage(FILE *out) {
             "usage: trainer CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
-            "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]]   (training speed on random data)\n"
+            "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [classes=N]\n"
+            "                                        (training speed on random data)\n"
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
+            "       trainer --devices                (backends built in, GPUs usable here)\n"
             "       trainer --help | --version | --config-reference\n");
 }
 
@@ -95,6 +98,13 @@ int main(int argc, char **argv) {
                CNT_HAVE_MPI ? "built in" : "not built in");
         return 0;
     }
+    if (strcmp(cmd, "--devices") == 0) {
+        char buf[4096];
+        int n = backend_describe_devices(buf, sizeof buf);
+        printf("backends built in: %s\n%s", backend_list_built(), buf);
+        printf("device=auto uses: %s\n", n > 0 ? "cuda (one GPU per rank, by local rank)" : "cpu");
+        return 0;
+    }
     if (strcmp(cmd, "--config-reference") == 0) {
         config_print_reference_md(stdout);
         return 0;
@@ -124,16 +134,44 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--bench") == 0) {
-        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = "auto"};
-        if (argc < 5 || argc > 7) {
+        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = "auto", .precision = "fp32"};
+        /* positional STEPS and THREADS, then key=value options in any order */
+        int npos = argc;
+        for (int i = 5; i < argc; i++)
+            if (strchr(argv[i], '=')) {
+                npos = i;
+                break;
+            }
+        if (argc < 5 || npos > 7) {
             usage(stderr);
             return 2;
         }
         bo.model = argv[2];
         if (parse_count(argv[4], "batch size", 1, &bo.batch) != CNT_OK ||
-            (argc > 5 && parse_count(argv[5], "step count", 1, &bo.steps) != CNT_OK) ||
-            (argc > 6 && parse_count(argv[6], "thread count", 0, &bo.threads) != CNT_OK))
+            (npos > 5 && parse_count(argv[5], "step count", 1, &bo.steps) != CNT_OK) ||
+            (npos > 6 && parse_count(argv[6], "thread count", 0, &bo.threads) != CNT_OK))
             return 2;
+        for (int i = npos; i < argc; i++) {
+            const char *eq = strchr(argv[i], '=');
+            if (!eq) {
+                fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", argv[i]);
+                return 2;
+            }
+            const char *v = eq + 1;
+            size_t kl = (size_t)(eq - argv[i]);
+            if (kl == 6 && strncmp(argv[i], "device", kl) == 0 &&
+                (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) {
+                bo.device = v;
+            } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 && (!strcmp(v, "fp32") || !strcmp(v, "tf32"))) {
+                bo.precision = v;
+            } else if (kl == 7 && strncmp(argv[i], "classes", kl) == 0) {
+                if (parse_count(v, "classes", 1, &bo.classes) != CNT_OK) return 2;
+            } else {
+                fprintf(stderr, "trainer: --bench: unknown option '%s' (device=auto|cpu|cuda, precision=fp32|tf32, "
+                                "classes=N)\n", argv[i]);
+                return 2;
+            }
+        }
         if (config_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 2;

@@ -18,6 +18,7 @@
 #include "train/input.h"
 #include "data/loader.h"
 #include "dist/dist.h"
+#include "dist/nccl.h"
 #include "dist/reducer.h"
 #include "dist/timeline.h"
 #include "model/net.h"
@@ -332,11 +333,103 @@ static void format_duration(double s, char *buf, size_t len) {
     else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
+/* train.device: the backend of this rank (GPU local_rank % GPUs of its node),
+ * said in one line, with the reason when auto falls back to the CPU. Sets
+ * *gpus to the GPUs this process sees (0 on the CPU). */
+static const backend *choose_device(const config *cfg, int *gpus) {
+    char devs[4096];
+    *gpus = backend_describe_devices(devs, sizeof devs);
+    const backend *be = backend_get_for_rank(cfg->device, dist_local_rank());
+    if (!be) {
+        cnt_err_set("train.device = %s: %s", cfg->device, cnt_err_msg());
+        return NULL;
+    }
+    char what[768], desc[512];
+    be->describe(desc, sizeof desc);
+    if (strcmp(be->name, "cpu") == 0 && strcmp(cfg->device, "auto") == 0) {
+        char *nl = strchr(devs, '\n');
+        if (nl) *nl = '\0';
+        snprintf(what, sizeof what, "%.300s (train.device = auto; %.300s)", desc, devs);
+        *gpus = 0;
+    } else {
+        snprintf(what, sizeof what, "%.300s (train.device = %.100s)", desc, cfg->device);
+    }
+    if (dist_world() == 1) {
+        log_info("device: %s", what);
+    } else {
+        /* one line per rank, printed by rank 0 (a collective: every rank is here) */
+        void *all;
+        size_t *counts;
+        dist_gather_bytes(what, sizeof what, &all, &counts);
+        for (int r = 0; all && r < dist_world(); r++)
+            log_info("device: rank %d: %s", r, (char *)all + (size_t)r * sizeof what);
+        free(all);
+        free(counts);
+    }
+    if (strcmp(be->name, "cpu") != 0 && dist_local_world() > *gpus && dist_local_rank() == 0)
+        log_warn("%d ranks on this node share %d GPU%s (rank r takes GPU r %% %d); NCCL cannot put two ranks on one "
+                 "GPU, so dist.backend = auto uses MPI through host memory",
+                 dist_local_world(), *gpus, *gpus == 1 ? "" : "s", *gpus);
+    if (strcmp(cfg->precision, "tf32") == 0) {
+        be->set_math(BACKEND_MATH_TF32);
+        if (strcmp(be->name, "cpu") == 0) log_info("precision: tf32 requested; the CPU backend computes fp32");
+        else log_info("precision: tf32 (cuDNN and cuBLAS tensor cores, fp32 accumulation and storage)");
+    } else {
+        be->set_math(BACKEND_MATH_FP32);
+    }
+    return be;
+}
+
+/* dist.backend: whether gradients go through NCCL (GPU to GPU) or MPI. The
+ * decision is the same on every rank: it rests on sums over all ranks.
+ * *nccl_out is the communicator when NCCL is used (also for 1 rank when
+ * asked for by name, so one GPU can try the path), else NULL. */
+static int choose_comm(const config *cfg, const backend *be, int gpus, dist_nccl **nccl_out) {
+    *nccl_out = NULL;
+    int named = strcmp(cfg->dist_backend, "nccl") == 0, is_auto = strcmp(cfg->dist_backend, "auto") == 0;
+    if (!named && !(is_auto && dist_world() > 1)) return CNT_OK;
+    /* [0]: ranks without a GPU backend; [1]: nodes with more ranks than GPUs */
+    double counts[2] = {strcmp(be->name, "cpu") == 0, dist_local_rank() == 0 && dist_local_world() > gpus};
+    if (dist_world() > 1) dist_allreduce_sum_f64(counts, 2);
+    if (is_auto && (counts[0] > 0 || counts[1] > 0 || !CNT_HAVE_NCCL || strcmp(cfg->compress, "none") != 0))
+        return CNT_OK; /* MPI; choose_device already said why when ranks share GPUs */
+    if (named && counts[0] > 0)
+        return cnt_err_set("dist.backend = nccl: %g rank%s run%s on the CPU (train.device = %s); NCCL needs a GPU "
+                           "per rank (see ./trainer --devices)",
+                           counts[0], counts[0] == 1 ? "" : "s", counts[0] == 1 ? "s" : "", cfg->device);
+#if CNT_HAVE_NCCL
+    dist_nccl *nc = dist_nccl_create();
+    if (!nc) {
+        if (named) return CNT_ERR; /* the message names dist.backend=nccl and what to do */
+        log_warn("dist.backend = auto: NCCL did not start (%s); using MPI through host memory", cnt_err_msg());
+        return CNT_OK;
+    }
+    *nccl_out = nc;
+    return CNT_OK;
+#else
+    return cnt_err_set("dist.backend = nccl: this binary was built without NCCL (rebuild where `make` finds it, "
+                       "or use dist.backend = mpi)");
+#endif
+}
+
+static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl, train_result *res);
+
 int trainer_run(const config *cfg, train_result *res) {
+    int gpus = 0;
+    const backend *be = choose_device(cfg, &gpus);
+    if (!be) return CNT_ERR;
+    dist_nccl *nccl = NULL;
+    if (choose_comm(cfg, be, gpus, &nccl) != CNT_OK) return CNT_ERR;
+    int status = trainer_run_on(cfg, be, nccl, res);
+#if CNT_HAVE_NCCL
+    dist_nccl_free(nccl); /* a collective, after the reducer that used it */
+#endif
+    return status;
+}
+
+static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl, train_result *res) {
     train_result r;
     memset(&r, 0, sizeof r);
-    const backend *be = backend_get(cfg->device);
-    if (!be) return CNT_ERR;
     be->set_threads(cfg->threads);
 
     input_data d;
@@ -429,24 +522,28 @@ int trainer_run(const config *cfg, train_result *res) {
     double warmup_start = strcmp(cfg->warmup_start, "lr") == 0 ? (double)cfg->lr : 0.0;
     dist_algo algo = strcmp(cfg->dist_backend, "ring") == 0 ? DIST_ALGO_RING : DIST_ALGO_MPI;
     reducer *rd = NULL;
-    if (world > 1) {
+    if (world > 1 || nccl) {
         size_t mib = (size_t)1 << 20;
         size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float)), bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
         reducer_opts ro = {.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1, .algo = algo,
                            .overlap = cfg->overlap,
                            .compress = strcmp(cfg->compress, "fp16") == 0 ? REDUCER_COMPRESS_FP16 : REDUCER_COMPRESS_NONE,
-                           .stall_warn_s = cfg->stall_warn_s, .stall_abort_s = cfg->stall_abort_s};
+                           .stall_warn_s = cfg->stall_warn_s, .stall_abort_s = cfg->stall_abort_s,
+                           .nccl = nccl};
         rd = reducer_create(be, nt->grads, nt->n_params, &ro);
         net_set_grad_hook(nt, reducer_grads_ready, rd);
     }
-    if (world == 1) {
+    const char *comm_name = nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
+                            : algo == DIST_ALGO_RING ? "ring"
+                                                     : "MPI_Allreduce";
+    if (world == 1 && !nccl) {
         log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr, cfg->lr_scaling);
     } else {
         log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
                  "(%g MiB, first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s); "
                  "lr %g per worker x %d = %g (optim.lr_scaling = %s)",
                  world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world,
-                 algo == DIST_ALGO_RING ? "ring" : "MPI_Allreduce", rd ? reducer_bucket_count(rd) : 0,
+                 comm_name, rd ? reducer_bucket_count(rd) : 0,
                  rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
                  cfg->overlap ? "during backward" : "after backward",
                  strcmp(cfg->compress, "fp16") == 0 ? "fp16" : "fp32",
@@ -552,7 +649,7 @@ int trainer_run(const config *cfg, train_result *res) {
                 char eta_s[32];
                 format_duration(eta, eta_s, sizeof eta_s);
                 char comm[96] = "";
-                if (world > 1)
+                if (rd)
                     snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", win_comm / win_steps,
                              win_exposed / win_steps);
                 log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms%s  eta %s",
@@ -607,7 +704,7 @@ int trainer_run(const config *cfg, train_result *res) {
         metrics_epoch(&m, epoch + 1, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? ep_wait / ep_secs : 0,
                       ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0, (long)skipped[0],
                       (long)skipped[1]);
-        if (world > 1)
+        if (rd)
             log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                      "%ld of %ld buckets started during backward",
                      epoch + 1, cfg->epochs, ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0,

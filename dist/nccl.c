@@ -1,0 +1,354 @@
+/*
+ * dist/nccl.c - NCCL allreduce on a communication stream, ordered against the
+ * compute stream with CUDA events (see dist/nccl.h). Built only when the
+ * Makefile finds NCCL (CNT_HAVE_NCCL=1).
+ */
+#include "dist/nccl.h"
+
+#if CNT_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "common/timer.h"
+#include "dist/dist.h"
+
+/* Rounds whose events are kept: the one being queued, the one just closed
+ * and the one before it (which the reducer reads). */
+#define ROUND_SLOTS 3
+
+typedef struct round_slot {
+    long round;            /* which round uses this slot; -1: none yet */
+    int closed;            /* dist_nccl_join has closed it */
+    int count, cap;        /* allreduces queued; events created */
+    cudaEvent_t *start, *end;   /* [cap] timing events on the communication stream */
+    cudaEvent_t mark;      /* on the compute stream, where the join's wait begins */
+    double *start_s, *end_s;    /* [cap] filled by dist_nccl_round_wait */
+} round_slot;
+
+struct dist_nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;   /* the communication stream */
+    int device;            /* the CUDA device it was created on */
+    cudaEvent_t ready;     /* compute stream -> communication stream (no timing) */
+    cudaEvent_t done;      /* communication stream -> compute stream (no timing) */
+    cudaEvent_t anchor;    /* a GPU time whose host time is anchor_s */
+    double anchor_s;
+    long next_round;       /* the round being queued (opened by its first allreduce) */
+    long last_closed;      /* -1: none */
+    round_slot slots[ROUND_SLOTS];
+};
+
+/* ------------------------------------------------------------ creation */
+
+/* What each rank tells rank 0 about its GPU. Fixed-size, NUL-terminated
+ * strings, so the record can travel as bytes. */
+typedef struct peer_info {
+    int32_t rank;
+    int32_t device;        /* cudaGetDevice; -1 on error */
+    int32_t n_devices;     /* visible to this rank */
+    char bus_id[32];       /* cudaDeviceGetPCIBusId: the physical GPU */
+    char host[96];         /* NCCL_HOSTID, or the host name */
+    char boot_id[48];      /* /proc/sys/kernel/random/boot_id; "" if unreadable */
+    char error[200];       /* "" or why this rank cannot take part */
+} peer_info;
+
+/* Rank 0's answer to every rank: "" and the id, or why no communicator. */
+typedef struct verdict {
+    char message[640];
+    ncclUniqueId id;
+} verdict;
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    snprintf(dst, cap, "%s", src);
+}
+
+static void describe_self(peer_info *me) {
+    memset(me, 0, sizeof *me);
+    me->rank = dist_rank();
+    me->device = -1;
+    /* Two processes are on one machine when NCCL would think so: the same
+     * NCCL_HOSTID when set, else the same host name and boot id (NCCL's own
+     * host hash uses those), so this check refuses exactly what NCCL would. */
+    const char *hostid = getenv("NCCL_HOSTID");
+    if (hostid && *hostid) {
+        copy_str(me->host, sizeof me->host, hostid);
+    } else {
+        if (gethostname(me->host, sizeof me->host - 1) != 0) copy_str(me->host, sizeof me->host, "?");
+        me->host[sizeof me->host - 1] = '\0';
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (f) {
+            if (!fgets(me->boot_id, sizeof me->boot_id, f)) me->boot_id[0] = '\0';
+            me->boot_id[strcspn(me->boot_id, "\r\n")] = '\0';
+            fclose(f);
+        }
+    }
+    /* Not CUDA_CHECK: a rank without a usable device must still take part
+     * in the gather below, or the others would wait for it forever. */
+    int dev = -1, n = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) e = cudaDeviceGetPCIBusId(me->bus_id, (int)sizeof me->bus_id, dev);
+    if (e != cudaSuccess) {
+        snprintf(me->error, sizeof me->error, "rank %d has no usable CUDA device (%s)", me->rank,
+                 cudaGetErrorString(e));
+        return;
+    }
+    me->device = dev;
+    me->n_devices = n;
+}
+
+static int same_machine(const peer_info *a, const peer_info *b) {
+    return strcmp(a->host, b->host) == 0 && strcmp(a->boot_id, b->boot_id) == 0;
+}
+
+/* Rank 0: "" when every rank can take part, else the reason. */
+static void judge(const peer_info *p, int world, char *msg, size_t cap) {
+    msg[0] = '\0';
+    for (int r = 0; r < world; r++) {
+        if (p[r].error[0]) {
+            snprintf(msg, cap, "dist.backend=nccl: %s; use dist.backend=mpi or ring, or a GPU on every rank",
+                     p[r].error);
+            return;
+        }
+    }
+    for (int i = 0; i < world; i++) {
+        for (int j = i + 1; j < world; j++) {
+            if (!same_machine(&p[i], &p[j]) || strcmp(p[i].bus_id, p[j].bus_id) != 0) continue;
+            int sharing = 0, on_host = 0;
+            for (int r = 0; r < world; r++) {
+                sharing += same_machine(&p[r], &p[i]) && strcmp(p[r].bus_id, p[i].bus_id) == 0;
+                on_host += same_machine(&p[r], &p[i]);
+            }
+            snprintf(msg, cap,
+                     "dist.backend=nccl: ranks %d and %d (%d rank%s in all) share one GPU (PCI %s, cuda:%d "
+                     "of rank %d) on host %s, and NCCL needs a GPU of its own for each rank; %d ranks run "
+                     "there on %d visible GPU%s: start no more ranks per node than GPUs, or use "
+                     "dist.backend=mpi (or ring), which stages through host memory and allows sharing",
+                     i, j, sharing, sharing == 1 ? "" : "s", p[i].bus_id, p[i].device, i, p[i].host,
+                     on_host, p[i].n_devices, p[i].n_devices == 1 ? "" : "s");
+            return;
+        }
+    }
+}
+
+dist_nccl *dist_nccl_create(void) {
+    int rank = dist_rank(), world = dist_world();
+    peer_info me;
+    describe_self(&me);
+
+    /* Why a gather to one judge and a broadcast of its verdict: every rank
+     * must take the same branch (build the communicator or return NULL), or
+     * some would wait in ncclCommInitRank for ranks that gave up. */
+    void *all = NULL;
+    size_t *counts = NULL;
+    dist_gather_bytes(&me, sizeof me, &all, &counts);
+    verdict v;
+    memset(&v, 0, sizeof v);
+    if (rank == 0) {
+        for (int r = 0; r < world; r++) CNT_ASSERT(counts[r] == sizeof me);
+        judge(all, world, v.message, sizeof v.message);
+        /* The id names rank 0's bootstrap socket; made only when it will be used. */
+        if (!v.message[0]) NCCL_CHECK(ncclGetUniqueId(&v.id));
+    }
+    free(all);
+    free(counts);
+    dist_broadcast(&v, sizeof v, 0);
+    v.message[sizeof v.message - 1] = '\0';
+    if (v.message[0]) {
+        cnt_err_set("%s", v.message);
+        return NULL;
+    }
+
+    dist_nccl *c = cnt_calloc(1, sizeof *c);
+    c->device = me.device;
+    /* Blocking: returns once every rank has joined (or fails, fatally). */
+    NCCL_CHECK(ncclCommInitRank(&c->comm, world, v.id, rank));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    /* The anchor: recorded on the idle communication stream and waited for at
+     * once, so its GPU time is (within a few microseconds) anchor_s. */
+    CUDA_CHECK(cudaEventCreate(&c->anchor));
+    CUDA_CHECK(cudaEventRecord(c->anchor, c->stream));
+    CUDA_CHECK(cudaEventSynchronize(c->anchor));
+    c->anchor_s = time_now();
+    for (int s = 0; s < ROUND_SLOTS; s++) {
+        c->slots[s].round = -1;
+        CUDA_CHECK(cudaEventCreate(&c->slots[s].mark));
+    }
+    c->last_closed = -1;
+    return c;
+}
+
+void dist_nccl_free(dist_nccl *c) {
+    if (!c) return;
+    /* Why wait first: the events and the communicator must outlive every
+     * operation queued on them. */
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    NCCL_CHECK(ncclCommFinalize(c->comm));
+    NCCL_CHECK(ncclCommDestroy(c->comm));
+    for (int s = 0; s < ROUND_SLOTS; s++) {
+        round_slot *sl = &c->slots[s];
+        for (int k = 0; k < sl->cap; k++) {
+            CUDA_CHECK(cudaEventDestroy(sl->start[k]));
+            CUDA_CHECK(cudaEventDestroy(sl->end[k]));
+        }
+        CUDA_CHECK(cudaEventDestroy(sl->mark));
+        free(sl->start);
+        free(sl->end);
+        free(sl->start_s);
+        free(sl->end_s);
+    }
+    CUDA_CHECK(cudaEventDestroy(c->ready));
+    CUDA_CHECK(cudaEventDestroy(c->done));
+    CUDA_CHECK(cudaEventDestroy(c->anchor));
+    CUDA_CHECK(cudaStreamDestroy(c->stream));
+    free(c);
+}
+
+/* ------------------------------------------------------------ queueing */
+
+/* The slot of the round being queued, opened (reset) by its first use. */
+static round_slot *open_slot(dist_nccl *c) {
+    round_slot *sl = &c->slots[c->next_round % ROUND_SLOTS];
+    if (sl->round != c->next_round) {
+        sl->round = c->next_round;
+        sl->closed = 0;
+        sl->count = 0;
+    }
+    return sl;
+}
+
+void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n) {
+    CNT_ASSERT(c && buf && n > 0);
+    cudaStream_t cs = (cudaStream_t)compute_stream;
+    round_slot *sl = open_slot(c);
+    if (sl->count == sl->cap) {
+        int cap = sl->cap ? 2 * sl->cap : 8;
+        sl->start = cnt_realloc(sl->start, (size_t)cap * sizeof *sl->start);
+        sl->end = cnt_realloc(sl->end, (size_t)cap * sizeof *sl->end);
+        sl->start_s = cnt_realloc(sl->start_s, (size_t)cap * sizeof *sl->start_s);
+        sl->end_s = cnt_realloc(sl->end_s, (size_t)cap * sizeof *sl->end_s);
+        for (int k = sl->cap; k < cap; k++) {
+            CUDA_CHECK(cudaEventCreate(&sl->start[k]));
+            CUDA_CHECK(cudaEventCreate(&sl->end[k]));
+        }
+        sl->cap = cap;
+    }
+    int k = sl->count++;
+    /* One `ready` event serves every call: cudaStreamWaitEvent waits for the
+     * record made just before it, and a later record does not change that. */
+    CUDA_CHECK(cudaEventRecord(c->ready, cs));
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));
+    CUDA_CHECK(cudaEventRecord(sl->start[k], c->stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
+    CUDA_CHECK(cudaEventRecord(sl->end[k], c->stream));
+}
+
+long dist_nccl_join(dist_nccl *c, void *compute_stream) {
+    CNT_ASSERT(c);
+    cudaStream_t cs = (cudaStream_t)compute_stream;
+    round_slot *sl = open_slot(c);
+    CUDA_CHECK(cudaEventRecord(sl->mark, cs));
+    CUDA_CHECK(cudaEventRecord(c->done, c->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));
+    sl->closed = 1;
+    c->last_closed = c->next_round++;
+    return c->last_closed;
+}
+
+/* ------------------------------------------------------------ timing */
+
+static void check_async_error(dist_nccl *c, const char *what) {
+    ncclResult_t ae = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(c->comm, &ae));
+    if (ae != ncclSuccess && ae != ncclInProgress)
+        cnt_fatal("NCCL reported an asynchronous error while waiting for %s: %s (%s)", what,
+                  ncclGetErrorString(ae), ncclGetLastError(c->comm));
+}
+
+/* 1 once ev has completed (or was never recorded), 0 while pending. */
+static int event_done(cudaEvent_t ev) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady) return 0;
+    CUDA_CHECK(e);
+    return 1;
+}
+
+static double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+    return ms;
+}
+
+void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_s, const char *what,
+                          dist_nccl_round *out) {
+    CNT_ASSERT(c && out && round >= 0 && round <= c->last_closed);
+    round_slot *sl = &c->slots[round % ROUND_SLOTS];
+    /* A slot is reused when round + ROUND_SLOTS opens. */
+    CNT_ASSERT(sl->round == round && sl->closed);
+    /* The end of the last allreduce (the communication stream runs them in
+     * order) and the join's mark on the compute stream. */
+    cudaEvent_t last = sl->count ? sl->end[sl->count - 1] : c->done;
+    double t0 = time_now(), next_warn = warn_s;
+    long sleep_us = 10;
+    for (int polls = 0; !(event_done(last) && event_done(sl->mark)); polls++) {
+        check_async_error(c, what);
+        double waited = time_now() - t0;
+        if (abort_s > 0 && waited >= abort_s) {
+            log_error("stall: %s have not finished on the GPU after %.1f s (dist.stall_abort_s = %g): a peer "
+                      "rank (its process or its GPU) or the network is stuck; ending the job",
+                      what, waited, abort_s);
+            dist_abort(3);
+        }
+        if (warn_s > 0 && waited >= next_warn) {
+            log_warn("stall: %s have waited %.1f s to finish on the GPU (NCCL reports no error); a peer rank "
+                     "or the network may be stuck",
+                     what, waited);
+            next_warn += warn_s;
+        }
+        /* A short spin, then sleeps growing to 250 us: usually the round has
+         * long finished; when it has not, the host has nothing better to do
+         * than wait, and should leave the cores to the data loaders. */
+        if (polls < 16) continue;
+        struct timespec ts = {0, sleep_us * 1000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        if (sleep_us < 250) sleep_us = sleep_us * 2 > 250 ? 250 : sleep_us * 2;
+    }
+    check_async_error(c, what);
+    out->count = sl->count;
+    out->comm_ms = 0;
+    out->exposed_ms = 0;
+    if (sl->count > 0) {
+        /* Why relative to the round's first start: cudaEventElapsedTime is a
+         * float of milliseconds, exact to its resolution over a step but not
+         * over hours; only the round's offset from the anchor takes the
+         * coarse path. */
+        cudaEvent_t first = sl->start[0];
+        double base_s = c->anchor_s + 1e-3 * elapsed_ms(c->anchor, first);
+        for (int k = 0; k < sl->count; k++) {
+            double a = k ? elapsed_ms(first, sl->start[k]) : 0.0, b = elapsed_ms(first, sl->end[k]);
+            sl->start_s[k] = base_s + 1e-3 * a;
+            sl->end_s[k] = base_s + 1e-3 * b;
+            out->comm_ms += b - a;
+        }
+        double ex = elapsed_ms(sl->mark, last);
+        out->exposed_ms = ex > 0 ? ex : 0;
+    }
+    out->start_s = sl->start_s;
+    out->end_s = sl->end_s;
+}
+
+#endif /* CNT_HAVE_NCCL */

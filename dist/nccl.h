@@ -1,0 +1,107 @@
+/*
+ * dist/nccl.h - gradient allreduce with NCCL, on the GPU, ordered against the
+ * compute stream by CUDA events: the host never waits for it.
+ *
+ * Provides one NCCL communicator over every MPI rank (one GPU per rank), a
+ * communication stream of its own, and in-place float sum allreduces queued
+ * on that stream after "everything issued so far on the compute stream".
+ * dist/reducer.c uses it for dist.backend = nccl; nothing else needs to.
+ *
+ * Ordering, all on the device (| = an event, v = a stream waiting for it):
+ *
+ *   compute stream:  bwd writes bucket 0 |  bwd writes bucket 1 |  ... |mark  (wait)  optimizer
+ *                                        v                      v            ^
+ *   comm stream:              start allreduce 0 end   start allreduce 1 end  | done
+ *
+ * dist_nccl_allreduce_after records an event on the compute stream and makes
+ * the communication stream wait for it, so the allreduce reads the gradients
+ * only once the ops that wrote them have run; backward goes on meanwhile.
+ * dist_nccl_join makes the compute stream wait for every allreduce queued so
+ * far, so the optimizer, issued next, reads the sums. Both return at once.
+ *
+ * Rounds and timing: the allreduces queued between two dist_nccl_join calls
+ * form a round (the reducer's step); dist_nccl_join closes it and returns its
+ * number (0, 1, 2, ...). Each allreduce is bracketed by two timing events on
+ * the communication stream. dist_nccl_round_wait waits on the host until a
+ * closed round has finished on the device and reads its times. The reducer
+ * reads the previous step's round at the end of the current step's issue
+ * (reducer_finish), when the device still has this step's backward queued, so
+ * the wait costs the GPU nothing; it bounds how far the host runs ahead to
+ * about one step. The events of the last three rounds are kept.
+ *
+ * Requirements: built with CNT_HAVE_NCCL=1 (this header declares the API in
+ * every build; callers guard their calls with #if CNT_HAVE_NCCL). One thread
+ * (the training thread, whose current CUDA device is the rank's GPU) makes
+ * every call. NCCL needs one GPU per rank: dist_nccl_create refuses two ranks
+ * on one GPU with a message instead of letting NCCL fail.
+ *
+ * Errors: every CUDA and NCCL call is checked (CUDA_CHECK / NCCL_CHECK,
+ * common/cuda_check.h): a failure prints the call, file:line and the
+ * library's own string and ends the whole job. NCCL's asynchronous errors
+ * (a peer or the network failing during an allreduce) are polled in
+ * dist_nccl_round_wait and end the job the same way.
+ */
+#ifndef CNT_DIST_NCCL_H
+#define CNT_DIST_NCCL_H
+
+#include <stddef.h>
+
+typedef struct dist_nccl dist_nccl;
+
+/* A collective over every MPI rank. Each rank describes its GPU (host, the
+ * current CUDA device, its PCI bus id); rank 0 checks that no two ranks share
+ * one, makes the ncclUniqueId and broadcasts its verdict and the id; every
+ * rank then calls ncclCommInitRank on its current device (so create it after
+ * backend_get_for_rank has selected the rank's GPU on this thread) and
+ * creates the communication stream (non-blocking) and events. Returns NULL
+ * with a message (cnt_err_msg) on every rank when a rank has no usable device
+ * or two ranks share a GPU; CUDA or NCCL failures after that are fatal (the
+ * whole job ends). */
+dist_nccl *dist_nccl_create(void);
+/* Waits for everything queued on the communication stream, then finalises
+ * and destroys the communicator. Every rank calls it (NCCL's finalisation
+ * waits for the peers). NULL is fine. */
+void dist_nccl_free(dist_nccl *c);
+
+/* Queues an in-place float sum allreduce of buf[0, n) (device memory, n >= 1)
+ * on the communication stream, after every op issued so far on
+ * compute_stream (a cudaStream_t): cudaEventRecord on compute_stream,
+ * cudaStreamWaitEvent on the communication stream, then the start event,
+ * ncclAllReduce and the end event. No host wait. Every rank must queue the
+ * same sequence of sizes. Opens a round if none is open. */
+void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n);
+/* Makes compute_stream wait, on the device, for every allreduce queued so far
+ * (no host wait), after marking on it where the wait begins (for exposed_ms).
+ * Closes the current round (possibly empty) and returns its number. */
+long dist_nccl_join(dist_nccl *c, void *compute_stream);
+
+/* The times of one closed round, on the device. */
+typedef struct dist_nccl_round {
+    int count;             /* allreduces in the round */
+    double comm_ms;        /* sum over them of end - start */
+    /* How long the compute stream waited in dist_nccl_join: the time from
+     * the join's mark (the end of the ops issued before it, i.e. backward)
+     * to the end of the last allreduce, or 0 when they had finished first. */
+    double exposed_ms;
+    /* [count] each allreduce's start and end on the host clock (time_now()
+     * seconds), mapped from GPU event times through an anchor taken at
+     * creation: durations and the order within a round are exact to the
+     * events' resolution (about 0.5 us); the round's position drifts from the
+     * host clock by the float rounding of cudaEventElapsedTime over the time
+     * since creation (about 0.25 ms after an hour) plus the clocks' drift.
+     * Valid until the third round after this one opens. */
+    const double *start_s, *end_s;
+} dist_nccl_round;
+
+/* Waits on the host until round `round` (the newest closed round or the one
+ * before it; an older one only while no later round is open: its events are
+ * reused from then on) has finished on the device, then
+ * fills *out. It polls (cudaEventQuery, sleeping up to 250 us between polls)
+ * and checks NCCL's asynchronous error each time. When warn_s > 0 it warns
+ * after warn_s seconds of waiting (and each further multiple); when
+ * abort_s > 0 it ends the job after abort_s seconds, naming `what` (e.g. "the
+ * gradient allreduces of step 12"): the GPU-side half of the stall watchdog. */
+void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_s, const char *what,
+                          dist_nccl_round *out);
+
+#endif

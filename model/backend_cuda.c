@@ -1,0 +1,620 @@
+/*
+ * model/backend_cuda.c - the CUDA backend: cuDNN for convolutions and batch
+ * norm, cuBLAS for GEMMs, our kernels (model/cuda_kernels.cu) for the rest.
+ *
+ * One process drives one GPU (device local_rank % devices on the node) from
+ * one thread, the training thread, which queues every op on one compute
+ * stream; the host waits only in download() and sync(). The reducer's
+ * communication thread orders itself against that stream with fences (CUDA
+ * events) and copies on its own per-thread stream (download_fenced,
+ * upload_sync); NCCL gets the stream itself (native_stream).
+ *
+ * Convolution algorithms are chosen once per layer shape (and batch size) by
+ * cudnnFind*, cuDNN timing every algorithm, the fastest whose workspace fits
+ * the limit and whose math mode is allowed wins: the equivalent of PyTorch's
+ * torch.backends.cudnn.benchmark = True. The workspace is one buffer, grown
+ * to the largest the chosen algorithms need.
+ *
+ * Math modes (set_math): FP32 restricts cuDNN to FMA kernels and cuBLAS to
+ * its default (fp32) math; TF32 lets both use tensor cores with TF32 inputs.
+ *
+ * Every CUDA, cuDNN and cuBLAS call is checked (common/cuda_check.h): a
+ * failure ends the process with file:line and the library's error string.
+ */
+#include "model/backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "model/cuda_kernels.h"
+
+/* A convolution shape and what cuDNN chose for it. */
+typedef struct conv_plan {
+    conv_params key;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    int have_fwd, have_bwd_data, have_bwd_filter;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
+    size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+    struct conv_plan *next;
+} conv_plan;
+
+#define PLAN_BUCKETS 256
+
+static struct {
+    int ready;
+    int device;
+    int math;                  /* BACKEND_MATH_* */
+    int cc_major;              /* compute capability */
+    cudaStream_t stream;       /* the compute stream */
+    cudnnHandle_t cudnn;
+    cublasHandle_t cublas;
+    void *ws;                  /* cuDNN workspace */
+    size_t ws_bytes;
+    size_t ws_limit;           /* largest workspace an algorithm may ask for */
+    double *scratch;           /* our kernels' reductions */
+    size_t scratch_n;
+    conv_plan *plans[PLAN_BUCKETS];
+    cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
+} g;
+
+/* Threads other than the one that chose the device (the communication
+ * thread) must select it before their first CUDA call: the current device is
+ * per thread. */
+static _Thread_local int tls_device_set;
+
+static void ensure_device(void) {
+    if (tls_device_set) return;
+    CUDA_CHECK(cudaSetDevice(g.device));
+    tls_device_set = 1;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cuda_alloc(size_t bytes) {
+    ensure_device();
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        cnt_fatal_at(__FILE__, __LINE__, 1, "lower train.batch_size, or use a smaller model",
+                     "cudaMalloc(%zu bytes) on cuda:%d: %s (%.2f of %.2f GiB free)", bytes, g.device,
+                     cudaGetErrorString(e), free_b / 1073741824.0, total_b / 1073741824.0);
+    }
+    /* on the compute stream: ordered before any op that uses the memory */
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, g.stream));
+    return p;
+}
+
+static void cuda_free(void *ptr) {
+    if (!ptr) return;
+    ensure_device();
+    /* queued ops may still use it */
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    CUDA_CHECK(cudaFree(ptr));
+}
+
+/* The host buffers passed to upload are pageable: cudaMemcpyAsync stages them
+ * before it returns, so the caller may reuse the buffer at once. */
+static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g.stream));
+}
+
+static void cuda_download(void *host_dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+static void cuda_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
+}
+
+static void cuda_zero(void *dst, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, g.stream));
+}
+
+static void cuda_sync(void) {
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    /* a kernel fault shows up here if no later call reported it */
+    CUDA_CHECK(cudaGetLastError());
+}
+
+static void ws_reserve(size_t bytes) {
+    if (bytes <= g.ws_bytes) return;
+    CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* the old buffer may be in use */
+    CUDA_CHECK(cudaFree(g.ws));
+    g.ws = NULL;
+    CUDA_CHECK(cudaMalloc(&g.ws, bytes));
+    g.ws_bytes = bytes;
+}
+
+static double *scratch_get(size_t n) {
+    if (n > g.scratch_n) {
+        CUDA_CHECK(cudaStreamSynchronize(g.stream));
+        CUDA_CHECK(cudaFree(g.scratch));
+        g.scratch = NULL;
+        size_t want = n < 4096 ? 4096 : n;
+        CUDA_CHECK(cudaMalloc((void **)&g.scratch, want * sizeof(double)));
+        g.scratch_n = want;
+    }
+    return g.scratch;
+}
+
+/* ------------------------------------------------------------- convolution */
+
+static unsigned plan_hash(const conv_params *p) {
+    const int *v = (const int *)p;
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < sizeof *p / sizeof(int); i++) h = (h ^ (unsigned)v[i]) * 16777619u;
+    return h % PLAN_BUCKETS;
+}
+
+static conv_plan *plan_get(const conv_params *p) {
+    conv_params key;
+    memset(&key, 0, sizeof key);
+    key = *p;
+    unsigned h = plan_hash(&key);
+    for (conv_plan *pl = g.plans[h]; pl; pl = pl->next)
+        if (memcmp(&pl->key, &key, sizeof key) == 0) return pl;
+    conv_plan *pl = cnt_calloc(1, sizeof *pl);
+    pl->key = key;
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->y));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&pl->w));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&pl->conv));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->N, p->C, p->H, p->W));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->N, p->K, p->P, p->Q));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->K, p->C, p->R, p->S));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(pl->conv, p->pad_h, p->pad_w, p->stride_h, p->stride_w, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    int n, c, hh, ww;
+    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(pl->conv, pl->x, pl->w, &n, &c, &hh, &ww));
+    CNT_ASSERT(n == p->N && c == p->K && hh == p->P && ww == p->Q);
+    pl->next = g.plans[h];
+    g.plans[h] = pl;
+    return pl;
+}
+
+/* Whether an algorithm's math mode is allowed in the current mode. FP32
+ * admits FMA kernels only (cuDNN's DEFAULT math may use TF32 tensor cores on
+ * Ampere and later); TF32 admits tensor cores but never down-conversion of the
+ * fp32 data to fp16 (ALLOW_CONVERSION). */
+static int math_allowed(cudnnMathType_t m) {
+    if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return 0;
+    if (g.math == BACKEND_MATH_TF32) return 1;
+    return m == CUDNN_FMA_MATH || (m == CUDNN_DEFAULT_MATH && g.cc_major < 8);
+}
+
+static void conv_set_math(conv_plan *pl, cudnnMathType_t m) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(pl->conv, m));
+}
+
+/* Each direction's choice: cudnnFind* times the algorithms (it allocates its
+ * own buffers); the first (fastest) that succeeded, fits the workspace limit
+ * and has an allowed math mode wins. If none does, a fallback that every GPU
+ * has, with FMA math and the workspace it asks for. */
+#define FIND_MAX 16
+
+static void plan_fwd(conv_plan *pl) {
+    cudnnConvolutionFwdAlgoPerf_t perf[FIND_MAX];
+    int got = 0;
+    conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(g.cudnn, pl->x, pl->w, pl->conv, pl->y, FIND_MAX, &got, perf));
+    pl->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    pl->fwd_math = CUDNN_FMA_MATH;
+    pl->fwd_ws = 0;
+    int found = 0;
+    for (int i = 0; i < got && !found; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > g.ws_limit || !math_allowed(perf[i].mathType))
+            continue;
+        pl->fwd = perf[i].algo;
+        pl->fwd_math = perf[i].mathType;
+        pl->fwd_ws = perf[i].memory;
+        found = 1;
+    }
+    if (!found) {
+        conv_set_math(pl, pl->fwd_math);
+        CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(g.cudnn, pl->x, pl->w, pl->conv, pl->y, pl->fwd,
+                                                            &pl->fwd_ws));
+    }
+    pl->have_fwd = 1;
+}
+
+static void plan_bwd_data(conv_plan *pl) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[FIND_MAX];
+    int got = 0;
+    conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(g.cudnn, pl->w, pl->y, pl->conv, pl->x, FIND_MAX, &got,
+                                                          perf));
+    pl->bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    pl->bwd_data_math = CUDNN_FMA_MATH;
+    pl->bwd_data_ws = 0;
+    int found = 0;
+    for (int i = 0; i < got && !found; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > g.ws_limit || !math_allowed(perf[i].mathType))
+            continue;
+        pl->bwd_data = perf[i].algo;
+        pl->bwd_data_math = perf[i].mathType;
+        pl->bwd_data_ws = perf[i].memory;
+        found = 1;
+    }
+    if (!found) {
+        conv_set_math(pl, pl->bwd_data_math);
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(g.cudnn, pl->w, pl->y, pl->conv, pl->x,
+                                                                 pl->bwd_data, &pl->bwd_data_ws));
+    }
+    pl->have_bwd_data = 1;
+}
+
+static void plan_bwd_filter(conv_plan *pl) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[FIND_MAX];
+    int got = 0;
+    conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(g.cudnn, pl->x, pl->y, pl->conv, pl->w, FIND_MAX, &got,
+                                                            perf));
+    pl->bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    pl->bwd_filter_math = CUDNN_FMA_MATH;
+    pl->bwd_filter_ws = 0;
+    int found = 0;
+    for (int i = 0; i < got && !found; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > g.ws_limit || !math_allowed(perf[i].mathType))
+            continue;
+        pl->bwd_filter = perf[i].algo;
+        pl->bwd_filter_math = perf[i].mathType;
+        pl->bwd_filter_ws = perf[i].memory;
+        found = 1;
+    }
+    if (!found) {
+        conv_set_math(pl, pl->bwd_filter_math);
+        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(g.cudnn, pl->x, pl->y, pl->conv, pl->w,
+                                                                   pl->bwd_filter, &pl->bwd_filter_ws));
+    }
+    pl->have_bwd_filter = 1;
+}
+
+static const float k_one = 1.0f, k_zero = 0.0f;
+
+static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+    if (p->N == 0) return;
+    conv_plan *pl = plan_get(p);
+    if (!pl->have_fwd) plan_fwd(pl);
+    ws_reserve(pl->fwd_ws);
+    conv_set_math(pl, pl->fwd_math);
+    CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, x, pl->w, w, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
+                                        &k_zero, pl->y, y));
+}
+
+static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    if (p->N == 0) return;
+    conv_plan *pl = plan_get(p);
+    if (!pl->have_bwd_data) plan_bwd_data(pl);
+    ws_reserve(pl->bwd_data_ws);
+    conv_set_math(pl, pl->bwd_data_math);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, w, pl->y, dy, pl->conv, pl->bwd_data, g.ws,
+                                             pl->bwd_data_ws, accumulate ? &k_one : &k_zero, pl->x, dx));
+}
+
+static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+    if (p->N == 0) {
+        cuda_zero(dw, (size_t)p->K * p->C * p->R * p->S * sizeof(float));
+        return;
+    }
+    conv_plan *pl = plan_get(p);
+    if (!pl->have_bwd_filter) plan_bwd_filter(pl);
+    ws_reserve(pl->bwd_filter_ws);
+    conv_set_math(pl, pl->bwd_filter_math);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, x, pl->y, dy, pl->conv, pl->bwd_filter, g.ws,
+                                               pl->bwd_filter_ws, &k_zero, pl->w, dw));
+}
+
+/* -------------------------------------------------------------------- bias */
+
+static void cuda_bias_fwd(int N, int C, int HW, const float *b, float *y) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
+    CUDA_CHECK(cuk_bias_fwd(g.stream, N, C, HW, b, y));
+}
+
+static void cuda_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
+    double *partial = scratch_get(cuk_bias_bwd_scratch(N, C, HW));
+    CUDA_CHECK(cuk_bias_bwd(g.stream, N, C, HW, dy, db, partial));
+}
+
+/* -------------------------------------------------------------- batch norm */
+
+/* [N, C, HW] as cuDNN's NCHW with W = 1; statistics per channel (SPATIAL). */
+static void bn_desc(int N, int C, int HW) {
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, HW, 1));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, C, 1, 1));
+}
+
+static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
+                              float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                              float *save_invstd) {
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1 && (size_t)N * HW >= 2);
+    CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    bn_desc(N, C, HW);
+    /* cuDNN's rule is PyTorch's: running = (1-factor)*running + factor*batch,
+     * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
+    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x, x,
+                                                       g.bn_x, y, g.bn_param, gamma, beta, (double)momentum,
+                                                       running_mean, running_var, (double)eps, save_mean,
+                                                       save_invstd));
+}
+
+static void cuda_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
+                              const float *running_mean, const float *running_var, float eps) {
+    CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
+    CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if (N == 0) return;
+    bn_desc(N, C, HW);
+    CUDNN_CHECK(cudnnBatchNormalizationForwardInference(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x,
+                                                        x, g.bn_x, y, g.bn_param, gamma, beta, running_mean,
+                                                        running_var, (double)eps));
+}
+
+static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbeta,
+                        int accumulate_dx) {
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1 && (size_t)N * HW >= 2);
+    bn_desc(N, C, HW);
+    /* With the saved statistics given, cuDNN does not use epsilon; it only
+     * checks it against its minimum. */
+    CUDNN_CHECK(cudnnBatchNormalizationBackward(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one,
+                                                accumulate_dx ? &k_one : &k_zero, &k_one, &k_zero, g.bn_x, x, g.bn_x,
+                                                dy, g.bn_x, dx, g.bn_param, gamma, dgamma, dbeta,
+                                                CUDNN_BN_MIN_EPSILON, save_mean, save_invstd));
+}
+
+/* ----------------------------------------------------------------- pooling */
+
+static void pool_check(const pool_params *p) {
+    CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);
+    if (p->mode != POOL_MODE_ADAPTIVE_AVG)
+        CNT_ASSERT(p->R >= 1 && p->S >= 1 && p->stride_h >= 1 && p->stride_w >= 1 && p->pad_h >= 0 &&
+                   p->pad_w >= 0);
+}
+
+static void cuda_pool_fwd(const pool_params *p, const float *x, float *y) {
+    pool_check(p);
+    CUDA_CHECK(cuk_pool_fwd(g.stream, p, x, y));
+}
+
+static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
+                          int accumulate) {
+    (void)y; /* as on the CPU: the maximum's position is recomputed from x */
+    pool_check(p);
+    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate));
+}
+
+/* -------------------------------------------------------------------- gemm */
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
+ * call with the operands swapped, no transposes in memory. */
+static void cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
+    if (M == 0 || N == 0) return;
+    CUBLAS_CHECK(cublasSgemm(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                             M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+}
+
+/* ------------------------------------------------------------- elementwise */
+
+static void cuda_relu_fwd(size_t n, const float *x, float *y) { CUDA_CHECK(cuk_relu_fwd(g.stream, n, x, y)); }
+
+static void cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx, int accumulate) {
+    CUDA_CHECK(cuk_relu_bwd(g.stream, n, y, dy, dx, accumulate));
+}
+
+static void cuda_add(size_t n, const float *a, const float *b, float *y) {
+    CUDA_CHECK(cuk_add(g.stream, n, a, b, y));
+}
+
+static void cuda_axpy(size_t n, float alpha, const float *x, float *y, int accumulate) {
+    CUDA_CHECK(cuk_axpy(g.stream, n, alpha, x, y, accumulate));
+}
+
+static void cuda_mul(size_t n, const float *a, const float *b, float *y, int accumulate) {
+    CUDA_CHECK(cuk_mul(g.stream, n, a, b, y, accumulate));
+}
+
+static void cuda_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
+    CNT_ASSERT(p >= 0.0f && p < 1.0f);
+    CUDA_CHECK(cuk_dropout_mask(g.stream, n, p, seed, mask));
+}
+
+static void cuda_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
+                              int dst_off, int accumulate) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
+    CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
+    CUDA_CHECK(cuk_channel_copy(g.stream, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate));
+}
+
+static void cuda_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
+                              float *dlogits) {
+    CNT_ASSERT(N >= 1 && K >= 1);
+    double *row_loss = scratch_get((size_t)N);
+    CUDA_CHECK(cuk_softmax_xent(g.stream, N, K, logits, labels, smoothing, loss, dlogits, row_loss));
+}
+
+static void cuda_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
+                            float weight_decay, int nesterov, float grad_scale) {
+    CNT_ASSERT(momentum == 0.0f || momentum_buf != NULL);
+    CUDA_CHECK(cuk_sgd_update(g.stream, n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
+                              grad_scale));
+}
+
+static void cuda_set_threads(int n) { (void)n; }
+
+static void cuda_set_math(int math) {
+    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32);
+    if (math == g.math) return;
+    g.math = math;
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, math == BACKEND_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                       : CUBLAS_DEFAULT_MATH));
+    /* the algorithms were chosen for the other mode: choose again */
+    for (int b = 0; b < PLAN_BUCKETS; b++)
+        for (conv_plan *pl = g.plans[b]; pl; pl = pl->next) pl->have_fwd = pl->have_bwd_data = pl->have_bwd_filter = 0;
+}
+
+/* ---------------------------------------------------------------- ordering */
+
+static void *cuda_native_stream(void) { return (void *)g.stream; }
+
+static void *cuda_fence_create(void) {
+    ensure_device();
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return (void *)ev;
+}
+
+static void cuda_fence_destroy(void *fence) {
+    if (fence) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)fence));
+}
+
+static void cuda_fence_record(void *fence) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)fence, g.stream)); }
+
+/* On the calling thread's own stream (cudaStreamPerThread), which waits for the
+ * fence on the device: the copy neither waits for compute ops queued after the
+ * fence nor makes them wait. */
+static void cuda_download_fenced(void *host_dst, const void *src, size_t bytes, void *fence) {
+    ensure_device();
+    if (!bytes) return;
+    CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, (cudaEvent_t)fence, 0));
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+    CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
+static void cuda_upload_sync(void *dst, const void *host_src, size_t bytes) {
+    ensure_device();
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
+    CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
+static void cuda_describe(char *buf, size_t len) {
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, g.device));
+    snprintf(buf, len, "cuda:%d %s (%.1f GiB, compute %d.%d)", g.device, prop.name,
+             prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
+}
+
+static const backend cuda_backend = {
+    .name = "cuda",
+    .describe = cuda_describe,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .sync = cuda_sync,
+    .conv_fwd = cuda_conv_fwd,
+    .conv_bwd_data = cuda_conv_bwd_data,
+    .conv_bwd_filter = cuda_conv_bwd_filter,
+    .bias_fwd = cuda_bias_fwd,
+    .bias_bwd = cuda_bias_bwd,
+    .bn_fwd_train = cuda_bn_fwd_train,
+    .bn_fwd_infer = cuda_bn_fwd_infer,
+    .bn_bwd = cuda_bn_bwd,
+    .pool_fwd = cuda_pool_fwd,
+    .pool_bwd = cuda_pool_bwd,
+    .gemm = cuda_gemm,
+    .relu_fwd = cuda_relu_fwd,
+    .relu_bwd = cuda_relu_bwd,
+    .add = cuda_add,
+    .axpy = cuda_axpy,
+    .mul = cuda_mul,
+    .dropout_mask = cuda_dropout_mask,
+    .channel_copy = cuda_channel_copy,
+    .softmax_xent = cuda_softmax_xent,
+    .sgd_update = cuda_sgd_update,
+    .set_threads = cuda_set_threads,
+    .set_math = cuda_set_math,
+    .native_stream = cuda_native_stream,
+    .fence_create = cuda_fence_create,
+    .fence_destroy = cuda_fence_destroy,
+    .fence_record = cuda_fence_record,
+    .download_fenced = cuda_download_fenced,
+    .upload_sync = cuda_upload_sync,
+};
+
+/* ------------------------------------------------------------------- setup */
+
+/* The number of usable devices, or -1 with the reason in cnt_err_msg(). */
+static int device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        cnt_err_set("no usable CUDA device: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    if (n == 0) {
+        cnt_err_set("no usable CUDA device: the driver reports none");
+        return -1;
+    }
+    return n;
+}
+
+int backend_cuda_describe(char *buf, size_t len) {
+    int n = device_count();
+    if (n < 0) {
+        snprintf(buf, len, "cuda: %s\n", cnt_err_msg());
+        return 0;
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < n && used < len; d++) {
+        struct cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+        int w = snprintf(buf + used, len - used, "cuda:%d %s, %.1f GiB, compute %d.%d\n", d, prop.name,
+                         prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return n;
+}
+
+/* The backend on device local_rank % devices, created on the first call; NULL
+ * (with the reason in cnt_err_msg()) when no device is usable. */
+const backend *backend_cuda(int local_rank) {
+    if (g.ready) return &cuda_backend;
+    int n = device_count();
+    if (n < 0) return NULL;
+    g.device = (local_rank < 0 ? 0 : local_rank) % n;
+    CUDA_CHECK(cudaSetDevice(g.device));
+    tls_device_set = 1;
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, g.device));
+    g.cc_major = prop.major;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    CUDNN_CHECK(cudnnCreate(&g.cudnn));
+    CUDNN_CHECK(cudnnSetStream(g.cudnn, g.stream));
+    CUBLAS_CHECK(cublasCreate(&g.cublas));
+    CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_DEFAULT_MATH));
+    g.math = BACKEND_MATH_FP32;
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_param));
+    /* cuDNN's fastest algorithms may want large workspaces: allow a tenth of
+     * the card, at most 4 GiB (PyTorch lets them take what is free). */
+    g.ws_limit = prop.totalGlobalMem / 10;
+    if (g.ws_limit > ((size_t)4 << 30)) g.ws_limit = (size_t)4 << 30;
+    g.ready = 1;
+    return &cuda_backend;
+}

@@ -1,0 +1,411 @@
+/*
+ * model/cuda_kernels.cu - our kernels for the CUDA backend (see
+ * model/cuda_kernels.h). Only what cuDNN and cuBLAS lack lives here:
+ * elementwise ops, the stateless dropout mask, channel slices, bias,
+ * pooling (torch's exact window rules, ceil_mode included, which cuDNN's
+ * pooling does not have), softmax cross-entropy and the SGD update.
+ *
+ * Elementwise kernels are grid-stride loops over size_t indices, so any n
+ * works with a bounded grid. Reductions never use atomics: every sum has a
+ * fixed order, the same on every run.
+ */
+#include "model/cuda_kernels.h"
+
+#include <math.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(size_t n) {
+    size_t blocks = (n + kThreads - 1) / kThreads;
+    const size_t cap = 65535u * 16u; /* enough blocks to fill any GPU; the loop covers the rest */
+    if (blocks > cap) blocks = cap;
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void relu_fwd_k(size_t n, const float *x, float *y) {
+    /* `x < 0 ? 0 : x` lets a NaN through, as the CPU backend does */
+    GRID_STRIDE(i, n) { float v = x[i]; y[i] = v < 0.0f ? 0.0f : v; }
+}
+
+__global__ void relu_bwd_k(size_t n, const float *y, const float *dy, float *dx, int acc) {
+    GRID_STRIDE(i, n) {
+        float g = y[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+__global__ void add_k(size_t n, const float *a, const float *b, float *y) {
+    GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+}
+
+__global__ void axpy_k(size_t n, float alpha, const float *x, float *y, int acc) {
+    GRID_STRIDE(i, n) y[i] = acc ? y[i] + alpha * x[i] : alpha * x[i];
+}
+
+__global__ void mul_k(size_t n, const float *a, const float *b, float *y, int acc) {
+    GRID_STRIDE(i, n) y[i] = acc ? y[i] + a[i] * b[i] : a[i] * b[i];
+}
+
+/* common/rng.c's rng_hash_uniform, operation for operation: the same (seed,
+ * index) gives the same float on the CPU and the GPU, so a dropout mask does
+ * not depend on the device. */
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+__global__ void dropout_mask_k(size_t n, float p, float keep, uint64_t seed, float *mask) {
+    GRID_STRIDE(i, n) mask[i] = hash_uniform(seed, i) >= p ? keep : 0.0f;
+}
+
+__global__ void channel_copy_k(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
+                               int dst_off, int acc) {
+    size_t total = (size_t)N * C * HW;
+    GRID_STRIDE(t, total) {
+        size_t i = t % (size_t)HW, nc = t / (size_t)HW;
+        size_t c = nc % (size_t)C, n = nc / (size_t)C;
+        float v = src[(n * src_C + src_off + c) * HW + i];
+        float *d = dst + (n * dst_C + dst_off + c) * HW + i;
+        *d = acc ? *d + v : v;
+    }
+}
+
+__global__ void bias_fwd_k(int N, int C, int HW, const float *b, float *y) {
+    size_t total = (size_t)N * C * HW;
+    GRID_STRIDE(t, total) y[t] += b[(t / (size_t)HW) % (size_t)C];
+}
+
+/* Sum of v over the block, in a fixed tree order; the result is valid in thread 0. */
+__device__ double block_sum(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ float block_max(float v, float *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* Bias gradient in two passes: block (c, g) sums the g-th of G equal slices of
+ * channel c's N*HW values into partial[c*G + g]; then one thread per channel
+ * adds its G partials in order. A channel of a large convolution thus spreads
+ * over G blocks instead of one, and the sum order is fixed by the shape. */
+int bias_splits(int N, int HW) {
+    size_t m = (size_t)N * HW;
+    size_t g = m / 16384;
+    if (g < 1) g = 1;
+    if (g > 64) g = 64;
+    return (int)g;
+}
+
+__global__ void bias_bwd_partial_k(int N, int C, int HW, int G, const float *dy, double *partial) {
+    __shared__ double sh[kThreads];
+    int c = blockIdx.x, g = blockIdx.y;
+    size_t m = (size_t)N * HW;
+    size_t per = (m + G - 1) / G, j0 = (size_t)g * per, j1 = j0 + per < m ? j0 + per : m;
+    double s = 0.0;
+    for (size_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        size_t n = j / (size_t)HW, i = j % (size_t)HW;
+        s += dy[(n * C + c) * HW + i];
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) partial[(size_t)c * G + g] = s;
+}
+
+__global__ void bias_bwd_final_k(int C, int G, const double *partial, float *db) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0.0;
+    for (int g = 0; g < G; g++) s += partial[(size_t)c * G + g];
+    db[c] = (float)s;
+}
+
+/* ----------------------------------------------------------------- pooling
+ * The window of output index i along one axis, clipped to the input: [lo, hi),
+ * and that axis' factor of the average's divisor; the same rules as
+ * pool_axis_init in model/backend_cpu.c. */
+struct axis {
+    int in, out, k, stride, pad;
+};
+
+__device__ __forceinline__ void window(pool_mode mode, const axis &a, int i, int *lo, int *hi, int *count) {
+    if (mode == POOL_MODE_ADAPTIVE_AVG) {
+        *lo = (int)((long long)i * a.in / a.out);
+        *hi = (int)(((long long)(i + 1) * a.in + a.out - 1) / a.out);
+        *count = *hi - *lo;
+        return;
+    }
+    int s = i * a.stride - a.pad;
+    int e = s + a.k < a.in + a.pad ? s + a.k : a.in + a.pad;
+    *lo = s > 0 ? s : 0;
+    *hi = e < a.in ? e : a.in;
+    *count = mode == POOL_MODE_AVG_INCLUDE_PAD ? e - s : *hi - *lo;
+}
+
+/* The outputs along an axis whose windows may contain input index h: a
+ * superset [first, last]; callers test each with window(). */
+__device__ __forceinline__ void candidates(pool_mode mode, const axis &a, int h, int *first, int *last) {
+    if (mode == POOL_MODE_ADAPTIVE_AVG) {
+        long long f = (long long)h * a.out / a.in - 1, l = (long long)(h + 1) * a.out / a.in + 1;
+        *first = f < 0 ? 0 : (int)f;
+        *last = l > a.out - 1 ? a.out - 1 : (int)l;
+        return;
+    }
+    int num = h + a.pad - a.k + 1; /* window i starts at i*stride - pad and has k rows */
+    int f = num <= 0 ? 0 : (num + a.stride - 1) / a.stride;
+    int l = (h + a.pad) / a.stride;
+    *first = f;
+    *last = l > a.out - 1 ? a.out - 1 : l;
+}
+
+/* torch's first maximum: a NaN beats numbers and the first NaN stays. */
+__device__ __forceinline__ bool take(float v, float best) { return (v > best) | ((v != v) & (best == best)); }
+
+__device__ __forceinline__ float window_max(const float *xp, int W, int h0, int h1, int w0, int w1, int *bi) {
+    float b = -INFINITY;
+    int idx = h0 * W + w0;
+    for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++) {
+            float v = xp[h * W + w];
+            if (take(v, b)) {
+                b = v;
+                idx = h * W + w;
+            }
+        }
+    *bi = idx;
+    return b;
+}
+
+__global__ void pool_fwd_k(pool_params p, axis ra, axis ca, const float *x, float *y) {
+    size_t total = (size_t)p.N * p.C * p.P * p.Q;
+    GRID_STRIDE(t, total) {
+        int j = (int)(t % p.Q), i = (int)((t / p.Q) % p.P);
+        size_t plane = t / ((size_t)p.P * p.Q);
+        const float *xp = x + plane * p.H * p.W;
+        int h0, h1, cr, w0, w1, cc;
+        window(p.mode, ra, i, &h0, &h1, &cr);
+        window(p.mode, ca, j, &w0, &w1, &cc);
+        if (p.mode == POOL_MODE_MAX) {
+            int bi;
+            y[t] = window_max(xp, p.W, h0, h1, w0, w1, &bi);
+        } else {
+            float s = 0.0f;
+            for (int h = h0; h < h1; h++)
+                for (int w = w0; w < w1; w++) s += xp[h * p.W + w];
+            y[t] = s / (float)(cr * cc);
+        }
+    }
+}
+
+/* One thread per input value gathers, in (i, j) order, the gradient of every
+ * output whose window holds it: the order in which the CPU backend scatters,
+ * so the sums agree bit for bit, and no atomics are needed. Max pooling
+ * recomputes each candidate window's first maximum from x, as the CPU does. */
+__global__ void pool_bwd_k(pool_params p, axis ra, axis ca, const float *x, const float *dy, float *dx, int acc) {
+    size_t total = (size_t)p.N * p.C * p.H * p.W;
+    GRID_STRIDE(t, total) {
+        int w = (int)(t % p.W), h = (int)((t / p.W) % p.H);
+        size_t plane = t / ((size_t)p.H * p.W);
+        const float *xp = x + plane * p.H * p.W;
+        const float *gp = dy + plane * p.P * p.Q;
+        float g = acc ? dx[t] : 0.0f;
+        int i0, i1, j0, j1;
+        candidates(p.mode, ra, h, &i0, &i1);
+        candidates(p.mode, ca, w, &j0, &j1);
+        for (int i = i0; i <= i1; i++) {
+            int h0, h1, cr;
+            window(p.mode, ra, i, &h0, &h1, &cr);
+            if (h < h0 || h >= h1) continue;
+            for (int j = j0; j <= j1; j++) {
+                int w0, w1, cc;
+                window(p.mode, ca, j, &w0, &w1, &cc);
+                if (w < w0 || w >= w1) continue;
+                if (p.mode == POOL_MODE_MAX) {
+                    int bi;
+                    window_max(xp, p.W, h0, h1, w0, w1, &bi);
+                    if (bi == h * p.W + w) g += gp[i * p.Q + j];
+                } else {
+                    g += gp[i * p.Q + j] / (float)(cr * cc);
+                }
+            }
+        }
+        dx[t] = g;
+    }
+}
+
+/* -------------------------------------------------------------------- loss */
+
+/* One block per row: the row's loss (double) into row_loss[n], its gradient
+ * into dlogits; the same formula as the CPU backend. */
+__global__ void softmax_xent_rows_k(int N, int K, const float *logits, const int *labels, float smoothing,
+                                    float *dlogits, double *row_loss) {
+    __shared__ double shd[kThreads];
+    __shared__ float shf[kThreads];
+    int n = blockIdx.x;
+    const float *z = logits + (size_t)n * K;
+    float *dz = dlogits + (size_t)n * K;
+    int label = labels[n];
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) mx = fmaxf(mx, z[k]);
+    mx = block_max(mx, shf);
+    double se = 0.0, sz = 0.0;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        se += (double)expf(z[k] - mx);
+        sz += z[k];
+    }
+    se = block_sum(se, shd);
+    sz = block_sum(sz, shd);
+    double off = (double)smoothing / K, on = 1.0 - smoothing + off;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        double target = k == label ? on : off;
+        dz[k] = (float)(((double)expf(z[k] - mx) / se - target) / N);
+    }
+    if (threadIdx.x == 0) {
+        /* a label outside [0, K) is a bug upstream (labels are checked when
+         * read): make the loss NaN so the run reports it */
+        row_loss[n] = (label < 0 || label >= K) ? (double)NAN
+                                                : (double)mx + log(se) - (1.0 - smoothing) * z[label] - off * sz;
+    }
+}
+
+__global__ void mean_k(int N, const double *row_loss, float *loss) {
+    double s = 0.0;
+    for (int n = 0; n < N; n++) s += row_loss[n];
+    loss[0] = (float)(s / N);
+}
+
+/* --------------------------------------------------------------- optimizer */
+
+__global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, float lr, float momentum, float wd,
+                      int nesterov, float grad_scale) {
+    GRID_STRIDE(i, n) {
+        float g = grad_scale * grad[i] + wd * param[i];
+        if (momentum == 0.0f) {
+            param[i] -= lr * g;
+            continue;
+        }
+        float b = momentum * buf[i] + g;
+        buf[i] = b;
+        param[i] -= lr * (nesterov ? g + momentum * b : b);
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y) {
+    if (n) relu_fwd_k<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy, float *dx, int accumulate) {
+    if (n) relu_bwd_k<<<grid_for(n), kThreads, 0, s>>>(n, y, dy, dx, accumulate);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, float *y) {
+    if (n) add_k<<<grid_for(n), kThreads, 0, s>>>(n, a, b, y);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y, int accumulate) {
+    if (n) axpy_k<<<grid_for(n), kThreads, 0, s>>>(n, alpha, x, y, accumulate);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_mul(cudaStream_t s, size_t n, const float *a, const float *b, float *y, int accumulate) {
+    if (n) mul_k<<<grid_for(n), kThreads, 0, s>>>(n, a, b, y, accumulate);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask) {
+    if (n) dropout_mask_k<<<grid_for(n), kThreads, 0, s>>>(n, p, 1.0f / (1.0f - p), seed, mask);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
+                             float *dst, int dst_C, int dst_off, int accumulate) {
+    size_t total = (size_t)N * C * HW;
+    if (total)
+        channel_copy_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off,
+                                                             accumulate);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y) {
+    size_t total = (size_t)N * C * HW;
+    if (total) bias_fwd_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, y);
+    return cudaGetLastError();
+}
+
+size_t cuk_bias_bwd_scratch(int N, int C, int HW) { return (size_t)C * bias_splits(N, HW); }
+
+cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial) {
+    if (C == 0) return cudaGetLastError();
+    int G = bias_splits(N, HW);
+    bias_bwd_partial_k<<<dim3((unsigned)C, (unsigned)G), kThreads, 0, s>>>(N, C, HW, G, dy, partial);
+    bias_bwd_final_k<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(C, G, partial, db);
+    return cudaGetLastError();
+}
+
+static void pool_axes(const pool_params *p, axis *ra, axis *ca) {
+    *ra = axis{p->H, p->P, p->R, p->stride_h, p->pad_h};
+    *ca = axis{p->W, p->Q, p->S, p->stride_w, p->pad_w};
+}
+
+cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y) {
+    axis ra, ca;
+    pool_axes(p, &ra, &ca);
+    size_t total = (size_t)p->N * p->C * p->P * p->Q;
+    if (total) pool_fwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, ra, ca, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
+                         int accumulate) {
+    axis ra, ca;
+    pool_axes(p, &ra, &ca);
+    size_t total = (size_t)p->N * p->C * p->H * p->W;
+    if (total) pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, ra, ca, x, dy, dx, accumulate);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, const int *labels,
+                             float smoothing, float *loss, float *dlogits, double *row_loss) {
+    softmax_xent_rows_k<<<N, kThreads, 0, s>>>(N, K, logits, labels, smoothing, dlogits, row_loss);
+    mean_k<<<1, 1, 0, s>>>(N, row_loss, loss);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
+                           float lr, float momentum, float weight_decay, int nesterov, float grad_scale) {
+    if (n)
+        sgd_k<<<grid_for(n), kThreads, 0, s>>>(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
+                                               grad_scale);
+    return cudaGetLastError();
+}
+
+} // extern "C"

@@ -1,0 +1,50 @@
+/*
+ * model/cuda_kernels.h - the CUDA kernels of ours that the CUDA backend
+ * (model/backend_cuda.c) launches for what cuDNN and cuBLAS lack.
+ *
+ * Each launcher queues its kernel(s) on `stream` and returns
+ * cudaGetLastError(), which the caller checks with CUDA_CHECK, so a failed
+ * launch is reported at the op that made it. Semantics are exactly those of
+ * the op of the same name in model/backend.h (and of model/backend_cpu.c):
+ * where the CPU fixes a summation order (pooling backward, softmax loss), so
+ * do these, which makes them deterministic run to run.
+ */
+#ifndef CNT_CUDA_KERNELS_H
+#define CNT_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y);
+cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy, float *dx, int accumulate);
+cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, float *y);
+cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y, int accumulate);
+cudaError_t cuk_mul(cudaStream_t s, size_t n, const float *a, const float *b, float *y, int accumulate);
+cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask);
+cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
+                             float *dst, int dst_C, int dst_off, int accumulate);
+cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y);
+/* partial: scratch of cuk_bias_bwd_scratch(N, C, HW) doubles */
+size_t cuk_bias_bwd_scratch(int N, int C, int HW);
+cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial);
+cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y);
+cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
+                         int accumulate);
+/* row_loss: scratch of N doubles */
+cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, const int *labels,
+                             float smoothing, float *loss, float *dlogits, double *row_loss);
+cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
+                           float lr, float momentum, float weight_decay, int nesterov, float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,314 @@
+/*
+ * tests/mpi_nccl.c - the gradient reducer on a GPU under mpirun, both paths:
+ * NCCL (dist/nccl.h) and MPI staged through host memory with fences (run by
+ * tests/test_nccl.sh; alone it is a world of one).
+ *
+ * Needs a build with NCCL (CNT_HAVE_NCCL=1) and a usable CUDA device on every
+ * rank (backend_get_for_rank("cuda", local rank)); otherwise rank 0 prints
+ * "SKIPPED: <reason>" and every rank exits 0.
+ *
+ * Checks, for several buffer sizes and bucket layouts, overlap on and off,
+ * three steps each: backward is imitated on the compute stream (a few large
+ * GEMMs keep the stream busy, then a device copy writes the next slice of
+ * gradients, then reducer_grads_ready reports it), reducer_finish, then an op
+ * issued after it copies the gradients out; the result must equal
+ * dist_allreduce_sum (MPI, on the host) of every rank's values: bitwise for
+ * small integers (exact in any summation order), within a rounding bound for
+ * fractional values. Each step's values differ, and the buffer starts at
+ * zero, so an allreduce that ran before the copy that wrote its bucket (a
+ * missing fence or event wait) reads stale values and fails. Also: the
+ * reducer's stats (buckets, early, comm_step one step late on NCCL), the
+ * dist_nccl round times (count, order, on the host clock), and the timeline
+ * getting every bucket of both steps when reducer_set_timeline(rd, NULL)
+ * flushes the last one.
+ *
+ * dist_nccl_create refuses two ranks on one GPU: then rank 0 prints
+ * "mpi_nccl: dist_nccl_create failed: <message>" on stderr and every rank
+ * exits 2 (test_nccl.sh runs more ranks than GPUs and expects exactly that).
+ *
+ * Output: rank 0 prints "mpi_nccl: world W, G GPU(s) on this node" first, then
+ * "ok ..." or "FAIL ..." per check, then "mpi_nccl: world W, all checks
+ * passed" (or "FAILED"); every rank exits 1 if any check failed anywhere.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/timer.h"
+#include "dist/dist.h"
+#include "dist/nccl.h"
+#include "dist/reducer.h"
+#include "dist/timeline.h"
+#include "model/backend.h"
+
+static int rank_, world_;
+
+#if CNT_HAVE_NCCL
+
+static int failures = 0;
+
+/* Record one check: agree over ranks on whether it failed anywhere. */
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+    char name[240];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (!ok) {
+        failures++;
+        if (rank_ != 0) fprintf(stderr, "[rank %d] FAIL %s\n", rank_, name);
+    }
+    double bad = ok ? 0.0 : 1.0;
+    dist_allreduce_sum_f64(&bad, 1);
+    if (bad > 0 && ok) failures++; /* failed on another rank */
+    if (rank_ == 0) {
+        if (bad > 0 || !ok)
+            printf("FAIL %s (on %.0f rank(s))\n", name, bad > 0 ? bad : 1.0);
+        else
+            printf("ok   %s\n", name);
+        fflush(stdout);
+    }
+}
+
+/* Small integers: every partial sum is exact in float, whatever the order. */
+static float int_value(int r, size_t i, long step) { return (float)((r + 1) * (int)(i % 13) - 6 + 3 * (int)step); }
+
+/* Fractional values in [-1, 1), the same function on every rank. */
+static float frac_value(int r, size_t i, long step) {
+    uint32_t s = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 17u) ^ (uint32_t)(step * 97u);
+    s = s * 1664525u + 1013904223u;
+    s ^= s >> 13;
+    s *= 2246822519u;
+    s ^= s >> 16;
+    return (float)(s & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+/* Keeps the compute stream busy for a while (large GEMMs), so an allreduce
+ * that did not wait for the ops before it would overtake them. */
+typedef struct busy {
+    float *a, *b, *c;
+    int dim;
+} busy;
+
+static void keep_busy(const backend *be, const busy *w, int reps) {
+    for (int k = 0; k < reps; k++)
+        be->gemm(0, 0, w->dim, w->dim, w->dim, 1.0f, w->a, w->dim, w->b, w->dim, 0.0f, w->c, w->dim);
+}
+
+typedef struct layout {
+    size_t n, first, bucket;
+} layout;
+
+/* Three steps of imitated backward + reducer on one layout (path: NCCL when
+ * nc, else MPI staged through host memory), checked against MPI on the host. */
+static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout L, int overlap, int fractional,
+                        timeline *tl) {
+    const char *path = nc ? "nccl" : "mpi-staged";
+    size_t n = L.n;
+    float *src_h = cnt_malloc(n * sizeof(float)), *want = cnt_malloc(n * sizeof(float));
+    float *got = cnt_malloc(n * sizeof(float));
+    float *src = be->alloc(n * sizeof(float)), *grads = be->alloc(n * sizeof(float));
+    float *out = be->alloc(n * sizeof(float));
+    reducer_opts ro = {.first_bucket = L.first, .bucket = L.bucket, .algo = DIST_ALGO_MPI, .overlap = overlap,
+                       .compress = REDUCER_COMPRESS_NONE, .stall_warn_s = 60, .stall_abort_s = 0, .nccl = nc};
+    reducer *rd = reducer_create(be, grads, n, &ro);
+    if (tl) reducer_set_timeline(rd, tl);
+    int nb = reducer_bucket_count(rd);
+    int ok_sum = 1, ok_stats = 1;
+    double worst = 0;
+    uint32_t lcg = (uint32_t)(n * 7 + L.first);
+    for (long step = 1; step <= 3; step++) {
+        for (size_t i = 0; i < n; i++) src_h[i] = fractional ? frac_value(rank_, i, step) : int_value(rank_, i, step);
+        be->upload(src, src_h, n * sizeof(float));
+        reducer_begin(rd, step);
+        /* backward: slices of varying length, from offset 0 upwards */
+        size_t off = 0;
+        while (off < n) {
+            lcg = lcg * 1664525u + 1013904223u;
+            size_t max_len = n / 5 + 1, len = 1 + (lcg >> 8) % max_len;
+            if (len > n - off) len = n - off;
+            keep_busy(be, w, 2);
+            be->copy(grads + off, src + off, len * sizeof(float));
+            reducer_grads_ready(rd, off, len);
+            off += len;
+        }
+        reducer_stats st;
+        reducer_finish(rd, &st);
+        /* the optimizer's place: an op issued after reducer_finish */
+        be->copy(out, grads, n * sizeof(float));
+        be->download(got, out, n * sizeof(float));
+
+        memcpy(want, src_h, n * sizeof(float));
+        dist_allreduce_sum(want, n, DIST_ALGO_MPI);
+        if (fractional) {
+            for (size_t i = 0; i < n; i++) {
+                double err = fabs((double)got[i] - (double)want[i]);
+                /* Each of the world-1 additions rounds once, at most half an
+                 * ulp of a partial sum (|partial| <= world). */
+                double tol = world_ * (double)world_ * ldexp(1.0, -23);
+                if (!(err <= tol)) ok_sum = 0;
+                if (err > worst) worst = err;
+            }
+        } else {
+            ok_sum &= memcmp(got, want, n * sizeof(float)) == 0;
+        }
+        ok_stats &= st.buckets == nb;
+        ok_stats &= st.early == (overlap ? nb : 0);
+        ok_stats &= st.comm_ms >= 0 && st.exposed_ms >= 0;
+        if (nc) {
+            /* one step late */
+            ok_stats &= st.comm_step == step - 1;
+            if (step > 1) ok_stats &= st.comm_ms > 0;
+        } else {
+            ok_stats &= st.comm_step == step;
+        }
+    }
+    if (tl) reducer_set_timeline(rd, NULL);
+    check(ok_sum, "%s n=%zu buckets=%d (first %zu, then %zu) overlap=%d %s: 3 steps of sums %s", path, n, nb,
+          L.first, L.bucket, overlap, fractional ? "fractional" : "integer",
+          fractional ? "within the rounding bound" : "bitwise equal to MPI_Allreduce");
+    if (fractional && rank_ == 0 && worst > 0) printf("     (largest difference from MPI: %.3g)\n", worst);
+    check(ok_stats, "%s n=%zu overlap=%d: stats (buckets %d, early, comm_step %s)", path, n, overlap, nb,
+          nc ? "one step late" : "this step");
+    reducer_free(rd);
+    be->free(src);
+    be->free(grads);
+    be->free(out);
+    free(src_h);
+    free(want);
+    free(got);
+}
+
+/* dist_nccl directly: one round of allreduces, joined and timed. */
+static void test_rounds(const backend *be, dist_nccl *nc) {
+    enum { K = 5 };
+    size_t n = (size_t)1 << 20;
+    float *buf = be->alloc(K * n * sizeof(float));
+    float *h = cnt_malloc(K * n * sizeof(float));
+    for (size_t i = 0; i < K * n; i++) h[i] = int_value(rank_, i, 0);
+    be->upload(buf, h, K * n * sizeof(float));
+    void *stream = be->native_stream();
+    double t0 = time_now();
+    long r0 = -1, r1 = -1;
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n);
+        long r = dist_nccl_join(nc, stream);
+        if (round == 0) r0 = r; else r1 = r;
+    }
+    check(r1 == r0 + 1, "dist_nccl_join: rounds numbered in order (%ld, %ld)", r0, r1);
+    dist_nccl_round rr;
+    dist_nccl_round_wait(nc, r0, 60, 0, "test round", &rr);
+    double t1 = time_now();
+    int ok = rr.count == K && rr.comm_ms > 0 && rr.exposed_ms >= 0;
+    for (int k = 0; k < rr.count; k++) {
+        ok &= rr.start_s[k] <= rr.end_s[k];
+        if (k) ok &= rr.start_s[k] >= rr.end_s[k - 1] - 1e-5; /* one stream: in order */
+        /* on the host clock: between t0 and t1, give or take the anchor's error */
+        ok &= rr.start_s[k] > t0 - 0.05 && rr.end_s[k] < t1 + 0.05;
+    }
+    check(ok, "dist_nccl_round_wait: %d allreduces, %.3f ms, in order, on the host clock", rr.count, rr.comm_ms);
+    dist_nccl_round_wait(nc, r1, 0, 0, "test round", &rr);
+    /* two rounds summed in place: world^2 times each value */
+    float *got = cnt_malloc(K * n * sizeof(float));
+    be->download(got, buf, K * n * sizeof(float));
+    int ok_sum = 1;
+    for (size_t i = 0; i < K * n; i++) {
+        double s = 0;
+        for (int r = 0; r < world_; r++) s += int_value(r, i, 0);
+        ok_sum &= got[i] == (float)(s * world_);
+    }
+    check(ok_sum, "dist_nccl: two rounds of in-place sums, seen by a download after the join");
+    be->free(buf);
+    free(h);
+    free(got);
+}
+
+static void test_timeline(const backend *be, dist_nccl *nc, const busy *w) {
+    timeline *tl = timeline_create(); /* a collective */
+    layout L = {100003, 4000, 30000}; /* 5 buckets */
+    run_reducer(be, nc, w, L, 1, 0, tl);
+    /* 3 steps x 5 buckets: the last step's by reducer_set_timeline(NULL) */
+    check(timeline_count(tl) == 15, "timeline: every NCCL bucket of every step recorded (%ld of 15)",
+          timeline_count(tl));
+    timeline_free(tl);
+}
+
+static void run_all(const backend *be, dist_nccl *nc) {
+    busy w = {.dim = 1024};
+    w.a = be->alloc((size_t)w.dim * w.dim * sizeof(float));
+    w.b = be->alloc((size_t)w.dim * w.dim * sizeof(float));
+    w.c = be->alloc((size_t)w.dim * w.dim * sizeof(float));
+
+    test_rounds(be, nc);
+    size_t sizes[] = {1, 7, 1000, 65536 + 3, ((size_t)1 << 22) + 5};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        layout ls[] = {{n, n, n}, {n, 3, 1000}, {n, n / 7 + 1, n / 3 + 1}};
+        for (size_t l = 0; l < sizeof ls / sizeof ls[0]; l++) {
+            for (int overlap = 1; overlap >= 0; overlap--) {
+                run_reducer(be, nc, &w, ls[l], overlap, 0, NULL);
+                run_reducer(be, NULL, &w, ls[l], overlap, 0, NULL);
+            }
+        }
+        layout lf = {n, n / 5 + 1, n / 4 + 1};
+        run_reducer(be, nc, &w, lf, 1, 1, NULL);
+        run_reducer(be, NULL, &w, lf, 1, 1, NULL);
+    }
+    test_timeline(be, nc, &w);
+    be->free(w.a);
+    be->free(w.b);
+    be->free(w.c);
+}
+
+#endif /* CNT_HAVE_NCCL */
+
+int main(int argc, char **argv) {
+    if (dist_init(&argc, &argv) != CNT_OK) {
+        fprintf(stderr, "dist_init: %s\n", cnt_err_msg());
+        return 1;
+    }
+    rank_ = dist_rank();
+    world_ = dist_world();
+    for (int i = 1; i < argc; i++) cnt_fatal("unknown argument '%s'", argv[i]);
+#if !CNT_HAVE_NCCL
+    if (rank_ == 0) printf("SKIPPED: this build has no NCCL (CNT_HAVE_NCCL=0)\n");
+    dist_finalize();
+    return 0;
+#else
+    const backend *be = backend_get_for_rank("cuda", dist_local_rank());
+    char why[512];
+    snprintf(why, sizeof why, "%s", be ? "" : cnt_err_msg());
+    /* Every rank takes the same branch. */
+    double have = be ? 1.0 : 0.0;
+    dist_allreduce_sum_f64(&have, 1);
+    if (have < world_) {
+        if (rank_ == 0)
+            printf("SKIPPED: no usable CUDA device on %.0f of %d rank(s)%s%s\n", world_ - have, world_,
+                   why[0] ? ": " : "", why);
+        dist_finalize();
+        return 0;
+    }
+    char devs[2048];
+    int gpus = backend_describe_devices(devs, sizeof devs);
+    if (rank_ == 0) {
+        printf("mpi_nccl: world %d, %d GPU(s) on this node\n%s", world_, gpus, devs);
+        fflush(stdout);
+    }
+    dist_nccl *nc = dist_nccl_create();
+    if (!nc) {
+        if (rank_ == 0) fprintf(stderr, "mpi_nccl: dist_nccl_create failed: %s\n", cnt_err_msg());
+        dist_finalize();
+        return 2;
+    }
+    run_all(be, nc);
+    dist_nccl_free(nc);
+    if (rank_ == 0) printf("mpi_nccl: world %d, %s\n", world_, failures ? "FAILED" : "all checks passed");
+    dist_finalize();
+    return failures ? 1 : 0;
+#endif
+}

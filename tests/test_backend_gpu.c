@@ -1,0 +1,1328 @@
+/*
+ * tests/test_backend_gpu.c - the CUDA backend against the CPU backend.
+ *
+ * Every op of model/backend.h runs on both backends from the same random
+ * inputs (fixed seeds); the GPU's result is downloaded and compared with the
+ * CPU's. The CPU backend is itself held to the double reference by
+ * tests/test_backend_cpu.c, so agreeing with it means agreeing with the
+ * specification. Then a whole CIFAR ResNet-20 training step runs on both
+ * backends from the same weights and batch: every activation, the loss, every
+ * node's input gradient, every parameter gradient, the batch-norm running
+ * statistics, the SGD update and the eval-mode logits are compared.
+ *
+ * Without a usable CUDA device (no CUDA backend in this binary, no driver, no
+ * GPU) every test calls skip(), so cmocka reports them SKIPPED and the binary
+ * exits 0; the reason is printed once by the group setup.
+ *
+ * Structure: each tensor is a `dual`, the same values held on both backends
+ * (p[CPU] allocated by the CPU backend, p[GPU] by the GPU backend). Every op is
+ * issued in a loop `for (s = CPU; s <= GPU; s++) be[s]->op(... x.p[s] ...)`, so
+ * the backend and the pointers it gets come from one index and cannot be
+ * mixed up; expect_close() downloads p[CPU] through the CPU backend and p[GPU]
+ * through the GPU backend and compares them with tu_assert_close_f (which
+ * prints the first mismatching index with both values and the largest errors).
+ * Outputs start from the same random values on both sides, so an op that
+ * skips elements, accumulates when told to overwrite or writes outside its
+ * range shows up as a mismatch.
+ *
+ * Tolerances are defined, with the reasoning, next to the tests that use them.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/check.h"
+#include "common/rng.h"
+#include "model/backend.h"
+#include "model/net.h"
+#include "model/zoo.h"
+#include "tests/support/testutil.h"
+
+enum { CPU = 0, GPU = 1 };
+
+/* be[CPU] = backend_cpu(), be[GPU] = backend_get("cuda") or NULL. */
+static const backend *be[2];
+
+#define NEED_GPU()               \
+    do {                         \
+        if (!be[GPU]) skip();    \
+    } while (0)
+
+/* ---------------------------------------------------------------- tolerances */
+
+/* How far a GPU result may be from the CPU's, by math mode, for outputs that
+ * are sums of `len` products each of magnitude up to `scale`:
+ *   |gpu - cpu| <= atol_per_sqrt * scale * sqrt(len) + rtol * |cpu|
+ *
+ * FP32. The CPU is within 1e-5 * scale * sqrt(len) of the exact sum (the bound
+ * test_backend_cpu.c holds it to). The GPU sums in other orders and, through
+ * cuDNN, with other algorithms: implicit GEMM, but also Winograd and FFT, whose
+ * rounding error grows with the norm of the whole window or signal rather than
+ * term by term, and split reductions combined with atomics for weight
+ * gradients. So atol is ten times the CPU's bound. It stays far below one
+ * term (a wrong index, a dropped or duplicated tap is an error of order
+ * `scale`) for any len below 1e8. rtol 1e-4 for dot products (conv forward and
+ * data gradient, GEMM); 1e-3 for the long batch reductions (weight gradients,
+ * bias gradients, batch-norm statistics), where the GPU may accumulate
+ * thousands of terms in float in an order of its own.
+ *
+ * TF32. Inputs are rounded to a 10-bit mantissa (relative error up to 2^-11
+ * each, so about 1e-3 per product with fp32 accumulation); over len random
+ * terms the error is a random walk of about 3e-4 * scale * sqrt(len) for terms
+ * of mean square scale^2 / 9. atol 5e-3 * scale * sqrt(len) is over ten of
+ * those standard deviations; rtol 1e-2 for the values far from zero. */
+typedef struct precision {
+    const char *name;
+    double rtol;          /* dot products: conv forward, conv data gradient, GEMM */
+    double rtol_sum;      /* batch reductions: conv weight gradient */
+    double atol_per_sqrt; /* atol = atol_per_sqrt * scale * sqrt(len) */
+} precision;
+
+static const precision PREC_FP32 = {"fp32", 1e-4, 1e-3, 1e-4};
+static const precision PREC_TF32 = {"tf32", 1e-2, 1e-2, 5e-3};
+
+static double atol_of(const precision *pr, size_t len, double scale) {
+    return pr->atol_per_sqrt * scale * sqrt((double)(len > 0 ? len : 1));
+}
+
+/* Elementwise ops with at most a couple of roundings per value (axpy and mul
+ * with accumulate, the SGD update): a compiler may contract a*b+c into one FMA
+ * on one side and not on the other, so results may differ by an ulp or two of
+ * the largest operand. 2.4e-7 is two float ulps relative to a magnitude. */
+#define ULPS2 2.4e-7
+
+/* ---------------------------------------------------------------- dual tensors */
+
+/* The same n floats on both backends. */
+typedef struct dual {
+    float *p[2];
+    size_t n;
+} dual;
+
+static dual dual_of(const float *host, size_t n) {
+    dual d = {{NULL, NULL}, n};
+    for (int s = CPU; s <= GPU; s++) {
+        d.p[s] = be[s]->alloc((n > 0 ? n : 1) * sizeof(float));
+        be[s]->upload(d.p[s], host, n * sizeof(float));
+    }
+    return d;
+}
+
+static void dual_free(dual *d) {
+    for (int s = CPU; s <= GPU; s++) {
+        be[s]->free(d->p[s]);
+        d->p[s] = NULL;
+    }
+}
+
+static void fill_uniform(rng *r, float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_range(r, lo, hi);
+}
+
+static void fill_normal(rng *r, float *x, size_t n, float mean, float std) {
+    for (size_t i = 0; i < n; i++) x[i] = mean + std * rng_normal(r);
+}
+
+/* Integers in [lo, hi]: sums of them are exact in float whatever the order,
+ * and a max window holds ties. */
+static void fill_ints(rng *r, float *x, size_t n, int lo, int hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (int)rng_below(r, (uint32_t)(hi - lo + 1)));
+}
+
+static dual dual_uniform(rng *r, size_t n, float lo, float hi) {
+    float *h = tu_alloc_f(n);
+    fill_uniform(r, h, n, lo, hi);
+    dual d = dual_of(h, n);
+    free(h);
+    return d;
+}
+
+static dual dual_normal(rng *r, size_t n, float mean, float std) {
+    float *h = tu_alloc_f(n);
+    fill_normal(r, h, n, mean, std);
+    dual d = dual_of(h, n);
+    free(h);
+    return d;
+}
+
+static dual dual_ints(rng *r, size_t n, int lo, int hi) {
+    float *h = tu_alloc_f(n);
+    fill_ints(r, h, n, lo, hi);
+    dual d = dual_of(h, n);
+    free(h);
+    return d;
+}
+
+/* n floats of backend `side`'s device array, in a new host array. */
+static float *download(int side, const float *dev, size_t n) {
+    float *h = tu_alloc_f(n);
+    be[side]->download(h, dev, n * sizeof(float));
+    return h;
+}
+
+/* Makes the GPU copy of d equal to the CPU copy (to restart both sides from
+ * the same state). */
+static void dual_sync_from_cpu(dual *d) {
+    float *h = download(CPU, d->p[CPU], d->n);
+    be[GPU]->upload(d->p[GPU], h, d->n * sizeof(float));
+    free(h);
+}
+
+/* Fails the running test unless, elementwise, |gpu - cpu| <= atol + rtol * |cpu|
+ * (rtol = atol = 0: equal values). */
+static void expect_close_at(const char *file, int line, const char *what, const dual *d, double rtol, double atol) {
+    CNT_ASSERT(be[CPU] != be[GPU] && d->p[CPU] != d->p[GPU]);
+    float *c = download(CPU, d->p[CPU], d->n);
+    float *g = download(GPU, d->p[GPU], d->n);
+    double *want = tu_alloc(d->n);
+    tu_to_double(c, want, d->n);
+    tu_assert_close_f_at(file, line, what, want, g, d->n, rtol, atol);
+    free(c);
+    free(g);
+    free(want);
+}
+
+#define expect_close(what, d, rtol, atol) expect_close_at(__FILE__, __LINE__, (what), (d), (rtol), (atol))
+
+/* ---------------------------------------------------------------- memory */
+
+static void test_memory_transfers(void **state) {
+    (void)state;
+    NEED_GPU();
+    const backend *g = be[GPU];
+    assert_string_equal(g->name, "cuda");
+
+    /* alloc is zero-filled, also for an allocation larger than any cache */
+    const size_t big = (size_t)1 << 24;
+    float *d = g->alloc(big * sizeof(float));
+    float *h = download(GPU, d, big);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < big; i++) nonzero += h[i] != 0.0f;
+    if (nonzero) fail_msg("alloc of %zu floats: %zu values are not zero", big, nonzero);
+    g->free(d);
+    free(h);
+    g->free(NULL);
+
+    /* upload and download move bytes, not values: random bit patterns
+     * (NaNs, infinities and denormals among them) come back unchanged */
+    const size_t n = 100003;
+    uint32_t *bits = cnt_malloc(n * sizeof(uint32_t)), *back = cnt_malloc(n * sizeof(uint32_t));
+    rng r;
+    rng_seed(&r, 1, 1);
+    for (size_t i = 0; i < n; i++) bits[i] = rng_u32(&r);
+    uint32_t *a = g->alloc(n * sizeof(uint32_t)), *b = g->alloc(n * sizeof(uint32_t));
+    g->upload(a, bits, n * sizeof(uint32_t));
+    g->download(back, a, n * sizeof(uint32_t));
+    assert_memory_equal(bits, back, n * sizeof(uint32_t));
+
+    /* copy to and from odd offsets, zero of a sub-range, sync */
+    g->copy(b + 3, a + 1, (n - 7) * sizeof(uint32_t));
+    g->zero(b + 100, 37 * sizeof(uint32_t));
+    g->sync();
+    g->download(back, b, n * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t want = 0; /* b was zero-filled at alloc */
+        if (i >= 3 && i < n - 4) want = bits[i - 2];
+        if (i >= 100 && i < 137) want = 0;
+        if (back[i] != want) fail_msg("copy/zero: b[%zu] = 0x%08x, expected 0x%08x", i, back[i], want);
+    }
+    g->free(a);
+    g->free(b);
+    free(bits);
+    free(back);
+}
+
+/* ---------------------------------------------------------------- convolution */
+
+typedef struct conv_case {
+    int N, C, H, W, K, R, S, sh, sw, ph, pw;
+} conv_case;
+
+static const conv_case conv_cases[] = {
+    {4, 16, 16, 16, 32, 1, 1, 1, 1, 0, 0},  /* 1x1 stride 1 (bottleneck) */
+    {3, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1},  /* 3x3 pad 1 stride 1, odd N */
+    {4, 16, 15, 15, 32, 3, 3, 2, 2, 1, 1},  /* 3x3 pad 1 stride 2, odd spatial size */
+    {2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3},   /* 7x7/2 pad 3 stem, 3 input channels */
+    {2, 12, 9, 9, 8, 1, 7, 1, 1, 0, 3},     /* Inception 1x7 pad (0, 3) */
+    {2, 12, 9, 9, 8, 7, 1, 1, 1, 3, 0},     /* Inception 7x1 pad (3, 0) */
+    {3, 8, 9, 9, 16, 1, 1, 2, 2, 0, 0},     /* 1x1/2 downsample, odd N */
+    {1, 5, 11, 13, 7, 3, 3, 1, 1, 0, 0},    /* batch 1, unpadded, odd channel counts, rectangular input */
+    {5, 3, 8, 6, 5, 3, 2, 2, 1, 2, 1},      /* rectangular kernel, mixed strides, pad > R/2 */
+    {2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1},    /* ResNet-20 stage 3 */
+};
+#define N_CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
+
+static conv_params conv_case_params(int i) {
+    const conv_case *c = &conv_cases[i];
+    conv_params p = {.N = c->N, .C = c->C, .H = c->H, .W = c->W, .K = c->K, .R = c->R, .S = c->S,
+                     .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw};
+    assert_int_equal(conv_params_init(&p), CNT_OK);
+    return p;
+}
+
+static void conv_label(char *buf, size_t len, const char *op, const conv_params *p, int accumulate,
+                       const precision *pr) {
+    snprintf(buf, len, "%s %s N%d C%d %dx%d K%d %dx%d/%dx%d pad %dx%d -> %dx%d acc %d", op, pr->name, p->N, p->C,
+             p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P, p->Q, accumulate);
+}
+
+static size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
+static size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
+static size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
+
+/* Inputs in [-1, 1): every product has magnitude below 1 (scale 1). */
+static void conv_fwd_case(int i, const precision *pr) {
+    conv_params p = conv_case_params(i);
+    rng r;
+    rng_seed(&r, 100 + (uint64_t)i, 1);
+    dual x = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
+    dual w = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f);
+    dual y = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f); /* overwritten */
+    for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&p, x.p[s], w.p[s], y.p[s]);
+    char what[192];
+    conv_label(what, sizeof what, "conv_fwd", &p, 0, pr);
+    expect_close(what, &y, pr->rtol, atol_of(pr, (size_t)p.C * p.R * p.S, 1.0));
+    dual_free(&x);
+    dual_free(&w);
+    dual_free(&y);
+}
+
+static void conv_bwd_data_case(int i, const precision *pr) {
+    conv_params p = conv_case_params(i);
+    for (int acc = 0; acc <= 1; acc++) {
+        rng r;
+        rng_seed(&r, 200 + (uint64_t)i, (uint64_t)acc);
+        dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
+        dual w = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f);
+        dual dx = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f); /* added to when acc */
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&p, dy.p[s], w.p[s], dx.p[s], acc);
+        char what[192];
+        conv_label(what, sizeof what, "conv_bwd_data", &p, acc, pr);
+        /* each dx sums at most K*R*S products (plus the old value when acc) */
+        expect_close(what, &dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S + 1, 1.0));
+        dual_free(&dy);
+        dual_free(&w);
+        dual_free(&dx);
+    }
+}
+
+static void conv_bwd_filter_case(int i, const precision *pr) {
+    conv_params p = conv_case_params(i);
+    rng r;
+    rng_seed(&r, 300 + (uint64_t)i, 1);
+    dual x = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
+    dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
+    dual dw = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f); /* overwritten */
+    for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_filter(&p, x.p[s], dy.p[s], dw.p[s]);
+    char what[192];
+    conv_label(what, sizeof what, "conv_bwd_filter", &p, 0, pr);
+    expect_close(what, &dw, pr->rtol_sum, atol_of(pr, (size_t)p.N * p.P * p.Q, 1.0));
+    dual_free(&x);
+    dual_free(&dy);
+    dual_free(&dw);
+}
+
+static void test_conv_fwd_fp32(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int i = 0; i < N_CONV_CASES; i++) conv_fwd_case(i, &PREC_FP32);
+}
+
+static void test_conv_bwd_data_fp32(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int i = 0; i < N_CONV_CASES; i++) conv_bwd_data_case(i, &PREC_FP32);
+}
+
+static void test_conv_bwd_filter_fp32(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int i = 0; i < N_CONV_CASES; i++) conv_bwd_filter_case(i, &PREC_FP32);
+}
+
+/* ---------------------------------------------------------------- GEMM */
+
+static const struct gemm_case {
+    int M, N, K, pad; /* pad: extra row stride beyond the stored width, for lda, ldb and ldc */
+    float alpha, beta;
+} gemm_cases[] = {
+    {7, 13, 29, 0, 1.0f, 0.0f},    {1, 10, 64, 3, 1.0f, 1.0f},     {32, 1, 17, 1, 0.5f, 0.0f},
+    {64, 100, 300, 5, 1.0f, 0.5f}, {5, 5, 1, 2, -2.0f, 1.0f},      {33, 47, 65, 7, 0.25f, -1.0f},
+    {8, 10, 64, 0, 1.0f, 0.0f}, /* ResNet-20's classifier: [N, 64] x [64, 10]^T */
+};
+
+static void gemm_case_run(size_t i, int ta, int tb, const precision *pr) {
+    const struct gemm_case *c = &gemm_cases[i];
+    int M = c->M, N = c->N, K = c->K;
+    /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
+    int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    int lda = a_cols + c->pad, ldb = b_cols + c->pad, ldc = N + c->pad;
+    rng r;
+    rng_seed(&r, 400 + i, (uint64_t)(2 * ta + tb));
+    dual A = dual_uniform(&r, (size_t)a_rows * lda, -1.0f, 1.0f);
+    dual B = dual_uniform(&r, (size_t)b_rows * ldb, -1.0f, 1.0f);
+    dual C = dual_uniform(&r, (size_t)M * ldc, -1.0f, 1.0f);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->gemm(ta, tb, M, N, K, c->alpha, A.p[s], lda, B.p[s], ldb, c->beta, C.p[s], ldc);
+    char what[160];
+    snprintf(what, sizeof what, "gemm %s %c%c M%d N%d K%d lda %d ldb %d ldc %d alpha %g beta %g", pr->name,
+             ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, ldb, ldc, (double)c->alpha, (double)c->beta);
+    /* the whole of C, padding columns included: those must be left alone */
+    expect_close(what, &C, pr->rtol, atol_of(pr, (size_t)K + 1, fabs(c->alpha) + fabs(c->beta)));
+    dual_free(&A);
+    dual_free(&B);
+    dual_free(&C);
+}
+
+static void gemm_run_all(const precision *pr) {
+    for (size_t i = 0; i < sizeof gemm_cases / sizeof gemm_cases[0]; i++)
+        for (int ta = 0; ta <= 1; ta++)
+            for (int tb = 0; tb <= 1; tb++) gemm_case_run(i, ta, tb, pr);
+}
+
+static void test_gemm_fp32(void **state) {
+    (void)state;
+    NEED_GPU();
+    gemm_run_all(&PREC_FP32);
+}
+
+/* ---------------------------------------------------------------- TF32 */
+
+/* Tensor-core math for convolutions and GEMMs, within TF32's precision; then
+ * back to FP32, which must really be fp32 again: a backend that kept a
+ * convolution algorithm or a cuBLAS math mode chosen under TF32 fails the
+ * FP32 tolerance, since TF32's typical error is above FP32's atol. */
+static void test_conv_gemm_tf32(void **state) {
+    (void)state;
+    NEED_GPU();
+    be[GPU]->set_math(BACKEND_MATH_TF32);
+    for (int i = 0; i < N_CONV_CASES; i++) {
+        conv_fwd_case(i, &PREC_TF32);
+        conv_bwd_data_case(i, &PREC_TF32);
+        conv_bwd_filter_case(i, &PREC_TF32);
+    }
+    gemm_run_all(&PREC_TF32);
+    be[GPU]->set_math(BACKEND_MATH_FP32);
+    for (int i = 0; i < N_CONV_CASES; i++) {
+        conv_fwd_case(i, &PREC_FP32);
+        conv_bwd_data_case(i, &PREC_FP32);
+        conv_bwd_filter_case(i, &PREC_FP32);
+    }
+    gemm_run_all(&PREC_FP32);
+}
+
+/* ---------------------------------------------------------------- bias */
+
+static void test_bias_fwd_bwd(void **state) {
+    (void)state;
+    NEED_GPU();
+    /* N, C, HW: HW = 1 is a linear layer's bias */
+    static const int shapes[][3] = {{8, 10, 1}, {7, 3, 1}, {3, 16, 49}, {2, 64, 196}, {5, 7, 33}, {1, 1, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
+        rng r;
+        rng_seed(&r, 500 + i, 1);
+        dual b = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
+        dual y = dual_uniform(&r, (size_t)N * C * HW, -1.0f, 1.0f);
+        dual db = dual_uniform(&r, (size_t)C, -1.0f, 1.0f); /* overwritten */
+        char what[96];
+        for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(N, C, HW, b.p[s], y.p[s]);
+        snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
+        /* one addition per value, the same rounding on both sides */
+        expect_close(what, &y, 0.0, 0.0);
+        for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(N, C, HW, y.p[s], db.p[s]); /* y as dy */
+        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
+        /* a reduction over N*HW values of magnitude below 2 */
+        expect_close(what, &db, PREC_FP32.rtol_sum, atol_of(&PREC_FP32, (size_t)N * HW, 2.0));
+        dual_free(&b);
+        dual_free(&y);
+        dual_free(&db);
+    }
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+typedef struct bn_case {
+    int N, C, HW;
+    float mean, std, momentum, eps;
+} bn_case;
+
+static const bn_case bn_cases[] = {
+    {4, 3, 25, 0.0f, 1.0f, 0.1f, 1e-5f},
+    {2, 3, 2, 1.0f, 2.0f, 0.1f, 1e-5f},    /* M = 4: biased and unbiased variance differ by a third */
+    {1, 4, 49, -2.0f, 0.5f, 0.1f, 1e-3f},  /* batch 1 */
+    {16, 8, 1, 0.5f, 1.0f, 0.25f, 1e-5f},  /* after a linear layer */
+    {8, 5, 784, 3.0f, 2.0f, 0.1f, 1e-5f},  /* long reductions, mean far from 0 */
+    {3, 2, 9, 0.0f, 0.3f, 0.9f, 0.5f},     /* large eps: where eps goes matters */
+    {8, 64, 64, 0.0f, 1.0f, 0.1f, 1e-5f},  /* ResNet-20 stage 3 */
+};
+#define N_BN_CASES (sizeof bn_cases / sizeof bn_cases[0])
+
+/* Batch statistics are reductions over M = N*HW values that the GPU may
+ * accumulate in float, in any order: for M in the thousands their relative
+ * error can reach 1e-4. Hence rtol 1e-3 on the statistics (atol 1e-4 of the
+ * data's magnitude for the means, which can be near zero), and 1e-3 on the
+ * normalised output, which is of order 1. A formula error is far larger: at
+ * M = 4 normalising by the unbiased variance moves y by 13%, and with
+ * eps = 0.5 adding eps anywhere but under the square root moves it by 4%. */
+#define BN_RTOL 1e-3
+
+static void test_bn_fwd_train(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t i = 0; i < N_BN_CASES; i++) {
+        const bn_case *bc = &bn_cases[i];
+        int N = bc->N, C = bc->C, HW = bc->HW;
+        size_t n = (size_t)N * C * HW;
+        double scale = fabs(bc->mean) + bc->std;
+        rng r;
+        rng_seed(&r, 600 + i, 1);
+        dual x = dual_normal(&r, n, bc->mean, bc->std);
+        dual gamma = dual_uniform(&r, (size_t)C, 0.5f, 1.5f);
+        dual beta = dual_uniform(&r, (size_t)C, -0.5f, 0.5f);
+        dual y = dual_uniform(&r, n, -1.0f, 1.0f); /* overwritten */
+        dual rmean = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
+        dual rvar = dual_uniform(&r, (size_t)C, 0.5f, 2.0f);
+        dual smean = dual_uniform(&r, (size_t)C, -1.0f, 1.0f), sinv = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->bn_fwd_train(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s],
+                                bc->momentum, bc->eps, smean.p[s], sinv.p[s]);
+        char what[128];
+        snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
+        expect_close(what, &y, BN_RTOL, BN_RTOL);
+        snprintf(what, sizeof what, "bn_fwd_train save_mean N%d C%d HW%d", N, C, HW);
+        expect_close(what, &smean, BN_RTOL, 1e-4 * scale);
+        snprintf(what, sizeof what, "bn_fwd_train save_invstd N%d C%d HW%d", N, C, HW);
+        expect_close(what, &sinv, BN_RTOL, 0.0);
+        snprintf(what, sizeof what, "bn_fwd_train running_mean N%d C%d HW%d", N, C, HW);
+        expect_close(what, &rmean, BN_RTOL, 1e-4 * (scale + 1.0));
+        snprintf(what, sizeof what, "bn_fwd_train running_var N%d C%d HW%d", N, C, HW);
+        expect_close(what, &rvar, BN_RTOL, 0.0);
+        dual_free(&x);
+        dual_free(&gamma);
+        dual_free(&beta);
+        dual_free(&y);
+        dual_free(&rmean);
+        dual_free(&rvar);
+        dual_free(&smean);
+        dual_free(&sinv);
+    }
+}
+
+static void test_bn_fwd_infer(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t i = 0; i < N_BN_CASES; i++) {
+        const bn_case *bc = &bn_cases[i];
+        int N = bc->N, C = bc->C, HW = bc->HW;
+        size_t n = (size_t)N * C * HW;
+        rng r;
+        rng_seed(&r, 700 + i, 1);
+        dual x = dual_normal(&r, n, bc->mean, bc->std);
+        dual gamma = dual_uniform(&r, (size_t)C, 0.5f, 1.5f);
+        dual beta = dual_uniform(&r, (size_t)C, -0.5f, 0.5f);
+        dual rmean = dual_uniform(&r, (size_t)C, bc->mean - 0.5f, bc->mean + 0.5f);
+        dual rvar = dual_uniform(&r, (size_t)C, 0.2f, 2.0f);
+        dual y = dual_uniform(&r, n, -1.0f, 1.0f); /* overwritten */
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->bn_fwd_infer(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s], bc->eps);
+        char what[96];
+        snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
+        /* no reduction: a few roundings (and rsqrtf's 2 ulps) on values below
+         * about 20 in magnitude, so 1e-5 relative and 1e-4 absolute */
+        expect_close(what, &y, 1e-5, 1e-4);
+        dual_free(&x);
+        dual_free(&gamma);
+        dual_free(&beta);
+        dual_free(&rmean);
+        dual_free(&rvar);
+        dual_free(&y);
+    }
+}
+
+static void test_bn_bwd(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t i = 0; i < N_BN_CASES; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            const bn_case *bc = &bn_cases[i];
+            int N = bc->N, C = bc->C, HW = bc->HW;
+            size_t n = (size_t)N * C * HW, M = (size_t)N * HW;
+            rng r;
+            rng_seed(&r, 800 + i, (uint64_t)acc);
+            dual x = dual_normal(&r, n, bc->mean, bc->std);
+            dual dy = dual_normal(&r, n, 0.0f, 1.0f);
+            dual gamma = dual_uniform(&r, (size_t)C, 0.5f, 1.5f);
+            dual beta = dual_uniform(&r, (size_t)C, -0.5f, 0.5f);
+            dual dx = dual_uniform(&r, n, -1.0f, 1.0f);
+            dual dgamma = dual_uniform(&r, (size_t)C, -1.0f, 1.0f), dbeta = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
+            /* the saved statistics: the CPU forward's, given to both sides */
+            dual y = dual_uniform(&r, n, 0.0f, 1.0f), rm = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
+            dual rv = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
+            dual smean = dual_uniform(&r, (size_t)C, 0.0f, 1.0f), sinv = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
+            be[CPU]->bn_fwd_train(N, C, HW, x.p[CPU], gamma.p[CPU], beta.p[CPU], y.p[CPU], rm.p[CPU], rv.p[CPU],
+                                  0.1f, bc->eps, smean.p[CPU], sinv.p[CPU]);
+            dual_sync_from_cpu(&smean);
+            dual_sync_from_cpu(&sinv);
+            float *hinv = download(CPU, sinv.p[CPU], (size_t)C);
+            double a_max = 0.0; /* the largest gamma * invstd: dx's scale */
+            float *hg = download(CPU, gamma.p[CPU], (size_t)C);
+            for (int c = 0; c < C; c++) a_max = fmax(a_max, (double)hg[c] * hinv[c]);
+            free(hinv);
+            free(hg);
+
+            for (int s = CPU; s <= GPU; s++)
+                be[s]->bn_bwd(N, C, HW, x.p[s], dy.p[s], gamma.p[s], smean.p[s], sinv.p[s], dx.p[s], dgamma.p[s],
+                              dbeta.p[s], acc);
+            char what[128];
+            /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)): values
+             * of order a_max built from two reductions over M */
+            snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
+            expect_close(what, &dx, BN_RTOL, BN_RTOL * a_max);
+            /* sums over M of dy * xhat (|xhat| up to about 4) and of dy */
+            snprintf(what, sizeof what, "bn_bwd dgamma N%d C%d HW%d", N, C, HW);
+            expect_close(what, &dgamma, BN_RTOL, atol_of(&PREC_FP32, M, 4.0));
+            snprintf(what, sizeof what, "bn_bwd dbeta N%d C%d HW%d", N, C, HW);
+            expect_close(what, &dbeta, BN_RTOL, atol_of(&PREC_FP32, M, 1.0));
+            dual_free(&x);
+            dual_free(&dy);
+            dual_free(&gamma);
+            dual_free(&beta);
+            dual_free(&dx);
+            dual_free(&dgamma);
+            dual_free(&dbeta);
+            dual_free(&y);
+            dual_free(&rm);
+            dual_free(&rv);
+            dual_free(&smean);
+            dual_free(&sinv);
+        }
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+typedef struct pool_case {
+    pool_mode mode;
+    int N, C, H, W, R, S, sh, sw, ph, pw, ceil_mode, P, Q; /* P, Q: adaptive only */
+} pool_case;
+
+static const pool_case pool_cases[] = {
+    {POOL_MODE_MAX, 2, 3, 16, 16, 3, 3, 2, 2, 1, 1, 0, 0, 0},          /* ResNet stem */
+    {POOL_MODE_MAX, 2, 4, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0},            /* VGG 2x2 on odd sizes */
+    {POOL_MODE_MAX, 1, 3, 15, 15, 3, 3, 2, 2, 0, 0, 0, 0, 0},          /* Inception 3x3/2, batch 1 */
+    {POOL_MODE_MAX, 2, 3, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0},            /* ceil_mode */
+    {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},            /* ceil_mode + pad */
+    {POOL_MODE_MAX, 2, 2, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0},            /* 3x3/1 pad 1: heavy overlap */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception branch pool */
+    {POOL_MODE_AVG_EXCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0},
+    {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
+    {POOL_MODE_AVG_EXCLUDE_PAD, 1, 2, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0},
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 2, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0}, /* ceil_mode, window past the edge */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 17, 17, 5, 5, 3, 3, 0, 0, 0, 0, 0}, /* Inception aux 5x5/3 */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 4, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},   /* DenseNet transition */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 3, 5, 5, 0, 0, 0, 0, 0, 0, 0, 3, 3},     /* not divisible: overlapping windows */
+    {POOL_MODE_ADAPTIVE_AVG, 3, 8, 7, 7, 0, 0, 0, 0, 0, 0, 0, 1, 1},     /* global average */
+    {POOL_MODE_ADAPTIVE_AVG, 8, 64, 8, 8, 0, 0, 0, 0, 0, 0, 0, 1, 1},    /* ResNet-20's global average */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 13, 10, 0, 0, 0, 0, 0, 0, 0, 6, 4},   /* uneven */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 5, 7},     /* output larger than input */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 2, 14, 14, 0, 0, 0, 0, 0, 0, 0, 7, 7},   /* VGG's 7x7, divisible */
+};
+
+static pool_params pool_case_params(const pool_case *c) {
+    pool_params p = {.mode = c->mode, .N = c->N, .C = c->C, .H = c->H, .W = c->W, .R = c->R, .S = c->S,
+                     .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw,
+                     .ceil_mode = c->ceil_mode, .P = c->P, .Q = c->Q};
+    assert_int_equal(pool_params_init(&p), CNT_OK);
+    return p;
+}
+
+static void pool_label(char *buf, size_t len, const char *op, const pool_params *p, int accumulate,
+                       const char *input) {
+    static const char *names[] = {"max", "avg incl pad", "avg excl pad", "adaptive avg"};
+    snprintf(buf, len, "%s %s N%d C%d %dx%d win %dx%d/%dx%d pad %dx%d ceil %d -> %dx%d acc %d, %s", op,
+             names[p->mode], p->N, p->C, p->H, p->W, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w,
+             p->ceil_mode, p->P, p->Q, accumulate, input);
+}
+
+/* Averages of at most 64 values in [-1, 1): float rounding is below 1e-6,
+ * while a wrong divisor or window moves a value by a whole term over the
+ * count (1e-2 or more). */
+#define POOL_AVG_RTOL 1e-5
+#define POOL_AVG_ATOL 1e-5
+
+/* Forward and backward (accumulate 0 and 1) of one pooling geometry on input x
+ * (given as host floats). Max pooling selects values and its backward adds
+ * integer dy values, so both must be exactly equal: the GPU must pick the same
+ * (first) maximum as the CPU, whatever the order it sums overlapping windows in. */
+static void pool_case_run(const pool_params *p, const float *xh, const char *input, uint64_t seed) {
+    size_t nx = (size_t)p->N * p->C * p->H * p->W, ny = (size_t)p->N * p->C * p->P * p->Q;
+    int is_max = p->mode == POOL_MODE_MAX;
+    double rtol = is_max ? 0.0 : POOL_AVG_RTOL, atol = is_max ? 0.0 : POOL_AVG_ATOL;
+    for (int acc = 0; acc <= 1; acc++) {
+        rng r;
+        rng_seed(&r, seed, (uint64_t)acc);
+        dual x = dual_of(xh, nx);
+        dual y = dual_uniform(&r, ny, -1.0f, 1.0f); /* overwritten */
+        dual dy = is_max ? dual_ints(&r, ny, -4, 4) : dual_uniform(&r, ny, -1.0f, 1.0f);
+        dual dx = is_max ? dual_ints(&r, nx, -4, 4) : dual_uniform(&r, nx, -1.0f, 1.0f);
+        char what[224];
+        for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(p, x.p[s], y.p[s]);
+        pool_label(what, sizeof what, "pool_fwd", p, 0, input);
+        expect_close(what, &y, rtol, atol);
+        /* each side's backward gets its own forward output, as a layer passes it */
+        for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(p, x.p[s], y.p[s], dy.p[s], dx.p[s], acc);
+        pool_label(what, sizeof what, "pool_bwd", p, acc, input);
+        expect_close(what, &dx, rtol, atol);
+        dual_free(&x);
+        dual_free(&y);
+        dual_free(&dy);
+        dual_free(&dx);
+    }
+}
+
+static void test_pool_fwd_bwd(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
+        pool_params p = pool_case_params(&pool_cases[i]);
+        size_t nx = (size_t)p.N * p.C * p.H * p.W;
+        rng r;
+        rng_seed(&r, 900 + i, 1);
+        float *xh = tu_alloc_f(nx);
+        fill_uniform(&r, xh, nx, -1.0f, 1.0f);
+        pool_case_run(&p, xh, "uniform input", 950 + i);
+        free(xh);
+    }
+}
+
+/* Max pooling with ties: the gradient goes to the first maximum of each
+ * window, scanning rows then columns (backend.h), and padding is never
+ * selected, so a plane of -1 must pool to -1 (not to a padded 0) with the
+ * gradient on the first real element of each window. */
+static void test_max_pool_ties_first_max(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const pool_case cases[] = {
+        {POOL_MODE_MAX, 2, 3, 8, 8, 3, 3, 2, 2, 1, 1, 0, 0, 0},   /* ResNet stem geometry */
+        {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},   /* ceil_mode + pad */
+        {POOL_MODE_MAX, 1, 2, 6, 5, 2, 2, 2, 2, 0, 0, 1, 0, 0},   /* ceil_mode: clipped last windows */
+        {POOL_MODE_MAX, 2, 2, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0},   /* stride 1: every value in 9 windows */
+        {POOL_MODE_MAX, 1, 3, 15, 15, 3, 3, 2, 2, 0, 0, 0, 0, 0}, /* Inception 3x3/2 */
+        {POOL_MODE_MAX, 3, 2, 9, 8, 3, 2, 2, 1, 1, 1, 1, 0, 0},   /* rectangular window, mixed strides */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pool_params p = pool_case_params(&cases[i]);
+        size_t nx = (size_t)p.N * p.C * p.H * p.W;
+        float *xh = tu_alloc_f(nx);
+        rng r;
+        rng_seed(&r, 1000 + i, 1);
+        for (size_t k = 0; k < nx; k++) xh[k] = -1.0f;
+        pool_case_run(&p, xh, "constant -1 input", 1100 + i);
+        fill_ints(&r, xh, nx, -2, 2);
+        pool_case_run(&p, xh, "integers in [-2, 2]", 1200 + i);
+        fill_ints(&r, xh, nx, 0, 1);
+        pool_case_run(&p, xh, "integers in [0, 1]", 1300 + i);
+        free(xh);
+    }
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+/* Sizes include 1 and odd counts (the tail of a vectorised kernel); each op
+ * also runs at an offset of one float (a slice of a larger buffer, as the
+ * optimizer's per-tensor slices are, not 16-byte aligned). Buffers have one
+ * guard value on each side of the range the op is given; the comparison
+ * covers them, so a write outside the range is caught. */
+static const size_t elem_sizes[] = {1, 3, 1000, 100003};
+#define N_ELEM_SIZES (sizeof elem_sizes / sizeof elem_sizes[0])
+
+static void test_relu(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t i = 0; i < N_ELEM_SIZES; i++)
+        for (int off = 0; off <= 1; off++)
+            for (int acc = 0; acc <= 1; acc++) {
+                size_t n = elem_sizes[i], total = n + 2;
+                rng r;
+                rng_seed(&r, 1400 + i, (uint64_t)(2 * off + acc));
+                float *xh = tu_alloc_f(total);
+                fill_uniform(&r, xh, total, -1.0f, 1.0f);
+                for (size_t k = 0; k < total; k += 7) xh[k] = 0.0f; /* y > 0 is false there */
+                dual x = dual_of(xh, total);
+                free(xh);
+                dual y = dual_uniform(&r, total, -1.0f, 1.0f);
+                dual dy = dual_uniform(&r, total, -1.0f, 1.0f);
+                dual dx = dual_uniform(&r, total, -1.0f, 1.0f);
+                char what[96];
+                for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(n, x.p[s] + off, y.p[s] + off);
+                snprintf(what, sizeof what, "relu_fwd n %zu offset %d", n, off);
+                expect_close(what, &y, 0.0, 0.0); /* a selection: exact */
+                for (int s = CPU; s <= GPU; s++) be[s]->relu_bwd(n, y.p[s] + off, dy.p[s] + off, dx.p[s] + off, acc);
+                snprintf(what, sizeof what, "relu_bwd n %zu offset %d acc %d", n, off, acc);
+                expect_close(what, &dx, 0.0, 0.0); /* a selection, plus one addition when acc: exact */
+                dual_free(&x);
+                dual_free(&y);
+                dual_free(&dy);
+                dual_free(&dx);
+            }
+}
+
+static void test_add_axpy_mul(void **state) {
+    (void)state;
+    NEED_GPU();
+    const float alpha = -0.75f;
+    for (size_t i = 0; i < N_ELEM_SIZES; i++)
+        for (int off = 0; off <= 1; off++)
+            for (int acc = 0; acc <= 1; acc++) {
+                size_t n = elem_sizes[i], total = n + 2;
+                rng r;
+                rng_seed(&r, 1500 + i, (uint64_t)(2 * off + acc));
+                dual a = dual_uniform(&r, total, -2.0f, 2.0f), b = dual_uniform(&r, total, -2.0f, 2.0f);
+                dual y = dual_uniform(&r, total, -2.0f, 2.0f);
+                char what[96];
+                if (acc == 0) { /* add has no accumulate flag */
+                    for (int s = CPU; s <= GPU; s++) be[s]->add(n, a.p[s] + off, b.p[s] + off, y.p[s] + off);
+                    snprintf(what, sizeof what, "add n %zu offset %d", n, off);
+                    expect_close(what, &y, 0.0, 0.0); /* one rounding: exact */
+                }
+                for (int s = CPU; s <= GPU; s++) be[s]->axpy(n, alpha, a.p[s] + off, y.p[s] + off, acc);
+                snprintf(what, sizeof what, "axpy n %zu offset %d acc %d", n, off, acc);
+                /* acc 0 is one product (exact); acc 1 may be an FMA on one side */
+                expect_close(what, &y, acc ? ULPS2 : 0.0, acc ? ULPS2 * 4.0 : 0.0);
+                for (int s = CPU; s <= GPU; s++) be[s]->mul(n, a.p[s] + off, b.p[s] + off, y.p[s] + off, acc);
+                snprintf(what, sizeof what, "mul n %zu offset %d acc %d", n, off, acc);
+                expect_close(what, &y, acc ? ULPS2 : 0.0, acc ? ULPS2 * 8.0 : 0.0);
+                dual_free(&a);
+                dual_free(&b);
+                dual_free(&y);
+            }
+}
+
+/* The mask comes from the stateless rng_hash_uniform(seed, i), so a GPU must
+ * draw exactly the CPU's mask: the same elements dropped and the same kept
+ * value 1/(1-p), bit for bit. Seeds with high bits set catch a kernel that
+ * truncates the seed or the counter to 32 bits. */
+static void test_dropout_mask_bitwise(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const float ps[] = {0.0f, 0.1f, 0.3f, 0.5f, 0.9f};
+    static const uint64_t seeds[] = {1, 0x9E3779B97F4A7C15ULL, 0xFFFFFFFF00000001ULL};
+    static const size_t sizes[] = {1, 1001, 300007};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        for (size_t k = 0; k < sizeof seeds / sizeof seeds[0]; k++)
+            for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+                size_t n = sizes[z];
+                rng r;
+                rng_seed(&r, 1600 + i, k);
+                dual mask = dual_uniform(&r, n, 2.0f, 3.0f); /* overwritten */
+                for (int s = CPU; s <= GPU; s++) be[s]->dropout_mask(n, ps[i], seeds[k], mask.p[s]);
+                float *c = download(CPU, mask.p[CPU], n), *g = download(GPU, mask.p[GPU], n);
+                size_t differ = 0, first = 0;
+                for (size_t j = 0; j < n; j++) {
+                    if ((c[j] == 0.0f) == (g[j] == 0.0f)) continue;
+                    if (differ == 0) first = j;
+                    differ++;
+                }
+                if (differ)
+                    fail_msg("dropout_mask p %g seed 0x%llx n %zu: %zu elements dropped on one side only, first "
+                             "[%zu]: cpu %g gpu %g (a different hash or counter)",
+                             (double)ps[i], (unsigned long long)seeds[k], n, differ, first, (double)c[first],
+                             (double)g[first]);
+                char what[96];
+                snprintf(what, sizeof what, "dropout_mask p %g seed 0x%llx n %zu (cpu vs gpu)", (double)ps[i],
+                         (unsigned long long)seeds[k], n);
+                tu_assert_bitwise_equal_f(what, c, g, n);
+                free(c);
+                free(g);
+                dual_free(&mask);
+            }
+}
+
+static void test_channel_copy(void **state) {
+    (void)state;
+    NEED_GPU();
+    /* N, C, HW, src_C, src_off, dst_C, dst_off */
+    static const int cases[][7] = {
+        {2, 3, 25, 3, 0, 8, 0},     /* first concat input */
+        {2, 5, 25, 5, 0, 8, 3},     /* second concat input */
+        {3, 2, 7, 6, 4, 4, 1},      /* slice of a larger source (concat backward) */
+        {1, 64, 49, 64, 0, 96, 32},
+        {4, 1, 1, 5, 2, 3, 2},      /* HW = 1 */
+        {2, 4, 9, 4, 0, 4, 0},      /* whole tensor */
+        {8, 16, 64, 16, 0, 32, 8},  /* option-A shortcut padding: 16 channels into the middle of 32 */
+        {3, 7, 35, 11, 3, 13, 5},   /* odd everything */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            const int *c = cases[i];
+            int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
+            rng r;
+            rng_seed(&r, 1700 + i, (uint64_t)acc);
+            dual src = dual_uniform(&r, (size_t)N * src_C * HW, -1.0f, 1.0f);
+            dual dst = dual_uniform(&r, (size_t)N * dst_C * HW, -1.0f, 1.0f); /* outside the slice: kept */
+            for (int s = CPU; s <= GPU; s++)
+                be[s]->channel_copy(N, C, HW, src.p[s], src_C, src_off, dst.p[s], dst_C, dst_off, acc);
+            char what[128];
+            snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
+                     src_off, dst_C, dst_off, acc);
+            expect_close(what, &dst, 0.0, 0.0); /* a copy, or one addition: exact */
+            dual_free(&src);
+            dual_free(&dst);
+        }
+}
+
+/* ---------------------------------------------------------------- loss */
+
+static void test_softmax_xent(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const struct {
+        int N, K;
+        float std, smoothing;
+    } cases[] = {
+        {1, 10, 1.0f, 0.0f},  {7, 1000, 3.0f, 0.1f}, {32, 3, 2.0f, 0.0f}, {32, 3, 2.0f, 0.1f},
+        {5, 17, 30.0f, 0.1f}, {9, 2, 1.0f, 0.5f},    {8, 10, 1.0f, 0.1f}, {8, 10, 1.0f, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int N = cases[i].N, K = cases[i].K;
+        rng r;
+        rng_seed(&r, 1800 + i, 1);
+        /* std 30: exp overflows without the max shift */
+        dual logits = dual_normal(&r, (size_t)N * K, 0.0f, cases[i].std);
+        dual dlogits = dual_uniform(&r, (size_t)N * K, -1.0f, 1.0f); /* overwritten */
+        dual loss = dual_uniform(&r, 1, 5.0f, 6.0f);                  /* overwritten */
+        int *labels = cnt_malloc((size_t)N * sizeof(int));
+        tu_fill_labels(&r, labels, (size_t)N, K);
+        int *dlabels[2];
+        for (int s = CPU; s <= GPU; s++) {
+            dlabels[s] = be[s]->alloc((size_t)N * sizeof(int));
+            be[s]->upload(dlabels[s], labels, (size_t)N * sizeof(int));
+        }
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->softmax_xent(N, K, logits.p[s], dlabels[s], cases[i].smoothing, loss.p[s], dlogits.p[s]);
+        char what[112];
+        snprintf(what, sizeof what, "softmax_xent loss N%d K%d std %g smoothing %g", N, K, (double)cases[i].std,
+                 (double)cases[i].smoothing);
+        /* the mean of per-row losses (up to ~100 at std 30) built from logs
+         * and sums of K exponentials: relative 1e-4 */
+        expect_close(what, &loss, 1e-4, 1e-4);
+        snprintf(what, sizeof what, "softmax_xent dlogits N%d K%d std %g smoothing %g", N, K,
+                 (double)cases[i].std, (double)cases[i].smoothing);
+        /* (softmax - target) / N: the softmax divides by a float sum of K
+         * exponentials (relative error ~1e-6, up to K ulps); 2e-5 / N still
+         * sees the smoothing term s/K / N even at K = 1000 */
+        expect_close(what, &dlogits, 1e-4, 2e-5 / N);
+        free(labels);
+        for (int s = CPU; s <= GPU; s++) be[s]->free(dlabels[s]);
+        dual_free(&logits);
+        dual_free(&dlogits);
+        dual_free(&loss);
+    }
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+static void test_sgd_update(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const struct {
+        float lr, momentum, wd;
+        int nesterov;
+        float grad_scale;
+        int null_buf; /* momentum 0 only: pass NULL as the buffer, as train/optim.c does */
+    } cases[] = {
+        {0.1f, 0.9f, 1e-4f, 0, 1.0f, 0},    {0.1f, 0.9f, 1e-4f, 1, 1.0f, 0},     {0.05f, 0.0f, 5e-4f, 0, 1.0f, 1},
+        {0.1f, 0.0f, 0.1f, 1, 1.0f, 0},     {0.2f, 0.9f, 0.0f, 1, 0.25f, 0},     {0.01f, 0.5f, 0.1f, 0, 0.125f, 0},
+        {0.1f, 0.0f, 0.0f, 0, 0.5f, 1},
+    };
+    const size_t n = 100003, total = n + 2;
+    const int off = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rng r;
+        rng_seed(&r, 1900 + i, 1);
+        dual param = dual_uniform(&r, total, -1.0f, 1.0f);
+        dual buf = dual_uniform(&r, total, -0.5f, 0.5f); /* as left by earlier steps */
+        for (int step = 0; step < 3; step++) {
+            dual grad = dual_normal(&r, total, 0.0f, 1.0f);
+            /* both sides start each step from the CPU's state, so differences do not compound */
+            dual_sync_from_cpu(&param);
+            dual_sync_from_cpu(&buf);
+            float *old = download(CPU, param.p[CPU], total);
+            for (int s = CPU; s <= GPU; s++)
+                be[s]->sgd_update(n, param.p[s] + off, grad.p[s] + off, cases[i].null_buf ? NULL : buf.p[s] + off,
+                                  cases[i].lr, cases[i].momentum, cases[i].wd, cases[i].nesterov,
+                                  cases[i].grad_scale);
+            /* The change of each parameter, compared on its own (it is small next
+             * to the parameter): a few roundings on each side, rtol 1e-5; atol
+             * 1e-6 is two ulps of a parameter up to 4 in magnitude (parameters
+             * start in [-1, 1) and move by up to about 1 per step), for the
+             * final rounding of the new value. Weight decay's share of the
+             * smallest change tested (lr 0.1 * wd 1e-4 * |param|) is 1e-5. */
+            float *c = download(CPU, param.p[CPU], total), *g = download(GPU, param.p[GPU], total);
+            double *want = tu_alloc(total), *got = tu_alloc(total);
+            for (size_t j = 0; j < total; j++) {
+                want[j] = (double)c[j] - old[j];
+                got[j] = (double)g[j] - old[j];
+            }
+            char what[160];
+            snprintf(what, sizeof what, "sgd param change lr %g momentum %g wd %g nesterov %d scale %g%s step %d",
+                     (double)cases[i].lr, (double)cases[i].momentum, (double)cases[i].wd, cases[i].nesterov,
+                     (double)cases[i].grad_scale, cases[i].null_buf ? " NULL buffer" : "", step);
+            tu_assert_close(what, want, got, total, 1e-5, 1e-6);
+            /* momentum * buf + g: three or four roundings of values up to about
+             * 5, each side contracting into FMAs as it likes: 8 ulps at 4.
+             * With momentum 0 the buffer is left alone: exactly the CPU's. */
+            snprintf(what, sizeof what, "sgd momentum_buf momentum %g nesterov %d step %d",
+                     (double)cases[i].momentum, cases[i].nesterov, step);
+            if (cases[i].momentum != 0.0f)
+                expect_close(what, &buf, 1e-6, 4e-6);
+            else
+                expect_close(what, &buf, 0.0, 0.0);
+            free(old);
+            free(c);
+            free(g);
+            free(want);
+            free(got);
+            dual_free(&grad);
+        }
+        dual_free(&param);
+        dual_free(&buf);
+    }
+}
+
+/* ---------------------------------------------------------------- ordering */
+
+typedef struct transfer_job {
+    void *host;
+    void *dev;
+    size_t bytes;
+    void *fence; /* NULL: upload_sync; else download_fenced */
+} transfer_job;
+
+static void *transfer_thread(void *arg) {
+    transfer_job *j = arg;
+    if (j->fence)
+        be[GPU]->download_fenced(j->host, j->dev, j->bytes, j->fence);
+    else
+        be[GPU]->upload_sync(j->dev, j->host, j->bytes);
+    return NULL;
+}
+
+/* Runs job on a new thread and waits for it (the reducer's communication
+ * thread calls these while the training thread keeps issuing work). */
+static void run_on_thread(transfer_job *job) {
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, transfer_thread, job), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+static void expect_multiple(const char *what, const float *got, const float *x, float k, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != k * x[i])
+            fail_msg("%s: [%zu] = %g, expected %g * %g = %g", what, i, (double)got[i], (double)k, (double)x[i],
+                     (double)(k * x[i]));
+}
+
+/* Small integers keep every sum below exact, so results compare with ==. */
+static void test_fences_and_sync_transfers(void **state) {
+    (void)state;
+    NEED_GPU();
+    const backend *g = be[GPU];
+    assert_non_null(g->native_stream()); /* NCCL is given this stream: a GPU backend has its own */
+    const size_t n = (size_t)1 << 22;
+    const size_t bytes = n * sizeof(float);
+    rng r;
+    rng_seed(&r, 2000, 1);
+    float *xh = tu_alloc_f(n), *out = tu_alloc_f(n), *yh = tu_alloc_f(n);
+    fill_ints(&r, xh, n, -3, 3);
+    fill_ints(&r, yh, n, -3, 3);
+    float *x = g->alloc(bytes), *y = g->alloc(bytes), *z = g->alloc(bytes), *w = g->alloc(bytes);
+    g->upload(x, xh, bytes);
+    void *f = g->fence_create();
+    assert_non_null(f);
+
+    /* A long queue before the fence, more work on another buffer after it:
+     * the fenced download from another thread must see all of the former. */
+    g->axpy(n, 1.0f, x, y, 0);
+    for (int i = 0; i < 63; i++) g->axpy(n, 1.0f, x, y, 1);
+    g->fence_record(f);
+    for (int i = 0; i < 64; i++) g->axpy(n, 2.0f, x, z, 1);
+    transfer_job down = {out, y, bytes, f};
+    run_on_thread(&down);
+    expect_multiple("download_fenced on another thread after 64 queued axpy", out, xh, 64.0f, n);
+    g->download(out, z, bytes);
+    expect_multiple("work issued after the fence", out, xh, 128.0f, n);
+
+    /* The fence can be recorded again; the training thread may use it too. */
+    g->axpy(n, 1.0f, x, y, 1);
+    g->fence_record(f);
+    g->download_fenced(out, y, bytes, f);
+    expect_multiple("download_fenced after a second record", out, xh, 65.0f, n);
+
+    /* upload_sync from another thread, while the compute stream is busy with
+     * other buffers: ops issued after it returns see the data. */
+    for (int i = 0; i < 64; i++) g->axpy(n, 1.0f, x, z, 1);
+    transfer_job up = {yh, w, bytes, NULL};
+    run_on_thread(&up);
+    g->axpy(n, 3.0f, w, y, 0);
+    g->download(out, y, bytes);
+    expect_multiple("an op issued after upload_sync on another thread", out, yh, 3.0f, n);
+
+    /* on the training thread as well */
+    g->upload_sync(w, xh, bytes);
+    g->copy(y, w, bytes);
+    g->download(out, y, bytes);
+    expect_multiple("copy after upload_sync", out, xh, 1.0f, n);
+
+    g->fence_destroy(f);
+    g->free(x);
+    g->free(y);
+    g->free(z);
+    g->free(w);
+    free(xh);
+    free(yh);
+    free(out);
+}
+
+/* ---------------------------------------------------------------- ResNet-20 */
+
+#define NET_BATCH 8
+#define NET_CLASSES 10
+
+/* Every whole-net tensor is compared within NET_REL of its largest magnitude
+ * (elementwise |gpu - cpu| <= NET_REL * max|cpu|), which judges values near
+ * zero by the tensor's scale instead of their own. Measured on the CPU by
+ * perturbing the weights of one of two identical nets by a relative 1e-5 (far
+ * more than the ~1e-6 relative rounding differences between two fp32
+ * backends): activations moved by at most 1.3e-4 of their tensor's maximum,
+ * gradients (with the activations shared, see below) by 6e-5. A wiring error
+ * (a missing, doubled or misplaced contribution) is of order 1. */
+#define NET_REL 1e-3
+
+static net *build_resnet20(const backend *b) {
+    net *nt = net_create(b, 3, 32, 32, NET_CLASSES);
+    const zoo_options opt = {0, 0, -1.0f};
+    int out, aux;
+    if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, NET_BATCH) != CNT_OK)
+        fail_msg("resnet20 on the %s backend: %s", b->name, cnt_err_msg());
+    net_init_params(nt, 20);
+    return nt;
+}
+
+static double max_abs_f(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+/* cpu_dev (on the CPU backend) and gpu_dev (on the GPU's) agree within
+ * NET_REL of cpu's largest magnitude. */
+static void expect_net_close(const char *what, const float *cpu_dev, const float *gpu_dev, size_t n) {
+    float *c = download(CPU, cpu_dev, n), *g = download(GPU, gpu_dev, n);
+    double *want = tu_alloc(n);
+    tu_to_double(c, want, n);
+    double m = max_abs_f(c, n);
+    tu_assert_close_f(what, want, g, n, 0.0, NET_REL * (m > 0.0 ? m : 1.0));
+    free(c);
+    free(g);
+    free(want);
+}
+
+static size_t node_count(const net *nt, int i) {
+    const node *nd = &nt->nodes[i];
+    return (size_t)nt->batch * nd->C * nd->H * nd->W;
+}
+
+/* One training step of a CIFAR ResNet-20 (batch 8, 3x32x32, 10 classes) on
+ * both backends from the same weights and batch, compared at every stage:
+ *   forward activations of every node (in forward order, so the first
+ *   failure names the first layer that diverged), the loss;
+ *   every node's input gradient (dy) and every parameter gradient;
+ *   the batch-norm running statistics the training forward updated;
+ *   the change SGD (momentum 0.9, weight decay) makes to every parameter;
+ *   eval-mode logits with the new weights and running statistics.
+ *
+ * The backward runs from the CPU's activations on both sides: after the
+ * forwards are compared, every node's output is copied from the CPU net into
+ * the GPU net. A ReLU input within rounding of zero (a few in 1.5 million per
+ * step) passes its gradient on one backend and not on the other; measured on
+ * the CPU, that one flip moves some weight gradients by up to 2% of their
+ * tensor's maximum, so without the shared activations the test would fail at
+ * random whatever the GPU's precision. The GPU's own forward is still checked
+ * in full above, and its backward ops, wiring and batch-norm saved statistics
+ * (kept from its own forward) are what the gradients check. */
+static void test_resnet20_train_step(void **state) {
+    (void)state;
+    NEED_GPU();
+    net *nt[2];
+    for (int s = CPU; s <= GPU; s++) nt[s] = build_resnet20(be[s]);
+    assert_true(nt[CPU]->be == be[CPU] && nt[GPU]->be == be[GPU]);
+    assert_int_equal(nt[CPU]->n_nodes, nt[GPU]->n_nodes);
+    assert_int_equal(nt[CPU]->n_params, nt[GPU]->n_params);
+    assert_int_equal(nt[CPU]->n_buffers, nt[GPU]->n_buffers);
+    const size_t np = nt[CPU]->n_params;
+
+    /* the same starting weights (generated on the host, then uploaded) */
+    float *p0 = download(CPU, nt[CPU]->params, np), *p0g = download(GPU, nt[GPU]->params, np);
+    tu_assert_bitwise_equal_f("initial parameters (cpu vs gpu)", p0, p0g, np);
+    free(p0g);
+
+    rng r;
+    rng_seed(&r, 2100, 1);
+    size_t nx = (size_t)NET_BATCH * 3 * 32 * 32;
+    float *xh = tu_alloc_f(nx);
+    fill_normal(&r, xh, nx, 0.0f, 1.0f);
+    dual x = dual_of(xh, nx);
+    free(xh);
+    int labels[NET_BATCH];
+    tu_fill_labels(&r, labels, NET_BATCH, NET_CLASSES);
+    int *dlabels[2];
+    float *loss[2], *dlogits[2];
+    for (int s = CPU; s <= GPU; s++) {
+        dlabels[s] = be[s]->alloc(sizeof labels);
+        be[s]->upload(dlabels[s], labels, sizeof labels);
+        loss[s] = be[s]->alloc(sizeof(float));
+        dlogits[s] = be[s]->alloc((size_t)NET_BATCH * NET_CLASSES * sizeof(float));
+    }
+    char what[192];
+
+    /* forward (training mode) and loss */
+    for (int s = CPU; s <= GPU; s++) {
+        net_forward(nt[s], x.p[s], NET_BATCH, 1);
+        be[s]->softmax_xent(NET_BATCH, NET_CLASSES, net_logits(nt[s]), dlabels[s], 0.1f, loss[s], dlogits[s]);
+    }
+    for (int i = 0; i < nt[CPU]->n_nodes; i++) {
+        snprintf(what, sizeof what, "resnet20 forward: output of %s", nt[CPU]->nodes[i].name);
+        expect_net_close(what, nt[CPU]->nodes[i].y, nt[GPU]->nodes[i].y, node_count(nt[CPU], i));
+    }
+    expect_net_close("resnet20 logits", net_logits(nt[CPU]), net_logits(nt[GPU]), NET_BATCH * NET_CLASSES);
+    expect_net_close("resnet20 loss", loss[CPU], loss[GPU], 1);
+
+    /* shared activations (see above), then the loss gradient and backward */
+    for (int i = 0; i < nt[CPU]->n_nodes; i++) {
+        size_t n = node_count(nt[CPU], i);
+        float *h = download(CPU, nt[CPU]->nodes[i].y, n);
+        be[GPU]->upload(nt[GPU]->nodes[i].y, h, n * sizeof(float));
+        free(h);
+    }
+    be[GPU]->softmax_xent(NET_BATCH, NET_CLASSES, net_logits(nt[GPU]), dlabels[GPU], 0.1f, loss[GPU], dlogits[GPU]);
+    for (int s = CPU; s <= GPU; s++) net_backward(nt[s], dlogits[s], NULL);
+    /* in backward order, so the first failure names the first node whose backward diverged */
+    for (int i = nt[CPU]->n_nodes - 1; i >= 0; i--) {
+        snprintf(what, sizeof what, "resnet20 backward: gradient w.r.t. the output of %s", nt[CPU]->nodes[i].name);
+        expect_net_close(what, nt[CPU]->nodes[i].dy, nt[GPU]->nodes[i].dy, node_count(nt[CPU], i));
+    }
+    for (int t = nt[CPU]->n_param_tensors - 1; t >= 0; t--) {
+        const param_info *pi = &nt[CPU]->param_info[t];
+        snprintf(what, sizeof what, "resnet20 gradient of %s", pi->name);
+        expect_net_close(what, nt[CPU]->grads + pi->offset, nt[GPU]->grads + pi->offset, pi->count);
+    }
+    for (int t = 0; t < nt[CPU]->n_buffer_tensors; t++) {
+        const buffer_info *bi = &nt[CPU]->buffer_info[t];
+        snprintf(what, sizeof what, "resnet20 after the training forward: %s", bi->name);
+        expect_net_close(what, nt[CPU]->buffers + bi->offset, nt[GPU]->buffers + bi->offset, bi->count);
+    }
+
+    /* one SGD step over the flat buffers; compared as the change of each
+     * parameter, within NET_REL of the tensor's largest change plus two ulps
+     * of its largest parameter (each side rounds the new value to float) */
+    float *mom[2];
+    for (int s = CPU; s <= GPU; s++) {
+        mom[s] = be[s]->alloc(np * sizeof(float));
+        be[s]->sgd_update(np, nt[s]->params, nt[s]->grads, mom[s], 0.1f, 0.9f, 5e-4f, 0, 1.0f);
+    }
+    float *p1c = download(CPU, nt[CPU]->params, np), *p1g = download(GPU, nt[GPU]->params, np);
+    for (int t = nt[CPU]->n_param_tensors - 1; t >= 0; t--) {
+        const param_info *pi = &nt[CPU]->param_info[t];
+        double *want = tu_alloc(pi->count), *got = tu_alloc(pi->count);
+        double max_change = 0.0;
+        for (size_t k = 0; k < pi->count; k++) {
+            size_t j = pi->offset + k;
+            want[k] = (double)p1c[j] - p0[j];
+            got[k] = (double)p1g[j] - p0[j];
+            max_change = fmax(max_change, fabs(want[k]));
+        }
+        snprintf(what, sizeof what, "resnet20 SGD change of %s", pi->name);
+        tu_assert_close(what, want, got, pi->count, 0.0,
+                        NET_REL * max_change + ULPS2 * max_abs_f(p0 + pi->offset, pi->count));
+        free(want);
+        free(got);
+    }
+    free(p1c);
+    free(p1g);
+
+    /* eval mode: running statistics and the updated weights */
+    for (int s = CPU; s <= GPU; s++) net_forward(nt[s], x.p[s], NET_BATCH, 0);
+    expect_net_close("resnet20 eval-mode logits after one SGD step", net_logits(nt[CPU]), net_logits(nt[GPU]),
+                     NET_BATCH * NET_CLASSES);
+
+    free(p0);
+    for (int s = CPU; s <= GPU; s++) {
+        be[s]->free(dlabels[s]);
+        be[s]->free(loss[s]);
+        be[s]->free(dlogits[s]);
+        be[s]->free(mom[s]);
+        net_free(nt[s]);
+    }
+    dual_free(&x);
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int group_setup(void **state) {
+    (void)state;
+    be[CPU] = backend_cpu();
+    be[GPU] = backend_get("cuda");
+    if (!be[GPU]) {
+        print_message("test_backend_gpu: every test is skipped: %s\n", cnt_err_msg());
+        return 0;
+    }
+    if (be[GPU]->describe) {
+        char desc[256];
+        be[GPU]->describe(desc, sizeof desc);
+        print_message("test_backend_gpu: comparing %s with the CPU backend\n", desc);
+    }
+    be[GPU]->set_math(BACKEND_MATH_FP32);
+    return 0;
+}
+
+/* Each test starts in FP32 math, whatever a failed TF32 test left behind. */
+static int fp32_math(void **state) {
+    (void)state;
+    if (be[GPU]) be[GPU]->set_math(BACKEND_MATH_FP32);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_memory_transfers, fp32_math),
+        cmocka_unit_test_setup(test_conv_fwd_fp32, fp32_math),
+        cmocka_unit_test_setup(test_conv_bwd_data_fp32, fp32_math),
+        cmocka_unit_test_setup(test_conv_bwd_filter_fp32, fp32_math),
+        cmocka_unit_test_setup(test_gemm_fp32, fp32_math),
+        cmocka_unit_test_setup(test_conv_gemm_tf32, fp32_math),
+        cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),
+        cmocka_unit_test_setup(test_bn_fwd_train, fp32_math),
+        cmocka_unit_test_setup(test_bn_fwd_infer, fp32_math),
+        cmocka_unit_test_setup(test_bn_bwd, fp32_math),
+        cmocka_unit_test_setup(test_pool_fwd_bwd, fp32_math),
+        cmocka_unit_test_setup(test_max_pool_ties_first_max, fp32_math),
+        cmocka_unit_test_setup(test_relu, fp32_math),
+        cmocka_unit_test_setup(test_add_axpy_mul, fp32_math),
+        cmocka_unit_test_setup(test_dropout_mask_bitwise, fp32_math),
+        cmocka_unit_test_setup(test_channel_copy, fp32_math),
+        cmocka_unit_test_setup(test_softmax_xent, fp32_math),
+        cmocka_unit_test_setup(test_sgd_update, fp32_math),
+        cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
+        cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
+    };
+    return cmocka_run_group_tests_name("backend_gpu", tests, group_setup, NULL);
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""tools/bench_torch.py - PyTorch eager training throughput of a torchvision
+model on random data, the reference for `trainer --bench` (tools/bench_gpu.sh).
+
+    python3 tools/bench_torch.py MODEL CxHxW BATCH STEPS [--device cuda|cpu]
+                                 [--precision fp32|tf32] [--classes N] [--warmup N]
+
+Does per step what the trainer does: forward in training mode, softmax
+cross-entropy (plus 0.4 x the auxiliary head's loss for inception_v3), backward,
+SGD with momentum 0.9 and weight decay 1e-4. NCHW (torch's default layout, as
+ours), cudnn.benchmark on (we choose algorithms with cudnnFind too); tf32 sets
+both of torch's TF32 switches, fp32 clears them. Prints one line:
+
+    torch MODEL CxHxW batch B on DEVICE (PRECISION): X img/s
+"""
+import argparse
+import sys
+import time
+
+import torch
+import torchvision
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("shape")
+    ap.add_argument("batch", type=int)
+    ap.add_argument("steps", type=int)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--precision", choices=["fp32", "tf32"], default="fp32")
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    c, h, w = (int(v) for v in a.shape.split("x"))
+    dev = torch.device(a.device)
+    tf32 = a.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    kwargs = {"num_classes": a.classes}
+    if a.model == "inception_v3":
+        kwargs.update(aux_logits=True, init_weights=False)
+    model = getattr(torchvision.models, a.model)(**kwargs).to(dev).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    lossf = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(a.batch, c, h, w, generator=g).to(dev)
+    y = torch.randint(0, a.classes, (a.batch,), generator=g).to(dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        if isinstance(out, tuple):  # InceptionOutputs(logits, aux_logits)
+            loss = lossf(out[0], y) + 0.4 * lossf(out[1], y)
+        else:
+            loss = lossf(out, y)
+        loss.backward()
+        opt.step()
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(a.warmup):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    sync()
+    dt = time.perf_counter() - t0
+    print(f"torch {a.model} {a.shape} batch {a.batch} on {a.device} ({a.precision}): "
+          f"{a.batch * a.steps / dt:.1f} img/s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
