@@ -187,6 +187,22 @@ typedef struct backend {
      * wait for the compute stream: the caller makes sure no queued op reads or
      * writes dst meanwhile. */
     void (*upload_sync)(void *dst, const void *host_src, size_t bytes);
+    /* Host waits until the ops before the fence's last record have finished
+     * (at once for a fence never recorded). */
+    void (*fence_wait)(void *fence);
+
+    /* ---- input on a copy stream (train/stager.c) ----
+     * host_alloc: page-locked memory on GPUs, so copies from it run as DMA
+     * beside compute; plain memory on the CPU; fatal on failure. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *ptr);
+    /* Queues a host-to-device copy on the copy stream: after the ops before
+     * fence `after`'s last record (NULL: no wait), then, when `done` is not
+     * NULL, records `done` after the copy and makes the compute stream's later
+     * ops wait for it. host_src (from host_alloc) must stay unchanged until
+     * `done` has passed (fence_wait); compute ops must not use dst between
+     * `after` and `done`. On the CPU a plain copy. */
+    void (*upload_async)(void *dst, const void *host_src, size_t bytes, void *after, void *done);
 } backend;
 
 enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1 };

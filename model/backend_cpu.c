@@ -1119,6 +1119,12 @@ static void cpu_download_fenced(void *host_dst, const void *src, size_t bytes, v
     (void)fence;
     cpu_transfer(host_dst, src, bytes);
 }
+static void cpu_fence_wait(void *fence) { (void)fence; }
+static void cpu_upload_async(void *dst, const void *host_src, size_t bytes, void *after, void *done) {
+    (void)after;
+    (void)done;
+    cpu_transfer(dst, host_src, bytes);
+}
 
 static void cpu_describe(char *buf, size_t len) {
     snprintf(buf, len, "cpu (%d thread%s, OpenBLAS + OpenMP)", omp_get_max_threads(),
@@ -1163,6 +1169,10 @@ static const backend cpu_backend = {
     .fence_record = cpu_fence_record,
     .download_fenced = cpu_download_fenced,
     .upload_sync = cpu_transfer,
+    .fence_wait = cpu_fence_wait,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .upload_async = cpu_upload_async,
 };
 
 const backend *backend_cpu(void) { return &cpu_backend; }

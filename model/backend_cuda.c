@@ -57,6 +57,7 @@ static struct {
     int math;                  /* BACKEND_MATH_* */
     int cc_major;              /* compute capability */
     cudaStream_t stream;       /* the compute stream */
+    cudaStream_t copy_stream;  /* input uploads (upload_async) */
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
     void *ws;                  /* cuDNN workspace */
@@ -499,6 +500,39 @@ static void cuda_download_fenced(void *host_dst, const void *src, size_t bytes, 
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
+static void cuda_fence_wait(void *fence) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)fence)); }
+
+static void *cuda_host_alloc(size_t bytes) {
+    ensure_device();
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess)
+        cnt_fatal_at(__FILE__, __LINE__, 1, "lower train.batch_size", "cudaHostAlloc(%zu bytes) (page-locked): %s",
+                     bytes, cudaGetErrorString(e));
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cuda_host_free(void *ptr) {
+    if (!ptr) return;
+    ensure_device();
+    /* a queued copy may still read it */
+    CUDA_CHECK(cudaStreamSynchronize(g.copy_stream));
+    CUDA_CHECK(cudaFreeHost(ptr));
+}
+
+/* The copy stream waits for `after` (the compute ops that last used dst), the
+ * DMA runs beside compute, and the compute stream waits for `done` before its
+ * next op: the input of step t+1 arrives while step t computes. */
+static void cuda_upload_async(void *dst, const void *host_src, size_t bytes, void *after, void *done) {
+    if (after) CUDA_CHECK(cudaStreamWaitEvent(g.copy_stream, (cudaEvent_t)after, 0));
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g.copy_stream));
+    if (done) {
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, g.copy_stream));
+        CUDA_CHECK(cudaStreamWaitEvent(g.stream, (cudaEvent_t)done, 0));
+    }
+}
+
 static void cuda_upload_sync(void *dst, const void *host_src, size_t bytes) {
     ensure_device();
     if (!bytes) return;
@@ -551,6 +585,10 @@ static const backend cuda_backend = {
     .fence_record = cuda_fence_record,
     .download_fenced = cuda_download_fenced,
     .upload_sync = cuda_upload_sync,
+    .fence_wait = cuda_fence_wait,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .upload_async = cuda_upload_async,
 };
 
 /* ------------------------------------------------------------------- setup */
@@ -603,6 +641,7 @@ const backend *backend_cuda(int local_rank) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, g.device));
     g.cc_major = prop.major;
     CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g.copy_stream, cudaStreamNonBlocking));
     CUDNN_CHECK(cudnnCreate(&g.cudnn));
     CUDNN_CHECK(cudnnSetStream(g.cudnn, g.stream));
     CUBLAS_CHECK(cublasCreate(&g.cublas));

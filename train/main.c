@@ -94,8 +94,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("cnntrain %s\nbackends: %s\nmpi: %s\n", CNT_VERSION, backend_list_built(),
-               CNT_HAVE_MPI ? "built in" : "not built in");
+        printf("cnntrain %s\nbackends: %s\nmpi: %s\nnccl: %s\n", CNT_VERSION, backend_list_built(),
+               CNT_HAVE_MPI ? "built in" : "not built in", CNT_HAVE_NCCL ? "built in" : "not built in");
         return 0;
     }
     if (strcmp(cmd, "--devices") == 0) {

@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/stager.h"
 #include "train/weights.h"
 
 #include <math.h>
@@ -52,8 +53,7 @@ typedef struct eval_result {
     double loss, top1, top5;
 } eval_result;
 
-static void evaluate(net *nt, loader *ld, float *x_dev, int32_t *labels_dev, float *loss_dev, float *dlogits_dev,
-                     int in_size, eval_result *er) {
+static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dlogits_dev, eval_result *er) {
     const backend *be = nt->be;
     int K = nt->classes;
     int topk = K < 5 ? K : 5;
@@ -64,10 +64,12 @@ static void evaluate(net *nt, loader *ld, float *x_dev, int32_t *labels_dev, flo
     const batch *b;
     while ((b = loader_next(ld)) != NULL) {
         if (b->n == 0) continue; /* every image of the batch was unreadable */
-        be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
-        be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
+        float *x_dev;
+        int32_t *labels_dev;
+        stager_put(st, b, &x_dev, &labels_dev);
         net_forward(nt, x_dev, b->n, 0);
         be->softmax_xent(b->n, K, net_logits(nt), labels_dev, 0.0f, loss_dev, dlogits_dev);
+        stager_release(st);
         float loss;
         be->download(&loss, loss_dev, sizeof loss);
         be->download(logits, net_logits(nt), (size_t)b->n * K * sizeof(float));
@@ -497,8 +499,8 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     optimizer opt;
     optim_init(&opt, nt, cfg);
 
-    float *x_dev = be->alloc((size_t)max_batch * in_size * sizeof(float));
-    int32_t *labels_dev = be->alloc((size_t)max_batch * sizeof(int32_t));
+    /* Batches reach the device one step ahead, on the copy stream. */
+    stager *st = stager_create(be, max_batch, (size_t)in_size);
     float *loss_dev = be->alloc(sizeof(float));
     float *loss_acc_dev = be->alloc(sizeof(float));
     float *dlogits = be->alloc((size_t)max_batch * classes * sizeof(float));
@@ -588,8 +590,9 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             win_wait += wait;
             ep_wait += wait;
             double lr = schedule_lr(cfg, base_lr, warmup_start, step, steps_per_epoch, schedule_steps);
-            be->upload(x_dev, b->x, (size_t)b->n * in_size * sizeof(float));
-            be->upload(labels_dev, b->labels, (size_t)b->n * sizeof(int32_t));
+            float *x_dev;
+            int32_t *labels_dev;
+            stager_put(st, b, &x_dev, &labels_dev);
             double tf = time_now();
             net_forward(nt, x_dev, b->n, 1);
             be->softmax_xent(b->n, classes, net_logits(nt), labels_dev, cfg->label_smoothing, loss_dev, dlogits);
@@ -604,6 +607,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             if (tl) timeline_record(tl, "forward", "forward", TIMELINE_TID_TRAIN, tf, tb);
             if (rd) reducer_begin(rd, step + 1);
             net_backward(nt, dlogits, dlogits_aux);
+            stager_release(st); /* backward was the last reader of the batch */
             double tr = time_now();
             if (tl) timeline_record(tl, "backward", "backward", TIMELINE_TID_TRAIN, tb, tr);
             if (rd) {
@@ -686,7 +690,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             log_info("epoch %d/%d: parameters bit-identical on all %d ranks", epoch + 1, cfg->epochs, world);
             if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, buffers_host);
         }
-        evaluate(nt, test_ld, x_dev, labels_dev, loss_dev, dlogits, in_size, &er);
+        evaluate(nt, test_ld, st, loss_dev, dlogits, &er);
         /* Unreadable images of every rank's shard (collective on all ranks). */
         double skipped[2] = {(double)loader_skipped(train_ld), (double)loader_skipped(test_ld)};
         dist_allreduce_sum_f64(skipped, 2);
@@ -747,8 +751,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     reducer_free(rd);
     free(buffers_host);
     free(params_host);
-    be->free(x_dev);
-    be->free(labels_dev);
+    stager_free(st);
     be->free(loss_dev);
     be->free(loss_acc_dev);
     be->free(dlogits);

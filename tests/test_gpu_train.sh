@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# tests/test_gpu_train.sh - the trainer end to end on a GPU (skipped without
+# one): ResNet-20 on a slice of Fashion-MNIST on the GPU starts from the CPU's
+# loss and learns as the CPU does; tf32 trains; two ranks share the one GPU
+# through MPI (the log says why not NCCL) with bit-identical parameters; one
+# rank runs the NCCL path; two ranks asking for NCCL on one GPU are refused
+# with a message; --bench runs on the GPU. Run from the repository root after
+# `make`.
+set -u
+devs=$(./trainer --devices)
+if ! grep -q '^cuda:[0-9]' <<<"$devs"; then
+    echo "SKIPPED: no usable GPU ($(grep -m1 '^cuda:' <<<"$devs" | sed 's/^cuda: *//'))"
+    exit 0
+fi
+gpus=$(grep -c '^cuda:[0-9]' <<<"$devs")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {
+    local what=$1
+    shift
+    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+# the first step's loss, from the progress line of step 1
+first_loss() { grep -m1 -oE 'step 1/[0-9]+  loss [0-9.]+' "$1" | awk '{print $4}'; }
+top1() { grep -oE 'finished: .*test top-1 [0-9.]+%' "$1" | grep -oE '[0-9.]+%$' | tr -d %; }
+small=(data.train_limit=4096 data.test_limit=1000 train.batch_size=32 train.epochs=3 optim.lr=0.05
+       optim.warmup_epochs=0.5 train.log_every=1 data.workers=2)
+
+./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.out_dir="$tmp/gpu" >"$tmp/gpu.log" 2>&1
+check "GPU run exits 0" test $? -eq 0
+check "GPU run says which GPU" grep -q '^device: cuda:[0-9]' "$tmp/gpu.log"
+./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cpu train.max_steps=1 train.out_dir="$tmp/cpu" \
+    >"$tmp/cpu.log" 2>&1
+check "CPU reference step exits 0" test $? -eq 0
+g=$(first_loss "$tmp/gpu.log")
+c=$(first_loss "$tmp/cpu.log")
+# same weights, same batch: the losses differ only by float rounding order
+check "first loss equal on GPU and CPU within 1e-4 (gpu $g, cpu $c)" \
+    awk -v a="${g:-nan}" -v b="${c:-0}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a == a && d <= 1e-4 * b) }'
+acc=$(top1 "$tmp/gpu.log")
+# the CPU reaches 70% with these settings (tests/test_train.c)
+check "GPU run learns: test top-1 ${acc:-?}% > 70%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 70) }'
+
+./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=tf32 train.max_steps=200 \
+    train.log_every=50 train.out_dir="$tmp/tf32" >"$tmp/tf32.log" 2>&1
+check "tf32 run exits 0" test $? -eq 0
+check "tf32 run says tf32" grep -q '^precision: tf32' "$tmp/tf32.log"
+
+if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: built in'; then
+    MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe)
+    np=$((gpus + 1))
+    "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.max_steps=20 \
+        train.log_every=10 train.out_dir="$tmp/mpi" >"$tmp/mpi.log" 2>&1
+    check "$np ranks on $gpus GPU(s) through MPI: exit 0" test $? -eq 0
+    check "$np ranks on $gpus GPU(s): the log says they share and use MPI" grep -q 'share.*MPI through host memory' "$tmp/mpi.log"
+    check "$np ranks on $gpus GPU(s): gradients with MPI_Allreduce" grep -q 'allreduced with MPI_Allreduce' "$tmp/mpi.log"
+    check "$np ranks on $gpus GPU(s): parameters bit-identical" grep -q "parameters bit-identical on all $np ranks" "$tmp/mpi.log"
+    if ./trainer --version | grep -q '^nccl: built in'; then
+        "${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
+            train.max_steps=20 train.log_every=10 train.out_dir="$tmp/nccl1" >"$tmp/nccl1.log" 2>&1
+        check "1 rank, dist.backend=nccl: exit 0" test $? -eq 0
+        check "1 rank, dist.backend=nccl: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl1.log"
+        "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
+            train.max_steps=5 train.out_dir="$tmp/nccl2" >"$tmp/nccl2.log" 2>&1
+        rc=$?
+        check "$np ranks, dist.backend=nccl on $gpus GPU(s): refused (exit $rc)" test $rc -ne 0 -a $rc -ne 124
+        check "$np ranks, dist.backend=nccl: the message says they share a GPU" grep -q 'share one GPU' "$tmp/nccl2.log"
+    else
+        echo "note: this build has no NCCL; NCCL checks not run"
+    fi
+else
+    echo "note: no MPI in this build; multi-rank GPU checks not run"
+fi
+
+./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=tf32 classes=1000 >"$tmp/bench.log" 2>&1
+check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32).* img/s' "$tmp/bench.log"
+
+if [ $fails -ne 0 ]; then
+    for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done
+fi
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
