@@ -10,6 +10,7 @@
  * fixed order, the same on every run.
  */
 #include "model/cuda_kernels.h"
+#include "model/pool_rules.h"
 
 #include <math.h>
 
@@ -143,116 +144,16 @@ __global__ void bias_bwd_final_k(int C, int G, const double *partial, float *db)
 }
 
 /* ----------------------------------------------------------------- pooling
- * The window of output index i along one axis, clipped to the input: [lo, hi),
- * and that axis' factor of the average's divisor; the same rules as
- * pool_axis_init in model/backend_cpu.c. */
-struct axis {
-    int in, out, k, stride, pad;
-};
-
-__device__ __forceinline__ void window(pool_mode mode, const axis &a, int i, int *lo, int *hi, int *count) {
-    if (mode == POOL_MODE_ADAPTIVE_AVG) {
-        *lo = (int)((long long)i * a.in / a.out);
-        *hi = (int)(((long long)(i + 1) * a.in + a.out - 1) / a.out);
-        *count = *hi - *lo;
-        return;
-    }
-    int s = i * a.stride - a.pad;
-    int e = s + a.k < a.in + a.pad ? s + a.k : a.in + a.pad;
-    *lo = s > 0 ? s : 0;
-    *hi = e < a.in ? e : a.in;
-    *count = mode == POOL_MODE_AVG_INCLUDE_PAD ? e - s : *hi - *lo;
-}
-
-/* The outputs along an axis whose windows may contain input index h: a
- * superset [first, last]; callers test each with window(). */
-__device__ __forceinline__ void candidates(pool_mode mode, const axis &a, int h, int *first, int *last) {
-    if (mode == POOL_MODE_ADAPTIVE_AVG) {
-        long long f = (long long)h * a.out / a.in - 1, l = (long long)(h + 1) * a.out / a.in + 1;
-        *first = f < 0 ? 0 : (int)f;
-        *last = l > a.out - 1 ? a.out - 1 : (int)l;
-        return;
-    }
-    int num = h + a.pad - a.k + 1; /* window i starts at i*stride - pad and has k rows */
-    int f = num <= 0 ? 0 : (num + a.stride - 1) / a.stride;
-    int l = (h + a.pad) / a.stride;
-    *first = f;
-    *last = l > a.out - 1 ? a.out - 1 : l;
-}
-
-/* torch's first maximum: a NaN beats numbers and the first NaN stays. */
-__device__ __forceinline__ bool take(float v, float best) { return (v > best) | ((v != v) & (best == best)); }
-
-__device__ __forceinline__ float window_max(const float *xp, int W, int h0, int h1, int w0, int w1, int *bi) {
-    float b = -INFINITY;
-    int idx = h0 * W + w0;
-    for (int h = h0; h < h1; h++)
-        for (int w = w0; w < w1; w++) {
-            float v = xp[h * W + w];
-            if (take(v, b)) {
-                b = v;
-                idx = h * W + w;
-            }
-        }
-    *bi = idx;
-    return b;
-}
-
-__global__ void pool_fwd_k(pool_params p, axis ra, axis ca, const float *x, float *y) {
+ * One thread per value, by the rules in model/pool_rules.h (shared with the
+ * host test tests/test_pool_rules.c). */
+__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, float *y) {
     size_t total = (size_t)p.N * p.C * p.P * p.Q;
-    GRID_STRIDE(t, total) {
-        int j = (int)(t % p.Q), i = (int)((t / p.Q) % p.P);
-        size_t plane = t / ((size_t)p.P * p.Q);
-        const float *xp = x + plane * p.H * p.W;
-        int h0, h1, cr, w0, w1, cc;
-        window(p.mode, ra, i, &h0, &h1, &cr);
-        window(p.mode, ca, j, &w0, &w1, &cc);
-        if (p.mode == POOL_MODE_MAX) {
-            int bi;
-            y[t] = window_max(xp, p.W, h0, h1, w0, w1, &bi);
-        } else {
-            float s = 0.0f;
-            for (int h = h0; h < h1; h++)
-                for (int w = w0; w < w1; w++) s += xp[h * p.W + w];
-            y[t] = s / (float)(cr * cc);
-        }
-    }
+    GRID_STRIDE(t, total) y[t] = pr_fwd_one(&p, ra, ca, x, t);
 }
 
-/* One thread per input value gathers, in (i, j) order, the gradient of every
- * output whose window holds it: the order in which the CPU backend scatters,
- * so the sums agree bit for bit, and no atomics are needed. Max pooling
- * recomputes each candidate window's first maximum from x, as the CPU does. */
-__global__ void pool_bwd_k(pool_params p, axis ra, axis ca, const float *x, const float *dy, float *dx, int acc) {
+__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, const float *dy, float *dx, int acc) {
     size_t total = (size_t)p.N * p.C * p.H * p.W;
-    GRID_STRIDE(t, total) {
-        int w = (int)(t % p.W), h = (int)((t / p.W) % p.H);
-        size_t plane = t / ((size_t)p.H * p.W);
-        const float *xp = x + plane * p.H * p.W;
-        const float *gp = dy + plane * p.P * p.Q;
-        float g = acc ? dx[t] : 0.0f;
-        int i0, i1, j0, j1;
-        candidates(p.mode, ra, h, &i0, &i1);
-        candidates(p.mode, ca, w, &j0, &j1);
-        for (int i = i0; i <= i1; i++) {
-            int h0, h1, cr;
-            window(p.mode, ra, i, &h0, &h1, &cr);
-            if (h < h0 || h >= h1) continue;
-            for (int j = j0; j <= j1; j++) {
-                int w0, w1, cc;
-                window(p.mode, ca, j, &w0, &w1, &cc);
-                if (w < w0 || w >= w1) continue;
-                if (p.mode == POOL_MODE_MAX) {
-                    int bi;
-                    window_max(xp, p.W, h0, h1, w0, w1, &bi);
-                    if (bi == h * p.W + w) g += gp[i * p.Q + j];
-                } else {
-                    g += gp[i * p.Q + j] / (float)(cr * cc);
-                }
-            }
-        }
-        dx[t] = g;
-    }
+    GRID_STRIDE(t, total) dx[t] = pr_bwd_one(&p, ra, ca, x, dy, t, acc ? dx[t] : 0.0f);
 }
 
 /* -------------------------------------------------------------------- loss */
@@ -371,25 +272,16 @@ cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, 
     return cudaGetLastError();
 }
 
-static void pool_axes(const pool_params *p, axis *ra, axis *ca) {
-    *ra = axis{p->H, p->P, p->R, p->stride_h, p->pad_h};
-    *ca = axis{p->W, p->Q, p->S, p->stride_w, p->pad_w};
-}
-
 cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y) {
-    axis ra, ca;
-    pool_axes(p, &ra, &ca);
     size_t total = (size_t)p->N * p->C * p->P * p->Q;
-    if (total) pool_fwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, ra, ca, x, y);
+    if (total) pool_fwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, y);
     return cudaGetLastError();
 }
 
 cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
                          int accumulate) {
-    axis ra, ca;
-    pool_axes(p, &ra, &ca);
     size_t total = (size_t)p->N * p->C * p->H * p->W;
-    if (total) pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, ra, ca, x, dy, dx, accumulate);
+    if (total) pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, dy, dx, accumulate);
     return cudaGetLastError();
 }
 

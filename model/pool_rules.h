@@ -1,0 +1,147 @@
+/*
+ * model/pool_rules.h - pooling as one output value (forward) or one input
+ * gradient (backward) at a time: the formulation the CUDA kernels run (one
+ * thread per value), written once in C that both gcc and nvcc compile, so
+ * tests/test_pool_rules.c checks it on the host against the CPU backend.
+ *
+ * The window rules are torch's, as in pool_axis_init (model/backend_cpu.c):
+ * along one axis output i covers [i*stride - pad, i*stride - pad + k) clipped
+ * to the padded input, then to the input; adaptive pooling covers
+ * [floor(i*in/out), ceil((i+1)*in/out)). Backward gathers: the thread of
+ * input value (h, w) adds, in (i, j) order, the gradient of every output whose
+ * window holds it, which is the order in which the CPU backend scatters, so
+ * the sums agree bit for bit and no atomics are needed. Max pooling sends each
+ * output's gradient to its window's first maximum (rows, then columns; a NaN
+ * wins and the first NaN stays), recomputed from x.
+ */
+#ifndef CNT_POOL_RULES_H
+#define CNT_POOL_RULES_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "model/backend.h"
+
+#ifdef __CUDACC__
+#define PR_FN static inline __host__ __device__
+#else
+#define PR_FN static inline
+#endif
+
+typedef struct pr_axis {
+    int in, out, k, stride, pad;
+} pr_axis;
+
+PR_FN pr_axis pr_rows(const pool_params *p) {
+    pr_axis a = {p->H, p->P, p->R, p->stride_h, p->pad_h};
+    return a;
+}
+
+PR_FN pr_axis pr_cols(const pool_params *p) {
+    pr_axis a = {p->W, p->Q, p->S, p->stride_w, p->pad_w};
+    return a;
+}
+
+/* Output i's window along axis a, clipped to the input: [*lo, *hi); *count is
+ * this axis' factor of the average's divisor. */
+PR_FN void pr_window(pool_mode mode, pr_axis a, int i, int *lo, int *hi, int *count) {
+    if (mode == POOL_MODE_ADAPTIVE_AVG) {
+        *lo = (int)((long long)i * a.in / a.out);
+        *hi = (int)(((long long)(i + 1) * a.in + a.out - 1) / a.out);
+        *count = *hi - *lo;
+        return;
+    }
+    int s = i * a.stride - a.pad;
+    int e = s + a.k < a.in + a.pad ? s + a.k : a.in + a.pad;
+    *lo = s > 0 ? s : 0;
+    *hi = e < a.in ? e : a.in;
+    *count = mode == POOL_MODE_AVG_INCLUDE_PAD ? e - s : *hi - *lo;
+}
+
+/* A range [*first, *last] of outputs along axis a that holds every output
+ * whose window contains input index h (possibly a few more, which callers
+ * drop by testing the window). Empty when *first > *last. */
+PR_FN void pr_candidates(pool_mode mode, pr_axis a, int h, int *first, int *last) {
+    if (mode == POOL_MODE_ADAPTIVE_AVG) {
+        long long f = (long long)h * a.out / a.in - 1, l = (long long)(h + 1) * a.out / a.in + 1;
+        *first = f < 0 ? 0 : (int)f;
+        *last = l > a.out - 1 ? a.out - 1 : (int)l;
+        return;
+    }
+    /* i*stride - pad <= h < i*stride - pad + k */
+    int num = h + a.pad - a.k + 1;
+    *first = num <= 0 ? 0 : (num + a.stride - 1) / a.stride;
+    int l = (h + a.pad) / a.stride;
+    *last = l > a.out - 1 ? a.out - 1 : l;
+}
+
+/* Whether v replaces best as the window's maximum. */
+PR_FN int pr_take(float v, float best) { return (v > best) | ((v != v) & (best == best)); }
+
+/* The window's maximum; *bi = the index (h*W + w) of its first maximum. */
+PR_FN float pr_window_max(const float *xp, int W, int h0, int h1, int w0, int w1, int *bi) {
+    float b = -INFINITY;
+    int idx = h0 * W + w0;
+    for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++) {
+            float v = xp[h * W + w];
+            if (pr_take(v, b)) {
+                b = v;
+                idx = h * W + w;
+            }
+        }
+    *bi = idx;
+    return b;
+}
+
+/* Output value t (flat index into [N, C, P, Q]). */
+PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t) {
+    int j = (int)(t % (size_t)p->Q), i = (int)((t / (size_t)p->Q) % (size_t)p->P);
+    size_t plane = t / ((size_t)p->P * p->Q);
+    const float *xp = x + plane * p->H * p->W;
+    int h0, h1, cr, w0, w1, cc;
+    pr_window(p->mode, ra, i, &h0, &h1, &cr);
+    pr_window(p->mode, ca, j, &w0, &w1, &cc);
+    if (p->mode == POOL_MODE_MAX) {
+        int bi;
+        return pr_window_max(xp, p->W, h0, h1, w0, w1, &bi);
+    }
+    float s = 0.0f;
+    for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++) s += xp[h * p->W + w];
+    return s / (float)(cr * cc);
+}
+
+/* Input gradient t (flat index into [N, C, H, W]), starting from g0 (0, or
+ * the value there when accumulating). */
+PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, const float *dy, size_t t,
+                       float g0) {
+    int w = (int)(t % (size_t)p->W), h = (int)((t / (size_t)p->W) % (size_t)p->H);
+    size_t plane = t / ((size_t)p->H * p->W);
+    const float *xp = x + plane * p->H * p->W;
+    const float *gp = dy + plane * p->P * p->Q;
+    float g = g0;
+    int i0, i1, j0, j1;
+    pr_candidates(p->mode, ra, h, &i0, &i1);
+    pr_candidates(p->mode, ca, w, &j0, &j1);
+    for (int i = i0; i <= i1; i++) {
+        int h0, h1, cr;
+        pr_window(p->mode, ra, i, &h0, &h1, &cr);
+        if (h < h0 || h >= h1) continue;
+        for (int j = j0; j <= j1; j++) {
+            int w0, w1, cc;
+            pr_window(p->mode, ca, j, &w0, &w1, &cc);
+            if (w < w0 || w >= w1) continue;
+            if (p->mode == POOL_MODE_MAX) {
+                int bi;
+                pr_window_max(xp, p->W, h0, h1, w0, w1, &bi);
+                if (bi == h * p->W + w) g += gp[i * p->Q + j];
+            } else {
+                g += gp[i * p->Q + j] / (float)(cr * cc);
+            }
+        }
+    }
+    return g;
+}
+
+#endif

@@ -1,0 +1,162 @@
+/*
+ * tests/test_pool_rules.c - the CUDA pooling kernels' per-value formulation
+ * (model/pool_rules.h: one output per thread forward, one input gradient per
+ * thread backward, gathering instead of scattering) run on the host against
+ * the CPU backend: bit-identical outputs and gradients for every mode,
+ * ceil_mode, padding, uneven strides, adaptive sizes up and down, and ties.
+ * This checks the window and candidate-range arithmetic the GPU runs, on a
+ * machine without a GPU.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/rng.h"
+#include "model/backend.h"
+#include "model/pool_rules.h"
+
+typedef struct geom {
+    pool_mode mode;
+    int N, C, H, W, R, S, sh, sw, ph, pw, ceil, P, Q; /* P, Q: adaptive only */
+} geom;
+
+static const geom geoms[] = {
+    {POOL_MODE_MAX, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 0, 0, 0},   /* ResNet stem */
+    {POOL_MODE_MAX, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},   /* ceil_mode */
+    {POOL_MODE_MAX, 1, 2, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},   /* VGG */
+    {POOL_MODE_MAX, 1, 2, 9, 9, 2, 2, 2, 2, 0, 0, 1, 0, 0},   /* ceil, last window partial */
+    {POOL_MODE_MAX, 2, 2, 35, 35, 3, 3, 2, 2, 0, 0, 0, 0, 0}, /* Inception 35 -> 17 */
+    {POOL_MODE_MAX, 1, 3, 6, 11, 3, 2, 1, 3, 1, 1, 1, 0, 0},  /* uneven */
+    {POOL_MODE_MAX, 1, 1, 5, 5, 5, 5, 1, 1, 2, 2, 0, 0, 0},   /* windows much larger than stride */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception branch pool */
+    {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 7, 9, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil clips to the padded input */
+    {POOL_MODE_AVG_EXCLUDE_PAD, 2, 3, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0},
+    {POOL_MODE_AVG_EXCLUDE_PAD, 1, 2, 10, 6, 4, 2, 3, 1, 2, 1, 1, 0, 0},
+    {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 17, 17, 5, 5, 3, 3, 0, 0, 0, 0, 0}, /* Inception aux head */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 3, 7, 7, 0, 0, 0, 0, 0, 0, 0, 1, 1},  /* global */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 5, 5, 0, 0, 0, 0, 0, 0, 0, 3, 3},  /* overlapping windows */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 14, 14, 0, 0, 0, 0, 0, 0, 0, 7, 7}, /* VGG 14 -> 7 */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 7, 7},  /* upsampling: out > in */
+    {POOL_MODE_ADAPTIVE_AVG, 1, 1, 13, 11, 0, 0, 0, 0, 0, 0, 0, 5, 3},
+};
+
+static void setup(const geom *g, pool_params *p) {
+    memset(p, 0, sizeof *p);
+    p->mode = g->mode;
+    p->N = g->N;
+    p->C = g->C;
+    p->H = g->H;
+    p->W = g->W;
+    p->R = g->R;
+    p->S = g->S;
+    p->stride_h = g->sh;
+    p->stride_w = g->sw;
+    p->pad_h = g->ph;
+    p->pad_w = g->pw;
+    p->ceil_mode = g->ceil;
+    if (g->mode == POOL_MODE_ADAPTIVE_AVG) {
+        p->P = g->P;
+        p->Q = g->Q;
+    } else {
+        assert_int_equal(pool_params_init(p), 0);
+    }
+}
+
+/* values: 0 = continuous, 1 = integers in [-2, 2] (many ties), 2 = all -1
+ * (padding must never win a max window) */
+static void fill(float *v, size_t n, rng *r, int values) {
+    for (size_t i = 0; i < n; i++) {
+        if (values == 0) v[i] = rng_normal(r);
+        else if (values == 1) v[i] = (float)((int)rng_below(r, 5) - 2);
+        else v[i] = -1.0f;
+    }
+}
+
+static void check_geom(const geom *g, int values, int accumulate) {
+    const backend *cpu = backend_cpu();
+    pool_params p;
+    setup(g, &p);
+    size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
+    float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+    float *y_cpu = malloc(ny * sizeof(float)), *dx_cpu = malloc(nx * sizeof(float)), *dx0 = malloc(nx * sizeof(float));
+    rng r;
+    rng_seed(&r, 11, (uint64_t)(values * 2 + accumulate));
+    fill(x, nx, &r, values);
+    for (size_t i = 0; i < ny; i++) dy[i] = values == 0 ? rng_normal(&r) : (float)((int)rng_below(&r, 7) - 3);
+    for (size_t i = 0; i < nx; i++) dx0[i] = accumulate ? rng_normal(&r) : 0.0f;
+    memcpy(dx_cpu, dx0, nx * sizeof(float));
+    cpu->pool_fwd(&p, x, y_cpu);
+    cpu->pool_bwd(&p, x, y_cpu, dy, dx_cpu, accumulate);
+    pr_axis ra = pr_rows(&p), ca = pr_cols(&p);
+    for (size_t t = 0; t < ny; t++) {
+        float v = pr_fwd_one(&p, ra, ca, x, t);
+        if (memcmp(&v, &y_cpu[t], sizeof v) != 0)
+            fail_msg("mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d: output %zu is %.9g, CPU %.9g",
+                     g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t,
+                     (double)v, (double)y_cpu[t]);
+    }
+    for (size_t t = 0; t < nx; t++) {
+        float v = pr_bwd_one(&p, ra, ca, x, dy, t, dx0[t]);
+        if (memcmp(&v, &dx_cpu[t], sizeof v) != 0)
+            fail_msg("mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d, values %d, accumulate %d: "
+                     "input gradient %zu is %.9g, CPU %.9g",
+                     g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q,
+                     values, accumulate, t, (double)v, (double)dx_cpu[t]);
+    }
+    free(x);
+    free(dy);
+    free(y_cpu);
+    free(dx_cpu);
+    free(dx0);
+}
+
+static void test_every_geometry_bitwise(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
+        for (int values = 0; values < 3; values++)
+            for (int acc = 0; acc < 2; acc++) check_geom(&geoms[i], values, acc);
+}
+
+/* Every (H, k, stride, pad, ceil) that torch accepts up to small sizes: the
+ * candidate range must hold every window containing each input index. */
+static void test_exhaustive_small(void **state) {
+    (void)state;
+    int checked = 0;
+    for (int mode = POOL_MODE_MAX; mode <= POOL_MODE_AVG_EXCLUDE_PAD; mode++)
+        for (int H = 1; H <= 9; H++)
+            for (int k = 1; k <= 5; k++)
+                for (int s = 1; s <= 4; s++)
+                    for (int pad = 0; pad <= k / 2; pad++)
+                        for (int ceil = 0; ceil <= 1; ceil++) {
+                            geom g = {(pool_mode)mode, 1, 1, H, 3, k, 1, s, 1, pad, 0, ceil, 0, 0};
+                            pool_params p;
+                            memset(&p, 0, sizeof p);
+                            p.mode = g.mode;
+                            p.N = 1, p.C = 1, p.H = H, p.W = 3, p.R = k, p.S = 1, p.stride_h = s, p.stride_w = 1;
+                            p.pad_h = pad, p.ceil_mode = ceil;
+                            if (pool_params_init(&p) != 0) continue; /* torch refuses it too */
+                            check_geom(&g, 0, 1);
+                            checked++;
+                        }
+    for (int in = 1; in <= 12; in++)
+        for (int out = 1; out <= 12; out++) {
+            geom g = {POOL_MODE_ADAPTIVE_AVG, 1, 1, in, 2, 0, 0, 0, 0, 0, 0, 0, out, 1};
+            check_geom(&g, 0, 1);
+            checked++;
+        }
+    assert_true(checked > 500);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_geometry_bitwise),
+        cmocka_unit_test(test_exhaustive_small),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
