@@ -2,6 +2,7 @@
  * common/rng.c - PCG32 (XSH RR variant) and helpers built on it.
  */
 #include "common/rng.h"
+#include "common/rng_hash.h"
 
 #include <math.h>
 
@@ -51,10 +52,4 @@ void rng_permutation(rng *r, int *perm, int n) {
     }
 }
 
-float rng_hash_uniform(uint64_t seed, uint64_t counter) {
-    uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
+float rng_hash_uniform(uint64_t seed, uint64_t counter) { return rng_hash_uniform_inline(seed, counter); }

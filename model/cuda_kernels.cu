@@ -11,6 +11,7 @@
  */
 #include "model/cuda_kernels.h"
 #include "model/pool_rules.h"
+#include "common/rng_hash.h"
 
 #include <math.h>
 
@@ -52,19 +53,8 @@ __global__ void mul_k(size_t n, const float *a, const float *b, float *y, int ac
     GRID_STRIDE(i, n) y[i] = acc ? y[i] + a[i] * b[i] : a[i] * b[i];
 }
 
-/* common/rng.c's rng_hash_uniform, operation for operation: the same (seed,
- * index) gives the same float on the CPU and the GPU, so a dropout mask does
- * not depend on the device. */
-__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t counter) {
-    uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
-
 __global__ void dropout_mask_k(size_t n, float p, float keep, uint64_t seed, float *mask) {
-    GRID_STRIDE(i, n) mask[i] = hash_uniform(seed, i) >= p ? keep : 0.0f;
+    GRID_STRIDE(i, n) mask[i] = rng_hash_uniform_inline(seed, i) >= p ? keep : 0.0f;
 }
 
 __global__ void channel_copy_k(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,

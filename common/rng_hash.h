@@ -1,0 +1,27 @@
+/*
+ * common/rng_hash.h - the stateless uniform draw behind dropout masks, in C
+ * that gcc and nvcc both compile: the CPU backend (through rng_hash_uniform)
+ * and the CUDA kernels run this one definition, so the same (seed, counter)
+ * gives the same float on either device.
+ */
+#ifndef CNT_RNG_HASH_H
+#define CNT_RNG_HASH_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define RNG_HASH_FN static inline __host__ __device__
+#else
+#define RNG_HASH_FN static inline
+#endif
+
+/* Uniform in [0, 1) from (seed, counter): the splitmix64 finaliser, top 24 bits. */
+RNG_HASH_FN float rng_hash_uniform_inline(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+#endif
