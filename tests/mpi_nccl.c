@@ -40,6 +40,7 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "dist/dist.h"
+#include "tests/support/mpi_check.h"
 #include "dist/nccl.h"
 #include "dist/reducer.h"
 #include "dist/timeline.h"
@@ -49,31 +50,7 @@ static int rank_, world_;
 
 #if CNT_HAVE_NCCL
 
-static int failures = 0;
 
-/* Record one check: agree over ranks on whether it failed anywhere. */
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    char name[240];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    if (!ok) {
-        failures++;
-        if (rank_ != 0) fprintf(stderr, "[rank %d] FAIL %s\n", rank_, name);
-    }
-    double bad = ok ? 0.0 : 1.0;
-    dist_allreduce_sum_f64(&bad, 1);
-    if (bad > 0 && ok) failures++; /* failed on another rank */
-    if (rank_ == 0) {
-        if (bad > 0 || !ok)
-            printf("FAIL %s (on %.0f rank(s))\n", name, bad > 0 ? bad : 1.0);
-        else
-            printf("ok   %s\n", name);
-        fflush(stdout);
-    }
-}
 
 /* Small integers: every partial sum is exact in float, whatever the order. */
 static float int_value(int r, size_t i, long step) { return (float)((r + 1) * (int)(i % 13) - 6 + 3 * (int)step); }
@@ -169,11 +146,11 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
         }
     }
     if (tl) reducer_set_timeline(rd, NULL);
-    check(ok_sum, "%s n=%zu buckets=%d (first %zu, then %zu) overlap=%d %s: 3 steps of sums %s", path, n, nb,
+    tu_mpi_check(ok_sum, "%s n=%zu buckets=%d (first %zu, then %zu) overlap=%d %s: 3 steps of sums %s", path, n, nb,
           L.first, L.bucket, overlap, fractional ? "fractional" : "integer",
           fractional ? "within the rounding bound" : "bitwise equal to MPI_Allreduce");
     if (fractional && rank_ == 0 && worst > 0) printf("     (largest difference from MPI: %.3g)\n", worst);
-    check(ok_stats, "%s n=%zu overlap=%d: stats (buckets %d, early, comm_step %s)", path, n, overlap, nb,
+    tu_mpi_check(ok_stats, "%s n=%zu overlap=%d: stats (buckets %d, early, comm_step %s)", path, n, overlap, nb,
           nc ? "one step late" : "this step");
     reducer_free(rd);
     be->free(src);
@@ -200,7 +177,7 @@ static void test_rounds(const backend *be, dist_nccl *nc) {
         long r = dist_nccl_join(nc, stream);
         if (round == 0) r0 = r; else r1 = r;
     }
-    check(r1 == r0 + 1, "dist_nccl_join: rounds numbered in order (%ld, %ld)", r0, r1);
+    tu_mpi_check(r1 == r0 + 1, "dist_nccl_join: rounds numbered in order (%ld, %ld)", r0, r1);
     dist_nccl_round rr;
     dist_nccl_round_wait(nc, r0, 60, 0, "test round", &rr);
     double t1 = time_now();
@@ -211,7 +188,7 @@ static void test_rounds(const backend *be, dist_nccl *nc) {
         /* on the host clock: between t0 and t1, give or take the anchor's error */
         ok &= rr.start_s[k] > t0 - 0.05 && rr.end_s[k] < t1 + 0.05;
     }
-    check(ok, "dist_nccl_round_wait: %d allreduces, %.3f ms, in order, on the host clock", rr.count, rr.comm_ms);
+    tu_mpi_check(ok, "dist_nccl_round_wait: %d allreduces, %.3f ms, in order, on the host clock", rr.count, rr.comm_ms);
     dist_nccl_round_wait(nc, r1, 0, 0, "test round", &rr);
     /* two rounds summed in place: world^2 times each value */
     float *got = cnt_malloc(K * n * sizeof(float));
@@ -222,7 +199,7 @@ static void test_rounds(const backend *be, dist_nccl *nc) {
         for (int r = 0; r < world_; r++) s += int_value(r, i, 0);
         ok_sum &= got[i] == (float)(s * world_);
     }
-    check(ok_sum, "dist_nccl: two rounds of in-place sums, seen by a download after the join");
+    tu_mpi_check(ok_sum, "dist_nccl: two rounds of in-place sums, seen by a download after the join");
     be->free(buf);
     free(h);
     free(got);
@@ -233,7 +210,7 @@ static void test_timeline(const backend *be, dist_nccl *nc, const busy *w) {
     layout L = {100003, 4000, 30000}; /* 5 buckets */
     run_reducer(be, nc, w, L, 1, 0, tl);
     /* 3 steps x 5 buckets: the last step's by reducer_set_timeline(NULL) */
-    check(timeline_count(tl) == 15, "timeline: every NCCL bucket of every step recorded (%ld of 15)",
+    tu_mpi_check(timeline_count(tl) == 15, "timeline: every NCCL bucket of every step recorded (%ld of 15)",
           timeline_count(tl));
     timeline_free(tl);
 }
@@ -307,8 +284,8 @@ int main(int argc, char **argv) {
     }
     run_all(be, nc);
     dist_nccl_free(nc);
-    if (rank_ == 0) printf("mpi_nccl: world %d, %s\n", world_, failures ? "FAILED" : "all checks passed");
+    if (rank_ == 0) printf("mpi_nccl: world %d, %s\n", world_, tu_mpi_failures() ? "FAILED" : "all checks passed");
     dist_finalize();
-    return failures ? 1 : 0;
+    return tu_mpi_failures() ? 1 : 0;
 #endif
 }

@@ -45,36 +45,13 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "dist/dist.h"
+#include "tests/support/mpi_check.h"
 #include "dist/fp16.h"
 
 #include <math.h>
 
 static int rank_, world_;
-static int failures = 0;
 
-/* Record one check: agree over ranks on whether it failed anywhere. */
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    char name[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    if (!ok) {
-        failures++;
-        if (rank_ != 0) fprintf(stderr, "[rank %d] FAIL %s\n", rank_, name);
-    }
-    double bad = ok ? 0.0 : 1.0;
-    dist_allreduce_sum_f64(&bad, 1);
-    if (bad > 0 && ok) failures++; /* failed on another rank */
-    if (rank_ == 0) {
-        if (bad > 0 || !ok)
-            printf("FAIL %s (on %.0f rank(s))\n", name, bad > 0 ? bad : 1.0);
-        else
-            printf("ok   %s\n", name);
-        fflush(stdout);
-    }
-}
 
 static float value_of(int r, size_t i) { return (float)((r + 1) * (int)(i % 13) - 6); }
 
@@ -94,9 +71,9 @@ static void test_ring(size_t n, size_t chunk_bytes) {
     }
     dist_ring_allreduce(ring, n, chunk_bytes);
     dist_allreduce_sum(ref, n, DIST_ALGO_MPI);
-    check(memcmp(ring, ref, n * sizeof(float)) == 0,
+    tu_mpi_check(memcmp(ring, ref, n * sizeof(float)) == 0,
           "ring n=%zu chunk_bytes=%zu: bitwise equal to MPI_Allreduce", n, chunk_bytes);
-    check(memcmp(ring, want, n * sizeof(float)) == 0,
+    tu_mpi_check(memcmp(ring, want, n * sizeof(float)) == 0,
           "ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
     free(ring);
     free(ref);
@@ -109,7 +86,7 @@ static void test_allreduce_algo(dist_algo algo, const char *name, size_t n) {
     for (size_t i = 0; i < n; i++) buf[i] = value_of(rank_, i);
     dist_allreduce_sum(buf, n, algo);
     for (size_t i = 0; i < n; i++) ok &= buf[i] == expected_of(i);
-    check(ok, "dist_allreduce_sum %s n=%zu: analytic sum", name, n);
+    tu_mpi_check(ok, "dist_allreduce_sum %s n=%zu: analytic sum", name, n);
     free(buf);
 }
 
@@ -124,8 +101,8 @@ static void test_f16_exact(size_t n, size_t chunk_bytes) {
     dist_allreduce_sum_f16(viaring, n, DIST_ALGO_RING);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= ring[i] == fp16_from_float(expected_of(i));
-    check(ok, "fp16 ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
-    check(memcmp(ring, mpi, n * sizeof *ring) == 0 && memcmp(ring, viaring, n * sizeof *ring) == 0,
+    tu_mpi_check(ok, "fp16 ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
+    tu_mpi_check(memcmp(ring, mpi, n * sizeof *ring) == 0 && memcmp(ring, viaring, n * sizeof *ring) == 0,
           "fp16 n=%zu: ring, MPI (user op) and dist_allreduce_sum_f16(RING) bitwise equal", n);
     free(ring);
     free(mpi);
@@ -168,15 +145,15 @@ static void test_f16_tolerance(size_t n) {
         inexact += er > 0;
         if (mag > 0 && er / mag > worst) worst = er / mag;
     }
-    check(ok_ring, "fp16 ring n=%zu: within the fp16 rounding bound of the fp32 sum (worst %.2g of sum|x|)", n,
+    tu_mpi_check(ok_ring, "fp16 ring n=%zu: within the fp16 rounding bound of the fp32 sum (worst %.2g of sum|x|)", n,
           worst);
-    check(ok_mpi, "fp16 MPI n=%zu: within the fp16 rounding bound of the fp32 sum", n);
+    tu_mpi_check(ok_mpi, "fp16 MPI n=%zu: within the fp16 rounding bound of the fp32 sum", n);
     /* At 2 ranks both round the same single sum; beyond, the orders differ. */
     if (world_ == 2)
-        check(memcmp(ring, mpi, n * sizeof *ring) == 0, "fp16 n=%zu: ring and MPI agree (bitwise at 2 ranks)", n);
+        tu_mpi_check(memcmp(ring, mpi, n * sizeof *ring) == 0, "fp16 n=%zu: ring and MPI agree (bitwise at 2 ranks)", n);
     else
-        check(ok_ring && ok_mpi, "fp16 n=%zu: ring and MPI agree (within the bound at %d ranks)", n, world_);
-    if (n >= 1000) check(inexact > 0, "fp16 n=%zu: the test values do round (%d inexact sums)", n, inexact);
+        tu_mpi_check(ok_ring && ok_mpi, "fp16 n=%zu: ring and MPI agree (within the bound at %d ranks)", n, world_);
+    if (n >= 1000) tu_mpi_check(inexact > 0, "fp16 n=%zu: the test values do round (%d inexact sums)", n, inexact);
     free(ring);
     free(mpi);
 }
@@ -188,7 +165,7 @@ static void test_f16_overflow(void) {
     dist_allreduce_sum_f16(b, 3, DIST_ALGO_MPI);
     dist_allreduce_sum_f16(c, 3, DIST_ALGO_RING);
     int ok = b[0] == 0x7c00 && b[1] == 0xfc00 && fp16_to_float(b[2]) == (float)world_;
-    check(ok && memcmp(b, c, sizeof b) == 0, "fp16: sums beyond 65504 become +-inf (MPI and ring)");
+    tu_mpi_check(ok && memcmp(b, c, sizeof b) == 0, "fp16: sums beyond 65504 become +-inf (MPI and ring)");
 }
 
 /* The watchdog's arrival barrier with warnings on (none should fire), a few
@@ -201,8 +178,8 @@ static void test_watchdog(void) {
         dist_allreduce_sum(&x, 1, DIST_ALGO_MPI);
     }
     dist_watchdog_free(wd);
-    check(x == powf((float)world_, 5), "stall watchdog: arrival barriers between allreduces, then freed");
-    check(dist_watchdog_create(0, 0) == NULL, "stall watchdog: off (NULL) when both limits are 0");
+    tu_mpi_check(x == powf((float)world_, 5), "stall watchdog: arrival barriers between allreduces, then freed");
+    tu_mpi_check(dist_watchdog_create(0, 0) == NULL, "stall watchdog: off (NULL) when both limits are 0");
 }
 
 /* --bench: mean time per bucket over `reps` buckets of n floats. */
@@ -259,7 +236,7 @@ static void test_broadcast(size_t bytes) {
     dist_broadcast(buf, bytes, root);
     int ok = 1;
     for (size_t i = 0; i < bytes; i++) ok &= buf[i] == (unsigned char)(i * 7 + 3);
-    check(ok, "dist_broadcast bytes=%zu from the last rank (%d)", bytes, root);
+    tu_mpi_check(ok, "dist_broadcast bytes=%zu from the last rank (%d)", bytes, root);
     free(buf);
 }
 
@@ -268,22 +245,22 @@ static void test_misc(int expect_world, int single_node) {
     dist_allgather_u64(((uint64_t)rank_ << 40) + 1000u * (uint64_t)rank_ + 7u, all);
     int ok = 1;
     for (int r = 0; r < world_; r++) ok &= all[r] == ((uint64_t)r << 40) + 1000u * (uint64_t)r + 7u;
-    check(ok, "dist_allgather_u64: every rank's value in rank order");
+    tu_mpi_check(ok, "dist_allgather_u64: every rank's value in rank order");
     free(all);
 
     double d[3] = {rank_ + 0.5, 1.0, -0.25 * rank_};
     dist_allreduce_sum_f64(d, 3);
     double w = world_;
-    check(d[0] == w * (w - 1) / 2 + 0.5 * w && d[1] == w && d[2] == -0.25 * w * (w - 1) / 2,
+    tu_mpi_check(d[0] == w * (w - 1) / 2 + 0.5 * w && d[1] == w && d[2] == -0.25 * w * (w - 1) / 2,
           "dist_allreduce_sum_f64: exact sums");
 
     int lr = dist_local_rank(), lw = dist_local_world();
-    check(lw >= 1 && lw <= world_ && lr >= 0 && lr < lw,
+    tu_mpi_check(lw >= 1 && lw <= world_ && lr >= 0 && lr < lw,
           "local rank: 0 <= local_rank < local_world <= world");
     if (single_node)
-        check(lw == world_, "local world: local_world == world on one node");
+        tu_mpi_check(lw == world_, "local world: local_world == world on one node");
     if (expect_world > 0)
-        check(world_ == expect_world && rank_ >= 0 && rank_ < world_,
+        tu_mpi_check(world_ == expect_world && rank_ >= 0 && rank_ < world_,
               "world: world size as launched");
 }
 
@@ -347,8 +324,8 @@ int main(int argc, char **argv) {
     test_f16_overflow();
     test_watchdog();
 
-    if (rank_ == 0) printf("mpi_ring: world %d, %s\n", world_, failures ? "FAILED" : "all checks passed");
+    if (rank_ == 0) printf("mpi_ring: world %d, %s\n", world_, tu_mpi_failures() ? "FAILED" : "all checks passed");
     dist_finalize();
     dist_finalize(); /* safe twice */
-    return failures ? 1 : 0;
+    return tu_mpi_failures() ? 1 : 0;
 }
