@@ -53,7 +53,7 @@ endif
 mark = $(if $(filter 1,$(1)),✓,✗)
 
 # ---------------------------------------------------------------- flags
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wshadow -fopenmp -I. \
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
 LDLIBS := -lopenblas -linih -lstb -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \

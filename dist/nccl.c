@@ -217,6 +217,20 @@ void dist_nccl_free(dist_nccl *c) {
     free(c);
 }
 
+void dist_nccl_abort(dist_nccl *c) {
+    if (!c) return;
+    /* No waits: a peer may never join the collectives still queued. The
+     * process is about to end; its streams and events go with it. */
+    (void)ncclCommAbort(c->comm);
+    for (int s = 0; s < ROUND_SLOTS; s++) {
+        free(c->slots[s].start);
+        free(c->slots[s].end);
+        free(c->slots[s].start_s);
+        free(c->slots[s].end_s);
+    }
+    free(c);
+}
+
 /* ------------------------------------------------------------ queueing */
 
 /* The slot of the round being queued, opened (reset) by its first use. */
@@ -281,7 +295,12 @@ static void check_async_error(dist_nccl *c, const char *what) {
 /* 1 once ev has completed (or was never recorded), 0 while pending. */
 static int event_done(cudaEvent_t ev) {
     cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaErrorNotReady) return 0;
+    if (e == cudaErrorNotReady) {
+        /* not a failure: do not leave it as the thread's last error, where
+         * the next kernel launch's check would report it */
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+        return 0;
+    }
     CUDA_CHECK(e);
     return 1;
 }

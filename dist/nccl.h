@@ -63,6 +63,11 @@ dist_nccl *dist_nccl_create(void);
  * waits for the peers). NULL is fine. */
 void dist_nccl_free(dist_nccl *c);
 
+/* For a run that failed: aborts the communicator without waiting for queued
+ * collectives (a failed peer may never join them) and frees the host side.
+ * Call it on the failing path instead of dist_nccl_free. NULL is fine. */
+void dist_nccl_abort(dist_nccl *c);
+
 /* Queues an in-place float sum allreduce of buf[0, n) (device memory, n >= 1)
  * on the communication stream, after every op issued so far on
  * compute_stream (a cudaStream_t): cudaEventRecord on compute_stream,

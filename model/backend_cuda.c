@@ -10,10 +10,10 @@
  * upload_sync); NCCL gets the stream itself (native_stream).
  *
  * Convolution algorithms are chosen once per layer shape (and batch size) by
- * cudnnFind*, cuDNN timing every algorithm, the fastest whose workspace fits
- * the limit and whose math mode is allowed wins: the equivalent of PyTorch's
- * torch.backends.cudnn.benchmark = True. The workspace is one buffer, grown
- * to the largest the chosen algorithms need.
+ * cudnnFind*Ex, cuDNN timing every algorithm on the layer's buffers; the
+ * fastest whose workspace fits the limit and whose math mode is allowed wins:
+ * the equivalent of PyTorch's torch.backends.cudnn.benchmark = True. The
+ * workspace is one buffer, grown for the search and kept for the choices.
  *
  * Math modes (set_math): FP32 restricts cuDNN to FMA kernels and cuBLAS to
  * its default (fp32) math; TF32 lets both use tensor cores with TF32 inputs.
@@ -93,8 +93,10 @@ static void *cuda_alloc(size_t bytes) {
                      "cudaMalloc(%zu bytes) on cuda:%d: %s (%.2f of %.2f GiB free)", bytes, g.device,
                      cudaGetErrorString(e), free_b / 1073741824.0, total_b / 1073741824.0);
     }
-    /* on the compute stream: ordered before any op that uses the memory */
+    /* Zeroed before alloc returns: the copy stream and other threads' streams
+     * are not ordered after the compute stream (allocations are rare). */
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, g.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
     return p;
 }
 
@@ -203,17 +205,44 @@ static void conv_set_math(conv_plan *pl, cudnnMathType_t m) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(pl->conv, m));
 }
 
-/* Each direction's choice: cudnnFind* times the algorithms (it allocates its
- * own buffers); the first (fastest) that succeeded, fits the workspace limit
- * and has an allowed math mode wins. If none does, a fallback that every GPU
- * has, with FMA math and the workspace it asks for. */
+/* Each direction's choice: cudnnFind*Ex times the algorithms on the layer's
+ * own buffers (so the search allocates nothing beyond the workspace), and
+ * the first (fastest) that succeeded, fits the workspace limit and has an
+ * allowed math mode wins. If none does, a fallback that every GPU has, with
+ * FMA math and the workspace it asks for (said once: it is slow). */
 #define FIND_MAX 16
 
-static void plan_fwd(conv_plan *pl) {
+/* The workspace the search may use: the limit, or half the free memory if
+ * that is less; grown once, kept for the chosen algorithms. */
+static size_t ws_for_find(void) {
+    /* the search reads the layer's inputs: the ops that write them first */
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    if (g.ws_bytes >= g.ws_limit) return g.ws_bytes;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t want = g.ws_limit < free_b / 2 ? g.ws_limit : free_b / 2;
+    if (want > g.ws_bytes) ws_reserve(want);
+    return g.ws_bytes;
+}
+
+static void say_fallback(const conv_plan *pl, const char *dir) {
+    static int said;
+    if (said++) return;
+    const conv_params *p = &pl->key;
+    log_warn("cuDNN offered no %s algorithm for the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, pad %d) within "
+             "%.0f MiB of workspace; using a slow fallback (said once)",
+             g.math == BACKEND_MATH_TF32 ? "TF32" : "FMA (fp32)", dir, p->N, p->C, p->H, p->W, p->K, p->C, p->R,
+             p->S, p->stride_h, p->pad_h, g.ws_limit / 1048576.0);
+}
+
+static void plan_fwd(conv_plan *pl, const float *x, const float *w, float *y) {
     cudnnConvolutionFwdAlgoPerf_t perf[FIND_MAX];
     int got = 0;
+    size_t ws = ws_for_find();
     conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(g.cudnn, pl->x, pl->w, pl->conv, pl->y, FIND_MAX, &got, perf));
+    /* y is about to be overwritten anyway */
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(g.cudnn, pl->x, x, pl->w, w, pl->conv, pl->y, y, FIND_MAX,
+                                                       &got, perf, g.ws, ws));
     pl->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     pl->fwd_math = CUDNN_FMA_MATH;
     pl->fwd_ws = 0;
@@ -227,6 +256,7 @@ static void plan_fwd(conv_plan *pl) {
         found = 1;
     }
     if (!found) {
+        say_fallback(pl, "forward pass");
         conv_set_math(pl, pl->fwd_math);
         CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(g.cudnn, pl->x, pl->w, pl->conv, pl->y, pl->fwd,
                                                             &pl->fwd_ws));
@@ -234,12 +264,24 @@ static void plan_fwd(conv_plan *pl) {
     pl->have_fwd = 1;
 }
 
-static void plan_bwd_data(conv_plan *pl) {
+static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float *dx, int accumulate) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[FIND_MAX];
     int got = 0;
+    size_t ws = ws_for_find();
     conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(g.cudnn, pl->w, pl->y, pl->conv, pl->x, FIND_MAX, &got,
-                                                          perf));
+    /* The search writes its output: when dx holds a gradient to add to, it
+     * writes a scratch copy instead. */
+    float *out = dx;
+    if (accumulate) {
+        const conv_params *p = &pl->key;
+        CUDA_CHECK(cudaMalloc((void **)&out, (size_t)p->N * p->C * p->H * p->W * sizeof(float)));
+    }
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(g.cudnn, pl->w, w, pl->y, dy, pl->conv, pl->x, out,
+                                                            FIND_MAX, &got, perf, g.ws, ws));
+    if (accumulate) {
+        CUDA_CHECK(cudaStreamSynchronize(g.stream));
+        CUDA_CHECK(cudaFree(out));
+    }
     pl->bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     pl->bwd_data_math = CUDNN_FMA_MATH;
     pl->bwd_data_ws = 0;
@@ -253,6 +295,7 @@ static void plan_bwd_data(conv_plan *pl) {
         found = 1;
     }
     if (!found) {
+        say_fallback(pl, "data gradient");
         conv_set_math(pl, pl->bwd_data_math);
         CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(g.cudnn, pl->w, pl->y, pl->conv, pl->x,
                                                                  pl->bwd_data, &pl->bwd_data_ws));
@@ -260,12 +303,14 @@ static void plan_bwd_data(conv_plan *pl) {
     pl->have_bwd_data = 1;
 }
 
-static void plan_bwd_filter(conv_plan *pl) {
+static void plan_bwd_filter(conv_plan *pl, const float *x, const float *dy, float *dw) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[FIND_MAX];
     int got = 0;
+    size_t ws = ws_for_find();
     conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(g.cudnn, pl->x, pl->y, pl->conv, pl->w, FIND_MAX, &got,
-                                                            perf));
+    /* dw is about to be overwritten anyway */
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(g.cudnn, pl->x, x, pl->y, dy, pl->conv, pl->w, dw,
+                                                              FIND_MAX, &got, perf, g.ws, ws));
     pl->bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     pl->bwd_filter_math = CUDNN_FMA_MATH;
     pl->bwd_filter_ws = 0;
@@ -279,6 +324,7 @@ static void plan_bwd_filter(conv_plan *pl) {
         found = 1;
     }
     if (!found) {
+        say_fallback(pl, "weight gradient");
         conv_set_math(pl, pl->bwd_filter_math);
         CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(g.cudnn, pl->x, pl->y, pl->conv, pl->w,
                                                                    pl->bwd_filter, &pl->bwd_filter_ws));
@@ -291,7 +337,7 @@ static const float k_one = 1.0f, k_zero = 0.0f;
 static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    if (!pl->have_fwd) plan_fwd(pl);
+    if (!pl->have_fwd) plan_fwd(pl, x, w, y);
     ws_reserve(pl->fwd_ws);
     conv_set_math(pl, pl->fwd_math);
     CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, x, pl->w, w, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
@@ -301,7 +347,7 @@ static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, 
 static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    if (!pl->have_bwd_data) plan_bwd_data(pl);
+    if (!pl->have_bwd_data) plan_bwd_data(pl, dy, w, dx, accumulate);
     ws_reserve(pl->bwd_data_ws);
     conv_set_math(pl, pl->bwd_data_math);
     CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, w, pl->y, dy, pl->conv, pl->bwd_data, g.ws,
@@ -314,7 +360,7 @@ static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const flo
         return;
     }
     conv_plan *pl = plan_get(p);
-    if (!pl->have_bwd_filter) plan_bwd_filter(pl);
+    if (!pl->have_bwd_filter) plan_bwd_filter(pl, x, dy, dw);
     ws_reserve(pl->bwd_filter_ws);
     conv_set_math(pl, pl->bwd_filter_math);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, x, pl->y, dy, pl->conv, pl->bwd_filter, g.ws,
@@ -639,6 +685,18 @@ const backend *backend_cuda(int local_rank) {
     tls_device_set = 1;
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, g.device));
+    /* A GPU this build has no kernels for (NVCC_ARCH) is not usable: say so
+     * here, so device=auto falls back to the CPU instead of failing at the
+     * first kernel. */
+    cudaError_t pe = cuk_probe();
+    if (pe != cudaSuccess) {
+        cudaGetLastError();
+        cnt_err_set("cuda:%d %s (compute %d.%d): this build has no kernels for it (%s); rebuild with "
+                    "NVCC_ARCH=\"-gencode arch=compute_%d%d,code=sm_%d%d\"",
+                    g.device, prop.name, prop.major, prop.minor, cudaGetErrorString(pe), prop.major, prop.minor,
+                    prop.major, prop.minor);
+        return NULL;
+    }
     g.cc_major = prop.major;
     CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&g.copy_stream, cudaStreamNonBlocking));

@@ -45,12 +45,22 @@ __global__ void add_k(size_t n, const float *a, const float *b, float *y) {
     GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
 
+/* Products and sums that update state go through __fmul_rn/__fadd_rn, which
+ * nvcc never fuses into an FMA: the CPU backend (gcc, -ffp-contract=off)
+ * rounds each operation too, so the two devices compute the same bits and
+ * ranks on different devices keep identical parameters. */
 __global__ void axpy_k(size_t n, float alpha, const float *x, float *y, int acc) {
-    GRID_STRIDE(i, n) y[i] = acc ? y[i] + alpha * x[i] : alpha * x[i];
+    GRID_STRIDE(i, n) {
+        float v = __fmul_rn(alpha, x[i]);
+        y[i] = acc ? __fadd_rn(y[i], v) : v;
+    }
 }
 
 __global__ void mul_k(size_t n, const float *a, const float *b, float *y, int acc) {
-    GRID_STRIDE(i, n) y[i] = acc ? y[i] + a[i] * b[i] : a[i] * b[i];
+    GRID_STRIDE(i, n) {
+        float v = __fmul_rn(a[i], b[i]);
+        y[i] = acc ? __fadd_rn(y[i], v) : v;
+    }
 }
 
 __global__ void dropout_mask_k(size_t n, float p, float keep, uint64_t seed, float *mask) {
@@ -192,20 +202,26 @@ __global__ void mean_k(int N, const double *row_loss, float *loss) {
 __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, float lr, float momentum, float wd,
                       int nesterov, float grad_scale) {
     GRID_STRIDE(i, n) {
-        float g = grad_scale * grad[i] + wd * param[i];
+        /* the CPU backend's expressions, one rounding per operation (see axpy_k) */
+        float g = __fadd_rn(__fmul_rn(grad_scale, grad[i]), __fmul_rn(wd, param[i]));
         if (momentum == 0.0f) {
-            param[i] -= lr * g;
+            param[i] = __fsub_rn(param[i], __fmul_rn(lr, g));
             continue;
         }
-        float b = momentum * buf[i] + g;
+        float b = __fadd_rn(__fmul_rn(momentum, buf[i]), g);
         buf[i] = b;
-        param[i] -= lr * (nesterov ? g + momentum * b : b);
+        param[i] = __fsub_rn(param[i], __fmul_rn(lr, nesterov ? __fadd_rn(g, __fmul_rn(momentum, b)) : b));
     }
 }
 
 } // namespace
 
 extern "C" {
+
+cudaError_t cuk_probe(void) {
+    cudaFuncAttributes fa;
+    return cudaFuncGetAttributes(&fa, relu_fwd_k);
+}
 
 cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y) {
     if (n) relu_fwd_k<<<grid_for(n), kThreads, 0, s>>>(n, x, y);

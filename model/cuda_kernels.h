@@ -22,6 +22,9 @@
 extern "C" {
 #endif
 
+/* cudaSuccess when this build has kernels the current device can run (else
+ * cudaErrorNoKernelImageForDevice or similar); launches nothing. */
+cudaError_t cuk_probe(void);
 cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y);
 cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy, float *dx, int accumulate);
 cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, float *y);

@@ -336,11 +336,11 @@ static void format_duration(double s, char *buf, size_t len) {
 }
 
 /* train.device: the backend of this rank (GPU local_rank % GPUs of its node),
- * said in one line, with the reason when auto falls back to the CPU. Sets
- * *gpus to the GPUs this process sees (0 on the CPU). */
-static const backend *choose_device(const config *cfg, int *gpus) {
+ * said in one line (rank 0 prints every rank's), with the reason when auto
+ * falls back to the CPU. */
+static const backend *choose_device(const config *cfg) {
     char devs[4096];
-    *gpus = backend_describe_devices(devs, sizeof devs);
+    backend_describe_devices(devs, sizeof devs);
     const backend *be = backend_get_for_rank(cfg->device, dist_local_rank());
     if (!be) {
         cnt_err_set("train.device = %s: %s", cfg->device, cnt_err_msg());
@@ -352,7 +352,6 @@ static const backend *choose_device(const config *cfg, int *gpus) {
         char *nl = strchr(devs, '\n');
         if (nl) *nl = '\0';
         snprintf(what, sizeof what, "%.300s (train.device = auto; %.300s)", desc, devs);
-        *gpus = 0;
     } else {
         snprintf(what, sizeof what, "%.300s (train.device = %.100s)", desc, cfg->device);
     }
@@ -368,10 +367,6 @@ static const backend *choose_device(const config *cfg, int *gpus) {
         free(all);
         free(counts);
     }
-    if (strcmp(be->name, "cpu") != 0 && dist_local_world() > *gpus && dist_local_rank() == 0)
-        log_warn("%d ranks on this node share %d GPU%s (rank r takes GPU r %% %d); NCCL cannot put two ranks on one "
-                 "GPU, so dist.backend = auto uses MPI through host memory",
-                 dist_local_world(), *gpus, *gpus == 1 ? "" : "s", *gpus);
     if (strcmp(cfg->precision, "tf32") == 0) {
         be->set_math(BACKEND_MATH_TF32);
         if (strcmp(be->name, "cpu") == 0) log_info("precision: tf32 requested; the CPU backend computes fp32");
@@ -386,24 +381,26 @@ static const backend *choose_device(const config *cfg, int *gpus) {
  * decision is the same on every rank: it rests on sums over all ranks.
  * *nccl_out is the communicator when NCCL is used (also for 1 rank when
  * asked for by name, so one GPU can try the path), else NULL. */
-static int choose_comm(const config *cfg, const backend *be, int gpus, dist_nccl **nccl_out) {
+static int choose_comm(const config *cfg, const backend *be, dist_nccl **nccl_out) {
     *nccl_out = NULL;
     int named = strcmp(cfg->dist_backend, "nccl") == 0, is_auto = strcmp(cfg->dist_backend, "auto") == 0;
     if (!named && !(is_auto && dist_world() > 1)) return CNT_OK;
-    /* [0]: ranks without a GPU backend; [1]: nodes with more ranks than GPUs */
-    double counts[2] = {strcmp(be->name, "cpu") == 0, dist_local_rank() == 0 && dist_local_world() > gpus};
-    if (dist_world() > 1) dist_allreduce_sum_f64(counts, 2);
-    if (is_auto && (counts[0] > 0 || counts[1] > 0 || !CNT_HAVE_NCCL || strcmp(cfg->compress, "none") != 0))
-        return CNT_OK; /* MPI; choose_device already said why when ranks share GPUs */
-    if (named && counts[0] > 0)
+    /* Ranks on the CPU rule NCCL out. Whether ranks share a GPU is judged by
+     * dist_nccl_create from the GPUs' PCI bus ids: a rank's count of visible
+     * GPUs says nothing when CUDA_VISIBLE_DEVICES gives each rank its own. */
+    double cpu_ranks = strcmp(be->name, "cpu") == 0;
+    if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
+    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || strcmp(cfg->compress, "none") != 0)) return CNT_OK;
+    if (named && cpu_ranks > 0)
         return cnt_err_set("dist.backend = nccl: %g rank%s run%s on the CPU (train.device = %s); NCCL needs a GPU "
                            "per rank (see ./trainer --devices)",
-                           counts[0], counts[0] == 1 ? "" : "s", counts[0] == 1 ? "s" : "", cfg->device);
+                           cpu_ranks, cpu_ranks == 1 ? "" : "s", cpu_ranks == 1 ? "s" : "", cfg->device);
 #if CNT_HAVE_NCCL
     dist_nccl *nc = dist_nccl_create();
     if (!nc) {
         if (named) return CNT_ERR; /* the message names dist.backend=nccl and what to do */
-        log_warn("dist.backend = auto: NCCL did not start (%s); using MPI through host memory", cnt_err_msg());
+        if (dist_rank() == 0)
+            log_warn("dist.backend = auto: NCCL did not start (%s); using MPI through host memory", cnt_err_msg());
         return CNT_OK;
     }
     *nccl_out = nc;
@@ -417,14 +414,16 @@ static int choose_comm(const config *cfg, const backend *be, int gpus, dist_nccl
 static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl, train_result *res);
 
 int trainer_run(const config *cfg, train_result *res) {
-    int gpus = 0;
-    const backend *be = choose_device(cfg, &gpus);
+    const backend *be = choose_device(cfg);
     if (!be) return CNT_ERR;
     dist_nccl *nccl = NULL;
-    if (choose_comm(cfg, be, gpus, &nccl) != CNT_OK) return CNT_ERR;
+    if (choose_comm(cfg, be, &nccl) != CNT_OK) return CNT_ERR;
     int status = trainer_run_on(cfg, be, nccl, res);
 #if CNT_HAVE_NCCL
-    dist_nccl_free(nccl); /* a collective, after the reducer that used it */
+    /* after the reducer that used it; a failed run may have left collectives
+     * no peer will join, so it aborts instead of waiting for them */
+    if (status == CNT_OK) dist_nccl_free(nccl);
+    else dist_nccl_abort(nccl);
 #endif
     return status;
 }
@@ -732,16 +731,18 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
              r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
 
     if (status == CNT_OK && !isfinite(r.last_loss)) status = cnt_err_set("training diverged (loss %g)", r.last_loss);
-    if (tl) {
+    if (tl && status == CNT_OK) {
         /* Every rank gets here (the loop ends at the same step everywhere);
-         * the write is a collective gather to rank 0. */
+         * the write is a collective gather to rank 0. A rank that failed
+         * (rank 0 alone, writing a checkpoint) skips it: the others are in
+         * other collectives, and main() ends the job (dist_abort); its
+         * timeline is left to the process's end. */
         net_set_node_hook(nt, NULL, NULL);
         if (rd) reducer_set_timeline(rd, NULL);
         char path[2 * CONFIG_STR + 8];
         path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
         if (timeline_write(tl, path) != CNT_OK) {
-            if (status == CNT_OK) status = CNT_ERR;
-            else log_error("%s", cnt_err_msg());
+            status = CNT_ERR;
         } else if (rank == 0) {
             log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
         }
