@@ -609,12 +609,8 @@ static void test_bn_bwd(void **state) {
 
 /* ---------------------------------------------------------------- pooling */
 
-typedef struct pool_case {
-    pool_mode mode;
-    int N, C, H, W, R, S, sh, sw, ph, pw, ceil_mode, P, Q; /* P, Q: adaptive only */
-} pool_case;
 
-static const pool_case pool_cases[] = {
+static const tu_pool_case pool_cases[] = {
     {POOL_MODE_MAX, 2, 3, 16, 16, 3, 3, 2, 2, 1, 1, 0, 0, 0},          /* ResNet stem */
     {POOL_MODE_MAX, 2, 4, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0},            /* VGG 2x2 on odd sizes */
     {POOL_MODE_MAX, 1, 3, 15, 15, 3, 3, 2, 2, 0, 0, 0, 0, 0},          /* Inception 3x3/2, batch 1 */
@@ -636,13 +632,6 @@ static const pool_case pool_cases[] = {
     {POOL_MODE_ADAPTIVE_AVG, 2, 2, 14, 14, 0, 0, 0, 0, 0, 0, 0, 7, 7},   /* VGG's 7x7, divisible */
 };
 
-static pool_params pool_case_params(const pool_case *c) {
-    pool_params p = {.mode = c->mode, .N = c->N, .C = c->C, .H = c->H, .W = c->W, .R = c->R, .S = c->S,
-                     .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw,
-                     .ceil_mode = c->ceil_mode, .P = c->P, .Q = c->Q};
-    assert_int_equal(pool_params_init(&p), CNT_OK);
-    return p;
-}
 
 static void pool_label(char *buf, size_t len, const char *op, const pool_params *p, int accumulate,
                        const char *input) {
@@ -692,7 +681,7 @@ static void test_pool_fwd_bwd(void **state) {
     (void)state;
     NEED_GPU();
     for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
-        pool_params p = pool_case_params(&pool_cases[i]);
+        pool_params p = tu_pool_params(&pool_cases[i]);
         size_t nx = (size_t)p.N * p.C * p.H * p.W;
         rng r;
         rng_seed(&r, 900 + i, 1);
@@ -710,7 +699,7 @@ static void test_pool_fwd_bwd(void **state) {
 static void test_max_pool_ties_first_max(void **state) {
     (void)state;
     NEED_GPU();
-    static const pool_case cases[] = {
+    static const tu_pool_case cases[] = {
         {POOL_MODE_MAX, 2, 3, 8, 8, 3, 3, 2, 2, 1, 1, 0, 0, 0},   /* ResNet stem geometry */
         {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},   /* ceil_mode + pad */
         {POOL_MODE_MAX, 1, 2, 6, 5, 2, 2, 2, 2, 0, 0, 1, 0, 0},   /* ceil_mode: clipped last windows */
@@ -719,7 +708,7 @@ static void test_max_pool_ties_first_max(void **state) {
         {POOL_MODE_MAX, 3, 2, 9, 8, 3, 2, 2, 1, 1, 1, 1, 0, 0},   /* rectangular window, mixed strides */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pool_params p = pool_case_params(&cases[i]);
+        pool_params p = tu_pool_params(&cases[i]);
         size_t nx = (size_t)p.N * p.C * p.H * p.W;
         float *xh = tu_alloc_f(nx);
         rng r;

@@ -20,13 +20,10 @@
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/pool_rules.h"
+#include "tests/support/testutil.h"
 
-typedef struct geom {
-    pool_mode mode;
-    int N, C, H, W, R, S, sh, sw, ph, pw, ceil, P, Q; /* P, Q: adaptive only */
-} geom;
 
-static const geom geoms[] = {
+static const tu_pool_case geoms[] = {
     {POOL_MODE_MAX, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 0, 0, 0},   /* ResNet stem */
     {POOL_MODE_MAX, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},   /* ceil_mode */
     {POOL_MODE_MAX, 1, 2, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},   /* VGG */
@@ -46,27 +43,6 @@ static const geom geoms[] = {
     {POOL_MODE_ADAPTIVE_AVG, 1, 1, 13, 11, 0, 0, 0, 0, 0, 0, 0, 5, 3},
 };
 
-static void setup(const geom *g, pool_params *p) {
-    memset(p, 0, sizeof *p);
-    p->mode = g->mode;
-    p->N = g->N;
-    p->C = g->C;
-    p->H = g->H;
-    p->W = g->W;
-    p->R = g->R;
-    p->S = g->S;
-    p->stride_h = g->sh;
-    p->stride_w = g->sw;
-    p->pad_h = g->ph;
-    p->pad_w = g->pw;
-    p->ceil_mode = g->ceil;
-    if (g->mode == POOL_MODE_ADAPTIVE_AVG) {
-        p->P = g->P;
-        p->Q = g->Q;
-    } else {
-        assert_int_equal(pool_params_init(p), 0);
-    }
-}
 
 /* values: 0 = continuous, 1 = integers in [-2, 2] (many ties), 2 = all -1
  * (padding must never win a max window) */
@@ -78,10 +54,9 @@ static void fill(float *v, size_t n, rng *r, int values) {
     }
 }
 
-static void check_geom(const geom *g, int values, int accumulate) {
+static void check_geom(const tu_pool_case *g, int values, int accumulate) {
     const backend *cpu = backend_cpu();
-    pool_params p;
-    setup(g, &p);
+    pool_params p = tu_pool_params(g);
     size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
     float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
     float *y_cpu = malloc(ny * sizeof(float)), *dx_cpu = malloc(nx * sizeof(float)), *dx0 = malloc(nx * sizeof(float));
@@ -134,7 +109,7 @@ static void test_exhaustive_small(void **state) {
                 for (int s = 1; s <= 4; s++)
                     for (int pad = 0; pad <= k / 2; pad++)
                         for (int ceil = 0; ceil <= 1; ceil++) {
-                            geom g = {(pool_mode)mode, 1, 1, H, 3, k, 1, s, 1, pad, 0, ceil, 0, 0};
+                            tu_pool_case g = {(pool_mode)mode, 1, 1, H, 3, k, 1, s, 1, pad, 0, ceil, 0, 0};
                             pool_params p;
                             memset(&p, 0, sizeof p);
                             p.mode = g.mode;
@@ -146,7 +121,7 @@ static void test_exhaustive_small(void **state) {
                         }
     for (int in = 1; in <= 12; in++)
         for (int out = 1; out <= 12; out++) {
-            geom g = {POOL_MODE_ADAPTIVE_AVG, 1, 1, in, 2, 0, 0, 0, 0, 0, 0, 0, out, 1};
+            tu_pool_case g = {POOL_MODE_ADAPTIVE_AVG, 1, 1, in, 2, 0, 0, 0, 0, 0, 0, 0, out, 1};
             check_geom(&g, 0, 1);
             checked++;
         }

@@ -244,3 +244,11 @@ void tu_remove_tree(const char *dir) {
     closedir(d);
     rmdir(dir);
 }
+
+pool_params tu_pool_params(const tu_pool_case *c) {
+    pool_params p = {.mode = c->mode, .N = c->N, .C = c->C, .H = c->H, .W = c->W, .R = c->R, .S = c->S,
+                     .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw,
+                     .ceil_mode = c->ceil_mode, .P = c->P, .Q = c->Q};
+    assert_int_equal(pool_params_init(&p), CNT_OK);
+    return p;
+}

@@ -70,6 +70,16 @@ float *tu_alloc_f(size_t n);
  * not followed. Errors are ignored (a test's teardown must not fail). */
 void tu_remove_tree(const char *dir);
 
+/* A pooling geometry written as one table row; P and Q are read for adaptive
+ * pooling only (pool_params_init derives them otherwise). */
+typedef struct tu_pool_case {
+    pool_mode mode;
+    int N, C, H, W, R, S, sh, sw, ph, pw, ceil_mode, P, Q;
+} tu_pool_case;
+/* The row's pool_params, through pool_params_init (a cmocka failure if torch
+ * would refuse the geometry). */
+pool_params tu_pool_params(const tu_pool_case *c);
+
 void tu_fill_uniform(rng *r, double *x, size_t n, double lo, double hi);
 /* x[i] = mean + std * N(0, 1), rounded to float. */
 void tu_fill_normal(rng *r, double *x, size_t n, double mean, double std);
