@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_cli.sh - the trainer's command line as a user meets it: exit codes
 # and messages for configuration mistakes, --summary, --help, --version, the
-# data kinds (synthetic training, CIFAR errors), the ImageNet configs, and the
+# data kinds (synthetic training, CIFAR errors), the ImageNet configs, devices
+# and the GPU-only keys' mistakes (cuda without a GPU, nccl on the CPU), and the
 # README's config reference being the one the parser uses.
 # Run from the repository root after `make`. Exits non-zero on the first failure.
 set -u
@@ -91,6 +92,34 @@ run $T --bench resnet20 1x28x28 4 1
 check "--bench runs" grep -q "img/s" <<<"$out"
 run $T --bench resnet20 1x28 4 1
 check "--bench bad shape: exit 2" test "$rc" -eq 2
+run $T --bench resnet20 1x28x28 4 1 precision=bf16
+check "--bench unknown option value: exit 2 naming the options" test "$rc" -eq 2 -a -n "$(grep -o 'precision=fp32|tf32' <<<"$out")"
+run $T --bench resnet20 1x28x28 4 1 device=cpu precision=tf32 classes=3
+check "--bench key=value options: device, precision, classes" grep -q "on cpu, .*img/s" <<<"$out"
+
+# Devices: what the binary and machine offer, and the GPU-only keys' mistakes.
+run $T --devices
+check "--devices: exit 0 with the backends and what auto uses" \
+    test "$rc" -eq 0 -a -n "$(grep -o '^backends built in: cpu' <<<"$out")" -a -n "$(grep -o '^device=auto uses: ' <<<"$out")"
+gpu=$(grep -c '^cuda:[0-9]' <<<"$out")
+run $T configs/resnet20-fashion.ini train.precision=bf16
+check "train.precision outside fp32/tf32: exit 2 naming the choices" test "$rc" -eq 2 -a -n "$(grep -o 'fp32, tf32' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.backend=nccl train.device=cpu
+check "dist.backend=nccl on device cpu: exit 2 naming both keys" \
+    test "$rc" -eq 2 -a -n "$(grep -o 'dist.backend = nccl needs GPUs (train.device' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.backend=nccl dist.compress=fp16
+check "dist.backend=nccl with fp16 compression: exit 2" test "$rc" -eq 2 -a -n "$(grep -o 'dist.compress = fp16' <<<"$out")"
+if [ "$gpu" -eq 0 ]; then
+    run $T configs/resnet20-fashion.ini train.device=cuda train.out_dir="$tmp/nogpu"
+    check "train.device=cuda without a usable GPU: exit 1 with the reason" \
+        test "$rc" -eq 1 -a -n "$(grep -o 'train.device = cuda: .*see ./trainer --devices' <<<"$out")"
+    run $T configs/resnet20-fashion.ini dist.backend=nccl train.out_dir="$tmp/nogpu"
+    check "dist.backend=nccl when auto picked the CPU: exit 1 naming NCCL's need" \
+        test "$rc" -eq 1 -a -n "$(grep -o 'NCCL needs a GPU per rank' <<<"$out")"
+    run $T configs/resnet20-fashion.ini train.max_steps=1 train.out_dir="$tmp/auto"
+    check "train.device=auto without a GPU: the first line says cpu and why" \
+        grep -q '^device: cpu .*train.device = auto; cuda: ' <<<"$out"
+fi
 
 # Weights interchange: a checkpoint exported as safetensors (checked with
 # python3's standard library only), then a run started from it. Its own

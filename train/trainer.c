@@ -343,7 +343,9 @@ static const backend *choose_device(const config *cfg) {
     backend_describe_devices(devs, sizeof devs);
     const backend *be = backend_get_for_rank(cfg->device, dist_local_rank());
     if (!be) {
-        cnt_err_set("train.device = %s: %s", cfg->device, cnt_err_msg());
+        char why[1024];
+        snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
+        cnt_err_set("train.device = %s: %s (see ./trainer --devices)", cfg->device, why);
         return NULL;
     }
     char what[768], desc[512];
