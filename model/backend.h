@@ -100,9 +100,11 @@ typedef struct backend {
     /* Inference: y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta */
     void (*bn_fwd_infer)(int N, int C, int HW, const float *x, const float *gamma, const float *beta,
                          float *y, const float *running_mean, const float *running_var, float eps);
-    /* Gradients of the training forward: dgamma, dbeta overwritten; dx (+)=. */
+    /* Gradients of the training forward: dgamma, dbeta overwritten; dx (+)=.
+     * eps is the forward's (save_invstd already holds it; cuDNN asks for it
+     * again and wants the same value). */
     void (*bn_bwd)(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                   const float *save_mean, const float *save_invstd,
+                   const float *save_mean, const float *save_invstd, float eps,
                    float *dx, float *dgamma, float *dbeta, int accumulate_dx);
 
     /* ---- pooling ---- */

@@ -734,8 +734,9 @@ static void cpu_bn_fwd_infer(int N, int C, int HW, const float *x, const float *
 }
 
 static void cpu_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                       const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbeta,
-                       int accumulate_dx) {
+                       const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
+                       float *dbeta, int accumulate_dx) {
+    (void)eps; /* in save_invstd already */
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     size_t M = (size_t)N * HW;
 #pragma omp parallel for schedule(static) if (M * C >= CPU_PAR_MIN)

@@ -414,16 +414,17 @@ static void cuda_bn_fwd_infer(int N, int C, int HW, const float *x, const float 
 }
 
 static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbeta,
-                        int accumulate_dx) {
+                        const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
+                        float *dbeta, int accumulate_dx) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1 && (size_t)N * HW >= 2);
+    CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     bn_desc(N, C, HW);
-    /* With the saved statistics given, cuDNN does not use epsilon; it only
-     * checks it against its minimum. */
+    /* With the saved statistics given, the forward's epsilon is already in
+     * save_invstd; cuDNN's documentation asks for the same value anyway. */
     CUDNN_CHECK(cudnnBatchNormalizationBackward(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one,
                                                 accumulate_dx ? &k_one : &k_zero, &k_one, &k_zero, g.bn_x, x, g.bn_x,
                                                 dy, g.bn_x, dx, g.bn_param, gamma, dgamma, dbeta,
-                                                CUDNN_BN_MIN_EPSILON, save_mean, save_invstd));
+                                                (double)eps, save_mean, save_invstd));
 }
 
 /* ----------------------------------------------------------------- pooling */

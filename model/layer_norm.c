@@ -40,7 +40,7 @@ static void bn_backward(net *nt, node *nd) {
     /* One fused op writes dgamma, dbeta and dx; the weight gradients are
      * complete when it returns, so the hook follows it. */
     nt->be->bn_bwd(nt->batch, nd->C, nd->H * nd->W, x, nd->dy, layer_param(nt, nd, 0), s->save_mean,
-                   s->save_invstd, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
+                   s->save_invstd, s->eps, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
                    layer_param_grad(nt, nd, 1), nd->accumulate[0]);
     layer_grads_ready(nt, nd);
 }

@@ -412,7 +412,7 @@ static void test_bn_bwd(void **state) {
             }
             pair smean = pair_of(sm, (size_t)C), sinv = pair_of(si, (size_t)C);
             ref_bn_bwd(N, C, HW, x.h, dy.h, gamma.h, smean.h, sinv.h, dx.h, dgamma.h, dbeta.h, acc);
-            be->bn_bwd(N, C, HW, x.d, dy.d, gamma.d, smean.d, sinv.d, dx.d, dgamma.d, dbeta.d, acc);
+            be->bn_bwd(N, C, HW, x.d, dy.d, gamma.d, smean.d, sinv.d, 1e-5f, dx.d, dgamma.d, dbeta.d, acc);
             char what[128];
             /* dx subtracts two sums of M terms, scaled by invstd / M */
             snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);

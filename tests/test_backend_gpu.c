@@ -580,8 +580,8 @@ static void test_bn_bwd(void **state) {
             free(hg);
 
             for (int s = CPU; s <= GPU; s++)
-                be[s]->bn_bwd(N, C, HW, x.p[s], dy.p[s], gamma.p[s], smean.p[s], sinv.p[s], dx.p[s], dgamma.p[s],
-                              dbeta.p[s], acc);
+                be[s]->bn_bwd(N, C, HW, x.p[s], dy.p[s], gamma.p[s], smean.p[s], sinv.p[s], bc->eps, dx.p[s],
+                              dgamma.p[s], dbeta.p[s], acc);
             char what[128];
             /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)): values
              * of order a_max built from two reductions over M */
