@@ -391,8 +391,13 @@ static void bn_desc(int N, int C, int HW) {
 static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                               float *save_invstd) {
-    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1 && (size_t)N * HW >= 2);
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if ((size_t)N * HW == 1) {
+        CUDA_CHECK(cuk_bn_single_fwd(g.stream, C, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+                                     save_invstd));
+        return;
+    }
     bn_desc(N, C, HW);
     /* cuDNN's rule is PyTorch's: running = (1-factor)*running + factor*batch,
      * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
@@ -416,8 +421,12 @@ static void cuda_bn_fwd_infer(int N, int C, int HW, const float *x, const float 
 static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
                         const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
                         float *dbeta, int accumulate_dx) {
-    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1 && (size_t)N * HW >= 2);
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if ((size_t)N * HW == 1) {
+        CUDA_CHECK(cuk_bn_single_bwd(g.stream, C, dy, dx, dgamma, dbeta, accumulate_dx));
+        return;
+    }
     bn_desc(N, C, HW);
     /* With the saved statistics given, the forward's epsilon is already in
      * save_invstd; cuDNN's documentation asks for the same value anyway. */

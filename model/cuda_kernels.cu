@@ -197,6 +197,31 @@ __global__ void mean_k(int N, const double *row_loss, float *loss) {
     loss[0] = (float)(s / N);
 }
 
+/* One value per channel ([1, C, 1]): cuDNN has no statistics to take, the
+ * CPU backend's rule is the batch's own mean, variance 0 (biased and
+ * unbiased). */
+__global__ void bn_single_fwd_k(int C, const float *x, const float *gamma, const float *beta, float *y, float *rm,
+                                float *rv, float momentum, float eps, float *save_mean, float *save_invstd) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double invstd = 1.0 / sqrt((double)eps);
+    float scale = (float)((double)gamma[c] * invstd);
+    /* the CPU's expression: beta, or NaN for a NaN input */
+    y[c] = __fadd_rn(__fmul_rn(x[c] - x[c], scale), beta[c]);
+    save_mean[c] = x[c];
+    save_invstd[c] = (float)invstd;
+    rm[c] = __fadd_rn(__fmul_rn(1.0f - momentum, rm[c]), __fmul_rn(momentum, x[c]));
+    rv[c] = __fadd_rn(__fmul_rn(1.0f - momentum, rv[c]), __fmul_rn(momentum, 0.0f));
+}
+
+__global__ void bn_single_bwd_k(int C, const float *dy, float *dx, float *dgamma, float *dbeta, int acc) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    dgamma[c] = 0.0f; /* sum of dy * (x - mean) * invstd, with x == mean */
+    dbeta[c] = dy[c];
+    dx[c] = acc ? dx[c] + 0.0f : 0.0f; /* dy - mean(dy) - 0 */
+}
+
 /* --------------------------------------------------------------- optimizer */
 
 __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, float lr, float momentum, float wd,
@@ -265,6 +290,21 @@ cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *
 cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y) {
     size_t total = (size_t)N * C * HW;
     if (total) bias_fwd_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, y);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_bn_single_fwd(cudaStream_t s, int C, const float *x, const float *gamma, const float *beta, float *y,
+                              float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                              float *save_invstd) {
+    bn_single_fwd_k<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(C, x, gamma, beta, y, running_mean,
+                                                                       running_var, momentum, eps, save_mean,
+                                                                       save_invstd);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_bn_single_bwd(cudaStream_t s, int C, const float *dy, float *dx, float *dgamma, float *dbeta,
+                              int accumulate) {
+    bn_single_bwd_k<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(C, dy, dx, dgamma, dbeta, accumulate);
     return cudaGetLastError();
 }
 

@@ -34,6 +34,13 @@ cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, f
 cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
                              float *dst, int dst_C, int dst_off, int accumulate);
 cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y);
+/* Batch norm of a batch with one value per channel (N * HW == 1), which
+ * cuDNN refuses: the CPU backend's rule (mean = the value, variance 0). */
+cudaError_t cuk_bn_single_fwd(cudaStream_t s, int C, const float *x, const float *gamma, const float *beta, float *y,
+                              float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                              float *save_invstd);
+cudaError_t cuk_bn_single_bwd(cudaStream_t s, int C, const float *dy, float *dx, float *dgamma, float *dbeta,
+                              int accumulate);
 /* partial: scratch of cuk_bias_bwd_scratch(N, C, HW) doubles */
 size_t cuk_bias_bwd_scratch(int N, int C, int HW);
 cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial);

@@ -463,6 +463,7 @@ static const bn_case bn_cases[] = {
     {8, 5, 784, 3.0f, 2.0f, 0.1f, 1e-5f},  /* long reductions, mean far from 0 */
     {3, 2, 9, 0.0f, 0.3f, 0.9f, 0.5f},     /* large eps: where eps goes matters */
     {8, 64, 64, 0.0f, 1.0f, 0.1f, 1e-5f},  /* ResNet-20 stage 3 */
+    {1, 6, 1, 0.5f, 1.0f, 0.1f, 1e-5f},    /* one value per channel: cuDNN refuses it, our kernel takes the CPU's rule */
 };
 #define N_BN_CASES (sizeof bn_cases / sizeof bn_cases[0])
 
