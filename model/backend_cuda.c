@@ -235,26 +235,52 @@ static void say_fallback(const conv_plan *pl, const char *dir) {
              p->S, p->stride_h, p->pad_h, g.ws_limit / 1048576.0);
 }
 
+/* One row of a cudnnFind* result, whatever the direction. */
+typedef struct found_algo {
+    cudnnStatus_t status;
+    int algo;
+    size_t memory;
+    cudnnMathType_t math;
+} found_algo;
+
+#define FOUND_ROWS(perf, got, rows)                                                                      \
+    for (int i_ = 0; i_ < (got); i_++)                                                                  \
+    (rows)[i_] = (found_algo){(perf)[i_].status, (int)(perf)[i_].algo, (perf)[i_].memory, (perf)[i_].mathType}
+
+/* The first (fastest) row that succeeded, fits the workspace limit and has an
+ * allowed math mode, into *algo, *math, *ws; 0 when there is none (the
+ * caller's fallback, with FMA math, stays). */
+static int choose_algo(const found_algo *rows, int got, int *algo, cudnnMathType_t *math, size_t *ws) {
+    for (int i = 0; i < got; i++) {
+        if (rows[i].status != CUDNN_STATUS_SUCCESS || rows[i].memory > g.ws_limit || !math_allowed(rows[i].math))
+            continue;
+        *algo = rows[i].algo;
+        *math = rows[i].math;
+        *ws = rows[i].memory;
+        return 1;
+    }
+    *math = CUDNN_FMA_MATH;
+    *ws = 0;
+    return 0;
+}
+
+/* The math mode the search may consider. */
+static cudnnMathType_t search_math(void) {
+    return g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
+
 static void plan_fwd(conv_plan *pl, const float *x, const float *w, float *y) {
     cudnnConvolutionFwdAlgoPerf_t perf[FIND_MAX];
-    int got = 0;
+    found_algo rows[FIND_MAX];
+    int got = 0, algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     size_t ws = ws_for_find();
-    conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    conv_set_math(pl, search_math());
     /* y is about to be overwritten anyway */
     CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(g.cudnn, pl->x, x, pl->w, w, pl->conv, pl->y, y, FIND_MAX,
                                                        &got, perf, g.ws, ws));
-    pl->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    pl->fwd_math = CUDNN_FMA_MATH;
-    pl->fwd_ws = 0;
-    int found = 0;
-    for (int i = 0; i < got && !found; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > g.ws_limit || !math_allowed(perf[i].mathType))
-            continue;
-        pl->fwd = perf[i].algo;
-        pl->fwd_math = perf[i].mathType;
-        pl->fwd_ws = perf[i].memory;
-        found = 1;
-    }
+    FOUND_ROWS(perf, got, rows);
+    int found = choose_algo(rows, got, &algo, &pl->fwd_math, &pl->fwd_ws);
+    pl->fwd = (cudnnConvolutionFwdAlgo_t)algo;
     if (!found) {
         say_fallback(pl, "forward pass");
         conv_set_math(pl, pl->fwd_math);
@@ -266,9 +292,10 @@ static void plan_fwd(conv_plan *pl, const float *x, const float *w, float *y) {
 
 static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float *dx, int accumulate) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[FIND_MAX];
-    int got = 0;
+    found_algo rows[FIND_MAX];
+    int got = 0, algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     size_t ws = ws_for_find();
-    conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    conv_set_math(pl, search_math());
     /* The search writes its output: when dx holds a gradient to add to, it
      * writes a scratch copy instead. */
     float *out = dx;
@@ -282,18 +309,9 @@ static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float 
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
         CUDA_CHECK(cudaFree(out));
     }
-    pl->bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    pl->bwd_data_math = CUDNN_FMA_MATH;
-    pl->bwd_data_ws = 0;
-    int found = 0;
-    for (int i = 0; i < got && !found; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > g.ws_limit || !math_allowed(perf[i].mathType))
-            continue;
-        pl->bwd_data = perf[i].algo;
-        pl->bwd_data_math = perf[i].mathType;
-        pl->bwd_data_ws = perf[i].memory;
-        found = 1;
-    }
+    FOUND_ROWS(perf, got, rows);
+    int found = choose_algo(rows, got, &algo, &pl->bwd_data_math, &pl->bwd_data_ws);
+    pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
     if (!found) {
         say_fallback(pl, "data gradient");
         conv_set_math(pl, pl->bwd_data_math);
@@ -305,24 +323,16 @@ static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float 
 
 static void plan_bwd_filter(conv_plan *pl, const float *x, const float *dy, float *dw) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[FIND_MAX];
-    int got = 0;
+    found_algo rows[FIND_MAX];
+    int got = 0, algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     size_t ws = ws_for_find();
-    conv_set_math(pl, g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
+    conv_set_math(pl, search_math());
     /* dw is about to be overwritten anyway */
     CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(g.cudnn, pl->x, x, pl->y, dy, pl->conv, pl->w, dw,
                                                               FIND_MAX, &got, perf, g.ws, ws));
-    pl->bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    pl->bwd_filter_math = CUDNN_FMA_MATH;
-    pl->bwd_filter_ws = 0;
-    int found = 0;
-    for (int i = 0; i < got && !found; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > g.ws_limit || !math_allowed(perf[i].mathType))
-            continue;
-        pl->bwd_filter = perf[i].algo;
-        pl->bwd_filter_math = perf[i].mathType;
-        pl->bwd_filter_ws = perf[i].memory;
-        found = 1;
-    }
+    FOUND_ROWS(perf, got, rows);
+    int found = choose_algo(rows, got, &algo, &pl->bwd_filter_math, &pl->bwd_filter_ws);
+    pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
     if (!found) {
         say_fallback(pl, "weight gradient");
         conv_set_math(pl, pl->bwd_filter_math);
