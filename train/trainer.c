@@ -339,8 +339,6 @@ static void format_duration(double s, char *buf, size_t len) {
  * said in one line (rank 0 prints every rank's), with the reason when auto
  * falls back to the CPU. */
 static const backend *choose_device(const config *cfg) {
-    char devs[4096];
-    backend_describe_devices(devs, sizeof devs);
     const backend *be = backend_get_for_rank(cfg->device, dist_local_rank());
     if (!be) {
         char why[1024];
@@ -351,6 +349,9 @@ static const backend *choose_device(const config *cfg) {
     char what[768], desc[512];
     be->describe(desc, sizeof desc);
     if (strcmp(be->name, "cpu") == 0 && strcmp(cfg->device, "auto") == 0) {
+        /* why no GPU: asked only here, so device=cpu never touches the CUDA runtime */
+        char devs[4096];
+        backend_describe_devices(devs, sizeof devs);
         char *nl = strchr(devs, '\n');
         if (nl) *nl = '\0';
         snprintf(what, sizeof what, "%.300s (train.device = auto; %.300s)", desc, devs);
