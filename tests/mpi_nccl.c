@@ -147,11 +147,11 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
     }
     if (tl) reducer_set_timeline(rd, NULL);
     tu_mpi_check(ok_sum, "%s n=%zu buckets=%d (first %zu, then %zu) overlap=%d %s: 3 steps of sums %s", path, n, nb,
-          L.first, L.bucket, overlap, fractional ? "fractional" : "integer",
-          fractional ? "within the rounding bound" : "bitwise equal to MPI_Allreduce");
+                 L.first, L.bucket, overlap, fractional ? "fractional" : "integer",
+                 fractional ? "within the rounding bound" : "bitwise equal to MPI_Allreduce");
     if (fractional && rank_ == 0 && worst > 0) printf("     (largest difference from MPI: %.3g)\n", worst);
     tu_mpi_check(ok_stats, "%s n=%zu overlap=%d: stats (buckets %d, early, comm_step %s)", path, n, overlap, nb,
-          nc ? "one step late" : "this step");
+                 nc ? "one step late" : "this step");
     reducer_free(rd);
     be->free(src);
     be->free(grads);
@@ -211,7 +211,7 @@ static void test_timeline(const backend *be, dist_nccl *nc, const busy *w) {
     run_reducer(be, nc, w, L, 1, 0, tl);
     /* 3 steps x 5 buckets: the last step's by reducer_set_timeline(NULL) */
     tu_mpi_check(timeline_count(tl) == 15, "timeline: every NCCL bucket of every step recorded (%ld of 15)",
-          timeline_count(tl));
+                 timeline_count(tl));
     timeline_free(tl);
 }
 

@@ -72,9 +72,9 @@ static void test_ring(size_t n, size_t chunk_bytes) {
     dist_ring_allreduce(ring, n, chunk_bytes);
     dist_allreduce_sum(ref, n, DIST_ALGO_MPI);
     tu_mpi_check(memcmp(ring, ref, n * sizeof(float)) == 0,
-          "ring n=%zu chunk_bytes=%zu: bitwise equal to MPI_Allreduce", n, chunk_bytes);
+                 "ring n=%zu chunk_bytes=%zu: bitwise equal to MPI_Allreduce", n, chunk_bytes);
     tu_mpi_check(memcmp(ring, want, n * sizeof(float)) == 0,
-          "ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
+                 "ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
     free(ring);
     free(ref);
     free(want);
@@ -103,7 +103,7 @@ static void test_f16_exact(size_t n, size_t chunk_bytes) {
     for (size_t i = 0; i < n; i++) ok &= ring[i] == fp16_from_float(expected_of(i));
     tu_mpi_check(ok, "fp16 ring n=%zu chunk_bytes=%zu: bitwise equal to the analytic sum", n, chunk_bytes);
     tu_mpi_check(memcmp(ring, mpi, n * sizeof *ring) == 0 && memcmp(ring, viaring, n * sizeof *ring) == 0,
-          "fp16 n=%zu: ring, MPI (user op) and dist_allreduce_sum_f16(RING) bitwise equal", n);
+                 "fp16 n=%zu: ring, MPI (user op) and dist_allreduce_sum_f16(RING) bitwise equal", n);
     free(ring);
     free(mpi);
     free(viaring);
@@ -146,7 +146,7 @@ static void test_f16_tolerance(size_t n) {
         if (mag > 0 && er / mag > worst) worst = er / mag;
     }
     tu_mpi_check(ok_ring, "fp16 ring n=%zu: within the fp16 rounding bound of the fp32 sum (worst %.2g of sum|x|)", n,
-          worst);
+                 worst);
     tu_mpi_check(ok_mpi, "fp16 MPI n=%zu: within the fp16 rounding bound of the fp32 sum", n);
     /* At 2 ranks both round the same single sum; beyond, the orders differ. */
     if (world_ == 2)
@@ -252,16 +252,16 @@ static void test_misc(int expect_world, int single_node) {
     dist_allreduce_sum_f64(d, 3);
     double w = world_;
     tu_mpi_check(d[0] == w * (w - 1) / 2 + 0.5 * w && d[1] == w && d[2] == -0.25 * w * (w - 1) / 2,
-          "dist_allreduce_sum_f64: exact sums");
+                 "dist_allreduce_sum_f64: exact sums");
 
     int lr = dist_local_rank(), lw = dist_local_world();
     tu_mpi_check(lw >= 1 && lw <= world_ && lr >= 0 && lr < lw,
-          "local rank: 0 <= local_rank < local_world <= world");
+                 "local rank: 0 <= local_rank < local_world <= world");
     if (single_node)
         tu_mpi_check(lw == world_, "local world: local_world == world on one node");
     if (expect_world > 0)
         tu_mpi_check(world_ == expect_world && rank_ >= 0 && rank_ < world_,
-              "world: world size as launched");
+                     "world: world size as launched");
 }
 
 int main(int argc, char **argv) {
