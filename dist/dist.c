@@ -20,8 +20,10 @@
 #include "dist/dist.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/check.h"
 #include "dist/fp16.h"
@@ -63,9 +65,21 @@ void dist_mpi_fail_at(const char *file, int line, const char *stmt, int err) {
 
 /* cnt_fatal()'s hook: end every rank, so none is left waiting in a collective
  * for the one that failed. Alone, a plain exit (cnt_fatal's own) is enough. */
-static void dist_abort_hook(int code) {
-    if (dist_initialised && !dist_finalised && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+/* Ends every rank. Why the pause: MPI_Abort has the launcher kill the other
+ * processes, and this rank's own last lines (the error that explains the
+ * abort) are still on their way through mpirun's output forwarding; killed
+ * too early, they were seen to go missing. A quarter second on a path that
+ * ends the job anyway. */
+static void abort_job(int code) {
+    if (!(dist_initialised && !dist_finalised && g_world > 1)) return;
+    fflush(stdout);
+    fflush(stderr);
+    struct timespec pause = {0, 250 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    MPI_Abort(MPI_COMM_WORLD, code);
 }
+
+static void dist_abort_hook(int code) { abort_job(code); }
 
 int dist_init(int *argc, char ***argv) {
     if (dist_initialised) return CNT_OK;
@@ -116,7 +130,7 @@ void dist_finalize(void) {
 
 void dist_abort(int code) {
     if (code == 0) code = 1;
-    if (dist_initialised && !dist_finalised && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    abort_job(code);
     exit(code);
 }
 
