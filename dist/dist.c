@@ -26,7 +26,7 @@
 #include <time.h>
 
 #include "common/check.h"
-#include "dist/fp16.h"
+#include "common/half.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>

@@ -11,7 +11,7 @@
  *                   textbook algorithm docs/ explains, and is tested against
  *                   MPI_Allreduce.
  * Both also sum IEEE binary16 buffers (dist_allreduce_sum_f16, for
- * dist.compress = fp16; conversions in dist/fp16.h). And the stall watchdog
+ * dist.compress = fp16; conversions in common/half.h). And the stall watchdog
  * (dist/watchdog.c): an arrival barrier with a timeout that names late ranks.
  *
  * Built with MPI (CNT_HAVE_MPI=1) the job is whatever mpirun started; a plain
@@ -69,7 +69,7 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo);
 /* In-place sum over ranks of n doubles (metrics: loss sums, hit counts). */
 void dist_allreduce_sum_f64(double *buf, size_t n);
 
-/* In-place sum over ranks of n IEEE binary16 values (dist/fp16.h), for
+/* In-place sum over ranks of n IEEE binary16 values (common/half.h), for
  * dist.compress = fp16: half the bytes of the float sum on the wire. Each
  * reduction step widens both halves to float, adds, and rounds once back to
  * half (ties to even), so a sum beyond 65504 becomes inf (as in Horovod).

@@ -8,7 +8,7 @@
 #include "common/check.h"
 #include "common/threads.h"
 #include "common/timer.h"
-#include "dist/fp16.h"
+#include "common/half.h"
 
 #include <errno.h>
 #include <pthread.h>

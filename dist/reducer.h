@@ -63,7 +63,7 @@
  * Compression (dist.compress = fp16, as Horovod's fp16 compression; MPI path
  * only: NCCL would need a device conversion kernel, and reducer_create
  * asserts it is not asked for): the communication thread converts the bucket
- * to IEEE binary16 (round to nearest even, dist/fp16.h), allreduces the
+ * to IEEE binary16 (round to nearest even, common/half.h), allreduces the
  * halves (dist_allreduce_sum_f16: MPI with a 16-bit datatype and a user op,
  * or the fp16 ring; partial sums are added in fp32 and rounded to half at
  * each reduction step) and converts the sum back to fp32; the update then

@@ -46,7 +46,7 @@
  * over 16-bit halves, so every message is half the size. The partial sums
  * travel as halves; at each reduce-scatter hop the received half and the
  * local half are widened to float, added, and rounded once back to half
- * (dist/fp16.h), the same step MPI's reduction runs with the op of
+ * (common/half.h), the same step MPI's reduction runs with the op of
  * dist_allreduce_sum_f16. With 2 ranks that is exactly the rounded sum; with
  * N ranks each element is rounded N-1 times, in ring order. Sums beyond
  * 65504 become inf.
@@ -59,7 +59,7 @@
 #include <stdlib.h>
 
 #include "common/check.h"
-#include "dist/fp16.h"
+#include "common/half.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>

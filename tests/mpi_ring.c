@@ -46,7 +46,7 @@
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "tests/support/mpi_check.h"
-#include "dist/fp16.h"
+#include "common/half.h"
 
 #include <math.h>
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "dist/fp16.h"
+#include "common/half.h"
 #include "dist/reducer.h"
 #include "model/net.h"
 

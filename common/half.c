@@ -1,5 +1,5 @@
 /*
- * dist/fp16.c - float <-> IEEE binary16 conversions (see dist/fp16.h).
+ * common/half.c - float <-> IEEE binary16 conversions (see common/half.h).
  *
  * The software conversion works on the bit patterns. A float is
  * sign | 8-bit exponent (bias 127) | 23-bit mantissa; a half is
@@ -13,7 +13,7 @@
  * compiled for F16C+AVX through __attribute__((target)), chosen at run time
  * by a CPUID check, so the binary runs on any x86-64.
  */
-#include "dist/fp16.h"
+#include "common/half.h"
 
 #include <string.h>
 
@@ -108,6 +108,14 @@ __attribute__((target("avx,f16c"))) static void add_f16c(uint16_t *inout, const 
     for (; i < n; i++) inout[i] = fp16_from_float(fp16_to_float(in[i]) + fp16_to_float(inout[i]));
 }
 
+__attribute__((target("avx,f16c"))) static void round_f16c(float *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) dst[i] = fp16_to_float(fp16_from_float(src[i]));
+}
+
 static int cpu_f16c(void) {
     static int known = -1; /* benign race: every thread computes the same value */
     if (known < 0) {
@@ -156,4 +164,43 @@ void fp16_add_array(uint16_t *inout, const uint16_t *in, size_t n) {
     }
 #endif
     for (size_t i = 0; i < n; i++) inout[i] = fp16_from_float(fp16_to_float(in[i]) + fp16_to_float(inout[i]));
+}
+
+float fp16_round(float x) { return fp16_to_float(fp16_from_float(x)); }
+
+/* Branch-free on the bits, so the array loop vectorises. Adding 0x7fff plus
+ * the lowest kept bit and truncating is round to nearest, ties to even; a
+ * carry runs into the exponent (and up to inf, 0x7f800000, exactly). NaNs are
+ * kept apart: the same addition could carry a NaN's payload into the sign. */
+static inline uint32_t bf16_round_bits(uint32_t u) {
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+    return is_nan ? ((u | 0x00400000u) & 0xffff0000u) : r;
+}
+
+float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = bf16_round_bits(u);
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+void fp16_round_array(float *dst, const float *src, size_t n) {
+#if FP16_X86
+    if (fp16_have_f16c()) {
+        round_f16c(dst, src, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) dst[i] = fp16_to_float(fp16_from_float(src[i]));
+}
+
+void bf16_round_array(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        u = bf16_round_bits(u);
+        memcpy(dst + i, &u, sizeof u);
+    }
 }

@@ -1,5 +1,5 @@
 /*
- * tests/test_fp16.c - the float <-> IEEE binary16 conversions of dist/fp16.h
+ * tests/test_half.c - the float <-> IEEE binary16 conversions of common/half.h
  * (dist.compress = fp16): exact values, ties to even, subnormals, overflow to
  * inf, inf and NaN; every half back and forth; a sweep of a million floats
  * against an independent reference in double arithmetic; and, when the CPU has
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/fp16.h"
+#include "common/half.h"
 
 static float f_of_bits(uint32_t x) {
     float f;
@@ -188,6 +188,110 @@ static void test_arrays_match_software(void **state) {
     free(f);
 }
 
+/* bfloat16 rounding against an independent reference: the nearest of the two
+ * bf16 neighbours in double arithmetic, ties to the even one. */
+static float ref_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) >= 0x7f800000u) return x; /* inf, NaN: checked apart */
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u; /* same sign: toward and away from zero */
+    double dx = fabs((double)x), dlo = fabs((double)f_of_bits(lo)), dhi = fabs((double)f_of_bits(hi));
+    if ((hi & 0x7fffffffu) > 0x7f800000u) dhi = INFINITY; /* never past inf */
+    uint32_t pick;
+    if (dx - dlo < dhi - dx) pick = lo;
+    else if (dx - dlo > dhi - dx) pick = hi;
+    else pick = (lo >> 16) & 1u ? hi : lo;
+    /* the step past the largest bf16 (0x7f7f...) is inf, which IEEE rounding reaches at the tie */
+    if ((lo & 0x7fffffffu) == 0x7f7f0000u && dx - dlo >= 0x1p119) pick = (u & 0x80000000u) | 0x7f800000u;
+    return f_of_bits(pick);
+}
+
+static void test_bf16_round(void **state) {
+    (void)state;
+    struct { float in, out; } cases[] = {
+        {1.0f, 1.0f}, {-2.5f, -2.5f}, {0.0f, 0.0f},
+        {1.0f + 0x1p-8f, 1.0f},                    /* tie, 1.0 even: down */
+        {1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-6f},      /* tie, odd: up */
+        {1.0f + 0x1p-8f + 0x1p-20f, 1.0f + 0x1p-7f}, /* just above the tie */
+        {2.0f - 0x1p-9f, 2.0f},                    /* carry into the exponent */
+        {0x1.fefffep127f, 0x1.fep127f},            /* below the last tie: the largest bf16 */
+        {0x1.ffp127f, INFINITY},                   /* the tie above it: inf */
+        {-0x1.ffp127f, -INFINITY},
+        {0x1p-130f, 0x1p-130f},                    /* float subnormals keep 7 bits like any value */
+        {0.1f, 0x1.9ap-4f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float r = bf16_round(cases[i].in);
+        assert_memory_equal(&r, &cases[i].out, sizeof r);
+    }
+    float z = bf16_round(-0.0f);
+    assert_true(z == 0.0f && signbit(z));
+    assert_true(isinf(bf16_round(INFINITY)) && bf16_round(-INFINITY) < 0);
+    /* NaN stays NaN, even one whose payload is all in the low 16 bits */
+    assert_true(isnan(bf16_round(f_of_bits(0x7f800001u))));
+    assert_true(isnan(bf16_round(f_of_bits(0xffffffffu))));
+    assert_true(isnan(bf16_round(NAN)));
+    /* a sweep against the reference, and the array version equal to the scalar */
+    enum { N = 1 << 20 };
+    float *in = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    assert_non_null(in);
+    assert_non_null(out);
+    uint32_t u = 0x2545f491u;
+    for (int i = 0; i < N; i++) {
+        u = u * 1664525u + 1013904223u;
+        uint32_t b = u;
+        if ((b & 0x7f800000u) == 0x7f800000u) b &= 0xbfffffffu; /* finite inputs; inf/NaN tested above */
+        if (i % 7 == 0) b = (b & 0xffff0000u) | 0x8000u;        /* plenty of exact ties */
+        in[i] = f_of_bits(b);
+    }
+    bf16_round_array(out, in, N);
+    for (int i = 0; i < N; i++) {
+        float want = ref_bf16(in[i]), one = bf16_round(in[i]);
+        if (memcmp(&out[i], &want, sizeof want) != 0 || memcmp(&one, &want, sizeof want) != 0)
+            fail_msg("bf16_round(%a) = %a (array %a), want %a", (double)in[i], (double)one, (double)out[i],
+                     (double)want);
+    }
+    free(in);
+    free(out);
+}
+
+static void test_fp16_round(void **state) {
+    (void)state;
+    /* fp16_round is the round trip through a half ... */
+    assert_true(fp16_round(1.0f + 0x1p-11f) == 1.0f);
+    assert_true(fp16_round(1.0f + 3 * 0x1p-11f) == 1.0f + 0x1p-9f);
+    assert_true(fp16_round(65519.0f) == 65504.0f);
+    assert_true(isinf(fp16_round(65520.0f)) && fp16_round(-70000.0f) < 0 && isinf(fp16_round(-70000.0f)));
+    assert_true(fp16_round(0x1p-25f) == 0.0f && fp16_round(0x1.8p-25f) == 0x1p-24f);
+    assert_true(isnan(fp16_round(NAN)));
+    /* ... and the array version (F16C or not) equals it, in place too */
+    enum { N = 100003 };
+    float *in = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    assert_non_null(in);
+    assert_non_null(out);
+    uint32_t u = 12345u;
+    for (int i = 0; i < N; i++) {
+        u = u * 1664525u + 1013904223u;
+        in[i] = f_of_bits((u & 0x8fffffffu) | 0x30000000u); /* magnitudes around 2^-31 .. 2^97 */
+    }
+    for (int sw = 0; sw < 2; sw++) {
+        fp16_force_software(sw);
+        fp16_round_array(out, in, N);
+        for (int i = 0; i < N; i++) {
+            float want = fp16_to_float(fp16_from_float(in[i]));
+            if (memcmp(&out[i], &want, sizeof want) != 0)
+                fail_msg("fp16_round_array (%s) [%d] %a -> %a, want %a", sw ? "software" : "F16C", i,
+                         (double)in[i], (double)out[i], (double)want);
+        }
+    }
+    fp16_force_software(0);
+    memcpy(out, in, N * sizeof(float));
+    fp16_round_array(out, out, N);
+    for (int i = 0; i < N; i++) assert_true(memcmp(&out[i], &(float){fp16_round(in[i])}, sizeof(float)) == 0);
+    free(in);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_values),
@@ -197,6 +301,8 @@ int main(void) {
         cmocka_unit_test(test_all_halves_round_trip),
         cmocka_unit_test(test_sweep_against_reference),
         cmocka_unit_test(test_arrays_match_software),
+        cmocka_unit_test(test_bf16_round),
+        cmocka_unit_test(test_fp16_round),
     };
     return cmocka_run_group_tests_name("fp16", tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /*
- * dist/fp16.h - IEEE 754 binary16 ("half", fp16) conversions for gradient
- * compression (dist.compress = fp16).
+ * common/half.h - IEEE 754 binary16 ("half", fp16) conversions for gradient
+ * compression (dist.compress = fp16), and rounding of floats to fp16 and to
+ * bfloat16 for reduced-precision math (train.precision = fp16 | bf16) on the
+ * CPU backend.
  *
  * Provides float <-> half conversion of one value and of arrays. Float to half
  * rounds to nearest, ties to even, the IEEE default and what F16C's VCVTPS2PH
@@ -15,7 +17,7 @@
  * them (x86-64 GCC or Clang, through a target attribute, so the build needs no
  * -mf16c) and the CPU has them (checked at run time); otherwise, and for the
  * tails, the portable software conversion. Both give the same bits, which
- * tests/test_fp16.c checks over every half and a sweep of floats.
+ * tests/test_half.c checks over every half and a sweep of floats.
  *
  * No function fails. Pure functions of their arguments; thread-safe.
  */
@@ -37,6 +39,20 @@ void fp16_to_float_array(float *dst, const uint16_t *src, size_t n);
 /* inout[i] = fp16_from_float(fp16_to_float(in[i]) + fp16_to_float(inout[i])):
  * one reduction step of the fp16 sum, added in fp32 and rounded once. */
 void fp16_add_array(uint16_t *inout, const uint16_t *in, size_t n);
+
+/* ---- rounding floats to a narrower type, kept as floats ----
+ * fp16_round(x) = fp16_to_float(fp16_from_float(x)): the value a half tensor
+ * would hold (beyond +-65504 after rounding: +-inf).
+ * bf16_round(x): bfloat16 (sign, the float's 8-bit exponent, 7 mantissa bits),
+ * round to nearest even on the dropped 16 bits, as CUDA's __float2bfloat16_rn:
+ * magnitudes that round above 0x1.fep127 become inf, float subnormals round
+ * like any other value, inf stays inf, NaN stays a quiet NaN. */
+float fp16_round(float x);
+float bf16_round(float x);
+/* dst[i] = fp16_round(src[i]) / bf16_round(src[i]); dst may equal src. The
+ * fp16 version uses F16C like the arrays above. */
+void fp16_round_array(float *dst, const float *src, size_t n);
+void bf16_round_array(float *dst, const float *src, size_t n);
 
 /* 1 when the array versions use F16C on this CPU, 0 when they use the
  * software conversion (for tests and the start-up log). */
