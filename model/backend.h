@@ -162,10 +162,29 @@ typedef struct backend {
     /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
     void (*set_threads)(int n);
 
+    /* ---- overflow check (dynamic loss scaling) ----
+     * found[0] = 1.0f when any of x[0, n) is +-inf or NaN; otherwise found is
+     * left as it was, so one flag can collect several arrays. found is a
+     * device float. */
+    void (*find_nonfinite)(size_t n, const float *x, float *found);
+
     /* ---- math mode: how convolutions and GEMMs may round ----
-     * BACKEND_MATH_FP32: full fp32 products. BACKEND_MATH_TF32: tensor cores
-     * with TF32 inputs (10-bit mantissa) and fp32 accumulation, where the
-     * device has them; the CPU backend always computes fp32. */
+     * Applies to conv_fwd, conv_bwd_data, conv_bwd_filter and gemm only; every
+     * other op computes and stores fp32 in every mode, and tensors are float
+     * arrays in every mode.
+     *   BACKEND_MATH_FP32: fp32 products and sums.
+     *   BACKEND_MATH_TF32: tensor cores with TF32 inputs (10-bit mantissa) and
+     *     fp32 accumulation, where the device has them; the CPU computes fp32.
+     *   BACKEND_MATH_BF16, BACKEND_MATH_FP16 (mixed precision): the op's
+     *     operands (x and w; dy and w; x and dy; A and B) are rounded to
+     *     bfloat16 / IEEE half (round to nearest even), multiplied and summed
+     *     in fp32, and the op's result (after `accumulate` or beta has added
+     *     the old contents) is rounded to the same type, as a tensor of that
+     *     type would hold it: fp16 results beyond +-65504 become +-inf (what
+     *     dynamic loss scaling watches for). GPUs run these on tensor cores
+     *     with half operands; the CPU emulates the rounding with fp32 GEMMs
+     *     (same numbers up to summation order, no speed-up). Parameters stay
+     *     fp32 (the master weights): only the op's copy of them is rounded. */
     void (*set_math)(int math);
 
     /* ---- ordering against other threads and libraries ----
@@ -207,7 +226,7 @@ typedef struct backend {
     void (*upload_async)(void *dst, const void *host_src, size_t bytes, void *after, void *done);
 } backend;
 
-enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1 };
+enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1, BACKEND_MATH_BF16 = 2, BACKEND_MATH_FP16 = 3 };
 
 /* The CPU backend (always built). */
 const backend *backend_cpu(void);

@@ -31,6 +31,7 @@
  */
 #include "model/backend.h"
 #include "common/check.h"
+#include "common/half.h"
 #include "common/rng.h"
 
 #include <cblas.h>
@@ -108,6 +109,8 @@ typedef struct cpu_scratch {
     cpu_buf tmp;  /* [K, columns] outputs / output gradients of a group of images */
     cpu_buf dw;   /* [K*CRS] this thread's weight-gradient partial */
     cpu_buf taps; /* [RS, K, C] the filter split by tap (shift algorithm) */
+    cpu_buf op_a; /* bf16/fp16 math: the rounded copies of an op's two operands */
+    cpu_buf op_b;
 } cpu_scratch;
 
 static _Thread_local cpu_scratch tls_scratch;
@@ -476,7 +479,7 @@ static const float *conv_taps(const conv_params *p, const conv_plan *pl, const f
     return wt;
 }
 
-static void cpu_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+static void f32_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
     conv_plan pl;
     conv_plan_init(p, &pl);
     const float *wt = conv_taps(p, &pl, w);
@@ -537,7 +540,7 @@ static void conv_bwd_data_group(const conv_params *p, const conv_plan *pl, const
     }
 }
 
-static void cpu_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+static void f32_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
     conv_plan pl;
     conv_plan_init(p, &pl);
     const float *wt = conv_taps(p, &pl, w);
@@ -613,7 +616,7 @@ static void wgrad_reduce(const conv_params *p, const conv_plan *pl, float *const
     }
 }
 
-static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+static void f32_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
     conv_plan pl;
     conv_plan_init(p, &pl);
     size_t wsize = (size_t)p->K * pl.CRS;
@@ -949,12 +952,113 @@ static void cpu_pool_bwd(const pool_params *p, const float *x, const float *y, c
 
 /* -------------------------------------------------------------------- gemm */
 
-static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+static void f32_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
     CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
     if (M == 0 || N == 0) return;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
                 alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ----------------------------------------------------- reduced-precision math
+ * BACKEND_MATH_BF16 / FP16 (see backend.h): the CPU has no bf16 or fp16 GEMM
+ * that every machine can run, so it emulates what a GPU's tensor cores
+ * compute: the operands are rounded to the type (copies, so the caller's fp32
+ * tensors and master weights are untouched), the op runs in fp32 (products of
+ * two rounded values are exact in fp32, so only the order of the sums differs
+ * from a GPU), and the result is rounded in place. It is slower than fp32
+ * here; its use is checking a mixed-precision run's numbers anywhere. */
+
+static int cpu_math = BACKEND_MATH_FP32;
+
+static void round_span(float *dst, const float *src, size_t n) {
+    if (cpu_math == BACKEND_MATH_FP16) fp16_round_array(dst, src, n);
+    else bf16_round_array(dst, src, n);
+}
+
+/* dst[0, n) = src rounded, in parallel chunks when large. */
+static void round_to_math(float *dst, const float *src, size_t n) {
+    const size_t chunk = (size_t)1 << 16;
+    if (n < 4 * chunk) {
+        round_span(dst, src, n);
+        return;
+    }
+    long chunks = (long)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < chunks; c++) {
+        size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        round_span(dst + lo, src + lo, hi - lo);
+    }
+}
+
+static const float *rounded_copy(cpu_buf *b, const float *src, size_t n) {
+    float *d = cpu_buf_get(b, n ? n : 1);
+    round_to_math(d, src, n);
+    return d;
+}
+
+static int math_reduced(void) { return cpu_math == BACKEND_MATH_BF16 || cpu_math == BACKEND_MATH_FP16; }
+
+static size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
+static size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
+static size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
+
+static void cpu_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+    if (!math_reduced()) {
+        f32_conv_fwd(p, x, w, y);
+        return;
+    }
+    f32_conv_fwd(p, rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
+                 rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), y);
+    round_to_math(y, y, conv_out_count(p));
+}
+
+static void cpu_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    if (!math_reduced()) {
+        f32_conv_bwd_data(p, dy, w, dx, accumulate);
+        return;
+    }
+    f32_conv_bwd_data(p, rounded_copy(&tls_scratch.op_a, dy, conv_out_count(p)),
+                      rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), dx, accumulate);
+    round_to_math(dx, dx, conv_in_count(p));
+}
+
+static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+    if (!math_reduced()) {
+        f32_conv_bwd_filter(p, x, dy, dw);
+        return;
+    }
+    f32_conv_bwd_filter(p, rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
+                        rounded_copy(&tls_scratch.op_b, dy, conv_out_count(p)), dw);
+    round_to_math(dw, dw, conv_w_count(p));
+}
+
+/* Values a row-major matrix of `rows` rows of `cols` with row stride ld spans. */
+static size_t matrix_span(int rows, int cols, int ld) {
+    return rows == 0 || cols == 0 ? 0 : (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+}
+
+static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!math_reduced() || M == 0 || N == 0) {
+        f32_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
+    size_t na = trans_a ? matrix_span(K, M, lda) : matrix_span(M, K, lda);
+    size_t nb = trans_b ? matrix_span(N, K, ldb) : matrix_span(K, N, ldb);
+    f32_gemm(trans_a, trans_b, M, N, K, alpha, rounded_copy(&tls_scratch.op_a, A, na), lda,
+             rounded_copy(&tls_scratch.op_b, B, nb), ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++) round_to_math(C + (size_t)i * ldc, C + (size_t)i * ldc, (size_t)N);
+}
+
+/* ------------------------------------------------------------ overflow check */
+
+static void cpu_find_nonfinite(size_t n, const float *x, float *found) {
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    if (bad) found[0] = 1.0f;
 }
 
 /* ------------------------------------------------------------- elementwise */
@@ -1108,7 +1212,12 @@ static void cpu_set_threads(int n) {
 /* ------------------------------------------------- math mode and ordering */
 
 /* The CPU computes fp32 whatever the mode (there is no TF32 on it). */
-static void cpu_set_math(int math) { CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32); }
+/* TF32 computes fp32 here: no CPU rounds GEMM inputs to TF32. */
+static void cpu_set_math(int math) {
+    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
+               math == BACKEND_MATH_FP16);
+    cpu_math = math;
+}
 
 /* Every CPU op has finished when it returns: nothing to order against. */
 static void *cpu_native_stream(void) { return NULL; }
@@ -1163,6 +1272,7 @@ static const backend cpu_backend = {
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
     .set_threads = cpu_set_threads,
+    .find_nonfinite = cpu_find_nonfinite,
     .set_math = cpu_set_math,
     .native_stream = cpu_native_stream,
     .fence_create = cpu_fence_create,

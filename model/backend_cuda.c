@@ -17,6 +17,20 @@
  *
  * Math modes (set_math): FP32 restricts cuDNN to FMA kernels and cuBLAS to
  * its default (fp32) math; TF32 lets both use tensor cores with TF32 inputs.
+ * BF16 and FP16 (mixed precision) run convolutions and GEMMs on tensor cores
+ * with 16-bit operands and fp32 accumulation. Tensors stay float between
+ * ops, so every such op first converts its two operands into 16-bit copies
+ * (our kernels, into scratch buffers the backend keeps and grows). cuDNN runs
+ * on the copies with 16-bit descriptors and float compute type (its
+ * PSEUDO_HALF / PSEUDO_BFLOAT16 configurations) into a 16-bit result, which a
+ * kernel widens into the float output (adding the old contents and rounding
+ * again when accumulating). cuBLAS reads the 16-bit copies and writes the
+ * float C itself, beta applied in fp32, which a kernel then rounds to the
+ * type in place. The conversions are memory traffic an fp16 network would
+ * not have (each operand read as float and written as 16-bit, the result
+ * written twice): the gain is the tensor cores' throughput, not bandwidth or
+ * memory. Each mode has its own convolution plans: descriptors (their data
+ * type) and algorithms are per shape and mode.
  *
  * Every CUDA, cuDNN and cuBLAS call is checked (common/cuda_check.h): a
  * failure ends the process with file:line and the library's error string.
@@ -34,9 +48,10 @@
 #include "common/cuda_check.h"
 #include "model/cuda_kernels.h"
 
-/* A convolution shape and what cuDNN chose for it. */
+/* A convolution shape and what cuDNN chose for it in one math mode. */
 typedef struct conv_plan {
     conv_params key;
+    int math;            /* BACKEND_MATH_* the plan was made for; part of the key */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
@@ -50,6 +65,10 @@ typedef struct conv_plan {
 } conv_plan;
 
 #define PLAN_BUCKETS 256
+
+/* BF16/FP16 math: the 16-bit copies of an op's first and second operand and
+ * of its result (convolutions only; cuBLAS writes the float C). */
+enum { H16_OP0, H16_OP1, H16_OUT, H16_SLOTS };
 
 static struct {
     int ready;
@@ -65,6 +84,8 @@ static struct {
     size_t ws_limit;           /* largest workspace an algorithm may ask for */
     double *scratch;           /* our kernels' reductions */
     size_t scratch_n;
+    void *h16[H16_SLOTS];      /* BF16/FP16 math: 16-bit copies (h16_get) */
+    size_t h16_bytes[H16_SLOTS];
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
 } g;
@@ -156,31 +177,89 @@ static double *scratch_get(size_t n) {
     return g.scratch;
 }
 
+/* ---------------------------------------------------- reduced precision */
+
+static int math_reduced(void) { return g.math == BACKEND_MATH_BF16 || g.math == BACKEND_MATH_FP16; }
+
+static const char *math_name(int math) {
+    switch (math) {
+    case BACKEND_MATH_TF32: return "TF32";
+    case BACKEND_MATH_BF16: return "BF16";
+    case BACKEND_MATH_FP16: return "FP16";
+    default: return "FMA (fp32)";
+    }
+}
+
+/* Buffer `slot` with room for n 16-bit values. Each buffer grows to its
+ * largest use (the first training step's) and stays until the mode goes back
+ * to FP32 or TF32. */
+static void *h16_get(int slot, size_t n) {
+    size_t bytes = (n ? n : 1) * 2; /* both types are 2 bytes */
+    if (bytes > g.h16_bytes[slot]) {
+        cuda_free(g.h16[slot]); /* waits for queued ops that may still use it */
+        g.h16[slot] = cuda_alloc(bytes);
+        g.h16_bytes[slot] = bytes;
+    }
+    return g.h16[slot];
+}
+
+/* x[0, n) rounded to the mode's type, in buffer `slot`. */
+static const void *h16_from(int slot, size_t n, const float *x) {
+    void *h = h16_get(slot, n);
+    CUDA_CHECK(cuk_narrow(g.stream, g.math, n, x, h));
+    return h;
+}
+
+static void h16_release(void) {
+    for (int i = 0; i < H16_SLOTS; i++) {
+        cuda_free(g.h16[i]);
+        g.h16[i] = NULL;
+        g.h16_bytes[i] = 0;
+    }
+}
+
 /* ------------------------------------------------------------- convolution */
 
-static unsigned plan_hash(const conv_params *p) {
+static unsigned plan_hash(const conv_params *p, int math) {
     const int *v = (const int *)p;
     unsigned h = 2166136261u;
     for (size_t i = 0; i < sizeof *p / sizeof(int); i++) h = (h ^ (unsigned)v[i]) * 16777619u;
+    h = (h ^ (unsigned)math) * 16777619u;
     return h % PLAN_BUCKETS;
 }
 
+/* The data type of the tensors cuDNN sees in the current mode (the compute
+ * type is float in every mode). */
+static cudnnDataType_t conv_data_type(void) {
+    if (g.math == BACKEND_MATH_FP16) return CUDNN_DATA_HALF;
+    if (g.math == BACKEND_MATH_BF16) return CUDNN_DATA_BFLOAT16;
+    return CUDNN_DATA_FLOAT;
+}
+
+/* The plan of shape p in the current math mode. Plans are keyed by the mode,
+ * so switching modes never reuses descriptors of another data type or an
+ * algorithm chosen under other rules, and switching back finds the old
+ * plans. */
 static conv_plan *plan_get(const conv_params *p) {
     conv_params key;
     memset(&key, 0, sizeof key);
     key = *p;
-    unsigned h = plan_hash(&key);
+    unsigned h = plan_hash(&key, g.math);
     for (conv_plan *pl = g.plans[h]; pl; pl = pl->next)
-        if (memcmp(&pl->key, &key, sizeof key) == 0) return pl;
+        if (pl->math == g.math && memcmp(&pl->key, &key, sizeof key) == 0) return pl;
     conv_plan *pl = cnt_calloc(1, sizeof *pl);
     pl->key = key;
+    pl->math = g.math;
+    const cudnnDataType_t dt = conv_data_type();
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->y));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&pl->w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&pl->conv));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->N, p->C, p->H, p->W));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->N, p->K, p->P, p->Q));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(pl->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->K, p->C, p->R, p->S));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, dt, p->N, p->C, p->H, p->W));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, dt, p->N, p->K, p->P, p->Q));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, p->K, p->C, p->R, p->S));
+    /* compute type float in every mode: with 16-bit data that is cuDNN's
+     * PSEUDO_HALF / PSEUDO_BFLOAT16 configuration (fp32 accumulation) */
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(pl->conv, p->pad_h, p->pad_w, p->stride_h, p->stride_w, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     int n, c, hh, ww;
@@ -194,10 +273,11 @@ static conv_plan *plan_get(const conv_params *p) {
 /* Whether an algorithm's math mode is allowed in the current mode. FP32
  * admits FMA kernels only (cuDNN's DEFAULT math may use TF32 tensor cores on
  * Ampere and later); TF32 admits tensor cores but never down-conversion of the
- * fp32 data to fp16 (ALLOW_CONVERSION). */
+ * fp32 data to fp16 (ALLOW_CONVERSION). BF16 and FP16 admit tensor cores and
+ * FMA kernels on their 16-bit data, never a conversion to another type. */
 static int math_allowed(cudnnMathType_t m) {
     if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return 0;
-    if (g.math == BACKEND_MATH_TF32) return 1;
+    if (g.math != BACKEND_MATH_FP32) return 1;
     return m == CUDNN_FMA_MATH || (m == CUDNN_DEFAULT_MATH && g.cc_major < 8);
 }
 
@@ -231,7 +311,7 @@ static void say_fallback(const conv_plan *pl, const char *dir) {
     const conv_params *p = &pl->key;
     log_warn("cuDNN offered no %s algorithm for the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, pad %d) within "
              "%.0f MiB of workspace; using a slow fallback (said once)",
-             g.math == BACKEND_MATH_TF32 ? "TF32" : "FMA (fp32)", dir, p->N, p->C, p->H, p->W, p->K, p->C, p->R,
+             math_name(g.math), dir, p->N, p->C, p->H, p->W, p->K, p->C, p->R,
              p->S, p->stride_h, p->pad_h, g.ws_limit / 1048576.0);
 }
 
@@ -266,10 +346,13 @@ static int choose_algo(const found_algo *rows, int got, int *algo, cudnnMathType
 
 /* The math mode the search may consider. */
 static cudnnMathType_t search_math(void) {
-    return g.math == BACKEND_MATH_TF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    return g.math == BACKEND_MATH_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
-static void plan_fwd(conv_plan *pl, const float *x, const float *w, float *y) {
+/* The plan_* functions get the buffers the op hands cuDNN: the caller's
+ * float tensors, or in BF16/FP16 the 16-bit copies (so the search times the
+ * algorithms on the data type they will run on). */
+static void plan_fwd(conv_plan *pl, const void *x, const void *w, void *y) {
     cudnnConvolutionFwdAlgoPerf_t perf[FIND_MAX];
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
@@ -290,7 +373,7 @@ static void plan_fwd(conv_plan *pl, const float *x, const float *w, float *y) {
     pl->have_fwd = 1;
 }
 
-static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float *dx, int accumulate) {
+static void plan_bwd_data(conv_plan *pl, const void *dy, const void *w, void *dx, int accumulate) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[FIND_MAX];
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
@@ -298,10 +381,10 @@ static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float 
     conv_set_math(pl, search_math());
     /* The search writes its output: when dx holds a gradient to add to, it
      * writes a scratch copy instead. */
-    float *out = dx;
+    void *out = dx;
     if (accumulate) {
         const conv_params *p = &pl->key;
-        CUDA_CHECK(cudaMalloc((void **)&out, (size_t)p->N * p->C * p->H * p->W * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&out, (size_t)p->N * p->C * p->H * p->W * sizeof(float)));
     }
     CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(g.cudnn, pl->w, w, pl->y, dy, pl->conv, pl->x, out,
                                                             FIND_MAX, &got, perf, g.ws, ws));
@@ -321,7 +404,7 @@ static void plan_bwd_data(conv_plan *pl, const float *dy, const float *w, float 
     pl->have_bwd_data = 1;
 }
 
-static void plan_bwd_filter(conv_plan *pl, const float *x, const float *dy, float *dw) {
+static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *dw) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[FIND_MAX];
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
@@ -344,37 +427,71 @@ static void plan_bwd_filter(conv_plan *pl, const float *x, const float *dy, floa
 
 static const float k_one = 1.0f, k_zero = 0.0f;
 
+static size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
+static size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
+static size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
+
+/* In BF16/FP16 each op below hands cuDNN 16-bit copies of its operands and a
+ * 16-bit output (beta 0), then widens that into the float output, adding
+ * the old contents when accumulating; in FP32/TF32 cuDNN works on the float
+ * tensors themselves. */
 static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    if (!pl->have_fwd) plan_fwd(pl, x, w, y);
+    const void *xs = x, *wv = w;
+    void *ys = y;
+    if (math_reduced()) {
+        xs = h16_from(H16_OP0, conv_in_count(p), x);
+        wv = h16_from(H16_OP1, conv_w_count(p), w);
+        ys = h16_get(H16_OUT, conv_out_count(p));
+    }
+    if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
     ws_reserve(pl->fwd_ws);
     conv_set_math(pl, pl->fwd_math);
-    CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, x, pl->w, w, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
-                                        &k_zero, pl->y, y));
+    CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, xs, pl->w, wv, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
+                                        &k_zero, pl->y, ys));
+    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_out_count(p), ys, y, 0));
 }
 
 static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    if (!pl->have_bwd_data) plan_bwd_data(pl, dy, w, dx, accumulate);
+    const void *dys = dy, *wv = w;
+    void *dxs = dx;
+    int beta_one = accumulate; /* cuDNN adds to its output */
+    if (math_reduced()) {
+        dys = h16_from(H16_OP0, conv_out_count(p), dy);
+        wv = h16_from(H16_OP1, conv_w_count(p), w);
+        dxs = h16_get(H16_OUT, conv_in_count(p));
+        beta_one = 0; /* the widening adds instead */
+    }
+    if (!pl->have_bwd_data) plan_bwd_data(pl, dys, wv, dxs, beta_one);
     ws_reserve(pl->bwd_data_ws);
     conv_set_math(pl, pl->bwd_data_math);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, w, pl->y, dy, pl->conv, pl->bwd_data, g.ws,
-                                             pl->bwd_data_ws, accumulate ? &k_one : &k_zero, pl->x, dx));
+    CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, wv, pl->y, dys, pl->conv, pl->bwd_data, g.ws,
+                                             pl->bwd_data_ws, beta_one ? &k_one : &k_zero, pl->x, dxs));
+    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_in_count(p), dxs, dx, accumulate));
 }
 
 static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
     if (p->N == 0) {
-        cuda_zero(dw, (size_t)p->K * p->C * p->R * p->S * sizeof(float));
+        cuda_zero(dw, conv_w_count(p) * sizeof(float));
         return;
     }
     conv_plan *pl = plan_get(p);
-    if (!pl->have_bwd_filter) plan_bwd_filter(pl, x, dy, dw);
+    const void *xs = x, *dys = dy;
+    void *dws = dw;
+    if (math_reduced()) {
+        xs = h16_from(H16_OP0, conv_in_count(p), x);
+        dys = h16_from(H16_OP1, conv_out_count(p), dy);
+        dws = h16_get(H16_OUT, conv_w_count(p));
+    }
+    if (!pl->have_bwd_filter) plan_bwd_filter(pl, xs, dys, dws);
     ws_reserve(pl->bwd_filter_ws);
     conv_set_math(pl, pl->bwd_filter_math);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, x, pl->y, dy, pl->conv, pl->bwd_filter, g.ws,
-                                               pl->bwd_filter_ws, &k_zero, pl->w, dw));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, xs, pl->y, dys, pl->conv, pl->bwd_filter, g.ws,
+                                               pl->bwd_filter_ws, &k_zero, pl->w, dws));
+    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_w_count(p), dws, dw, 0));
 }
 
 /* -------------------------------------------------------------------- bias */
@@ -469,12 +586,39 @@ static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, 
 
 /* -------------------------------------------------------------------- gemm */
 
+/* Values a row-major matrix of `rows` rows of `cols` with row stride ld spans
+ * (the last row needs no padding after it, so no more is read). */
+static size_t matrix_span(int rows, int cols, int ld) {
+    return rows == 0 || cols == 0 ? 0 : (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+}
+
+/* BF16/FP16: A and B rounded into 16-bit copies with the same leading
+ * dimensions, cublasGemmEx on them with fp32 accumulation writing the float
+ * C directly (so beta works on the old fp32 contents), then C's M x N values
+ * rounded to the type in place. */
+static void gemm_reduced(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc) {
+    /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
+    size_t na = trans_a ? matrix_span(K, M, lda) : matrix_span(M, K, lda);
+    size_t nb = trans_b ? matrix_span(N, K, ldb) : matrix_span(K, N, ldb);
+    const void *Ah = h16_from(H16_OP0, na, A), *Bh = h16_from(H16_OP1, nb, B);
+    cudaDataType_t t = g.math == BACKEND_MATH_FP16 ? CUDA_R_16F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasGemmEx(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                              M, K, &alpha, Bh, t, ldb, Ah, t, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    CUDA_CHECK(cuk_round_narrow(g.stream, g.math, (size_t)M, (size_t)N, (size_t)ldc, C));
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
  * call with the operands swapped, no transposes in memory. */
 static void cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc) {
     CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
     if (M == 0 || N == 0) return;
+    if (math_reduced()) {
+        gemm_reduced(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     CUBLAS_CHECK(cublasSgemm(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
                              M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 }
@@ -525,17 +669,30 @@ static void cuda_sgd_update(size_t n, float *param, const float *grad, float *mo
                               grad_scale));
 }
 
+static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
+    CUDA_CHECK(cuk_find_nonfinite(g.stream, n, x, found));
+}
+
 static void cuda_set_threads(int n) { (void)n; }
 
+/* Convolution plans are keyed by the mode (plan_get): a new mode plans its
+ * shapes afresh, and going back to a mode finds its plans again. cuBLAS's
+ * DEFAULT math is fp32 for cublasSgemm and uses tensor cores for the 16-bit
+ * operands of cublasGemmEx (fp32 accumulation, CUBLAS_COMPUTE_32F). */
 static void cuda_set_math(int math) {
-    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32);
+    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
+               math == BACKEND_MATH_FP16);
     if (math == g.math) return;
+    if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
+        cnt_fatal_at(__FILE__, __LINE__, 1, "use train.precision = fp16 (or fp32) on this GPU",
+                     "cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 (Ampere) "
+                     "or later",
+                     g.device, g.cc_major);
     g.math = math;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, math == BACKEND_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                        : CUBLAS_DEFAULT_MATH));
-    /* the algorithms were chosen for the other mode: choose again */
-    for (int b = 0; b < PLAN_BUCKETS; b++)
-        for (conv_plan *pl = g.plans[b]; pl; pl = pl->next) pl->have_fwd = pl->have_bwd_data = pl->have_bwd_filter = 0;
+    /* back to float math: the 16-bit copies' memory goes back to the card */
+    if (!math_reduced()) h16_release();
 }
 
 /* ---------------------------------------------------------------- ordering */
@@ -644,6 +801,7 @@ static const backend cuda_backend = {
     .softmax_xent = cuda_softmax_xent,
     .sgd_update = cuda_sgd_update,
     .set_threads = cuda_set_threads,
+    .find_nonfinite = cuda_find_nonfinite,
     .set_math = cuda_set_math,
     .native_stream = cuda_native_stream,
     .fence_create = cuda_fence_create,

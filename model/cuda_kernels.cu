@@ -3,7 +3,10 @@
  * model/cuda_kernels.h). Only what cuDNN and cuBLAS lack lives here:
  * elementwise ops, the stateless dropout mask, channel slices, bias,
  * pooling (torch's exact window rules, ceil_mode included, which cuDNN's
- * pooling does not have), softmax cross-entropy and the SGD update.
+ * pooling does not have), softmax cross-entropy, the SGD update, the
+ * conversions between float tensors and the fp16/bf16 copies that the
+ * reduced-precision math modes hand to cuDNN and cuBLAS, and the overflow
+ * check of dynamic loss scaling.
  *
  * Elementwise kernels are grid-stride loops over size_t indices, so any n
  * works with a bounded grid. Reductions never use atomics: every sum has a
@@ -13,6 +16,8 @@
 #include "model/pool_rules.h"
 #include "common/rng_hash.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 namespace {
@@ -239,6 +244,54 @@ __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, flo
     }
 }
 
+/* ------------------------------------------- reduced-precision copies
+ * The 16-bit types of BACKEND_MATH_FP16 (__half) and BACKEND_MATH_BF16
+ * (__nv_bfloat16). narrow_to rounds to nearest even (fp16 beyond +-65504
+ * becomes +-inf, bf16 beyond its largest finite value likewise; NaN stays
+ * NaN), widen is exact: what common/half.h's fp16_round / bf16_round do on
+ * the CPU. */
+template <typename T> __device__ T narrow_to(float f);
+template <> __device__ __forceinline__ __half narrow_to<__half>(float f) { return __float2half_rn(f); }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow_to<__nv_bfloat16>(float f) {
+    return __float2bfloat16_rn(f);
+}
+__device__ __forceinline__ float widen(__half h) { return __half2float(h); }
+__device__ __forceinline__ float widen(__nv_bfloat16 h) { return __bfloat162float(h); }
+
+template <typename T> __global__ void narrow_k(size_t n, const float *x, T *h) {
+    GRID_STRIDE(i, n) h[i] = narrow_to<T>(x[i]);
+}
+
+/* The op's result comes back from cuDNN already rounded to T; with
+ * accumulate, the old float contents are added in fp32 and the sum rounded
+ * to T again, as a T tensor updated in place would be. */
+template <typename T> __global__ void widen_k(size_t n, const T *h, float *y, int acc) {
+    GRID_STRIDE(i, n) {
+        float v = widen(h[i]);
+        y[i] = acc ? widen(narrow_to<T>(__fadd_rn(y[i], v))) : v;
+    }
+}
+
+/* rows x cols values with row stride ld (cuBLAS's fp32 output); the
+ * padding between rows is left alone. */
+template <typename T> __global__ void round_k(size_t rows, size_t cols, size_t ld, float *y) {
+    size_t total = rows * cols;
+    GRID_STRIDE(t, total) {
+        float *p = y + (t / cols) * ld + t % cols;
+        *p = widen(narrow_to<T>(*p));
+    }
+}
+
+/* ------------------------------------------------------- overflow check
+ * Each thread remembers whether it saw a non-finite value and stores the
+ * flag once: several threads may store 1.0f, all the same value, so no
+ * atomics; a clean array stores nothing. */
+__global__ void find_nonfinite_k(size_t n, const float *x, float *found) {
+    int bad = 0;
+    GRID_STRIDE(i, n) bad |= !isfinite(x[i]);
+    if (bad) *found = 1.0f;
+}
+
 } // namespace
 
 extern "C" {
@@ -343,6 +396,38 @@ cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *
     if (n)
         sgd_k<<<grid_for(n), kThreads, 0, s>>>(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
                                                grad_scale);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_narrow(cudaStream_t s, int math, size_t n, const float *x, void *h) {
+    if (!n) return cudaGetLastError();
+    if (math == BACKEND_MATH_FP16) narrow_k<<<grid_for(n), kThreads, 0, s>>>(n, x, (__half *)h);
+    else if (math == BACKEND_MATH_BF16) narrow_k<<<grid_for(n), kThreads, 0, s>>>(n, x, (__nv_bfloat16 *)h);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_widen(cudaStream_t s, int math, size_t n, const void *h, float *y, int accumulate) {
+    if (!n) return cudaGetLastError();
+    if (math == BACKEND_MATH_FP16)
+        widen_k<<<grid_for(n), kThreads, 0, s>>>(n, (const __half *)h, y, accumulate);
+    else if (math == BACKEND_MATH_BF16)
+        widen_k<<<grid_for(n), kThreads, 0, s>>>(n, (const __nv_bfloat16 *)h, y, accumulate);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_round_narrow(cudaStream_t s, int math, size_t rows, size_t cols, size_t ld, float *y) {
+    size_t total = rows * cols;
+    if (!total) return cudaGetLastError();
+    if (math == BACKEND_MATH_FP16) round_k<__half><<<grid_for(total), kThreads, 0, s>>>(rows, cols, ld, y);
+    else if (math == BACKEND_MATH_BF16) round_k<__nv_bfloat16><<<grid_for(total), kThreads, 0, s>>>(rows, cols, ld, y);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_find_nonfinite(cudaStream_t s, size_t n, const float *x, float *found) {
+    if (n) find_nonfinite_k<<<grid_for(n), kThreads, 0, s>>>(n, x, found);
     return cudaGetLastError();
 }
 

@@ -53,6 +53,23 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, 
 cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
                            float lr, float momentum, float weight_decay, int nesterov, float grad_scale);
 
+/* ---- 16-bit copies for the reduced-precision math modes ----
+ * `math` is BACKEND_MATH_FP16 (IEEE half) or BACKEND_MATH_BF16 (bfloat16);
+ * any other value launches nothing and returns cudaErrorInvalidValue. `h`
+ * holds n 2-byte values of that type (void * so that C callers need no
+ * cuda_fp16.h). Rounding is to nearest even, as common/half.h's fp16_round
+ * and bf16_round: fp16 magnitudes that round above 65504 become inf. */
+/* h[i] = round(x[i]) */
+cudaError_t cuk_narrow(cudaStream_t s, int math, size_t n, const float *x, void *h);
+/* y[i] = float(h[i]); with accumulate y[i] = float(round(y[i] + float(h[i]))) */
+cudaError_t cuk_widen(cudaStream_t s, int math, size_t n, const void *h, float *y, int accumulate);
+/* y[r * ld + c] = float(round(y[r * ld + c])) for r < rows, c < cols: a
+ * row-major matrix rounded in place, the padding up to ld untouched. */
+cudaError_t cuk_round_narrow(cudaStream_t s, int math, size_t rows, size_t cols, size_t ld, float *y);
+
+/* found[0] = 1.0f when any of x[0, n) is inf or NaN, else found untouched. */
+cudaError_t cuk_find_nonfinite(cudaStream_t s, size_t n, const float *x, float *found);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "common/check.h"
+#include "common/half.h"
 #include "common/rng.h"
 #include "model/backend.h"
 #include "tests/support/ref.h"
@@ -908,6 +909,237 @@ static void test_set_threads(void **state) {
     pair_free(&y);
 }
 
+/* ------------------------------------------------- reduced-precision math
+ * BACKEND_MATH_BF16 / FP16: the reference rounds the operands to the type,
+ * computes in double and rounds the result; the backend's fp32 sums may land
+ * on the other side of a rounding boundary, so results agree to one unit in
+ * the type's last place (2^-7 relative for bf16's 8 significant bits, 2^-10
+ * for fp16's 11), plus fp32's own error where sums cancel. */
+
+typedef struct reduced_mode {
+    int math;
+    const char *name;
+    double ulp; /* relative */
+} reduced_mode;
+
+static const reduced_mode reduced_modes[] = {{BACKEND_MATH_BF16, "bf16", 0x1p-7}, {BACKEND_MATH_FP16, "fp16", 0x1p-10}};
+
+static double round_to(int math, double v) {
+    return math == BACKEND_MATH_FP16 ? (double)fp16_round((float)v) : (double)bf16_round((float)v);
+}
+
+/* A copy of t's host values as the op sees them: rounded to the type. */
+static double *rounded_host(int math, const pair *t) {
+    double *r = tu_alloc(t->n);
+    for (size_t i = 0; i < t->n; i++) r[i] = round_to(math, t->h[i]);
+    return r;
+}
+
+static void round_host(int math, pair *t) {
+    for (size_t i = 0; i < t->n; i++) t->h[i] = round_to(math, t->h[i]);
+}
+
+/* The device copy of an operand must be untouched (master weights stay fp32). */
+static void expect_unchanged(const char *what, const pair *t) {
+    float *got = tu_alloc_f(t->n), *want = tu_alloc_f(t->n);
+    be->download(got, t->d, t->n * sizeof(float));
+    for (size_t i = 0; i < t->n; i++) want[i] = (float)t->h[i];
+    tu_assert_bitwise_equal_f(what, want, got, t->n);
+    free(got);
+    free(want);
+}
+
+static void reduced_conv_cases(const reduced_mode *md) {
+    conv_params p;
+    for (int i = 0; conv_case_get(i, &p); i++) {
+        size_t nx = (size_t)p.N * p.C * p.H * p.W, nw = (size_t)p.K * p.C * p.R * p.S,
+               ny = (size_t)p.N * p.K * p.P * p.Q;
+        char what[200];
+        rng r;
+        rng_seed(&r, 7000 + (uint64_t)i, (uint64_t)md->math);
+        pair x = pair_uniform(&r, nx, -1.0, 1.0), w = pair_uniform(&r, nw, -1.0, 1.0);
+        pair y = pair_uniform(&r, ny, -1.0, 1.0), dy = pair_uniform(&r, ny, -1.0, 1.0);
+        double *xr = rounded_host(md->math, &x), *wr = rounded_host(md->math, &w), *dyr = rounded_host(md->math, &dy);
+        /* forward */
+        ref_conv_fwd(&p, xr, wr, y.h);
+        round_host(md->math, &y);
+        be->conv_fwd(&p, x.d, w.d, y.d);
+        conv_label(what, sizeof what, md->name, &p, 0, 0);
+        strncat(what, " conv_fwd", sizeof what - strlen(what) - 1);
+        expect(what, &y, md->ulp, tu_atol_f32((size_t)p.C * p.R * p.S, 1.0));
+        expect_unchanged("conv_fwd leaves x alone", &x);
+        expect_unchanged("conv_fwd leaves w alone", &w);
+        /* backward data, overwriting and accumulating onto rounded old values */
+        for (int acc = 0; acc <= 1; acc++) {
+            pair dx = pair_uniform(&r, nx, -1.0, 1.0);
+            ref_conv_bwd_data(&p, dyr, wr, dx.h, acc);
+            round_host(md->math, &dx);
+            be->conv_bwd_data(&p, dy.d, w.d, dx.d, acc);
+            conv_label(what, sizeof what, md->name, &p, acc, 0);
+            strncat(what, " conv_bwd_data", sizeof what - strlen(what) - 1);
+            expect(what, &dx, md->ulp, tu_atol_f32((size_t)p.K * p.R * p.S, 2.0));
+            pair_free(&dx);
+        }
+        expect_unchanged("conv_bwd_data leaves dy alone", &dy);
+        /* backward filter */
+        pair dw = pair_uniform(&r, nw, -1.0, 1.0);
+        ref_conv_bwd_filter(&p, xr, dyr, dw.h);
+        round_host(md->math, &dw);
+        be->conv_bwd_filter(&p, x.d, dy.d, dw.d);
+        conv_label(what, sizeof what, md->name, &p, 0, 0);
+        strncat(what, " conv_bwd_filter", sizeof what - strlen(what) - 1);
+        expect(what, &dw, md->ulp, tu_atol_f32((size_t)p.N * p.P * p.Q, 1.0));
+        pair_free(&dw);
+        free(xr);
+        free(wr);
+        free(dyr);
+        pair_free(&x);
+        pair_free(&w);
+        pair_free(&y);
+        pair_free(&dy);
+    }
+}
+
+static void reduced_gemm_cases(const reduced_mode *md) {
+    static const struct {
+        int M, N, K, pad;
+        double alpha, beta;
+    } cases[] = {{7, 13, 29, 0, 1.0, 0.0}, {1, 10, 64, 3, 1.0, 1.0}, {64, 100, 300, 5, 1.0, 0.5}, {33, 47, 65, 2, 0.25, -1.0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ta = 0; ta <= 1; ta++)
+            for (int tb = 0; tb <= 1; tb++) {
+                int M = cases[i].M, N = cases[i].N, K = cases[i].K, pad = cases[i].pad;
+                int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+                int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+                rng r;
+                rng_seed(&r, 9500 + i, (uint64_t)(4 * md->math + 2 * ta + tb));
+                pair A = pair_uniform(&r, (size_t)a_rows * lda, -1.0, 1.0);
+                pair B = pair_uniform(&r, (size_t)b_rows * ldb, -1.0, 1.0);
+                pair C = pair_uniform(&r, (size_t)M * ldc, -1.0, 1.0);
+                double *Ar = rounded_host(md->math, &A), *Br = rounded_host(md->math, &B);
+                float *c0 = tu_alloc_f(C.n);
+                for (size_t k = 0; k < C.n; k++) c0[k] = (float)C.h[k];
+                ref_gemm(ta, tb, M, N, K, cases[i].alpha, Ar, lda, Br, ldb, cases[i].beta, C.h, ldc);
+                /* only C's M x N values are results; its padding columns stay as they were */
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) C.h[(size_t)m * ldc + n] = round_to(md->math, C.h[(size_t)m * ldc + n]);
+                be->gemm(ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d, ldc);
+                char what[128];
+                snprintf(what, sizeof what, "%s gemm %c%c M%d N%d K%d ld+%d alpha %g beta %g", md->name,
+                         ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, pad, cases[i].alpha, cases[i].beta);
+                expect(what, &C, md->ulp, tu_atol_f32((size_t)K, fabs(cases[i].alpha) + fabs(cases[i].beta)));
+                expect_unchanged("gemm leaves A alone", &A);
+                expect_unchanged("gemm leaves B alone", &B);
+                float *cg = tu_alloc_f(C.n);
+                be->download(cg, C.d, C.n * sizeof(float));
+                for (int m = 0; m < M; m++)
+                    for (int k = N; k < ldc; k++)
+                        if (memcmp(&cg[(size_t)m * ldc + k], &c0[(size_t)m * ldc + k], sizeof(float)) != 0)
+                            fail_msg("%s: C's padding [%d][%d] changed (%a -> %a)", what, m, k,
+                                     (double)c0[(size_t)m * ldc + k], (double)cg[(size_t)m * ldc + k]);
+                free(cg);
+                free(c0);
+                free(Ar);
+                free(Br);
+                pair_free(&A);
+                pair_free(&B);
+                pair_free(&C);
+            }
+}
+
+/* Values chosen so that each rounding shows on its own: an operand the type
+ * cannot hold, a sum the type cannot hold, and a product beyond fp16. */
+static void reduced_exact_values(const reduced_mode *md) {
+    int fp16 = md->math == BACKEND_MATH_FP16;
+    double fine = fp16 ? 0x1p-12 : 0x1p-9; /* 1 + fine fits fp32, not the type; fine alone fits */
+    /* 1x1 convolution over two channels: y = x0*w0 + x1*w1 */
+    conv_params p = {.N = 1, .C = 2, .H = 1, .W = 1, .K = 1, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
+    assert_int_equal(conv_params_init(&p), CNT_OK);
+    double xv[2] = {1.0 + fine, 0.0}, wv[2] = {1.0, 1.0}, y0[1] = {0};
+    pair x = pair_of(xv, 2), w = pair_of(wv, 2), y = pair_of(y0, 1);
+    float got;
+    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->download(&got, y.d, sizeof got);
+    assert_true(got == 1.0f); /* the operand was rounded */
+    pair_free(&x);
+    double xs[2] = {1.0, fine};
+    x = pair_of(xs, 2);
+    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->download(&got, y.d, sizeof got);
+    assert_true(got == 1.0f); /* the sum was rounded */
+    be->set_math(BACKEND_MATH_FP32);
+    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->download(&got, y.d, sizeof got);
+    assert_true(got == (float)(1.0 + fine)); /* and fp32 keeps both */
+    be->set_math(md->math);
+    pair_free(&x);
+    /* 300 * 300 = 90000: inf in fp16 (max 65504), 90112 in bf16 */
+    double big[2] = {300.0, 0.0}, wbig[2] = {300.0, 0.0};
+    x = pair_of(big, 2);
+    pair_free(&w);
+    w = pair_of(wbig, 2);
+    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->download(&got, y.d, sizeof got);
+    if (fp16) assert_true(isinf(got) && got > 0);
+    else assert_true(got == 90112.0f);
+    /* the same through gemm: C[1x1] = A[1x2] B[2x1] */
+    float c = 0;
+    float *cd = be->alloc(sizeof(float));
+    be->gemm(0, 0, 1, 1, 2, 1.0f, x.d, 2, w.d, 1, 0.0f, cd, 1);
+    be->download(&c, cd, sizeof c);
+    if (fp16) assert_true(isinf(c) && c > 0);
+    else assert_true(c == 90112.0f);
+    be->free(cd);
+    pair_free(&x);
+    pair_free(&w);
+    pair_free(&y);
+}
+
+static void test_reduced_precision(void **state) {
+    (void)state;
+    for (size_t m = 0; m < sizeof reduced_modes / sizeof reduced_modes[0]; m++) {
+        be->set_math(reduced_modes[m].math);
+        reduced_exact_values(&reduced_modes[m]);
+        reduced_conv_cases(&reduced_modes[m]);
+        reduced_gemm_cases(&reduced_modes[m]);
+        be->set_math(BACKEND_MATH_FP32);
+    }
+}
+
+static void test_find_nonfinite(void **state) {
+    (void)state;
+    static const size_t sizes[] = {0, 1, 100, 100003};
+    float *found = be->alloc(sizeof(float));
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        float *h = tu_alloc_f(n ? n : 1);
+        for (size_t i = 0; i < n; i++) h[i] = (float)(i % 17) * 1e30f - 3e30f; /* large but finite */
+        float *d = be->alloc((n ? n : 1) * sizeof(float));
+        for (int kind = 0; kind < 4; kind++) { /* none, +inf at the end, -inf in the middle, NaN first */
+            if (n == 0 && kind > 0) break;
+            be->upload(d, h, n * sizeof(float));
+            float bad = kind == 1 ? INFINITY : kind == 2 ? -INFINITY : NAN;
+            size_t at = kind == 1 ? n - 1 : kind == 2 ? n / 2 : 0;
+            if (kind > 0) be->upload(d + at, &bad, sizeof bad);
+            float f = 0;
+            be->upload(found, &f, sizeof f);
+            be->find_nonfinite(n, d, found);
+            be->download(&f, found, sizeof f);
+            if (f != (kind > 0 ? 1.0f : 0.0f)) fail_msg("find_nonfinite n=%zu kind %d: flag %g", n, kind, (double)f);
+        }
+        /* a set flag stays set: several arrays share one */
+        float one = 1.0f, f;
+        be->upload(d, h, n * sizeof(float));
+        be->upload(found, &one, sizeof one);
+        be->find_nonfinite(n, d, found);
+        be->download(&f, found, sizeof f);
+        assert_true(f == 1.0f);
+        be->free(d);
+        free(h);
+    }
+    be->free(found);
+}
+
 static int setup(void **state) {
     (void)state;
     be = backend_cpu();
@@ -918,6 +1150,7 @@ static int setup(void **state) {
 static int all_threads(void **state) {
     (void)state;
     be->set_threads(0);
+    be->set_math(BACKEND_MATH_FP32); /* a failed reduced-precision test may have left its mode */
     return 0;
 }
 
@@ -934,6 +1167,8 @@ int main(void) {
         cmocka_unit_test_setup(test_pool_fwd, all_threads),
         cmocka_unit_test_setup(test_pool_bwd, all_threads),
         cmocka_unit_test_setup(test_gemm, all_threads),
+        cmocka_unit_test_setup(test_reduced_precision, all_threads),
+        cmocka_unit_test_setup(test_find_nonfinite, all_threads),
         cmocka_unit_test_setup(test_relu, all_threads),
         cmocka_unit_test_setup(test_add_axpy_mul, all_threads),
         cmocka_unit_test_setup(test_dropout_mask, all_threads),

@@ -10,6 +10,11 @@
  * node's input gradient, every parameter gradient, the batch-norm running
  * statistics, the SGD update and the eval-mode logits are compared.
  *
+ * The mixed-precision modes (BF16, FP16) are compared with the CPU backend in
+ * the same mode, which emulates them (operands and results rounded to the
+ * type, fp32 arithmetic); fp16 overflow to inf and the find_nonfinite check
+ * of dynamic loss scaling are checked against exact expectations.
+ *
  * Without a usable CUDA device (no CUDA backend in this binary, no driver, no
  * GPU) every test calls skip(), so cmocka reports them SKIPPED and the binary
  * exits 0; the reason is printed once by the group setup.
@@ -40,6 +45,7 @@
 #include <cmocka.h>
 
 #include "common/check.h"
+#include "common/half.h"
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/net.h"
@@ -78,16 +84,36 @@ static const backend *be[2];
  * each, so about 1e-3 per product with fp32 accumulation); over len random
  * terms the error is a random walk of about 3e-4 * scale * sqrt(len) for terms
  * of mean square scale^2 / 9. atol 5e-3 * scale * sqrt(len) is over ten of
- * those standard deviations; rtol 1e-2 for the values far from zero. */
+ * those standard deviations; rtol 1e-2 for the values far from zero.
+ *
+ * BF16, FP16. Both backends round the operands to the type, so every product
+ * is exact in fp32 (8 + 8 or 11 + 11 significant bits) and the fp32 sums
+ * differ only by order, around 1e-7 * scale * sqrt(len). Then both round the
+ * result to the type: two fp32 values that close can round to neighbouring
+ * values of the type, one unit in the last place (ulp) apart, which is at
+ * most 2^-7 (bf16) or 2^-10 (fp16) of the value. With accumulate the GPU
+ * rounds twice (cuDNN's 16-bit output, then old + that, rounded again),
+ * the CPU once (old + fp32 sum): that adds up to half an ulp of the sum,
+ * which is larger than the result when the sum cancels the old value; the
+ * sum is at most about 1.3 * scale * sqrt(len) (four standard deviations
+ * of sqrt(len)/3) and the old value at most 1, so half an ulp of it is below
+ * 2^-8 * (|result| + 1) for bf16. Hence rtol 2e-2 (2.5 ulps, bf16) and 4e-3
+ * (4 ulps, fp16), and atol 4e-3 (bf16) or 1e-3 (fp16) * scale * sqrt(len),
+ * a few ulps of the typical output scale * sqrt(len) / 3. A dropped or
+ * misplaced term (of order scale) is still far outside, and every output is
+ * also checked to be a value of the type (expect_rounded). */
 typedef struct precision {
     const char *name;
     double rtol;          /* dot products: conv forward, conv data gradient, GEMM */
     double rtol_sum;      /* batch reductions: conv weight gradient */
     double atol_per_sqrt; /* atol = atol_per_sqrt * scale * sqrt(len) */
+    int math;             /* the BACKEND_MATH_* both backends are set to */
 } precision;
 
-static const precision PREC_FP32 = {"fp32", 1e-4, 1e-3, 1e-4};
-static const precision PREC_TF32 = {"tf32", 1e-2, 1e-2, 5e-3};
+static const precision PREC_FP32 = {"fp32", 1e-4, 1e-3, 1e-4, BACKEND_MATH_FP32};
+static const precision PREC_TF32 = {"tf32", 1e-2, 1e-2, 5e-3, BACKEND_MATH_TF32};
+static const precision PREC_BF16 = {"bf16", 2e-2, 2e-2, 4e-3, BACKEND_MATH_BF16};
+static const precision PREC_FP16 = {"fp16", 4e-3, 4e-3, 1e-3, BACKEND_MATH_FP16};
 
 static double atol_of(const precision *pr, size_t len, double scale) {
     return pr->atol_per_sqrt * scale * sqrt((double)(len > 0 ? len : 1));
@@ -192,6 +218,46 @@ static void expect_close_at(const char *file, int line, const char *what, const 
 
 #define expect_close(what, d, rtol, atol) expect_close_at(__FILE__, __LINE__, (what), (d), (rtol), (atol))
 
+/* ---------------------------------------------------------------- math modes */
+
+static void set_math_both(int math) {
+    for (int s = CPU; s <= GPU; s++) be[s]->set_math(math);
+}
+
+static int math_is_reduced(int math) { return math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16; }
+
+/* v rounded to the type of a reduced-precision mode (common/half.h). */
+static float round_to(int math, float v) { return math == BACKEND_MATH_FP16 ? fp16_round(v) : bf16_round(v); }
+
+/* In BF16/FP16 an op's result is a tensor of the type: on both sides each of
+ * the rows x cols values (row stride ld) of d must be a value of the type
+ * (rounding it again changes nothing). Nothing to check in other modes. */
+static void expect_rounded_at(const char *file, int line, const char *what, const dual *d, size_t rows, size_t cols,
+                              size_t ld, int math) {
+    if (!math_is_reduced(math)) return;
+    for (int s = CPU; s <= GPU; s++) {
+        float *h = download(s, d->p[s], d->n);
+        size_t bad = 0, first = 0;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) {
+                float v = h[r * ld + c], rv = round_to(math, v);
+                if (memcmp(&v, &rv, sizeof v) != 0 && bad++ == 0) first = r * ld + c;
+            }
+        if (bad) {
+            print_error("%s: on the %s backend %zu of %zu values are not %s values; first at [%zu]: %.9e "
+                        "(rounds to %.9e)\n",
+                        what, s == CPU ? "cpu" : "gpu", bad, rows * cols, math == BACKEND_MATH_FP16 ? "fp16" : "bf16",
+                        first, (double)h[first], (double)round_to(math, h[first]));
+            free(h);
+            _fail(file, line);
+        }
+        free(h);
+    }
+}
+
+#define expect_rounded(what, d, rows, cols, ld, math) \
+    expect_rounded_at(__FILE__, __LINE__, (what), (d), (rows), (cols), (ld), (math))
+
 /* ---------------------------------------------------------------- memory */
 
 static void test_memory_transfers(void **state) {
@@ -290,6 +356,7 @@ static void conv_fwd_case(int i, const precision *pr) {
     char what[192];
     conv_label(what, sizeof what, "conv_fwd", &p, 0, pr);
     expect_close(what, &y, pr->rtol, atol_of(pr, (size_t)p.C * p.R * p.S, 1.0));
+    expect_rounded(what, &y, 1, y.n, y.n, pr->math);
     dual_free(&x);
     dual_free(&w);
     dual_free(&y);
@@ -308,6 +375,7 @@ static void conv_bwd_data_case(int i, const precision *pr) {
         conv_label(what, sizeof what, "conv_bwd_data", &p, acc, pr);
         /* each dx sums at most K*R*S products (plus the old value when acc) */
         expect_close(what, &dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S + 1, 1.0));
+        expect_rounded(what, &dx, 1, dx.n, dx.n, pr->math);
         dual_free(&dy);
         dual_free(&w);
         dual_free(&dx);
@@ -325,6 +393,7 @@ static void conv_bwd_filter_case(int i, const precision *pr) {
     char what[192];
     conv_label(what, sizeof what, "conv_bwd_filter", &p, 0, pr);
     expect_close(what, &dw, pr->rtol_sum, atol_of(pr, (size_t)p.N * p.P * p.Q, 1.0));
+    expect_rounded(what, &dw, 1, dw.n, dw.n, pr->math);
     dual_free(&x);
     dual_free(&dy);
     dual_free(&dw);
@@ -377,6 +446,8 @@ static void gemm_case_run(size_t i, int ta, int tb, const precision *pr) {
              ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, ldb, ldc, (double)c->alpha, (double)c->beta);
     /* the whole of C, padding columns included: those must be left alone */
     expect_close(what, &C, pr->rtol, atol_of(pr, (size_t)K + 1, fabs(c->alpha) + fabs(c->beta)));
+    /* the M x N values, not the padding between rows (left as it was) */
+    expect_rounded(what, &C, (size_t)M, (size_t)N, (size_t)ldc, pr->math);
     dual_free(&A);
     dual_free(&B);
     dual_free(&C);
@@ -417,6 +488,270 @@ static void test_conv_gemm_tf32(void **state) {
         conv_bwd_filter_case(i, &PREC_FP32);
     }
     gemm_run_all(&PREC_FP32);
+}
+
+/* ---------------------------------------------------------------- BF16, FP16 */
+
+/* Every convolution case (both directions of the data gradient with and
+ * without accumulate) and every GEMM case in both transpose combinations,
+ * with both backends in the mode; ops other than convolutions and GEMMs still
+ * compute fp32, bit for bit. Then back to FP32, which must really be fp32
+ * again (the reduced modes' errors are far above FP32's tolerance). */
+static void conv_gemm_reduced(const precision *pr) {
+    set_math_both(pr->math);
+    for (int i = 0; i < N_CONV_CASES; i++) {
+        conv_fwd_case(i, pr);
+        conv_bwd_data_case(i, pr);
+        conv_bwd_filter_case(i, pr);
+    }
+    gemm_run_all(pr);
+
+    rng r;
+    rng_seed(&r, 450, (uint64_t)pr->math);
+    const size_t n = 10007;
+    dual x = dual_uniform(&r, n, -1.0f, 1.0f), y = dual_uniform(&r, n, -1.0f, 1.0f);
+    for (int s = CPU; s <= GPU; s++) be[s]->axpy(n, 0.3f, x.p[s], y.p[s], 1);
+    char what[96];
+    snprintf(what, sizeof what, "axpy in %s math (fp32 in every mode)", pr->name);
+    expect_close(what, &y, 0.0, 0.0);
+    for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(n, y.p[s], x.p[s]);
+    snprintf(what, sizeof what, "relu_fwd in %s math (fp32 in every mode)", pr->name);
+    expect_close(what, &x, 0.0, 0.0);
+    dual_free(&x);
+    dual_free(&y);
+
+    set_math_both(BACKEND_MATH_FP32);
+    for (int i = 0; i < N_CONV_CASES; i++) {
+        conv_fwd_case(i, &PREC_FP32);
+        conv_bwd_data_case(i, &PREC_FP32);
+        conv_bwd_filter_case(i, &PREC_FP32);
+    }
+    gemm_run_all(&PREC_FP32);
+}
+
+static void test_conv_gemm_bf16(void **state) {
+    (void)state;
+    NEED_GPU();
+    conv_gemm_reduced(&PREC_BF16);
+    set_math_both(BACKEND_MATH_FP32);
+}
+
+/* Starts in BF16 so that FP16 follows another 16-bit mode directly: the
+ * plans and 16-bit buffers of one must not leak into the other. */
+static void test_conv_gemm_fp16(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_math_both(BACKEND_MATH_BF16);
+    conv_fwd_case(1, &PREC_BF16);
+    conv_bwd_data_case(1, &PREC_BF16);
+    gemm_case_run(3, 1, 0, &PREC_BF16);
+    conv_gemm_reduced(&PREC_FP16);
+    set_math_both(BACKEND_MATH_FP32);
+}
+
+/* Fails unless backend side's n floats at dev equal want[] exactly (infinities
+ * included). */
+static void expect_exact(const char *what, int side, const float *dev, const float *want, size_t n) {
+    float *h = download(side, dev, n);
+    for (size_t i = 0; i < n; i++)
+        if (!(h[i] == want[i]))
+            fail_msg("%s on the %s backend: [%zu] = %.9g, expected %.9g", what, side == CPU ? "cpu" : "gpu", i,
+                     (double)h[i], (double)want[i]);
+    free(h);
+}
+
+/* fp16's largest finite value is 65504; a result that rounds beyond it
+ * (|exact| >= 65520) is inf in a half tensor, which is what dynamic loss
+ * scaling looks for. Operands are small integers and multiples of 1/8, so
+ * every product and sum is exact in any summation order and the expected
+ * values are exact: round(256 * 256) = inf, round(65504 + 15) = 65504,
+ * round(65504 + 40) = inf, and with accumulate round(40000 + 30000) = inf.
+ * In BF16 (fp32's exponent range) the same forward convolution and GEMMs
+ * stay finite. */
+static void test_reduced_overflow(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int m = 0; m < 2; m++) {
+        const int math = m == 0 ? BACKEND_MATH_FP16 : BACKEND_MATH_BF16;
+        const char *mname = m == 0 ? "fp16" : "bf16";
+        set_math_both(math);
+        char what[128];
+
+        /* conv_fwd 1x1: x has channel 0 = 256, channel 1 = 1; filter k is
+         * (w0[k], w1[k]), so y[k] = 256 * w0[k] + w1[k] at every pixel */
+        conv_params p = {.N = 1, .C = 2, .H = 2, .W = 3, .K = 5, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
+        assert_int_equal(conv_params_init(&p), CNT_OK);
+        static const float w0[5] = {256.0f, -256.0f, 255.875f, 255.875f, 255.875f};
+        static const float w1[5] = {0.0f, 0.0f, 0.0f, 15.0f, 40.0f};
+        float xh[12], wh[10], want[30];
+        for (int c = 0; c < 2; c++)
+            for (int i = 0; i < 6; i++) xh[c * 6 + i] = c == 0 ? 256.0f : 1.0f;
+        for (int k = 0; k < 5; k++) {
+            wh[2 * k] = w0[k];
+            wh[2 * k + 1] = w1[k];
+            /* the rounded operands' exact products and sum, rounded */
+            float yk = round_to(math, 256.0f * round_to(math, w0[k]) + round_to(math, w1[k]));
+            for (int i = 0; i < 6; i++) want[k * 6 + i] = yk;
+        }
+        if (math == BACKEND_MATH_FP16) {
+            assert_true(isinf(want[0]) && want[0] > 0 && isinf(want[6]) && want[6] < 0);
+            assert_true(want[12] == 65504.0f && want[18] == 65504.0f && isinf(want[24]) && want[24] > 0);
+        } else {
+            for (int i = 0; i < 30; i++) assert_true(isfinite(want[i]));
+        }
+        float junk[30]; /* the outputs' old contents: overwritten, never equal to a result */
+        for (int i = 0; i < 30; i++) junk[i] = -1.0f;
+        dual x = dual_of(xh, 12), w = dual_of(wh, 10), y = dual_of(junk, 30);
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&p, x.p[s], w.p[s], y.p[s]);
+        snprintf(what, sizeof what, "%s conv_fwd overflow", mname);
+        for (int s = CPU; s <= GPU; s++) expect_exact(what, s, y.p[s], want, 30);
+        dual_free(&x);
+        dual_free(&w);
+        dual_free(&y);
+
+        /* the same as a GEMM (A [2, 2] = rows (256, 1) and (128, 1), B [2, 5]
+         * = rows w0 and w1), then C += A B with C's old values pushing
+         * 30000-odd results over */
+        float ah[4] = {256.0f, 1.0f, 128.0f, 1.0f}, bh[10], ch[10];
+        for (int k = 0; k < 5; k++) {
+            bh[k] = w0[k];
+            bh[5 + k] = w1[k];
+        }
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 5; k++)
+                want[i * 5 + k] = round_to(math, ah[2 * i] * round_to(math, w0[k]) + round_to(math, w1[k]));
+        dual A = dual_of(ah, 4), B = dual_of(bh, 10), C = dual_of(junk, 10);
+        for (int s = CPU; s <= GPU; s++) be[s]->gemm(0, 0, 2, 5, 2, 1.0f, A.p[s], 2, B.p[s], 5, 0.0f, C.p[s], 5);
+        snprintf(what, sizeof what, "%s gemm overflow", mname);
+        for (int s = CPU; s <= GPU; s++) expect_exact(what, s, C.p[s], want, 10);
+        for (int k = 0; k < 10; k++) ch[k] = (k % 2 ? -1.0f : 1.0f) * 40000.0f; /* exact in fp16 and bf16 */
+        for (int s = CPU; s <= GPU; s++) be[s]->upload(C.p[s], ch, sizeof ch);
+        /* A' = (150), B' = (200, -200, ...): A'B' = +-30000, with beta 1 */
+        float a1 = 150.0f, b1[10];
+        for (int k = 0; k < 10; k++) b1[k] = (k % 2 ? -1.0f : 1.0f) * 200.0f;
+        for (int k = 0; k < 10; k++) want[k] = round_to(math, ch[k] + 150.0f * b1[k]);
+        if (math == BACKEND_MATH_FP16) assert_true(isinf(want[0]) && want[0] > 0 && isinf(want[1]) && want[1] < 0);
+        dual A1 = dual_of(&a1, 1), B1 = dual_of(b1, 10);
+        for (int s = CPU; s <= GPU; s++) be[s]->gemm(0, 0, 1, 10, 1, 1.0f, A1.p[s], 1, B1.p[s], 10, 1.0f, C.p[s], 10);
+        snprintf(what, sizeof what, "%s gemm overflow through beta", mname);
+        for (int s = CPU; s <= GPU; s++) expect_exact(what, s, C.p[s], want, 10);
+        dual_free(&A);
+        dual_free(&B);
+        dual_free(&C);
+        dual_free(&A1);
+        dual_free(&B1);
+
+        /* conv_bwd_data 1x1, one channel: dx = round(dx_old + dy * w); fp16
+         * only, where every intermediate is a half value, so the GPU's two
+         * roundings and the CPU's one agree exactly */
+        if (math == BACKEND_MATH_FP16) {
+            conv_params q = {.N = 1, .C = 1, .H = 2, .W = 2, .K = 1, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
+            assert_int_equal(conv_params_init(&q), CNT_OK);
+            float dyh[4] = {150.0f, 150.0f, -150.0f, 1.0f}, wv = 200.0f, dxh[4] = {40000.0f, 0.0f, -40000.0f, 0.0f};
+            const float dx_want[4] = {INFINITY, 30000.0f, -INFINITY, 200.0f};
+            dual dy = dual_of(dyh, 4), w1d = dual_of(&wv, 1), dx = dual_of(dxh, 4);
+            for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&q, dy.p[s], w1d.p[s], dx.p[s], 1);
+            for (int s = CPU; s <= GPU; s++)
+                expect_exact("fp16 conv_bwd_data overflow through accumulate", s, dx.p[s], dx_want, 4);
+            dual_free(&dy);
+            dual_free(&w1d);
+            dual_free(&dx);
+        }
+    }
+    set_math_both(BACKEND_MATH_FP32);
+}
+
+/* ---------------------------------------------------------------- find_nonfinite */
+
+/* find_nonfinite(n, x) on both backends with found starting at `init`: both
+ * must end at `want` (init when nothing is found: the flag is left alone). */
+static void nonfinite_case(const char *what, const dual *x, size_t n, float init, float want) {
+    for (int s = CPU; s <= GPU; s++) {
+        float *found = be[s]->alloc(sizeof(float));
+        be[s]->upload(found, &init, sizeof init);
+        be[s]->find_nonfinite(n, x->p[s], found);
+        float got = -1.0f;
+        be[s]->download(&got, found, sizeof got);
+        be[s]->free(found);
+        if (!(got == want))
+            fail_msg("find_nonfinite %s (n %zu, found starting at %g) on the %s backend: found = %g, expected %g",
+                     what, n, (double)init, s == CPU ? "cpu" : "gpu", (double)got, (double)want);
+    }
+}
+
+static void dual_set(dual *d, const float *host) {
+    for (int s = CPU; s <= GPU; s++) be[s]->upload(d->p[s], host, d->n * sizeof(float));
+}
+
+static void test_find_nonfinite(void **state) {
+    (void)state;
+    NEED_GPU();
+    /* finite values of every kind: the largest, denormals, signed zeros */
+    const size_t n = 100003; /* not a multiple of any block size */
+    rng r;
+    rng_seed(&r, 2050, 1);
+    float *h = tu_alloc_f(n);
+    fill_normal(&r, h, n, 0.0f, 1e30f);
+    h[0] = 3.4028235e38f;
+    h[1] = -3.4028235e38f;
+    h[2] = 1e-45f;
+    h[3] = -0.0f;
+    h[n - 1] = 1.17549435e-38f;
+    dual x = dual_of(h, n);
+    nonfinite_case("all finite", &x, n, 0.0f, 0.0f);
+    nonfinite_case("all finite, flag already 0.5", &x, n, 0.5f, 0.5f);
+    nonfinite_case("all finite, flag already set", &x, n, 1.0f, 1.0f);
+
+    h[n - 1] = INFINITY;
+    dual_set(&x, h);
+    nonfinite_case("+inf at the last index", &x, n, 0.0f, 1.0f);
+    nonfinite_case("+inf at the last index, not looked at", &x, n - 1, 0.0f, 0.0f);
+    h[n - 1] = 1.0f;
+    h[0] = -INFINITY;
+    dual_set(&x, h);
+    nonfinite_case("-inf at index 0", &x, n, 0.0f, 1.0f);
+    nonfinite_case("n = 0", &x, 0, 0.0f, 0.0f);
+    h[0] = 1.0f;
+    h[n / 2] = NAN;
+    dual_set(&x, h);
+    nonfinite_case("NaN in the middle", &x, n, 0.0f, 1.0f);
+    const dual mid = {{x.p[CPU] + n / 2, x.p[GPU] + n / 2}, 1}; /* a view of the NaN alone */
+    nonfinite_case("the NaN alone (n = 1)", &mid, 1, 0.0f, 1.0f);
+    h[n / 2] = -NAN;
+    dual_set(&x, h);
+    nonfinite_case("-NaN", &x, n, 0.0f, 1.0f);
+    dual_free(&x);
+    free(h);
+
+    /* 10M values, one NaN in the middle, both backends */
+    const size_t big = 10000000;
+    h = tu_alloc_f(big);
+    fill_uniform(&r, h, big, -65504.0f, 65504.0f);
+    dual xb = dual_of(h, big);
+    nonfinite_case("10M finite values", &xb, big, 0.0f, 0.0f);
+    h[big / 2 + 1] = NAN;
+    dual_set(&xb, h);
+    nonfinite_case("10M values, one NaN in the middle", &xb, big, 0.0f, 1.0f);
+    dual_free(&xb);
+    free(h);
+
+    /* GPU only: more values than the kernel's capped grid has threads
+     * (about 268M), so the grid-stride loop's later rounds are the ones that
+     * must see the last value; the array is alloc's zeros (1.2 GB on the
+     * device, nothing on the host) */
+    const backend *g = be[GPU];
+    const size_t huge = (size_t)300 * 1000 * 1000;
+    float *xd = g->alloc(huge * sizeof(float)), *found = g->alloc(sizeof(float));
+    float got = -1.0f, one_nan = NAN;
+    g->find_nonfinite(huge, xd, found);
+    g->download(&got, found, sizeof got);
+    if (got != 0.0f) fail_msg("find_nonfinite over %zu zeros: found = %g, expected 0", huge, (double)got);
+    g->upload(xd + huge - 1, &one_nan, sizeof one_nan);
+    g->find_nonfinite(huge, xd, found);
+    g->download(&got, found, sizeof got);
+    if (got != 1.0f) fail_msg("find_nonfinite over %zu values, NaN last: found = %g, expected 1", huge, (double)got);
+    g->free(xd);
+    g->free(found);
 }
 
 /* ---------------------------------------------------------------- bias */
@@ -1279,10 +1614,11 @@ static int group_setup(void **state) {
     return 0;
 }
 
-/* Each test starts in FP32 math, whatever a failed TF32 test left behind. */
+/* Each test starts in FP32 math on both backends, whatever a failed
+ * TF32/BF16/FP16 test left behind. */
 static int fp32_math(void **state) {
     (void)state;
-    if (be[GPU]) be[GPU]->set_math(BACKEND_MATH_FP32);
+    if (be[GPU]) set_math_both(BACKEND_MATH_FP32);
     return 0;
 }
 
@@ -1294,6 +1630,10 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_bwd_filter_fp32, fp32_math),
         cmocka_unit_test_setup(test_gemm_fp32, fp32_math),
         cmocka_unit_test_setup(test_conv_gemm_tf32, fp32_math),
+        cmocka_unit_test_setup(test_conv_gemm_bf16, fp32_math),
+        cmocka_unit_test_setup(test_conv_gemm_fp16, fp32_math),
+        cmocka_unit_test_setup(test_reduced_overflow, fp32_math),
+        cmocka_unit_test_setup(test_find_nonfinite, fp32_math),
         cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),
         cmocka_unit_test_setup(test_bn_fwd_train, fp32_math),
         cmocka_unit_test_setup(test_bn_fwd_infer, fp32_math),
