@@ -183,7 +183,9 @@ typedef struct backend {
      *     type would hold it: fp16 results beyond +-65504 become +-inf (what
      *     dynamic loss scaling watches for). GPUs run these on tensor cores
      *     with half operands; the CPU emulates the rounding with fp32 GEMMs
-     *     (same numbers up to summation order, no speed-up). Parameters stay
+     *     (same numbers up to summation order, no speed-up; a GPU's
+     *     accumulating conv_bwd_data also rounds the convolution's own sum
+     *     before adding, so it may differ by one more rounding). Parameters stay
      *     fp32 (the master weights): only the op's copy of them is rounded. */
     void (*set_math)(int math);
 

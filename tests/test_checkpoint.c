@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "common/check.h"
 #include "common/rng.h"
@@ -31,8 +32,10 @@
 #include "train/checkpoint.h"
 
 /* Bytes before the tensor signature entries: magic 8, version 4, meta 92,
- * model block 28, two tensor counts 8. */
-#define FIXED_BYTES 140L
+ * model block 28, loss-scaling block 24 (from version 3), two tensor counts 8. */
+#define FIXED_BYTES 164L
+#define SCALE_BLOCK_AT 132L
+#define SCALE_BLOCK_BYTES 24L
 
 /* ---------------------------------------------------------------- fixtures */
 
@@ -84,6 +87,9 @@ static int setup(void **state) {
     snprintf(fx->meta.model_name, sizeof fx->meta.model_name, "tiny_cnn");
     fx->meta.zero_init_residual = 1;
     fx->meta.dropout = 0.25f;
+    fx->meta.loss_scale = 32768.0;
+    fx->meta.loss_scale_good = 17;
+    fx->meta.skipped_steps = 5;
     fx->meta.in_c = 99; /* ignored by ckpt_write: the net's shape is stored */
     *state = fx;
     return 0;
@@ -195,6 +201,9 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_int_equal(meta.aux_logits, 0);
     assert_int_equal(meta.zero_init_residual, fx->meta.zero_init_residual);
     assert_true(meta.dropout == fx->meta.dropout);
+    assert_true(meta.loss_scale == fx->meta.loss_scale);
+    assert_true(meta.loss_scale_good == fx->meta.loss_scale_good);
+    assert_true(meta.skipped_steps == fx->meta.skipped_steps);
     ckpt_meta head;
     memset(&head, 0xff, sizeof head);
     if (ckpt_read_meta(path, &head) != CNT_OK) fail_msg("ckpt_read_meta: %s", cnt_err_msg());
@@ -207,6 +216,7 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_int_equal(head.classes, 5);
     assert_int_equal(head.aux_logits, 0);
     assert_true(head.dropout == fx->meta.dropout);
+    assert_true(head.loss_scale == fx->meta.loss_scale);
     free(p);
     free(b);
     free(m);
@@ -343,6 +353,52 @@ static void test_version_1(void **state) {
     assert_non_null(strstr(cnt_err_msg(), missing));
 }
 
+/* A version-2 file (written before the loss-scaling block) still reads, with
+ * loss_scale 0 ("not recorded"): made from a version-3 file by cutting the
+ * block out, writing version 2 and the checksum again. */
+static void test_version_2(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], old[512];
+    sub(fx, "v2", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    long size = file_size(path);
+    unsigned char *buf = malloc((size_t)size);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    memmove(buf + SCALE_BLOCK_AT, buf + SCALE_BLOCK_AT + SCALE_BLOCK_BYTES,
+            (size_t)(size - SCALE_BLOCK_AT - SCALE_BLOCK_BYTES));
+    long n = size - SCALE_BLOCK_BYTES;
+    uint32_t two = 2;
+    memcpy(buf + 8, &two, sizeof two);
+    uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), buf, (uInt)(n - 4));
+    memcpy(buf + n - 4, &crc, sizeof crc);
+    sub(fx, "v2/old.cnt", old, sizeof old);
+    f = fopen(old, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)n, f), (size_t)n);
+    assert_int_equal(fclose(f), 0);
+    free(buf);
+    const net *nt = fx->nt;
+    float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers), *m = tu_alloc_f(nt->n_params);
+    ckpt_meta meta;
+    int has = -1;
+    if (ckpt_read(old, nt, p, b, m, &has, &meta) != CNT_OK) fail_msg("version-2 file: %s", cnt_err_msg());
+    tu_assert_bitwise_equal_f("params", fx->params, p, nt->n_params);
+    tu_assert_bitwise_equal_f("momentum", fx->momentum, m, nt->n_params);
+    assert_int_equal(has, 1);
+    assert_int_equal(meta.epoch, 1);
+    assert_true(meta.dropout == fx->meta.dropout);
+    assert_true(meta.loss_scale == 0.0 && meta.skipped_steps == 0);
+    ckpt_meta head;
+    assert_int_equal(ckpt_read_meta(old, &head), CNT_OK);
+    assert_true(head.loss_scale == 0.0 && head.classes == 5);
+    free(p);
+    free(b);
+    free(m);
+}
+
 static void test_truncated(void **state) {
     fixture *fx = *state;
     char dir[256], path[512], cut[512];
@@ -377,7 +433,7 @@ static void test_flipped_byte(void **state) {
     const net *nt = fx->nt;
     long params_at = FIXED_BYTES + 144L * (nt->n_param_tensors + nt->n_buffer_tensors) + 16;
     /* meta, the model block, a tensor name, params, buffers, momentum, the stored checksum itself */
-    long at[] = {20, 117, FIXED_BYTES + 20, params_at, params_at + 4 * (long)nt->n_params + 1, size - 12, size - 2};
+    long at[] = {20, 117, SCALE_BLOCK_AT + 3, FIXED_BYTES + 20, params_at, params_at + 4 * (long)nt->n_params + 1, size - 12, size - 2};
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
         sub(fx, "flip/bad.cnt", bad, sizeof bad);
         copy_prefix(path, bad, -1);
@@ -495,6 +551,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model, setup, teardown),

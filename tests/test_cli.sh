@@ -92,8 +92,10 @@ run $T --bench resnet20 1x28x28 4 1
 check "--bench runs" grep -q "img/s" <<<"$out"
 run $T --bench resnet20 1x28 4 1
 check "--bench bad shape: exit 2" test "$rc" -eq 2
-run $T --bench resnet20 1x28x28 4 1 precision=bf16
-check "--bench unknown option value: exit 2 naming the options" test "$rc" -eq 2 -a -n "$(grep -o 'precision=fp32|tf32' <<<"$out")"
+run $T --bench resnet20 1x28x28 4 1 precision=fp8
+check "--bench unknown option value: exit 2 naming the options" test "$rc" -eq 2 -a -n "$(grep -o 'precision=fp32|tf32|bf16|fp16' <<<"$out")"
+run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16
+check "--bench precision=fp16 on the CPU says emulated" grep -q "on cpu (fp16, emulated), .*img/s" <<<"$out"
 run $T --bench resnet20 1x28x28 4 1 device=cpu precision=tf32 classes=3
 check "--bench key=value options: device, precision, classes" grep -q "on cpu, .*img/s" <<<"$out"
 
@@ -102,8 +104,10 @@ run $T --devices
 check "--devices: exit 0 with the backends and what auto uses" \
     test "$rc" -eq 0 -a -n "$(grep -o '^backends built in: cpu' <<<"$out")" -a -n "$(grep -o '^device=auto uses: ' <<<"$out")"
 gpu=$(grep -c '^cuda:[0-9]' <<<"$out")
-run $T configs/resnet20-fashion.ini train.precision=bf16
-check "train.precision outside fp32/tf32: exit 2 naming the choices" test "$rc" -eq 2 -a -n "$(grep -o 'fp32, tf32' <<<"$out")"
+run $T configs/resnet20-fashion.ini train.precision=fp8
+check "train.precision outside its choices: exit 2 naming them" test "$rc" -eq 2 -a -n "$(grep -o 'fp32, tf32, bf16, fp16' <<<"$out")"
+run $T configs/resnet20-fashion.ini train.loss_scale=0
+check "train.loss_scale=0: exit 2 naming the key" test "$rc" -eq 2 -a -n "$(grep -o 'train.loss_scale' <<<"$out")"
 run $T configs/resnet20-fashion.ini dist.backend=nccl train.device=cpu
 check "dist.backend=nccl on device cpu: exit 2 naming both keys" \
     test "$rc" -eq 2 -a -n "$(grep -o 'dist.backend = nccl needs GPUs (train.device' <<<"$out")"

@@ -9,6 +9,10 @@
 # stall watchdog names a late rank (CNT_TEST_STALL, test-only fault
 # injection) and ends a job whose rank stalls past dist.stall_abort_s; the
 # warm-up starts at 0 or, with optim.warmup_start=lr, at one worker's rate.
+# Every run here is pinned to the CPU (train.device=cpu): bitwise equality
+# across batch splits and reruns is the CPU backend's promise (a GPU picks
+# cuDNN algorithms by timing). The GPU's multi-rank paths are checked by
+# tests/test_gpu_train.sh and tests/test_nccl.sh.
 # Run from the repository root after `make`.
 set -u
 if ! command -v mpirun >/dev/null 2>&1 || ! ./trainer --version | grep -q "^mpi: built in"; then
@@ -25,7 +29,7 @@ check() {
     shift
     if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
 }
-small=(data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=8
+small=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=8
        train.log_every=4 train.threads=1 data.workers=1 optim.lr=0.05)
 
 for np in 2 4; do
@@ -91,7 +95,7 @@ PY
 # One SGD step: 2 ranks x batch 8 == 1 rank x batch 16 on the same 16 samples
 # (rank r takes positions r, r+2, ... of the shared permutation). VGG-11 on
 # synthetic 3x32x32 data has no batch norm; dropout off, no augmentation.
-one=(model.name=vgg11 model.dropout=0 data.kind=synthetic data.synthetic_shape=3x32x32 data.synthetic_train=64
+one=(train.device=cpu model.name=vgg11 model.dropout=0 data.kind=synthetic data.synthetic_shape=3x32x32 data.synthetic_train=64
      data.synthetic_test=32 data.augment=false train.epochs=1 train.max_steps=1 train.log_every=1 train.threads=1
      data.workers=1 optim.lr_scaling=none optim.lr=0.01 optim.warmup_epochs=0 optim.schedule=constant)
 "${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=16 train.out_dir="$tmp/one1" >/dev/null 2>&1
@@ -111,7 +115,7 @@ PY
 
 # Checkpoints: only rank 0 writes them (one file per epoch, nothing else in
 # the directory), and a 2-rank job resumes from one.
-ck=(data.train_limit=512 data.test_limit=100 train.batch_size=16 train.log_every=8 train.threads=1 data.workers=1
+ck=(train.device=cpu data.train_limit=512 data.test_limit=100 train.batch_size=16 train.log_every=8 train.threads=1 data.workers=1
     checkpoint.keep=0 train.out_dir="$tmp/ck")
 "${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${ck[@]}" train.epochs=1 >/dev/null 2>&1
 check "2 ranks: exactly one checkpoint file after one epoch" test "$(ls -A "$tmp/ck/checkpoints" 2>/dev/null)" = "ckpt-000001.cnt"
@@ -122,7 +126,7 @@ check "2 ranks: the resumed run writes epoch 2" test "$(ls -A "$tmp/ck/checkpoin
 # dist.compress=fp16: gradients travel as halves (MPI user op, then our ring);
 # the job trains (the loss drops) and the ranks stay bit-identical (checked
 # after the epoch; a divergence would fail the run).
-f16=(data.train_limit=1024 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=32 train.log_every=8
+f16=(train.device=cpu data.train_limit=1024 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=32 train.log_every=8
      train.threads=1 data.workers=1 optim.lr=0.05 dist.compress=fp16)
 for be in mpi ring; do
     out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${f16[@]}" dist.backend=$be train.out_dir="$tmp/f16$be" 2>&1)

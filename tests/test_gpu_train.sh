@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_gpu_train.sh - the trainer end to end on a GPU (skipped without
 # one): ResNet-20 on a slice of Fashion-MNIST on the GPU starts from the CPU's
-# loss and learns as the CPU does; tf32 trains; two ranks share the one GPU
+# loss and learns as the CPU does; tf32 trains; bf16 and fp16 (dynamic loss
+# scaling) learn as the CPU's emulation of them does; two ranks share the one GPU
 # through MPI (the log says why not NCCL) with bit-identical parameters; one
 # rank runs the NCCL path; two ranks asking for NCCL on one GPU are refused
 # with a message; --bench runs on the GPU. Run from the repository root after
@@ -47,6 +48,17 @@ check "GPU run learns: test top-1 ${acc:-?}% > 70%" awk -v a="${acc:-0}" 'BEGIN 
 check "tf32 run exits 0" test $? -eq 0
 check "tf32 run says tf32" grep -q '^precision: tf32' "$tmp/tf32.log"
 
+# mixed precision: the CPU's emulation reaches 65% in 2 epochs (tests/test_train.c)
+for p in bf16 fp16; do
+    ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=$p train.epochs=2 \
+        train.log_every=32 train.out_dir="$tmp/$p" >"$tmp/$p.log" 2>&1
+    check "$p run exits 0" test $? -eq 0
+    check "$p run says $p mixed on tensor cores" grep -q "^precision: $p mixed: .*on tensor cores" "$tmp/$p.log"
+    acc=$(top1 "$tmp/$p.log")
+    check "$p run learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
+done
+check "fp16 run scales the loss dynamically" grep -q '^loss scaling: dynamic' "$tmp/fp16.log"
+
 if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: built in'; then
     MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe)
     np=$((gpus + 1))
@@ -75,6 +87,8 @@ fi
 
 ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=tf32 classes=1000 >"$tmp/bench.log" 2>&1
 check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32).* img/s' "$tmp/bench.log"
+./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
+check "--bench bf16 on the GPU: exit 0 with img/s" grep -q 'on cuda (bf16).* img/s' "$tmp/bench16.log"
 
 if [ $fails -ne 0 ]; then
     for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,19 +197,23 @@ static void free_ckpt(ckpt_arrays *a) {
 
 /* Training 2 epochs equals training 1, stopping, and resuming for 1: bit for
  * bit, parameters, batch-norm buffers and momentum. */
-static void test_resume_equals_continuous(void **state) {
-    (void)state;
-    char da[] = "/tmp/cnt_resume_XXXXXX", db[] = "/tmp/cnt_resume_XXXXXX";
-    assert_non_null(mkdtemp(da));
-    assert_non_null(mkdtemp(db));
+/* Runs a (2 epochs) and b (1 epoch, then resumed for the second) with the
+ * given extra overrides; leaves the final checkpoints' paths in pa and pb. */
+static void resume_case(const char *const *extra, size_t n_extra, char *da, char *db, char *pa, char *pb,
+                        size_t len) {
+    /* the CPU: bitwise equality of two runs is its promise, not a GPU's */
     const char *common[] = {"data.train_limit=512", "data.test_limit=100", "train.epochs=2", "train.log_every=8",
-                            "checkpoint.keep=0"};
+                            "checkpoint.keep=0", "train.device=cpu"};
     config a, b;
     small_config(&a, da);
     small_config(&b, db);
     for (size_t i = 0; i < sizeof common / sizeof *common; i++) {
         assert_int_equal(config_override(&a, common[i]), CNT_OK);
         assert_int_equal(config_override(&b, common[i]), CNT_OK);
+    }
+    for (size_t i = 0; i < n_extra; i++) {
+        assert_int_equal(config_override(&a, extra[i]), CNT_OK);
+        assert_int_equal(config_override(&b, extra[i]), CNT_OK);
     }
     assert_int_equal(trainer_run(&a, NULL), CNT_OK);
     /* b: stop after the first epoch (16 steps), then resume */
@@ -221,9 +226,8 @@ static void test_resume_equals_continuous(void **state) {
     assert_int_equal(trainer_run(&b, &rb), CNT_OK);
     assert_int_equal(rb.steps, 32);
 
-    char pa[700], pb[700];
-    snprintf(pa, sizeof pa, "%s/checkpoints/ckpt-000002.cnt", da);
-    snprintf(pb, sizeof pb, "%s/checkpoints/ckpt-000002.cnt", db);
+    snprintf(pa, len, "%s/checkpoints/ckpt-000002.cnt", da);
+    snprintf(pb, len, "%s/checkpoints/ckpt-000002.cnt", db);
     ckpt_arrays ca, cb;
     read_ckpt(pa, &ca);
     read_ckpt(pb, &cb);
@@ -232,8 +236,38 @@ static void test_resume_equals_continuous(void **state) {
     tu_assert_bitwise_equal_f("parameters", ca.params, cb.params, ca.n_params);
     tu_assert_bitwise_equal_f("batch-norm buffers", ca.buffers, cb.buffers, ca.n_buffers);
     tu_assert_bitwise_equal_f("momentum", ca.momentum, cb.momentum, ca.n_params);
+    /* and the loss scaler's state (0: no loss scaling) */
+    assert_true(ca.meta.loss_scale == cb.meta.loss_scale);
+    assert_true(ca.meta.loss_scale_good == cb.meta.loss_scale_good);
+    assert_true(ca.meta.skipped_steps == cb.meta.skipped_steps);
+    print_message("resumed run: loss scale %g, %ld clean steps, %ld skipped\n", cb.meta.loss_scale,
+                  cb.meta.loss_scale_good, cb.meta.skipped_steps);
     free_ckpt(&ca);
     free_ckpt(&cb);
+}
+
+static void test_resume_equals_continuous(void **state) {
+    (void)state;
+    char da[] = "/tmp/cnt_resume_XXXXXX", db[] = "/tmp/cnt_resume_XXXXXX";
+    assert_non_null(mkdtemp(da));
+    assert_non_null(mkdtemp(db));
+    char pa[700], pb[700];
+    resume_case(NULL, 0, da, db, pa, pb, sizeof pa);
+
+    /* fp16 with dynamic loss scaling: the scale (started too high, so steps
+     * are skipped in the first epoch, and doubled every 5 clean steps) goes on
+     * from the checkpoint, so the resumed run skips the same steps */
+    char ha[] = "/tmp/cnt_resume_XXXXXX", hb[] = "/tmp/cnt_resume_XXXXXX";
+    assert_non_null(mkdtemp(ha));
+    assert_non_null(mkdtemp(hb));
+    const char *fp16[] = {"train.precision=fp16", "train.loss_scale=1099511627776",
+                          "train.loss_scale_window=5"};
+    char qa[700], qb[700];
+    resume_case(fp16, sizeof fp16 / sizeof *fp16, ha, hb, qa, qb, sizeof qa);
+    ckpt_arrays ck;
+    read_ckpt(qb, &ck);
+    assert_true(ck.meta.loss_scale > 0 && ck.meta.skipped_steps > 0);
+    free_ckpt(&ck);
 
     /* resuming a different model from that checkpoint is an error naming the file */
     config c;
@@ -252,12 +286,71 @@ static void test_resume_equals_continuous(void **state) {
     assert_non_null(strstr(cnt_err_msg(), "/tmp/cnt_no_such_checkpoint.cnt"));
 }
 
+/* bf16 and fp16 mixed precision (emulated by the CPU backend) learn as fp32
+ * does; fp16's dynamic loss scaling, started far too high, skips the steps
+ * whose gradients overflow, halving the scale until they fit; a static scale
+ * that always overflows stops the run with a message instead of training on
+ * nothing. */
+static void test_mixed_precision(void **state) {
+    (void)state;
+    char d0[] = "/tmp/cnt_train_XXXXXX", d1[] = "/tmp/cnt_train_XXXXXX", d2[] = "/tmp/cnt_train_XXXXXX",
+         d3[] = "/tmp/cnt_train_XXXXXX";
+    assert_non_null(mkdtemp(d0));
+    assert_non_null(mkdtemp(d1));
+    assert_non_null(mkdtemp(d2));
+    assert_non_null(mkdtemp(d3));
+    config c;
+    train_result r32, r;
+    small_config(&c, d0);
+    assert_int_equal(config_override(&c, "train.max_steps=1"), CNT_OK);
+    assert_int_equal(trainer_run(&c, &r32), CNT_OK);
+
+    small_config(&c, d1);
+    assert_int_equal(config_override(&c, "train.precision=bf16"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.epochs=2"), CNT_OK);
+    assert_int_equal(trainer_run(&c, &r), CNT_OK);
+    print_message("bf16: first loss %.4f (fp32 %.4f), last loss %.4f, top-1 %.4f\n", r.first_loss, r32.first_loss,
+                  r.last_loss, r.top1);
+    assert_true(fabs(r.first_loss - r32.first_loss) < 0.02 * r32.first_loss); /* same net, rounded */
+    assert_true(r.first_loss != r32.first_loss);                              /* but rounded */
+    assert_true(r.top1 > 0.65);
+    assert_true(r.loss_scale == 1.0 && r.skipped_steps == 0); /* bf16 needs no loss scaling */
+
+    small_config(&c, d2);
+    assert_int_equal(config_override(&c, "train.precision=fp16"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.epochs=2"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.loss_scale=1099511627776"), CNT_OK); /* 2^40 */
+    assert_int_equal(trainer_run(&c, &r), CNT_OK);
+    print_message("fp16: last loss %.4f, top-1 %.4f, loss scale %g after %ld skipped steps\n", r.last_loss, r.top1,
+                  r.loss_scale, r.skipped_steps);
+    assert_int_equal(r.steps, 2 * (4096 / 32)); /* skipped steps still count */
+    assert_true(r.skipped_steps >= 10 && r.skipped_steps <= 40);
+    assert_true(r.loss_scale == ldexp(1.0, 40 - (int)r.skipped_steps)); /* halved once per skip, no growth */
+    assert_true(r.top1 > 0.65);
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", d2);
+    assert_true(count_lines_with(path, "\"skipped_steps\":0}") == 0); /* the first record already has skips */
+    assert_int_equal(count_lines_with(path, "\"loss_scale\":"), 2 * 128 / 32);
+
+    small_config(&c, d3);
+    assert_int_equal(config_override(&c, "train.precision=fp16"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.loss_scaling=static"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.loss_scale=1099511627776"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.max_steps=100"), CNT_OK);
+    assert_int_equal(trainer_run(&c, &r), CNT_ERR);
+    print_message("static overflow: %s\n", cnt_err_msg());
+    assert_non_null(strstr(cnt_err_msg(), "train.loss_scaling = static"));
+    assert_non_null(strstr(cnt_err_msg(), "30 steps in a row had inf or NaN gradients"));
+    assert_int_equal(r.steps, 29); /* stopped at the 30th, which was not taken */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_setup_errors),
         cmocka_unit_test(test_same_seed_same_losses),
         cmocka_unit_test(test_learns_fashion_mnist),
         cmocka_unit_test(test_resume_equals_continuous),
+        cmocka_unit_test(test_mixed_precision),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }

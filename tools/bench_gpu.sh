@@ -5,7 +5,7 @@
 # table for docs/benchmarks.md.
 #
 #   tools/bench_gpu.sh [MODELS] [BATCHES] [PRECISIONS]
-#   defaults: "resnet50 resnet101 vgg16 inception_v3" "64 128" "tf32 fp32"
+#   defaults: "resnet50 resnet101 vgg16 inception_v3" "64 128" "tf32 bf16"
 #   env: BENCH_STEPS (timed steps, default 30), PYTHON (default python3)
 #
 # Needs a GPU build (`make`, with the CUDA backend) and python3 with torch and
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 models=${1:-"resnet50 resnet101 vgg16 inception_v3"}
 batches=${2:-"64 128"}
-precisions=${3:-"tf32 fp32"}
+precisions=${3:-"tf32 bf16"}
 steps=${BENCH_STEPS:-30}
 py=${PYTHON:-python3}
 gpu=$(./trainer --devices | grep -m1 '^cuda:[0-9]' || true)

@@ -3,13 +3,15 @@
 model on random data, the reference for `trainer --bench` (tools/bench_gpu.sh).
 
     python3 tools/bench_torch.py MODEL CxHxW BATCH STEPS [--device cuda|cpu]
-                                 [--precision fp32|tf32] [--classes N] [--warmup N]
+                                 [--precision fp32|tf32|bf16|fp16] [--classes N] [--warmup N]
 
 Does per step what the trainer does: forward in training mode, softmax
 cross-entropy (plus 0.4 x the auxiliary head's loss for inception_v3), backward,
 SGD with momentum 0.9 and weight decay 1e-4. NCHW (torch's default layout, as
 ours), cudnn.benchmark on (we choose algorithms with cudnnFind too); tf32 sets
-both of torch's TF32 switches, fp32 clears them. Prints one line:
+both of torch's TF32 switches, fp32 clears them; bf16 and fp16 run the
+forward under torch.autocast (fp32 master weights, as train.precision = bf16 /
+fp16), fp16 with a GradScaler (dynamic loss scaling, as ours). Prints one line:
 
     torch MODEL CxHxW batch B on DEVICE (PRECISION): X img/s
 """
@@ -28,13 +30,16 @@ def main():
     ap.add_argument("batch", type=int)
     ap.add_argument("steps", type=int)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--precision", choices=["fp32", "tf32"], default="fp32")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32")
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
     c, h, w = (int(v) for v in a.shape.split("x"))
     dev = torch.device(a.device)
+    # bf16/fp16: autocast leaves fp32 ops (batch norm, the loss) to TF32 rules;
+    # keep them off, as our fp32 parts are full fp32
     tf32 = a.precision == "tf32"
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
@@ -48,15 +53,19 @@ def main():
     x = torch.randn(a.batch, c, h, w, generator=g).to(dev)
     y = torch.randint(0, a.classes, (a.batch,), generator=g).to(dev)
 
+    scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "fp16")
+
     def step():
         opt.zero_grad(set_to_none=True)
-        out = model(x)
-        if isinstance(out, tuple):  # InceptionOutputs(logits, aux_logits)
-            loss = lossf(out[0], y) + 0.4 * lossf(out[1], y)
-        else:
-            loss = lossf(out, y)
-        loss.backward()
-        opt.step()
+        with torch.autocast(dev.type, dtype=half or torch.float32, enabled=half is not None):
+            out = model(x)
+            if isinstance(out, tuple):  # InceptionOutputs(logits, aux_logits)
+                loss = lossf(out[0], y) + 0.4 * lossf(out[1], y)
+            else:
+                loss = lossf(out, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
 
     def sync():
         if dev.type == "cuda":

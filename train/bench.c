@@ -18,12 +18,40 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* fp16: what the trainer's dynamic loss scaling adds to a step (the scale on
+ * dlogits; the inf/NaN check of every gradient, read back by the host; the
+ * unscaling, folded into the update). The scale stays put: a benchmark step
+ * must not be skipped. */
+#define BENCH_LOSS_SCALE 65536.0f
+
+static void bench_scale_loss(const backend *be, const bench_options *opt, float *dl, float *dl_aux) {
+    size_t n = (size_t)opt->batch * opt->classes;
+    be->axpy(n, BENCH_LOSS_SCALE, dl, dl, 0);
+    if (dl_aux) be->axpy(n, BENCH_LOSS_SCALE, dl_aux, dl_aux, 0);
+}
+
+static void bench_update(const backend *be, net *nt, optimizer *o, float *overflow) {
+    if (!overflow) {
+        optim_step(o, nt, 0.01f, 1.0f);
+        return;
+    }
+    float found;
+    be->zero(overflow, sizeof(float));
+    be->find_nonfinite(nt->n_params, nt->grads, overflow);
+    be->download(&found, overflow, sizeof found);
+    optim_step(o, nt, 0.01f, 1.0f / BENCH_LOSS_SCALE);
+}
+
 int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     const backend *be = backend_get(opt->device ? opt->device : "auto");
     if (!be) return CNT_ERR;
     be->set_threads(opt->threads);
-    int tf32 = opt->precision && strcmp(opt->precision, "tf32") == 0;
-    be->set_math(tf32 ? BACKEND_MATH_TF32 : BACKEND_MATH_FP32);
+    const char *prec = opt->precision ? opt->precision : "fp32";
+    int fp16 = strcmp(prec, "fp16") == 0;
+    be->set_math(strcmp(prec, "tf32") == 0   ? BACKEND_MATH_TF32
+                 : strcmp(prec, "bf16") == 0 ? BACKEND_MATH_BF16
+                 : fp16                      ? BACKEND_MATH_FP16
+                                             : BACKEND_MATH_FP32);
     if (opt->batch < 1 || opt->steps < 1) return cnt_err_set("batch and steps must be at least 1");
     net *nt = net_create(be, opt->c, opt->h, opt->w, opt->classes);
     zoo_options zo = {.zero_init_residual = 0, .aux_logits = 1, .dropout = -1};
@@ -54,6 +82,8 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     config_defaults(&cfg);
     optimizer o;
     optim_init(&o, nt, &cfg);
+    /* fp16 steps pay what the trainer's dynamic loss scaling costs. */
+    float *overflow = fp16 ? be->alloc(sizeof(float)) : NULL;
 
     /* Pass 1: warm-up (cuDNN chooses its algorithms there), then steps queued
      * back to back: the throughput. On the CPU every op has finished when it
@@ -69,10 +99,11 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
         net_forward(nt, x, opt->batch, 1);
         be->softmax_xent(opt->batch, opt->classes, net_logits(nt), labels, 0.0f, loss, dl);
         if (dl_aux) be->softmax_xent(opt->batch, opt->classes, net_aux_logits(nt), labels, 0.0f, loss, dl_aux);
+        if (overflow) bench_scale_loss(be, opt, dl, dl_aux);
         double t1 = time_now();
         net_backward(nt, dl, dl_aux);
         double t2 = time_now();
-        optim_step(&o, nt, 0.01f, 1.0f);
+        bench_update(be, nt, &o, overflow);
         double t3 = time_now();
         fwd += t1 - t0;
         bwd += t2 - t1;
@@ -89,12 +120,13 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
         net_forward(nt, x, opt->batch, 1);
         be->softmax_xent(opt->batch, opt->classes, net_logits(nt), labels, 0.0f, loss, dl);
         if (dl_aux) be->softmax_xent(opt->batch, opt->classes, net_aux_logits(nt), labels, 0.0f, loss, dl_aux);
+        if (overflow) bench_scale_loss(be, opt, dl, dl_aux);
         be->sync();
         double t1 = time_now();
         net_backward(nt, dl, dl_aux);
         be->sync();
         double t2 = time_now();
-        optim_step(&o, nt, 0.01f, 1.0f);
+        bench_update(be, nt, &o, overflow);
         be->sync();
         double t3 = time_now();
         fwd += t1 - t0;
@@ -104,6 +136,10 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     char threads[16];
     if (opt->threads > 0) snprintf(threads, sizeof threads, "%d", opt->threads);
     else snprintf(threads, sizeof threads, "all");
+    /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
+    char prec_note[48] = "";
+    if (strcmp(prec, "fp32") != 0 && (gpu || strcmp(prec, "tf32") != 0))
+        snprintf(prec_note, sizeof prec_note, " (%s%s)", prec, gpu ? "" : ", emulated");
     bench_result br;
     br.fwd_ms = 1e3 * fwd / opt->steps;
     br.bwd_ms = 1e3 * bwd / opt->steps;
@@ -113,8 +149,8 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     fprintf(out,
             "bench %s %dx%dx%d batch %d on %s%s, %s threads: %.1f img/s, %.1f GFLOP/s (forward %.1f ms, backward %.1f ms, "
             "update %.1f ms per step; %d steps)\n",
-            opt->model, opt->c, opt->h, opt->w, opt->batch, be->name, gpu && tf32 ? " (tf32)" : "", threads, br.img_per_sec, br.gflops, br.fwd_ms,
-            br.bwd_ms, br.update_ms, opt->steps);
+            opt->model, opt->c, opt->h, opt->w, opt->batch, be->name, prec_note, threads, br.img_per_sec, br.gflops,
+            br.fwd_ms, br.bwd_ms, br.update_ms, opt->steps);
     if (res) *res = br;
     optim_free(&o);
     be->free(x);
@@ -122,6 +158,7 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     be->free(loss);
     be->free(dl);
     be->free(dl_aux);
+    be->free(overflow);
     free(xh);
     free(lh);
     net_free(nt);

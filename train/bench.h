@@ -27,7 +27,7 @@ typedef struct bench_options {
     int warmup;    /* untimed steps */
     int threads;   /* 0: all cores */
     const char *device;
-    const char *precision; /* "fp32" or "tf32" */
+    const char *precision; /* "fp32", "tf32", "bf16" or "fp16" (NULL: fp32) */
 } bench_options;
 
 typedef struct bench_result {

@@ -30,9 +30,12 @@
 #define CKPT_MAGIC_LEN 8
 #define CKPT_NAME_LEN 128
 #define CKPT_ENTRY_BYTES ((uint64_t)CKPT_NAME_LEN + 8 + 8)
-/* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), two tensor counts */
+/* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), [version 3:
+ * the loss-scaling block (8 + 8 + 8)], two tensor counts */
 #define CKPT_MODEL_BYTES 28
-#define CKPT_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + CKPT_MODEL_BYTES + 4 + 4)
+#define CKPT_SCALE_BYTES 24
+#define CKPT_V2_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + CKPT_MODEL_BYTES + 4 + 4)
+#define CKPT_FIXED_BYTES (CKPT_V2_FIXED_BYTES + CKPT_SCALE_BYTES)
 #define CKPT_PATH_MAX 4096
 #define CKPT_CHUNK ((size_t)1 << 20)
 
@@ -158,6 +161,11 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     float dropout = meta->dropout;
     put(&w, model_block, sizeof model_block);
     put(&w, &dropout, sizeof dropout);
+    double scale = meta->loss_scale;
+    int64_t scale_good = meta->loss_scale_good, skipped = meta->skipped_steps;
+    put(&w, &scale, sizeof scale);
+    put(&w, &scale_good, sizeof scale_good);
+    put(&w, &skipped, sizeof skipped);
     put_u32(&w, (uint32_t)nt->n_param_tensors);
     put_u32(&w, (uint32_t)nt->n_buffer_tensors);
     for (int i = 0; i < nt->n_param_tensors; i++) {
@@ -254,18 +262,25 @@ static size_t buffer_offset(const net *nt, int i) { return nt->buffer_info[i].of
 static size_t buffer_count(const net *nt, int i) { return nt->buffer_info[i].count; }
 
 /* Magic (already checked by the caller) is behind f's position: reads the
- * version and the meta with its model block into *m. */
-static int read_header(FILE *f, const char *path, ckpt_meta *m) {
+ * version and the meta with its model block (and, from version 3, the
+ * loss-scaling block) into *m; *fixed gets the version's bytes before the
+ * tensor signature entries. The caller has checked the file holds at least
+ * CKPT_V2_FIXED_BYTES; a version-3 file shorter than its header fails here. */
+static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, uint64_t *fixed) {
     uint32_t version;
     if (get(f, path, &version, sizeof version) != CNT_OK) return CNT_ERR;
     if (version == 1)
         return cnt_err_set("checkpoint '%s' has version 1, written by an older cnntrain: it has no model block "
-                           "(input shape, classes) and this build reads version %d only; retrain to get a "
+                           "(input shape, classes) and this build reads versions 2 and %d only; retrain to get a "
                            "version-%d checkpoint",
                            path, CKPT_VERSION, CKPT_VERSION);
-    if (version != CKPT_VERSION)
-        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads version %d)", path, version,
-                           CKPT_VERSION);
+    if (version != 2 && version != CKPT_VERSION)
+        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads versions 2 and %d)", path,
+                           version, CKPT_VERSION);
+    *fixed = version == 2 ? CKPT_V2_FIXED_BYTES : CKPT_FIXED_BYTES;
+    if (size < *fixed)
+        return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
+                           (unsigned long long)size, (unsigned long long)*fixed);
     int32_t epoch;
     int64_t step;
     int32_t block[6];
@@ -287,6 +302,20 @@ static int read_header(FILE *f, const char *path, ckpt_meta *m) {
     m->aux_logits = block[4];
     m->zero_init_residual = block[5];
     m->dropout = dropout;
+    if (version >= 3) {
+        double scale;
+        int64_t good, skipped;
+        if (get(f, path, &scale, sizeof scale) != CNT_OK || get(f, path, &good, sizeof good) != CNT_OK ||
+            get(f, path, &skipped, sizeof skipped) != CNT_OK)
+            return CNT_ERR;
+        if (!(scale == 0 || (scale > 0 && scale <= 1e300)) || good < 0 || skipped < 0)
+            return cnt_err_set("checkpoint '%s' is corrupt: implausible loss-scaling block (scale %g, %lld clean "
+                               "steps, %lld skipped)",
+                               path, scale, (long long)good, (long long)skipped);
+        m->loss_scale = scale;
+        m->loss_scale_good = (long)good;
+        m->skipped_steps = (long)skipped;
+    }
     const int32_t big = 1 << 20;
     if (block[0] < 1 || block[0] > big || block[1] < 1 || block[1] > big || block[2] < 1 || block[2] > big ||
         block[3] < 1 || block[3] > big || (uint32_t)block[4] > 1 || (uint32_t)block[5] > 1 || !(dropout < 1.0f) ||
@@ -310,16 +339,17 @@ static int read_open(FILE *f, const char *path, const net *nt, float *params, fl
     if (get(f, path, magic, have) != CNT_OK) return CNT_ERR;
     if (memcmp(magic, CKPT_MAGIC, have) != 0)
         return cnt_err_set("'%s' is not a cnntrain checkpoint (wrong magic number)", path);
-    if (size < CKPT_FIXED_BYTES)
+    if (size < CKPT_V2_FIXED_BYTES)
         return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
-                           (unsigned long long)size, (unsigned long long)CKPT_FIXED_BYTES);
+                           (unsigned long long)size, (unsigned long long)CKPT_V2_FIXED_BYTES);
     ckpt_meta m;
-    if (read_header(f, path, &m) != CNT_OK) return CNT_ERR;
+    uint64_t fixed;
+    if (read_header(f, path, size, &m, &fixed) != CNT_OK) return CNT_ERR;
 
     uint32_t n_pt, n_bt;
     if (get(f, path, &n_pt, sizeof n_pt) != CNT_OK || get(f, path, &n_bt, sizeof n_bt) != CNT_OK) return CNT_ERR;
     uint64_t entries = (uint64_t)n_pt + n_bt;
-    uint64_t after_sig = CKPT_FIXED_BYTES + entries * CKPT_ENTRY_BYTES + 16;
+    uint64_t after_sig = fixed + entries * CKPT_ENTRY_BYTES + 16;
     if (after_sig > size)
         return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, but its model signature alone needs %llu",
                            path, (unsigned long long)size, (unsigned long long)after_sig);
@@ -439,11 +469,12 @@ int ckpt_read_meta(const char *path, ckpt_meta *meta) {
             /* message set */
         } else if (memcmp(magic, CKPT_MAGIC, have) != 0 || have < CKPT_MAGIC_LEN) {
             cnt_err_set("'%s' is not a cnntrain checkpoint (wrong magic number)", path);
-        } else if (size < CKPT_FIXED_BYTES) {
+        } else if (size < CKPT_V2_FIXED_BYTES) {
             cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
-                        (unsigned long long)size, (unsigned long long)CKPT_FIXED_BYTES);
+                        (unsigned long long)size, (unsigned long long)CKPT_V2_FIXED_BYTES);
         } else {
-            rc = read_header(f, path, meta);
+            uint64_t fixed;
+            rc = read_header(f, path, size, meta, &fixed);
         }
     }
     fclose(f);

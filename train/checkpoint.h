@@ -6,7 +6,8 @@
  * ckpt_read() (validates everything before touching the caller's arrays) and
  * ckpt_find_latest() (for resuming).
  *
- * File layout, version 2 (version 1 lacked the model block; such files are
+ * File layout, version 3 (version 2 lacked the loss-scaling block and is read
+ * with loss_scale 0, "not recorded"; version 1 lacked the model block and is
  * rejected with a message saying so). Integers and floats are in the host's byte order,
  * which must be little-endian (checked at compile time); the file is not meant
  * to move between machines of different endianness.
@@ -23,6 +24,9 @@
  *   i32      aux_logits        0 or 1: the net has inception's auxiliary head
  *   i32      zero_init_residual  0 or 1 (zoo_options; affects only initialisation)
  *   f32      dropout           zoo_options.dropout (< 0: the model's default)
+ *   f64      loss_scale        loss-scaling block (train/loss_scale.h): the scale,
+ *   i64      loss_scale_good   0 when the run had none; clean steps since it changed;
+ *   i64      skipped_steps     steps skipped for inf/NaN gradients
  *   u32      n_param_tensors   model signature: net->param_info in order ...
  *   u32      n_buffer_tensors  ... then net->buffer_info in order
  *   { char name[128]; u64 offset; u64 count; } x (n_param_tensors + n_buffer_tensors)
@@ -42,7 +46,7 @@
 
 #include "model/net.h"
 
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
 #define CKPT_MAX_EPOCH 999999 /* six digits in the file name */
 
 typedef struct ckpt_meta {
@@ -59,6 +63,12 @@ typedef struct ckpt_meta {
     int aux_logits;        /* the net has an auxiliary classifier (inception_v3) */
     int zero_init_residual;
     float dropout;         /* zoo_options.dropout */
+    /* Loss scaling (train/loss_scale.h), so a resumed fp16 run goes on with
+     * the scale it had; loss_scale 0: none recorded (no loss scaling, or a
+     * version-2 file). */
+    double loss_scale;
+    long loss_scale_good;
+    long skipped_steps;
 } ckpt_meta;
 
 /* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits) holding meta, the

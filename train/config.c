@@ -130,7 +130,8 @@ static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const lr_scalings[] = {"linear", "none", NULL};
 static const char *const warmup_starts[] = {"zero", "lr", NULL};
 static const char *const dist_backends[] = {"auto", "mpi", "ring", "nccl", NULL};
-static const char *const precisions[] = {"fp32", "tf32", NULL};
+static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16", NULL};
+static const char *const loss_scalings[] = {"auto", "dynamic", "static", "none", NULL};
 
 /* The keys, grouped by section, in the order of --help, the README and the
  * written INI file. */
@@ -204,8 +205,18 @@ static const key_def key_table[] = {
          .help = "compute device; auto picks cuda when a GPU is usable, else cpu; each rank takes GPU "
                  "local_rank % GPUs on its node"),
     K_ENUM("train", "precision", precision, "fp32", .choices = precisions,
-         .help = "convolution and GEMM math on GPUs: fp32, or tf32 (tensor cores, 10-bit mantissa inputs, fp32 "
-                 "accumulation and storage); the CPU computes fp32 either way"),
+         .help = "convolution and GEMM math: fp32; tf32 (GPU tensor cores, 10-bit mantissa inputs, fp32 "
+                 "accumulation; fp32 on the CPU); bf16 or fp16 mixed precision (operands and results of convolutions "
+                 "and GEMMs rounded to the type, fp32 accumulation, fp32 master weights, batch norm, loss and "
+                 "optimizer; tensor cores on GPUs, emulated on the CPU)"),
+    K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
+         .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "
+                 "gradients hold inf/NaN: dynamic (halve on overflow, double after train.loss_scale_window clean "
+                 "steps), static, none; auto is dynamic for fp16, none otherwise"),
+    K_FLOAT("train", "loss_scale", loss_scale, "65536", BETWEEN(1.0 / 16777216, 1e30),
+          .help = "the static loss scale, or where dynamic scaling starts (powers of two keep it exact)"),
+    K_INT("train", "loss_scale_window", loss_scale_window, "2000", BETWEEN(1, 1000000000),
+        .help = "dynamic loss scaling: steps in a row without inf/NaN gradients before the scale doubles"),
     K_INT("train", "epochs", epochs, "15", BETWEEN(1, 100000),
         .help = "passes over the training set"),
     K_LONG("train", "max_steps", max_steps, "0", AT_LEAST(0),

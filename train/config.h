@@ -53,7 +53,10 @@ typedef struct config {
 
     /* [train] */
     char device[CONFIG_STR];         /* "auto", "cpu", "cuda" */
-    char precision[CONFIG_STR];      /* "fp32", "tf32" */
+    char precision[CONFIG_STR];      /* "fp32", "tf32", "bf16", "fp16" */
+    char loss_scaling[CONFIG_STR];   /* "auto", "dynamic", "static", "none" */
+    float loss_scale;                /* static scale, or the dynamic scale's start */
+    int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */
     int epochs;
     long max_steps;                  /* 0: no limit */
     int batch_size;                  /* per rank */

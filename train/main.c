@@ -162,13 +162,16 @@ int main(int argc, char **argv) {
             if (kl == 6 && strncmp(argv[i], "device", kl) == 0 &&
                 (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) {
                 bo.device = v;
-            } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 && (!strcmp(v, "fp32") || !strcmp(v, "tf32"))) {
+            } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 &&
+                       (!strcmp(v, "fp32") || !strcmp(v, "tf32") || !strcmp(v, "bf16") || !strcmp(v, "fp16"))) {
                 bo.precision = v;
             } else if (kl == 7 && strncmp(argv[i], "classes", kl) == 0) {
                 if (parse_count(v, "classes", 1, &bo.classes) != CNT_OK) return 2;
             } else {
-                fprintf(stderr, "trainer: --bench: unknown option '%s' (device=auto|cpu|cuda, precision=fp32|tf32, "
-                                "classes=N)\n", argv[i]);
+                fprintf(stderr,
+                        "trainer: --bench: unknown option '%s' (device=auto|cpu|cuda, "
+                        "precision=fp32|tf32|bf16|fp16, classes=N)\n",
+                        argv[i]);
                 return 2;
             }
         }

@@ -37,12 +37,14 @@ int metrics_open(metrics *m, const char *dir) {
 }
 
 void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
-                  double data_wait_ms, double comm_ms, double comm_exposed_ms) {
+                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
+                  long skipped_steps) {
     if (!m->f) return;
     fprintf(m->f,
             "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.6g,\"lr\":%.6g,\"img_per_sec\":%.1f,"
-            "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f}\n",
-            epoch, step, loss, lr, img_per_sec, data_wait_ms, comm_ms, comm_exposed_ms);
+            "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"loss_scale\":%.9g,"
+            "\"skipped_steps\":%ld}\n",
+            epoch, step, loss, lr, img_per_sec, data_wait_ms, comm_ms, comm_exposed_ms, loss_scale, skipped_steps);
     fflush(m->f);
 }
 

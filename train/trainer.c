@@ -24,6 +24,7 @@
 #include "model/net.h"
 #include "model/zoo.h"
 #include "train/checkpoint.h"
+#include "train/loss_scale.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 #include "train/stager.h"
@@ -211,7 +212,7 @@ static void path_in_out_dir(const config *cfg, const char *path, char *out, size
  * *start_epoch and *step; leaves them at 0 when starting fresh. A missing or
  * bad checkpoint on rank 0 is an error (CNT_ERR on rank 0; the caller ends the
  * job, which releases the ranks waiting in the broadcast). */
-static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_epoch, long *step) {
+static int resume_state(const config *cfg, net *nt, optimizer *opt, loss_scaler *ls, int *start_epoch, long *step) {
     const backend *be = nt->be;
     int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
     ckpt_meta meta;
@@ -240,7 +241,11 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_e
             } else {
                 found = 1;
                 if (momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
-                log_info("resumed from %s: %d epochs and %ld steps done", path, meta.epoch, meta.step);
+                char scaled[64] = "";
+                if (meta.loss_scale > 0)
+                    snprintf(scaled, sizeof scaled, ", loss scale %g (%ld steps skipped)", meta.loss_scale,
+                             meta.skipped_steps);
+                log_info("resumed from %s: %d epochs and %ld steps done%s", path, meta.epoch, meta.step, scaled);
             }
         }
     }
@@ -257,6 +262,7 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, int *start_e
         if (nt->n_buffers) broadcast_upload(be, nt->buffers, nt->n_buffers, buffers);
         if (momentum) broadcast_upload(be, opt->momentum_buf, nt->n_params, momentum);
         nt->dropout_seed = meta.dropout_seed;
+        loss_scaler_restore(ls, meta.loss_scale, meta.loss_scale_good, meta.skipped_steps);
         *start_epoch = meta.epoch;
         *step = meta.step;
     }
@@ -288,7 +294,8 @@ static int load_init_from(const config *cfg, net *nt) {
 }
 
 /* Rank 0 writes the state after `epochs_done` complete epochs. */
-static int save_checkpoint(const config *cfg, const net *nt, const optimizer *opt, int epochs_done, long step) {
+static int save_checkpoint(const config *cfg, const net *nt, const optimizer *opt, const loss_scaler *ls,
+                           int epochs_done, long step) {
     const backend *be = nt->be;
     float *params = cnt_malloc(nt->n_params * sizeof(float));
     float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
@@ -306,6 +313,11 @@ static int save_checkpoint(const config *cfg, const net *nt, const optimizer *op
     /* What zoo_build needs besides the net's shape (ckpt_write takes that from nt). */
     meta.zero_init_residual = cfg->zero_init_residual;
     meta.dropout = cfg->dropout;
+    if (loss_scaler_active(ls)) {
+        meta.loss_scale = ls->scale;
+        meta.loss_scale_good = ls->good;
+        meta.skipped_steps = ls->skipped;
+    }
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
     int status = ckpt_write(dir, nt, params, buffers, momentum, &meta, cfg->ckpt_keep, path, sizeof path);
@@ -370,10 +382,18 @@ static const backend *choose_device(const config *cfg) {
         free(all);
         free(counts);
     }
+    int cpu = strcmp(be->name, "cpu") == 0;
     if (strcmp(cfg->precision, "tf32") == 0) {
         be->set_math(BACKEND_MATH_TF32);
-        if (strcmp(be->name, "cpu") == 0) log_info("precision: tf32 requested; the CPU backend computes fp32");
+        if (cpu) log_info("precision: tf32 requested; the CPU backend computes fp32");
         else log_info("precision: tf32 (cuDNN and cuBLAS tensor cores, fp32 accumulation and storage)");
+    } else if (strcmp(cfg->precision, "bf16") == 0 || strcmp(cfg->precision, "fp16") == 0) {
+        int fp16 = strcmp(cfg->precision, "fp16") == 0;
+        be->set_math(fp16 ? BACKEND_MATH_FP16 : BACKEND_MATH_BF16);
+        log_info("precision: %s mixed: convolutions and GEMMs take %s operands and round their results to it, "
+                 "accumulating in fp32%s; fp32 master weights, batch norm, loss and optimizer",
+                 cfg->precision, fp16 ? "fp16" : "bf16",
+                 cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
     } else {
         be->set_math(BACKEND_MATH_FP32);
     }
@@ -504,6 +524,15 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     /* Batches reach the device one step ahead, on the copy stream. */
     stager *st = stager_create(be, max_batch, (size_t)in_size);
     float *loss_dev = be->alloc(sizeof(float));
+    /* Loss scaling (train.loss_scaling): the flag collects inf/NaN over every gradient. */
+    loss_scaler ls;
+    loss_scaler_init(&ls, cfg);
+    float *overflow_dev = loss_scaler_active(&ls) ? be->alloc(sizeof(float)) : NULL;
+    if (loss_scaler_active(&ls)) {
+        char what[256];
+        loss_scaler_describe(&ls, what, sizeof what);
+        log_info("loss scaling: %s", what);
+    }
     float *loss_acc_dev = be->alloc(sizeof(float));
     float *dlogits = be->alloc((size_t)max_batch * classes * sizeof(float));
     float *aux_loss_dev = NULL, *dlogits_aux = NULL;
@@ -566,11 +595,11 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
 
     long step = 0;
     int start_epoch = 0;
-    int status = resume_state(cfg, nt, &opt, &start_epoch, &step);
+    int status = resume_state(cfg, nt, &opt, &ls, &start_epoch, &step);
     long first_step = step;
     double t_start = time_now();
     double win_t0 = t_start, win_wait = 0, win_loss_steps = 0, win_comm = 0, win_exposed = 0;
-    long win_images = 0, win_steps = 0;
+    long win_images = 0, win_steps = 0, win_skipped0 = ls.skipped;
     int done = status != CNT_OK;
     eval_result er = {0};
     /* The schedule spans every configured epoch; train.max_steps only stops
@@ -598,11 +627,14 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             double tf = time_now();
             net_forward(nt, x_dev, b->n, 1);
             be->softmax_xent(b->n, classes, net_logits(nt), labels_dev, cfg->label_smoothing, loss_dev, dlogits);
+            /* The loss scale enters through the loss's gradient; the logged loss stays unscaled. */
+            float scale = (float)ls.scale;
+            if (scale != 1.0f) be->axpy((size_t)b->n * classes, scale, dlogits, dlogits, 0);
             if (dlogits_aux) {
                 /* Inception's auxiliary head: loss + aux_weight * aux_loss. */
                 be->softmax_xent(b->n, classes, net_aux_logits(nt), labels_dev, cfg->label_smoothing,
                                  aux_loss_dev, dlogits_aux);
-                be->axpy((size_t)b->n * classes, cfg->aux_weight, dlogits_aux, dlogits_aux, 0);
+                be->axpy((size_t)b->n * classes, cfg->aux_weight * scale, dlogits_aux, dlogits_aux, 0);
                 be->axpy(1, cfg->aux_weight, aux_loss_dev, loss_dev, 1);
             }
             double tb = time_now();
@@ -625,7 +657,27 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                 ep_buckets += rs.buckets;
             }
             double to = time_now();
-            optim_step(&opt, nt, (float)lr, 1.0f / (float)world);
+            int apply = 1;
+            if (overflow_dev) {
+                /* The one host wait per step that loss scaling costs (PyTorch's
+                 * GradScaler has it too): whether to update at all. */
+                float found = 0;
+                be->zero(overflow_dev, sizeof(float));
+                be->find_nonfinite(nt->n_params, nt->grads, overflow_dev);
+                be->download(&found, overflow_dev, sizeof found);
+                int failed;
+                apply = loss_scaler_update(&ls, found != 0, &failed);
+                if (failed) {
+                    char why[1024];
+                    snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
+                    status = cnt_err_set("train.precision = %s, train.loss_scaling = %s, step %ld: %s",
+                                         cfg->precision, cfg->loss_scaling, step + 1, why);
+                    done = 1;
+                    break;
+                }
+            }
+            /* Sums over ranks of S-times gradients: the update divides both out. */
+            if (apply) optim_step(&opt, nt, (float)lr, (float)(1.0 / ((double)world * (double)scale)));
             if (tl) timeline_record(tl, "optimizer", "optimizer", TIMELINE_TID_TRAIN, to, time_now());
             be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
             win_loss_steps++;
@@ -658,10 +710,15 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                 if (rd)
                     snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", win_comm / win_steps,
                              win_exposed / win_steps);
-                log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms%s  eta %s",
-                         epoch + 1, cfg->epochs, step, total_steps, loss, lr, ips, wait_ms, comm, eta_s);
+                char scaling[96] = "";
+                if (loss_scaler_active(&ls))
+                    snprintf(scaling, sizeof scaling, "  loss scale %g (%ld step%s skipped)", ls.scale,
+                             ls.skipped - win_skipped0, ls.skipped - win_skipped0 == 1 ? "" : "s");
+                win_skipped0 = ls.skipped;
+                log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s",
+                         epoch + 1, cfg->epochs, step, total_steps, loss, lr, ips, wait_ms, comm, scaling, eta_s);
                 metrics_step(&m, epoch + 1, step, loss, lr, ips, wait_ms, win_comm / win_steps,
-                             win_exposed / win_steps);
+                             win_exposed / win_steps, ls.scale, ls.skipped);
                 r.last_loss = loss;
                 if (!isfinite(loss)) {
                     log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
@@ -681,6 +738,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                 break;
             }
         }
+        if (status != CNT_OK) break; /* every rank: the decision rests on allreduced gradients */
         double ep_secs = time_now() - ep_t0;
         /* Batch-norm statistics stay per rank during training (as in Horovod);
          * evaluate every shard with rank 0's, so N ranks score what one would. */
@@ -719,19 +777,25 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
         /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
         int complete = ep_steps == steps_per_epoch;
         int due = cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs || done);
-        if (rank == 0 && complete && due && save_checkpoint(cfg, nt, &opt, epoch + 1, step) != CNT_OK) {
+        if (rank == 0 && complete && due && save_checkpoint(cfg, nt, &opt, &ls, epoch + 1, step) != CNT_OK) {
             status = CNT_ERR;
             break;
         }
     }
     r.seconds = time_now() - t_start;
     r.steps = step;
+    r.loss_scale = ls.scale;
+    r.skipped_steps = ls.skipped;
     r.eval_loss = er.loss;
     r.top1 = er.top1;
     r.top5 = er.top5;
     r.img_per_sec = r.seconds > 0 ? (double)(step - first_step) * cfg->batch_size * world / r.seconds : 0;
-    log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", step,
-             r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
+    if (status == CNT_OK)
+        log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", step,
+                 r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
+    else
+        log_info("stopped after %ld steps (%.1f s); metrics so far in %s/metrics.jsonl", step, r.seconds,
+                 cfg->out_dir);
 
     if (status == CNT_OK && !isfinite(r.last_loss)) status = cnt_err_set("training diverged (loss %g)", r.last_loss);
     if (tl && status == CNT_OK) {
@@ -757,6 +821,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     free(params_host);
     stager_free(st);
     be->free(loss_dev);
+    be->free(overflow_dev);
     be->free(loss_acc_dev);
     be->free(dlogits);
     be->free(aux_loss_dev);

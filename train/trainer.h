@@ -21,6 +21,8 @@ typedef struct train_result {
     double top1, top5;      /* last evaluation, fractions in [0, 1] */
     double seconds;         /* wall time of the training loop */
     double img_per_sec;     /* training throughput over the whole run */
+    double loss_scale;      /* the loss scale at the end (1 without loss scaling) */
+    long skipped_steps;     /* steps skipped for inf/NaN gradients (loss scaling) */
 } train_result;
 
 /* Trains as configured. res may be NULL. */
