@@ -301,6 +301,10 @@ static void finish_nccl(reducer *rd, reducer_stats *st) {
     rd->pending_step = rd->step;
 }
 
+void reducer_wait_sums(reducer *rd) {
+    if (rd->nccl) nccl_read_pending(rd);
+}
+
 void reducer_finish(reducer *rd, reducer_stats *st) {
     CNT_ASSERT(rd->ready_upto == rd->n);
     if (rd->nccl) {

@@ -171,6 +171,13 @@ void reducer_grads_ready(void *rd, size_t offset, size_t count);
  * waits only for the previous step's allreduces, see above). Fills *st when
  * st is not NULL. */
 void reducer_finish(reducer *rd, reducer_stats *st);
+/* After reducer_finish, for a host decision on this step's sums (loss
+ * scaling's overflow check): returns once they are complete on the device.
+ * On the MPI path they already are. On the NCCL path it waits for this step's
+ * allreduces with the stall watchdog's warn and abort limits (polling, so a
+ * peer that never joins ends the job instead of hanging it); their times then
+ * come with the next reducer_finish as usual. */
+void reducer_wait_sums(reducer *rd);
 int reducer_bucket_count(const reducer *rd);
 /* From now on every bucket is recorded as "allreduce bucket k" on tl's comm
  * thread (TIMELINE_TID_COMM); NULL stops it. MPI path: by the communication

@@ -8,7 +8,8 @@
 # during backward; dist.compress=fp16 trains with bit-identical ranks; the
 # stall watchdog names a late rank (CNT_TEST_STALL, test-only fault
 # injection) and ends a job whose rank stalls past dist.stall_abort_s; the
-# warm-up starts at 0 or, with optim.warmup_start=lr, at one worker's rate.
+# warm-up starts at 0 or, with optim.warmup_start=lr, at one worker's rate;
+# fp16 mixed precision skips the same overflowing steps on every rank.
 # Every run here is pinned to the CPU (train.device=cpu): bitwise equality
 # across batch splits and reruns is the CPU backend's promise (a GPU picks
 # cuDNN algorithms by timing). The GPU's multi-rank paths are checked by
@@ -139,6 +140,30 @@ import json, sys
 loss = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "step"]
 print("    fp16 losses:", " ".join("%.4f" % l for l in loss))
 sys.exit(0 if len(loss) == 4 and loss[-1] < 0.8 * loss[0] else 1)
+PY
+done
+
+# Mixed precision on 2 ranks: fp16 with dynamic loss scaling started at 2^24,
+# so the first steps overflow. Every rank checks the allreduced gradients and
+# must skip the same steps (else the parameters would differ after the
+# epoch); with dist.compress=fp16 the sums on the wire overflow too, and are
+# caught the same way.
+for wire in none fp16; do
+    out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${f16[@]}" dist.compress=$wire dist.backend=ring \
+          train.precision=fp16 train.loss_scale=16777216 train.out_dir="$tmp/amp$wire" 2>&1)
+    rc=$?
+    check "fp16 math, $wire on the wire: training exits 0" test $rc -eq 0
+    check "fp16 math, $wire on the wire: parameters bit-identical on both ranks" \
+        grep -q "parameters bit-identical on all 2 ranks" <<<"$out"
+    check "fp16 math, $wire on the wire: steps skipped, the scale lowered, the loss drops" \
+        python3 - "$tmp/amp$wire/metrics.jsonl" <<'PY'
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "step"]
+print("    fp16 math: loss %.4f -> %.4f, loss scale %g, %d steps skipped" %
+      (rows[0]["loss"], rows[-1]["loss"], rows[-1]["loss_scale"], rows[-1]["skipped_steps"]))
+skipped = rows[-1]["skipped_steps"]
+ok = 0 < skipped < 32 and rows[-1]["loss_scale"] == 2.0 ** (24 - skipped) and rows[-1]["loss"] < 0.8 * rows[0]["loss"]
+sys.exit(0 if ok else 1)
 PY
 done
 

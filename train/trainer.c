@@ -662,6 +662,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                 /* The one host wait per step that loss scaling costs (PyTorch's
                  * GradScaler has it too): whether to update at all. */
                 float found = 0;
+                if (rd) reducer_wait_sums(rd); /* NCCL: wait under the watchdog, not in a copy */
                 be->zero(overflow_dev, sizeof(float));
                 be->find_nonfinite(nt->n_params, nt->grads, overflow_dev);
                 be->download(&found, overflow_dev, sizeof found);
