@@ -106,6 +106,15 @@ check "--devices: exit 0 with the backends and what auto uses" \
 gpu=$(grep -c '^cuda:[0-9]' <<<"$out")
 run $T configs/resnet20-fashion.ini train.precision=fp8
 check "train.precision outside its choices: exit 2 naming them" test "$rc" -eq 2 -a -n "$(grep -o 'fp32, tf32, bf16, fp16' <<<"$out")"
+# fp16 evaluation whose activations overflow (Inception V3 after 3 steps on
+# random data: its running statistics are far from the batches', the fp32
+# test loss is ~1e11): NaN logits count as wrong, with a warning, never as hits
+run $T configs/inception3.ini data.kind=synthetic data.synthetic_shape=3x299x299 data.synthetic_train=8 \
+    data.synthetic_test=2 data.synthetic_classes=10 train.batch_size=2 train.max_steps=3 train.precision=fp16 \
+    train.device=cpu train.out_dir="$tmp/nanlogits"
+check "fp16 eval with overflowing logits: top-1 0%, a warning naming the samples and bf16" \
+    test "$rc" -eq 0 -a -n "$(grep -o 'test top-1 0.00%' <<<"$out")" \
+    -a -n "$(grep -o '2 test samples had inf or NaN logits, counted as wrong (fp16.*bf16' <<<"$out")"
 run $T configs/resnet20-fashion.ini train.loss_scale=0
 check "train.loss_scale=0: exit 2 naming the key" test "$rc" -eq 2 -a -n "$(grep -o 'train.loss_scale' <<<"$out")"
 run $T configs/resnet20-fashion.ini dist.backend=nccl train.device=cpu

@@ -49,9 +49,13 @@ static net *build_model(const backend *be, const config *cfg, int c, int h, int 
     return nt;
 }
 
-/* Evaluation over the whole test set: mean loss, top-1 and top-5 fractions. */
+/* Evaluation over the whole test set: mean loss, top-1 and top-5 fractions,
+ * and how many samples had a NaN among their logits or an infinite true-class
+ * logit (counted as wrong: such logits rank nothing; fp16 activations beyond
+ * 65504 end so). */
 typedef struct eval_result {
     double loss, top1, top5;
+    long nonfinite;
 } eval_result;
 
 static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dlogits_dev, eval_result *er) {
@@ -60,7 +64,7 @@ static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dl
     int topk = K < 5 ? K : 5;
     float *logits = cnt_malloc((size_t)nt->max_batch * K * sizeof(float));
     double loss_sum = 0;
-    long n_total = 0, hit1 = 0, hit5 = 0;
+    long n_total = 0, hit1 = 0, hit5 = 0, nonfinite = 0;
     loader_start_epoch(ld, 0);
     const batch *b;
     while ((b = loader_next(ld)) != NULL) {
@@ -79,9 +83,15 @@ static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dl
             const float *row = logits + (size_t)i * K;
             int label = b->labels[i];
             /* rank of the true class: how many logits beat it (ties count against) */
-            int better = 0;
-            for (int k = 0; k < K; k++)
+            int better = 0, bad = !isfinite(row[label]);
+            for (int k = 0; k < K; k++) {
+                bad |= row[k] != row[k];
                 if (k != label && (row[k] > row[label] || (row[k] == row[label] && k < label))) better++;
+            }
+            if (bad) { /* NaN compares false with everything: it would rank first */
+                better = K;
+                nonfinite++;
+            }
             hit1 += better < 1;
             hit5 += better < topk;
         }
@@ -89,8 +99,9 @@ static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dl
     }
     free(logits);
     /* Every rank evaluated its own shard; every sample counts once in the sums. */
-    double sums[4] = {loss_sum, (double)n_total, (double)hit1, (double)hit5};
-    dist_allreduce_sum_f64(sums, 4);
+    double sums[5] = {loss_sum, (double)n_total, (double)hit1, (double)hit5, (double)nonfinite};
+    dist_allreduce_sum_f64(sums, 5);
+    er->nonfinite = (long)sums[4];
     er->loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     er->top1 = sums[1] > 0 ? sums[2] / sums[1] : 0;
     er->top5 = sums[1] > 0 ? sums[3] / sums[1] : 0;
@@ -774,6 +785,12 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                      "%ld of %ld buckets started during backward",
                      epoch + 1, cfg->epochs, ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0,
                      ep_early, ep_buckets);
+        if (er.nonfinite > 0 && rank == 0)
+            log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", epoch + 1, cfg->epochs,
+                     er.nonfinite, er.nonfinite == 1 ? "" : "s",
+                     strcmp(cfg->precision, "fp16") == 0
+                         ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)"
+                         : "");
         metrics_eval(&m, epoch + 1, step, er.loss, er.top1, er.top5);
         /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
         int complete = ep_steps == steps_per_epoch;
