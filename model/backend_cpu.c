@@ -1211,8 +1211,8 @@ static void cpu_set_threads(int n) {
 
 /* ------------------------------------------------- math mode and ordering */
 
-/* The CPU computes fp32 whatever the mode (there is no TF32 on it). */
-/* TF32 computes fp32 here: no CPU rounds GEMM inputs to TF32. */
+/* TF32 computes fp32 here (no CPU rounds GEMM inputs to TF32); BF16 and FP16
+ * are emulated by the wrappers above. */
 static void cpu_set_math(int math) {
     CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
                math == BACKEND_MATH_FP16);

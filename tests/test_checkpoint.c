@@ -32,10 +32,10 @@
 #include "train/checkpoint.h"
 
 /* Bytes before the tensor signature entries: magic 8, version 4, meta 92,
- * model block 28, loss-scaling block 24 (from version 3), two tensor counts 8. */
-#define FIXED_BYTES 164L
+ * model block 28, loss-scaling block 32 (from version 3), two tensor counts 8. */
+#define FIXED_BYTES 172L
 #define SCALE_BLOCK_AT 132L
-#define SCALE_BLOCK_BYTES 24L
+#define SCALE_BLOCK_BYTES 32L
 
 /* ---------------------------------------------------------------- fixtures */
 
@@ -90,6 +90,7 @@ static int setup(void **state) {
     fx->meta.loss_scale = 32768.0;
     fx->meta.loss_scale_good = 17;
     fx->meta.skipped_steps = 5;
+    fx->meta.skipped_in_a_row = 2;
     fx->meta.in_c = 99; /* ignored by ckpt_write: the net's shape is stored */
     *state = fx;
     return 0;
@@ -204,6 +205,7 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_true(meta.loss_scale == fx->meta.loss_scale);
     assert_true(meta.loss_scale_good == fx->meta.loss_scale_good);
     assert_true(meta.skipped_steps == fx->meta.skipped_steps);
+    assert_int_equal(meta.skipped_in_a_row, fx->meta.skipped_in_a_row);
     ckpt_meta head;
     memset(&head, 0xff, sizeof head);
     if (ckpt_read_meta(path, &head) != CNT_OK) fail_msg("ckpt_read_meta: %s", cnt_err_msg());

@@ -115,6 +115,24 @@ run $T configs/inception3.ini data.kind=synthetic data.synthetic_shape=3x299x299
 check "fp16 eval with overflowing logits: top-1 0%, a warning naming the samples and bf16" \
     test "$rc" -eq 0 -a -n "$(grep -o 'test top-1 0.00%' <<<"$out")" \
     -a -n "$(grep -o '2 test samples had inf or NaN logits, counted as wrong (fp16.*bf16' <<<"$out")"
+check "fp16 eval with overflowing logits: metrics.jsonl is JSON, eval_loss null" python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(0 if [r["eval_loss"] for r in rows if r["kind"] == "eval"] == [None] else 1)' "$tmp/nanlogits/metrics.jsonl"
+# fp16 whose forward overflows on every step (inputs scaled by 1e5 through
+# data.std): each step is skipped and its NaN loss kept out of the progress
+# line (no "diverged" stop); after 30 in a row the run stops naming the keys
+# and bf16; metrics.jsonl stays JSON (null losses)
+run $T configs/resnet20-fashion.ini train.precision=fp16 data.std=0.00001 train.batch_size=8 data.train_limit=512 \
+    data.test_limit=16 train.log_every=5 train.max_steps=40 train.device=cpu train.out_dir="$tmp/fwdovf"
+check "fp16 forward overflow: exit 1 after 30 skipped steps in a row, naming the keys and bf16" \
+    test "$rc" -eq 1 -a -n "$(grep -o 'train.precision = fp16, train.loss_scaling = auto, step 30: 30 steps in a row.*bf16' <<<"$out")"
+check "fp16 forward overflow: progress lines say loss - , never 'diverged'" \
+    test -n "$(grep -o 'step 5/40  loss -  ' <<<"$out")" -a -z "$(grep -o 'diverged: loss' <<<"$out")"
+check "fp16 forward overflow: metrics.jsonl is JSON, skipped losses null" python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(0 if rows and all(r["loss"] is None for r in rows if r["kind"] == "step") else 1)' "$tmp/fwdovf/metrics.jsonl"
 run $T configs/resnet20-fashion.ini train.loss_scale=0
 check "train.loss_scale=0: exit 2 naming the key" test "$rc" -eq 2 -a -n "$(grep -o 'train.loss_scale' <<<"$out")"
 run $T configs/resnet20-fashion.ini dist.backend=nccl train.device=cpu

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -102,6 +103,27 @@ static void test_dynamic_rule(void **state) {
     assert_int_equal(failed, 0);
 }
 
+/* The dynamic scale stops at LOSS_SCALE_MIN, so 1/scale stays finite. */
+static void test_floor(void **state) {
+    (void)state;
+    config cfg;
+    config_with(&cfg, "fp16", "dynamic", "1.5e-7", NULL); /* about 2.5 x 2^-24 */
+    loss_scaler ls;
+    loss_scaler_init(&ls, &cfg);
+    int failed;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(loss_scaler_update(&ls, 1, &failed), 0);
+        assert_int_equal(loss_scaler_update(&ls, 0, &failed), 1); /* clean steps between: no stop */
+    }
+    assert_true(ls.scale == LOSS_SCALE_MIN);
+    assert_true(isfinite(1.0f / (float)ls.scale));
+    /* restored state: a resumed run takes the scale, its clean steps and the skips in a row */
+    loss_scaler_restore(&ls, 4096.0, 7, 11, 3);
+    assert_true(ls.scale == 4096.0 && ls.good == 7 && ls.skipped == 11 && ls.in_a_row == 3);
+    loss_scaler_restore(&ls, 0.0, 1, 1, 1); /* nothing recorded: unchanged */
+    assert_true(ls.scale == 4096.0 && ls.good == 7);
+}
+
 static void test_static_and_none(void **state) {
     (void)state;
     config cfg;
@@ -166,6 +188,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_mode),
         cmocka_unit_test(test_dynamic_rule),
+        cmocka_unit_test(test_floor),
         cmocka_unit_test(test_static_and_none),
         cmocka_unit_test(test_stops_after_max_skips),
         cmocka_unit_test(test_config_errors),

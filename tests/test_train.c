@@ -240,6 +240,7 @@ static void resume_case(const char *const *extra, size_t n_extra, char *da, char
     assert_true(ca.meta.loss_scale == cb.meta.loss_scale);
     assert_true(ca.meta.loss_scale_good == cb.meta.loss_scale_good);
     assert_true(ca.meta.skipped_steps == cb.meta.skipped_steps);
+    assert_int_equal(ca.meta.skipped_in_a_row, cb.meta.skipped_in_a_row);
     print_message("resumed run: loss scale %g, %ld clean steps, %ld skipped\n", cb.meta.loss_scale,
                   cb.meta.loss_scale_good, cb.meta.skipped_steps);
     free_ckpt(&ca);
@@ -331,6 +332,43 @@ static void test_mixed_precision(void **state) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", d2);
     assert_true(count_lines_with(path, "\"skipped_steps\":0}") == 0); /* the first record already has skips */
     assert_int_equal(count_lines_with(path, "\"loss_scale\":"), 2 * 128 / 32);
+
+    /* five skipped steps change nothing: the epoch's checkpoint holds the
+     * initial parameters and batch-norm statistics and zero momentum (the
+     * forwards of skipped steps updated the statistics; they are restored) */
+    char d4[] = "/tmp/cnt_train_XXXXXX";
+    assert_non_null(mkdtemp(d4));
+    small_config(&c, d4);
+    assert_int_equal(config_override(&c, "train.precision=fp16"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.loss_scaling=static"), CNT_OK);
+    assert_int_equal(config_override(&c, "train.loss_scale=1099511627776"), CNT_OK);
+    assert_int_equal(config_override(&c, "data.train_limit=160"), CNT_OK); /* 5 steps of 32 */
+    assert_int_equal(config_override(&c, "train.epochs=1"), CNT_OK);
+    assert_int_equal(config_override(&c, "optim.warmup_epochs=0"), CNT_OK);
+    assert_int_equal(trainer_run(&c, &r), CNT_OK);
+    assert_int_equal(r.skipped_steps, 5);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/checkpoints/ckpt-000001.cnt", d4);
+    ckpt_arrays got;
+    read_ckpt(ck, &got);
+    net *fresh = net_create(backend_cpu(), 1, 28, 28, 10);
+    int out, aux;
+    zoo_options zo = {0, 1, -1};
+    assert_int_equal(zoo_build(fresh, "resnet20", &zo, &out, &aux), CNT_OK);
+    assert_int_equal(net_finalize(fresh, out, aux, 1), CNT_OK);
+    net_init_params(fresh, c.seed);
+    float *p0 = malloc(got.n_params * sizeof(float)), *b0 = malloc(got.n_buffers * sizeof(float));
+    fresh->be->download(p0, fresh->params, got.n_params * sizeof(float));
+    fresh->be->download(b0, fresh->buffers, got.n_buffers * sizeof(float));
+    tu_assert_bitwise_equal_f("parameters after 5 skipped steps", p0, got.params, got.n_params);
+    tu_assert_bitwise_equal_f("batch-norm statistics after 5 skipped steps", b0, got.buffers, got.n_buffers);
+    for (size_t i = 0; i < got.n_params; i++) assert_true(got.momentum[i] == 0.0f);
+    assert_int_equal(got.meta.skipped_steps, 5);
+    assert_int_equal(got.meta.skipped_in_a_row, 5);
+    free(p0);
+    free(b0);
+    net_free(fresh);
+    free_ckpt(&got);
 
     small_config(&c, d3);
     assert_int_equal(config_override(&c, "train.precision=fp16"), CNT_OK);

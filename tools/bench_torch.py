@@ -53,7 +53,10 @@ def main():
     x = torch.randn(a.batch, c, h, w, generator=g).to(dev)
     y = torch.randint(0, a.classes, (a.batch,), generator=g).to(dev)
 
-    scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "fp16")
+    try:
+        scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "fp16")
+    except (AttributeError, TypeError):  # torch before 2.3: CUDA only
+        scaler = torch.cuda.amp.GradScaler(enabled=a.precision == "fp16")
 
     def step():
         opt.zero_grad(set_to_none=True)

@@ -31,9 +31,9 @@
 #define CKPT_NAME_LEN 128
 #define CKPT_ENTRY_BYTES ((uint64_t)CKPT_NAME_LEN + 8 + 8)
 /* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), [version 3:
- * the loss-scaling block (8 + 8 + 8)], two tensor counts */
+ * the loss-scaling block (8 + 8 + 8 + 8)], two tensor counts */
 #define CKPT_MODEL_BYTES 28
-#define CKPT_SCALE_BYTES 24
+#define CKPT_SCALE_BYTES 32
 #define CKPT_V2_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + CKPT_MODEL_BYTES + 4 + 4)
 #define CKPT_FIXED_BYTES (CKPT_V2_FIXED_BYTES + CKPT_SCALE_BYTES)
 #define CKPT_PATH_MAX 4096
@@ -162,10 +162,11 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     put(&w, model_block, sizeof model_block);
     put(&w, &dropout, sizeof dropout);
     double scale = meta->loss_scale;
-    int64_t scale_good = meta->loss_scale_good, skipped = meta->skipped_steps;
+    int64_t scale_good = meta->loss_scale_good, skipped = meta->skipped_steps, in_a_row = meta->skipped_in_a_row;
     put(&w, &scale, sizeof scale);
     put(&w, &scale_good, sizeof scale_good);
     put(&w, &skipped, sizeof skipped);
+    put(&w, &in_a_row, sizeof in_a_row);
     put_u32(&w, (uint32_t)nt->n_param_tensors);
     put_u32(&w, (uint32_t)nt->n_buffer_tensors);
     for (int i = 0; i < nt->n_param_tensors; i++) {
@@ -304,17 +305,19 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
     m->dropout = dropout;
     if (version >= 3) {
         double scale;
-        int64_t good, skipped;
+        int64_t good, skipped, in_a_row;
         if (get(f, path, &scale, sizeof scale) != CNT_OK || get(f, path, &good, sizeof good) != CNT_OK ||
-            get(f, path, &skipped, sizeof skipped) != CNT_OK)
+            get(f, path, &skipped, sizeof skipped) != CNT_OK || get(f, path, &in_a_row, sizeof in_a_row) != CNT_OK)
             return CNT_ERR;
-        if (!(scale == 0 || (scale > 0 && scale <= 1e300)) || good < 0 || skipped < 0)
+        if (!(scale == 0 || (scale > 0 && scale <= 1e300)) || good < 0 || skipped < 0 || in_a_row < 0 ||
+            in_a_row > skipped)
             return cnt_err_set("checkpoint '%s' is corrupt: implausible loss-scaling block (scale %g, %lld clean "
-                               "steps, %lld skipped)",
-                               path, scale, (long long)good, (long long)skipped);
+                               "steps, %lld skipped, %lld of them in a row)",
+                               path, scale, (long long)good, (long long)skipped, (long long)in_a_row);
         m->loss_scale = scale;
         m->loss_scale_good = (long)good;
         m->skipped_steps = (long)skipped;
+        m->skipped_in_a_row = (int)in_a_row;
     }
     const int32_t big = 1 << 20;
     if (block[0] < 1 || block[0] > big || block[1] < 1 || block[1] > big || block[2] < 1 || block[2] > big ||

@@ -26,7 +26,8 @@
  *   f32      dropout           zoo_options.dropout (< 0: the model's default)
  *   f64      loss_scale        loss-scaling block (train/loss_scale.h): the scale,
  *   i64      loss_scale_good   0 when the run had none; clean steps since it changed;
- *   i64      skipped_steps     steps skipped for inf/NaN gradients
+ *   i64      skipped_steps     steps skipped for inf/NaN gradients,
+ *   i64      skipped_in_a_row  the last of them in a row up to the checkpoint
  *   u32      n_param_tensors   model signature: net->param_info in order ...
  *   u32      n_buffer_tensors  ... then net->buffer_info in order
  *   { char name[128]; u64 offset; u64 count; } x (n_param_tensors + n_buffer_tensors)
@@ -69,6 +70,7 @@ typedef struct ckpt_meta {
     double loss_scale;
     long loss_scale_good;
     long skipped_steps;
+    int skipped_in_a_row;
 } ckpt_meta;
 
 /* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits) holding meta, the

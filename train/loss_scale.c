@@ -35,7 +35,8 @@ int loss_scaler_update(loss_scaler *ls, int overflow, int *failed) {
     ls->in_a_row++;
     ls->good = 0;
     double was = ls->scale;
-    if (ls->mode == LOSS_SCALE_DYNAMIC) ls->scale *= 0.5;
+    /* the floor keeps 1/scale finite in float, whatever the overflows */
+    if (ls->mode == LOSS_SCALE_DYNAMIC) ls->scale = ls->scale * 0.5 > LOSS_SCALE_MIN ? ls->scale * 0.5 : LOSS_SCALE_MIN;
     if (ls->in_a_row >= LOSS_SCALE_MAX_SKIPS) {
         *failed = 1;
         cnt_err_set("%d steps in a row had inf or NaN gradients (loss scale %g%s): the overflow is not the loss "
@@ -46,13 +47,14 @@ int loss_scaler_update(loss_scaler *ls, int overflow, int *failed) {
     return 0;
 }
 
-void loss_scaler_restore(loss_scaler *ls, double scale, long good, long skipped) {
+void loss_scaler_restore(loss_scaler *ls, double scale, long good, long skipped, int in_a_row) {
     if (!(scale > 0)) return;
     if (ls->mode == LOSS_SCALE_DYNAMIC) {
         ls->scale = scale;
         ls->good = good;
     }
     ls->skipped = skipped;
+    ls->in_a_row = in_a_row;
 }
 
 void loss_scaler_describe(const loss_scaler *ls, char *buf, size_t len) {

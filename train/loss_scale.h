@@ -32,6 +32,9 @@
 typedef enum { LOSS_SCALE_NONE, LOSS_SCALE_STATIC, LOSS_SCALE_DYNAMIC } loss_scale_mode;
 
 #define LOSS_SCALE_MAX_SKIPS 30
+/* The dynamic scale is never halved below this (2^-24, train.loss_scale's
+ * own lower bound). */
+#define LOSS_SCALE_MIN (1.0 / 16777216.0)
 
 typedef struct loss_scaler {
     loss_scale_mode mode;
@@ -56,7 +59,7 @@ int loss_scaler_update(loss_scaler *ls, int overflow, int *failed);
  * nothing changes): dynamic scaling takes the scale and its count of clean
  * steps; static keeps train.loss_scale, which the user may have changed on
  * purpose; every mode takes the count of skipped steps. */
-void loss_scaler_restore(loss_scaler *ls, double scale, long good, long skipped);
+void loss_scaler_restore(loss_scaler *ls, double scale, long good, long skipped, int in_a_row);
 
 /* One phrase for the start-up log, e.g. "dynamic loss scaling from 65536
  * (x2 after 2000 steps without overflow, /2 and the step skipped on one)". */

@@ -5,6 +5,7 @@
 #include "common/check.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -36,22 +37,33 @@ int metrics_open(metrics *m, const char *dir) {
     return CNT_OK;
 }
 
+/* A loss as JSON: JSON has no inf or NaN, so a non-finite value is null. */
+static const char *json_loss(char *buf, size_t len, double v) {
+    if (isfinite(v)) snprintf(buf, len, "%.6g", v);
+    else snprintf(buf, len, "null");
+    return buf;
+}
+
 void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
                   double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
                   long skipped_steps) {
     if (!m->f) return;
+    char l[32];
+    /* the scale with %.17g: a power of two prints exactly at any size */
     fprintf(m->f,
-            "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.6g,\"lr\":%.6g,\"img_per_sec\":%.1f,"
-            "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"loss_scale\":%.9g,"
+            "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
+            "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"loss_scale\":%.17g,"
             "\"skipped_steps\":%ld}\n",
-            epoch, step, loss, lr, img_per_sec, data_wait_ms, comm_ms, comm_exposed_ms, loss_scale, skipped_steps);
+            epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, data_wait_ms, comm_ms, comm_exposed_ms,
+            loss_scale, skipped_steps);
     fflush(m->f);
 }
 
 void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5) {
     if (!m->f) return;
-    fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%.6g,\"top1\":%.6f,\"top5\":%.6f}\n",
-            epoch, step, loss, top1, top5);
+    char l[32];
+    fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
+            epoch, step, json_loss(l, sizeof l, loss), top1, top5);
     fflush(m->f);
 }
 

@@ -13,6 +13,8 @@
  * did not hide (the training thread waited); both are 0 in a world of one.
  * loss_scale is the loss scale after the step (1 without loss scaling) and
  * skipped_steps the steps skipped for inf/NaN gradients since the run began.
+ * A loss that is not finite (a diverged run; every step of the window skipped
+ * by loss scaling; an fp16 evaluation that overflowed) is written as null.
  *
  * `epoch` is 1-based in records (the epoch being trained or just finished),
  * `step` counts optimizer steps from 1. Every line is flushed as written, so

@@ -50,9 +50,9 @@ static net *build_model(const backend *be, const config *cfg, int c, int h, int 
 }
 
 /* Evaluation over the whole test set: mean loss, top-1 and top-5 fractions,
- * and how many samples had a NaN among their logits or an infinite true-class
- * logit (counted as wrong: such logits rank nothing; fp16 activations beyond
- * 65504 end so). */
+ * and how many samples had an inf or NaN logit (fp16 activations beyond 65504
+ * end so). A sample with a NaN logit or an infinite true-class logit counts
+ * as wrong: such logits rank nothing. */
 typedef struct eval_result {
     double loss, top1, top5;
     long nonfinite;
@@ -83,15 +83,16 @@ static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dl
             const float *row = logits + (size_t)i * K;
             int label = b->labels[i];
             /* rank of the true class: how many logits beat it (ties count against) */
-            int better = 0, bad = !isfinite(row[label]);
+            int better = 0, bad = !isfinite(row[label]), inf_or_nan = bad;
             for (int k = 0; k < K; k++) {
                 bad |= row[k] != row[k];
+                inf_or_nan |= !isfinite(row[k]);
                 if (k != label && (row[k] > row[label] || (row[k] == row[label] && k < label))) better++;
             }
-            if (bad) { /* NaN compares false with everything: it would rank first */
-                better = K;
-                nonfinite++;
-            }
+            /* NaN compares false with everything: it would rank first; an
+             * infinite true-class logit ranks nothing either */
+            if (bad) better = K;
+            nonfinite += inf_or_nan;
             hit1 += better < 1;
             hit5 += better < topk;
         }
@@ -273,7 +274,7 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, loss_scaler 
         if (nt->n_buffers) broadcast_upload(be, nt->buffers, nt->n_buffers, buffers);
         if (momentum) broadcast_upload(be, opt->momentum_buf, nt->n_params, momentum);
         nt->dropout_seed = meta.dropout_seed;
-        loss_scaler_restore(ls, meta.loss_scale, meta.loss_scale_good, meta.skipped_steps);
+        loss_scaler_restore(ls, meta.loss_scale, meta.loss_scale_good, meta.skipped_steps, meta.skipped_in_a_row);
         *start_epoch = meta.epoch;
         *step = meta.step;
     }
@@ -328,6 +329,7 @@ static int save_checkpoint(const config *cfg, const net *nt, const optimizer *op
         meta.loss_scale = ls->scale;
         meta.loss_scale_good = ls->good;
         meta.skipped_steps = ls->skipped;
+        meta.skipped_in_a_row = ls->in_a_row;
     }
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
@@ -539,6 +541,8 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     loss_scaler ls;
     loss_scaler_init(&ls, cfg);
     float *overflow_dev = loss_scaler_active(&ls) ? be->alloc(sizeof(float)) : NULL;
+    /* the running statistics before each forward, for a skipped step to restore */
+    float *buffers_before = overflow_dev && nt->n_buffers ? be->alloc(nt->n_buffers * sizeof(float)) : NULL;
     if (loss_scaler_active(&ls)) {
         char what[256];
         loss_scaler_describe(&ls, what, sizeof what);
@@ -635,6 +639,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             float *x_dev;
             int32_t *labels_dev;
             stager_put(st, b, &x_dev, &labels_dev);
+            if (buffers_before) be->copy(buffers_before, nt->buffers, nt->n_buffers * sizeof(float));
             double tf = time_now();
             net_forward(nt, x_dev, b->n, 1);
             be->softmax_xent(b->n, classes, net_logits(nt), labels_dev, cfg->label_smoothing, loss_dev, dlogits);
@@ -691,8 +696,14 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             /* Sums over ranks of S-times gradients: the update divides both out. */
             if (apply) optim_step(&opt, nt, (float)lr, (float)(1.0 / ((double)world * (double)scale)));
             if (tl) timeline_record(tl, "optimizer", "optimizer", TIMELINE_TID_TRAIN, to, time_now());
-            be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
-            win_loss_steps++;
+            if (apply) {
+                /* a skipped step's loss may be inf/NaN (an fp16 forward overflow): not training's loss */
+                be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
+                win_loss_steps++;
+            } else if (nt->n_buffers) {
+                /* and its forward's batch-norm statistics go too: a skipped step changes nothing */
+                be->copy(nt->buffers, buffers_before, nt->n_buffers * sizeof(float));
+            }
             step++;
             win_steps++;
             ep_steps++;
@@ -712,7 +723,12 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                 double lsum = acc;
                 dist_allreduce_sum_f64(&lsum, 1);
                 double now = time_now();
-                double loss = lsum / win_loss_steps / world;
+                /* none when every step of the window was skipped (loss scaling) */
+                int have_loss = win_loss_steps > 0;
+                double loss = have_loss ? lsum / win_loss_steps / world : NAN;
+                char loss_s[32];
+                if (have_loss) snprintf(loss_s, sizeof loss_s, "%.4f", loss);
+                else snprintf(loss_s, sizeof loss_s, "-");
                 double ips = world * win_images / (now - win_t0);
                 double wait_ms = 1e3 * win_wait / win_steps;
                 double eta = (now - t_start) / (step - first_step) * (total_steps - step);
@@ -727,12 +743,12 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                     snprintf(scaling, sizeof scaling, "  loss scale %g (%ld step%s skipped)", ls.scale,
                              ls.skipped - win_skipped0, ls.skipped - win_skipped0 == 1 ? "" : "s");
                 win_skipped0 = ls.skipped;
-                log_info("epoch %d/%d  step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s",
-                         epoch + 1, cfg->epochs, step, total_steps, loss, lr, ips, wait_ms, comm, scaling, eta_s);
+                log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s",
+                         epoch + 1, cfg->epochs, step, total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
                 metrics_step(&m, epoch + 1, step, loss, lr, ips, wait_ms, win_comm / win_steps,
                              win_exposed / win_steps, ls.scale, ls.skipped);
-                r.last_loss = loss;
-                if (!isfinite(loss)) {
+                if (have_loss) r.last_loss = loss;
+                if (have_loss && !isfinite(loss)) {
                     log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
                     done = 1;
                     break;
@@ -820,8 +836,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
         /* Every rank gets here (the loop ends at the same step everywhere);
          * the write is a collective gather to rank 0. A rank that failed
          * (rank 0 alone, writing a checkpoint) skips it: the others are in
-         * other collectives, and main() ends the job (dist_abort); its
-         * timeline is left to the process's end. */
+         * other collectives, and main() ends the job (dist_abort). */
         net_set_node_hook(nt, NULL, NULL);
         if (rd) reducer_set_timeline(rd, NULL);
         char path[2 * CONFIG_STR + 8];
@@ -832,14 +847,17 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
         }
         timeline_free(tl);
+        tl = NULL;
     }
     metrics_close(&m);
     reducer_free(rd);
+    timeline_free(tl); /* a failed run wrote none: freed once the reducer's thread, which records into it, is gone */
     free(buffers_host);
     free(params_host);
     stager_free(st);
     be->free(loss_dev);
     be->free(overflow_dev);
+    be->free(buffers_before);
     be->free(loss_acc_dev);
     be->free(dlogits);
     be->free(aux_loss_dev);
