@@ -40,6 +40,17 @@ typedef struct conv_params {
 /* Fills P and Q; returns CNT_ERR (with a message) if the output would be empty. */
 int conv_params_init(conv_params *p);
 
+/* Values in a convolution's input, filter and output. */
+static inline size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
+static inline size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
+static inline size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
+
+/* Values a row-major matrix of `rows` rows of `cols` with row stride ld spans
+ * in memory (no padding after its last row is read). */
+static inline size_t matrix_span(int rows, int cols, int ld) {
+    return rows == 0 || cols == 0 ? 0 : (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+}
+
 typedef enum pool_mode {
     POOL_MODE_MAX,              /* padding never selected */
     POOL_MODE_AVG_INCLUDE_PAD,  /* torch avg_pool2d default: divide by R*S (window clipped to padded input) */

@@ -999,9 +999,6 @@ static const float *rounded_copy(cpu_buf *b, const float *src, size_t n) {
 
 static int math_reduced(void) { return cpu_math == BACKEND_MATH_BF16 || cpu_math == BACKEND_MATH_FP16; }
 
-static size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
-static size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
-static size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
 
 static void cpu_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
     if (!math_reduced()) {
@@ -1033,10 +1030,6 @@ static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const floa
     round_to_math(dw, dw, conv_w_count(p));
 }
 
-/* Values a row-major matrix of `rows` rows of `cols` with row stride ld spans. */
-static size_t matrix_span(int rows, int cols, int ld) {
-    return rows == 0 || cols == 0 ? 0 : (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-}
 
 static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {

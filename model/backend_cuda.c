@@ -427,9 +427,6 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
 
 static const float k_one = 1.0f, k_zero = 0.0f;
 
-static size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
-static size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
-static size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
 
 /* In BF16/FP16 each op below hands cuDNN 16-bit copies of its operands and a
  * 16-bit output (beta 0), then widens that into the float output, adding
@@ -585,12 +582,6 @@ static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, 
 }
 
 /* -------------------------------------------------------------------- gemm */
-
-/* Values a row-major matrix of `rows` rows of `cols` with row stride ld spans
- * (the last row needs no padding after it, so no more is read). */
-static size_t matrix_span(int rows, int cols, int ld) {
-    return rows == 0 || cols == 0 ? 0 : (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-}
 
 /* BF16/FP16: A and B rounded into 16-bit copies with the same leading
  * dimensions, cublasGemmEx on them with fp32 accumulation writing the float

@@ -340,9 +340,6 @@ static void conv_label(char *buf, size_t len, const char *op, const conv_params 
              p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P, p->Q, accumulate);
 }
 
-static size_t conv_in_count(const conv_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
-static size_t conv_w_count(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S; }
-static size_t conv_out_count(const conv_params *p) { return (size_t)p->N * p->K * p->P * p->Q; }
 
 /* Inputs in [-1, 1): every product has magnitude below 1 (scale 1). */
 static void conv_fwd_case(int i, const precision *pr) {

@@ -696,13 +696,19 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             /* Sums over ranks of S-times gradients: the update divides both out. */
             if (apply) optim_step(&opt, nt, (float)lr, (float)(1.0 / ((double)world * (double)scale)));
             if (tl) timeline_record(tl, "optimizer", "optimizer", TIMELINE_TID_TRAIN, to, time_now());
-            if (apply) {
-                /* a skipped step's loss may be inf/NaN (an fp16 forward overflow): not training's loss */
+            /* A skipped step's loss counts when it is finite (its gradients
+             * overflowed, not its forward): the host has waited for it anyway. */
+            int count_loss = apply;
+            if (!apply) {
+                float l;
+                be->download(&l, loss_dev, sizeof l);
+                count_loss = isfinite(l);
+                /* and its forward's batch-norm statistics go: a skipped step changes nothing */
+                if (nt->n_buffers) be->copy(nt->buffers, buffers_before, nt->n_buffers * sizeof(float));
+            }
+            if (count_loss) {
                 be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
                 win_loss_steps++;
-            } else if (nt->n_buffers) {
-                /* and its forward's batch-norm statistics go too: a skipped step changes nothing */
-                be->copy(nt->buffers, buffers_before, nt->n_buffers * sizeof(float));
             }
             step++;
             win_steps++;
@@ -717,15 +723,17 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             }
             int last = step == total_steps;
             if (step % cfg->log_every == 0 || last) {
-                float acc;
-                be->download(&acc, loss_acc_dev, sizeof acc);
-                /* Mean loss over every rank's samples (all ranks log at the same steps). */
-                double lsum = acc;
-                dist_allreduce_sum_f64(&lsum, 1);
+                float acc = 0;
+                if (win_loss_steps > 0) be->download(&acc, loss_acc_dev, sizeof acc);
+                /* Mean loss over every rank's counted steps (all ranks log at the
+                 * same steps; a step skipped for a forward overflow on one rank
+                 * is left out there only). */
+                double lsum[2] = {acc, win_loss_steps};
+                dist_allreduce_sum_f64(lsum, 2);
                 double now = time_now();
-                /* none when every step of the window was skipped (loss scaling) */
-                int have_loss = win_loss_steps > 0;
-                double loss = have_loss ? lsum / win_loss_steps / world : NAN;
+                /* none when no step of the window had a finite loss (loss scaling skips) */
+                int have_loss = lsum[1] > 0;
+                double loss = have_loss ? lsum[0] / lsum[1] : NAN;
                 char loss_s[32];
                 if (have_loss) snprintf(loss_s, sizeof loss_s, "%.4f", loss);
                 else snprintf(loss_s, sizeof loss_s, "-");
