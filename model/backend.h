@@ -241,6 +241,10 @@ typedef struct backend {
 
 enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1, BACKEND_MATH_BF16 = 2, BACKEND_MATH_FP16 = 3 };
 
+/* The math mode named "fp32", "tf32", "bf16" or "fp16" (train.precision), or
+ * -1 for any other name. */
+int backend_math_from_name(const char *name);
+
 /* The CPU backend (always built). */
 const backend *backend_cpu(void);
 

@@ -17,6 +17,14 @@ const backend *backend_cuda(int local_rank); /* NULL when no device is usable (r
 int backend_cuda_describe(char *buf, size_t len);
 #endif
 
+int backend_math_from_name(const char *name) {
+    static const char *const names[] = {[BACKEND_MATH_FP32] = "fp32", [BACKEND_MATH_TF32] = "tf32",
+                                        [BACKEND_MATH_BF16] = "bf16", [BACKEND_MATH_FP16] = "fp16"};
+    for (int m = 0; m < (int)(sizeof names / sizeof names[0]); m++)
+        if (strcmp(name, names[m]) == 0) return m;
+    return -1;
+}
+
 const char *backend_list_built(void) {
 #if CNT_HAVE_CUDA_BACKEND
     return "cpu cuda";

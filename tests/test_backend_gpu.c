@@ -340,7 +340,6 @@ static void conv_label(char *buf, size_t len, const char *op, const conv_params 
              p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P, p->Q, accumulate);
 }
 
-
 /* Inputs in [-1, 1): every product has magnitude below 1 (scale 1). */
 static void conv_fwd_case(int i, const precision *pr) {
     conv_params p = conv_case_params(i);

@@ -47,11 +47,10 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     if (!be) return CNT_ERR;
     be->set_threads(opt->threads);
     const char *prec = opt->precision ? opt->precision : "fp32";
-    int fp16 = strcmp(prec, "fp16") == 0;
-    be->set_math(strcmp(prec, "tf32") == 0   ? BACKEND_MATH_TF32
-                 : strcmp(prec, "bf16") == 0 ? BACKEND_MATH_BF16
-                 : fp16                      ? BACKEND_MATH_FP16
-                                             : BACKEND_MATH_FP32);
+    int math = backend_math_from_name(prec);
+    if (math < 0) return cnt_err_set("unknown precision '%s' (fp32, tf32, bf16, fp16)", prec);
+    int fp16 = math == BACKEND_MATH_FP16;
+    be->set_math(math);
     if (opt->batch < 1 || opt->steps < 1) return cnt_err_set("batch and steps must be at least 1");
     net *nt = net_create(be, opt->c, opt->h, opt->w, opt->classes);
     zoo_options zo = {.zero_init_residual = 0, .aux_logits = 1, .dropout = -1};

@@ -162,8 +162,7 @@ int main(int argc, char **argv) {
             if (kl == 6 && strncmp(argv[i], "device", kl) == 0 &&
                 (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) {
                 bo.device = v;
-            } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 &&
-                       (!strcmp(v, "fp32") || !strcmp(v, "tf32") || !strcmp(v, "bf16") || !strcmp(v, "fp16"))) {
+            } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 && backend_math_from_name(v) >= 0) {
                 bo.precision = v;
             } else if (kl == 7 && strncmp(argv[i], "classes", kl) == 0) {
                 if (parse_count(v, "classes", 1, &bo.classes) != CNT_OK) return 2;

@@ -396,19 +396,16 @@ static const backend *choose_device(const config *cfg) {
         free(counts);
     }
     int cpu = strcmp(be->name, "cpu") == 0;
-    if (strcmp(cfg->precision, "tf32") == 0) {
-        be->set_math(BACKEND_MATH_TF32);
+    int math = backend_math_from_name(cfg->precision); /* validated by the config */
+    be->set_math(math);
+    if (math == BACKEND_MATH_TF32) {
         if (cpu) log_info("precision: tf32 requested; the CPU backend computes fp32");
         else log_info("precision: tf32 (cuDNN and cuBLAS tensor cores, fp32 accumulation and storage)");
-    } else if (strcmp(cfg->precision, "bf16") == 0 || strcmp(cfg->precision, "fp16") == 0) {
-        int fp16 = strcmp(cfg->precision, "fp16") == 0;
-        be->set_math(fp16 ? BACKEND_MATH_FP16 : BACKEND_MATH_BF16);
+    } else if (math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16) {
         log_info("precision: %s mixed: convolutions and GEMMs take %s operands and round their results to it, "
                  "accumulating in fp32%s; fp32 master weights, batch norm, loss and optimizer",
-                 cfg->precision, fp16 ? "fp16" : "bf16",
+                 cfg->precision, cfg->precision,
                  cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
-    } else {
-        be->set_math(BACKEND_MATH_FP32);
     }
     return be;
 }
