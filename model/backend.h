@@ -9,7 +9,9 @@
  * upload()/download().
  *
  * Conventions for every op:
- *   - Tensors are dense NCHW float32. Filters are [K, C, R, S]. Row-major GEMM.
+ *   - Tensors are dense float32, [N, C, H, W] (NCHW) in the default layout;
+ *     see set_layout for NHWC. Filters are [K, C, R, S] in every layout.
+ *     Row-major GEMM.
  *   - `accumulate` (0 or 1) plays cuDNN's beta: 0 overwrites the output, 1 adds
  *     to it. Backward ops that write an input gradient take it, because a tensor
  *     consumed by two layers (a residual branch) receives the sum of both.
@@ -200,6 +202,30 @@ typedef struct backend {
      *     fp32 (the master weights): only the op's copy of them is rounded. */
     void (*set_math)(int math);
 
+    /* ---- activation layout ----
+     * BACKEND_LAYOUT_NCHW (the default) or BACKEND_LAYOUT_NHWC: how conv_fwd,
+     * conv_bwd_data, conv_bwd_filter (x, y, dx, dy), bias_fwd, bias_bwd, the
+     * batch-norm ops, pool_fwd, pool_bwd and channel_copy store the 4-D
+     * tensors they read and write. The tensor [N, C, H, W] written above is
+     * the logical one; in NHWC, element (n, c, h, w) lives at
+     * ((n*H + h)*W + w)*C + c, channels innermost ([N, C, HW] views become
+     * [N, HW, C]). Filters stay [K, C, R, S] and per-channel vectors [C] in
+     * both layouts (a backend that wants [K, R, S, C] filters converts them
+     * itself), so parameters, gradients and checkpoints do not depend on the
+     * layout. Elementwise ops, gemm, the loss and the optimizer do not depend
+     * on it; with HW == 1 both layouts are the same bytes. Numbers may differ
+     * from NCHW by summation order only. GPUs run tensor-core convolutions
+     * natively in NHWC (cuDNN transposes NCHW operands for them); the CPU
+     * backend computes NCHW and transposes around each op (slower; NHWC
+     * exists there so that the same tests run on both). A net sets its layout
+     * before each forward and backward (net_set_layout). */
+    void (*set_layout)(int layout);
+    /* Converts between layouts, whatever set_layout says: with to_nhwc,
+     * dst[N, HW, C] (+)= src[N, C, HW] permuted (dst[(n*HW + i)*C + c] =
+     * src[(n*C + c)*HW + i]); otherwise the inverse, dst[N, C, HW] (+)=
+     * src[N, HW, C]. src and dst do not overlap. */
+    void (*transpose_layout)(int N, int C, int HW, const float *src, float *dst, int to_nhwc, int accumulate);
+
     /* ---- ordering against other threads and libraries ----
      * A GPU backend queues every op above on one compute stream, issued by one
      * thread (the training thread). These let another thread (the reducer's
@@ -240,10 +266,17 @@ typedef struct backend {
 } backend;
 
 enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1, BACKEND_MATH_BF16 = 2, BACKEND_MATH_FP16 = 3 };
+enum { BACKEND_LAYOUT_NCHW = 0, BACKEND_LAYOUT_NHWC = 1 };
 
 /* The math mode named "fp32", "tf32", "bf16" or "fp16" (train.precision), or
  * -1 for any other name. */
 int backend_math_from_name(const char *name);
+
+/* The layout named "nchw" or "nhwc" (train.layout), or for "auto" the one
+ * that suits backend be in math mode `math`: NHWC where tensor cores read
+ * 16-bit operands (a GPU in bf16 or fp16, where cuDNN would transpose NCHW
+ * operands for them), NCHW elsewhere. -1 for any other name. */
+int backend_layout_from_name(const char *name, const backend *be, int math);
 
 /* The CPU backend (always built). */
 const backend *backend_cpu(void);

@@ -111,6 +111,7 @@ typedef struct cpu_scratch {
     cpu_buf taps; /* [RS, K, C] the filter split by tap (shift algorithm) */
     cpu_buf op_a; /* bf16/fp16 math: the rounded copies of an op's two operands */
     cpu_buf op_b;
+    cpu_buf lay[4]; /* NHWC layout: NCHW copies of an op's tensors (see lay_* below) */
 } cpu_scratch;
 
 static _Thread_local cpu_scratch tls_scratch;
@@ -1212,6 +1213,222 @@ static void cpu_set_math(int math) {
     cpu_math = math;
 }
 
+/* --------------------------------------------------------------- layout */
+
+/* NHWC on the CPU: the NCHW kernels above, with the op's tensors transposed
+ * into per-thread NCHW copies on the way in and back on the way out. Slower
+ * than NCHW, never faster: NHWC exists here so that every layout test runs on
+ * the CPU too and the GPU's NHWC results have a reference. Results are
+ * bitwise those of NCHW. */
+
+static int cpu_layout = BACKEND_LAYOUT_NCHW;
+
+static void cpu_set_layout(int layout) {
+    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    cpu_layout = layout;
+}
+
+/* Tiles of 32 x 32 keep both the rows read and the rows written in cache. */
+#define CPU_TRANSPOSE_TILE 32
+
+/* For each of N images: dst[j, i] (+)= src[i, j], src [rows, cols]. */
+static void transpose_images(int N, int rows, int cols, const float *src, float *dst, int accumulate) {
+    const int T = CPU_TRANSPOSE_TILE;
+    int row_tiles = (rows + T - 1) / T;
+    size_t total = (size_t)N * rows * cols;
+#pragma omp parallel for collapse(2) schedule(static) if (total >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        for (int rt = 0; rt < row_tiles; rt++) {
+            const float *s = src + (size_t)n * rows * cols;
+            float *d = dst + (size_t)n * rows * cols;
+            int i0 = rt * T, i1 = i0 + T < rows ? i0 + T : rows;
+            for (int j0 = 0; j0 < cols; j0 += T) {
+                int j1 = j0 + T < cols ? j0 + T : cols;
+                for (int j = j0; j < j1; j++) {
+                    float *dp = d + (size_t)j * rows;
+                    if (accumulate)
+                        for (int i = i0; i < i1; i++) dp[i] += s[(size_t)i * cols + j];
+                    else
+                        for (int i = i0; i < i1; i++) dp[i] = s[(size_t)i * cols + j];
+                }
+            }
+        }
+    }
+}
+
+static void cpu_transpose_layout(int N, int C, int HW, const float *src, float *dst, int to_nhwc, int accumulate) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
+    if (to_nhwc)
+        transpose_images(N, C, HW, src, dst, accumulate);
+    else
+        transpose_images(N, HW, C, src, dst, accumulate);
+}
+
+static int nhwc(void) { return cpu_layout == BACKEND_LAYOUT_NHWC; }
+
+/* An NCHW copy of the NHWC tensor x [N, HW, C] in scratch slot k. */
+static float *lay_in(int k, int N, int C, int HW, const float *x) {
+    size_t n = (size_t)N * C * HW;
+    float *t = cpu_buf_get(&tls_scratch.lay[k], n ? n : 1);
+    cpu_transpose_layout(N, C, HW, x, t, 0, 0);
+    return t;
+}
+
+/* Scratch slot k for an NCHW result of N x C x HW values. */
+static float *lay_out(int k, int N, int C, int HW) {
+    size_t n = (size_t)N * C * HW;
+    return cpu_buf_get(&tls_scratch.lay[k], n ? n : 1);
+}
+
+/* y [N, HW, C] = the NCHW result t. */
+static void lay_back(int N, int C, int HW, const float *t, float *y) { cpu_transpose_layout(N, C, HW, t, y, 1, 0); }
+
+static void lay_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+    if (!nhwc()) {
+        cpu_conv_fwd(p, x, w, y);
+        return;
+    }
+    const float *xt = lay_in(0, p->N, p->C, p->H * p->W, x);
+    float *yt = lay_out(1, p->N, p->K, p->P * p->Q);
+    cpu_conv_fwd(p, xt, w, yt);
+    lay_back(p->N, p->K, p->P * p->Q, yt, y);
+}
+
+static void lay_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    if (!nhwc()) {
+        cpu_conv_bwd_data(p, dy, w, dx, accumulate);
+        return;
+    }
+    int HW = p->H * p->W;
+    const float *dyt = lay_in(0, p->N, p->K, p->P * p->Q, dy);
+    /* accumulating: the old dx goes through the NCHW op, which rounds the sum */
+    float *dxt = accumulate ? lay_in(1, p->N, p->C, HW, dx) : lay_out(1, p->N, p->C, HW);
+    cpu_conv_bwd_data(p, dyt, w, dxt, accumulate);
+    lay_back(p->N, p->C, HW, dxt, dx);
+}
+
+static void lay_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+    if (!nhwc()) {
+        cpu_conv_bwd_filter(p, x, dy, dw);
+        return;
+    }
+    const float *xt = lay_in(0, p->N, p->C, p->H * p->W, x);
+    const float *dyt = lay_in(1, p->N, p->K, p->P * p->Q, dy);
+    cpu_conv_bwd_filter(p, xt, dyt, dw);
+}
+
+static void lay_bias_fwd(int N, int C, int HW, const float *b, float *y) {
+    if (!nhwc() || HW == 1) {
+        cpu_bias_fwd(N, C, HW, b, y);
+        return;
+    }
+    size_t rows = (size_t)N * HW;
+#pragma omp parallel for schedule(static) if (rows * C >= CPU_PAR_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        float *yp = y + r * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) yp[c] += b[c];
+    }
+}
+
+static void lay_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
+    if (!nhwc() || HW == 1) {
+        cpu_bias_bwd(N, C, HW, dy, db);
+        return;
+    }
+    cpu_bias_bwd(N, C, HW, lay_in(0, N, C, HW, dy), db);
+}
+
+static void lay_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
+                             float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                             float *save_invstd) {
+    if (!nhwc() || HW == 1) {
+        cpu_bn_fwd_train(N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+                         save_invstd);
+        return;
+    }
+    const float *xt = lay_in(0, N, C, HW, x);
+    float *yt = lay_out(1, N, C, HW);
+    cpu_bn_fwd_train(N, C, HW, xt, gamma, beta, yt, running_mean, running_var, momentum, eps, save_mean,
+                     save_invstd);
+    lay_back(N, C, HW, yt, y);
+}
+
+static void lay_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
+                             const float *running_mean, const float *running_var, float eps) {
+    if (!nhwc() || HW == 1) {
+        cpu_bn_fwd_infer(N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
+        return;
+    }
+    const float *xt = lay_in(0, N, C, HW, x);
+    float *yt = lay_out(1, N, C, HW);
+    cpu_bn_fwd_infer(N, C, HW, xt, gamma, beta, yt, running_mean, running_var, eps);
+    lay_back(N, C, HW, yt, y);
+}
+
+static void lay_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
+                       const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
+                       float *dbeta, int accumulate_dx) {
+    if (!nhwc() || HW == 1) {
+        cpu_bn_bwd(N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
+        return;
+    }
+    const float *xt = lay_in(0, N, C, HW, x);
+    const float *dyt = lay_in(1, N, C, HW, dy);
+    float *dxt = accumulate_dx ? lay_in(2, N, C, HW, dx) : lay_out(2, N, C, HW);
+    cpu_bn_bwd(N, C, HW, xt, dyt, gamma, save_mean, save_invstd, eps, dxt, dgamma, dbeta, accumulate_dx);
+    lay_back(N, C, HW, dxt, dx);
+}
+
+static void lay_pool_fwd(const pool_params *p, const float *x, float *y) {
+    if (!nhwc()) {
+        cpu_pool_fwd(p, x, y);
+        return;
+    }
+    const float *xt = lay_in(0, p->N, p->C, p->H * p->W, x);
+    float *yt = lay_out(1, p->N, p->C, p->P * p->Q);
+    cpu_pool_fwd(p, xt, yt);
+    lay_back(p->N, p->C, p->P * p->Q, yt, y);
+}
+
+static void lay_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
+                         int accumulate) {
+    if (!nhwc()) {
+        cpu_pool_bwd(p, x, y, dy, dx, accumulate);
+        return;
+    }
+    int HW = p->H * p->W, PQ = p->P * p->Q;
+    const float *xt = lay_in(0, p->N, p->C, HW, x);
+    const float *yt = lay_in(1, p->N, p->C, PQ, y);
+    const float *dyt = lay_in(2, p->N, p->C, PQ, dy);
+    float *dxt = accumulate ? lay_in(3, p->N, p->C, HW, dx) : lay_out(3, p->N, p->C, HW);
+    cpu_pool_bwd(p, xt, yt, dyt, dxt, accumulate);
+    lay_back(p->N, p->C, HW, dxt, dx);
+}
+
+/* NHWC: each pixel's channel vector is contiguous, so a slice is C values per pixel. */
+static void lay_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
+                             int dst_off, int accumulate) {
+    if (!nhwc() || HW == 1) {
+        cpu_channel_copy(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate);
+        return;
+    }
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
+    CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
+    size_t rows = (size_t)N * HW;
+#pragma omp parallel for schedule(static) if (rows * C >= CPU_PAR_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        const float *s = src + r * src_C + src_off;
+        float *d = dst + r * dst_C + dst_off;
+        if (accumulate) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) d[c] += s[c];
+        } else {
+            memcpy(d, s, (size_t)C * sizeof(float));
+        }
+    }
+}
+
 /* Every CPU op has finished when it returns: nothing to order against. */
 static void *cpu_native_stream(void) { return NULL; }
 static char cpu_fence_token;
@@ -1244,16 +1461,16 @@ static const backend cpu_backend = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
-    .conv_fwd = cpu_conv_fwd,
-    .conv_bwd_data = cpu_conv_bwd_data,
-    .conv_bwd_filter = cpu_conv_bwd_filter,
-    .bias_fwd = cpu_bias_fwd,
-    .bias_bwd = cpu_bias_bwd,
-    .bn_fwd_train = cpu_bn_fwd_train,
-    .bn_fwd_infer = cpu_bn_fwd_infer,
-    .bn_bwd = cpu_bn_bwd,
-    .pool_fwd = cpu_pool_fwd,
-    .pool_bwd = cpu_pool_bwd,
+    .conv_fwd = lay_conv_fwd,
+    .conv_bwd_data = lay_conv_bwd_data,
+    .conv_bwd_filter = lay_conv_bwd_filter,
+    .bias_fwd = lay_bias_fwd,
+    .bias_bwd = lay_bias_bwd,
+    .bn_fwd_train = lay_bn_fwd_train,
+    .bn_fwd_infer = lay_bn_fwd_infer,
+    .bn_bwd = lay_bn_bwd,
+    .pool_fwd = lay_pool_fwd,
+    .pool_bwd = lay_pool_bwd,
     .gemm = cpu_gemm,
     .relu_fwd = cpu_relu_fwd,
     .relu_bwd = cpu_relu_bwd,
@@ -1261,12 +1478,14 @@ static const backend cpu_backend = {
     .axpy = cpu_axpy,
     .mul = cpu_mul,
     .dropout_mask = cpu_dropout_mask,
-    .channel_copy = cpu_channel_copy,
+    .channel_copy = lay_channel_copy,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
     .set_threads = cpu_set_threads,
     .find_nonfinite = cpu_find_nonfinite,
     .set_math = cpu_set_math,
+    .set_layout = cpu_set_layout,
+    .transpose_layout = cpu_transpose_layout,
     .native_stream = cpu_native_stream,
     .fence_create = cpu_fence_create,
     .fence_destroy = cpu_fence_destroy,

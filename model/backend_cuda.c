@@ -32,6 +32,23 @@
  * memory. Each mode has its own convolution plans: descriptors (their data
  * type) and algorithms are per shape and mode.
  *
+ * Layouts (set_layout): in NHWC the activations of convolutions, bias,
+ * batch norm, pooling and channel slices are [N, H, W, C]. cuDNN gets NHWC
+ * tensor descriptors for them, which is the layout its tensor-core
+ * convolutions run natively (in NCHW it transposes around them). Its NHWC
+ * convolutions want the filter as [K, R, S, C] (a filter descriptor in
+ * CUDNN_TENSOR_NHWC format; dimensions still given as K, C, R, S), while
+ * ours stay [K, C, R, S] in every layout: the forward and data-gradient
+ * convolutions transpose w into a KRSC scratch copy first, and the weight
+ * gradient is computed as KRSC into scratch and transposed back. Convolution
+ * plans are keyed by shape, math mode and layout. Batch norm passes NHWC
+ * descriptors to the same cuDNN calls (SPATIAL mode, per-channel statistics
+ * over N*H*W, takes any fully packed layout); our kernels have NHWC variants
+ * (channels innermost, so a warp touches neighbouring channels). Tensors with
+ * HW == 1 are the same bytes in both layouts and take the NCHW path whatever
+ * the layout, so a linear layer's bias and batch norm give the same bits in
+ * both.
+ *
  * Every CUDA, cuDNN and cuBLAS call is checked (common/cuda_check.h): a
  * failure ends the process with file:line and the library's error string.
  */
@@ -52,6 +69,7 @@
 typedef struct conv_plan {
     conv_params key;
     int math;            /* BACKEND_MATH_* the plan was made for; part of the key */
+    int layout;          /* BACKEND_LAYOUT_* of its tensor descriptors; part of the key */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
@@ -74,6 +92,7 @@ static struct {
     int ready;
     int device;
     int math;                  /* BACKEND_MATH_* */
+    int layout;                /* BACKEND_LAYOUT_* */
     int cc_major;              /* compute capability */
     cudaStream_t stream;       /* the compute stream */
     cudaStream_t copy_stream;  /* input uploads (upload_async) */
@@ -84,6 +103,8 @@ static struct {
     size_t ws_limit;           /* largest workspace an algorithm may ask for */
     double *scratch;           /* our kernels' reductions */
     size_t scratch_n;
+    float *fscratch;           /* NHWC convolutions: the filter (or its gradient) as [K, R, S, C] */
+    size_t fscratch_n;
     void *h16[H16_SLOTS];      /* BF16/FP16 math: 16-bit copies (h16_get) */
     size_t h16_bytes[H16_SLOTS];
     conv_plan *plans[PLAN_BUCKETS];
@@ -177,6 +198,23 @@ static double *scratch_get(size_t n) {
     return g.scratch;
 }
 
+/* Float scratch of n values (fscratch_get): grown like scratch_get. One op
+ * uses it at a time: its later kernels may read it, the next op's may
+ * overwrite it (one stream, so in order). */
+static float *fscratch_get(size_t n) {
+    if (n > g.fscratch_n) {
+        CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* queued ops may still use the old buffer */
+        CUDA_CHECK(cudaFree(g.fscratch));
+        g.fscratch = NULL;
+        size_t want = n < 4096 ? 4096 : n;
+        CUDA_CHECK(cudaMalloc((void **)&g.fscratch, want * sizeof(float)));
+        g.fscratch_n = want;
+    }
+    return g.fscratch;
+}
+
+static int layout_nhwc(void) { return g.layout == BACKEND_LAYOUT_NHWC; }
+
 /* ---------------------------------------------------- reduced precision */
 
 static int math_reduced(void) { return g.math == BACKEND_MATH_BF16 || g.math == BACKEND_MATH_FP16; }
@@ -220,11 +258,12 @@ static void h16_release(void) {
 
 /* ------------------------------------------------------------- convolution */
 
-static unsigned plan_hash(const conv_params *p, int math) {
+static unsigned plan_hash(const conv_params *p, int math, int layout) {
     const int *v = (const int *)p;
     unsigned h = 2166136261u;
     for (size_t i = 0; i < sizeof *p / sizeof(int); i++) h = (h ^ (unsigned)v[i]) * 16777619u;
     h = (h ^ (unsigned)math) * 16777619u;
+    h = (h ^ (unsigned)layout) * 16777619u;
     return h % PLAN_BUCKETS;
 }
 
@@ -236,28 +275,33 @@ static cudnnDataType_t conv_data_type(void) {
     return CUDNN_DATA_FLOAT;
 }
 
-/* The plan of shape p in the current math mode. Plans are keyed by the mode,
- * so switching modes never reuses descriptors of another data type or an
- * algorithm chosen under other rules, and switching back finds the old
- * plans. */
+/* The plan of shape p in the current math mode and layout. Plans are keyed
+ * by both, so switching modes never reuses descriptors of another data type
+ * or an algorithm chosen under other rules (or for another layout), and
+ * switching back finds the old plans. */
 static conv_plan *plan_get(const conv_params *p) {
     conv_params key;
     memset(&key, 0, sizeof key);
     key = *p;
-    unsigned h = plan_hash(&key, g.math);
+    unsigned h = plan_hash(&key, g.math, g.layout);
     for (conv_plan *pl = g.plans[h]; pl; pl = pl->next)
-        if (pl->math == g.math && memcmp(&pl->key, &key, sizeof key) == 0) return pl;
+        if (pl->math == g.math && pl->layout == g.layout && memcmp(&pl->key, &key, sizeof key) == 0) return pl;
     conv_plan *pl = cnt_calloc(1, sizeof *pl);
     pl->key = key;
     pl->math = g.math;
+    pl->layout = g.layout;
     const cudnnDataType_t dt = conv_data_type();
+    /* Dimensions are given as (N, C, H, W) and (K, C, R, S) in both formats;
+     * the format sets the strides: NHWC tensors are [N, H, W, C] and an NHWC
+     * filter is [K, R, S, C] in memory. */
+    const cudnnTensorFormat_t fmt = layout_nhwc() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->y));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&pl->w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&pl->conv));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->x, CUDNN_TENSOR_NCHW, dt, p->N, p->C, p->H, p->W));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->y, CUDNN_TENSOR_NCHW, dt, p->N, p->K, p->P, p->Q));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(pl->w, dt, CUDNN_TENSOR_NCHW, p->K, p->C, p->R, p->S));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->x, fmt, dt, p->N, p->C, p->H, p->W));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(pl->y, fmt, dt, p->N, p->K, p->P, p->Q));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(pl->w, dt, fmt, p->K, p->C, p->R, p->S));
     /* compute type float in every mode: with 16-bit data that is cuDNN's
      * PSEUDO_HALF / PSEUDO_BFLOAT16 configuration (fp32 accumulation) */
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(pl->conv, p->pad_h, p->pad_w, p->stride_h, p->stride_w, 1, 1,
@@ -428,18 +472,31 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
 static const float k_one = 1.0f, k_zero = 0.0f;
 
 
+/* The filter as cuDNN reads it in the current layout: w itself in NCHW; in
+ * NHWC a [K, R, S, C] copy in fscratch (the transpose of K images of C x R*S
+ * values), which the caller may then narrow. */
+static const float *conv_filter(const conv_params *p, const float *w) {
+    if (!layout_nhwc()) return w;
+    float *wk = fscratch_get(conv_w_count(p));
+    CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, w, wk, 1, 0));
+    return wk;
+}
+
 /* In BF16/FP16 each op below hands cuDNN 16-bit copies of its operands and a
  * 16-bit output (beta 0), then widens that into the float output, adding
  * the old contents when accumulating; in FP32/TF32 cuDNN works on the float
- * tensors themselves. */
+ * tensors themselves. In NHWC the filter goes through conv_filter first (the
+ * 16-bit copy is made from the KRSC float copy: a permutation, so the same
+ * rounded values). */
 static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    const void *xs = x, *wv = w;
+    const float *wl = conv_filter(p, w);
+    const void *xs = x, *wv = wl;
     void *ys = y;
     if (math_reduced()) {
         xs = h16_from(H16_OP0, conv_in_count(p), x);
-        wv = h16_from(H16_OP1, conv_w_count(p), w);
+        wv = h16_from(H16_OP1, conv_w_count(p), wl);
         ys = h16_get(H16_OUT, conv_out_count(p));
     }
     if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
@@ -453,12 +510,13 @@ static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, 
 static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    const void *dys = dy, *wv = w;
+    const float *wl = conv_filter(p, w);
+    const void *dys = dy, *wv = wl;
     void *dxs = dx;
     int beta_one = accumulate; /* cuDNN adds to its output */
     if (math_reduced()) {
         dys = h16_from(H16_OP0, conv_out_count(p), dy);
-        wv = h16_from(H16_OP1, conv_w_count(p), w);
+        wv = h16_from(H16_OP1, conv_w_count(p), wl);
         dxs = h16_get(H16_OUT, conv_in_count(p));
         beta_one = 0; /* the widening adds instead */
     }
@@ -470,14 +528,21 @@ static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const floa
     if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_in_count(p), dxs, dx, accumulate));
 }
 
+/* In NHWC cuDNN writes the gradient as [K, R, S, C]: into fscratch (FP32,
+ * TF32), or as 16-bit values widened (exactly) into fscratch (BF16, FP16);
+ * then transposed into the caller's [K, C, R, S] dw. The values are the ones
+ * the NCHW path gives, up to cuDNN's summation order: one rounding to the
+ * type in the reduced modes. */
 static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
     if (p->N == 0) {
         cuda_zero(dw, conv_w_count(p) * sizeof(float));
         return;
     }
     conv_plan *pl = plan_get(p);
+    const int nhwc = layout_nhwc();
+    float *dwl = nhwc ? fscratch_get(conv_w_count(p)) : dw; /* the float gradient in cuDNN's filter layout */
     const void *xs = x, *dys = dy;
-    void *dws = dw;
+    void *dws = dwl;
     if (math_reduced()) {
         xs = h16_from(H16_OP0, conv_in_count(p), x);
         dys = h16_from(H16_OP1, conv_out_count(p), dy);
@@ -488,27 +553,36 @@ static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const flo
     conv_set_math(pl, pl->bwd_filter_math);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, xs, pl->y, dys, pl->conv, pl->bwd_filter, g.ws,
                                                pl->bwd_filter_ws, &k_zero, pl->w, dws));
-    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_w_count(p), dws, dw, 0));
+    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_w_count(p), dws, dwl, 0));
+    if (nhwc) CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, dwl, dw, 0, 0));
 }
 
 /* -------------------------------------------------------------------- bias */
 
+/* With HW == 1 (a linear layer) both layouts are the same bytes: the NCHW
+ * kernels, so the two layouts give the same bits. */
+static int nhwc_spatial(int HW) { return layout_nhwc() && HW > 1; }
+
 static void cuda_bias_fwd(int N, int C, int HW, const float *b, float *y) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
-    CUDA_CHECK(cuk_bias_fwd(g.stream, N, C, HW, b, y));
+    CUDA_CHECK(cuk_bias_fwd(g.stream, N, C, HW, b, y, nhwc_spatial(HW)));
 }
 
 static void cuda_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
     double *partial = scratch_get(cuk_bias_bwd_scratch(N, C, HW));
-    CUDA_CHECK(cuk_bias_bwd(g.stream, N, C, HW, dy, db, partial));
+    CUDA_CHECK(cuk_bias_bwd(g.stream, N, C, HW, dy, db, partial, nhwc_spatial(HW)));
 }
 
 /* -------------------------------------------------------------- batch norm */
 
-/* [N, C, HW] as cuDNN's NCHW with W = 1; statistics per channel (SPATIAL). */
+/* [N, C, HW] as cuDNN's NCHW with W = 1, or in NHWC [N, HW, C] as its NHWC
+ * with W = 1 (strides: c 1, h C, n HW*C); statistics per channel
+ * (SPATIAL: over N x H x W for each c, whatever the strides). HW == 1 takes
+ * the NCHW descriptor in both layouts (the same bytes; the same kernels). */
 static void bn_desc(int N, int C, int HW) {
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, HW, 1));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_x, nhwc_spatial(HW) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                           CUDNN_DATA_FLOAT, N, C, HW, 1));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, C, 1, 1));
 }
 
@@ -571,14 +645,14 @@ static void pool_check(const pool_params *p) {
 
 static void cuda_pool_fwd(const pool_params *p, const float *x, float *y) {
     pool_check(p);
-    CUDA_CHECK(cuk_pool_fwd(g.stream, p, x, y));
+    CUDA_CHECK(cuk_pool_fwd(g.stream, p, x, y, layout_nhwc()));
 }
 
 static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
                           int accumulate) {
     (void)y; /* as on the CPU: the maximum's position is recomputed from x */
     pool_check(p);
-    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate));
+    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate, layout_nhwc()));
 }
 
 /* -------------------------------------------------------------------- gemm */
@@ -643,7 +717,8 @@ static void cuda_channel_copy(int N, int C, int HW, const float *src, int src_C,
                               int dst_off, int accumulate) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
     CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
-    CUDA_CHECK(cuk_channel_copy(g.stream, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate));
+    CUDA_CHECK(cuk_channel_copy(g.stream, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate,
+                                nhwc_spatial(HW)));
 }
 
 static void cuda_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
@@ -684,6 +759,18 @@ static void cuda_set_math(int math) {
                                                                        : CUBLAS_DEFAULT_MATH));
     /* back to float math: the 16-bit copies' memory goes back to the card */
     if (!math_reduced()) h16_release();
+}
+
+/* Convolution plans are keyed by the layout too (plan_get); nothing else
+ * holds layout-dependent state. */
+static void cuda_set_layout(int layout) {
+    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    g.layout = layout;
+}
+
+static void cuda_transpose_layout(int N, int C, int HW, const float *src, float *dst, int to_nhwc, int accumulate) {
+    CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
+    CUDA_CHECK(cuk_transpose_layout(g.stream, N, C, HW, src, dst, to_nhwc, accumulate));
 }
 
 /* ---------------------------------------------------------------- ordering */
@@ -794,6 +881,8 @@ static const backend cuda_backend = {
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
     .set_math = cuda_set_math,
+    .set_layout = cuda_set_layout,
+    .transpose_layout = cuda_transpose_layout,
     .native_stream = cuda_native_stream,
     .fence_create = cuda_fence_create,
     .fence_destroy = cuda_fence_destroy,
@@ -875,6 +964,7 @@ const backend *backend_cuda(int local_rank) {
     CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_DEFAULT_MATH));
     g.math = BACKEND_MATH_FP32;
+    g.layout = BACKEND_LAYOUT_NCHW;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_param));
     /* cuDNN's fastest algorithms may want large workspaces: allow a tenth of

@@ -25,6 +25,14 @@ int backend_math_from_name(const char *name) {
     return -1;
 }
 
+int backend_layout_from_name(const char *name, const backend *be, int math) {
+    if (strcmp(name, "nchw") == 0) return BACKEND_LAYOUT_NCHW;
+    if (strcmp(name, "nhwc") == 0) return BACKEND_LAYOUT_NHWC;
+    if (strcmp(name, "auto") != 0) return -1;
+    int reduced = math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16;
+    return reduced && strcmp(be->name, "cpu") != 0 ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
+}
+
 const char *backend_list_built(void) {
 #if CNT_HAVE_CUDA_BACKEND
     return "cpu cuda";

@@ -3,7 +3,9 @@
  * model/cuda_kernels.h). Only what cuDNN and cuBLAS lack lives here:
  * elementwise ops, the stateless dropout mask, channel slices, bias,
  * pooling (torch's exact window rules, ceil_mode included, which cuDNN's
- * pooling does not have), softmax cross-entropy, the SGD update, the
+ * pooling does not have), the NCHW <-> NHWC layout transpose (and the
+ * NHWC variants of the layout-sensitive kernels), softmax cross-entropy,
+ * the SGD update, the
  * conversions between float tensors and the fp16/bf16 copies that the
  * reduced-precision math modes hand to cuDNN and cuBLAS, and the overflow
  * check of dynamic loss scaling.
@@ -84,9 +86,26 @@ __global__ void channel_copy_k(int N, int C, int HW, const float *src, int src_C
     }
 }
 
+/* NHWC: row ni = n*HW + i holds the C channels of one pixel, so consecutive
+ * threads copy consecutive channels of a row (coalesced on both sides). */
+__global__ void channel_copy_nhwc_k(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst,
+                                    int dst_C, int dst_off, int acc) {
+    size_t total = (size_t)N * HW * C;
+    GRID_STRIDE(t, total) {
+        size_t c = t % (size_t)C, ni = t / (size_t)C;
+        float v = src[ni * (size_t)src_C + (size_t)src_off + c];
+        float *d = dst + ni * (size_t)dst_C + (size_t)dst_off + c;
+        *d = acc ? *d + v : v;
+    }
+}
+
 __global__ void bias_fwd_k(int N, int C, int HW, const float *b, float *y) {
     size_t total = (size_t)N * C * HW;
     GRID_STRIDE(t, total) y[t] += b[(t / (size_t)HW) % (size_t)C];
+}
+
+__global__ void bias_fwd_nhwc_k(size_t total, int C, const float *b, float *y) {
+    GRID_STRIDE(t, total) y[t] += b[t % (size_t)C];
 }
 
 /* Sum of v over the block, in a fixed tree order; the result is valid in thread 0. */
@@ -140,6 +159,31 @@ __global__ void bias_bwd_partial_k(int N, int C, int HW, int G, const float *dy,
     if (threadIdx.x == 0) partial[(size_t)c * G + g] = s;
 }
 
+/* NHWC: the same slices as bias_bwd_partial_k (rows j = n*HW + i of
+ * [N*HW, C], g-th of G equal ranges), but a block covers 32 neighbouring
+ * channels: thread (x, y) sums channel c0 + x over rows j0 + y, j0 + y + BY,
+ * ... (a warp reads 32 consecutive floats of one row), then thread (x, 0)
+ * adds the BY row lanes in order into partial[c*G + g]. Fixed order, no
+ * atomics. */
+constexpr int kBiasNhwcRows = 16; /* BY: blockDim.y; blockDim.x is 32 */
+
+__global__ void bias_bwd_partial_nhwc_k(int N, int C, int HW, int G, const float *dy, double *partial) {
+    __shared__ double sh[kBiasNhwcRows][32];
+    int c = blockIdx.x * 32 + threadIdx.x, g = blockIdx.y;
+    size_t m = (size_t)N * HW;
+    size_t per = (m + G - 1) / G, j0 = (size_t)g * per, j1 = j0 + per < m ? j0 + per : m;
+    double s = 0.0;
+    if (c < C)
+        for (size_t j = j0 + threadIdx.y; j < j1; j += kBiasNhwcRows) s += dy[j * (size_t)C + (size_t)c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double t = 0.0;
+        for (int k = 0; k < kBiasNhwcRows; k++) t += sh[k][threadIdx.x];
+        partial[(size_t)c * G + g] = t;
+    }
+}
+
 __global__ void bias_bwd_final_k(int C, int G, const double *partial, float *db) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -150,15 +194,62 @@ __global__ void bias_bwd_final_k(int C, int G, const double *partial, float *db)
 
 /* ----------------------------------------------------------------- pooling
  * One thread per value, by the rules in model/pool_rules.h (shared with the
- * host test tests/test_pool_rules.c). */
-__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, float *y) {
+ * host test tests/test_pool_rules.c), in either layout: t runs over the
+ * tensor in memory order, so in NHWC a warp takes neighbouring channels. */
+__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, float *y, int nhwc) {
     size_t total = (size_t)p.N * p.C * p.P * p.Q;
-    GRID_STRIDE(t, total) y[t] = pr_fwd_one(&p, ra, ca, x, t);
+    GRID_STRIDE(t, total) y[t] = pr_fwd_one(&p, ra, ca, x, t, nhwc);
 }
 
-__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, const float *dy, float *dx, int acc) {
+__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, const float *dy, float *dx, int acc,
+                           int nhwc) {
     size_t total = (size_t)p.N * p.C * p.H * p.W;
-    GRID_STRIDE(t, total) dx[t] = pr_bwd_one(&p, ra, ca, x, dy, t, acc ? dx[t] : 0.0f);
+    GRID_STRIDE(t, total) dx[t] = pr_bwd_one(&p, ra, ca, x, dy, t, acc ? dx[t] : 0.0f, nhwc);
+}
+
+/* ---------------------------------------------------------- layout transpose
+ * N independent row-major [rows, cols] matrices, each transposed into
+ * [cols, rows]: dst[(n*cols + j)*rows + i] (+)= src[(n*rows + i)*cols + j].
+ * NCHW -> NHWC is rows = C, cols = HW; NHWC -> NCHW is rows = HW, cols = C.
+ * A block of 32 x 8 threads moves 32 x 32 tiles through shared memory: it
+ * reads a tile row by row (a warp reads 32 consecutive floats of a source
+ * row) and writes it column by column of the tile (a warp writes 32
+ * consecutive floats of a destination row). The tile has 33 columns, so the
+ * column-wise reads of shared memory (tile[tx][k]: stride 33 words) hit 32
+ * different banks. Tiles that overhang the matrix edge are masked. The
+ * grid is capped (gridDim.y and .z at 65535) and each block loops over the
+ * tiles and images left beyond it; the loop bounds depend on blockIdx only,
+ * so every thread of a block reaches the same __syncthreads. */
+constexpr int kTile = 32, kTileRows = 8;
+
+__global__ void transpose_k(int N, int rows, int cols, const float *src, float *dst, int acc) {
+    __shared__ float tile[kTile][kTile + 1];
+    const size_t plane = (size_t)rows * (size_t)cols;
+    const int tiles_r = rows / kTile + (rows % kTile != 0), tiles_c = cols / kTile + (cols % kTile != 0);
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (size_t n = blockIdx.z; n < (size_t)N; n += gridDim.z) {
+        const float *s = src + n * plane;
+        float *d = dst + n * plane;
+        for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
+            for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+                const int r0 = tr * kTile, c0 = tc * kTile;
+                for (int k = 0; k < kTile; k += kTileRows) {
+                    int r = r0 + ty + k, c = c0 + tx;
+                    if (r < rows && c < cols) tile[ty + k][tx] = s[(size_t)r * cols + c];
+                }
+                __syncthreads();
+                /* destination row c0 + ty + k (a source column), column r0 + tx */
+                for (int k = 0; k < kTile; k += kTileRows) {
+                    int c = c0 + ty + k, r = r0 + tx;
+                    if (c < cols && r < rows) {
+                        float v = tile[tx][ty + k];
+                        float *o = d + (size_t)c * rows + r;
+                        *o = acc ? *o + v : v;
+                    }
+                }
+                __syncthreads(); /* before the next tile overwrites this one */
+            }
+    }
 }
 
 /* -------------------------------------------------------------------- loss */
@@ -332,17 +423,35 @@ cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, f
 }
 
 cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
-                             float *dst, int dst_C, int dst_off, int accumulate) {
+                             float *dst, int dst_C, int dst_off, int accumulate, int nhwc) {
     size_t total = (size_t)N * C * HW;
-    if (total)
+    if (!total) return cudaGetLastError();
+    if (nhwc)
+        channel_copy_nhwc_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, src, src_C, src_off, dst, dst_C,
+                                                                  dst_off, accumulate);
+    else
         channel_copy_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off,
                                                              accumulate);
     return cudaGetLastError();
 }
 
-cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y) {
+cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y, int nhwc) {
     size_t total = (size_t)N * C * HW;
-    if (total) bias_fwd_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, y);
+    if (!total) return cudaGetLastError();
+    if (nhwc) bias_fwd_nhwc_k<<<grid_for(total), kThreads, 0, s>>>(total, C, b, y);
+    else bias_fwd_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, y);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_transpose_layout(cudaStream_t s, int N, int C, int HW, const float *src, float *dst, int to_nhwc,
+                                 int accumulate) {
+    if (N <= 0 || C <= 0 || HW <= 0) return cudaGetLastError();
+    const int rows = to_nhwc ? C : HW, cols = to_nhwc ? HW : C;
+    const unsigned tiles_r = (unsigned)(rows / kTile + (rows % kTile != 0)),
+                   tiles_c = (unsigned)(cols / kTile + (cols % kTile != 0));
+    /* gridDim.x may reach 2^31 - 1, .y and .z 65535; the kernel loops over the rest */
+    dim3 grid(tiles_c, tiles_r < 65535u ? tiles_r : 65535u, (unsigned)N < 65535u ? (unsigned)N : 65535u);
+    transpose_k<<<grid, dim3(kTile, kTileRows), 0, s>>>(N, rows, cols, src, dst, accumulate);
     return cudaGetLastError();
 }
 
@@ -363,24 +472,30 @@ cudaError_t cuk_bn_single_bwd(cudaStream_t s, int C, const float *dy, float *dx,
 
 size_t cuk_bias_bwd_scratch(int N, int C, int HW) { return (size_t)C * bias_splits(N, HW); }
 
-cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial) {
+cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial,
+                         int nhwc) {
     if (C == 0) return cudaGetLastError();
     int G = bias_splits(N, HW);
-    bias_bwd_partial_k<<<dim3((unsigned)C, (unsigned)G), kThreads, 0, s>>>(N, C, HW, G, dy, partial);
+    if (nhwc)
+        bias_bwd_partial_nhwc_k<<<dim3((unsigned)((C + 31) / 32), (unsigned)G), dim3(32, kBiasNhwcRows), 0, s>>>(
+            N, C, HW, G, dy, partial);
+    else
+        bias_bwd_partial_k<<<dim3((unsigned)C, (unsigned)G), kThreads, 0, s>>>(N, C, HW, G, dy, partial);
     bias_bwd_final_k<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(C, G, partial, db);
     return cudaGetLastError();
 }
 
-cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y) {
+cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y, int nhwc) {
     size_t total = (size_t)p->N * p->C * p->P * p->Q;
-    if (total) pool_fwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, y);
+    if (total) pool_fwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, y, nhwc);
     return cudaGetLastError();
 }
 
 cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
-                         int accumulate) {
+                         int accumulate, int nhwc) {
     size_t total = (size_t)p->N * p->C * p->H * p->W;
-    if (total) pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, dy, dx, accumulate);
+    if (total)
+        pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, dy, dx, accumulate, nhwc);
     return cudaGetLastError();
 }
 

@@ -31,9 +31,13 @@ cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, fl
 cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y, int accumulate);
 cudaError_t cuk_mul(cudaStream_t s, size_t n, const float *a, const float *b, float *y, int accumulate);
 cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask);
+/* ---- layout-sensitive ops ----
+ * `nhwc` 0: tensors [N, C, HW] (NCHW); 1: [N, HW, C] (NHWC, channels
+ * innermost), element (n, c, i) at (n*HW + i)*C + c. With HW == 1 the two are
+ * the same bytes. */
 cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
-                             float *dst, int dst_C, int dst_off, int accumulate);
-cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y);
+                             float *dst, int dst_C, int dst_off, int accumulate, int nhwc);
+cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y, int nhwc);
 /* Batch norm of a batch with one value per channel (N * HW == 1), which
  * cuDNN refuses: the CPU backend's rule (mean = the value, variance 0). */
 cudaError_t cuk_bn_single_fwd(cudaStream_t s, int C, const float *x, const float *gamma, const float *beta, float *y,
@@ -43,10 +47,22 @@ cudaError_t cuk_bn_single_bwd(cudaStream_t s, int C, const float *dy, float *dx,
                               int accumulate);
 /* partial: scratch of cuk_bias_bwd_scratch(N, C, HW) doubles */
 size_t cuk_bias_bwd_scratch(int N, int C, int HW);
-cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial);
-cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y);
+/* db[c] = sum of dy over n and i, in double, in an order fixed by the shape
+ * (two passes, no atomics) */
+cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial,
+                         int nhwc);
+/* x, y, dx, dy all in the layout `nhwc` says; the values (and, for the same
+ * layout, the bits) are those of the CPU backend's NCHW rules */
+cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y, int nhwc);
 cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
-                         int accumulate);
+                         int accumulate, int nhwc);
+/* Layout conversion of N images of C x HW values (backend.h's
+ * transpose_layout): with to_nhwc dst[(n*HW + i)*C + c] (+)= src[(n*C + c)*HW
+ * + i], else dst[(n*C + c)*HW + i] (+)= src[(n*HW + i)*C + c]. Also turns
+ * [K, C, R, S] filters into [K, R, S, C] (N = K, HW = R*S) and back. src and
+ * dst must not overlap. */
+cudaError_t cuk_transpose_layout(cudaStream_t s, int N, int C, int HW, const float *src, float *dst, int to_nhwc,
+                                 int accumulate);
 /* row_loss: scratch of N doubles */
 cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, const int *labels,
                              float smoothing, float *loss, float *dlogits, double *row_loss);

@@ -102,13 +102,26 @@ int net_conv(net *nt, int in, const char *name, int K, int kernel, int stride, i
 typedef struct linear_state {
     int in_features, out_features;
     int bias;
+    int in_c, in_hw;   /* the input's channels and pixels: in_features = in_c * in_hw */
+    float *xt, *dxt;   /* NHWC nets with in_hw > 1: [max_batch, in_features] the input and its
+                        * gradient in NCHW order (torchvision's flatten, which W's columns follow) */
 } linear_state;
+
+/* The flattened input [N, in] in NCHW order: the input itself, or in an NHWC
+ * net with more than one pixel, its transposed copy. */
+static const float *linear_input(net *nt, node *nd) {
+    linear_state *s = nd->state;
+    const float *x = layer_in(nt, nd, 0);
+    if (!s->xt) return x;
+    nt->be->transpose_layout(nt->batch, s->in_c, s->in_hw, x, s->xt, 0, 0);
+    return s->xt;
+}
 
 /* y[N, out] = x[N, in] * W[out, in]^T + b */
 static void linear_forward(net *nt, node *nd, int training) {
     (void)training;
     linear_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0);
+    const float *x = linear_input(nt, nd);
     nt->be->gemm(0, 1, nt->batch, s->out_features, s->in_features, 1.0f, x, s->in_features,
                  layer_param(nt, nd, 0), s->in_features, 0.0f, nd->y, s->out_features);
     if (s->bias) nt->be->bias_fwd(nt->batch, s->out_features, 1, layer_param(nt, nd, 1), nd->y);
@@ -116,7 +129,7 @@ static void linear_forward(net *nt, node *nd, int training) {
 
 static void linear_backward(net *nt, node *nd) {
     linear_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0);
+    const float *x = linear_input(nt, nd);
     /* dW[out, in] = dy^T[out, N] * x[N, in] */
     nt->be->gemm(1, 0, s->out_features, s->in_features, nt->batch, 1.0f, nd->dy, s->out_features, x,
                  s->in_features, 0.0f, layer_param_grad(nt, nd, 0), s->in_features);
@@ -124,9 +137,30 @@ static void linear_backward(net *nt, node *nd) {
     layer_grads_ready(nt, nd);
     if (nd->inputs[0] == NET_INPUT) return;
     /* dx[N, in] (+)= dy[N, out] * W[out, in] */
+    if (s->dxt) {
+        nt->be->gemm(0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
+                     layer_param(nt, nd, 0), s->in_features, 0.0f, s->dxt, s->in_features);
+        nt->be->transpose_layout(nt->batch, s->in_c, s->in_hw, s->dxt, layer_in_grad(nt, nd, 0), 1,
+                                 nd->accumulate[0]);
+        return;
+    }
     nt->be->gemm(0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
                  layer_param(nt, nd, 0), s->in_features, nd->accumulate[0] ? 1.0f : 0.0f,
                  layer_in_grad(nt, nd, 0), s->in_features);
+}
+
+static void linear_setup(net *nt, node *nd) {
+    linear_state *s = nd->state;
+    if (nt->layout != BACKEND_LAYOUT_NHWC || s->in_hw == 1) return;
+    size_t n = (size_t)nt->max_batch * s->in_features * sizeof(float);
+    s->xt = nt->be->alloc(n);
+    s->dxt = nt->be->alloc(n);
+}
+
+static void linear_free(net *nt, node *nd) {
+    linear_state *s = nd->state;
+    nt->be->free(s->xt);
+    nt->be->free(s->dxt);
 }
 
 static double linear_flops(const net *nt, const node *nd) {
@@ -146,6 +180,8 @@ static const layer_ops linear_ops = {
     .backward = linear_backward,
     .flops = linear_flops,
     .describe = linear_describe,
+    .setup = linear_setup,
+    .free_state = linear_free,
 };
 
 int net_linear(net *nt, int in, const char *name, int out_features, int bias) {
@@ -158,6 +194,8 @@ int net_linear(net *nt, int in, const char *name, int out_features, int bias) {
     layer_input_shape(nt, in, &C, &H, &W);
     linear_state *s = cnt_calloc(1, sizeof *s);
     s->in_features = C * H * W;
+    s->in_c = C;
+    s->in_hw = H * W;
     s->out_features = out_features;
     s->bias = bias;
     int idx = layer_add_node(nt, &linear_ops, name, &in, 1, out_features, 1, 1, s);

@@ -115,7 +115,9 @@ int net_concat(net *nt, const int *ins, int n, const char *name) {
 
 typedef struct dropout_state {
     float p;
-    float *mask; /* [max_batch, C, H, W] device: 0 or 1/(1-p) */
+    float *mask;      /* [max_batch, C, H, W] device, in the net's layout: 0 or 1/(1-p) */
+    float *mask_nchw; /* NHWC nets with H*W > 1: the mask drawn in NCHW order, then transposed, so a
+                       * seed drops the same logical elements in both layouts */
 } dropout_state;
 
 static void dropout_forward(net *nt, node *nd, int training) {
@@ -127,7 +129,12 @@ static void dropout_forward(net *nt, node *nd, int training) {
     }
     /* Mask from (step seed, node): the same on every backend and reproducible. */
     uint64_t seed = nt->dropout_seed * 0x100000001B3ULL + (uint64_t)(nd - nt->nodes);
-    nt->be->dropout_mask(n, s->p, seed, s->mask);
+    if (s->mask_nchw) {
+        nt->be->dropout_mask(n, s->p, seed, s->mask_nchw);
+        nt->be->transpose_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, s->mask, 1, 0);
+    } else {
+        nt->be->dropout_mask(n, s->p, seed, s->mask);
+    }
     nt->be->mul(n, layer_in(nt, nd, 0), s->mask, nd->y, 0);
 }
 
@@ -147,12 +154,15 @@ static void dropout_describe(const node *nd, char *buf, size_t len) {
 
 static void dropout_setup(net *nt, node *nd) {
     dropout_state *s = nd->state;
-    s->mask = nt->be->alloc((size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float));
+    size_t bytes = (size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float);
+    s->mask = nt->be->alloc(bytes);
+    if (nt->layout == BACKEND_LAYOUT_NHWC && nd->H * nd->W > 1) s->mask_nchw = nt->be->alloc(bytes);
 }
 
 static void dropout_free(net *nt, node *nd) {
     dropout_state *s = nd->state;
     nt->be->free(s->mask);
+    nt->be->free(s->mask_nchw);
 }
 
 static const layer_ops dropout_ops = {

@@ -43,6 +43,7 @@ void net_free(net *nt) {
     nt->be->free(nt->grads);
     nt->be->free(nt->buffers);
     nt->be->free(nt->input_grad);
+    nt->be->free(nt->input_nhwc);
     free(nt->nodes);
     free(nt->param_info);
     free(nt->buffer_info);
@@ -241,6 +242,12 @@ static int check_logits(const net *nt, int idx, const char *what) {
     return CNT_OK;
 }
 
+void net_set_layout(net *nt, int layout) {
+    CNT_ASSERT(!nt->finalized);
+    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    nt->layout = layout;
+}
+
 int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     if (nt->failed) return CNT_ERR;
     if (nt->finalized) return cnt_err_set("net_finalize called twice");
@@ -282,6 +289,8 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     nt->grads = be->alloc(nt->n_params * sizeof(float));
     nt->buffers = be->alloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
     nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
+    if (nt->layout == BACKEND_LAYOUT_NHWC)
+        nt->input_nhwc = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
         size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
@@ -341,6 +350,11 @@ void net_init_params(net *nt, uint64_t seed) {
 void net_forward(net *nt, const float *x, int N, int training) {
     CNT_ASSERT(nt->finalized && N >= 1 && N <= nt->max_batch);
     nt->batch = N;
+    nt->be->set_layout(nt->layout);
+    if (nt->layout == BACKEND_LAYOUT_NHWC) {
+        nt->be->transpose_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_nhwc, 1, 0);
+        x = nt->input_nhwc;
+    }
     nt->input = x;
     if (training) nt->dropout_seed++;
     for (int i = 0; i < nt->n_nodes; i++) {
@@ -363,6 +377,7 @@ const float *net_aux_logits(const net *nt) {
 
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
     size_t n = (size_t)nt->batch * nt->classes * sizeof(float);
+    nt->be->set_layout(nt->layout);
     nt->be->copy(nt->nodes[nt->output].dy, dlogits, n);
     if (nt->aux_output >= 0) {
         if (dlogits_aux) nt->be->copy(nt->nodes[nt->aux_output].dy, dlogits_aux, n);

@@ -124,8 +124,11 @@ struct net {
     float *grads;                     /* [n_params] device, same layout */
     float *buffers;                   /* [n_buffers] device */
 
-    const float *input;               /* [N, in_c, in_h, in_w] device, set by net_forward */
-    float *input_grad;                /* [max_batch, in_c, in_h, in_w] device: where gradients w.r.t. the input land */
+    int layout;                       /* BACKEND_LAYOUT_NCHW or _NHWC, of every activation (net_set_layout) */
+    const float *input;               /* [N, in_c, in_h, in_w] device in the net's layout, set by net_forward */
+    float *input_nhwc;                /* [max_batch, in_h, in_w, in_c] device: the input transposed (NHWC only) */
+    float *input_grad;                /* [max_batch, in_c, in_h, in_w] device, in the net's layout: where
+                                       * gradients w.r.t. the input land */
     int output;                       /* index of the node producing the logits */
     int aux_output;                   /* Inception's auxiliary logits node, or -1 */
     uint64_t dropout_seed;            /* advanced every training forward */
@@ -171,6 +174,12 @@ int net_shortcut_pad(net *nt, int in, const char *name, int out_channels, int st
 /* Override the initialisation of a node's weight (and bias, if any). */
 void net_set_init(net *nt, int node, init_spec weight, init_spec bias);
 
+/* The layout of every activation: BACKEND_LAYOUT_NCHW (the default) or
+ * BACKEND_LAYOUT_NHWC (see set_layout in model/backend.h). Before
+ * net_finalize. Parameters, gradients, the input given to net_forward and the
+ * logits are the same in both; nodes' y and dy and input_grad follow it. */
+void net_set_layout(net *nt, int layout);
+
 /* Marks `out` as the logits node (and `aux_out`, or -1, as auxiliary logits),
  * checks their shape is [classes, 1, 1], lays out
  * and allocates parameters, gradients, buffers and activations for batches up
@@ -182,7 +191,8 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch);
 void net_init_params(net *nt, uint64_t seed);
 
 /* ---- running ---- */
-/* x: [N, in_c, in_h, in_w] device pointer, N <= max_batch. */
+/* x: [N, in_c, in_h, in_w] device pointer (NCHW in every layout: an NHWC net
+ * transposes it into its own copy), N <= max_batch. */
 void net_forward(net *nt, const float *x, int N, int training);
 /* The logits [N, classes] of the last forward (device). */
 const float *net_logits(const net *nt);

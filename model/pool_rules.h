@@ -12,7 +12,9 @@
  * window holds it, which is the order in which the CPU backend scatters, so
  * the sums agree bit for bit and no atomics are needed. Max pooling sends each
  * output's gradient to its window's first maximum (rows, then columns; a NaN
- * wins and the first NaN stays), recomputed from x.
+ * wins and the first NaN stays), recomputed from x. Both layouts of
+ * model/backend.h (set_layout) go through the same code: a plane's elements
+ * are read through its row and column strides (pr_plane).
  */
 #ifndef CNT_POOL_RULES_H
 #define CNT_POOL_RULES_H
@@ -78,13 +80,42 @@ PR_FN void pr_candidates(pool_mode mode, pr_axis a, int h, int *first, int *last
 /* Whether v replaces best as the window's maximum. */
 PR_FN int pr_take(float v, float best) { return (v > best) | ((v != v) & (best == best)); }
 
-/* The window's maximum; *bi = the index (h*W + w) of its first maximum. */
-PR_FN float pr_window_max(const float *xp, int W, int h0, int h1, int w0, int w1, int *bi) {
+/* Where one (n, c) plane of pooling's input (H x W) and output (P x Q) lie
+ * in a layout: the first element's offset and the strides of a row and a
+ * column (NCHW: W and 1 within a contiguous plane; NHWC: W*C and C). */
+typedef struct pr_plane {
+    size_t x0, g0;   /* offsets of (n, c, 0, 0) in the input and in the output */
+    size_t xsh, xsw; /* input row and column strides */
+    size_t gsh, gsw; /* output row and column strides */
+} pr_plane;
+
+PR_FN pr_plane pr_plane_of(const pool_params *p, size_t n, size_t c, int nhwc) {
+    const size_t C = (size_t)p->C, HW = (size_t)p->H * p->W, PQ = (size_t)p->P * p->Q;
+    pr_plane pl;
+    if (nhwc) {
+        pl.x0 = n * HW * C + c;
+        pl.g0 = n * PQ * C + c;
+        pl.xsh = (size_t)p->W * C;
+        pl.gsh = (size_t)p->Q * C;
+        pl.xsw = pl.gsw = C;
+    } else {
+        pl.x0 = (n * C + c) * HW;
+        pl.g0 = (n * C + c) * PQ;
+        pl.xsh = (size_t)p->W;
+        pl.gsh = (size_t)p->Q;
+        pl.xsw = pl.gsw = 1;
+    }
+    return pl;
+}
+
+/* The window's maximum; *bi = the index (h*W + w) of its first maximum. xp
+ * is the plane's first element, sh and sw its row and column strides. */
+PR_FN float pr_window_max(const float *xp, size_t sh, size_t sw, int W, int h0, int h1, int w0, int w1, int *bi) {
     float b = -INFINITY;
     int idx = h0 * W + w0;
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
-            float v = xp[h * W + w];
+            float v = xp[(size_t)h * sh + (size_t)w * sw];
             if (pr_take(v, b)) {
                 b = v;
                 idx = h * W + w;
@@ -94,32 +125,62 @@ PR_FN float pr_window_max(const float *xp, int W, int h0, int h1, int w0, int w1
     return b;
 }
 
-/* Output value t (flat index into [N, C, P, Q]). */
-PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t) {
-    int j = (int)(t % (size_t)p->Q), i = (int)((t / (size_t)p->Q) % (size_t)p->P);
-    size_t plane = t / ((size_t)p->P * p->Q);
-    const float *xp = x + plane * p->H * p->W;
+/* Output value t: a flat index into [N, C, P, Q], or with nhwc into
+ * [N, P, Q, C] (channels innermost, so neighbouring threads take
+ * neighbouring channels). */
+PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
+    size_t n, c;
+    int i, j;
+    if (nhwc) {
+        c = t % (size_t)p->C;
+        size_t r = t / (size_t)p->C;
+        j = (int)(r % (size_t)p->Q);
+        i = (int)((r / (size_t)p->Q) % (size_t)p->P);
+        n = r / ((size_t)p->P * p->Q);
+    } else {
+        j = (int)(t % (size_t)p->Q);
+        i = (int)((t / (size_t)p->Q) % (size_t)p->P);
+        size_t plane = t / ((size_t)p->P * p->Q);
+        n = plane / (size_t)p->C;
+        c = plane % (size_t)p->C;
+    }
+    pr_plane pl = pr_plane_of(p, n, c, nhwc);
+    const float *xp = x + pl.x0;
     int h0, h1, cr, w0, w1, cc;
     pr_window(p->mode, ra, i, &h0, &h1, &cr);
     pr_window(p->mode, ca, j, &w0, &w1, &cc);
     if (p->mode == POOL_MODE_MAX) {
         int bi;
-        return pr_window_max(xp, p->W, h0, h1, w0, w1, &bi);
+        return pr_window_max(xp, pl.xsh, pl.xsw, p->W, h0, h1, w0, w1, &bi);
     }
     float s = 0.0f;
     for (int h = h0; h < h1; h++)
-        for (int w = w0; w < w1; w++) s += xp[h * p->W + w];
+        for (int w = w0; w < w1; w++) s += xp[(size_t)h * pl.xsh + (size_t)w * pl.xsw];
     return s / (float)(cr * cc);
 }
 
-/* Input gradient t (flat index into [N, C, H, W]), starting from g0 (0, or
- * the value there when accumulating). */
+/* Input gradient t: a flat index into [N, C, H, W], or with nhwc into
+ * [N, H, W, C]; starting from g0 (0, or the value there when accumulating). */
 PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, const float *dy, size_t t,
-                       float g0) {
-    int w = (int)(t % (size_t)p->W), h = (int)((t / (size_t)p->W) % (size_t)p->H);
-    size_t plane = t / ((size_t)p->H * p->W);
-    const float *xp = x + plane * p->H * p->W;
-    const float *gp = dy + plane * p->P * p->Q;
+                       float g0, int nhwc) {
+    size_t n, c;
+    int h, w;
+    if (nhwc) {
+        c = t % (size_t)p->C;
+        size_t r = t / (size_t)p->C;
+        w = (int)(r % (size_t)p->W);
+        h = (int)((r / (size_t)p->W) % (size_t)p->H);
+        n = r / ((size_t)p->H * p->W);
+    } else {
+        w = (int)(t % (size_t)p->W);
+        h = (int)((t / (size_t)p->W) % (size_t)p->H);
+        size_t plane = t / ((size_t)p->H * p->W);
+        n = plane / (size_t)p->C;
+        c = plane % (size_t)p->C;
+    }
+    pr_plane pl = pr_plane_of(p, n, c, nhwc);
+    const float *xp = x + pl.x0;
+    const float *gp = dy + pl.g0;
     float g = g0;
     int i0, i1, j0, j1;
     pr_candidates(p->mode, ra, h, &i0, &i1);
@@ -132,12 +193,13 @@ PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float
             int w0, w1, cc;
             pr_window(p->mode, ca, j, &w0, &w1, &cc);
             if (w < w0 || w >= w1) continue;
+            float gv = gp[(size_t)i * pl.gsh + (size_t)j * pl.gsw];
             if (p->mode == POOL_MODE_MAX) {
                 int bi;
-                pr_window_max(xp, p->W, h0, h1, w0, w1, &bi);
-                if (bi == h * p->W + w) g += gp[i * p->Q + j];
+                pr_window_max(xp, pl.xsh, pl.xsw, p->W, h0, h1, w0, w1, &bi);
+                if (bi == h * p->W + w) g += gv;
             } else {
-                g += gp[i * p->Q + j] / (float)(cr * cc);
+                g += gv / (float)(cr * cc);
             }
         }
     }

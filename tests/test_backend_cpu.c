@@ -10,7 +10,9 @@
  * the CPU backend's code paths (tiled im2col, grouped images, the 1x1 shortcut,
  * inner and outer threading), every pooling mode with ceil_mode, accumulate 0
  * and 1 on every op that takes it, and a determinism check (bitwise equal
- * results from two identical calls).
+ * results from two identical calls). The NHWC activation layout is checked
+ * against NCHW: transpose_layout against a host loop, NCHW as the default, and
+ * every layout-sensitive op run in both layouts on the same logical data.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -693,20 +695,21 @@ static void test_dropout_mask(void **state) {
         }
 }
 
+/* N, C, HW, src_C, src_off, dst_C, dst_off */
+static const int channel_copy_cases[][7] = {
+    {2, 3, 25, 3, 0, 8, 0},  /* first concat input */
+    {2, 5, 25, 5, 0, 8, 3},  /* second concat input */
+    {3, 2, 7, 6, 4, 4, 1},   /* slice of a larger source (concat backward) */
+    {1, 64, 49, 64, 0, 96, 32},
+    {4, 1, 1, 5, 2, 3, 2},   /* HW = 1 */
+    {2, 4, 9, 4, 0, 4, 0},   /* whole tensor */
+};
+
 static void test_channel_copy(void **state) {
     (void)state;
-    /* N, C, HW, src_C, src_off, dst_C, dst_off */
-    static const int cases[][7] = {
-        {2, 3, 25, 3, 0, 8, 0},  /* first concat input */
-        {2, 5, 25, 5, 0, 8, 3},  /* second concat input */
-        {3, 2, 7, 6, 4, 4, 1},   /* slice of a larger source (concat backward) */
-        {1, 64, 49, 64, 0, 96, 32},
-        {4, 1, 1, 5, 2, 3, 2},   /* HW = 1 */
-        {2, 4, 9, 4, 0, 4, 0},   /* whole tensor */
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t i = 0; i < sizeof channel_copy_cases / sizeof channel_copy_cases[0]; i++)
         for (int acc = 0; acc <= 1; acc++) {
-            const int *c = cases[i];
+            const int *c = channel_copy_cases[i];
             int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
             rng r;
             rng_seed(&r, 12000 + i, (uint64_t)acc);
@@ -1140,6 +1143,427 @@ static void test_find_nonfinite(void **state) {
     be->free(found);
 }
 
+/* ------------------------------------------------- activation layout (NHWC)
+ * transpose_layout against a host loop, and every layout-sensitive op run in
+ * both layouts on the same logical data: once in NCHW, once in NHWC with the
+ * operands converted by the test's own loop (host_permute, not the backend's
+ * transpose_layout); the NHWC results, converted back, are compared with the
+ * NCHW ones. NHWC may sum in another order, so the comparison allows what the
+ * reference comparisons above allow (RTOL and tu_atol_f32); bitwise-equal
+ * results pass as well. */
+
+/* Where element (n, c, i) of a [N, C, HW] activation lives in a layout. */
+static size_t act_index(int layout, int C, int HW, int n, int c, int i) {
+    return layout == BACKEND_LAYOUT_NHWC ? ((size_t)n * HW + i) * C + c : ((size_t)n * C + c) * HW + i;
+}
+
+/* dst[N, HW, C] = src[N, C, HW] permuted when to_nhwc, else the inverse. */
+static void host_permute(int N, int C, int HW, const double *src, double *dst, int to_nhwc) {
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < HW; i++) {
+                size_t nchw = act_index(BACKEND_LAYOUT_NCHW, C, HW, n, c, i);
+                size_t nhwc = act_index(BACKEND_LAYOUT_NHWC, C, HW, n, c, i);
+                if (to_nhwc) dst[nhwc] = src[nchw];
+                else dst[nchw] = src[nhwc];
+            }
+}
+
+static void test_transpose_layout(void **state) {
+    (void)state;
+    /* N, C, HW */
+    static const int sizes[][3] = {{2, 3, 49}, {3, 67, 33}, {4, 6, 1}, {2, 1, 20}, {1, 5, 7}, {5, 8, 9}, {1, 1, 1}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++) /* must not matter */
+            for (int to_nhwc = 0; to_nhwc <= 1; to_nhwc++)
+                for (int acc = 0; acc <= 1; acc++) {
+                    int N = sizes[i][0], C = sizes[i][1], HW = sizes[i][2];
+                    size_t n = (size_t)N * C * HW;
+                    rng r;
+                    rng_seed(&r, 20000 + i, (uint64_t)(4 * layout + 2 * to_nhwc + acc));
+                    pair src = pair_uniform(&r, n, -1.0, 1.0);
+                    pair dst = pair_uniform(&r, n, -1.0, 1.0); /* kept and added to when accumulating */
+                    double *perm = tu_alloc(n);
+                    host_permute(N, C, HW, src.h, perm, to_nhwc);
+                    for (size_t k = 0; k < n; k++) dst.h[k] = (acc ? dst.h[k] : 0.0) + perm[k];
+                    be->set_layout(layout);
+                    be->transpose_layout(N, C, HW, src.d, dst.d, to_nhwc, acc);
+                    be->set_layout(BACKEND_LAYOUT_NCHW);
+                    char what[128];
+                    snprintf(what, sizeof what, "transpose_layout N%d C%d HW%d to %s acc %d (set_layout %s)", N, C,
+                             HW, to_nhwc ? "NHWC" : "NCHW", acc, layout ? "NHWC" : "NCHW");
+                    /* a permutation is exact; a sum of two floats is off by at most one rounding */
+                    expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0);
+                    expect_unchanged("transpose_layout leaves src alone", &src);
+                    free(perm);
+                    pair_free(&src);
+                    pair_free(&dst);
+                }
+}
+
+/* channel_copy and bias_fwd on known values must give `layout`'s results. */
+static void layout_known_values(int layout, const char *when) {
+    enum { N = 2, C = 2, HW = 3, SC = 3, SO = 1, DC = 4, DO = 2, BC = 3 };
+    float src[N * SC * HW], dst[N * DC * HW], want[2][N * DC * HW], b[BC] = {1.0f, 2.0f, 3.0f};
+    float y[N * BC * HW], ywant[2][N * BC * HW];
+    for (int k = 0; k < N * SC * HW; k++) src[k] = (float)k;
+    for (int l = 0; l <= 1; l++) {
+        for (int k = 0; k < N * DC * HW; k++) want[l][k] = -1.0f;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++)
+                for (int i = 0; i < HW; i++)
+                    want[l][act_index(l, DC, HW, n, DO + c, i)] = src[act_index(l, SC, HW, n, SO + c, i)];
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < BC; c++)
+                for (int i = 0; i < HW; i++) ywant[l][act_index(l, BC, HW, n, c, i)] = b[c];
+    }
+    /* the two layouts' answers differ, so the check tells them apart */
+    assert_true(memcmp(want[0], want[1], sizeof want[0]) != 0 && memcmp(ywant[0], ywant[1], sizeof ywant[0]) != 0);
+    float *ds = be->alloc(sizeof src), *dd = be->alloc(sizeof dst);
+    float *db = be->alloc(sizeof b), *dyv = be->alloc(sizeof y);
+    for (int k = 0; k < N * DC * HW; k++) dst[k] = -1.0f;
+    be->upload(ds, src, sizeof src);
+    be->upload(dd, dst, sizeof dst);
+    be->upload(db, b, sizeof b);
+    be->channel_copy(N, C, HW, ds, SC, SO, dd, DC, DO, 0);
+    be->bias_fwd(N, BC, HW, db, dyv); /* y is zero-filled by alloc */
+    be->download(dst, dd, sizeof dst);
+    be->download(y, dyv, sizeof y);
+    char what[96];
+    snprintf(what, sizeof what, "channel_copy %s", when);
+    tu_assert_bitwise_equal_f(what, want[layout], dst, (size_t)N * DC * HW);
+    snprintf(what, sizeof what, "bias_fwd %s", when);
+    tu_assert_bitwise_equal_f(what, ywant[layout], y, (size_t)N * BC * HW);
+    be->free(ds);
+    be->free(dd);
+    be->free(db);
+    be->free(dyv);
+}
+
+/* NCHW is the default. This test sees the backend as no test has set its
+ * layout: it comes first in main's list, with no setup (all_threads sets NCHW). */
+static void test_layout_default(void **state) {
+    (void)state;
+    layout_known_values(BACKEND_LAYOUT_NCHW, "by default (no set_layout called yet)");
+    be->set_layout(BACKEND_LAYOUT_NHWC);
+    layout_known_values(BACKEND_LAYOUT_NHWC, "after set_layout(NHWC)");
+    be->set_layout(BACKEND_LAYOUT_NCHW);
+    layout_known_values(BACKEND_LAYOUT_NCHW, "after set_layout(NHWC) then set_layout(NCHW)");
+}
+
+/* A logical [N, C, HW] tensor on the device in both layouts, d[BACKEND_LAYOUT_NCHW]
+ * and d[BACKEND_LAYOUT_NHWC]. Filters and per-channel vectors, stored alike in
+ * both layouts, are twins of shape [1, n, 1] (the same bytes twice). */
+typedef struct twin {
+    int N, C, HW;
+    size_t n;
+    float *d[2];
+} twin;
+
+static twin twin_of(const double *nchw, int N, int C, int HW) {
+    twin t = {N, C, HW, (size_t)N * C * HW, {NULL, NULL}};
+    double *nhwc = tu_alloc(t.n);
+    host_permute(N, C, HW, nchw, nhwc, 1);
+    t.d[BACKEND_LAYOUT_NCHW] = tu_dev_from_double(be, nchw, t.n);
+    t.d[BACKEND_LAYOUT_NHWC] = tu_dev_from_double(be, nhwc, t.n);
+    free(nhwc);
+    return t;
+}
+
+/* Uniform in [a, b), or normal with mean a and deviation b. */
+static twin twin_random(rng *r, int N, int C, int HW, double a, double b, int normal) {
+    size_t n = (size_t)N * C * HW;
+    double *h = tu_alloc(n);
+    if (normal) tu_fill_normal(r, h, n, a, b);
+    else tu_fill_uniform(r, h, n, a, b);
+    twin t = twin_of(h, N, C, HW);
+    free(h);
+    return t;
+}
+
+static twin twin_uniform(rng *r, int N, int C, int HW, double lo, double hi) {
+    return twin_random(r, N, C, HW, lo, hi, 0);
+}
+
+static twin twin_vec(rng *r, int n, double lo, double hi) { return twin_random(r, 1, n, 1, lo, hi, 0); }
+
+static void twin_free(twin *t) {
+    be->free(t->d[0]);
+    be->free(t->d[1]);
+    t->d[0] = t->d[1] = NULL;
+}
+
+/* The NHWC result, converted to NCHW, against the NCHW one. With a reduced
+ * math mode the NHWC values must also be values of that type (the op rounds
+ * its final result, after accumulate has added the old contents). */
+static void twin_expect(const char *what, const twin *t, double rtol, double atol, int math) {
+    double *want = tu_alloc(t->n), *nhwc = tu_alloc(t->n), *got = tu_alloc(t->n);
+    tu_dev_to_double(be, t->d[BACKEND_LAYOUT_NCHW], want, t->n);
+    tu_dev_to_double(be, t->d[BACKEND_LAYOUT_NHWC], nhwc, t->n);
+    host_permute(t->N, t->C, t->HW, nhwc, got, 0);
+    char label[256];
+    snprintf(label, sizeof label, "%s: NHWC (expected: NCHW)", what);
+    tu_assert_close(label, want, got, t->n, rtol, atol);
+    if (math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16)
+        for (size_t i = 0; i < t->n; i++)
+            if (round_to(math, got[i]) != got[i])
+                fail_msg("%s: NHWC result [%zu] (NCHW index) = %a is not rounded to the math mode's type", what, i,
+                         got[i]);
+    free(want);
+    free(nhwc);
+    free(got);
+}
+
+/* Runs the statement once per layout, L naming it (index the twins' d[] with
+ * it), and leaves the backend in NCHW. */
+#define IN_BOTH_LAYOUTS(...)                                                    \
+    do {                                                                        \
+        for (int L = BACKEND_LAYOUT_NCHW; L <= BACKEND_LAYOUT_NHWC; L++) {      \
+            be->set_layout(L);                                                  \
+            __VA_ARGS__;                                                        \
+        }                                                                       \
+        be->set_layout(BACKEND_LAYOUT_NCHW);                                    \
+    } while (0)
+
+/* Each of the CPU backend's convolution algorithms (see conv_fixed), batch 1 and more. */
+static const conv_case layout_conv_cases[] = {
+    {3, 16, 8, 8, 12, 1, 1, 1, 1, 0, 0},   /* direct: 1x1 stride 1 unpadded */
+    {1, 16, 10, 10, 8, 1, 1, 1, 1, 0, 0},  /* direct, batch 1 */
+    {2, 8, 7, 7, 4, 3, 3, 1, 1, 1, 1},     /* shift: 3x3 stride 1 pad 1, 8 channels */
+    {1, 32, 12, 12, 16, 3, 3, 1, 1, 1, 1}, /* shift, batch 1 */
+    {2, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1},     /* im2col: 3x3 stride 1, 3 channels */
+    {3, 5, 9, 8, 6, 3, 3, 2, 2, 1, 1},     /* im2col: 3x3 stride 2 */
+    {1, 8, 10, 11, 9, 3, 3, 2, 2, 1, 1},   /* 3x3 stride 2, batch 1 */
+    {1, 3, 23, 23, 8, 7, 7, 2, 2, 3, 3},   /* 7x7/2 stem, batch 1 */
+    {2, 3, 32, 32, 8, 7, 7, 2, 2, 3, 3},   /* 7x7/2 stem, batch 2 */
+    {2, 6, 9, 9, 4, 1, 7, 1, 1, 0, 3},     /* 1x7 pad (0, 3), 6 channels */
+    {2, 12, 9, 9, 5, 1, 7, 1, 1, 0, 3},    /* 1x7 pad (0, 3), 12 channels */
+    {1, 12, 9, 9, 5, 7, 1, 1, 1, 3, 0},    /* 7x1 pad (3, 0), batch 1 */
+    {12, 4, 7, 7, 8, 3, 3, 2, 2, 1, 1},    /* small images grouped in one GEMM */
+    {1, 7, 48, 48, 4, 5, 5, 1, 1, 2, 2},   /* large im2col: tiled */
+};
+
+/* conv_fwd, conv_bwd_data (accumulate 0 and 1) and conv_bwd_filter of one case,
+ * in `math` (fp32 or bf16, whose results may differ by one unit of bf16). */
+static void layout_conv_case(const conv_params *p, int i, int math) {
+    int bf16 = math == BACKEND_MATH_BF16, HW = p->H * p->W, PQ = p->P * p->Q, nw = (int)conv_w_count(p);
+    double rtol = bf16 ? 0x1p-7 : RTOL;
+    rng r;
+    rng_seed(&r, 21000 + (uint64_t)i, (uint64_t)math);
+    twin x = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0), w = twin_vec(&r, nw, -1.0, 1.0);
+    twin y = twin_uniform(&r, p->N, p->K, PQ, -1.0, 1.0); /* overwritten */
+    twin dy = twin_uniform(&r, p->N, p->K, PQ, -1.0, 1.0);
+    twin dw = twin_vec(&r, nw, -1.0, 1.0); /* overwritten */
+    char what[200];
+    be->set_math(math);
+    IN_BOTH_LAYOUTS(be->conv_fwd(p, x.d[L], w.d[L], y.d[L]));
+    conv_label(what, sizeof what, bf16 ? "bf16 conv_fwd" : "conv_fwd", p, 0, 0);
+    twin_expect(what, &y, rtol, tu_atol_f32((size_t)p->C * p->R * p->S, 1.0), math);
+    for (int acc = 0; acc <= 1; acc++) {
+        twin dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
+        IN_BOTH_LAYOUTS(be->conv_bwd_data(p, dy.d[L], w.d[L], dx.d[L], acc));
+        conv_label(what, sizeof what, bf16 ? "bf16 conv_bwd_data" : "conv_bwd_data", p, acc, 0);
+        twin_expect(what, &dx, rtol, tu_atol_f32((size_t)p->K * p->R * p->S, 2.0), math);
+        twin_free(&dx);
+    }
+    IN_BOTH_LAYOUTS(be->conv_bwd_filter(p, x.d[L], dy.d[L], dw.d[L]));
+    conv_label(what, sizeof what, bf16 ? "bf16 conv_bwd_filter" : "conv_bwd_filter", p, 0, 0);
+    twin_expect(what, &dw, rtol, tu_atol_f32((size_t)p->N * PQ, 1.0), math);
+    be->set_math(BACKEND_MATH_FP32);
+    twin_free(&x);
+    twin_free(&w);
+    twin_free(&y);
+    twin_free(&dy);
+    twin_free(&dw);
+}
+
+static void layout_conv_all(int math) {
+    for (size_t i = 0; i < sizeof layout_conv_cases / sizeof layout_conv_cases[0]; i++) {
+        const conv_case *c = &layout_conv_cases[i];
+        conv_params p = {.N = c->N, .C = c->C, .H = c->H, .W = c->W, .K = c->K, .R = c->R, .S = c->S,
+                         .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw};
+        assert_int_equal(conv_params_init(&p), CNT_OK);
+        layout_conv_case(&p, (int)i, math);
+    }
+    be->set_math(BACKEND_MATH_FP32);
+    be->set_layout(BACKEND_LAYOUT_NCHW);
+}
+
+static void test_layout_conv(void **state) {
+    (void)state;
+    layout_conv_all(BACKEND_MATH_FP32);
+}
+
+static void test_layout_conv_bf16(void **state) {
+    (void)state;
+    layout_conv_all(BACKEND_MATH_BF16);
+}
+
+static void test_layout_bias(void **state) {
+    (void)state;
+    static const int shapes[][3] = {{2, 3, 17}, {1, 5, 49}, {3, 64, 196}, {2, 67, 33}, {7, 10, 1}, {1, 1, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
+        rng r;
+        rng_seed(&r, 22000 + i, 1);
+        twin b = twin_vec(&r, C, -1.0, 1.0), db = twin_vec(&r, C, -1.0, 1.0); /* db overwritten */
+        twin y = twin_uniform(&r, N, C, HW, -1.0, 1.0), dy = twin_uniform(&r, N, C, HW, -1.0, 1.0);
+        char what[96];
+        IN_BOTH_LAYOUTS(be->bias_fwd(N, C, HW, b.d[L], y.d[L]));
+        snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &y, RTOL, tu_atol_f32(1, 1.0), BACKEND_MATH_FP32);
+        IN_BOTH_LAYOUTS(be->bias_bwd(N, C, HW, dy.d[L], db.d[L]));
+        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &db, RTOL, tu_atol_f32((size_t)N * HW, 1.0), BACKEND_MATH_FP32);
+        twin_free(&b);
+        twin_free(&db);
+        twin_free(&y);
+        twin_free(&dy);
+    }
+}
+
+/* bn_cases, then channel counts that are no multiple of a vector width */
+static const bn_case layout_bn_extra[] = {
+    {2, 67, 33, 0.5, 1.5, 0.1, 1e-5},
+    {5, 19, 1, -1.0, 1.0, 0.1, 1e-5}, /* HW = 1 */
+};
+
+static void test_layout_bn(void **state) {
+    (void)state;
+    size_t n_base = sizeof bn_cases / sizeof bn_cases[0], n_extra = sizeof layout_bn_extra / sizeof layout_bn_extra[0];
+    for (size_t i = 0; i < n_base + n_extra; i++) {
+        const bn_case *bc = i < n_base ? &bn_cases[i] : &layout_bn_extra[i - n_base];
+        int N = bc->N, C = bc->C, HW = bc->HW, F = BACKEND_MATH_FP32;
+        size_t M = (size_t)N * HW;
+        rng r;
+        rng_seed(&r, 23000 + i, 1);
+        twin x = twin_random(&r, N, C, HW, bc->mean, bc->std, 1);
+        twin gamma = twin_vec(&r, C, 0.5, 1.5), beta = twin_vec(&r, C, -0.5, 0.5);
+        twin y = twin_uniform(&r, N, C, HW, -1.0, 1.0);
+        twin rmean = twin_vec(&r, C, -1.0, 1.0), rvar = twin_vec(&r, C, 0.5, 2.0);
+        twin smean = twin_vec(&r, C, -1.0, 1.0), sinv = twin_vec(&r, C, -1.0, 1.0); /* overwritten */
+        char what[128];
+        IN_BOTH_LAYOUTS(be->bn_fwd_train(N, C, HW, x.d[L], gamma.d[L], beta.d[L], y.d[L], rmean.d[L], rvar.d[L],
+                                         (float)bc->momentum, (float)bc->eps, smean.d[L], sinv.d[L]));
+        snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &y, RTOL, tu_atol_f32(M, 1.0), F);
+        snprintf(what, sizeof what, "bn_fwd_train save_mean N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &smean, RTOL, tu_atol_f32(M, bc->std), F);
+        snprintf(what, sizeof what, "bn_fwd_train save_invstd N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &sinv, RTOL, tu_atol_f32(M, 1.0 / bc->std), F);
+        snprintf(what, sizeof what, "bn_fwd_train running_mean N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &rmean, RTOL, tu_atol_f32(M, bc->std), F);
+        snprintf(what, sizeof what, "bn_fwd_train running_var N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &rvar, RTOL, tu_atol_f32(M, bc->std * bc->std), F);
+
+        /* inference, with running statistics of its own */
+        twin im = twin_vec(&r, C, bc->mean - 0.5, bc->mean + 0.5), iv = twin_vec(&r, C, 0.2, 2.0);
+        twin yi = twin_uniform(&r, N, C, HW, -1.0, 1.0);
+        IN_BOTH_LAYOUTS(be->bn_fwd_infer(N, C, HW, x.d[L], gamma.d[L], beta.d[L], yi.d[L], im.d[L], iv.d[L],
+                                         (float)bc->eps));
+        snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
+        twin_expect(what, &yi, RTOL, tu_atol_f32(1, 1.0), F);
+
+        /* backward, both layouts with the NCHW forward's saved statistics */
+        const float *sm = smean.d[BACKEND_LAYOUT_NCHW], *si = sinv.d[BACKEND_LAYOUT_NCHW];
+        double *si_h = tu_alloc((size_t)C);
+        tu_dev_to_double(be, si, si_h, (size_t)C);
+        for (int acc = 0; acc <= 1; acc++) {
+            twin dy = twin_random(&r, N, C, HW, 0.0, 1.0, 1), dx = twin_uniform(&r, N, C, HW, -1.0, 1.0);
+            twin dgamma = twin_vec(&r, C, -1.0, 1.0), dbeta = twin_vec(&r, C, -1.0, 1.0); /* overwritten */
+            IN_BOTH_LAYOUTS(be->bn_bwd(N, C, HW, x.d[L], dy.d[L], gamma.d[L], sm, si, (float)bc->eps, dx.d[L],
+                                       dgamma.d[L], dbeta.d[L], acc));
+            snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
+            twin_expect(what, &dx, RTOL, tu_atol_f32(M, max_abs(si_h, (size_t)C)), F);
+            snprintf(what, sizeof what, "bn_bwd dgamma N%d C%d HW%d acc %d", N, C, HW, acc);
+            twin_expect(what, &dgamma, RTOL, tu_atol_f32(M, 2.0), F);
+            snprintf(what, sizeof what, "bn_bwd dbeta N%d C%d HW%d acc %d", N, C, HW, acc);
+            twin_expect(what, &dbeta, RTOL, tu_atol_f32(M, 1.0), F);
+            twin_free(&dy);
+            twin_free(&dx);
+            twin_free(&dgamma);
+            twin_free(&dbeta);
+        }
+        free(si_h);
+        twin *all[] = {&x, &gamma, &beta, &y, &rmean, &rvar, &smean, &sinv, &im, &iv, &yi};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) twin_free(all[k]);
+    }
+}
+
+/* pool_fwd, then pool_bwd (accumulate 0 and 1) on each layout's own forward output. */
+static void layout_pool_case(const pool_params *p, int i) {
+    int HW = p->H * p->W, PQ = p->P * p->Q;
+    size_t nx = (size_t)p->N * p->C * HW;
+    rng r;
+    rng_seed(&r, 24000 + (uint64_t)i, 1);
+    double *h = tu_alloc(nx);
+    tu_fill_uniform(&r, h, nx, -1.0, 1.0);
+    if (i % 2) /* ties in max windows: both layouts must pick the same first maximum */
+        for (size_t k = 0; k < nx; k++) h[k] = floor(h[k] * 2.0) / 2.0;
+    twin x = twin_of(h, p->N, p->C, HW);
+    free(h);
+    twin y = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0); /* overwritten */
+    char what[192];
+    IN_BOTH_LAYOUTS(be->pool_fwd(p, x.d[L], y.d[L]));
+    pool_label(what, sizeof what, "pool_fwd", p, 0);
+    twin_expect(what, &y, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : HW), 1.0), BACKEND_MATH_FP32);
+    for (int acc = 0; acc <= 1; acc++) {
+        twin dy = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0), dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
+        IN_BOTH_LAYOUTS(be->pool_bwd(p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc));
+        pool_label(what, sizeof what, "pool_bwd", p, acc);
+        twin_expect(what, &dx, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : PQ), 1.0),
+                    BACKEND_MATH_FP32);
+        twin_free(&dy);
+        twin_free(&dx);
+    }
+    twin_free(&x);
+    twin_free(&y);
+}
+
+/* pool_fixed and the random pool cases, then more channels per pixel */
+static const tu_pool_case layout_pool_extra[] = {
+    {POOL_MODE_MAX, 2, 67, 9, 9, 3, 3, 2, 2, 1, 1, 0, 0, 0},
+    {POOL_MODE_MAX, 1, 16, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0},             /* ceil_mode */
+    {POOL_MODE_AVG_INCLUDE_PAD, 2, 12, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
+    {POOL_MODE_AVG_EXCLUDE_PAD, 3, 12, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 16, 7, 7, 0, 0, 0, 0, 0, 0, 0, 3, 3},
+    {POOL_MODE_ADAPTIVE_AVG, 3, 33, 5, 5, 0, 0, 0, 0, 0, 0, 0, 1, 1},    /* global average */
+};
+
+static void test_layout_pool(void **state) {
+    (void)state;
+    pool_params p;
+    int i = 0;
+    for (; pool_case_get(i, &p); i++) layout_pool_case(&p, i);
+    for (size_t k = 0; k < sizeof layout_pool_extra / sizeof layout_pool_extra[0]; k++) {
+        p = tu_pool_params(&layout_pool_extra[k]);
+        layout_pool_case(&p, i + (int)k);
+    }
+}
+
+static void test_layout_channel_copy(void **state) {
+    (void)state;
+    /* channel_copy_cases, then odd channel counts with offsets */
+    static const int extra[][7] = {{3, 67, 33, 70, 2, 100, 30}, {2, 5, 1, 8, 3, 6, 0}, {1, 3, 49, 7, 4, 5, 1}};
+    size_t n_base = sizeof channel_copy_cases / sizeof channel_copy_cases[0];
+    for (size_t i = 0; i < n_base + sizeof extra / sizeof extra[0]; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            const int *c = i < n_base ? channel_copy_cases[i] : extra[i - n_base];
+            int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
+            rng r;
+            rng_seed(&r, 25000 + i, (uint64_t)acc);
+            twin src = twin_uniform(&r, N, src_C, HW, -1.0, 1.0);
+            twin dst = twin_uniform(&r, N, dst_C, HW, -1.0, 1.0); /* outside the slice: kept */
+            IN_BOTH_LAYOUTS(be->channel_copy(N, C, HW, src.d[L], src_C, src_off, dst.d[L], dst_C, dst_off, acc));
+            char what[128];
+            snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
+                     src_off, dst_C, dst_off, acc);
+            twin_expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0, BACKEND_MATH_FP32);
+            twin_free(&src);
+            twin_free(&dst);
+        }
+}
+
 static int setup(void **state) {
     (void)state;
     be = backend_cpu();
@@ -1151,11 +1575,13 @@ static int all_threads(void **state) {
     (void)state;
     be->set_threads(0);
     be->set_math(BACKEND_MATH_FP32); /* a failed reduced-precision test may have left its mode */
+    be->set_layout(BACKEND_LAYOUT_NCHW); /* and a failed layout test its layout */
     return 0;
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_default), /* first, and without all_threads: it checks the default layout */
         cmocka_unit_test_setup(test_memory, all_threads),
         cmocka_unit_test_setup(test_conv_fwd, all_threads),
         cmocka_unit_test_setup(test_conv_bwd_data, all_threads),
@@ -1177,6 +1603,13 @@ int main(void) {
         cmocka_unit_test_setup(test_sgd_update, all_threads),
         cmocka_unit_test_setup(test_determinism, all_threads),
         cmocka_unit_test_setup(test_set_threads, all_threads),
+        cmocka_unit_test_setup(test_transpose_layout, all_threads),
+        cmocka_unit_test_setup(test_layout_conv, all_threads),
+        cmocka_unit_test_setup(test_layout_conv_bf16, all_threads),
+        cmocka_unit_test_setup(test_layout_bias, all_threads),
+        cmocka_unit_test_setup(test_layout_bn, all_threads),
+        cmocka_unit_test_setup(test_layout_pool, all_threads),
+        cmocka_unit_test_setup(test_layout_channel_copy, all_threads),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -15,6 +15,17 @@
  * type, fp32 arithmetic); fp16 overflow to inf and the find_nonfinite check
  * of dynamic loss scaling are checked against exact expectations.
  *
+ * The NHWC activation layout (set_layout): every layout-sensitive op
+ * (convolutions, bias, batch norm, pooling, channel_copy) runs again with
+ * both backends in NHWC, on the same buffers read as [N, H, W, C] on both
+ * sides, so the GPU's NHWC results are compared with the CPU's NHWC results
+ * (which tests/test_backend_cpu.c holds to its NCHW ones) under the same
+ * tolerances as in NCHW: the layout changes where values live and the
+ * order of sums, nothing else. transpose_layout is checked against a host
+ * loop, and the ResNet-20 step runs a second time with both nets in NHWC.
+ * Every test starts in NCHW (the group's per-test setup), so a failed NHWC
+ * test cannot leave the layout set for the next.
+ *
  * Without a usable CUDA device (no CUDA backend in this binary, no driver, no
  * GPU) every test calls skip(), so cmocka reports them SKIPPED and the binary
  * exits 0; the reason is printed once by the group setup.
@@ -229,6 +240,22 @@ static int math_is_reduced(int math) { return math == BACKEND_MATH_BF16 || math 
 /* v rounded to the type of a reduced-precision mode (common/half.h). */
 static float round_to(int math, float v) { return math == BACKEND_MATH_FP16 ? fp16_round(v) : bf16_round(v); }
 
+/* ---------------------------------------------------------------- layouts */
+
+/* The layout both backends were last set to (for messages). */
+static int cur_layout = BACKEND_LAYOUT_NCHW;
+
+static void set_layout_both(int layout) {
+    for (int s = CPU; s <= GPU; s++) {
+        CNT_ASSERT(be[s]->set_layout != NULL);
+        be[s]->set_layout(layout);
+    }
+    cur_layout = layout;
+}
+
+static const char *layout_name(int layout) { return layout == BACKEND_LAYOUT_NHWC ? "nhwc" : "nchw"; }
+static const char *cur_layout_name(void) { return layout_name(cur_layout); }
+
 /* In BF16/FP16 an op's result is a tensor of the type: on both sides each of
  * the rows x cols values (row stride ld) of d must be a value of the type
  * (rounding it again changes nothing). Nothing to check in other modes. */
@@ -336,8 +363,9 @@ static conv_params conv_case_params(int i) {
 
 static void conv_label(char *buf, size_t len, const char *op, const conv_params *p, int accumulate,
                        const precision *pr) {
-    snprintf(buf, len, "%s %s N%d C%d %dx%d K%d %dx%d/%dx%d pad %dx%d -> %dx%d acc %d", op, pr->name, p->N, p->C,
-             p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P, p->Q, accumulate);
+    snprintf(buf, len, "%s %s %s N%d C%d %dx%d K%d %dx%d/%dx%d pad %dx%d -> %dx%d acc %d", op, pr->name,
+             cur_layout_name(), p->N, p->C, p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w,
+             p->P, p->Q, accumulate);
 }
 
 /* Inputs in [-1, 1): every product has magnitude below 1 (scale 1). */
@@ -543,6 +571,75 @@ static void test_conv_gemm_fp16(void **state) {
     gemm_case_run(3, 1, 0, &PREC_BF16);
     conv_gemm_reduced(&PREC_FP16);
     set_math_both(BACKEND_MATH_FP32);
+}
+
+/* ---------------------------------------------------------------- NHWC convolutions */
+
+/* Every convolution case with both backends in NHWC: x, y, dx and dy are
+ * [N, H, W, C] on both sides, filters and their gradients [K, C, R, S] as in
+ * NCHW (the GPU hands cuDNN a [K, R, S, C] copy and transposes the weight
+ * gradient back). The tolerances are NCHW's: cuDNN's NHWC algorithms sum the
+ * same products in other orders, and in BF16/FP16 the products are of the
+ * same rounded operands (rounding commutes with the filter's transpose), the
+ * result rounded once to the type (expect_rounded in the case functions). */
+static void conv_all_cases(const precision *pr) {
+    for (int i = 0; i < N_CONV_CASES; i++) {
+        conv_fwd_case(i, pr);
+        conv_bwd_data_case(i, pr);
+        conv_bwd_filter_case(i, pr);
+    }
+}
+
+/* Two shapes in NCHW, then in NHWC, in the current mode. Plans are keyed by
+ * layout: a backend that found the other layout's plan (its descriptors, so
+ * its strides and filter format) for the same shape and mode reads every
+ * tensor wrongly here, an error of order one. */
+static void conv_layout_switch(const precision *pr) {
+    static const int cases[] = {1, 9};
+    for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++) {
+        set_layout_both(layout);
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            conv_fwd_case(cases[k], pr);
+            conv_bwd_data_case(cases[k], pr);
+            conv_bwd_filter_case(cases[k], pr);
+        }
+    }
+}
+
+/* FP32, then the GPU in TF32 (the CPU computes fp32; TF32's tolerance), then
+ * FP32 again, which must be fp32 again in NHWC too; then the layout switch. */
+static void test_conv_nhwc_fp32_tf32(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    conv_all_cases(&PREC_FP32);
+    be[GPU]->set_math(BACKEND_MATH_TF32);
+    conv_all_cases(&PREC_TF32);
+    be[GPU]->set_math(BACKEND_MATH_FP32);
+    conv_all_cases(&PREC_FP32);
+    conv_layout_switch(&PREC_FP32);
+    set_layout_both(BACKEND_LAYOUT_NCHW);
+}
+
+static void conv_nhwc_reduced(const precision *pr) {
+    set_math_both(pr->math);
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    conv_all_cases(pr);
+    conv_layout_switch(pr);
+    set_layout_both(BACKEND_LAYOUT_NCHW);
+    set_math_both(BACKEND_MATH_FP32);
+}
+
+static void test_conv_nhwc_bf16(void **state) {
+    (void)state;
+    NEED_GPU();
+    conv_nhwc_reduced(&PREC_BF16);
+}
+
+static void test_conv_nhwc_fp16(void **state) {
+    (void)state;
+    NEED_GPU();
+    conv_nhwc_reduced(&PREC_FP16);
 }
 
 /* Fails unless backend side's n floats at dev equal want[] exactly (infinities
@@ -752,11 +849,13 @@ static void test_find_nonfinite(void **state) {
 
 /* ---------------------------------------------------------------- bias */
 
-static void test_bias_fwd_bwd(void **state) {
-    (void)state;
-    NEED_GPU();
-    /* N, C, HW: HW = 1 is a linear layer's bias */
-    static const int shapes[][3] = {{8, 10, 1}, {7, 3, 1}, {3, 16, 49}, {2, 64, 196}, {5, 7, 33}, {1, 1, 1}};
+/* In the current layout; with HW = 1 both layouts are the same bytes. */
+static void bias_run(void) {
+    /* N, C, HW: HW = 1 is a linear layer's bias; N*HW = 48000 splits each
+     * channel's sum over two blocks (and 37 channels leave a partial group of
+     * 32 in NHWC); C = 1 with HW > 1 */
+    static const int shapes[][3] = {{8, 10, 1}, {7, 3, 1},     {3, 16, 49}, {2, 64, 196},
+                                    {5, 7, 33}, {1, 1, 1},     {3, 1, 50},  {16, 37, 3000}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
         rng r;
@@ -766,17 +865,31 @@ static void test_bias_fwd_bwd(void **state) {
         dual db = dual_uniform(&r, (size_t)C, -1.0f, 1.0f); /* overwritten */
         char what[96];
         for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(N, C, HW, b.p[s], y.p[s]);
-        snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bias_fwd %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         /* one addition per value, the same rounding on both sides */
         expect_close(what, &y, 0.0, 0.0);
         for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(N, C, HW, y.p[s], db.p[s]); /* y as dy */
-        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bias_bwd %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         /* a reduction over N*HW values of magnitude below 2 */
         expect_close(what, &db, PREC_FP32.rtol_sum, atol_of(&PREC_FP32, (size_t)N * HW, 2.0));
         dual_free(&b);
         dual_free(&y);
         dual_free(&db);
     }
+}
+
+static void test_bias_fwd_bwd(void **state) {
+    (void)state;
+    NEED_GPU();
+    bias_run();
+}
+
+static void test_bias_fwd_bwd_nhwc(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    bias_run();
+    set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
 /* ---------------------------------------------------------------- batch norm */
@@ -807,9 +920,10 @@ static const bn_case bn_cases[] = {
  * eps = 0.5 adding eps anywhere but under the square root moves it by 4%. */
 #define BN_RTOL 1e-3
 
-static void test_bn_fwd_train(void **state) {
-    (void)state;
-    NEED_GPU();
+/* The batch-norm tests run in the current layout: in NHWC the same buffers
+ * are [N, HW, C] on both sides (a channel's values strided by C); cases with
+ * HW = 1 or N*HW = 1 are the same bytes in both layouts. */
+static void bn_fwd_train_run(void) {
     for (size_t i = 0; i < N_BN_CASES; i++) {
         const bn_case *bc = &bn_cases[i];
         int N = bc->N, C = bc->C, HW = bc->HW;
@@ -828,15 +942,15 @@ static void test_bn_fwd_train(void **state) {
             be[s]->bn_fwd_train(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s],
                                 bc->momentum, bc->eps, smean.p[s], sinv.p[s]);
         char what[128];
-        snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bn_fwd_train y %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         expect_close(what, &y, BN_RTOL, BN_RTOL);
-        snprintf(what, sizeof what, "bn_fwd_train save_mean N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bn_fwd_train save_mean %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         expect_close(what, &smean, BN_RTOL, 1e-4 * scale);
-        snprintf(what, sizeof what, "bn_fwd_train save_invstd N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bn_fwd_train save_invstd %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         expect_close(what, &sinv, BN_RTOL, 0.0);
-        snprintf(what, sizeof what, "bn_fwd_train running_mean N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bn_fwd_train running_mean %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         expect_close(what, &rmean, BN_RTOL, 1e-4 * (scale + 1.0));
-        snprintf(what, sizeof what, "bn_fwd_train running_var N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bn_fwd_train running_var %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         expect_close(what, &rvar, BN_RTOL, 0.0);
         dual_free(&x);
         dual_free(&gamma);
@@ -849,9 +963,7 @@ static void test_bn_fwd_train(void **state) {
     }
 }
 
-static void test_bn_fwd_infer(void **state) {
-    (void)state;
-    NEED_GPU();
+static void bn_fwd_infer_run(void) {
     for (size_t i = 0; i < N_BN_CASES; i++) {
         const bn_case *bc = &bn_cases[i];
         int N = bc->N, C = bc->C, HW = bc->HW;
@@ -867,7 +979,7 @@ static void test_bn_fwd_infer(void **state) {
         for (int s = CPU; s <= GPU; s++)
             be[s]->bn_fwd_infer(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s], bc->eps);
         char what[96];
-        snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
+        snprintf(what, sizeof what, "bn_fwd_infer %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         /* no reduction: a few roundings (and rsqrtf's 2 ulps) on values below
          * about 20 in magnitude, so 1e-5 relative and 1e-4 absolute */
         expect_close(what, &y, 1e-5, 1e-4);
@@ -880,9 +992,7 @@ static void test_bn_fwd_infer(void **state) {
     }
 }
 
-static void test_bn_bwd(void **state) {
-    (void)state;
-    NEED_GPU();
+static void bn_bwd_run(void) {
     for (size_t i = 0; i < N_BN_CASES; i++)
         for (int acc = 0; acc <= 1; acc++) {
             const bn_case *bc = &bn_cases[i];
@@ -917,12 +1027,12 @@ static void test_bn_bwd(void **state) {
             char what[128];
             /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)): values
              * of order a_max built from two reductions over M */
-            snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
+            snprintf(what, sizeof what, "bn_bwd dx %s N%d C%d HW%d acc %d", cur_layout_name(), N, C, HW, acc);
             expect_close(what, &dx, BN_RTOL, BN_RTOL * a_max);
             /* sums over M of dy * xhat (|xhat| up to about 4) and of dy */
-            snprintf(what, sizeof what, "bn_bwd dgamma N%d C%d HW%d", N, C, HW);
+            snprintf(what, sizeof what, "bn_bwd dgamma %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
             expect_close(what, &dgamma, BN_RTOL, atol_of(&PREC_FP32, M, 4.0));
-            snprintf(what, sizeof what, "bn_bwd dbeta N%d C%d HW%d", N, C, HW);
+            snprintf(what, sizeof what, "bn_bwd dbeta %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
             expect_close(what, &dbeta, BN_RTOL, atol_of(&PREC_FP32, M, 1.0));
             dual_free(&x);
             dual_free(&dy);
@@ -937,6 +1047,34 @@ static void test_bn_bwd(void **state) {
             dual_free(&smean);
             dual_free(&sinv);
         }
+}
+
+static void test_bn_fwd_train(void **state) {
+    (void)state;
+    NEED_GPU();
+    bn_fwd_train_run();
+}
+
+static void test_bn_fwd_infer(void **state) {
+    (void)state;
+    NEED_GPU();
+    bn_fwd_infer_run();
+}
+
+static void test_bn_bwd(void **state) {
+    (void)state;
+    NEED_GPU();
+    bn_bwd_run();
+}
+
+static void test_bn_nhwc(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    bn_fwd_train_run();
+    bn_fwd_infer_run();
+    bn_bwd_run();
+    set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
 /* ---------------------------------------------------------------- pooling */
@@ -968,9 +1106,9 @@ static const tu_pool_case pool_cases[] = {
 static void pool_label(char *buf, size_t len, const char *op, const pool_params *p, int accumulate,
                        const char *input) {
     static const char *names[] = {"max", "avg incl pad", "avg excl pad", "adaptive avg"};
-    snprintf(buf, len, "%s %s N%d C%d %dx%d win %dx%d/%dx%d pad %dx%d ceil %d -> %dx%d acc %d, %s", op,
-             names[p->mode], p->N, p->C, p->H, p->W, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w,
-             p->ceil_mode, p->P, p->Q, accumulate, input);
+    snprintf(buf, len, "%s %s %s N%d C%d %dx%d win %dx%d/%dx%d pad %dx%d ceil %d -> %dx%d acc %d, %s", op,
+             names[p->mode], cur_layout_name(), p->N, p->C, p->H, p->W, p->R, p->S, p->stride_h, p->stride_w, p->pad_h,
+             p->pad_w, p->ceil_mode, p->P, p->Q, accumulate, input);
 }
 
 /* Averages of at most 64 values in [-1, 1): float rounding is below 1e-6,
@@ -1009,9 +1147,10 @@ static void pool_case_run(const pool_params *p, const float *xh, const char *inp
     }
 }
 
-static void test_pool_fwd_bwd(void **state) {
-    (void)state;
-    NEED_GPU();
+/* In the current layout: in NHWC the GPU's kernels index the same windows
+ * through channel-innermost strides, so the results are still exactly the
+ * CPU's for max pooling (and the same sums in the same order for averages). */
+static void pool_run_all(void) {
     for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
         pool_params p = tu_pool_params(&pool_cases[i]);
         size_t nx = (size_t)p.N * p.C * p.H * p.W;
@@ -1024,13 +1163,17 @@ static void test_pool_fwd_bwd(void **state) {
     }
 }
 
+static void test_pool_fwd_bwd(void **state) {
+    (void)state;
+    NEED_GPU();
+    pool_run_all();
+}
+
 /* Max pooling with ties: the gradient goes to the first maximum of each
  * window, scanning rows then columns (backend.h), and padding is never
  * selected, so a plane of -1 must pool to -1 (not to a padded 0) with the
  * gradient on the first real element of each window. */
-static void test_max_pool_ties_first_max(void **state) {
-    (void)state;
-    NEED_GPU();
+static void pool_ties_run(void) {
     static const tu_pool_case cases[] = {
         {POOL_MODE_MAX, 2, 3, 8, 8, 3, 3, 2, 2, 1, 1, 0, 0, 0},   /* ResNet stem geometry */
         {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},   /* ceil_mode + pad */
@@ -1053,6 +1196,21 @@ static void test_max_pool_ties_first_max(void **state) {
         pool_case_run(&p, xh, "integers in [0, 1]", 1300 + i);
         free(xh);
     }
+}
+
+static void test_max_pool_ties_first_max(void **state) {
+    (void)state;
+    NEED_GPU();
+    pool_ties_run();
+}
+
+static void test_pool_nhwc(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    pool_run_all();
+    pool_ties_run();
+    set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -1167,9 +1325,9 @@ static void test_dropout_mask_bitwise(void **state) {
             }
 }
 
-static void test_channel_copy(void **state) {
-    (void)state;
-    NEED_GPU();
+/* In the current layout: in NHWC each pixel's channel slice is copied
+ * (dst[(n*HW + i)*dst_C + dst_off + c] (+)= src[(n*HW + i)*src_C + src_off + c]). */
+static void channel_copy_run(void) {
     /* N, C, HW, src_C, src_off, dst_C, dst_off */
     static const int cases[][7] = {
         {2, 3, 25, 3, 0, 8, 0},     /* first concat input */
@@ -1192,12 +1350,86 @@ static void test_channel_copy(void **state) {
             for (int s = CPU; s <= GPU; s++)
                 be[s]->channel_copy(N, C, HW, src.p[s], src_C, src_off, dst.p[s], dst_C, dst_off, acc);
             char what[128];
-            snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
-                     src_off, dst_C, dst_off, acc);
+            snprintf(what, sizeof what, "channel_copy %s N%d C%d HW%d src %d+%d dst %d+%d acc %d", cur_layout_name(),
+                     N, C, HW, src_C, src_off, dst_C, dst_off, acc);
             expect_close(what, &dst, 0.0, 0.0); /* a copy, or one addition: exact */
             dual_free(&src);
             dual_free(&dst);
         }
+}
+
+static void test_channel_copy(void **state) {
+    (void)state;
+    NEED_GPU();
+    channel_copy_run();
+}
+
+static void test_channel_copy_nhwc(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    channel_copy_run();
+    set_layout_both(BACKEND_LAYOUT_NCHW);
+}
+
+/* ---------------------------------------------------------------- layout transpose */
+
+/* transpose_layout on the GPU against a host loop, both directions, with and
+ * without accumulate: a permutation (and one float addition when
+ * accumulating, rounded alike on both sides), so the result must be exact.
+ * Sizes that are no multiple of the kernel's 32 x 32 tiles in either
+ * dimension, a single pixel (HW = 1: a copy), a single channel, more images
+ * than a grid's z dimension takes (65535), more channels than its y
+ * dimension takes in tiles (65535 * 32), and more pixels than one tile row.
+ * The destination has a guard value on each side, compared too, so a write
+ * outside the N*C*HW values is caught; the op must not depend on set_layout
+ * (it is set to the other layout for half of the calls). */
+static void test_transpose_layout(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const int shapes[][3] = {{2, 3, 49},  {3, 67, 33},    {4, 5, 1},      {1, 1, 7},   {5, 1, 1},
+                                    {2, 64, 64}, {1, 33, 1057},  {70000, 2, 3},  {1, 2100000, 1}, {1, 3, 700001}};
+    const backend *g = be[GPU];
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int to_nhwc = 0; to_nhwc <= 1; to_nhwc++)
+            for (int acc = 0; acc <= 1; acc++) {
+                const int N = shapes[k][0], C = shapes[k][1], HW = shapes[k][2];
+                const size_t n = (size_t)N * C * HW;
+                rng r;
+                rng_seed(&r, 2200 + k, (uint64_t)(2 * to_nhwc + acc));
+                float *src = tu_alloc_f(n), *dst = tu_alloc_f(n + 2), *want = tu_alloc_f(n + 2);
+                fill_uniform(&r, src, n, -1.0f, 1.0f);
+                fill_uniform(&r, dst, n + 2, -1.0f, 1.0f); /* old values (and the guards) */
+                memcpy(want, dst, (n + 2) * sizeof(float));
+                for (int b = 0; b < N; b++)
+                    for (int c = 0; c < C; c++)
+                        for (int i = 0; i < HW; i++) {
+                            size_t nchw = ((size_t)b * C + c) * HW + i, nhwc = ((size_t)b * HW + i) * C + c;
+                            size_t from = to_nhwc ? nchw : nhwc, to = 1 + (to_nhwc ? nhwc : nchw);
+                            want[to] = acc ? want[to] + src[from] : src[from];
+                        }
+                float *src_d = g->alloc(n * sizeof(float)), *dst_d = g->alloc((n + 2) * sizeof(float));
+                g->upload(src_d, src, n * sizeof(float));
+                g->upload(dst_d, dst, (n + 2) * sizeof(float));
+                g->set_layout(acc ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW);
+                g->transpose_layout(N, C, HW, src_d, dst_d + 1, to_nhwc, acc);
+                g->set_layout(BACKEND_LAYOUT_NCHW);
+                float *got = download(GPU, dst_d, n + 2), *src_back = download(GPU, src_d, n);
+                char what[128];
+                snprintf(what, sizeof what, "transpose_layout N%d C%d HW%d to %s acc %d (guards at [0] and [%zu])", N,
+                         C, HW, to_nhwc ? "nhwc" : "nchw", acc, n + 1);
+                tu_assert_bitwise_equal_f(what, want, got, n + 2);
+                snprintf(what, sizeof what, "transpose_layout N%d C%d HW%d to %s acc %d: src unchanged", N, C, HW,
+                         to_nhwc ? "nhwc" : "nchw", acc);
+                tu_assert_bitwise_equal_f(what, src, src_back, n);
+                g->free(src_d);
+                g->free(dst_d);
+                free(src);
+                free(dst);
+                free(want);
+                free(got);
+                free(src_back);
+            }
 }
 
 /* ---------------------------------------------------------------- loss */
@@ -1423,12 +1655,15 @@ static void test_fences_and_sync_transfers(void **state) {
  * tensor's largest parameter on top of the difference in gradients. */
 #define PARAM_ROUNDING 2.4e-7
 
-static net *build_resnet20(const backend *b) {
+static net *build_resnet20(const backend *b, int layout) {
     net *nt = net_create(b, 3, 32, 32, NET_CLASSES);
     const zoo_options opt = {0, 0, -1.0f};
     int out, aux;
-    if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, NET_BATCH) != CNT_OK)
+    if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK)
         fail_msg("resnet20 on the %s backend: %s", b->name, cnt_err_msg());
+    net_set_layout(nt, layout);
+    if (net_finalize(nt, out, aux, NET_BATCH) != CNT_OK)
+        fail_msg("resnet20 (%s) on the %s backend: %s", layout_name(layout), b->name, cnt_err_msg());
     net_init_params(nt, 20);
     return nt;
 }
@@ -1474,12 +1709,17 @@ static size_t node_count(const net *nt, int i) {
  * tensor's maximum, so without the shared activations the test would fail at
  * random whatever the GPU's precision. The GPU's own forward is still checked
  * in full above, and its backward ops, wiring and batch-norm saved statistics
- * (kept from its own forward) are what the gradients check. */
-static void test_resnet20_train_step(void **state) {
-    (void)state;
-    NEED_GPU();
+ * (kept from its own forward) are what the gradients check.
+ *
+ * In NHWC (both nets built with net_set_layout) the input is still given in
+ * NCHW (the nets transpose it), node activations and their gradients are
+ * [N, H, W, C] on both sides and compared as they are, and parameters,
+ * gradients, running statistics and logits are layout-independent: the same
+ * comparisons, the same tolerances. */
+static void resnet20_train_step(int layout) {
     net *nt[2];
-    for (int s = CPU; s <= GPU; s++) nt[s] = build_resnet20(be[s]);
+    for (int s = CPU; s <= GPU; s++) nt[s] = build_resnet20(be[s], layout);
+    const char *ln = layout_name(layout);
     assert_true(nt[CPU]->be == be[CPU] && nt[GPU]->be == be[GPU]);
     assert_int_equal(nt[CPU]->n_nodes, nt[GPU]->n_nodes);
     assert_int_equal(nt[CPU]->n_params, nt[GPU]->n_params);
@@ -1516,11 +1756,13 @@ static void test_resnet20_train_step(void **state) {
         be[s]->softmax_xent(NET_BATCH, NET_CLASSES, net_logits(nt[s]), dlabels[s], 0.1f, loss[s], dlogits[s]);
     }
     for (int i = 0; i < nt[CPU]->n_nodes; i++) {
-        snprintf(what, sizeof what, "resnet20 forward: output of %s", nt[CPU]->nodes[i].name);
+        snprintf(what, sizeof what, "resnet20 %s forward: output of %s", ln, nt[CPU]->nodes[i].name);
         expect_net_close(what, nt[CPU]->nodes[i].y, nt[GPU]->nodes[i].y, node_count(nt[CPU], i));
     }
-    expect_net_close("resnet20 logits", net_logits(nt[CPU]), net_logits(nt[GPU]), NET_BATCH * NET_CLASSES);
-    expect_net_close("resnet20 loss", loss[CPU], loss[GPU], 1);
+    snprintf(what, sizeof what, "resnet20 %s logits", ln);
+    expect_net_close(what, net_logits(nt[CPU]), net_logits(nt[GPU]), NET_BATCH * NET_CLASSES);
+    snprintf(what, sizeof what, "resnet20 %s loss", ln);
+    expect_net_close(what, loss[CPU], loss[GPU], 1);
 
     /* shared activations (see above), then the loss gradient and backward */
     for (int i = 0; i < nt[CPU]->n_nodes; i++) {
@@ -1533,17 +1775,18 @@ static void test_resnet20_train_step(void **state) {
     for (int s = CPU; s <= GPU; s++) net_backward(nt[s], dlogits[s], NULL);
     /* in backward order, so the first failure names the first node whose backward diverged */
     for (int i = nt[CPU]->n_nodes - 1; i >= 0; i--) {
-        snprintf(what, sizeof what, "resnet20 backward: gradient w.r.t. the output of %s", nt[CPU]->nodes[i].name);
+        snprintf(what, sizeof what, "resnet20 %s backward: gradient w.r.t. the output of %s", ln,
+                 nt[CPU]->nodes[i].name);
         expect_net_close(what, nt[CPU]->nodes[i].dy, nt[GPU]->nodes[i].dy, node_count(nt[CPU], i));
     }
     for (int t = nt[CPU]->n_param_tensors - 1; t >= 0; t--) {
         const param_info *pi = &nt[CPU]->param_info[t];
-        snprintf(what, sizeof what, "resnet20 gradient of %s", pi->name);
+        snprintf(what, sizeof what, "resnet20 %s gradient of %s", ln, pi->name);
         expect_net_close(what, nt[CPU]->grads + pi->offset, nt[GPU]->grads + pi->offset, pi->count);
     }
     for (int t = 0; t < nt[CPU]->n_buffer_tensors; t++) {
         const buffer_info *bi = &nt[CPU]->buffer_info[t];
-        snprintf(what, sizeof what, "resnet20 after the training forward: %s", bi->name);
+        snprintf(what, sizeof what, "resnet20 %s after the training forward: %s", ln, bi->name);
         expect_net_close(what, nt[CPU]->buffers + bi->offset, nt[GPU]->buffers + bi->offset, bi->count);
     }
 
@@ -1566,7 +1809,7 @@ static void test_resnet20_train_step(void **state) {
             got[k] = (double)p1g[j] - p0[j];
             max_change = fmax(max_change, fabs(want[k]));
         }
-        snprintf(what, sizeof what, "resnet20 SGD change of %s", pi->name);
+        snprintf(what, sizeof what, "resnet20 %s SGD change of %s", ln, pi->name);
         tu_assert_close(what, want, got, pi->count, 0.0,
                         NET_REL * max_change + PARAM_ROUNDING * max_abs_f(p0 + pi->offset, pi->count));
         free(want);
@@ -1577,8 +1820,8 @@ static void test_resnet20_train_step(void **state) {
 
     /* eval mode: running statistics and the updated weights */
     for (int s = CPU; s <= GPU; s++) net_forward(nt[s], x.p[s], NET_BATCH, 0);
-    expect_net_close("resnet20 eval-mode logits after one SGD step", net_logits(nt[CPU]), net_logits(nt[GPU]),
-                     NET_BATCH * NET_CLASSES);
+    snprintf(what, sizeof what, "resnet20 %s eval-mode logits after one SGD step", ln);
+    expect_net_close(what, net_logits(nt[CPU]), net_logits(nt[GPU]), NET_BATCH * NET_CLASSES);
 
     free(p0);
     for (int s = CPU; s <= GPU; s++) {
@@ -1589,6 +1832,21 @@ static void test_resnet20_train_step(void **state) {
         net_free(nt[s]);
     }
     dual_free(&x);
+}
+
+static void test_resnet20_train_step(void **state) {
+    (void)state;
+    NEED_GPU();
+    resnet20_train_step(BACKEND_LAYOUT_NCHW);
+}
+
+/* The nets set the backends' layout themselves before each forward and
+ * backward; back to NCHW afterwards (the per-test setup does it as well). */
+static void test_resnet20_train_step_nhwc(void **state) {
+    (void)state;
+    NEED_GPU();
+    resnet20_train_step(BACKEND_LAYOUT_NHWC);
+    set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -1610,11 +1868,15 @@ static int group_setup(void **state) {
     return 0;
 }
 
-/* Each test starts in FP32 math on both backends, whatever a failed
- * TF32/BF16/FP16 test left behind. */
+/* Each test starts in FP32 math and the NCHW layout on both backends,
+ * whatever a failed TF32/BF16/FP16 or NHWC test left behind (a failure
+ * leaves the test at once, before its own restoring calls). */
 static int fp32_math(void **state) {
     (void)state;
-    if (be[GPU]) set_math_both(BACKEND_MATH_FP32);
+    if (be[GPU]) {
+        set_math_both(BACKEND_MATH_FP32);
+        set_layout_both(BACKEND_LAYOUT_NCHW);
+    }
     return 0;
 }
 
@@ -1628,22 +1890,31 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_gemm_tf32, fp32_math),
         cmocka_unit_test_setup(test_conv_gemm_bf16, fp32_math),
         cmocka_unit_test_setup(test_conv_gemm_fp16, fp32_math),
+        cmocka_unit_test_setup(test_conv_nhwc_fp32_tf32, fp32_math),
+        cmocka_unit_test_setup(test_conv_nhwc_bf16, fp32_math),
+        cmocka_unit_test_setup(test_conv_nhwc_fp16, fp32_math),
         cmocka_unit_test_setup(test_reduced_overflow, fp32_math),
         cmocka_unit_test_setup(test_find_nonfinite, fp32_math),
         cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),
+        cmocka_unit_test_setup(test_bias_fwd_bwd_nhwc, fp32_math),
         cmocka_unit_test_setup(test_bn_fwd_train, fp32_math),
         cmocka_unit_test_setup(test_bn_fwd_infer, fp32_math),
         cmocka_unit_test_setup(test_bn_bwd, fp32_math),
+        cmocka_unit_test_setup(test_bn_nhwc, fp32_math),
         cmocka_unit_test_setup(test_pool_fwd_bwd, fp32_math),
         cmocka_unit_test_setup(test_max_pool_ties_first_max, fp32_math),
+        cmocka_unit_test_setup(test_pool_nhwc, fp32_math),
         cmocka_unit_test_setup(test_relu, fp32_math),
         cmocka_unit_test_setup(test_add_axpy_mul, fp32_math),
         cmocka_unit_test_setup(test_dropout_mask_bitwise, fp32_math),
         cmocka_unit_test_setup(test_channel_copy, fp32_math),
+        cmocka_unit_test_setup(test_channel_copy_nhwc, fp32_math),
+        cmocka_unit_test_setup(test_transpose_layout, fp32_math),
         cmocka_unit_test_setup(test_softmax_xent, fp32_math),
         cmocka_unit_test_setup(test_sgd_update, fp32_math),
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
+        cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),
     };
     return cmocka_run_group_tests_name("backend_gpu", tests, group_setup, NULL);
 }

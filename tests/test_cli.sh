@@ -96,6 +96,10 @@ run $T --bench resnet20 1x28x28 4 1 precision=fp8
 check "--bench unknown option value: exit 2 naming the options" test "$rc" -eq 2 -a -n "$(grep -o 'precision=fp32|tf32|bf16|fp16' <<<"$out")"
 run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16
 check "--bench precision=fp16 on the CPU says emulated" grep -q "on cpu (fp16, emulated), .*img/s" <<<"$out"
+run $T --bench resnet20 1x28x28 4 1 device=cpu layout=nhwc
+check "--bench layout=nhwc on the CPU says transposed" grep -q "on cpu nhwc (transposed), .*img/s" <<<"$out"
+run $T --bench resnet20 1x28x28 4 1 layout=chwn
+check "--bench unknown layout: exit 2 naming the layouts" test "$rc" -eq 2 -a -n "$(grep -o 'layout=auto|nchw|nhwc' <<<"$out")"
 run $T --bench resnet20 1x28x28 4 1 device=cpu precision=tf32 classes=3
 check "--bench key=value options: device, precision, classes" grep -q "on cpu, .*img/s" <<<"$out"
 
@@ -104,6 +108,8 @@ run $T --devices
 check "--devices: exit 0 with the backends and what auto uses" \
     test "$rc" -eq 0 -a -n "$(grep -o '^backends built in: cpu' <<<"$out")" -a -n "$(grep -o '^device=auto uses: ' <<<"$out")"
 gpu=$(grep -c '^cuda:[0-9]' <<<"$out")
+run $T configs/resnet20-fashion.ini train.layout=chwn
+check "train.layout outside its choices: exit 2 naming them" test "$rc" -eq 2 -a -n "$(grep -o 'auto, nchw, nhwc' <<<"$out")"
 run $T configs/resnet20-fashion.ini train.precision=fp8
 check "train.precision outside its choices: exit 2 naming them" test "$rc" -eq 2 -a -n "$(grep -o 'fp32, tf32, bf16, fp16' <<<"$out")"
 # fp16 evaluation whose activations overflow (Inception V3 after 3 steps on

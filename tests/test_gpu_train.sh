@@ -58,6 +58,18 @@ for p in bf16 fp16; do
     check "$p run learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
 done
 check "fp16 run scales the loss dynamically" grep -q '^loss scaling: dynamic' "$tmp/fp16.log"
+check "bf16 on a GPU: train.layout = auto chose nhwc" grep -q '^layout: nhwc (train.layout = auto)' "$tmp/bf16.log"
+
+# NHWC in fp32: the first loss is the CPU's (same weights and batch; only
+# where values live and the order of sums change), and the run learns
+./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.layout=nhwc train.epochs=2 \
+    train.log_every=32 train.out_dir="$tmp/nhwc" >"$tmp/nhwc.log" 2>&1
+check "nhwc run exits 0" test $? -eq 0
+g=$(first_loss "$tmp/nhwc.log")
+check "nhwc first loss equal to the CPU's within 1e-4 (gpu $g, cpu $c)" \
+    awk -v a="${g:-nan}" -v b="${c:-0}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a == a && d <= 1e-4 * b) }'
+acc=$(top1 "$tmp/nhwc.log")
+check "nhwc run learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
 
 if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: built in'; then
     MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe)
@@ -89,6 +101,9 @@ fi
 check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32).* img/s' "$tmp/bench.log"
 ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
 check "--bench bf16 on the GPU: exit 0 with img/s" grep -q 'on cuda (bf16).* img/s' "$tmp/bench16.log"
+./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc classes=1000 >"$tmp/benchvgg.log" 2>&1
+check "--bench vgg11 nhwc on the GPU (the flatten transpose): exit 0 with img/s" \
+    grep -q 'on cuda (tf32) nhwc.* img/s' "$tmp/benchvgg.log"
 
 if [ $fails -ne 0 ]; then
     for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done

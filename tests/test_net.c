@@ -27,8 +27,9 @@
  *   conv -> bn -> relu1 -> conv a (stride 2) -> bn -> relu ------+
  *                        relu1 -> shortcut (option A, /2, 8 -> 12) ---- add -> concat(add, avgpool(relu1 /2))
  *   -> maxpool 3x3/2 ceil -> conv 1x7 -> adaptive avg 2x2 -> dropout -> linear */
-static net *build_test_net(uint64_t seed, float dropout_p) {
+static net *build_test_net_layout(uint64_t seed, float dropout_p, int layout) {
     net *nt = net_create(backend_cpu(), 2, 9, 9, CLASSES);
+    net_set_layout(nt, layout);
     int c1 = net_conv(nt, NET_INPUT, "conv1", 8, 3, 1, 1, 0); /* no bias: BN would cancel it */
     int b1 = net_bn(nt, c1, "bn1", 1e-5f);
     int r1 = net_relu(nt, b1, "relu1");
@@ -50,6 +51,10 @@ static net *build_test_net(uint64_t seed, float dropout_p) {
     return nt;
 }
 
+static net *build_test_net(uint64_t seed, float dropout_p) {
+    return build_test_net_layout(seed, dropout_p, BACKEND_LAYOUT_NCHW);
+}
+
 typedef struct fixture {
     net *nt;
     float *x;       /* device input */
@@ -59,8 +64,8 @@ typedef struct fixture {
     uint64_t dropout_seed;
 } fixture;
 
-static void fixture_init(fixture *f, float dropout_p) {
-    f->nt = build_test_net(7, dropout_p);
+static void fixture_init_layout(fixture *f, float dropout_p, int layout) {
+    f->nt = build_test_net_layout(7, dropout_p, layout);
     const backend *be = f->nt->be;
     rng r;
     rng_seed(&r, 99, 1);
@@ -76,6 +81,8 @@ static void fixture_init(fixture *f, float dropout_p) {
     f->dlogits = be->alloc((size_t)BATCH * CLASSES * sizeof(float));
     f->dropout_seed = f->nt->dropout_seed;
 }
+
+static void fixture_init(fixture *f, float dropout_p) { fixture_init_layout(f, dropout_p, BACKEND_LAYOUT_NCHW); }
 
 static void fixture_free(fixture *f) {
     const backend *be = f->nt->be;
@@ -157,9 +164,9 @@ static void test_grad_hook_covers_buffer_in_order(void **state) {
  * by the relative L2 error of its sampled gradient, which a wiring error
  * (a missing or doubled contribution, a wrong slice) pushes far above 5%. */
 #define FD_POINTS 16
-static void check_net_gradients(float dropout_p) {
+static void check_net_gradients(float dropout_p, int layout) {
     fixture f;
-    fixture_init(&f, dropout_p);
+    fixture_init_layout(&f, dropout_p, layout);
     net *nt = f.nt;
     const backend *be = nt->be;
     fixture_loss(&f);
@@ -204,12 +211,114 @@ static void check_net_gradients(float dropout_p) {
 
 static void test_net_gradients(void **state) {
     (void)state;
-    check_net_gradients(0.0f);
+    check_net_gradients(0.0f, BACKEND_LAYOUT_NCHW);
 }
 
 static void test_net_gradients_with_dropout(void **state) {
     (void)state;
-    check_net_gradients(0.4f);
+    check_net_gradients(0.4f, BACKEND_LAYOUT_NCHW);
+}
+
+/* The finite-difference check with every activation channels last: a layer
+ * that indexed NHWC tensors as NCHW (the linear layer's flatten of the 2x2
+ * pool, the concat, the shortcut's channel padding) gets wrong gradients. */
+static void test_net_gradients_nhwc(void **state) {
+    (void)state;
+    check_net_gradients(0.4f, BACKEND_LAYOUT_NHWC);
+}
+
+/* The layout the backend is in, seen through channel_copy: channel 1 of a
+ * 2-channel, 2-pixel image {1, 2, 3, 4} is {3, 4} in NCHW, {2, 4} in NHWC. */
+static int backend_layout_probe(const backend *be) {
+    float v[4] = {1, 2, 3, 4}, w[4];
+    float *d = be->alloc(sizeof v), *e = be->alloc(sizeof v);
+    be->upload(d, v, sizeof v);
+    be->channel_copy(1, 1, 2, d, 2, 1, e, 2, 0, 0);
+    be->download(w, e, sizeof w);
+    be->free(d);
+    be->free(e);
+    return w[0] == 2.0f ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
+}
+
+/* NHWC computes the same function as NCHW: the same loss, logits, parameter
+ * gradients, running statistics and (transposed) activations and input
+ * gradient, from the same weights and batch; and the backend is left in the
+ * layout of the net that ran last. */
+static void test_nhwc_matches_nchw(void **state) {
+    (void)state;
+    fixture a, b;
+    fixture_init_layout(&a, 0.3f, BACKEND_LAYOUT_NCHW);
+    fixture_init_layout(&b, 0.3f, BACKEND_LAYOUT_NHWC);
+    const backend *be = a.nt->be;
+    for (int step = 0; step < 2; step++) {
+        double la = fixture_loss(&a), lb = fixture_loss(&b);
+        assert_true(fabs(la - lb) <= 1e-6 * fabs(la));
+        net_backward(a.nt, a.dlogits, NULL);
+        net_backward(b.nt, b.dlogits, NULL);
+        /* each node's output and gradient, b's transposed back to NCHW */
+        for (int i = 0; i < a.nt->n_nodes; i++) {
+            const node *na = &a.nt->nodes[i], *nb = &b.nt->nodes[i];
+            int HW = na->H * na->W;
+            size_t n = (size_t)BATCH * na->C * HW;
+            float *t = be->alloc(n * sizeof(float));
+            double *ea = tu_alloc(n), *eb = tu_alloc(n);
+            const float *pa[2] = {na->y, na->dy}, *pb[2] = {nb->y, nb->dy};
+            for (int k = 0; k < 2; k++) {
+                be->transpose_layout(BATCH, na->C, HW, pb[k], t, 0, 0);
+                tu_dev_to_double(be, pa[k], ea, n);
+                tu_dev_to_double(be, t, eb, n);
+                char what[160];
+                snprintf(what, sizeof what, "%s %s", na->name, k ? "dy" : "y");
+                tu_assert_close(what, ea, eb, n, 1e-5, 1e-6);
+            }
+            free(ea);
+            free(eb);
+            be->free(t);
+        }
+        size_t n = a.nt->n_params;
+        double *ga = tu_alloc(n), *gb = tu_alloc(n);
+        tu_dev_to_double(be, a.nt->grads, ga, n);
+        tu_dev_to_double(be, b.nt->grads, gb, n);
+        tu_assert_close("parameter gradients", ga, gb, n, 1e-5, 1e-6);
+        free(ga);
+        free(gb);
+        size_t nbuf = a.nt->n_buffers;
+        double *ba = tu_alloc(nbuf), *bb = tu_alloc(nbuf);
+        tu_dev_to_double(be, a.nt->buffers, ba, nbuf);
+        tu_dev_to_double(be, b.nt->buffers, bb, nbuf);
+        tu_assert_close("running statistics", ba, bb, nbuf, 1e-5, 1e-6);
+        free(ba);
+        free(bb);
+        size_t nx = (size_t)BATCH * 2 * 9 * 9;
+        float *t = be->alloc(nx * sizeof(float));
+        double *xa = tu_alloc(nx), *xb = tu_alloc(nx);
+        be->transpose_layout(BATCH, 2, 81, b.nt->input_grad, t, 0, 0);
+        tu_dev_to_double(be, a.nt->input_grad, xa, nx);
+        tu_dev_to_double(be, t, xb, nx);
+        tu_assert_close("input gradient", xa, xb, nx, 1e-5, 1e-6);
+        free(xa);
+        free(xb);
+        be->free(t);
+        /* a step of plain SGD on both, so the second round starts elsewhere */
+        be->axpy(n, -0.05f, a.nt->grads, a.nt->params, 1);
+        be->axpy(n, -0.05f, b.nt->grads, b.nt->params, 1);
+    }
+    /* evaluation mode (running statistics, no dropout) */
+    size_t nl = (size_t)BATCH * CLASSES;
+    double *oa = tu_alloc(nl), *ob = tu_alloc(nl);
+    net_forward(a.nt, a.x, BATCH, 0);
+    tu_dev_to_double(be, net_logits(a.nt), oa, nl);
+    net_forward(b.nt, b.x, BATCH, 0);
+    tu_dev_to_double(be, net_logits(b.nt), ob, nl);
+    tu_assert_close("eval logits", oa, ob, nl, 1e-5, 1e-6);
+    free(oa);
+    free(ob);
+    /* the backend is left in the layout of the net that ran last */
+    assert_int_equal(backend_layout_probe(be), BACKEND_LAYOUT_NHWC);
+    net_forward(a.nt, a.x, BATCH, 0);
+    assert_int_equal(backend_layout_probe(be), BACKEND_LAYOUT_NCHW);
+    fixture_free(&a);
+    fixture_free(&b);
 }
 
 static void test_deterministic(void **state) {
@@ -340,6 +449,8 @@ int main(void) {
         cmocka_unit_test(test_grad_hook_covers_buffer_in_order),
         cmocka_unit_test(test_net_gradients),
         cmocka_unit_test(test_net_gradients_with_dropout),
+        cmocka_unit_test(test_net_gradients_nhwc),
+        cmocka_unit_test(test_nhwc_matches_nchw),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_eval_uses_running_stats),
         cmocka_unit_test(test_builder_errors),

@@ -3,7 +3,8 @@
  * (model/pool_rules.h: one output per thread forward, one input gradient per
  * thread backward, gathering instead of scattering) run on the host against
  * the CPU backend: bit-identical outputs and gradients for every mode,
- * ceil_mode, padding, uneven strides, adaptive sizes up and down, and ties.
+ * ceil_mode, padding, uneven strides, adaptive sizes up and down, and ties,
+ * in both layouts (NCHW and NHWC, through the same strided code).
  * This checks the window and candidate-range arithmetic the GPU runs, on a
  * machine without a GPU.
  */
@@ -54,8 +55,12 @@ static void fill(float *v, size_t n, rng *r, int values) {
     }
 }
 
-static void check_geom(const tu_pool_case *g, int values, int accumulate) {
+/* pool_rules.h against the CPU backend, both in layout `layout` (the CPU's
+ * NHWC is its NCHW kernels between transposes, so bitwise the same values). */
+static void check_geom_layout(const tu_pool_case *g, int values, int accumulate, int layout) {
     const backend *cpu = backend_cpu();
+    int nhwc = layout == BACKEND_LAYOUT_NHWC;
+    cpu->set_layout(layout);
     pool_params p = tu_pool_params(g);
     size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
     float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
@@ -70,18 +75,18 @@ static void check_geom(const tu_pool_case *g, int values, int accumulate) {
     cpu->pool_bwd(&p, x, y_cpu, dy, dx_cpu, accumulate);
     pr_axis ra = pr_rows(&p), ca = pr_cols(&p);
     for (size_t t = 0; t < ny; t++) {
-        float v = pr_fwd_one(&p, ra, ca, x, t);
+        float v = pr_fwd_one(&p, ra, ca, x, t, nhwc);
         if (memcmp(&v, &y_cpu[t], sizeof v) != 0)
-            fail_msg("mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d: output %zu is %.9g, CPU %.9g",
-                     g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t,
+            fail_msg("%s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d: output %zu is %.9g, CPU %.9g",
+                     nhwc ? "nhwc" : "nchw", g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t,
                      (double)v, (double)y_cpu[t]);
     }
     for (size_t t = 0; t < nx; t++) {
-        float v = pr_bwd_one(&p, ra, ca, x, dy, t, dx0[t]);
+        float v = pr_bwd_one(&p, ra, ca, x, dy, t, dx0[t], nhwc);
         if (memcmp(&v, &dx_cpu[t], sizeof v) != 0)
-            fail_msg("mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d, values %d, accumulate %d: "
+            fail_msg("%s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d, values %d, accumulate %d: "
                      "input gradient %zu is %.9g, CPU %.9g",
-                     g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q,
+                     nhwc ? "nhwc" : "nchw", g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q,
                      values, accumulate, t, (double)v, (double)dx_cpu[t]);
     }
     free(x);
@@ -89,13 +94,20 @@ static void check_geom(const tu_pool_case *g, int values, int accumulate) {
     free(y_cpu);
     free(dx_cpu);
     free(dx0);
+    cpu->set_layout(BACKEND_LAYOUT_NCHW);
+}
+
+static void check_geom(const tu_pool_case *g, int values, int accumulate) {
+    check_geom_layout(g, values, accumulate, BACKEND_LAYOUT_NCHW);
 }
 
 static void test_every_geometry_bitwise(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
         for (int values = 0; values < 3; values++)
-            for (int acc = 0; acc < 2; acc++) check_geom(&geoms[i], values, acc);
+            for (int acc = 0; acc < 2; acc++)
+                for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++)
+                    check_geom_layout(&geoms[i], values, acc, layout);
 }
 
 /* Every (H, k, stride, pad, ceil) that torch accepts up to small sizes: the

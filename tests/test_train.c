@@ -287,6 +287,37 @@ static void test_resume_equals_continuous(void **state) {
     assert_non_null(strstr(cnt_err_msg(), "/tmp/cnt_no_such_checkpoint.cnt"));
 }
 
+/* train.layout = nhwc trains the same net as nchw: the same losses, test
+ * loss and accuracy after a few steps, in fp32 and in bf16 (whose rounding
+ * must not depend on the layout either). */
+static void test_layout_nhwc(void **state) {
+    (void)state;
+    const char *precisions[] = {"train.precision=fp32", "train.precision=bf16"};
+    for (int k = 0; k < 2; k++) {
+        train_result r[2];
+        for (int l = 0; l < 2; l++) {
+            char d[] = "/tmp/cnt_train_XXXXXX";
+            assert_non_null(mkdtemp(d));
+            config c;
+            small_config(&c, d);
+            assert_int_equal(config_override(&c, "train.max_steps=6"), CNT_OK);
+            assert_int_equal(config_override(&c, "train.log_every=3"), CNT_OK);
+            assert_int_equal(config_override(&c, precisions[k]), CNT_OK);
+            assert_int_equal(config_override(&c, l ? "train.layout=nhwc" : "train.layout=nchw"), CNT_OK);
+            assert_int_equal(trainer_run(&c, &r[l]), CNT_OK);
+            tu_remove_tree(d);
+        }
+        print_message("%s: nchw loss %.6f -> %.6f, test %.6f / %.4f; nhwc %.6f -> %.6f, test %.6f / %.4f\n",
+                      precisions[k], r[0].first_loss, r[0].last_loss, r[0].eval_loss, r[0].top1, r[1].first_loss,
+                      r[1].last_loss, r[1].eval_loss, r[1].top1);
+        assert_true(fabs(r[1].first_loss - r[0].first_loss) <= 1e-5 * r[0].first_loss);
+        assert_true(fabs(r[1].last_loss - r[0].last_loss) <= 1e-5 * r[0].last_loss);
+        assert_true(fabs(r[1].eval_loss - r[0].eval_loss) <= 1e-5 * r[0].eval_loss);
+        assert_true(fabs(r[1].top1 - r[0].top1) <= 0.002); /* at most 2 of 1000 test images flip */
+        assert_true(r[0].last_loss != r[0].first_loss);     /* the steps changed the net */
+    }
+}
+
 /* bf16 and fp16 mixed precision (emulated by the CPU backend) learn as fp32
  * does; fp16's dynamic loss scaling, started far too high, skips the steps
  * whose gradients overflow, halving the scale until they fit; a static scale
@@ -388,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_same_seed_same_losses),
         cmocka_unit_test(test_learns_fashion_mnist),
         cmocka_unit_test(test_resume_equals_continuous),
+        cmocka_unit_test(test_layout_nhwc),
         cmocka_unit_test(test_mixed_precision),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);

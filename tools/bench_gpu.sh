@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # tools/bench_gpu.sh - training throughput on one GPU, cnntrain against PyTorch
-# eager + torchvision, same model, batch, precision and layout (NCHW), both
-# measured in this one call on random data (no data loading), as a markdown
-# table for docs/benchmarks.md.
+# eager + torchvision, same model, batch, precision and memory layout (NCHW,
+# or NHWC = torch.channels_last), both measured in this one call on random
+# data (no data loading), as a markdown table for docs/benchmarks.md.
 #
-#   tools/bench_gpu.sh [MODELS] [BATCHES] [PRECISIONS]
-#   defaults: "resnet50 resnet101 vgg16 inception_v3" "64 128" "tf32 bf16"
+#   tools/bench_gpu.sh [MODELS] [BATCHES] [PRECISIONS] [LAYOUTS]
+#   defaults: "resnet50 resnet101 vgg16 inception_v3" "64 128" "tf32 bf16" "nchw nhwc"
 #   env: BENCH_STEPS (timed steps, default 30), PYTHON (default python3)
 #
 # Needs a GPU build (`make`, with the CUDA backend) and python3 with torch and
@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 models=${1:-"resnet50 resnet101 vgg16 inception_v3"}
 batches=${2:-"64 128"}
 precisions=${3:-"tf32 bf16"}
+layouts=${4:-"nchw nhwc"}
 steps=${BENCH_STEPS:-30}
 py=${PYTHON:-python3}
 gpu=$(./trainer --devices | grep -m1 '^cuda:[0-9]' || true)
@@ -25,21 +26,24 @@ if [ -z "$gpu" ]; then
 fi
 echo "GPU: $gpu"
 echo "torch: $($py -c 'import torch, torchvision; print(torch.__version__, "torchvision", torchvision.__version__, "cuDNN", torch.backends.cudnn.version())')"
-echo "command: tools/bench_gpu.sh \"$models\" \"$batches\" \"$precisions\" (BENCH_STEPS=$steps)"
+echo "command: tools/bench_gpu.sh \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (BENCH_STEPS=$steps)"
 echo
-echo "| model | batch | precision | cnntrain img/s | PyTorch eager img/s | cnntrain / PyTorch |"
-echo "| --- | ---: | --- | ---: | ---: | ---: |"
+echo "| model | batch | precision | layout | cnntrain img/s | PyTorch eager img/s | cnntrain / PyTorch |"
+echo "| --- | ---: | --- | --- | ---: | ---: | ---: |"
 for m in $models; do
     shape=3x224x224
     [ "$m" = inception_v3 ] && shape=3x299x299
     for b in $batches; do
         for p in $precisions; do
-            ours=$(./trainer --bench "$m" "$shape" "$b" "$steps" device=cuda precision="$p" classes=1000 2>&1 |
-                grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1 || true)
-            ref=$($py tools/bench_torch.py "$m" "$shape" "$b" "$steps" --device cuda --precision "$p" 2>&1 |
-                grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1 || true)
-            ratio=$(awk -v a="${ours:-0}" -v b="${ref:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
-            echo "| $m | $b | $p | ${ours:-failed} | ${ref:-failed} | $ratio |"
+            for l in $layouts; do
+                ours=$(./trainer --bench "$m" "$shape" "$b" "$steps" device=cuda precision="$p" layout="$l" \
+                    classes=1000 2>&1 | grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1 || true)
+                ref=$($py tools/bench_torch.py "$m" "$shape" "$b" "$steps" --device cuda --precision "$p" \
+                    --layout "$l" 2>&1 | grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1 || true)
+                ratio=$(awk -v a="${ours:-0}" -v b="${ref:-0}" \
+                    'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
+                echo "| $m | $b | $p | $l | ${ours:-failed} | ${ref:-failed} | $ratio |"
+            done
         done
     done
 done

@@ -3,17 +3,19 @@
 model on random data, the reference for `trainer --bench` (tools/bench_gpu.sh).
 
     python3 tools/bench_torch.py MODEL CxHxW BATCH STEPS [--device cuda|cpu]
-                                 [--precision fp32|tf32|bf16|fp16] [--classes N] [--warmup N]
+                                 [--precision fp32|tf32|bf16|fp16] [--layout nchw|nhwc]
+                                 [--classes N] [--warmup N]
 
 Does per step what the trainer does: forward in training mode, softmax
 cross-entropy (plus 0.4 x the auxiliary head's loss for inception_v3), backward,
-SGD with momentum 0.9 and weight decay 1e-4. NCHW (torch's default layout, as
-ours), cudnn.benchmark on (we choose algorithms with cudnnFind too); tf32 sets
+SGD with momentum 0.9 and weight decay 1e-4. --layout nchw is torch's default
+memory format; nhwc converts the model and the input to torch.channels_last
+(as train.layout = nhwc). cudnn.benchmark on (we choose algorithms with cudnnFind too); tf32 sets
 both of torch's TF32 switches, fp32 clears them; bf16 and fp16 run the
 forward under torch.autocast (fp32 master weights, as train.precision = bf16 /
 fp16), fp16 with a GradScaler (dynamic loss scaling, as ours). Prints one line:
 
-    torch MODEL CxHxW batch B on DEVICE (PRECISION): X img/s
+    torch MODEL CxHxW batch B on DEVICE (PRECISION, LAYOUT): X img/s
 """
 import argparse
 import sys
@@ -31,6 +33,7 @@ def main():
     ap.add_argument("steps", type=int)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32")
+    ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
@@ -46,11 +49,12 @@ def main():
     kwargs = {"num_classes": a.classes}
     if a.model == "inception_v3":
         kwargs.update(aux_logits=True, init_weights=False)
-    model = getattr(torchvision.models, a.model)(**kwargs).to(dev).train()
+    fmt = torch.channels_last if a.layout == "nhwc" else torch.contiguous_format
+    model = getattr(torchvision.models, a.model)(**kwargs).to(dev, memory_format=fmt).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     lossf = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(a.batch, c, h, w, generator=g).to(dev)
+    x = torch.randn(a.batch, c, h, w, generator=g).to(dev).contiguous(memory_format=fmt)
     y = torch.randint(0, a.classes, (a.batch,), generator=g).to(dev)
 
     try:
@@ -82,7 +86,7 @@ def main():
         step()
     sync()
     dt = time.perf_counter() - t0
-    print(f"torch {a.model} {a.shape} batch {a.batch} on {a.device} ({a.precision}): "
+    print(f"torch {a.model} {a.shape} batch {a.batch} on {a.device} ({a.precision}, {a.layout}): "
           f"{a.batch * a.steps / dt:.1f} img/s", flush=True)
 
 

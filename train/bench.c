@@ -51,8 +51,11 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     if (math < 0) return cnt_err_set("unknown precision '%s' (fp32, tf32, bf16, fp16)", prec);
     int fp16 = math == BACKEND_MATH_FP16;
     be->set_math(math);
+    int layout = backend_layout_from_name(opt->layout ? opt->layout : "auto", be, math);
+    if (layout < 0) return cnt_err_set("unknown layout '%s' (auto, nchw, nhwc)", opt->layout);
     if (opt->batch < 1 || opt->steps < 1) return cnt_err_set("batch and steps must be at least 1");
     net *nt = net_create(be, opt->c, opt->h, opt->w, opt->classes);
+    net_set_layout(nt, layout);
     zoo_options zo = {.zero_init_residual = 0, .aux_logits = 1, .dropout = -1};
     int outn = -1, aux = -1;
     if (zoo_build(nt, opt->model, &zo, &outn, &aux) != CNT_OK || net_finalize(nt, outn, aux, opt->batch) != CNT_OK) {
@@ -136,9 +139,13 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     if (opt->threads > 0) snprintf(threads, sizeof threads, "%d", opt->threads);
     else snprintf(threads, sizeof threads, "all");
     /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
-    char prec_note[48] = "";
+    char prec_note[64] = "";
     if (strcmp(prec, "fp32") != 0 && (gpu || strcmp(prec, "tf32") != 0))
         snprintf(prec_note, sizeof prec_note, " (%s%s)", prec, gpu ? "" : ", emulated");
+    /* NHWC on the CPU is NCHW with transposes around each op */
+    if (layout == BACKEND_LAYOUT_NHWC)
+        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " nhwc%s",
+                 gpu ? "" : " (transposed)");
     bench_result br;
     br.fwd_ms = 1e3 * fwd / opt->steps;
     br.bwd_ms = 1e3 * bwd / opt->steps;

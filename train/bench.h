@@ -2,7 +2,7 @@
  * train/bench.h - benchmark mode: training throughput of a zoo model on
  * random data, without a data set or loader in the way.
  *
- *   trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [classes=N]
+ *   trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [layout=L] [classes=N]
  *
  * Prints images/sec and the GFLOP/s reached (training FLOPs counted as 3x the
  * forward FLOPs: forward, backward-data and backward-filter each cost about
@@ -28,6 +28,7 @@ typedef struct bench_options {
     int threads;   /* 0: all cores */
     const char *device;
     const char *precision; /* "fp32", "tf32", "bf16" or "fp16" (NULL: fp32) */
+    const char *layout;    /* "auto", "nchw" or "nhwc" (NULL: auto, as train.layout) */
 } bench_options;
 
 typedef struct bench_result {

@@ -131,6 +131,7 @@ static const char *const lr_scalings[] = {"linear", "none", NULL};
 static const char *const warmup_starts[] = {"zero", "lr", NULL};
 static const char *const dist_backends[] = {"auto", "mpi", "ring", "nccl", NULL};
 static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16", NULL};
+static const char *const layouts[] = {"auto", "nchw", "nhwc", NULL};
 static const char *const loss_scalings[] = {"auto", "dynamic", "static", "none", NULL};
 
 /* The keys, grouped by section, in the order of --help, the README and the
@@ -209,6 +210,10 @@ static const key_def key_table[] = {
                  "accumulation; fp32 on the CPU); bf16 or fp16 mixed precision (operands and results of convolutions "
                  "and GEMMs rounded to the type, fp32 accumulation, fp32 master weights, batch norm, loss and "
                  "optimizer; tensor cores on GPUs, emulated on the CPU)"),
+    K_ENUM("train", "layout", layout, "auto", .choices = layouts,
+         .help = "memory layout of activations: nchw, or nhwc (channels last: what GPU tensor-core convolutions "
+                 "read natively; the CPU backend transposes around each op, slower); auto is nhwc on a GPU with "
+                 "bf16 or fp16, nchw otherwise. Parameters and checkpoints are the same in both"),
     K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
          .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "
                  "gradients hold inf/NaN: dynamic (halve on overflow, double after train.loss_scale_window clean "

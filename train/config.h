@@ -54,6 +54,7 @@ typedef struct config {
     /* [train] */
     char device[CONFIG_STR];         /* "auto", "cpu", "cuda" */
     char precision[CONFIG_STR];      /* "fp32", "tf32", "bf16", "fp16" */
+    char layout[CONFIG_STR];         /* "auto", "nchw", "nhwc" */
     char loss_scaling[CONFIG_STR];   /* "auto", "dynamic", "static", "none" */
     float loss_scale;                /* static scale, or the dynamic scale's start */
     int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */

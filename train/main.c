@@ -34,7 +34,7 @@ static void usage(FILE *out) {
             "usage: trainer CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
-            "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [classes=N]\n"
+            "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [layout=L] [classes=N]\n"
             "                                        (training speed on random data)\n"
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
@@ -134,7 +134,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--bench") == 0) {
-        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = "auto", .precision = "fp32"};
+        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = "auto", .precision = "fp32",
+                            .layout = "auto"};
         /* positional STEPS and THREADS, then key=value options in any order */
         int npos = argc;
         for (int i = 5; i < argc; i++)
@@ -164,12 +165,15 @@ int main(int argc, char **argv) {
                 bo.device = v;
             } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 && backend_math_from_name(v) >= 0) {
                 bo.precision = v;
+            } else if (kl == 6 && strncmp(argv[i], "layout", kl) == 0 &&
+                       (!strcmp(v, "auto") || !strcmp(v, "nchw") || !strcmp(v, "nhwc"))) {
+                bo.layout = v;
             } else if (kl == 7 && strncmp(argv[i], "classes", kl) == 0) {
                 if (parse_count(v, "classes", 1, &bo.classes) != CNT_OK) return 2;
             } else {
                 fprintf(stderr,
                         "trainer: --bench: unknown option '%s' (device=auto|cpu|cuda, "
-                        "precision=fp32|tf32|bf16|fp16, classes=N)\n",
+                        "precision=fp32|tf32|bf16|fp16, layout=auto|nchw|nhwc, classes=N)\n",
                         argv[i]);
                 return 2;
             }

@@ -34,8 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* train.layout, validated by the config; auto: see backend_layout_from_name. */
+static int layout_for(const config *cfg, const backend *be) {
+    return backend_layout_from_name(cfg->layout, be, backend_math_from_name(cfg->precision));
+}
+
 static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
     net *nt = net_create(be, c, h, w, classes);
+    net_set_layout(nt, layout_for(cfg, be));
     zoo_options zo = {.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
                       .dropout = cfg->dropout};
     int out = -1, aux = -1;
@@ -407,6 +413,10 @@ static const backend *choose_device(const config *cfg) {
                  cfg->precision, cfg->precision,
                  cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
     }
+    if (layout_for(cfg, be) == BACKEND_LAYOUT_NHWC)
+        log_info("layout: nhwc (train.layout = %s)%s", cfg->layout,
+                 cpu ? "; the CPU backend computes NCHW and transposes around each op (slower than nchw)"
+                     : ": activations channels last, as tensor-core convolutions read them");
     return be;
 }
 
