@@ -177,41 +177,31 @@ static void cuda_sync(void) {
     CUDA_CHECK(cudaGetLastError());
 }
 
-static void ws_reserve(size_t bytes) {
-    if (bytes <= g.ws_bytes) return;
-    CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* the old buffer may be in use */
-    CUDA_CHECK(cudaFree(g.ws));
-    g.ws = NULL;
-    CUDA_CHECK(cudaMalloc(&g.ws, bytes));
-    g.ws_bytes = bytes;
-}
-
-static double *scratch_get(size_t n) {
-    if (n > g.scratch_n) {
+/* *buf holds at least n elements of `size` bytes afterwards (at least
+ * 4096): grown, never shrunk, after the stream has finished with the old
+ * buffer (queued ops may still use it). */
+static void *grow(void **buf, size_t *cap, size_t n, size_t size) {
+    if (n > *cap) {
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
-        CUDA_CHECK(cudaFree(g.scratch));
-        g.scratch = NULL;
+        CUDA_CHECK(cudaFree(*buf));
+        *buf = NULL;
         size_t want = n < 4096 ? 4096 : n;
-        CUDA_CHECK(cudaMalloc((void **)&g.scratch, want * sizeof(double)));
-        g.scratch_n = want;
+        CUDA_CHECK(cudaMalloc(buf, want * size));
+        *cap = want;
     }
-    return g.scratch;
+    return *buf;
 }
 
-/* Float scratch of n values (fscratch_get): grown like scratch_get. One op
- * uses it at a time: its later kernels may read it, the next op's may
- * overwrite it (one stream, so in order). */
-static float *fscratch_get(size_t n) {
-    if (n > g.fscratch_n) {
-        CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* queued ops may still use the old buffer */
-        CUDA_CHECK(cudaFree(g.fscratch));
-        g.fscratch = NULL;
-        size_t want = n < 4096 ? 4096 : n;
-        CUDA_CHECK(cudaMalloc((void **)&g.fscratch, want * sizeof(float)));
-        g.fscratch_n = want;
-    }
-    return g.fscratch;
-}
+/* cuDNN's workspace, grown to the largest algorithm chosen. */
+static void ws_reserve(size_t bytes) { grow(&g.ws, &g.ws_bytes, bytes, 1); }
+
+/* Our kernels' reductions. */
+static double *scratch_get(size_t n) { return grow((void **)&g.scratch, &g.scratch_n, n, sizeof(double)); }
+
+/* NHWC convolutions' filter copies. One op uses it at a time: its later
+ * kernels may read it, the next op's may overwrite it (one stream, so in
+ * order). */
+static float *fscratch_get(size_t n) { return grow((void **)&g.fscratch, &g.fscratch_n, n, sizeof(float)); }
 
 static int layout_nhwc(void) { return g.layout == BACKEND_LAYOUT_NHWC; }
 

@@ -108,6 +108,26 @@ PR_FN pr_plane pr_plane_of(const pool_params *p, size_t n, size_t c, int nhwc) {
     return pl;
 }
 
+/* Splits t, a flat index into [N, C, A, B] (or, with nhwc, [N, A, B, C]),
+ * into its coordinates (n, c, a, b). */
+PR_FN void pr_split(size_t t, int C, int A, int B, int nhwc, size_t *n, size_t *c, int *a, int *b) {
+    size_t r = t;
+    if (nhwc) {
+        *c = r % (size_t)C;
+        r /= (size_t)C;
+    }
+    *b = (int)(r % (size_t)B);
+    r /= (size_t)B;
+    *a = (int)(r % (size_t)A);
+    r /= (size_t)A;
+    if (nhwc) {
+        *n = r;
+    } else {
+        *c = r % (size_t)C;
+        *n = r / (size_t)C;
+    }
+}
+
 /* The window's maximum; *bi = the index (h*W + w) of its first maximum. xp
  * is the plane's first element, sh and sw its row and column strides. */
 PR_FN float pr_window_max(const float *xp, size_t sh, size_t sw, int W, int h0, int h1, int w0, int w1, int *bi) {
@@ -131,19 +151,7 @@ PR_FN float pr_window_max(const float *xp, size_t sh, size_t sw, int W, int h0, 
 PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
     size_t n, c;
     int i, j;
-    if (nhwc) {
-        c = t % (size_t)p->C;
-        size_t r = t / (size_t)p->C;
-        j = (int)(r % (size_t)p->Q);
-        i = (int)((r / (size_t)p->Q) % (size_t)p->P);
-        n = r / ((size_t)p->P * p->Q);
-    } else {
-        j = (int)(t % (size_t)p->Q);
-        i = (int)((t / (size_t)p->Q) % (size_t)p->P);
-        size_t plane = t / ((size_t)p->P * p->Q);
-        n = plane / (size_t)p->C;
-        c = plane % (size_t)p->C;
-    }
+    pr_split(t, p->C, p->P, p->Q, nhwc, &n, &c, &i, &j);
     pr_plane pl = pr_plane_of(p, n, c, nhwc);
     const float *xp = x + pl.x0;
     int h0, h1, cr, w0, w1, cc;
@@ -165,19 +173,7 @@ PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float
                        float g0, int nhwc) {
     size_t n, c;
     int h, w;
-    if (nhwc) {
-        c = t % (size_t)p->C;
-        size_t r = t / (size_t)p->C;
-        w = (int)(r % (size_t)p->W);
-        h = (int)((r / (size_t)p->W) % (size_t)p->H);
-        n = r / ((size_t)p->H * p->W);
-    } else {
-        w = (int)(t % (size_t)p->W);
-        h = (int)((t / (size_t)p->W) % (size_t)p->H);
-        size_t plane = t / ((size_t)p->H * p->W);
-        n = plane / (size_t)p->C;
-        c = plane % (size_t)p->C;
-    }
+    pr_split(t, p->C, p->H, p->W, nhwc, &n, &c, &h, &w);
     pr_plane pl = pr_plane_of(p, n, c, nhwc);
     const float *xp = x + pl.x0;
     const float *gp = dy + pl.g0;

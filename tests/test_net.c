@@ -240,6 +240,27 @@ static int backend_layout_probe(const backend *be) {
     return w[0] == 2.0f ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
 }
 
+/* The n device floats at a and b are equal up to summation order. */
+static void expect_same(const backend *be, const char *what, const float *a, const float *b, size_t n) {
+    double *ea = tu_alloc(n), *eb = tu_alloc(n);
+    tu_dev_to_double(be, a, ea, n);
+    tu_dev_to_double(be, b, eb, n);
+    tu_assert_close(what, ea, eb, n, 1e-5, 1e-6);
+    free(ea);
+    free(eb);
+}
+
+/* An NCHW tensor (NCHW net) and an NHWC one of C x HW per image hold the
+ * same values. */
+static void expect_same_nhwc(const backend *be, const char *what, const float *nchw, const float *nhwc, int C,
+                             int HW) {
+    size_t n = (size_t)BATCH * C * HW;
+    float *t = be->alloc(n * sizeof(float));
+    be->transpose_layout(BATCH, C, HW, nhwc, t, 0, 0);
+    expect_same(be, what, nchw, t, n);
+    be->free(t);
+}
+
 /* NHWC computes the same function as NCHW: the same loss, logits, parameter
  * gradients, running statistics and (transposed) activations and input
  * gradient, from the same weights and batch; and the backend is left in the
@@ -255,64 +276,25 @@ static void test_nhwc_matches_nchw(void **state) {
         assert_true(fabs(la - lb) <= 1e-6 * fabs(la));
         net_backward(a.nt, a.dlogits, NULL);
         net_backward(b.nt, b.dlogits, NULL);
-        /* each node's output and gradient, b's transposed back to NCHW */
         for (int i = 0; i < a.nt->n_nodes; i++) {
             const node *na = &a.nt->nodes[i], *nb = &b.nt->nodes[i];
-            int HW = na->H * na->W;
-            size_t n = (size_t)BATCH * na->C * HW;
-            float *t = be->alloc(n * sizeof(float));
-            double *ea = tu_alloc(n), *eb = tu_alloc(n);
-            const float *pa[2] = {na->y, na->dy}, *pb[2] = {nb->y, nb->dy};
-            for (int k = 0; k < 2; k++) {
-                be->transpose_layout(BATCH, na->C, HW, pb[k], t, 0, 0);
-                tu_dev_to_double(be, pa[k], ea, n);
-                tu_dev_to_double(be, t, eb, n);
-                char what[160];
-                snprintf(what, sizeof what, "%s %s", na->name, k ? "dy" : "y");
-                tu_assert_close(what, ea, eb, n, 1e-5, 1e-6);
-            }
-            free(ea);
-            free(eb);
-            be->free(t);
+            char what[160];
+            snprintf(what, sizeof what, "%s y", na->name);
+            expect_same_nhwc(be, what, na->y, nb->y, na->C, na->H * na->W);
+            snprintf(what, sizeof what, "%s dy", na->name);
+            expect_same_nhwc(be, what, na->dy, nb->dy, na->C, na->H * na->W);
         }
-        size_t n = a.nt->n_params;
-        double *ga = tu_alloc(n), *gb = tu_alloc(n);
-        tu_dev_to_double(be, a.nt->grads, ga, n);
-        tu_dev_to_double(be, b.nt->grads, gb, n);
-        tu_assert_close("parameter gradients", ga, gb, n, 1e-5, 1e-6);
-        free(ga);
-        free(gb);
-        size_t nbuf = a.nt->n_buffers;
-        double *ba = tu_alloc(nbuf), *bb = tu_alloc(nbuf);
-        tu_dev_to_double(be, a.nt->buffers, ba, nbuf);
-        tu_dev_to_double(be, b.nt->buffers, bb, nbuf);
-        tu_assert_close("running statistics", ba, bb, nbuf, 1e-5, 1e-6);
-        free(ba);
-        free(bb);
-        size_t nx = (size_t)BATCH * 2 * 9 * 9;
-        float *t = be->alloc(nx * sizeof(float));
-        double *xa = tu_alloc(nx), *xb = tu_alloc(nx);
-        be->transpose_layout(BATCH, 2, 81, b.nt->input_grad, t, 0, 0);
-        tu_dev_to_double(be, a.nt->input_grad, xa, nx);
-        tu_dev_to_double(be, t, xb, nx);
-        tu_assert_close("input gradient", xa, xb, nx, 1e-5, 1e-6);
-        free(xa);
-        free(xb);
-        be->free(t);
+        expect_same(be, "parameter gradients", a.nt->grads, b.nt->grads, a.nt->n_params);
+        expect_same(be, "running statistics", a.nt->buffers, b.nt->buffers, a.nt->n_buffers);
+        expect_same_nhwc(be, "input gradient", a.nt->input_grad, b.nt->input_grad, 2, 9 * 9);
         /* a step of plain SGD on both, so the second round starts elsewhere */
-        be->axpy(n, -0.05f, a.nt->grads, a.nt->params, 1);
-        be->axpy(n, -0.05f, b.nt->grads, b.nt->params, 1);
+        be->axpy(a.nt->n_params, -0.05f, a.nt->grads, a.nt->params, 1);
+        be->axpy(b.nt->n_params, -0.05f, b.nt->grads, b.nt->params, 1);
     }
     /* evaluation mode (running statistics, no dropout) */
-    size_t nl = (size_t)BATCH * CLASSES;
-    double *oa = tu_alloc(nl), *ob = tu_alloc(nl);
     net_forward(a.nt, a.x, BATCH, 0);
-    tu_dev_to_double(be, net_logits(a.nt), oa, nl);
     net_forward(b.nt, b.x, BATCH, 0);
-    tu_dev_to_double(be, net_logits(b.nt), ob, nl);
-    tu_assert_close("eval logits", oa, ob, nl, 1e-5, 1e-6);
-    free(oa);
-    free(ob);
+    expect_same(be, "eval logits", net_logits(a.nt), net_logits(b.nt), (size_t)BATCH * CLASSES);
     /* the backend is left in the layout of the net that ran last */
     assert_int_equal(backend_layout_probe(be), BACKEND_LAYOUT_NHWC);
     net_forward(a.nt, a.x, BATCH, 0);
