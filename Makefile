@@ -111,7 +111,7 @@ MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC := $(filter-out tools/bench_onednn.c,$(wildcard tools/*.c))
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 
-.PHONY: all deps test bench clean found
+.PHONY: all deps test test-build bench clean found
 # Test support objects are prerequisites of pattern rules only; keep them.
 .SECONDARY: $(TEST_SUPPORT_OBJ)
 all: found trainer $(TOOL_BIN)
@@ -153,7 +153,10 @@ $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.s
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
-test: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
+# Everything `make test` runs, built and not run (tools/device_kit.sh packs it).
+test-build: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
+
+test: test-build
 	@./trainer --devices | tests/gpu_line.sh
 	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 

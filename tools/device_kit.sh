@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tools/device_kit.sh - packs what a bare GPU machine needs to run this
+# checkout's binaries and tests, for machines that can fetch nothing (the
+# project's lent H100/H200 machines: CUDA, cuDNN and NCCL come with their
+# PyTorch, but no OpenBLAS, cmocka, Open MPI or Fashion-MNIST).
+#
+#   tools/device_kit.sh                     # here: builds (make test-build), packs
+#   then on the GPU machine, in the checkout, with .devkit carried:
+#   source tools/device_env.sh && make test
+#
+# Writes .devkit/ (ignored by git):
+#   kit.tar.xz      the trainer and build/ (test binaries, objects, probes;
+#                   device_env.sh makes `make` take them as up to date), and a
+#                   root/ tree of shared libraries and Open MPI's runtime
+#                   (binaries, plugins, help files, config) at the paths this
+#                   Debian machine has them, which device_env.sh unpacks into
+#                   / without replacing any file the machine already has;
+#   fashion-mnist/  the data set, from /usr/share/datasets/fashion-mnist.
+# Left out: the C library, libstdc++ and libgcc_s (every machine has them)
+# and the CUDA libraries (cudart, cuBLAS, cuDNN, NCCL), which the GPU
+# machine's own are used for (device_env.sh puts them on LD_LIBRARY_PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kit=$PWD/.devkit
+# Built from the working tree that travels (tracked and untracked files git
+# does not ignore) in a copy, with code for any x86-64-v3 processor (AVX2,
+# FMA, F16C) instead of this one's -march=native: the GPU machine's host
+# processor is another. This checkout's own build is left alone.
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"
+echo "device_kit: building in $src (OPT=-O3 -march=x86-64-v3)"
+make -C "$src" -s -j"$(nproc)" OPT="-O3 -march=x86-64-v3" test-build
+rm -rf "$kit"
+mkdir -p "$kit/root"
+cd "$src"
+tests=(build/tests/* build/tools/*)
+
+# Open MPI's runtime: everything its packages install, except documentation
+files=()
+for p in openmpi-bin openmpi-common libopenmpi3 libpmix2; do
+    if dpkg -s "$p" >/dev/null 2>&1; then
+        while IFS= read -r f; do
+            [ -f "$f" ] || [ -L "$f" ] || continue
+            case "$f" in /usr/share/doc/* | /usr/share/man/* | /usr/share/lintian/*) continue ;; esac
+            files+=("$f")
+        done < <(dpkg -L "$p")
+    else
+        echo "device_kit: package $p not installed here; multi-rank runs there need it" >&2
+    fi
+done
+
+# shared libraries the binaries and Open MPI's plugins load, by ldd
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libnvJitLink)'
+elves=(./trainer "${tests[@]}")
+for f in "${files[@]}"; do
+    case "$f" in *.so | *.so.* | /usr/bin/*) [ -f "$f" ] && elves+=("$f") ;; esac
+done
+for e in "${elves[@]}"; do
+    file -L "$e" 2>/dev/null | grep -q ELF || continue
+    while read -r name arrow path _; do
+        [ "$arrow" = "=>" ] && [ -n "$path" ] && [ -f "$path" ] || continue
+        [[ "$name" =~ $skip ]] && continue
+        files+=("$path")
+    done < <(ldd "$e" 2>/dev/null)
+done
+
+# Each file under its /usr path (both machines merge /lib and /bin into
+# /usr), as a plain copy of what it points to: a symbolic link here may lead
+# through /etc/alternatives, which the GPU machine does not have.
+printf '%s\n' "${files[@]}" | sed -E 's#^/(lib|lib64|bin|sbin)/#/usr/\1/#' | sort -u | while IFS= read -r f; do
+    [ -e "$f" ] || continue
+    mkdir -p "$kit/root$(dirname "$f")"
+    cp -L "$f" "$kit/root$f"
+done
+find build -name '*.d' -delete # they name headers the GPU machine lacks
+tar -cJf "$kit/kit.tar.xz" trainer build -C "$kit" root
+rm -rf "$kit/root"
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+    cp -a /usr/share/datasets/fashion-mnist "$kit/fashion-mnist"
+else
+    echo "device_kit: no /usr/share/datasets/fashion-mnist here (make deps installs it)" >&2
+fi
+du -sh "$kit"/* | sed 's/^/device_kit: /'
+echo "device_kit: carry .devkit; on the GPU machine: source tools/device_env.sh"
