@@ -695,21 +695,12 @@ static void test_dropout_mask(void **state) {
         }
 }
 
-/* N, C, HW, src_C, src_off, dst_C, dst_off */
-static const int channel_copy_cases[][7] = {
-    {2, 3, 25, 3, 0, 8, 0},  /* first concat input */
-    {2, 5, 25, 5, 0, 8, 3},  /* second concat input */
-    {3, 2, 7, 6, 4, 4, 1},   /* slice of a larger source (concat backward) */
-    {1, 64, 49, 64, 0, 96, 32},
-    {4, 1, 1, 5, 2, 3, 2},   /* HW = 1 */
-    {2, 4, 9, 4, 0, 4, 0},   /* whole tensor */
-};
 
 static void test_channel_copy(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof channel_copy_cases / sizeof channel_copy_cases[0]; i++)
+    for (size_t i = 0; i < tu_n_channel_copy_cases; i++)
         for (int acc = 0; acc <= 1; acc++) {
-            const int *c = channel_copy_cases[i];
+            const int *c = tu_channel_copy_cases[i];
             int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
             rng r;
             rng_seed(&r, 12000 + i, (uint64_t)acc);
@@ -1543,12 +1534,12 @@ static void test_layout_pool(void **state) {
 
 static void test_layout_channel_copy(void **state) {
     (void)state;
-    /* channel_copy_cases, then odd channel counts with offsets */
+    /* tu_channel_copy_cases, then odd channel counts with offsets */
     static const int extra[][7] = {{3, 67, 33, 70, 2, 100, 30}, {2, 5, 1, 8, 3, 6, 0}, {1, 3, 49, 7, 4, 5, 1}};
-    size_t n_base = sizeof channel_copy_cases / sizeof channel_copy_cases[0];
+    size_t n_base = tu_n_channel_copy_cases;
     for (size_t i = 0; i < n_base + sizeof extra / sizeof extra[0]; i++)
         for (int acc = 0; acc <= 1; acc++) {
-            const int *c = i < n_base ? channel_copy_cases[i] : extra[i - n_base];
+            const int *c = i < n_base ? tu_channel_copy_cases[i] : extra[i - n_base];
             int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
             rng r;
             rng_seed(&r, 25000 + i, (uint64_t)acc);

@@ -1328,20 +1328,9 @@ static void test_dropout_mask_bitwise(void **state) {
 /* In the current layout: in NHWC each pixel's channel slice is copied
  * (dst[(n*HW + i)*dst_C + dst_off + c] (+)= src[(n*HW + i)*src_C + src_off + c]). */
 static void channel_copy_run(void) {
-    /* N, C, HW, src_C, src_off, dst_C, dst_off */
-    static const int cases[][7] = {
-        {2, 3, 25, 3, 0, 8, 0},     /* first concat input */
-        {2, 5, 25, 5, 0, 8, 3},     /* second concat input */
-        {3, 2, 7, 6, 4, 4, 1},      /* slice of a larger source (concat backward) */
-        {1, 64, 49, 64, 0, 96, 32},
-        {4, 1, 1, 5, 2, 3, 2},      /* HW = 1 */
-        {2, 4, 9, 4, 0, 4, 0},      /* whole tensor */
-        {8, 16, 64, 16, 0, 32, 8},  /* option-A shortcut padding: 16 channels into the middle of 32 */
-        {3, 7, 35, 11, 3, 13, 5},   /* odd everything */
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t i = 0; i < tu_n_channel_copy_cases; i++)
         for (int acc = 0; acc <= 1; acc++) {
-            const int *c = cases[i];
+            const int *c = tu_channel_copy_cases[i];
             int N = c[0], C = c[1], HW = c[2], src_C = c[3], src_off = c[4], dst_C = c[5], dst_off = c[6];
             rng r;
             rng_seed(&r, 1700 + i, (uint64_t)acc);

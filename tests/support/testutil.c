@@ -245,6 +245,18 @@ void tu_remove_tree(const char *dir) {
     rmdir(dir);
 }
 
+const int tu_channel_copy_cases[][7] = {
+    {2, 3, 25, 3, 0, 8, 0},    /* first concat input */
+    {2, 5, 25, 5, 0, 8, 3},    /* second concat input */
+    {3, 2, 7, 6, 4, 4, 1},     /* slice of a larger source (concat backward) */
+    {1, 64, 49, 64, 0, 96, 32},
+    {4, 1, 1, 5, 2, 3, 2},     /* HW = 1 */
+    {2, 4, 9, 4, 0, 4, 0},     /* whole tensor */
+    {8, 16, 64, 16, 0, 32, 8}, /* option-A shortcut padding: 16 channels into the middle of 32 */
+    {3, 7, 35, 11, 3, 13, 5},  /* odd everything */
+};
+const size_t tu_n_channel_copy_cases = sizeof tu_channel_copy_cases / sizeof tu_channel_copy_cases[0];
+
 pool_params tu_pool_params(const tu_pool_case *c) {
     pool_params p = {.mode = c->mode, .N = c->N, .C = c->C, .H = c->H, .W = c->W, .R = c->R, .S = c->S,
                      .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw,

@@ -80,6 +80,12 @@ typedef struct tu_pool_case {
  * would refuse the geometry). */
 pool_params tu_pool_params(const tu_pool_case *c);
 
+/* channel_copy geometries shared by the CPU and GPU backend tests: N, C, HW,
+ * src_C, src_off, dst_C, dst_off (concat inputs, concat-backward slices,
+ * HW = 1, the option-A shortcut's padding, odd sizes). */
+extern const int tu_channel_copy_cases[][7];
+extern const size_t tu_n_channel_copy_cases;
+
 void tu_fill_uniform(rng *r, double *x, size_t n, double lo, double hi);
 /* x[i] = mean + std * N(0, 1), rounded to float. */
 void tu_fill_normal(rng *r, double *x, size_t n, double mean, double std);
