@@ -695,7 +695,6 @@ static void test_dropout_mask(void **state) {
         }
 }
 
-
 static void test_channel_copy(void **state) {
     (void)state;
     for (size_t i = 0; i < tu_n_channel_copy_cases; i++)
