@@ -162,6 +162,13 @@ static const conv_case conv_fixed[] = {
 #define N_RANDOM_CONV 32
 
 /* Case i: the fixed cases, then random shapes from a fixed seed. Returns 0 when past the end. */
+/* The row's conv_params, P and Q derived. */
+static void conv_case_params(const conv_case *c, conv_params *p) {
+    *p = (conv_params){.N = c->N, .C = c->C, .H = c->H, .W = c->W, .K = c->K, .R = c->R, .S = c->S,
+                       .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw};
+    assert_int_equal(conv_params_init(p), CNT_OK);
+}
+
 static int conv_case_get(int i, conv_params *p) {
     int n_fixed = (int)(sizeof conv_fixed / sizeof conv_fixed[0]);
     if (i >= n_fixed + N_RANDOM_CONV) return 0;
@@ -187,9 +194,7 @@ static int conv_case_get(int i, conv_params *p) {
         c.H = min_h + (int)rng_below(&r, 12);
         c.W = min_w + (int)rng_below(&r, 12);
     }
-    *p = (conv_params){.N = c.N, .C = c.C, .H = c.H, .W = c.W, .K = c.K, .R = c.R, .S = c.S, .stride_h = c.sh,
-                       .stride_w = c.sw, .pad_h = c.ph, .pad_w = c.pw};
-    assert_int_equal(conv_params_init(p), CNT_OK);
+    conv_case_params(&c, p);
     return 1;
 }
 
@@ -1369,10 +1374,8 @@ static void layout_conv_case(const conv_params *p, int i, int math) {
 
 static void layout_conv_all(int math) {
     for (size_t i = 0; i < sizeof layout_conv_cases / sizeof layout_conv_cases[0]; i++) {
-        const conv_case *c = &layout_conv_cases[i];
-        conv_params p = {.N = c->N, .C = c->C, .H = c->H, .W = c->W, .K = c->K, .R = c->R, .S = c->S,
-                         .stride_h = c->sh, .stride_w = c->sw, .pad_h = c->ph, .pad_w = c->pw};
-        assert_int_equal(conv_params_init(&p), CNT_OK);
+        conv_params p;
+        conv_case_params(&layout_conv_cases[i], &p);
         layout_conv_case(&p, (int)i, math);
     }
     be->set_math(BACKEND_MATH_FP32);
