@@ -265,31 +265,44 @@ typedef struct backend {
     void (*upload_async)(void *dst, const void *host_src, size_t bytes, void *after, void *done);
 } backend;
 
-enum { BACKEND_MATH_FP32 = 0, BACKEND_MATH_TF32 = 1, BACKEND_MATH_BF16 = 2, BACKEND_MATH_FP16 = 3 };
-enum { BACKEND_LAYOUT_NCHW = 0, BACKEND_LAYOUT_NHWC = 1 };
+typedef enum backend_math {
+    BACKEND_MATH_FP32 = 0,
+    BACKEND_MATH_TF32 = 1,
+    BACKEND_MATH_BF16 = 2,
+    BACKEND_MATH_FP16 = 3
+} backend_math;
+/* BACKEND_LAYOUT_AUTO is a request (train.layout = auto), never a backend's
+ * layout: backend_layout_choose turns it into one of the other two. */
+typedef enum backend_layout {
+    BACKEND_LAYOUT_NCHW = 0,
+    BACKEND_LAYOUT_NHWC = 1,
+    BACKEND_LAYOUT_AUTO = 2
+} backend_layout;
+/* Which backend a run asks for (train.device). */
+typedef enum backend_device {
+    BACKEND_DEVICE_AUTO, /* a GPU when one was built in and is usable, else the CPU */
+    BACKEND_DEVICE_CPU,
+    BACKEND_DEVICE_CUDA
+} backend_device;
 
-/* The math mode named "fp32", "tf32", "bf16" or "fp16" (train.precision), or
- * -1 for any other name. */
-int backend_math_from_name(const char *name);
-
-/* The layout named "nchw" or "nhwc" (train.layout), or for "auto" the one
- * that suits backend be in math mode `math`: NHWC where tensor cores read
- * 16-bit operands (a GPU in bf16 or fp16, where cuDNN would transpose NCHW
- * operands for them), NCHW elsewhere. -1 for any other name. */
-int backend_layout_from_name(const char *name, const backend *be, int math);
+/* The layout a net uses on backend be in math mode `math`: NCHW or NHWC as
+ * asked, and for BACKEND_LAYOUT_AUTO the one that suits them: NHWC where
+ * tensor cores read 16-bit operands (a GPU in bf16 or fp16, where cuDNN would
+ * transpose NCHW operands for them), NCHW elsewhere. The one place that rule
+ * lives. */
+backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math);
 
 /* The CPU backend (always built). */
 const backend *backend_cpu(void);
 
-/* Look a backend up by name ("cpu", "cuda", "auto"). "auto" picks a GPU backend
- * when one was built in and a device is usable, else the CPU. Returns NULL and
- * sets an error message when the named backend was not built in or has no
- * device. */
-const backend *backend_get(const char *name);
+/* The backend for `device` (BACKEND_DEVICE_AUTO picks a GPU backend when one
+ * was built in and a device is usable, else the CPU). Returns NULL and sets an
+ * error message when the named backend was not built in or has no device. */
+const backend *backend_get(backend_device device);
 /* backend_get for one rank of a job: GPU backends take device
  * local_rank % (devices on this node), so ranks of one node spread over its
  * GPUs (several ranks share one when there are more ranks than GPUs). */
-const backend *backend_get_for_rank(const char *name, int local_rank);
+const backend *backend_get_for_rank(backend_device device, int local_rank);
 /* Writes one line per usable GPU ("cuda:0 NAME, N GiB, compute X.Y") or the
  * reason there is none; returns the number of usable GPUs. */
 int backend_describe_devices(char *buf, size_t len);

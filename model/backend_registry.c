@@ -17,18 +17,8 @@ const backend *backend_cuda(int local_rank); /* NULL when no device is usable (r
 int backend_cuda_describe(char *buf, size_t len);
 #endif
 
-int backend_math_from_name(const char *name) {
-    static const char *const names[] = {[BACKEND_MATH_FP32] = "fp32", [BACKEND_MATH_TF32] = "tf32",
-                                        [BACKEND_MATH_BF16] = "bf16", [BACKEND_MATH_FP16] = "fp16"};
-    for (int m = 0; m < (int)(sizeof names / sizeof names[0]); m++)
-        if (strcmp(name, names[m]) == 0) return m;
-    return -1;
-}
-
-int backend_layout_from_name(const char *name, const backend *be, int math) {
-    if (strcmp(name, "nchw") == 0) return BACKEND_LAYOUT_NCHW;
-    if (strcmp(name, "nhwc") == 0) return BACKEND_LAYOUT_NHWC;
-    if (strcmp(name, "auto") != 0) return -1;
+backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math) {
+    if (requested != BACKEND_LAYOUT_AUTO) return requested;
     int reduced = math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16;
     return reduced && strcmp(be->name, "cpu") != 0 ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
 }
@@ -41,9 +31,10 @@ const char *backend_list_built(void) {
 #endif
 }
 
-const backend *backend_get_for_rank(const char *name, int local_rank) {
-    if (strcmp(name, "cpu") == 0) return backend_cpu();
-    if (strcmp(name, "cuda") == 0) {
+const backend *backend_get_for_rank(backend_device device, int local_rank) {
+    switch (device) {
+    case BACKEND_DEVICE_CPU: return backend_cpu();
+    case BACKEND_DEVICE_CUDA:
 #if CNT_HAVE_CUDA_BACKEND
         return backend_cuda(local_rank);
 #else
@@ -52,8 +43,7 @@ const backend *backend_get_for_rank(const char *name, int local_rank) {
                     backend_list_built());
         return NULL;
 #endif
-    }
-    if (strcmp(name, "auto") == 0) {
+    case BACKEND_DEVICE_AUTO: {
 #if CNT_HAVE_CUDA_BACKEND
         const backend *be = backend_cuda(local_rank);
         if (be) return be;
@@ -62,11 +52,12 @@ const backend *backend_get_for_rank(const char *name, int local_rank) {
 #endif
         return backend_cpu();
     }
-    cnt_err_set("unknown device '%s' (expected auto, cpu or cuda)", name);
+    }
+    cnt_err_set("unknown device %d (expected auto, cpu or cuda)", (int)device);
     return NULL;
 }
 
-const backend *backend_get(const char *name) { return backend_get_for_rank(name, 0); }
+const backend *backend_get(backend_device device) { return backend_get_for_rank(device, 0); }
 
 int backend_describe_devices(char *buf, size_t len) {
 #if CNT_HAVE_CUDA_BACKEND

@@ -4,7 +4,7 @@
  * tests/test_nccl.sh; alone it is a world of one).
  *
  * Needs a build with NCCL (CNT_HAVE_NCCL=1) and a usable CUDA device on every
- * rank (backend_get_for_rank("cuda", local rank)); otherwise rank 0 prints
+ * rank (backend_get_for_rank(BACKEND_DEVICE_CUDA, local rank)); otherwise rank 0 prints
  * "SKIPPED: <reason>" and every rank exits 0.
  *
  * Checks, for several buffer sizes and bucket layouts, overlap on and off,
@@ -257,7 +257,7 @@ int main(int argc, char **argv) {
     dist_finalize();
     return 0;
 #else
-    const backend *be = backend_get_for_rank("cuda", dist_local_rank());
+    const backend *be = backend_get_for_rank(BACKEND_DEVICE_CUDA, dist_local_rank());
     char why[512];
     snprintf(why, sizeof why, "%s", be ? "" : cnt_err_msg());
     /* Every rank takes the same branch. */

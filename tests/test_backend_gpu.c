@@ -65,7 +65,7 @@
 
 enum { CPU = 0, GPU = 1 };
 
-/* be[CPU] = backend_cpu(), be[GPU] = backend_get("cuda") or NULL. */
+/* be[CPU] = backend_cpu(), be[GPU] = backend_get(BACKEND_DEVICE_CUDA) or NULL. */
 static const backend *be[2];
 
 #define NEED_GPU()               \
@@ -1843,7 +1843,7 @@ static void test_resnet20_train_step_nhwc(void **state) {
 static int group_setup(void **state) {
     (void)state;
     be[CPU] = backend_cpu();
-    be[GPU] = backend_get("cuda");
+    be[GPU] = backend_get(BACKEND_DEVICE_CUDA);
     if (!be[GPU]) {
         print_message("test_backend_gpu: every test is skipped: %s\n", cnt_err_msg());
         return 0;

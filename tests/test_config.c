@@ -165,7 +165,7 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_int_equal(a->zero_init_residual, b->zero_init_residual);
     assert_int_equal(a->aux_logits, b->aux_logits);
     assert_float_bits(a->dropout, b->dropout);
-    assert_string_equal(a->data_kind, b->data_kind);
+    assert_int_equal(a->data_kind, b->data_kind);
     assert_string_equal(a->data_root, b->data_root);
     assert_int_equal(a->train_limit, b->train_limit);
     assert_int_equal(a->test_limit, b->test_limit);
@@ -173,7 +173,7 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_int_equal(a->pad, b->pad);
     assert_int_equal(a->workers, b->workers);
     assert_int_equal(a->prefetch, b->prefetch);
-    assert_string_equal(a->device, b->device);
+    assert_int_equal(a->device, b->device);
     assert_int_equal(a->epochs, b->epochs);
     assert_true(a->max_steps == b->max_steps);
     assert_int_equal(a->batch_size, b->batch_size);
@@ -189,24 +189,24 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_int_equal(a->nesterov, b->nesterov);
     assert_float_bits(a->weight_decay, b->weight_decay);
     assert_int_equal(a->wd_on_bn_bias, b->wd_on_bn_bias);
-    assert_string_equal(a->schedule, b->schedule);
+    assert_int_equal(a->schedule, b->schedule);
     assert_int_equal(a->n_milestones, b->n_milestones);
     for (int i = 0; i < a->n_milestones; i++) assert_int_equal(a->milestones[i], b->milestones[i]);
     assert_float_bits(a->gamma, b->gamma);
     assert_float_bits(a->warmup_epochs, b->warmup_epochs);
     assert_float_bits(a->min_lr, b->min_lr);
-    assert_string_equal(a->warmup_start, b->warmup_start);
-    assert_string_equal(a->remainder, b->remainder);
+    assert_int_equal(a->warmup_start, b->warmup_start);
+    assert_int_equal(a->remainder, b->remainder);
     assert_string_equal(a->init_from, b->init_from);
     assert_string_equal(a->train_root, b->train_root);
     assert_string_equal(a->val_root, b->val_root);
     assert_int_equal(a->image_size, b->image_size);
     assert_int_equal(a->channels, b->channels);
-    assert_string_equal(a->crop, b->crop);
+    assert_int_equal(a->crop, b->crop);
     assert_float_bits(a->min_scale, b->min_scale);
     assert_string_equal(a->mean, b->mean);
     assert_string_equal(a->std, b->std);
-    assert_string_equal(a->compress, b->compress);
+    assert_int_equal(a->compress, b->compress);
     assert_float_bits(a->stall_warn_s, b->stall_warn_s);
     assert_float_bits(a->stall_abort_s, b->stall_abort_s);
 }
@@ -221,7 +221,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.zero_init_residual, 0);
     assert_int_equal(c.aux_logits, 1);
     assert_float_bits(c.dropout, -1.0f);
-    assert_string_equal(c.data_kind, "idx");
+    assert_int_equal(c.data_kind, DATA_KIND_IDX);
     assert_string_equal(c.data_root, "/usr/share/datasets/fashion-mnist");
     assert_int_equal(c.train_limit, 0);
     assert_int_equal(c.test_limit, 0);
@@ -229,7 +229,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.pad, 4);
     assert_int_equal(c.workers, 2);
     assert_int_equal(c.prefetch, 4);
-    assert_string_equal(c.device, "auto");
+    assert_int_equal(c.device, BACKEND_DEVICE_AUTO);
     assert_int_equal(c.epochs, 15);
     assert_true(c.max_steps == 0);
     assert_int_equal(c.batch_size, 128);
@@ -245,7 +245,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.nesterov, 0);
     assert_float_bits(c.weight_decay, 5e-4f);
     assert_int_equal(c.wd_on_bn_bias, 1);
-    assert_string_equal(c.schedule, "cosine");
+    assert_int_equal(c.schedule, LR_SCHEDULE_COSINE);
     assert_int_equal(c.n_milestones, 0);
     assert_float_bits(c.gamma, 0.1f);
     assert_float_bits(c.warmup_epochs, 0.0f);
@@ -286,7 +286,7 @@ static void test_load_valid(void **state) {
     assert_int_equal(c.zero_init_residual, 1);
     assert_float_bits(c.dropout, 0.25f);
     assert_float_bits(c.lr, 0.05f);
-    assert_string_equal(c.schedule, "step");
+    assert_int_equal(c.schedule, LR_SCHEDULE_STEP);
     assert_int_equal(c.n_milestones, 3);
     assert_int_equal(c.milestones[0], 30);
     assert_int_equal(c.milestones[1], 60);
@@ -294,7 +294,7 @@ static void test_load_valid(void **state) {
     assert_int_equal(c.nesterov, 1);
     assert_true(c.seed == UINT64_MAX);
     assert_true(c.max_steps == 9000000000L);
-    assert_string_equal(c.device, "cpu");
+    assert_int_equal(c.device, BACKEND_DEVICE_CPU);
     assert_float_bits(c.gamma, 0.2f);
     /* Keys the file does not mention keep what cfg held. */
     assert_int_equal(c.epochs, 15);
@@ -476,7 +476,7 @@ static void test_overrides(void **state) {
     override_ok(&c, "optim.milestones=");
     assert_int_equal(c.n_milestones, 0);
     override_ok(&c, "train.device=cuda");
-    assert_string_equal(c.device, "cuda");
+    assert_int_equal(c.device, BACKEND_DEVICE_CUDA);
     override_ok(&c, "model.name=inception_v3");
     assert_string_equal(c.model_name, "inception_v3");
     /* A shorter string leaves no trace of the longer one. */
@@ -571,7 +571,7 @@ static void test_validate(void **state) {
     assert_int_equal(config_validate(&c), CNT_ERR);
     assert_contains(cnt_err_msg(), "optim.lr");
     config_defaults(&c);
-    strcpy(c.device, "gpu");
+    c.device = (backend_device)7; /* no such device */
     assert_int_equal(config_validate(&c), CNT_ERR);
     assert_contains(cnt_err_msg(), "train.device");
     config_defaults(&c);
@@ -667,7 +667,7 @@ static void test_round_trip(void **state) {
     c.pad = 2;
     c.workers = 3;
     c.prefetch = 7;
-    strcpy(c.device, "cuda");
+    c.device = BACKEND_DEVICE_CUDA;
     c.epochs = 90;
     c.max_steps = 123456789012L;
     c.batch_size = 256;
@@ -683,7 +683,7 @@ static void test_round_trip(void **state) {
     c.nesterov = 1;
     c.weight_decay = 1.2345678e-5f;
     c.wd_on_bn_bias = 0;
-    strcpy(c.schedule, "step");
+    c.schedule = LR_SCHEDULE_STEP;
     c.n_milestones = 3;
     c.milestones[0] = 30;
     c.milestones[1] = 60;

@@ -18,6 +18,12 @@
 #include "train/config.h"
 #include "train/loss_scale.h"
 
+/* The scaler a run with this config starts with. */
+static void scaler_from(loss_scaler *ls, const config *cfg) {
+    loss_scale_opts o = config_loss_scale_opts(cfg);
+    loss_scaler_init(ls, &o);
+}
+
 static void config_with(config *cfg, const char *precision, const char *scaling, const char *scale,
                         const char *window) {
     config_defaults(cfg);
@@ -48,7 +54,7 @@ static void test_auto_mode(void **state) {
         config cfg;
         config_with(&cfg, cases[i].precision, "auto", NULL, NULL);
         loss_scaler ls;
-        loss_scaler_init(&ls, &cfg);
+        scaler_from(&ls, &cfg);
         assert_int_equal(ls.mode, cases[i].mode);
         assert_int_equal(loss_scaler_active(&ls), cases[i].mode != LOSS_SCALE_NONE);
         /* the default start is PyTorch GradScaler's 2^16; none means 1 */
@@ -58,10 +64,10 @@ static void test_auto_mode(void **state) {
     config cfg;
     config_with(&cfg, "fp16", "none", NULL, NULL);
     loss_scaler ls;
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     assert_int_equal(ls.mode, LOSS_SCALE_NONE);
     config_with(&cfg, "fp32", "static", "128", NULL);
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     assert_int_equal(ls.mode, LOSS_SCALE_STATIC);
     assert_true(ls.scale == 128.0);
     char buf[256];
@@ -74,7 +80,7 @@ static void test_dynamic_rule(void **state) {
     config cfg;
     config_with(&cfg, "fp16", "auto", "1024", "3");
     loss_scaler ls;
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     int failed;
     /* overflow: skipped, halved */
     assert_int_equal(loss_scaler_update(&ls, 1, &failed), 0);
@@ -109,7 +115,7 @@ static void test_floor(void **state) {
     config cfg;
     config_with(&cfg, "fp16", "dynamic", "1.5e-7", NULL); /* about 2.5 x 2^-24 */
     loss_scaler ls;
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     int failed;
     for (int i = 0; i < 5; i++) {
         assert_int_equal(loss_scaler_update(&ls, 1, &failed), 0);
@@ -129,7 +135,7 @@ static void test_static_and_none(void **state) {
     config cfg;
     config_with(&cfg, "fp16", "static", "256", "1");
     loss_scaler ls;
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     int failed;
     assert_int_equal(loss_scaler_update(&ls, 1, &failed), 0);
     assert_int_equal(loss_scaler_update(&ls, 0, &failed), 1);
@@ -138,7 +144,7 @@ static void test_static_and_none(void **state) {
     assert_int_equal(ls.skipped, 1);
 
     config_with(&cfg, "fp32", "none", "256", NULL);
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     assert_true(ls.scale == 1.0);
     assert_int_equal(loss_scaler_update(&ls, 1, &failed), 1); /* none never skips */
     assert_int_equal(ls.skipped, 0);
@@ -150,7 +156,7 @@ static void test_stops_after_max_skips(void **state) {
     config cfg;
     config_with(&cfg, "fp16", "dynamic", NULL, NULL);
     loss_scaler ls;
-    loss_scaler_init(&ls, &cfg);
+    scaler_from(&ls, &cfg);
     int failed = 0;
     /* one clean step between runs of overflows resets the count */
     for (int i = 0; i < LOSS_SCALE_MAX_SKIPS - 1; i++) {

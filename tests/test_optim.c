@@ -23,6 +23,17 @@
 
 static void set(config *cfg, const char *kv) { assert_int_equal(config_override(cfg, kv), CNT_OK); }
 
+/* schedule_lr of the config's schedule with the given effective base rate,
+ * warm-up start and length (config_schedule derives those from a world size). */
+static double lr_at(const config *cfg, double base_lr, double warmup_start, long step, long steps_per_epoch,
+                    long total_steps) {
+    schedule s = config_schedule(cfg, 1, steps_per_epoch);
+    s.base_lr = base_lr;
+    s.warmup_start = warmup_start;
+    s.total_steps = total_steps;
+    return schedule_lr(&s, step);
+}
+
 static void test_constant_and_warmup(void **state) {
     (void)state;
     config cfg;
@@ -30,29 +41,29 @@ static void test_constant_and_warmup(void **state) {
     set(&cfg, "optim.schedule=constant");
     set(&cfg, "optim.warmup_epochs=2");
     /* 10 steps per epoch: warm-up is 20 steps, step s gets (s+1)/20 of the rate */
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.0, 0, 10, 100), 0.4 * 1 / 20, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.0, 9, 10, 100), 0.4 * 10 / 20, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.0, 19, 10, 100), 0.4, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.0, 20, 10, 100), 0.4, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.0, 99, 10, 100), 0.4, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.0, 0, 10, 100), 0.4 * 1 / 20, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.0, 9, 10, 100), 0.4 * 10 / 20, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.0, 19, 10, 100), 0.4, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.0, 20, 10, 100), 0.4, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.0, 99, 10, 100), 0.4, 1e-12);
     /* fractional warm-up */
     set(&cfg, "optim.warmup_epochs=0.5");
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 0, 10, 100), 0.2, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 4, 10, 100), 1.0, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 5, 10, 100), 1.0, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 0, 10, 100), 0.2, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 4, 10, 100), 1.0, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 5, 10, 100), 1.0, 1e-12);
     /* Goyal et al.'s gradual warm-up: from one worker's rate 0.1 to 4 x 0.1
      * over 20 steps: step s gets 0.1 + 0.3 (s+1)/20. */
     set(&cfg, "optim.warmup_epochs=2");
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.1, 0, 10, 100), 0.1 + 0.3 / 20, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.1, 9, 10, 100), 0.1 + 0.3 * 10 / 20, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.1, 19, 10, 100), 0.4, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.4, 0.1, 50, 10, 100), 0.4, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.1, 0, 10, 100), 0.1 + 0.3 / 20, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.1, 9, 10, 100), 0.1 + 0.3 * 10 / 20, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.1, 19, 10, 100), 0.4, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.4, 0.1, 50, 10, 100), 0.4, 1e-12);
     /* One worker: the start equals the rate, so there is no ramp. */
-    assert_float_equal(schedule_lr(&cfg, 0.1, 0.1, 0, 10, 100), 0.1, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.1, 0.1, 0, 10, 100), 0.1, 1e-12);
     /* A start above the schedule's value never raises the rate. */
     set(&cfg, "optim.schedule=cosine");
     set(&cfg, "optim.min_lr=0");
-    assert_true(schedule_lr(&cfg, 0.4, 0.5, 19, 10, 20) <= 0.4);
+    assert_true(lr_at(&cfg, 0.4, 0.5, 19, 10, 20) <= 0.4);
 }
 
 static void test_step_schedule(void **state) {
@@ -63,12 +74,12 @@ static void test_step_schedule(void **state) {
     set(&cfg, "optim.milestones=3,5");
     set(&cfg, "optim.gamma=0.1");
     set(&cfg, "optim.warmup_epochs=0");
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 0, 10, 80), 1.0, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 29, 10, 80), 1.0, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 30, 10, 80), 0.1, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 49, 10, 80), 0.1, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 50, 10, 80), 0.01, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 1.0, 0.0, 79, 10, 80), 0.01, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 0, 10, 80), 1.0, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 29, 10, 80), 1.0, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 30, 10, 80), 0.1, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 49, 10, 80), 0.1, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 50, 10, 80), 0.01, 1e-12);
+    assert_float_equal(lr_at(&cfg, 1.0, 0.0, 79, 10, 80), 0.01, 1e-12);
 }
 
 static void test_cosine_schedule(void **state) {
@@ -78,20 +89,20 @@ static void test_cosine_schedule(void **state) {
     set(&cfg, "optim.schedule=cosine");
     set(&cfg, "optim.warmup_epochs=0");
     set(&cfg, "optim.min_lr=0.001");
-    assert_float_equal(schedule_lr(&cfg, 0.1, 0.0, 0, 10, 100), 0.1, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.1, 0.0, 50, 10, 100), 0.001 + 0.099 * 0.5, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 0.1, 0.0, 100, 10, 100), 0.001, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.1, 0.0, 0, 10, 100), 0.1, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.1, 0.0, 50, 10, 100), 0.001 + 0.099 * 0.5, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.1, 0.0, 100, 10, 100), 0.001, 1e-12);
     /* monotone non-increasing */
     double prev = 1;
     for (long s = 0; s <= 100; s++) {
-        double lr = schedule_lr(&cfg, 0.1, 0.0, s, 10, 100);
+        double lr = lr_at(&cfg, 0.1, 0.0, s, 10, 100);
         assert_true(lr <= prev + 1e-15);
         prev = lr;
     }
     /* warm-up multiplies the cosine value */
     set(&cfg, "optim.warmup_epochs=1");
     double plain = 0.001 + 0.099 * 0.5 * (1 + cos(M_PI * 4 / 100.0));
-    assert_float_equal(schedule_lr(&cfg, 0.1, 0.0, 4, 10, 100), plain * 5 / 10, 1e-12);
+    assert_float_equal(lr_at(&cfg, 0.1, 0.0, 4, 10, 100), plain * 5 / 10, 1e-12);
 }
 
 /* A small net whose tensors alternate decayed (conv/linear weights) and
@@ -125,7 +136,8 @@ static void check_sgd(int wd_on_bn_bias, int nesterov) {
     be->download(pf, nt->params, n * sizeof(float));
     tu_to_double(pf, p, n);
     optimizer opt;
-    optim_init(&opt, nt, &cfg);
+    optim_opts oo = config_optim_opts(&cfg);
+    optim_init(&opt, nt, &oo);
     for (int step = 0; step < 3; step++) {
         tu_fill_normal(&r, g, n, 0.0, 1.0);
         float *gd = tu_dev_from_double(be, g, n);

@@ -70,7 +70,7 @@ static void test_stager_cpu(void **state) {
 
 static void test_stager_gpu(void **state) {
     (void)state;
-    const backend *gpu = backend_get("cuda");
+    const backend *gpu = backend_get(BACKEND_DEVICE_CUDA);
     if (!gpu) {
         printf("no GPU: %s\n", cnt_err_msg());
         skip();

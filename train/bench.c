@@ -43,16 +43,13 @@ static void bench_update(const backend *be, net *nt, optimizer *o, float *overfl
 }
 
 int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
-    const backend *be = backend_get(opt->device ? opt->device : "auto");
+    const backend *be = backend_get(opt->device);
     if (!be) return CNT_ERR;
     be->set_threads(opt->threads);
-    const char *prec = opt->precision ? opt->precision : "fp32";
-    int math = backend_math_from_name(prec);
-    if (math < 0) return cnt_err_set("unknown precision '%s' (fp32, tf32, bf16, fp16)", prec);
+    int math = opt->precision;
     int fp16 = math == BACKEND_MATH_FP16;
     be->set_math(math);
-    int layout = backend_layout_from_name(opt->layout ? opt->layout : "auto", be, math);
-    if (layout < 0) return cnt_err_set("unknown layout '%s' (auto, nchw, nhwc)", opt->layout);
+    int layout = backend_layout_choose(opt->layout, be, math);
     if (opt->batch < 1 || opt->steps < 1) return cnt_err_set("batch and steps must be at least 1");
     net *nt = net_create(be, opt->c, opt->h, opt->w, opt->classes);
     net_set_layout(nt, layout);
@@ -83,7 +80,8 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     config cfg;
     config_defaults(&cfg);
     optimizer o;
-    optim_init(&o, nt, &cfg);
+    optim_opts oo = config_optim_opts(&cfg);
+    optim_init(&o, nt, &oo);
     /* fp16 steps pay what the trainer's dynamic loss scaling costs. */
     float *overflow = fp16 ? be->alloc(sizeof(float)) : NULL;
 
@@ -140,7 +138,9 @@ int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
     else snprintf(threads, sizeof threads, "all");
     /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
     char prec_note[64] = "";
-    if (strcmp(prec, "fp32") != 0 && (gpu || strcmp(prec, "tf32") != 0))
+    config named = {.precision = opt->precision};
+    const char *prec = config_name(&named, &named.precision);
+    if (math != BACKEND_MATH_FP32 && (gpu || math != BACKEND_MATH_TF32))
         snprintf(prec_note, sizeof prec_note, " (%s%s)", prec, gpu ? "" : ", emulated");
     /* NHWC on the CPU is NCHW with transposes around each op */
     if (layout == BACKEND_LAYOUT_NHWC)
@@ -176,7 +176,8 @@ int bench_data(const config *cfg, double seconds, FILE *out) {
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int max_workers = cfg->workers > cores ? cfg->workers : (int)cores;
-    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, augment %s\n", cfg->data_kind,
+    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, augment %s\n",
+            config_name(cfg, &cfg->data_kind),
             d.train.root ? d.train.root : cfg->data_root, d.train.n, d.train.c, d.train.h, d.train.w,
             cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad", cfg->augment ? "on" : "off");
     fprintf(out, "%8s %12s %12s %14s %10s\n", "workers", "images/s", "ms/batch", "img/s/worker", "skipped");

@@ -26,9 +26,9 @@ typedef struct bench_options {
     int steps;     /* timed steps, after warm-up */
     int warmup;    /* untimed steps */
     int threads;   /* 0: all cores */
-    const char *device;
-    const char *precision; /* "fp32", "tf32", "bf16" or "fp16" (NULL: fp32) */
-    const char *layout;    /* "auto", "nchw" or "nhwc" (NULL: auto, as train.layout) */
+    backend_device device;
+    backend_math precision;
+    backend_layout layout; /* auto: as train.layout = auto */
 } bench_options;
 
 typedef struct bench_result {

@@ -75,6 +75,12 @@ enum {
     RANGE_MIN_EXCL = 1u << 2, /* the lower bound is exclusive */
 };
 
+/* One allowed value of an enumerated key: its name and the enum value stored. */
+typedef struct choice {
+    const char *name;
+    int value;
+} choice;
+
 typedef struct key_def {
     const char *section;
     const char *name;
@@ -82,7 +88,7 @@ typedef struct key_def {
     const char *def;            /* default, parsed like a user's value */
     unsigned range;             /* RANGE_* flags; numbers and list items */
     double min, max;
-    const char *const *choices; /* KEY_ENUM: NULL-terminated */
+    const choice *choices;      /* KEY_ENUM: ends with a NULL name */
     const char *help;
     size_t off;                 /* the field in struct config */
     size_t count_off;           /* KEY_INT_LIST: the int holding the count */
@@ -97,6 +103,9 @@ typedef struct key_def {
 #define OFF_FLOAT(f) _Generic(((config *)0)->f, float: offsetof(config, f))
 #define OFF_STR(f) _Generic(((config *)0)->f, char *: offsetof(config, f))
 #define OFF_LIST(f) _Generic(((config *)0)->f, int *: offsetof(config, f))
+/* An enum field: stored and read as an int (an enum type is compatible with
+ * an integer type of its size; this fails to compile for any other size). */
+#define OFF_ENUM(f) (offsetof(config, f) + 0 * sizeof(char[sizeof(((config *)0)->f) == sizeof(int) ? 1 : -1]))
 
 #define BETWEEN(lo, hi) .range = RANGE_MIN | RANGE_MAX, .min = (lo), .max = (hi)
 #define ABOVE(lo, hi) .range = RANGE_MIN | RANGE_MIN_EXCL | RANGE_MAX, .min = (lo), .max = (hi)
@@ -115,24 +124,31 @@ typedef struct key_def {
 #define K_STRING(sec, key, field, dflt, ...) \
     {.section = sec, .name = key, .type = KEY_STRING, .def = dflt, .off = OFF_STR(field), __VA_ARGS__}
 #define K_ENUM(sec, key, field, dflt, ...) \
-    {.section = sec, .name = key, .type = KEY_ENUM, .def = dflt, .off = OFF_STR(field), __VA_ARGS__}
+    {.section = sec, .name = key, .type = KEY_ENUM, .def = dflt, .off = OFF_ENUM(field), __VA_ARGS__}
 #define K_INT_LIST(sec, key, field, count, dflt, ...)                                              \
     {.section = sec, .name = key, .type = KEY_INT_LIST, .def = dflt, .off = OFF_LIST(field),    \
      .count_off = OFF_INT(count),                                                               \
      .max_count = (int)(sizeof(((config *)0)->field) / sizeof(((config *)0)->field[0])), __VA_ARGS__}
 
-static const char *const data_kinds[] = {"idx", "cifar", "imagefolder", "synthetic", NULL};
-static const char *const crops[] = {"auto", "pad", "resized", NULL};
-static const char *const remainders[] = {"drop", "wrap", NULL};
-static const char *const compressions[] = {"none", "fp16", NULL};
-static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
-static const char *const schedules[] = {"constant", "step", "cosine", NULL};
-static const char *const lr_scalings[] = {"linear", "none", NULL};
-static const char *const warmup_starts[] = {"zero", "lr", NULL};
-static const char *const dist_backends[] = {"auto", "mpi", "ring", "nccl", NULL};
-static const char *const precisions[] = {"fp32", "tf32", "bf16", "fp16", NULL};
-static const char *const layouts[] = {"auto", "nchw", "nhwc", NULL};
-static const char *const loss_scalings[] = {"auto", "dynamic", "static", "none", NULL};
+static const choice data_kinds[] = {{"idx", DATA_KIND_IDX}, {"cifar", DATA_KIND_CIFAR},
+                                    {"imagefolder", DATA_KIND_IMAGEFOLDER}, {"synthetic", DATA_KIND_SYNTHETIC}, {0}};
+static const choice crops[] = {{"auto", DATA_CROP_AUTO}, {"pad", DATA_CROP_PAD}, {"resized", DATA_CROP_RESIZED}, {0}};
+static const choice remainders[] = {{"drop", DATA_REMAINDER_DROP}, {"wrap", DATA_REMAINDER_WRAP}, {0}};
+static const choice compressions[] = {{"none", REDUCER_COMPRESS_NONE}, {"fp16", REDUCER_COMPRESS_FP16}, {0}};
+static const choice devices[] = {{"auto", BACKEND_DEVICE_AUTO}, {"cpu", BACKEND_DEVICE_CPU},
+                                 {"cuda", BACKEND_DEVICE_CUDA}, {0}};
+static const choice schedules[] = {{"constant", LR_SCHEDULE_CONSTANT}, {"step", LR_SCHEDULE_STEP},
+                                   {"cosine", LR_SCHEDULE_COSINE}, {0}};
+static const choice lr_scalings[] = {{"linear", LR_SCALING_LINEAR}, {"none", LR_SCALING_NONE}, {0}};
+static const choice warmup_starts[] = {{"zero", WARMUP_FROM_ZERO}, {"lr", WARMUP_FROM_LR}, {0}};
+static const choice dist_backends[] = {{"auto", DIST_BACKEND_AUTO}, {"mpi", DIST_BACKEND_MPI},
+                                       {"ring", DIST_BACKEND_RING}, {"nccl", DIST_BACKEND_NCCL}, {0}};
+static const choice precisions[] = {{"fp32", BACKEND_MATH_FP32}, {"tf32", BACKEND_MATH_TF32},
+                                    {"bf16", BACKEND_MATH_BF16}, {"fp16", BACKEND_MATH_FP16}, {0}};
+static const choice layouts[] = {{"auto", BACKEND_LAYOUT_AUTO}, {"nchw", BACKEND_LAYOUT_NCHW},
+                                 {"nhwc", BACKEND_LAYOUT_NHWC}, {0}};
+static const choice loss_scalings[] = {{"auto", LOSS_SCALE_AUTO}, {"dynamic", LOSS_SCALE_DYNAMIC},
+                                       {"static", LOSS_SCALE_STATIC}, {"none", LOSS_SCALE_NONE}, {0}};
 
 /* The keys, grouped by section, in the order of --help, the README and the
  * written INI file. */
@@ -390,8 +406,8 @@ static void allowed_text(const key_def *k, int markdown, char *buf, size_t n) {
     case KEY_BOOL: snprintf(buf, n, "true, false"); break;
     case KEY_STRING: snprintf(buf, n, "text, at most %d characters", CONFIG_VALUE_MAX); break;
     case KEY_ENUM:
-        for (int i = 0; k->choices[i]; i++)
-            append(buf, n, markdown ? "%s`%s`" : "%s%s", i ? ", " : "", k->choices[i]);
+        for (int i = 0; k->choices[i].name; i++)
+            append(buf, n, markdown ? "%s`%s`" : "%s%s", i ? ", " : "", k->choices[i].name);
         break;
     case KEY_INT_LIST: snprintf(buf, n, "up to %d ascending ints in %s", k->max_count, range); break;
     }
@@ -480,6 +496,26 @@ static void describe_unknown(const char *section, const char *name, char *buf, s
 
 /* ------------------------------------------------------ values: printing */
 
+/* The index in k->choices of the entry with this value, or -1. */
+static int choice_index(const key_def *k, int value) {
+    for (int i = 0; k->choices[i].name; i++)
+        if (k->choices[i].value == value) return i;
+    return -1;
+}
+
+/* The name of an enumerated key's value, "?" when it is none of them. */
+static const char *choice_name(const key_def *k, int value) {
+    int i = choice_index(k, value);
+    return i < 0 ? "?" : k->choices[i].name;
+}
+
+/* "'v' is not one of: a, b, c" into why. */
+static int not_a_choice(const key_def *k, const char *v, char *why, size_t n) {
+    snprintf(why, n, "'%s' is not one of: ", v);
+    for (int i = 0; k->choices[i].name; i++) append(why, n, "%s%s", i ? ", " : "", k->choices[i].name);
+    return CNT_ERR;
+}
+
 static void value_text(const key_def *k, const config *cfg, char *buf, size_t n) {
     const void *p = field_cptr(k, cfg);
     switch (k->type) {
@@ -488,8 +524,8 @@ static void value_text(const key_def *k, const config *cfg, char *buf, size_t n)
     case KEY_UINT64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
     case KEY_FLOAT: format_float(*(const float *)p, buf, n); break;
     case KEY_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
-    case KEY_STRING:
-    case KEY_ENUM: snprintf(buf, n, "%s", (const char *)p); break;
+    case KEY_STRING: snprintf(buf, n, "%s", (const char *)p); break;
+    case KEY_ENUM: snprintf(buf, n, "%s", choice_name(k, *(const int *)p)); break;
     case KEY_INT_LIST: {
         const int *items = p;
         int count = *(const int *)((const char *)cfg + k->count_off);
@@ -567,21 +603,20 @@ static int key_check(const key_def *k, const config *cfg, char *why, size_t n) {
         if (*(const int *)p == 0 || *(const int *)p == 1) return CNT_OK;
         snprintf(why, n, "%d is not a bool (0 or 1)", *(const int *)p);
         return CNT_ERR;
-    case KEY_STRING:
-    case KEY_ENUM: {
+    case KEY_STRING: {
         const char *s = p;
         if (!memchr(s, '\0', CONFIG_STR)) {
             snprintf(why, n, "value is not NUL-terminated");
             return CNT_ERR;
         }
         if (s[0] == '\0' && k->empty_ok) return CNT_OK;
-        if (check_text(s, why, n) != CNT_OK) return CNT_ERR;
-        if (k->type == KEY_STRING) return CNT_OK;
-        for (int i = 0; k->choices[i]; i++)
-            if (strcmp(s, k->choices[i]) == 0) return CNT_OK;
-        snprintf(why, n, "'%s' is not one of: ", s);
-        for (int i = 0; k->choices[i]; i++) append(why, n, "%s%s", i ? ", " : "", k->choices[i]);
-        return CNT_ERR;
+        return check_text(s, why, n);
+    }
+    case KEY_ENUM: {
+        int v = *(const int *)p;
+        if (choice_index(k, v) >= 0) return CNT_OK;
+        snprintf(text, sizeof text, "%d", v);
+        return not_a_choice(k, text, why, n);
     }
     case KEY_INT_LIST: {
         const int *items = p;
@@ -769,12 +804,22 @@ static int key_parse(const key_def *k, const char *text, config *cfg, char *why,
     case KEY_FLOAT: rc = parse_float(text, p, why, n); break;
     case KEY_BOOL: rc = parse_bool(text, p, why, n); break;
     case KEY_STRING:
-    case KEY_ENUM:
         rc = text[0] == '\0' && k->empty_ok ? CNT_OK : check_text(text, why, n);
         if (rc == CNT_OK) {
             memset(p, 0, CONFIG_STR);
             memcpy(p, text, strlen(text));
         }
+        break;
+    case KEY_ENUM:
+        rc = check_text(text, why, n);
+        if (rc != CNT_OK) break;
+        rc = CNT_ERR;
+        for (int i = 0; k->choices[i].name && rc != CNT_OK; i++)
+            if (strcmp(text, k->choices[i].name) == 0) {
+                *(int *)p = k->choices[i].value;
+                rc = CNT_OK;
+            }
+        if (rc != CNT_OK) not_a_choice(k, text, why, n);
         break;
     case KEY_INT_LIST:
         rc = parse_int_list(text, p, (int *)((char *)cfg + k->count_off), k->max_count, why, n);
@@ -1070,19 +1115,19 @@ int config_validate(const config *cfg) {
         if (cfg->milestones[i] <= cfg->milestones[i - 1])
             return cnt_err_set("invalid configuration: optim.milestones must be strictly ascending (%d follows %d)",
                                cfg->milestones[i], cfg->milestones[i - 1]);
-    if (strcmp(cfg->schedule, "step") == 0 && cfg->n_milestones == 0)
+    if (cfg->schedule == LR_SCHEDULE_STEP && cfg->n_milestones == 0)
         return cnt_err_set("invalid configuration: optim.schedule = step needs optim.milestones (e.g. 30,60,90)");
     if (cfg->nesterov && cfg->momentum == 0.0f)
         return cnt_err_set("invalid configuration: optim.nesterov = true needs optim.momentum > 0");
-    if (strcmp(cfg->schedule, "cosine") == 0 && cfg->min_lr > cfg->lr)
+    if (cfg->schedule == LR_SCHEDULE_COSINE && cfg->min_lr > cfg->lr)
         return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the cosine schedule "
                            "would raise the rate",
                            (double)cfg->min_lr, (double)cfg->lr);
-    if (strcmp(cfg->dist_backend, "nccl") == 0 && strcmp(cfg->compress, "none") != 0)
+    if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->compress != REDUCER_COMPRESS_NONE)
         return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi or ring; NCCL "
                            "sums fp32 gradients on the GPUs (dist.compress = none)",
-                           cfg->compress);
-    if (strcmp(cfg->dist_backend, "nccl") == 0 && strcmp(cfg->device, "cpu") == 0)
+                           config_name(cfg, &cfg->compress));
+    if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->device == BACKEND_DEVICE_CPU)
         return cnt_err_set("invalid configuration: dist.backend = nccl needs GPUs (train.device = cuda or auto), "
                            "got train.device = cpu");
     return CNT_OK;
@@ -1149,4 +1194,97 @@ void config_write_ini(const config *cfg, FILE *out) {
         value_text(k, cfg, value, sizeof value);
         fprintf(out, "%s =%s%s\n", k->name, value[0] ? " " : "", value);
     }
+}
+
+/* ------------------------------------------------ enumerated values by name */
+
+/* The key "section.key", or NULL. */
+static const key_def *key_find_dotted(const char *dotted) {
+    const char *dot = strchr(dotted, '.');
+    if (!dot || (size_t)(dot - dotted) >= 32) return NULL;
+    char section[32];
+    memcpy(section, dotted, (size_t)(dot - dotted));
+    section[dot - dotted] = '\0';
+    return key_find(section, dot + 1);
+}
+
+const char *config_name(const config *cfg, const void *field) {
+    size_t off = (size_t)((const char *)field - (const char *)cfg);
+    for (int i = 0; i < N_KEYS; i++)
+        if (key_table[i].type == KEY_ENUM && key_table[i].off == off) return choice_name(&key_table[i], *(const int *)field);
+    CNT_ASSERT(!"config_name: not an enumerated key's field");
+    return "?";
+}
+
+void config_choices(const char *key, const char *sep, char *buf, size_t len) {
+    const key_def *k = key_find_dotted(key);
+    CNT_ASSERT(k && k->type == KEY_ENUM);
+    buf[0] = '\0';
+    for (int i = 0; k->choices[i].name; i++) append(buf, len, "%s%s", i ? sep : "", k->choices[i].name);
+}
+
+int config_parse_choice(const char *key, const char *value, int *out) {
+    const key_def *k = key_find_dotted(key);
+    CNT_ASSERT(k && k->type == KEY_ENUM);
+    config work;
+    char why[512];
+    if (key_parse(k, value, &work, why, sizeof why) != CNT_OK) return cnt_err_set("%s: %s", key, why);
+    *out = *(const int *)field_cptr(k, &work);
+    return CNT_OK;
+}
+
+/* --------------------------------------------- what the modules are given */
+
+optim_opts config_optim_opts(const config *cfg) {
+    return (optim_opts){.momentum = cfg->momentum, .weight_decay = cfg->weight_decay, .nesterov = cfg->nesterov,
+                        .wd_on_bn_bias = cfg->wd_on_bn_bias};
+}
+
+schedule config_schedule(const config *cfg, int world, long steps_per_epoch) {
+    schedule s = {.kind = cfg->schedule, .gamma = cfg->gamma, .min_lr = cfg->min_lr,
+                  .warmup_epochs = cfg->warmup_epochs, .steps_per_epoch = steps_per_epoch,
+                  .total_steps = steps_per_epoch * cfg->epochs, .n_milestones = cfg->n_milestones};
+    memcpy(s.milestones, cfg->milestones, sizeof s.milestones);
+    /* Linear scaling (Goyal et al. 2017): N workers take N times larger steps
+     * on the N times larger global batch, reached through the warm-up, whose
+     * gradual form starts at one worker's rate. */
+    s.base_lr = cfg->lr_scaling == LR_SCALING_LINEAR ? (double)cfg->lr * world : (double)cfg->lr;
+    s.warmup_start = cfg->warmup_start == WARMUP_FROM_LR ? (double)cfg->lr : 0.0;
+    return s;
+}
+
+loss_scale_opts config_loss_scale_opts(const config *cfg) {
+    loss_scale_mode m = cfg->loss_scaling;
+    if (m == LOSS_SCALE_AUTO) m = cfg->precision == BACKEND_MATH_FP16 ? LOSS_SCALE_DYNAMIC : LOSS_SCALE_NONE;
+    return (loss_scale_opts){.mode = m, .scale = (double)cfg->loss_scale, .window = cfg->loss_scale_window};
+}
+
+reducer_opts config_reducer_opts(const config *cfg) {
+    size_t mib = (size_t)1 << 20;
+    size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float));
+    size_t bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
+    return (reducer_opts){.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1,
+                          .algo = cfg->dist_backend == DIST_BACKEND_RING ? DIST_ALGO_RING : DIST_ALGO_MPI,
+                          .overlap = cfg->overlap, .compress = cfg->compress, .stall_warn_s = cfg->stall_warn_s,
+                          .stall_abort_s = cfg->stall_abort_s, .nccl = NULL};
+}
+
+zoo_options config_zoo_options(const config *cfg) {
+    return (zoo_options){.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
+                         .dropout = cfg->dropout};
+}
+
+int config_crop(const config *cfg) {
+    switch (cfg->crop) {
+    case DATA_CROP_PAD: return LOADER_CROP_PAD;
+    case DATA_CROP_RESIZED: return LOADER_CROP_RESIZED;
+    case DATA_CROP_AUTO: break;
+    }
+    return cfg->data_kind == DATA_KIND_IMAGEFOLDER ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+}
+
+resume_mode config_resume(const config *cfg) {
+    if (strcmp(cfg->ckpt_resume, "none") == 0) return RESUME_NONE;
+    if (strcmp(cfg->ckpt_resume, "auto") == 0) return RESUME_AUTO;
+    return RESUME_FILE;
 }

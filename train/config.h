@@ -8,6 +8,13 @@
  * trailing junk, or out of range is an error naming file:line (or the override)
  * and the key.
  *
+ * Enumerated values are parsed into enums here and nowhere else; the
+ * config_*_opts functions below turn the configuration into the small option
+ * structs the modules take, resolving each "auto" that depends on the
+ * configuration alone (those that depend on the machine are resolved where it
+ * is known: train.device and train.layout by model/backend.h, dist.backend by
+ * the trainer, data.mean/std by train/input.c).
+ *
  * Errors: functions returning int give CNT_OK, or CNT_ERR with the message in
  * cnt_err_msg(); the caller (train/main.c) prints it and exits with code 2.
  */
@@ -17,8 +24,28 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/loader.h"
+#include "dist/reducer.h"
+#include "model/backend.h"
+#include "model/zoo.h"
+#include "train/loss_scale.h"
+#include "train/optim.h"
+
 #define CONFIG_STR 512
-#define CONFIG_MAX_MILESTONES 16
+#define CONFIG_MAX_MILESTONES SCHEDULE_MAX_MILESTONES
+
+/* Enumerated keys are stored as enums, parsed once by the key table; where a
+ * module owns the concept its enum is used (backend_math, backend_layout,
+ * backend_device, loss_scale_mode, lr_schedule, reducer_compress). These are
+ * the ones only the configuration has. */
+typedef enum data_kind { DATA_KIND_IDX, DATA_KIND_CIFAR, DATA_KIND_IMAGEFOLDER, DATA_KIND_SYNTHETIC } data_kind;
+typedef enum data_crop { DATA_CROP_AUTO, DATA_CROP_PAD, DATA_CROP_RESIZED } data_crop;
+typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_remainder;
+typedef enum warmup_from { WARMUP_FROM_ZERO, WARMUP_FROM_LR } warmup_from;
+typedef enum lr_scaling { LR_SCALING_LINEAR, LR_SCALING_NONE } lr_scaling;
+typedef enum dist_backend { DIST_BACKEND_AUTO, DIST_BACKEND_MPI, DIST_BACKEND_RING, DIST_BACKEND_NCCL } dist_backend;
+/* checkpoint.resume: "none", "auto", or a checkpoint file's path. */
+typedef enum resume_mode { RESUME_NONE, RESUME_AUTO, RESUME_FILE } resume_mode;
 
 typedef struct config {
     /* [model] */
@@ -29,7 +56,7 @@ typedef struct config {
     char init_from[CONFIG_STR];      /* safetensors file to start from; "": random init */
 
     /* [data] */
-    char data_kind[CONFIG_STR];      /* "idx", "cifar", "imagefolder", "synthetic" */
+    data_kind data_kind;
     char data_root[CONFIG_STR];      /* directory holding the data set (idx, cifar, imagefolder) */
     char train_root[CONFIG_STR];     /* imagefolder training tree; "": data_root/train */
     char val_root[CONFIG_STR];       /* imagefolder validation tree; "": data_root/val */
@@ -38,24 +65,24 @@ typedef struct config {
     int train_limit;                 /* 0: all training samples */
     int test_limit;                  /* 0: all test samples */
     int augment;                     /* bool: random crop and flip of training images */
-    char crop[CONFIG_STR];           /* "auto", "pad", "resized" */
+    data_crop crop;                  /* auto: config_crop */
     int pad;                         /* crop padding (crop = pad) */
     float min_scale;                 /* smallest crop area fraction (crop = resized) */
     char mean[CONFIG_STR];           /* "auto" or per-channel list */
     char std[CONFIG_STR];            /* "auto" or per-channel list */
     int workers;                     /* loader threads */
     int prefetch;                    /* batches ready ahead */
-    char remainder[CONFIG_STR];      /* "drop", "wrap": training samples that do not fill a step */
+    data_remainder remainder;        /* training samples that do not fill a step */
     char synthetic_shape[CONFIG_STR]; /* "CxHxW" (synthetic) */
     int synthetic_classes;           /* label range (synthetic) */
     int synthetic_train;             /* training samples (synthetic) */
     int synthetic_test;              /* test samples (synthetic) */
 
     /* [train] */
-    char device[CONFIG_STR];         /* "auto", "cpu", "cuda" */
-    char precision[CONFIG_STR];      /* "fp32", "tf32", "bf16", "fp16" */
-    char layout[CONFIG_STR];         /* "auto", "nchw", "nhwc" */
-    char loss_scaling[CONFIG_STR];   /* "auto", "dynamic", "static", "none" */
+    backend_device device;
+    backend_math precision;
+    backend_layout layout;           /* auto: backend_layout_choose */
+    loss_scale_mode loss_scaling;    /* auto: config_loss_scale_opts */
     float loss_scale;                /* static scale, or the dynamic scale's start */
     int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */
     int epochs;
@@ -75,22 +102,22 @@ typedef struct config {
     int nesterov;                    /* bool */
     float weight_decay;
     int wd_on_bn_bias;               /* bool: apply weight decay to BN and bias parameters too */
-    char schedule[CONFIG_STR];       /* "constant", "step", "cosine" */
+    lr_schedule schedule;
     int milestones[CONFIG_MAX_MILESTONES]; /* epochs, ascending (step schedule) */
     int n_milestones;
     float gamma;                     /* step schedule factor */
     float warmup_epochs;             /* linear warm-up length, may be fractional */
-    char warmup_start[CONFIG_STR];   /* "zero", "lr": where the warm-up ramp starts */
+    warmup_from warmup_start;        /* where the warm-up ramp starts */
     float min_lr;                    /* cosine floor */
-    char lr_scaling[CONFIG_STR];     /* "linear", "none" */
+    lr_scaling lr_scaling;
 
     /* [dist] */
-    char dist_backend[CONFIG_STR];   /* "auto", "mpi", "ring", "nccl" */
+    dist_backend dist_backend;       /* auto: decided at run time (train/trainer.c) */
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
     char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */
-    char compress[CONFIG_STR];       /* "none", "fp16": gradient format on the wire */
+    reducer_compress compress;       /* gradient format on the wire */
     float stall_warn_s;              /* warn when a collective waits this long; 0: off */
     float stall_abort_s;             /* end the job when a collective waits this long; 0: off */
 
@@ -98,7 +125,7 @@ typedef struct config {
     char ckpt_dir[CONFIG_STR];       /* relative: inside out_dir */
     int ckpt_every;                  /* epochs between checkpoints, 0: never */
     int ckpt_keep;                   /* 0: keep all */
-    char ckpt_resume[CONFIG_STR];    /* "none", "auto" or a path */
+    char ckpt_resume[CONFIG_STR];    /* "none", "auto" or a path: config_resume */
 } config;
 
 /* Fills every field with the table's default. */
@@ -121,6 +148,38 @@ int config_synthetic_shape(const config *cfg, int *c, int *h, int *w);
  * into v[0..2] (one number is used for every channel); *is_auto is set for
  * "auto". Errors: CNT_ERR naming the key and the value. */
 int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto);
+
+/* The name of an enumerated key's value as a user writes it ("fp16" for
+ * cfg->precision == BACKEND_MATH_FP16): field points into cfg at an enum
+ * field. Never NULL ("?" for a value outside the key's choices). */
+const char *config_name(const config *cfg, const void *field);
+/* The choices of enumerated key "section.key" joined by sep ("fp32|tf32|..."),
+ * into buf. */
+void config_choices(const char *key, const char *sep, char *buf, size_t len);
+/* Parses value as enumerated key "section.key" ("train.precision") into *out.
+ * CNT_ERR with the key's message ("'fp8' is not one of: ...") otherwise. */
+int config_parse_choice(const char *key, const char *value, int *out);
+
+/* ---- what the modules take: the configuration's "auto"s resolved, once ----
+ * Modules take these small structs, never the whole config. */
+optim_opts config_optim_opts(const config *cfg);
+/* The learning-rate schedule of a run on `world` ranks: optim.lr scaled by
+ * optim.lr_scaling, the warm-up from 0 or from optim.lr (optim.warmup_start),
+ * train.epochs x steps_per_epoch long. */
+schedule config_schedule(const config *cfg, int world, long steps_per_epoch);
+/* train.loss_scaling; auto is dynamic for fp16 and none otherwise (bf16 has
+ * fp32's exponent range). */
+loss_scale_opts config_loss_scale_opts(const config *cfg);
+/* The reducer's buckets (dist.first_bucket_mb, bucket_mb), algorithm
+ * (dist.backend ring or MPI), overlap, compression and watchdog; nccl NULL. */
+reducer_opts config_reducer_opts(const config *cfg);
+zoo_options config_zoo_options(const config *cfg);
+/* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized
+ * crop for image folders and the pad crop for in-memory sets. */
+int config_crop(const config *cfg);
+/* checkpoint.resume: RESUME_NONE, RESUME_AUTO or RESUME_FILE (the value is
+ * the file's path). */
+resume_mode config_resume(const config *cfg);
 
 /* `trainer --help`: every key with type, default, range and help. */
 void config_print_help(FILE *out);

@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "dist/dist.h"
+#include "model/zoo.h"
 
 /* RNG streams of the synthetic data set; other consumers of train.seed use
  * their own streams, so the data does not repeat the initialisation. */
@@ -19,15 +20,14 @@ enum { SYNTHETIC_STREAM_TRAIN = 0x5d7a0001, SYNTHETIC_STREAM_TEST = 0x5d7a0002 }
 #define STATS_IMAGES 1024
 
 static int load_in_memory(const config *cfg, input_data *d) {
-    if (strcmp(cfg->data_kind, "idx") == 0) {
+    switch (cfg->data_kind) {
+    case DATA_KIND_IDX:
         if (dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
         return dataset_load_mnist_dir(&d->test, cfg->data_root, 0);
-    }
-    if (strcmp(cfg->data_kind, "cifar") == 0) {
+    case DATA_KIND_CIFAR:
         if (dataset_load_cifar(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
         return dataset_load_cifar(&d->test, cfg->data_root, 0);
-    }
-    if (strcmp(cfg->data_kind, "synthetic") == 0) {
+    case DATA_KIND_SYNTHETIC: {
         /* Train and test are two streams of the same seed: different images. */
         int c, h, w;
         if (config_synthetic_shape(cfg, &c, &h, &w) != CNT_OK) return CNT_ERR;
@@ -37,7 +37,9 @@ static int load_in_memory(const config *cfg, input_data *d) {
         return dataset_make_synthetic(&d->test, c, h, w, cfg->synthetic_classes, cfg->synthetic_test, cfg->seed,
                                       SYNTHETIC_STREAM_TEST);
     }
-    return cnt_err_set("data.kind '%s' is not supported", cfg->data_kind);
+    case DATA_KIND_IMAGEFOLDER: break; /* file-backed: list_folders */
+    }
+    return cnt_err_set("data.kind '%s' is not an in-memory data set", config_name(cfg, &cfg->data_kind));
 }
 
 static void folder_path(char *out, size_t n, const char *given, const char *root, const char *sub) {
@@ -129,12 +131,15 @@ static int folder_stats(const config *cfg, input_data *d) {
 
 int input_load(const config *cfg, input_data *d) {
     memset(d, 0, sizeof *d);
-    int folder = strcmp(cfg->data_kind, "imagefolder") == 0;
+    int folder = cfg->data_kind == DATA_KIND_IMAGEFOLDER;
     int rc;
     if (folder) {
         rc = list_folders(cfg, d);
         if (rc == CNT_OK) {
-            int size = cfg->image_size ? cfg->image_size : strcmp(cfg->model_name, "inception_v3") == 0 ? 299 : 224;
+            /* 0: the side torchvision trains the model at (299 for inception_v3) */
+            int zc, zh, zw;
+            zoo_imagenet_shape(cfg->model_name, &zc, &zh, &zw);
+            int size = cfg->image_size ? cfg->image_size : zh;
             int c = cfg->channels ? cfg->channels : 3;
             dataset_set_shape(&d->train, c, size);
             dataset_set_shape(&d->test, c, size);
@@ -146,7 +151,7 @@ int input_load(const config *cfg, input_data *d) {
                              d->test.w != d->train.w))
             rc = cnt_err_set("%s %s: test images are %dx%dx%d but training images are %dx%dx%d (at most 3 "
                              "channels)",
-                             cfg->data_kind, cfg->data_root, d->test.c, d->test.h, d->test.w, d->train.c,
+                             config_name(cfg, &cfg->data_kind), cfg->data_root, d->test.c, d->test.h, d->test.w, d->train.c,
                              d->train.h, d->train.w);
     }
     if (rc != CNT_OK) {
@@ -177,10 +182,7 @@ int input_load(const config *cfg, input_data *d) {
     }
     if (!mean_auto) memcpy(d->mean, mean, sizeof mean);
     if (!std_auto) memcpy(d->std, std, sizeof std);
-    if (strcmp(cfg->crop, "auto") == 0)
-        d->crop = folder ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
-    else
-        d->crop = strcmp(cfg->crop, "resized") == 0 ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+    d->crop = config_crop(cfg);
     return CNT_OK;
 }
 
@@ -192,7 +194,7 @@ void input_free(input_data *d) {
 void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
                           loader_options *eval) {
     loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
-                         .drop_last = 1, .wrap = strcmp(cfg->remainder, "wrap") == 0, .augment = cfg->augment, .crop = d->crop, .pad = cfg->pad,
+                         .drop_last = 1, .wrap = cfg->remainder == DATA_REMAINDER_WRAP, .augment = cfg->augment, .crop = d->crop, .pad = cfg->pad,
                          .min_scale = cfg->min_scale, .workers = cfg->workers, .prefetch = cfg->prefetch};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);

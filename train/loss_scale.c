@@ -8,14 +8,12 @@
 
 #include "common/check.h"
 
-void loss_scaler_init(loss_scaler *ls, const config *cfg) {
+void loss_scaler_init(loss_scaler *ls, const loss_scale_opts *o) {
+    CNT_ASSERT(o->mode != LOSS_SCALE_AUTO);
     memset(ls, 0, sizeof *ls);
-    const char *m = cfg->loss_scaling;
-    if (strcmp(m, "auto") == 0) m = strcmp(cfg->precision, "fp16") == 0 ? "dynamic" : "none";
-    ls->mode = strcmp(m, "dynamic") == 0 ? LOSS_SCALE_DYNAMIC : strcmp(m, "static") == 0 ? LOSS_SCALE_STATIC
-                                                                                         : LOSS_SCALE_NONE;
-    ls->scale = ls->mode == LOSS_SCALE_NONE ? 1.0 : (double)cfg->loss_scale;
-    ls->window = cfg->loss_scale_window;
+    ls->mode = o->mode;
+    ls->scale = ls->mode == LOSS_SCALE_NONE ? 1.0 : o->scale;
+    ls->window = o->window;
 }
 
 int loss_scaler_active(const loss_scaler *ls) { return ls->mode != LOSS_SCALE_NONE; }
@@ -69,5 +67,6 @@ void loss_scaler_describe(const loss_scaler *ls, char *buf, size_t len) {
                  "is skipped and the scale halved)",
                  ls->scale, ls->window);
         break;
+    case LOSS_SCALE_AUTO: CNT_ASSERT(!"loss_scaler_init refuses auto"); break;
     }
 }

@@ -27,9 +27,14 @@
 #ifndef CNT_LOSS_SCALE_H
 #define CNT_LOSS_SCALE_H
 
-#include "train/config.h"
+#include <stddef.h>
 
-typedef enum { LOSS_SCALE_NONE, LOSS_SCALE_STATIC, LOSS_SCALE_DYNAMIC } loss_scale_mode;
+typedef enum loss_scale_mode {
+    LOSS_SCALE_NONE,
+    LOSS_SCALE_STATIC,
+    LOSS_SCALE_DYNAMIC,
+    LOSS_SCALE_AUTO /* a request (train.loss_scaling = auto): config_loss_scale_opts resolves it */
+} loss_scale_mode;
 
 #define LOSS_SCALE_MAX_SKIPS 30
 /* The dynamic scale is never halved below this (2^-24, train.loss_scale's
@@ -45,9 +50,14 @@ typedef struct loss_scaler {
     int in_a_row;     /* steps skipped in a row, up to now */
 } loss_scaler;
 
-/* From train.loss_scaling (auto: dynamic for fp16, none otherwise),
- * train.loss_scale and train.loss_scale_window. */
-void loss_scaler_init(loss_scaler *ls, const config *cfg);
+typedef struct loss_scale_opts {
+    loss_scale_mode mode; /* none, static or dynamic (not auto) */
+    double scale;         /* static scale, or the dynamic scale's start */
+    long window;          /* dynamic: overflow-free steps before the scale doubles */
+} loss_scale_opts;
+
+/* A scaler at its start; the scale is 1 when mode is none. */
+void loss_scaler_init(loss_scaler *ls, const loss_scale_opts *o);
 /* 1 when the step's gradients must be checked for inf/NaN (mode != none). */
 int loss_scaler_active(const loss_scaler *ls);
 /* Records whether the step's gradients overflowed; returns 1 when the update

@@ -64,6 +64,37 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
     return CNT_OK;
 }
 
+/* One `--bench` key=value option: device, precision and layout take the
+ * choices of train.device, train.precision and train.layout (the config's
+ * table parses them), classes a count. Prints why and returns CNT_ERR. */
+static int parse_bench_option(const char *arg, bench_options *bo) {
+    static const char *const keys[] = {"device", "precision", "layout"};
+    const char *eq = strchr(arg, '=');
+    if (!eq) {
+        fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", arg);
+        return CNT_ERR;
+    }
+    size_t kl = (size_t)(eq - arg);
+    int *fields[] = {(int *)&bo->device, (int *)&bo->precision, (int *)&bo->layout};
+    for (int k = 0; k < 3; k++) {
+        if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
+        char key[32];
+        snprintf(key, sizeof key, "train.%s", keys[k]);
+        if (config_parse_choice(key, eq + 1, fields[k]) == CNT_OK) return CNT_OK;
+        break;
+    }
+    if (kl == 7 && strncmp(arg, "classes", kl) == 0) return parse_count(eq + 1, "classes", 1, &bo->classes);
+    char choices[3][128];
+    for (int k = 0; k < 3; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "train.%s", keys[k]);
+        config_choices(key, "|", choices[k], sizeof choices[k]);
+    }
+    fprintf(stderr, "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, classes=N)\n", arg,
+            choices[0], choices[1], choices[2]);
+    return CNT_ERR;
+}
+
 /* Loads CONFIG and applies overrides argv[first..argc). Exits 2 on error. */
 static void load_config(config *cfg, const char *path, int argc, char **argv, int first) {
     config_defaults(cfg);
@@ -134,8 +165,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--bench") == 0) {
-        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = "auto", .precision = "fp32",
-                            .layout = "auto"};
+        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = BACKEND_DEVICE_AUTO,
+                            .precision = BACKEND_MATH_FP32, .layout = BACKEND_LAYOUT_AUTO};
         /* positional STEPS and THREADS, then key=value options in any order */
         int npos = argc;
         for (int i = 5; i < argc; i++)
@@ -152,32 +183,8 @@ int main(int argc, char **argv) {
             (npos > 5 && parse_count(argv[5], "step count", 1, &bo.steps) != CNT_OK) ||
             (npos > 6 && parse_count(argv[6], "thread count", 0, &bo.threads) != CNT_OK))
             return 2;
-        for (int i = npos; i < argc; i++) {
-            const char *eq = strchr(argv[i], '=');
-            if (!eq) {
-                fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", argv[i]);
-                return 2;
-            }
-            const char *v = eq + 1;
-            size_t kl = (size_t)(eq - argv[i]);
-            if (kl == 6 && strncmp(argv[i], "device", kl) == 0 &&
-                (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) {
-                bo.device = v;
-            } else if (kl == 9 && strncmp(argv[i], "precision", kl) == 0 && backend_math_from_name(v) >= 0) {
-                bo.precision = v;
-            } else if (kl == 6 && strncmp(argv[i], "layout", kl) == 0 &&
-                       (!strcmp(v, "auto") || !strcmp(v, "nchw") || !strcmp(v, "nhwc"))) {
-                bo.layout = v;
-            } else if (kl == 7 && strncmp(argv[i], "classes", kl) == 0) {
-                if (parse_count(v, "classes", 1, &bo.classes) != CNT_OK) return 2;
-            } else {
-                fprintf(stderr,
-                        "trainer: --bench: unknown option '%s' (device=auto|cpu|cuda, "
-                        "precision=fp32|tf32|bf16|fp16, layout=auto|nchw|nhwc, classes=N)\n",
-                        argv[i]);
-                return 2;
-            }
-        }
+        for (int i = npos; i < argc; i++)
+            if (parse_bench_option(argv[i], &bo) != CNT_OK) return 2;
         if (config_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 2;

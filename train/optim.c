@@ -8,14 +8,11 @@
 #include <math.h>
 #include <string.h>
 
-void optim_init(optimizer *opt, const net *nt, const config *cfg) {
+void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
     memset(opt, 0, sizeof *opt);
     opt->be = nt->be;
-    opt->momentum = cfg->momentum;
-    opt->weight_decay = cfg->weight_decay;
-    opt->nesterov = cfg->nesterov;
-    opt->wd_on_bn_bias = cfg->wd_on_bn_bias;
-    if (opt->momentum > 0.0f) opt->momentum_buf = nt->be->alloc(nt->n_params * sizeof(float));
+    opt->o = *o;
+    if (o->momentum > 0.0f) opt->momentum_buf = nt->be->alloc(nt->n_params * sizeof(float));
 }
 
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
@@ -25,20 +22,20 @@ void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
     int i = 0;
     while (i < n) {
         const param_info *pi = &nt->param_info[i];
-        int decay = !pi->no_decay || opt->wd_on_bn_bias;
+        int decay = !pi->no_decay || opt->o.wd_on_bn_bias;
         size_t lo = pi->offset, hi = pi->offset + pi->count;
         int j = i + 1;
         /* Forward-order neighbours sit just below in the reverse layout. */
         while (j < n) {
             const param_info *pj = &nt->param_info[j];
-            int dj = !pj->no_decay || opt->wd_on_bn_bias;
+            int dj = !pj->no_decay || opt->o.wd_on_bn_bias;
             if (dj != decay || pj->offset + pj->count != lo) break;
             lo = pj->offset;
             j++;
         }
         opt->be->sgd_update(hi - lo, nt->params + lo, nt->grads + lo,
-                            opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->momentum,
-                            decay ? opt->weight_decay : 0.0f, opt->nesterov, grad_scale);
+                            opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->o.momentum,
+                            decay ? opt->o.weight_decay : 0.0f, opt->o.nesterov, grad_scale);
         i = j;
     }
 }
@@ -48,21 +45,20 @@ void optim_free(optimizer *opt) {
     opt->momentum_buf = NULL;
 }
 
-double schedule_lr(const config *cfg, double base_lr, double warmup_start, long step, long steps_per_epoch,
-                   long total_steps) {
-    double lr = base_lr;
-    if (strcmp(cfg->schedule, "step") == 0) {
-        long epoch = step / steps_per_epoch;
-        for (int k = 0; k < cfg->n_milestones; k++)
-            if (epoch >= cfg->milestones[k]) lr *= cfg->gamma;
-    } else if (strcmp(cfg->schedule, "cosine") == 0) {
-        double t = total_steps > 0 ? (double)step / (double)total_steps : 0.0;
+double schedule_lr(const schedule *s, long step) {
+    double lr = s->base_lr;
+    if (s->kind == LR_SCHEDULE_STEP) {
+        long epoch = step / s->steps_per_epoch;
+        for (int k = 0; k < s->n_milestones; k++)
+            if (epoch >= s->milestones[k]) lr *= s->gamma;
+    } else if (s->kind == LR_SCHEDULE_COSINE) {
+        double t = s->total_steps > 0 ? (double)step / (double)s->total_steps : 0.0;
         if (t > 1.0) t = 1.0;
-        lr = cfg->min_lr + (base_lr - cfg->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
+        lr = s->min_lr + (s->base_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
     }
-    double warmup_steps = cfg->warmup_epochs * (double)steps_per_epoch;
+    double warmup_steps = s->warmup_epochs * (double)s->steps_per_epoch;
     if (warmup_steps > 0 && (double)step < warmup_steps) {
-        double start = warmup_start < lr ? warmup_start : lr;
+        double start = s->warmup_start < lr ? s->warmup_start : lr;
         lr = start + (lr - start) * (((double)step + 1.0) / warmup_steps);
     }
     return lr;

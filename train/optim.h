@@ -19,28 +19,47 @@
 #define CNT_OPTIM_H
 
 #include "model/net.h"
-#include "train/config.h"
+
+typedef struct optim_opts {
+    float momentum;     /* 0: plain SGD, no momentum buffer */
+    float weight_decay;
+    int nesterov;       /* bool */
+    int wd_on_bn_bias;  /* bool: decay batch-norm and bias parameters too */
+} optim_opts;
 
 typedef struct optimizer {
     const backend *be;
     float *momentum_buf; /* [n_params] device, zero at start */
-    float momentum;
-    float weight_decay;
-    int nesterov;
-    int wd_on_bn_bias;
+    optim_opts o;
 } optimizer;
 
-/* Allocates the momentum buffer for nt. Never fails on valid config. */
-void optim_init(optimizer *opt, const net *nt, const config *cfg);
+/* Allocates the momentum buffer for nt. Never fails. */
+void optim_init(optimizer *opt, const net *nt, const optim_opts *o);
 /* One update of every parameter from nt->grads, which are multiplied by
  * grad_scale first (1/world_size when gradients were summed over ranks). */
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
 void optim_free(optimizer *opt);
 
-/* Learning rate for a 0-based step, given steps per epoch and the schedule's
- * length (train.epochs x steps per epoch; train.max_steps does not shorten it).
- * base_lr is the effective (already scaled) rate. */
-double schedule_lr(const config *cfg, double base_lr, double warmup_start, long step, long steps_per_epoch,
-                   long total_steps);
+#define SCHEDULE_MAX_MILESTONES 16
+
+typedef enum lr_schedule { LR_SCHEDULE_CONSTANT, LR_SCHEDULE_STEP, LR_SCHEDULE_COSINE } lr_schedule;
+
+/* A run's learning-rate schedule (config_schedule builds it from [optim]). */
+typedef struct schedule {
+    lr_schedule kind;
+    double base_lr;         /* the effective (already scaled) rate */
+    double warmup_start;    /* where the warm-up ramp starts */
+    double warmup_epochs;   /* may be fractional; 0: none */
+    int milestones[SCHEDULE_MAX_MILESTONES]; /* epochs, ascending (step) */
+    int n_milestones;
+    double gamma;           /* step: factor per milestone passed */
+    double min_lr;          /* cosine: floor */
+    long steps_per_epoch;
+    long total_steps;       /* the schedule's length: train.epochs x steps per epoch
+                             * (train.max_steps does not shorten it) */
+} schedule;
+
+/* Learning rate for a 0-based step. */
+double schedule_lr(const schedule *s, long step);
 
 #endif

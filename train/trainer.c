@@ -34,16 +34,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* train.layout, validated by the config; auto: see backend_layout_from_name. */
+/* train.layout; auto: see backend_layout_choose. */
 static int layout_for(const config *cfg, const backend *be) {
-    return backend_layout_from_name(cfg->layout, be, backend_math_from_name(cfg->precision));
+    return backend_layout_choose(cfg->layout, be, cfg->precision);
 }
 
 static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
     net *nt = net_create(be, c, h, w, classes);
     net_set_layout(nt, layout_for(cfg, be));
-    zoo_options zo = {.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
-                      .dropout = cfg->dropout};
+    zoo_options zo = config_zoo_options(cfg);
     int out = -1, aux = -1;
     if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, max_batch) != CNT_OK) {
         char msg[2048];
@@ -239,10 +238,10 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, loss_scaler 
     float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
     float *momentum = opt->momentum_buf ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
     int status = CNT_OK;
-    if (dist_rank() == 0 && strcmp(cfg->ckpt_resume, "none") != 0) {
+    if (dist_rank() == 0 && config_resume(cfg) != RESUME_NONE) {
         char path[2 * CONFIG_STR + 64];
         int have = 1;
-        if (strcmp(cfg->ckpt_resume, "auto") == 0) {
+        if (config_resume(cfg) == RESUME_AUTO) {
             char dir[2 * CONFIG_STR + 8];
             path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
             if (ckpt_find_latest(dir, path, sizeof path) != CNT_OK) {
@@ -293,10 +292,10 @@ static int resume_state(const config *cfg, net *nt, optimizer *opt, loss_scaler 
 /* model.init_from on rank 0: loads the safetensors file into nt, unless
  * checkpoint.resume will load a checkpoint (which then wins). */
 static int load_init_from(const config *cfg, net *nt) {
-    if (strcmp(cfg->ckpt_resume, "none") != 0) {
+    if (config_resume(cfg) != RESUME_NONE) {
         char dir[2 * CONFIG_STR + 8], path[2 * CONFIG_STR + 64];
         int have = 1;
-        if (strcmp(cfg->ckpt_resume, "auto") == 0) {
+        if (config_resume(cfg) == RESUME_AUTO) {
             path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
             have = ckpt_find_latest(dir, path, sizeof path) == CNT_OK;
         } else {
@@ -374,12 +373,12 @@ static const backend *choose_device(const config *cfg) {
     if (!be) {
         char why[1024];
         snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
-        cnt_err_set("train.device = %s: %s (see ./trainer --devices)", cfg->device, why);
+        cnt_err_set("train.device = %s: %s (see ./trainer --devices)", config_name(cfg, &cfg->device), why);
         return NULL;
     }
     char what[768], desc[512];
     be->describe(desc, sizeof desc);
-    if (strcmp(be->name, "cpu") == 0 && strcmp(cfg->device, "auto") == 0) {
+    if (strcmp(be->name, "cpu") == 0 && cfg->device == BACKEND_DEVICE_AUTO) {
         /* why no GPU: asked only here, so device=cpu never touches the CUDA runtime */
         char devs[4096];
         backend_describe_devices(devs, sizeof devs);
@@ -387,7 +386,7 @@ static const backend *choose_device(const config *cfg) {
         if (nl) *nl = '\0';
         snprintf(what, sizeof what, "%.300s (train.device = auto; %.300s)", desc, devs);
     } else {
-        snprintf(what, sizeof what, "%.300s (train.device = %.100s)", desc, cfg->device);
+        snprintf(what, sizeof what, "%.300s (train.device = %.100s)", desc, config_name(cfg, &cfg->device));
     }
     if (dist_world() == 1) {
         log_info("device: %s", what);
@@ -402,7 +401,7 @@ static const backend *choose_device(const config *cfg) {
         free(counts);
     }
     int cpu = strcmp(be->name, "cpu") == 0;
-    int math = backend_math_from_name(cfg->precision); /* validated by the config */
+    int math = cfg->precision;
     be->set_math(math);
     if (math == BACKEND_MATH_TF32) {
         if (cpu) log_info("precision: tf32 requested; the CPU backend computes fp32");
@@ -410,11 +409,11 @@ static const backend *choose_device(const config *cfg) {
     } else if (math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16) {
         log_info("precision: %s mixed: convolutions and GEMMs take %s operands and round their results to it, "
                  "accumulating in fp32%s; fp32 master weights, batch norm, loss and optimizer",
-                 cfg->precision, cfg->precision,
+                 config_name(cfg, &cfg->precision), config_name(cfg, &cfg->precision),
                  cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
     }
     if (layout_for(cfg, be) == BACKEND_LAYOUT_NHWC)
-        log_info("layout: nhwc (train.layout = %s)%s", cfg->layout,
+        log_info("layout: nhwc (train.layout = %s)%s", config_name(cfg, &cfg->layout),
                  cpu ? "; the CPU backend computes NCHW and transposes around each op (slower than nchw)"
                      : ": activations channels last, as tensor-core convolutions read them");
     return be;
@@ -426,18 +425,19 @@ static const backend *choose_device(const config *cfg) {
  * asked for by name, so one GPU can try the path), else NULL. */
 static int choose_comm(const config *cfg, const backend *be, dist_nccl **nccl_out) {
     *nccl_out = NULL;
-    int named = strcmp(cfg->dist_backend, "nccl") == 0, is_auto = strcmp(cfg->dist_backend, "auto") == 0;
+    int named = cfg->dist_backend == DIST_BACKEND_NCCL, is_auto = cfg->dist_backend == DIST_BACKEND_AUTO;
     if (!named && !(is_auto && dist_world() > 1)) return CNT_OK;
     /* Ranks on the CPU rule NCCL out. Whether ranks share a GPU is judged by
      * dist_nccl_create from the GPUs' PCI bus ids: a rank's count of visible
      * GPUs says nothing when CUDA_VISIBLE_DEVICES gives each rank its own. */
     double cpu_ranks = strcmp(be->name, "cpu") == 0;
     if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
-    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || strcmp(cfg->compress, "none") != 0)) return CNT_OK;
+    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || cfg->compress != REDUCER_COMPRESS_NONE)) return CNT_OK;
     if (named && cpu_ranks > 0)
         return cnt_err_set("dist.backend = nccl: %g rank%s run%s on the CPU (train.device = %s); NCCL needs a GPU "
                            "per rank (see ./trainer --devices)",
-                           cpu_ranks, cpu_ranks == 1 ? "" : "s", cpu_ranks == 1 ? "s" : "", cfg->device);
+                           cpu_ranks, cpu_ranks == 1 ? "" : "s", cpu_ranks == 1 ? "s" : "",
+                           config_name(cfg, &cfg->device));
 #if CNT_HAVE_NCCL
     dist_nccl *nc = dist_nccl_create();
     if (!nc) {
@@ -539,14 +539,16 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     if (cfg->max_steps > 0 && cfg->max_steps < total_steps) total_steps = cfg->max_steps;
     int in_size = C * H * W;
     optimizer opt;
-    optim_init(&opt, nt, cfg);
+    optim_opts oo = config_optim_opts(cfg);
+    optim_init(&opt, nt, &oo);
 
     /* Batches reach the device one step ahead, on the copy stream. */
     stager *st = stager_create(be, max_batch, (size_t)in_size);
     float *loss_dev = be->alloc(sizeof(float));
     /* Loss scaling (train.loss_scaling): the flag collects inf/NaN over every gradient. */
     loss_scaler ls;
-    loss_scaler_init(&ls, cfg);
+    loss_scale_opts lso = config_loss_scale_opts(cfg);
+    loss_scaler_init(&ls, &lso);
     float *overflow_dev = loss_scaler_active(&ls) ? be->alloc(sizeof(float)) : NULL;
     /* the running statistics before each forward, for a skipped step to restore */
     float *buffers_before = overflow_dev && nt->n_buffers ? be->alloc(nt->n_buffers * sizeof(float)) : NULL;
@@ -565,26 +567,20 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
 
     log_info("cnntrain: model %s (%zu parameters, %.3f GFLOPs/image forward) on %s", cfg->model_name,
              nt->n_params, net_flops_per_image(nt) / 1e9, be->name);
-    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", cfg->data_kind, cfg->data_root,
+    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", config_name(cfg, &cfg->data_kind),
+             cfg->data_root,
              d.train.n, d.test.n, C, H, W, classes);
     log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
-             cfg->epochs, steps_per_epoch, cfg->batch_size, total_steps, cfg->schedule, (double)cfg->warmup_epochs,
+             cfg->epochs, steps_per_epoch, cfg->batch_size, total_steps, config_name(cfg, &cfg->schedule),
+             (double)cfg->warmup_epochs,
              cfg->out_dir);
-    /* Linear scaling (Goyal et al. 2017): N workers take N times larger steps
-     * on the N times larger global batch, reached through the warm-up. */
-    double base_lr = strcmp(cfg->lr_scaling, "linear") == 0 ? (double)cfg->lr * world : (double)cfg->lr;
-    /* Goyal et al.'s gradual warm-up starts at one worker's rate. */
-    double warmup_start = strcmp(cfg->warmup_start, "lr") == 0 ? (double)cfg->lr : 0.0;
-    dist_algo algo = strcmp(cfg->dist_backend, "ring") == 0 ? DIST_ALGO_RING : DIST_ALGO_MPI;
+    schedule sched = config_schedule(cfg, world, steps_per_epoch);
+    double base_lr = sched.base_lr;
+    reducer_opts ro = config_reducer_opts(cfg);
+    ro.nccl = nccl;
+    dist_algo algo = ro.algo;
     reducer *rd = NULL;
     if (world > 1 || nccl) {
-        size_t mib = (size_t)1 << 20;
-        size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float)), bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
-        reducer_opts ro = {.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1, .algo = algo,
-                           .overlap = cfg->overlap,
-                           .compress = strcmp(cfg->compress, "fp16") == 0 ? REDUCER_COMPRESS_FP16 : REDUCER_COMPRESS_NONE,
-                           .stall_warn_s = cfg->stall_warn_s, .stall_abort_s = cfg->stall_abort_s,
-                           .nccl = nccl};
         rd = reducer_create(be, nt->grads, nt->n_params, &ro);
         net_set_grad_hook(nt, reducer_grads_ready, rd);
     }
@@ -592,7 +588,8 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                             : algo == DIST_ALGO_RING ? "ring"
                                                      : "MPI_Allreduce";
     if (world == 1 && !nccl) {
-        log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr, cfg->lr_scaling);
+        log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr,
+                 config_name(cfg, &cfg->lr_scaling));
     } else {
         log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
                  "(%g MiB, first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s); "
@@ -601,10 +598,10 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                  comm_name, rd ? reducer_bucket_count(rd) : 0,
                  rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
                  cfg->overlap ? "during backward" : "after backward",
-                 strcmp(cfg->compress, "fp16") == 0 ? "fp16" : "fp32",
+                 cfg->compress == REDUCER_COMPRESS_FP16 ? "fp16" : "fp32",
                  cfg->stall_warn_s > 0 || cfg->stall_abort_s > 0 ? "on" : "off", (double)cfg->stall_warn_s,
                  (double)cfg->stall_abort_s, (double)cfg->lr,
-                 strcmp(cfg->lr_scaling, "linear") == 0 ? world : 1, base_lr, cfg->lr_scaling);
+                 cfg->lr_scaling == LR_SCALING_LINEAR ? world : 1, base_lr, config_name(cfg, &cfg->lr_scaling));
     }
     timeline *tl = NULL;
     if (cfg->timeline[0]) {
@@ -626,7 +623,6 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
     eval_result er = {0};
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
-    long schedule_steps = steps_per_epoch * cfg->epochs;
     for (int epoch = start_epoch; epoch < cfg->epochs && !done && step < total_steps; epoch++) {
         r.epochs = epoch + 1;
         loader_start_epoch(train_ld, epoch);
@@ -642,7 +638,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             if (tl) timeline_record(tl, "data wait", "data", TIMELINE_TID_TRAIN, tw, tw1);
             win_wait += wait;
             ep_wait += wait;
-            double lr = schedule_lr(cfg, base_lr, warmup_start, step, steps_per_epoch, schedule_steps);
+            double lr = schedule_lr(&sched, step);
             float *x_dev;
             int32_t *labels_dev;
             stager_put(st, b, &x_dev, &labels_dev);
@@ -695,7 +691,8 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
                     char why[1024];
                     snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
                     status = cnt_err_set("train.precision = %s, train.loss_scaling = %s, step %ld: %s",
-                                         cfg->precision, cfg->loss_scaling, step + 1, why);
+                                         config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling),
+                                         step + 1, why);
                     done = 1;
                     break;
                 }
@@ -819,7 +816,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
         if (er.nonfinite > 0 && rank == 0)
             log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", epoch + 1, cfg->epochs,
                      er.nonfinite, er.nonfinite == 1 ? "" : "s",
-                     strcmp(cfg->precision, "fp16") == 0
+                     cfg->precision == BACKEND_MATH_FP16
                          ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)"
                          : "");
         metrics_eval(&m, epoch + 1, step, er.loss, er.top1, er.top5);
