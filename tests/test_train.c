@@ -21,6 +21,8 @@
 #include "common/check.h"
 #include "model/net.h"
 #include "model/zoo.h"
+#include "common/hash.h"
+#include "train/bench.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -171,11 +173,11 @@ typedef struct ckpt_arrays {
     ckpt_meta meta;
 } ckpt_arrays;
 
-static void read_ckpt(const char *path, ckpt_arrays *a) {
-    net *nt = net_create(backend_cpu(), 1, 28, 28, 10);
+static void read_ckpt_of(const char *path, const char *model, int c, int hw, ckpt_arrays *a) {
+    net *nt = net_create(backend_cpu(), c, hw, hw, 10);
     int out, aux;
     zoo_options zo = {0, 1, -1};
-    assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
+    assert_int_equal(zoo_build(nt, model, &zo, &out, &aux), CNT_OK);
     assert_int_equal(net_finalize(nt, out, aux, 1), CNT_OK);
     a->n_params = nt->n_params;
     a->n_buffers = nt->n_buffers;
@@ -188,6 +190,8 @@ static void read_ckpt(const char *path, ckpt_arrays *a) {
     assert_true(has_momentum);
     net_free(nt);
 }
+
+static void read_ckpt(const char *path, ckpt_arrays *a) { read_ckpt_of(path, "resnet20", 1, 28, a); }
 
 static void free_ckpt(ckpt_arrays *a) {
     free(a->params);
@@ -417,6 +421,51 @@ static void test_mixed_precision(void **state) {
     assert_int_equal(r.steps, 29); /* stopped at the 30th, which was not taken */
 }
 
+/* One --bench step (train/bench.c) on the first batch of its synthetic data
+ * leaves the parameters one training step (trainer_run) on the same data
+ * leaves, bit for bit: the benchmark times the step training runs. */
+static void bench_step_case(const char *model, int c, int hw, int batch_size, const char *const *extra, size_t n_extra) {
+    config cfg;
+    bench_config(&cfg, model, c, hw, hw, 10, batch_size, 0);
+    assert_int_equal(config_override(&cfg, "train.device=cpu"), CNT_OK);
+    for (size_t i = 0; i < n_extra; i++) assert_int_equal(config_override(&cfg, extra[i]), CNT_OK);
+    bench_result br;
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_int_equal(bench_run(&cfg, 1, 0, &br, devnull), CNT_OK);
+    fclose(devnull);
+
+    char dir[] = "/tmp/cnt_bench_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char o[600];
+    snprintf(o, sizeof o, "train.out_dir=%s", dir);
+    assert_int_equal(config_override(&cfg, o), CNT_OK);
+    assert_int_equal(config_override(&cfg, "train.epochs=1"), CNT_OK);
+    train_result r;
+    assert_int_equal(trainer_run(&cfg, &r), CNT_OK);
+    assert_int_equal(r.steps, 1);
+    char path[700];
+    snprintf(path, sizeof path, "%s/checkpoints/ckpt-000001.cnt", dir);
+    ckpt_arrays ck;
+    read_ckpt_of(path, model, c, hw, &ck);
+    uint64_t h = hash_bytes(ck.params, ck.n_params * sizeof(float));
+    print_message("%s: bench step %016llx, training step %016llx\n", model, (unsigned long long)br.params_hash,
+                  (unsigned long long)h);
+    assert_true(br.params_hash == h);
+    free_ckpt(&ck);
+    tu_remove_tree(dir);
+}
+
+static void test_bench_step_is_training_step(void **state) {
+    (void)state;
+    bench_step_case("resnet20", 1, 28, 16, NULL, 0);
+    /* fp16: the loss scale on dlogits, the overflow check, the unscaling */
+    const char *fp16[] = {"train.precision=fp16"};
+    bench_step_case("resnet20", 1, 28, 16, fp16, 1);
+    /* the auxiliary head's loss (train.aux_weight), label smoothing, dropout */
+    const char *inception[] = {"train.label_smoothing=0.1", "train.aux_weight=0.3"};
+    bench_step_case("inception_v3", 3, 299, 2, inception, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_setup_errors),
@@ -425,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_resume_equals_continuous),
         cmocka_unit_test(test_layout_nhwc),
         cmocka_unit_test(test_mixed_precision),
+        cmocka_unit_test(test_bench_step_is_training_step),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }

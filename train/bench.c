@@ -1,173 +1,172 @@
 /*
- * train/bench.c - timed training steps of a zoo model on random inputs.
+ * train/bench.c - the training step, timed (`trainer --bench`), and the data
+ * loader alone (`trainer --bench-data`).
  */
 #include "train/bench.h"
 
-#include <unistd.h>
-
-#include "common/timer.h"
-#include "data/loader.h"
-#include "train/input.h"
-#include "common/check.h"
-#include "common/rng.h"
-#include "common/timer.h"
-#include "model/net.h"
-#include "model/zoo.h"
-#include "train/optim.h"
-
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* fp16: what the trainer's dynamic loss scaling adds to a step (the scale on
- * dlogits; the inf/NaN check of every gradient, read back by the host; the
- * unscaling, folded into the update). The scale stays put: a benchmark step
- * must not be skipped. */
-#define BENCH_LOSS_SCALE 65536.0f
+#include "common/check.h"
+#include "common/hash.h"
+#include "common/timer.h"
+#include "data/loader.h"
+#include "model/net.h"
+#include "model/zoo.h"
+#include "train/input.h"
+#include "train/state.h"
+#include "train/step.h"
 
-static void bench_scale_loss(const backend *be, const bench_options *opt, float *dl, float *dl_aux) {
-    size_t n = (size_t)opt->batch * opt->classes;
-    be->axpy(n, BENCH_LOSS_SCALE, dl, dl, 0);
-    if (dl_aux) be->axpy(n, BENCH_LOSS_SCALE, dl_aux, dl_aux, 0);
+void bench_config(config *cfg, const char *model, int c, int h, int w, int classes, int batch_size, int threads) {
+    config_defaults(cfg);
+    snprintf(cfg->model_name, sizeof cfg->model_name, "%s", model);
+    cfg->data_kind = DATA_KIND_SYNTHETIC;
+    snprintf(cfg->synthetic_shape, sizeof cfg->synthetic_shape, "%dx%dx%d", c, h, w);
+    cfg->synthetic_classes = classes;
+    cfg->synthetic_train = batch_size;
+    cfg->synthetic_test = 1;
+    cfg->batch_size = batch_size;
+    cfg->threads = threads;
 }
 
-static void bench_update(const backend *be, net *nt, optimizer *o, float *overflow) {
-    if (!overflow) {
-        optim_step(o, nt, 0.01f, 1.0f);
-        return;
-    }
-    float found;
-    be->zero(overflow, sizeof(float));
-    be->find_nonfinite(nt->n_params, nt->grads, overflow);
-    be->download(&found, overflow, sizeof found);
-    optim_step(o, nt, 0.01f, 1.0f / BENCH_LOSS_SCALE);
-}
-
-int bench_run(const bench_options *opt, bench_result *res, FILE *out) {
-    const backend *be = backend_get(opt->device);
-    if (!be) return CNT_ERR;
-    be->set_threads(opt->threads);
-    int math = opt->precision;
-    int fp16 = math == BACKEND_MATH_FP16;
-    be->set_math(math);
-    int layout = backend_layout_choose(opt->layout, be, math);
-    if (opt->batch < 1 || opt->steps < 1) return cnt_err_set("batch and steps must be at least 1");
-    net *nt = net_create(be, opt->c, opt->h, opt->w, opt->classes);
-    net_set_layout(nt, layout);
-    zoo_options zo = {.zero_init_residual = 0, .aux_logits = 1, .dropout = -1};
-    int outn = -1, aux = -1;
-    if (zoo_build(nt, opt->model, &zo, &outn, &aux) != CNT_OK || net_finalize(nt, outn, aux, opt->batch) != CNT_OK) {
+/* The net as training builds it: cfg's model and options on backend be, its
+ * parameters initialised from train.seed. */
+static net *bench_model(const backend *be, const config *cfg, const dataset *d) {
+    net *nt = net_create(be, d->c, d->h, d->w, d->classes);
+    net_set_layout(nt, backend_layout_choose(cfg->layout, be, cfg->precision));
+    zoo_options zo = config_zoo_options(cfg);
+    int out = -1, aux = -1;
+    if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK ||
+        net_finalize(nt, out, aux, cfg->batch_size) != CNT_OK) {
         char msg[2048];
         snprintf(msg, sizeof msg, "%s", cnt_err_msg());
         net_free(nt);
-        return cnt_err_set("%s", msg);
+        cnt_err_set("%s", msg);
+        return NULL;
     }
-    net_init_params(nt, 1);
+    net_init_params(nt, cfg->seed);
+    return nt;
+}
 
-    size_t in_n = (size_t)opt->batch * opt->c * opt->h * opt->w;
-    float *xh = cnt_malloc(in_n * sizeof(float));
-    int32_t *lh = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
-    rng r;
-    rng_seed(&r, 1, 2);
-    for (size_t i = 0; i < in_n; i++) xh[i] = rng_normal(&r);
-    for (int i = 0; i < opt->batch; i++) lh[i] = (int32_t)rng_below(&r, (uint32_t)opt->classes);
-    float *x = be->alloc(in_n * sizeof(float));
-    int32_t *labels = be->alloc((size_t)opt->batch * sizeof(int32_t));
-    float *loss = be->alloc(sizeof(float));
-    float *dl = be->alloc((size_t)opt->batch * opt->classes * sizeof(float));
-    float *dl_aux = aux >= 0 ? be->alloc((size_t)opt->batch * opt->classes * sizeof(float)) : NULL;
-    be->upload(x, xh, in_n * sizeof(float));
-    be->upload(labels, lh, (size_t)opt->batch * sizeof(int32_t));
-    config cfg;
-    config_defaults(&cfg);
-    optimizer o;
-    optim_opts oo = config_optim_opts(&cfg);
-    optim_init(&o, nt, &oo);
-    /* fp16 steps pay what the trainer's dynamic loss scaling costs. */
-    float *overflow = fp16 ? be->alloc(sizeof(float)) : NULL;
+/* The first batch of cfg's training data, copied: the one every step takes. */
+static int first_batch(const config *cfg, input_data *d, batch *b) {
+    if (input_load(cfg, d) != CNT_OK) return CNT_ERR;
+    loader_options lo, eo;
+    input_loader_options(cfg, d, 0, 1, &lo, &eo);
+    loader *ld = loader_create(&d->train, &lo);
+    if (!ld) return CNT_ERR;
+    loader_start_epoch(ld, 0);
+    const batch *first = loader_next(ld);
+    if (!first) {
+        loader_free(ld);
+        return cnt_err_set("--bench: no training batch in the data set");
+    }
+    size_t x_bytes = (size_t)first->n * d->train.c * d->train.h * d->train.w * sizeof(float);
+    b->n = first->n;
+    b->x = cnt_malloc(x_bytes);
+    b->labels = cnt_malloc((size_t)first->n * sizeof(int32_t));
+    memcpy(b->x, first->x, x_bytes);
+    memcpy(b->labels, first->labels, (size_t)first->n * sizeof(int32_t));
+    loader_free(ld);
+    return CNT_OK;
+}
+
+/* `steps` steps; with sync_phases the phase times are the device's. */
+static void time_steps(stepper *s, const batch *b, long *step, double lr, int steps, double *fwd, double *bwd,
+                       double *upd) {
+    for (int i = 0; i < steps; i++) {
+        step_result r;
+        /* A benchmark step is never refused: the loss scale only shrinks on
+         * overflow, and thirty in a row would need a diverging net. */
+        if (stepper_run(s, b, ++*step, lr, &r) != CNT_OK) cnt_fatal("--bench: %s", cnt_err_msg());
+        *fwd += r.forward_s;
+        *bwd += r.backward_s + r.comm_wait_s;
+        *upd += r.update_s;
+    }
+}
+
+int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE *out) {
+    if (cfg->batch_size < 1 || steps < 1) return cnt_err_set("batch and steps must be at least 1");
+    const backend *be = backend_get(cfg->device);
+    if (!be) return CNT_ERR;
+    be->set_threads(cfg->threads);
+    be->set_math(cfg->precision);
+    input_data d;
+    batch b = {0};
+    if (first_batch(cfg, &d, &b) != CNT_OK) {
+        input_free(&d);
+        return CNT_ERR;
+    }
+    net *nt = bench_model(be, cfg, &d.train);
+    if (!nt) {
+        input_free(&d);
+        free(b.x);
+        free(b.labels);
+        return CNT_ERR;
+    }
+    /* The step exactly as training builds it (one rank). */
+    optim_opts oo = config_optim_opts(cfg);
+    loss_scale_opts lso = config_loss_scale_opts(cfg);
+    step_opts so = config_step_opts(cfg, 1);
+    stepper s;
+    stepper_init(&s, nt, NULL, NULL, &oo, &lso, &so, cfg->batch_size, (size_t)d.train.c * d.train.h * d.train.w);
+    schedule sched = config_schedule(cfg, 1, 1);
+    double lr = schedule_lr(&sched, 0);
 
     /* Pass 1: warm-up (cuDNN chooses its algorithms there), then steps queued
      * back to back: the throughput. On the CPU every op has finished when it
      * returns, so the phase times of this pass are exact too. */
-    double total = 0, fwd = 0, bwd = 0, upd = 0;
-    for (int s = 0; s < opt->warmup + opt->steps; s++) {
-        if (s == opt->warmup) {
-            be->sync();
-            total = time_now();
-            fwd = bwd = upd = 0;
-        }
-        double t0 = time_now();
-        net_forward(nt, x, opt->batch, 1);
-        be->softmax_xent(opt->batch, opt->classes, net_logits(nt), labels, 0.0f, loss, dl);
-        if (dl_aux) be->softmax_xent(opt->batch, opt->classes, net_aux_logits(nt), labels, 0.0f, loss, dl_aux);
-        if (overflow) bench_scale_loss(be, opt, dl, dl_aux);
-        double t1 = time_now();
-        net_backward(nt, dl, dl_aux);
-        double t2 = time_now();
-        bench_update(be, nt, &o, overflow);
-        double t3 = time_now();
-        fwd += t1 - t0;
-        bwd += t2 - t1;
-        upd += t3 - t2;
-    }
+    long step = 0;
+    double fwd = 0, bwd = 0, upd = 0;
+    time_steps(&s, &b, &step, lr, warmup, &fwd, &bwd, &upd);
+    be->sync();
+    double total = time_now();
+    fwd = bwd = upd = 0;
+    time_steps(&s, &b, &step, lr, steps, &fwd, &bwd, &upd);
     be->sync();
     total = time_now() - total;
     /* Pass 2, GPU only: the same steps with a wait after each phase, for the
      * phase times (pass 1's host times were only the time to queue). */
     int gpu = strcmp(be->name, "cpu") != 0;
-    if (gpu) fwd = bwd = upd = 0;
-    for (int s = 0; s < (gpu ? opt->steps : 0); s++) {
-        double t0 = time_now();
-        net_forward(nt, x, opt->batch, 1);
-        be->softmax_xent(opt->batch, opt->classes, net_logits(nt), labels, 0.0f, loss, dl);
-        if (dl_aux) be->softmax_xent(opt->batch, opt->classes, net_aux_logits(nt), labels, 0.0f, loss, dl_aux);
-        if (overflow) bench_scale_loss(be, opt, dl, dl_aux);
-        be->sync();
-        double t1 = time_now();
-        net_backward(nt, dl, dl_aux);
-        be->sync();
-        double t2 = time_now();
-        bench_update(be, nt, &o, overflow);
-        be->sync();
-        double t3 = time_now();
-        fwd += t1 - t0;
-        bwd += t2 - t1;
-        upd += t3 - t2;
+    if (gpu) {
+        fwd = bwd = upd = 0;
+        s.o.sync_phases = 1;
+        time_steps(&s, &b, &step, lr, steps, &fwd, &bwd, &upd);
     }
     char threads[16];
-    if (opt->threads > 0) snprintf(threads, sizeof threads, "%d", opt->threads);
+    if (cfg->threads > 0) snprintf(threads, sizeof threads, "%d", cfg->threads);
     else snprintf(threads, sizeof threads, "all");
     /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
     char prec_note[64] = "";
-    config named = {.precision = opt->precision};
-    const char *prec = config_name(&named, &named.precision);
-    if (math != BACKEND_MATH_FP32 && (gpu || math != BACKEND_MATH_TF32))
-        snprintf(prec_note, sizeof prec_note, " (%s%s)", prec, gpu ? "" : ", emulated");
+    if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
+        snprintf(prec_note, sizeof prec_note, " (%s%s)", config_name(cfg, &cfg->precision), gpu ? "" : ", emulated");
     /* NHWC on the CPU is NCHW with transposes around each op */
-    if (layout == BACKEND_LAYOUT_NHWC)
+    if (nt->layout == BACKEND_LAYOUT_NHWC)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " nhwc%s",
                  gpu ? "" : " (transposed)");
     bench_result br;
-    br.fwd_ms = 1e3 * fwd / opt->steps;
-    br.bwd_ms = 1e3 * bwd / opt->steps;
-    br.update_ms = 1e3 * upd / opt->steps;
-    br.img_per_sec = (double)opt->batch * opt->steps / total;
+    br.fwd_ms = 1e3 * fwd / steps;
+    br.bwd_ms = 1e3 * bwd / steps;
+    br.update_ms = 1e3 * upd / steps;
+    br.img_per_sec = (double)cfg->batch_size * steps / total;
     br.gflops = 3.0 * net_flops_per_image(nt) * br.img_per_sec / 1e9;
+    host_state hs;
+    host_state_alloc(&hs, nt, 0);
+    host_state_download(&hs, nt, NULL);
+    br.params_hash = hash_bytes(hs.params, nt->n_params * sizeof(float));
+    host_state_free(&hs);
     fprintf(out,
             "bench %s %dx%dx%d batch %d on %s%s, %s threads: %.1f img/s, %.1f GFLOP/s (forward %.1f ms, backward %.1f ms, "
             "update %.1f ms per step; %d steps)\n",
-            opt->model, opt->c, opt->h, opt->w, opt->batch, be->name, prec_note, threads, br.img_per_sec, br.gflops,
-            br.fwd_ms, br.bwd_ms, br.update_ms, opt->steps);
+            cfg->model_name, d.train.c, d.train.h, d.train.w, cfg->batch_size, be->name, prec_note, threads,
+            br.img_per_sec, br.gflops, br.fwd_ms, br.bwd_ms, br.update_ms, steps);
     if (res) *res = br;
-    optim_free(&o);
-    be->free(x);
-    be->free(labels);
-    be->free(loss);
-    be->free(dl);
-    be->free(dl_aux);
-    be->free(overflow);
-    free(xh);
-    free(lh);
+    stepper_free(&s);
     net_free(nt);
+    input_free(&d);
+    free(b.x);
+    free(b.labels);
     return CNT_OK;
 }
 

@@ -1274,6 +1274,10 @@ zoo_options config_zoo_options(const config *cfg) {
                          .dropout = cfg->dropout};
 }
 
+step_opts config_step_opts(const config *cfg, int world) {
+    return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight, .world = world};
+}
+
 int config_crop(const config *cfg) {
     switch (cfg->crop) {
     case DATA_CROP_PAD: return LOADER_CROP_PAD;

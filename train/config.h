@@ -30,6 +30,7 @@
 #include "model/zoo.h"
 #include "train/loss_scale.h"
 #include "train/optim.h"
+#include "train/step.h"
 
 #define CONFIG_STR 512
 #define CONFIG_MAX_MILESTONES SCHEDULE_MAX_MILESTONES
@@ -174,6 +175,9 @@ loss_scale_opts config_loss_scale_opts(const config *cfg);
  * (dist.backend ring or MPI), overlap, compression and watchdog; nccl NULL. */
 reducer_opts config_reducer_opts(const config *cfg);
 zoo_options config_zoo_options(const config *cfg);
+/* The step's loss options (train.label_smoothing, train.aux_weight) for a run
+ * on `world` ranks. */
+step_opts config_step_opts(const config *cfg, int world);
 /* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized
  * crop for image folders and the pad crop for in-memory sets. */
 int config_crop(const config *cfg);

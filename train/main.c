@@ -34,7 +34,7 @@ static void usage(FILE *out) {
             "usage: trainer CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
-            "       trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D] [precision=P] [layout=L] [classes=N]\n"
+            "       trainer " BENCH_SYNOPSIS "\n"
             "                                        (training speed on random data)\n"
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
@@ -64,29 +64,30 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
     return CNT_OK;
 }
 
-/* One `--bench` key=value option: device, precision and layout take the
- * choices of train.device, train.precision and train.layout (the config's
- * table parses them), classes a count. Prints why and returns CNT_ERR. */
-static int parse_bench_option(const char *arg, bench_options *bo) {
+/* One `--bench` key=value option into cfg: device, precision and layout take
+ * the choices of train.device, train.precision and train.layout (the
+ * config's table parses them), classes a count. Prints why and returns
+ * CNT_ERR. */
+static int parse_bench_option(const char *arg, config *cfg) {
     static const char *const keys[] = {"device", "precision", "layout"};
+    int *fields[] = {(int *)&cfg->device, (int *)&cfg->precision, (int *)&cfg->layout};
     const char *eq = strchr(arg, '=');
     if (!eq) {
         fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", arg);
         return CNT_ERR;
     }
     size_t kl = (size_t)(eq - arg);
-    int *fields[] = {(int *)&bo->device, (int *)&bo->precision, (int *)&bo->layout};
+    char key[32];
     for (int k = 0; k < 3; k++) {
         if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
-        char key[32];
         snprintf(key, sizeof key, "train.%s", keys[k]);
         if (config_parse_choice(key, eq + 1, fields[k]) == CNT_OK) return CNT_OK;
         break;
     }
-    if (kl == 7 && strncmp(arg, "classes", kl) == 0) return parse_count(eq + 1, "classes", 1, &bo->classes);
+    if (kl == 7 && strncmp(arg, "classes", kl) == 0)
+        return parse_count(eq + 1, "classes (at least 2)", 2, &cfg->synthetic_classes);
     char choices[3][128];
     for (int k = 0; k < 3; k++) {
-        char key[32];
         snprintf(key, sizeof key, "train.%s", keys[k]);
         config_choices(key, "|", choices[k], sizeof choices[k]);
     }
@@ -165,8 +166,6 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--bench") == 0) {
-        bench_options bo = {.classes = 10, .steps = 20, .warmup = 3, .device = BACKEND_DEVICE_AUTO,
-                            .precision = BACKEND_MATH_FP32, .layout = BACKEND_LAYOUT_AUTO};
         /* positional STEPS and THREADS, then key=value options in any order */
         int npos = argc;
         for (int i = 5; i < argc; i++)
@@ -178,18 +177,20 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
-        bo.model = argv[2];
-        if (parse_count(argv[4], "batch size", 1, &bo.batch) != CNT_OK ||
-            (npos > 5 && parse_count(argv[5], "step count", 1, &bo.steps) != CNT_OK) ||
-            (npos > 6 && parse_count(argv[6], "thread count", 0, &bo.threads) != CNT_OK))
+        int c, h, w, batch_size, steps = 20, threads = 0;
+        if (parse_count(argv[4], "batch size", 1, &batch_size) != CNT_OK ||
+            (npos > 5 && parse_count(argv[5], "step count", 1, &steps) != CNT_OK) ||
+            (npos > 6 && parse_count(argv[6], "thread count", 0, &threads) != CNT_OK))
             return 2;
-        for (int i = npos; i < argc; i++)
-            if (parse_bench_option(argv[i], &bo) != CNT_OK) return 2;
-        if (config_parse_shape(argv[3], &bo.c, &bo.h, &bo.w) != CNT_OK) {
+        if (config_parse_shape(argv[3], &c, &h, &w) != CNT_OK) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 2;
         }
-        if (bench_run(&bo, NULL, stdout) != CNT_OK) {
+        config cfg;
+        bench_config(&cfg, argv[2], c, h, w, 10, batch_size, threads);
+        for (int i = npos; i < argc; i++)
+            if (parse_bench_option(argv[i], &cfg) != CNT_OK) return 2;
+        if (bench_run(&cfg, steps, 3, NULL, stdout) != CNT_OK) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 1;
         }

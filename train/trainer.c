@@ -1,21 +1,28 @@
 /*
- * train/trainer.c - the training loop.
+ * train/trainer.c - a training run, start to end.
  *
- * One step, as data flows:
- *   loader_next (host batch, prepared ahead by worker threads; the wait is
- *   measured) -> upload -> forward -> softmax cross-entropy -> backward ->
- *   SGD update -> every log_every steps: one progress line and one JSON record.
- * After each epoch (and at the end of a run stopped by train.max_steps): an
- * evaluation over the whole test set, top-1 and top-5.
+ *   trainer_run:  run_setup   device, gradient transport, data, model, the
+ *                             ranks' agreement, rank 0's initial weights to
+ *                             every rank, loaders, the step, the reducer
+ *                 run_resume  checkpoint.resume
+ *                 run_epoch   the steps of an epoch (train/step.h), a
+ *                             progress line every train.log_every steps
+ *                 end_epoch   the ranks' parameters compared, evaluation,
+ *                             the epoch's summary, a checkpoint
+ *                 run_finish  the last line, the timeline
+ *                 run_free    everything, on every path
  *
- * The host reads device memory only when a log line needs a value: the loss of
- * each step is accumulated on the device.
+ * Counters, lines and metrics records live in train/progress.c; the step in
+ * train/step.c; evaluation in train/eval.c.
  */
 #include "train/trainer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
 #include "common/check.h"
+#include "common/hash.h"
 #include "common/timer.h"
-#include "data/dataset.h"
-#include "train/input.h"
 #include "data/loader.h"
 #include "dist/dist.h"
 #include "dist/nccl.h"
@@ -24,15 +31,33 @@
 #include "model/net.h"
 #include "model/zoo.h"
 #include "train/checkpoint.h"
-#include "train/loss_scale.h"
-#include "train/metrics.h"
-#include "train/optim.h"
-#include "train/stager.h"
+#include "train/eval.h"
+#include "train/input.h"
+#include "train/progress.h"
+#include "train/state.h"
+#include "train/step.h"
 #include "train/weights.h"
 
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
+/* The pieces of one run. run_free frees whichever exist. */
+typedef struct run {
+    const config *cfg;
+    int rank, world;
+    const backend *be;
+    dist_nccl *nccl;         /* NULL: gradients go through MPI (or nowhere) */
+    input_data data;
+    net *nt;
+    loader *train_ld, *test_ld;
+    progress *pg;            /* exists from the moment metrics.jsonl is open */
+    reducer *rd;             /* NULL for one rank without NCCL */
+    timeline *tl;            /* NULL unless dist.timeline */
+    stepper st;
+    schedule sched;
+    host_state peers;        /* world > 1: parameters for the ranks' comparison, buffers for rank 0's */
+    long steps_per_epoch, total_steps;
+    long step;               /* optimizer steps taken, a resumed run's included */
+    long epoch_steps;        /* steps taken in the current epoch */
+    int start_epoch;
+} run;
 
 /* train.layout; auto: see backend_layout_choose. */
 static int layout_for(const config *cfg, const backend *be) {
@@ -54,78 +79,6 @@ static net *build_model(const backend *be, const config *cfg, int c, int h, int 
     return nt;
 }
 
-/* Evaluation over the whole test set: mean loss, top-1 and top-5 fractions,
- * and how many samples had an inf or NaN logit (fp16 activations beyond 65504
- * end so). A sample with a NaN logit or an infinite true-class logit counts
- * as wrong: such logits rank nothing. */
-typedef struct eval_result {
-    double loss, top1, top5;
-    long nonfinite;
-} eval_result;
-
-static void evaluate(net *nt, loader *ld, stager *st, float *loss_dev, float *dlogits_dev, eval_result *er) {
-    const backend *be = nt->be;
-    int K = nt->classes;
-    int topk = K < 5 ? K : 5;
-    float *logits = cnt_malloc((size_t)nt->max_batch * K * sizeof(float));
-    double loss_sum = 0;
-    long n_total = 0, hit1 = 0, hit5 = 0, nonfinite = 0;
-    loader_start_epoch(ld, 0);
-    const batch *b;
-    while ((b = loader_next(ld)) != NULL) {
-        if (b->n == 0) continue; /* every image of the batch was unreadable */
-        float *x_dev;
-        int32_t *labels_dev;
-        stager_put(st, b, &x_dev, &labels_dev);
-        net_forward(nt, x_dev, b->n, 0);
-        be->softmax_xent(b->n, K, net_logits(nt), labels_dev, 0.0f, loss_dev, dlogits_dev);
-        stager_release(st);
-        float loss;
-        be->download(&loss, loss_dev, sizeof loss);
-        be->download(logits, net_logits(nt), (size_t)b->n * K * sizeof(float));
-        loss_sum += (double)loss * b->n;
-        for (int i = 0; i < b->n; i++) {
-            const float *row = logits + (size_t)i * K;
-            int label = b->labels[i];
-            /* rank of the true class: how many logits beat it (ties count against) */
-            int better = 0, bad = !isfinite(row[label]), inf_or_nan = bad;
-            for (int k = 0; k < K; k++) {
-                bad |= row[k] != row[k];
-                inf_or_nan |= !isfinite(row[k]);
-                if (k != label && (row[k] > row[label] || (row[k] == row[label] && k < label))) better++;
-            }
-            /* NaN compares false with everything: it would rank first; an
-             * infinite true-class logit ranks nothing either */
-            if (bad) better = K;
-            nonfinite += inf_or_nan;
-            hit1 += better < 1;
-            hit5 += better < topk;
-        }
-        n_total += b->n;
-    }
-    free(logits);
-    /* Every rank evaluated its own shard; every sample counts once in the sums. */
-    double sums[5] = {loss_sum, (double)n_total, (double)hit1, (double)hit5, (double)nonfinite};
-    dist_allreduce_sum_f64(sums, 5);
-    er->nonfinite = (long)sums[4];
-    er->loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
-    er->top1 = sums[1] > 0 ? sums[2] / sums[1] : 0;
-    er->top5 = sums[1] > 0 ? sums[3] / sums[1] : 0;
-}
-
-/* Sends rank 0's n host floats to every rank and uploads them into dev. */
-static void broadcast_upload(const backend *be, float *dev, size_t n, float *host) {
-    dist_broadcast(host, n * sizeof(float), 0);
-    be->upload(dev, host, n * sizeof(float));
-}
-
-/* Copies n floats of device memory to every rank from rank 0, through host
- * staging memory (the backend's pointers may not be host pointers). */
-static void broadcast_device(const backend *be, float *dev, size_t n, float *host) {
-    be->download(host, dev, n * sizeof(float));
-    broadcast_upload(be, dev, n, host);
-}
-
 /* The effective config as written to config.ini, plus the model's parameter
  * count: what every rank must agree on. Caller frees. */
 static char *config_text(const config *cfg, size_t n_params, size_t *len) {
@@ -138,12 +91,6 @@ static char *config_text(const config *cfg, size_t n_params, size_t *len) {
     return text;
 }
 
-static uint64_t fnv1a(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
-    return h;
-}
-
 /* After each epoch in a multi-rank job: every rank must hold bit-identical
  * parameters (they start from rank 0's and apply the same summed gradients).
  * A difference means a broken reduction or a nondeterministic update, and
@@ -151,7 +98,7 @@ static uint64_t fnv1a(const char *p, size_t n) {
 static int check_params_identical(const net *nt, float *host) {
     int world = dist_world();
     nt->be->download(host, nt->params, nt->n_params * sizeof(float));
-    uint64_t h = fnv1a((const char *)host, nt->n_params * sizeof(float));
+    uint64_t h = hash_bytes(host, nt->n_params * sizeof(float));
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
     dist_allgather_u64(h, all);
     int bad = -1;
@@ -166,7 +113,7 @@ static int check_params_identical(const net *nt, float *host) {
 static uint64_t config_hash(const config *cfg) {
     size_t len;
     char *text = config_text(cfg, 0, &len);
-    uint64_t h = fnv1a(text, len);
+    uint64_t h = hash_bytes(text, len);
     free(text);
     return h;
 }
@@ -180,7 +127,7 @@ static int check_same_config(const config *cfg, const net *nt) {
     if (world == 1) return CNT_OK;
     size_t len;
     char *text = config_text(cfg, nt->n_params, &len);
-    uint64_t h = fnv1a(text, len);
+    uint64_t h = hash_bytes(text, len);
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
     dist_allgather_u64(h, all);
     int same = 1;
@@ -224,125 +171,104 @@ static void path_in_out_dir(const config *cfg, const char *path, char *out, size
     else snprintf(out, len, "%s/%s", cfg->out_dir, path);
 }
 
+/* The checkpoint checkpoint.resume asks for: 1 with its path in path (auto:
+ * the newest in checkpoint.dir), 0 for none. `say`: tell when auto finds no
+ * checkpoint. */
+static int resume_path(const config *cfg, char *path, size_t len, int say) {
+    switch (config_resume(cfg)) {
+    case RESUME_NONE: return 0;
+    case RESUME_FILE: snprintf(path, len, "%s", cfg->ckpt_resume); return 1;
+    case RESUME_AUTO: break;
+    }
+    char dir[2 * CONFIG_STR + 8];
+    path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+    if (ckpt_find_latest(dir, path, len) == CNT_OK) return 1;
+    if (say) log_info("checkpoint.resume = auto: no checkpoint in %s, starting from scratch", dir);
+    return 0;
+}
+
 /* checkpoint.resume: rank 0 finds and validates the checkpoint, then every
- * rank receives its state (parameters, buffers, momentum, position). Sets
- * *start_epoch and *step; leaves them at 0 when starting fresh. A missing or
- * bad checkpoint on rank 0 is an error (CNT_ERR on rank 0; the caller ends the
- * job, which releases the ranks waiting in the broadcast). */
-static int resume_state(const config *cfg, net *nt, optimizer *opt, loss_scaler *ls, int *start_epoch, long *step) {
-    const backend *be = nt->be;
+ * rank receives its state (parameters, buffers, momentum, position). Leaves
+ * start_epoch and step at 0 when starting fresh. A missing or bad checkpoint
+ * on rank 0 is an error (CNT_ERR on rank 0; the caller ends the job, which
+ * releases the ranks waiting in the broadcast). */
+static int run_resume(run *r) {
+    stepper *st = &r->st;
     int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
     ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
-    float *params = cnt_malloc((nt->n_params ? nt->n_params : 1) * sizeof(float));
-    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
-    float *momentum = opt->momentum_buf ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
-    int status = CNT_OK;
-    if (dist_rank() == 0 && config_resume(cfg) != RESUME_NONE) {
-        char path[2 * CONFIG_STR + 64];
-        int have = 1;
-        if (config_resume(cfg) == RESUME_AUTO) {
-            char dir[2 * CONFIG_STR + 8];
-            path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
-            if (ckpt_find_latest(dir, path, sizeof path) != CNT_OK) {
-                log_info("checkpoint.resume = auto: no checkpoint in %s, starting from scratch", dir);
-                have = 0;
-            }
-        } else {
-            snprintf(path, sizeof path, "%s", cfg->ckpt_resume);
+    host_state hs;
+    host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
+    char path[2 * CONFIG_STR + 64];
+    if (r->rank == 0 && resume_path(r->cfg, path, sizeof path, 1)) {
+        int has_momentum = 0;
+        if (ckpt_read(path, r->nt, hs.params, hs.buffers, hs.momentum, &has_momentum, &meta) != CNT_OK) {
+            host_state_free(&hs);
+            return CNT_ERR;
         }
-        if (have) {
-            int has_momentum = 0;
-            if (ckpt_read(path, nt, params, buffers, momentum, &has_momentum, &meta) != CNT_OK) {
-                status = CNT_ERR;
-            } else {
-                found = 1;
-                if (momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
-                char scaled[64] = "";
-                if (meta.loss_scale > 0)
-                    snprintf(scaled, sizeof scaled, ", loss scale %g (%ld steps skipped)", meta.loss_scale,
-                             meta.skipped_steps);
-                log_info("resumed from %s: %d epochs and %ld steps done%s", path, meta.epoch, meta.step, scaled);
-            }
-        }
-    }
-    if (status != CNT_OK) {
-        free(params);
-        free(buffers);
-        free(momentum);
-        return CNT_ERR;
+        found = 1;
+        if (hs.momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
+        char scaled[64] = "";
+        if (meta.loss_scale > 0)
+            snprintf(scaled, sizeof scaled, ", loss scale %g (%ld steps skipped)", meta.loss_scale,
+                     meta.skipped_steps);
+        log_info("resumed from %s: %d epochs and %ld steps done%s", path, meta.epoch, meta.step, scaled);
     }
     dist_broadcast(&found, sizeof found, 0);
     if (found) {
         dist_broadcast(&meta, sizeof meta, 0);
-        broadcast_upload(be, nt->params, nt->n_params, params);
-        if (nt->n_buffers) broadcast_upload(be, nt->buffers, nt->n_buffers, buffers);
-        if (momentum) broadcast_upload(be, opt->momentum_buf, nt->n_params, momentum);
-        nt->dropout_seed = meta.dropout_seed;
-        loss_scaler_restore(ls, meta.loss_scale, meta.loss_scale_good, meta.skipped_steps, meta.skipped_in_a_row);
-        *start_epoch = meta.epoch;
-        *step = meta.step;
+        host_state_broadcast(&hs, r->nt);
+        host_state_upload(&hs, r->nt, st->opt.momentum_buf);
+        r->nt->dropout_seed = meta.dropout_seed;
+        loss_scaler_restore(&st->ls, meta.loss_scale, meta.loss_scale_good, meta.skipped_steps,
+                            meta.skipped_in_a_row);
+        r->start_epoch = meta.epoch;
+        r->step = meta.step;
     }
-    free(params);
-    free(buffers);
-    free(momentum);
+    host_state_free(&hs);
     return CNT_OK;
 }
 
 /* model.init_from on rank 0: loads the safetensors file into nt, unless
  * checkpoint.resume will load a checkpoint (which then wins). */
 static int load_init_from(const config *cfg, net *nt) {
-    if (config_resume(cfg) != RESUME_NONE) {
-        char dir[2 * CONFIG_STR + 8], path[2 * CONFIG_STR + 64];
-        int have = 1;
-        if (config_resume(cfg) == RESUME_AUTO) {
-            path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
-            have = ckpt_find_latest(dir, path, sizeof path) == CNT_OK;
-        } else {
-            snprintf(path, sizeof path, "%s", cfg->ckpt_resume);
-        }
-        if (have) {
-            log_info("model.init_from = %s not loaded: checkpoint.resume loads %s, and the checkpoint wins",
-                     cfg->init_from, path);
-            return CNT_OK;
-        }
+    char path[2 * CONFIG_STR + 64];
+    if (resume_path(cfg, path, sizeof path, 0)) {
+        log_info("model.init_from = %s not loaded: checkpoint.resume loads %s, and the checkpoint wins",
+                 cfg->init_from, path);
+        return CNT_OK;
     }
     return weights_init_from(nt, cfg->init_from);
 }
 
 /* Rank 0 writes the state after `epochs_done` complete epochs. */
-static int save_checkpoint(const config *cfg, const net *nt, const optimizer *opt, const loss_scaler *ls,
-                           int epochs_done, long step) {
-    const backend *be = nt->be;
-    float *params = cnt_malloc(nt->n_params * sizeof(float));
-    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
-    float *momentum = opt->momentum_buf ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
-    be->download(params, nt->params, nt->n_params * sizeof(float));
-    if (nt->n_buffers) be->download(buffers, nt->buffers, nt->n_buffers * sizeof(float));
-    if (momentum) be->download(momentum, opt->momentum_buf, nt->n_params * sizeof(float));
+static int save_checkpoint(const run *r, int epochs_done) {
+    const config *cfg = r->cfg;
+    const stepper *st = &r->st;
+    host_state hs;
+    host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
+    host_state_download(&hs, r->nt, st->opt.momentum_buf);
     ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.epoch = epochs_done;
-    meta.step = step;
-    meta.dropout_seed = nt->dropout_seed;
+    meta.step = r->step;
+    meta.dropout_seed = r->nt->dropout_seed;
     meta.config_hash = config_hash(cfg);
     snprintf(meta.model_name, sizeof meta.model_name, "%.*s", (int)sizeof meta.model_name - 1, cfg->model_name);
     /* What zoo_build needs besides the net's shape (ckpt_write takes that from nt). */
     meta.zero_init_residual = cfg->zero_init_residual;
     meta.dropout = cfg->dropout;
-    if (loss_scaler_active(ls)) {
-        meta.loss_scale = ls->scale;
-        meta.loss_scale_good = ls->good;
-        meta.skipped_steps = ls->skipped;
-        meta.skipped_in_a_row = ls->in_a_row;
+    if (loss_scaler_active(&st->ls)) {
+        meta.loss_scale = st->ls.scale;
+        meta.loss_scale_good = st->ls.good;
+        meta.skipped_steps = st->ls.skipped;
+        meta.skipped_in_a_row = st->ls.in_a_row;
     }
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
-    int status = ckpt_write(dir, nt, params, buffers, momentum, &meta, cfg->ckpt_keep, path, sizeof path);
+    int status = ckpt_write(dir, r->nt, hs.params, hs.buffers, hs.momentum, &meta, cfg->ckpt_keep, path, sizeof path);
     if (status == CNT_OK) log_info("checkpoint: %s", path);
-    free(params);
-    free(buffers);
-    free(momentum);
+    host_state_free(&hs);
     return status;
 }
 
@@ -353,16 +279,6 @@ static void timeline_node_hook(void *ctx, const node *nd, int backward, double t
     char name[NET_NAME_LEN + 8];
     snprintf(name, sizeof name, "bwd %s", nd->name);
     timeline_record(ctx, name, "backward", TIMELINE_TID_TRAIN, t0, t1);
-}
-
-static void format_duration(double s, char *buf, size_t len) {
-    if (!(s >= 0) || s > 1e8) {
-        snprintf(buf, len, "?");
-        return;
-    }
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-    else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
 /* train.device: the backend of this rank (GPU local_rank % GPUs of its node),
@@ -454,77 +370,93 @@ static int choose_comm(const config *cfg, const backend *be, dist_nccl **nccl_ou
 #endif
 }
 
-static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl, train_result *res);
-
-int trainer_run(const config *cfg, train_result *res) {
-    const backend *be = choose_device(cfg);
-    if (!be) return CNT_ERR;
-    dist_nccl *nccl = NULL;
-    if (choose_comm(cfg, be, &nccl) != CNT_OK) return CNT_ERR;
-    int status = trainer_run_on(cfg, be, nccl, res);
-#if CNT_HAVE_NCCL
-    /* after the reducer that used it; a failed run may have left collectives
-     * no peer will join, so it aborts instead of waiting for them */
-    if (status == CNT_OK) dist_nccl_free(nccl);
-    else dist_nccl_abort(nccl);
-#endif
-    return status;
+/* The run's opening lines: the model, the data, the schedule. */
+static void log_plan(const run *r) {
+    const config *cfg = r->cfg;
+    const dataset *d = &r->data.train;
+    if (loss_scaler_active(&r->st.ls)) {
+        char what[256];
+        loss_scaler_describe(&r->st.ls, what, sizeof what);
+        log_info("loss scaling: %s", what);
+    }
+    log_info("cnntrain: model %s (%zu parameters, %.3f GFLOPs/image forward) on %s", cfg->model_name,
+             r->nt->n_params, net_flops_per_image(r->nt) / 1e9, r->be->name);
+    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", config_name(cfg, &cfg->data_kind),
+             cfg->data_root, d->n, r->data.test.n, d->c, d->h, d->w, d->classes);
+    log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
+             cfg->epochs, r->steps_per_epoch, cfg->batch_size, r->total_steps, config_name(cfg, &cfg->schedule),
+             (double)cfg->warmup_epochs, cfg->out_dir);
 }
 
-static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl, train_result *res) {
-    train_result r;
-    memset(&r, 0, sizeof r);
-    be->set_threads(cfg->threads);
+/* How gradients travel: one line. */
+static void log_dist(const run *r) {
+    const config *cfg = r->cfg;
+    int world = r->world;
+    double base_lr = r->sched.base_lr;
+    if (world == 1 && !r->nccl) {
+        log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr,
+                 config_name(cfg, &cfg->lr_scaling));
+        return;
+    }
+    const char *comm_name = r->nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
+                            : cfg->dist_backend == DIST_BACKEND_RING ? "ring"
+                                                                     : "MPI_Allreduce";
+    int buckets = r->rd ? reducer_bucket_count(r->rd) : 0;
+    log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
+             "(%g MiB, first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s); "
+             "lr %g per worker x %d = %g (optim.lr_scaling = %s)",
+             world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world, comm_name, buckets,
+             buckets == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
+             cfg->overlap ? "during backward" : "after backward",
+             cfg->compress == REDUCER_COMPRESS_FP16 ? "fp16" : "fp32",
+             cfg->stall_warn_s > 0 || cfg->stall_abort_s > 0 ? "on" : "off", (double)cfg->stall_warn_s,
+             (double)cfg->stall_abort_s, (double)cfg->lr, cfg->lr_scaling == LR_SCALING_LINEAR ? world : 1,
+             base_lr, config_name(cfg, &cfg->lr_scaling));
+}
 
-    input_data d;
-    if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
-    int C = d.train.c, H = d.train.h, W = d.train.w, classes = d.train.classes;
+/* The model on rank 0's weights: initialised from train.seed, or from
+ * model.init_from (rank 0 reads the file), then broadcast, so every rank
+ * starts from the same weights whatever it did itself. */
+static int make_model(run *r, int max_batch) {
+    const config *cfg = r->cfg;
+    const dataset *d = &r->data.train;
+    r->nt = build_model(r->be, cfg, d->c, d->h, d->w, d->classes, max_batch);
+    if (!r->nt) return CNT_ERR;
+    net_init_params(r->nt, cfg->seed);
+    if (check_same_config(cfg, r->nt) != CNT_OK) return CNT_ERR;
+    if (r->rank == 0 && cfg->init_from[0] && load_init_from(cfg, r->nt) != CNT_OK) return CNT_ERR;
+    if (r->world > 1) {
+        host_state hs;
+        host_state_alloc(&hs, r->nt, 0);
+        host_state_download(&hs, r->nt, NULL);
+        host_state_broadcast(&hs, r->nt);
+        host_state_upload(&hs, r->nt, NULL);
+        host_state_free(&hs);
+    }
+    return CNT_OK;
+}
+
+static int run_setup(run *r) {
+    const config *cfg = r->cfg;
+    if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
+    r->be->set_threads(cfg->threads);
+    if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
     int eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
     int max_batch = cfg->batch_size > eval_batch ? cfg->batch_size : eval_batch;
-    net *nt = build_model(be, cfg, C, H, W, classes, max_batch);
-    if (!nt) {
-        input_free(&d);
-        return CNT_ERR;
-    }
-    net_init_params(nt, cfg->seed);
+    if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
 
-    int rank = dist_rank(), world = dist_world();
-    if (check_same_config(cfg, nt) != CNT_OK) {
-        net_free(nt);
-        input_free(&d);
-        return CNT_ERR;
-    }
-    /* model.init_from: rank 0 reads the file; the broadcast below copies it. */
-    if (rank == 0 && cfg->init_from[0] && load_init_from(cfg, nt) != CNT_OK) {
-        net_free(nt);
-        input_free(&d);
-        return CNT_ERR;
-    }
-    /* Every rank starts from rank 0's weights (the same seed gives the same
-     * weights anyway; the broadcast makes it so whatever the ranks did). */
-    if (world > 1) {
-        size_t n = nt->n_params > nt->n_buffers ? nt->n_params : nt->n_buffers;
-        float *host = cnt_malloc((n ? n : 1) * sizeof(float));
-        broadcast_device(be, nt->params, nt->n_params, host);
-        if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, host);
-        free(host);
-    }
     loader_options lo, eo;
-    input_loader_options(cfg, &d, rank, world, &lo, &eo);
-    loader *train_ld = loader_create(&d.train, &lo);
-    loader *test_ld = train_ld ? loader_create(&d.test, &eo) : NULL;
-    metrics m = {0};
-    /* Only rank 0 writes files: one run directory, no races between ranks. */
-    if (!train_ld || !test_ld || (rank == 0 && metrics_open(&m, cfg->out_dir) != CNT_OK)) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-        loader_free(train_ld);
-        loader_free(test_ld);
-        net_free(nt);
-        input_free(&d);
-        return cnt_err_set("%s", msg);
-    }
-    if (rank == 0) {
+    input_loader_options(cfg, &r->data, r->rank, r->world, &lo, &eo);
+    if (!(r->train_ld = loader_create(&r->data.train, &lo)) || !(r->test_ld = loader_create(&r->data.test, &eo)))
+        return CNT_ERR;
+    r->steps_per_epoch = loader_steps_per_epoch(r->train_ld);
+    r->total_steps = r->steps_per_epoch * cfg->epochs;
+    if (cfg->max_steps > 0 && cfg->max_steps < r->total_steps) r->total_steps = cfg->max_steps;
+    progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
+                        .epochs = cfg->epochs, .total_steps = r->total_steps, .comm = r->world > 1 || r->nccl,
+                        .fp16 = cfg->precision == BACKEND_MATH_FP16};
+    if (!(r->pg = progress_create(&po))) return CNT_ERR;
+    if (r->rank == 0) {
         char path[CONFIG_STR + 32];
         snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
         FILE *f = fopen(path, "w");
@@ -534,352 +466,149 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
         }
     }
 
-    long steps_per_epoch = loader_steps_per_epoch(train_ld);
-    long total_steps = steps_per_epoch * cfg->epochs;
-    if (cfg->max_steps > 0 && cfg->max_steps < total_steps) total_steps = cfg->max_steps;
-    int in_size = C * H * W;
-    optimizer opt;
-    optim_opts oo = config_optim_opts(cfg);
-    optim_init(&opt, nt, &oo);
-
-    /* Batches reach the device one step ahead, on the copy stream. */
-    stager *st = stager_create(be, max_batch, (size_t)in_size);
-    float *loss_dev = be->alloc(sizeof(float));
-    /* Loss scaling (train.loss_scaling): the flag collects inf/NaN over every gradient. */
-    loss_scaler ls;
-    loss_scale_opts lso = config_loss_scale_opts(cfg);
-    loss_scaler_init(&ls, &lso);
-    float *overflow_dev = loss_scaler_active(&ls) ? be->alloc(sizeof(float)) : NULL;
-    /* the running statistics before each forward, for a skipped step to restore */
-    float *buffers_before = overflow_dev && nt->n_buffers ? be->alloc(nt->n_buffers * sizeof(float)) : NULL;
-    if (loss_scaler_active(&ls)) {
-        char what[256];
-        loss_scaler_describe(&ls, what, sizeof what);
-        log_info("loss scaling: %s", what);
-    }
-    float *loss_acc_dev = be->alloc(sizeof(float));
-    float *dlogits = be->alloc((size_t)max_batch * classes * sizeof(float));
-    float *aux_loss_dev = NULL, *dlogits_aux = NULL;
-    if (nt->aux_output >= 0) {
-        aux_loss_dev = be->alloc(sizeof(float));
-        dlogits_aux = be->alloc((size_t)max_batch * classes * sizeof(float));
-    }
-
-    log_info("cnntrain: model %s (%zu parameters, %.3f GFLOPs/image forward) on %s", cfg->model_name,
-             nt->n_params, net_flops_per_image(nt) / 1e9, be->name);
-    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", config_name(cfg, &cfg->data_kind),
-             cfg->data_root,
-             d.train.n, d.test.n, C, H, W, classes);
-    log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
-             cfg->epochs, steps_per_epoch, cfg->batch_size, total_steps, config_name(cfg, &cfg->schedule),
-             (double)cfg->warmup_epochs,
-             cfg->out_dir);
-    schedule sched = config_schedule(cfg, world, steps_per_epoch);
-    double base_lr = sched.base_lr;
-    reducer_opts ro = config_reducer_opts(cfg);
-    ro.nccl = nccl;
-    dist_algo algo = ro.algo;
-    reducer *rd = NULL;
-    if (world > 1 || nccl) {
-        rd = reducer_create(be, nt->grads, nt->n_params, &ro);
-        net_set_grad_hook(nt, reducer_grads_ready, rd);
-    }
-    const char *comm_name = nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
-                            : algo == DIST_ALGO_RING ? "ring"
-                                                     : "MPI_Allreduce";
-    if (world == 1 && !nccl) {
-        log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr,
-                 config_name(cfg, &cfg->lr_scaling));
-    } else {
-        log_info("dist: %d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s "
-                 "(%g MiB, first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s); "
-                 "lr %g per worker x %d = %g (optim.lr_scaling = %s)",
-                 world, world > 1 ? "s" : "", dist_local_world(), cfg->batch_size * world,
-                 comm_name, rd ? reducer_bucket_count(rd) : 0,
-                 rd && reducer_bucket_count(rd) == 1 ? "" : "s", (double)cfg->bucket_mb, (double)cfg->first_bucket_mb,
-                 cfg->overlap ? "during backward" : "after backward",
-                 cfg->compress == REDUCER_COMPRESS_FP16 ? "fp16" : "fp32",
-                 cfg->stall_warn_s > 0 || cfg->stall_abort_s > 0 ? "on" : "off", (double)cfg->stall_warn_s,
-                 (double)cfg->stall_abort_s, (double)cfg->lr,
-                 cfg->lr_scaling == LR_SCALING_LINEAR ? world : 1, base_lr, config_name(cfg, &cfg->lr_scaling));
-    }
-    timeline *tl = NULL;
-    if (cfg->timeline[0]) {
-        tl = timeline_create(); /* a collective: every rank has the same config */
-        net_set_node_hook(nt, timeline_node_hook, tl);
-        if (rd) reducer_set_timeline(rd, tl);
-    }
-    float *buffers_host = world > 1 ? cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float)) : NULL;
-    float *params_host = world > 1 ? cnt_malloc(nt->n_params * sizeof(float)) : NULL;
-
-    long step = 0;
-    int start_epoch = 0;
-    int status = resume_state(cfg, nt, &opt, &ls, &start_epoch, &step);
-    long first_step = step;
-    double t_start = time_now();
-    double win_t0 = t_start, win_wait = 0, win_loss_steps = 0, win_comm = 0, win_exposed = 0;
-    long win_images = 0, win_steps = 0, win_skipped0 = ls.skipped;
-    int done = status != CNT_OK;
-    eval_result er = {0};
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
-    for (int epoch = start_epoch; epoch < cfg->epochs && !done && step < total_steps; epoch++) {
-        r.epochs = epoch + 1;
-        loader_start_epoch(train_ld, epoch);
-        double ep_t0 = time_now(), ep_wait = 0, ep_comm = 0, ep_exposed = 0;
-        long ep_early = 0, ep_buckets = 0;
-        long ep_images = 0, ep_steps = 0;
-        for (;;) {
-            if (tl) timeline_set_step(tl, step + 1);
-            double tw = time_now();
-            const batch *b = loader_next(train_ld);
-            double tw1 = time_now(), wait = tw1 - tw;
-            if (!b) break;
-            if (tl) timeline_record(tl, "data wait", "data", TIMELINE_TID_TRAIN, tw, tw1);
-            win_wait += wait;
-            ep_wait += wait;
-            double lr = schedule_lr(&sched, step);
-            float *x_dev;
-            int32_t *labels_dev;
-            stager_put(st, b, &x_dev, &labels_dev);
-            if (buffers_before) be->copy(buffers_before, nt->buffers, nt->n_buffers * sizeof(float));
-            double tf = time_now();
-            net_forward(nt, x_dev, b->n, 1);
-            be->softmax_xent(b->n, classes, net_logits(nt), labels_dev, cfg->label_smoothing, loss_dev, dlogits);
-            /* The loss scale enters through the loss's gradient; the logged loss stays unscaled. */
-            float scale = (float)ls.scale;
-            if (scale != 1.0f) be->axpy((size_t)b->n * classes, scale, dlogits, dlogits, 0);
-            if (dlogits_aux) {
-                /* Inception's auxiliary head: loss + aux_weight * aux_loss. */
-                be->softmax_xent(b->n, classes, net_aux_logits(nt), labels_dev, cfg->label_smoothing,
-                                 aux_loss_dev, dlogits_aux);
-                be->axpy((size_t)b->n * classes, cfg->aux_weight * scale, dlogits_aux, dlogits_aux, 0);
-                be->axpy(1, cfg->aux_weight, aux_loss_dev, loss_dev, 1);
-            }
-            double tb = time_now();
-            if (tl) timeline_record(tl, "forward", "forward", TIMELINE_TID_TRAIN, tf, tb);
-            if (rd) reducer_begin(rd, step + 1);
-            net_backward(nt, dlogits, dlogits_aux);
-            stager_release(st); /* backward was the last reader of the batch */
-            double tr = time_now();
-            if (tl) timeline_record(tl, "backward", "backward", TIMELINE_TID_TRAIN, tb, tr);
-            if (rd) {
-                /* Wait for the buckets still in flight; the update divides the sums by world. */
-                reducer_stats rs;
-                reducer_finish(rd, &rs);
-                if (tl) timeline_record(tl, "allreduce wait", "comm", TIMELINE_TID_TRAIN, tr, time_now());
-                win_comm += rs.comm_ms;
-                win_exposed += rs.exposed_ms;
-                ep_comm += rs.comm_ms;
-                ep_exposed += rs.exposed_ms;
-                ep_early += rs.early;
-                ep_buckets += rs.buckets;
-            }
-            double to = time_now();
-            int apply = 1;
-            if (overflow_dev) {
-                /* The one host wait per step that loss scaling costs (PyTorch's
-                 * GradScaler has it too): whether to update at all. */
-                float found = 0;
-                if (rd) reducer_wait_sums(rd); /* NCCL: wait under the watchdog, not in a copy */
-                be->zero(overflow_dev, sizeof(float));
-                be->find_nonfinite(nt->n_params, nt->grads, overflow_dev);
-                be->download(&found, overflow_dev, sizeof found);
-                int failed;
-                apply = loss_scaler_update(&ls, found != 0, &failed);
-                if (failed) {
-                    char why[1024];
-                    snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
-                    status = cnt_err_set("train.precision = %s, train.loss_scaling = %s, step %ld: %s",
-                                         config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling),
-                                         step + 1, why);
-                    done = 1;
-                    break;
-                }
-            }
-            /* Sums over ranks of S-times gradients: the update divides both out. */
-            if (apply) optim_step(&opt, nt, (float)lr, (float)(1.0 / ((double)world * (double)scale)));
-            if (tl) timeline_record(tl, "optimizer", "optimizer", TIMELINE_TID_TRAIN, to, time_now());
-            /* A skipped step's loss counts when it is finite (its gradients
-             * overflowed, not its forward): the host has waited for it anyway. */
-            int count_loss = apply;
-            if (!apply) {
-                float l;
-                be->download(&l, loss_dev, sizeof l);
-                count_loss = isfinite(l);
-                /* and its forward's batch-norm statistics go: a skipped step changes nothing */
-                if (nt->n_buffers) be->copy(nt->buffers, buffers_before, nt->n_buffers * sizeof(float));
-            }
-            if (count_loss) {
-                be->axpy(1, 1.0f, loss_dev, loss_acc_dev, win_loss_steps > 0);
-                win_loss_steps++;
-            }
-            step++;
-            win_steps++;
-            ep_steps++;
-            win_images += b->n;
-            ep_images += b->n;
-            if (step == first_step + 1) {
-                float l;
-                be->download(&l, loss_dev, sizeof l);
-                r.first_loss = l;
-                if (!isfinite(l)) log_warn("the first step's loss is %g", (double)l);
-            }
-            int last = step == total_steps;
-            if (step % cfg->log_every == 0 || last) {
-                float acc = 0;
-                if (win_loss_steps > 0) be->download(&acc, loss_acc_dev, sizeof acc);
-                /* Mean loss over every rank's counted steps (all ranks log at the
-                 * same steps; a step skipped for a forward overflow on one rank
-                 * is left out there only). */
-                double lsum[2] = {acc, win_loss_steps};
-                dist_allreduce_sum_f64(lsum, 2);
-                double now = time_now();
-                /* none when no step of the window had a finite loss (loss scaling skips) */
-                int have_loss = lsum[1] > 0;
-                double loss = have_loss ? lsum[0] / lsum[1] : NAN;
-                char loss_s[32];
-                if (have_loss) snprintf(loss_s, sizeof loss_s, "%.4f", loss);
-                else snprintf(loss_s, sizeof loss_s, "-");
-                double ips = world * win_images / (now - win_t0);
-                double wait_ms = 1e3 * win_wait / win_steps;
-                double eta = (now - t_start) / (step - first_step) * (total_steps - step);
-                char eta_s[32];
-                format_duration(eta, eta_s, sizeof eta_s);
-                char comm[96] = "";
-                if (rd)
-                    snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", win_comm / win_steps,
-                             win_exposed / win_steps);
-                char scaling[96] = "";
-                if (loss_scaler_active(&ls))
-                    snprintf(scaling, sizeof scaling, "  loss scale %g (%ld step%s skipped)", ls.scale,
-                             ls.skipped - win_skipped0, ls.skipped - win_skipped0 == 1 ? "" : "s");
-                win_skipped0 = ls.skipped;
-                log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s",
-                         epoch + 1, cfg->epochs, step, total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
-                metrics_step(&m, epoch + 1, step, loss, lr, ips, wait_ms, win_comm / win_steps,
-                             win_exposed / win_steps, ls.scale, ls.skipped);
-                if (have_loss) r.last_loss = loss;
-                if (have_loss && !isfinite(loss)) {
-                    log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
-                    done = 1;
-                    break;
-                }
-                win_t0 = now;
-                win_wait = 0;
-                win_images = 0;
-                win_steps = 0;
-                win_comm = 0;
-                win_exposed = 0;
-                win_loss_steps = 0;
-            }
-            if (last) {
-                done = 1;
-                break;
-            }
-        }
-        if (status != CNT_OK) break; /* every rank: the decision rests on allreduced gradients */
-        double ep_secs = time_now() - ep_t0;
-        /* Batch-norm statistics stay per rank during training (as in Horovod);
-         * evaluate every shard with rank 0's, so N ranks score what one would. */
-        if (world > 1) {
-            if (check_params_identical(nt, params_host) != CNT_OK) {
-                status = CNT_ERR;
-                break;
-            }
-            log_info("epoch %d/%d: parameters bit-identical on all %d ranks", epoch + 1, cfg->epochs, world);
-            if (nt->n_buffers) broadcast_device(be, nt->buffers, nt->n_buffers, buffers_host);
-        }
-        evaluate(nt, test_ld, st, loss_dev, dlogits, &er);
-        /* Unreadable images of every rank's shard (collective on all ranks). */
-        double skipped[2] = {(double)loader_skipped(train_ld), (double)loader_skipped(test_ld)};
-        dist_allreduce_sum_f64(skipped, 2);
-        if (skipped[0] > 0 || skipped[1] > 0)
-            log_warn("epoch %d/%d: %.0f unreadable training image%s replaced, %.0f unreadable test image%s left out "
-                     "(each named once above)",
-                     epoch + 1, cfg->epochs, skipped[0], skipped[0] == 1 ? "" : "s", skipped[1],
-                     skipped[1] == 1 ? "" : "s");
-        double ep_ips = ep_secs > 0 ? world * ep_images / ep_secs : 0;
-        double ep_wait_ms = ep_steps ? 1e3 * ep_wait / ep_steps : 0;
-        log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
-                 "top-1 %.2f%%  top-5 %.2f%%",
-                 epoch + 1, cfg->epochs, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? 100.0 * ep_wait / ep_secs : 0,
-                 er.loss, 100 * er.top1, 100 * er.top5);
-        metrics_epoch(&m, epoch + 1, ep_secs, ep_ips, ep_wait_ms, ep_secs > 0 ? ep_wait / ep_secs : 0,
-                      ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0, (long)skipped[0],
-                      (long)skipped[1]);
-        if (rd)
-            log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
-                     "%ld of %ld buckets started during backward",
-                     epoch + 1, cfg->epochs, ep_steps ? ep_comm / ep_steps : 0, ep_steps ? ep_exposed / ep_steps : 0,
-                     ep_early, ep_buckets);
-        if (er.nonfinite > 0 && rank == 0)
-            log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", epoch + 1, cfg->epochs,
-                     er.nonfinite, er.nonfinite == 1 ? "" : "s",
-                     cfg->precision == BACKEND_MATH_FP16
-                         ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)"
-                         : "");
-        metrics_eval(&m, epoch + 1, step, er.loss, er.top1, er.top5);
-        /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
-        int complete = ep_steps == steps_per_epoch;
-        int due = cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs || done);
-        if (rank == 0 && complete && due && save_checkpoint(cfg, nt, &opt, &ls, epoch + 1, step) != CNT_OK) {
-            status = CNT_ERR;
-            break;
-        }
+    r->sched = config_schedule(cfg, r->world, r->steps_per_epoch);
+    if (r->world > 1 || r->nccl) {
+        reducer_opts ro = config_reducer_opts(cfg);
+        ro.nccl = r->nccl;
+        r->rd = reducer_create(r->be, r->nt->grads, r->nt->n_params, &ro);
+        net_set_grad_hook(r->nt, reducer_grads_ready, r->rd);
     }
-    r.seconds = time_now() - t_start;
-    r.steps = step;
-    r.loss_scale = ls.scale;
-    r.skipped_steps = ls.skipped;
-    r.eval_loss = er.loss;
-    r.top1 = er.top1;
-    r.top5 = er.top5;
-    r.img_per_sec = r.seconds > 0 ? (double)(step - first_step) * cfg->batch_size * world / r.seconds : 0;
-    if (status == CNT_OK)
-        log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", step,
-                 r.seconds, 100 * r.top1, 100 * r.top5, cfg->out_dir);
-    else
-        log_info("stopped after %ld steps (%.1f s); metrics so far in %s/metrics.jsonl", step, r.seconds,
-                 cfg->out_dir);
+    if (cfg->timeline[0]) {
+        r->tl = timeline_create(); /* a collective: every rank has the same config */
+        net_set_node_hook(r->nt, timeline_node_hook, r->tl);
+        if (r->rd) reducer_set_timeline(r->rd, r->tl);
+    }
+    optim_opts oo = config_optim_opts(cfg);
+    loss_scale_opts lso = config_loss_scale_opts(cfg);
+    step_opts so = config_step_opts(cfg, r->world);
+    const dataset *d = &r->data.train;
+    stepper_init(&r->st, r->nt, r->rd, r->tl, &oo, &lso, &so, max_batch, (size_t)d->c * d->h * d->w);
+    if (r->world > 1) host_state_alloc(&r->peers, r->nt, 0);
+    log_plan(r);
+    log_dist(r);
+    return CNT_OK;
+}
 
-    if (status == CNT_OK && !isfinite(r.last_loss)) status = cnt_err_set("training diverged (loss %g)", r.last_loss);
-    if (tl && status == CNT_OK) {
-        /* Every rank gets here (the loop ends at the same step everywhere);
-         * the write is a collective gather to rank 0. A rank that failed
-         * (rank 0 alone, writing a checkpoint) skips it: the others are in
-         * other collectives, and main() ends the job (dist_abort). */
-        net_set_node_hook(nt, NULL, NULL);
-        if (rd) reducer_set_timeline(rd, NULL);
-        char path[2 * CONFIG_STR + 8];
-        path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
-        if (timeline_write(tl, path) != CNT_OK) {
-            status = CNT_ERR;
-        } else if (rank == 0) {
-            log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
+/* The steps of one epoch: *done once the run's last step is taken or the
+ * loss diverged. CNT_ERR when the step failed (loss scaling gave up), on
+ * every rank alike: the decision rests on allreduced gradients. */
+static int run_epoch(run *r, int epoch, int *done) {
+    const config *cfg = r->cfg;
+    loader_start_epoch(r->train_ld, epoch);
+    progress_epoch_begin(r->pg, epoch);
+    r->epoch_steps = 0;
+    for (;;) {
+        if (r->tl) timeline_set_step(r->tl, r->step + 1);
+        double t0 = time_now();
+        const batch *b = loader_next(r->train_ld);
+        double t1 = time_now();
+        if (!b) return CNT_OK;
+        if (r->tl) timeline_record(r->tl, "data wait", "data", TIMELINE_TID_TRAIN, t0, t1);
+        double lr = schedule_lr(&r->sched, r->step);
+        step_result sr;
+        if (stepper_run(&r->st, b, r->step + 1, lr, &sr) != CNT_OK) {
+            *done = 1;
+            char why[1024];
+            snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
+            return cnt_err_set("train.precision = %s, train.loss_scaling = %s, step %ld: %s",
+                               config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling), r->step + 1,
+                               why);
         }
-        timeline_free(tl);
-        tl = NULL;
+        r->step++;
+        r->epoch_steps++;
+        progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0);
+        int last = r->step == r->total_steps;
+        if ((r->step % cfg->log_every == 0 || last) && progress_log(r->pg, r->step, lr, &r->st.ls) != CNT_OK)
+            last = 1; /* diverged: evaluate and stop */
+        if (last) {
+            *done = 1;
+            return CNT_OK;
+        }
     }
-    metrics_close(&m);
-    reducer_free(rd);
-    timeline_free(tl); /* a failed run wrote none: freed once the reducer's thread, which records into it, is gone */
-    free(buffers_host);
-    free(params_host);
-    stager_free(st);
-    be->free(loss_dev);
-    be->free(overflow_dev);
-    be->free(buffers_before);
-    be->free(loss_acc_dev);
-    be->free(dlogits);
-    be->free(aux_loss_dev);
-    be->free(dlogits_aux);
-    optim_free(&opt);
-    loader_free(train_ld);
-    loader_free(test_ld);
-    net_free(nt);
-    input_free(&d);
-    if (res) *res = r;
+}
+
+/* After an epoch's steps: the ranks' parameters compared, evaluation, the
+ * epoch's summary, a checkpoint when due. */
+static int end_epoch(run *r, int epoch, int done) {
+    const config *cfg = r->cfg;
+    progress_epoch_trained(r->pg);
+    /* Batch-norm statistics stay per rank during training (as in Horovod);
+     * evaluate every shard with rank 0's, so N ranks score what one would. */
+    if (r->world > 1) {
+        if (check_params_identical(r->nt, r->peers.params) != CNT_OK) return CNT_ERR;
+        log_info("epoch %d/%d: parameters bit-identical on all %d ranks", epoch + 1, cfg->epochs, r->world);
+        if (r->nt->n_buffers) {
+            r->be->download(r->peers.buffers, r->nt->buffers, r->nt->n_buffers * sizeof(float));
+            dist_broadcast(r->peers.buffers, r->nt->n_buffers * sizeof(float), 0);
+            r->be->upload(r->nt->buffers, r->peers.buffers, r->nt->n_buffers * sizeof(float));
+        }
+    }
+    eval_result er;
+    evaluate(&r->st, r->test_ld, &er);
+    progress_epoch_end(r->pg, &er, loader_skipped(r->train_ld), loader_skipped(r->test_ld));
+    /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
+    int complete = r->epoch_steps == r->steps_per_epoch;
+    int due = cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs || done);
+    if (r->rank == 0 && complete && due) return save_checkpoint(r, epoch + 1);
+    return CNT_OK;
+}
+
+static int run_train(run *r) {
+    int done = 0;
+    for (int epoch = r->start_epoch; epoch < r->cfg->epochs && !done && r->step < r->total_steps; epoch++) {
+        if (run_epoch(r, epoch, &done) != CNT_OK || end_epoch(r, epoch, done) != CNT_OK) return CNT_ERR;
+    }
+    return CNT_OK;
+}
+
+/* The last line and, for a run that got through, the timeline: a collective
+ * gather to rank 0, which every rank reaches (the loop ends at the same step
+ * everywhere). A rank that failed (rank 0 alone, writing a checkpoint) skips
+ * it: the others are in other collectives, and main() ends the job. */
+static int run_finish(run *r, int status, train_result *res) {
+    status = progress_finish(r->pg, status, r->step, &r->st.ls, res);
+    if (!r->tl || status != CNT_OK) return status;
+    net_set_node_hook(r->nt, NULL, NULL);
+    if (r->rd) reducer_set_timeline(r->rd, NULL);
+    char path[2 * CONFIG_STR + 8];
+    path_in_out_dir(r->cfg, r->cfg->timeline, path, sizeof path);
+    if (timeline_write(r->tl, path) != CNT_OK) return CNT_ERR;
+    if (r->rank == 0) log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
+    return CNT_OK;
+}
+
+static void run_free(run *r, int status) {
+    progress_free(r->pg);
+    reducer_free(r->rd);
+    timeline_free(r->tl); /* once the reducer's thread, which records into it, is gone */
+    stepper_free(&r->st);
+    host_state_free(&r->peers);
+    loader_free(r->train_ld);
+    loader_free(r->test_ld);
+    net_free(r->nt);
+    input_free(&r->data);
+#if CNT_HAVE_NCCL
+    /* after the reducer that used it; a failed run may have left collectives
+     * no peer will join, so it aborts instead of waiting for them */
+    if (status == CNT_OK) dist_nccl_free(r->nccl);
+    else dist_nccl_abort(r->nccl);
+#else
+    (void)status;
+#endif
+}
+
+int trainer_run(const config *cfg, train_result *res) {
+    run r = {.cfg = cfg, .rank = dist_rank(), .world = dist_world()};
+    int status = run_setup(&r);
+    if (status == CNT_OK) status = run_resume(&r);
+    if (r.pg) {
+        progress_start(r.pg, r.step, r.st.ls.skipped);
+        if (status == CNT_OK) status = run_train(&r);
+        status = run_finish(&r, status, res);
+    }
+    run_free(&r, status);
     return status;
 }
 

@@ -10,22 +10,13 @@
 #define CNT_TRAINER_H
 
 #include <stdio.h>
+
 #include "train/config.h"
+#include "train/progress.h" /* train_result */
 
-typedef struct train_result {
-    long steps;             /* optimizer steps taken */
-    int epochs;             /* epochs started */
-    double first_loss;      /* training loss of the first step */
-    double last_loss;       /* mean training loss over the last logging interval */
-    double eval_loss;       /* last evaluation */
-    double top1, top5;      /* last evaluation, fractions in [0, 1] */
-    double seconds;         /* wall time of the training loop */
-    double img_per_sec;     /* training throughput over the whole run */
-    double loss_scale;      /* the loss scale at the end (1 without loss scaling) */
-    long skipped_steps;     /* steps skipped for inf/NaN gradients (loss scaling) */
-} train_result;
-
-/* Trains as configured. res may be NULL. */
+/* Trains as configured: on every rank of the job, which all call it. res
+ * (may be NULL) receives the run's result once training has started (also
+ * when it stopped early); a failure during setup leaves it untouched. */
 int trainer_run(const config *cfg, train_result *res);
 
 /* Prints the model summary for cfg's model on cfg's data shape (the data set

@@ -1,0 +1,23 @@
+/*
+ * train/eval.h - evaluation over the whole test set: mean loss, top-1 and
+ * top-5.
+ *
+ * Every rank evaluates its shard of the test set (the evaluation loader
+ * visits each sample once) with the stepper's inference forward; the sums are
+ * allreduced, so every sample counts once and every rank gets the same
+ * result. A sample with a NaN logit or an infinite true-class logit counts as
+ * wrong (such logits rank nothing; fp16 activations beyond 65504 end so), and
+ * samples with any inf or NaN logit are counted.
+ */
+#ifndef CNT_EVAL_H
+#define CNT_EVAL_H
+
+#include "data/loader.h"
+#include "train/progress.h"
+#include "train/step.h"
+
+/* A collective: every rank calls it with its own evaluation loader. Never
+ * fails. */
+void evaluate(stepper *s, loader *ld, eval_result *er);
+
+#endif

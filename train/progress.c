@@ -1,0 +1,217 @@
+/*
+ * train/progress.c - progress lines, epoch summaries, metrics records and the
+ * run's result (see train/progress.h).
+ */
+#include "train/progress.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/timer.h"
+#include "dist/dist.h"
+#include "train/metrics.h"
+
+/* Sums over the steps of one window (since the last progress line) or one
+ * epoch. Communication times are ms per step summed. */
+typedef struct tally {
+    double t0;               /* when it began */
+    double wait;             /* seconds waited for batches */
+    double comm, exposed;    /* allreduce ms, the part backward did not hide */
+    long steps, images;
+    long early, buckets;     /* buckets started during backward, of all */
+} tally;
+
+struct progress {
+    progress_opts o;
+    metrics m;
+    double t_start;
+    int epoch;               /* 0-based, the one running */
+    long first_step;         /* steps done before this run */
+    long step;               /* the last step taken */
+    tally win, ep;
+    double win_loss_steps;   /* steps whose loss is in loss_acc */
+    float *loss_acc;         /* [1] device: the window's summed loss */
+    long win_skipped0;       /* loss scaling's skipped steps when the window began */
+    double ep_secs;          /* the epoch's training time */
+    eval_result er;          /* the last evaluation */
+    train_result r;
+};
+
+static void tally_start(tally *t) {
+    memset(t, 0, sizeof *t);
+    t->t0 = time_now();
+}
+
+static void tally_add(tally *t, const step_result *r, int n, double wait) {
+    t->wait += wait;
+    t->comm += r->rs.comm_ms;
+    t->exposed += r->rs.exposed_ms;
+    t->early += r->rs.early;
+    t->buckets += r->rs.buckets;
+    t->steps++;
+    t->images += n;
+}
+
+static void format_duration(double s, char *buf, size_t len) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+progress *progress_create(const progress_opts *o) {
+    progress *p = cnt_calloc(1, sizeof *p);
+    p->o = *o;
+    /* Only rank 0 writes files: one run directory, no races between ranks. */
+    if (dist_rank() == 0 && metrics_open(&p->m, o->out_dir) != CNT_OK) {
+        free(p);
+        return NULL;
+    }
+    p->loss_acc = o->be->alloc(sizeof(float));
+    return p;
+}
+
+void progress_start(progress *p, long first_step, long skipped_before) {
+    p->first_step = p->step = first_step;
+    p->win_skipped0 = skipped_before;
+    p->t_start = time_now();
+    p->win.t0 = p->t_start;
+}
+
+void progress_free(progress *p) {
+    if (!p) return;
+    metrics_close(&p->m);
+    p->o.be->free(p->loss_acc);
+    free(p);
+}
+
+void progress_epoch_begin(progress *p, int epoch) {
+    p->epoch = epoch;
+    p->r.epochs = epoch + 1;
+    tally_start(&p->ep);
+}
+
+void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s) {
+    const backend *be = p->o.be;
+    tally_add(&p->win, r, n, data_wait_s);
+    tally_add(&p->ep, r, n, data_wait_s);
+    /* The loss stays on the device until a line needs it. */
+    if (r->loss_counts) {
+        be->axpy(1, 1.0f, loss, p->loss_acc, p->win_loss_steps > 0);
+        p->win_loss_steps++;
+    }
+    p->step = step;
+    if (step == p->first_step + 1) {
+        float l;
+        be->download(&l, loss, sizeof l);
+        p->r.first_loss = l;
+        if (!isfinite(l)) log_warn("the first step's loss is %g", (double)l);
+    }
+}
+
+int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
+    float acc = 0;
+    if (p->win_loss_steps > 0) p->o.be->download(&acc, p->loss_acc, sizeof acc);
+    /* Mean loss over every rank's counted steps (all ranks log at the same
+     * steps; a step skipped for a forward overflow on one rank is left out
+     * there only). */
+    double lsum[2] = {acc, p->win_loss_steps};
+    dist_allreduce_sum_f64(lsum, 2);
+    double now = time_now();
+    /* none when no step of the window had a finite loss (loss scaling skips) */
+    int have_loss = lsum[1] > 0;
+    double loss = have_loss ? lsum[0] / lsum[1] : NAN;
+    char loss_s[32];
+    if (have_loss) snprintf(loss_s, sizeof loss_s, "%.4f", loss);
+    else snprintf(loss_s, sizeof loss_s, "-");
+    const tally *w = &p->win;
+    double ips = p->o.world * w->images / (now - w->t0);
+    double wait_ms = 1e3 * w->wait / w->steps;
+    double eta = (now - p->t_start) / (step - p->first_step) * (p->o.total_steps - step);
+    char eta_s[32];
+    format_duration(eta, eta_s, sizeof eta_s);
+    char comm[96] = "";
+    if (p->o.comm)
+        snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", w->comm / w->steps, w->exposed / w->steps);
+    char scaling[96] = "";
+    long skipped = ls->skipped - p->win_skipped0;
+    if (loss_scaler_active(ls))
+        snprintf(scaling, sizeof scaling, "  loss scale %g (%ld step%s skipped)", ls->scale, skipped,
+                 skipped == 1 ? "" : "s");
+    p->win_skipped0 = ls->skipped;
+    log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
+             p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
+    metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, wait_ms, w->comm / w->steps, w->exposed / w->steps,
+                 ls->scale, ls->skipped);
+    if (have_loss) p->r.last_loss = loss;
+    if (have_loss && !isfinite(loss)) {
+        log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
+        return CNT_ERR;
+    }
+    tally_start(&p->win);
+    p->win.t0 = now;
+    p->win_loss_steps = 0;
+    return CNT_OK;
+}
+
+void progress_epoch_trained(progress *p) { p->ep_secs = time_now() - p->ep.t0; }
+
+void progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval) {
+    int e = p->epoch + 1, E = p->o.epochs;
+    const tally *t = &p->ep;
+    double secs = p->ep_secs;
+    p->er = *er;
+    /* Unreadable images of every rank's shard (collective on all ranks). */
+    double skipped[2] = {(double)skipped_train, (double)skipped_eval};
+    dist_allreduce_sum_f64(skipped, 2);
+    if (skipped[0] > 0 || skipped[1] > 0)
+        log_warn("epoch %d/%d: %.0f unreadable training image%s replaced, %.0f unreadable test image%s left out "
+                 "(each named once above)",
+                 e, E, skipped[0], skipped[0] == 1 ? "" : "s", skipped[1], skipped[1] == 1 ? "" : "s");
+    double ips = secs > 0 ? p->o.world * t->images / secs : 0;
+    double wait_ms = t->steps ? 1e3 * t->wait / t->steps : 0;
+    double comm_ms = t->steps ? t->comm / t->steps : 0, exposed_ms = t->steps ? t->exposed / t->steps : 0;
+    log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
+             "top-1 %.2f%%  top-5 %.2f%%",
+             e, E, secs, ips, wait_ms, secs > 0 ? 100.0 * t->wait / secs : 0, er->loss, 100 * er->top1,
+             100 * er->top5);
+    metrics_epoch(&p->m, e, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms, exposed_ms,
+                  (long)skipped[0], (long)skipped[1]);
+    if (p->o.comm)
+        log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
+                 "%ld of %ld buckets started during backward",
+                 e, E, comm_ms, exposed_ms, t->early, t->buckets);
+    if (er->nonfinite > 0 && dist_rank() == 0)
+        log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", e, E, er->nonfinite,
+                 er->nonfinite == 1 ? "" : "s",
+                 p->o.fp16 ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)" : "");
+    metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
+}
+
+int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, train_result *res) {
+    train_result *r = &p->r;
+    r->seconds = time_now() - p->t_start;
+    r->steps = steps;
+    r->loss_scale = ls->scale;
+    r->skipped_steps = ls->skipped;
+    r->eval_loss = p->er.loss;
+    r->top1 = p->er.top1;
+    r->top5 = p->er.top5;
+    r->img_per_sec =
+        r->seconds > 0 ? (double)(steps - p->first_step) * p->o.batch * p->o.world / r->seconds : 0;
+    if (status == CNT_OK)
+        log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", steps,
+                 r->seconds, 100 * r->top1, 100 * r->top5, p->o.out_dir);
+    else
+        log_info("stopped after %ld steps (%.1f s); metrics so far in %s/metrics.jsonl", steps, r->seconds,
+                 p->o.out_dir);
+    if (status == CNT_OK && !isfinite(r->last_loss))
+        status = cnt_err_set("training diverged (loss %g)", r->last_loss);
+    if (res) *res = *r;
+    return status;
+}

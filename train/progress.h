@@ -1,0 +1,82 @@
+/*
+ * train/progress.h - what a run tells: the progress line every
+ * train.log_every steps, the epoch summary after each evaluation, their
+ * records in <out_dir>/metrics.jsonl (train/metrics.h), and the run's result.
+ *
+ * One object holds every counter: the window since the last progress line
+ * and the current epoch (steps, images, data wait, communication), the loss
+ * accumulated on the device, and the numbers the run returns.
+ *
+ * Collectives: progress_log and progress_epoch_end take part in allreduces
+ * over every rank (the mean loss, skipped images), so every rank calls them
+ * at the same steps. Only rank 0 prints progress lines and writes the file.
+ */
+#ifndef CNT_PROGRESS_H
+#define CNT_PROGRESS_H
+
+#include "model/backend.h"
+#include "train/loss_scale.h"
+#include "train/step.h"
+
+typedef struct progress progress;
+
+typedef struct progress_opts {
+    const backend *be;       /* where the step's loss lives */
+    const char *out_dir;     /* metrics.jsonl goes here (rank 0) */
+    int world;
+    int batch;               /* samples per step on each rank */
+    int epochs;              /* train.epochs */
+    long total_steps;        /* the step the run stops at */
+    int comm;                /* gradients are reduced: show communication */
+    int fp16;                /* train.precision = fp16: the hint for inf/NaN logits */
+} progress_opts;
+
+/* The result of a whole run (trainer_run). */
+typedef struct train_result {
+    long steps;             /* optimizer steps taken */
+    int epochs;             /* epochs started */
+    double first_loss;      /* training loss of the first step */
+    double last_loss;       /* mean training loss over the last logging interval */
+    double eval_loss;       /* last evaluation */
+    double top1, top5;      /* last evaluation, fractions in [0, 1] */
+    double seconds;         /* wall time of the training loop */
+    double img_per_sec;     /* training throughput over the whole run */
+    double loss_scale;      /* the loss scale at the end (1 without loss scaling) */
+    long skipped_steps;     /* steps skipped for inf/NaN gradients (loss scaling) */
+} train_result;
+
+/* An evaluation over the whole test set (train/eval.h). */
+typedef struct eval_result {
+    double loss, top1, top5; /* mean loss; top-1 and top-5 fractions */
+    long nonfinite;          /* samples with an inf or NaN logit (counted as wrong) */
+} eval_result;
+
+/* Creates dir out_dir and opens metrics.jsonl on rank 0. NULL with a
+ * message naming the path when rank 0 cannot write there. */
+progress *progress_create(const progress_opts *o);
+void progress_free(progress *p);
+
+/* Training starts (the clock too) after first_step steps done before this
+ * run, skipped_before of them skipped by loss scaling (a resumed run's). */
+void progress_start(progress *p, long first_step, long skipped_before);
+
+/* A new epoch (0-based) starts. */
+void progress_epoch_begin(progress *p, int epoch);
+/* Step `step` (from 1) took r and n images after waiting data_wait_s for
+ * its batch; loss is the step's device loss (counted when r->loss_counts). */
+void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s);
+/* After step `step`: the progress line and its record (a collective: the
+ * mean loss over every rank's counted steps). CNT_ERR when the mean loss is
+ * not finite: "training diverged" was said, and the run should end. */
+int progress_log(progress *p, long step, double lr, const loss_scaler *ls);
+/* The epoch's training is over: its time stops here (before the evaluation). */
+void progress_epoch_trained(progress *p);
+/* The epoch's summary: unreadable images (a collective: summed over ranks),
+ * the summary and communication lines, the epoch and eval records. */
+void progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
+/* The last line ("finished: ..." or, when status is not CNT_OK, "stopped
+ * after ...") and the run's result; status becomes CNT_ERR when the last
+ * logged loss was not finite. Returns the status. */
+int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, train_result *res);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * train/step.c - one training step (see train/step.h).
+ */
+#include "train/step.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/timer.h"
+
+void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
+                  const step_opts *so, int max_batch, size_t sample_floats) {
+    const backend *be = nt->be;
+    memset(s, 0, sizeof *s);
+    s->nt = nt;
+    s->rd = rd;
+    s->tl = tl;
+    s->o = *so;
+    optim_init(&s->opt, nt, oo);
+    loss_scaler_init(&s->ls, lso);
+    /* Batches reach the device one step ahead, on the copy stream. */
+    s->st = stager_create(be, max_batch, sample_floats);
+    size_t logits_bytes = (size_t)max_batch * nt->classes * sizeof(float);
+    s->loss = be->alloc(sizeof(float));
+    s->dlogits = be->alloc(logits_bytes);
+    if (nt->aux_output >= 0) {
+        s->aux_loss = be->alloc(sizeof(float));
+        s->dlogits_aux = be->alloc(logits_bytes);
+    }
+    if (loss_scaler_active(&s->ls)) {
+        s->overflow = be->alloc(sizeof(float));
+        if (nt->n_buffers) s->buffers_before = be->alloc(nt->n_buffers * sizeof(float));
+    }
+}
+
+void stepper_free(stepper *s) {
+    if (!s->nt) return;
+    const backend *be = s->nt->be;
+    optim_free(&s->opt);
+    stager_free(s->st);
+    be->free(s->loss);
+    be->free(s->dlogits);
+    be->free(s->aux_loss);
+    be->free(s->dlogits_aux);
+    be->free(s->overflow);
+    be->free(s->buffers_before);
+    memset(s, 0, sizeof *s);
+}
+
+/* Ends a phase: waits for the device when asked to (so the time is the
+ * device's), records the phase on the timeline, returns its seconds. */
+static double phase_end(const stepper *s, const char *name, const char *cat, double t0) {
+    if (s->o.sync_phases) s->nt->be->sync();
+    double t1 = time_now();
+    if (s->tl) timeline_record(s->tl, name, cat, TIMELINE_TID_TRAIN, t0, t1);
+    return t1 - t0;
+}
+
+/* Forward and loss; the loss scale S enters through the loss's gradient, so
+ * every gradient is S times larger; the loss itself stays unscaled. */
+static void forward_loss(stepper *s, const float *x, const int32_t *labels, int n, float scale) {
+    net *nt = s->nt;
+    const backend *be = nt->be;
+    int K = nt->classes;
+    net_forward(nt, x, n, 1);
+    be->softmax_xent(n, K, net_logits(nt), labels, s->o.label_smoothing, s->loss, s->dlogits);
+    if (scale != 1.0f) be->axpy((size_t)n * K, scale, s->dlogits, s->dlogits, 0);
+    if (s->dlogits_aux) {
+        /* Inception's auxiliary head: loss + aux_weight * aux_loss. */
+        be->softmax_xent(n, K, net_aux_logits(nt), labels, s->o.label_smoothing, s->aux_loss, s->dlogits_aux);
+        be->axpy((size_t)n * K, s->o.aux_weight * scale, s->dlogits_aux, s->dlogits_aux, 0);
+        be->axpy(1, s->o.aux_weight, s->aux_loss, s->loss, 1);
+    }
+}
+
+/* Loss scaling's check of the summed gradients: whether to apply the update.
+ * Every rank checks the same bits (the allreduced sums), so every rank
+ * decides alike without a message. *failed: the scaler gave up. */
+static int gradients_finite(stepper *s, int *failed) {
+    const backend *be = s->nt->be;
+    float found = 0;
+    if (s->rd) reducer_wait_sums(s->rd); /* NCCL: wait under the watchdog, not in a copy */
+    be->zero(s->overflow, sizeof(float));
+    be->find_nonfinite(s->nt->n_params, s->nt->grads, s->overflow);
+    be->download(&found, s->overflow, sizeof found);
+    return loss_scaler_update(&s->ls, found != 0, failed);
+}
+
+int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r) {
+    net *nt = s->nt;
+    const backend *be = nt->be;
+    memset(r, 0, sizeof *r);
+    float *x;
+    int32_t *labels;
+    stager_put(s->st, b, &x, &labels);
+    if (s->buffers_before) be->copy(s->buffers_before, nt->buffers, nt->n_buffers * sizeof(float));
+    float scale = (float)s->ls.scale;
+
+    double t = time_now();
+    forward_loss(s, x, labels, b->n, scale);
+    r->forward_s = phase_end(s, "forward", "forward", t);
+
+    t = time_now();
+    if (s->rd) reducer_begin(s->rd, step_number);
+    net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the reducer */
+    stager_release(s->st);                          /* backward was the last reader of the batch */
+    r->backward_s = phase_end(s, "backward", "backward", t);
+
+    if (s->rd) {
+        /* The buckets still in flight; the update divides the sums by world. */
+        t = time_now();
+        reducer_finish(s->rd, &r->rs);
+        r->comm_wait_s = phase_end(s, "allreduce wait", "comm", t);
+    }
+
+    t = time_now();
+    r->applied = 1;
+    if (s->overflow) {
+        int failed;
+        r->applied = gradients_finite(s, &failed);
+        if (failed) return CNT_ERR;
+    }
+    /* Sums over ranks of S-times gradients: the update divides both out. */
+    if (r->applied) optim_step(&s->opt, nt, (float)lr, (float)(1.0 / ((double)s->o.world * (double)scale)));
+    r->update_s = phase_end(s, "optimizer", "optimizer", t);
+
+    r->loss_counts = r->applied;
+    if (!r->applied) {
+        /* The host has waited for this step anyway: its loss counts when
+         * finite. And its forward's batch-norm statistics go: a skipped step
+         * changes nothing. */
+        float l;
+        be->download(&l, s->loss, sizeof l);
+        r->loss_counts = isfinite(l);
+        if (nt->n_buffers) be->copy(nt->buffers, s->buffers_before, nt->n_buffers * sizeof(float));
+    }
+    return CNT_OK;
+}
+
+const float *stepper_eval(stepper *s, const batch *b) {
+    net *nt = s->nt;
+    float *x;
+    int32_t *labels;
+    stager_put(s->st, b, &x, &labels);
+    net_forward(nt, x, b->n, 0);
+    nt->be->softmax_xent(b->n, nt->classes, net_logits(nt), labels, 0.0f, s->loss, s->dlogits);
+    stager_release(s->st);
+    return net_logits(nt);
+}

@@ -1,0 +1,86 @@
+/*
+ * train/step.h - one training step, written once: training, `--bench` and
+ * evaluation all run it.
+ *
+ *   stepper_run:  batch -> stager (device copy, one step ahead)
+ *                 -> forward -> softmax cross-entropy (+ aux_weight x the
+ *                    auxiliary head's, inception_v3) [x loss scale]
+ *                 -> backward, handing finished gradient slices to the reducer
+ *                 -> wait for the summed gradients
+ *                 -> [loss scaling: inf/NaN in any gradient skips the step]
+ *                 -> SGD update (divided by world x loss scale)
+ *   stepper_eval: batch -> forward in inference mode -> loss; the logits stay
+ *                 on the device for the caller to rank.
+ *
+ * The stepper owns what a step needs across steps: the optimizer (momentum),
+ * the loss scaler, the input stager and the device buffers of the loss and
+ * its gradient. It does not own the net, the reducer or the timeline.
+ *
+ * The host waits for the device only where a decision needs a value: loss
+ * scaling's overflow flag (one float per step, as PyTorch's GradScaler), and
+ * a skipped step's loss. Everything else is queued.
+ */
+#ifndef CNT_STEP_H
+#define CNT_STEP_H
+
+#include "data/loader.h"
+#include "dist/reducer.h"
+#include "dist/timeline.h"
+#include "model/net.h"
+#include "train/loss_scale.h"
+#include "train/optim.h"
+#include "train/stager.h"
+
+typedef struct step_opts {
+    float label_smoothing;
+    float aux_weight;   /* weight of the auxiliary loss (nets with an auxiliary head) */
+    int world;          /* ranks whose gradients the reducer sums; the update divides by it */
+    int sync_phases;    /* wait for the device after each phase, so the phase times are the
+                         * device's (bench on a GPU); training leaves it 0 */
+} step_opts;
+
+typedef struct stepper {
+    net *nt;                 /* not owned */
+    reducer *rd;             /* not owned; NULL: one rank, nothing to reduce */
+    timeline *tl;            /* not owned; NULL: no timeline */
+    step_opts o;
+    optimizer opt;
+    loss_scaler ls;
+    stager *st;
+    float *loss;             /* [1] device: the last step's loss (auxiliary term included), unscaled */
+    float *dlogits;          /* [max_batch, classes] device */
+    float *aux_loss;         /* [1] device, nets with an auxiliary head only */
+    float *dlogits_aux;      /* [max_batch, classes] device, idem */
+    float *overflow;         /* [1] device: loss scaling's inf/NaN flag; NULL without loss scaling */
+    float *buffers_before;   /* [n_buffers] device: batch-norm statistics before the forward, for a
+                              * skipped step to restore; NULL without loss scaling */
+} stepper;
+
+typedef struct step_result {
+    int applied;             /* the update ran; 0: skipped for inf/NaN gradients */
+    int loss_counts;         /* the loss belongs in the progress line: the step was applied, or
+                              * skipped with a finite loss (its gradients overflowed, not its forward) */
+    reducer_stats rs;        /* the reducer's report (zero without a reducer) */
+    double forward_s;        /* host seconds: forward and loss */
+    double backward_s;       /* backward */
+    double comm_wait_s;      /* waiting for the gradient sums after backward */
+    double update_s;         /* overflow check and update */
+} step_result;
+
+/* Ready to step nt (finalised, parameters initialised) on batches of up to
+ * max_batch samples of sample_floats floats each. rd and tl may be NULL; they
+ * stay the caller's. Never fails (allocation failures are fatal). */
+void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
+                  const step_opts *so, int max_batch, size_t sample_floats);
+/* One training step on host batch b at learning rate lr. step_number (from 1,
+ * continued after a resume) names the step to the reducer's watchdog, the
+ * timeline and the test-only fault point. Fills *r. CNT_ERR (message in
+ * cnt_err_msg) when loss scaling gives up: LOSS_SCALE_MAX_SKIPS steps in a
+ * row had inf/NaN gradients; that step changed nothing. */
+int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r);
+/* Forward of host batch b in inference mode and its loss into s->loss;
+ * returns the device logits [b->n, classes], valid until the next call. */
+const float *stepper_eval(stepper *s, const batch *b);
+void stepper_free(stepper *s);
+
+#endif
