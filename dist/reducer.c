@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct bucket {
     size_t begin, end;   /* [begin, end) of the gradient buffer */
@@ -33,9 +32,6 @@ struct reducer {
     dist_algo algo;
     int overlap;
     dist_watchdog *wd;   /* NULL when the watchdog is off */
-    int stall_rank;      /* CNT_TEST_STALL: this rank (or -1: none) ... */
-    long stall_step;     /* ... sleeps in reducer_begin of this step ... */
-    double stall_s;      /* ... for this long */
     bucket *buckets;
     int n_buckets;
     size_t ready_upto;   /* training thread only: gradients final below this offset */
@@ -109,21 +105,6 @@ static void *comm_main(void *arg) {
     return NULL;
 }
 
-/* CNT_TEST_STALL=RANK:STEP:SECONDS (tests only, see dist/reducer.h). */
-static void parse_test_stall(reducer *rd) {
-    rd->stall_rank = -1;
-    const char *v = getenv("CNT_TEST_STALL");
-    if (!v || !*v) return;
-    int r, used = 0;
-    long st;
-    double sec;
-    if (sscanf(v, "%d:%ld:%lf%n", &r, &st, &sec, &used) != 3 || v[used] != '\0' || r < 0 || st < 1 || sec < 0)
-        cnt_fatal("CNT_TEST_STALL='%s': expected RANK:STEP:SECONDS (test-only fault injection)", v);
-    rd->stall_rank = r;
-    rd->stall_step = st;
-    rd->stall_s = sec;
-}
-
 reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts) {
     size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;
     CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
@@ -151,7 +132,6 @@ reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer
     if (!rd->nccl) rd->host = cnt_malloc(n * sizeof(float));
     if (opts->compress == REDUCER_COMPRESS_FP16) rd->half = cnt_malloc(n * sizeof(uint16_t));
     rd->wd = dist_watchdog_create(opts->stall_warn_s, opts->stall_abort_s);
-    parse_test_stall(rd);
     size_t cap = 2 + n / bucket_size;
     rd->buckets = cnt_calloc(cap, sizeof *rd->buckets);
     size_t off = 0;
@@ -199,15 +179,8 @@ void reducer_begin(reducer *rd, long step_number) {
     cnt_mutex_lock(&rd->mu);
     CNT_ASSERT(rd->done == rd->launched);
     rd->launched = rd->done = 0;
-    long step = rd->step = step_number;
+    rd->step = step_number;
     cnt_mutex_unlock(&rd->mu);
-    if (rd->stall_rank == dist_rank() && rd->stall_step == step) {
-        log_warn("CNT_TEST_STALL: sleeping %g s at the start of step %ld (test-only fault injection)",
-                 rd->stall_s, step);
-        struct timespec ts = {(time_t)rd->stall_s, (long)((rd->stall_s - (double)(time_t)rd->stall_s) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
-    }
 }
 
 /* MPI path: marks the ops issued so far as the writers of buckets

@@ -91,7 +91,7 @@
  * reason (its host or its device) is seen. On the NCCL path the
  * training thread arrives before queueing each bucket: the host runs ahead of
  * the GPU, so this half sees only ranks whose HOST is late (a stuck data
- * loader, a slow file system, CNT_TEST_STALL), which is the common case; it
+ * loader, a slow file system, a test's injected stall), which is the common case; it
  * cannot deadlock, because a host waits there only after queueing every
  * earlier collective, so whatever GPU work a late host waits for can finish.
  * The other half is GPU-side: reducer_finish's wait for the previous step's
@@ -99,12 +99,6 @@
  * ends the job after the same limits, naming the step. A GPU hang that
  * blocks a host inside some other CUDA call (an upload, the loss download)
  * first is not caught.
- *
- * Fault injection, for tests only: the environment variable
- * CNT_TEST_STALL=RANK:STEP:SECONDS makes rank RANK sleep SECONDS seconds in
- * reducer_begin of step STEP (on the training thread, before backward), so
- * the other ranks' watchdogs see it late (tests/test_dist_train.sh). Read once
- * by reducer_create; a malformed value is a fatal error.
  *
  * Threads: on the MPI path the communication thread is the only one calling
  * MPI between reducer_begin and the return of reducer_finish; the training
@@ -155,8 +149,8 @@ typedef struct reducer_opts {
 
 /* grads: the device gradient buffer of n values (net->grads). A collective
  * when the watchdog is on (every rank creates its reducer at the same point).
- * Never fails on valid arguments; thread creation failure, an MPI failure or
- * a malformed CNT_TEST_STALL is fatal. Creates one fence per bucket (MPI
+ * Never fails on valid arguments; thread creation failure or an MPI failure
+ * is fatal. Creates one fence per bucket (MPI
  * path) and, on the MPI path, the communication thread. */
 reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts);
 /* Starts a step (the next step number): no bucket is ready. */

@@ -18,6 +18,7 @@
 #include "train/input.h"
 #include "data/loader.h"
 #include "dist/dist.h"
+#include "dist/fault.h"
 #include "dist/nccl.h"
 #include "dist/reducer.h"
 #include "dist/timeline.h"
@@ -662,6 +663,7 @@ static int trainer_run_on(const config *cfg, const backend *be, dist_nccl *nccl,
             }
             double tb = time_now();
             if (tl) timeline_record(tl, "forward", "forward", TIMELINE_TID_TRAIN, tf, tb);
+            if (rd) fault_stall_point(step + 1);
             if (rd) reducer_begin(rd, step + 1);
             net_backward(nt, dlogits, dlogits_aux);
             stager_release(st); /* backward was the last reader of the batch */
