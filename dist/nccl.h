@@ -5,7 +5,7 @@
  * Provides one NCCL communicator over every MPI rank (one GPU per rank), a
  * communication stream of its own, and in-place float sum allreduces queued
  * on that stream after "everything issued so far on the compute stream".
- * dist/reducer.c uses it for dist.backend = nccl; nothing else needs to.
+ * dist/reducer_nccl.c uses it for dist.backend = nccl; nothing else needs to.
  *
  * Ordering, all on the device (| = an event, v = a stream waiting for it):
  *

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/timer.h"
+#include "dist/fault.h"
 
 void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
                   const step_opts *so, int max_batch, size_t sample_floats) {
@@ -102,7 +103,10 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     r->forward_s = phase_end(s, "forward", "forward", t);
 
     t = time_now();
-    if (s->rd) reducer_begin(s->rd, step_number);
+    if (s->rd) {
+        fault_stall_point(step_number); /* tests only: CNT_TEST_STALL (dist/fault.h) */
+        reducer_begin(s->rd, step_number);
+    }
     net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the reducer */
     stager_release(s->st);                          /* backward was the last reader of the batch */
     r->backward_s = phase_end(s, "backward", "backward", t);

@@ -1,0 +1,28 @@
+/*
+ * dist/fault.h - test-only fault injection: points in the training loop where
+ * an environment variable makes one rank misbehave on purpose, so tests can
+ * check that the other ranks notice and say so (tests/test_dist_train.sh).
+ * Nothing here runs unless its variable is set.
+ *
+ * Every fault is armed by a variable of the form RANK:STEP:VALUE (integers
+ * RANK >= 0 and STEP >= 1, a number VALUE >= 0): rank RANK misbehaves at step
+ * STEP, VALUE says how much. Each point reads its variable once, at its first
+ * call. Steps are the numbers the trainer passes to reducer_begin (its
+ * optimizer step, from 1, continued after a resume).
+ *
+ *   CNT_TEST_STALL=RANK:STEP:SECONDS  fault_stall_point: the rank sleeps
+ *                                     SECONDS seconds at the start of STEP
+ *
+ * Errors: a malformed value is fatal (cnt_fatal: the whole job ends).
+ * Threads: the training thread only.
+ */
+#ifndef CNT_FAULT_H
+#define CNT_FAULT_H
+
+/* The trainer calls it right before reducer_begin(rd, step), in runs with a
+ * reducer (several ranks, or NCCL): on the training thread, before backward,
+ * so the other ranks' stall watchdogs see this rank late. Logs a warning,
+ * then sleeps, when CNT_TEST_STALL names this rank (dist_rank()) and step. */
+void fault_stall_point(long step);
+
+#endif

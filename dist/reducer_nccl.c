@@ -1,0 +1,118 @@
+/*
+ * dist/reducer_nccl.c - the reducer's NCCL strategy: no thread; the training
+ * thread queues each launched bucket's allreduce on NCCL's communication
+ * stream after the compute stream's ops so far (dist/nccl.h), and
+ * reducer_finish makes the compute stream wait for them. Times come from CUDA
+ * events, read one step late. Design: docs/ARCHITECTURE.md, "Data
+ * parallelism". Built only when the Makefile finds NCCL (CNT_HAVE_NCCL=1);
+ * otherwise reducer_nccl_init is a stub that reducer_create never reaches.
+ */
+#include "dist/reducer_impl.h"
+#include "common/check.h"
+
+#if CNT_HAVE_NCCL
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct reducer_nccl {
+    dist_nccl *nccl;     /* not owned */
+    void *stream;        /* be->native_stream(): the compute stream */
+    double stall_warn_s, stall_abort_s;
+    timeline *tl;        /* NULL, or where buckets are recorded */
+    long pending_round;  /* the last step's round, not yet read; -1: none */
+    long pending_step;   /* ... and its step */
+    int have_prev;       /* prev_* hold a read round not yet reported */
+    double prev_comm_ms, prev_exposed_ms;
+    long prev_step;
+} reducer_nccl;
+
+/* Queues buckets [from, upto) on the communication stream after the compute
+ * stream's ops so far, each after the host-side half of the watchdog. */
+static void nccl_launch(reducer *rd, int from, int upto) {
+    reducer_nccl *c = rd->state;
+    for (int b = from; b < upto; b++) {
+        const bucket *bk = &rd->buckets[b];
+        dist_watchdog_arrive(rd->wd, rd->step, b);
+        dist_nccl_allreduce_after(c->nccl, c->stream, rd->grads + bk->begin, bk->end - bk->begin);
+    }
+}
+
+/* Waits for the pending round (the last finished step's allreduces) on the
+ * device, records its buckets on the timeline, and keeps its times for the
+ * next reducer_finish to report. */
+static void nccl_read_pending(reducer *rd) {
+    reducer_nccl *c = rd->state;
+    if (c->pending_round < 0) return;
+    char what[96];
+    snprintf(what, sizeof what, "the gradient allreduces of step %ld", c->pending_step);
+    dist_nccl_round r;
+    dist_nccl_round_wait(c->nccl, c->pending_round, c->stall_warn_s, c->stall_abort_s, what, &r);
+    CNT_ASSERT(r.count == rd->n_buckets);
+    if (c->tl)
+        for (int b = 0; b < r.count; b++) reducer_record_bucket(c->tl, b, r.start_s[b], r.end_s[b]);
+    c->have_prev = 1;
+    c->prev_comm_ms = r.comm_ms;
+    c->prev_exposed_ms = r.exposed_ms;
+    c->prev_step = c->pending_step;
+    c->pending_round = -1;
+}
+
+static void nccl_finish(reducer *rd, double t0, reducer_stats *st) {
+    (void)t0;
+    reducer_nccl *c = rd->state;
+    /* The optimizer ops issued after this return run after the sums. */
+    long round = dist_nccl_join(c->nccl, c->stream);
+    /* Why here: this step's backward is still queued on the device, so the
+     * wait for the previous step's allreduces leaves it no idle time. */
+    nccl_read_pending(rd);
+    st->comm_ms = c->have_prev ? c->prev_comm_ms : 0;
+    st->exposed_ms = c->have_prev ? c->prev_exposed_ms : 0;
+    st->comm_step = c->have_prev ? c->prev_step : 0;
+    c->have_prev = 0;
+    c->pending_round = round;
+    c->pending_step = rd->step;
+}
+
+static void nccl_set_timeline(reducer *rd, timeline *tl) {
+    reducer_nccl *c = rd->state;
+    /* The last step's buckets belong on the timeline being left. */
+    if (c->tl && tl != c->tl) nccl_read_pending(rd);
+    c->tl = tl;
+}
+
+static void nccl_free(reducer *rd) { free(rd->state); }
+
+static const reducer_ops nccl_ops = {
+    .begin = NULL,
+    .launch = nccl_launch,
+    .finish = nccl_finish,
+    .wait_sums = nccl_read_pending,
+    .set_timeline = nccl_set_timeline,
+    .free = nccl_free,
+};
+
+void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
+    /* fp16 with NCCL would need a device conversion kernel; the trainer
+     * rejects dist.compress=fp16 with dist.backend=nccl as a config error. */
+    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE);
+    /* NCCL orders itself against the compute stream: a GPU backend's. */
+    CNT_ASSERT(rd->be->native_stream() != NULL);
+    reducer_nccl *c = cnt_calloc(1, sizeof *c);
+    c->nccl = opts->nccl;
+    c->stream = rd->be->native_stream();
+    c->stall_warn_s = opts->stall_warn_s;
+    c->stall_abort_s = opts->stall_abort_s;
+    c->pending_round = -1;
+    rd->ops = &nccl_ops;
+    rd->state = c;
+}
+
+#else
+
+void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
+    (void)rd;
+    CNT_ASSERT(opts->nccl == NULL); /* a build without NCCL cannot have made one */
+}
+
+#endif /* CNT_HAVE_NCCL */
