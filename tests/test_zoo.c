@@ -6,10 +6,12 @@
  * with their sizes and order, layer kinds and output shapes at key points, the
  * initialisation each model asks net.c for (zero_init_residual included), the
  * error messages for an unknown name and for an input too small, and runs a
- * CIFAR ResNet and Inception V3 forward and backward on the CPU backend.
+ * CIFAR ResNet and Inception V3 forward and backward on the CPU backend. VGG-16
+ * at 3x32x32 checks the gradient order docs/benchmarks.md relies on.
  *
  * Most tests only build nets (no net_finalize): building allocates no
  * parameter memory, so even VGG and ResNet-152 at ImageNet size are cheap.
+ * The gradient-order test finalizes VGG-16 (about 1.1 GB, a second or two).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -724,6 +726,96 @@ static void test_inception_forward_backward(void **state) {
     net_free(nt);
 }
 
+/* ------------------------------------------------------------ gradient order */
+
+/* The grad hook's slices, in the order backward completes them. */
+typedef struct slice_log {
+    size_t offset[64], count[64];
+    int n;
+} slice_log;
+
+static void log_slice(void *ctx, size_t offset, size_t count) {
+    slice_log *log = ctx;
+    if (log->n < 64) {
+        log->offset[log->n] = offset;
+        log->count[log->n] = count;
+    }
+    log->n++;
+}
+
+/* The lowest offset of a layer's tensors (a weight and its bias) and their total size. */
+static void layer_slice(const net *nt, const char *layer, size_t *begin, size_t *count) {
+    char name[NET_NAME_LEN + 32];
+    snprintf(name, sizeof name, "%s.weight", layer);
+    const param_info *w = param(nt, name);
+    snprintf(name, sizeof name, "%s.bias", layer);
+    const param_info *b = param(nt, name);
+    *begin = w->offset < b->offset ? w->offset : b->offset;
+    *count = w->count + b->count;
+}
+
+/* docs/benchmarks.md (gradient bucket size) rests on this: the gradient buffer
+ * is in reverse forward order, so VGG-16's big first classifier layer
+ * (classifier.0, 25088 -> 4096) is the third layer backward reaches, after
+ * classifier.6 and classifier.3, and the convolutions come after it. At
+ * 3x32x32 with 10 classes, as tools/bench_buckets.sh runs it. */
+static void test_vgg16_gradient_order(void **state) {
+    (void)state;
+    int out, aux;
+    net *nt = build_ok("vgg16", 3, 32, 32, 10, &opt_default, &out, &aux);
+    if (net_finalize(nt, out, aux, 1) != CNT_OK) fail_msg("net_finalize: %s", cnt_err_msg());
+    assert_int_equal(nt->n_params, 134301514);
+    size_t c6, n6, c3, n3, c0, n0;
+    layer_slice(nt, "classifier.6", &c6, &n6);
+    layer_slice(nt, "classifier.3", &c3, &n3);
+    layer_slice(nt, "classifier.0", &c0, &n0);
+    assert_int_equal(n0, (size_t)4096 * 25088 + 4096);
+    /* lowest offsets first: classifier.6, classifier.3, then classifier.0 */
+    assert_int_equal(c6, 0);
+    assert_int_equal(c3, n6);
+    assert_int_equal(c0, n6 + n3);
+    /* exactly classifier.6's and .3's weights and biases lie below classifier.0's slice */
+    static const char *before[] = {"classifier.6.weight", "classifier.6.bias", "classifier.3.weight",
+                                   "classifier.3.bias"};
+    int below = 0;
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        const param_info *p = &nt->param_info[i];
+        if (p->offset >= c0) {
+            if (strncmp(p->name, "features.", 9) == 0 && p->offset < c0 + n0)
+                fail_msg("%s lies inside classifier.0's slice", p->name);
+            continue;
+        }
+        int known = 0;
+        for (int k = 0; k < 4; k++) known |= strcmp(p->name, before[k]) == 0;
+        if (!known) fail_msg("%s comes before classifier.0 in the gradient buffer", p->name);
+        below++;
+    }
+    assert_int_equal(below, 4);
+
+    /* Backward hands the reducer the slices in that order: one training step
+     * at batch 1 (parameters left at zero: only the order matters), 13
+     * convolutions and 3 linear layers, classifier.0 third, features.0 last. */
+    slice_log log = {{0}, {0}, 0};
+    net_set_grad_hook(nt, log_slice, &log);
+    const backend *be = nt->be;
+    float *x = be->alloc(3 * 32 * 32 * sizeof(float));
+    float *dlogits = be->alloc(10 * sizeof(float));
+    net_forward(nt, x, 1, 1);
+    net_backward(nt, dlogits, NULL);
+    assert_int_equal(log.n, 16);
+    assert_int_equal(log.offset[0], c6);
+    assert_int_equal(log.offset[1], c3);
+    assert_int_equal(log.offset[2], c0);
+    assert_int_equal(log.count[2], n0);
+    size_t f0, nf0;
+    layer_slice(nt, "features.0", &f0, &nf0);
+    assert_int_equal(log.offset[15], f0);
+    assert_int_equal(f0 + nf0, nt->n_params);
+    be->free(x);
+    be->free(dlogits);
+    net_free(nt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
@@ -739,6 +831,7 @@ int main(void) {
         cmocka_unit_test(test_input_too_small),
         cmocka_unit_test(test_resnet20_forward_backward),
         cmocka_unit_test(test_inception_forward_backward),
+        cmocka_unit_test(test_vgg16_gradient_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
