@@ -22,6 +22,38 @@ int cnt_err_set(const char *fmt, ...) {
     return CNT_ERR;
 }
 
+/* Joins before + the stored message + after into the buffer (truncated to
+ * its size). The stored message is copied first: it is the buffer written. */
+static int err_join(const char *before, const char *after) {
+    char old[sizeof err_buf];
+    memcpy(old, err_buf, sizeof old);
+    size_t n = 0;
+    const char *parts[3] = {before, old, after};
+    for (int i = 0; i < 3; i++)
+        for (const char *p = parts[i]; *p && n + 1 < sizeof err_buf; p++) err_buf[n++] = *p;
+    err_buf[n] = '\0';
+    return CNT_ERR;
+}
+
+int cnt_err_prefix(const char *fmt, ...) {
+    char prefix[sizeof err_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix - 2, fmt, ap);
+    va_end(ap);
+    strcat(prefix, ": ");
+    return err_join(prefix, "");
+}
+
+int cnt_err_suffix(const char *fmt, ...) {
+    char suffix[sizeof err_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(suffix, sizeof suffix, fmt, ap);
+    va_end(ap);
+    return err_join("", suffix);
+}
+
 const char *cnt_err_msg(void) { return err_buf; }
 
 void cnt_log_set_rank(int rank, int world) {

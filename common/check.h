@@ -26,6 +26,12 @@ enum { CNT_OK = 0, CNT_ERR = -1 };
 /* Store a printf-style message describing the last error of this thread.
  * Always returns CNT_ERR so callers can write `return cnt_err_set(...)`. */
 int cnt_err_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Adds context to the stored message, so a caller can say where an error
+ * happened without copying the message first: cnt_err_prefix makes it
+ * "<formatted>: <message>", cnt_err_suffix "<message><formatted>" (both
+ * truncated to the buffer's 2047 characters). Both return CNT_ERR. */
+int cnt_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int cnt_err_suffix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The message stored by the last cnt_err_set() on this thread ("" if none). */
 const char *cnt_err_msg(void);
 

@@ -204,3 +204,10 @@ void bf16_round_array(float *dst, const float *src, size_t n) {
         memcpy(dst + i, &u, sizeof u);
     }
 }
+
+float bf16_to_float(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}

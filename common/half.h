@@ -49,6 +49,8 @@ void fp16_add_array(uint16_t *inout, const uint16_t *in, size_t n);
  * like any other value, inf stays inf, NaN stays a quiet NaN. */
 float fp16_round(float x);
 float bf16_round(float x);
+/* The float a bfloat16 holds (exact: its bits are the float's top 16). */
+float bf16_to_float(uint16_t b);
 /* dst[i] = fp16_round(src[i]) / bf16_round(src[i]); dst may equal src. The
  * fp16 version uses F16C like the arrays above. */
 void fp16_round_array(float *dst, const float *src, size_t n);

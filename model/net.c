@@ -51,11 +51,7 @@ void net_free(net *nt) {
 }
 
 int layer_fail(net *nt, const char *name) {
-    if (!nt->failed) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-        cnt_err_set("layer '%s': %s", name, msg);
-    }
+    if (!nt->failed) cnt_err_prefix("layer '%s'", name);
     nt->failed = 1;
     return CNT_ERR;
 }

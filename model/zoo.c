@@ -376,13 +376,9 @@ static int build_inception_v3(net *nt, int variant, const zoo_options *opt, int 
     if (opt->aux_logits) {
         int failed_before = nt->failed;
         aux = inception_aux(nt, x);
-        if (nt->failed && !failed_before) {
-            char inner[512];
-            snprintf(inner, sizeof inner, "%s", cnt_err_msg());
-            return cnt_err_set("the auxiliary classifier needs an input of at least 299x299 "
-                               "(build without aux logits for smaller inputs): %s",
-                               inner);
-        }
+        if (nt->failed && !failed_before)
+            return cnt_err_prefix("the auxiliary classifier needs an input of at least 299x299 "
+                                  "(build without aux logits for smaller inputs)");
     }
     x = inception_d(nt, x, "Mixed_7a");
     x = inception_e(nt, x, "Mixed_7b");
@@ -453,11 +449,7 @@ int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *
     const zoo_entry *e = zoo_find(name);
     if (!e) return cnt_err_set("unknown model '%s' (available: %s)", name ? name : "(null)", zoo_all_names);
     if (!nt || !out) return cnt_err_set("model '%s': no net or no output index to build into", name);
-    if (nt->failed) {
-        char inner[1024];
-        snprintf(inner, sizeof inner, "%s", cnt_err_msg());
-        return cnt_err_set("model '%s': %s", name, inner);
-    }
+    if (nt->failed) return cnt_err_prefix("model '%s'", name);
     if (nt->n_nodes != 0)
         return cnt_err_set("model '%s': the net must be freshly created (it has %d nodes)", name, nt->n_nodes);
     if (!opt) opt = &defaults;
@@ -466,15 +458,25 @@ int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *
 
     int aux = -1;
     if (e->build(nt, e->variant, opt, out, &aux) != CNT_OK) {
-        char inner[1024];
-        snprintf(inner, sizeof inner, "%s", cnt_err_msg());
+        const char *inner = cnt_err_msg();
         *out = -1;
         if (strstr(inner, "too small") || strstr(inner, "at least") || strstr(inner, "empty output"))
-            return cnt_err_set("model '%s': input %dx%dx%d is too small: %s", name, nt->in_c, nt->in_h,
-                               nt->in_w, inner);
-        return cnt_err_set("model '%s': cannot build for input %dx%dx%d with %d classes: %s", name, nt->in_c,
-                           nt->in_h, nt->in_w, nt->classes, inner);
+            return cnt_err_prefix("model '%s': input %dx%dx%d is too small", name, nt->in_c, nt->in_h, nt->in_w);
+        return cnt_err_prefix("model '%s': cannot build for input %dx%dx%d with %d classes", name, nt->in_c,
+                              nt->in_h, nt->in_w, nt->classes);
     }
     if (aux_out) *aux_out = aux;
     return CNT_OK;
+}
+
+net *zoo_create(const backend *be, const char *name, const zoo_options *zo, int c, int h, int w, int classes,
+                int layout, int max_batch) {
+    net *nt = net_create(be, c, h, w, classes);
+    net_set_layout(nt, layout);
+    int out = -1, aux = -1;
+    if (zoo_build(nt, name, zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, max_batch) != CNT_OK) {
+        net_free(nt); /* leaves the message */
+        return NULL;
+    }
+    return nt;
 }

@@ -29,11 +29,22 @@ typedef struct zoo_options {
  * message naming the model. */
 int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *aux_out);
 
+/* A zoo model ready to run: net_create on be with input c x h x w and
+ * `classes` outputs, activations in `layout` (BACKEND_LAYOUT_NCHW or _NHWC),
+ * zoo_build, net_finalize for batches of up to max_batch. Parameters are not
+ * initialised (net_init_params). NULL on an unknown name or an input too
+ * small for the architecture, with zoo_build's or net_finalize's message
+ * (callers say which model and shape they asked for). */
+net *zoo_create(const backend *be, const char *name, const zoo_options *zo, int c, int h, int w, int classes,
+                int layout, int max_batch);
+
 /* 1 if name is a zoo model. */
 int zoo_has(const char *name);
 /* Space-separated list of every zoo name. */
 const char *zoo_names(void);
-/* The ImageNet input shape torchvision uses for this model (3x224x224, 3x299x299 for inception_v3). */
+/* The ImageNet input shape torchvision uses for this model (3x224x224,
+ * 3x299x299 for inception_v3; 3x224x224 for a name that is no zoo model):
+ * the one place that knows a model's default input side. */
 void zoo_imagenet_shape(const char *name, int *c, int *h, int *w);
 
 #endif

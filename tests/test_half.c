@@ -292,6 +292,20 @@ static void test_fp16_round(void **state) {
     free(out);
 }
 
+/* bf16_to_float widens exactly: every bfloat16's bits are the float's top
+ * 16, and rounding a widened value to bf16 gives it back (NaN stays NaN). */
+static void test_bf16_to_float(void **state) {
+    (void)state;
+    for (uint32_t b = 0; b <= 0xffff; b++) {
+        float f = bf16_to_float((uint16_t)b), want = f_of_bits(b << 16);
+        assert_memory_equal(&f, &want, sizeof f);
+        if (isnan(f)) assert_true(isnan(bf16_round(f)));
+        else assert_true(bf16_round(f) == f || (f != f));
+    }
+    assert_true(bf16_to_float(0x3f80) == 1.0f);
+    assert_true(bf16_to_float(0xc000) == -2.0f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_values),
@@ -303,6 +317,7 @@ int main(void) {
         cmocka_unit_test(test_arrays_match_software),
         cmocka_unit_test(test_bf16_round),
         cmocka_unit_test(test_fp16_round),
+        cmocka_unit_test(test_bf16_to_float),
     };
     return cmocka_run_group_tests_name("fp16", tests, NULL, NULL);
 }

@@ -816,6 +816,28 @@ static void test_vgg16_gradient_order(void **state) {
     net_free(nt);
 }
 
+/* zoo_create: a finalised net ready for net_init_params, or NULL with the
+ * reason (an unknown name; an input too small) for the caller to prefix. */
+static void test_zoo_create(void **state) {
+    (void)state;
+    zoo_options zo = {0, 1, -1};
+    net *nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 4);
+    assert_non_null(nt);
+    assert_true(nt->n_params == 269434);
+    assert_int_equal(nt->max_batch, 4);
+    assert_int_equal(nt->layout, BACKEND_LAYOUT_NCHW);
+    net_free(nt);
+    nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NHWC, 1);
+    assert_non_null(nt);
+    assert_int_equal(nt->layout, BACKEND_LAYOUT_NHWC);
+    net_free(nt);
+    assert_null(zoo_create(backend_cpu(), "resnet21", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 1));
+    assert_non_null(strstr(cnt_err_msg(), "resnet21"));
+    assert_null(zoo_create(backend_cpu(), "vgg11", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 1));
+    assert_non_null(strstr(cnt_err_msg(), "vgg11"));
+    assert_non_null(strstr(cnt_err_msg(), "too small"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
@@ -832,6 +854,7 @@ int main(void) {
         cmocka_unit_test(test_resnet20_forward_backward),
         cmocka_unit_test(test_inception_forward_backward),
         cmocka_unit_test(test_vgg16_gradient_order),
+        cmocka_unit_test(test_zoo_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,19 +33,10 @@ void bench_config(config *cfg, const char *model, int c, int h, int w, int class
 /* The net as training builds it: cfg's model and options on backend be, its
  * parameters initialised from train.seed. */
 static net *bench_model(const backend *be, const config *cfg, const dataset *d) {
-    net *nt = net_create(be, d->c, d->h, d->w, d->classes);
-    net_set_layout(nt, backend_layout_choose(cfg->layout, be, cfg->precision));
     zoo_options zo = config_zoo_options(cfg);
-    int out = -1, aux = -1;
-    if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK ||
-        net_finalize(nt, out, aux, cfg->batch_size) != CNT_OK) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-        net_free(nt);
-        cnt_err_set("%s", msg);
-        return NULL;
-    }
-    net_init_params(nt, cfg->seed);
+    net *nt = zoo_create(be, cfg->model_name, &zo, d->c, d->h, d->w, d->classes,
+                         backend_layout_choose(cfg->layout, be, cfg->precision), cfg->batch_size);
+    if (nt) net_init_params(nt, cfg->seed);
     return nt;
 }
 

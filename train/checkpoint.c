@@ -134,11 +134,7 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
         return cnt_err_set("checkpoint directory path too long: '%s'", dir);
     if (path_out && strlen(path) >= path_len)
         return cnt_err_set("checkpoint path '%s' does not fit the caller's %zu-byte buffer", path, path_len);
-    if (make_dirs(dir) != CNT_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", cnt_err_msg());
-        return cnt_err_set("cannot write checkpoint '%s': %s", path, why);
-    }
+    if (make_dirs(dir) != CNT_OK) return cnt_err_prefix("cannot write checkpoint '%s'", path);
 
     ckpt_writer w = {.f = fopen(tmp, "wb"), .path = tmp, .crc = crc32(0L, Z_NULL, 0), .failed = 0};
     if (!w.f) return cnt_err_set("cannot create checkpoint file '%s': %s", tmp, strerror(errno));

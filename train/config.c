@@ -1060,9 +1060,7 @@ int config_parse_shape(const char *s, int *c, int *h, int *w) {
 
 int config_synthetic_shape(const config *cfg, int *c, int *h, int *w) {
     if (config_parse_shape(cfg->synthetic_shape, c, h, w) == CNT_OK) return CNT_OK;
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-    return cnt_err_set("invalid configuration: data.synthetic_shape: %s", msg);
+    return cnt_err_prefix("invalid configuration: data.synthetic_shape");
 }
 
 int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto) {

@@ -63,11 +63,8 @@ static int list_folders(const config *cfg, input_data *d) {
         rc = dataset_list_imagefolder(&d->train, train_root);
         if (rc == CNT_OK) rc = dataset_list_imagefolder(&d->test, val_root);
         if (rc != CNT_OK && access(d->train.root ? val_root : train_root, F_OK) != 0) {
-            char msg[2048];
-            snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-            rc = cnt_err_set("%s; set data.root to the folder holding train/ and val/ (or data.train_root and "
-                             "data.val_root), or use data.kind=synthetic for a run without data",
-                             msg);
+            rc = cnt_err_suffix("; set data.root to the folder holding train/ and val/ (or data.train_root and "
+                                "data.val_root), or use data.kind=synthetic for a run without data");
         }
         if (rc == CNT_OK) rc = dataset_same_classes(&d->train, &d->test);
         if (rc == CNT_OK) {
@@ -117,11 +114,9 @@ static int folder_stats(const config *cfg, input_data *d) {
                      time_now() - t0, unreadable ? " (some unreadable ones left out)" : "");
         }
     }
-    char msg[2048];
-    snprintf(msg, sizeof msg, "%s", cnt_err_msg());
     dist_broadcast(v, sizeof v, 0);
     if (v[6] != 1) {
-        if (dist_rank() == 0) return cnt_err_set("%s", msg);
+        if (dist_rank() == 0) return CNT_ERR; /* dataset_estimate_stats said why */
         return cnt_err_set("rank 0 could not estimate data.mean/data.std from %s", d->train.root);
     }
     memcpy(d->mean, v, sizeof d->mean);

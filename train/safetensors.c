@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/half.h"
 #include "common/fileio.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -583,22 +584,6 @@ static int check_layout(const char *path, st_entry *entries, int n, uint64_t dat
     return rc;
 }
 
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
-    float f;
-    if (exp == 0) {
-        f = (float)mant * 0x1p-24f; /* zero or subnormal: exact in float */
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (mant << 13); /* inf, NaN */
-    } else {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);
-    }
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* Reads entry e (F32, F16 or BF16) at data offset base + e->begin into dst as floats. */
 static int read_tensor(FILE *f, const char *path, uint64_t base, const st_entry *e, float *dst) {
     if (fseeko(f, (off_t)(base + e->begin), SEEK_SET) != 0)
@@ -618,14 +603,7 @@ static int read_tensor(FILE *f, const char *path, uint64_t base, const st_entry 
             free(buf);
             goto fail;
         }
-        for (size_t i = 0; i < m; i++) {
-            if (bf16) {
-                uint32_t bits = (uint32_t)buf[i] << 16;
-                memcpy(&dst[done + i], &bits, sizeof bits);
-            } else {
-                dst[done + i] = f16_to_f32(buf[i]);
-            }
-        }
+        for (size_t i = 0; i < m; i++) dst[done + i] = bf16 ? bf16_to_float(buf[i]) : fp16_to_float(buf[i]);
         done += m;
     }
     free(buf);

@@ -65,17 +65,9 @@ static int layout_for(const config *cfg, const backend *be) {
 }
 
 static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
-    net *nt = net_create(be, c, h, w, classes);
-    net_set_layout(nt, layout_for(cfg, be));
     zoo_options zo = config_zoo_options(cfg);
-    int out = -1, aux = -1;
-    if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, max_batch) != CNT_OK) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-        net_free(nt);
-        cnt_err_set("model '%s' on %dx%dx%d input with %d classes: %s", cfg->model_name, c, h, w, classes, msg);
-        return NULL;
-    }
+    net *nt = zoo_create(be, cfg->model_name, &zo, c, h, w, classes, layout_for(cfg, be), max_batch);
+    if (!nt) cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes", cfg->model_name, c, h, w, classes);
     return nt;
 }
 
@@ -287,9 +279,8 @@ static void timeline_node_hook(void *ctx, const node *nd, int backward, double t
 static const backend *choose_device(const config *cfg) {
     const backend *be = backend_get_for_rank(cfg->device, dist_local_rank());
     if (!be) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
-        cnt_err_set("train.device = %s: %s (see ./trainer --devices)", config_name(cfg, &cfg->device), why);
+        cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
+        cnt_err_suffix(" (see ./trainer --devices)");
         return NULL;
     }
     char what[768], desc[512];
@@ -510,11 +501,9 @@ static int run_epoch(run *r, int epoch, int *done) {
         step_result sr;
         if (stepper_run(&r->st, b, r->step + 1, lr, &sr) != CNT_OK) {
             *done = 1;
-            char why[1024];
-            snprintf(why, sizeof why, "%s", cnt_err_msg()); /* cnt_err_set writes the buffer it reads */
-            return cnt_err_set("train.precision = %s, train.loss_scaling = %s, step %ld: %s",
-                               config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling), r->step + 1,
-                               why);
+            return cnt_err_prefix("train.precision = %s, train.loss_scaling = %s, step %ld",
+                                  config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling),
+                                  r->step + 1);
         }
         r->step++;
         r->epoch_steps++;

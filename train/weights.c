@@ -13,24 +13,20 @@
 #include "model/zoo.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
+#include "train/state.h"
 
 int weights_export(const char *ckpt_path, const char *out_path, int *n_tensors) {
     ckpt_meta m;
     if (ckpt_read_meta(ckpt_path, &m) != CNT_OK) return CNT_ERR;
-    net *nt = net_create(backend_cpu(), m.in_c, m.in_h, m.in_w, m.classes);
     zoo_options zo = {.zero_init_residual = m.zero_init_residual, .aux_logits = m.aux_logits, .dropout = m.dropout};
-    int out = -1, aux = -1;
     /* Batch 1: only the parameters are needed, activations stay small. */
-    if (zoo_build(nt, m.model_name, &zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, 1) != CNT_OK) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", cnt_err_msg());
-        net_free(nt);
-        return cnt_err_set("checkpoint '%s': cannot rebuild its model '%s' on %dx%dx%d input with %d classes: %s",
-                           ckpt_path, m.model_name, m.in_c, m.in_h, m.in_w, m.classes, msg);
-    }
-    float *params = cnt_malloc((nt->n_params ? nt->n_params : 1) * sizeof(float));
-    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
-    int rc = ckpt_read(ckpt_path, nt, params, buffers, NULL, NULL, NULL);
+    net *nt = zoo_create(backend_cpu(), m.model_name, &zo, m.in_c, m.in_h, m.in_w, m.classes, BACKEND_LAYOUT_NCHW, 1);
+    if (!nt)
+        return cnt_err_prefix("checkpoint '%s': cannot rebuild its model '%s' on %dx%dx%d input with %d classes",
+                              ckpt_path, m.model_name, m.in_c, m.in_h, m.in_w, m.classes);
+    host_state hs;
+    host_state_alloc(&hs, nt, 0);
+    int rc = ckpt_read(ckpt_path, nt, hs.params, hs.buffers, NULL, NULL, NULL);
     if (rc == CNT_OK) {
         char epoch[32], step[32], shape[64], classes[32];
         snprintf(epoch, sizeof epoch, "%d", m.epoch);
@@ -42,30 +38,26 @@ int weights_export(const char *ckpt_path, const char *out_path, int *n_tensors) 
         /* num_batches_tracked: the optimizer steps taken, i.e. the training
          * batches every batch-norm layer has seen (on one rank). PyTorch reads
          * it only when a BatchNorm's momentum is None. */
-        rc = safetensors_write(out_path, nt, params, buffers, (int64_t)m.step, metadata);
+        rc = safetensors_write(out_path, nt, hs.params, hs.buffers, (int64_t)m.step, metadata);
     }
     if (rc == CNT_OK && n_tensors) {
         int n_bn = 0;
         for (int i = 0; i < nt->n_nodes; i++) n_bn += strcmp(nt->nodes[i].ops->kind, "bn") == 0;
         *n_tensors = nt->n_param_tensors + nt->n_buffer_tensors + n_bn;
     }
-    free(params);
-    free(buffers);
+    host_state_free(&hs);
     net_free(nt);
     return rc;
 }
 
 int weights_init_from(net *nt, const char *path) {
-    const backend *be = nt->be;
-    float *params = cnt_malloc((nt->n_params ? nt->n_params : 1) * sizeof(float));
-    float *buffers = cnt_malloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
-    be->download(params, nt->params, nt->n_params * sizeof(float));
-    if (nt->n_buffers) be->download(buffers, nt->buffers, nt->n_buffers * sizeof(float));
+    host_state hs;
+    host_state_alloc(&hs, nt, 0);
+    host_state_download(&hs, nt, NULL);
     safetensors_report rep;
-    int rc = safetensors_load(path, nt, params, buffers, &rep);
+    int rc = safetensors_load(path, nt, hs.params, hs.buffers, &rep);
     if (rc == CNT_OK) {
-        be->upload(nt->params, params, nt->n_params * sizeof(float));
-        if (nt->n_buffers) be->upload(nt->buffers, buffers, nt->n_buffers * sizeof(float));
+        host_state_upload(&hs, nt, NULL);
         char extra[400];
         int others = rep.n_ignored - rep.n_ignored_nbt;
         snprintf(extra, sizeof extra, "%d num_batches_tracked%s%s", rep.n_ignored_nbt, others ? "; " : "",
@@ -77,7 +69,6 @@ int weights_init_from(net *nt, const char *path) {
                      "model's random initialisation (fine-tuning): %s",
                      rep.n_kept, rep.n_kept == 1 ? "" : "s", path, rep.kept);
     }
-    free(params);
-    free(buffers);
+    host_state_free(&hs);
     return rc;
 }
