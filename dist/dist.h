@@ -87,8 +87,9 @@ void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes);
 void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes);
 
 /* The stall watchdog (dist/watchdog.c): an arrival barrier with a timeout,
- * run by the reducer's communication thread before each gradient bucket's
- * allreduce when dist.stall_warn_s or dist.stall_abort_s is set.
+ * run by the reducer before each gradient bucket's allreduce (on its
+ * communication thread; with NCCL on the training thread, before queueing
+ * the bucket) when dist.stall_warn_s or dist.stall_abort_s is set.
  * dist_watchdog_arrive announces "this rank reached (step, bucket)" to every
  * other rank (MPI_Isend of three int64 on a private duplicate of
  * MPI_COMM_WORLD, so the announcements never match other messages) and polls
