@@ -10,11 +10,7 @@ T=./trainer
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() { # description, then a command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # run CMD...: sets $rc and $out (stdout+stderr)
 run() { out=$("$@" 2>&1); rc=$?; }
 

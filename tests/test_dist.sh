@@ -21,11 +21,7 @@ fails=0
 # How many "ok" lines tests/mpi_ring.c prints with --expect-world and
 # --single-node; update with it, so a check that silently stops running fails.
 NCHECKS=81
-check() { # description, then a command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # mpi NP SECONDS ARGS...: sets $rc, $secs; stdout in $tmp/out, stderr in $tmp/err.
 # --oversubscribe: more ranks than the machine's cores; root in containers.
 mpi() {

@@ -25,11 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 MPI=(timeout 120 mpirun --allow-run-as-root --oversubscribe)
 fails=0
-check() {
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 small=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=8
        train.log_every=4 train.threads=1 data.workers=1 optim.lr=0.05)
 

@@ -17,11 +17,7 @@ gpus=$(grep -c '^cuda:[0-9]' <<<"$devs")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() {
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # the first step's loss, from the progress line of step 1
 first_loss() { grep -m1 -oE 'step 1/[0-9]+  loss [0-9.]+' "$1" | awk '{print $4}'; }
 top1() { grep -oE 'finished: .*test top-1 [0-9.]+%' "$1" | grep -oE '[0-9.]+%$' | tr -d %; }

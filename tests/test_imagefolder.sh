@@ -12,11 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 tool=./build/tools/to_imagefolder
 fails=0
-check() {
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 small=(data.kind=imagefolder train.batch_size=16 train.epochs=1 train.max_steps=6 train.log_every=3 train.threads=1
        data.workers=2 optim.lr=0.05)
 

@@ -17,11 +17,7 @@ if ! grep -q 'MPI=1' build/config.sig 2> /dev/null; then echo "SKIPPED: built wi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() { # description, then a command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # mpi NP SECONDS: sets $rc, $secs; stdout in $tmp/out, stderr in $tmp/err.
 mpi() {
     local np=$1 limit=$2

@@ -15,11 +15,7 @@ T=$repo/trainer
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() { # description, then a command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 
 # Two epochs of 20 steps on 160 training images, evaluated on 32: every kind of
 # line the full quick start prints, in seconds. Run inside $tmp so that the
