@@ -65,23 +65,43 @@ int cnt_log_rank(void) { return log_rank; }
 
 void cnt_set_abort_hook(void (*hook)(int code)) { abort_hook = hook; }
 
-static void print_prefix(FILE *f) {
-    if (log_world > 1) fprintf(f, "[rank %d] ", log_rank);
+/* Writes one line to stderr, "[rank r] " (in a job of several ranks), head
+ * and the formatted message, with a single write: stderr is unbuffered, and
+ * mpirun forwards each write of each rank as it comes, so a line written in
+ * pieces could be interleaved with another rank's output (a test once found
+ * "[rank 1] " in front of rank 0's line and rank 1's error without it). */
+static void write_line(const char *head, const char *fmt, va_list ap) {
+    char line[4096];
+    int n = log_world > 1 ? snprintf(line, sizeof line, "[rank %d] %s", log_rank, head)
+                          : snprintf(line, sizeof line, "%s", head);
+    if (n < 0) n = 0;
+    if ((size_t)n < sizeof line) {
+        int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+        if (m > 0) n += m;
+    }
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    line[n] = '\0';
+    fwrite(line, 1, (size_t)n, stderr);
+}
+
+static void write_linef(const char *head, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void write_linef(const char *head, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line(head, fmt, ap);
+    va_end(ap);
 }
 
 void cnt_fatal_at(const char *file, int line, int code, const char *hint, const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    print_prefix(stderr);
-    fprintf(stderr, "%s:%d: ", file, line);
+    char where[256];
+    snprintf(where, sizeof where, "%s:%d: ", file, line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    write_line(where, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    if (hint) {
-        print_prefix(stderr);
-        fprintf(stderr, "HINT: %s\n", hint);
-    }
+    if (hint) write_linef("HINT: ", "%s", hint);
     fflush(stderr);
     if (code == 0) code = 1;
     if (abort_hook) abort_hook(code);
@@ -130,10 +150,9 @@ void log_info(const char *fmt, ...) {
 
 static void log_stderr(const char *level, const char *fmt, va_list ap) {
     fflush(stdout);
-    print_prefix(stderr);
-    fprintf(stderr, "%s: ", level);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char head[32];
+    snprintf(head, sizeof head, "%s: ", level);
+    write_line(head, fmt, ap);
     fflush(stderr);
 }
 

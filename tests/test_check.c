@@ -2,7 +2,10 @@
  * tests/test_check.c - the error-message helpers of common/check.h:
  * cnt_err_prefix and cnt_err_suffix add context around the stored message
  * (which lives in the very buffer they write), return CNT_ERR, and truncate
- * a message that would not fit instead of overrunning.
+ * a message that would not fit instead of overrunning. log_warn and
+ * log_error write each line, rank prefix included, with one write: mpirun
+ * forwards every write of every rank as it comes, so a line in pieces can be
+ * cut apart by another rank's output.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +13,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/check.h"
 
@@ -48,10 +54,41 @@ static void test_truncation(void **state) {
     assert_int_equal(strlen(cnt_err_msg()), 2047); /* the prefix alone fills it */
 }
 
+/* stderr on a SOCK_SEQPACKET socket keeps the writes apart: one recv returns
+ * exactly one write. */
+static void test_log_line_is_one_write(void **state) {
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    fflush(stderr);
+    assert_int_equal(dup2(sv[0], 2), 2);
+    cnt_log_set_rank(1, 2);
+    log_error("dataset directory %s: %s", "/nope", "No such file or directory");
+    log_warn("stall: step %d", 3);
+    cnt_log_set_rank(0, 1);
+    fflush(stderr);
+    assert_int_equal(dup2(saved, 2), 2);
+    close(saved);
+    char got[256];
+    ssize_t n = recv(sv[1], got, sizeof got - 1, 0);
+    assert_true(n > 0);
+    got[n] = '\0';
+    assert_string_equal(got, "[rank 1] error: dataset directory /nope: No such file or directory\n");
+    n = recv(sv[1], got, sizeof got - 1, 0);
+    assert_true(n > 0);
+    got[n] = '\0';
+    assert_string_equal(got, "[rank 1] warning: stall: step 3\n");
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_log_line_is_one_write),
     };
     return cmocka_run_group_tests_name("check", tests, NULL, NULL);
 }
