@@ -104,6 +104,20 @@ check "corrupt images: counted in the epoch summary" \
     grep -q "epoch 1/1: 1 unreadable training image replaced, 1 unreadable test image left out" <<<"$out"
 check "corrupt images: counted in metrics.jsonl" grep -q '"skipped_images":1,"skipped_eval_images":1' "$tmp/r2/metrics.jsonl"
 
+# A validation set whose every image is unreadable evaluates nothing: an
+# error naming the set, never "test loss 0.0000, top-1 0.00%" and exit 0.
+for c in $(ls "$tmp/fpng/val"); do
+    mkdir -p "$tmp/badval/$c"
+    echo "not a png" >"$tmp/badval/$c/only.png"
+done
+out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" data.train_root="$tmp/fpng/train" \
+      data.val_root="$tmp/badval" train.out_dir="$tmp/r5" 2>&1)
+rc=$?
+check "unreadable validation set: exit 1" test $rc -eq 1
+check "unreadable validation set: the error names the set and says nothing was evaluated" \
+    grep -q "error: epoch 1/1, test set $tmp/badval: the evaluation read no test image" <<<"$out"
+check "unreadable validation set: no test accuracy reported" bash -c '! grep -q "top-1" <<<"$1"' _ "$out"
+
 # Errors: a missing root, train/val with different classes.
 out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" data.root="$tmp/nowhere" train.out_dir="$tmp/r3" 2>&1)
 rc=$?

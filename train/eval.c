@@ -24,7 +24,7 @@ static int true_class_rank(const float *row, int K, int label, int *nonfinite) {
     return bad ? K : better;
 }
 
-void evaluate(stepper *s, loader *ld, eval_result *er) {
+int evaluate(stepper *s, loader *ld, eval_result *er) {
     const backend *be = s->nt->be;
     int K = s->nt->classes;
     int topk = K < 5 ? K : 5;
@@ -57,4 +57,8 @@ void evaluate(stepper *s, loader *ld, eval_result *er) {
     er->loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     er->top1 = sums[1] > 0 ? sums[2] / sums[1] : 0;
     er->top5 = sums[1] > 0 ? sums[3] / sums[1] : 0;
+    if (sums[1] == 0)
+        return cnt_err_set("the evaluation read no test image: every one was unreadable (each named above); a "
+                           "test loss and accuracy of nothing would be no result");
+    return CNT_OK;
 }

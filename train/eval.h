@@ -7,7 +7,8 @@
  * allreduced, so every sample counts once and every rank gets the same
  * result. A sample with a NaN logit or an infinite true-class logit counts as
  * wrong (such logits rank nothing; fp16 activations beyond 65504 end so), and
- * samples with any inf or NaN logit are counted.
+ * samples with any inf or NaN logit are counted. An evaluation that read no
+ * sample at all (every test image unreadable) is an error, never a result.
  */
 #ifndef CNT_EVAL_H
 #define CNT_EVAL_H
@@ -16,8 +17,8 @@
 #include "train/progress.h"
 #include "train/step.h"
 
-/* A collective: every rank calls it with its own evaluation loader. Never
- * fails. */
-void evaluate(stepper *s, loader *ld, eval_result *er);
+/* A collective: every rank calls it with its own evaluation loader. CNT_ERR
+ * on every rank, with a message, when no rank could read a single sample. */
+int evaluate(stepper *s, loader *ld, eval_result *er);
 
 #endif

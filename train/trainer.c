@@ -535,7 +535,10 @@ static int end_epoch(run *r, int epoch, int done) {
         }
     }
     eval_result er;
-    evaluate(&r->st, r->test_ld, &er);
+    if (evaluate(&r->st, r->test_ld, &er) != CNT_OK) {
+        const char *root = r->data.test.root ? r->data.test.root : cfg->data_root;
+        return cnt_err_prefix("epoch %d/%d, test set %s", epoch + 1, cfg->epochs, root);
+    }
     progress_epoch_end(r->pg, &er, loader_skipped(r->train_ld), loader_skipped(r->test_ld));
     /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
     int complete = r->epoch_steps == r->steps_per_epoch;
