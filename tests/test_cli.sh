@@ -121,6 +121,17 @@ check "fp16 eval with overflowing logits: metrics.jsonl is JSON, eval_loss null"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 sys.exit(0 if [r["eval_loss"] for r in rows if r["kind"] == "eval"] == [None] else 1)' "$tmp/nanlogits/metrics.jsonl"
+# train.eval_batch_size far beyond the test set: buffers are sized by the
+# batches that can occur (64 test images), not by the key (before: 4.3 GB of
+# activations for 1024; now about 0.5 GB). Peak memory of the run, in KiB.
+peak=$(python3 -c '
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -1)' \
+    $T configs/resnet20-fashion.ini train.max_steps=2 train.batch_size=16 data.train_limit=512 data.test_limit=64 \
+    train.eval_batch_size=1024 train.device=cpu train.out_dir="$tmp/bigeval")
+check "train.eval_batch_size beyond the test set: the run succeeds in under 1.5 GB (peak ${peak} KiB)" \
+    test "$peak" -gt 0 -a "$peak" -lt 1572864
 # fp16 whose forward overflows on every step (inputs scaled by 1e5 through
 # data.std): each step is skipped and its NaN loss kept out of the progress
 # line (no "diverged" stop); after 30 in a row the run stops naming the keys

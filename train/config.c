@@ -245,7 +245,7 @@ static const key_def key_table[] = {
     K_INT("train", "batch_size", batch_size, "128", BETWEEN(1, 65536),
         .help = "training samples per step on each rank"),
     K_INT("train", "eval_batch_size", eval_batch_size, "0", BETWEEN(0, 65536),
-        .help = "samples per evaluation batch; 0 uses batch_size"),
+        .help = "samples per evaluation batch (at most a rank's share of the test set); 0 uses batch_size"),
     K_U64("train", "seed", seed, "42",
         .help = "seed for initialisation, shuffling, augmentation and dropout"),
     K_INT("train", "log_every", log_every, "50", AT_LEAST(1),

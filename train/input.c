@@ -196,6 +196,12 @@ void input_loader_options(const config *cfg, const input_data *d, int rank, int 
     *train = lo;
     *eval = lo;
     eval->batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
+    /* No larger than this rank's shard of the test set: the net's buffers are
+     * sized for the largest batch, and an evaluation batch beyond the shard
+     * would only hold memory (gigabytes for a large train.eval_batch_size). */
+    int shard = (d->test.n + world - 1) / world;
+    if (shard < 1) shard = 1;
+    if (eval->batch > shard) eval->batch = shard;
     eval->shuffle = 0;
     eval->drop_last = 0;
     eval->wrap = 0;

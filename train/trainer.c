@@ -432,12 +432,10 @@ static int run_setup(run *r) {
     if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
     r->be->set_threads(cfg->threads);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
-    int eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
-    int max_batch = cfg->batch_size > eval_batch ? cfg->batch_size : eval_batch;
-    if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
-
     loader_options lo, eo;
     input_loader_options(cfg, &r->data, r->rank, r->world, &lo, &eo);
+    int max_batch = lo.batch > eo.batch ? lo.batch : eo.batch;
+    if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
     if (!(r->train_ld = loader_create(&r->data.train, &lo)) || !(r->test_ld = loader_create(&r->data.test, &eo)))
         return CNT_ERR;
     r->steps_per_epoch = loader_steps_per_epoch(r->train_ld);
