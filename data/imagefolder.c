@@ -64,7 +64,10 @@ static size_t pool_add(pool *p, const char *a, const char *b) {
     return off;
 }
 
-/* Entry kind: 1 directory, 2 regular file, 0 other; follows symbolic links. */
+/* Entry kind: 1 directory, 2 regular file, 0 other; follows symbolic links.
+ * An entry that cannot be followed (a dangling or looping symbolic link, a
+ * file gone since readdir) is left out with a warning naming it, as the
+ * loader does with an unreadable image. */
 static int entry_kind(const char *dir, const struct dirent *e) {
     if (e->d_type == DT_DIR) return 1;
     if (e->d_type == DT_REG) return 2;
@@ -72,7 +75,10 @@ static int entry_kind(const char *dir, const struct dirent *e) {
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) return 0;
     struct stat st;
-    if (stat(path, &st) != 0) return 0;
+    if (stat(path, &st) != 0) {
+        log_warn("data: skipping %s while listing: %s", path, strerror(errno));
+        return 0;
+    }
     return S_ISDIR(st.st_mode) ? 1 : S_ISREG(st.st_mode) ? 2 : 0;
 }
 
@@ -89,8 +95,11 @@ static long list_dir(const char *dir, int kind, pool *p, size_t **offs, size_t *
     long n = 0;
     size_t first = p->len;
     struct dirent *e;
-    errno = 0;
-    while ((e = readdir(d)) != NULL) {
+    /* errno is readdir's only error report, so it is cleared before each
+     * call: a stat of an entry (entry_kind) may leave it set. */
+    for (;;) {
+        errno = 0;
+        if ((e = readdir(d)) == NULL) break;
         if (e->d_name[0] == '.') continue;
         if (kind == 2 && !has_image_ext(e->d_name)) continue;
         if (entry_kind(dir, e) != kind) continue;

@@ -165,6 +165,24 @@ static void test_listing_sorted_and_filtered(void **state) {
     dataset_free(&ds);
 }
 
+/* A dangling or looping symbolic link in a class folder (or among the class
+ * folders) is left out with a warning; the rest of the tree is listed. */
+static void test_listing_skips_broken_links(void **state) {
+    (void)state;
+    write_id_image(path_of("links/a/1.png"), 1, 4, 4, 3);
+    write_id_image(path_of("links/b/2.png"), 2, 4, 4, 3);
+    char target[1024]; /* path_of returns one static buffer */
+    snprintf(target, sizeof target, "%s", path_of("links/nowhere.png"));
+    assert_int_equal(symlink(target, path_of("links/a/dangling.png")), 0);
+    assert_int_equal(symlink("loop.png", path_of("links/a/loop.png")), 0);
+    assert_int_equal(symlink("c", path_of("links/c")), 0); /* a class folder linking to itself */
+    dataset ds;
+    if (dataset_list_imagefolder(&ds, path_of("links")) != CNT_OK) fail_msg("%s", cnt_err_msg());
+    assert_int_equal(ds.classes, 2);
+    assert_int_equal(ds.n, 2);
+    dataset_free(&ds);
+}
+
 static void test_listing_errors(void **state) {
     (void)state;
     dataset ds;
@@ -528,6 +546,7 @@ static void test_stats_and_truncate(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_listing_sorted_and_filtered),
+        cmocka_unit_test(test_listing_skips_broken_links),
         cmocka_unit_test(test_listing_errors),
         cmocka_unit_test(test_decode_values),
         cmocka_unit_test(test_odd_sizes),
