@@ -240,6 +240,9 @@ static void test_defaults(void **state) {
     assert_int_equal(c.threads, 0);
     assert_float_bits(c.label_smoothing, 0.0f);
     assert_float_bits(c.aux_weight, 0.4f);
+    /* a stalled rank ends the job after 30 minutes by default, never hangs it */
+    assert_float_bits(c.stall_warn_s, 60.0f);
+    assert_float_bits(c.stall_abort_s, 1800.0f);
     assert_float_bits(c.lr, 0.1f);
     assert_float_bits(c.momentum, 0.9f);
     assert_int_equal(c.nesterov, 0);

@@ -304,8 +304,9 @@ static const key_def key_table[] = {
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a gradient allreduce has waited this many seconds, naming the ranks that have not "
                   "arrived, the step and the bucket; 0: off"),
-    K_FLOAT("dist", "stall_abort_s", stall_abort_s, "0", BETWEEN(0, 86400),
-          .help = "end the job when a gradient allreduce has waited this many seconds; 0: never"),
+    K_FLOAT("dist", "stall_abort_s", stall_abort_s, "1800", BETWEEN(0, 86400),
+          .help = "end the job when a gradient allreduce has waited this many seconds (default 30 minutes, as "
+                  "PyTorch's process-group timeout); 0: never, which can hang a job forever"),
 
     K_STRING("checkpoint", "dir", ckpt_dir, "checkpoints",
            .help = "where rank 0 writes checkpoints; a relative path is inside train.out_dir"),
