@@ -331,6 +331,28 @@ static void test_bad_version(void **state) {
     assert_non_null(strstr(cnt_err_msg(), "unsupported version"));
 }
 
+/* A header field changed to a plausible but wrong value (an input height of
+ * 20000, which --export would build a net for) is not trusted: ckpt_read_meta
+ * checks the whole file's checksum first. */
+static void test_meta_checks_checksum(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512];
+    sub(fx, "plausible", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    ckpt_meta m;
+    assert_int_equal(ckpt_read_meta(path, &m), CNT_OK);
+    /* in_h: magic 8, version 4, epoch 4, step 8, dropout seed 8, config hash 8, model name 64, in_c 4 */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    int32_t h = 20000;
+    assert_int_equal(fseek(f, 8 + 4 + 4 + 8 + 8 + 8 + 64 + 4, SEEK_SET), 0);
+    assert_int_equal(fwrite(&h, sizeof h, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ckpt_read_meta(path, &m), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), path));
+    assert_non_null(strstr(cnt_err_msg(), "checksum mismatch"));
+}
+
 /* A version-1 file (no model block) is refused by name, by ckpt_read and ckpt_read_meta. */
 static void test_version_1(void **state) {
     fixture *fx = *state;
@@ -555,6 +577,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_version_1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meta_checks_checksum, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_and_uncreatable, setup, teardown),

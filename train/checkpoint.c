@@ -325,6 +325,30 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
     return CNT_OK;
 }
 
+/* The checksum of everything before the last 4 bytes (streamed) against
+ * the last 4. Leaves f anywhere. */
+static int check_crc(FILE *f, const char *path, uint64_t size) {
+    if (seek_to(f, path, 0) != CNT_OK) return CNT_ERR;
+    unsigned char *chunk = cnt_malloc(CKPT_CHUNK);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (uint64_t left = size - 4; left > 0;) {
+        size_t n = left < CKPT_CHUNK ? (size_t)left : CKPT_CHUNK;
+        if (get(f, path, chunk, n) != CNT_OK) {
+            free(chunk);
+            return CNT_ERR;
+        }
+        crc = crc32(crc, chunk, (uInt)n);
+        left -= n;
+    }
+    free(chunk);
+    uint32_t stored_crc;
+    if (get(f, path, &stored_crc, sizeof stored_crc) != CNT_OK) return CNT_ERR;
+    if (stored_crc != (uint32_t)crc)
+        return cnt_err_set("checkpoint '%s' is corrupt: checksum mismatch (stored %08x, computed %08x)", path,
+                           stored_crc, (unsigned)crc);
+    return CNT_OK;
+}
+
 /* Everything after the file is open: see ckpt_read. */
 static int read_open(FILE *f, const char *path, const net *nt, float *params, float *buffers, float *momentum,
                      int *has_momentum, ckpt_meta *meta) {
@@ -387,27 +411,7 @@ static int read_open(FILE *f, const char *path, const net *nt, float *params, fl
         goto out;
     }
 
-    /* Checksum of everything before the last 4 bytes, streamed. */
-    if (seek_to(f, path, 0) != CNT_OK) goto out;
-    unsigned char *chunk = cnt_malloc(CKPT_CHUNK);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (uint64_t left = size - 4; left > 0;) {
-        size_t n = left < CKPT_CHUNK ? (size_t)left : CKPT_CHUNK;
-        if (get(f, path, chunk, n) != CNT_OK) {
-            free(chunk);
-            goto out;
-        }
-        crc = crc32(crc, chunk, (uInt)n);
-        left -= n;
-    }
-    free(chunk);
-    uint32_t stored_crc;
-    if (get(f, path, &stored_crc, sizeof stored_crc) != CNT_OK) goto out;
-    if (stored_crc != (uint32_t)crc) {
-        cnt_err_set("checkpoint '%s' is corrupt: checksum mismatch (stored %08x, computed %08x)", path, stored_crc,
-                    (unsigned)crc);
-        goto out;
-    }
+    if (check_crc(f, path, size) != CNT_OK) goto out;
 
     if (compare_tensors(path, m.model_name, "parameter", ent, (int)n_pt, nt->n_param_tensors, param_name,
                         param_offset, param_count, nt) != CNT_OK ||
@@ -473,7 +477,11 @@ int ckpt_read_meta(const char *path, ckpt_meta *meta) {
                         (unsigned long long)size, (unsigned long long)CKPT_V2_FIXED_BYTES);
         } else {
             uint64_t fixed;
+            /* The header is trusted only once the whole file's checksum
+             * holds: a corrupt but plausible input size would have the
+             * caller build (and allocate) a net for it. */
             rc = read_header(f, path, size, meta, &fixed);
+            if (rc == CNT_OK) rc = check_crc(f, path, size);
         }
     }
     fclose(f);

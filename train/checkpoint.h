@@ -105,12 +105,15 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
 int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
               ckpt_meta *meta);
 
-/* Reads only the header of the checkpoint at path (magic, version, meta with
- * the model block) into *meta, enough to rebuild the net with zoo_build; the
- * rest of the file is validated by ckpt_read.
+/* Reads the header of the checkpoint at path (magic, version, meta with the
+ * model block) into *meta, enough to rebuild the net with zoo_build, once the
+ * whole file's checksum holds (the file is read through, so a corrupt but
+ * plausible header is never trusted); the model signature is validated by
+ * ckpt_read.
  * Errors: CNT_ERR naming path: cannot open; "not a cnntrain checkpoint";
  * truncated header; a version-1 file ("version 1 ... has no model block") or
- * another unsupported version; an implausible model block (corrupt). */
+ * another unsupported version; an implausible model block or a checksum
+ * mismatch (corrupt). */
 int ckpt_read_meta(const char *path, ckpt_meta *meta);
 
 /* Finds the checkpoint with the highest epoch in dir: the regular file whose
