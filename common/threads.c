@@ -6,6 +6,16 @@
 
 #include <errno.h>
 
+void cnt_mutex_init(pthread_mutex_t *mu) {
+    errno = pthread_mutex_init(mu, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
+}
+
+void cnt_cond_init(pthread_cond_t *cv) {
+    errno = pthread_cond_init(cv, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+}
+
 void cnt_mutex_lock(pthread_mutex_t *mu) {
     errno = pthread_mutex_lock(mu);
     CHECK_ERRNO(errno == 0, "pthread_mutex_lock");

@@ -11,6 +11,9 @@
 
 #include <pthread.h>
 
+/* Default attributes. */
+void cnt_mutex_init(pthread_mutex_t *mu);
+void cnt_cond_init(pthread_cond_t *cv);
 void cnt_mutex_lock(pthread_mutex_t *mu);
 void cnt_mutex_unlock(pthread_mutex_t *mu);
 /* pthread_cond_wait on cv with mu held. */

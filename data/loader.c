@@ -416,12 +416,9 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
         ld->slots[i].b.x = cnt_malloc((size_t)opt->batch * sample * sizeof(float));
         ld->slots[i].b.labels = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
     }
-    errno = pthread_mutex_init(&ld->mu, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
-    errno = pthread_cond_init(&ld->work_cv, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_cond_init");
-    errno = pthread_cond_init(&ld->done_cv, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+    cnt_mutex_init(&ld->mu);
+    cnt_cond_init(&ld->work_cv);
+    cnt_cond_init(&ld->done_cv);
     ld->threads = cnt_malloc((size_t)opt->workers * sizeof *ld->threads);
     for (int i = 0; i < opt->workers; i++) {
         errno = pthread_create(&ld->threads[i], NULL, loader_worker, ld);

@@ -176,12 +176,9 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
     if (opts->compress == REDUCER_COMPRESS_FP16) m->half = cnt_malloc(rd->n * sizeof(uint16_t));
     m->mb = cnt_calloc((size_t)rd->n_buckets, sizeof *m->mb);
     for (int b = 0; b < rd->n_buckets; b++) m->mb[b].fence = rd->be->fence_create();
-    errno = pthread_mutex_init(&m->mu, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
-    errno = pthread_cond_init(&m->work_cv, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_cond_init");
-    errno = pthread_cond_init(&m->done_cv, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_cond_init");
+    cnt_mutex_init(&m->mu);
+    cnt_cond_init(&m->work_cv);
+    cnt_cond_init(&m->done_cv);
     rd->ops = &mpi_ops;
     rd->state = m;
     /* Last: the thread reads rd->state. */

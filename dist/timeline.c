@@ -35,8 +35,7 @@ struct timeline {
 
 timeline *timeline_create(void) {
     timeline *tl = cnt_calloc(1, sizeof *tl);
-    errno = pthread_mutex_init(&tl->mu, NULL);
-    CHECK_ERRNO(errno == 0, "pthread_mutex_init");
+    cnt_mutex_init(&tl->mu);
     tl->cap = 1024;
     tl->events = cnt_malloc((size_t)tl->cap * sizeof *tl->events);
     /* Why a barrier: every rank takes its zero at (nearly) the same moment,
