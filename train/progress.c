@@ -39,9 +39,9 @@ struct progress {
     train_result r;
 };
 
-static void tally_start(tally *t) {
+static void tally_start(tally *t, double t0) {
     memset(t, 0, sizeof *t);
-    t->t0 = time_now();
+    t->t0 = t0;
 }
 
 static void tally_add(tally *t, const step_result *r, int n, double wait) {
@@ -93,7 +93,7 @@ void progress_free(progress *p) {
 void progress_epoch_begin(progress *p, int epoch) {
     p->epoch = epoch;
     p->r.epochs = epoch + 1;
-    tally_start(&p->ep);
+    tally_start(&p->ep, time_now());
 }
 
 void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s) {
@@ -153,11 +153,12 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
         log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
         return CNT_ERR;
     }
-    tally_start(&p->win);
-    p->win.t0 = now;
+    tally_start(&p->win, now);
     p->win_loss_steps = 0;
     return CNT_OK;
 }
+
+long progress_epoch_steps(const progress *p) { return p->ep.steps; }
 
 void progress_epoch_trained(progress *p) { p->ep_secs = time_now() - p->ep.t0; }
 

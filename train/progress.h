@@ -69,6 +69,8 @@ void progress_step(progress *p, long step, const step_result *r, const float *lo
  * mean loss over every rank's counted steps). CNT_ERR when the mean loss is
  * not finite: "training diverged" was said, and the run should end. */
 int progress_log(progress *p, long step, double lr, const loss_scaler *ls);
+/* Steps taken in the current epoch so far. */
+long progress_epoch_steps(const progress *p);
 /* The epoch's training is over: its time stops here (before the evaluation). */
 void progress_epoch_trained(progress *p);
 /* The epoch's summary: unreadable images (a collective: summed over ranks),

@@ -55,7 +55,6 @@ typedef struct run {
     host_state peers;        /* world > 1: parameters for the ranks' comparison, buffers for rank 0's */
     long steps_per_epoch, total_steps;
     long step;               /* optimizer steps taken, a resumed run's included */
-    long epoch_steps;        /* steps taken in the current epoch */
     int start_epoch;
 } run;
 
@@ -487,7 +486,6 @@ static int run_epoch(run *r, int epoch, int *done) {
     const config *cfg = r->cfg;
     loader_start_epoch(r->train_ld, epoch);
     progress_epoch_begin(r->pg, epoch);
-    r->epoch_steps = 0;
     for (;;) {
         if (r->tl) timeline_set_step(r->tl, r->step + 1);
         double t0 = time_now();
@@ -504,7 +502,6 @@ static int run_epoch(run *r, int epoch, int *done) {
                                   r->step + 1);
         }
         r->step++;
-        r->epoch_steps++;
         progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0);
         int last = r->step == r->total_steps;
         if ((r->step % cfg->log_every == 0 || last) && progress_log(r->pg, r->step, lr, &r->st.ls) != CNT_OK)
@@ -539,7 +536,7 @@ static int end_epoch(run *r, int epoch, int done) {
     }
     progress_epoch_end(r->pg, &er, loader_skipped(r->train_ld), loader_skipped(r->test_ld));
     /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
-    int complete = r->epoch_steps == r->steps_per_epoch;
+    int complete = progress_epoch_steps(r->pg) == r->steps_per_epoch;
     int due = cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs || done);
     if (r->rank == 0 && complete && due) return save_checkpoint(r, epoch + 1);
     return CNT_OK;
