@@ -201,7 +201,20 @@ out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" tra
       -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/m" optim.momentum=0.8 2>&1)
 rc=$?
 check "config mismatch: non-zero exit" test $rc -ne 0 -a $rc -ne 124
-check "config mismatch: rank 1 names the differing key" grep -q "\[rank 1\].*momentum = 0.8.*momentum = 0.9" <<<"$out"
+check "config mismatch: rank 1 names the differing key" grep -q "\[rank 1\].*optim.momentum = 0.8.*optim.momentum = 0.9" <<<"$out"
+
+# MPMD launch whose ranks differ in a key that decides a collective
+# (dist.backend=auto joins an allreduce to choose NCCL, mpi does not): the
+# configuration check comes before anything such a key decides, so the job
+# ends naming the key instead of hanging.
+start=$(date +%s)
+out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" \
+      train.out_dir="$tmp/mp" dist.backend=auto : -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" \
+      train.out_dir="$tmp/mp" dist.backend=mpi 2>&1)
+rc=$?
+secs=$(($(date +%s) - start))
+check "MPMD dist.backend auto/mpi: non-zero exit, no hang (rc=$rc, ${secs}s)" test $rc -ne 0 -a $rc -ne 124
+check "MPMD dist.backend auto/mpi: rank 1 names dist.backend" grep -q "\[rank 1\].*dist.backend = mpi.*dist.backend = auto" <<<"$out"
 
 # A rank that fails ends the job instead of leaving rank 0 waiting.
 out=$("${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/d" : \

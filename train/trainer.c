@@ -110,14 +110,15 @@ static uint64_t config_hash(const config *cfg) {
 }
 
 /* Ranks must run the same configuration and model: compare a hash of the
- * effective config (as written to config.ini) and the parameter count. On a
+ * effective config (as written to config.ini) and the parameter count
+ * (n_params; 0 before the model exists). On a
  * mismatch, each differing rank names the first line that differs from rank
  * 0's config, and the job ends (a silent divergence or a hang is worse). */
-static int check_same_config(const config *cfg, const net *nt) {
+static int check_same_config(const config *cfg, size_t n_params) {
     int world = dist_world();
     if (world == 1) return CNT_OK;
     size_t len;
-    char *text = config_text(cfg, nt->n_params, &len);
+    char *text = config_text(cfg, n_params, &len);
     uint64_t h = hash_bytes(text, len);
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
     dist_allgather_u64(h, all);
@@ -137,14 +138,17 @@ static int check_same_config(const config *cfg, const net *nt) {
     text0[n0] = '\0';
     if (dist_rank() != 0) {
         const char *a = text0, *b = text;
+        char section[64] = ""; /* "dist." while inside [dist]: the key is named whole */
         while (*a && *b) {
             const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
             size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
             if (la != lb || memcmp(a, b, la) != 0) {
-                log_error("this rank's configuration differs from rank 0's: '%.*s' here, '%.*s' on rank 0", (int)lb,
-                          b, (int)la, a);
+                const char *sec = b[0] == ';' ? "" : section;
+                log_error("this rank's configuration differs from rank 0's: '%s%.*s' here, '%s%.*s' on rank 0", sec,
+                          (int)lb, b, sec, (int)la, a);
                 break;
             }
+            if (b[0] == '[' && lb > 2 && b[lb - 1] == ']') snprintf(section, sizeof section, "%.*s.", (int)(lb - 2), b + 1);
             a += la + (ea ? 1 : 0);
             b += lb + (eb ? 1 : 0);
         }
@@ -413,7 +417,9 @@ static int make_model(run *r, int max_batch) {
     r->nt = build_model(r->be, cfg, d->c, d->h, d->w, d->classes, max_batch);
     if (!r->nt) return CNT_ERR;
     net_init_params(r->nt, cfg->seed);
-    if (check_same_config(cfg, r->nt) != CNT_OK) return CNT_ERR;
+    /* again with the parameter count: ranks that read different data (another
+     * class count) build different models from the same config */
+    if (check_same_config(cfg, r->nt->n_params) != CNT_OK) return CNT_ERR;
     if (r->rank == 0 && cfg->init_from[0] && load_init_from(cfg, r->nt) != CNT_OK) return CNT_ERR;
     if (r->world > 1) {
         host_state hs;
@@ -428,6 +434,10 @@ static int make_model(run *r, int max_batch) {
 
 static int run_setup(run *r) {
     const config *cfg = r->cfg;
+    /* First of all, before any collective that a key decides (choose_comm's,
+     * the timeline's, the watchdog's): ranks launched with different keys
+     * would otherwise join different collectives and wait on each other. */
+    if (check_same_config(cfg, 0) != CNT_OK) return CNT_ERR;
     if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
     r->be->set_threads(cfg->threads);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
