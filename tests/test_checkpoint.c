@@ -32,10 +32,14 @@
 #include "train/checkpoint.h"
 
 /* Bytes before the tensor signature entries: magic 8, version 4, meta 92,
- * model block 28, loss-scaling block 32 (from version 3), two tensor counts 8. */
-#define FIXED_BYTES 172L
+ * model block 28, loss-scaling block 32 (from version 3), position block 20
+ * plus the config text (version 4), two tensor counts 8. */
+#define CONFIG_TEXT "[model]\nname = tiny_cnn\n"
+#define FIXED_BYTES (192L + (long)sizeof CONFIG_TEXT - 1)
 #define SCALE_BLOCK_AT 132L
 #define SCALE_BLOCK_BYTES 32L
+#define POS_BLOCK_AT 164L
+#define POS_BLOCK_BYTES (20L + (long)sizeof CONFIG_TEXT - 1)
 
 /* ---------------------------------------------------------------- fixtures */
 
@@ -92,6 +96,9 @@ static int setup(void **state) {
     fx->meta.skipped_steps = 5;
     fx->meta.skipped_in_a_row = 2;
     fx->meta.in_c = 99; /* ignored by ckpt_write: the net's shape is stored */
+    fx->meta.world = 4;
+    fx->meta.batch = 32;
+    snprintf(fx->meta.config, sizeof fx->meta.config, "%s", CONFIG_TEXT);
     *state = fx;
     return 0;
 }
@@ -206,6 +213,10 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_true(meta.loss_scale_good == fx->meta.loss_scale_good);
     assert_true(meta.skipped_steps == fx->meta.skipped_steps);
     assert_int_equal(meta.skipped_in_a_row, fx->meta.skipped_in_a_row);
+    assert_true(meta.epoch_samples == fx->meta.epoch_samples);
+    assert_int_equal(meta.world, 4);
+    assert_int_equal(meta.batch, 32);
+    assert_string_equal(meta.config, CONFIG_TEXT);
     ckpt_meta head;
     memset(&head, 0xff, sizeof head);
     if (ckpt_read_meta(path, &head) != CNT_OK) fail_msg("ckpt_read_meta: %s", cnt_err_msg());
@@ -219,6 +230,8 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_int_equal(head.aux_logits, 0);
     assert_true(head.dropout == fx->meta.dropout);
     assert_true(head.loss_scale == fx->meta.loss_scale);
+    assert_true(head.epoch_samples == fx->meta.epoch_samples);
+    assert_string_equal(head.config, CONFIG_TEXT);
     free(p);
     free(b);
     free(m);
@@ -295,6 +308,62 @@ static void test_keep_and_find_latest(void **state) {
     assert_int_equal(mkdir(empty, 0700), 0);
     assert_int_equal(ckpt_find_latest(empty, latest, sizeof latest), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), empty));
+}
+
+/* Mid-epoch checkpoints: named by position (ckpt-EEEEEE-NNNNNNNNNN.cnt),
+ * ordered by (epoch, samples) whatever their step numbers, pruned in that
+ * order; ckpt_supersede moves those past a starting point aside. */
+static void test_mid_epoch_names_and_supersede(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], latest[512], name[600];
+    sub(fx, "mid", dir, sizeof dir);
+    struct { int epoch; long samples; long step; } w[] = {{1, 0, 100}, {1, 640, 110}, {1, 1280, 60}, {2, 0, 70}, {2, 64, 71}};
+    for (size_t i = 0; i < 5; i++) {
+        fx->meta.epoch_samples = w[i].samples;
+        fx->meta.step = w[i].step; /* a resume at another world size renumbers steps: not the order */
+        write_ok(fx, dir, w[i].epoch, 4, fx->momentum, path, sizeof path);
+        if (w[i].samples) snprintf(name, sizeof name, "%s/ckpt-%06d-%010ld.cnt", dir, w[i].epoch, w[i].samples);
+        else snprintf(name, sizeof name, "%s/ckpt-%06d.cnt", dir, w[i].epoch);
+        assert_string_equal(path, name);
+        assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_OK);
+        assert_string_equal(latest, name);
+    }
+    expect_round_trip(fx, latest, 1);
+    /* keep 4: the oldest position went, not the lowest step */
+    snprintf(name, sizeof name, "%s/ckpt-000001.cnt", dir);
+    assert_false(file_exists(name));
+    snprintf(name, sizeof name, "%s/ckpt-000001-0000001280.cnt", dir);
+    assert_true(file_exists(name));
+    /* a boundary never has the long name; zero samples is not a name */
+    snprintf(name, sizeof name, "%s/ckpt-000009-0000000000.cnt", dir);
+    copy_prefix(path, name, -1);
+    assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_OK);
+    assert_string_equal(latest, path);
+    unlink(name);
+
+    /* a run restarting at epoch 1 + 640 samples moves the three beyond it */
+    int moved = -1;
+    char to[512];
+    assert_int_equal(ckpt_supersede(dir, 1, 640, &moved, to, sizeof to), CNT_OK);
+    assert_int_equal(moved, 3);
+    assert_non_null(strstr(to, "/superseded-"));
+    assert_int_equal(count_entries(dir, "ckpt-"), 1);
+    assert_int_equal(count_entries(to, "ckpt-"), 3);
+    assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_OK);
+    snprintf(name, sizeof name, "%s/ckpt-000001-0000000640.cnt", dir);
+    assert_string_equal(latest, name);
+    /* nothing beyond: nothing moves, no directory made; a fresh start moves all */
+    assert_int_equal(ckpt_supersede(dir, 1, 640, &moved, to, sizeof to), CNT_OK);
+    assert_int_equal(moved, 0);
+    assert_int_equal(ckpt_supersede(dir, 0, 0, &moved, to, sizeof to), CNT_OK);
+    assert_int_equal(moved, 1);
+    assert_int_equal(count_entries(dir, "ckpt-"), 0);
+    assert_int_equal(count_entries(dir, "superseded-"), 2);
+    /* a directory that does not exist: nothing to move */
+    sub(fx, "mid/none", name, sizeof name);
+    assert_int_equal(ckpt_supersede(name, 0, 0, &moved, to, sizeof to), CNT_OK);
+    assert_int_equal(moved, 0);
+    fx->meta.epoch_samples = 0;
 }
 
 static void test_wrong_magic(void **state) {
@@ -377,50 +446,63 @@ static void test_version_1(void **state) {
     assert_non_null(strstr(cnt_err_msg(), missing));
 }
 
-/* A version-2 file (written before the loss-scaling block) still reads, with
- * loss_scale 0 ("not recorded"): made from a version-3 file by cutting the
- * block out, writing version 2 and the checksum again. */
-static void test_version_2(void **state) {
-    fixture *fx = *state;
-    char dir[256], path[512], old[512];
-    sub(fx, "v2", dir, sizeof dir);
-    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+/* path with `bytes` bytes at `at` cut out, `version` written over the
+ * version and the checksum computed again, saved as out: an older file. */
+static void write_older(const char *path, const char *out, uint32_t version, const long *at, const long *bytes,
+                        int cuts) {
     long size = file_size(path);
     unsigned char *buf = malloc((size_t)size);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
     fclose(f);
-    memmove(buf + SCALE_BLOCK_AT, buf + SCALE_BLOCK_AT + SCALE_BLOCK_BYTES,
-            (size_t)(size - SCALE_BLOCK_AT - SCALE_BLOCK_BYTES));
-    long n = size - SCALE_BLOCK_BYTES;
-    uint32_t two = 2;
-    memcpy(buf + 8, &two, sizeof two);
+    long n = size;
+    for (int i = cuts - 1; i >= 0; i--) { /* from the back, so earlier offsets hold */
+        memmove(buf + at[i], buf + at[i] + bytes[i], (size_t)(n - at[i] - bytes[i]));
+        n -= bytes[i];
+    }
+    memcpy(buf + 8, &version, sizeof version);
     uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), buf, (uInt)(n - 4));
     memcpy(buf + n - 4, &crc, sizeof crc);
-    sub(fx, "v2/old.cnt", old, sizeof old);
-    f = fopen(old, "wb");
+    f = fopen(out, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(buf, 1, (size_t)n, f), (size_t)n);
     assert_int_equal(fclose(f), 0);
     free(buf);
+}
+
+/* Version-2 and version-3 files (written before the loss-scaling block, and
+ * before the position block) still read: loss_scale 0 ("not recorded") for
+ * version 2; an epoch boundary with no config text for both. */
+static void test_versions_2_and_3(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], old[512];
+    sub(fx, "v2", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     const net *nt = fx->nt;
-    float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers), *m = tu_alloc_f(nt->n_params);
-    ckpt_meta meta;
-    int has = -1;
-    if (ckpt_read(old, nt, p, b, m, &has, &meta) != CNT_OK) fail_msg("version-2 file: %s", cnt_err_msg());
-    tu_assert_bitwise_equal_f("params", fx->params, p, nt->n_params);
-    tu_assert_bitwise_equal_f("momentum", fx->momentum, m, nt->n_params);
-    assert_int_equal(has, 1);
-    assert_int_equal(meta.epoch, 1);
-    assert_true(meta.dropout == fx->meta.dropout);
-    assert_true(meta.loss_scale == 0.0 && meta.skipped_steps == 0);
-    ckpt_meta head;
-    assert_int_equal(ckpt_read_meta(old, &head), CNT_OK);
-    assert_true(head.loss_scale == 0.0 && head.classes == 5);
-    free(p);
-    free(b);
-    free(m);
+    for (uint32_t version = 2; version <= 3; version++) {
+        long at[2] = {SCALE_BLOCK_AT, POS_BLOCK_AT}, bytes[2] = {SCALE_BLOCK_BYTES, POS_BLOCK_BYTES};
+        if (version == 2) write_older(path, (sub(fx, "v2/old2.cnt", old, sizeof old), old), 2, at, bytes, 2);
+        else write_older(path, (sub(fx, "v2/old3.cnt", old, sizeof old), old), 3, at + 1, bytes + 1, 1);
+        float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers), *m = tu_alloc_f(nt->n_params);
+        ckpt_meta meta;
+        int has = -1;
+        if (ckpt_read(old, nt, p, b, m, &has, &meta) != CNT_OK) fail_msg("version-%u file: %s", version, cnt_err_msg());
+        tu_assert_bitwise_equal_f("params", fx->params, p, nt->n_params);
+        tu_assert_bitwise_equal_f("momentum", fx->momentum, m, nt->n_params);
+        assert_int_equal(has, 1);
+        assert_int_equal(meta.epoch, 1);
+        assert_true(meta.dropout == fx->meta.dropout);
+        if (version == 2) assert_true(meta.loss_scale == 0.0 && meta.skipped_steps == 0);
+        else assert_true(meta.loss_scale == fx->meta.loss_scale && meta.skipped_steps == fx->meta.skipped_steps);
+        assert_true(meta.epoch_samples == 0 && meta.world == 0 && meta.config[0] == '\0');
+        ckpt_meta head;
+        assert_int_equal(ckpt_read_meta(old, &head), CNT_OK);
+        assert_true(head.classes == 5 && head.epoch_samples == 0);
+        free(p);
+        free(b);
+        free(m);
+    }
 }
 
 static void test_truncated(void **state) {
@@ -575,7 +657,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_version_2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_versions_2_and_3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mid_epoch_names_and_supersede, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_checks_checksum, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),

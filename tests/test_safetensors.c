@@ -681,6 +681,7 @@ static void test_export_checkpoint(void **state) {
     ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.epoch = 2;
+    meta.world = meta.batch = 1;
     meta.step = 123;
     meta.dropout = -1;
     snprintf(meta.model_name, sizeof meta.model_name, "resnet20");

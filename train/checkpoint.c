@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -30,12 +31,15 @@
 #define CKPT_MAGIC_LEN 8
 #define CKPT_NAME_LEN 128
 #define CKPT_ENTRY_BYTES ((uint64_t)CKPT_NAME_LEN + 8 + 8)
-/* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), [version 3:
- * the loss-scaling block (8 + 8 + 8 + 8)], two tensor counts */
+/* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), [from
+ * version 3: the loss-scaling block (8 + 8 + 8 + 8)], [version 4: the
+ * position block (8 + 4 + 4 + 4 + config_len)], two tensor counts */
 #define CKPT_MODEL_BYTES 28
 #define CKPT_SCALE_BYTES 32
+#define CKPT_POS_BYTES 20 /* version 4: epoch_samples, world, batch, config_len (then the config text) */
 #define CKPT_V2_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + CKPT_MODEL_BYTES + 4 + 4)
-#define CKPT_FIXED_BYTES (CKPT_V2_FIXED_BYTES + CKPT_SCALE_BYTES)
+#define CKPT_V3_FIXED_BYTES (CKPT_V2_FIXED_BYTES + CKPT_SCALE_BYTES)
+#define CKPT_FIXED_BYTES (CKPT_V3_FIXED_BYTES + CKPT_POS_BYTES) /* plus config_len */
 #define CKPT_PATH_MAX 4096
 #define CKPT_CHUNK ((size_t)1 << 20)
 
@@ -76,61 +80,126 @@ static void put_name(ckpt_writer *w, const char *name) {
     put(w, buf, sizeof buf);
 }
 
-/* Parses "ckpt-NNNNNN.cnt" exactly; returns the epoch or -1. */
-static int parse_ckpt_name(const char *name) {
-    if (strncmp(name, "ckpt-", 5) != 0) return -1;
-    int epoch = 0;
-    for (int i = 5; i < 11; i++) {
-        if (name[i] < '0' || name[i] > '9') return -1;
-        epoch = epoch * 10 + (name[i] - '0');
+/* A checkpoint's position in the data, from its name. */
+typedef struct ckpt_pos {
+    int epoch;     /* complete epochs */
+    long samples;  /* samples of the next epoch */
+} ckpt_pos;
+
+#define CKPT_MAX_SAMPLES 9999999999L /* ten digits in the file name */
+
+/* Parses "ckpt-EEEEEE.cnt" or "ckpt-EEEEEE-NNNNNNNNNN.cnt" exactly; 1 with
+ * *pos set, else 0. */
+static int parse_ckpt_name(const char *name, ckpt_pos *pos) {
+    if (strncmp(name, "ckpt-", 5) != 0) return 0;
+    const char *p = name + 5;
+    long v = 0;
+    for (int i = 0; i < 6; i++, p++) {
+        if (*p < '0' || *p > '9') return 0;
+        v = v * 10 + (*p - '0');
     }
-    return strcmp(name + 11, ".cnt") == 0 ? epoch : -1;
+    pos->epoch = (int)v;
+    pos->samples = 0;
+    if (*p == '-') {
+        p++;
+        v = 0;
+        for (int i = 0; i < 10; i++, p++) {
+            if (*p < '0' || *p > '9') return 0;
+            v = v * 10 + (*p - '0');
+        }
+        if (v == 0) return 0; /* an epoch boundary has the short name only */
+        pos->samples = v;
+    }
+    return strcmp(p, ".cnt") == 0;
 }
 
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+/* dir/<name of pos> into buf; CNT_ERR when it does not fit. */
+static int ckpt_name(char *buf, size_t len, const char *dir, const char *prefix, ckpt_pos pos, const char *suffix) {
+    int n = pos.samples > 0 ? snprintf(buf, len, "%s/%sckpt-%06d-%010ld.cnt%s", dir, prefix, pos.epoch, pos.samples,
+                                       suffix)
+                            : snprintf(buf, len, "%s/%sckpt-%06d.cnt%s", dir, prefix, pos.epoch, suffix);
+    return n >= 0 && (size_t)n < len ? CNT_OK : CNT_ERR;
+}
+
+static int cmp_pos(const void *a, const void *b) {
+    const ckpt_pos *x = a, *y = b;
+    if (x->epoch != y->epoch) return (x->epoch > y->epoch) - (x->epoch < y->epoch);
+    return (x->samples > y->samples) - (x->samples < y->samples);
+}
+
+/* The checkpoints in dir (regular files with a checkpoint's name), oldest
+ * first: a new array (free()) in *out and its length in *n. CNT_ERR naming
+ * dir when it cannot be listed. */
+static int list_checkpoints(const char *dir, ckpt_pos **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return cnt_err_set("cannot list checkpoint directory '%s': %s", dir, strerror(errno));
+    int cap = 16;
+    ckpt_pos *all = cnt_malloc((size_t)cap * sizeof *all);
+    struct dirent *e;
+    for (;;) {
+        errno = 0;
+        if ((e = readdir(d)) == NULL) break;
+        ckpt_pos pos;
+        if (!parse_ckpt_name(e->d_name, &pos)) continue;
+        char path[CKPT_PATH_MAX];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (*n == cap) {
+            cap *= 2;
+            ckpt_pos *grown = realloc(all, (size_t)cap * sizeof *all);
+            CHECK_ERRNO(grown != NULL, "growing the checkpoint list");
+            all = grown;
+        }
+        all[(*n)++] = pos;
+    }
+    int err = errno;
+    closedir(d);
+    if (err) {
+        free(all);
+        *n = 0;
+        return cnt_err_set("cannot list checkpoint directory '%s': %s", dir, strerror(err));
+    }
+    qsort(all, (size_t)*n, sizeof *all, cmp_pos);
+    *out = all;
+    return CNT_OK;
 }
 
 /* Removes the oldest checkpoints in dir so that at most keep remain; failures are warnings. */
 static void prune(const char *dir, int keep) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        log_warn("checkpoint: cannot list '%s' to remove old checkpoints: %s", dir, strerror(errno));
+    ckpt_pos *all;
+    int n;
+    if (list_checkpoints(dir, &all, &n) != CNT_OK) {
+        log_warn("checkpoint: old checkpoints not removed: %s", cnt_err_msg());
         return;
     }
-    int n = 0, cap = 16;
-    int *epochs = cnt_malloc((size_t)cap * sizeof *epochs);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int ep = parse_ckpt_name(e->d_name);
-        if (ep < 0) continue;
-        if (n == cap) {
-            cap *= 2;
-            int *grown = realloc(epochs, (size_t)cap * sizeof *epochs);
-            CHECK_ERRNO(grown != NULL, "growing the checkpoint list");
-            epochs = grown;
-        }
-        epochs[n++] = ep;
-    }
-    closedir(d);
-    qsort(epochs, (size_t)n, sizeof *epochs, cmp_int);
     for (int i = 0; i + keep < n; i++) {
         char path[CKPT_PATH_MAX];
-        snprintf(path, sizeof path, "%s/ckpt-%06d.cnt", dir, epochs[i]);
+        if (ckpt_name(path, sizeof path, dir, "", all[i], "") != CNT_OK) continue;
         if (unlink(path) != 0 && errno != ENOENT)
             log_warn("checkpoint: cannot remove old checkpoint '%s': %s", path, strerror(errno));
     }
-    free(epochs);
+    free(all);
 }
 
 int ckpt_write(const char *dir, const net *nt, const float *params, const float *buffers, const float *momentum,
                const ckpt_meta *meta, int keep, char *path_out, size_t path_len) {
     if (meta->epoch < 0 || meta->epoch > CKPT_MAX_EPOCH)
         return cnt_err_set("checkpoint in '%s': epoch %d is outside 0..%d", dir, meta->epoch, CKPT_MAX_EPOCH);
+    if (meta->epoch_samples < 0 || meta->epoch_samples > CKPT_MAX_SAMPLES)
+        return cnt_err_set("checkpoint in '%s': %ld samples into the epoch is outside 0..%ld", dir,
+                           meta->epoch_samples, CKPT_MAX_SAMPLES);
+    if (meta->world < 1 || meta->batch < 1)
+        return cnt_err_set("checkpoint in '%s': world size %d and batch %d must be at least 1", dir, meta->world,
+                           meta->batch);
+    size_t config_len = strnlen(meta->config, sizeof meta->config);
+    if (config_len >= sizeof meta->config)
+        return cnt_err_set("checkpoint in '%s': the config text is longer than %d bytes", dir, CKPT_CONFIG_MAX - 1);
+    ckpt_pos pos = {meta->epoch, meta->epoch_samples};
     char path[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/ckpt-%06d.cnt", dir, meta->epoch) >= (int)sizeof path ||
-        snprintf(tmp, sizeof tmp, "%s/.ckpt-%06d.cnt.tmp", dir, meta->epoch) >= (int)sizeof tmp)
+    if (ckpt_name(path, sizeof path, dir, "", pos, "") != CNT_OK || ckpt_name(tmp, sizeof tmp, dir, ".", pos, ".tmp"))
         return cnt_err_set("checkpoint directory path too long: '%s'", dir);
     if (path_out && strlen(path) >= path_len)
         return cnt_err_set("checkpoint path '%s' does not fit the caller's %zu-byte buffer", path, path_len);
@@ -163,6 +232,12 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     put(&w, &scale_good, sizeof scale_good);
     put(&w, &skipped, sizeof skipped);
     put(&w, &in_a_row, sizeof in_a_row);
+    int64_t epoch_samples = meta->epoch_samples;
+    int32_t geometry[2] = {meta->world, meta->batch};
+    put(&w, &epoch_samples, sizeof epoch_samples);
+    put(&w, geometry, sizeof geometry);
+    put_u32(&w, (uint32_t)config_len);
+    put(&w, meta->config, config_len);
     put_u32(&w, (uint32_t)nt->n_param_tensors);
     put_u32(&w, (uint32_t)nt->n_buffer_tensors);
     for (int i = 0; i < nt->n_param_tensors; i++) {
@@ -268,13 +343,13 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
     if (get(f, path, &version, sizeof version) != CNT_OK) return CNT_ERR;
     if (version == 1)
         return cnt_err_set("checkpoint '%s' has version 1, written by an older cnntrain: it has no model block "
-                           "(input shape, classes) and this build reads versions 2 and %d only; retrain to get a "
+                           "(input shape, classes) and this build reads versions 2 to %d only; retrain to get a "
                            "version-%d checkpoint",
                            path, CKPT_VERSION, CKPT_VERSION);
-    if (version != 2 && version != CKPT_VERSION)
-        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads versions 2 and %d)", path,
+    if (version < 2 || version > CKPT_VERSION)
+        return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads versions 2 to %d)", path,
                            version, CKPT_VERSION);
-    *fixed = version == 2 ? CKPT_V2_FIXED_BYTES : CKPT_FIXED_BYTES;
+    *fixed = version == 2 ? CKPT_V2_FIXED_BYTES : version == 3 ? CKPT_V3_FIXED_BYTES : CKPT_FIXED_BYTES;
     if (size < *fixed)
         return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
                            (unsigned long long)size, (unsigned long long)*fixed);
@@ -314,6 +389,28 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
         m->loss_scale_good = (long)good;
         m->skipped_steps = (long)skipped;
         m->skipped_in_a_row = (int)in_a_row;
+    }
+    if (version >= 4) {
+        int64_t samples;
+        int32_t geometry[2];
+        uint32_t config_len;
+        if (get(f, path, &samples, sizeof samples) != CNT_OK || get(f, path, geometry, sizeof geometry) != CNT_OK ||
+            get(f, path, &config_len, sizeof config_len) != CNT_OK)
+            return CNT_ERR;
+        if (samples < 0 || samples > CKPT_MAX_SAMPLES || geometry[0] < 1 || geometry[1] < 1 ||
+            config_len >= CKPT_CONFIG_MAX)
+            return cnt_err_set("checkpoint '%s' is corrupt: implausible position block (%lld samples into the "
+                               "epoch, %d ranks, batch %d, %u bytes of config)",
+                               path, (long long)samples, geometry[0], geometry[1], config_len);
+        *fixed += config_len;
+        if (size < *fixed)
+            return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
+                               (unsigned long long)size, (unsigned long long)*fixed);
+        if (get(f, path, m->config, config_len) != CNT_OK) return CNT_ERR;
+        m->config[config_len] = '\0';
+        m->epoch_samples = (long)samples;
+        m->world = geometry[0];
+        m->batch = geometry[1];
     }
     const int32_t big = 1 << 20;
     if (block[0] < 1 || block[0] > big || block[1] < 1 || block[1] > big || block[2] < 1 || block[2] > big ||
@@ -491,22 +588,64 @@ int ckpt_read_meta(const char *path, ckpt_meta *meta) {
 /* ---------------------------------------------------------------- finding */
 
 int ckpt_find_latest(const char *dir, char *path_out, size_t path_len) {
-    DIR *d = opendir(dir);
-    if (!d) return cnt_err_set("cannot open checkpoint directory '%s': %s", dir, strerror(errno));
-    int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int ep = parse_ckpt_name(e->d_name);
-        if (ep <= best) continue;
-        char path[CKPT_PATH_MAX];
-        struct stat st;
-        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        best = ep;
+    ckpt_pos *all;
+    int n;
+    if (list_checkpoints(dir, &all, &n) != CNT_OK) return CNT_ERR;
+    if (n == 0) {
+        free(all);
+        return cnt_err_set("no checkpoint (ckpt-EEEEEE.cnt or ckpt-EEEEEE-NNNNNNNNNN.cnt) in '%s'", dir);
     }
-    closedir(d);
-    if (best < 0) return cnt_err_set("no checkpoint (ckpt-NNNNNN.cnt) in '%s'", dir);
-    if (snprintf(path_out, path_len, "%s/ckpt-%06d.cnt", dir, best) >= (int)path_len)
+    ckpt_pos last = all[n - 1];
+    free(all);
+    if (ckpt_name(path_out, path_len, dir, "", last, "") != CNT_OK)
         return cnt_err_set("checkpoint path in '%s' does not fit the caller's %zu-byte buffer", dir, path_len);
     return CNT_OK;
+}
+
+int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, char *moved_to, size_t len) {
+    *moved = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0 && errno == ENOENT) return CNT_OK;
+    ckpt_pos *all;
+    int n;
+    if (list_checkpoints(dir, &all, &n) != CNT_OK) return CNT_ERR;
+    ckpt_pos start = {epoch, epoch_samples};
+    int first = 0;
+    while (first < n && cmp_pos(&all[first], &start) <= 0) first++;
+    if (first == n) {
+        free(all);
+        return CNT_OK;
+    }
+    char stamp[32], sub[CKPT_PATH_MAX];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    /* two runs started in the same second: a suffix keeps them apart */
+    int w = snprintf(sub, sizeof sub, "%s/superseded-%s", dir, stamp);
+    for (int k = 2; w > 0 && (size_t)w < sizeof sub && access(sub, F_OK) == 0; k++)
+        w = snprintf(sub, sizeof sub, "%s/superseded-%s-%d", dir, stamp, k);
+    if (w < 0 || (size_t)w >= sizeof sub || (size_t)w >= len) {
+        free(all);
+        return cnt_err_set("checkpoint directory path too long: '%s'", dir);
+    }
+    int rc = CNT_OK;
+    if (mkdir(sub, 0777) != 0) {
+        rc = cnt_err_set("cannot create '%s' to move superseded checkpoints into: %s", sub, strerror(errno));
+    }
+    for (int i = first; i < n && rc == CNT_OK; i++) {
+        char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
+        if (ckpt_name(from, sizeof from, dir, "", all[i], "") != CNT_OK ||
+            ckpt_name(to, sizeof to, sub, "", all[i], "") != CNT_OK) {
+            rc = cnt_err_set("checkpoint directory path too long: '%s'", dir);
+        } else if (rename(from, to) != 0) {
+            rc = cnt_err_set("cannot move superseded checkpoint '%s' to '%s': %s", from, to, strerror(errno));
+        } else {
+            (*moved)++;
+        }
+    }
+    free(all);
+    if (rc == CNT_OK) rc = fsync_dir(dir);
+    snprintf(moved_to, len, "%s", sub);
+    return rc;
 }

@@ -3,17 +3,27 @@
  *
  * Provides ckpt_write() (rank 0 of a job writes; atomic: temporary file,
  * fsync, rename, fsync of the directory; old checkpoints pruned to `keep`),
- * ckpt_read() (validates everything before touching the caller's arrays) and
- * ckpt_find_latest() (for resuming).
+ * ckpt_read() (validates everything before touching the caller's arrays),
+ * ckpt_find_latest() (for resuming) and ckpt_supersede() (moving aside the
+ * checkpoints a run started before, so they are neither overwritten nor
+ * resumed by mistake).
  *
- * File layout, version 3 (version 2 lacked the loss-scaling block and is read
- * with loss_scale 0, "not recorded"; version 1 lacked the model block and is
- * rejected with a message saying so). Integers and floats are in the host's byte order,
+ * Names: a checkpoint after E complete epochs is ckpt-EEEEEE.cnt; one taken
+ * inside epoch E+1, after N of its samples (all ranks' together), is
+ * ckpt-EEEEEE-NNNNNNNNNN.cnt. Checkpoints order by (E, N): the position in the
+ * data, which means the same at any world size or batch size (step numbers
+ * do not).
+ *
+ * File layout, version 4 (version 3 lacked the position block and is read as
+ * an epoch-boundary checkpoint with no config text; version 2 also lacked the
+ * loss-scaling block and is read with loss_scale 0, "not recorded"; version 1
+ * lacked the model block and is rejected with a message saying so). Integers
+ * and floats are in the host's byte order,
  * which must be little-endian (checked at compile time); the file is not meant
  * to move between machines of different endianness.
  *
  *   char     magic[8]          "CNTCKPT\0"
- *   u32      version           2
+ *   u32      version           4
  *   i32      epoch             ckpt_meta, field by field, no padding
  *   i64      step
  *   u64      dropout_seed
@@ -28,6 +38,10 @@
  *   i64      loss_scale_good   0 when the run had none; clean steps since it changed;
  *   i64      skipped_steps     steps skipped for inf/NaN gradients,
  *   i64      skipped_in_a_row  the last of them in a row up to the checkpoint
+ *   i64      epoch_samples     position block: samples of epoch `epoch`+1 done,
+ *   i32      world, batch      all ranks'; the writing run's ranks and batch per rank
+ *   u32      config_len        then its effective config (config.ini's text),
+ *   char     config[config_len]  not NUL-terminated, < CKPT_CONFIG_MAX bytes
  *   u32      n_param_tensors   model signature: net->param_info in order ...
  *   u32      n_buffer_tensors  ... then net->buffer_info in order
  *   { char name[128]; u64 offset; u64 count; } x (n_param_tensors + n_buffer_tensors)
@@ -47,7 +61,8 @@
 
 #include "model/net.h"
 
-#define CKPT_VERSION 3
+#define CKPT_VERSION 4
+#define CKPT_CONFIG_MAX 16384 /* bytes of config text, the NUL included */
 #define CKPT_MAX_EPOCH 999999 /* six digits in the file name */
 
 typedef struct ckpt_meta {
@@ -71,18 +86,28 @@ typedef struct ckpt_meta {
     long loss_scale_good;
     long skipped_steps;
     int skipped_in_a_row;
+    /* Where in the data (version 4; 0, 0, 0 and "" from older files): the
+     * samples of the epoch after `epoch` already trained, over all ranks
+     * (0: an epoch boundary), and the writing run's world size and batch per
+     * rank; its effective config as config.ini holds it, so a resumed run can
+     * say which keys changed. */
+    long epoch_samples;
+    int world, batch;
+    char config[CKPT_CONFIG_MAX];
 } ckpt_meta;
 
-/* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits) holding meta, the
+/* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits; with
+ * meta->epoch_samples > 0 dir/ckpt-EEEEEE-NNNNNNNNNN.cnt) holding meta, the
  * model signature of nt, params and buffers (host arrays of nt->n_params and
  * nt->n_buffers floats in net->params' / net->buffers' layout) and momentum
  * (n_params floats, or NULL: recorded as absent). Creates dir (and parents) if
  * needed. Atomic: writes dir/.ckpt-EEEEEE.cnt.tmp, flushes and fsyncs it,
  * renames it over the final name and fsyncs dir. Then removes the oldest
- * ckpt-NNNNNN.cnt files so that at most `keep` remain (keep <= 0 keeps all); a
+ * checkpoints (by position) so that at most `keep` remain (keep <= 0 keeps all); a
  * file that cannot be removed there is only a warning (log_warn).
  * When path_out is non-NULL it receives the final path.
  * Errors: CNT_ERR with a message naming the path (epoch out of 0..999999,
+ * epoch_samples out of 0..9999999999, config text too long,
  * path_out too small, directory cannot be created, open/write/fsync/rename
  * failure). On error the temporary file is removed and any earlier checkpoint,
  * including one of the same epoch, is left as it was. */
@@ -116,12 +141,23 @@ int ckpt_read(const char *path, const net *nt, float *params, float *buffers, fl
  * mismatch (corrupt). */
 int ckpt_read_meta(const char *path, ckpt_meta *meta);
 
-/* Finds the checkpoint with the highest epoch in dir: the regular file whose
- * name is exactly ckpt-NNNNNN.cnt (six digits) with the largest NNNNNN; its
- * contents are not checked (ckpt_read does that).
+/* Finds the newest checkpoint in dir: of the regular files named exactly
+ * ckpt-EEEEEE.cnt or ckpt-EEEEEE-NNNNNNNNNN.cnt, the one furthest into the
+ * data (largest E, then N); its contents are not checked (ckpt_read does
+ * that).
  * Returns CNT_OK with the path in path_out, or CNT_ERR with a message when dir
  * cannot be opened, holds no checkpoint (the caller decides whether that is an
  * error) or path_out is too small. */
 int ckpt_find_latest(const char *dir, char *path_out, size_t path_len);
+
+/* A run starting at (epoch, epoch_samples) (0, 0 for a fresh start) moves
+ * every checkpoint of dir further into the data than that into
+ * dir/superseded-YYYYMMDD-HHMMSS/ (created; renames, so nothing is copied or
+ * lost), so the run neither overwrites them nor has a later resume = auto
+ * pick them over its own. *moved gets how many, and the subdirectory's path
+ * goes to moved_to when any moved. A missing dir moves nothing.
+ * Errors: CNT_ERR naming the file or directory that could not be listed,
+ * created or renamed (what moved before stays moved). */
+int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, char *moved_to, size_t len);
 
 #endif
