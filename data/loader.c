@@ -431,7 +431,11 @@ int loader_steps_per_epoch(const loader *ld) { return ld->steps; }
 
 long loader_skipped(const loader *ld) { return __atomic_load_n(&ld->skipped, __ATOMIC_RELAXED); }
 
-void loader_start_epoch(loader *ld, int epoch) {
+void loader_start_epoch(loader *ld, int epoch) { loader_start_epoch_at(ld, epoch, 0); }
+
+void loader_start_epoch_at(loader *ld, int epoch, int first_step) {
+    if (first_step < 0) first_step = 0;
+    if (first_step > ld->steps) first_step = ld->steps;
     cnt_mutex_lock(&ld->mu);
     /* Stop new claims and let in-flight batches finish: workers read perm and
      * epoch without the lock, so both may change only once busy is 0. */
@@ -447,7 +451,7 @@ void loader_start_epoch(loader *ld, int epoch) {
     }
     for (int i = 0; i < ld->nslots; i++) ld->slots[i].ready = 0;
     __atomic_store_n(&ld->skipped, 0, __ATOMIC_RELAXED);
-    ld->claimed = ld->delivered = ld->released = 0;
+    ld->claimed = ld->delivered = ld->released = first_step;
     ld->holding = 0;
     ld->active = 1;
     broadcast(&ld->work_cv);

@@ -87,6 +87,11 @@ void loader_start_epoch(loader *ld, int epoch);
 /* Blocks until the next batch of the epoch is ready and returns it, or NULL at
  * the end of the epoch. The batch stays valid until the next call. */
 const batch *loader_next(loader *ld);
+/* loader_start_epoch, beginning at step first_step (0-based, clamped to
+ * 0..steps) of the epoch: a run resumed from a checkpoint taken inside an
+ * epoch gets the batches the uninterrupted run would have, bit for bit
+ * (a sample depends only on seed, epoch, rank and its position). */
+void loader_start_epoch_at(loader *ld, int epoch, int first_step);
 /* torchvision's RandomResizedCrop parameters for a w x h image: the crop at
  * (*x, *y) of *cw x *ch pixels (used by the loader; exposed for tests). */
 void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, int *y, int *cw, int *ch);
