@@ -1,14 +1,18 @@
 /*
- * train/metrics.c - JSON-lines metrics writer.
+ * train/metrics.c - JSON-lines metrics writer (see train/metrics.h).
  */
 #include "train/metrics.h"
-#include "common/check.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+
+#include "common/check.h"
+#include "common/fileio.h"
 
 int make_dirs(const char *path) {
     char buf[4096];
@@ -27,14 +31,94 @@ int make_dirs(const char *path) {
     return CNT_OK;
 }
 
-int metrics_open(metrics *m, const char *dir) {
+/* "YYYYMMDD-HHMMSS" of t, local time. */
+static void stamp_of(time_t t, char *buf, size_t len) {
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(buf, len, "%Y%m%d-%H%M%S", &tm);
+}
+
+/* The "step" of a record, or -1 when it has none. */
+static long record_step(const char *line) {
+    const char *s = strstr(line, "\"step\":");
+    return s ? strtol(s + 7, NULL, 10) : -1;
+}
+
+/* Keeps the records of path up to until_step (see metrics_open). */
+static int cut_records(const char *path, const char *dir, long until_step, int keep_beyond) {
+    FILE *in = fopen(path, "r");
+    if (!in) return errno == ENOENT ? CNT_OK : cnt_err_set("cannot read '%s': %s", path, strerror(errno));
+    char tmp[4200], side[4200], stamp[32];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    stamp_of(time(NULL), stamp, sizeof stamp);
+    snprintf(side, sizeof side, "%s/metrics.superseded-%s.jsonl", dir, stamp);
+    FILE *out = fopen(tmp, "w"), *beyond = NULL;
+    if (!out) {
+        fclose(in);
+        return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+    }
+    long cut = 0;
+    int failed = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while (!failed && (n = getline(&line, &cap, in)) > 0) {
+        if (line[n - 1] != '\n') break; /* a record cut short by a kill is no record */
+        if (record_step(line) <= until_step) {
+            if (fputs(line, out) < 0) failed = cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+            continue;
+        }
+        cut++;
+        if (!keep_beyond) continue;
+        if (!beyond && !(beyond = fopen(side, "w")))
+            failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+        else if (fputs(line, beyond) < 0)
+            failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+    }
+    free(line);
+    if (!failed && ferror(in)) failed = cnt_err_set("cannot read '%s': %s", path, strerror(errno));
+    fclose(in);
+    if (beyond && fclose(beyond) != 0 && !failed)
+        failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+    if (file_commit_atomic(out, failed, tmp, path, dir, "metrics record") != CNT_OK) return CNT_ERR;
+    if (cut > 0 && keep_beyond)
+        log_info("metrics.jsonl: %ld record%s after step %ld, of the run this one supersedes, moved to %s", cut,
+                 cut == 1 ? "" : "s", until_step, side);
+    else if (cut > 0)
+        log_info("metrics.jsonl: %ld record%s after step %ld (the interrupted run's, past its last checkpoint) "
+                 "removed: those steps are redone",
+                 cut, cut == 1 ? "" : "s", until_step);
+    return CNT_OK;
+}
+
+int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) {
     m->f = NULL;
     if (make_dirs(dir) != CNT_OK) return CNT_ERR;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    m->f = fopen(path, "w");
-    if (!m->f) return cnt_err_set("cannot write '%s': %s", path, strerror(errno));
+    if (snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", dir) >= (int)sizeof m->path)
+        return cnt_err_set("path too long: %s/metrics.jsonl", dir);
+    struct stat st;
+    if (until_step < 0 && stat(m->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        /* a fresh run: the earlier run's record moves aside, named by its last change */
+        char stamp[32], old[4200];
+        stamp_of(st.st_mtime, stamp, sizeof stamp);
+        snprintf(old, sizeof old, "%s/metrics.%s.jsonl", dir, stamp);
+        if (rename(m->path, old) != 0)
+            return cnt_err_set("cannot move the earlier run's '%s' to '%s': %s", m->path, old, strerror(errno));
+        log_info("metrics.jsonl: the earlier run's records moved to %s (this run starts from scratch)", old);
+    } else if (until_step >= 0 && cut_records(m->path, dir, until_step, keep_beyond) != CNT_OK) {
+        return CNT_ERR;
+    }
+    m->f = fopen(m->path, "a");
+    if (!m->f) return cnt_err_set("cannot write '%s': %s", m->path, strerror(errno));
     return CNT_OK;
+}
+
+/* The end of every record: flushed, and a failure of the writes or of the
+ * flush reported with the file's name. */
+static int finish_record(metrics *m, int printed) {
+    if (printed >= 0 && fflush(m->f) == 0 && !ferror(m->f)) return CNT_OK;
+    int err = errno ? errno : EIO;
+    return cnt_err_set("cannot write '%s': %s (checkpoints are not affected)", m->path, strerror(err));
 }
 
 /* A loss as JSON: JSON has no inf or NaN, so a non-finite value is null. */
@@ -44,43 +128,59 @@ static const char *json_loss(char *buf, size_t len, double v) {
     return buf;
 }
 
-void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
-                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
-                  long skipped_steps) {
-    if (!m->f) return;
+int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
+                 double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
+                 long skipped_steps) {
+    if (!m->f) return CNT_OK;
     char l[32];
+    errno = 0;
     /* the scale with %.17g: a power of two prints exactly at any size */
-    fprintf(m->f,
-            "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
-            "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"loss_scale\":%.17g,"
-            "\"skipped_steps\":%ld}\n",
-            epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, data_wait_ms, comm_ms, comm_exposed_ms,
-            loss_scale, skipped_steps);
-    fflush(m->f);
+    int printed = fprintf(m->f,
+                          "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
+                          "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"loss_scale\":%.17g,"
+                          "\"skipped_steps\":%ld}\n",
+                          epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, data_wait_ms, comm_ms,
+                          comm_exposed_ms, loss_scale, skipped_steps);
+    return finish_record(m, printed);
 }
 
-void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5) {
-    if (!m->f) return;
+int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5) {
+    if (!m->f) return CNT_OK;
     char l[32];
-    fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
-            epoch, step, json_loss(l, sizeof l, loss), top1, top5);
-    fflush(m->f);
+    errno = 0;
+    int printed =
+        fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
+                epoch, step, json_loss(l, sizeof l, loss), top1, top5);
+    return finish_record(m, printed);
 }
 
-void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
-                   double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
-                   long skipped_eval) {
-    if (!m->f) return;
-    fprintf(m->f,
-            "{\"kind\":\"epoch\",\"epoch\":%d,\"seconds\":%.3f,\"img_per_sec\":%.1f,\"data_wait_ms\":%.3f,"
-            "\"data_wait_frac\":%.5f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"skipped_images\":%ld,"
-            "\"skipped_eval_images\":%ld}\n",
-            epoch, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms, skipped_train,
-            skipped_eval);
-    fflush(m->f);
+int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_per_sec, double data_wait_ms,
+                  double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
+                  long skipped_eval) {
+    if (!m->f) return CNT_OK;
+    errno = 0;
+    int printed = fprintf(m->f,
+                          "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%ld,\"seconds\":%.3f,\"img_per_sec\":%.1f,"
+                          "\"data_wait_ms\":%.3f,\"data_wait_frac\":%.5f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,"
+                          "\"skipped_images\":%ld,\"skipped_eval_images\":%ld}\n",
+                          epoch, step, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms,
+                          skipped_train, skipped_eval);
+    return finish_record(m, printed);
 }
 
-void metrics_close(metrics *m) {
-    if (m->f) fclose(m->f);
+int metrics_resume(metrics *m, long step, int epoch, long epoch_samples, int world, int batch) {
+    if (!m->f) return CNT_OK;
+    errno = 0;
+    int printed = fprintf(m->f,
+                          "{\"kind\":\"resume\",\"step\":%ld,\"epoch\":%d,\"epoch_samples\":%ld,\"world\":%d,"
+                          "\"batch\":%d}\n",
+                          step, epoch, epoch_samples, world, batch);
+    return finish_record(m, printed);
+}
+
+int metrics_close(metrics *m) {
+    if (!m->f) return CNT_OK;
+    int rc = fclose(m->f) == 0 ? CNT_OK : cnt_err_set("cannot write '%s': %s", m->path, strerror(errno));
     m->f = NULL;
+    return rc;
 }

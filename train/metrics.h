@@ -5,8 +5,17 @@
  *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"data_wait_ms":W,
  *    "comm_ms":C,"comm_exposed_ms":X,"loss_scale":G,"skipped_steps":K}
  *   {"kind":"eval","epoch":E,"step":S,"eval_loss":L,"top1":A,"top5":B}
- *   {"kind":"epoch","epoch":E,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F,
- *    "comm_ms":C,"comm_exposed_ms":X}
+ *   {"kind":"epoch","epoch":E,"step":S,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F,
+ *    "comm_ms":C,"comm_exposed_ms":X,"skipped_images":K,"skipped_eval_images":J}
+ *   {"kind":"resume","step":S,"epoch":E,"epoch_samples":N,"world":W,"batch":B}
+ *
+ * A resumed run continues the file: the records up to its checkpoint's step
+ * S stay, those after it (what the interrupted run did past its last
+ * checkpoint, and which is now redone) go, and a "resume" record says where
+ * the run went on: after step S, N samples into epoch E, on W ranks of batch
+ * B. Steps count the optimizer's updates since the first run, also across a
+ * resume at another world size or batch, so the file holds the whole curve,
+ * each step once, in order.
  *
  * Per-step times are means over the steps the record covers. comm_ms is the
  * time the gradient allreduce took, comm_exposed_ms the part of it backward
@@ -27,22 +36,37 @@
 
 typedef struct metrics {
     FILE *f;
+    char path[4096];
 } metrics;
 
-/* Creates dir (and parents) and opens dir/metrics.jsonl, truncating it.
+/* Creates dir (and parents) and opens dir/metrics.jsonl.
+ * until_step < 0 (a fresh run): an existing non-empty file is first renamed
+ * to metrics.YYYYMMDD-HHMMSS.jsonl (its last change), so no earlier run's
+ * record is lost. until_step >= 0 (a resumed run): the records whose "step"
+ * is at most until_step (and any without a step) are kept, the rest are cut
+ * (into metrics.superseded-YYYYMMDD-HHMMSS.jsonl when keep_beyond, else
+ * dropped), the file is rewritten atomically, and new records are appended.
+ * What happened is logged (log_info) when anything was moved or cut.
  * CNT_ERR with a message naming the path on failure. */
-int metrics_open(metrics *m, const char *dir);
-/* loss_scale: the loss scale after this step (1 without loss scaling);
+int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
+
+/* Each record is written and flushed at once; a failed write or flush
+ * (ENOSPC, EIO, EFBIG) returns CNT_ERR with a message naming the file and
+ * the system's reason. With no file open (ranks other than 0) they do
+ * nothing and return CNT_OK.
+ * loss_scale: the loss scale after this step (1 without loss scaling);
  * skipped_steps: steps skipped for inf/NaN gradients since the run started. */
-void metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
-                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
-                  long skipped_steps);
-void metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
+int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
+                 double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
+                 long skipped_steps);
+int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
 /* skipped_train / skipped_eval: unreadable images left out this epoch, all ranks. */
-void metrics_epoch(metrics *m, int epoch, double seconds, double img_per_sec, double data_wait_ms,
-                   double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
-                   long skipped_eval);
-void metrics_close(metrics *m);
+int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_per_sec, double data_wait_ms,
+                  double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
+                  long skipped_eval);
+int metrics_resume(metrics *m, long step, int epoch, long epoch_samples, int world, int batch);
+/* Closes the file: CNT_ERR naming it when the last bytes could not be written. */
+int metrics_close(metrics *m);
 
 /* mkdir -p. CNT_ERR with a message naming the path on failure. */
 int make_dirs(const char *path);

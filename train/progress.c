@@ -67,16 +67,22 @@ static void format_duration(double s, char *buf, size_t len) {
 progress *progress_create(const progress_opts *o) {
     progress *p = cnt_calloc(1, sizeof *p);
     p->o = *o;
-    /* Only rank 0 writes files: one run directory, no races between ranks. */
-    if (dist_rank() == 0 && metrics_open(&p->m, o->out_dir) != CNT_OK) {
-        free(p);
-        return NULL;
-    }
     p->loss_acc = o->be->alloc(sizeof(float));
     return p;
 }
 
-void progress_start(progress *p, long first_step, long skipped_before) {
+int progress_open(progress *p, long until_step, int keep_beyond) {
+    /* Only rank 0 writes files: one run directory, no races between ranks. */
+    if (dist_rank() != 0) return CNT_OK;
+    return metrics_open(&p->m, p->o.out_dir, until_step, keep_beyond);
+}
+
+int progress_resumed(progress *p, long step, int epoch, long epoch_samples, int world, int batch_size) {
+    return metrics_resume(&p->m, step, epoch, epoch_samples, world, batch_size);
+}
+
+void progress_start(progress *p, long first_step, long skipped_before, long total_steps) {
+    p->o.total_steps = total_steps;
     p->first_step = p->step = first_step;
     p->win_skipped0 = skipped_before;
     p->t_start = time_now();
@@ -85,7 +91,7 @@ void progress_start(progress *p, long first_step, long skipped_before) {
 
 void progress_free(progress *p) {
     if (!p) return;
-    metrics_close(&p->m);
+    metrics_close(&p->m); /* a failure was reported by progress_finish */
     p->o.be->free(p->loss_acc);
     free(p);
 }
@@ -146,12 +152,13 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     p->win_skipped0 = ls->skipped;
     log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
              p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
-    metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, wait_ms, w->comm / w->steps, w->exposed / w->steps,
-                 ls->scale, ls->skipped);
+    if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, wait_ms, w->comm / w->steps, w->exposed / w->steps,
+                     ls->scale, ls->skipped) != CNT_OK)
+        return CNT_ERR;
     if (have_loss) p->r.last_loss = loss;
     if (have_loss && !isfinite(loss)) {
         log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
-        return CNT_ERR;
+        return PROGRESS_DIVERGED;
     }
     tally_start(&p->win, now);
     p->win_loss_steps = 0;
@@ -162,7 +169,7 @@ long progress_epoch_steps(const progress *p) { return p->ep.steps; }
 
 void progress_epoch_trained(progress *p) { p->ep_secs = time_now() - p->ep.t0; }
 
-void progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval) {
+int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval) {
     int e = p->epoch + 1, E = p->o.epochs;
     const tally *t = &p->ep;
     double secs = p->ep_secs;
@@ -181,8 +188,8 @@ void progress_epoch_end(progress *p, const eval_result *er, long skipped_train, 
              "top-1 %.2f%%  top-5 %.2f%%",
              e, E, secs, ips, wait_ms, secs > 0 ? 100.0 * t->wait / secs : 0, er->loss, 100 * er->top1,
              100 * er->top5);
-    metrics_epoch(&p->m, e, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms, exposed_ms,
-                  (long)skipped[0], (long)skipped[1]);
+    int rc = metrics_epoch(&p->m, e, p->step, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms,
+                           exposed_ms, (long)skipped[0], (long)skipped[1]);
     if (p->o.comm)
         log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                  "%ld of %ld buckets started during backward",
@@ -191,11 +198,18 @@ void progress_epoch_end(progress *p, const eval_result *er, long skipped_train, 
         log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", e, E, er->nonfinite,
                  er->nonfinite == 1 ? "" : "s",
                  p->o.fp16 ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)" : "");
-    metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
+    if (rc == CNT_OK) rc = metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
+    return rc;
 }
 
-int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, train_result *res) {
+int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, const char *stopped,
+                    train_result *res) {
     train_result *r = &p->r;
+    /* the file's last bytes: a run whose record is incomplete did not succeed */
+    if (metrics_close(&p->m) != CNT_OK && status == CNT_OK) {
+        log_error("%s", cnt_err_msg());
+        status = CNT_ERR;
+    }
     r->seconds = time_now() - p->t_start;
     r->steps = steps;
     r->loss_scale = ls->scale;
@@ -205,7 +219,10 @@ int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, 
     r->top5 = p->er.top5;
     r->img_per_sec =
         r->seconds > 0 ? (double)(steps - p->first_step) * p->o.batch * p->o.world / r->seconds : 0;
-    if (status == CNT_OK)
+    if (status == CNT_OK && stopped)
+        log_info("stopped (%s) after %ld steps in %.1f s; metrics in %s/metrics.jsonl", stopped, steps, r->seconds,
+                 p->o.out_dir);
+    else if (status == CNT_OK)
         log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", steps,
                  r->seconds, 100 * r->top1, 100 * r->top5, p->o.out_dir);
     else

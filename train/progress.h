@@ -43,6 +43,7 @@ typedef struct train_result {
     double img_per_sec;     /* training throughput over the whole run */
     double loss_scale;      /* the loss scale at the end (1 without loss scaling) */
     long skipped_steps;     /* steps skipped for inf/NaN gradients (loss scaling) */
+    int stop_signal;        /* the signal that stopped the run at a step boundary (train/stop.h), 0: none */
 } train_result;
 
 /* An evaluation over the whole test set (train/eval.h). */
@@ -51,14 +52,24 @@ typedef struct eval_result {
     long nonfinite;          /* samples with an inf or NaN logit (counted as wrong) */
 } eval_result;
 
-/* Creates dir out_dir and opens metrics.jsonl on rank 0. NULL with a
- * message naming the path when rank 0 cannot write there. */
+/* progress_log's result when the mean loss is not finite. */
+enum { PROGRESS_DIVERGED = 1 };
+
 progress *progress_create(const progress_opts *o);
 void progress_free(progress *p);
 
+/* Rank 0 creates out_dir and opens metrics.jsonl (train/metrics.h
+ * metrics_open: until_step < 0 for a fresh run, else the step of the
+ * checkpoint the run resumed from). CNT_ERR with a message naming the path
+ * when rank 0 cannot write there. Other ranks: CNT_OK, nothing done. */
+int progress_open(progress *p, long until_step, int keep_beyond);
+/* The "resume" record (rank 0). CNT_ERR when it cannot be written. */
+int progress_resumed(progress *p, long step, int epoch, long epoch_samples, int world, int batch_size);
+
 /* Training starts (the clock too) after first_step steps done before this
- * run, skipped_before of them skipped by loss scaling (a resumed run's). */
-void progress_start(progress *p, long first_step, long skipped_before);
+ * run, skipped_before of them skipped by loss scaling (a resumed run's); it
+ * stops at step total_steps. */
+void progress_start(progress *p, long first_step, long skipped_before, long total_steps);
 
 /* A new epoch (0-based) starts. */
 void progress_epoch_begin(progress *p, int epoch);
@@ -66,19 +77,25 @@ void progress_epoch_begin(progress *p, int epoch);
  * its batch; loss is the step's device loss (counted when r->loss_counts). */
 void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s);
 /* After step `step`: the progress line and its record (a collective: the
- * mean loss over every rank's counted steps). CNT_ERR when the mean loss is
- * not finite: "training diverged" was said, and the run should end. */
+ * mean loss over every rank's counted steps). PROGRESS_DIVERGED when the
+ * mean loss is not finite: "training diverged" was said, and the run should
+ * evaluate and end. CNT_ERR (rank 0) when the record could not be written:
+ * the run must end with that error. */
 int progress_log(progress *p, long step, double lr, const loss_scaler *ls);
 /* Steps taken in the current epoch so far. */
 long progress_epoch_steps(const progress *p);
 /* The epoch's training is over: its time stops here (before the evaluation). */
 void progress_epoch_trained(progress *p);
 /* The epoch's summary: unreadable images (a collective: summed over ranks),
- * the summary and communication lines, the epoch and eval records. */
-void progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
-/* The last line ("finished: ..." or, when status is not CNT_OK, "stopped
- * after ...") and the run's result; status becomes CNT_ERR when the last
- * logged loss was not finite. Returns the status. */
-int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, train_result *res);
+ * the summary and communication lines, the epoch and eval records. CNT_ERR
+ * (rank 0) when a record could not be written. */
+int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
+/* Closes metrics.jsonl, then the last line ("finished: ...", "stopped
+ * (<stopped>) after ..." when the run was stopped early on purpose, or, when
+ * status is not CNT_OK, "stopped after ...") and the run's result; status
+ * becomes CNT_ERR when the last logged loss was not finite or the file's
+ * last bytes could not be written. Returns the status. */
+int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, const char *stopped,
+                    train_result *res);
 
 #endif
