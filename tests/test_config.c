@@ -38,7 +38,7 @@ static const char *const all_keys[] = {
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
-    "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.keep", "checkpoint.resume",
+    "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume",
 };
 #define N_ALL_KEYS ((int)(sizeof all_keys / sizeof all_keys[0]))
 

@@ -311,7 +311,11 @@ static const key_def key_table[] = {
     K_STRING("checkpoint", "dir", ckpt_dir, "checkpoints",
            .help = "where rank 0 writes checkpoints; a relative path is inside train.out_dir"),
     K_INT("checkpoint", "every_epochs", ckpt_every, "1", AT_LEAST(0),
-        .help = "write a checkpoint after every N completed epochs (and after the last); 0: never"),
+        .help = "write a checkpoint after every N completed epochs (and after the last); 0: only those "
+                "checkpoint.every_steps asks for, and on SIGTERM/SIGINT/SIGUSR1 when that is set"),
+    K_LONG("checkpoint", "every_steps", ckpt_every_steps, "0", AT_LEAST(0),
+         .help = "also write a checkpoint every N optimizer steps, inside epochs too (a resumed run goes on from "
+                 "that exact step: same batches, same losses); 0: at epoch ends only"),
     K_INT("checkpoint", "keep", ckpt_keep, "3", AT_LEAST(0),
         .help = "checkpoints kept in checkpoint.dir, oldest deleted first; 0 keeps all"),
     K_STRING("checkpoint", "resume", ckpt_resume, "none",

@@ -125,6 +125,7 @@ typedef struct config {
     /* [checkpoint] */
     char ckpt_dir[CONFIG_STR];       /* relative: inside out_dir */
     int ckpt_every;                  /* epochs between checkpoints, 0: never */
+    long ckpt_every_steps;           /* steps between checkpoints (inside epochs too), 0: never */
     int ckpt_keep;                   /* 0: keep all */
     char ckpt_resume[CONFIG_STR];    /* "none", "auto" or a path: config_resume */
 } config;

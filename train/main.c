@@ -18,6 +18,7 @@
 #include "model/zoo.h"
 #include "train/bench.h"
 #include "train/config.h"
+#include "train/stop.h"
 #include "train/trainer.h"
 #include "train/weights.h"
 
@@ -233,12 +234,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "trainer: %s\n", cnt_err_msg());
         return 1;
     }
-    if (trainer_run(&cfg, NULL) != CNT_OK) {
+    train_result res;
+    if (trainer_run(&cfg, &res) != CNT_OK) {
         log_error("%s", cnt_err_msg());
         /* Other ranks may be waiting in a collective: end the whole job. */
         if (dist_world() > 1) dist_abort(1);
         return 1;
     }
     dist_finalize();
-    return 0;
+    return res.stop_signal ? TRAINER_EXIT_STOPPED : 0;
 }

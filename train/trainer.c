@@ -1,12 +1,17 @@
 /*
  * train/trainer.c - a training run, start to end.
  *
- *   trainer_run:  run_setup   device, gradient transport, data, model, the
- *                             ranks' agreement, rank 0's initial weights to
- *                             every rank, loaders, the step, the reducer
- *                 run_resume  checkpoint.resume
+ *   trainer_run:  run_setup   the ranks' agreement on the config, device,
+ *                             gradient transport, data, model, rank 0's
+ *                             initial weights to every rank, loaders, the
+ *                             step, the reducer
+ *                 run_resume  checkpoint.resume: the state and the position
+ *                             in the data; checkpoints beyond that point
+ *                             moved aside; metrics.jsonl and config.ini
  *                 run_epoch   the steps of an epoch (train/step.h), a
- *                             progress line every train.log_every steps
+ *                             progress line every train.log_every steps, a
+ *                             checkpoint every checkpoint.every_steps, the
+ *                             stop signals (train/stop.h) agreed on
  *                 end_epoch   the ranks' parameters compared, evaluation,
  *                             the epoch's summary, a checkpoint
  *                 run_finish  the last line, the timeline
@@ -36,7 +41,17 @@
 #include "train/progress.h"
 #include "train/state.h"
 #include "train/step.h"
+#include "train/stop.h"
+#include "common/fileio.h"
+#include "train/metrics.h"
 #include "train/weights.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 /* The pieces of one run. run_free frees whichever exist. */
 typedef struct run {
@@ -56,6 +71,13 @@ typedef struct run {
     long steps_per_epoch, total_steps;
     long step;               /* optimizer steps taken, a resumed run's included */
     int start_epoch;
+    long first_epoch_step;   /* where start_epoch begins: a resume inside an epoch */
+    int epoch;               /* the current epoch, 0-based */
+    long epoch_step;         /* steps of the current epoch done */
+    int save_at_epoch_end;   /* end_epoch writes a checkpoint (decided at the epoch's last step) */
+    int stopped;             /* the stop signal the ranks agreed on, 0: none */
+    int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
+    int diverged;
 } run;
 
 /* train.layout; auto: see backend_layout_choose. */
@@ -77,7 +99,7 @@ static char *config_text(const config *cfg, size_t n_params, size_t *len) {
     FILE *f = open_memstream(&text, len);
     CHECK_ERRNO(f != NULL, "open_memstream");
     config_write_ini(cfg, f);
-    fprintf(f, "; model parameters %zu\n", n_params);
+    if (n_params) fprintf(f, "; model parameters %zu\n", n_params);
     fclose(f);
     return text;
 }
@@ -182,46 +204,278 @@ static int resume_path(const config *cfg, char *path, size_t len, int say) {
     return 0;
 }
 
+/* Global samples per step: all ranks' batches. */
+static long samples_per_step(const run *r) { return (long)r->cfg->batch_size * r->world; }
+
+/* Whether checkpoints are written at all. */
+static int ckpt_on(const config *cfg) { return cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0; }
+
+/* The keys of two config texts (config.ini's form) that differ, as
+ * "section.key old -> new" joined by "; " into out (checkpoint.resume, which
+ * a resume always sets, left out); `model_out` gets those of
+ * [model] other than init_from, which a resume may not change (the weights
+ * belong to that model). */
+static void config_changes(const char *before, const char *now, char *out, size_t len, char *model_out,
+                           size_t mlen) {
+    out[0] = model_out[0] = '\0';
+    char sec_a[64] = "", sec_b[64] = "";
+    for (const char *b = now; *b;) {
+        const char *eb = strchr(b, '\n');
+        size_t lb = eb ? (size_t)(eb - b) : strlen(b);
+        if (b[0] == '[' && lb > 2) snprintf(sec_b, sizeof sec_b, "%.*s", (int)(lb - 2), b + 1);
+        const char *eq = memchr(b, '=', lb);
+        if (b[0] != ';' && b[0] != '[' && eq) {
+            size_t kl = (size_t)(eq - b);
+            while (kl > 0 && b[kl - 1] == ' ') kl--;
+            /* the same key in `before`, in the same section */
+            const char *val_a = NULL;
+            size_t la_val = 0;
+            sec_a[0] = '\0';
+            for (const char *a = before; *a && !val_a;) {
+                const char *ea = strchr(a, '\n');
+                size_t la = ea ? (size_t)(ea - a) : strlen(a);
+                if (a[0] == '[' && la > 2) snprintf(sec_a, sizeof sec_a, "%.*s", (int)(la - 2), a + 1);
+                const char *eqa = memchr(a, '=', la);
+                if (a[0] != ';' && a[0] != '[' && eqa && strcmp(sec_a, sec_b) == 0) {
+                    size_t kla = (size_t)(eqa - a);
+                    while (kla > 0 && a[kla - 1] == ' ') kla--;
+                    if (kla == kl && memcmp(a, b, kl) == 0) {
+                        val_a = eqa + 1;
+                        la_val = la - (size_t)(val_a - a);
+                    }
+                }
+                a += la + (ea ? 1 : 0);
+            }
+            const char *val_b = eq + 1;
+            size_t lb_val = lb - (size_t)(val_b - b);
+            while (val_a && la_val && *val_a == ' ') val_a++, la_val--;
+            while (lb_val && *val_b == ' ') val_b++, lb_val--;
+            int is_resume = strcmp(sec_b, "checkpoint") == 0 && kl == 6 && memcmp(b, "resume", 6) == 0;
+            if (!is_resume && (!val_a || la_val != lb_val || memcmp(val_a, val_b, lb_val) != 0)) {
+                int model = strcmp(sec_b, "model") == 0 && !(kl == 9 && memcmp(b, "init_from", 9) == 0);
+                char *dst = model ? model_out : out;
+                size_t dlen = model ? mlen : len, used = strlen(dst);
+                snprintf(dst + used, dlen - used, "%s%s.%.*s %.*s -> %.*s", used ? "; " : "", sec_b, (int)kl, b,
+                         val_a ? (int)la_val : 5, val_a ? val_a : "unset", (int)lb_val, val_b);
+            }
+        }
+        b += lb + (eb ? 1 : 0);
+    }
+}
+
+/* Whether the checkpoint read into meta fits this run: its model, its input
+ * shape and classes, the [model] keys of the config that wrote it. Messages
+ * name the key. On rank 0. */
+static int check_resume_fits(const run *r, const char *path, const ckpt_meta *meta) {
+    const config *cfg = r->cfg;
+    const dataset *d = &r->data.train;
+    if (strcmp(meta->model_name, cfg->model_name) != 0)
+        return cnt_err_set("checkpoint '%s' holds model %s, but model.name = %s: a resume may not change the model",
+                           path, meta->model_name, cfg->model_name);
+    if (meta->in_c != d->c || meta->in_h != d->h || meta->in_w != d->w)
+        return cnt_err_set("checkpoint '%s' was trained on %dx%dx%d images, this run's data are %dx%dx%d "
+                           "(data.image_size, data.channels, data.kind): a resume may not change the input shape",
+                           path, meta->in_c, meta->in_h, meta->in_w, d->c, d->h, d->w);
+    if (meta->classes != d->classes)
+        return cnt_err_set("checkpoint '%s' has %d classes, this run's data %d (data.root, data.kind): a resume may "
+                           "not change the classes",
+                           path, meta->classes, d->classes);
+    if (!meta->config[0]) return CNT_OK; /* written before checkpoints held their config */
+    size_t len;
+    char *now = config_text(cfg, 0, &len);
+    char changes[4096], model[1024];
+    config_changes(meta->config, now, changes, sizeof changes, model, sizeof model);
+    free(now);
+    if (model[0])
+        return cnt_err_set("checkpoint '%s': a resume may not change the model's keys: %s", path, model);
+    if (changes[0]) log_info("resume: keys changed since the checkpoint: %s", changes);
+    return CNT_OK;
+}
+
+/* config.ini in train.out_dir: this run's effective config. An earlier
+ * run's that differs is kept as config.YYYYMMDD-HHMMSS.ini (its time), so
+ * every run's config survives a resume. Rank 0. */
+static int write_config_ini(const config *cfg) {
+    char path[CONFIG_STR + 32], tmp[CONFIG_STR + 40];
+    snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    size_t len;
+    char *text = config_text(cfg, 0, &len);
+    FILE *old = fopen(path, "r");
+    if (old) {
+        char *prev = cnt_malloc(len + 2);
+        size_t n = fread(prev, 1, len + 1, old);
+        struct stat st;
+        int same = n == len && memcmp(prev, text, len) == 0;
+        if (!same && fstat(fileno(old), &st) == 0) {
+            char stamp[32], kept[CONFIG_STR + 48];
+            struct tm tm;
+            localtime_r(&st.st_mtime, &tm);
+            strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+            snprintf(kept, sizeof kept, "%s/config.%s.ini", cfg->out_dir, stamp);
+            if (rename(path, kept) != 0) log_warn("cannot keep the earlier run's %s as %s: %s", path, kept,
+                                                  strerror(errno));
+        }
+        free(prev);
+        fclose(old);
+        if (same) {
+            free(text);
+            return CNT_OK;
+        }
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        free(text);
+        return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+    }
+    int failed = fwrite(text, 1, len, f) != len ? cnt_err_set("cannot write '%s': %s", tmp, strerror(errno)) : 0;
+    free(text);
+    return file_commit_atomic(f, failed, tmp, path, cfg->out_dir, "config");
+}
+
+/* Rank 0 takes train.out_dir/.lock (flock, exclusive, released when the
+ * process ends however it ends): two runs writing one directory would cut
+ * each other's metrics and overwrite each other's checkpoints. The file
+ * holds the owner's pid and host, for the message the second run gives. */
+static int lock_out_dir(run *r) {
+    const config *cfg = r->cfg;
+    char path[CONFIG_STR + 16];
+    snprintf(path, sizeof path, "%s/.lock", cfg->out_dir);
+    if (make_dirs(cfg->out_dir) != CNT_OK) return cnt_err_prefix("train.out_dir");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return cnt_err_set("cannot create the lock file '%s': %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char owner[128] = "";
+        ssize_t n = pread(fd, owner, sizeof owner - 1, 0);
+        owner[n > 0 ? n : 0] = '\0';
+        owner[strcspn(owner, "\n")] = '\0';
+        close(fd);
+        if (err == EWOULDBLOCK)
+            return cnt_err_set("train.out_dir = %s is in use by another run (%s; lock %s): give this run another "
+                               "train.out_dir, or stop that one first",
+                               cfg->out_dir, owner[0] ? owner : "owner unknown", path);
+        return cnt_err_set("cannot lock '%s': %s", path, strerror(err));
+    }
+    char me[160], host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(me, sizeof me, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)len, 0) != len)
+        log_warn("cannot record this run in the lock file '%s': %s", path, strerror(errno));
+    r->lock_fd = fd;
+    return CNT_OK;
+}
+
 /* checkpoint.resume: rank 0 finds and validates the checkpoint, then every
- * rank receives its state (parameters, buffers, momentum, position). Leaves
- * start_epoch and step at 0 when starting fresh. A missing or bad checkpoint
- * on rank 0 is an error (CNT_ERR on rank 0; the caller ends the job, which
+ * rank receives its state (parameters, buffers, momentum, position). The
+ * position in the data is the checkpoint's (epochs and samples done),
+ * turned into this run's steps: the same at the same world size and batch,
+ * recomputed at others. Rank 0 then moves aside the checkpoints beyond the
+ * starting point (ckpt_supersede), opens metrics.jsonl (cut to the
+ * checkpoint's step) and writes config.ini. A missing or bad checkpoint on
+ * rank 0 is an error (CNT_ERR on rank 0; the caller ends the job, which
  * releases the ranks waiting in the broadcast). */
 static int run_resume(run *r) {
+    const config *cfg = r->cfg;
     stepper *st = &r->st;
     int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
-    ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
+    ckpt_meta *meta = cnt_calloc(1, sizeof *meta);
     host_state hs;
     host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
     char path[2 * CONFIG_STR + 64];
-    if (r->rank == 0 && resume_path(r->cfg, path, sizeof path, 1)) {
+    int rc = CNT_OK;
+    if (r->rank == 0 && lock_out_dir(r) != CNT_OK) {
+        rc = CNT_ERR;
+    } else if (r->rank == 0 && resume_path(cfg, path, sizeof path, 1)) {
         int has_momentum = 0;
-        if (ckpt_read(path, r->nt, hs.params, hs.buffers, hs.momentum, &has_momentum, &meta) != CNT_OK) {
-            host_state_free(&hs);
-            return CNT_ERR;
+        if (ckpt_read(path, r->nt, hs.params, hs.buffers, hs.momentum, &has_momentum, meta) != CNT_OK) {
+            /* the header, when the file holds one, can name the key that differs */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", cnt_err_msg());
+            if (ckpt_read_meta(path, meta) != CNT_OK || check_resume_fits(r, path, meta) == CNT_OK)
+                cnt_err_set("%s", why);
+            rc = CNT_ERR;
+        } else if (check_resume_fits(r, path, meta) != CNT_OK) {
+            rc = CNT_ERR;
+        } else {
+            found = 1;
+            if (hs.momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
         }
-        found = 1;
-        if (hs.momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
-        char scaled[64] = "";
-        if (meta.loss_scale > 0)
-            snprintf(scaled, sizeof scaled, ", loss scale %g (%ld steps skipped)", meta.loss_scale,
-                     meta.skipped_steps);
-        log_info("resumed from %s: %d epochs and %ld steps done%s", path, meta.epoch, meta.step, scaled);
+    }
+    if (rc != CNT_OK) {
+        host_state_free(&hs);
+        free(meta);
+        return CNT_ERR;
     }
     dist_broadcast(&found, sizeof found, 0);
     if (found) {
-        dist_broadcast(&meta, sizeof meta, 0);
+        dist_broadcast(meta, sizeof *meta, 0);
         host_state_broadcast(&hs, r->nt);
         host_state_upload(&hs, r->nt, st->opt.momentum_buf);
-        r->nt->dropout_seed = meta.dropout_seed;
-        loss_scaler_restore(&st->ls, meta.loss_scale, meta.loss_scale_good, meta.skipped_steps,
-                            meta.skipped_in_a_row);
-        r->start_epoch = meta.epoch;
-        r->step = meta.step;
+        r->nt->dropout_seed = meta->dropout_seed;
+        loss_scaler_restore(&st->ls, meta->loss_scale, meta->loss_scale_good, meta->skipped_steps,
+                            meta->skipped_in_a_row);
+        r->step = meta->step;
+        /* the position: samples of epoch meta->epoch + 1 done, in this run's steps */
+        long per_step = samples_per_step(r);
+        r->start_epoch = meta->epoch;
+        r->first_epoch_step = meta->epoch_samples / per_step;
+        long again = meta->epoch_samples % per_step;
+        if (r->first_epoch_step >= r->steps_per_epoch) { /* past this run's last full step of the epoch */
+            r->start_epoch++;
+            r->first_epoch_step = 0;
+            again = 0;
+        }
+        char scaled[64] = "", at[160] = "";
+        if (meta->loss_scale > 0)
+            snprintf(scaled, sizeof scaled, ", loss scale %g (%ld steps skipped)", meta->loss_scale,
+                     meta->skipped_steps);
+        if (meta->epoch_samples > 0)
+            snprintf(at, sizeof at, " and %ld samples of epoch %d (step %ld of its %ld)", meta->epoch_samples,
+                     meta->epoch + 1, r->first_epoch_step, r->steps_per_epoch);
+        log_info("resumed from %s: %d epochs%s and %ld steps done%s", path, meta->epoch, at, meta->step, scaled);
+        if (meta->world > 0 && (meta->world != r->world || meta->batch != cfg->batch_size))
+            log_info("resume: the checkpoint's run had %d rank%s x batch %d, this one %d x %d: the position in the "
+                     "data and the schedule are recomputed from the samples done",
+                     meta->world, meta->world == 1 ? "" : "s", meta->batch, r->world, cfg->batch_size);
+        if (again > 0)
+            log_warn("resume: %ld samples into epoch %d do not fill whole steps of %ld (%d ranks x batch %d): the "
+                     "first %ld samples of this run's step %ld were trained before and are seen again",
+                     meta->epoch_samples, meta->epoch + 1, per_step, r->world, cfg->batch_size, again,
+                     r->first_epoch_step + 1);
     }
     host_state_free(&hs);
-    return CNT_OK;
+
+    /* How far this run goes: train.epochs, or train.max_steps steps in all. */
+    r->total_steps = r->step + (long)(cfg->epochs - r->start_epoch) * r->steps_per_epoch - r->first_epoch_step;
+    if (cfg->max_steps > 0 && cfg->max_steps < r->total_steps) r->total_steps = cfg->max_steps;
+    if (r->total_steps < r->step) r->total_steps = r->step;
+    if (found && r->step >= r->total_steps && r->rank == 0)
+        log_warn("the checkpoint is already at step %ld: nothing left to train (train.epochs = %d, "
+                 "train.max_steps = %ld)",
+                 r->step, cfg->epochs, cfg->max_steps);
+
+    /* Rank 0's files: nothing beyond the starting point is overwritten or resumed by mistake. */
+    int moved = 0;
+    if (r->rank == 0) {
+        char dir[2 * CONFIG_STR + 8], to[3 * CONFIG_STR];
+        path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+        if (ckpt_supersede(dir, found ? meta->epoch : 0, found ? meta->epoch_samples : 0, &moved, to, sizeof to) !=
+            CNT_OK)
+            rc = CNT_ERR;
+        else if (moved > 0)
+            log_warn("checkpoint.dir: %d checkpoint%s beyond this run's starting point (%s) moved to %s, so this run "
+                     "neither overwrites %s nor a later checkpoint.resume = auto picks %s; resume %s by path",
+                     moved, moved == 1 ? "" : "s", found ? "the checkpoint it resumes" : "a fresh start", to,
+                     moved == 1 ? "it" : "them", moved == 1 ? "it" : "them", moved == 1 ? "it" : "one");
+    }
+    if (rc == CNT_OK) rc = progress_open(r->pg, found ? meta->step : -1, moved > 0);
+    if (rc == CNT_OK && found)
+        rc = progress_resumed(r->pg, r->step, r->start_epoch + 1, r->first_epoch_step * samples_per_step(r),
+                              r->world, cfg->batch_size);
+    if (rc == CNT_OK && r->rank == 0) rc = write_config_ini(cfg);
+    free(meta);
+    return rc;
 }
 
 /* model.init_from on rank 0: loads the safetensors file into nt, unless
@@ -236,34 +490,42 @@ static int load_init_from(const config *cfg, net *nt) {
     return weights_init_from(nt, cfg->init_from);
 }
 
-/* Rank 0 writes the state after `epochs_done` complete epochs. */
-static int save_checkpoint(const run *r, int epochs_done) {
+/* Rank 0 writes the state after `epochs_done` complete epochs and
+ * `epoch_samples` samples (all ranks') of the next. */
+static int save_checkpoint(const run *r, int epochs_done, long epoch_samples) {
     const config *cfg = r->cfg;
     const stepper *st = &r->st;
     host_state hs;
     host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
     host_state_download(&hs, r->nt, st->opt.momentum_buf);
-    ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    meta.epoch = epochs_done;
-    meta.step = r->step;
-    meta.dropout_seed = r->nt->dropout_seed;
-    meta.config_hash = config_hash(cfg);
-    snprintf(meta.model_name, sizeof meta.model_name, "%.*s", (int)sizeof meta.model_name - 1, cfg->model_name);
+    ckpt_meta *meta = cnt_calloc(1, sizeof *meta);
+    meta->epoch = epochs_done;
+    meta->epoch_samples = epoch_samples;
+    meta->world = r->world;
+    meta->batch = cfg->batch_size;
+    meta->step = r->step;
+    meta->dropout_seed = r->nt->dropout_seed;
+    meta->config_hash = config_hash(cfg);
+    size_t len;
+    char *text = config_text(cfg, 0, &len);
+    snprintf(meta->config, sizeof meta->config, "%s", text);
+    free(text);
+    snprintf(meta->model_name, sizeof meta->model_name, "%.*s", (int)sizeof meta->model_name - 1, cfg->model_name);
     /* What zoo_build needs besides the net's shape (ckpt_write takes that from nt). */
-    meta.zero_init_residual = cfg->zero_init_residual;
-    meta.dropout = cfg->dropout;
+    meta->zero_init_residual = cfg->zero_init_residual;
+    meta->dropout = cfg->dropout;
     if (loss_scaler_active(&st->ls)) {
-        meta.loss_scale = st->ls.scale;
-        meta.loss_scale_good = st->ls.good;
-        meta.skipped_steps = st->ls.skipped;
-        meta.skipped_in_a_row = st->ls.in_a_row;
+        meta->loss_scale = st->ls.scale;
+        meta->loss_scale_good = st->ls.good;
+        meta->skipped_steps = st->ls.skipped;
+        meta->skipped_in_a_row = st->ls.in_a_row;
     }
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
-    int status = ckpt_write(dir, r->nt, hs.params, hs.buffers, hs.momentum, &meta, cfg->ckpt_keep, path, sizeof path);
-    if (status == CNT_OK) log_info("checkpoint: %s", path);
+    int status = ckpt_write(dir, r->nt, hs.params, hs.buffers, hs.momentum, meta, cfg->ckpt_keep, path, sizeof path);
+    if (status == CNT_OK) log_info("checkpoint: %s (step %ld)", path, r->step);
     host_state_free(&hs);
+    free(meta);
     return status;
 }
 
@@ -453,16 +715,7 @@ static int run_setup(run *r) {
     progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
                         .epochs = cfg->epochs, .total_steps = r->total_steps, .comm = r->world > 1 || r->nccl,
                         .fp16 = cfg->precision == BACKEND_MATH_FP16};
-    if (!(r->pg = progress_create(&po))) return CNT_ERR;
-    if (r->rank == 0) {
-        char path[CONFIG_STR + 32];
-        snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
-        FILE *f = fopen(path, "w");
-        if (f) {
-            config_write_ini(cfg, f);
-            fclose(f);
-        }
-    }
+    r->pg = progress_create(&po);
 
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
@@ -489,12 +742,33 @@ static int run_setup(run *r) {
     return CNT_OK;
 }
 
-/* The steps of one epoch: *done once the run's last step is taken or the
- * loss diverged. CNT_ERR when the step failed (loss scaling gave up), on
- * every rank alike: the decision rests on allreduced gradients. */
+/* The stop signal (train/stop.h) every rank acts on at this step
+ * boundary: any rank's (a collective when world > 1: one 8-byte allgather a
+ * step, so all ranks stop at the same step), 0 when none. */
+static int agree_stop(const run *r) {
+    int sig = stop_pending();
+    if (r->world == 1) return sig;
+    uint64_t *all = cnt_malloc((size_t)r->world * sizeof *all);
+    dist_allgather_u64((uint64_t)sig, all);
+    for (int k = 0; k < r->world && !sig; k++) sig = (int)all[k];
+    free(all);
+    return sig;
+}
+
+/* The steps of one epoch: *done once the run's last step is taken, the loss
+ * diverged or a stop signal came. Checkpoints inside the epoch are written
+ * here (checkpoint.every_steps, the last step of a run that ends inside an
+ * epoch, a stop signal); at the epoch's end, end_epoch writes it, after the
+ * evaluation. A step that closes a checkpoint also closes a progress window,
+ * so the records a resumed run writes are those of an uninterrupted one.
+ * CNT_ERR when the step failed (loss scaling gave up, on every rank alike:
+ * the decision rests on allreduced gradients) or a file could not be
+ * written (rank 0). */
 static int run_epoch(run *r, int epoch, int *done) {
     const config *cfg = r->cfg;
-    loader_start_epoch(r->train_ld, epoch);
+    r->epoch = epoch;
+    r->epoch_step = epoch == r->start_epoch ? r->first_epoch_step : 0;
+    loader_start_epoch_at(r->train_ld, epoch, (int)r->epoch_step);
     progress_epoch_begin(r->pg, epoch);
     for (;;) {
         if (r->tl) timeline_set_step(r->tl, r->step + 1);
@@ -503,7 +777,9 @@ static int run_epoch(run *r, int epoch, int *done) {
         double t1 = time_now();
         if (!b) return CNT_OK;
         if (r->tl) timeline_record(r->tl, "data wait", "data", TIMELINE_TID_TRAIN, t0, t1);
-        double lr = schedule_lr(&r->sched, r->step);
+        /* the schedule follows the position in the data (the same as the
+         * step count unless a resume changed the steps per epoch) */
+        double lr = schedule_lr(&r->sched, (long)epoch * r->steps_per_epoch + r->epoch_step);
         step_result sr;
         if (stepper_run(&r->st, b, r->step + 1, lr, &sr) != CNT_OK) {
             *done = 1;
@@ -512,10 +788,32 @@ static int run_epoch(run *r, int epoch, int *done) {
                                   r->step + 1);
         }
         r->step++;
+        r->epoch_step++;
         progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0);
-        int last = r->step == r->total_steps;
-        if ((r->step % cfg->log_every == 0 || last) && progress_log(r->pg, r->step, lr, &r->st.ls) != CNT_OK)
-            last = 1; /* diverged: evaluate and stop */
+        int last = r->step >= r->total_steps;
+        int stop = agree_stop(r);
+        int epoch_end = r->epoch_step == r->steps_per_epoch;
+        int every = cfg->ckpt_every_steps > 0 && r->step % cfg->ckpt_every_steps == 0;
+        int save = ckpt_on(cfg) && (every || stop || last);
+        if (epoch_end)
+            r->save_at_epoch_end = save || (cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 ||
+                                                                   epoch + 1 == cfg->epochs));
+        if (r->step % cfg->log_every == 0 || last || save || (epoch_end && r->save_at_epoch_end)) {
+            int lg = progress_log(r->pg, r->step, lr, &r->st.ls);
+            if (lg == CNT_ERR) return CNT_ERR;
+            if (lg == PROGRESS_DIVERGED) {
+                r->diverged = *done = 1; /* evaluate and stop, saving nothing */
+                r->save_at_epoch_end = 0;
+                return CNT_OK;
+            }
+        }
+        if (save && !epoch_end && r->rank == 0 && save_checkpoint(r, epoch, r->epoch_step * samples_per_step(r)) != CNT_OK)
+            return CNT_ERR;
+        if (stop) {
+            r->stopped = stop;
+            *done = 1;
+            return CNT_OK;
+        }
         if (last) {
             *done = 1;
             return CNT_OK;
@@ -525,7 +823,7 @@ static int run_epoch(run *r, int epoch, int *done) {
 
 /* After an epoch's steps: the ranks' parameters compared, evaluation, the
  * epoch's summary, a checkpoint when due. */
-static int end_epoch(run *r, int epoch, int done) {
+static int end_epoch(run *r, int epoch) {
     const config *cfg = r->cfg;
     progress_epoch_trained(r->pg);
     /* Batch-norm statistics stay per rank during training (as in Horovod);
@@ -544,20 +842,44 @@ static int end_epoch(run *r, int epoch, int done) {
         const char *root = r->data.test.root ? r->data.test.root : cfg->data_root;
         return cnt_err_prefix("epoch %d/%d, test set %s", epoch + 1, cfg->epochs, root);
     }
-    progress_epoch_end(r->pg, &er, loader_skipped(r->train_ld), loader_skipped(r->test_ld));
-    /* Checkpoints hold whole epochs only: a resumed run restarts at an epoch boundary. */
-    int complete = progress_epoch_steps(r->pg) == r->steps_per_epoch;
-    int due = cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs || done);
-    if (r->rank == 0 && complete && due) return save_checkpoint(r, epoch + 1);
+    if (progress_epoch_end(r->pg, &er, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) != CNT_OK)
+        return CNT_ERR;
+    int complete = r->epoch_step == r->steps_per_epoch;
+    if (r->rank == 0 && complete && r->save_at_epoch_end && save_checkpoint(r, epoch + 1, 0) != CNT_OK)
+        return CNT_ERR;
+    r->save_at_epoch_end = 0;
     return CNT_OK;
 }
 
 static int run_train(run *r) {
     int done = 0;
     for (int epoch = r->start_epoch; epoch < r->cfg->epochs && !done && r->step < r->total_steps; epoch++) {
-        if (run_epoch(r, epoch, &done) != CNT_OK || end_epoch(r, epoch, done) != CNT_OK) return CNT_ERR;
+        if (run_epoch(r, epoch, &done) != CNT_OK) return CNT_ERR;
+        /* a stop inside an epoch ends at once: its checkpoint is written, the evaluation would only delay */
+        if (r->stopped && r->epoch_step < r->steps_per_epoch) break;
+        if (end_epoch(r, epoch) != CNT_OK) return CNT_ERR;
     }
     return CNT_OK;
+}
+
+/* How an early end is said in the last line: a stop signal, or
+ * train.max_steps inside an epoch; NULL for a run that did all its epochs. */
+static const char *how_stopped(const run *r, char *buf, size_t len) {
+    const config *cfg = r->cfg;
+    const char *saved = ckpt_on(cfg) ? "checkpoint written; resume with checkpoint.resume = auto"
+                                     : "no checkpoint (checkpoint.every_epochs and checkpoint.every_steps are 0)";
+    if (r->stopped) {
+        snprintf(buf, len, "%s at step %ld, %ld of %ld steps into epoch %d/%d; %s", stop_signal_name(r->stopped),
+                 r->step, r->epoch_step, r->steps_per_epoch, r->epoch + 1, cfg->epochs, saved);
+        return buf;
+    }
+    if (!r->diverged && cfg->max_steps > 0 && r->step == cfg->max_steps && r->epoch_step < r->steps_per_epoch) {
+        snprintf(buf, len, "train.max_steps = %ld reached %ld of %ld steps into an epoch; the partial epoch was "
+                 "evaluated; %s",
+                 cfg->max_steps, r->epoch_step, r->steps_per_epoch, saved);
+        return buf;
+    }
+    return NULL;
 }
 
 /* The last line and, for a run that got through, the timeline: a collective
@@ -565,7 +887,10 @@ static int run_train(run *r) {
  * everywhere). A rank that failed (rank 0 alone, writing a checkpoint) skips
  * it: the others are in other collectives, and main() ends the job. */
 static int run_finish(run *r, int status, train_result *res) {
-    status = progress_finish(r->pg, status, r->step, &r->st.ls, res);
+    char why[512];
+    status = progress_finish(r->pg, status, r->step, &r->st.ls, status == CNT_OK ? how_stopped(r, why, sizeof why) : NULL,
+                             res);
+    if (res) res->stop_signal = status == CNT_OK ? r->stopped : 0;
     if (!r->tl || status != CNT_OK) return status;
     net_set_node_hook(r->nt, NULL, NULL);
     if (r->rd) reducer_set_timeline(r->rd, NULL);
@@ -586,6 +911,7 @@ static void run_free(run *r, int status) {
     loader_free(r->test_ld);
     net_free(r->nt);
     input_free(&r->data);
+    if (r->lock_fd >= 0) close(r->lock_fd);
 #if CNT_HAVE_NCCL
     /* after the reducer that used it; a failed run may have left collectives
      * no peer will join, so it aborts instead of waiting for them */
@@ -597,15 +923,17 @@ static void run_free(run *r, int status) {
 }
 
 int trainer_run(const config *cfg, train_result *res) {
-    run r = {.cfg = cfg, .rank = dist_rank(), .world = dist_world()};
+    run r = {.cfg = cfg, .rank = dist_rank(), .world = dist_world(), .lock_fd = -1};
+    stop_install();
     int status = run_setup(&r);
     if (status == CNT_OK) status = run_resume(&r);
     if (r.pg) {
-        progress_start(r.pg, r.step, r.st.ls.skipped);
+        progress_start(r.pg, r.step, r.st.ls.skipped, r.total_steps);
         if (status == CNT_OK) status = run_train(&r);
         status = run_finish(&r, status, res);
     }
     run_free(&r, status);
+    stop_restore();
     return status;
 }
 

@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# tests/test_resume.sh - lose nothing: runs stopped every way a run can stop
+# (train.max_steps inside an epoch, kill -9 at random moments, SIGTERM and
+# SIGUSR1 at 1 and 2 ranks, a full disk) and resumed with
+# checkpoint.resume = auto give the losses of an uninterrupted run bit for
+# bit (CPU), and metrics.jsonl holds each step once; a resume at another
+# world size keeps the schedule and the epochs; a resume may not change the
+# model; a rollback or a fresh start moves newer checkpoints aside instead of
+# overwriting them, and auto then picks the latest run's.
+# Every run is small (256 Fashion-MNIST images, batch 16: 16 steps an epoch
+# on one rank) and bounded by timeout. Run from the repository root after `make`.
+set -u
+tmp=$(mktemp -d)
+cleanup() {
+    if [ -n "${mnt:-}" ]; then umount "$mnt" 2>/dev/null; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+export OMP_NUM_THREADS=1
+fails=0
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
+T=(timeout 120 ./trainer configs/resnet20-fashion.ini train.device=cpu data.train_limit=256 data.test_limit=100
+   train.batch_size=16 train.epochs=2 train.log_every=1 train.threads=1 data.workers=1 optim.lr=0.05)
+
+# The step records "step loss lr" of a metrics.jsonl, one per line.
+steps() {
+    python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r["kind"] == "step": print(r["step"], r["loss"], r["lr"])' "$1"
+}
+# Whether every step 1..N appears exactly once, in order.
+each_step_once() {
+    local n
+    n=$(steps "$1" | wc -l)
+    test "$(steps "$1" | awk '{print $1}' | tr '\n' ' ')" = "$(seq 1 "$n" | tr '\n' ' ')"
+}
+
+# The reference: one uninterrupted run.
+"${T[@]}" train.out_dir="$tmp/ref" >"$tmp/ref.log" 2>&1
+check "reference run exits 0" test $? -eq 0
+steps "$tmp/ref/metrics.jsonl" >"$tmp/ref.steps"
+check "reference run: 32 step records" test "$(wc -l <"$tmp/ref.steps")" -eq 32
+
+# 1. train.max_steps inside an epoch: said, saved, resumed exactly.
+out=$("${T[@]}" train.out_dir="$tmp/ms" train.max_steps=11 checkpoint.every_steps=5 2>&1)
+check "max_steps inside an epoch: exit 0" test $? -eq 0
+check "max_steps inside an epoch: the last line says where it stopped" \
+    grep -q "stopped (train.max_steps = 11 reached 11 of 16 steps into an epoch" <<<"$out"
+check "max_steps inside an epoch: a checkpoint at step 11" test -f "$tmp/ms/checkpoints/ckpt-000000-0000000176.cnt"
+out=$("${T[@]}" train.out_dir="$tmp/ms" checkpoint.resume=auto checkpoint.every_steps=5 2>&1)
+check "max_steps resume: exit 0" test $? -eq 0
+check "max_steps resume: resumed 176 samples into epoch 1" \
+    grep -q "resumed from .*ckpt-000000-0000000176.cnt: 0 epochs and 176 samples of epoch 1 (step 11 of its 16)" <<<"$out"
+check "max_steps resume: the changed key is named" grep -q "keys changed since the checkpoint: train.max_steps 11 -> 0" <<<"$out"
+check "max_steps resume: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$tmp/ms/metrics.jsonl")
+check "max_steps resume: each step once in metrics.jsonl" each_step_once "$tmp/ms/metrics.jsonl"
+check "max_steps resume: the earlier run's config is kept beside config.ini ($(ls "$tmp/ms" | tr '\n' ' '))" \
+    test "$(ls "$tmp/ms" | grep -c '^config\.[0-9-]*\.ini$')" -eq 1 -a -f "$tmp/ms/config.ini"
+
+# 2. kill -9 at random moments, resume = auto until done: at most
+# checkpoint.every_steps steps lost each time, the curve whole.
+every=3
+dir="$tmp/k9"
+done_=0
+lost_ok=1
+for try in $(seq 1 40); do
+    "${T[@]}" train.out_dir="$dir" checkpoint.resume=auto checkpoint.every_steps=$every >"$tmp/k9.$try.log" 2>&1 &
+    pid=$!
+    sleep "$(python3 -c "import random; print(round(random.uniform(0.7, 2.0), 2))")"
+    if pkill -KILL -P $pid; then # the trainer: $pid is its timeout
+        wait $pid 2>/dev/null
+        # the last step logged before the kill; the next run's start must be within $every of it
+        last=$(grep -o 'step [0-9]*/' "$tmp/k9.$try.log" | tail -1 | tr -dc 0-9)
+        echo "  kill -9 number $try after step ${last:-0}"
+        lastk[$try]=${last:-0}
+    else
+        wait $pid
+        rc=$?
+        done_=1
+        break
+    fi
+done
+check "kill -9 loop: a run got to the end (exit ${rc:-none} after $try tries)" test "$done_" -eq 1 -a "${rc:-1}" -eq 0
+check "kill -9 loop: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$dir/metrics.jsonl")
+check "kill -9 loop: each step once in metrics.jsonl" each_step_once "$dir/metrics.jsonl"
+# each resume started at most $every steps before the last step the killed run logged
+for ((k = 2; k <= try; k++)); do
+    from=$(grep -o 'and [0-9]* steps done' "$tmp/k9.$k.log" | tr -dc 0-9)
+    prev=${lastk[$((k - 1))]:-0}
+    if [ -n "$from" ] && [ $((prev - from)) -gt $every ]; then lost_ok=0; echo "  run $k resumed at step $from after step $prev"; fi
+done
+check "kill -9 loop: no resume lost more than checkpoint.every_steps = $every steps" test $lost_ok -eq 1
+
+# 3. SIGTERM (1 rank): saved at the next step, exit 75, resumed exactly.
+"${T[@]}" train.out_dir="$tmp/st" >"$tmp/st.log" 2>&1 &
+pid=$!
+wait_for_step() { # wait_for_step LOG N: until LOG shows step N (at most 60 s)
+    for _ in $(seq 600); do
+        grep -q "step $2/" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+wait_for_step "$tmp/st.log" 3
+pkill -TERM -P $pid # the trainer (child of timeout)
+wait $pid
+rc=$?
+check "SIGTERM, 1 rank: exit 75 (rc=$rc)" test $rc -eq 75
+check "SIGTERM, 1 rank: says so and that the checkpoint is written" \
+    grep -q "stopped (SIGTERM at step [0-9]*, .*checkpoint written; resume with checkpoint.resume = auto)" "$tmp/st.log"
+out=$("${T[@]}" train.out_dir="$tmp/st" checkpoint.resume=auto 2>&1)
+check "SIGTERM, 1 rank: the resumed run exits 0" test $? -eq 0
+check "SIGTERM, 1 rank: resumed inside epoch 1" grep -q "resumed from .*ckpt-000000-[0-9]*.cnt" <<<"$out"
+check "SIGTERM, 1 rank: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$tmp/st/metrics.jsonl")
+check "SIGTERM, 1 rank: each step once" each_step_once "$tmp/st/metrics.jsonl"
+
+# 4. Two ranks: SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to
+# the ranks themselves (as Slurm signals its tasks) both save at one step.
+if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: built in"; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    M=(timeout 120 mpirun --oversubscribe --bind-to none -np 2)
+    T2=("${T[@]:2}" data.train_limit=1024) # 32 steps an epoch at 2 ranks
+    "${M[@]}" "${T2[@]}" train.out_dir="$tmp/ref2" >"$tmp/ref2.log" 2>&1
+    check "2 ranks: reference run exits 0" test $? -eq 0
+    for sig in USR1 TERM; do
+        d="$tmp/s2$sig"
+        "${M[@]}" "${T2[@]}" train.out_dir="$d" >"$d.log" 2>&1 &
+        pid=$!
+        wait_for_step "$d.log" 3
+        mpid=$(pgrep -P $pid) # mpirun, under timeout
+        if [ $sig = USR1 ]; then
+            kill -USR1 $mpid
+        else
+            pkill -TERM -P $mpid # the ranks, not mpirun
+        fi
+        wait $pid
+        rc=$?
+        check "SIG$sig, 2 ranks: exit 75 (rc=$rc)" test $rc -eq 75
+        check "SIG$sig, 2 ranks: one checkpoint inside epoch 1" test "$(ls "$d/checkpoints" | grep -c '^ckpt-000000-')" -eq 1
+        out=$("${M[@]}" "${T2[@]}" train.out_dir="$d" checkpoint.resume=auto 2>&1)
+        check "SIG$sig, 2 ranks: the resumed run exits 0" test $? -eq 0
+        check "SIG$sig, 2 ranks: losses equal the uninterrupted 2-rank run's" \
+            diff <(steps "$tmp/ref2/metrics.jsonl") <(steps "$d/metrics.jsonl")
+    done
+
+    # 5. Resume at another world size: the position and the schedule are
+    # recomputed, the run does its two epochs (it used to end one early).
+    "${T[@]}" train.out_dir="$tmp/ws" train.max_steps=16 >/dev/null 2>&1
+    out=$("${M[@]}" "${T[@]:2}" train.out_dir="$tmp/ws" checkpoint.resume=auto 2>&1)
+    check "world 1 -> 2: exit 0" test $? -eq 0
+    check "world 1 -> 2: says the geometry changed" grep -q "had 1 rank x batch 16, this one 2 x 16" <<<"$out"
+    check "world 1 -> 2: the second epoch is trained and evaluated" grep -q "epoch 2/2 done" <<<"$out"
+    check "world 1 -> 2: 16 + 8 steps" grep -q "finished: 24 steps" <<<"$out"
+    # the lr at the first resumed step: the 2-rank schedule half-way (epoch 2's first step) = ref2's step 33
+    lr_ref=$(steps "$tmp/ref2/metrics.jsonl" | awk '$1 == 33 {print $3}')
+    lr_res=$(steps "$tmp/ws/metrics.jsonl" | awk '$1 == 17 {print $3}')
+    check "world 1 -> 2: the lr goes on where the schedule is ($lr_res = $lr_ref)" test -n "$lr_ref" -a "$lr_ref" = "$lr_res"
+    check "world 1 -> 2: each step once" each_step_once "$tmp/ws/metrics.jsonl"
+else
+    echo "SKIPPED (part): no MPI in this build: the 2-rank stops and the world-size resume"
+fi
+
+# 6. A resume may not change the model.
+out=$("${T[@]}" train.out_dir="$tmp/ms" checkpoint.resume=auto model.name=resnet32 2>&1)
+rc=$?
+check "resume with another model.name: refused (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+check "resume with another model.name: the key is named" grep -q "model.name = resnet32" <<<"$out"
+out=$("${T[@]}" train.out_dir="$tmp/ms" checkpoint.resume=auto model.dropout=0.5 2>&1)
+rc=$?
+check "resume with another model.dropout: refused naming the key (rc=$rc)" \
+    grep -q "may not change the model's keys: model.dropout" <<<"$out"
+
+# Two runs in one train.out_dir: the second is refused, naming the first.
+"${T[@]}" train.out_dir="$tmp/lock" >"$tmp/lock.log" 2>&1 &
+pid=$!
+wait_for_step "$tmp/lock.log" 1
+out=$("${T[@]}" train.out_dir="$tmp/lock" checkpoint.resume=auto 2>&1)
+rc=$?
+check "a second run in the same train.out_dir: refused (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+check "a second run in the same train.out_dir: names the other run" \
+    grep -q "train.out_dir = $tmp/lock is in use by another run (pid [0-9]* on" <<<"$out"
+pkill -KILL -P $pid
+wait $pid 2>/dev/null
+
+# 7. Rollback: resuming an older checkpoint moves the newer ones aside (not
+# overwritten), and auto then takes the new lineage.
+d="$tmp/rb"
+"${T[@]}" train.out_dir="$d" >/dev/null 2>&1
+old2=$(md5sum <"$d/checkpoints/ckpt-000002.cnt")
+out=$("${T[@]}" train.out_dir="$d" checkpoint.resume="$d/checkpoints/ckpt-000001.cnt" optim.lr=0.02 2>&1)
+check "rollback: exit 0" test $? -eq 0
+check "rollback: says the newer checkpoint moved" grep -q "1 checkpoint beyond this run's starting point .* moved to $d/checkpoints/superseded-" <<<"$out"
+sup=$(ls -d "$d"/checkpoints/superseded-* 2>/dev/null | head -1)
+check "rollback: the old epoch-2 checkpoint is intact in $sup" test "$(md5sum <"$sup/ckpt-000002.cnt" 2>/dev/null)" = "$old2"
+check "rollback: the new lineage's epoch 2 differs" test "$(md5sum <"$d/checkpoints/ckpt-000002.cnt")" != "$old2"
+check "rollback: the old run's records after step 16 kept aside" test "$(cat "$d"/metrics.superseded-*.jsonl | grep -c '"kind":"step"')" -eq 16
+check "rollback: metrics.jsonl has each step once" each_step_once "$d/metrics.jsonl"
+out=$("${T[@]}" train.out_dir="$d" checkpoint.resume=auto train.epochs=3 train.max_steps=33 2>&1)
+check "rollback: auto picks the new lineage" grep -q "resumed from $d/checkpoints/ckpt-000002.cnt" <<<"$out"
+# A fresh start in the same directory: everything earlier moves aside.
+out=$("${T[@]}" train.out_dir="$d" train.max_steps=2 2>&1)
+check "fresh start over an earlier run: its checkpoints moved aside" grep -q "beyond this run's starting point (a fresh start)" <<<"$out"
+check "fresh start over an earlier run: its metrics kept as metrics.<time>.jsonl" grep -q "earlier run's records moved to $d/metrics\.[0-9-]*\.jsonl" <<<"$out"
+
+# 8. A full disk (a tiny tmpfs, where mounting is allowed): the metrics
+# write fails with the file and ENOSPC named, non-zero exit, the checkpoints
+# intact. (A file-size limit cannot stand in: MPI's start-up needs files.)
+mnt="$tmp/small"
+mkdir -p "$mnt"
+if mount -t tmpfs -o size=12k tmpfs "$mnt" 2>/dev/null; then # .lock, config.ini and metrics.jsonl a page each
+    out=$("${T[@]}" train.out_dir="$mnt/run" checkpoint.dir="$tmp/fdck" checkpoint.every_steps=4 2>&1)
+    rc=$?
+    check "full tmpfs: non-zero exit (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+    check "full tmpfs: the error names the file and ENOSPC" grep -q "cannot write '$mnt/run/metrics.jsonl': No space left on device" <<<"$out"
+    last=$(ls "$tmp/fdck" | tail -1)
+    check "full tmpfs: the last checkpoint ($last) still loads" \
+        timeout 60 ./trainer --export "$tmp/fdck/$last" "$tmp/fd.safetensors"
+    umount "$mnt"
+else
+    echo "SKIPPED (part): tmpfs cannot be mounted here: the full-disk case"
+fi
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all resume checks passed"
