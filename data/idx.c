@@ -8,14 +8,15 @@
  * [n]). zlib's gzread reads gzipped and raw files alike, so the format is
  * detected from the content, never from the file name.
  *
- * Every header field is validated before anything is allocated, and the file
- * must hold exactly the bytes its header promises: a short file and a file with
- * trailing bytes are both errors naming the file and the byte counts.
+ * Only regular files are opened (common/fileio.h: a FIFO or device is refused
+ * unread). Every header field is validated before anything is allocated, and
+ * the file must hold exactly the bytes its header promises: a short file and a
+ * file with trailing bytes are both errors naming the file and the byte
+ * counts.
  */
 #include "data/dataset.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include <zlib.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
 #define IDX_MAGIC_LABELS 0x00000801u
@@ -74,26 +76,17 @@ static int idx_read_bytes(idx_file *f, void *buf, size_t len, size_t *got) {
 static int idx_open(idx_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cnt_err_set("cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return cnt_err_set("cannot stat %s: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return cnt_err_set("cannot read %s: it is a directory", path);
-    }
+    uint64_t size = 0;
+    int fd = file_open_regular_fd(path, "IDX file", &size);
+    if (fd < 0) return CNT_ERR;
     f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
         close(fd);
         return cnt_err_set("cannot open %s: out of memory in zlib", path);
     }
     /* Called before the first read, gzdirect looks at the content: 1 = not gzip. */
-    f->raw = gzdirect(f->gz) && S_ISREG(st.st_mode);
-    f->raw_size = st.st_size;
+    f->raw = gzdirect(f->gz);
+    f->raw_size = (off_t)size;
     return CNT_OK;
 }
 

@@ -3,7 +3,8 @@
  *
  * Small IDX files with known content are written (raw and gzipped) to a fresh
  * directory under /tmp and read back; every error case checks that the message
- * names the file at fault. The real Fashion-MNIST files are checked for shape
+ * names the file at fault (a FIFO, device or directory in place of a file
+ * among them). The real Fashion-MNIST files are checked for shape
  * and label balance. Loader tests use in-memory datasets whose label is the
  * sample index, so shard membership, order and pixel content can be traced
  * back to the source sample. Tests that could hang (start_epoch or free in the
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -232,6 +234,41 @@ static void test_idx_errors(void **state) {
     expect_load_error(bad, lab, bad, "truncated");
     /* A directory is not a file. */
     expect_load_error(tmp_dir, lab, tmp_dir, "directory");
+}
+
+/* Only regular files are read: a FIFO (whose open would wait for a writer
+ * forever), a device and a directory are refused unread, naming the path and
+ * the kind, also when found by dataset_load_mnist_dir. alarm() turns a hang
+ * into a failure. */
+static void test_idx_not_regular(void **state) {
+    (void)state;
+    const char *img = tmp_path(0, "kind-images");
+    const char *lab = tmp_path(1, "kind-labels");
+    const char *fifo = tmp_path(2, "kind-fifo");
+    write_small(img, lab, 0, 1);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    expect_load_error(fifo, lab, fifo, "it is a FIFO (named pipe), not a regular file");
+    expect_load_error(img, fifo, fifo, "it is a FIFO (named pipe), not a regular file");
+    expect_load_error("/dev/zero", lab, "/dev/zero", "it is a character device, not a regular file");
+    expect_load_error(tmp_dir, lab, tmp_dir, "it is a directory, not a regular file");
+    unlink(fifo);
+    /* An MNIST directory whose t10k-labels-idx1-ubyte.gz is a FIFO. */
+    const char *dir = tmp_path(3, "kind-mnist");
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char images[600], labels[600];
+    snprintf(images, sizeof images, "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(labels, sizeof labels, "%s/t10k-labels-idx1-ubyte.gz", dir);
+    write_small(images, tmp_path(1, "kind-labels"), 0, 1);
+    assert_int_equal(mkfifo(labels, 0600), 0);
+    dataset ds;
+    assert_int_equal(dataset_load_mnist_dir(&ds, dir, 0), CNT_ERR);
+    expect_msg_has(labels);
+    expect_msg_has("FIFO");
+    alarm(0);
+    unlink(images);
+    unlink(labels);
+    rmdir(dir);
 }
 
 static void test_mnist_dir(void **state) {
@@ -770,6 +807,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_reads_raw_and_gzip),
         cmocka_unit_test(test_idx_errors),
+        cmocka_unit_test(test_idx_not_regular),
         cmocka_unit_test(test_mnist_dir),
         cmocka_unit_test(test_fashion_mnist),
         cmocka_unit_test(test_dataset_helpers),
