@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,41 +24,51 @@ const char *file_kind_name(mode_t mode) {
     return "of an unknown kind";
 }
 
+/* The message of a failed open: "cannot open <what> '<path>': <reason>", or
+ * "<path>: <reason>" without `what`. Returns -1. */
+static int open_failed(const char *path, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int open_failed(const char *path, const char *what, const char *fmt, ...) {
+    char reason[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (what) cnt_err_set("cannot open %s '%s': %s", what, path, reason);
+    else cnt_err_set("%s: %s", path, reason);
+    return -1;
+}
+
 int file_open_regular_fd(const char *path, const char *what, uint64_t *size) {
     /* Why O_NONBLOCK: open() of a FIFO without a writer waits for one,
      * forever; non-blocking it returns at once and fstat below refuses it.
      * O_NOCTTY: a terminal device must not become our controlling terminal. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
     if (fd < 0) {
         int err = errno;
-        struct stat st;
         /* A socket cannot be opened at all (ENXIO): say what it is. */
         if (err == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-            cnt_err_set("cannot open %s '%s': it is %s, not a regular file", what, path, file_kind_name(st.st_mode));
-        else
-            cnt_err_set("cannot open %s '%s': %s", what, path, strerror(err));
-        return -1;
+            return open_failed(path, what, "it is %s, not a regular file", file_kind_name(st.st_mode));
+        return open_failed(path, what, "%s", strerror(err));
     }
-    struct stat st;
+    int err = 0;
     if (fstat(fd, &st) != 0) {
-        int err = errno;
+        err = errno;
         close(fd);
-        cnt_err_set("cannot stat %s '%s': %s", what, path, strerror(err));
-        return -1;
+        return open_failed(path, what, "fstat: %s", strerror(err));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        cnt_err_set("cannot open %s '%s': it is %s, not a regular file", what, path, file_kind_name(st.st_mode));
-        return -1;
+        return open_failed(path, what, "it is %s, not a regular file", file_kind_name(st.st_mode));
     }
-    /* Back to blocking reads (no effect on a regular file today, but the
-     * descriptor should read as the callers expect). */
+    /* Back to blocking reads, as callers of a plain open() expect (O_NONBLOCK
+     * has no effect on a regular file today; it was for the open only). */
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        int err = errno;
+        err = errno;
         close(fd);
-        cnt_err_set("cannot set up %s '%s' for reading: %s", what, path, strerror(err));
-        return -1;
+        return open_failed(path, what, "fcntl: %s", strerror(err));
     }
     if (size) *size = (uint64_t)st.st_size;
     return fd;
@@ -70,7 +81,7 @@ FILE *file_open_regular(const char *path, const char *what, uint64_t *size) {
     if (!f) {
         int err = errno;
         close(fd);
-        cnt_err_set("cannot open %s '%s': %s", what, path, strerror(err));
+        open_failed(path, what, "%s", strerror(err));
         return NULL;
     }
     return f;

@@ -22,14 +22,15 @@
 #include <sys/types.h>
 
 /* Opens path for reading (binary; close-on-exec) and returns the stream, or
- * NULL with a message "cannot open <what> '<path>': <reason>", where reason is
- * strerror's text or, for anything but a regular file (followed through
- * symbolic links), "it is a directory, not a regular file" (or "a FIFO (named
- * pipe)", "a character device", "a block device", "a socket"). Never blocks:
- * the open is non-blocking, so a FIFO without a writer is refused at once.
- * size, when not NULL, receives the file's size in bytes from the same
- * fstat. `what` names the file's role for the message ("config",
- * "checkpoint", "image"). */
+ * NULL with a message "cannot open <what> '<path>': <reason>" (or
+ * "<path>: <reason>" when what is NULL, the style of per-image messages),
+ * where reason is strerror's text or, for anything but a regular file
+ * (followed through symbolic links), "it is a directory, not a regular file"
+ * (or "a FIFO (named pipe)", "a character device", "a block device", "a
+ * socket"). Never blocks: the open is non-blocking, so a FIFO without a
+ * writer is refused at once. size, when not NULL, receives the file's size
+ * in bytes from the same fstat. `what` names the file's role for the message
+ * ("config", "checkpoint", "CIFAR file"). */
 FILE *file_open_regular(const char *path, const char *what, uint64_t *size);
 
 /* The same, returning a descriptor (for zlib's gzdopen) or -1 with the same
