@@ -1,14 +1,91 @@
 /*
- * common/fileio.c - atomic file replacement (see common/fileio.h).
+ * common/fileio.c - opening input files as regular files only, and atomic
+ * file replacement (see common/fileio.h).
  */
 #include "common/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/check.h"
+
+const char *file_kind_name(mode_t mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    return "of an unknown kind";
+}
+
+/* The message of a failed open: "cannot open <what> '<path>': <reason>", or
+ * "<path>: <reason>" without `what`. Returns -1. */
+static int open_failed(const char *path, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int open_failed(const char *path, const char *what, const char *fmt, ...) {
+    char reason[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (what) cnt_err_set("cannot open %s '%s': %s", what, path, reason);
+    else cnt_err_set("%s: %s", path, reason);
+    return -1;
+}
+
+int file_open_regular_fd(const char *path, const char *what, uint64_t *size) {
+    /* Why O_NONBLOCK: open() of a FIFO without a writer waits for one,
+     * forever; non-blocking it returns at once and fstat below refuses it.
+     * O_NOCTTY: a terminal device must not become our controlling terminal. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    if (fd < 0) {
+        int err = errno;
+        /* A socket cannot be opened at all (ENXIO): say what it is. */
+        if (err == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return open_failed(path, what, "it is %s, not a regular file", file_kind_name(st.st_mode));
+        return open_failed(path, what, "%s", strerror(err));
+    }
+    int err = 0;
+    if (fstat(fd, &st) != 0) {
+        err = errno;
+        close(fd);
+        return open_failed(path, what, "fstat: %s", strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return open_failed(path, what, "it is %s, not a regular file", file_kind_name(st.st_mode));
+    }
+    /* Back to blocking reads, as callers of a plain open() expect (O_NONBLOCK
+     * has no effect on a regular file today; it was for the open only). */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        err = errno;
+        close(fd);
+        return open_failed(path, what, "fcntl: %s", strerror(err));
+    }
+    if (size) *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+FILE *file_open_regular(const char *path, const char *what, uint64_t *size) {
+    int fd = file_open_regular_fd(path, what, size);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        open_failed(path, what, "%s", strerror(err));
+        return NULL;
+    }
+    return f;
+}
 
 int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);

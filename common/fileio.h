@@ -1,14 +1,46 @@
 /*
- * common/fileio.h - durable, atomic replacement of a file: the writer fills
- * a temporary file beside the target, then file_commit_atomic() makes it the
- * target (flush, fsync, close, rename, fsync of the directory), so a crash
- * leaves either the old file or the new one, never half of one. Used by the
- * checkpoint and safetensors writers.
+ * common/fileio.h - opening input files, and replacing output files atomically.
+ *
+ * Reading: every file the trainer reads (config, IDX and CIFAR data, images,
+ * checkpoints, safetensors) is opened through file_open_regular(), which
+ * refuses anything that is not a regular file before a byte is read: a FIFO
+ * (whose open would wait forever for a writer, and whose reads block), a
+ * directory, a device (/dev/zero, /dev/urandom never end), a socket. The kind
+ * is checked with fstat() on the descriptor already open, so the file checked
+ * is the file read (no window between a stat and the open).
+ *
+ * Writing: the writer fills a temporary file beside the target, then
+ * file_commit_atomic() makes it the target (flush, fsync, close, rename, fsync
+ * of the directory), so a crash leaves either the old file or the new one,
+ * never half of one. Used by the checkpoint and safetensors writers.
  */
 #ifndef CNT_FILEIO_H
 #define CNT_FILEIO_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
+
+/* Opens path for reading (binary; close-on-exec) and returns the stream, or
+ * NULL with a message "cannot open <what> '<path>': <reason>" (or
+ * "<path>: <reason>" when what is NULL, the style of per-image messages),
+ * where reason is strerror's text or, for anything but a regular file
+ * (followed through symbolic links), "it is a directory, not a regular file"
+ * (or "a FIFO (named pipe)", "a character device", "a block device", "a
+ * socket"). Never blocks: the open is non-blocking, so a FIFO without a
+ * writer is refused at once. size, when not NULL, receives the file's size
+ * in bytes from the same fstat. `what` names the file's role for the message
+ * ("config", "checkpoint", "CIFAR file"). */
+FILE *file_open_regular(const char *path, const char *what, uint64_t *size);
+
+/* The same, returning a descriptor (for zlib's gzdopen) or -1 with the same
+ * message. */
+int file_open_regular_fd(const char *path, const char *what, uint64_t *size);
+
+/* The kind of a file that is not a regular one, for messages: "a directory",
+ * "a FIFO (named pipe)", "a character device", "a block device", "a socket",
+ * "a symbolic link", "a regular file", or "of an unknown kind". */
+const char *file_kind_name(mode_t mode);
 
 /* Finishes the temporary file f (open for writing at tmp) and renames it to
  * path inside dir. `failed` != 0: the caller's writes already failed (its

@@ -9,8 +9,10 @@
  * The variant is detected from the files present under the root (or under the
  * archives' own sub-directories cifar-10-batches-bin/ and cifar-100-binary/):
  * CIFAR-10 has data_batch_1.bin .. data_batch_5.bin and test_batch.bin,
- * CIFAR-100 has train.bin and test.bin. Every file's size must be a whole
- * number of records and every label must be in range; errors name the file.
+ * CIFAR-100 has train.bin and test.bin. Only regular files are read (a FIFO
+ * or device in a file's place is refused unread, common/fileio.h); every
+ * file's size must be a whole number of records and every label must be in
+ * range; errors name the file.
  */
 #include "data/dataset.h"
 
@@ -22,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 #define CIFAR_SIDE 32
 #define CIFAR_CHANNELS 3
@@ -49,9 +52,9 @@ static const cifar_variant cifar_variants[] = {
 };
 #define N_VARIANTS ((int)(sizeof cifar_variants / sizeof cifar_variants[0]))
 
-static int is_regular_file(const char *path) {
+static int file_exists(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0;
 }
 
 /* dir + "/" + name into out; CNT_ERR when it does not fit. */
@@ -62,7 +65,8 @@ static int join_path(char out[CIFAR_PATH_MAX], const char *dir, const char *name
 }
 
 /* Finds the directory and variant for the split: the first of root,
- * root/<subdir> whose first file of the split exists. */
+ * root/<subdir> whose first file of the split exists (of whatever kind: a
+ * FIFO or directory in its place is then refused by name when opened). */
 static int cifar_find(const char *root, int train, char dir[CIFAR_PATH_MAX], const cifar_variant **variant) {
     struct stat st;
     if (stat(root, &st) != 0) return cnt_err_set("CIFAR data directory %s: %s", root, strerror(errno));
@@ -77,7 +81,7 @@ static int cifar_find(const char *root, int train, char dir[CIFAR_PATH_MAX], con
         const char *dirs[2] = {root, sub};
         for (int d = 0; d < 2; d++) {
             if (join_path(path, dirs[d], first) != CNT_OK) return CNT_ERR;
-            if (is_regular_file(path)) {
+            if (file_exists(path)) {
                 memcpy(dir, dirs[d], strlen(dirs[d]) + 1);
                 *variant = cv;
                 return CNT_OK;
@@ -90,47 +94,45 @@ static int cifar_find(const char *root, int train, char dir[CIFAR_PATH_MAX], con
                        tried);
 }
 
-/* Size of path in records of rec_size bytes, checked to be whole and non-zero. */
-static int cifar_count(const char *path, size_t rec_size, long *records) {
-    struct stat st;
-    if (stat(path, &st) != 0) return cnt_err_set("cannot open %s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return cnt_err_set("cannot read %s: not a regular file", path);
-    size_t size = (size_t)st.st_size;
-    if (size == 0) return cnt_err_set("%s: empty file, expected records of %zu bytes", path, rec_size);
-    if (size % rec_size != 0)
-        return cnt_err_set("%s: size %zu bytes is not a multiple of the %zu-byte record (truncated file?)", path,
-                           size, rec_size);
+/* Opens path (a regular file only: common/fileio.h) and counts its records
+ * of rec_size bytes from the open file's size, checked to be whole and
+ * non-zero. On success *f is the open stream. */
+static int cifar_open(const char *path, size_t rec_size, FILE **f, long *records) {
+    uint64_t size = 0;
+    *f = file_open_regular(path, "CIFAR file", &size);
+    if (!*f) return CNT_ERR;
+    int rc = CNT_OK;
+    if (size == 0)
+        rc = cnt_err_set("%s: empty file, expected records of %zu bytes", path, rec_size);
+    else if (size % rec_size != 0)
+        rc = cnt_err_set("%s: size %llu bytes is not a multiple of the %zu-byte record (truncated file?)", path,
+                         (unsigned long long)size, rec_size);
+    if (rc != CNT_OK) {
+        fclose(*f);
+        *f = NULL;
+        return rc;
+    }
     *records = (long)(size / rec_size);
     return CNT_OK;
 }
 
-/* Reads `records` records of path into ds at sample offset `at`. */
-static int cifar_read(const char *path, const cifar_variant *cv, long records, dataset *ds, long at) {
+/* Reads `records` records of f (path, for messages) into ds at sample offset `at`. */
+static int cifar_read(FILE *f, const char *path, const cifar_variant *cv, long records, dataset *ds, long at) {
     size_t rec_size = (size_t)cv->label_bytes + CIFAR_PIXELS;
-    FILE *f = fopen(path, "rb");
-    if (!f) return cnt_err_set("cannot open %s: %s", path, strerror(errno));
     unsigned char rec[2 + CIFAR_PIXELS];
     for (long i = 0; i < records; i++) {
-        if (fread(rec, 1, rec_size, f) != rec_size) {
-            int err = ferror(f);
-            fclose(f);
-            return cnt_err_set("%s: %s at record %ld of %ld", path, err ? "read error" : "unexpected end of file",
+        if (fread(rec, 1, rec_size, f) != rec_size)
+            return cnt_err_set("%s: %s at record %ld of %ld", path, ferror(f) ? "read error" : "unexpected end of file",
                                i, records);
-        }
         int label = rec[cv->label_bytes - 1];
-        if (cv->coarse_classes > 0 && rec[0] >= cv->coarse_classes) {
-            fclose(f);
+        if (cv->coarse_classes > 0 && rec[0] >= cv->coarse_classes)
             return cnt_err_set("%s: record %ld has coarse label %d, expected 0..%d", path, i, rec[0],
                                cv->coarse_classes - 1);
-        }
-        if (label >= cv->classes) {
-            fclose(f);
+        if (label >= cv->classes)
             return cnt_err_set("%s: record %ld has label %d, expected 0..%d", path, i, label, cv->classes - 1);
-        }
         ds->labels[at + i] = label;
         memcpy(ds->pixels + (size_t)(at + i) * CIFAR_PIXELS, rec + cv->label_bytes, CIFAR_PIXELS);
     }
-    fclose(f);
     return CNT_OK;
 }
 
@@ -143,28 +145,37 @@ int dataset_load_cifar(dataset *ds, const char *root, int train) {
     const char *const *names = train ? cv->train_files : single;
     size_t rec_size = (size_t)cv->label_bytes + CIFAR_PIXELS;
 
+    /* Every file is opened, and its record count taken from the open file,
+     * before anything is allocated: the count read is the count of the file
+     * read. */
     int nfiles = 0;
     char paths[CIFAR_MAX_FILES][CIFAR_PATH_MAX];
+    FILE *files[CIFAR_MAX_FILES] = {NULL};
     long counts[CIFAR_MAX_FILES], total = 0;
-    for (; names[nfiles]; nfiles++) {
-        if (join_path(paths[nfiles], dir, names[nfiles]) != CNT_OK) return CNT_ERR;
-        if (cifar_count(paths[nfiles], rec_size, &counts[nfiles]) != CNT_OK) return CNT_ERR;
-        total += counts[nfiles];
-        if (total > INT_MAX) return cnt_err_set("%s: more than %d records in all", paths[nfiles], INT_MAX);
+    int rc = CNT_OK;
+    for (; names[nfiles] && rc == CNT_OK; nfiles++) {
+        rc = join_path(paths[nfiles], dir, names[nfiles]);
+        if (rc == CNT_OK) rc = cifar_open(paths[nfiles], rec_size, &files[nfiles], &counts[nfiles]);
+        if (rc == CNT_OK) {
+            total += counts[nfiles];
+            if (total > INT_MAX) rc = cnt_err_set("%s: more than %d records in all", paths[nfiles], INT_MAX);
+        }
     }
-    ds->pixels = malloc((size_t)total * CIFAR_PIXELS);
-    ds->labels = malloc((size_t)total * sizeof *ds->labels);
-    if (!ds->pixels || !ds->labels) {
-        dataset_free(ds);
-        return cnt_err_set("%s: cannot allocate %ld %s images", dir, total, cv->name);
+    if (rc == CNT_OK) {
+        ds->pixels = malloc((size_t)total * CIFAR_PIXELS);
+        ds->labels = malloc((size_t)total * sizeof *ds->labels);
+        if (!ds->pixels || !ds->labels) rc = cnt_err_set("%s: cannot allocate %ld %s images", dir, total, cv->name);
     }
     long at = 0;
-    for (int i = 0; i < nfiles; i++) {
-        if (cifar_read(paths[i], cv, counts[i], ds, at) != CNT_OK) {
-            dataset_free(ds);
-            return CNT_ERR;
-        }
+    for (int i = 0; i < nfiles && rc == CNT_OK; i++) {
+        rc = cifar_read(files[i], paths[i], cv, counts[i], ds, at);
         at += counts[i];
+    }
+    for (int i = 0; i < nfiles; i++)
+        if (files[i]) fclose(files[i]);
+    if (rc != CNT_OK) {
+        dataset_free(ds);
+        return CNT_ERR;
     }
     ds->n = (int)total;
     ds->c = CIFAR_CHANNELS;

@@ -68,7 +68,9 @@ int dataset_make_synthetic(dataset *ds, int c, int h, int w, int classes, int n,
  * ImageFolder does; images are the files whose extension stb_image decodes
  * (jpg jpeg png bmp tga gif ppm pgm pnm psd hdr pic, any case), sorted by name
  * within a class. Hidden entries (leading '.') and other files are ignored;
- * symbolic links are followed. Reads directories only (no file is opened), so a
+ * symbolic links are followed; an image name that is not a regular file (a
+ * FIFO, a device, a socket) or a link that cannot be followed is left out
+ * with a warning naming it. Reads directories only (no file is opened), so a
  * tree of a million images lists in seconds. c, h, w are left 0 (see
  * dataset_set_shape). Errors: root missing or not a directory; no class
  * folder; a class folder without images (names it); more than 2^31-1 images. */
@@ -91,7 +93,8 @@ const char *dataset_class_name(const dataset *ds, int k);
 /* Decodes sample i of a file-backed dataset with ds->c channels (grey images
  * are replicated to RGB, RGB is converted to grey by stb_image's luma rule) as
  * interleaved rows (h x w x c bytes, malloc'ed into *pix, caller frees).
- * Errors: CNT_ERR with stb_image's reason and the path (unreadable, corrupt,
+ * Errors: CNT_ERR with stb_image's reason and the path (unreadable, not a
+ * regular file (refused unread, so a FIFO never blocks), corrupt,
  * unsupported, or larger than 2^28 pixels). Thread-safe. */
 int dataset_decode(const dataset *ds, int i, uint8_t **pix, int *w, int *h);
 

@@ -8,14 +8,17 @@
  * [n]). zlib's gzread reads gzipped and raw files alike, so the format is
  * detected from the content, never from the file name.
  *
- * Every header field is validated before anything is allocated, and the file
- * must hold exactly the bytes its header promises: a short file and a file with
- * trailing bytes are both errors naming the file and the byte counts.
+ * Only regular files are opened (common/fileio.h: a FIFO or device is refused
+ * unread). Every header field is validated before anything is allocated, and
+ * the file must hold exactly the bytes its header promises: a short file and a
+ * file with trailing bytes are both errors naming the file and the byte
+ * counts. Nothing is allocated beyond the bytes actually present: a raw
+ * file's size is checked against its header first; a gzipped file's buffer
+ * grows as its data is inflated.
  */
 #include "data/dataset.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #include <zlib.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
 #define IDX_MAGIC_LABELS 0x00000801u
@@ -32,6 +36,8 @@
 #define IDX_MAX_SIDE 16384u
 #define IDX_MAX_BYTES ((size_t)1 << 33)
 #define IDX_MAX_DIMS 3
+/* A gzipped file's data buffer starts at this size and doubles as data arrives. */
+#define IDX_FIRST_ALLOC ((size_t)1 << 20)
 
 #define MNIST_DEFAULT_ROOT "/usr/share/datasets/fashion-mnist"
 #define MNIST_CLASSES 10
@@ -74,26 +80,17 @@ static int idx_read_bytes(idx_file *f, void *buf, size_t len, size_t *got) {
 static int idx_open(idx_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cnt_err_set("cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return cnt_err_set("cannot stat %s: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return cnt_err_set("cannot read %s: it is a directory", path);
-    }
+    uint64_t size = 0;
+    int fd = file_open_regular_fd(path, "IDX file", &size);
+    if (fd < 0) return CNT_ERR;
     f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
         close(fd);
         return cnt_err_set("cannot open %s: out of memory in zlib", path);
     }
     /* Called before the first read, gzdirect looks at the content: 1 = not gzip. */
-    f->raw = gzdirect(f->gz) && S_ISREG(st.st_mode);
-    f->raw_size = st.st_size;
+    f->raw = gzdirect(f->gz);
+    f->raw_size = (off_t)size;
     return CNT_OK;
 }
 
@@ -147,14 +144,32 @@ static int idx_read_header(idx_file *f, uint32_t magic, int ndims, uint32_t *dim
 }
 
 /* Reads the data after the header into a new buffer and checks that nothing
- * follows it. */
+ * follows it. A raw file's size was checked against the header already; a
+ * gzipped one's data is only known as it is inflated, so its buffer grows
+ * with the bytes actually read (from IDX_FIRST_ALLOC, doubling) instead of
+ * being allocated at the size the header claims: a corrupt header on a small
+ * file is reported as truncated, not as gigabytes allocated first. */
 static int idx_read_payload(idx_file *f, size_t payload, uint8_t **out) {
-    uint8_t *buf = malloc(payload);
-    if (!buf) return cnt_err_set("%s: cannot allocate %zu bytes for its data", f->path, payload);
-    size_t got;
-    if (idx_read_bytes(f, buf, payload, &got) != CNT_OK) {
-        free(buf);
-        return CNT_ERR;
+    size_t cap = f->raw || payload < IDX_FIRST_ALLOC ? payload : IDX_FIRST_ALLOC;
+    uint8_t *buf = malloc(cap);
+    if (!buf) return cnt_err_set("%s: cannot allocate %zu bytes for its data", f->path, cap);
+    size_t got = 0;
+    for (;;) {
+        size_t n;
+        if (idx_read_bytes(f, buf + got, cap - got, &n) != CNT_OK) {
+            free(buf);
+            return CNT_ERR;
+        }
+        got += n;
+        if (got < cap || cap == payload) break; /* end of the data, or all of it */
+        size_t grown = cap > payload / 2 ? payload : 2 * cap;
+        uint8_t *p = realloc(buf, grown);
+        if (!p) {
+            free(buf);
+            return cnt_err_set("%s: cannot allocate %zu bytes for its data", f->path, grown);
+        }
+        buf = p;
+        cap = grown;
     }
     if (got < payload) {
         const char *zm = gz_msg(f->gz);

@@ -5,7 +5,10 @@
  *
  * Listing reads directory entries only: d_type tells files from folders, and
  * stat() is called only where the file system does not fill d_type (or for a
- * symbolic link). Paths are stored once, back to back in one pool, so a
+ * symbolic link). An image name that is not a regular file (a FIFO, a device)
+ * is left out with a warning, and decoding opens regular files only
+ * (common/fileio.h), so a file replaced by a FIFO after the listing is an
+ * unreadable image, never a blocked worker. Paths are stored once, back to back in one pool, so a
  * 1.28-million-image tree costs about 40 MB and two sorts.
  */
 #include "data/dataset.h"
@@ -22,6 +25,7 @@
 #include <stb/stb_image.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 /* Decoding refuses images above this many pixels (a 16384 x 16384 RGB image
  * is 768 MB): a corrupt header must not make a worker allocate gigabytes. */
@@ -67,19 +71,27 @@ static size_t pool_add(pool *p, const char *a, const char *b) {
 /* Entry kind: 1 directory, 2 regular file, 0 other; follows symbolic links.
  * An entry that cannot be followed (a dangling or looping symbolic link, a
  * file gone since readdir) is left out with a warning naming it, as the
- * loader does with an unreadable image. */
-static int entry_kind(const char *dir, const struct dirent *e) {
+ * loader does with an unreadable image; so is, when `warn_other`, an entry
+ * that is neither a directory nor a regular file (a FIFO, whose reads would
+ * block, a device, a socket). */
+static int entry_kind(const char *dir, const struct dirent *e, int warn_other) {
     if (e->d_type == DT_DIR) return 1;
     if (e->d_type == DT_REG) return 2;
-    if (e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) return 0;
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) return 0;
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        log_warn("data: skipping %s while listing: %s", path, strerror(errno));
-        return 0;
+    mode_t mode = DTTOIF(e->d_type);
+    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            log_warn("data: skipping %s while listing: %s", path, strerror(errno));
+            return 0;
+        }
+        mode = st.st_mode;
     }
-    return S_ISDIR(st.st_mode) ? 1 : S_ISREG(st.st_mode) ? 2 : 0;
+    if (S_ISDIR(mode)) return 1;
+    if (S_ISREG(mode)) return 2;
+    if (warn_other) log_warn("data: skipping %s while listing: it is %s, not a regular file", path, file_kind_name(mode));
+    return 0;
 }
 
 static int cmp_off(const void *a, const void *b, void *base) {
@@ -102,7 +114,8 @@ static long list_dir(const char *dir, int kind, pool *p, size_t **offs, size_t *
         if ((e = readdir(d)) == NULL) break;
         if (e->d_name[0] == '.') continue;
         if (kind == 2 && !has_image_ext(e->d_name)) continue;
-        if (entry_kind(dir, e) != kind) continue;
+        /* Images only: a FIFO among the class folders is as ignored as a file. */
+        if (entry_kind(dir, e, kind == 2) != kind) continue;
         if ((size_t)n == *cap) {
             *cap = *cap ? *cap * 2 : 1024;
             *offs = cnt_realloc(*offs, *cap * sizeof **offs);
@@ -246,8 +259,9 @@ int dataset_decode(const dataset *ds, int i, uint8_t **pix, int *w, int *h) {
     char path[PATH_MAX];
     dataset_sample_path(ds, i, path, sizeof path);
     *pix = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return cnt_err_set("%s: %s", path, strerror(errno));
+    /* A regular file only: a FIFO's open and reads would block the worker. */
+    FILE *f = file_open_regular(path, NULL, NULL);
+    if (!f) return CNT_ERR;
     int iw, ih, comp;
     if (!stbi_info_from_file(f, &iw, &ih, &comp)) {
         const char *why = stbi_failure_reason();

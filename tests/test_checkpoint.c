@@ -2,7 +2,8 @@
  * tests/test_checkpoint.c - the checkpoint file: a bitwise round trip of
  * parameters, buffers, momentum and meta; pruning to `keep`; finding the latest;
  * and every rejection ckpt_read promises (wrong magic, truncation at many
- * points, a flipped byte, another model, a missing file), plus failed writes
+ * points, a flipped byte, another model, a missing file, a FIFO or directory
+ * in place of the file), plus failed writes
  * that must leave the previous checkpoint intact and no temporary file behind.
  * Version 2's model block (input shape, classes, aux_logits, zoo options) is
  * round-tripped through ckpt_read and ckpt_read_meta; version-1 files get a
@@ -606,6 +607,36 @@ static void test_missing_and_uncreatable(void **state) {
     assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
 }
 
+/* Only regular files are read: a FIFO (whose open would wait for a writer
+ * forever) and a directory are refused by ckpt_read and ckpt_read_meta with
+ * a message naming the path and the kind, and ckpt_find_latest passes over
+ * ckpt-NNNNNN.cnt entries that are not regular files. alarm() turns a hang
+ * into a failure. */
+static void test_not_regular(void **state) {
+    fixture *fx = *state;
+    char dir[256], fifo[512], sub_dir[512], path[512], latest[512];
+    sub(fx, "kinds", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    snprintf(fifo, sizeof fifo, "%s/ckpt-000009.cnt", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(sub_dir, sizeof sub_dir, "%s/ckpt-000008.cnt", dir);
+    assert_int_equal(mkdir(sub_dir, 0700), 0);
+    alarm(20);
+    expect_read_error(fx, fifo, "it is a FIFO (named pipe), not a regular file");
+    ckpt_meta m;
+    assert_int_equal(ckpt_read_meta(fifo, &m), CNT_ERR);
+    if (!strstr(cnt_err_msg(), fifo) || !strstr(cnt_err_msg(), "FIFO"))
+        fail_msg("ckpt_read_meta of a FIFO: \"%s\"", cnt_err_msg());
+    expect_read_error(fx, sub_dir, "it is a directory, not a regular file");
+    assert_int_equal(ckpt_read_meta(sub_dir, &m), CNT_ERR);
+    if (!strstr(cnt_err_msg(), sub_dir) || !strstr(cnt_err_msg(), "directory"))
+        fail_msg("ckpt_read_meta of a directory: \"%s\"", cnt_err_msg());
+    assert_int_equal(ckpt_find_latest(dir, latest, sizeof latest), CNT_OK);
+    assert_string_equal(latest, path);
+    expect_round_trip(fx, latest, 1);
+    alarm(0);
+}
+
 static void test_failed_write_keeps_previous(void **state) {
     fixture *fx = *state;
     char dir[256], path[512], tmp[512];
@@ -664,6 +695,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_and_uncreatable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_write_keeps_previous, setup, teardown),
     };
     return cmocka_run_group_tests_name("checkpoint", tests, NULL, NULL);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_cli.sh - the trainer's command line as a user meets it: exit codes
 # and messages for configuration mistakes, --summary, --help, --version, the
-# data kinds (synthetic training, CIFAR errors), the ImageNet configs, devices
+# data kinds (synthetic training, CIFAR errors), inputs that are not regular
+# files (a FIFO, directory or device), the ImageNet configs, devices
 # and the GPU-only keys' mistakes (cuda without a GPU, nccl on the CPU), and the
 # README's config reference being the one the parser uses.
 # Run from the repository root after `make`. Exits non-zero on the first failure.
@@ -217,6 +218,43 @@ run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt" "$tmp/no/dir/x.safetensor
 check "--export, unwritable output: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/no/dir/x.safetensors" <<<"$out")"
 run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt"
 check "--export with one argument: usage, exit 2" test "$rc" -eq 2
+
+# Inputs that are not regular files: a FIFO (whose open waits for a writer
+# forever), a directory or a device given as the config file, a data file,
+# model.init_from, checkpoint.resume or --export's checkpoint ends the run at
+# once with a message naming the path and its kind. timeout 20: a hang fails
+# the check (exit 124) instead of stalling the script.
+mkfifo "$tmp/pipe.ini" "$tmp/pipe.safetensors" "$tmp/pipe.cnt"
+run timeout 20 $T "$tmp/pipe.ini"
+check "a FIFO as the config file: exit 2 naming it as a FIFO" \
+    test "$rc" -eq 2 -a -n "$(grep -o "cannot open config '$tmp/pipe.ini': it is a FIFO (named pipe)" <<<"$out")"
+mkdir -p "$tmp/dir.ini"
+run timeout 20 $T "$tmp/dir.ini"
+check "a directory as the config file: exit 2 naming it" \
+    test "$rc" -eq 2 -a -n "$(grep -o "cannot open config '$tmp/dir.ini': it is a directory" <<<"$out")"
+run timeout 20 $T --summary /dev/null
+check "a device as the config file: exit 2 naming it" \
+    test "$rc" -eq 2 -a -n "$(grep -o "cannot open config '/dev/null': it is a character device" <<<"$out")"
+mkdir -p "$tmp/fifo-mnist"
+mkfifo "$tmp/fifo-mnist/train-images-idx3-ubyte.gz"
+cp /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz "$tmp/fifo-mnist/" 2>/dev/null
+run timeout 20 $T configs/resnet20-fashion.ini data.root="$tmp/fifo-mnist" train.out_dir="$tmp/fifo-out"
+check "a FIFO as an IDX file: exit 1 naming it as a FIFO" \
+    test "$rc" -eq 1 -a -n "$(grep -o "$tmp/fifo-mnist/train-images-idx3-ubyte.gz': it is a FIFO" <<<"$out")"
+mkdir -p "$tmp/fifo-cifar"
+mkfifo "$tmp/fifo-cifar/data_batch_1.bin"
+run timeout 20 $T configs/resnet20-cifar10.ini data.root="$tmp/fifo-cifar" train.out_dir="$tmp/fifo-out"
+check "a FIFO as a CIFAR file: exit 1 naming it as a FIFO" \
+    test "$rc" -eq 1 -a -n "$(grep -o "$tmp/fifo-cifar/data_batch_1.bin': it is a FIFO" <<<"$out")"
+run timeout 20 $T "$tmp/w.ini" train.out_dir="$tmp/fifo-out" model.init_from="$tmp/pipe.safetensors"
+check "a FIFO as model.init_from: exit 1 naming it as a FIFO" \
+    test "$rc" -eq 1 -a -n "$(grep -o "$tmp/pipe.safetensors': it is a FIFO" <<<"$out")"
+run timeout 20 $T "$tmp/w.ini" train.out_dir="$tmp/fifo-out" checkpoint.resume="$tmp/pipe.cnt"
+check "a FIFO as checkpoint.resume: exit 1 naming it as a FIFO" \
+    test "$rc" -eq 1 -a -n "$(grep -o "$tmp/pipe.cnt': it is a FIFO" <<<"$out")"
+run timeout 20 $T --export "$tmp/pipe.cnt" "$tmp/fifo.safetensors"
+check "a FIFO as --export's checkpoint: exit 1 naming it as a FIFO" \
+    test "$rc" -eq 1 -a -n "$(grep -o "$tmp/pipe.cnt': it is a FIFO" <<<"$out")"
 
 # The ImageNet configs: torchvision's parameter counts at their input shape on
 # synthetic data (one override), a clear error while ImageNet is missing, and

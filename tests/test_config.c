@@ -5,7 +5,9 @@
  * seed above 2^53), milestone lists, and the help and Markdown reference
  * naming every key.
  *
- * Config files are written to /tmp with mkstemp() and removed afterwards.
+ * Config files are written to /tmp with mkstemp() and removed afterwards. A
+ * FIFO, a directory and a device given as the config file are refused, the
+ * FIFO under alarm() so that a hang fails the test.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -347,8 +350,34 @@ static void test_open_errors(void **state) {
     assert_string_equal(cnt_err_msg(),
                         "cannot open config '/tmp/cnt_test_config_does_not_exist.ini': No such file or directory");
     assert_int_equal(config_load(&c, "/tmp"), CNT_ERR);
-    assert_contains(cnt_err_msg(), "'/tmp'");
-    assert_contains(cnt_err_msg(), "Is a directory");
+    assert_string_equal(cnt_err_msg(), "cannot open config '/tmp': it is a directory, not a regular file");
+    assert_memory_equal(&c, &before, sizeof c);
+    /* A device is not a config file either (/dev/null would read as empty). */
+    assert_int_equal(config_load(&c, "/dev/null"), CNT_ERR);
+    assert_string_equal(cnt_err_msg(), "cannot open config '/dev/null': it is a character device, not a regular file");
+    assert_memory_equal(&c, &before, sizeof c);
+}
+
+/* A FIFO given as the config file is refused at once: a plain open() of a
+ * FIFO waits for a writer forever. alarm() turns a hang into a failure. */
+static void test_fifo_refused(void **state) {
+    (void)state;
+    char dir[] = "/tmp/cnt_test_config_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "%s/pipe.ini", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    config c, before;
+    config_defaults(&c);
+    before = c;
+    alarm(20);
+    int rc = config_load(&c, fifo);
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+    assert_int_equal(rc, CNT_ERR);
+    assert_contains(cnt_err_msg(), fifo);
+    assert_contains(cnt_err_msg(), "it is a FIFO (named pipe), not a regular file");
     assert_memory_equal(&c, &before, sizeof c);
 }
 
@@ -772,6 +801,7 @@ int main(void) {
         cmocka_unit_test(test_load_valid),
         cmocka_unit_test(test_bool_spellings),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_unknown_section),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_duplicate_key),

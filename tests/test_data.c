@@ -3,7 +3,9 @@
  *
  * Small IDX files with known content are written (raw and gzipped) to a fresh
  * directory under /tmp and read back; every error case checks that the message
- * names the file at fault. The real Fashion-MNIST files are checked for shape
+ * names the file at fault (a FIFO, device or directory in place of a file
+ * among them; a gzipped header claiming more data than the file holds is
+ * checked under an address-space limit). The real Fashion-MNIST files are checked for shape
  * and label balance. Loader tests use in-memory datasets whose label is the
  * sample index, so shard membership, order and pixel content can be traced
  * back to the source sample. Tests that could hang (start_epoch or free in the
@@ -19,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -232,6 +236,74 @@ static void test_idx_errors(void **state) {
     expect_load_error(bad, lab, bad, "truncated");
     /* A directory is not a file. */
     expect_load_error(tmp_dir, lab, tmp_dir, "directory");
+}
+
+/* Only regular files are read: a FIFO (whose open would wait for a writer
+ * forever), a device and a directory are refused unread, naming the path and
+ * the kind, also when found by dataset_load_mnist_dir. alarm() turns a hang
+ * into a failure. */
+static void test_idx_not_regular(void **state) {
+    (void)state;
+    const char *img = tmp_path(0, "kind-images");
+    const char *lab = tmp_path(1, "kind-labels");
+    const char *fifo = tmp_path(2, "kind-fifo");
+    write_small(img, lab, 0, 1);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    expect_load_error(fifo, lab, fifo, "it is a FIFO (named pipe), not a regular file");
+    expect_load_error(img, fifo, fifo, "it is a FIFO (named pipe), not a regular file");
+    expect_load_error("/dev/zero", lab, "/dev/zero", "it is a character device, not a regular file");
+    expect_load_error(tmp_dir, lab, tmp_dir, "it is a directory, not a regular file");
+    unlink(fifo);
+    /* An MNIST directory whose t10k-labels-idx1-ubyte.gz is a FIFO. */
+    const char *dir = tmp_path(3, "kind-mnist");
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char images[600], labels[600];
+    snprintf(images, sizeof images, "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(labels, sizeof labels, "%s/t10k-labels-idx1-ubyte.gz", dir);
+    write_small(images, tmp_path(1, "kind-labels"), 0, 1);
+    assert_int_equal(mkfifo(labels, 0600), 0);
+    dataset ds;
+    assert_int_equal(dataset_load_mnist_dir(&ds, dir, 0), CNT_ERR);
+    expect_msg_has(labels);
+    expect_msg_has("FIFO");
+    alarm(0);
+    unlink(images);
+    unlink(labels);
+    rmdir(dir);
+}
+
+/* A gzipped file's header is only as good as the data behind it: one that
+ * claims 2 GB of images over a few bytes is reported as truncated, and no
+ * more memory is taken than the data read needs (under an address-space
+ * limit 1 GiB above what the process maps, a buffer allocated at the claimed
+ * size would fail as "cannot allocate"). */
+static void test_idx_gz_claims_more_than_it_holds(void **state) {
+    (void)state;
+    const char *img = tmp_path(0, "claim-images");
+    const char *lab = tmp_path(1, "claim-labels");
+    write_small(img, lab, 1, 1);
+    uint8_t px[SN * SH * SW];
+    small_pixels(px);
+    uint32_t dims[3] = {500000, 64, 64}; /* 2,048,000,000 bytes promised */
+    write_idx(img, 1, 0x803, dims, 3, px, sizeof px, 0, SIZE_MAX);
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld", &pages), 1);
+    fclose(f);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+    lim = old;
+    rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)1 << 30);
+    if (old.rlim_max == RLIM_INFINITY || cap < old.rlim_max) lim.rlim_cur = cap;
+    assert_int_equal(setrlimit(RLIMIT_AS, &lim), 0);
+    dataset ds;
+    int rc = dataset_load_idx(&ds, img, lab);
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+    assert_int_equal(rc, CNT_ERR);
+    expect_msg_has(img);
+    expect_msg_has("truncated: expected 2048000000 bytes of data after the header, read 60");
 }
 
 static void test_mnist_dir(void **state) {
@@ -770,6 +842,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_reads_raw_and_gzip),
         cmocka_unit_test(test_idx_errors),
+        cmocka_unit_test(test_idx_not_regular),
+        cmocka_unit_test(test_idx_gz_claims_more_than_it_holds),
         cmocka_unit_test(test_mnist_dir),
         cmocka_unit_test(test_fashion_mnist),
         cmocka_unit_test(test_dataset_helpers),

@@ -6,8 +6,8 @@
  * (f + r) mod classes and pixel k = (f * 31 + r * 7 + k) mod 256) and read them
  * back: shape, classes, exact pixels and labels, the five CIFAR-10 training
  * batches concatenated in order, the archives' sub-directories, and the errors
- * (missing root, missing files, truncated file, bad label), each checked to
- * name the file at fault. The synthetic tests check shape, determinism per
+ * (missing root, missing files, truncated file, bad label, a FIFO, directory
+ * or device in a file's place), each checked to name the file at fault. The synthetic tests check shape, determinism per
  * (seed, stream), the label distribution, and the parsing of
  * data.synthetic_shape.
  */
@@ -250,6 +250,41 @@ static void test_cifar_errors(void **state) {
     rmdir(t100);
 }
 
+/* A FIFO, a directory or a device in a CIFAR file's place is refused unread,
+ * naming the path and its kind, whether it is the file that identifies the
+ * variant (test_batch.bin) or one found after it. alarm() turns a hang into
+ * a failure. */
+static void test_cifar_not_regular(void **state) {
+    (void)state;
+    dataset ds;
+    write_cifar10(tmp_dir);
+    const char *b3 = path_in(1, tmp_dir, "data_batch_3.bin");
+    const char *tb = path_in(2, tmp_dir, "test_batch.bin");
+    alarm(20);
+    unlink(b3);
+    assert_int_equal(mkfifo(b3, 0600), 0);
+    assert_int_equal(dataset_load_cifar(&ds, tmp_dir, 1), CNT_ERR);
+    expect_msg_has(b3);
+    expect_msg_has("it is a FIFO (named pipe), not a regular file");
+    assert_null(ds.pixels);
+    unlink(tb);
+    assert_int_equal(mkfifo(tb, 0600), 0);
+    assert_int_equal(dataset_load_cifar(&ds, tmp_dir, 0), CNT_ERR);
+    expect_msg_has(tb);
+    expect_msg_has("it is a FIFO (named pipe), not a regular file");
+    unlink(b3);
+    assert_int_equal(mkdir(b3, 0700), 0);
+    assert_int_equal(dataset_load_cifar(&ds, tmp_dir, 1), CNT_ERR);
+    expect_msg_has(b3);
+    expect_msg_has("it is a directory, not a regular file");
+    rmdir(b3);
+    assert_int_equal(symlink("/dev/zero", b3), 0);
+    assert_int_equal(dataset_load_cifar(&ds, tmp_dir, 1), CNT_ERR);
+    expect_msg_has(b3);
+    expect_msg_has("it is a character device, not a regular file");
+    alarm(0);
+}
+
 static int count_diff(const dataset *a, const dataset *b) {
     size_t bytes = (size_t)a->n * (size_t)a->c * (size_t)a->h * (size_t)a->w;
     int diff = 0;
@@ -345,6 +380,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cifar100_subdir, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_cifar10_subdir, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_cifar_errors, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_cifar_not_regular, setup_tmp, teardown_tmp),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_synthetic_shape),
     };

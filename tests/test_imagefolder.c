@@ -1,7 +1,9 @@
 /*
  * tests/test_imagefolder.c - image folders: listing, errors, decoding (PNG,
  * JPEG, grey, odd sizes), normalised values, the two crop styles, corrupt
- * files, shards and reproducible augmentation.
+ * files, FIFOs and devices among the images (left out of the listing with a
+ * warning, or skipped as unreadable when they appear after it), shards and
+ * reproducible augmentation.
  *
  * Every test builds its own small tree of images with stb_image_write under
  * a fresh mkdtemp directory, removed afterwards. Images that must be checked
@@ -180,6 +182,102 @@ static void test_listing_skips_broken_links(void **state) {
     if (dataset_list_imagefolder(&ds, path_of("links")) != CNT_OK) fail_msg("%s", cnt_err_msg());
     assert_int_equal(ds.classes, 2);
     assert_int_equal(ds.n, 2);
+    dataset_free(&ds);
+}
+
+/* Runs the listing of root with stderr sent to a file; returns what was
+ * written there (malloc'ed) and the listing's status in *rc. */
+static char *list_capturing_stderr(dataset *ds, const char *root, int *rc) {
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fileno(tmp), 2), 2);
+    *rc = dataset_list_imagefolder(ds, root);
+    fflush(stderr);
+    assert_int_equal(dup2(saved, 2), 2);
+    close(saved);
+    long n = ftell(tmp);
+    if (n < 0) n = 0;
+    char *text = calloc(1, (size_t)n + 1);
+    rewind(tmp);
+    size_t got = fread(text, 1, (size_t)n, tmp);
+    text[got] = '\0';
+    fclose(tmp);
+    return text;
+}
+
+/* An image name that is not a regular file (a FIFO, whose reads would block a
+ * worker; a link to a device) is left out of the listing with a warning
+ * naming it and its kind; a FIFO among the class folders is ignored as a
+ * file is. alarm() turns a hang into a failure. */
+static void test_listing_skips_special_files(void **state) {
+    (void)state;
+    write_id_image(path_of("special/a/1.png"), 1, 4, 4, 3);
+    write_id_image(path_of("special/b/2.png"), 2, 4, 4, 3);
+    char fifo[1024], dev[1024];
+    snprintf(fifo, sizeof fifo, "%s", path_of("special/a/pipe.png"));
+    snprintf(dev, sizeof dev, "%s", path_of("special/b/zero.jpg"));
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink("/dev/zero", dev), 0);
+    assert_int_equal(mkfifo(path_of("special/c"), 0600), 0);
+    alarm(20);
+    dataset ds;
+    int rc;
+    char *err = list_capturing_stderr(&ds, path_of("special"), &rc);
+    alarm(0);
+    if (rc != CNT_OK) fail_msg("%s", cnt_err_msg());
+    assert_int_equal(ds.classes, 2);
+    assert_int_equal(ds.n, 2);
+    char want[1200];
+    snprintf(want, sizeof want, "skipping %s while listing: it is a FIFO (named pipe), not a regular file", fifo);
+    assert_contains(err, want);
+    snprintf(want, sizeof want, "skipping %s while listing: it is a character device, not a regular file", dev);
+    assert_contains(err, want);
+    if (strstr(err, "special/c")) fail_msg("a FIFO among the class folders is ignored silently: %s", err);
+    free(err);
+    dataset_free(&ds);
+}
+
+/* An image replaced by a FIFO after the listing (or a listing made on
+ * another node) is an unreadable image: named, skipped and counted like a
+ * corrupt one; a worker never blocks in its open. alarm() turns a hang into
+ * a failure. */
+static void test_fifo_after_listing(void **state) {
+    (void)state;
+    const char *root = make_id_tree("late", 12, 3);
+    dataset ds;
+    assert_int_equal(dataset_list_imagefolder(&ds, root), CNT_OK);
+    dataset_set_shape(&ds, 3, 4);
+    char fifo[1024];
+    snprintf(fifo, sizeof fifo, "%s", path_of("late/c1/img00004.png"));
+    assert_int_equal(unlink(fifo), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    uint8_t *pix = NULL;
+    int w, h, idx = -1;
+    for (int i = 0; i < ds.n; i++) {
+        char p[1024];
+        dataset_sample_path(&ds, i, p, sizeof p);
+        if (strcmp(p, fifo) == 0) idx = i;
+    }
+    assert_true(idx >= 0);
+    assert_int_equal(dataset_decode(&ds, idx, &pix, &w, &h), CNT_ERR);
+    assert_null(pix);
+    char want[1200];
+    snprintf(want, sizeof want, "%s: it is a FIFO (named pipe), not a regular file", fifo);
+    assert_string_equal(cnt_err_msg(), want);
+    loader_options o = plain_options(4, 0, 1, 0);
+    loader *ld = loader_create(&ds, &o);
+    loader_start_epoch(ld, 0);
+    const batch *b;
+    long seen = 0;
+    while ((b = loader_next(ld)) != NULL) seen += b->n;
+    alarm(0);
+    assert_int_equal(seen, 11);
+    assert_int_equal(loader_skipped(ld), 1);
+    loader_free(ld);
     dataset_free(&ds);
 }
 
@@ -547,6 +645,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_listing_sorted_and_filtered),
         cmocka_unit_test(test_listing_skips_broken_links),
+        cmocka_unit_test(test_listing_skips_special_files),
+        cmocka_unit_test(test_fifo_after_listing),
         cmocka_unit_test(test_listing_errors),
         cmocka_unit_test(test_decode_values),
         cmocka_unit_test(test_odd_sizes),

@@ -5,7 +5,8 @@
  * (checked by python3's json module when python3 is present, and by our own
  * parser) holding exactly the net's torchvision names, torchvision's shapes and
  * num_batches_tracked; F16 and BF16 files convert; every rejection
- * safetensors_load promises names the file and the tensor; a classifier for
+ * safetensors_load promises names the file and the tensor (a FIFO, directory
+ * or device in place of the file among them); a classifier for
  * another class count is kept and reported; failed writes leave nothing
  * behind; `trainer --export`'s path (checkpoint -> zoo rebuild -> file) works
  * and names the checkpoint on errors.
@@ -489,6 +490,20 @@ static void test_errors(void **state) {
     /* missing file */
     path_in_root("nope.safetensors", path, sizeof path);
     expect_load_error(nt, path, "cannot open", NULL);
+
+    /* Not a regular file: refused unread, naming the kind. A FIFO's open
+     * would wait for a writer forever; alarm() turns a hang into a failure. */
+    path_in_root("pipe.safetensors", path, sizeof path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(20);
+    expect_load_error(nt, path, "it is a FIFO (named pipe), not a regular file", NULL);
+    alarm(0);
+    unlink(path);
+    path_in_root("dir.safetensors", path, sizeof path);
+    assert_int_equal(mkdir(path, 0700), 0);
+    expect_load_error(nt, path, "it is a directory, not a regular file", NULL);
+    rmdir(path);
+    expect_load_error(nt, "/dev/zero", "it is a character device, not a regular file", NULL);
 
     /* truncated: in the length field, in the header, in the data (naming the tensor cut) */
     path_in_root("cut.safetensors", path, sizeof path);

@@ -545,16 +545,16 @@ out:
 
 int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
               ckpt_meta *meta) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cnt_err_set("cannot open checkpoint '%s': %s", path, strerror(errno));
+    FILE *f = file_open_regular(path, "checkpoint", NULL);
+    if (!f) return CNT_ERR;
     int rc = read_open(f, path, nt, params, buffers, momentum, has_momentum, meta);
     fclose(f);
     return rc;
 }
 
 int ckpt_read_meta(const char *path, ckpt_meta *meta) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cnt_err_set("cannot open checkpoint '%s': %s", path, strerror(errno));
+    FILE *f = file_open_regular(path, "checkpoint", NULL);
+    if (!f) return CNT_ERR;
     struct stat st;
     int rc = CNT_ERR;
     unsigned char magic[CKPT_MAGIC_LEN];

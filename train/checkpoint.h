@@ -121,7 +121,8 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
  * file has one. has_momentum and meta may be NULL.
  * The whole file is validated (size, checksum, model signature) before any of
  * the caller's arrays is written, so on error they are unchanged.
- * Errors: CNT_ERR with a message naming path: cannot open; truncated (too
+ * Errors: CNT_ERR with a message naming path: cannot open or not a regular
+ * file (a FIFO, directory or device, refused unread); truncated (too
  * short for what its header describes); "not a cnntrain checkpoint" (magic);
  * unsupported version (version 1: "has no model block"); "corrupt" (checksum
  * mismatch, bad momentum flag, bytes after the end, implausible model block); model mismatch (the first parameter or buffer tensor whose
@@ -135,10 +136,10 @@ int ckpt_read(const char *path, const net *nt, float *params, float *buffers, fl
  * whole file's checksum holds (the file is read through, so a corrupt but
  * plausible header is never trusted); the model signature is validated by
  * ckpt_read.
- * Errors: CNT_ERR naming path: cannot open; "not a cnntrain checkpoint";
- * truncated header; a version-1 file ("version 1 ... has no model block") or
- * another unsupported version; an implausible model block or a checksum
- * mismatch (corrupt). */
+ * Errors: CNT_ERR naming path: cannot open or not a regular file (as
+ * ckpt_read); "not a cnntrain checkpoint"; truncated header; a version-1
+ * file ("version 1 ... has no model block") or another unsupported version;
+ * an implausible model block or a checksum mismatch (corrupt). */
 int ckpt_read_meta(const char *path, ckpt_meta *meta);
 
 /* Finds the newest checkpoint in dir: of the regular files named exactly

@@ -42,6 +42,7 @@
 #include <sys/types.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 /* Longest string value, so that "key = value" fits inih's line buffer. */
 #define CONFIG_VALUE_MAX 150
@@ -971,8 +972,8 @@ static int ini_on_key(void *user, const char *section, const char *name, const c
 }
 
 int config_load(config *cfg, const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return cnt_err_set("cannot open config '%s': %s", path, strerror(errno));
+    FILE *f = file_open_regular(path, "config", NULL);
+    if (!f) return CNT_ERR;
     load_ctx *ctx = cnt_calloc(1, sizeof *ctx);
     ctx->path = path;
     ctx->f = f;

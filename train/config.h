@@ -132,7 +132,10 @@ typedef struct config {
 
 /* Fills every field with the table's default. */
 void config_defaults(config *cfg);
-/* Applies an INI file over cfg. */
+/* Applies an INI file over cfg. CNT_ERR with a message naming the file (and
+ * line) when it cannot be opened, is not a regular file (a FIFO, directory or
+ * device is refused before it is read), or holds an error; cfg is then left
+ * as it was. */
 int config_load(config *cfg, const char *path);
 /* Applies one "section.key=value" override. */
 int config_override(config *cfg, const char *arg);

@@ -746,8 +746,8 @@ out:
 }
 
 int safetensors_load(const char *path, const net *nt, float *params, float *buffers, safetensors_report *rep) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cnt_err_set("cannot open safetensors file '%s': %s", path, strerror(errno));
+    FILE *f = file_open_regular(path, "safetensors file", NULL);
+    if (!f) return CNT_ERR;
     int rc = load_open(f, path, nt, params, buffers, rep);
     fclose(f);
     return rc;

@@ -67,7 +67,8 @@ int safetensors_write(const char *path, const net *nt, const float *params, cons
  * are checked before params or buffers is written; a read error after that
  * leaves them partly loaded.
  * Errors: CNT_ERR with a message naming path and, where one is at fault, the
- * tensor: cannot open; truncated (header length, header or data); a bad header
+ * tensor: cannot open, or not a regular file (a FIFO, directory or device is
+ * refused before it is read); truncated (header length, header or data); a bad header
  * (not the JSON above, an unknown dtype, a shape and dtype that do not match
  * the data_offsets' size); data_offsets out of range, overlapping, or leaving
  * bytes unused; a missing tensor; an unsupported dtype or a wrong shape. */
