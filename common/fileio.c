@@ -39,11 +39,13 @@ static int open_failed(const char *path, const char *what, const char *fmt, ...)
     return -1;
 }
 
-int file_open_regular_fd(const char *path, const char *what, uint64_t *size) {
-    /* Why O_NONBLOCK: open() of a FIFO without a writer waits for one,
-     * forever; non-blocking it returns at once and fstat below refuses it.
+/* file_open_regular_fd with the open's access flags given. */
+static int open_regular(const char *path, const char *what, uint64_t *size, int flags) {
+    /* Why O_NONBLOCK: open() of a FIFO without a writer (or, for writing,
+     * a reader) waits for one, forever; non-blocking it returns at once and
+     * fstat below refuses it (or the open fails with ENXIO, named below).
      * O_NOCTTY: a terminal device must not become our controlling terminal. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    int fd = open(path, flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
     struct stat st;
     if (fd < 0) {
         int err = errno;
@@ -72,6 +74,23 @@ int file_open_regular_fd(const char *path, const char *what, uint64_t *size) {
     }
     if (size) *size = (uint64_t)st.st_size;
     return fd;
+}
+
+int file_open_regular_fd(const char *path, const char *what, uint64_t *size) {
+    return open_regular(path, what, size, O_RDONLY);
+}
+
+FILE *file_append_regular(const char *path, const char *what) {
+    int fd = open_regular(path, what, NULL, O_WRONLY | O_APPEND | O_CREAT);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "a");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        open_failed(path, what, "%s", strerror(err));
+        return NULL;
+    }
+    return f;
 }
 
 FILE *file_open_regular(const char *path, const char *what, uint64_t *size) {

@@ -37,6 +37,11 @@ FILE *file_open_regular(const char *path, const char *what, uint64_t *size);
  * message. */
 int file_open_regular_fd(const char *path, const char *what, uint64_t *size);
 
+/* Opens path for appending (created 0644 if missing; close-on-exec), with
+ * the same refusal of anything but a regular file and the same messages:
+ * an output that is a FIFO never blocks the run. */
+FILE *file_append_regular(const char *path, const char *what);
+
 /* The kind of a file that is not a regular one, for messages: "a directory",
  * "a FIFO (named pipe)", "a character device", "a block device", "a socket",
  * "a symbolic link", "a regular file", or "of an unknown kind". */

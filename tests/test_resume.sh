@@ -204,6 +204,16 @@ out=$("${T[@]}" train.out_dir="$d" train.max_steps=2 2>&1)
 check "fresh start over an earlier run: its checkpoints moved aside" grep -q "beyond this run's starting point (a fresh start)" <<<"$out"
 check "fresh start over an earlier run: its metrics kept as metrics.<time>.jsonl" grep -q "earlier run's records moved to $d/metrics\.[0-9-]*\.jsonl" <<<"$out"
 
+# Outputs that are not regular files are refused at once, never blocked on.
+for f in metrics.jsonl config.ini; do
+    mkdir -p "$tmp/fifo-$f"
+    mkfifo "$tmp/fifo-$f/$f"
+    out=$(timeout 20 "${T[@]}" train.out_dir="$tmp/fifo-$f" train.max_steps=1 2>&1)
+    rc=$?
+    check "$f is a FIFO: refused at once (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+    check "$f is a FIFO: named" grep -q "'$tmp/fifo-$f/$f': it is a FIFO" <<<"$out"
+done
+
 # 8. A full disk (a tiny tmpfs, where mounting is allowed): the metrics
 # write fails with the file and ENOSPC named, non-zero exit, the checkpoints
 # intact. (A file-size limit cannot stand in: MPI's start-up needs files.)

@@ -46,8 +46,10 @@ static long record_step(const char *line) {
 
 /* Keeps the records of path up to until_step (see metrics_open). */
 static int cut_records(const char *path, const char *dir, long until_step, int keep_beyond) {
-    FILE *in = fopen(path, "r");
-    if (!in) return errno == ENOENT ? CNT_OK : cnt_err_set("cannot read '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT) return CNT_OK;
+    FILE *in = file_open_regular(path, "metrics file", NULL);
+    if (!in) return CNT_ERR;
     char tmp[4200], side[4200], stamp[32];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     stamp_of(time(NULL), stamp, sizeof stamp);
@@ -108,8 +110,8 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) 
     } else if (until_step >= 0 && cut_records(m->path, dir, until_step, keep_beyond) != CNT_OK) {
         return CNT_ERR;
     }
-    m->f = fopen(m->path, "a");
-    if (!m->f) return cnt_err_set("cannot write '%s': %s", m->path, strerror(errno));
+    m->f = file_append_regular(m->path, "metrics file");
+    if (!m->f) return CNT_ERR;
     return CNT_OK;
 }
 

@@ -301,7 +301,12 @@ static int write_config_ini(const config *cfg) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     size_t len;
     char *text = config_text(cfg, 0, &len);
-    FILE *old = fopen(path, "r");
+    struct stat lst;
+    FILE *old = NULL;
+    if (lstat(path, &lst) == 0 && !(old = file_open_regular(path, "config record", NULL))) {
+        free(text);
+        return CNT_ERR; /* not a regular file: named */
+    }
     if (old) {
         char *prev = cnt_malloc(len + 2);
         size_t n = fread(prev, 1, len + 1, old);
