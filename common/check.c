@@ -70,6 +70,9 @@ void cnt_set_abort_hook(void (*hook)(int code)) { abort_hook = hook; }
  * mpirun forwards each write of each rank as it comes, so a line written in
  * pieces could be interleaved with another rank's output (a test once found
  * "[rank 1] " in front of rank 0's line and rank 1's error without it). */
+/* The first failed write of a log line, to stdout or stderr (errno), 0: none. */
+static int log_errno = 0;
+
 static void write_line(const char *head, const char *fmt, va_list ap) {
     char line[4096];
     int n = log_world > 1 ? snprintf(line, sizeof line, "[rank %d] %s", log_rank, head)
@@ -82,8 +85,11 @@ static void write_line(const char *head, const char *fmt, va_list ap) {
     if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
     line[n++] = '\n';
     line[n] = '\0';
-    fwrite(line, 1, (size_t)n, stderr);
+    errno = 0;
+    if (fwrite(line, 1, (size_t)n, stderr) != (size_t)n && !log_errno) log_errno = errno ? errno : EIO;
 }
+
+int cnt_log_write_error(void) { return log_errno; }
 
 static void write_linef(const char *head, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void write_linef(const char *head, const char *fmt, ...) {
@@ -142,10 +148,12 @@ void log_info(const char *fmt, ...) {
     if (log_rank != 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    errno = 0;
+    int bad = vfprintf(stdout, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
+    bad |= fputc('\n', stdout) == EOF;
+    bad |= fflush(stdout) != 0;
+    if (bad && !log_errno) log_errno = errno ? errno : EIO;
 }
 
 static void log_stderr(const char *level, const char *fmt, va_list ap) {

@@ -72,5 +72,10 @@ char *cnt_strdup(const char *s);
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The errno of the first log line that could not be written to standard
+ * output or error (a full disk they were redirected to, a closed pipe), 0 when every one
+ * was: the trainer checks it at its progress lines and at the end, so a run
+ * whose log was cut short does not end with status 0. */
+int cnt_log_write_error(void);
 
 #endif

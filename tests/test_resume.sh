@@ -204,6 +204,12 @@ out=$("${T[@]}" train.out_dir="$d" train.max_steps=2 2>&1)
 check "fresh start over an earlier run: its checkpoints moved aside" grep -q "beyond this run's starting point (a fresh start)" <<<"$out"
 check "fresh start over an earlier run: its metrics kept as metrics.<time>.jsonl" grep -q "earlier run's records moved to $d/metrics\.[0-9-]*\.jsonl" <<<"$out"
 
+# The log itself on a full disk: the run does not end with status 0.
+err=$("${T[@]}" train.out_dir="$tmp/logfull" train.max_steps=2 2>&1 >/dev/full)
+rc=$?
+check "log (stdout) on a full device: exit 1 (rc=$rc)" test $rc -eq 1
+check "log (stdout) on a full device: said on stderr" grep -q "cannot write the log (standard output or error): No space left on device" <<<"$err"
+
 # Outputs that are not regular files are refused at once, never blocked on.
 for f in metrics.jsonl config.ini; do
     mkdir -p "$tmp/fifo-$f"

@@ -155,6 +155,8 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, wait_ms, w->comm / w->steps, w->exposed / w->steps,
                      ls->scale, ls->skipped) != CNT_OK)
         return CNT_ERR;
+    if (cnt_log_write_error())
+        return cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));
     if (have_loss) p->r.last_loss = loss;
     if (have_loss && !isfinite(loss)) {
         log_error("training diverged: loss is %g at step %ld; lower optim.lr", loss, step);
@@ -230,6 +232,8 @@ int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, 
                  p->o.out_dir);
     if (status == CNT_OK && !isfinite(r->last_loss))
         status = cnt_err_set("training diverged (loss %g)", r->last_loss);
+    if (status == CNT_OK && cnt_log_write_error())
+        status = cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));
     if (res) *res = *r;
     return status;
 }
