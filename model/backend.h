@@ -263,6 +263,28 @@ typedef struct backend {
      * `done` has passed (fence_wait); compute ops must not use dst between
      * `after` and `done`. On the CPU a plain copy. */
     void (*upload_async)(void *dst, const void *host_src, size_t bytes, void *after, void *done);
+
+    /* ---- memory planning: a run's estimate before it allocates (train/memory.c) ----
+     * mem_info: the bytes alloc() can still hand out (*free_bytes) and the
+     * size of the memory they come from (*total_bytes): on a GPU,
+     * cudaMemGetInfo's free and total bytes of the device (shared by every
+     * process on it); on the CPU, whose device memory is host memory,
+     * hostmem_query's (common/hostmem.h). Both 0 when unknown. Never fails. */
+    void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+    /* Bytes of scratch the backend keeps once a convolution of shape p (its N
+     * included) has run forward, backward-data and backward-filter in the
+     * current math mode, layout and thread count: the buffers it grows to
+     * their largest use and keeps for later calls (the CPU's per-thread
+     * im2col, output and weight-gradient partials; the 16-bit operand copies
+     * in bf16/fp16; NHWC copies). Buffers are shared by every layer, so a
+     * net needs the largest of its layers' values, not their sum. cuDNN's own
+     * workspace is not counted: the CUDA backend sizes it to the limit or
+     * half of what is free, whichever is less, when it chooses algorithms.
+     * Allocates nothing; never fails. */
+    size_t (*conv_workspace)(const conv_params *p);
+    /* The same for gemm with C [M, N] and inner dimension K (dense
+     * operands): the 16-bit operand copies in bf16/fp16, 0 otherwise. */
+    size_t (*gemm_workspace)(int M, int N, int K);
 } backend;
 
 typedef enum backend_math {

@@ -32,6 +32,7 @@
 #include "model/backend.h"
 #include "common/check.h"
 #include "common/half.h"
+#include "common/hostmem.h"
 #include "common/rng.h"
 
 #include <cblas.h>
@@ -1446,6 +1447,55 @@ static void cpu_upload_async(void *dst, const void *host_src, size_t bytes, void
     cpu_transfer(dst, host_src, bytes);
 }
 
+/* ------------------------------------------------------- memory planning */
+
+/* The CPU's device memory is the host's. */
+static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    hostmem m;
+    hostmem_query(&m);
+    *free_bytes = m.available;
+    *total_bytes = m.total;
+}
+
+static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
+
+/* What the three passes leave in the scratch buffers (see cpu_scratch): per
+ * thread that runs groups (the whole team when the plan is outer, else the
+ * calling thread), the group's im2col or padded input (col), its stacked
+ * outputs (tmp) and a weight-gradient partial (dw); on the calling thread,
+ * the filter split by tap (shift), bf16/fp16 operand copies and NHWC copies. */
+static size_t cpu_conv_workspace(const conv_params *p) {
+    conv_plan pl;
+    conv_plan_init(p, &pl);
+    size_t col = 0, tmp = 0, nb = (size_t)pl.group;
+    switch (pl.algo) {
+    case CONV_ALGO_DIRECT: break;
+    case CONV_ALGO_SHIFT:
+        col = (size_t)p->C * shift_chan_stride(p, &pl, pl.group);
+        tmp = (size_t)p->K * (size_t)shift_cols(p, &pl, pl.group);
+        break;
+    case CONV_ALGO_IM2COL:
+        if (nb == 1) {
+            col = (size_t)pl.CRS * pl.tile_rows * p->Q;
+        } else {
+            col = (size_t)pl.CRS * nb * pl.PQ;
+            tmp = (size_t)p->K * nb * pl.PQ;
+        }
+        break;
+    }
+    size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
+    size_t threads = pl.outer ? (size_t)omp_get_max_threads() : 1;
+    size_t floats = threads * (col + tmp + w) + (pl.algo == CONV_ALGO_SHIFT ? w : 0);
+    if (math_reduced()) floats += max2(in, out) + max2(w, out); /* op_a, op_b */
+    if (nhwc()) floats += 2 * max2(in, out);                     /* lay[0], lay[1] */
+    return floats * sizeof(float);
+}
+
+static size_t cpu_gemm_workspace(int M, int N, int K) {
+    if (!math_reduced()) return 0;
+    return ((size_t)M * K + (size_t)K * N) * sizeof(float); /* op_a, op_b */
+}
+
 static void cpu_describe(char *buf, size_t len) {
     snprintf(buf, len, "cpu (%d thread%s, OpenBLAS + OpenMP)", omp_get_max_threads(),
              omp_get_max_threads() == 1 ? "" : "s");
@@ -1496,6 +1546,9 @@ static const backend cpu_backend = {
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .upload_async = cpu_upload_async,
+    .mem_info = cpu_mem_info,
+    .conv_workspace = cpu_conv_workspace,
+    .gemm_workspace = cpu_gemm_workspace,
 };
 
 const backend *backend_cpu(void) { return &cpu_backend; }

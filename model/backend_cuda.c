@@ -838,6 +838,35 @@ static void cuda_describe(char *buf, size_t len) {
              prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
 }
 
+/* ------------------------------------------------------- memory planning */
+
+static void cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    ensure_device();
+    *free_bytes = *total_bytes = 0;
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller only learns nothing */
+        *free_bytes = *total_bytes = 0;
+    }
+}
+
+static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The 16-bit copies (bf16/fp16: the two operands and the result of each
+ * pass, h16_get's slots) and the NHWC filter copy (fscratch). cuDNN's
+ * workspace is left out: ws_for_find takes the limit or half of what is
+ * free, whichever is less, so it adapts to what the net left. */
+static size_t cuda_conv_workspace(const conv_params *p) {
+    size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
+    size_t bytes = layout_nhwc() ? w * sizeof(float) : 0;
+    if (math_reduced()) bytes += 2 * (max2(in, out) + max2(w, out) + max2(max2(in, out), w));
+    return bytes;
+}
+
+static size_t cuda_gemm_workspace(int M, int N, int K) {
+    if (!math_reduced()) return 0;
+    return 2 * ((size_t)M * K + (size_t)K * N); /* H16_OP0, H16_OP1 */
+}
+
 static const backend cuda_backend = {
     .name = "cuda",
     .describe = cuda_describe,
@@ -883,6 +912,9 @@ static const backend cuda_backend = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .upload_async = cuda_upload_async,
+    .mem_info = cuda_mem_info,
+    .conv_workspace = cuda_conv_workspace,
+    .gemm_workspace = cuda_gemm_workspace,
 };
 
 /* ------------------------------------------------------------------- setup */

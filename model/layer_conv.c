@@ -55,12 +55,21 @@ static void conv_describe(const node *nd, char *buf, size_t len) {
                  s->p.pad_w, s->bias ? " +b" : "");
 }
 
+/* Nothing of its own; the backend's scratch for this shape at max_batch. */
+static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+    conv_params p = ((const conv_state *)nd->state)->p;
+    p.N = max_batch;
+    *workspace = nt->be->conv_workspace(&p);
+    return 0;
+}
+
 static const layer_ops conv_ops = {
     .kind = "conv",
     .forward = conv_forward,
     .backward = conv_backward,
     .flops = conv_flops,
     .describe = conv_describe,
+    .memory = conv_memory,
 };
 
 int net_conv_rect(net *nt, int in, const char *name, int K, int R, int S, int stride_h, int stride_w, int pad_h,
@@ -163,6 +172,20 @@ static void linear_free(net *nt, node *nd) {
     nt->be->free(s->dxt);
 }
 
+/* linear_setup's copies; the backend's scratch for the largest of the three GEMMs. */
+static size_t linear_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+    const linear_state *s = nd->state;
+    const backend *be = nt->be;
+    int in = s->in_features, out = s->out_features;
+    size_t ws[3] = {be->gemm_workspace(max_batch, out, in), be->gemm_workspace(out, in, max_batch),
+                    be->gemm_workspace(max_batch, in, out)};
+    *workspace = 0;
+    for (int i = 0; i < 3; i++)
+        if (ws[i] > *workspace) *workspace = ws[i];
+    if (nt->layout != BACKEND_LAYOUT_NHWC || s->in_hw == 1) return 0;
+    return 2 * (size_t)max_batch * in * sizeof(float);
+}
+
 static double linear_flops(const net *nt, const node *nd) {
     (void)nt;
     const linear_state *s = nd->state;
@@ -182,6 +205,7 @@ static const layer_ops linear_ops = {
     .describe = linear_describe,
     .setup = linear_setup,
     .free_state = linear_free,
+    .memory = linear_memory,
 };
 
 int net_linear(net *nt, int in, const char *name, int out_features, int bias) {

@@ -165,6 +165,12 @@ static void dropout_free(net *nt, node *nd) {
     nt->be->free(s->mask_nchw);
 }
 
+static size_t dropout_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+    *workspace = 0;
+    size_t bytes = (size_t)max_batch * nd->C * nd->H * nd->W * sizeof(float); /* dropout_setup's */
+    return nt->layout == BACKEND_LAYOUT_NHWC && nd->H * nd->W > 1 ? 2 * bytes : bytes;
+}
+
 static const layer_ops dropout_ops = {
     .kind = "dropout",
     .forward = dropout_forward,
@@ -172,6 +178,7 @@ static const layer_ops dropout_ops = {
     .describe = dropout_describe,
     .setup = dropout_setup,
     .free_state = dropout_free,
+    .memory = dropout_memory,
 };
 
 int net_dropout(net *nt, int in, const char *name, float p) {
@@ -233,6 +240,13 @@ static void shortcut_free(net *nt, node *nd) {
     nt->be->free(s->tmp_grad);
 }
 
+static size_t shortcut_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+    (void)nt;
+    const shortcut_state *s = nd->state;
+    *workspace = 0;
+    return 2 * (size_t)max_batch * s->in_c * nd->H * nd->W * sizeof(float); /* shortcut_setup's */
+}
+
 static const layer_ops shortcut_ops = {
     .kind = "shortcut",
     .forward = shortcut_forward,
@@ -240,6 +254,7 @@ static const layer_ops shortcut_ops = {
     .describe = shortcut_describe,
     .setup = shortcut_setup,
     .free_state = shortcut_free,
+    .memory = shortcut_memory,
 };
 
 int net_shortcut_pad(net *nt, int in, const char *name, int out_channels, int stride) {

@@ -67,6 +67,13 @@ static void bn_free(net *nt, node *nd) {
     nt->be->free(s->save_invstd);
 }
 
+static size_t bn_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+    (void)nt;
+    (void)max_batch;
+    *workspace = 0;
+    return 2 * (size_t)nd->C * sizeof(float); /* bn_setup's */
+}
+
 static const layer_ops bn_ops = {
     .kind = "bn",
     .forward = bn_forward,
@@ -75,6 +82,7 @@ static const layer_ops bn_ops = {
     .describe = bn_describe,
     .setup = bn_setup,
     .free_state = bn_free,
+    .memory = bn_memory,
 };
 
 int net_bn(net *nt, int in, const char *name, float eps) {

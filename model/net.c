@@ -299,6 +299,26 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     return CNT_OK;
 }
 
+void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
+    memset(m, 0, sizeof *m);
+    size_t B = (size_t)max_batch, f = sizeof(float);
+    /* as net_finalize allocates them */
+    m->params = nt->n_params * f;
+    m->grads = nt->n_params * f;
+    m->buffers = (nt->n_buffers ? nt->n_buffers : 1) * f;
+    size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
+    m->activations = nt->layout == BACKEND_LAYOUT_NHWC ? 2 * in : in;
+    nt->be->set_layout(nt->layout);
+    for (int i = 0; i < nt->n_nodes; i++) {
+        const node *nd = &nt->nodes[i];
+        m->activations += 2 * B * nd->C * nd->H * nd->W * f;
+        size_t ws = 0;
+        if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws);
+        if (ws > m->workspace) m->workspace = ws;
+    }
+    m->total = m->params + m->grads + m->buffers + m->activations + m->workspace;
+}
+
 static float sample_init(rng *r, const param_info *pi) {
     switch (pi->init.kind) {
     case INIT_ZERO: return 0.0f;

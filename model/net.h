@@ -88,6 +88,11 @@ typedef struct layer_ops {
     void (*describe)(const node *nd, char *buf, size_t len); /* e.g. "3x3/2 pad 1, 64" */
     void (*setup)(net *nt, node *nd);                   /* allocates batch-sized scratch at net_finalize; may be NULL */
     void (*free_state)(net *nt, node *nd);              /* frees nd->state and its device memory; may be NULL */
+    /* Device bytes the node holds for batches of max_batch besides its y and
+     * dy: what setup allocates (returned), and into *workspace the backend
+     * scratch its passes keep (conv_workspace, gemm_workspace in
+     * model/backend.h). Allocates nothing; may be NULL (nothing). */
+    size_t (*memory)(const net *nt, const node *nd, int max_batch, size_t *workspace);
 } layer_ops;
 
 struct node {
@@ -189,6 +194,27 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch);
 /* Deterministic initialisation from seed (generated on the host with the
  * project's RNG, then uploaded, so every backend starts from the same values). */
 void net_init_params(net *nt, uint64_t seed);
+
+/* What net_finalize(nt, ..., max_batch) allocates on the net's backend and
+ * what its passes then keep there, in bytes, by part. */
+typedef struct net_memory {
+    size_t params;      /* parameters */
+    size_t grads;       /* their gradients */
+    size_t buffers;     /* batch-norm running statistics */
+    size_t activations; /* max_batch images of every node's output and its gradient (kept for backward), the
+                         * input's gradient (and its NHWC copy), the layers' own batch-sized buffers (dropout
+                         * masks, the option-A shortcut's subsample, NHWC flatten copies) */
+    size_t workspace;   /* the backend's scratch for the most demanding layer (shared by all layers) */
+    size_t total;       /* the sum of the above */
+} net_memory;
+
+/* The memory of nt at max_batch from its layer shapes alone, so it can be
+ * known before anything is allocated: nt may be built (zoo_build) but not
+ * finalized, and a finalized net gives the same numbers. The workspace is the
+ * backend's answer in its current math mode and thread count, for the net's
+ * layout (set on the backend here, as net_forward does). Allocates nothing;
+ * never fails. */
+void net_memory_estimate(const net *nt, int max_batch, net_memory *m);
 
 /* ---- running ---- */
 /* x: [N, in_c, in_h, in_w] device pointer (NCHW in every layout: an NHWC net

@@ -133,6 +133,20 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     train.eval_batch_size=1024 train.device=cpu train.out_dir="$tmp/bigeval")
 check "train.eval_batch_size beyond the test set: the run succeeds in under 1.5 GB (peak ${peak} KiB)" \
     test "$peak" -gt 0 -a "$peak" -lt 1572864
+# A run that cannot fit in memory (ResNet-50, batch 4096 of 224x224 images:
+# about 1.2 TB) is refused before anything is allocated, naming the keys to
+# lower (before: the 2.5 GB input gradient was allocated and touched, the next
+# 13 GB failed or the OOM killer ended the run without a word). The address
+# space limit and the timeout only keep a regression from taking the machine.
+start=$SECONDS
+run bash -c "ulimit -v 16000000; exec timeout 60 $T configs/resnet20-fashion.ini model.name=resnet50 \
+    data.kind=synthetic data.synthetic_shape=3x224x224 data.synthetic_train=16 data.synthetic_test=16 \
+    train.batch_size=4096 train.device=cpu train.out_dir=$tmp/toobig"
+check "a batch too large for memory: exit 1 in seconds ($((SECONDS - start)) s)" \
+    test "$rc" -eq 1 -a $((SECONDS - start)) -le 20
+check "a batch too large for memory: the estimate, the parts and train.batch_size named" \
+    grep -q "model resnet50 with batch 4096 .* needs about [0-9.]* GiB per rank (activations .*lower train.batch_size" \
+    <<<"$out"
 # fp16 whose forward overflows on every step (inputs scaled by 1e5 through
 # data.std): each step is skipped and its NaN loss kept out of the progress
 # line (no "diverged" stop); after 30 in a row the run stops naming the keys

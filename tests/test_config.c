@@ -36,7 +36,7 @@ static const char *const all_keys[] = {
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.precision", "train.layout", "train.loss_scaling", "train.loss_scale", "train.loss_scale_window",
     "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
-    "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight",
+    "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight", "train.memory_check",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
@@ -704,6 +704,7 @@ static void test_round_trip(void **state) {
     c.max_steps = 123456789012L;
     c.batch_size = 256;
     c.eval_batch_size = 1000;
+    c.memory_check = 0;
     c.seed = (1ULL << 63) + 12345; /* not representable as a double */
     c.log_every = 10;
     strcpy(c.out_dir, "runs/round trip");

@@ -259,6 +259,10 @@ static const key_def key_table[] = {
           .help = "probability mass spread uniformly over all classes in the loss target"),
     K_FLOAT("train", "aux_weight", aux_weight, "0.4", BETWEEN(0, 10),
           .help = "weight of the auxiliary classifier's loss (inception_v3)"),
+    K_BOOL("train", "memory_check", memory_check, "true",
+         .help = "before allocating the model, estimate the memory each rank needs (activations, parameters, "
+                 "loader, ...) and refuse to start when this node (or GPU) has less available; false: start "
+                 "anyway"),
 
     K_FLOAT("optim", "lr", lr, "0.1", ABOVE(0, 100),
           .help = "base learning rate of each worker"),

@@ -96,6 +96,7 @@ typedef struct config {
     int threads;                     /* CPU compute threads, 0: all cores */
     float label_smoothing;
     float aux_weight;                /* weight of the auxiliary loss (inception_v3) */
+    int memory_check;                /* bool: refuse a run whose memory estimate exceeds what is available */
 
     /* [optim] */
     float lr;                        /* per-worker base learning rate */

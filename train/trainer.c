@@ -38,6 +38,7 @@
 #include "train/checkpoint.h"
 #include "train/eval.h"
 #include "train/input.h"
+#include "train/memory.h"
 #include "train/progress.h"
 #include "train/state.h"
 #include "train/step.h"
@@ -711,6 +712,7 @@ static int run_setup(run *r) {
     loader_options lo, eo;
     input_loader_options(cfg, &r->data, r->rank, r->world, &lo, &eo);
     int max_batch = lo.batch > eo.batch ? lo.batch : eo.batch;
+    if (memory_check(cfg, r->be, &r->data, &lo, &eo, r->nccl != NULL) != CNT_OK) return CNT_ERR;
     if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
     if (!(r->train_ld = loader_create(&r->data.train, &lo)) || !(r->test_ld = loader_create(&r->data.test, &eo)))
         return CNT_ERR;

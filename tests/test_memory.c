@@ -1,0 +1,243 @@
+/*
+ * tests/test_memory.c - the memory estimate of a run (train/memory.h,
+ * net_memory_estimate in model/net.h) and the check built on it.
+ *
+ *   - net_memory_estimate: the activation part is linear in the batch, the
+ *     parameters do not depend on it, and a finalized net gives the same
+ *     numbers as the net before net_finalize;
+ *   - the estimate of a whole run on the CPU is within 25% of the growth of
+ *     the process's peak resident memory (VmHWM, reset through
+ *     /proc/self/clear_refs) over a real run of ResNet-20 at two batch sizes;
+ *   - memory_check refuses a run that cannot fit (ResNet-50, batch 4096 on
+ *     ImageNet-size images: over a terabyte, estimated and never allocated)
+ *     with a message naming train.batch_size, and train.memory_check = false
+ *     lets it pass;
+ *   - hostmem_query reports ulimit -v as the bound when that is lowest (in a
+ *     child process).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/hostmem.h"
+#include "model/net.h"
+#include "model/zoo.h"
+#include "train/config.h"
+#include "train/input.h"
+#include "train/memory.h"
+#include "train/trainer.h"
+
+static void set(config *cfg, const char *kv) { assert_int_equal(config_override(cfg, kv), CNT_OK); }
+
+/* ResNet-20 on synthetic 3x32x32 images: a few steps, no checkpoints. */
+static void small_config(config *cfg, int batch_size) {
+    config_defaults(cfg);
+    set(cfg, "model.name=resnet20");
+    set(cfg, "data.kind=synthetic");
+    set(cfg, "data.synthetic_shape=3x32x32");
+    set(cfg, "data.synthetic_train=1024");
+    set(cfg, "data.synthetic_test=256");
+    set(cfg, "train.epochs=1");
+    set(cfg, "train.max_steps=2");
+    set(cfg, "train.log_every=1");
+    set(cfg, "train.device=cpu");
+    set(cfg, "checkpoint.every_epochs=0");
+    set(cfg, "train.out_dir=/tmp/cnt_test_memory");
+    char kv[64];
+    snprintf(kv, sizeof kv, "train.batch_size=%d", batch_size);
+    set(cfg, kv);
+    assert_int_equal(config_validate(cfg), CNT_OK);
+}
+
+/* A "VmRSS:" / "VmHWM:" line of /proc/self/status, in bytes; 0 when absent. */
+static size_t read_status(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, klen) == 0) sscanf(line + klen, " %llu", &kb);
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
+static void test_net_estimate_scales_with_batch(void **state) {
+    (void)state;
+    const backend *be = backend_cpu();
+    zoo_options zo = {0, 1, -1.0f};
+    int out, aux;
+    net *nt = net_create(be, 3, 32, 32, 10);
+    assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
+    net_memory m1, m2, m3;
+    net_memory_estimate(nt, 64, &m1);
+    net_memory_estimate(nt, 128, &m2);
+    net_memory_estimate(nt, 192, &m3);
+    assert_true(m1.params == nt->n_params * sizeof(float) && m2.params == m1.params);
+    assert_true(m2.grads == m1.grads && m2.buffers == m1.buffers);
+    /* y and dy of every node, the input's gradient, the shortcuts' copies:
+     * all per image (batch norm's saved statistics are per channel) */
+    assert_true(m3.activations - m2.activations == m2.activations - m1.activations);
+    assert_true(m2.activations > 199 * m1.activations / 100 && m2.activations <= 2 * m1.activations);
+    assert_true(m1.activations > 100 * m1.params);
+    assert_true(m2.total > m1.total && m3.total > m2.total);
+    /* net_finalize allocates what the estimate said it would: the same numbers after it */
+    assert_int_equal(net_finalize(nt, out, aux, 64), CNT_OK);
+    net_memory_estimate(nt, 64, &m3);
+    assert_memory_equal(&m1, &m3, sizeof m1);
+    net_free(nt);
+}
+
+/* The estimate of a run of cfg, as run_setup computes it. */
+static int estimate(const config *cfg, run_memory *m) {
+    input_data d;
+    if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
+    loader_options lo, eo;
+    input_loader_options(cfg, &d, 0, 1, &lo, &eo);
+    int rc = memory_estimate(cfg, backend_cpu(), &d, &lo, &eo, 0, m);
+    input_free(&d);
+    return rc;
+}
+
+/* Runs cfg in a child process, as the trainer would (nothing run before in
+ * it: freed memory a previous run left in the allocator's pools would be
+ * reused and hide growth), and reports the growth of its peak resident
+ * memory over the run and the run's estimate (made after the run, so its own
+ * allocations are not measured). 0, or -1 when the child failed. */
+static int measure(const config *cfg, size_t *grown, size_t *est) {
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        size_t r[2] = {0, 0};
+        FILE *f = fopen("/proc/self/clear_refs", "w"); /* the peak restarts from the current size */
+        if (f) {
+            fputs("5", f);
+            fclose(f);
+        }
+        size_t before = read_status("VmRSS:");
+        run_memory m;
+        if (f && before && trainer_run(cfg, NULL) == CNT_OK && estimate(cfg, &m) == CNT_OK) {
+            r[0] = read_status("VmHWM:") - before;
+            r[1] = m.device + m.host;
+        }
+        _exit(write(fd[1], r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t r[2] = {0, 0};
+    ssize_t got = read(fd[0], r, sizeof r);
+    close(fd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    *grown = r[0];
+    *est = r[1];
+    return got == (ssize_t)sizeof r && WIFEXITED(status) && WEXITSTATUS(status) == 0 && r[0] && r[1] ? 0 : -1;
+}
+
+static void test_estimate_matches_peak_rss(void **state) {
+    (void)state;
+    const int batches[] = {64, 256};
+    size_t est[2];
+    for (int i = 0; i < 2; i++) {
+        config cfg;
+        small_config(&cfg, batches[i]);
+        size_t grown;
+        assert_int_equal(measure(&cfg, &grown, &est[i]), 0);
+        /* the data set the run loads is not part of the estimate (it is in
+         * memory when the estimate is made): 3x32x32 bytes per image */
+        size_t data = (size_t)(1024 + 256) * 3 * 32 * 32;
+        double ratio = (double)est[i] / (double)(grown - data);
+        print_message("batch %d: estimate %.1f MiB, peak resident memory grew by %.1f MiB (%.1f MiB of it the "
+                      "data set): ratio %.3f\n",
+                      batches[i], est[i] / 1048576.0, grown / 1048576.0, data / 1048576.0, ratio);
+        assert_true(ratio > 0.75 && ratio < 1.25);
+    }
+    /* four times the batch: about four times the memory (all but the parameters scale) */
+    double scale = (double)est[1] / (double)est[0];
+    assert_true(scale > 3.5 && scale < 4.05);
+}
+
+/* ResNet-50 at batch 4096 on 3x224x224: about 1.2 TB, estimated only. */
+static void test_check_refuses_what_cannot_fit(void **state) {
+    (void)state;
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "model.name=resnet50");
+    set(&cfg, "data.kind=synthetic");
+    set(&cfg, "data.synthetic_shape=3x224x224");
+    set(&cfg, "data.synthetic_train=16");
+    set(&cfg, "data.synthetic_test=16");
+    set(&cfg, "train.batch_size=4096");
+    set(&cfg, "train.device=cpu");
+    input_data d;
+    assert_int_equal(input_load(&cfg, &d), CNT_OK);
+    loader_options lo, eo;
+    input_loader_options(&cfg, &d, 0, 1, &lo, &eo);
+    run_memory m;
+    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &m), CNT_OK);
+    assert_int_equal(m.max_batch, 4096);
+    assert_true((double)m.net.activations > 1000.0 * (1 << 30));
+    assert_true(m.net.activations > m.device / 2);
+
+    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_ERR);
+    const char *msg = cnt_err_msg();
+    assert_non_null(strstr(msg, "model resnet50 with batch 4096"));
+    assert_non_null(strstr(msg, "needs about"));
+    assert_non_null(strstr(msg, "activations"));
+    assert_non_null(strstr(msg, "lower train.batch_size"));
+    assert_non_null(strstr(msg, "train.memory_check = false"));
+
+    set(&cfg, "train.memory_check=false");
+    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_OK);
+
+    /* a model that cannot be built is left to make_model to report */
+    set(&cfg, "model.name=resnet21");
+    set(&cfg, "train.memory_check=true");
+    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_OK);
+    input_free(&d);
+}
+
+static void test_hostmem_ulimit(void **state) {
+    (void)state;
+    hostmem m;
+    assert_int_equal(hostmem_query(&m), 0);
+    assert_true(m.available > 0 && m.available <= m.total);
+    assert_non_null(m.bound);
+    /* in a child: address space limited to what is mapped now plus 256 MiB */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        size_t vm = read_status("VmSize:");
+        struct rlimit rl = {vm + ((size_t)256 << 20), vm + ((size_t)256 << 20)};
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
+        hostmem c;
+        if (hostmem_query(&c) != 0) _exit(3);
+        _exit(strcmp(c.bound, "ulimit -v") == 0 && c.available <= ((size_t)256 << 20) && c.available > 0 ? 0 : 4);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_estimate_matches_peak_rss),
+        cmocka_unit_test(test_net_estimate_scales_with_batch),
+        cmocka_unit_test(test_check_refuses_what_cannot_fit),
+        cmocka_unit_test(test_hostmem_ulimit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,71 @@
+/*
+ * train/memory.h - the memory a training run will hold, estimated before
+ * anything is allocated, and the check that refuses a run its node cannot
+ * hold (train.memory_check) instead of letting the OOM killer end it
+ * without a word.
+ *
+ * The estimate adds what the run allocates, part by part, from the model's
+ * layer shapes (net_memory_estimate on a net built but not finalized) and
+ * the configuration: the net at the largest batch (parameters, gradients,
+ * batch-norm statistics, every node's output and gradient, the backend's
+ * scratch), the optimizer's momentum, the stepper's device buffers, the
+ * loaders' rings of prefetched batches, and host copies (pinned stager slots
+ * on a GPU, the reducer's staging buffer, parameter copies for the ranks'
+ * comparison and for checkpoints, evaluation logits). Not counted: the
+ * process itself (libraries, MPI, thread stacks), the data set already
+ * loaded (the available memory is measured after it), cuDNN's workspace
+ * (sized to what is free when algorithms are chosen), per-image decoding
+ * buffers of image folders, and the CPU backend's NHWC copies around
+ * pooling and batch norm. On the CPU it came within 3% of the growth of
+ * peak resident memory over runs of ResNet-20 (fp32, bf16, NHWC), ResNet-50,
+ * VGG-11 and Inception V3 (tests/test_memory.c holds it to 25%).
+ */
+#ifndef CNT_MEMORY_H
+#define CNT_MEMORY_H
+
+#include <stddef.h>
+
+#include "data/loader.h"
+#include "model/backend.h"
+#include "model/net.h"
+#include "train/config.h"
+#include "train/input.h"
+
+typedef struct run_memory {
+    int max_batch;           /* the larger of the training and evaluation batches: what the net is sized for */
+    net_memory net;          /* the net at max_batch (model/net.h) */
+    size_t momentum;         /* the optimizer's momentum buffer (optim.momentum > 0) */
+    size_t step;             /* the stepper's device buffers: the stager's two slots, the logits' gradients,
+                              * the batch-norm statistics a skipped step restores (loss scaling) */
+    size_t loader;           /* host: both loaders' rings (data.prefetch + 1 batches each) and per-sample tables */
+    size_t host_copies;      /* host: the stager's pinned slots (GPU backends), the reducer's staging buffer,
+                              * copies of the parameters (ranks' comparison, checkpoints), evaluation logits */
+    size_t device;           /* net + momentum + step: on the backend's memory */
+    size_t host;             /* loader + host_copies: host memory (the same memory as `device` on the CPU) */
+} run_memory;
+
+/* Fills *m for a run of cfg on backend be (its math mode and thread count
+ * already set) with data d and the loader options input_loader_options gave
+ * (train, eval), as rank dist_rank() of dist_world(); nccl: gradients travel
+ * through NCCL (no host staging). Allocates nothing on be. CNT_ERR with
+ * zoo_build's message when the model cannot be built (unknown name, input
+ * too small). */
+int memory_estimate(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
+                    const loader_options *eval, int nccl, run_memory *m);
+
+/* The check before the net is allocated: memory_estimate, then what this
+ * rank may use: on the CPU the host's available memory (common/hostmem.h)
+ * shared by the ranks of this node (dist_local_world); on a GPU its free
+ * memory shared by the ranks of this node on that GPU, and the host's for
+ * the host part. Logs one line (rank 0) with the estimate and the available
+ * memory. Collective when world > 1 (a barrier: every rank measures before
+ * any allocates). When the estimate exceeds it: CNT_ERR with a message naming the
+ * model, the batch, the parts, what is available and the keys to change
+ * (train.batch_size, train.eval_batch_size), or with train.memory_check =
+ * false a warning and CNT_OK. Memory that cannot be measured is said and not
+ * checked. A model that cannot be built gives CNT_OK without a line: the
+ * model's own construction reports it. */
+int memory_check(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
+                 const loader_options *eval, int nccl);
+
+#endif
