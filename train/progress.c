@@ -36,6 +36,7 @@ struct progress {
     long win_skipped0;       /* loss scaling's skipped steps when the window began */
     double ep_secs;          /* the epoch's training time */
     eval_result er;          /* the last evaluation */
+    int evaluated;           /* er holds one of this run's */
     train_result r;
 };
 
@@ -176,6 +177,7 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
     const tally *t = &p->ep;
     double secs = p->ep_secs;
     p->er = *er;
+    p->evaluated = 1;
     /* Unreadable images of every rank's shard (collective on all ranks). */
     double skipped[2] = {(double)skipped_train, (double)skipped_eval};
     dist_allreduce_sum_f64(skipped, 2);
@@ -221,9 +223,12 @@ int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, 
     r->top5 = p->er.top5;
     r->img_per_sec =
         r->seconds > 0 ? (double)(steps - p->first_step) * p->o.batch * p->o.world / r->seconds : 0;
+    char scores[96] = "";
+    if (p->evaluated)
+        snprintf(scores, sizeof scores, ", test top-1 %.2f%%, top-5 %.2f%%", 100 * r->top1, 100 * r->top5);
     if (status == CNT_OK && stopped)
-        log_info("stopped (%s) after %ld steps in %.1f s; metrics in %s/metrics.jsonl", stopped, steps, r->seconds,
-                 p->o.out_dir);
+        log_info("stopped (%s) after %ld steps in %.1f s%s; metrics in %s/metrics.jsonl", stopped, steps, r->seconds,
+                 scores, p->o.out_dir);
     else if (status == CNT_OK)
         log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", steps,
                  r->seconds, 100 * r->top1, 100 * r->top5, p->o.out_dir);
