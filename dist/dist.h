@@ -76,7 +76,8 @@ void dist_set_wait_limits(double warn_s, double abort_s);
 /* Names what the calling thread is doing ("evaluation", "start-up:
  * configuration check") for the messages above, until it names another
  * (copied; up to 127 characters kept). Per thread: the reducer's
- * communication thread names its own. Never fails. */
+ * communication thread names its own. Also where CNT_TEST_STALL_IN
+ * (dist/fault.h) strikes. Never fails. */
 void dist_phase(const char *what);
 
 /* The collectives. Each returns once this rank's part is done; each is a

@@ -29,6 +29,7 @@
 
 #include "common/check.h"
 #include "common/timer.h"
+#include "dist/fault.h"
 
 /* dist.stall_warn_s and dist.stall_abort_s's defaults (train/config.c), so a
  * program that never calls dist_set_wait_limits is bounded the same way. */
@@ -44,6 +45,7 @@ void dist_set_wait_limits(double warn_s, double abort_s) {
 
 void dist_phase(const char *what) {
     snprintf(tl_phase, sizeof tl_phase, "%s", what);
+    fault_stall_in_point(tl_phase); /* tests only: CNT_TEST_STALL_IN (dist/fault.h) */
 }
 
 #if CNT_HAVE_MPI
