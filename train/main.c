@@ -233,6 +233,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "trainer: %s\n", cnt_err_msg());
         return 1;
     }
+    dist_set_wait_limits(cfg.stall_warn_s, cfg.stall_abort_s); /* every collective's bound, not just the gradients' */
     if (trainer_run(&cfg, NULL) != CNT_OK) {
         log_error("%s", cnt_err_msg());
         /* Other ranks may be waiting in a collective: end the whole job. */
