@@ -8,14 +8,17 @@
  * MPI_ERRORS_RETURN so every failing call comes back to DIST_MPI_CHECK, which
  * prints the statement, file:line, rank and MPI's error string, then aborts the
  * whole job. Collectives on buffers that may exceed INT_MAX elements (MPI counts
- * are int) are issued in chunks.
+ * are int) are issued in chunks. Collectives are issued in their nonblocking
+ * form and completed by dist_wait_bounded (dist/wait.c), so a rank whose peers
+ * stop arriving warns and ends the job instead of hanging; the gradient sums
+ * are the measured exception (allreduce_blocking).
  *
  * Built without MPI (CNT_HAVE_MPI=0) every function is the world-of-one
  * version: broadcast and allreduce leave the buffer as it is, allgather copies
  * the single value, the byte gather copies, abort exits.
  *
- * Together with dist/ring.c and dist/watchdog.c this is the only place in the
- * project that knows whether MPI is there.
+ * Together with dist/ring.c, dist/wait.c and dist/watchdog.c this is the only
+ * place in the project that knows whether MPI is there.
  */
 #include "dist/dist.h"
 
@@ -27,6 +30,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "dist/wait.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
@@ -120,8 +124,11 @@ void dist_finalize(void) {
     if (!dist_initialised || dist_finalised) return;
     /* Why a barrier: every rank reaches the end of its work before any tears
      * MPI down; a rank still busy (or stuck) keeps the others waiting here, in
-     * a plain collective an abort can end, rather than inside MPI_Finalize. */
-    DIST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+     * a bounded collective, rather than inside MPI_Finalize. */
+    dist_phase("shutdown");
+    MPI_Request req;
+    DIST_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    dist_wait_bounded(1, &req, "dist_finalize", DIST_WAIT_SLEEP);
     if (half_sum_op != MPI_OP_NULL) DIST_MPI_CHECK(MPI_Op_free(&half_sum_op));
     if (half_type != MPI_DATATYPE_NULL) DIST_MPI_CHECK(MPI_Type_free(&half_type));
     dist_finalised = 1;
@@ -139,19 +146,23 @@ static int dist_active(void) { return dist_initialised && !dist_finalised && g_w
 void dist_barrier(void) {
     if (!dist_active()) return;
     /* Why: the caller needs every rank to have reached this point (e.g. rank 0
-     * wrote a file the others are about to read). Blocks until all arrive. */
-    DIST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+     * wrote a file the others are about to read). Returns once all arrive. */
+    MPI_Request req;
+    DIST_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    dist_wait_bounded(1, &req, "dist_barrier", DIST_WAIT_SLEEP);
 }
 
 void dist_broadcast(void *buf, size_t bytes, int root) {
     if (!dist_active()) return;
     CNT_ASSERT(root >= 0 && root < g_world);
-    /* Blocking: returns once this rank's part of each chunk is done. Chunks
-     * keep every count below INT_MAX, MPI's limit for a count. */
+    /* Returns once this rank's part of each chunk is done. Chunks keep every
+     * count below INT_MAX, MPI's limit for a count. */
     char *p = buf;
     for (size_t off = 0; off < bytes; off += DIST_MAX_COUNT) {
         size_t len = bytes - off < DIST_MAX_COUNT ? bytes - off : DIST_MAX_COUNT;
-        DIST_MPI_CHECK(MPI_Bcast(p + off, (int)len, MPI_BYTE, root, MPI_COMM_WORLD));
+        MPI_Request req;
+        DIST_MPI_CHECK(MPI_Ibcast(p + off, (int)len, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+        dist_wait_bounded(1, &req, "dist_broadcast", DIST_WAIT_SLEEP);
     }
 }
 
@@ -160,8 +171,10 @@ void dist_allgather_u64(uint64_t value, uint64_t *out) {
         out[0] = value;
         return;
     }
-    /* Blocking collective: every rank's value is needed before anyone goes on. */
-    DIST_MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD));
+    /* Every rank's value is needed before anyone goes on. */
+    MPI_Request req;
+    DIST_MPI_CHECK(MPI_Iallgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+    dist_wait_bounded(1, &req, "dist_allgather_u64", DIST_WAIT_SLEEP);
 }
 
 void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
@@ -172,10 +185,12 @@ void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
         (*counts)[0] = n;
         return;
     }
-    /* Blocking collectives: rank 0 learns every size, then receives the bytes. */
+    /* Two collectives: rank 0 learns every size, then receives the bytes. */
     uint64_t mine = n;
     uint64_t *sizes = g_rank == 0 ? cnt_malloc((size_t)g_world * sizeof *sizes) : NULL;
-    DIST_MPI_CHECK(MPI_Gather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    MPI_Request req;
+    DIST_MPI_CHECK(MPI_Igather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req));
+    dist_wait_bounded(1, &req, "dist_gather_bytes", DIST_WAIT_SLEEP);
     if (n > INT_MAX) cnt_fatal("dist_gather_bytes: %zu bytes on rank %d exceed MPI's count limit", n, g_rank);
     int *rcounts = NULL, *displs = NULL;
     char *all = NULL;
@@ -194,12 +209,44 @@ void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
         }
         all = cnt_malloc(total ? (size_t)total : 1);
     }
-    DIST_MPI_CHECK(MPI_Gatherv(buf, (int)n, MPI_BYTE, all, rcounts, displs, MPI_BYTE, 0, MPI_COMM_WORLD));
+    DIST_MPI_CHECK(MPI_Igatherv(buf, (int)n, MPI_BYTE, all, rcounts, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &req));
+    dist_wait_bounded(1, &req, "dist_gather_bytes", DIST_WAIT_SLEEP);
     if (g_rank != 0) *counts = NULL;
     *out = all;
     free(sizes);
     free(rcounts);
     free(displs);
+}
+
+/* The gradient sums (dist_allreduce_sum, dist_allreduce_sum_f16 with
+ * DIST_ALGO_MPI) stay blocking MPI_Allreduce: MPI_Iallreduce is a different
+ * implementation in Open MPI (libnbc, progressed only while polled) and
+ * took 2.8-7x MPI_Allreduce's time for 256 KiB-16 MiB at 2 ranks polled by
+ * dist_wait_bounded, and 2.6-5.7x polled without sleeping
+ * (tools/bench_allreduce; docs/ARCHITECTURE.md, "Bounded waits"). Those
+ * sums are not unguarded: the stall watchdog's arrival barrier
+ * (dist/watchdog.c) runs right before each one, with the same limits, so
+ * every rank is about to join when the blocking call starts. The trainer's
+ * other, small collectives go through allreduce_bounded. */
+static void allreduce_blocking(void *buf, size_t n, size_t esize, MPI_Datatype type, MPI_Op op) {
+    char *p = buf;
+    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
+        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
+        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, MPI_COMM_WORLD));
+    }
+}
+
+/* In-place sum of n elements of `type` (esize bytes each) under `op`, in
+ * chunks below INT_MAX elements, each completed by a bounded wait. */
+static void allreduce_bounded(void *buf, size_t n, size_t esize, MPI_Datatype type, MPI_Op op,
+                              const char *collective) {
+    char *p = buf;
+    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
+        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
+        MPI_Request req;
+        DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, MPI_COMM_WORLD, &req));
+        dist_wait_bounded(1, &req, collective, DIST_WAIT_SLEEP);
+    }
 }
 
 void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
@@ -209,12 +256,7 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
         return;
     }
     CNT_ASSERT(algo == DIST_ALGO_MPI);
-    /* Blocking collective, in place, in chunks below INT_MAX elements. */
-    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
-        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
-        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_FLOAT, MPI_SUM,
-                                     MPI_COMM_WORLD));
-    }
+    allreduce_blocking(buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM);
 }
 
 /* fp16 sums: a 16-bit datatype of our own (half_type, so the op is never
@@ -241,21 +283,12 @@ void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo) {
         /* Commutative: a + b == b + a bit for bit, in float and after rounding. */
         DIST_MPI_CHECK(MPI_Op_create(half_sum, 1, &half_sum_op));
     }
-    /* Blocking collective, in place, in chunks below INT_MAX elements. */
-    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
-        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
-        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, half_type, half_sum_op, MPI_COMM_WORLD));
-    }
+    allreduce_blocking(buf, n, sizeof *buf, half_type, half_sum_op);
 }
 
 void dist_allreduce_sum_f64(double *buf, size_t n) {
     if (!dist_active()) return;
-    /* Blocking collective, in place, in chunks below INT_MAX elements. */
-    for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
-        size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
-        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_DOUBLE, MPI_SUM,
-                                     MPI_COMM_WORLD));
-    }
+    allreduce_bounded(buf, n, sizeof *buf, MPI_DOUBLE, MPI_SUM, "dist_allreduce_sum_f64");
 }
 
 #else /* !CNT_HAVE_MPI: a world of one */

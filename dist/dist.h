@@ -11,8 +11,12 @@
  *                   textbook algorithm docs/ explains, and is tested against
  *                   MPI_Allreduce.
  * Both also sum IEEE binary16 buffers (dist_allreduce_sum_f16, for
- * dist.compress = fp16; conversions in common/half.h). And the stall watchdog
- * (dist/watchdog.c): an arrival barrier with a timeout that names late ranks.
+ * dist.compress = fp16; conversions in common/half.h). And two guards against
+ * a rank that stops arriving: the stall watchdog (dist/watchdog.c), an
+ * arrival barrier with a timeout that names late ranks, in front of each
+ * gradient bucket; and bounded waits (dist/wait.c) in every other collective,
+ * which warn and end the job after the same limits, naming the collective
+ * and the phase the caller names (dist_set_wait_limits, dist_phase).
  *
  * Built with MPI (CNT_HAVE_MPI=1) the job is whatever mpirun started; a plain
  * `./trainer` is a world of one. Built without MPI every function works for a
@@ -21,7 +25,8 @@
  * Errors: every MPI call is checked; a failure prints the call, file:line,
  * rank and MPI's own error string, then ends the whole job (MPI_Abort), so no
  * rank is left waiting in a collective. dist_init installs that abort as the
- * hook of cnt_fatal(), so any fatal error on any rank ends the job.
+ * hook of cnt_fatal(), so any fatal error on any rank ends the job. A
+ * collective that waits past the abort limit ends the job too (below).
  */
 #ifndef CNT_DIST_H
 #define CNT_DIST_H
@@ -52,6 +57,34 @@ int dist_local_world(void);
 /* Ends every rank of the job with `code` (MPI_Abort; exit when alone). */
 void dist_abort(int code) __attribute__((noreturn));
 
+/* Bounded waits. The host collectives below (barrier, broadcast, gathers,
+ * the f64 allreduce, the ring's messages; not the MPI gradient sums, see
+ * there) are issued in MPI's nonblocking form and completed by polling (a
+ * short spin, then sleeps growing to 1 ms; the ring yields instead), so a rank
+ * whose peers do not arrive can say so and end the job instead of hanging:
+ *   after warn_s seconds (and every further multiple) it logs
+ *     "stall: rank R has waited T s in <collective> during <phase> for the
+ *     other ranks";
+ *   after abort_s seconds it logs an error naming the collective, the phase
+ *   and the seconds waited, then ends the job (dist_abort). Late ranks print
+ *   no such line; they are the ones the others wait for.
+ * 0 turns either limit off. Process-wide, for every thread; the defaults
+ * until set are dist.stall_warn_s and dist.stall_abort_s's (60 s and 1800 s).
+ * Call it before starting threads that use dist/ (plain variables, read
+ * without a lock): the trainer does, from its config, right after dist_init. */
+void dist_set_wait_limits(double warn_s, double abort_s);
+/* Names what the calling thread is doing ("evaluation", "start-up:
+ * configuration check") for the messages above, until it names another
+ * (copied; up to 127 characters kept). Per thread: the reducer's
+ * communication thread names its own. Also where CNT_TEST_STALL_IN
+ * (dist/fault.h) strikes. Never fails. */
+void dist_phase(const char *what);
+
+/* The collectives. Each returns once this rank's part is done; each is a
+ * bounded wait (above) except the gradient sums, dist_allreduce_sum and
+ * dist_allreduce_sum_f16 with DIST_ALGO_MPI: blocking MPI_Allreduce, which
+ * the nonblocking form was measured much slower than for large buffers; the
+ * reducer runs the stall watchdog's arrival barrier right before each. */
 void dist_barrier(void);
 /* Broadcasts `bytes` bytes of host memory from `root` to every rank. */
 void dist_broadcast(void *buf, size_t bytes, int root);
@@ -80,7 +113,8 @@ void dist_allreduce_sum_f64(double *buf, size_t n);
 void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo);
 
 /* The ring algorithm alone over every rank (what DIST_ALGO_RING runs), for
- * tests and benchmarks; `chunk_bytes` bounds each message (0: default). */
+ * tests and benchmarks; `chunk_bytes` bounds each message (0: default).
+ * Each chunk's send and receive are a bounded wait that yields, never sleeps. */
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes);
 /* The same over halves: partial sums travel as halves and are added in float
  * at every hop (what dist_allreduce_sum_f16 runs with DIST_ALGO_RING). */

@@ -4,17 +4,24 @@
  * check that the other ranks notice and say so (tests/test_dist_train.sh).
  * Nothing here runs unless its variable is set.
  *
- * Every fault is armed by a variable of the form RANK:STEP:VALUE (integers
+ * A fault is armed by a variable of the form RANK:STEP:VALUE (integers
  * RANK >= 0 and STEP >= 1, a number VALUE >= 0): rank RANK misbehaves at step
- * STEP, VALUE says how much. Each point reads its variable once, at its first
- * call. Steps are the numbers the trainer passes to reducer_begin (its
- * optimizer step, from 1, continued after a resume).
+ * STEP, VALUE says how much; or RANK:PHASE:VALUE, at the phase the trainer
+ * names with dist_phase (dist/dist.h). Each point reads its variable once, at
+ * its first call. Steps are the numbers the trainer passes to reducer_begin
+ * (its optimizer step, from 1, continued after a resume).
  *
- *   CNT_TEST_STALL=RANK:STEP:SECONDS  fault_stall_point: the rank sleeps
- *                                     SECONDS seconds at the start of STEP
+ *   CNT_TEST_STALL=RANK:STEP:SECONDS     fault_stall_point: the rank sleeps
+ *                                        SECONDS seconds at the start of STEP
+ *   CNT_TEST_STALL_IN=RANK:PHASE:SECONDS fault_stall_in_point: the rank
+ *                                        sleeps SECONDS seconds when it first
+ *                                        names a phase whose name starts with
+ *                                        PHASE ("evaluation", "start-up"),
+ *                                        so before its first collective in it
  *
  * Errors: a malformed value is fatal (cnt_fatal: the whole job ends).
- * Threads: the training thread only.
+ * Threads: fault_stall_point on the training thread only;
+ * fault_stall_in_point on any thread.
  */
 #ifndef CNT_FAULT_H
 #define CNT_FAULT_H
@@ -24,5 +31,10 @@
  * so the other ranks' stall watchdogs see this rank late. Logs a warning,
  * then sleeps, when CNT_TEST_STALL names this rank (dist_rank()) and step. */
 void fault_stall_point(long step);
+
+/* dist_phase calls it with the phase just named (on the naming thread).
+ * Logs a warning, then sleeps, when CNT_TEST_STALL_IN names this rank and a
+ * prefix of `phase`; only the first such phase of the process sleeps. */
+void fault_stall_in_point(const char *phase);
 
 #endif

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct mpi_bucket {
@@ -62,8 +63,12 @@ static void *comm_main(void *arg) {
         rd->be->download_fenced(h, rd->grads + bk->begin, len * sizeof(float), mbk->fence);
         if (m->half) fp16_from_float_array(m->half + bk->begin, h, len);
         /* Why before the allreduce: a blocking collective cannot tell who is
-         * missing; the watchdog's arrival barrier can, and warns or aborts. */
+         * missing; the watchdog's arrival barrier can, and warns or aborts.
+         * The phase names the bucket in the ring's bounded waits' messages. */
         dist_watchdog_arrive(rd->wd, step, b);
+        char phase[64];
+        snprintf(phase, sizeof phase, "gradient allreduce (step %ld, bucket %d)", step, b);
+        dist_phase(phase);
         if (m->half) {
             dist_allreduce_sum_f16(m->half + bk->begin, len, m->algo);
             fp16_to_float_array(h, m->half + bk->begin, len);

@@ -40,7 +40,10 @@
  * rank blocks in a send waiting for its neighbour, whatever the world size:
  * every rank posts its chunk-c receive without waiting for anything, so the
  * chunk-c messages of the whole ring can always complete. Sender and receiver
- * agree on the number of chunks because both cut the same segment.
+ * agree on the number of chunks because both cut the same segment. The wait
+ * is bounded (dist_wait_bounded, polling with a yield, never a sleep: what
+ * MPI_Waitall does, plus the stall limits), so a neighbour that stops
+ * mid-allreduce ends the job instead of hanging it.
  *
  * fp16 (dist_ring_allreduce_f16, for dist.compress = fp16): the same ring
  * over 16-bit halves, so every message is half the size. The partial sums
@@ -60,6 +63,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "dist/wait.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
@@ -131,7 +135,7 @@ static void ring_step(const ring_elem *el, const char *send, size_t send_len, ch
         /* Why wait here: the chunk must have arrived before we add it, and the
          * temporary buffer is reused by the next chunk. Neighbours have posted
          * (or will post without waiting) the matching operations. */
-        DIST_MPI_CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));
+        dist_wait_bounded(2, req, "the ring allreduce", DIST_WAIT_YIELD);
         if (add && rn) el->add(recv + off * el->size, tmp, rn);
         off += chunk;
     }

@@ -35,6 +35,7 @@
 
 #include "common/check.h"
 #include "common/timer.h"
+#include "dist/wait.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
@@ -66,8 +67,11 @@ dist_watchdog *dist_watchdog_create(double warn_s, double abort_s) {
     wd->abort_s = abort_s;
     wd->rank = dist_rank();
     wd->world = dist_world();
-    /* Collective: every rank creates its watchdog at the same point. */
-    DIST_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &wd->comm));
+    /* Collective: every rank creates its watchdog at the same point; a
+     * bounded wait, like every other collective (dist/wait.h). */
+    MPI_Request req;
+    DIST_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &wd->comm, &req));
+    dist_wait_bounded(1, &req, "dist_watchdog_create", DIST_WAIT_SLEEP);
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(wd->comm, MPI_ERRORS_RETURN));
     wd->reqs = cnt_malloc((size_t)wd->world * sizeof *wd->reqs);
     for (int r = 0; r < wd->world; r++) wd->reqs[r] = MPI_REQUEST_NULL;

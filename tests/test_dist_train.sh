@@ -7,7 +7,9 @@
 # ends the job; dist.timeline writes a Chrome trace in which buckets leave
 # during backward; dist.compress=fp16 trains with bit-identical ranks; the
 # stall watchdog names a late rank (CNT_TEST_STALL, test-only fault
-# injection) and ends a job whose rank stalls past dist.stall_abort_s; the
+# injection) and ends a job whose rank stalls past dist.stall_abort_s; so do
+# the bounded waits of every other collective (CNT_TEST_STALL_IN: start-up,
+# evaluation, the post-epoch check, the ring's messages); the
 # warm-up starts at 0 or, with optim.warmup_start=lr, at one worker's rate;
 # fp16 mixed precision skips the same overflowing steps on every rank.
 # Every run here is pinned to the CPU (train.device=cpu): bitwise equality
@@ -186,6 +188,49 @@ check "stall abort: the job ends non-zero, not by the timeout (rc=$rc, ${secs}s)
 check "stall abort: within 15 s of start (start-up included)" test $secs -le 15
 check "stall abort: rank 0's error names rank 1" \
     grep -qE "^\[rank 0\] error: stall: step 2 bucket 0 has waited [0-9]+ s for rank 1 .*ending the job" <<<"$out"
+
+# Bounded waits: every host collective, not only the gradient allreduce,
+# gives up after dist.stall_abort_s. A rank stalls (CNT_TEST_STALL_IN, test-
+# only) on entering a phase; the other rank names the collective and the
+# phase it waited in, and ends the job within seconds (not by the timeout).
+# The stalled rank prints no such line. With rank 0 stalled at start-up,
+# rank 1 may get through the device report's gather (its part is a send)
+# and wait in the next start-up collective, hence the pattern.
+# Cases: STALLED_RANK|PHASE|REPORTING_RANK|COLLECTIVE AND PHASE (regex)|EXTRA OPTIONS
+while IFS='|' read -r sr phase rr what extra; do
+    t0=$(date +%s)
+    # shellcheck disable=SC2086 # $extra: zero or more options
+    out=$(CNT_TEST_STALL_IN="$sr:$phase:30" timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+          -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.stall_abort_s=3 $extra \
+          train.out_dir="$tmp/bw" </dev/null 2>&1)
+    rc=$?
+    secs=$(($(date +%s) - t0))
+    check "stall in $phase: the job ends non-zero, not by the timeout (rc=$rc, ${secs}s)" \
+        test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137
+    check "stall in $phase: within 30 s of start" test $secs -le 30
+    check "stall in $phase: rank $rr names the collective and the phase, and ends the job" \
+        grep -qE "^\[rank $rr\] error: stall: rank $rr has waited [0-9]+ s in $what: one or more other ranks did not arrive.*dist.stall_abort_s = 3" <<<"$out"
+    check "stall in $phase: the stalled rank $sr reports no wait" \
+        test "$(grep -c "^\[rank $sr\] error: stall:" <<<"$out")" -eq 0
+    if ! grep -q "error: stall: rank" <<<"$out"; then tail -n 8 <<<"$out" | sed 's/^/    /'; fi
+done <<'CASES'
+1|evaluation|0|dist_allreduce_sum_f64 during evaluation|
+0|start-up|1|dist_[a-z0-9_]+ during start-up: [a-z ]+|
+1|post-epoch parameter check|0|dist_allgather_u64 during post-epoch parameter check|
+1|gradient allreduce|0|the ring allreduce during gradient allreduce \(step 1, bucket [0-9]+\)|dist.backend=ring
+CASES
+
+# A stall shorter than the abort limit: warnings every dist.stall_warn_s,
+# then "stall over", and the run finishes.
+out=$(CNT_TEST_STALL_IN=1:evaluation:2.5 "${MPI[@]}" -np 2 -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini \
+      "${small[@]}" dist.stall_warn_s=1 dist.stall_abort_s=20 train.out_dir="$tmp/bww" 2>&1)
+rc=$?
+check "short stall in evaluation: the run finishes (exit 0)" test $rc -eq 0
+check "short stall in evaluation: rank 0 warns, naming the collective and the phase" \
+    grep -qE "^\[rank 0\] warning: stall: rank 0 has waited [12] s in dist_allreduce_sum_f64 during evaluation for the other ranks" <<<"$out"
+check "short stall in evaluation: rank 0 reports the stall over" \
+    grep -q "^\[rank 0\] warning: stall over: dist_allreduce_sum_f64 during evaluation completed after" <<<"$out"
+if [ $rc -ne 0 ]; then tail -n 20 <<<"$out" | sed 's/^/    /'; fi
 
 # Warm-up: from 0 by default; optim.warmup_start=lr (Goyal et al.) starts at
 # one worker's rate 0.05 and rises to 2 x 0.05 over the 16 steps of an epoch.

@@ -307,10 +307,12 @@ static const key_def key_table[] = {
          .help = "gradient format on the wire: none (fp32) or fp16 (half the bytes; summed in fp32, as Horovod's "
                  "fp16 compression)"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
-          .help = "warn when a gradient allreduce has waited this many seconds, naming the ranks that have not "
-                  "arrived, the step and the bucket; 0: off"),
+          .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
+                  "names the late ranks, the step and the bucket; any other collective names itself and the "
+                  "phase: start-up, evaluation, ...), and again at every multiple; 0: off"),
     K_FLOAT("dist", "stall_abort_s", stall_abort_s, "1800", BETWEEN(0, 86400),
-          .help = "end the job when a gradient allreduce has waited this many seconds (default 30 minutes, as "
+          .help = "end the job when any collective (gradient allreduce, start-up, evaluation, checks, "
+                  "broadcasts) has waited this many seconds for the other ranks (default 30 minutes, as "
                   "PyTorch's process-group timeout); 0: never, which can hang a job forever"),
 
     K_STRING("checkpoint", "dir", ckpt_dir, "checkpoints",

@@ -31,6 +31,7 @@ int evaluate(stepper *s, loader *ld, eval_result *er) {
     float *logits = cnt_malloc((size_t)s->nt->max_batch * K * sizeof(float));
     double loss_sum = 0;
     long n_total = 0, hit1 = 0, hit5 = 0, nonfinite = 0;
+    dist_phase("evaluation");
     loader_start_epoch(ld, 0);
     const batch *b;
     while ((b = loader_next(ld)) != NULL) {

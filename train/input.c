@@ -80,6 +80,7 @@ static int list_folders(const config *cfg, input_data *d) {
         }
     }
     if (dist_world() == 1) return rc;
+    dist_phase("start-up: image folder listing");
     dist_broadcast(lens, sizeof lens, 0);
     if (lens[0] < 0) {
         if (dist_rank() == 0) return rc;
@@ -114,6 +115,7 @@ static int folder_stats(const config *cfg, input_data *d) {
                      time_now() - t0, unreadable ? " (some unreadable ones left out)" : "");
         }
     }
+    dist_phase("start-up: data statistics");
     dist_broadcast(v, sizeof v, 0);
     if (v[6] != 1) {
         if (dist_rank() == 0) return CNT_ERR; /* dataset_estimate_stats said why */

@@ -234,6 +234,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "trainer: %s\n", cnt_err_msg());
         return 1;
     }
+    dist_set_wait_limits(cfg.stall_warn_s, cfg.stall_abort_s); /* every collective's bound, not just the gradients' */
     train_result res;
     if (trainer_run(&cfg, &res) != CNT_OK) {
         log_error("%s", cnt_err_msg());

@@ -128,6 +128,7 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
      * steps; a step skipped for a forward overflow on one rank is left out
      * there only). */
     double lsum[2] = {acc, p->win_loss_steps};
+    dist_phase("progress line");
     dist_allreduce_sum_f64(lsum, 2);
     double now = time_now();
     /* none when no step of the window had a finite loss (loss scaling skips) */
@@ -180,6 +181,7 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
     p->evaluated = 1;
     /* Unreadable images of every rank's shard (collective on all ranks). */
     double skipped[2] = {(double)skipped_train, (double)skipped_eval};
+    dist_phase("epoch summary");
     dist_allreduce_sum_f64(skipped, 2);
     if (skipped[0] > 0 || skipped[1] > 0)
         log_warn("epoch %d/%d: %.0f unreadable training image%s replaced, %.0f unreadable test image%s left out "

@@ -114,6 +114,7 @@ static int check_params_identical(const net *nt, float *host) {
     nt->be->download(host, nt->params, nt->n_params * sizeof(float));
     uint64_t h = hash_bytes(host, nt->n_params * sizeof(float));
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
+    dist_phase("post-epoch parameter check");
     dist_allgather_u64(h, all);
     int bad = -1;
     for (int r = 1; r < world && bad < 0; r++)
@@ -140,6 +141,7 @@ static uint64_t config_hash(const config *cfg) {
 static int check_same_config(const config *cfg, size_t n_params) {
     int world = dist_world();
     if (world == 1) return CNT_OK;
+    dist_phase("start-up: configuration check");
     size_t len;
     char *text = config_text(cfg, n_params, &len);
     uint64_t h = hash_bytes(text, len);
@@ -413,6 +415,7 @@ static int run_resume(run *r) {
         free(meta);
         return CNT_ERR;
     }
+    dist_phase("resume broadcast");
     dist_broadcast(&found, sizeof found, 0);
     if (found) {
         dist_broadcast(meta, sizeof *meta, 0);
@@ -572,6 +575,7 @@ static const backend *choose_device(const config *cfg) {
         /* one line per rank, printed by rank 0 (a collective: every rank is here) */
         void *all;
         size_t *counts;
+        dist_phase("start-up: device report");
         dist_gather_bytes(what, sizeof what, &all, &counts);
         for (int r = 0; all && r < dist_world(); r++)
             log_info("device: rank %d: %s", r, (char *)all + (size_t)r * sizeof what);
@@ -609,6 +613,7 @@ static int choose_comm(const config *cfg, const backend *be, dist_nccl **nccl_ou
      * dist_nccl_create from the GPUs' PCI bus ids: a rank's count of visible
      * GPUs says nothing when CUDA_VISIBLE_DEVICES gives each rank its own. */
     double cpu_ranks = strcmp(be->name, "cpu") == 0;
+    dist_phase("start-up: gradient transport choice");
     if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
     if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || cfg->compress != REDUCER_COMPRESS_NONE)) return CNT_OK;
     if (named && cpu_ranks > 0)
@@ -693,6 +698,7 @@ static int make_model(run *r, int max_batch) {
         host_state hs;
         host_state_alloc(&hs, r->nt, 0);
         host_state_download(&hs, r->nt, NULL);
+        dist_phase("start-up: initial weights broadcast");
         host_state_broadcast(&hs, r->nt);
         host_state_upload(&hs, r->nt, NULL);
         host_state_free(&hs);
@@ -730,10 +736,12 @@ static int run_setup(run *r) {
     if (r->world > 1 || r->nccl) {
         reducer_opts ro = config_reducer_opts(cfg);
         ro.nccl = r->nccl;
+        dist_phase("start-up: gradient reducer");
         r->rd = reducer_create(r->be, r->nt->grads, r->nt->n_params, &ro);
         net_set_grad_hook(r->nt, reducer_grads_ready, r->rd);
     }
     if (cfg->timeline[0]) {
+        dist_phase("start-up: timeline clock");
         r->tl = timeline_create(); /* a collective: every rank has the same config */
         net_set_node_hook(r->nt, timeline_node_hook, r->tl);
         if (r->rd) reducer_set_timeline(r->rd, r->tl);
@@ -840,6 +848,7 @@ static int end_epoch(run *r, int epoch) {
         log_info("epoch %d/%d: parameters bit-identical on all %d ranks", epoch + 1, cfg->epochs, r->world);
         if (r->nt->n_buffers) {
             r->be->download(r->peers.buffers, r->nt->buffers, r->nt->n_buffers * sizeof(float));
+            dist_phase("batch-norm buffer broadcast");
             dist_broadcast(r->peers.buffers, r->nt->n_buffers * sizeof(float), 0);
             r->be->upload(r->nt->buffers, r->peers.buffers, r->nt->n_buffers * sizeof(float));
         }
@@ -903,6 +912,7 @@ static int run_finish(run *r, int status, train_result *res) {
     if (r->rd) reducer_set_timeline(r->rd, NULL);
     char path[2 * CONFIG_STR + 8];
     path_in_out_dir(r->cfg, r->cfg->timeline, path, sizeof path);
+    dist_phase("timeline gather");
     if (timeline_write(r->tl, path) != CNT_OK) return CNT_ERR;
     if (r->rank == 0) log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
     return CNT_OK;
