@@ -66,7 +66,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     if (world > 1) m->host_copies += P + Bf; /* the parameters compared after each epoch, rank 0's statistics */
     if (world > 1 && !nccl) /* the reducer's staging buffer (dist/reducer_mpi.c) */
         m->host_copies += P + (cfg->compress == REDUCER_COMPRESS_FP16 ? P / 2 : 0);
-    if ((dist_rank() == 0 && cfg->ckpt_every > 0) || config_resume(cfg) != RESUME_NONE)
+    if ((dist_rank() == 0 && (cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0)) || config_resume(cfg) != RESUME_NONE)
         m->host_copies += P + Bf + m->momentum; /* a checkpoint's state on the host (train/state.c) */
 
     m->device = m->net.total + m->momentum + m->step;
@@ -168,6 +168,7 @@ int memory_check(const config *cfg, const backend *be, const input_data *d, cons
     /* Why a barrier: every rank of a node divides the same free memory by
      * the ranks sharing it, so none may take its share before all have
      * measured (a rank ahead would shrink the others' shares). */
+    dist_phase("start-up: memory check");
     if (dist_world() > 1) dist_barrier();
 
     run_memory m;

@@ -764,6 +764,7 @@ static int agree_stop(const run *r) {
     int sig = stop_pending();
     if (r->world == 1) return sig;
     uint64_t *all = cnt_malloc((size_t)r->world * sizeof *all);
+    dist_phase("stop-signal check after a step");
     dist_allgather_u64((uint64_t)sig, all);
     for (int k = 0; k < r->world && !sig; k++) sig = (int)all[k];
     free(all);
