@@ -177,6 +177,29 @@ void dist_allgather_u64(uint64_t value, uint64_t *out) {
     dist_wait_bounded(1, &req, "dist_allgather_u64", DIST_WAIT_SLEEP);
 }
 
+/* The lagged maximum's exchange in flight (dist_max_lagged). */
+static MPI_Request lag_req = MPI_REQUEST_NULL;
+static int64_t lag_send, lag_recv;
+
+int64_t dist_max_lagged(int64_t value) {
+    if (!dist_active()) return value;
+    int64_t prev = 0;
+    if (lag_req != MPI_REQUEST_NULL) {
+        /* sent a step ago by every rank: complete in practice */
+        dist_wait_bounded(1, &lag_req, "dist_max_lagged", DIST_WAIT_SLEEP);
+        prev = lag_recv;
+    }
+    lag_send = value;
+    DIST_MPI_CHECK(MPI_Iallreduce(&lag_send, &lag_recv, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &lag_req));
+    return prev;
+}
+
+int64_t dist_max_lagged_drain(void) {
+    if (!dist_active() || lag_req == MPI_REQUEST_NULL) return 0;
+    dist_wait_bounded(1, &lag_req, "dist_max_lagged", DIST_WAIT_SLEEP);
+    return lag_recv;
+}
+
 void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
     if (!dist_active()) {
         *out = cnt_malloc(n ? n : 1);
@@ -322,6 +345,9 @@ void dist_broadcast(void *buf, size_t bytes, int root) {
 }
 
 void dist_allgather_u64(uint64_t value, uint64_t *out) { out[0] = value; }
+
+int64_t dist_max_lagged(int64_t value) { return value; }
+int64_t dist_max_lagged_drain(void) { return 0; }
 
 void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
     *out = cnt_malloc(n ? n : 1);

@@ -90,6 +90,17 @@ void dist_barrier(void);
 void dist_broadcast(void *buf, size_t bytes, int root);
 /* Every rank's `value` into out[0..world) on every rank. */
 void dist_allgather_u64(uint64_t value, uint64_t *out);
+/* A decision that may lag one call, at no wait: the maximum over ranks of
+ * the values every rank passed to its previous call (0 at the first), while
+ * this call's value starts on its way (MPI_Iallreduce, completed by the next
+ * call: every rank sent it a step ago, so that completion does not wait in
+ * practice). A world of one returns value itself, at once. A collective:
+ * every rank calls it equally often, in the same order relative to the other
+ * collectives on MPI_COMM_WORLD. The trainer's stop signal uses it after
+ * every step. dist_max_lagged_drain completes the exchange in flight (call
+ * it once the calls end, on every rank) and returns its maximum (0: none). */
+int64_t dist_max_lagged(int64_t value);
+int64_t dist_max_lagged_drain(void);
 /* Gathers every rank's n bytes at buf to rank 0 (a collective: every rank
  * calls it). On rank 0, *out is a new buffer (free()) holding the ranks'
  * bytes one after another in rank order and *counts a new array (free()) of

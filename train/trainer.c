@@ -757,18 +757,14 @@ static int run_setup(run *r) {
     return CNT_OK;
 }
 
-/* The stop signal (train/stop.h) every rank acts on at this step
- * boundary: any rank's (a collective when world > 1: one 8-byte allgather a
- * step, so all ranks stop at the same step), 0 when none. */
+/* The stop signal (train/stop.h) every rank acts on at this step boundary:
+ * with several ranks, any rank's signal from the step before (a maximum
+ * that travels during the step, dist_max_lagged, so no step waits for it),
+ * which every rank sees at the same step; alone, this step's. 0: none. */
 static int agree_stop(const run *r) {
-    int sig = stop_pending();
-    if (r->world == 1) return sig;
-    uint64_t *all = cnt_malloc((size_t)r->world * sizeof *all);
+    if (r->world == 1) return stop_pending();
     dist_phase("stop-signal check after a step");
-    dist_allgather_u64((uint64_t)sig, all);
-    for (int k = 0; k < r->world && !sig; k++) sig = (int)all[k];
-    free(all);
-    return sig;
+    return (int)dist_max_lagged(stop_pending());
 }
 
 /* The steps of one epoch: *done once the run's last step is taken, the loss
@@ -875,6 +871,11 @@ static int run_train(run *r) {
         /* a stop inside an epoch ends at once: its checkpoint is written, the evaluation would only delay */
         if (r->stopped && r->epoch_step < r->steps_per_epoch) break;
         if (end_epoch(r, epoch) != CNT_OK) return CNT_ERR;
+    }
+    /* the last step's stop-signal exchange, still in flight on every rank (all stop at the same step) */
+    if (r->world > 1) {
+        dist_phase("stop-signal check after the last step");
+        dist_max_lagged_drain();
     }
     return CNT_OK;
 }
