@@ -204,6 +204,13 @@ out=$("${T[@]}" train.out_dir="$d" train.max_steps=2 2>&1)
 check "fresh start over an earlier run: its checkpoints moved aside" grep -q "beyond this run's starting point (a fresh start)" <<<"$out"
 check "fresh start over an earlier run: its metrics kept as metrics.<time>.jsonl" grep -q "earlier run's records moved to $d/metrics\.[0-9-]*\.jsonl" <<<"$out"
 
+# A run that fails says what it can resume from.
+out=$("${T[@]}" train.out_dir="$tmp/div" train.epochs=15 optim.lr=100 checkpoint.every_steps=1 2>&1)
+rc=$?
+check "a diverged run: exit 1 (rc=$rc)" test $rc -eq 1
+check "a diverged run: the last line names the last checkpoint and its step" \
+    grep -q "^stopped after [0-9]* steps .*; last checkpoint $tmp/div/checkpoints/ckpt-[0-9-]*.cnt (step [0-9]*)" <<<"$out"
+
 # The log itself on a full disk: the run does not end with status 0.
 err=$("${T[@]}" train.out_dir="$tmp/logfull" train.max_steps=2 2>&1 >/dev/full)
 rc=$?

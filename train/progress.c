@@ -209,7 +209,7 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
 }
 
 int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, const char *stopped,
-                    train_result *res) {
+                    const char *saved, train_result *res) {
     train_result *r = &p->r;
     /* the file's last bytes: a run whose record is incomplete did not succeed */
     if (metrics_close(&p->m) != CNT_OK && status == CNT_OK) {
@@ -225,6 +225,8 @@ int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, 
     r->top5 = p->er.top5;
     r->img_per_sec =
         r->seconds > 0 ? (double)(steps - p->first_step) * p->o.batch * p->o.world / r->seconds : 0;
+    if (status == CNT_OK && !isfinite(r->last_loss))
+        status = cnt_err_set("training diverged (loss %g)", r->last_loss);
     char scores[96] = "";
     if (p->evaluated)
         snprintf(scores, sizeof scores, ", test top-1 %.2f%%, top-5 %.2f%%", 100 * r->top1, 100 * r->top5);
@@ -232,13 +234,11 @@ int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, 
         log_info("stopped (%s) after %ld steps in %.1f s%s; metrics in %s/metrics.jsonl", stopped, steps, r->seconds,
                  scores, p->o.out_dir);
     else if (status == CNT_OK)
-        log_info("finished: %ld steps in %.1f s, test top-1 %.2f%%, top-5 %.2f%%; metrics in %s/metrics.jsonl", steps,
-                 r->seconds, 100 * r->top1, 100 * r->top5, p->o.out_dir);
-    else
-        log_info("stopped after %ld steps (%.1f s); metrics so far in %s/metrics.jsonl", steps, r->seconds,
+        log_info("finished: %ld steps in %.1f s%s; metrics in %s/metrics.jsonl", steps, r->seconds, scores,
                  p->o.out_dir);
-    if (status == CNT_OK && !isfinite(r->last_loss))
-        status = cnt_err_set("training diverged (loss %g)", r->last_loss);
+    else
+        log_info("stopped after %ld steps (%.1f s); metrics so far in %s/metrics.jsonl; %s", steps, r->seconds,
+                 p->o.out_dir, saved ? saved : "no checkpoint written");
     if (status == CNT_OK && cnt_log_write_error())
         status = cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));
     if (res) *res = *r;

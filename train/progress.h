@@ -92,10 +92,11 @@ void progress_epoch_trained(progress *p);
 int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
 /* Closes metrics.jsonl, then the last line ("finished: ...", "stopped
  * (<stopped>) after ..." when the run was stopped early on purpose, or, when
- * status is not CNT_OK, "stopped after ...") and the run's result; status
- * becomes CNT_ERR when the last logged loss was not finite or the file's
- * last bytes could not be written. Returns the status. */
+ * status is not CNT_OK, "stopped after ...; <saved>", saved saying what the
+ * run can resume from, NULL: "no checkpoint written") and the run's result;
+ * status becomes CNT_ERR when the last logged loss was not finite, or the
+ * file's last bytes or a log line could not be written. Returns the status. */
 int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, const char *stopped,
-                    train_result *res);
+                    const char *saved, train_result *res);
 
 #endif

@@ -78,6 +78,7 @@ typedef struct run {
     int save_at_epoch_end;   /* end_epoch writes a checkpoint (decided at the epoch's last step) */
     int stopped;             /* the stop signal the ranks agreed on, 0: none */
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
+    char last_ckpt[3 * CONFIG_STR + 48]; /* rank 0: what a resume would start from, for the last line */
     int diverged;
 } run;
 
@@ -443,6 +444,7 @@ static int run_resume(run *r) {
             snprintf(at, sizeof at, " and %ld samples of epoch %d (step %ld of its %ld)", meta->epoch_samples,
                      meta->epoch + 1, r->first_epoch_step, r->steps_per_epoch);
         log_info("resumed from %s: %d epochs%s and %ld steps done%s", path, meta->epoch, at, meta->step, scaled);
+        if (r->rank == 0) snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, meta->step);
         if (meta->world > 0 && (meta->world != r->world || meta->batch != cfg->batch_size))
             log_info("resume: the checkpoint's run had %d rank%s x batch %d, this one %d x %d: the position in the "
                      "data and the schedule are recomputed from the samples done",
@@ -501,7 +503,7 @@ static int load_init_from(const config *cfg, net *nt) {
 
 /* Rank 0 writes the state after `epochs_done` complete epochs and
  * `epoch_samples` samples (all ranks') of the next. */
-static int save_checkpoint(const run *r, int epochs_done, long epoch_samples) {
+static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     const config *cfg = r->cfg;
     const stepper *st = &r->st;
     host_state hs;
@@ -532,7 +534,10 @@ static int save_checkpoint(const run *r, int epochs_done, long epoch_samples) {
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
     int status = ckpt_write(dir, r->nt, hs.params, hs.buffers, hs.momentum, meta, cfg->ckpt_keep, path, sizeof path);
-    if (status == CNT_OK) log_info("checkpoint: %s (step %ld)", path, r->step);
+    if (status == CNT_OK) {
+        log_info("checkpoint: %s (step %ld)", path, r->step);
+        snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, r->step);
+    }
     host_state_free(&hs);
     free(meta);
     return status;
@@ -907,7 +912,7 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
 static int run_finish(run *r, int status, train_result *res) {
     char why[512];
     status = progress_finish(r->pg, status, r->step, &r->st.ls, status == CNT_OK ? how_stopped(r, why, sizeof why) : NULL,
-                             res);
+                             r->last_ckpt[0] ? r->last_ckpt : NULL, res);
     if (res) res->stop_signal = status == CNT_OK ? r->stopped : 0;
     if (!r->tl || status != CNT_OK) return status;
     net_set_node_hook(r->nt, NULL, NULL);
