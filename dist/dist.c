@@ -249,14 +249,18 @@ void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
  * (tools/bench_allreduce; docs/ARCHITECTURE.md, "Bounded waits"). Those
  * sums are not unguarded: the stall watchdog's arrival barrier
  * (dist/watchdog.c) runs right before each one, with the same limits, so
- * every rank is about to join when the blocking call starts. The trainer's
- * other, small collectives go through allreduce_bounded. */
+ * every rank is about to join when the blocking call starts; and a rank
+ * that stops inside the call is caught by the deadman thread
+ * (dist_blocking_begin, dist/wait.c), which ends this process after the abort
+ * limit. The trainer's other, small collectives go through allreduce_bounded. */
 static void allreduce_blocking(void *buf, size_t n, size_t esize, MPI_Datatype type, MPI_Op op) {
     char *p = buf;
+    dist_blocking_begin("MPI_Allreduce"); /* bounded by the deadman thread (dist/wait.c) */
     for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
         size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
         DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, MPI_COMM_WORLD));
     }
+    dist_blocking_end();
 }
 
 /* In-place sum of n elements of `type` (esize bytes each) under `op`, in

@@ -23,9 +23,13 @@
  */
 #include "dist/dist.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -47,6 +51,63 @@ void dist_phase(const char *what) {
     snprintf(tl_phase, sizeof tl_phase, "%s", what);
     fault_stall_in_point(tl_phase); /* tests only: CNT_TEST_STALL_IN (dist/fault.h) */
 }
+
+/* ------------------------------------------------- blocking calls' deadman */
+
+/* A call that cannot be polled (the gradient sum's MPI_Allreduce: its
+ * nonblocking form measured several times slower) is bounded by a monitor
+ * thread instead: dist_blocking_begin notes when the call started and what
+ * it is; the thread, started at the first such call, looks once a second and,
+ * when a call has been inside for the abort limit, writes one line and ends
+ * the process (_exit(1): the thread may not call MPI while another thread is
+ * inside it; mpirun then ends the job, as for any rank that dies). */
+static _Atomic long long blocking_since_ms = 0; /* 0: no blocking call in progress */
+static char blocking_what[256];
+static pthread_once_t deadman_once = PTHREAD_ONCE_INIT;
+
+static long long now_ms(void) { return (long long)(time_now() * 1e3); }
+
+static void *deadman(void *arg) {
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        long long since = atomic_load(&blocking_since_ms);
+        if (since == 0 || g_abort_s <= 0) continue;
+        double waited = (double)(now_ms() - since) / 1e3;
+        if (waited < g_abort_s) continue;
+        char line[600];
+        int n = snprintf(line, sizeof line,
+                         "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
+                         "the middle of it; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
+                         dist_rank(), dist_rank(), blocking_what, waited, g_abort_s);
+        fflush(stdout);
+        if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
+            /* nothing left to tell it to */
+        }
+        _exit(1);
+    }
+    return NULL;
+}
+
+static void deadman_start(void) {
+    pthread_t t;
+    errno = pthread_create(&t, NULL, deadman, NULL);
+    CHECK_ERRNO(errno == 0, "pthread_create (stall deadman)");
+    pthread_detach(t);
+}
+
+void dist_blocking_begin(const char *call) {
+    if (g_abort_s <= 0) return;
+    errno = pthread_once(&deadman_once, deadman_start);
+    CHECK_ERRNO(errno == 0, "pthread_once (stall deadman)");
+    fault_stall_in_point(call); /* tests only: CNT_TEST_STALL_IN stops a rank here, the others inside the call */
+    /* the label first, then the time that arms the check (the monitor reads them in that order) */
+    snprintf(blocking_what, sizeof blocking_what, "%s during %s", call, tl_phase[0] ? tl_phase : "an unnamed phase");
+    atomic_store(&blocking_since_ms, now_ms());
+}
+
+void dist_blocking_end(void) { atomic_store(&blocking_since_ms, 0); }
 
 #if CNT_HAVE_MPI
 #include "dist/wait.h"

@@ -6,6 +6,14 @@
 #ifndef CNT_DIST_WAIT_H
 #define CNT_DIST_WAIT_H
 
+/* A blocking call that cannot be polled (the gradient sum's MPI_Allreduce)
+ * is bracketed by these: a monitor thread (started at the first begin) ends
+ * the process with a message naming `call` and the calling thread's phase
+ * when the call has not ended after dist.stall_abort_s (mpirun then ends the
+ * job). One such call at a time in the process. */
+void dist_blocking_begin(const char *call);
+void dist_blocking_end(void);
+
 #if CNT_HAVE_MPI
 #include <mpi.h>
 

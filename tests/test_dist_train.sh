@@ -220,6 +220,20 @@ done <<'CASES'
 1|gradient allreduce|0|the ring allreduce during gradient allreduce \(step 1, bucket [0-9]+\)|dist.backend=ring
 CASES
 
+# A rank stopped inside the blocking MPI_Allreduce of the gradients (after the
+# watchdog let every rank in): the other rank's deadman thread ends the job.
+start=$(date +%s)
+out=$(CNT_TEST_STALL_IN=1:MPI_Allreduce:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+      -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.backend=mpi dist.stall_abort_s=3 \
+      train.out_dir="$tmp/deadman" 2>&1)
+rc=$?
+secs=$(($(date +%s) - start))
+check "stall inside MPI_Allreduce: the job ends non-zero, not by the timeout (rc=$rc, ${secs}s)" \
+    test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137
+check "stall inside MPI_Allreduce: within 20 s" test $secs -le 20
+check "stall inside MPI_Allreduce: rank 0 names the call and the phase" \
+    grep -qE "^\[rank 0\] error: stall: rank 0 has been inside MPI_Allreduce during gradient allreduce \(step 1, bucket [0-9]+\) for [0-9]+ s" <<<"$out"
+
 # A stall shorter than the abort limit: warnings every dist.stall_warn_s,
 # then "stall over", and the run finishes.
 out=$(CNT_TEST_STALL_IN=1:evaluation:2.5 "${MPI[@]}" -np 2 -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini \
