@@ -12,6 +12,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, size_t *ends, int max) {
+    CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
+    int count = 0;
+    for (size_t off = 0; off < n; count++) {
+        size_t len = count == 0 ? first_bucket : bucket_size;
+        if (len > n - off) len = n - off;
+        off += len;
+        if (ends && count < max) ends[count] = off;
+    }
+    return count;
+}
+
 reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts) {
     size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;
     CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
@@ -22,17 +34,16 @@ reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer
     rd->n = n;
     rd->overlap = opts->overlap;
     rd->wd = dist_watchdog_create(opts->stall_warn_s, opts->stall_abort_s);
-    size_t cap = 2 + n / bucket_size;
-    rd->buckets = cnt_calloc(cap, sizeof *rd->buckets);
-    size_t off = 0;
-    while (off < n) {
-        size_t len = rd->n_buckets == 0 ? first_bucket : bucket_size;
-        if (len > n - off) len = n - off;
-        rd->buckets[rd->n_buckets].begin = off;
-        rd->buckets[rd->n_buckets].end = off + len;
-        rd->n_buckets++;
-        off += len;
+    int count = reducer_bucket_layout(n, first_bucket, bucket_size, NULL, 0);
+    size_t *ends = cnt_malloc((size_t)count * sizeof *ends);
+    reducer_bucket_layout(n, first_bucket, bucket_size, ends, count);
+    rd->buckets = cnt_calloc((size_t)count, sizeof *rd->buckets);
+    for (int b = 0; b < count; b++) {
+        rd->buckets[b].begin = b ? ends[b - 1] : 0;
+        rd->buckets[b].end = ends[b];
     }
+    rd->n_buckets = count;
+    free(ends);
     if (opts->nccl) reducer_nccl_init(rd, opts);
     else reducer_mpi_init(rd, opts);
     return rd;

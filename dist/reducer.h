@@ -98,6 +98,13 @@ void reducer_finish(reducer *rd, reducer_stats *st);
  * peer that never joins ends the job instead of hanging it); their times then
  * come with the next reducer_finish as usual. */
 void reducer_wait_sums(reducer *rd);
+/* The cut of a gradient buffer of n values into buckets, as reducer_create
+ * makes it (the first first_bucket values, then bucket_size each, the last
+ * possibly shorter): returns the number of buckets and, when ends is not
+ * NULL, writes the first min(count, max) bucket ends (exclusive, in values)
+ * to ends. Shared with the step profile (train/profile.c), so a simulation
+ * sees the reducer's own buckets. */
+int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, size_t *ends, int max);
 /* The number of buckets the buffer was cut into (at least 1). */
 int reducer_bucket_count(const reducer *rd);
 /* From now on every bucket is recorded as "allreduce bucket k" on tl's comm

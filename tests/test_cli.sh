@@ -226,6 +226,36 @@ check "model.init_from, 7 classes: the classifier keeps its initialisation (warn
     test "$rc" -eq 0 -a -n "$(grep -o 'fc.weight \[10, 64\] (here \[7, 64\])' <<<"$out")"
 run $T "$tmp/w.ini" train.out_dir="$tmp/init2" model.init_from="$tmp/none.safetensors"
 check "model.init_from, missing file: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/none.safetensors" <<<"$out")"
+# --profile: one step layer by layer, as JSON, with the reducer's own buckets.
+run $T --profile configs/resnet20-fashion.ini "$tmp/prof.json" train.device=cpu train.threads=1 data.workers=1 \
+    train.batch_size=16 train.max_steps=4 dist.first_bucket_mb=0.1 dist.bucket_mb=0.25
+check "--profile: exit 0, names the file" test "$rc" -eq 0 -a -n "$(grep -o "profile of 4 steps of resnet20 written to $tmp/prof.json" <<<"$out")"
+check "--profile: the JSON is whole and consistent" python3 - "$tmp/prof.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["model"] == "resnet20" and p["batch"] == 16 and p["steps"] == 4 and p["params"] == 269434, p
+assert p["grad_bytes"] == 4 * p["params"]
+# buckets: contiguous, cover the gradient buffer, first 0.1 MiB then 0.25 MiB
+b = p["buckets"]
+assert b[0]["begin"] == 0 and b[-1]["end"] == p["params"]
+assert all(x["end"] == y["begin"] for x, y in zip(b, b[1:]))
+assert b[0]["end"] == int(0.1 * 2**20 / 4) and b[1]["end"] - b[1]["begin"] == int(0.25 * 2**20 / 4)
+# layers in backward order: gradient ranges tile the buffer in order, every bucket completed once, in order
+L = p["layers"]
+assert L[0]["name"] == "fc" and L[-1]["name"] == "conv1", (L[0]["name"], L[-1]["name"])
+ranges = [(l["grad_begin"], l["grad_end"]) for l in L if l["grad_end"] > l["grad_begin"]]
+assert ranges[0][0] == 0 and ranges[-1][1] == p["params"] and all(a[1] == c[0] for a, c in zip(ranges, ranges[1:]))
+assert sum(l["grad_bytes"] for l in L) == p["grad_bytes"]
+done = [k for l in L for k in l["completes"]]
+assert done == list(range(len(b))), done
+for l in L:
+    if l["completes"]:
+        assert all(b[k]["end"] <= l["grad_end"] for k in l["completes"])
+assert all(l["forward_ms"] >= 0 and l["backward_ms"] >= 0 for l in L) and p["step_ms"] > 0
+PY
+run $T --profile configs/resnet20-fashion.ini "$tmp/no/dir/prof.json" train.device=cpu
+check "--profile to a directory that does not exist: exit 1 naming it" \
+    test "$rc" -eq 1 -a -n "$(grep -o "cannot write '$tmp/no/dir/prof.json'" <<<"$out")"
 run $T --export "$tmp/nockpt.cnt" "$tmp/x.safetensors"
 check "--export, missing checkpoint: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/nockpt.cnt" <<<"$out")"
 run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt" "$tmp/no/dir/x.safetensors"

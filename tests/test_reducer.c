@@ -55,6 +55,31 @@ static void test_buckets_and_early_launch(void **state) {
     be->free(g);
 }
 
+/* The layout the step profile reports is the reducer's: same count, same
+ * cut, for a grid of sizes (first bucket larger, smaller, equal, beyond n). */
+static void test_bucket_layout(void **state) {
+    (void)state;
+    size_t ends[8];
+    assert_int_equal(reducer_bucket_layout(10, 3, 4, ends, 8), 3);
+    assert_true(ends[0] == 3 && ends[1] == 7 && ends[2] == 10);
+    assert_int_equal(reducer_bucket_layout(10, 100, 100, ends, 8), 1);
+    assert_true(ends[0] == 10);
+    assert_int_equal(reducer_bucket_layout(10, 1, 1, ends, 8), 10); /* only the first 8 ends written */
+    assert_true(ends[7] == 8);
+    const backend *be = backend_cpu();
+    float *g = be->alloc(1000 * sizeof(float));
+    size_t firsts[] = {1, 7, 64, 999, 1000, 5000}, sizes[] = {1, 13, 100, 1000, 4096};
+    for (size_t i = 0; i < sizeof firsts / sizeof *firsts; i++) {
+        for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++) {
+            reducer_opts ro = {.first_bucket = firsts[i], .bucket = sizes[j], .algo = DIST_ALGO_MPI, .overlap = 1};
+            reducer *rd = reducer_create(be, g, 1000, &ro);
+            assert_int_equal(reducer_bucket_count(rd), reducer_bucket_layout(1000, firsts[i], sizes[j], NULL, 0));
+            reducer_free(rd);
+        }
+    }
+    be->free(g);
+}
+
 typedef struct hook_spy {
     reducer *rd;
     size_t calls;
@@ -133,6 +158,7 @@ static void test_fp16_compression(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_and_early_launch),
+        cmocka_unit_test(test_bucket_layout),
         cmocka_unit_test(test_driven_by_backward),
         cmocka_unit_test(test_fp16_compression),
     };

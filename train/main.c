@@ -18,6 +18,7 @@
 #include "model/zoo.h"
 #include "train/bench.h"
 #include "train/config.h"
+#include "train/profile.h"
 #include "train/stop.h"
 #include "train/trainer.h"
 #include "train/weights.h"
@@ -38,6 +39,7 @@ static void usage(FILE *out) {
             "       trainer " BENCH_SYNOPSIS "\n"
             "                                        (training speed on random data)\n"
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
+            "       trainer --profile CONFIG.ini OUT.json [section.key=value ...]   (one step, layer by layer, as JSON)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
             "       trainer --devices                (backends built in, GPUs usable here)\n"
             "       trainer --help | --version | --config-reference\n");
@@ -208,6 +210,31 @@ int main(int argc, char **argv) {
             fprintf(stderr, "trainer: %s\n", cnt_err_msg());
             return 1;
         }
+        return 0;
+    }
+    if (strcmp(cmd, "--profile") == 0) {
+        if (argc < 4) {
+            usage(stderr);
+            return 2;
+        }
+        config cfg;
+        load_config(&cfg, argv[2], argc, argv, 4);
+        /* train.max_steps, when set, is the number of timed steps */
+        int steps = cfg.max_steps > 0 ? (int)(cfg.max_steps < 100000 ? cfg.max_steps : 100000) : 20;
+        FILE *f = fopen(argv[3], "w");
+        if (!f) {
+            fprintf(stderr, "trainer: --profile: cannot write '%s': %s\n", argv[3], strerror(errno));
+            return 1;
+        }
+        int rc = profile_run(&cfg, steps, 3, f);
+        if (fclose(f) != 0 && rc == CNT_OK)
+            rc = cnt_err_set("--profile: cannot write '%s': %s", argv[3], strerror(errno));
+        if (rc != CNT_OK) {
+            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+            remove(argv[3]);
+            return 1;
+        }
+        printf("profile of %d steps of %s written to %s\n", steps, cfg.model_name, argv[3]);
         return 0;
     }
     if (strcmp(cmd, "--export") == 0) {
