@@ -282,6 +282,24 @@ rc=$?
 check "a failing rank ends the job (no hang)" test $rc -ne 0 -a $rc -ne 124
 check "the failing rank is named" grep -q "\[rank 1\].*$tmp/none" <<<"$out"
 
+# tools/profile.sh: the step profile plus the allreduce curve of both transports at 2 ranks.
+out=$(BENCH_ARGS="--iters-time 0.02" timeout 120 tools/profile.sh configs/resnet20-fashion.ini "$tmp/prof.json" \
+      train.device=cpu train.threads=1 data.workers=1 train.batch_size=16 train.max_steps=3 2>&1)
+check "tools/profile.sh: exit 0" test $? -eq 0
+check "tools/profile.sh: the curves cover 4 KiB to the gradient's size at 2 ranks, both transports" \
+    python3 - "$tmp/prof.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+a = p["allreduce"]
+assert a["world"] == 2 and set(a["curves"]) == {"mpi", "ring"}, a
+for name, c in a["curves"].items():
+    sizes = [x["bytes"] for x in c]
+    assert sizes[0] == 4096 and all(y == 4 * x for x, y in zip(sizes, sizes[1:])), (name, sizes)
+    assert sizes[-1] >= p["grad_bytes"] > sizes[-2], (name, sizes, p["grad_bytes"])
+    assert all(x["us"] > 0 for x in c), c
+assert p["layers"] and p["buckets"]
+PY
+
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed"
     exit 1
