@@ -108,8 +108,10 @@ MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # Programs beside the trainer (tools/*.c, built to build/tools/). bench_onednn
 # needs libdnnl-dev, which `make deps` does not install: built by hand (see it).
-TOOL_SRC := $(filter-out tools/bench_onednn.c,$(wildcard tools/*.c))
+TOOL_SRC := $(filter-out tools/bench_onednn.c tools/simulate_engine.c,$(wildcard tools/*.c))
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
+# The step simulator's engine: linked into build/tools/simulate and its test.
+SIM_ENGINE_OBJ := $(BUILD)/tools/simulate_engine.o
 
 .PHONY: all deps test test-build bench clean found
 # Test support objects are prerequisites of pattern rules only; keep them.
@@ -148,6 +150,14 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 $(BUILD)/tools/%: tools/%.c $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/tools/simulate: tools/simulate.c $(SIM_ENGINE_OBJ) $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/test_simulate: tests/test_simulate.c $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
 $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)

@@ -1,0 +1,246 @@
+/*
+ * tools/simulate.c - predicts a data-parallel training step on 1 to
+ * thousands of workers from one worker's step profile (issue 14, part 3).
+ *
+ *   build/tools/simulate PROFILE.json [options]
+ *
+ * PROFILE.json: `trainer --profile` (train/profile.h), optionally with the
+ * allreduce curve of tools/profile.sh. The step model: tools/simulate_engine.h.
+ *
+ * Options (defaults in brackets):
+ *   --workers LIST          comma-separated worker counts [1,2,4,8,16,32,64,128,256,512]
+ *   --gpus-per-node G       workers per node [1]
+ *   --bw GBIT               inter-node link, Gbit/s [10]
+ *   --intra-bw GBIT         intra-node link (hier), Gbit/s [40]
+ *   --latency US            per-message latency alpha, us [5]
+ *   --speed X               compute speed relative to the profile [1]
+ *   --overlap on|off        allreduce during backward [on]
+ *   --bucket-mb M           later buckets, MiB [the profile's]
+ *   --first-bucket-mb F     first bucket, MiB [the profile's]
+ *   --fp16                  half the bytes on the wire
+ *   --algo ring|hier|curve  alpha-beta ring over all workers; hierarchical
+ *                           (intra-node reduce-scatter, ring over nodes on
+ *                           bytes/G, intra-node allgather); the profile's
+ *                           measured curve (only at its world size) [ring]
+ *   --curve mpi|ring        which measured curve --algo curve reads [mpi]
+ *   --horovod CYCLE_MS,FUSION_MB  Horovod's cycle and fusion buffer instead
+ *                           of fixed buckets
+ *   --jitter PCT            stragglers: sigma = PCT % of compute [0]
+ *   --csv FILE              also write the table as CSV
+ *   --trace FILE            Chrome trace of the predicted step at the largest
+ *                           N (or --trace-workers N)
+ *
+ * Output: an aligned table on stdout, one row per N: step, images/s,
+ * scaling efficiency, allreduce and exposed communication, messages and a
+ * verdict. Exit status 0; 1 when the profile or the cluster cannot be
+ * simulated (the message names the file and field, or the option); 2 for
+ * usage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "tools/simulate_engine.h"
+
+#define MAX_WORKERS_LIST 256
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: simulate PROFILE.json [--workers 1,2,4,...] [--gpus-per-node G] [--bw GBIT] [--intra-bw GBIT]\n"
+               "       [--latency US] [--speed X] [--overlap on|off] [--bucket-mb M] [--first-bucket-mb F] [--fp16]\n"
+               "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT]\n"
+               "       [--csv FILE] [--trace FILE] [--trace-workers N]\n");
+}
+
+/* A number in (lo, hi] from an option's value; exits 2 naming the option. */
+static double num_arg(const char *opt, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (errno || end == s || *end || !(d > lo) || d > hi) {
+        fprintf(stderr, "simulate: %s: expected a number above %g and at most %g, found '%s'\n", opt, lo, hi, s);
+        exit(2);
+    }
+    return d;
+}
+
+static int whole_arg(const char *opt, const char *s, int lo, int hi) {
+    double d = num_arg(opt, s, lo - 1, hi);
+    if (d != (int)d) {
+        fprintf(stderr, "simulate: %s: expected a whole number, found '%s'\n", opt, s);
+        exit(2);
+    }
+    return (int)d;
+}
+
+static int parse_workers(const char *s, int *w) {
+    int n = 0;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == MAX_WORKERS_LIST) {
+            fprintf(stderr, "simulate: --workers: at most %d counts\n", MAX_WORKERS_LIST);
+            exit(2);
+        }
+        w[n++] = whole_arg("--workers", tok, 1, 1 << 20);
+    }
+    if (n == 0) {
+        fprintf(stderr, "simulate: --workers: expected a list like 1,2,4\n");
+        exit(2);
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    sim_cluster c = sim_cluster_default();
+    int workers[MAX_WORKERS_LIST], nw = parse_workers("1,2,4,8,16,32,64,128,256,512", workers);
+    const char *profile_path = NULL, *csv_path = NULL, *trace_path = NULL;
+    int trace_workers = 0;
+    double bucket_mb = 0, first_mb = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--fp16")) {
+            c.fp16 = 1;
+            continue;
+        }
+        if (a[0] != '-') {
+            if (profile_path) {
+                usage(stderr);
+                return 2;
+            }
+            profile_path = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "simulate: %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--workers")) {
+            nw = parse_workers(v, workers);
+        } else if (!strcmp(a, "--gpus-per-node")) {
+            c.gpus_per_node = whole_arg(a, v, 1, 1 << 16);
+        } else if (!strcmp(a, "--bw")) {
+            c.bw_gbit = num_arg(a, v, 0, 1e6);
+        } else if (!strcmp(a, "--intra-bw")) {
+            c.intra_bw_gbit = num_arg(a, v, 0, 1e6);
+        } else if (!strcmp(a, "--latency")) {
+            c.latency_us = num_arg(a, v, -1e-300, 1e7);
+        } else if (!strcmp(a, "--speed")) {
+            c.speed = num_arg(a, v, 0, 1e6);
+        } else if (!strcmp(a, "--overlap")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "simulate: --overlap: expected on or off, found '%s'\n", v);
+                return 2;
+            }
+            c.overlap = !strcmp(v, "on");
+        } else if (!strcmp(a, "--bucket-mb")) {
+            bucket_mb = num_arg(a, v, 0, 1 << 20);
+        } else if (!strcmp(a, "--first-bucket-mb")) {
+            first_mb = num_arg(a, v, 0, 1 << 20);
+        } else if (!strcmp(a, "--algo")) {
+            if (!strcmp(v, "ring")) c.algo = SIM_ALGO_RING;
+            else if (!strcmp(v, "hier")) c.algo = SIM_ALGO_HIER;
+            else if (!strcmp(v, "curve")) c.algo = SIM_ALGO_CURVE;
+            else {
+                fprintf(stderr, "simulate: --algo: expected ring, hier or curve, found '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--curve")) {
+            if (strcmp(v, "mpi") && strcmp(v, "ring")) {
+                fprintf(stderr, "simulate: --curve: expected mpi or ring, found '%s'\n", v);
+                return 2;
+            }
+            c.curve_ring = !strcmp(v, "ring");
+        } else if (!strcmp(a, "--horovod")) {
+            char buf[128], *comma;
+            snprintf(buf, sizeof buf, "%s", v);
+            if (!(comma = strchr(buf, ','))) {
+                fprintf(stderr, "simulate: --horovod: expected CYCLE_MS,FUSION_MB, found '%s'\n", v);
+                return 2;
+            }
+            *comma = '\0';
+            c.horovod_cycle_ms = num_arg("--horovod (cycle ms)", buf, 0, 1e6);
+            c.horovod_fusion_mb = num_arg("--horovod (fusion MB)", comma + 1, 0, 1 << 20);
+        } else if (!strcmp(a, "--jitter")) {
+            c.jitter_pct = num_arg(a, v, -1e-300, 1000);
+        } else if (!strcmp(a, "--csv")) {
+            csv_path = v;
+        } else if (!strcmp(a, "--trace")) {
+            trace_path = v;
+        } else if (!strcmp(a, "--trace-workers")) {
+            trace_workers = whole_arg(a, v, 1, 1 << 20);
+        } else {
+            fprintf(stderr, "simulate: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!profile_path) {
+        usage(stderr);
+        return 2;
+    }
+    sim_profile p;
+    if (sim_profile_load(profile_path, &p) != CNT_OK) {
+        fprintf(stderr, "simulate: %s\n", cnt_err_msg());
+        return 1;
+    }
+    if (bucket_mb > 0) c.bucket_values = (size_t)(bucket_mb * 1048576 / 4) ? (size_t)(bucket_mb * 1048576 / 4) : 1;
+    if (first_mb > 0) c.first_bucket_values = (size_t)(first_mb * 1048576 / 4) ? (size_t)(first_mb * 1048576 / 4) : 1;
+    if (!trace_workers) {
+        for (int k = 0; k < nw; k++)
+            if (workers[k] > trace_workers) trace_workers = workers[k];
+    }
+
+    FILE *csv = NULL;
+    if (csv_path && !(csv = fopen(csv_path, "w"))) {
+        fprintf(stderr, "simulate: cannot write '%s': %s\n", csv_path, strerror(errno));
+        sim_profile_free(&p);
+        return 1;
+    }
+    printf("%s, batch %d per worker, %.2f MB of gradients; %s, %g Gbit/s, %g us, G=%d%s, overlap %s, speed %g%s\n",
+           p.model, p.batch, 4.0 * (double)p.params / 1e6,
+           c.algo == SIM_ALGO_RING ? "ring" : c.algo == SIM_ALGO_HIER ? "hier" : "curve", c.bw_gbit, c.latency_us,
+           c.gpus_per_node, c.fp16 ? ", fp16" : "", c.overlap ? "on" : "off", c.speed,
+           c.horovod_cycle_ms > 0 ? ", Horovod cycle/fusion" : "");
+    printf("%7s %10s %11s %6s %13s %11s %5s  %s\n", "workers", "step_ms", "images/s", "eff", "allreduce_ms",
+           "exposed_ms", "msgs", "verdict");
+    if (csv) fprintf(csv, "workers,step_ms,images_per_s,efficiency,allreduce_ms,exposed_ms,messages,verdict\n");
+    int status = 0, traced = 0;
+    for (int k = 0; k < nw; k++) {
+        sim_result r;
+        if (sim_step(&p, &c, workers[k], &r) != CNT_OK) {
+            fprintf(stderr, "simulate: %d workers: %s\n", workers[k], cnt_err_msg());
+            status = 1;
+            break;
+        }
+        printf("%7d %10.2f %11.1f %6.3f %13.2f %11.2f %5d  %s\n", r.workers, r.step_ms, r.images_per_s, r.efficiency,
+               r.comm_ms, r.exposed_ms, r.n_msgs, r.verdict);
+        if (csv)
+            fprintf(csv, "%d,%.4f,%.2f,%.5f,%.4f,%.4f,%d,\"%s\"\n", r.workers, r.step_ms, r.images_per_s, r.efficiency,
+                    r.comm_ms, r.exposed_ms, r.n_msgs, r.verdict);
+        if (trace_path && r.workers == trace_workers && !traced) {
+            traced = 1;
+            if (sim_write_trace(&p, &r, trace_path) != CNT_OK) {
+                fprintf(stderr, "simulate: %s\n", cnt_err_msg());
+                status = 1;
+            }
+        }
+        sim_result_free(&r);
+    }
+    if (status == 0 && trace_path && !traced) {
+        fprintf(stderr, "simulate: --trace-workers %d is not in --workers\n", trace_workers);
+        status = 2;
+    }
+    if (csv && (fclose(csv) != 0) && status == 0) {
+        fprintf(stderr, "simulate: cannot write '%s': %s\n", csv_path, strerror(errno));
+        status = 1;
+    }
+    sim_profile_free(&p);
+    return status;
+}

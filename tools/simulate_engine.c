@@ -1,0 +1,473 @@
+/*
+ * tools/simulate_engine.c - the profile reader and the event-driven step
+ * model of tools/simulate (see tools/simulate_engine.h).
+ */
+#include "tools/simulate_engine.h"
+#include "common/check.h"
+#include "common/json.h"
+#include "dist/reducer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+sim_cluster sim_cluster_default(void) {
+    return (sim_cluster){.gpus_per_node = 1, .bw_gbit = 10, .intra_bw_gbit = 40, .latency_us = 5, .speed = 1,
+                         .overlap = 1, .algo = SIM_ALGO_RING};
+}
+
+/* ---------------------------------------------------------------- reading */
+
+/* Field lookups that name the file and the field on error. */
+static int get_field(const char *file, const char *path, const json_value *obj, const char *key, json_type t,
+                     const json_value **out) {
+    const json_value *v = json_get(obj, key);
+    if (!v) return cnt_err_set("%s: %s%s%s: missing", file, path, *path ? "." : "", key);
+    if (v->type != t)
+        return cnt_err_set("%s: %s%s%s: expected a %s, found a %s", file, path, *path ? "." : "", key,
+                           json_type_name(t), json_type_name(v->type));
+    *out = v;
+    return CNT_OK;
+}
+
+static int get_num(const char *file, const char *path, const json_value *obj, const char *key, double *out) {
+    const json_value *v = NULL;
+    if (get_field(file, path, obj, key, JSON_TYPE_NUMBER, &v) != CNT_OK) return CNT_ERR;
+    if (!(v->number >= 0) || !isfinite(v->number))
+        return cnt_err_set("%s: %s%s%s: expected a number >= 0, found %g", file, path, *path ? "." : "", key,
+                           v->number);
+    *out = v->number;
+    return CNT_OK;
+}
+
+static int get_count(const char *file, const char *path, const json_value *obj, const char *key, size_t *out) {
+    double d = 0;
+    if (get_num(file, path, obj, key, &d) != CNT_OK) return CNT_ERR;
+    if (d != floor(d) || d > 1e15)
+        return cnt_err_set("%s: %s%s%s: expected a whole number, found %g", file, path, *path ? "." : "", key, d);
+    *out = (size_t)d;
+    return CNT_OK;
+}
+
+static int read_curve(const char *file, const json_value *curves, const char *key, sim_curve *c) {
+    const json_value *a = NULL;
+    char path[64];
+    if (get_field(file, "allreduce.curves", curves, key, JSON_TYPE_ARRAY, &a) != CNT_OK) return CNT_ERR;
+    if (a->n < 1) return cnt_err_set("%s: allreduce.curves.%s: empty", file, key);
+    c->n = (int)a->n;
+    c->bytes = cnt_malloc(a->n * sizeof *c->bytes);
+    c->us = cnt_malloc(a->n * sizeof *c->us);
+    for (size_t i = 0; i < a->n; i++) {
+        snprintf(path, sizeof path, "allreduce.curves.%s[%zu]", key, i);
+        if (a->items[i].type != JSON_TYPE_OBJECT) return cnt_err_set("%s: %s: expected an object", file, path);
+        if (get_num(file, path, &a->items[i], "bytes", &c->bytes[i]) != CNT_OK ||
+            get_num(file, path, &a->items[i], "us", &c->us[i]) != CNT_OK)
+            return CNT_ERR;
+        if (c->bytes[i] <= 0 || c->us[i] <= 0)
+            return cnt_err_set("%s: %s: bytes and us must be above 0", file, path);
+        if (i > 0 && c->bytes[i] <= c->bytes[i - 1])
+            return cnt_err_set("%s: %s.bytes: not above the previous point's", file, path);
+    }
+    return CNT_OK;
+}
+
+/* The buckets completed by each layer, from the gradient watermark (the
+ * rule of train/profile.c): ends[] are the bucket ends in values. Writes the
+ * index of the layer that completes bucket b to done_by[b]. */
+static void bucket_completion(const sim_profile *p, const size_t *ends, int nb, int *done_by) {
+    size_t ready = 0;
+    int b = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        if (p->layers[i].grad_end > ready) ready = p->layers[i].grad_end;
+        for (; b < nb && ends[b] <= ready; b++) done_by[b] = i;
+    }
+    for (; b < nb; b++) done_by[b] = p->n_layers - 1; /* not reached on a checked profile */
+}
+
+static int parse_tree(const json_value *root, const char *file, sim_profile *p) {
+    const json_value *v = NULL;
+    double d = 0;
+    if (root->type != JSON_TYPE_OBJECT) return cnt_err_set("%s: expected an object at the top", file);
+    if (get_field(file, "", root, "model", JSON_TYPE_STRING, &v) != CNT_OK) return CNT_ERR;
+    snprintf(p->model, sizeof p->model, "%s", v->string);
+    size_t batch;
+    if (get_count(file, "", root, "batch", &batch) != CNT_OK) return CNT_ERR;
+    if (batch < 1 || batch > 1000000) return cnt_err_set("%s: batch: expected 1 to 1000000, found %zu", file, batch);
+    p->batch = (int)batch;
+    if (get_num(file, "", root, "step_ms", &p->step_ms) != CNT_OK ||
+        get_num(file, "", root, "forward_ms", &p->forward_ms) != CNT_OK ||
+        get_num(file, "", root, "backward_ms", &p->backward_ms) != CNT_OK ||
+        get_num(file, "", root, "update_ms", &p->update_ms) != CNT_OK ||
+        get_num(file, "", root, "data_wait_ms", &p->data_wait_ms) != CNT_OK ||
+        get_count(file, "", root, "params", &p->params) != CNT_OK ||
+        get_count(file, "", root, "first_bucket_values", &p->first_bucket_values) != CNT_OK ||
+        get_count(file, "", root, "bucket_values", &p->bucket_values) != CNT_OK)
+        return CNT_ERR;
+    if (p->params < 1) return cnt_err_set("%s: params: expected at least 1", file);
+    if (p->first_bucket_values < 1 || p->bucket_values < 1)
+        return cnt_err_set("%s: first_bucket_values, bucket_values: expected at least 1", file);
+    size_t grad_bytes;
+    if (get_count(file, "", root, "grad_bytes", &grad_bytes) != CNT_OK) return CNT_ERR;
+    if (grad_bytes != 4 * p->params)
+        return cnt_err_set("%s: grad_bytes: %zu is not 4 x params (%zu)", file, grad_bytes, p->params);
+
+    /* layers, backward order */
+    const json_value *layers = NULL;
+    if (get_field(file, "", root, "layers", JSON_TYPE_ARRAY, &layers) != CNT_OK) return CNT_ERR;
+    if (layers->n < 1 || layers->n > 1000000) return cnt_err_set("%s: layers: expected 1 to 1000000 layers", file);
+    p->n_layers = (int)layers->n;
+    p->layers = cnt_calloc(layers->n, sizeof *p->layers);
+    char path[64];
+    size_t covered = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        const json_value *l = &layers->items[i];
+        sim_layer *sl = &p->layers[i];
+        snprintf(path, sizeof path, "layers[%d]", i);
+        if (l->type != JSON_TYPE_OBJECT) return cnt_err_set("%s: %s: expected an object", file, path);
+        if (get_field(file, path, l, "name", JSON_TYPE_STRING, &v) != CNT_OK) return CNT_ERR;
+        snprintf(sl->name, sizeof sl->name, "%s", v->string);
+        size_t gbytes;
+        if (get_num(file, path, l, "forward_ms", &sl->forward_ms) != CNT_OK ||
+            get_num(file, path, l, "backward_ms", &sl->backward_ms) != CNT_OK ||
+            get_count(file, path, l, "grad_begin", &sl->grad_begin) != CNT_OK ||
+            get_count(file, path, l, "grad_end", &sl->grad_end) != CNT_OK ||
+            get_count(file, path, l, "grad_bytes", &gbytes) != CNT_OK)
+            return CNT_ERR;
+        if (sl->grad_end < sl->grad_begin || sl->grad_end > p->params)
+            return cnt_err_set("%s: %s.grad_end: %zu is below grad_begin (%zu) or above params (%zu)", file, path,
+                               sl->grad_end, sl->grad_begin, p->params);
+        if (gbytes != 4 * (sl->grad_end - sl->grad_begin))
+            return cnt_err_set("%s: %s.grad_bytes: %zu is not 4 x (grad_end - grad_begin)", file, path, gbytes);
+        if (sl->grad_end > covered) covered = sl->grad_end;
+    }
+    if (covered != p->params)
+        return cnt_err_set("%s: layers: the gradient ranges end at %zu, not at params (%zu)", file, covered, p->params);
+
+    /* buckets: must be the reducer's own cut, and each layer's `completes` the watermark rule */
+    const json_value *buckets = NULL;
+    if (get_field(file, "", root, "buckets", JSON_TYPE_ARRAY, &buckets) != CNT_OK) return CNT_ERR;
+    int nb = reducer_bucket_layout(p->params, p->first_bucket_values, p->bucket_values, NULL, 0);
+    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
+    int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
+    reducer_bucket_layout(p->params, p->first_bucket_values, p->bucket_values, ends, nb);
+    bucket_completion(p, ends, nb, done_by);
+    int rc = CNT_OK;
+    if (buckets->n != (size_t)nb)
+        rc = cnt_err_set("%s: buckets: %zu buckets, but first_bucket_values and bucket_values cut params into %d",
+                         file, buckets->n, nb);
+    for (int b = 0; rc == CNT_OK && b < nb; b++) {
+        size_t begin, end;
+        snprintf(path, sizeof path, "buckets[%d]", b);
+        if (buckets->items[b].type != JSON_TYPE_OBJECT) {
+            rc = cnt_err_set("%s: %s: expected an object", file, path);
+        } else if (get_count(file, path, &buckets->items[b], "begin", &begin) != CNT_OK ||
+                   get_count(file, path, &buckets->items[b], "end", &end) != CNT_OK) {
+            rc = CNT_ERR;
+        } else if (begin != (b ? ends[b - 1] : 0) || end != ends[b]) {
+            rc = cnt_err_set("%s: %s: [%zu, %zu) is not the reducer's cut [%zu, %zu)", file, path, begin, end,
+                             b ? ends[b - 1] : 0, ends[b]);
+        }
+    }
+    for (int i = 0; rc == CNT_OK && i < p->n_layers; i++) {
+        const json_value *cv = NULL;
+        snprintf(path, sizeof path, "layers[%d]", i);
+        if (get_field(file, path, &layers->items[i], "completes", JSON_TYPE_ARRAY, &cv) != CNT_OK) {
+            rc = CNT_ERR;
+            break;
+        }
+        size_t k = 0;
+        for (int b = 0; b < nb; b++) {
+            if (done_by[b] != i) continue;
+            if (k >= cv->n || cv->items[k].type != JSON_TYPE_NUMBER || cv->items[k].number != b) break;
+            k++;
+        }
+        size_t expect = 0;
+        for (int b = 0; b < nb; b++) expect += done_by[b] == i;
+        if (k != expect || cv->n != expect)
+            rc = cnt_err_set("%s: %s.completes: does not match the buckets its gradient range completes", file, path);
+    }
+    free(ends);
+    free(done_by);
+    if (rc != CNT_OK) return rc;
+
+    /* the optional allreduce curve of tools/profile.sh */
+    const json_value *ar = json_get(root, "allreduce");
+    if (ar) {
+        const json_value *curves = NULL;
+        if (ar->type != JSON_TYPE_OBJECT) return cnt_err_set("%s: allreduce: expected an object", file);
+        if (get_num(file, "allreduce", ar, "world", &d) != CNT_OK) return CNT_ERR;
+        if (d < 2 || d != floor(d) || d > 1e6)
+            return cnt_err_set("%s: allreduce.world: expected a whole number >= 2, found %g", file, d);
+        p->curve_world = (int)d;
+        if (get_field(file, "allreduce", ar, "curves", JSON_TYPE_OBJECT, &curves) != CNT_OK ||
+            read_curve(file, curves, "mpi", &p->curve_mpi) != CNT_OK ||
+            read_curve(file, curves, "ring", &p->curve_ring) != CNT_OK)
+            return CNT_ERR;
+    }
+    return CNT_OK;
+}
+
+int sim_profile_parse(const char *text, size_t len, const char *name, sim_profile *p) {
+    memset(p, 0, sizeof *p);
+    json_value *root;
+    if (json_parse(text, len, name, &root) != CNT_OK) return CNT_ERR;
+    int rc = parse_tree(root, name, p);
+    json_free(root);
+    if (rc != CNT_OK) sim_profile_free(p);
+    return rc;
+}
+
+int sim_profile_load(const char *path, sim_profile *p) {
+    memset(p, 0, sizeof *p);
+    FILE *f = fopen(path, "rb");
+    if (!f) return cnt_err_set("cannot read the profile '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *text = cnt_malloc(cap);
+    for (;;) {
+        n += fread(text + n, 1, cap - n, f);
+        if (n < cap) break;
+        cap *= 2;
+        text = cnt_realloc(text, cap);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(text);
+        return cnt_err_set("cannot read the profile '%s': read error", path);
+    }
+    int rc = sim_profile_parse(text, n, path, p);
+    free(text);
+    return rc;
+}
+
+void sim_profile_free(sim_profile *p) {
+    free(p->layers);
+    free(p->curve_mpi.bytes);
+    free(p->curve_mpi.us);
+    free(p->curve_ring.bytes);
+    free(p->curve_ring.us);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---------------------------------------------------------------- network */
+
+/* alpha-beta ring over n: 2(n-1) alpha + 2(n-1)/n bytes / bw. */
+static double ring_ms(int n, double bytes, double alpha_ms, double bw_gbit, double *lat) {
+    if (n <= 1) return 0;
+    double l = 2.0 * (n - 1) * alpha_ms;
+    if (lat) *lat += l;
+    return l + 2.0 * (n - 1) / n * bytes / (bw_gbit * 1e9 / 8) * 1e3;
+}
+
+/* Log-log interpolation of the curve; beyond its ends, the end segment's
+ * slope (a single point: time proportional to bytes above it, flat below). */
+static double curve_ms(const sim_curve *c, double bytes) {
+    if (c->n == 1) return c->us[0] * (bytes > c->bytes[0] ? bytes / c->bytes[0] : 1) * 1e-3;
+    int i = 0;
+    while (i < c->n - 2 && bytes > c->bytes[i + 1]) i++;
+    double x0 = log(c->bytes[i]), x1 = log(c->bytes[i + 1]), y0 = log(c->us[i]), y1 = log(c->us[i + 1]);
+    double y = y0 + (y1 - y0) * (log(bytes) - x0) / (x1 - x0);
+    return exp(y) * 1e-3;
+}
+
+int sim_allreduce_ms(const sim_profile *p, const sim_cluster *c, int n, double bytes, double *ms, double *latency_ms) {
+    double lat = 0, alpha = c->latency_us * 1e-3;
+    *ms = 0;
+    if (latency_ms) *latency_ms = 0;
+    if (c->fp16) bytes /= 2;
+    if (n <= 1 || bytes <= 0) return CNT_OK;
+    switch (c->algo) {
+    case SIM_ALGO_RING:
+        *ms = ring_ms(n, bytes, alpha, c->bw_gbit, &lat);
+        break;
+    case SIM_ALGO_HIER: {
+        int g = c->gpus_per_node < n ? c->gpus_per_node : n;
+        if (n % g != 0)
+            return cnt_err_set("--algo hier: %d workers are not a multiple of --gpus-per-node %d", n, g);
+        int nodes = n / g;
+        /* intra-node reduce-scatter and allgather: half a ring each */
+        double intra = ring_ms(g, bytes, alpha, c->intra_bw_gbit, &lat);
+        *ms = intra + ring_ms(nodes, bytes / g, alpha, c->bw_gbit, &lat);
+        break;
+    }
+    case SIM_ALGO_CURVE: {
+        if (!p->curve_world)
+            return cnt_err_set("--algo curve: the profile has no allreduce curve (tools/profile.sh adds it)");
+        if (n != p->curve_world)
+            return cnt_err_set("--algo curve: the curve was measured at %d workers and cannot predict %d "
+                               "(use --algo ring or hier there)",
+                               p->curve_world, n);
+        const sim_curve *cv = c->curve_ring ? &p->curve_ring : &p->curve_mpi;
+        *ms = curve_ms(cv, bytes);
+        lat = curve_ms(cv, cv->bytes[0]); /* the smallest message's time: the per-message floor */
+        if (lat > *ms) lat = *ms;
+        break;
+    }
+    }
+    if (latency_ms) *latency_ms = lat;
+    return CNT_OK;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static void add_msg(sim_result *r, int *cap, double ready, double bytes) {
+    if (r->n_msgs == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        r->msgs = cnt_realloc(r->msgs, (size_t)*cap * sizeof *r->msgs);
+    }
+    r->msgs[r->n_msgs++] = (sim_msg){.ready_ms = ready, .bytes = bytes};
+}
+
+int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
+    memset(r, 0, sizeof *r);
+    r->workers = n;
+    double speed = c->speed > 0 ? c->speed : 1;
+    r->forward_ms = p->forward_ms / speed;
+    r->backward_ms = p->backward_ms / speed;
+    r->update_ms = p->update_ms / speed;
+    r->data_wait_ms = p->data_wait_ms;
+
+    /* backward layer by layer, rescaled to the measured backward */
+    double sum = 0;
+    for (int i = 0; i < p->n_layers; i++) sum += p->layers[i].backward_ms;
+    double scale = sum > 0 ? r->backward_ms / sum : 0;
+    r->layer_end_ms = cnt_malloc((size_t)p->n_layers * sizeof *r->layer_end_ms);
+    double t = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        t += sum > 0 ? p->layers[i].backward_ms * scale : r->backward_ms / p->n_layers;
+        r->layer_end_ms[i] = t;
+    }
+    double bwd_end = r->backward_ms;
+
+    /* the messages and their ready times */
+    int cap = 0;
+    if (n > 1 && c->horovod_cycle_ms > 0) {
+        double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms;
+        double pending = 0, tick = -1;
+        for (int i = 0; i < p->n_layers; i++) {
+            double bytes = 4.0 * (double)(p->layers[i].grad_end - p->layers[i].grad_begin);
+            if (bytes <= 0) continue;
+            double ready = c->overlap ? r->layer_end_ms[i] : bwd_end;
+            double my_tick = ceil(ready / cycle - 1e-9) * cycle;
+            if (pending > 0 && (my_tick != tick || pending + bytes > fusion)) {
+                add_msg(r, &cap, tick, pending);
+                pending = 0;
+            }
+            tick = my_tick;
+            pending += bytes;
+        }
+        if (pending > 0) add_msg(r, &cap, tick, pending);
+    } else if (n > 1) {
+        size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
+        size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
+        int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0);
+        size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
+        int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
+        reducer_bucket_layout(p->params, first, rest, ends, nb);
+        bucket_completion(p, ends, nb, done_by);
+        for (int b = 0; b < nb; b++)
+            add_msg(r, &cap, c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end,
+                    4.0 * (double)(ends[b] - (b ? ends[b - 1] : 0)));
+        free(ends);
+        free(done_by);
+    }
+
+    /* one after another on the network */
+    double net_free = 0;
+    for (int k = 0; k < r->n_msgs; k++) {
+        sim_msg *m = &r->msgs[k];
+        double ms;
+        if (sim_allreduce_ms(p, c, n, m->bytes, &ms, &m->latency_ms) != CNT_OK) {
+            sim_result_free(r);
+            return CNT_ERR;
+        }
+        m->start_ms = m->ready_ms > net_free ? m->ready_ms : net_free;
+        m->end_ms = m->start_ms + ms;
+        net_free = m->end_ms;
+        r->comm_ms += ms;
+        r->latency_ms += m->latency_ms;
+    }
+    double end = net_free > bwd_end ? net_free : bwd_end;
+    r->exposed_ms = end - bwd_end;
+    double compute = r->forward_ms + r->backward_ms + r->update_ms;
+    r->jitter_ms = n > 1 ? c->jitter_pct / 100 * compute * sqrt(2 * log((double)n)) : 0;
+    r->step_ms = r->forward_ms + end + r->update_ms + r->data_wait_ms + r->jitter_ms;
+    r->images_per_s = r->step_ms > 0 ? n * p->batch / (r->step_ms * 1e-3) : 0;
+    double single = r->forward_ms + r->backward_ms + r->update_ms + r->data_wait_ms;
+    r->efficiency = r->step_ms > 0 ? single / r->step_ms : 0;
+
+    /* the verdict: what the step waits for beyond its own compute */
+    if (r->exposed_ms <= 0.05 * r->step_ms && r->jitter_ms <= 0.05 * r->step_ms) {
+        snprintf(r->verdict, sizeof r->verdict, "compute-bound");
+    } else if (r->jitter_ms > r->exposed_ms) {
+        snprintf(r->verdict, sizeof r->verdict, "straggler-bound: %.1f ms waiting for the slowest of %d", r->jitter_ms,
+                 n);
+    } else if (r->latency_ms > 0.5 * r->comm_ms) {
+        snprintf(r->verdict, sizeof r->verdict,
+                 "latency-bound: %d messages, %.1f ms of %.1f ms allreduce is per-message latency", r->n_msgs,
+                 r->latency_ms, r->comm_ms);
+    } else {
+        snprintf(r->verdict, sizeof r->verdict, "network-bound: %.1f ms of %.1f ms allreduce exposed", r->exposed_ms,
+                 r->comm_ms);
+    }
+    return CNT_OK;
+}
+
+void sim_result_free(sim_result *r) {
+    free(r->msgs);
+    free(r->layer_end_ms);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- trace */
+
+static void trace_event(FILE *f, int *first, const char *name, const char *cat, int tid, double start_ms,
+                        double dur_ms) {
+    fprintf(f, "%s\n{\"name\":\"", *first ? "" : ",");
+    for (const char *s = name; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fprintf(f, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":0}}",
+            cat, tid, 1e3 * start_ms, dur_ms > 0 ? 1e3 * dur_ms : 0);
+    *first = 0;
+}
+
+int sim_write_trace(const sim_profile *p, const sim_result *r, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return cnt_err_set("cannot write the trace '%s': %s", path, strerror(errno));
+    int first = 1;
+    fprintf(f, "{\"traceEvents\":[");
+    fprintf(f, "\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"predicted, %d "
+               "workers\"}}",
+            r->workers);
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"train\"}}");
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":1,\"args\":{\"name\":\"comm\"}}");
+    first = 0;
+    double t = 0;
+    trace_event(f, &first, "data wait", "data", 0, t, r->data_wait_ms);
+    t += r->data_wait_ms;
+    trace_event(f, &first, "forward", "forward", 0, t, r->forward_ms);
+    double bwd0 = t + r->forward_ms;
+    char name[96];
+    for (int i = 0; i < p->n_layers; i++) {
+        double s = i ? r->layer_end_ms[i - 1] : 0;
+        snprintf(name, sizeof name, "bwd %s", p->layers[i].name);
+        trace_event(f, &first, name, "backward", 0, bwd0 + s, r->layer_end_ms[i] - s);
+    }
+    double end = r->backward_ms;
+    for (int k = 0; k < r->n_msgs; k++) {
+        snprintf(name, sizeof name, "allreduce bucket %d", k);
+        trace_event(f, &first, name, "comm", 1, bwd0 + r->msgs[k].start_ms, r->msgs[k].end_ms - r->msgs[k].start_ms);
+        if (r->msgs[k].end_ms > end) end = r->msgs[k].end_ms;
+    }
+    if (end > r->backward_ms)
+        trace_event(f, &first, "allreduce wait", "comm", 0, bwd0 + r->backward_ms, end - r->backward_ms);
+    if (r->jitter_ms > 0) trace_event(f, &first, "straggler wait", "comm", 0, bwd0 + end, r->jitter_ms);
+    trace_event(f, &first, "optimizer", "optimizer", 0, bwd0 + end + r->jitter_ms, r->update_ms);
+    fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return cnt_err_set("cannot write the trace '%s': %s", path, strerror(errno));
+    return CNT_OK;
+}

@@ -1,0 +1,121 @@
+/*
+ * tools/simulate_engine.h - predicts one data-parallel training step on N
+ * workers from a step profile (`trainer --profile`, optionally with the
+ * allreduce curve of tools/profile.sh; fields in train/profile.h). Used by
+ * tools/simulate.c and tests/test_simulate.c.
+ *
+ * The model of a step (times relative to the start of backward):
+ *   - forward takes forward_ms / speed; backward replays the profile's layers
+ *     in backward order, each layer's backward_ms / speed, rescaled so that
+ *     they add up to the profile's backward_ms / speed (per-layer timing
+ *     inflates the sum);
+ *   - a bucket is ready when backward has written its last value (the
+ *     running maximum of the layers' grad_end reaches the bucket's end);
+ *     with overlap off every bucket is ready when backward ends;
+ *   - buckets cross the network one after another: a bucket starts at
+ *     max(its ready time, the previous bucket's end) and takes
+ *     sim_allreduce_ms of its bytes (halved with fp16);
+ *   - Horovod mode replaces the buckets: at every cycle tick (multiples of
+ *     the cycle from the start of backward) the layers' gradients that are
+ *     ready and not yet sent are fused, in order, into allreduces of at most
+ *     the fusion size (a larger gradient goes alone);
+ *   - step = forward + max(backward end, last allreduce end) + update / speed
+ *     + data wait + jitter, where jitter = sigma * sqrt(2 ln N) approximates
+ *     the expected slowest of N workers with sigma = jitter_pct % of the
+ *     compute (forward + backward + update);
+ *   - N = 1 has no communication.
+ *
+ * Errors: sim_profile_load and sim_profile_parse return CNT_ERR with a
+ * message naming the file and the field (e.g. "p.json: layers[2].grad_end:
+ * expected a number"); sim_step returns CNT_ERR with a message for a cluster
+ * it cannot model (curve mode at another world size, N not a multiple of the
+ * GPUs per node). Allocation failure is fatal.
+ */
+#ifndef CNT_SIMULATE_ENGINE_H
+#define CNT_SIMULATE_ENGINE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct sim_layer {
+    char name[64];
+    double forward_ms, backward_ms;
+    size_t grad_begin, grad_end; /* values of the gradient buffer its backward writes */
+} sim_layer;
+
+typedef struct sim_curve {
+    int n;
+    double *bytes, *us; /* [n], increasing bytes */
+} sim_curve;
+
+typedef struct sim_profile {
+    char model[64];
+    int batch;
+    double step_ms, forward_ms, backward_ms, update_ms, data_wait_ms;
+    size_t params;                      /* values of the gradient buffer (4 bytes each) */
+    size_t first_bucket_values, bucket_values;
+    int n_layers;
+    sim_layer *layers;                  /* [n_layers], backward order */
+    int curve_world;                    /* 0: no allreduce block */
+    sim_curve curve_mpi, curve_ring;
+} sim_profile;
+
+typedef enum sim_algo { SIM_ALGO_RING, SIM_ALGO_HIER, SIM_ALGO_CURVE } sim_algo;
+
+typedef struct sim_cluster {
+    int gpus_per_node;      /* G, at least 1 */
+    double bw_gbit;         /* inter-node link, Gbit/s */
+    double intra_bw_gbit;   /* intra-node link (hier), Gbit/s */
+    double latency_us;      /* alpha, per message */
+    double speed;           /* compute speed relative to the profile */
+    int overlap;            /* 1: buckets start during backward */
+    size_t first_bucket_values, bucket_values; /* 0: the profile's */
+    int fp16;               /* half the bytes on the wire */
+    sim_algo algo;
+    int curve_ring;         /* curve mode: 1 the ring's curve, 0 MPI_Allreduce's */
+    double horovod_cycle_ms; /* > 0: Horovod mode */
+    double horovod_fusion_mb;
+    double jitter_pct;
+} sim_cluster;
+
+/* One message on the network. */
+typedef struct sim_msg {
+    double ready_ms, start_ms, end_ms; /* relative to the start of backward */
+    double bytes;
+    double latency_ms;                 /* the per-message part of its time */
+} sim_msg;
+
+typedef struct sim_result {
+    int workers;
+    double forward_ms, backward_ms, update_ms, data_wait_ms, jitter_ms;
+    double step_ms, images_per_s, efficiency;
+    double comm_ms;      /* sum of the allreduce times */
+    double latency_ms;   /* the per-message part of comm_ms */
+    double exposed_ms;   /* comm not hidden by backward */
+    int n_msgs;
+    sim_msg *msgs;       /* [n_msgs], owned: sim_result_free */
+    double *layer_end_ms; /* [n_layers], backward end of each layer */
+    char verdict[160];
+} sim_result;
+
+/* A cluster with the defaults of tools/simulate (G=1, 10 Gbit/s, 40 Gbit/s
+ * intra, 5 us, speed 1, overlap on, the profile's buckets, ring). */
+sim_cluster sim_cluster_default(void);
+/* Reads and checks the profile file at path. */
+int sim_profile_load(const char *path, sim_profile *p);
+/* The same from text (name: how messages call it). */
+int sim_profile_parse(const char *text, size_t len, const char *name, sim_profile *p);
+void sim_profile_free(sim_profile *p);
+/* One allreduce of bytes over n workers, in ms (0 when n == 1); *latency_ms
+ * (when not NULL) gets its per-message part. CNT_ERR for curve mode at a world
+ * size the curve was not measured at, or n not a multiple of G (hier). */
+int sim_allreduce_ms(const sim_profile *p, const sim_cluster *c, int n, double bytes, double *ms, double *latency_ms);
+/* Predicts the step at n workers into *r (free with sim_result_free). */
+int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r);
+void sim_result_free(sim_result *r);
+/* Writes r's step as a Chrome trace (the event format of dist/timeline.c:
+ * forward and backward layers on the train thread, "allreduce bucket k" on
+ * the comm thread). CNT_ERR with a message when the file cannot be written. */
+int sim_write_trace(const sim_profile *p, const sim_result *r, const char *path);
+
+#endif
