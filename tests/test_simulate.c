@@ -1,0 +1,338 @@
+/*
+ * tests/test_simulate.c - the step simulator's engine (tools/simulate_engine.c)
+ * and the JSON reader under it, on a tiny synthetic profile whose answers are
+ * worked out by hand in the comments.
+ *
+ * The profile: 1000 gradient values (4000 bytes) cut into two buckets,
+ * [0,600) = 2400 bytes and [600,1000) = 1600 bytes. Backward order: "fc"
+ * writes [0,600) in 2 ms (completes bucket 0 at t = 2), "conv" writes
+ * [600,1000) in 3 ms (completes bucket 1 at t = 5). Forward 3 ms, update 1 ms,
+ * data wait 0.5 ms: one worker's step is 9.5 ms. The cluster: 0.008 Gbit/s =
+ * 10^6 bytes/s and no latency, so a ring over 2 workers takes
+ * 2(N-1)/N x bytes / BW = 1 us per byte: 2.4 ms and 1.6 ms.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/json.h"
+#include "tools/simulate_engine.h"
+
+#define NEAR(a, b) assert_true(fabs((a) - (b)) < 1e-9)
+
+static const char *base_layers =
+    "\"layers\":[{\"name\":\"fc\",\"kind\":\"linear\",\"forward_ms\":1,\"backward_ms\":2,\"grad_begin\":0,"
+    "\"grad_end\":600,\"grad_bytes\":2400,\"completes\":[0]},"
+    "{\"name\":\"conv\",\"kind\":\"conv\",\"forward_ms\":2,\"backward_ms\":3,\"grad_begin\":600,"
+    "\"grad_end\":1000,\"grad_bytes\":1600,\"completes\":[1]}]";
+
+/* The synthetic profile with `layers` and `extra` (",\"allreduce\":..." or "") spliced in. */
+static int load(sim_profile *p, const char *layers, const char *extra) {
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"model\":\"tiny\",\"device\":\"cpu\",\"batch\":10,\"params\":1000,\"grad_bytes\":4000,"
+             "\"step_ms\":9.5,\"forward_ms\":3,\"backward_ms\":5,\"update_ms\":1,\"data_wait_ms\":0.5,"
+             "\"first_bucket_values\":600,\"bucket_values\":1000,"
+             "\"buckets\":[{\"begin\":0,\"end\":600,\"bytes\":2400},{\"begin\":600,\"end\":1000,\"bytes\":1600}],"
+             "%s%s}",
+             layers, extra);
+    return sim_profile_parse(text, strlen(text), "t.json", p);
+}
+
+static sim_cluster slow_net(void) {
+    sim_cluster c = sim_cluster_default();
+    c.bw_gbit = 0.008; /* 10^6 bytes/s */
+    c.intra_bw_gbit = 0.008;
+    c.latency_us = 0;
+    return c;
+}
+
+static void test_one_worker_has_no_communication(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 0);
+    NEAR(r.comm_ms, 0);
+    NEAR(r.step_ms, 9.5);
+    NEAR(r.efficiency, 1.0);
+    NEAR(r.images_per_s, 10 / 9.5e-3);
+    assert_string_equal(r.verdict, "compute-bound");
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_overlap_off_adds_every_allreduce(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.overlap = 0;
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    /* both start when backward ends (5 ms): 9.5 + 2.4 + 1.6 */
+    assert_int_equal(r.n_msgs, 2);
+    NEAR(r.comm_ms, 4.0);
+    NEAR(r.step_ms, 13.5);
+    NEAR(r.exposed_ms, 4.0);
+    NEAR(r.efficiency, 9.5 / 13.5);
+    NEAR(r.images_per_s, 2 * 10 / 13.5e-3);
+    assert_true(strncmp(r.verdict, "network-bound: 4.0 ms of 4.0 ms", 31) == 0);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_overlap_hides_the_early_bucket(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    /* bucket 0: ready 2, runs 2..4.4 (hidden); bucket 1: ready 5, runs 5..6.6 */
+    NEAR(r.msgs[0].start_ms, 2);
+    NEAR(r.msgs[0].end_ms, 4.4);
+    NEAR(r.msgs[1].start_ms, 5);
+    NEAR(r.msgs[1].end_ms, 6.6);
+    NEAR(r.exposed_ms, 1.6);
+    NEAR(r.step_ms, 3 + 6.6 + 1 + 0.5);
+    sim_result_free(&r);
+    /* a network 4x slower: bucket 0 runs 2..11.6, bucket 1 waits for it: 11.6..18 */
+    c.bw_gbit = 0.002;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    NEAR(r.msgs[1].start_ms, 11.6);
+    NEAR(r.msgs[1].end_ms, 18);
+    NEAR(r.exposed_ms, 13);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_alpha_beta_ring_exact(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.latency_us = 10;
+    double ms, lat;
+    /* N = 4: 2*3*0.01 ms + 2*3/4 * 2400 bytes / 10^6 bytes/s = 0.06 + 3.6 */
+    assert_int_equal(sim_allreduce_ms(&p, &c, 4, 2400, &ms, &lat), CNT_OK);
+    NEAR(ms, 3.66);
+    NEAR(lat, 0.06);
+    /* 10 Gbit/s, 5 us, N = 512, 1 MiB: 2*511*0.005 + 2*511/512 * 1048576 / 1.25e9 s */
+    c = sim_cluster_default();
+    assert_int_equal(sim_allreduce_ms(&p, &c, 512, 1048576, &ms, NULL), CNT_OK);
+    NEAR(ms, 2 * 511 * 0.005 + 2.0 * 511 / 512 * 1048576 / 1.25e9 * 1e3);
+    sim_profile_free(&p);
+}
+
+static void test_fp16_halves_the_network_term(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.overlap = 0;
+    c.fp16 = 1;
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    NEAR(r.comm_ms, 2.0);
+    NEAR(r.step_ms, 11.5);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_hierarchical(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.latency_us = 7;
+    c.algo = SIM_ALGO_HIER;
+    c.gpus_per_node = 4;
+    c.bw_gbit = 1000; /* unused when one node holds every worker */
+    double hier, ring;
+    assert_int_equal(sim_allreduce_ms(&p, &c, 4, 2400, &hier, NULL), CNT_OK);
+    sim_cluster flat = slow_net();
+    flat.latency_us = 7;
+    assert_int_equal(sim_allreduce_ms(&p, &flat, 4, 2400, &ring, NULL), CNT_OK);
+    NEAR(hier, ring);
+    /* G = 2, 2 nodes, no latency: intra 2*1/2 * 2400 us + inter 2*1/2 * 1200 us */
+    c.latency_us = 0;
+    c.gpus_per_node = 2;
+    c.bw_gbit = 0.008;
+    assert_int_equal(sim_allreduce_ms(&p, &c, 4, 2400, &hier, NULL), CNT_OK);
+    NEAR(hier, 2.4 + 1.2);
+    /* 6 workers on nodes of 4: refused */
+    c.gpus_per_node = 4;
+    assert_int_equal(sim_allreduce_ms(&p, &c, 6, 2400, &hier, NULL), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "not a multiple of --gpus-per-node 4"));
+    sim_profile_free(&p);
+}
+
+static void test_horovod_cycles_and_fusion(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.horovod_cycle_ms = 3;
+    c.horovod_fusion_mb = 64;
+    sim_result r;
+    /* ready at 2 and 5: sent at the ticks 3 and 6 */
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 2);
+    NEAR(r.msgs[0].start_ms, 3);
+    NEAR(r.msgs[1].start_ms, 6);
+    NEAR(r.msgs[1].end_ms, 7.6);
+    sim_result_free(&r);
+    /* a 10 ms cycle: both ready by the tick at 10, fused into one 4000-byte allreduce */
+    c.horovod_cycle_ms = 10;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 1);
+    NEAR(r.msgs[0].bytes, 4000);
+    NEAR(r.msgs[0].start_ms, 10);
+    NEAR(r.step_ms, 3 + 14 + 1 + 0.5);
+    sim_result_free(&r);
+    /* a fusion buffer of 2048 bytes: the two gradients go one after another */
+    c.horovod_fusion_mb = 2048.0 / 1048576;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 2);
+    NEAR(r.msgs[1].start_ms, 12.4);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_other_bucket_sizes_recut(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.first_bucket_values = 200;
+    c.bucket_values = 200;
+    sim_result r;
+    /* five buckets of 800 bytes: three complete with fc (t = 2), two with conv (t = 5) */
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 5);
+    NEAR(r.msgs[2].ready_ms, 2);
+    NEAR(r.msgs[3].ready_ms, 5);
+    NEAR(r.msgs[4].end_ms, 6.6);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_jitter(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.jitter_pct = 10; /* sigma = 0.9 ms of 9 ms compute */
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 8, &r), CNT_OK);
+    NEAR(r.jitter_ms, 0.9 * sqrt(2 * log(8.0)));
+    sim_result_free(&r);
+    assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
+    NEAR(r.jitter_ms, 0);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static const char *curve = ",\"allreduce\":{\"world\":2,\"curves\":{\"mpi\":[{\"bytes\":4096,\"us\":100},"
+                           "{\"bytes\":16384,\"us\":400}],\"ring\":[{\"bytes\":4096,\"us\":50}]}}";
+
+static void test_curve_only_at_its_world(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, curve), CNT_OK);
+    sim_cluster c = slow_net();
+    c.algo = SIM_ALGO_CURVE;
+    double ms;
+    assert_int_equal(sim_allreduce_ms(&p, &c, 2, 8192, &ms, NULL), CNT_OK);
+    NEAR(ms, 0.2); /* log-log between (4096, 100 us) and (16384, 400 us) */
+    assert_int_equal(sim_allreduce_ms(&p, &c, 1, 8192, &ms, NULL), CNT_OK);
+    NEAR(ms, 0);
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 4, &r), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "measured at 2 workers and cannot predict 4"));
+    sim_profile_free(&p);
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    assert_int_equal(sim_allreduce_ms(&p, &c, 2, 8192, &ms, NULL), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "no allreduce curve"));
+    sim_profile_free(&p);
+}
+
+/* Each malformed profile is refused with a message naming the field. */
+static void test_malformed_profiles(void **state) {
+    (void)state;
+    const struct {
+        const char *layers, *extra, *expect;
+    } cases[] = {
+        {"\"layers\":[{\"name\":\"fc\",\"forward_ms\":1,\"backward_ms\":2,\"grad_begin\":0,\"grad_end\":\"600\","
+         "\"grad_bytes\":2400,\"completes\":[0]}]",
+         "", "t.json: layers[0].grad_end: expected a number, found a string"},
+        {"\"layers\":[{\"name\":\"fc\",\"forward_ms\":1,\"grad_begin\":0,\"grad_end\":1000,"
+         "\"grad_bytes\":4000,\"completes\":[0,1]}]",
+         "", "t.json: layers[0].backward_ms: missing"},
+        {"\"layers\":[{\"name\":\"fc\",\"forward_ms\":1,\"backward_ms\":-2,\"grad_begin\":0,\"grad_end\":1000,"
+         "\"grad_bytes\":4000,\"completes\":[0,1]}]",
+         "", "t.json: layers[0].backward_ms: expected a number >= 0"},
+        {"\"layers\":[{\"name\":\"fc\",\"forward_ms\":1,\"backward_ms\":2,\"grad_begin\":0,\"grad_end\":1000,"
+         "\"grad_bytes\":4000,\"completes\":[0]}]",
+         "", "t.json: layers[0].completes: does not match"},
+        {base_layers, ",\"allreduce\":{\"world\":2,\"curves\":{\"mpi\":[]}}", "t.json: allreduce.curves.mpi: empty"},
+        {base_layers, ",\"extra\":1,", "t.json:1:"},
+        {"\"layers\":[1,]", "", "trailing comma"},
+        {base_layers, ",\"batch\":3", "duplicate key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sim_profile p;
+        assert_int_equal(load(&p, cases[i].layers, cases[i].extra), CNT_ERR);
+        if (!strstr(cnt_err_msg(), cases[i].expect)) fail_msg("case %zu: '%s' lacks '%s'", i, cnt_err_msg(), cases[i].expect);
+    }
+}
+
+static void test_json_reader(void **state) {
+    (void)state;
+    json_value *v;
+    const char *ok = " {\"a\":[1,-2.5e3,\"x\\u00e9\\n\"],\"b\":{},\"c\":true,\"d\":null} ";
+    assert_int_equal(json_parse(ok, strlen(ok), "ok", &v), CNT_OK);
+    const json_value *a = json_get(v, "a");
+    assert_non_null(a);
+    assert_int_equal(a->n, 3);
+    NEAR(a->items[1].number, -2500);
+    assert_string_equal(a->items[2].string, "x\xc3\xa9\n");
+    assert_int_equal(json_get(v, "c")->type, JSON_TYPE_BOOL);
+    assert_null(json_get(v, "e"));
+    json_free(v);
+    static const char *bad[] = {"", "{", "[1 2]", "{\"a\":01}", "{\"a\":1.}", "\"\\q\"", "[1]x", "{'a':1}", "[-]",
+                                "1e999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (json_parse(bad[i], strlen(bad[i]), "bad", &v) != CNT_ERR) fail_msg("accepted '%s'", bad[i]);
+        assert_null(v);
+        assert_true(strncmp(cnt_err_msg(), "bad:1:", 6) == 0);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_worker_has_no_communication),
+        cmocka_unit_test(test_overlap_off_adds_every_allreduce),
+        cmocka_unit_test(test_overlap_hides_the_early_bucket),
+        cmocka_unit_test(test_alpha_beta_ring_exact),
+        cmocka_unit_test(test_fp16_halves_the_network_term),
+        cmocka_unit_test(test_hierarchical),
+        cmocka_unit_test(test_horovod_cycles_and_fusion),
+        cmocka_unit_test(test_other_bucket_sizes_recut),
+        cmocka_unit_test(test_jitter),
+        cmocka_unit_test(test_curve_only_at_its_world),
+        cmocka_unit_test(test_malformed_profiles),
+        cmocka_unit_test(test_json_reader),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
