@@ -32,7 +32,7 @@
  *
  * Output: an aligned table on stdout, one row per N: step, images/s,
  * scaling efficiency, allreduce and exposed communication, messages and a
- * verdict. Exit status 0; 1 when the profile or the cluster cannot be
+ * verdict; on stderr the time the simulations took. Exit status 0; 1 when the profile or the cluster cannot be
  * simulated (the message names the file and field, or the option); 2 for
  * usage.
  */
@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/timer.h"
 #include "tools/simulate_engine.h"
 
 #define MAX_WORKERS_LIST 256
@@ -212,9 +213,13 @@ int main(int argc, char **argv) {
            "exposed_ms", "msgs", "verdict");
     if (csv) fprintf(csv, "workers,step_ms,images_per_s,efficiency,allreduce_ms,exposed_ms,messages,verdict\n");
     int status = 0, traced = 0;
+    double sim_s = 0;
     for (int k = 0; k < nw; k++) {
         sim_result r;
-        if (sim_step(&p, &c, workers[k], &r) != CNT_OK) {
+        double t0 = time_now();
+        int rc = sim_step(&p, &c, workers[k], &r);
+        sim_s += time_now() - t0;
+        if (rc != CNT_OK) {
             fprintf(stderr, "simulate: %d workers: %s\n", workers[k], cnt_err_msg());
             status = 1;
             break;
@@ -233,6 +238,7 @@ int main(int argc, char **argv) {
         }
         sim_result_free(&r);
     }
+    if (status == 0) fprintf(stderr, "simulate: %d worker counts simulated in %.3f ms\n", nw, 1e3 * sim_s);
     if (status == 0 && trace_path && !traced) {
         fprintf(stderr, "simulate: --trace-workers %d is not in --workers\n", trace_workers);
         status = 2;

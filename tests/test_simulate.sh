@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tests/test_simulate.sh - build/tools/simulate from the command line (the
+# engine's numbers are checked in tests/test_simulate.c): a real
+# `trainer --profile` of a small run is read, the table has one row per N
+# with efficiency 1 at N=1, --csv and --trace write a CSV and a Chrome trace
+# Python can load (with "allreduce bucket" events on the comm thread), the
+# curve mode refuses another world size, a malformed profile is refused
+# naming the file and field, a bad option exits 2. Run from the repository
+# root after `make`.
+set -u
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+sim=./build/tools/simulate
+fails=0
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
+
+./trainer --profile configs/resnet20-fashion.ini "$tmp/p.json" train.device=cpu train.batch_size=8 \
+    train.max_steps=2 train.threads=1 data.train_limit=64 data.test_limit=64 >/dev/null 2>&1
+check "trainer --profile wrote a profile" test -s "$tmp/p.json"
+
+out=$($sim "$tmp/p.json" --workers 1,4,512 --bw 25 --csv "$tmp/s.csv" --trace "$tmp/t.json" 2>"$tmp/err")
+rc=$?
+check "simulate: exit 0" test $rc -eq 0
+check "simulate: rows for 1, 4 and 512 workers; efficiency 1.000 at 1" \
+    bash -c "grep -qE '^ +1 .* 1\.000 +0\.00 ' <<<\"\$1\" && grep -qE '^ +4 ' <<<\"\$1\" && grep -qE '^ +512 ' <<<\"\$1\"" _ "$out"
+check "simulate: says how long the simulations took" grep -qE 'simulated in [0-9.]+ ms' "$tmp/err"
+check "simulate --csv: a header and 3 rows" test "$(wc -l <"$tmp/s.csv")" -eq 4
+check "simulate --trace: Chrome trace with allreduce buckets on the comm thread and backward layers on train" \
+    python3 -c 'import json,sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+assert any(e["name"].startswith("allreduce bucket") and e["tid"] == 1 and e["ph"] == "X" for e in ev)
+assert any(e["name"].startswith("bwd ") and e["tid"] == 0 for e in ev)
+assert any(e.get("args", {}).get("name") == "predicted, 512 workers" for e in ev)' "$tmp/t.json"
+
+python3 - "$tmp/p.json" "$tmp/c.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["allreduce"] = {"world": 2, "curves": {"mpi": [{"bytes": 4096, "us": 80}, {"bytes": 4194304, "us": 9000}],
+                                         "ring": [{"bytes": 4096, "us": 90}]}}
+json.dump(p, open(sys.argv[2], "w"))
+PY
+out=$($sim "$tmp/c.json" --algo curve --workers 1,2 2>&1)
+check "simulate --algo curve: runs at the curve's world size" bash -c "grep -qE '^ +2 ' <<<\"\$1\"" _ "$out"
+out=$($sim "$tmp/c.json" --algo curve --workers 2,4 2>&1)
+rc=$?
+check "simulate --algo curve: refuses 4 workers with a curve at 2 (exit 1)" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'measured at 2 workers and cannot predict 4' <<<\"\$1\"" _ "$out"
+
+sed 's/"backward_ms":[0-9.]*/"backward_ms":"x"/2' "$tmp/p.json" >"$tmp/bad.json"
+out=$($sim "$tmp/bad.json" 2>&1)
+rc=$?
+check "simulate: a malformed profile exits 1 naming the file and the field" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'bad.json: layers\[0\].backward_ms: expected a number' <<<\"\$1\"" _ "$out"
+$sim "$tmp/p.json" --overlap maybe >/dev/null 2>&1
+check "simulate: a bad option value exits 2" test $? -eq 2
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
