@@ -204,11 +204,30 @@ int main(int argc, char **argv) {
         sim_profile_free(&p);
         return 1;
     }
-    printf("%s, batch %d per worker, %.2f MB of gradients; %s, %g Gbit/s, %g us, G=%d%s, overlap %s, speed %g%s\n",
-           p.model, p.batch, 4.0 * (double)p.params / 1e6,
-           c.algo == SIM_ALGO_RING ? "ring" : c.algo == SIM_ALGO_HIER ? "hier" : "curve", c.bw_gbit, c.latency_us,
-           c.gpus_per_node, c.fp16 ? ", fp16" : "", c.overlap ? "on" : "off", c.speed,
-           c.horovod_cycle_ms > 0 ? ", Horovod cycle/fusion" : "");
+    /* Refuse a cluster the engine cannot model before printing anything. */
+    for (int k = 0; k < nw; k++) {
+        double ms;
+        if (sim_allreduce_ms(&p, &c, workers[k], 4096, &ms, NULL) != CNT_OK) {
+            fprintf(stderr, "simulate: %d workers: %s\n", workers[k], cnt_err_msg());
+            if (csv) fclose(csv);
+            sim_profile_free(&p);
+            return 1;
+        }
+    }
+    char net[160];
+    if (c.algo == SIM_ALGO_CURVE)
+        snprintf(net, sizeof net, "the measured %s curve at %d workers", c.curve_ring ? "ring" : "MPI_Allreduce",
+                 p.curve_world);
+    else if (c.algo == SIM_ALGO_HIER)
+        snprintf(net, sizeof net, "hier, %g Gbit/s between nodes, %g Gbit/s inside, %g us, G=%d", c.bw_gbit,
+                 c.intra_bw_gbit, c.latency_us, c.gpus_per_node);
+    else
+        snprintf(net, sizeof net, "ring, %g Gbit/s, %g us", c.bw_gbit, c.latency_us);
+    printf("%s, batch %d per worker, %.2f MB of gradients; %s%s, overlap %s, speed %g", p.model, p.batch,
+           4.0 * (double)p.params / 1e6, net, c.fp16 ? ", fp16" : "", c.overlap ? "on" : "off", c.speed);
+    if (c.horovod_cycle_ms > 0) printf(", Horovod cycle %g ms, fusion %g MB", c.horovod_cycle_ms, c.horovod_fusion_mb);
+    if (c.jitter_pct > 0) printf(", jitter %g %%", c.jitter_pct);
+    printf("\n");
     printf("%7s %10s %11s %6s %13s %11s %5s  %s\n", "workers", "step_ms", "images/s", "eff", "allreduce_ms",
            "exposed_ms", "msgs", "verdict");
     if (csv) fprintf(csv, "workers,step_ms,images_per_s,efficiency,allreduce_ms,exposed_ms,messages,verdict\n");
