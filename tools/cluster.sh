@@ -249,7 +249,9 @@ cmd_down() {
     done
     if ip link show "$bridge" > /dev/null 2>&1; then ip link delete "$bridge"; fi
     rm -rf /etc/netns/"$prefix"-h[0-9]* "$state"
-    rmdir /run/cnt-cluster 2> /dev/null || true
+    # The parent folders too, once empty (no other cluster, no other netns
+    # with its own /etc files): ip netns needs neither.
+    rmdir /run/cnt-cluster /etc/netns 2> /dev/null || true
     # Say so if anything survived.
     ip netns list | grep -qE "^$prefix-h[0-9]+( |$)" && { echo "cluster.sh: namespaces left: $(ip netns list | grep -E "^$prefix-h")" >&2; left=1; }
     ip link show "$bridge" > /dev/null 2>&1 && { echo "cluster.sh: bridge $bridge left" >&2; left=1; }
