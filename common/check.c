@@ -91,12 +91,25 @@ static void write_line(const char *head, const char *fmt, va_list ap) {
 
 int cnt_log_write_error(void) { return log_errno; }
 
+
 static void write_linef(const char *head, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void write_linef(const char *head, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     write_line(head, fmt, ap);
     va_end(ap);
+}
+
+/* What a run that ends abruptly should still say (cnt_set_last_words). */
+static char last_words[1024];
+
+void cnt_set_last_words(const char *text) { snprintf(last_words, sizeof last_words, "%s", text ? text : ""); }
+
+void cnt_say_last_words(void) {
+    if (!last_words[0]) return;
+    write_linef("stopped: ", "%s", last_words);
+    last_words[0] = '\0'; /* once */
+    fflush(stderr);
 }
 
 void cnt_fatal_at(const char *file, int line, int code, const char *hint, const char *fmt, ...) {
@@ -108,6 +121,7 @@ void cnt_fatal_at(const char *file, int line, int code, const char *hint, const 
     write_line(where, fmt, ap);
     va_end(ap);
     if (hint) write_linef("HINT: ", "%s", hint);
+    cnt_say_last_words();
     fflush(stderr);
     if (code == 0) code = 1;
     if (abort_hook) abort_hook(code);

@@ -77,5 +77,11 @@ void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * was: the trainer checks it at its progress lines and at the end, so a run
  * whose log was cut short does not end with status 0. */
 int cnt_log_write_error(void);
+/* A line a process that ends abruptly should still print ("stopped: <text>"
+ * on stderr, with the rank prefix): the trainer keeps here what a resume
+ * would start from. cnt_fatal, dist_abort and the stall deadman say it, once,
+ * before ending the process; an empty text (or NULL) says nothing. */
+void cnt_set_last_words(const char *text);
+void cnt_say_last_words(void);
 
 #endif

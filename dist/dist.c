@@ -137,6 +137,7 @@ void dist_finalize(void) {
 
 void dist_abort(int code) {
     if (code == 0) code = 1;
+    cnt_say_last_words();
     abort_job(code);
     exit(code);
 }

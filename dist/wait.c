@@ -85,6 +85,7 @@ static void *deadman(void *arg) {
         if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
             /* nothing left to tell it to */
         }
+        cnt_say_last_words();
         _exit(1);
     }
     return NULL;

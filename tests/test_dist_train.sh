@@ -233,6 +233,14 @@ check "stall inside MPI_Allreduce: the job ends non-zero, not by the timeout (rc
 check "stall inside MPI_Allreduce: within 20 s" test $secs -le 20
 check "stall inside MPI_Allreduce: rank 0 names the call and the phase" \
     grep -qE "^\[rank 0\] error: stall: rank 0 has been inside MPI_Allreduce during gradient allreduce \(step 1, bucket [0-9]+\) for [0-9]+ s" <<<"$out"
+check "stall inside MPI_Allreduce: rank 0 says what can be resumed (nothing yet)" \
+    grep -q "^\[rank 0\] stopped: no checkpoint written" <<<"$out"
+# A stall after a checkpoint: the job's last words name it.
+out=$(CNT_TEST_STALL_IN=1:evaluation:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL_IN \
+      ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=0 checkpoint.every_steps=4 dist.stall_abort_s=3 \
+      train.out_dir="$tmp/lastwords" 2>&1)
+check "stall in evaluation after step checkpoints: rank 0 names the last one" \
+    grep -q "^\[rank 0\] stopped: last checkpoint $tmp/lastwords/checkpoints/ckpt-000000-0000000[0-9]*.cnt (step [0-9]*)" <<<"$out"
 
 # A stall shorter than the abort limit: warnings every dist.stall_warn_s,
 # then "stall over", and the run finishes.

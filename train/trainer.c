@@ -444,7 +444,10 @@ static int run_resume(run *r) {
             snprintf(at, sizeof at, " and %ld samples of epoch %d (step %ld of its %ld)", meta->epoch_samples,
                      meta->epoch + 1, r->first_epoch_step, r->steps_per_epoch);
         log_info("resumed from %s: %d epochs%s and %ld steps done%s", path, meta->epoch, at, meta->step, scaled);
-        if (r->rank == 0) snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, meta->step);
+        if (r->rank == 0) {
+            snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, meta->step);
+            cnt_set_last_words(r->last_ckpt);
+        }
         if (meta->world > 0 && (meta->world != r->world || meta->batch != cfg->batch_size))
             log_info("resume: the checkpoint's run had %d rank%s x batch %d, this one %d x %d: the position in the "
                      "data and the schedule are recomputed from the samples done",
@@ -485,6 +488,7 @@ static int run_resume(run *r) {
         rc = progress_resumed(r->pg, r->step, r->start_epoch + 1, r->first_epoch_step * samples_per_step(r),
                               r->world, cfg->batch_size);
     if (rc == CNT_OK && r->rank == 0) rc = write_config_ini(cfg);
+    if (rc == CNT_OK && r->rank == 0 && !found) cnt_set_last_words("no checkpoint written");
     free(meta);
     return rc;
 }
@@ -537,6 +541,7 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     if (status == CNT_OK) {
         log_info("checkpoint: %s (step %ld)", path, r->step);
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, r->step);
+        cnt_set_last_words(r->last_ckpt); /* what a job ended by a stall or a fatal error still says */
     }
     host_state_free(&hs);
     free(meta);
@@ -910,6 +915,7 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
  * everywhere). A rank that failed (rank 0 alone, writing a checkpoint) skips
  * it: the others are in other collectives, and main() ends the job. */
 static int run_finish(run *r, int status, train_result *res) {
+    cnt_set_last_words(NULL); /* the last line below says it */
     char why[512];
     status = progress_finish(r->pg, status, r->step, &r->st.ls, status == CNT_OK ? how_stopped(r, why, sizeof why) : NULL,
                              r->last_ckpt[0] ? r->last_ckpt : NULL, res);
