@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -80,10 +81,12 @@ int file_open_regular_fd(const char *path, const char *what, uint64_t *size) {
     return open_regular(path, what, size, O_RDONLY);
 }
 
-FILE *file_append_regular(const char *path, const char *what) {
-    int fd = open_regular(path, what, NULL, O_WRONLY | O_APPEND | O_CREAT);
+/* open_regular's descriptor as a stream (`mode` as fdopen's); NULL with the
+ * same kind of message when either fails. */
+static FILE *stream_regular(const char *path, const char *what, uint64_t *size, int flags, const char *mode) {
+    int fd = open_regular(path, what, size, flags);
     if (fd < 0) return NULL;
-    FILE *f = fdopen(fd, "a");
+    FILE *f = fdopen(fd, mode);
     if (!f) {
         int err = errno;
         close(fd);
@@ -93,17 +96,18 @@ FILE *file_append_regular(const char *path, const char *what) {
     return f;
 }
 
+FILE *file_append_regular(const char *path, const char *what) {
+    return stream_regular(path, what, NULL, O_WRONLY | O_APPEND | O_CREAT, "a");
+}
+
 FILE *file_open_regular(const char *path, const char *what, uint64_t *size) {
-    int fd = file_open_regular_fd(path, what, size);
-    if (fd < 0) return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        int err = errno;
-        close(fd);
-        open_failed(path, what, "%s", strerror(err));
-        return NULL;
-    }
-    return f;
+    return stream_regular(path, what, size, O_RDONLY, "rb");
+}
+
+void file_time_stamp(time_t t, char *buf, size_t len) {
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(buf, len, "%Y%m%d-%H%M%S", &tm);
 }
 
 int fsync_dir(const char *dir) {

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* Opens path for reading (binary; close-on-exec) and returns the stream, or
  * NULL with a message "cannot open <what> '<path>': <reason>" (or
@@ -41,6 +42,11 @@ int file_open_regular_fd(const char *path, const char *what, uint64_t *size);
  * the same refusal of anything but a regular file and the same messages:
  * an output that is a FIFO never blocks the run. */
 FILE *file_append_regular(const char *path, const char *what);
+
+/* "YYYYMMDD-HHMMSS" of t in local time, into buf (16 bytes suffice): the
+ * suffix of the files a run moves aside instead of overwriting
+ * (metrics.<stamp>.jsonl, config.<stamp>.ini, superseded-<stamp>/). */
+void file_time_stamp(time_t t, char *buf, size_t len);
 
 /* The kind of a file that is not a regular one, for messages: "a directory",
  * "a FIFO (named pipe)", "a character device", "a block device", "a socket",

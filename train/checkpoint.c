@@ -618,9 +618,7 @@ int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, c
     }
     char stamp[32], sub[CKPT_PATH_MAX];
     time_t now = time(NULL);
-    struct tm tm;
-    localtime_r(&now, &tm);
-    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    file_time_stamp(now, stamp, sizeof stamp);
     /* two runs started in the same second: a suffix keeps them apart */
     int w = snprintf(sub, sizeof sub, "%s/superseded-%s", dir, stamp);
     for (int k = 2; w > 0 && (size_t)w < sizeof sub && access(sub, F_OK) == 0; k++)

@@ -31,13 +31,6 @@ int make_dirs(const char *path) {
     return CNT_OK;
 }
 
-/* "YYYYMMDD-HHMMSS" of t, local time. */
-static void stamp_of(time_t t, char *buf, size_t len) {
-    struct tm tm;
-    localtime_r(&t, &tm);
-    strftime(buf, len, "%Y%m%d-%H%M%S", &tm);
-}
-
 /* The "step" of a record, or -1 when it has none. */
 static long record_step(const char *line) {
     const char *s = strstr(line, "\"step\":");
@@ -52,7 +45,7 @@ static int cut_records(const char *path, const char *dir, long until_step, int k
     if (!in) return CNT_ERR;
     char tmp[4200], side[4200], stamp[32];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    stamp_of(time(NULL), stamp, sizeof stamp);
+    file_time_stamp(time(NULL), stamp, sizeof stamp);
     snprintf(side, sizeof side, "%s/metrics.superseded-%s.jsonl", dir, stamp);
     FILE *out = fopen(tmp, "w"), *beyond = NULL;
     if (!out) {
@@ -102,7 +95,7 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) 
     if (until_step < 0 && stat(m->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
         /* a fresh run: the earlier run's record moves aside, named by its last change */
         char stamp[32], old[4200];
-        stamp_of(st.st_mtime, stamp, sizeof stamp);
+        file_time_stamp(st.st_mtime, stamp, sizeof stamp);
         snprintf(old, sizeof old, "%s/metrics.%s.jsonl", dir, stamp);
         if (rename(m->path, old) != 0)
             return cnt_err_set("cannot move the earlier run's '%s' to '%s': %s", m->path, old, strerror(errno));
