@@ -105,6 +105,8 @@ static char last_words[1024];
 
 void cnt_set_last_words(const char *text) { snprintf(last_words, sizeof last_words, "%s", text ? text : ""); }
 
+const char *cnt_last_words(void) { return last_words; }
+
 void cnt_say_last_words(void) {
     if (!last_words[0]) return;
     write_linef("stopped: ", "%s", last_words);

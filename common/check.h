@@ -82,6 +82,8 @@ int cnt_log_write_error(void);
  * would start from. cnt_fatal, dist_abort and the stall deadman say it, once,
  * before ending the process; an empty text (or NULL) says nothing. */
 void cnt_set_last_words(const char *text);
+/* The text set last ("" when none or already said). */
+const char *cnt_last_words(void);
 void cnt_say_last_words(void);
 
 #endif

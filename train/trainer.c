@@ -78,7 +78,6 @@ typedef struct run {
     int save_at_epoch_end;   /* end_epoch writes a checkpoint (decided at the epoch's last step) */
     int stopped;             /* the stop signal the ranks agreed on, 0: none */
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
-    char last_ckpt[3 * CONFIG_STR + 48]; /* rank 0: what a resume would start from, for the last line */
     int diverged;
 } run;
 
@@ -214,6 +213,44 @@ static long samples_per_step(const run *r) { return (long)r->cfg->batch_size * r
 /* Whether checkpoints are written at all. */
 static int ckpt_on(const config *cfg) { return cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0; }
 
+/* One line of config.ini's text: a "key = value" line (key and value
+ * trimmed of spaces, not NUL-terminated) in `section`, or any other line
+ * (key NULL). */
+typedef struct ini_entry {
+    char section[64]; /* the last "[section]" seen; "" before any */
+    const char *key, *value;
+    size_t key_len, value_len;
+} ini_entry;
+
+/* Reads the line at *p into *e (keeping e->section from the previous call
+ * unless the line is a section header; start each text with it "") and
+ * moves *p past it: 0, or -1 at the end of the text (nothing read). */
+static int ini_next(const char **p, ini_entry *e) {
+    const char *l = *p;
+    if (!*l) return -1;
+    const char *end = strchr(l, '\n');
+    size_t n = end ? (size_t)(end - l) : strlen(l);
+    *p = l + n + (end ? 1 : 0);
+    e->key = NULL;
+    if (l[0] == '[' && n > 2) {
+        snprintf(e->section, sizeof e->section, "%.*s", (int)(n - 2), l + 1);
+        return 0;
+    }
+    const char *eq = memchr(l, '=', n);
+    if (l[0] == ';' || !eq) return 0;
+    e->key = l;
+    e->key_len = (size_t)(eq - l);
+    while (e->key_len > 0 && l[e->key_len - 1] == ' ') e->key_len--;
+    e->value = eq + 1;
+    e->value_len = n - (size_t)(e->value - l);
+    while (e->value_len > 0 && *e->value == ' ') e->value++, e->value_len--;
+    return 0;
+}
+
+static int key_is(const ini_entry *e, const char *key) {
+    return e->key_len == strlen(key) && memcmp(e->key, key, e->key_len) == 0;
+}
+
 /* The keys of two config texts (config.ini's form) that differ, as
  * "section.key old -> new" joined by "; " into out (checkpoint.resume, which
  * a resume always sets, left out); `model_out` gets those of
@@ -222,48 +259,22 @@ static int ckpt_on(const config *cfg) { return cfg->ckpt_every > 0 || cfg->ckpt_
 static void config_changes(const char *before, const char *now, char *out, size_t len, char *model_out,
                            size_t mlen) {
     out[0] = model_out[0] = '\0';
-    char sec_a[64] = "", sec_b[64] = "";
-    for (const char *b = now; *b;) {
-        const char *eb = strchr(b, '\n');
-        size_t lb = eb ? (size_t)(eb - b) : strlen(b);
-        if (b[0] == '[' && lb > 2) snprintf(sec_b, sizeof sec_b, "%.*s", (int)(lb - 2), b + 1);
-        const char *eq = memchr(b, '=', lb);
-        if (b[0] != ';' && b[0] != '[' && eq) {
-            size_t kl = (size_t)(eq - b);
-            while (kl > 0 && b[kl - 1] == ' ') kl--;
-            /* the same key in `before`, in the same section */
-            const char *val_a = NULL;
-            size_t la_val = 0;
-            sec_a[0] = '\0';
-            for (const char *a = before; *a && !val_a;) {
-                const char *ea = strchr(a, '\n');
-                size_t la = ea ? (size_t)(ea - a) : strlen(a);
-                if (a[0] == '[' && la > 2) snprintf(sec_a, sizeof sec_a, "%.*s", (int)(la - 2), a + 1);
-                const char *eqa = memchr(a, '=', la);
-                if (a[0] != ';' && a[0] != '[' && eqa && strcmp(sec_a, sec_b) == 0) {
-                    size_t kla = (size_t)(eqa - a);
-                    while (kla > 0 && a[kla - 1] == ' ') kla--;
-                    if (kla == kl && memcmp(a, b, kl) == 0) {
-                        val_a = eqa + 1;
-                        la_val = la - (size_t)(val_a - a);
-                    }
-                }
-                a += la + (ea ? 1 : 0);
-            }
-            const char *val_b = eq + 1;
-            size_t lb_val = lb - (size_t)(val_b - b);
-            while (val_a && la_val && *val_a == ' ') val_a++, la_val--;
-            while (lb_val && *val_b == ' ') val_b++, lb_val--;
-            int is_resume = strcmp(sec_b, "checkpoint") == 0 && kl == 6 && memcmp(b, "resume", 6) == 0;
-            if (!is_resume && (!val_a || la_val != lb_val || memcmp(val_a, val_b, lb_val) != 0)) {
-                int model = strcmp(sec_b, "model") == 0 && !(kl == 9 && memcmp(b, "init_from", 9) == 0);
-                char *dst = model ? model_out : out;
-                size_t dlen = model ? mlen : len, used = strlen(dst);
-                snprintf(dst + used, dlen - used, "%s%s.%.*s %.*s -> %.*s", used ? "; " : "", sec_b, (int)kl, b,
-                         val_a ? (int)la_val : 5, val_a ? val_a : "unset", (int)lb_val, val_b);
-            }
-        }
-        b += lb + (eb ? 1 : 0);
+    ini_entry e = {.section = ""};
+    for (const char *p = now; ini_next(&p, &e) >= 0;) {
+        if (!e.key) continue;
+        if (strcmp(e.section, "checkpoint") == 0 && key_is(&e, "resume")) continue;
+        ini_entry o = {.section = ""};
+        const char *q = before;
+        int found = 0;
+        while (!found && ini_next(&q, &o) >= 0)
+            found = o.key && strcmp(o.section, e.section) == 0 && o.key_len == e.key_len &&
+                    memcmp(o.key, e.key, e.key_len) == 0;
+        if (found && o.value_len == e.value_len && memcmp(o.value, e.value, e.value_len) == 0) continue;
+        int model = strcmp(e.section, "model") == 0 && !key_is(&e, "init_from");
+        char *dst = model ? model_out : out;
+        size_t dlen = model ? mlen : len, used = strlen(dst);
+        snprintf(dst + used, dlen - used, "%s%s.%.*s %.*s -> %.*s", used ? "; " : "", e.section, (int)e.key_len, e.key,
+                 found ? (int)o.value_len : 5, found ? o.value : "unset", (int)e.value_len, e.value);
     }
 }
 
@@ -318,9 +329,7 @@ static int write_config_ini(const config *cfg) {
         int same = n == len && memcmp(prev, text, len) == 0;
         if (!same && fstat(fileno(old), &st) == 0) {
             char stamp[32], kept[CONFIG_STR + 48];
-            struct tm tm;
-            localtime_r(&st.st_mtime, &tm);
-            strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+            file_time_stamp(st.st_mtime, stamp, sizeof stamp);
             snprintf(kept, sizeof kept, "%s/config.%s.ini", cfg->out_dir, stamp);
             if (rename(path, kept) != 0) log_warn("cannot keep the earlier run's %s as %s: %s", path, kept,
                                                   strerror(errno));
@@ -340,6 +349,14 @@ static int write_config_ini(const config *cfg) {
     int failed = fwrite(text, 1, len, f) != len ? cnt_err_set("cannot write '%s': %s", tmp, strerror(errno)) : 0;
     free(text);
     return file_commit_atomic(f, failed, tmp, path, cfg->out_dir, "config");
+}
+
+/* Rank 0: what a resume would start from, kept as the process's last words
+ * (said by an abort, or by run_finish's last line). */
+static void set_last_checkpoint(const char *path, long step) {
+    char text[3 * CONFIG_STR + 64];
+    snprintf(text, sizeof text, "last checkpoint %s (step %ld)", path, step);
+    cnt_set_last_words(text);
 }
 
 /* Rank 0 takes train.out_dir/.lock (flock, exclusive, released when the
@@ -444,10 +461,7 @@ static int run_resume(run *r) {
             snprintf(at, sizeof at, " and %ld samples of epoch %d (step %ld of its %ld)", meta->epoch_samples,
                      meta->epoch + 1, r->first_epoch_step, r->steps_per_epoch);
         log_info("resumed from %s: %d epochs%s and %ld steps done%s", path, meta->epoch, at, meta->step, scaled);
-        if (r->rank == 0) {
-            snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, meta->step);
-            cnt_set_last_words(r->last_ckpt);
-        }
+        if (r->rank == 0) set_last_checkpoint(path, meta->step);
         if (meta->world > 0 && (meta->world != r->world || meta->batch != cfg->batch_size))
             log_info("resume: the checkpoint's run had %d rank%s x batch %d, this one %d x %d: the position in the "
                      "data and the schedule are recomputed from the samples done",
@@ -540,8 +554,7 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     int status = ckpt_write(dir, r->nt, hs.params, hs.buffers, hs.momentum, meta, cfg->ckpt_keep, path, sizeof path);
     if (status == CNT_OK) {
         log_info("checkpoint: %s (step %ld)", path, r->step);
-        snprintf(r->last_ckpt, sizeof r->last_ckpt, "last checkpoint %s (step %ld)", path, r->step);
-        cnt_set_last_words(r->last_ckpt); /* what a job ended by a stall or a fatal error still says */
+        set_last_checkpoint(path, r->step);
     }
     host_state_free(&hs);
     free(meta);
@@ -915,10 +928,13 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
  * everywhere). A rank that failed (rank 0 alone, writing a checkpoint) skips
  * it: the others are in other collectives, and main() ends the job. */
 static int run_finish(run *r, int status, train_result *res) {
-    cnt_set_last_words(NULL); /* the last line below says it */
+    /* what a resume would start from: the last line says it now, not an abort */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", cnt_last_words());
+    cnt_set_last_words(NULL);
     char why[512];
     status = progress_finish(r->pg, status, r->step, &r->st.ls, status == CNT_OK ? how_stopped(r, why, sizeof why) : NULL,
-                             r->last_ckpt[0] ? r->last_ckpt : NULL, res);
+                             saved[0] ? saved : NULL, res);
     if (res) res->stop_signal = status == CNT_OK ? r->stopped : 0;
     if (!r->tl || status != CNT_OK) return status;
     net_set_node_hook(r->nt, NULL, NULL);
