@@ -20,7 +20,8 @@ OPT ?= -O3 -march=native
 BUILD := build
 
 DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev libcmocka-dev \
-  libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3
+  libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
+  python3-matplotlib
 
 # ---------------------------------------------------------------- probes
 # Results are cached in build/probe.mk; `make clean` (or `make deps`, which

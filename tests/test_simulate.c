@@ -185,12 +185,14 @@ static void test_horovod_cycles_and_fusion(void **state) {
     c.horovod_cycle_ms = 3;
     c.horovod_fusion_mb = 64;
     sim_result r;
-    /* ready at 2 and 5: sent at the ticks 3 and 6 */
+    /* fc ready at 2: sent at the first look (3), 2400 bytes take 2.4 ms; the
+     * loop looks again a cycle after that allreduce ends (5.4 + 3), not at 6 */
     assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
     assert_int_equal(r.n_msgs, 2);
     NEAR(r.msgs[0].start_ms, 3);
-    NEAR(r.msgs[1].start_ms, 6);
-    NEAR(r.msgs[1].end_ms, 7.6);
+    NEAR(r.msgs[0].end_ms, 5.4);
+    NEAR(r.msgs[1].start_ms, 8.4);
+    NEAR(r.msgs[1].end_ms, 10);
     sim_result_free(&r);
     /* a 10 ms cycle: both ready by the tick at 10, fused into one 4000-byte allreduce */
     c.horovod_cycle_ms = 10;
@@ -223,6 +225,30 @@ static void test_other_bucket_sizes_recut(void **state) {
     NEAR(r.msgs[2].ready_ms, 2);
     NEAR(r.msgs[3].ready_ms, 5);
     NEAR(r.msgs[4].end_ms, 6.6);
+    sim_result_free(&r);
+    sim_profile_free(&p);
+}
+
+static void test_retarget(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    /* batch 10 -> 20 doubles forward (3 -> 6) and backward (5 -> 10), not the update;
+     * ratio 2 splits their 16 ms as 16/3 + 32/3; 1000 images/s at batch 20 is a 20 ms step */
+    assert_int_equal(sim_profile_retarget(&p, 20, 2, 1000), CNT_OK);
+    assert_int_equal(p.batch, 20);
+    double k = 20 / 17.5;
+    NEAR(p.forward_ms, 16.0 / 3 * k);
+    NEAR(p.backward_ms, 32.0 / 3 * k);
+    NEAR(p.update_ms, 1 * k);
+    NEAR(p.data_wait_ms, 0.5 * k);
+    /* the layers keep their shares: fc had 2 of backward's 5 ms */
+    NEAR(p.layers[0].backward_ms / (p.layers[0].backward_ms + p.layers[1].backward_ms), 0.4);
+    sim_cluster c = slow_net();
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
+    NEAR(r.step_ms, 20);
+    NEAR(r.images_per_s, 1000);
     sim_result_free(&r);
     sim_profile_free(&p);
 }
@@ -329,6 +355,7 @@ int main(void) {
         cmocka_unit_test(test_hierarchical),
         cmocka_unit_test(test_horovod_cycles_and_fusion),
         cmocka_unit_test(test_other_bucket_sizes_recut),
+        cmocka_unit_test(test_retarget),
         cmocka_unit_test(test_jitter),
         cmocka_unit_test(test_curve_only_at_its_world),
         cmocka_unit_test(test_malformed_profiles),

@@ -55,5 +55,11 @@ check "simulate: a malformed profile exits 1 naming the file and the field" \
 $sim "$tmp/p.json" --overlap maybe >/dev/null 2>&1
 check "simulate: a bad option value exits 2" test $? -eq 2
 
+out=$($sim "$tmp/p.json" --batch 64 --backward-ratio 2 --images-per-s 134.4 --workers 1,16 2>&1)
+check "simulate --batch --images-per-s: one worker runs at the given speed (64 / 134.4 images/s = 476.19 ms)" \
+    bash -c "grep -q 'batch 64 per worker, one worker 134.4 images/s' <<<\"\$1\" && grep -qE '^ +1 +476\.19 +134\.4 ' <<<\"\$1\"" _ "$out"
+$sim "$tmp/p.json" --images-per-s 100 --speed 2 >/dev/null 2>&1
+check "simulate: --images-per-s with --speed exits 2" test $? -eq 2
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

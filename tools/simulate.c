@@ -14,6 +14,10 @@
  *   --intra-bw GBIT         intra-node link (hier), Gbit/s [40]
  *   --latency US            per-message latency alpha, us [5]
  *   --speed X               compute speed relative to the profile [1]
+ *   --batch B               per-worker batch; compute scales linearly [the profile's]
+ *   --backward-ratio R      backward = R x forward, same sum [the profile's]
+ *   --images-per-s X        one worker's measured images/s: sets the speed
+ *                           (after --batch and --backward-ratio; not with --speed)
  *   --overlap on|off        allreduce during backward [on]
  *   --bucket-mb M           later buckets, MiB [the profile's]
  *   --first-bucket-mb F     first bucket, MiB [the profile's]
@@ -49,7 +53,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: simulate PROFILE.json [--workers 1,2,4,...] [--gpus-per-node G] [--bw GBIT] [--intra-bw GBIT]\n"
-               "       [--latency US] [--speed X] [--overlap on|off] [--bucket-mb M] [--first-bucket-mb F] [--fp16]\n"
+               "       [--latency US] [--speed X | --images-per-s X] [--batch B] [--backward-ratio R] [--overlap on|off] [--bucket-mb M] [--first-bucket-mb F] [--fp16]\n"
                "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT]\n"
                "       [--csv FILE] [--trace FILE] [--trace-workers N]\n");
 }
@@ -98,7 +102,8 @@ int main(int argc, char **argv) {
     int workers[MAX_WORKERS_LIST], nw = parse_workers("1,2,4,8,16,32,64,128,256,512", workers);
     const char *profile_path = NULL, *csv_path = NULL, *trace_path = NULL;
     int trace_workers = 0;
-    double bucket_mb = 0, first_mb = 0;
+    double bucket_mb = 0, first_mb = 0, backward_ratio = 0, images_per_s = 0;
+    int batch = 0, speed_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -134,6 +139,13 @@ int main(int argc, char **argv) {
             c.latency_us = num_arg(a, v, -1e-300, 1e7);
         } else if (!strcmp(a, "--speed")) {
             c.speed = num_arg(a, v, 0, 1e6);
+            speed_set = 1;
+        } else if (!strcmp(a, "--batch")) {
+            batch = whole_arg(a, v, 1, 1000000);
+        } else if (!strcmp(a, "--backward-ratio")) {
+            backward_ratio = num_arg(a, v, 0.01, 100);
+        } else if (!strcmp(a, "--images-per-s")) {
+            images_per_s = num_arg(a, v, 1e-6, 1e12);
         } else if (!strcmp(a, "--overlap")) {
             if (strcmp(v, "on") && strcmp(v, "off")) {
                 fprintf(stderr, "simulate: --overlap: expected on or off, found '%s'\n", v);
@@ -191,6 +203,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "simulate: %s\n", cnt_err_msg());
         return 1;
     }
+    if (images_per_s > 0 && speed_set) {
+        fprintf(stderr, "simulate: --images-per-s sets the speed: give it or --speed, not both\n");
+        sim_profile_free(&p);
+        return 2;
+    }
+    if ((batch || backward_ratio > 0 || images_per_s > 0) &&
+        sim_profile_retarget(&p, batch, backward_ratio, images_per_s) != CNT_OK) {
+        fprintf(stderr, "simulate: %s: %s\n", profile_path, cnt_err_msg());
+        sim_profile_free(&p);
+        return 1;
+    }
     if (bucket_mb > 0) c.bucket_values = (size_t)(bucket_mb * 1048576 / 4) ? (size_t)(bucket_mb * 1048576 / 4) : 1;
     if (first_mb > 0) c.first_bucket_values = (size_t)(first_mb * 1048576 / 4) ? (size_t)(first_mb * 1048576 / 4) : 1;
     if (!trace_workers) {
@@ -223,7 +246,8 @@ int main(int argc, char **argv) {
                  c.intra_bw_gbit, c.latency_us, c.gpus_per_node);
     else
         snprintf(net, sizeof net, "ring, %g Gbit/s, %g us", c.bw_gbit, c.latency_us);
-    printf("%s, batch %d per worker, %.2f MB of gradients; %s%s, overlap %s, speed %g", p.model, p.batch,
+    printf("%s, batch %d per worker, one worker %.1f images/s, %.2f MB of gradients; %s%s, overlap %s, speed %g", p.model, p.batch,
+           1e3 * p.batch / (p.forward_ms + p.backward_ms + p.update_ms + p.data_wait_ms),
            4.0 * (double)p.params / 1e6, net, c.fp16 ? ", fp16" : "", c.overlap ? "on" : "off", c.speed);
     if (c.horovod_cycle_ms > 0) printf(", Horovod cycle %g ms, fusion %g MB", c.horovod_cycle_ms, c.horovod_fusion_mb);
     if (c.jitter_pct > 0) printf(", jitter %g %%", c.jitter_pct);

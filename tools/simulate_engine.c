@@ -241,6 +241,43 @@ int sim_profile_load(const char *path, sim_profile *p) {
     return rc;
 }
 
+static void scale_layers(sim_profile *p, double fwd, double bwd) {
+    for (int i = 0; i < p->n_layers; i++) {
+        p->layers[i].forward_ms *= fwd;
+        p->layers[i].backward_ms *= bwd;
+    }
+}
+
+int sim_profile_retarget(sim_profile *p, int batch, double backward_ratio, double images_per_s) {
+    if (p->forward_ms <= 0 || p->backward_ms <= 0)
+        return cnt_err_set("%s: no forward or backward time to move to other hardware", p->model);
+    if (batch > 0 && batch != p->batch) {
+        double k = (double)batch / p->batch;
+        p->forward_ms *= k;
+        p->backward_ms *= k;
+        scale_layers(p, k, k);
+        p->batch = batch;
+    }
+    if (backward_ratio > 0) {
+        double sum = p->forward_ms + p->backward_ms;
+        double f = sum / (1 + backward_ratio), b = sum - f;
+        scale_layers(p, f / p->forward_ms, b / p->backward_ms);
+        p->forward_ms = f;
+        p->backward_ms = b;
+    }
+    if (images_per_s > 0) {
+        double now = p->forward_ms + p->backward_ms + p->update_ms + p->data_wait_ms;
+        double k = 1e3 * p->batch / images_per_s / now;
+        p->forward_ms *= k;
+        p->backward_ms *= k;
+        p->update_ms *= k;
+        p->data_wait_ms *= k;
+        p->step_ms = p->forward_ms + p->backward_ms + p->update_ms + p->data_wait_ms;
+        scale_layers(p, k, k);
+    }
+    return CNT_OK;
+}
+
 void sim_profile_free(sim_profile *p) {
     free(p->layers);
     free(p->curve_mpi.bytes);
@@ -319,6 +356,18 @@ static void add_msg(sim_result *r, int *cap, double ready, double bytes) {
     r->msgs[r->n_msgs++] = (sim_msg){.ready_ms = ready, .bytes = bytes};
 }
 
+/* Horovod mode: the message just added leaves at *now and the loop waits
+ * for it; *now becomes its end. */
+static int horovod_send(const sim_profile *p, const sim_cluster *c, int n, sim_result *r, double *now) {
+    double ms;
+    if (sim_allreduce_ms(p, c, n, r->msgs[r->n_msgs - 1].bytes, &ms, NULL) != CNT_OK) {
+        sim_result_free(r);
+        return CNT_ERR;
+    }
+    *now += ms;
+    return CNT_OK;
+}
+
 int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
     memset(r, 0, sizeof *r);
     r->workers = n;
@@ -343,21 +392,32 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
     /* the messages and their ready times */
     int cap = 0;
     if (n > 1 && c->horovod_cycle_ms > 0) {
-        double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms;
-        double pending = 0, tick = -1;
-        for (int i = 0; i < p->n_layers; i++) {
-            double bytes = 4.0 * (double)(p->layers[i].grad_end - p->layers[i].grad_begin);
-            if (bytes <= 0) continue;
-            double ready = c->overlap ? r->layer_end_ms[i] : bwd_end;
-            double my_tick = ceil(ready / cycle - 1e-9) * cycle;
-            if (pending > 0 && (my_tick != tick || pending + bytes > fusion)) {
-                add_msg(r, &cap, tick, pending);
-                pending = 0;
+        /* Horovod's background loop: sleep a cycle, fuse what is ready,
+         * allreduce it (blocking), sleep again. The next look comes a cycle
+         * after the last allreduce ends, so a slow network fuses more. */
+        double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms, now = 0;
+        int next = 0; /* first layer not yet sent */
+        while (next < p->n_layers) {
+            now += cycle;
+            double pending = 0;
+            while (next < p->n_layers) {
+                double bytes = 4.0 * (double)(p->layers[next].grad_end - p->layers[next].grad_begin);
+                double ready = c->overlap ? r->layer_end_ms[next] : bwd_end;
+                if (ready > now + 1e-9) break;
+                next++;
+                if (bytes <= 0) continue;
+                if (pending > 0 && pending + bytes > fusion) {
+                    add_msg(r, &cap, now, pending);
+                    if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
+                    pending = 0;
+                }
+                pending += bytes;
             }
-            tick = my_tick;
-            pending += bytes;
+            if (pending > 0) {
+                add_msg(r, &cap, now, pending);
+                if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
+            }
         }
-        if (pending > 0) add_msg(r, &cap, tick, pending);
     } else if (n > 1) {
         size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
         size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;

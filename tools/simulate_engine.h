@@ -15,10 +15,13 @@
  *   - buckets cross the network one after another: a bucket starts at
  *     max(its ready time, the previous bucket's end) and takes
  *     sim_allreduce_ms of its bytes (halved with fp16);
- *   - Horovod mode replaces the buckets: at every cycle tick (multiples of
- *     the cycle from the start of backward) the layers' gradients that are
- *     ready and not yet sent are fused, in order, into allreduces of at most
- *     the fusion size (a larger gradient goes alone);
+ *   - Horovod mode replaces the buckets with Horovod's background loop
+ *     (horovod/common/operations.cc): sleep one cycle, fuse the layers'
+ *     gradients that are ready and not yet sent, in order, into allreduces
+ *     of at most the fusion size (a larger gradient goes alone), run them
+ *     one after another (blocking), sleep again. The first look is one cycle
+ *     after the start of backward; each next look one cycle after the last
+ *     allreduce ends, so a slower network fuses more per message;
  *   - step = forward + max(backward end, last allreduce end) + update / speed
  *     + data wait + jitter, where jitter = sigma * sqrt(2 ln N) approximates
  *     the expected slowest of N workers with sigma = jitter_pct % of the
@@ -106,6 +109,19 @@ int sim_profile_load(const char *path, sim_profile *p);
 /* The same from text (name: how messages call it). */
 int sim_profile_parse(const char *text, size_t len, const char *name, sim_profile *p);
 void sim_profile_free(sim_profile *p);
+/* Moves a profile to other hardware, in this order (a value <= 0 leaves that
+ * part as it is):
+ *   - batch: the per-worker batch; forward and backward times (the layers'
+ *     too) scale linearly with it, the update does not;
+ *   - backward_ratio R: forward and backward are redistributed so that
+ *     backward = R x forward, keeping their sum (the layers keep their shares
+ *     of each). A CPU's backward can be 3 to 6 times its forward where a
+ *     GPU's is about 2 times;
+ *   - images_per_s X: every time (forward, backward, layers, update, data
+ *     wait) is scaled by one factor so that one worker's step takes
+ *     batch / X seconds: the device's measured single-worker speed.
+ * CNT_ERR with a message when the profile has no compute to scale. */
+int sim_profile_retarget(sim_profile *p, int batch, double backward_ratio, double images_per_s);
 /* One allreduce of bytes over n workers, in ms (0 when n == 1); *latency_ms
  * (when not NULL) gets its per-message part. CNT_ERR for curve mode at a world
  * size the curve was not measured at, or n not a multiple of G (hier). */
