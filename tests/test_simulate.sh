@@ -61,5 +61,17 @@ check "simulate --batch --images-per-s: one worker runs at the given speed (64 /
 $sim "$tmp/p.json" --images-per-s 100 --speed 2 >/dev/null 2>&1
 check "simulate: --images-per-s with --speed exits 2" test $? -eq 2
 
+# tools/reproduce_horovod.py end to end on small profiles (the real ones take
+# minutes to make): it fits its two parameters, writes the tables and the CSV
+mkdir -p "$tmp/hv"
+for m in inception3 resnet101 vgg16; do cp "$tmp/p.json" "$tmp/hv/$m.json"; done
+python3 tools/reproduce_horovod.py --profiles "$tmp/hv" --out "$tmp/hv" >"$tmp/hv.out" 2>&1
+rc=$?
+check "reproduce_horovod.py: exit 0, the fitted J and eta, 15 published rows and 10 what-ifs" \
+    bash -c "[ $rc -eq 0 ] && grep -qE '^Fitted on the 16-GPU table: J = [0-9.]+ %' '$tmp/hv/horovod.md' &&
+             [ \$(grep -c '^| [0-9]* GPUs' '$tmp/hv/horovod.md') -eq 15 ] &&
+             [ \$(sed -n '/^What-ifs/,\$p' '$tmp/hv/horovod.md' | grep -c '^| ') -eq 11 ] &&
+             [ \$(wc -l <'$tmp/hv/horovod.csv') -eq 46 ]" || cat "$tmp/hv.out"
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
