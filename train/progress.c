@@ -18,6 +18,7 @@
 typedef struct tally {
     double t0;               /* when it began */
     double wait;             /* seconds waited for batches */
+    double busy;             /* seconds of the steps themselves, each from its batch request to its update's end */
     double comm, exposed;    /* allreduce ms, the part backward did not hide */
     long steps, images;
     long early, buckets;     /* buckets started during backward, of all */
@@ -45,8 +46,9 @@ static void tally_start(tally *t, double t0) {
     t->t0 = t0;
 }
 
-static void tally_add(tally *t, const step_result *r, int n, double wait) {
+static void tally_add(tally *t, const step_result *r, int n, double wait, double step_s) {
     t->wait += wait;
+    t->busy += step_s;
     t->comm += r->rs.comm_ms;
     t->exposed += r->rs.exposed_ms;
     t->early += r->rs.early;
@@ -103,10 +105,11 @@ void progress_epoch_begin(progress *p, int epoch) {
     tally_start(&p->ep, time_now());
 }
 
-void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s) {
+void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s,
+                   double step_s) {
     const backend *be = p->o.be;
-    tally_add(&p->win, r, n, data_wait_s);
-    tally_add(&p->ep, r, n, data_wait_s);
+    tally_add(&p->win, r, n, data_wait_s, step_s);
+    tally_add(&p->ep, r, n, data_wait_s, step_s);
     /* The loss stays on the device until a line needs it. */
     if (r->loss_counts) {
         be->axpy(1, 1.0f, loss, p->loss_acc, p->win_loss_steps > 0);
@@ -154,8 +157,8 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     p->win_skipped0 = ls->skipped;
     log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
              p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
-    if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, wait_ms, w->comm / w->steps, w->exposed / w->steps,
-                     ls->scale, ls->skipped) != CNT_OK)
+    if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, 1e3 * w->busy / w->steps, wait_ms, w->comm / w->steps,
+                     w->exposed / w->steps, ls->scale, ls->skipped) != CNT_OK)
         return CNT_ERR;
     if (cnt_log_write_error())
         return cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));

@@ -822,9 +822,10 @@ static int run_epoch(run *r, int epoch, int *done) {
                                   config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling),
                                   r->step + 1);
         }
+        double t2 = time_now();
         r->step++;
         r->epoch_step++;
-        progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0);
+        progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0, t2 - t0);
         int last = r->step >= r->total_steps;
         int stop = agree_stop(r);
         int epoch_end = r->epoch_step == r->steps_per_epoch;
