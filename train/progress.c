@@ -180,8 +180,10 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
     int e = p->epoch + 1, E = p->o.epochs;
     const tally *t = &p->ep;
     double secs = p->ep_secs;
-    p->er = *er;
-    p->evaluated = 1;
+    if (er) {
+        p->er = *er;
+        p->evaluated = 1;
+    }
     /* Unreadable images of every rank's shard (collective on all ranks). */
     double skipped[2] = {(double)skipped_train, (double)skipped_eval};
     dist_phase("epoch summary");
@@ -193,21 +195,25 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
     double ips = secs > 0 ? p->o.world * t->images / secs : 0;
     double wait_ms = t->steps ? 1e3 * t->wait / t->steps : 0;
     double comm_ms = t->steps ? t->comm / t->steps : 0, exposed_ms = t->steps ? t->exposed / t->steps : 0;
-    log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
-             "top-1 %.2f%%  top-5 %.2f%%",
-             e, E, secs, ips, wait_ms, secs > 0 ? 100.0 * t->wait / secs : 0, er->loss, 100 * er->top1,
-             100 * er->top5);
+    char scores[128];
+    if (er)
+        snprintf(scores, sizeof scores, "test loss %.4f  top-1 %.2f%%  top-5 %.2f%%", er->loss, 100 * er->top1,
+                 100 * er->top5);
+    else
+        snprintf(scores, sizeof scores, "not evaluated (emulated compute)");
+    log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): %s", e, E, secs, ips, wait_ms,
+             secs > 0 ? 100.0 * t->wait / secs : 0, scores);
     int rc = metrics_epoch(&p->m, e, p->step, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms,
                            exposed_ms, (long)skipped[0], (long)skipped[1]);
     if (p->o.comm)
         log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                  "%ld of %ld buckets started during backward",
                  e, E, comm_ms, exposed_ms, t->early, t->buckets);
-    if (er->nonfinite > 0 && dist_rank() == 0)
+    if (er && er->nonfinite > 0 && dist_rank() == 0)
         log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", e, E, er->nonfinite,
                  er->nonfinite == 1 ? "" : "s",
                  p->o.fp16 ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)" : "");
-    if (rc == CNT_OK) rc = metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
+    if (rc == CNT_OK && er) rc = metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
     return rc;
 }
 

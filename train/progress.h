@@ -90,8 +90,9 @@ long progress_epoch_steps(const progress *p);
 /* The epoch's training is over: its time stops here (before the evaluation). */
 void progress_epoch_trained(progress *p);
 /* The epoch's summary: unreadable images (a collective: summed over ranks),
- * the summary and communication lines, the epoch and eval records. CNT_ERR
- * (rank 0) when a record could not be written. */
+ * the summary and communication lines, the epoch and eval records. er NULL:
+ * the epoch was not evaluated (emulated compute): no scores, no eval record.
+ * CNT_ERR (rank 0) when a record could not be written. */
 int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
 /* Closes metrics.jsonl, then the last line ("finished: ...", "stopped
  * (<stopped>) after ..." when the run was stopped early on purpose, or, when
