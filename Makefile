@@ -160,6 +160,11 @@ $(BUILD)/tests/test_simulate: tests/test_simulate.c $(SIM_ENGINE_OBJ) $(TEST_SUP
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
+# Emulated compute is checked against the simulator's replay of the same profile.
+$(BUILD)/tests/test_emulate: tests/test_emulate.c $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
+
 $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka

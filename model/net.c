@@ -47,6 +47,8 @@ void net_free(net *nt) {
     free(nt->nodes);
     free(nt->param_info);
     free(nt->buffer_info);
+    free(nt->emu_forward_end);
+    free(nt->emu_backward_end);
     free(nt);
 }
 
@@ -363,24 +365,41 @@ void net_init_params(net *nt, uint64_t seed) {
     nt->dropout_seed = seed ^ 0x5DEECE66DULL;
 }
 
+/* One node's pass; emulated (net_set_emulation): asleep until its end,
+ * counted from the pass's start, so no rounding accumulates. */
+static void node_forward(net *nt, node *nd, int training, double start) {
+    if (nt->emu_forward_end) time_sleep_until(start + 1e-3 * nt->emu_forward_end[nd - nt->nodes]);
+    else nd->ops->forward(nt, nd, training);
+}
+
+static void node_backward(net *nt, node *nd, double start) {
+    if (!nt->emu_backward_end) {
+        nd->ops->backward(nt, nd);
+        return;
+    }
+    time_sleep_until(start + 1e-3 * nt->emu_backward_end[nd - nt->nodes]);
+    layer_grads_ready(nt, nd); /* the slice a real backward hands over here (at the node's end, as tools/simulate) */
+}
+
 void net_forward(net *nt, const float *x, int N, int training) {
     CNT_ASSERT(nt->finalized && N >= 1 && N <= nt->max_batch);
     nt->batch = N;
     nt->be->set_layout(nt->layout);
-    if (nt->layout == BACKEND_LAYOUT_NHWC) {
+    if (nt->layout == BACKEND_LAYOUT_NHWC && !nt->emu_forward_end) {
         nt->be->transpose_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_nhwc, 1, 0);
         x = nt->input_nhwc;
     }
     nt->input = x;
     if (training) nt->dropout_seed++;
+    double start = nt->emu_forward_end ? time_now() : 0;
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
         if (!nt->node_hook) {
-            nd->ops->forward(nt, nd, training);
+            node_forward(nt, nd, training, start);
             continue;
         }
         double t0 = time_now();
-        nd->ops->forward(nt, nd, training);
+        node_forward(nt, nd, training, start);
         nt->node_hook(nt->node_hook_ctx, nd, 0, t0, time_now());
     }
 }
@@ -394,19 +413,22 @@ const float *net_aux_logits(const net *nt) {
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
     size_t n = (size_t)nt->batch * nt->classes * sizeof(float);
     nt->be->set_layout(nt->layout);
-    nt->be->copy(nt->nodes[nt->output].dy, dlogits, n);
-    if (nt->aux_output >= 0) {
-        if (dlogits_aux) nt->be->copy(nt->nodes[nt->aux_output].dy, dlogits_aux, n);
-        else nt->be->zero(nt->nodes[nt->aux_output].dy, n);
+    if (!nt->emu_backward_end) {
+        nt->be->copy(nt->nodes[nt->output].dy, dlogits, n);
+        if (nt->aux_output >= 0) {
+            if (dlogits_aux) nt->be->copy(nt->nodes[nt->aux_output].dy, dlogits_aux, n);
+            else nt->be->zero(nt->nodes[nt->aux_output].dy, n);
+        }
     }
+    double start = nt->emu_backward_end ? time_now() : 0;
     for (int i = nt->n_nodes - 1; i >= 0; i--) {
         node *nd = &nt->nodes[i];
         if (!nt->node_hook) {
-            nd->ops->backward(nt, nd);
+            node_backward(nt, nd, start);
             continue;
         }
         double t0 = time_now();
-        nd->ops->backward(nt, nd);
+        node_backward(nt, nd, start);
         nt->node_hook(nt->node_hook_ctx, nd, 1, t0, time_now());
     }
 }
@@ -420,6 +442,33 @@ void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int back
                        void *ctx) {
     nt->node_hook = hook;
     nt->node_hook_ctx = ctx;
+}
+
+void net_set_emulation(net *nt, const double *forward_ms, const double *backward_ms) {
+    CNT_ASSERT(nt->finalized && (forward_ms == NULL) == (backward_ms == NULL));
+    free(nt->emu_forward_end);
+    free(nt->emu_backward_end);
+    nt->emu_forward_end = nt->emu_backward_end = NULL;
+    if (!forward_ms) return;
+    int n = nt->n_nodes;
+    nt->emu_forward_end = cnt_malloc((size_t)n * sizeof *nt->emu_forward_end);
+    nt->emu_backward_end = cnt_malloc((size_t)n * sizeof *nt->emu_backward_end);
+    double t = 0;
+    for (int i = 0; i < n; i++) { /* forward runs nodes 0 .. n-1 */
+        CNT_ASSERT(forward_ms[i] >= 0 && isfinite(forward_ms[i]));
+        t += forward_ms[i];
+        nt->emu_forward_end[i] = t;
+    }
+    t = 0;
+    for (int i = n - 1; i >= 0; i--) { /* backward runs n-1 .. 0 */
+        CNT_ASSERT(backward_ms[i] >= 0 && isfinite(backward_ms[i]));
+        t += backward_ms[i];
+        nt->emu_backward_end[i] = t;
+    }
+    /* nothing writes the logits while emulated: zero, so the loss computed from them is finite */
+    size_t logits = (size_t)nt->max_batch * nt->classes * sizeof(float);
+    nt->be->zero(nt->nodes[nt->output].y, logits);
+    if (nt->aux_output >= 0) nt->be->zero(nt->nodes[nt->aux_output].y, logits);
 }
 
 double net_flops_per_image(const net *nt) {

@@ -147,6 +147,10 @@ struct net {
      * start and end (time_now() seconds); NULL: not timed (one branch). */
     void (*node_hook)(void *ctx, const node *nd, int backward, double t0, double t1);
     void *node_hook_ctx;
+    /* Emulated compute (net_set_emulation); NULL: real compute. */
+    double *emu_forward_end;          /* [n_nodes]: ms from the start of net_forward at which node i's forward ends */
+    double *emu_backward_end;         /* [n_nodes]: ms from the start of net_backward at which node i's backward
+                                       * ends (backward runs node n_nodes-1 first) */
 };
 
 /* ---- building ---- */
@@ -232,6 +236,20 @@ void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t co
  * (for the timeline); hook NULL turns timing off. Never fails. */
 void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward, double t0, double t1),
                        void *ctx);
+/* Emulated compute (train.emulate_compute, train/emulate.h): from now on
+ * net_forward and net_backward compute nothing (no layer runs, no input
+ * transpose, no dlogits copy); node i takes forward_ms[i] and backward_ms[i]
+ * milliseconds (node order, each >= 0 and finite; copied) by sleeping until
+ * its deadline, the sum of the times so far counted from the start of the
+ * pass, and the node hook times it as usual. After each node's backward the
+ * grad hook gets the node's gradient slice, in the order a real backward
+ * hands them over, so a reducer launches its buckets at the same points
+ * (the slice comes at the node's end; a real conv hands it over between its
+ * weight and its input gradient). Parameters, gradients and buffers stay as
+ * they are; the logits (and auxiliary logits) are set to 0 here, so a loss
+ * taken from them is finite. Both NULL: real compute again. On a finalised
+ * net; never fails. */
+void net_set_emulation(net *nt, const double *forward_ms, const double *backward_ms);
 
 /* ---- inspection ---- */
 double net_flops_per_image(const net *nt);

@@ -263,6 +263,13 @@ static const key_def key_table[] = {
          .help = "before allocating the model, estimate the memory each rank needs (activations, parameters, "
                  "loader, ...) and refuse to start when this node (or GPU) has less available; false: start "
                  "anyway"),
+    K_STRING("train", "emulate_compute", emulate_compute, "", .empty_ok = 1,
+           .help = "emulated compute, to validate the step simulator's communication side: a step profile "
+                   "(trainer --profile) of this model, batch, input shape and classes; each layer sleeps its "
+                   "profiled forward and backward time (rescaled to the profile's phase times, as tools/simulate "
+                   "does) instead of computing and the update sleeps update_ms (parameters stay as they are), "
+                   "while the gradients are allreduced for real, bucket by bucket during backward; evaluation is "
+                   "skipped. Use with data.kind = synthetic (docs/scaling.md). Empty: real compute"),
 
     K_FLOAT("optim", "lr", lr, "0.1", ABOVE(0, 100),
           .help = "base learning rate of each worker"),

@@ -97,6 +97,8 @@ typedef struct config {
     float label_smoothing;
     float aux_weight;                /* weight of the auxiliary loss (inception_v3) */
     int memory_check;                /* bool: refuse a run whose memory estimate exceeds what is available */
+    char emulate_compute[CONFIG_STR]; /* step profile whose times the run sleeps instead of computing
+                                       * (train/emulate.h); "": real compute */
 
     /* [optim] */
     float lr;                        /* per-worker base learning rate */

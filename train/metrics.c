@@ -123,7 +123,7 @@ static const char *json_loss(char *buf, size_t len, double v) {
     return buf;
 }
 
-int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
+int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec, double step_ms,
                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
                  long skipped_steps) {
     if (!m->f) return CNT_OK;
@@ -132,9 +132,9 @@ int metrics_step(metrics *m, int epoch, long step, double loss, double lr, doubl
     /* the scale with %.17g: a power of two prints exactly at any size */
     int printed = fprintf(m->f,
                           "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
-                          "\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"loss_scale\":%.17g,"
-                          "\"skipped_steps\":%ld}\n",
-                          epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, data_wait_ms, comm_ms,
+                          "\"step_ms\":%.3f,\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,"
+                          "\"loss_scale\":%.17g,\"skipped_steps\":%ld}\n",
+                          epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, step_ms, data_wait_ms, comm_ms,
                           comm_exposed_ms, loss_scale, skipped_steps);
     return finish_record(m, printed);
 }

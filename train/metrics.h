@@ -2,7 +2,7 @@
  * train/metrics.h - the run's machine-readable record: <out_dir>/metrics.jsonl,
  * one JSON object per line.
  *
- *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"data_wait_ms":W,
+ *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"step_ms":T,"data_wait_ms":W,
  *    "comm_ms":C,"comm_exposed_ms":X,"loss_scale":G,"skipped_steps":K}
  *   {"kind":"eval","epoch":E,"step":S,"eval_loss":L,"top1":A,"top5":B}
  *   {"kind":"epoch","epoch":E,"step":S,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F,
@@ -17,7 +17,15 @@
  * resume at another world size or batch, so the file holds the whole curve,
  * each step once, in order.
  *
- * Per-step times are means over the steps the record covers. comm_ms is the
+ * Per-step times are means over the steps the record covers (train.log_every
+ * of them, fewer at a checkpoint or the run's end), measured on rank 0.
+ * img_per_sec counts every rank's images: world x batch x steps over the
+ * wall time since the previous record, the progress line, checkpoints and
+ * the other bookkeeping between steps included. step_ms is the time of the
+ * steps alone, each from the request for its batch (data_wait_ms is part of
+ * it) to the end of its update, so with train.log_every = 1 it is each
+ * step's own time: what a median after warm-up is taken of (on a GPU the
+ * host's time, which follows the device's only on average). comm_ms is the
  * time the gradient allreduce took, comm_exposed_ms the part of it backward
  * did not hide (the training thread waited); both are 0 in a world of one.
  * loss_scale is the loss scale after the step (1 without loss scaling) and
@@ -56,7 +64,7 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
  * nothing and return CNT_OK.
  * loss_scale: the loss scale after this step (1 without loss scaling);
  * skipped_steps: steps skipped for inf/NaN gradients since the run started. */
-int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec,
+int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec, double step_ms,
                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
                  long skipped_steps);
 int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);

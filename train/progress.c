@@ -18,6 +18,7 @@
 typedef struct tally {
     double t0;               /* when it began */
     double wait;             /* seconds waited for batches */
+    double busy;             /* seconds of the steps themselves, each from its batch request to its update's end */
     double comm, exposed;    /* allreduce ms, the part backward did not hide */
     long steps, images;
     long early, buckets;     /* buckets started during backward, of all */
@@ -45,8 +46,9 @@ static void tally_start(tally *t, double t0) {
     t->t0 = t0;
 }
 
-static void tally_add(tally *t, const step_result *r, int n, double wait) {
+static void tally_add(tally *t, const step_result *r, int n, double wait, double step_s) {
     t->wait += wait;
+    t->busy += step_s;
     t->comm += r->rs.comm_ms;
     t->exposed += r->rs.exposed_ms;
     t->early += r->rs.early;
@@ -103,10 +105,11 @@ void progress_epoch_begin(progress *p, int epoch) {
     tally_start(&p->ep, time_now());
 }
 
-void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s) {
+void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s,
+                   double step_s) {
     const backend *be = p->o.be;
-    tally_add(&p->win, r, n, data_wait_s);
-    tally_add(&p->ep, r, n, data_wait_s);
+    tally_add(&p->win, r, n, data_wait_s, step_s);
+    tally_add(&p->ep, r, n, data_wait_s, step_s);
     /* The loss stays on the device until a line needs it. */
     if (r->loss_counts) {
         be->axpy(1, 1.0f, loss, p->loss_acc, p->win_loss_steps > 0);
@@ -154,8 +157,8 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     p->win_skipped0 = ls->skipped;
     log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
              p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
-    if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, wait_ms, w->comm / w->steps, w->exposed / w->steps,
-                     ls->scale, ls->skipped) != CNT_OK)
+    if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, 1e3 * w->busy / w->steps, wait_ms, w->comm / w->steps,
+                     w->exposed / w->steps, ls->scale, ls->skipped) != CNT_OK)
         return CNT_ERR;
     if (cnt_log_write_error())
         return cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));
@@ -177,8 +180,10 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
     int e = p->epoch + 1, E = p->o.epochs;
     const tally *t = &p->ep;
     double secs = p->ep_secs;
-    p->er = *er;
-    p->evaluated = 1;
+    if (er) {
+        p->er = *er;
+        p->evaluated = 1;
+    }
     /* Unreadable images of every rank's shard (collective on all ranks). */
     double skipped[2] = {(double)skipped_train, (double)skipped_eval};
     dist_phase("epoch summary");
@@ -190,21 +195,25 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
     double ips = secs > 0 ? p->o.world * t->images / secs : 0;
     double wait_ms = t->steps ? 1e3 * t->wait / t->steps : 0;
     double comm_ms = t->steps ? t->comm / t->steps : 0, exposed_ms = t->steps ? t->exposed / t->steps : 0;
-    log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): test loss %.4f  "
-             "top-1 %.2f%%  top-5 %.2f%%",
-             e, E, secs, ips, wait_ms, secs > 0 ? 100.0 * t->wait / secs : 0, er->loss, 100 * er->top1,
-             100 * er->top5);
+    char scores[128];
+    if (er)
+        snprintf(scores, sizeof scores, "test loss %.4f  top-1 %.2f%%  top-5 %.2f%%", er->loss, 100 * er->top1,
+                 100 * er->top5);
+    else
+        snprintf(scores, sizeof scores, "not evaluated (emulated compute)");
+    log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): %s", e, E, secs, ips, wait_ms,
+             secs > 0 ? 100.0 * t->wait / secs : 0, scores);
     int rc = metrics_epoch(&p->m, e, p->step, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms,
                            exposed_ms, (long)skipped[0], (long)skipped[1]);
     if (p->o.comm)
         log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                  "%ld of %ld buckets started during backward",
                  e, E, comm_ms, exposed_ms, t->early, t->buckets);
-    if (er->nonfinite > 0 && dist_rank() == 0)
+    if (er && er->nonfinite > 0 && dist_rank() == 0)
         log_warn("epoch %d/%d: %ld test sample%s had inf or NaN logits, counted as wrong%s", e, E, er->nonfinite,
                  er->nonfinite == 1 ? "" : "s",
                  p->o.fp16 ? " (fp16 activations beyond 65504 overflow; train.precision = bf16 has fp32's range)" : "");
-    if (rc == CNT_OK) rc = metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
+    if (rc == CNT_OK && er) rc = metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5);
     return rc;
 }
 

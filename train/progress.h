@@ -74,8 +74,11 @@ void progress_start(progress *p, long first_step, long skipped_before, long tota
 /* A new epoch (0-based) starts. */
 void progress_epoch_begin(progress *p, int epoch);
 /* Step `step` (from 1) took r and n images after waiting data_wait_s for
- * its batch; loss is the step's device loss (counted when r->loss_counts). */
-void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s);
+ * its batch, step_s seconds in all from asking for its batch to the end of
+ * its update (the wait included); loss is the step's device loss (counted
+ * when r->loss_counts). */
+void progress_step(progress *p, long step, const step_result *r, const float *loss, int n, double data_wait_s,
+                   double step_s);
 /* After step `step`: the progress line and its record (a collective: the
  * mean loss over every rank's counted steps). PROGRESS_DIVERGED when the
  * mean loss is not finite: "training diverged" was said, and the run should
@@ -87,8 +90,9 @@ long progress_epoch_steps(const progress *p);
 /* The epoch's training is over: its time stops here (before the evaluation). */
 void progress_epoch_trained(progress *p);
 /* The epoch's summary: unreadable images (a collective: summed over ranks),
- * the summary and communication lines, the epoch and eval records. CNT_ERR
- * (rank 0) when a record could not be written. */
+ * the summary and communication lines, the epoch and eval records. er NULL:
+ * the epoch was not evaluated (emulated compute): no scores, no eval record.
+ * CNT_ERR (rank 0) when a record could not be written. */
 int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
 /* Closes metrics.jsonl, then the last line ("finished: ...", "stopped
  * (<stopped>) after ..." when the run was stopped early on purpose, or, when

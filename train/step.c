@@ -120,6 +120,15 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
 
     t = time_now();
     r->applied = 1;
+    if (s->o.emulate) {
+        /* emulated compute: the update's time, nothing updated (the sums are
+         * complete first, as the update would need them) */
+        if (s->rd) reducer_wait_sums(s->rd);
+        time_sleep_until(t + 1e-3 * s->o.emulate_update_ms);
+        r->update_s = phase_end(s, "optimizer", "optimizer", t);
+        r->loss_counts = 1;
+        return CNT_OK;
+    }
     if (s->overflow) {
         int failed;
         r->applied = gradients_finite(s, &failed);

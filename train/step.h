@@ -9,6 +9,10 @@
  *                 -> wait for the summed gradients
  *                 -> [loss scaling: inf/NaN in any gradient skips the step]
  *                 -> SGD update (divided by world x loss scale)
+ *                 With emulated compute (step_opts.emulate, train/emulate.h)
+ *                 the net sleeps its profiled times instead of computing
+ *                 (net_set_emulation) and the update sleeps instead of
+ *                 updating; the stager, the loss and the reducer run as usual.
  *   stepper_eval: batch -> forward in inference mode -> loss; the logits stay
  *                 on the device for the caller to rank.
  *
@@ -37,6 +41,10 @@ typedef struct step_opts {
     int world;          /* ranks whose gradients the reducer sums; the update divides by it */
     int sync_phases;    /* wait for the device after each phase, so the phase times are the
                          * device's (bench on a GPU); training leaves it 0 */
+    int emulate;        /* emulated compute (train.emulate_compute, train/emulate.h): the update
+                         * sleeps emulate_update_ms instead of running (parameters, momentum and
+                         * the loss scale stay as they are; no inf/NaN check) */
+    double emulate_update_ms;
 } step_opts;
 
 typedef struct stepper {

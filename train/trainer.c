@@ -12,7 +12,8 @@
  *                             progress line every train.log_every steps, a
  *                             checkpoint every checkpoint.every_steps, the
  *                             stop signals (train/stop.h) agreed on
- *                 end_epoch   the ranks' parameters compared, evaluation,
+ *                 end_epoch   the ranks' parameters compared, evaluation
+ *                             (skipped with emulated compute, train/emulate.h),
  *                             the epoch's summary, a checkpoint
  *                 run_finish  the last line, the timeline
  *                 run_free    everything, on every path
@@ -36,6 +37,7 @@
 #include "model/net.h"
 #include "model/zoo.h"
 #include "train/checkpoint.h"
+#include "train/emulate.h"
 #include "train/eval.h"
 #include "train/input.h"
 #include "train/memory.h"
@@ -79,6 +81,7 @@ typedef struct run {
     int stopped;             /* the stop signal the ranks agreed on, 0: none */
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
     int diverged;
+    emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
 } run;
 
 /* train.layout; auto: see backend_layout_choose. */
@@ -676,6 +679,13 @@ static void log_plan(const run *r) {
     log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
              cfg->epochs, r->steps_per_epoch, cfg->batch_size, r->total_steps, config_name(cfg, &cfg->schedule),
              (double)cfg->warmup_epochs, cfg->out_dir);
+    if (r->emu.n_nodes)
+        log_info("emulated compute (train.emulate_compute = %s, a profile taken on %s in %s): each step sleeps "
+                 "forward %.3f ms, backward %.3f ms layer by layer (gradients handed to the reducer after each "
+                 "node) and update %.3f ms instead of computing; parameters are not updated; evaluation "
+                 "skipped",
+                 cfg->emulate_compute, r->emu.device, r->emu.precision, r->emu.forward_total_ms,
+                 r->emu.backward_total_ms, r->emu.update_ms);
 }
 
 /* How gradients travel: one line. */
@@ -702,6 +712,25 @@ static void log_dist(const run *r) {
              cfg->stall_warn_s > 0 || cfg->stall_abort_s > 0 ? "on" : "off", (double)cfg->stall_warn_s,
              (double)cfg->stall_abort_s, (double)cfg->lr, cfg->lr_scaling == LR_SCALING_LINEAR ? world : 1,
              base_lr, config_name(cfg, &cfg->lr_scaling));
+}
+
+/* train.emulate_compute: the profile, read and checked against the net
+ * make_model will build (built here without its allocations, as the memory
+ * check does) before the memory check's, the model's and the reducer's
+ * collectives. Every rank reads the same file and reaches the same verdict;
+ * a rank that fails alone (another file on its host) ends the job, as any
+ * start-up error does (main: dist_abort). */
+static int load_emulation(run *r) {
+    const config *cfg = r->cfg;
+    const dataset *d = &r->data.train;
+    net *nt = net_create(r->be, d->c, d->h, d->w, d->classes);
+    zoo_options zo = config_zoo_options(cfg);
+    int out, aux;
+    int rc = zoo_build(nt, cfg->model_name, &zo, &out, &aux);
+    if (rc == CNT_OK) rc = emulation_load(&r->emu, cfg->emulate_compute, cfg->model_name, cfg->batch_size, nt);
+    else cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes", cfg->model_name, d->c, d->h, d->w, d->classes);
+    net_free(nt);
+    return rc;
 }
 
 /* The model on rank 0's weights: initialised from train.seed, or from
@@ -738,11 +767,16 @@ static int run_setup(run *r) {
     if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
     r->be->set_threads(cfg->threads);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
+    if (cfg->emulate_compute[0] && load_emulation(r) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
     input_loader_options(cfg, &r->data, r->rank, r->world, &lo, &eo);
     int max_batch = lo.batch > eo.batch ? lo.batch : eo.batch;
     if (memory_check(cfg, r->be, &r->data, &lo, &eo, r->nccl != NULL) != CNT_OK) return CNT_ERR;
     if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
+    if (r->emu.n_nodes) {
+        CNT_ASSERT(r->emu.n_nodes == r->nt->n_nodes); /* the same zoo_build as load_emulation's */
+        net_set_emulation(r->nt, r->emu.forward_ms, r->emu.backward_ms);
+    }
     if (!(r->train_ld = loader_create(&r->data.train, &lo)) || !(r->test_ld = loader_create(&r->data.test, &eo)))
         return CNT_ERR;
     r->steps_per_epoch = loader_steps_per_epoch(r->train_ld);
@@ -772,6 +806,8 @@ static int run_setup(run *r) {
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
     step_opts so = config_step_opts(cfg, r->world);
+    so.emulate = r->emu.n_nodes > 0;
+    so.emulate_update_ms = r->emu.update_ms;
     const dataset *d = &r->data.train;
     stepper_init(&r->st, r->nt, r->rd, r->tl, &oo, &lso, &so, max_batch, (size_t)d->c * d->h * d->w);
     if (r->world > 1) host_state_alloc(&r->peers, r->nt, 0);
@@ -822,9 +858,10 @@ static int run_epoch(run *r, int epoch, int *done) {
                                   config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling),
                                   r->step + 1);
         }
+        double t2 = time_now();
         r->step++;
         r->epoch_step++;
-        progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0);
+        progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0, t2 - t0);
         int last = r->step >= r->total_steps;
         int stop = agree_stop(r);
         int epoch_end = r->epoch_step == r->steps_per_epoch;
@@ -874,11 +911,13 @@ static int end_epoch(run *r, int epoch) {
         }
     }
     eval_result er;
-    if (evaluate(&r->st, r->test_ld, &er) != CNT_OK) {
+    int evaluated = !r->emu.n_nodes; /* an emulated net computes no logits to score */
+    if (evaluated && evaluate(&r->st, r->test_ld, &er) != CNT_OK) {
         const char *root = r->data.test.root ? r->data.test.root : cfg->data_root;
         return cnt_err_prefix("epoch %d/%d, test set %s", epoch + 1, cfg->epochs, root);
     }
-    if (progress_epoch_end(r->pg, &er, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) != CNT_OK)
+    if (progress_epoch_end(r->pg, evaluated ? &er : NULL, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) !=
+        CNT_OK)
         return CNT_ERR;
     int complete = r->epoch_step == r->steps_per_epoch;
     if (r->rank == 0 && complete && r->save_at_epoch_end && save_checkpoint(r, epoch + 1, 0) != CNT_OK)
@@ -916,8 +955,9 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
     }
     if (!r->diverged && cfg->max_steps > 0 && r->step == cfg->max_steps && r->epoch_step < r->steps_per_epoch) {
         snprintf(buf, len, "train.max_steps = %ld reached %ld of %ld steps into an epoch; the partial epoch was "
-                 "evaluated; %s",
-                 cfg->max_steps, r->epoch_step, r->steps_per_epoch, saved);
+                 "%s; %s",
+                 cfg->max_steps, r->epoch_step, r->steps_per_epoch, r->emu.n_nodes ? "not evaluated" : "evaluated",
+                 saved);
         return buf;
     }
     return NULL;
@@ -956,6 +996,7 @@ static void run_free(run *r, int status) {
     loader_free(r->train_ld);
     loader_free(r->test_ld);
     net_free(r->nt);
+    emulation_free(&r->emu);
     input_free(&r->data);
     if (r->lock_fd >= 0) close(r->lock_fd);
 #if CNT_HAVE_NCCL
