@@ -161,12 +161,17 @@ def env_int(*names, default):
 
 def ddp_buckets_mib(model):
     """DDP's buckets after its rebuild, in MiB, in the order they are reduced (None if torch hides them)."""
-    try:
+    try:  # private APIs: their absence only loses a report field
+        return [round(b.buffer().numel() * b.buffer().element_size() / MIB, 3)
+                for b in model.reducer._get_zeros_like_grad_buckets()]
+    except Exception:
+        pass
+    try:  # filled in only at the forward after the rebuild
         sizes = model._get_ddp_logging_data().get("rebuilt_bucket_sizes") or ""
         vals = [int(v) / MIB for v in str(sizes).split(",") if v.strip()]
         if vals:
             return [round(v, 3) for v in vals]
-    except Exception:  # a private API: its absence only loses a report field
+    except Exception:
         pass
     return None
 
