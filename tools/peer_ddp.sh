@@ -49,7 +49,7 @@ cd "$(dirname "$0")/.."
 
 model=resnet50 shape=3x32x32 classes=10 batch=16 hosts="1 2 3 4" rates="1gbit 5gbit" rounds=3
 warmup=2 steps=6 threads=1 bucket_mb=25 first_bucket_mb=1 backend=ring prefix=peer net=10.76.0
-out=runs/peer-ddp trace=0 tmo=300 extra= cnt_extra=
+out=runs/peer-ddp trace=0 tmo=300 extra='' cnt_extra=''
 py=${TORCH_PYTHON:-}
 if [ -z "$py" ]; then if [ -x /opt/torch-venv/bin/python ]; then py=/opt/torch-venv/bin/python; else py=python3; fi; fi
 
@@ -151,8 +151,8 @@ params=$(./trainer --summary "$cfg" 2> /dev/null | awk '/^params:/ {print $2}')
 
 C=(tools/cluster.sh --prefix "$prefix" --net "$net")
 cleanup() { "${C[@]}" down > /dev/null 2>&1 || echo "peer_ddp.sh: '${C[*]} down' failed; run it by hand" >&2; }
-set -- $rates
-"${C[@]}" up "$maxn" "$1" > "$out/logs/cluster.log" 2>&1 || { echo "peer_ddp.sh: cluster up failed:" >&2; cat "$out/logs/cluster.log" >&2; exit 1; }
+read -ra first_rate <<< "$rates"
+"${C[@]}" up "$maxn" "${first_rate[0]}" > "$out/logs/cluster.log" 2>&1 || { echo "peer_ddp.sh: cluster up failed:" >&2; cat "$out/logs/cluster.log" >&2; exit 1; }
 trap cleanup EXIT
 read -ra MA <<< "$("${C[@]}" mpirun-args)"
 export OMP_NUM_THREADS=$threads
