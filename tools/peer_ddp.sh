@@ -88,6 +88,7 @@ for n in $hosts; do
 done
 [ "$maxn" -ge 1 ] || usage "--hosts: no host count"
 [ -n "$rates" ] || usage "--rates: no rate"
+read -ra CX <<< "$cnt_extra"
 
 [ "$(id -u)" -eq 0 ] || { echo "peer_ddp.sh: needs root (tools/cluster.sh makes network namespaces)" >&2; exit 2; }
 [ -x ./trainer ] || { echo "peer_ddp.sh: run make first" >&2; exit 2; }
@@ -146,8 +147,8 @@ first_bucket_mb = $first_bucket_mb
 [checkpoint]
 every_epochs = 0
 EOF
-params=$(./trainer --summary "$cfg" 2> /dev/null | awk '/^params:/ {print $2}')
-[ -n "$params" ] || { echo "peer_ddp.sh: ./trainer --summary $cfg failed:" >&2; ./trainer --summary "$cfg" >&2 || true; exit 2; }
+params=$(./trainer --summary "$cfg" "${CX[@]}" 2> /dev/null | awk '/^params:/ {print $2}' || true)
+[ -n "$params" ] || { echo "peer_ddp.sh: ./trainer --summary $cfg failed:" >&2; ./trainer --summary "$cfg" "${CX[@]}" >&2 || true; exit 2; }
 
 C=(tools/cluster.sh --prefix "$prefix" --net "$net")
 cleanup() { "${C[@]}" down > /dev/null 2>&1 || echo "peer_ddp.sh: '${C[*]} down' failed; run it by hand" >&2; }
@@ -157,7 +158,6 @@ trap cleanup EXIT
 read -ra MA <<< "$("${C[@]}" mpirun-args)"
 export OMP_NUM_THREADS=$threads
 read -ra XA <<< "$extra"
-read -ra CX <<< "$cnt_extra"
 M=(mpirun --allow-run-as-root "${MA[@]}" "${XA[@]}" -x OMP_NUM_THREADS)
 
 echo "peer_ddp: $model $shape, $classes classes, batch $batch per rank, $params parameters in both; buckets $bucket_mb MiB (first $first_bucket_mb); $threads thread(s) per rank; cnntrain dist.backend=$backend; torch $tv; $rounds round(s) of $warmup + $steps steps; hosts: $hosts; rates: $rates; cluster $prefix on $net.0/24${extra:+; mpirun $extra}${cnt_extra:+; cnntrain $cnt_extra}"
