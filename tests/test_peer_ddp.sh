@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# tests/test_peer_ddp.sh - the PyTorch DDP peer (tools/ddp_peer.py) and the
+# side-by-side driver (tools/peer_ddp.sh) work: the torch model has cnntrain's
+# parameter count or the peer refuses to run; one short call at 1 and 2 hosts
+# (ResNet-20, batch 8, 1 warm-up + 2 timed steps, links 1gbit) runs both
+# tools on the cluster, every DDP rank in its own host with cnntrain's bucket
+# sizes, and writes the table and the CSV; the call removes its cluster.
+# Checks that it works, not how fast: no timing is compared.
+# Run from the repository root after `make`, as root, with PyTorch in
+# $TORCH_PYTHON or /opt/torch-venv/bin/python (not a project dependency:
+#   python3 -m venv /opt/torch-venv && /opt/torch-venv/bin/pip install torch torchvision).
+# Prints "SKIPPED: ..." (and exits 0) without root, torch, MPI or network
+# namespaces. Takes about 20-25 s on the development VM.
+set -u
+skip() { echo "SKIPPED: $*"; exit 0; }
+py=${TORCH_PYTHON:-/opt/torch-venv/bin/python}
+[ "$(id -u)" -eq 0 ] || skip "the DDP peer runs on a cluster of network namespaces, which needs root"
+for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c not found"; done
+./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
+"$py" -c 'import torch, torchvision' 2> /dev/null ||
+    skip "no PyTorch in $py (python3 -m venv /opt/torch-venv && /opt/torch-venv/bin/pip install torch torchvision, or set TORCH_PYTHON)"
+prefix=pd$(($$ % 100000))
+if ! err=$(ip netns add "$prefix-probe" 2>&1); then skip "cannot make network namespaces here: $err"; fi
+ip netns delete "$prefix-probe"
+net=
+for ((i = 0; i < 250; i++)); do
+    cand=10.79.$((($$ + i) % 250))
+    if ! ip -4 route show | grep -q "^$cand\.0/24 "; then net=$cand; break; fi
+done
+[ -n "$net" ] || skip "no free 10.79.X.0/24 subnet for the test cluster"
+
+tmp=$(mktemp -d)
+trap 'tools/cluster.sh --prefix "$prefix" down > /dev/null 2>&1; rm -rf "$tmp"' EXIT
+fails=0
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
+t_start=$(date +%s)
+
+# 1. The parameter check: another count than cnntrain's stops the peer before
+# any communication.
+out=$("$py" tools/ddp_peer.py resnet20 3x32x32 2 --expect-params 269721 2>&1)
+rc=$?
+check "ddp_peer.py: resnet20 with 269721 expected parameters exits 1 (rc $rc)" test $rc -eq 1
+check "ddp_peer.py: and says both counts" grep -q "has 269722 parameters in torch, 269721 in cnntrain: not the same model" <<< "$out"
+out=$(tools/peer_ddp.sh --batch 0 2>&1)
+check "peer_ddp.sh --batch 0: exits 2 naming the option" test $? -eq 2 -a -n "$(grep -- '--batch: a whole number' <<< "$out")"
+
+# 2. One short call at 1 and 2 hosts.
+t0=$(date +%s)
+out=$(tools/peer_ddp.sh --model resnet20 --batch 8 --hosts "1 2" --rates 1gbit --rounds 1 --warmup 1 --steps 2 \
+    --prefix "$prefix" --net "$net" --python "$py" --out "$tmp/out" 2>&1)
+rc=$?
+check "peer_ddp.sh at 1 and 2 hosts: exits 0 ($(($(date +%s) - t0)) s)" test $rc -eq 0
+[ $rc -eq 0 ] || tail -n 15 <<< "$out" | sed 's/^/    /'
+check "both models have 269722 parameters" grep -q "batch 8 per rank, 269722 parameters in both" <<< "$out"
+check "table: a row for 1 host with efficiencies 1.000" grep -qE '^\| 1 \| 1gbit \| [0-9.]+ \| [0-9.]+ \| 1\.000 \| 1\.000 \|' <<< "$out"
+check "table: a row for 2 hosts with both efficiencies" grep -qE '^\| 2 \| 1gbit \| [0-9.]+ \| [0-9.]+ \| [0-9]\.[0-9]{3} \| [0-9]\.[0-9]{3} \|' <<< "$out"
+check "CSV: a header and 2 rows" test "$(wc -l < "$tmp/out/peer_ddp.csv" 2> /dev/null)" = 3
+check "cnntrain at 2 hosts: one rank on each, 2 buckets (25 MiB, first 1 MiB)" \
+    grep -q "^dist: 2 ranks (1 on this node), global batch 16; gradients allreduced with ring in 2 buckets (25 MiB, first 1 MiB)" \
+    "$tmp/out/logs/cnt-2-1gbit-1.log"
+check "DDP at 2 hosts: world 2, buckets of 1 MiB then the rest (cnntrain's cut)" \
+    grep -qE '"world": 2, .*"buckets_mib": \[1\.0, 0\.029\]' "$tmp/out/logs/ddp-2-1gbit-1.log"
+check "the call removed its cluster" test -z "$(ip netns list | grep "^$prefix-")" -a ! -e "/run/cnt-cluster/$prefix"
+
+echo "    ($(($(date +%s) - t_start)) s in all)"
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all DDP peer checks passed"
