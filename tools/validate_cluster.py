@@ -4,8 +4,9 @@ multi-host runs on the namespace cluster of tools/cluster.sh (issue 14,
 part 4). Needs root (network namespaces), MPI, `make`.
 
     python3 tools/validate_cluster.py [--out DIR] [--repeats R] [--quick]
+        [--models resnet50,vgg16] [--prefix P --net A.B.C]
 
-For each model (ResNet-50 and VGG-16 on 32x32 synthetic images, batch 16):
+For each model (ResNet-50 and VGG-16 on 32x32 synthetic images, batch 32):
   1. one rank profiles the real step (`trainer --profile`, the CPU);
   2. every row of the grid runs `mpirun -np N ./trainer` on N hosts of the
      cluster, links shaped to a rate with tc, with train.emulate_compute =
@@ -15,7 +16,8 @@ For each model (ResNet-50 and VGG-16 on 32x32 synthetic images, batch 16):
      they need not. The measured step is the median of rank 0's step_ms
      (metrics.jsonl) after warm-up, and the row's measurement the median
      over R runs (default 3), run round-robin: every row once, then again;
-  3. the network model is fitted on the 2-host rows only: the share eta of
+  3. the network model is fitted on the 2-host rows only (every bucket size
+     and overlap setting measured there): the share eta of
      the shaped rate the links deliver and the per-message latency alpha
      (simulate --bw RATE*eta --latency alpha --algo ring);
   4. every row is predicted with those two numbers and compared: step time
@@ -23,10 +25,15 @@ For each model (ResNet-50 and VGG-16 on 32x32 synthetic images, batch 16):
      step over the N-host step, measured and predicted alike).
 
 The grid, per model: 1 host; 2, 3 and 4 hosts at three link rates with the
-default buckets (1 MiB first, 25 MiB after) and overlap on; 3 and 4 hosts at
-the middle rate with buckets of 4 MiB and 100 MiB, and with overlap off.
+default buckets (1 MiB first, 25 MiB after) and overlap on; 2, 3 and 4 hosts
+at the middle rate with buckets of 4 MiB and 100 MiB, and with overlap off.
+A run whose metrics.jsonl is already in OUT/runs/ (an earlier call, stopped
+or with a smaller grid) is read, not run again: delete OUT/runs to measure
+afresh.
 --quick: 1 and 2 hosts at one rate, one repeat (a smoke test, no fit worth
-reading).
+reading). --models: which of resnet50, vgg16 and resnet20 (CIFAR-10 style,
+for tests) to run. --prefix and --net: the cluster's names and /24
+(tools/cluster.sh; default val and 10.79.0).
 
 Writes OUT/validation.md (the table), OUT/validation.csv (every row with its
 runs) and OUT/validation-MODEL.png (tools/plot_scaling.py; measured markers,
@@ -45,14 +52,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIM = os.path.join(ROOT, "build", "tools", "simulate")
 TRAINER = os.path.join(ROOT, "trainer")
-CLUSTER = [os.path.join(HERE, "cluster.sh"), "--prefix", "val", "--net", "10.79.0"]
-BATCH = 16
+CLUSTER = [os.path.join(HERE, "cluster.sh"), "--prefix", "val", "--net", "10.79.0"]  # --prefix/--net change it
+BATCH = 32
 WARMUP, TIMED = 2, 4
 MODELS = {
     # model: (config, link rates in Mbit/s: low, middle, high)
     "resnet50": ("configs/resnet50.ini", (500, 1000, 5000)),
     "vgg16": ("configs/vgg16.ini", (1000, 2500, 5000)),
+    "resnet20": ("configs/resnet20-cifar10.ini", (20, 50, 100)),
 }
+DEFAULT_MODELS = ["resnet50", "vgg16"]
 COMMON = ["data.kind=synthetic", "data.synthetic_shape=3x32x32", "data.synthetic_classes=10", "data.image_size=32",
           "train.device=cpu", "train.precision=fp32", f"train.batch_size={BATCH}", "data.workers=1",
           "train.threads=1"]
@@ -94,30 +103,40 @@ def profile(model, out):
 
 
 def measure(row, prof, mpirun_args, out, k):
-    """One run of a row; returns the median step_ms after warm-up."""
+    """One run of a row: (the median step_ms after warm-up, whether an earlier run's was read)."""
     model, hosts, rate, bucket, overlap = row
     name = f"{model}-h{hosts}-{rate}m-b{bucket:g}-o{int(overlap)}-{k}"
     odir = os.path.join(out, "runs", name)
     cmd = ["mpirun", "--allow-run-as-root"] + mpirun_args + ["-np", str(hosts), TRAINER, MODELS[model][0]] + COMMON + [
         f"train.emulate_compute={prof}", f"train.max_steps={WARMUP + TIMED}", "train.log_every=1",
         "train.epochs=1", f"train.out_dir={odir}", "dist.backend=ring", f"dist.bucket_mb={bucket:g}",
-        "dist.first_bucket_mb=1", f"dist.overlap={'true' if overlap else 'false'}", "checkpoint.every_steps=0",
+        "dist.first_bucket_mb=1", f"dist.overlap={'true' if overlap else 'false'}", "checkpoint.every_epochs=0",
         "dist.stall_abort_s=300"]
+    timed = timed_steps(odir)
+    if len(timed) >= TIMED:
+        return statistics.median(timed), True
     os.makedirs(odir, exist_ok=True)
     rc = run(cmd, odir + ".log", 600)
     if rc != 0:
         sys.exit(f"validate_cluster.py: {name}: exit {rc} (log: {odir}.log)")
+    timed = timed_steps(odir)
+    if len(timed) < TIMED:
+        sys.exit(f"validate_cluster.py: {name}: {len(timed)} timed steps in {odir}/metrics.jsonl, expected {TIMED}")
+    return statistics.median(timed), False
+
+
+def timed_steps(odir):
+    """step_ms of the steps after warm-up in odir/metrics.jsonl ([] when none)."""
+    path = os.path.join(odir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
     steps = []
-    with open(os.path.join(odir, "metrics.jsonl")) as f:
+    with open(path) as f:
         for line in f:
             rec = json.loads(line)
             if rec.get("kind") == "step":
                 steps.append((rec["step"], rec["step_ms"]))
-    steps.sort()
-    timed = [ms for s, ms in steps if s > WARMUP]
-    if len(timed) < TIMED:
-        sys.exit(f"validate_cluster.py: {name}: {len(timed)} timed steps in {odir}/metrics.jsonl, expected {TIMED}")
-    return statistics.median(timed)
+    return [ms for s, ms in sorted(steps) if s > WARMUP]
 
 
 def simulate(prof, hosts, mbit, bucket, overlap, eta, alpha_us):
@@ -142,7 +161,7 @@ def fit(rows, meas, profs):
 
     best = None
     etas = [0.5 + 0.05 * i for i in range(12)]
-    alphas = [0, 100, 200, 400, 800, 1600, 3200, 6400]
+    alphas = [0, 10, 25, 50, 100, 200, 400, 800, 1600, 3200, 6400]
     for e in etas:
         for a in alphas:
             c = cost(e, a)
@@ -160,9 +179,10 @@ def fit(rows, meas, profs):
     return best[1], best[2]
 
 
-def grid(quick):
+def grid(quick, models):
     rows = []
-    for m, (_, rates) in MODELS.items():
+    for m in models:
+        rates = MODELS[m][1]
         if quick:
             rows += [(m, 1, rates[1], 25, True), (m, 2, rates[1], 25, True)]
             continue
@@ -170,13 +190,13 @@ def grid(quick):
         for rate in rates:
             for h in (2, 3, 4):
                 rows.append((m, h, rate, 25, True))
-        for h in (3, 4):
+        for h in (2, 3, 4):
             rows += [(m, h, rates[1], 4, True), (m, h, rates[1], 100, True), (m, h, rates[1], 25, False)]
     return rows
 
 
 def main(argv):
-    out, repeats, quick = os.path.join(ROOT, "build", "validation"), 3, False
+    out, repeats, quick, models = os.path.join(ROOT, "build", "validation"), 3, False, DEFAULT_MODELS
     it = iter(argv)
     for a in it:
         if a == "--out":
@@ -189,6 +209,19 @@ def main(argv):
             repeats = int(v)
         elif a == "--quick":
             quick = True
+        elif a == "--models":
+            models = (next(it, None) or "").split(",")
+            bad = [m for m in models if m not in MODELS]
+            if bad:
+                print(f"validate_cluster.py: --models: unknown {','.join(bad)} (choose from {','.join(MODELS)})",
+                      file=sys.stderr)
+                return 2
+        elif a in ("--prefix", "--net"):
+            v = next(it, None)
+            if v is None:
+                print(f"validate_cluster.py: {a} needs a value", file=sys.stderr)
+                return 2
+            CLUSTER[CLUSTER.index(a) + 1] = v
         elif a in ("-h", "--help"):
             print(__doc__)
             return 0
@@ -207,8 +240,8 @@ def main(argv):
             sys.exit(f"validate_cluster.py: {p} not found: run make first")
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    profs = {m: profile(m, out) for m in MODELS}
-    rows = grid(quick)
+    profs = {m: profile(m, out) for m in models}
+    rows = grid(quick, models)
 
     cluster("up", "4")
     t0 = time.time()
@@ -219,10 +252,11 @@ def main(argv):
             for rate in sorted({r[2] for r in rows}):
                 cluster("shape", f"{rate}mbit")
                 for r in [r for r in rows if r[2] == rate]:
-                    ms = measure(r, profs[r[0]], mpirun_args, out, k)
+                    ms, reused = measure(r, profs[r[0]], mpirun_args, out, k)
                     runs[r].append(ms)
                     log(f"[{time.time() - t0:6.0f} s] run {k + 1}/{repeats} {r[0]} hosts {r[1]} {r[2]} Mbit/s "
-                        f"bucket {r[3]:g} MiB overlap {'on' if r[4] else 'off'}: {ms:.1f} ms")
+                        f"bucket {r[3]:g} MiB overlap {'on' if r[4] else 'off'}: {ms:.1f} ms"
+                        + (" (read from an earlier call)" if reused else ""))
     finally:
         subprocess.run(CLUSTER + ["down"], capture_output=True)
     meas = {r: statistics.median(v) for r, v in runs.items()}
@@ -236,7 +270,7 @@ def main(argv):
         m_eff = one[m] / meas[r]
         d_ms = 100 * (p_ms - meas[r]) / meas[r]
         d_eff = 100 * (p_eff - m_eff)
-        fitted = h == 2 and bucket == 25 and overlap
+        fitted = h == 2
         if not fitted and h > 1:
             worst_ms, worst_eff = max(worst_ms, abs(d_ms)), max(worst_eff, abs(d_eff))
         table.append({"model": m, "hosts": h, "rate_mbit": rate, "bucket_mb": bucket,
@@ -270,7 +304,7 @@ def main(argv):
 
 def plots(table, profs, eta, alpha, out):
     """Per model: efficiency against hosts at each rate (default buckets, overlap on)."""
-    for m in MODELS:
+    for m in profs:
         args = [sys.executable, os.path.join(HERE, "plot_scaling.py"), os.path.join(out, f"validation-{m}.png"),
                 "--title", f"{m}, batch {BATCH}, emulated compute: measured (markers) and predicted (lines)"]
         measured = []
