@@ -37,6 +37,7 @@ static const char *const all_keys[] = {
     "train.device", "train.precision", "train.layout", "train.loss_scaling", "train.loss_scale", "train.loss_scale_window",
     "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight", "train.memory_check",
+    "train.emulate_compute",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
