@@ -4,7 +4,7 @@ model on random data, the reference for `trainer --bench` (tools/bench_gpu.sh).
 
     python3 tools/bench_torch.py MODEL CxHxW BATCH STEPS [--device cuda|cpu]
                                  [--precision fp32|tf32|bf16|fp16] [--layout nchw|nhwc]
-                                 [--classes N] [--warmup N]
+                                 [--classes N] [--warmup N] [--threads T]
 
 Does per step what the trainer does: forward in training mode, softmax
 cross-entropy (plus 0.4 x the auxiliary head's loss for inception_v3), backward,
@@ -18,11 +18,15 @@ fp16), fp16 with a GradScaler (dynamic loss scaling, as ours). Prints one line:
     torch MODEL CxHxW batch B on DEVICE (PRECISION, LAYOUT): X img/s
 """
 import argparse
+import os
 import sys
 import time
 
 import torch
 import torchvision
+
+
+CIFAR_RESNETS = ("resnet20", "resnet32", "resnet56", "resnet110")
 
 
 def main():
@@ -36,7 +40,11 @@ def main():
     ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+        torch.set_num_interop_threads(1)
     c, h, w = (int(v) for v in a.shape.split("x"))
     dev = torch.device(a.device)
     # bf16/fp16: autocast leaves fp32 ops (batch norm, the loss) to TF32 rules;
@@ -50,7 +58,12 @@ def main():
     if a.model == "inception_v3":
         kwargs.update(aux_logits=True, init_weights=False)
     fmt = torch.channels_last if a.layout == "nhwc" else torch.contiguous_format
-    model = getattr(torchvision.models, a.model)(**kwargs).to(dev, memory_format=fmt).train()
+    if a.model in CIFAR_RESNETS:  # not in torchvision: tools/ddp_peer.py builds them as model/zoo.c does
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ddp_peer import build_model
+        model = build_model(a.model, c, a.classes).to(dev, memory_format=fmt).train()
+    else:
+        model = getattr(torchvision.models, a.model)(**kwargs).to(dev, memory_format=fmt).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     lossf = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(1)
