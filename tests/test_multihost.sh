@@ -26,16 +26,8 @@ for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c 
 ./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
 for p in build/tests/mpi_ring build/tools/bench_allreduce; do [ -x $p ] || skip "$p not built (make test-build)"; done
 
-prefix=ct$(($$ % 100000))
-if ! err=$(ip netns add "$prefix-probe" 2>&1); then skip "cannot make network namespaces here: $err"; fi
-ip netns delete "$prefix-probe"
-# A /24 nobody routes yet: 10.78.X.0, starting from one of our own.
-net=
-for ((i = 0; i < 250; i++)); do
-    cand=10.78.$((($$ + i) % 250))
-    if ! ip -4 route show | grep -q "^$cand\.0/24 "; then net=$cand; break; fi
-done
-[ -n "$net" ] || skip "no free 10.78.X.0/24 subnet for the test cluster"
+source "$(dirname "$0")/support/netns.sh" # cluster_names LETTERS OCTET
+cluster_names ct 78
 
 C=(tools/cluster.sh --prefix "$prefix" --net "$net")
 tmp=$(mktemp -d)

@@ -19,15 +19,8 @@ for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c 
 ./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
 "$py" -c 'import torch, torchvision' 2> /dev/null ||
     skip "no PyTorch in $py (python3 -m venv /opt/torch-venv && /opt/torch-venv/bin/pip install torch torchvision, or set TORCH_PYTHON)"
-prefix=pd$(($$ % 100000))
-if ! err=$(ip netns add "$prefix-probe" 2>&1); then skip "cannot make network namespaces here: $err"; fi
-ip netns delete "$prefix-probe"
-net=
-for ((i = 0; i < 250; i++)); do
-    cand=10.79.$((($$ + i) % 250))
-    if ! ip -4 route show | grep -q "^$cand\.0/24 "; then net=$cand; break; fi
-done
-[ -n "$net" ] || skip "no free 10.79.X.0/24 subnet for the test cluster"
+source "$(dirname "$0")/support/netns.sh" # cluster_names LETTERS OCTET
+cluster_names pd 79
 
 tmp=$(mktemp -d)
 trap 'tools/cluster.sh --prefix "$prefix" down > /dev/null 2>&1; rm -rf "$tmp"' EXIT

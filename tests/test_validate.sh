@@ -13,15 +13,8 @@ skip() { echo "SKIPPED: $*"; exit 0; }
 for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c not found"; done
 ./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
 [ -x build/tools/simulate ] || skip "build/tools/simulate not built (make)"
-prefix=cv$(($$ % 100000))
-if ! err=$(ip netns add "$prefix-probe" 2>&1); then skip "cannot make network namespaces here: $err"; fi
-ip netns delete "$prefix-probe"
-net=
-for ((i = 0; i < 250; i++)); do
-    cand=10.81.$((($$ + i) % 250))
-    if ! ip -4 route show | grep -q "^$cand\.0/24 "; then net=$cand; break; fi
-done
-[ -n "$net" ] || skip "no free 10.81.X.0/24 subnet for the test cluster"
+source "$(dirname "$0")/support/netns.sh" # cluster_names LETTERS OCTET
+cluster_names cv 81
 
 tmp=$(mktemp -d)
 trap 'tools/cluster.sh --prefix "$prefix" --net "$net" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
