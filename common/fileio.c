@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -102,6 +103,29 @@ FILE *file_append_regular(const char *path, const char *what) {
 
 FILE *file_open_regular(const char *path, const char *what, uint64_t *size) {
     return stream_regular(path, what, size, O_RDONLY, "rb");
+}
+
+char *file_read_all(const char *path, const char *what, uint64_t max, size_t *len) {
+    uint64_t size = 0;
+    FILE *f = file_open_regular(path, what, &size);
+    if (!f) return NULL;
+    if (size > max) {
+        fclose(f);
+        cnt_err_set("%s '%s': %llu bytes, more than the %llu this reads", what, path, (unsigned long long)size,
+                    (unsigned long long)max);
+        return NULL;
+    }
+    char *text = cnt_malloc((size_t)size + 1);
+    *len = fread(text, 1, (size_t)size, f);
+    int bad = ferror(f) || *len != size;
+    fclose(f);
+    if (bad) {
+        free(text);
+        cnt_err_set("cannot read %s '%s': read error", what, path);
+        return NULL;
+    }
+    text[*len] = '\0';
+    return text;
 }
 
 void file_time_stamp(time_t t, char *buf, size_t len) {

@@ -38,6 +38,13 @@ FILE *file_open_regular(const char *path, const char *what, uint64_t *size);
  * message. */
 int file_open_regular_fd(const char *path, const char *what, uint64_t *size);
 
+/* The whole of path, opened as file_open_regular opens it, NUL-terminated
+ * (free() it), its length in *len; NULL with a message: the open's, "<what>
+ * '<path>': N bytes, more than the M this reads" when the file is larger
+ * than max bytes, or "cannot read <what> '<path>': read error". For the small
+ * text files read whole: step profiles (JSON). */
+char *file_read_all(const char *path, const char *what, uint64_t max, size_t *len);
+
 /* Opens path for appending (created 0644 if missing; close-on-exec), with
  * the same refusal of anything but a regular file and the same messages:
  * an output that is a FIFO never blocks the run. */

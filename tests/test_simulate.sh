@@ -52,6 +52,11 @@ out=$($sim "$tmp/bad.json" 2>&1)
 rc=$?
 check "simulate: a malformed profile exits 1 naming the file and the field" \
     bash -c "[ $rc -eq 1 ] && grep -q 'bad.json: layers\[0\].backward_ms: expected a number' <<<\"\$1\"" _ "$out"
+mkfifo "$tmp/fifo.json"
+out=$(timeout 10 $sim "$tmp/fifo.json" 2>&1)
+rc=$?
+check "simulate: a FIFO as the profile is refused at once (exit 1), not read forever" \
+    bash -c "[ $rc -eq 1 ] && grep -q \"cannot open profile '$tmp/fifo.json': it is a FIFO\" <<<\"\$1\"" _ "$out"
 $sim "$tmp/p.json" --overlap maybe >/dev/null 2>&1
 check "simulate: a bad option value exits 2" test $? -eq 2
 

@@ -4,6 +4,7 @@
  */
 #include "tools/simulate_engine.h"
 #include "common/check.h"
+#include "common/fileio.h"
 #include "common/json.h"
 #include "dist/reducer.h"
 
@@ -220,22 +221,9 @@ int sim_profile_parse(const char *text, size_t len, const char *name, sim_profil
 
 int sim_profile_load(const char *path, sim_profile *p) {
     memset(p, 0, sizeof *p);
-    FILE *f = fopen(path, "rb");
-    if (!f) return cnt_err_set("cannot read the profile '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *text = cnt_malloc(cap);
-    for (;;) {
-        n += fread(text + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        text = cnt_realloc(text, cap);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(text);
-        return cnt_err_set("cannot read the profile '%s': read error", path);
-    }
+    size_t n;
+    char *text = file_read_all(path, "profile", (uint64_t)1 << 30, &n);
+    if (!text) return CNT_ERR;
     int rc = sim_profile_parse(text, n, path, p);
     free(text);
     return rc;

@@ -62,32 +62,6 @@ static int count(const char *file, const json_value *obj, const char *key, doubl
     return count_of(file, key, v, max, out);
 }
 
-/* The whole file, NUL-terminated, or NULL with a message. */
-static char *read_all(const char *path, size_t *len) {
-    uint64_t size;
-    FILE *f = file_open_regular(path, "step profile", &size);
-    if (!f) {
-        cnt_err_prefix(KEY);
-        return NULL;
-    }
-    if (size > ((uint64_t)1 << 30)) {
-        fclose(f);
-        refuse(path, "%llu bytes: too large for a step profile", (unsigned long long)size);
-        return NULL;
-    }
-    char *text = cnt_malloc((size_t)size + 1);
-    *len = fread(text, 1, (size_t)size, f);
-    int bad = ferror(f) || *len != size;
-    fclose(f);
-    if (bad) {
-        free(text);
-        refuse(path, "read error");
-        return NULL;
-    }
-    text[*len] = '\0';
-    return text;
-}
-
 /* The node of nt named name, or -1. */
 static int node_named(const net *nt, const char *name) {
     for (int i = 0; i < nt->n_nodes; i++)
@@ -188,8 +162,8 @@ static int check_tree(emulation *em, const json_value *root, const char *file, c
 int emulation_load(emulation *em, const char *path, const char *model, int batch, const net *nt) {
     memset(em, 0, sizeof *em);
     size_t len = 0;
-    char *text = read_all(path, &len);
-    if (!text) return CNT_ERR;
+    char *text = file_read_all(path, "step profile", (uint64_t)1 << 30, &len);
+    if (!text) return cnt_err_prefix(KEY);
     json_value *root;
     int rc = json_parse(text, len, path, &root);
     free(text);
