@@ -21,12 +21,10 @@
 # exit. Every mpirun runs under `timeout`.
 set -u
 skip() { echo "SKIPPED: $*"; exit 0; }
-[ "$(id -u)" -eq 0 ] || skip "the multi-host tests need root (network namespaces, a bridge, tc); run make test as root"
-for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c not found"; done
-./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
+source "$(dirname "$0")/support/netns.sh" # need_cluster WHAT, cluster_names LETTERS OCTET
+need_cluster "the multi-host tests"
 for p in build/tests/mpi_ring build/tools/bench_allreduce; do [ -x $p ] || skip "$p not built (make test-build)"; done
 
-source "$(dirname "$0")/support/netns.sh" # cluster_names LETTERS OCTET
 cluster_names ct 78
 
 C=(tools/cluster.sh --prefix "$prefix" --net "$net")
@@ -54,15 +52,6 @@ procs_on_hosts() {
         [ -z "$pids" ] || ps -o comm= -p $pids | sed "s/^/h$k:/"
     done | tr '\n' ' '
 }
-# wait_no_procs SECONDS: whether the hosts run nothing within SECONDS.
-wait_no_procs() {
-    local i
-    for ((i = 0; i < $1 * 4; i++)); do
-        [ -z "$(procs_on_hosts)" ] && return 0
-        sleep 0.25
-    done
-    return 1
-}
 # wait_gone REGEX SECONDS: whether no process on the hosts matches REGEX
 # ("hK:name") within SECONDS.
 wait_gone() {
@@ -73,6 +62,8 @@ wait_gone() {
     done
     return 1
 }
+# wait_no_procs SECONDS: whether the hosts run nothing within SECONDS.
+wait_no_procs() { wait_gone . "$1"; }
 # wait_for_line FILE REGEX SECONDS: whether FILE gets a line matching REGEX.
 wait_for_line() {
     local i

@@ -14,12 +14,10 @@
 set -u
 skip() { echo "SKIPPED: $*"; exit 0; }
 py=${TORCH_PYTHON:-/opt/torch-venv/bin/python}
-[ "$(id -u)" -eq 0 ] || skip "the DDP peer runs on a cluster of network namespaces, which needs root"
-for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c not found"; done
-./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
+source "$(dirname "$0")/support/netns.sh" # need_cluster WHAT, cluster_names LETTERS OCTET
+need_cluster "the DDP peer tests"
 "$py" -c 'import torch, torchvision' 2> /dev/null ||
     skip "no PyTorch in $py (python3 -m venv /opt/torch-venv && /opt/torch-venv/bin/pip install torch torchvision, or set TORCH_PYTHON)"
-source "$(dirname "$0")/support/netns.sh" # cluster_names LETTERS OCTET
 cluster_names pd 79
 
 tmp=$(mktemp -d)

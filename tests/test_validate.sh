@@ -9,11 +9,9 @@
 # root; prints "SKIPPED: ..." without root, MPI or network namespaces.
 set -u
 skip() { echo "SKIPPED: $*"; exit 0; }
-[ "$(id -u)" -eq 0 ] || skip "the validation needs root (network namespaces, a bridge, tc); run make test as root"
-for c in ip tc unshare mpirun python3; do command -v $c > /dev/null || skip "$c not found"; done
-./trainer --version 2> /dev/null | grep -q '^mpi: built in' || skip "no MPI in this build"
+source "$(dirname "$0")/support/netns.sh" # need_cluster WHAT, cluster_names LETTERS OCTET
+need_cluster "the validation tests"
 [ -x build/tools/simulate ] || skip "build/tools/simulate not built (make)"
-source "$(dirname "$0")/support/netns.sh" # cluster_names LETTERS OCTET
 cluster_names cv 81
 
 tmp=$(mktemp -d)
