@@ -49,24 +49,28 @@ MODELS = [("inception3", "Inception V3"), ("resnet101", "ResNet-101"), ("vgg16",
 # single-GPU images/s at batch 64, per table
 BASE_16 = {"inception3": 134.4, "resnet101": 119.4, "vgg16": 130.9}
 BASE_64 = {"inception3": 148.8, "resnet101": 136.0, "vgg16": 149.6}
-# (setup, workers, link Gbit/s, transport, baseline, published efficiency per model)
+# (setup, workers, link Gbit/s, transport, baseline, published images/s per
+# model, published efficiency per model): the 16- and 64-GPU tables give
+# images/s (efficiency = images/s / workers / baseline), the 128- and 512-GPU
+# charts efficiency only
+def _table(setup, n, gbit, transport, base, ips):
+    return (setup, n, gbit, transport, base, ips, {m: v / n / base[m] for m, v in ips.items()})
+
+
+def _chart(setup, n, gbit, transport, base, eff):
+    return (setup, n, gbit, transport, base, {}, eff)
+
+
 PUBLISHED = [
-    ("16 GPUs, 25 GbE RDMA", 16, 25, "rdma", BASE_16,
-     {"inception3": 2022.6 / 16 / 134.4, "resnet101": 1746.2 / 16 / 119.4, "vgg16": 1787.4 / 16 / 130.9}),
-    ("16 GPUs, 25 GbE TCP", 16, 25, "tcp", BASE_16,
-     {"inception3": 1990.7 / 16 / 134.4, "resnet101": 1685.1 / 16 / 119.4, "vgg16": 1308.7 / 16 / 130.9}),
-    ("64 GPUs, 40 GbE TCP", 64, 40, "tcp", BASE_64,
-     {"inception3": 7932.1 / 64 / 148.8, "resnet101": 7741.6 / 64 / 136.0, "vgg16": 6084.2 / 64 / 149.6}),
-    ("128 GPUs, 25 GbE RoCE", 128, 25, "rdma", BASE_16, {"inception3": 0.90, "resnet101": 0.90, "vgg16": 0.79}),
-    ("512 GPUs, 25 GbE RoCE", 512, 25, "rdma", BASE_16, {"inception3": 0.90, "resnet101": 0.90, "vgg16": 0.68}),
+    _table("16 GPUs, 25 GbE RDMA", 16, 25, "rdma", BASE_16,
+           {"inception3": 2022.6, "resnet101": 1746.2, "vgg16": 1787.4}),
+    _table("16 GPUs, 25 GbE TCP", 16, 25, "tcp", BASE_16,
+           {"inception3": 1990.7, "resnet101": 1685.1, "vgg16": 1308.7}),
+    _table("64 GPUs, 40 GbE TCP", 64, 40, "tcp", BASE_64,
+           {"inception3": 7932.1, "resnet101": 7741.6, "vgg16": 6084.2}),
+    _chart("128 GPUs, 25 GbE RoCE", 128, 25, "rdma", BASE_16, {"inception3": 0.90, "resnet101": 0.90, "vgg16": 0.79}),
+    _chart("512 GPUs, 25 GbE RoCE", 512, 25, "rdma", BASE_16, {"inception3": 0.90, "resnet101": 0.90, "vgg16": 0.68}),
 ]
-PUBLISHED_IPS = {  # images/s where the source gives them
-    ("16 GPUs, 25 GbE RDMA", "inception3"): 2022.6, ("16 GPUs, 25 GbE RDMA", "resnet101"): 1746.2,
-    ("16 GPUs, 25 GbE RDMA", "vgg16"): 1787.4, ("16 GPUs, 25 GbE TCP", "inception3"): 1990.7,
-    ("16 GPUs, 25 GbE TCP", "resnet101"): 1685.1, ("16 GPUs, 25 GbE TCP", "vgg16"): 1308.7,
-    ("64 GPUs, 40 GbE TCP", "inception3"): 7932.1, ("64 GPUs, 40 GbE TCP", "resnet101"): 7741.6,
-    ("64 GPUs, 40 GbE TCP", "vgg16"): 6084.2,
-}
 COMMON = ["--batch", "64", "--backward-ratio", "2", "--latency", "5", "--algo", "ring"]
 HOROVOD = ["--horovod", "5,64"]
 
@@ -140,13 +144,13 @@ def main(argv):
     rdma16, tcp16 = PUBLISHED[0], PUBLISHED[1]
 
     def cost_j(j):
-        return sum((float(predict(prof[m], m, 16, 25, BASE_16, j)["efficiency"]) - rdma16[5][m]) ** 2
+        return sum((float(predict(prof[m], m, 16, 25, BASE_16, j)["efficiency"]) - rdma16[6][m]) ** 2
                    for m, _ in MODELS)
 
     J = fit_1d(0, 8, 0.05, cost_j)
 
     def cost_eta(eta):
-        return sum((float(predict(prof[m], m, 16, 25 * eta, BASE_16, J)["efficiency"]) - tcp16[5][m]) ** 2
+        return sum((float(predict(prof[m], m, 16, 25 * eta, BASE_16, J)["efficiency"]) - tcp16[6][m]) ** 2
                    for m, _ in MODELS)
 
     eta = fit_1d(0.10, 1.0, 0.005, cost_eta)
@@ -157,7 +161,7 @@ def main(argv):
     lines.append("| setup | model | published images/s | predicted images/s | published eff. | predicted eff. "
                  "| difference (points) | fitted on it |")
     lines.append("|---|---|---:|---:|---:|---:|---:|---|")
-    for setup, n, gbit, transport, base, eff in PUBLISHED:
+    for setup, n, gbit, transport, base, ips, eff in PUBLISHED:
         g = gbit * (eta if transport == "tcp" else 1.0)
         for m, name in MODELS:
             r = predict(prof[m], m, n, g, base, J)
@@ -166,7 +170,7 @@ def main(argv):
             fitted = setup.startswith("16 GPUs")
             if not fitted:
                 worst = max(worst, abs(diff))
-            pub_ips = PUBLISHED_IPS.get((setup, m))
+            pub_ips = ips.get(m)
             rows.append({"setup": setup, "model": name, "workers": n, "gbit": round(g, 3),
                          "published_eff": round(eff[m], 4), "predicted_eff": round(pe, 4),
                          "published_ips": pub_ips or "", "predicted_ips": round(pi, 1),
