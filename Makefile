@@ -6,7 +6,8 @@
 #   make bench    CPU training throughput (docs/benchmarks.md)
 #   make clean
 #
-# Options: CUDA=0|1 (default: on when /usr/local/cuda is usable; the CUDA
+# Options: ONEDNN=0|1 (default: on when oneDNN 2.x is found; the CPU backend's
+# blocked activation layout runs on it), CUDA=0|1 (default: on when /usr/local/cuda is usable; the CUDA
 # backend also needs cuDNN and cuBLAS, NCCL is used when found), MPI=0|1
 # (default: on when mpicc works), OPT="-O3 -march=native",
 # NVCC_ARCH="-gencode ..." (default: Ampere and Hopper, plus PTX for newer GPUs).
@@ -20,23 +21,29 @@ OPT ?= -O3 -march=native
 BUILD := build
 
 DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev libcmocka-dev \
-  libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
+  libdnnl-dev libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
   python3-matplotlib
 
 # ---------------------------------------------------------------- probes
 # Results are cached in build/probe.mk; `make clean` (or `make deps`, which
-# may have installed something) re-probes. `make deps` and `make clean` run
+# may have installed something, or a change to probe.sh) re-probes. `make deps` and `make clean` run
 # without probing, so they work on a machine that has nothing installed yet.
 PROBE_MK := $(BUILD)/probe.mk
 CUDA_INC := -I$(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
 NEEDS_BUILD := $(filter-out deps clean,$(or $(MAKECMDGOALS),all))
 ifneq ($(NEEDS_BUILD),)
-$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" > $(PROBE_MK))
+$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) -a $(PROBE_MK) -nt tools/probes/probe.sh ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" > $(PROBE_MK))
 include $(PROBE_MK)
 CUDA_USABLE := $(if $(filter 1,$(HAVE_CUDART)),$(if $(filter 1,$(HAVE_NVCC)),1,0),0)
 CUDA ?= $(CUDA_USABLE)
 MPI ?= $(HAVE_MPI)
+ONEDNN ?= $(HAVE_DNNL)
+ifeq ($(ONEDNN),1)
+  ifneq ($(HAVE_DNNL),1)
+    $(error ONEDNN=1 but oneDNN 2.x (dnnl.h, libdnnl) was not found: run `make deps`)
+  endif
+endif
 ifeq ($(HAVE_BLAS),0)
   $(shell rm -f $(PROBE_MK))
   $(error OpenBLAS (cblas.h, libopenblas) not found: run `make deps`)
@@ -57,7 +64,7 @@ mark = $(if $(filter 1,$(1)),✓,✗)
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
 LDLIBS := -lopenblas -linih -lstb -lz -lm -lpthread -fopenmp
-CONFIG_DEFS := -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \
+CONFIG_DEFS := -DCNT_HAVE_ONEDNN=$(ONEDNN) -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \
   -DCNT_HAVE_NCCL=$(NCCL)
 CFLAGS += $(CONFIG_DEFS)
 NVCC := $(CUDA_HOME)/bin/nvcc
@@ -66,6 +73,9 @@ NVCC := $(CUDA_HOME)/bin/nvcc
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   -gencode arch=compute_90,code=compute_90
 NVCCFLAGS := -O3 -std=c++17 -g -I. $(CONFIG_DEFS) $(NVCC_ARCH) -Xcompiler -Wall,-Wextra -MMD -MP
+ifeq ($(ONEDNN),1)
+  LDLIBS += -ldnnl
+endif
 ifeq ($(CUDA_BACKEND),1)
   CFLAGS += $(CUDA_INC)
   LDLIBS += $(CUDA_LIB) -lcudnn -lcublas -lcudart -lstdc++
@@ -80,7 +90,7 @@ ifeq ($(MPI),1)
 endif
 
 # Every option that changes the build goes into this file; objects depend on it.
-BUILD_SIG := CC=$(CC) OPT=$(OPT) CUDA=$(CUDA) MPI=$(MPI) CUDA_BACKEND=$(CUDA_BACKEND) NCCL=$(NCCL) NVCC_ARCH=$(NVCC_ARCH)
+BUILD_SIG := CC=$(CC) OPT=$(OPT) ONEDNN=$(ONEDNN) CUDA=$(CUDA) MPI=$(MPI) CUDA_BACKEND=$(CUDA_BACKEND) NCCL=$(NCCL) NVCC_ARCH=$(NVCC_ARCH)
 ifneq ($(NEEDS_BUILD),)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/config.sig 2>/dev/null)" = "$(BUILD_SIG)" ] || echo "$(BUILD_SIG)" > $(BUILD)/config.sig)
 endif
@@ -91,10 +101,16 @@ LIB_SRC := $(filter-out train/main.c,$(LIB_SRC))
 # The CUDA backend's sources: host code in C (gcc), kernels in .cu (nvcc).
 CUDA_SRC := model/backend_cuda.c
 CU_SRC := $(wildcard model/*.cu)
+# The oneDNN part of the CPU backend (the blocked layout).
+ONEDNN_SRC := model/backend_onednn.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA_BACKEND),1)
-  LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o)
+  LIB_OBJ += $(CU_SRC:%.cu=$(BUILD)/%.o)
 else
-  LIB_OBJ := $(filter-out $(CUDA_SRC:%.c=$(BUILD)/%.o),$(LIB_SRC:%.c=$(BUILD)/%.o))
+  LIB_OBJ := $(filter-out $(CUDA_SRC:%.c=$(BUILD)/%.o),$(LIB_OBJ))
+endif
+ifneq ($(ONEDNN),1)
+  LIB_OBJ := $(filter-out $(ONEDNN_SRC:%.c=$(BUILD)/%.o),$(LIB_OBJ))
 endif
 LIB := $(BUILD)/libcnntrain.a
 
@@ -108,8 +124,11 @@ MPI_TEST_SRC := $(wildcard tests/mpi_*.c)
 MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # Programs beside the trainer (tools/*.c, built to build/tools/). bench_onednn
-# needs libdnnl-dev, which `make deps` does not install: built by hand (see it).
+# (oneDNN's convolutions against ours, docs/benchmarks.md) needs oneDNN.
 TOOL_SRC := $(filter-out tools/bench_onednn.c tools/simulate_engine.c,$(wildcard tools/*.c))
+ifeq ($(ONEDNN),1)
+  TOOL_SRC += tools/bench_onednn.c
+endif
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 # The step simulator's engine: linked into build/tools/simulate and its test.
 SIM_ENGINE_OBJ := $(BUILD)/tools/simulate_engine.o
@@ -122,6 +141,7 @@ all: found trainer $(TOOL_BIN)
 found:
 	@echo "cnntrain build configuration:"
 	@echo "  $(call mark,$(HAVE_BLAS)) OpenBLAS (CPU math library)"
+	@echo "  $(call mark,$(HAVE_DNNL)) oneDNN 2.x (CPU blocked layout)$(if $(filter 0,$(ONEDNN)), - not used)"
 	@echo "  $(call mark,$(HAVE_MPI)) MPI (mpicc)$(if $(filter 0,$(MPI)), - not used)"
 	@echo "  $(call mark,$(CUDA_USABLE)) CUDA toolkit ($(CUDA_HOME))$(if $(filter 1,$(CUDA)),, - not used)"
 	@echo "  $(call mark,$(HAVE_CUDNN)) cuDNN"

@@ -10,7 +10,7 @@
  *
  * Conventions for every op:
  *   - Tensors are dense float32, [N, C, H, W] (NCHW) in the default layout;
- *     see set_layout for NHWC. Filters are [K, C, R, S] in every layout.
+ *     see set_layout for the others. Filters are [K, C, R, S] in every layout.
  *     Row-major GEMM.
  *   - `accumulate` (0 or 1) plays cuDNN's beta: 0 overwrites the output, 1 adds
  *     to it. Backward ops that write an input gradient take it, because a tensor
@@ -203,28 +203,42 @@ typedef struct backend {
     void (*set_math)(int math);
 
     /* ---- activation layout ----
-     * BACKEND_LAYOUT_NCHW (the default) or BACKEND_LAYOUT_NHWC: how conv_fwd,
-     * conv_bwd_data, conv_bwd_filter (x, y, dx, dy), bias_fwd, bias_bwd, the
-     * batch-norm ops, pool_fwd, pool_bwd and channel_copy store the 4-D
-     * tensors they read and write. The tensor [N, C, H, W] written above is
-     * the logical one; in NHWC, element (n, c, h, w) lives at
-     * ((n*H + h)*W + w)*C + c, channels innermost ([N, C, HW] views become
-     * [N, HW, C]). Filters stay [K, C, R, S] and per-channel vectors [C] in
-     * both layouts (a backend that wants [K, R, S, C] filters converts them
-     * itself), so parameters, gradients and checkpoints do not depend on the
-     * layout. Elementwise ops, gemm, the loss and the optimizer do not depend
-     * on it; with HW == 1 both layouts are the same bytes. Numbers may differ
+     * How conv_fwd, conv_bwd_data, conv_bwd_filter (x, y, dx, dy), bias_fwd,
+     * bias_bwd, the batch-norm ops, pool_fwd, pool_bwd and channel_copy store
+     * the 4-D tensors they read and write. The tensor [N, C, H, W] written
+     * above is the logical one; every layout stores the same N*C*H*W values
+     * (a permutation of NCHW that depends only on C and H*W), so a net
+     * allocates alike in all of them, and elementwise ops, gemm, the loss and
+     * the optimizer do not depend on the layout (their operands share one).
+     *   BACKEND_LAYOUT_NCHW, the default: (n, c, h, w) at ((n*C + c)*H + h)*W + w.
+     *   BACKEND_LAYOUT_NHWC: channels innermost, (n, c, h, w) at
+     *     ((n*H + h)*W + w)*C + c ([N, C, HW] views become [N, HW, C]).
+     *   BACKEND_LAYOUT_BLOCKED, only where block_c > 0: the backend's own
+     *     channel-blocked layout (oneDNN's nChw8c / nChw16c), with B = block_c:
+     *     a tensor whose C is a multiple of B is stored [N, C/B, H, W, B],
+     *     (n, c, h, w) at (((n*(C/B) + c/B)*H + h)*W + w)*B + c%B; a tensor
+     *     with any other C (a 3-channel image) is stored NCHW.
+     * With HW == 1 every layout is the same bytes as NCHW. Filters stay
+     * [K, C, R, S] and per-channel vectors [C] in every layout (a backend that
+     * wants other filter layouts converts them itself), so parameters,
+     * gradients and checkpoints do not depend on the layout. Numbers may differ
      * from NCHW by summation order only. GPUs run tensor-core convolutions
      * natively in NHWC (cuDNN transposes NCHW operands for them); the CPU
-     * backend computes NCHW and transposes around each op (slower; NHWC
-     * exists there so that the same tests run on both). A net sets its layout
-     * before each forward and backward (net_set_layout). */
+     * backend computes NHWC as NCHW with transposes around each op (so that
+     * the same tests run on both), and BLOCKED natively on oneDNN, its fast
+     * layout. A net sets its layout before each forward and backward
+     * (net_set_layout). */
     void (*set_layout)(int layout);
-    /* Converts between layouts, whatever set_layout says: with to_nhwc,
-     * dst[N, HW, C] (+)= src[N, C, HW] permuted (dst[(n*HW + i)*C + c] =
-     * src[(n*C + c)*HW + i]); otherwise the inverse, dst[N, C, HW] (+)=
-     * src[N, HW, C]. src and dst do not overlap. */
-    void (*transpose_layout)(int N, int C, int HW, const float *src, float *dst, int to_nhwc, int accumulate);
+    /* Converts between NCHW and `layout` (any layout set_layout accepts),
+     * whatever set_layout says: with to_layout, dst in `layout` (+)= src in
+     * NCHW; otherwise dst in NCHW (+)= src in `layout` (NCHW to NCHW copies
+     * or adds). src and dst do not overlap. */
+    void (*convert_layout)(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
+                           int accumulate);
+    /* BACKEND_LAYOUT_BLOCKED's channel block (8 or 16, what the CPU's vector
+     * width suits); 0 when the backend has no blocked layout (set_layout
+     * refuses it). */
+    int block_c;
 
     /* ---- ordering against other threads and libraries ----
      * A GPU backend queues every op above on one compute stream, issued by one
@@ -294,11 +308,12 @@ typedef enum backend_math {
     BACKEND_MATH_FP16 = 3
 } backend_math;
 /* BACKEND_LAYOUT_AUTO is a request (train.layout = auto), never a backend's
- * layout: backend_layout_choose turns it into one of the other two. */
+ * layout: backend_layout_choose turns it into one of the others. */
 typedef enum backend_layout {
     BACKEND_LAYOUT_NCHW = 0,
     BACKEND_LAYOUT_NHWC = 1,
-    BACKEND_LAYOUT_AUTO = 2
+    BACKEND_LAYOUT_BLOCKED = 2,
+    BACKEND_LAYOUT_AUTO = 3
 } backend_layout;
 /* Which backend a run asks for (train.device). */
 typedef enum backend_device {
@@ -307,14 +322,20 @@ typedef enum backend_device {
     BACKEND_DEVICE_CUDA
 } backend_device;
 
-/* The layout a net uses on backend be in math mode `math`: NCHW or NHWC as
- * asked, and for BACKEND_LAYOUT_AUTO the one that suits them: NHWC where
- * tensor cores read 16-bit operands (a GPU in bf16 or fp16, where cuDNN would
- * transpose NCHW operands for them), NCHW elsewhere. The one place that rule
- * lives. */
+/* The layout a net uses on backend be in math mode `math`: the one asked
+ * for, and for BACKEND_LAYOUT_AUTO the one that suits them: BLOCKED where the
+ * backend has it (the CPU with oneDNN), NHWC where tensor cores read 16-bit
+ * operands (a GPU in bf16 or fp16, where cuDNN would transpose NCHW operands
+ * for them), NCHW elsewhere. The one place that rule lives. */
 backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math);
+/* CNT_ERR with a message naming the backend when it cannot run `requested`
+ * (BLOCKED on a backend without one); CNT_OK otherwise. */
+int backend_layout_check(backend_layout requested, const backend *be);
+/* "nchw", "nhwc", "blocked" (nChw8c/nChw16c as be has it when be is not NULL), "auto". */
+const char *backend_layout_name(backend_layout layout, const backend *be);
 
-/* The CPU backend (always built). */
+/* The CPU backend (always built): OpenBLAS for NCHW and NHWC, and with
+ * oneDNN built in, the BLOCKED layout on oneDNN. */
 const backend *backend_cpu(void);
 
 /* The backend for `device` (BACKEND_DEVICE_AUTO picks a GPU backend when one

@@ -30,6 +30,7 @@
  * gradients) are accumulated in double by one thread per channel.
  */
 #include "model/backend.h"
+#include "model/backend_impl.h"
 #include "common/check.h"
 #include "common/half.h"
 #include "common/hostmem.h"
@@ -1265,6 +1266,20 @@ static void cpu_transpose_layout(int N, int C, int HW, const float *src, float *
         transpose_images(N, HW, C, src, dst, accumulate);
 }
 
+static void cpu_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
+                               int accumulate) {
+    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    if (layout == BACKEND_LAYOUT_NHWC) {
+        cpu_transpose_layout(N, C, HW, src, dst, to_layout, accumulate);
+        return;
+    }
+    size_t n = (size_t)N * C * HW;
+    if (accumulate)
+        cpu_axpy(n, 1.0f, src, dst, 1);
+    else
+        cpu_copy(dst, src, n * sizeof(float));
+}
+
 static int nhwc(void) { return cpu_layout == BACKEND_LAYOUT_NHWC; }
 
 /* An NCHW copy of the NHWC tensor x [N, HW, C] in scratch slot k. */
@@ -1535,7 +1550,8 @@ static const backend cpu_backend = {
     .find_nonfinite = cpu_find_nonfinite,
     .set_math = cpu_set_math,
     .set_layout = cpu_set_layout,
-    .transpose_layout = cpu_transpose_layout,
+    .convert_layout = cpu_convert_layout,
+    .block_c = 0,
     .native_stream = cpu_native_stream,
     .fence_create = cpu_fence_create,
     .fence_destroy = cpu_fence_destroy,
@@ -1551,4 +1567,4 @@ static const backend cpu_backend = {
     .gemm_workspace = cpu_gemm_workspace,
 };
 
-const backend *backend_cpu(void) { return &cpu_backend; }
+const backend *backend_cpu_openblas(void) { return &cpu_backend; }

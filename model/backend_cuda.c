@@ -53,6 +53,7 @@
  * failure ends the process with file:line and the library's error string.
  */
 #include "model/backend.h"
+#include "model/backend_impl.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -758,7 +759,18 @@ static void cuda_set_layout(int layout) {
     g.layout = layout;
 }
 
-static void cuda_transpose_layout(int N, int C, int HW, const float *src, float *dst, int to_nhwc, int accumulate) {
+static void cuda_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
+                                int accumulate) {
+    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    if (layout == BACKEND_LAYOUT_NCHW) {
+        size_t n = (size_t)N * C * HW;
+        if (accumulate)
+            cuda_axpy(n, 1.0f, src, dst, 1);
+        else
+            cuda_copy(dst, src, n * sizeof(float));
+        return;
+    }
+    int to_nhwc = to_layout;
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
     CUDA_CHECK(cuk_transpose_layout(g.stream, N, C, HW, src, dst, to_nhwc, accumulate));
 }
@@ -901,7 +913,8 @@ static const backend cuda_backend = {
     .find_nonfinite = cuda_find_nonfinite,
     .set_math = cuda_set_math,
     .set_layout = cuda_set_layout,
-    .transpose_layout = cuda_transpose_layout,
+    .convert_layout = cuda_convert_layout,
+    .block_c = 0,
     .native_stream = cuda_native_stream,
     .fence_create = cuda_fence_create,
     .fence_destroy = cuda_fence_destroy,

@@ -1,26 +1,48 @@
 /*
  * model/backend_registry.c - which backends this binary has, chosen by name.
  *
- * The only file outside a backend's own sources that knows whether CUDA was
- * compiled in (CNT_HAVE_CUDA_BACKEND, set by the Makefile when the CUDA
- * toolkit, cuDNN and cuBLAS were found).
+ * The only file outside a backend's own sources that knows which optional
+ * parts were compiled in: CUDA (CNT_HAVE_CUDA_BACKEND, set by the Makefile
+ * when the CUDA toolkit, cuDNN and cuBLAS were found) and oneDNN
+ * (CNT_HAVE_ONEDNN, the CPU backend's blocked layout).
  */
 #include "model/backend.h"
+#include "model/backend_impl.h"
 #include "common/check.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#if CNT_HAVE_CUDA_BACKEND
-/* model/backend_cuda.c */
-const backend *backend_cuda(int local_rank); /* NULL when no device is usable (reason in cnt_err_msg) */
-int backend_cuda_describe(char *buf, size_t len);
-#endif
-
 backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math) {
     if (requested != BACKEND_LAYOUT_AUTO) return requested;
+    if (be->block_c > 0) return BACKEND_LAYOUT_BLOCKED;
     int reduced = math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16;
     return reduced && strcmp(be->name, "cpu") != 0 ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
+}
+
+int backend_layout_check(backend_layout requested, const backend *be) {
+    if (requested != BACKEND_LAYOUT_BLOCKED || be->block_c > 0) return CNT_OK;
+    return cnt_err_set("layout 'blocked' needs the CPU backend built with oneDNN (`make deps && make`); "
+                       "backend '%s' of this binary has none: use nchw, nhwc or auto", be->name);
+}
+
+const char *backend_layout_name(backend_layout layout, const backend *be) {
+    switch (layout) {
+    case BACKEND_LAYOUT_NCHW: return "nchw";
+    case BACKEND_LAYOUT_NHWC: return "nhwc";
+    case BACKEND_LAYOUT_BLOCKED:
+        return be && be->block_c == 8 ? "blocked (nChw8c)" : be && be->block_c == 16 ? "blocked (nChw16c)" : "blocked";
+    case BACKEND_LAYOUT_AUTO: return "auto";
+    }
+    return "?";
+}
+
+const backend *backend_cpu(void) {
+#if CNT_HAVE_ONEDNN
+    return backend_cpu_onednn();
+#else
+    return backend_cpu_openblas();
+#endif
 }
 
 const char *backend_list_built(void) {

@@ -57,7 +57,7 @@ cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, f
 cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
                          int accumulate, int nhwc);
 /* Layout conversion of N images of C x HW values (backend.h's
- * transpose_layout): with to_nhwc dst[(n*HW + i)*C + c] (+)= src[(n*C + c)*HW
+ * convert_layout with NHWC): with to_nhwc dst[(n*HW + i)*C + c] (+)= src[(n*C + c)*HW
  * + i], else dst[(n*C + c)*HW + i] (+)= src[(n*HW + i)*C + c]. Also turns
  * [K, C, R, S] filters into [K, R, S, C] (N = K, HW = R*S) and back. src and
  * dst must not overlap. */

@@ -112,17 +112,17 @@ typedef struct linear_state {
     int in_features, out_features;
     int bias;
     int in_c, in_hw;   /* the input's channels and pixels: in_features = in_c * in_hw */
-    float *xt, *dxt;   /* NHWC nets with in_hw > 1: [max_batch, in_features] the input and its
+    float *xt, *dxt;   /* non-NCHW nets with in_hw > 1: [max_batch, in_features] the input and its
                         * gradient in NCHW order (torchvision's flatten, which W's columns follow) */
 } linear_state;
 
-/* The flattened input [N, in] in NCHW order: the input itself, or in an NHWC
+/* The flattened input [N, in] in NCHW order: the input itself, or in a non-NCHW
  * net with more than one pixel, its transposed copy. */
 static const float *linear_input(net *nt, node *nd) {
     linear_state *s = nd->state;
     const float *x = layer_in(nt, nd, 0);
     if (!s->xt) return x;
-    nt->be->transpose_layout(nt->batch, s->in_c, s->in_hw, x, s->xt, 0, 0);
+    nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, x, s->xt, nt->layout, 0, 0);
     return s->xt;
 }
 
@@ -149,7 +149,7 @@ static void linear_backward(net *nt, node *nd) {
     if (s->dxt) {
         nt->be->gemm(0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
                      layer_param(nt, nd, 0), s->in_features, 0.0f, s->dxt, s->in_features);
-        nt->be->transpose_layout(nt->batch, s->in_c, s->in_hw, s->dxt, layer_in_grad(nt, nd, 0), 1,
+        nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, s->dxt, layer_in_grad(nt, nd, 0), nt->layout, 1,
                                  nd->accumulate[0]);
         return;
     }
@@ -160,7 +160,7 @@ static void linear_backward(net *nt, node *nd) {
 
 static void linear_setup(net *nt, node *nd) {
     linear_state *s = nd->state;
-    if (nt->layout != BACKEND_LAYOUT_NHWC || s->in_hw == 1) return;
+    if (nt->layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return;
     size_t n = (size_t)nt->max_batch * s->in_features * sizeof(float);
     s->xt = nt->be->alloc(n);
     s->dxt = nt->be->alloc(n);
@@ -182,7 +182,7 @@ static size_t linear_memory(const net *nt, const node *nd, int max_batch, size_t
     *workspace = 0;
     for (int i = 0; i < 3; i++)
         if (ws[i] > *workspace) *workspace = ws[i];
-    if (nt->layout != BACKEND_LAYOUT_NHWC || s->in_hw == 1) return 0;
+    if (nt->layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return 0;
     return 2 * (size_t)max_batch * in * sizeof(float);
 }
 

@@ -116,8 +116,8 @@ int net_concat(net *nt, const int *ins, int n, const char *name) {
 typedef struct dropout_state {
     float p;
     float *mask;      /* [max_batch, C, H, W] device, in the net's layout: 0 or 1/(1-p) */
-    float *mask_nchw; /* NHWC nets with H*W > 1: the mask drawn in NCHW order, then transposed, so a
-                       * seed drops the same logical elements in both layouts */
+    float *mask_nchw; /* nets in other layouts than NCHW, with H*W > 1: the mask drawn in NCHW order,
+                       * then converted, so a seed drops the same logical elements in every layout */
 } dropout_state;
 
 static void dropout_forward(net *nt, node *nd, int training) {
@@ -131,7 +131,7 @@ static void dropout_forward(net *nt, node *nd, int training) {
     uint64_t seed = nt->dropout_seed * 0x100000001B3ULL + (uint64_t)(nd - nt->nodes);
     if (s->mask_nchw) {
         nt->be->dropout_mask(n, s->p, seed, s->mask_nchw);
-        nt->be->transpose_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, s->mask, 1, 0);
+        nt->be->convert_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, s->mask, nt->layout, 1, 0);
     } else {
         nt->be->dropout_mask(n, s->p, seed, s->mask);
     }
@@ -156,7 +156,7 @@ static void dropout_setup(net *nt, node *nd) {
     dropout_state *s = nd->state;
     size_t bytes = (size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float);
     s->mask = nt->be->alloc(bytes);
-    if (nt->layout == BACKEND_LAYOUT_NHWC && nd->H * nd->W > 1) s->mask_nchw = nt->be->alloc(bytes);
+    if (nt->layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1) s->mask_nchw = nt->be->alloc(bytes);
 }
 
 static void dropout_free(net *nt, node *nd) {
@@ -168,7 +168,7 @@ static void dropout_free(net *nt, node *nd) {
 static size_t dropout_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
     *workspace = 0;
     size_t bytes = (size_t)max_batch * nd->C * nd->H * nd->W * sizeof(float); /* dropout_setup's */
-    return nt->layout == BACKEND_LAYOUT_NHWC && nd->H * nd->W > 1 ? 2 * bytes : bytes;
+    return nt->layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1 ? 2 * bytes : bytes;
 }
 
 static const layer_ops dropout_ops = {

@@ -43,7 +43,7 @@ void net_free(net *nt) {
     nt->be->free(nt->grads);
     nt->be->free(nt->buffers);
     nt->be->free(nt->input_grad);
-    nt->be->free(nt->input_nhwc);
+    nt->be->free(nt->input_conv);
     free(nt->nodes);
     free(nt->param_info);
     free(nt->buffer_info);
@@ -242,7 +242,8 @@ static int check_logits(const net *nt, int idx, const char *what) {
 
 void net_set_layout(net *nt, int layout) {
     CNT_ASSERT(!nt->finalized);
-    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC ||
+               (layout == BACKEND_LAYOUT_BLOCKED && nt->be->block_c > 0));
     nt->layout = layout;
 }
 
@@ -287,8 +288,8 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     nt->grads = be->alloc(nt->n_params * sizeof(float));
     nt->buffers = be->alloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
     nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
-    if (nt->layout == BACKEND_LAYOUT_NHWC)
-        nt->input_nhwc = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
+    if (nt->layout != BACKEND_LAYOUT_NCHW)
+        nt->input_conv = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
         size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
@@ -309,7 +310,7 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     m->grads = nt->n_params * f;
     m->buffers = (nt->n_buffers ? nt->n_buffers : 1) * f;
     size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
-    m->activations = nt->layout == BACKEND_LAYOUT_NHWC ? 2 * in : in;
+    m->activations = nt->layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
     nt->be->set_layout(nt->layout);
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
@@ -385,9 +386,9 @@ void net_forward(net *nt, const float *x, int N, int training) {
     CNT_ASSERT(nt->finalized && N >= 1 && N <= nt->max_batch);
     nt->batch = N;
     nt->be->set_layout(nt->layout);
-    if (nt->layout == BACKEND_LAYOUT_NHWC && !nt->emu_forward_end) {
-        nt->be->transpose_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_nhwc, 1, 0);
-        x = nt->input_nhwc;
+    if (nt->layout != BACKEND_LAYOUT_NCHW && !nt->emu_forward_end) {
+        nt->be->convert_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_conv, nt->layout, 1, 0);
+        x = nt->input_conv;
     }
     nt->input = x;
     if (training) nt->dropout_seed++;

@@ -131,7 +131,8 @@ struct net {
 
     int layout;                       /* BACKEND_LAYOUT_NCHW or _NHWC, of every activation (net_set_layout) */
     const float *input;               /* [N, in_c, in_h, in_w] device in the net's layout, set by net_forward */
-    float *input_nhwc;                /* [max_batch, in_h, in_w, in_c] device: the input transposed (NHWC only) */
+    float *input_conv;                /* [max_batch, in_c, in_h, in_w] device: the input in the net's layout
+                                       * (layouts other than NCHW only) */
     float *input_grad;                /* [max_batch, in_c, in_h, in_w] device, in the net's layout: where
                                        * gradients w.r.t. the input land */
     int output;                       /* index of the node producing the logits */
@@ -183,10 +184,11 @@ int net_shortcut_pad(net *nt, int in, const char *name, int out_channels, int st
 /* Override the initialisation of a node's weight (and bias, if any). */
 void net_set_init(net *nt, int node, init_spec weight, init_spec bias);
 
-/* The layout of every activation: BACKEND_LAYOUT_NCHW (the default) or
- * BACKEND_LAYOUT_NHWC (see set_layout in model/backend.h). Before
- * net_finalize. Parameters, gradients, the input given to net_forward and the
- * logits are the same in both; nodes' y and dy and input_grad follow it. */
+/* The layout of every activation: BACKEND_LAYOUT_NCHW (the default),
+ * BACKEND_LAYOUT_NHWC, or BACKEND_LAYOUT_BLOCKED where the backend has it (see
+ * set_layout in model/backend.h). Before net_finalize. Parameters, gradients,
+ * the input given to net_forward and the logits are the same in all; nodes' y
+ * and dy and input_grad follow it. */
 void net_set_layout(net *nt, int layout);
 
 /* Marks `out` as the logits node (and `aux_out`, or -1, as auxiliary logits),

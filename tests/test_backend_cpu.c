@@ -10,9 +10,10 @@
  * the CPU backend's code paths (tiled im2col, grouped images, the 1x1 shortcut,
  * inner and outer threading), every pooling mode with ceil_mode, accumulate 0
  * and 1 on every op that takes it, and a determinism check (bitwise equal
- * results from two identical calls). The NHWC activation layout is checked
- * against NCHW: transpose_layout against a host loop, NCHW as the default, and
- * every layout-sensitive op run in both layouts on the same logical data.
+ * results from two identical calls). The NHWC activation layout, and the
+ * BLOCKED one where the backend has it (oneDNN built in), are checked against
+ * NCHW: convert_layout against a host loop, NCHW as the default, and every
+ * layout-sensitive op run in every layout on the same logical data.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -818,8 +819,10 @@ static void test_sgd_update(void **state) {
 
 /* Two identical calls give bitwise identical results (no float atomics, no
  * scheduling-dependent reduction order), for the ops with cross-thread sums. */
-static void test_determinism(void **state) {
-    (void)state;
+/* The checks below in one layout (the values are random, so any layout's
+ * order of them is as good as NCHW's). */
+static void determinism_in(int layout) {
+    be->set_layout(layout);
     /* threads over images (partial sums per thread), and threads inside one image */
     conv_params shapes[] = {
         {.N = 8, .C = 16, .H = 16, .W = 16, .K = 32, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1,
@@ -842,7 +845,7 @@ static void test_determinism(void **state) {
         be->download(a, d1, cw * sizeof(float));
         be->download(b, d2, cw * sizeof(float));
         char what[64];
-        snprintf(what, sizeof what, "conv_bwd_filter twice, N%d", cp->N);
+        snprintf(what, sizeof what, "conv_bwd_filter twice, N%d, layout %d", cp->N, layout);
         tu_assert_bitwise_equal_f(what, a, b, cw);
         free(a);
         free(b);
@@ -881,6 +884,13 @@ static void test_determinism(void **state) {
     }
     pair_free(&x);
     pair_free(&gb);
+    be->set_layout(BACKEND_LAYOUT_NCHW);
+}
+
+static void test_determinism(void **state) {
+    (void)state;
+    for (int L = BACKEND_LAYOUT_NCHW; L <= (be->block_c > 0 ? BACKEND_LAYOUT_BLOCKED : BACKEND_LAYOUT_NCHW); L++)
+        determinism_in(L);
 }
 
 /* One thread gives the same answers as all of them (within float tolerance). */
@@ -1138,62 +1148,75 @@ static void test_find_nonfinite(void **state) {
     be->free(found);
 }
 
-/* ------------------------------------------------- activation layout (NHWC)
- * transpose_layout against a host loop, and every layout-sensitive op run in
- * both layouts on the same logical data: once in NCHW, once in NHWC with the
- * operands converted by the test's own loop (host_permute, not the backend's
- * transpose_layout); the NHWC results, converted back, are compared with the
- * NCHW ones. NHWC may sum in another order, so the comparison allows what the
- * reference comparisons above allow (RTOL and tu_atol_f32); bitwise-equal
- * results pass as well. */
+/* --------------------------------------------- activation layouts (NHWC, BLOCKED)
+ * convert_layout against a host loop, and every layout-sensitive op run in
+ * every layout on the same logical data: once in NCHW, once in each other
+ * layout with the operands converted by the test's own loop (host_permute, not
+ * the backend's convert_layout); the results, converted back, are compared
+ * with the NCHW ones. Other layouts may sum in another order, so the
+ * comparison allows what the reference comparisons above allow (RTOL and
+ * tu_atol_f32); bitwise-equal results pass as well. BLOCKED runs where the
+ * backend has it (block_c > 0: the CPU backend built with oneDNN). */
 
-/* Where element (n, c, i) of a [N, C, HW] activation lives in a layout. */
+static const char *const layout_names[] = {"NCHW", "NHWC", "BLOCKED"};
+
+/* The last layout this backend has: BLOCKED or NHWC. */
+static int last_layout(void) { return be->block_c > 0 ? BACKEND_LAYOUT_BLOCKED : BACKEND_LAYOUT_NHWC; }
+
+/* Where element (n, c, i) of a [N, C, HW] activation lives in a layout
+ * (model/backend.h, set_layout). */
 static size_t act_index(int layout, int C, int HW, int n, int c, int i) {
-    return layout == BACKEND_LAYOUT_NHWC ? ((size_t)n * HW + i) * C + c : ((size_t)n * C + c) * HW + i;
+    int B = be->block_c;
+    if (layout == BACKEND_LAYOUT_NHWC) return ((size_t)n * HW + i) * C + c;
+    if (layout == BACKEND_LAYOUT_BLOCKED && C % B == 0)
+        return (((size_t)n * (C / B) + c / B) * HW + i) * B + c % B;
+    return ((size_t)n * C + c) * HW + i;
 }
 
-/* dst[N, HW, C] = src[N, C, HW] permuted when to_nhwc, else the inverse. */
-static void host_permute(int N, int C, int HW, const double *src, double *dst, int to_nhwc) {
+/* dst in `layout` = src [N, C, HW] in NCHW permuted when to_layout, else the inverse. */
+static void host_permute(int N, int C, int HW, const double *src, double *dst, int layout, int to_layout) {
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++)
             for (int i = 0; i < HW; i++) {
                 size_t nchw = act_index(BACKEND_LAYOUT_NCHW, C, HW, n, c, i);
-                size_t nhwc = act_index(BACKEND_LAYOUT_NHWC, C, HW, n, c, i);
-                if (to_nhwc) dst[nhwc] = src[nchw];
-                else dst[nchw] = src[nhwc];
+                size_t other = act_index(layout, C, HW, n, c, i);
+                if (to_layout) dst[other] = src[nchw];
+                else dst[nchw] = src[other];
             }
 }
 
-static void test_transpose_layout(void **state) {
+static void test_convert_layout(void **state) {
     (void)state;
-    /* N, C, HW */
-    static const int sizes[][3] = {{2, 3, 49}, {3, 67, 33}, {4, 6, 1}, {2, 1, 20}, {1, 5, 7}, {5, 8, 9}, {1, 1, 1}};
+    /* N, C, HW; channel counts that are multiples of 8 and 16 are stored in blocks in BLOCKED */
+    static const int sizes[][3] = {{2, 3, 49}, {3, 67, 33}, {4, 6, 1},  {2, 1, 20},  {1, 5, 7},
+                                   {5, 8, 9},  {1, 1, 1},   {2, 16, 9}, {3, 32, 1}, {2, 48, 25}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++) /* must not matter */
-            for (int to_nhwc = 0; to_nhwc <= 1; to_nhwc++)
-                for (int acc = 0; acc <= 1; acc++) {
-                    int N = sizes[i][0], C = sizes[i][1], HW = sizes[i][2];
-                    size_t n = (size_t)N * C * HW;
-                    rng r;
-                    rng_seed(&r, 20000 + i, (uint64_t)(4 * layout + 2 * to_nhwc + acc));
-                    pair src = pair_uniform(&r, n, -1.0, 1.0);
-                    pair dst = pair_uniform(&r, n, -1.0, 1.0); /* kept and added to when accumulating */
-                    double *perm = tu_alloc(n);
-                    host_permute(N, C, HW, src.h, perm, to_nhwc);
-                    for (size_t k = 0; k < n; k++) dst.h[k] = (acc ? dst.h[k] : 0.0) + perm[k];
-                    be->set_layout(layout);
-                    be->transpose_layout(N, C, HW, src.d, dst.d, to_nhwc, acc);
-                    be->set_layout(BACKEND_LAYOUT_NCHW);
-                    char what[128];
-                    snprintf(what, sizeof what, "transpose_layout N%d C%d HW%d to %s acc %d (set_layout %s)", N, C,
-                             HW, to_nhwc ? "NHWC" : "NCHW", acc, layout ? "NHWC" : "NCHW");
-                    /* a permutation is exact; a sum of two floats is off by at most one rounding */
-                    expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0);
-                    expect_unchanged("transpose_layout leaves src alone", &src);
-                    free(perm);
-                    pair_free(&src);
-                    pair_free(&dst);
-                }
+        for (int layout = BACKEND_LAYOUT_NCHW; layout <= last_layout(); layout++)
+            for (int set = BACKEND_LAYOUT_NCHW; set <= last_layout(); set++) /* must not matter */
+                for (int to = 0; to <= 1; to++)
+                    for (int acc = 0; acc <= 1; acc++) {
+                        int N = sizes[i][0], C = sizes[i][1], HW = sizes[i][2];
+                        size_t n = (size_t)N * C * HW;
+                        rng r;
+                        rng_seed(&r, 20000 + i, (uint64_t)(16 * layout + 4 * set + 2 * to + acc));
+                        pair src = pair_uniform(&r, n, -1.0, 1.0);
+                        pair dst = pair_uniform(&r, n, -1.0, 1.0); /* kept and added to when accumulating */
+                        double *perm = tu_alloc(n);
+                        host_permute(N, C, HW, src.h, perm, layout, to);
+                        for (size_t k = 0; k < n; k++) dst.h[k] = (acc ? dst.h[k] : 0.0) + perm[k];
+                        be->set_layout(set);
+                        be->convert_layout(N, C, HW, src.d, dst.d, layout, to, acc);
+                        be->set_layout(BACKEND_LAYOUT_NCHW);
+                        char what[160];
+                        snprintf(what, sizeof what, "convert_layout N%d C%d HW%d %s %s acc %d (set_layout %s)", N, C,
+                                 HW, to ? "NCHW to" : "to NCHW from", layout_names[layout], acc, layout_names[set]);
+                        /* a permutation is exact; a sum of two floats is off by at most one rounding */
+                        expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0);
+                        expect_unchanged("convert_layout leaves src alone", &src);
+                        free(perm);
+                        pair_free(&src);
+                        pair_free(&dst);
+                    }
 }
 
 /* channel_copy and bias_fwd on known values must give `layout`'s results. */
@@ -1246,22 +1269,24 @@ static void test_layout_default(void **state) {
     layout_known_values(BACKEND_LAYOUT_NCHW, "after set_layout(NHWC) then set_layout(NCHW)");
 }
 
-/* A logical [N, C, HW] tensor on the device in both layouts, d[BACKEND_LAYOUT_NCHW]
- * and d[BACKEND_LAYOUT_NHWC]. Filters and per-channel vectors, stored alike in
- * both layouts, are twins of shape [1, n, 1] (the same bytes twice). */
+/* A logical [N, C, HW] tensor on the device in every layout, d[L] for L up
+ * to last_layout(). Filters and per-channel vectors, stored alike in every
+ * layout, are twins of shape [1, n, 1] (the same bytes in each). */
 typedef struct twin {
     int N, C, HW;
     size_t n;
-    float *d[2];
+    float *d[3];
 } twin;
 
 static twin twin_of(const double *nchw, int N, int C, int HW) {
-    twin t = {N, C, HW, (size_t)N * C * HW, {NULL, NULL}};
-    double *nhwc = tu_alloc(t.n);
-    host_permute(N, C, HW, nchw, nhwc, 1);
+    twin t = {N, C, HW, (size_t)N * C * HW, {NULL, NULL, NULL}};
+    double *other = tu_alloc(t.n);
     t.d[BACKEND_LAYOUT_NCHW] = tu_dev_from_double(be, nchw, t.n);
-    t.d[BACKEND_LAYOUT_NHWC] = tu_dev_from_double(be, nhwc, t.n);
-    free(nhwc);
+    for (int L = BACKEND_LAYOUT_NHWC; L <= last_layout(); L++) {
+        host_permute(N, C, HW, nchw, other, L, 1);
+        t.d[L] = tu_dev_from_double(be, other, t.n);
+    }
+    free(other);
     return t;
 }
 
@@ -1283,37 +1308,40 @@ static twin twin_uniform(rng *r, int N, int C, int HW, double lo, double hi) {
 static twin twin_vec(rng *r, int n, double lo, double hi) { return twin_random(r, 1, n, 1, lo, hi, 0); }
 
 static void twin_free(twin *t) {
-    be->free(t->d[0]);
-    be->free(t->d[1]);
-    t->d[0] = t->d[1] = NULL;
+    for (int L = 0; L < 3; L++) {
+        be->free(t->d[L]);
+        t->d[L] = NULL;
+    }
 }
 
-/* The NHWC result, converted to NCHW, against the NCHW one. With a reduced
- * math mode the NHWC values must also be values of that type (the op rounds
- * its final result, after accumulate has added the old contents). */
+/* Each other layout's result, converted to NCHW, against the NCHW one. With a
+ * reduced math mode its values must also be values of that type (the op
+ * rounds its final result, after accumulate has added the old contents). */
 static void twin_expect(const char *what, const twin *t, double rtol, double atol, int math) {
-    double *want = tu_alloc(t->n), *nhwc = tu_alloc(t->n), *got = tu_alloc(t->n);
+    double *want = tu_alloc(t->n), *other = tu_alloc(t->n), *got = tu_alloc(t->n);
     tu_dev_to_double(be, t->d[BACKEND_LAYOUT_NCHW], want, t->n);
-    tu_dev_to_double(be, t->d[BACKEND_LAYOUT_NHWC], nhwc, t->n);
-    host_permute(t->N, t->C, t->HW, nhwc, got, 0);
-    char label[256];
-    snprintf(label, sizeof label, "%s: NHWC (expected: NCHW)", what);
-    tu_assert_close(label, want, got, t->n, rtol, atol);
-    if (math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16)
-        for (size_t i = 0; i < t->n; i++)
-            if (round_to(math, got[i]) != got[i])
-                fail_msg("%s: NHWC result [%zu] (NCHW index) = %a is not rounded to the math mode's type", what, i,
-                         got[i]);
+    for (int L = BACKEND_LAYOUT_NHWC; L <= last_layout(); L++) {
+        tu_dev_to_double(be, t->d[L], other, t->n);
+        host_permute(t->N, t->C, t->HW, other, got, L, 0);
+        char label[256];
+        snprintf(label, sizeof label, "%s: %s (expected: NCHW)", what, layout_names[L]);
+        tu_assert_close(label, want, got, t->n, rtol, atol);
+        if (math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16)
+            for (size_t i = 0; i < t->n; i++)
+                if (round_to(math, got[i]) != got[i])
+                    fail_msg("%s: %s result [%zu] (NCHW index) = %a is not rounded to the math mode's type", what,
+                             layout_names[L], i, got[i]);
+    }
     free(want);
-    free(nhwc);
+    free(other);
     free(got);
 }
 
 /* Runs the statement once per layout, L naming it (index the twins' d[] with
  * it), and leaves the backend in NCHW. */
-#define IN_BOTH_LAYOUTS(...)                                                    \
+#define IN_EVERY_LAYOUT(...)                                                    \
     do {                                                                        \
-        for (int L = BACKEND_LAYOUT_NCHW; L <= BACKEND_LAYOUT_NHWC; L++) {      \
+        for (int L = BACKEND_LAYOUT_NCHW; L <= last_layout(); L++) {            \
             be->set_layout(L);                                                  \
             __VA_ARGS__;                                                        \
         }                                                                       \
@@ -1336,6 +1364,12 @@ static const conv_case layout_conv_cases[] = {
     {1, 12, 9, 9, 5, 7, 1, 1, 1, 3, 0},    /* 7x1 pad (3, 0), batch 1 */
     {12, 4, 7, 7, 8, 3, 3, 2, 2, 1, 1},    /* small images grouped in one GEMM */
     {1, 7, 48, 48, 4, 5, 5, 1, 1, 2, 2},   /* large im2col: tiled */
+    /* channel counts in whole blocks of 8 and 16 (BLOCKED keeps them blocked) */
+    {2, 3, 16, 16, 16, 3, 3, 1, 1, 1, 1},  /* stem: NCHW image into a blocked output */
+    {2, 16, 9, 9, 32, 3, 3, 2, 2, 1, 1},   /* stride 2, 16 -> 32 */
+    {3, 32, 6, 6, 16, 1, 1, 1, 1, 0, 0},   /* 1x1 */
+    {2, 48, 8, 8, 32, 1, 7, 1, 1, 0, 3},   /* 1x7 */
+    {2, 16, 7, 7, 12, 3, 3, 1, 1, 1, 1},   /* blocked input, output of 12 channels (NCHW in BLOCKED) */
 };
 
 /* conv_fwd, conv_bwd_data (accumulate 0 and 1) and conv_bwd_filter of one case,
@@ -1351,17 +1385,17 @@ static void layout_conv_case(const conv_params *p, int i, int math) {
     twin dw = twin_vec(&r, nw, -1.0, 1.0); /* overwritten */
     char what[200];
     be->set_math(math);
-    IN_BOTH_LAYOUTS(be->conv_fwd(p, x.d[L], w.d[L], y.d[L]));
+    IN_EVERY_LAYOUT(be->conv_fwd(p, x.d[L], w.d[L], y.d[L]));
     conv_label(what, sizeof what, bf16 ? "bf16 conv_fwd" : "conv_fwd", p, 0, 0);
     twin_expect(what, &y, rtol, tu_atol_f32((size_t)p->C * p->R * p->S, 1.0), math);
     for (int acc = 0; acc <= 1; acc++) {
         twin dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
-        IN_BOTH_LAYOUTS(be->conv_bwd_data(p, dy.d[L], w.d[L], dx.d[L], acc));
+        IN_EVERY_LAYOUT(be->conv_bwd_data(p, dy.d[L], w.d[L], dx.d[L], acc));
         conv_label(what, sizeof what, bf16 ? "bf16 conv_bwd_data" : "conv_bwd_data", p, acc, 0);
         twin_expect(what, &dx, rtol, tu_atol_f32((size_t)p->K * p->R * p->S, 2.0), math);
         twin_free(&dx);
     }
-    IN_BOTH_LAYOUTS(be->conv_bwd_filter(p, x.d[L], dy.d[L], dw.d[L]));
+    IN_EVERY_LAYOUT(be->conv_bwd_filter(p, x.d[L], dy.d[L], dw.d[L]));
     conv_label(what, sizeof what, bf16 ? "bf16 conv_bwd_filter" : "conv_bwd_filter", p, 0, 0);
     twin_expect(what, &dw, rtol, tu_atol_f32((size_t)p->N * PQ, 1.0), math);
     be->set_math(BACKEND_MATH_FP32);
@@ -1394,7 +1428,8 @@ static void test_layout_conv_bf16(void **state) {
 
 static void test_layout_bias(void **state) {
     (void)state;
-    static const int shapes[][3] = {{2, 3, 17}, {1, 5, 49}, {3, 64, 196}, {2, 67, 33}, {7, 10, 1}, {1, 1, 1}};
+    static const int shapes[][3] = {{2, 3, 17}, {1, 5, 49}, {3, 64, 196}, {2, 67, 33},
+                                    {7, 10, 1}, {1, 1, 1},  {2, 16, 9},   {3, 48, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
         rng r;
@@ -1402,10 +1437,10 @@ static void test_layout_bias(void **state) {
         twin b = twin_vec(&r, C, -1.0, 1.0), db = twin_vec(&r, C, -1.0, 1.0); /* db overwritten */
         twin y = twin_uniform(&r, N, C, HW, -1.0, 1.0), dy = twin_uniform(&r, N, C, HW, -1.0, 1.0);
         char what[96];
-        IN_BOTH_LAYOUTS(be->bias_fwd(N, C, HW, b.d[L], y.d[L]));
+        IN_EVERY_LAYOUT(be->bias_fwd(N, C, HW, b.d[L], y.d[L]));
         snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
         twin_expect(what, &y, RTOL, tu_atol_f32(1, 1.0), BACKEND_MATH_FP32);
-        IN_BOTH_LAYOUTS(be->bias_bwd(N, C, HW, dy.d[L], db.d[L]));
+        IN_EVERY_LAYOUT(be->bias_bwd(N, C, HW, dy.d[L], db.d[L]));
         snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
         twin_expect(what, &db, RTOL, tu_atol_f32((size_t)N * HW, 1.0), BACKEND_MATH_FP32);
         twin_free(&b);
@@ -1419,6 +1454,9 @@ static void test_layout_bias(void **state) {
 static const bn_case layout_bn_extra[] = {
     {2, 67, 33, 0.5, 1.5, 0.1, 1e-5},
     {5, 19, 1, -1.0, 1.0, 0.1, 1e-5}, /* HW = 1 */
+    {3, 32, 25, 0.5, 1.5, 0.1, 1e-5}, /* whole blocks of 8 and 16 */
+    {2, 16, 49, 3.0, 2.0, 0.1, 1e-3},
+    {4, 48, 1, 0.0, 1.0, 0.1, 1e-5},  /* blocks, HW = 1 */
 };
 
 static void test_layout_bn(void **state) {
@@ -1436,7 +1474,7 @@ static void test_layout_bn(void **state) {
         twin rmean = twin_vec(&r, C, -1.0, 1.0), rvar = twin_vec(&r, C, 0.5, 2.0);
         twin smean = twin_vec(&r, C, -1.0, 1.0), sinv = twin_vec(&r, C, -1.0, 1.0); /* overwritten */
         char what[128];
-        IN_BOTH_LAYOUTS(be->bn_fwd_train(N, C, HW, x.d[L], gamma.d[L], beta.d[L], y.d[L], rmean.d[L], rvar.d[L],
+        IN_EVERY_LAYOUT(be->bn_fwd_train(N, C, HW, x.d[L], gamma.d[L], beta.d[L], y.d[L], rmean.d[L], rvar.d[L],
                                          (float)bc->momentum, (float)bc->eps, smean.d[L], sinv.d[L]));
         snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
         twin_expect(what, &y, RTOL, tu_atol_f32(M, 1.0), F);
@@ -1452,7 +1490,7 @@ static void test_layout_bn(void **state) {
         /* inference, with running statistics of its own */
         twin im = twin_vec(&r, C, bc->mean - 0.5, bc->mean + 0.5), iv = twin_vec(&r, C, 0.2, 2.0);
         twin yi = twin_uniform(&r, N, C, HW, -1.0, 1.0);
-        IN_BOTH_LAYOUTS(be->bn_fwd_infer(N, C, HW, x.d[L], gamma.d[L], beta.d[L], yi.d[L], im.d[L], iv.d[L],
+        IN_EVERY_LAYOUT(be->bn_fwd_infer(N, C, HW, x.d[L], gamma.d[L], beta.d[L], yi.d[L], im.d[L], iv.d[L],
                                          (float)bc->eps));
         snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
         twin_expect(what, &yi, RTOL, tu_atol_f32(1, 1.0), F);
@@ -1464,7 +1502,7 @@ static void test_layout_bn(void **state) {
         for (int acc = 0; acc <= 1; acc++) {
             twin dy = twin_random(&r, N, C, HW, 0.0, 1.0, 1), dx = twin_uniform(&r, N, C, HW, -1.0, 1.0);
             twin dgamma = twin_vec(&r, C, -1.0, 1.0), dbeta = twin_vec(&r, C, -1.0, 1.0); /* overwritten */
-            IN_BOTH_LAYOUTS(be->bn_bwd(N, C, HW, x.d[L], dy.d[L], gamma.d[L], sm, si, (float)bc->eps, dx.d[L],
+            IN_EVERY_LAYOUT(be->bn_bwd(N, C, HW, x.d[L], dy.d[L], gamma.d[L], sm, si, (float)bc->eps, dx.d[L],
                                        dgamma.d[L], dbeta.d[L], acc));
             snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
             twin_expect(what, &dx, RTOL, tu_atol_f32(M, max_abs(si_h, (size_t)C)), F);
@@ -1497,12 +1535,12 @@ static void layout_pool_case(const pool_params *p, int i) {
     free(h);
     twin y = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0); /* overwritten */
     char what[192];
-    IN_BOTH_LAYOUTS(be->pool_fwd(p, x.d[L], y.d[L]));
+    IN_EVERY_LAYOUT(be->pool_fwd(p, x.d[L], y.d[L]));
     pool_label(what, sizeof what, "pool_fwd", p, 0);
     twin_expect(what, &y, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : HW), 1.0), BACKEND_MATH_FP32);
     for (int acc = 0; acc <= 1; acc++) {
         twin dy = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0), dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
-        IN_BOTH_LAYOUTS(be->pool_bwd(p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc));
+        IN_EVERY_LAYOUT(be->pool_bwd(p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc));
         pool_label(what, sizeof what, "pool_bwd", p, acc);
         twin_expect(what, &dx, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : PQ), 1.0),
                     BACKEND_MATH_FP32);
@@ -1521,6 +1559,10 @@ static const tu_pool_case layout_pool_extra[] = {
     {POOL_MODE_AVG_EXCLUDE_PAD, 3, 12, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
     {POOL_MODE_ADAPTIVE_AVG, 2, 16, 7, 7, 0, 0, 0, 0, 0, 0, 0, 3, 3},
     {POOL_MODE_ADAPTIVE_AVG, 3, 33, 5, 5, 0, 0, 0, 0, 0, 0, 0, 1, 1},    /* global average */
+    /* whole channel blocks */
+    {POOL_MODE_MAX, 2, 32, 9, 9, 3, 3, 2, 2, 1, 1, 0, 0, 0},
+    {POOL_MODE_AVG_EXCLUDE_PAD, 2, 16, 7, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception's 3x3/1 pad 1 */
+    {POOL_MODE_ADAPTIVE_AVG, 2, 48, 5, 5, 0, 0, 0, 0, 0, 0, 0, 1, 1},
 };
 
 static void test_layout_pool(void **state) {
@@ -1537,7 +1579,10 @@ static void test_layout_pool(void **state) {
 static void test_layout_channel_copy(void **state) {
     (void)state;
     /* tu_channel_copy_cases, then odd channel counts with offsets */
-    static const int extra[][7] = {{3, 67, 33, 70, 2, 100, 30}, {2, 5, 1, 8, 3, 6, 0}, {1, 3, 49, 7, 4, 5, 1}};
+    static const int extra[][7] = {{3, 67, 33, 70, 2, 100, 30}, {2, 5, 1, 8, 3, 6, 0}, {1, 3, 49, 7, 4, 5, 1},
+                                   /* BLOCKED: whole blocks, half blocks, blocked into unblocked and back */
+                                   {2, 16, 9, 32, 16, 48, 16}, {2, 8, 5, 32, 8, 32, 16}, {2, 5, 4, 16, 3, 24, 7},
+                                   {2, 4, 6, 12, 4, 16, 12}};
     size_t n_base = tu_n_channel_copy_cases;
     for (size_t i = 0; i < n_base + sizeof extra / sizeof extra[0]; i++)
         for (int acc = 0; acc <= 1; acc++) {
@@ -1547,7 +1592,7 @@ static void test_layout_channel_copy(void **state) {
             rng_seed(&r, 25000 + i, (uint64_t)acc);
             twin src = twin_uniform(&r, N, src_C, HW, -1.0, 1.0);
             twin dst = twin_uniform(&r, N, dst_C, HW, -1.0, 1.0); /* outside the slice: kept */
-            IN_BOTH_LAYOUTS(be->channel_copy(N, C, HW, src.d[L], src_C, src_off, dst.d[L], dst_C, dst_off, acc));
+            IN_EVERY_LAYOUT(be->channel_copy(N, C, HW, src.d[L], src_C, src_off, dst.d[L], dst_C, dst_off, acc));
             char what[128];
             snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
                      src_off, dst_C, dst_off, acc);
@@ -1596,7 +1641,7 @@ int main(void) {
         cmocka_unit_test_setup(test_sgd_update, all_threads),
         cmocka_unit_test_setup(test_determinism, all_threads),
         cmocka_unit_test_setup(test_set_threads, all_threads),
-        cmocka_unit_test_setup(test_transpose_layout, all_threads),
+        cmocka_unit_test_setup(test_convert_layout, all_threads),
         cmocka_unit_test_setup(test_layout_conv, all_threads),
         cmocka_unit_test_setup(test_layout_conv_bf16, all_threads),
         cmocka_unit_test_setup(test_layout_bias, all_threads),

@@ -21,7 +21,7 @@
  * sides, so the GPU's NHWC results are compared with the CPU's NHWC results
  * (which tests/test_backend_cpu.c holds to its NCHW ones) under the same
  * tolerances as in NCHW: the layout changes where values live and the
- * order of sums, nothing else. transpose_layout is checked against a host
+ * order of sums, nothing else. convert_layout is checked against a host
  * loop, and the ResNet-20 step runs a second time with both nets in NHWC.
  * Every test starts in NCHW (the group's per-test setup), so a failed NHWC
  * test cannot leave the layout set for the next.
@@ -1363,7 +1363,7 @@ static void test_channel_copy_nhwc(void **state) {
 
 /* ---------------------------------------------------------------- layout transpose */
 
-/* transpose_layout on the GPU against a host loop, both directions, with and
+/* convert_layout (NCHW <-> NHWC) on the GPU against a host loop, both directions, with and
  * without accumulate: a permutation (and one float addition when
  * accumulating, rounded alike on both sides), so the result must be exact.
  * Sizes that are no multiple of the kernel's 32 x 32 tiles in either
@@ -1373,7 +1373,7 @@ static void test_channel_copy_nhwc(void **state) {
  * The destination has a guard value on each side, compared too, so a write
  * outside the N*C*HW values is caught; the op must not depend on set_layout
  * (it is set to the other layout for half of the calls). */
-static void test_transpose_layout(void **state) {
+static void test_convert_layout(void **state) {
     (void)state;
     NEED_GPU();
     static const int shapes[][3] = {{2, 3, 49},  {3, 67, 33},    {4, 5, 1},      {1, 1, 7},   {5, 1, 1},
@@ -1401,14 +1401,14 @@ static void test_transpose_layout(void **state) {
                 g->upload(src_d, src, n * sizeof(float));
                 g->upload(dst_d, dst, (n + 2) * sizeof(float));
                 g->set_layout(acc ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW);
-                g->transpose_layout(N, C, HW, src_d, dst_d + 1, to_nhwc, acc);
+                g->convert_layout(N, C, HW, src_d, dst_d + 1, BACKEND_LAYOUT_NHWC, to_nhwc, acc);
                 g->set_layout(BACKEND_LAYOUT_NCHW);
                 float *got = download(GPU, dst_d, n + 2), *src_back = download(GPU, src_d, n);
                 char what[128];
-                snprintf(what, sizeof what, "transpose_layout N%d C%d HW%d to %s acc %d (guards at [0] and [%zu])", N,
+                snprintf(what, sizeof what, "convert_layout N%d C%d HW%d to %s acc %d (guards at [0] and [%zu])", N,
                          C, HW, to_nhwc ? "nhwc" : "nchw", acc, n + 1);
                 tu_assert_bitwise_equal_f(what, want, got, n + 2);
-                snprintf(what, sizeof what, "transpose_layout N%d C%d HW%d to %s acc %d: src unchanged", N, C, HW,
+                snprintf(what, sizeof what, "convert_layout N%d C%d HW%d to %s acc %d: src unchanged", N, C, HW,
                          to_nhwc ? "nhwc" : "nchw", acc);
                 tu_assert_bitwise_equal_f(what, src, src_back, n);
                 g->free(src_d);
@@ -1898,7 +1898,7 @@ int main(void) {
         cmocka_unit_test_setup(test_dropout_mask_bitwise, fp32_math),
         cmocka_unit_test_setup(test_channel_copy, fp32_math),
         cmocka_unit_test_setup(test_channel_copy_nhwc, fp32_math),
-        cmocka_unit_test_setup(test_transpose_layout, fp32_math),
+        cmocka_unit_test_setup(test_convert_layout, fp32_math),
         cmocka_unit_test_setup(test_softmax_xent, fp32_math),
         cmocka_unit_test_setup(test_sgd_update, fp32_math),
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),

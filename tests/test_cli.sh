@@ -91,14 +91,26 @@ run $T --bench resnet20 1x28 4 1
 check "--bench bad shape: exit 2" test "$rc" -eq 2
 run $T --bench resnet20 1x28x28 4 1 precision=fp8
 check "--bench unknown option value: exit 2 naming the options" test "$rc" -eq 2 -a -n "$(grep -o 'precision=fp32|tf32|bf16|fp16' <<<"$out")"
-run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16
+run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16 layout=nchw
 check "--bench precision=fp16 on the CPU says emulated" grep -q "on cpu (fp16, emulated), .*img/s" <<<"$out"
 run $T --bench resnet20 1x28x28 4 1 device=cpu layout=nhwc
 check "--bench layout=nhwc on the CPU says transposed" grep -q "on cpu nhwc (transposed), .*img/s" <<<"$out"
 run $T --bench resnet20 1x28x28 4 1 layout=chwn
 check "--bench unknown layout: exit 2 naming the layouts" test "$rc" -eq 2 -a -n "$(grep -o 'layout=auto|nchw|nhwc' <<<"$out")"
-run $T --bench resnet20 1x28x28 4 1 device=cpu precision=tf32 classes=3
+run $T --bench resnet20 1x28x28 4 1 device=cpu precision=tf32 classes=3 layout=nchw
 check "--bench key=value options: device, precision, classes" grep -q "on cpu, .*img/s" <<<"$out"
+# The CPU's blocked layout (oneDNN): the default where built in, refused elsewhere.
+run $T --devices
+if grep -q "oneDNN" <<<"$out"; then
+    check "--devices names the CPU's blocked layout as its default" grep -q "layouts nchw, nhwc, blocked (the default)" <<<"$out"
+    run $T --bench resnet20 1x28x28 4 1 device=cpu
+    check "--bench on the CPU runs blocked by default" grep -q "on cpu blocked (nChw\(8\|16\)c), .*img/s" <<<"$out"
+    run $T --bench resnet20 1x28x28 4 1 device=cpu layout=blocked precision=bf16
+    check "--bench layout=blocked with emulated bf16" grep -q "on cpu (bf16, emulated) blocked (nChw\(8\|16\)c), .*img/s" <<<"$out"
+else
+    run $T --bench resnet20 1x28x28 4 1 device=cpu layout=blocked
+    check "--bench layout=blocked without oneDNN: exit 1 naming make deps" test "$rc" -eq 1 -a -n "$(grep -o 'make deps' <<<"$out")"
+fi
 
 # Devices: what the binary and machine offer, and the GPU-only keys' mistakes.
 run $T --devices

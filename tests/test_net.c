@@ -26,17 +26,20 @@
  * (relu1 feeds a conv, a shortcut and a concat branch):
  *   conv -> bn -> relu1 -> conv a (stride 2) -> bn -> relu ------+
  *                        relu1 -> shortcut (option A, /2, 8 -> 12) ---- add -> concat(add, avgpool(relu1 /2))
- *   -> maxpool 3x3/2 ceil -> conv 1x7 -> adaptive avg 2x2 -> dropout -> linear */
-static net *build_test_net_layout(uint64_t seed, float dropout_p, int layout) {
+ *   -> maxpool 3x3/2 ceil -> conv 1x7 -> adaptive avg 2x2 -> dropout -> linear
+ * `width` multiplies the channel counts: 4 makes them 32, 48 and 80, whole
+ * blocks of the BLOCKED layout (8 or 16), with the shortcut's padding of 8
+ * channels half a block of 16. */
+static net *build_test_net_wide(uint64_t seed, float dropout_p, int layout, int width) {
     net *nt = net_create(backend_cpu(), 2, 9, 9, CLASSES);
     net_set_layout(nt, layout);
-    int c1 = net_conv(nt, NET_INPUT, "conv1", 8, 3, 1, 1, 0); /* no bias: BN would cancel it */
+    int c1 = net_conv(nt, NET_INPUT, "conv1", 8 * width, 3, 1, 1, 0); /* no bias: BN would cancel it */
     int b1 = net_bn(nt, c1, "bn1", 1e-5f);
     int r1 = net_relu(nt, b1, "relu1");
-    int ca = net_conv(nt, r1, "a.conv", 12, 3, 2, 1, 0);
+    int ca = net_conv(nt, r1, "a.conv", 12 * width, 3, 2, 1, 0);
     int ba = net_bn(nt, ca, "a.bn", 1e-3f);
     int ra = net_relu(nt, ba, "a.relu");
-    int sc = net_shortcut_pad(nt, r1, "shortcut", 12, 2);
+    int sc = net_shortcut_pad(nt, r1, "shortcut", 12 * width, 2);
     int ad = net_add(nt, ra, sc, "add");
     int ap = net_avgpool(nt, r1, "avg", 3, 2, 1, 1);
     int ins[2] = {ad, ap};
@@ -49,6 +52,10 @@ static net *build_test_net_layout(uint64_t seed, float dropout_p, int layout) {
     assert_int_equal(net_finalize(nt, fc, -1, BATCH), CNT_OK);
     net_init_params(nt, seed);
     return nt;
+}
+
+static net *build_test_net_layout(uint64_t seed, float dropout_p, int layout) {
+    return build_test_net_wide(seed, dropout_p, layout, 1);
 }
 
 static net *build_test_net(uint64_t seed, float dropout_p) {
@@ -64,8 +71,8 @@ typedef struct fixture {
     uint64_t dropout_seed;
 } fixture;
 
-static void fixture_init_layout(fixture *f, float dropout_p, int layout) {
-    f->nt = build_test_net_layout(7, dropout_p, layout);
+static void fixture_init_wide(fixture *f, float dropout_p, int layout, int width) {
+    f->nt = build_test_net_wide(7, dropout_p, layout, width);
     const backend *be = f->nt->be;
     rng r;
     rng_seed(&r, 99, 1);
@@ -80,6 +87,10 @@ static void fixture_init_layout(fixture *f, float dropout_p, int layout) {
     f->loss = be->alloc(sizeof(float));
     f->dlogits = be->alloc((size_t)BATCH * CLASSES * sizeof(float));
     f->dropout_seed = f->nt->dropout_seed;
+}
+
+static void fixture_init_layout(fixture *f, float dropout_p, int layout) {
+    fixture_init_wide(f, dropout_p, layout, 1);
 }
 
 static void fixture_init(fixture *f, float dropout_p) { fixture_init_layout(f, dropout_p, BACKEND_LAYOUT_NCHW); }
@@ -164,9 +175,9 @@ static void test_grad_hook_covers_buffer_in_order(void **state) {
  * by the relative L2 error of its sampled gradient, which a wiring error
  * (a missing or doubled contribution, a wrong slice) pushes far above 5%. */
 #define FD_POINTS 16
-static void check_net_gradients(float dropout_p, int layout) {
+static void check_net_gradients_wide(float dropout_p, int layout, int width) {
     fixture f;
-    fixture_init_layout(&f, dropout_p, layout);
+    fixture_init_wide(&f, dropout_p, layout, width);
     net *nt = f.nt;
     const backend *be = nt->be;
     fixture_loss(&f);
@@ -209,6 +220,8 @@ static void check_net_gradients(float dropout_p, int layout) {
     fixture_free(&f);
 }
 
+static void check_net_gradients(float dropout_p, int layout) { check_net_gradients_wide(dropout_p, layout, 1); }
+
 static void test_net_gradients(void **state) {
     (void)state;
     check_net_gradients(0.0f, BACKEND_LAYOUT_NCHW);
@@ -227,49 +240,66 @@ static void test_net_gradients_nhwc(void **state) {
     check_net_gradients(0.4f, BACKEND_LAYOUT_NHWC);
 }
 
+/* The same check in BLOCKED, with every channel count in whole blocks (and
+ * the shortcut's half block): a layer that indexed blocked tensors as NCHW
+ * gets wrong gradients. */
+static void test_net_gradients_blocked(void **state) {
+    (void)state;
+    if (backend_cpu()->block_c == 0) skip(); /* built without oneDNN */
+    check_net_gradients_wide(0.4f, BACKEND_LAYOUT_BLOCKED, 4);
+    check_net_gradients_wide(0.0f, BACKEND_LAYOUT_BLOCKED, 1); /* mixed: some counts blocked, some not */
+}
+
 /* The layout the backend is in, seen through channel_copy: channel 1 of a
- * 2-channel, 2-pixel image {1, 2, 3, 4} is {3, 4} in NCHW, {2, 4} in NHWC. */
+ * 32-channel, 2-pixel image holding 0 .. 63 in memory order is {2, 3} in
+ * NCHW, {1, 33} in NHWC, {1, 1 + B} in BLOCKED with blocks of B (8 or 16). */
 static int backend_layout_probe(const backend *be) {
-    float v[4] = {1, 2, 3, 4}, w[4];
-    float *d = be->alloc(sizeof v), *e = be->alloc(sizeof v);
+    float v[64], w[2];
+    for (int i = 0; i < 64; i++) v[i] = (float)i;
+    float *d = be->alloc(sizeof v), *e = be->alloc(sizeof w);
     be->upload(d, v, sizeof v);
-    be->channel_copy(1, 1, 2, d, 2, 1, e, 2, 0, 0);
+    be->channel_copy(1, 1, 2, d, 32, 1, e, 1, 0, 0); /* into one channel: NCHW in every layout */
     be->download(w, e, sizeof w);
     be->free(d);
     be->free(e);
-    return w[0] == 2.0f ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
+    if (w[0] == 2.0f) return BACKEND_LAYOUT_NCHW;
+    return w[1] == 33.0f ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_BLOCKED;
 }
 
-/* The n device floats at a and b are equal up to summation order. */
-static void expect_same(const backend *be, const char *what, const float *a, const float *b, size_t n) {
+/* The n device floats at a and b are equal up to summation order: within
+ * relative tolerance rtol, absolute rtol / 10. */
+static void expect_same(const backend *be, const char *what, const float *a, const float *b, size_t n, double rtol) {
     double *ea = tu_alloc(n), *eb = tu_alloc(n);
     tu_dev_to_double(be, a, ea, n);
     tu_dev_to_double(be, b, eb, n);
-    tu_assert_close(what, ea, eb, n, 1e-5, 1e-6);
+    tu_assert_close(what, ea, eb, n, rtol, rtol / 10);
     free(ea);
     free(eb);
 }
 
-/* An NCHW tensor (NCHW net) and an NHWC one of C x HW per image hold the
- * same values. */
-static void expect_same_nhwc(const backend *be, const char *what, const float *nchw, const float *nhwc, int C,
-                             int HW) {
+/* An NCHW tensor (NCHW net) and one in `layout` of C x HW per image hold
+ * the same values. */
+static void expect_same_layout(const backend *be, const char *what, const float *nchw, const float *other,
+                               int layout, int C, int HW, double rtol) {
     size_t n = (size_t)BATCH * C * HW;
     float *t = be->alloc(n * sizeof(float));
-    be->transpose_layout(BATCH, C, HW, nhwc, t, 0, 0);
-    expect_same(be, what, nchw, t, n);
+    be->convert_layout(BATCH, C, HW, other, t, layout, 0, 0);
+    expect_same(be, what, nchw, t, n, rtol);
     be->free(t);
 }
 
-/* NHWC computes the same function as NCHW: the same loss, logits, parameter
- * gradients, running statistics and (transposed) activations and input
- * gradient, from the same weights and batch; and the backend is left in the
- * layout of the net that ran last. */
-static void test_nhwc_matches_nchw(void **state) {
-    (void)state;
+/* A net in `layout` computes the same function as in NCHW: the same loss,
+ * logits, parameter gradients, running statistics and (converted)
+ * activations and input gradient, from the same weights and batch; and the
+ * backend is left in the layout of the net that ran last. NHWC runs the NCHW
+ * kernels between transposes (the same sums); BLOCKED runs oneDNN's, whose
+ * sums in another order drift further through two steps and batch norm's
+ * backward, so it gets rtol 1e-4 (a wiring error is off by far more). */
+static void layout_matches_nchw(int layout, int width) {
+    double rtol = layout == BACKEND_LAYOUT_BLOCKED ? 1e-4 : 1e-5;
     fixture a, b;
-    fixture_init_layout(&a, 0.3f, BACKEND_LAYOUT_NCHW);
-    fixture_init_layout(&b, 0.3f, BACKEND_LAYOUT_NHWC);
+    fixture_init_wide(&a, 0.3f, BACKEND_LAYOUT_NCHW, width);
+    fixture_init_wide(&b, 0.3f, layout, width);
     const backend *be = a.nt->be;
     for (int step = 0; step < 2; step++) {
         double la = fixture_loss(&a), lb = fixture_loss(&b);
@@ -280,13 +310,13 @@ static void test_nhwc_matches_nchw(void **state) {
             const node *na = &a.nt->nodes[i], *nb = &b.nt->nodes[i];
             char what[160];
             snprintf(what, sizeof what, "%s y", na->name);
-            expect_same_nhwc(be, what, na->y, nb->y, na->C, na->H * na->W);
+            expect_same_layout(be, what, na->y, nb->y, layout, na->C, na->H * na->W, rtol);
             snprintf(what, sizeof what, "%s dy", na->name);
-            expect_same_nhwc(be, what, na->dy, nb->dy, na->C, na->H * na->W);
+            expect_same_layout(be, what, na->dy, nb->dy, layout, na->C, na->H * na->W, rtol);
         }
-        expect_same(be, "parameter gradients", a.nt->grads, b.nt->grads, a.nt->n_params);
-        expect_same(be, "running statistics", a.nt->buffers, b.nt->buffers, a.nt->n_buffers);
-        expect_same_nhwc(be, "input gradient", a.nt->input_grad, b.nt->input_grad, 2, 9 * 9);
+        expect_same(be, "parameter gradients", a.nt->grads, b.nt->grads, a.nt->n_params, rtol);
+        expect_same(be, "running statistics", a.nt->buffers, b.nt->buffers, a.nt->n_buffers, rtol);
+        expect_same_layout(be, "input gradient", a.nt->input_grad, b.nt->input_grad, layout, 2, 9 * 9, rtol);
         /* a step of plain SGD on both, so the second round starts elsewhere */
         be->axpy(a.nt->n_params, -0.05f, a.nt->grads, a.nt->params, 1);
         be->axpy(b.nt->n_params, -0.05f, b.nt->grads, b.nt->params, 1);
@@ -294,13 +324,25 @@ static void test_nhwc_matches_nchw(void **state) {
     /* evaluation mode (running statistics, no dropout) */
     net_forward(a.nt, a.x, BATCH, 0);
     net_forward(b.nt, b.x, BATCH, 0);
-    expect_same(be, "eval logits", net_logits(a.nt), net_logits(b.nt), (size_t)BATCH * CLASSES);
+    expect_same(be, "eval logits", net_logits(a.nt), net_logits(b.nt), (size_t)BATCH * CLASSES, rtol);
     /* the backend is left in the layout of the net that ran last */
-    assert_int_equal(backend_layout_probe(be), BACKEND_LAYOUT_NHWC);
+    assert_int_equal(backend_layout_probe(be), layout);
     net_forward(a.nt, a.x, BATCH, 0);
     assert_int_equal(backend_layout_probe(be), BACKEND_LAYOUT_NCHW);
     fixture_free(&a);
     fixture_free(&b);
+}
+
+static void test_nhwc_matches_nchw(void **state) {
+    (void)state;
+    layout_matches_nchw(BACKEND_LAYOUT_NHWC, 1);
+}
+
+static void test_blocked_matches_nchw(void **state) {
+    (void)state;
+    if (backend_cpu()->block_c == 0) skip(); /* built without oneDNN */
+    layout_matches_nchw(BACKEND_LAYOUT_BLOCKED, 4);
+    layout_matches_nchw(BACKEND_LAYOUT_BLOCKED, 1);
 }
 
 static void test_deterministic(void **state) {
@@ -433,6 +475,8 @@ int main(void) {
         cmocka_unit_test(test_net_gradients_with_dropout),
         cmocka_unit_test(test_net_gradients_nhwc),
         cmocka_unit_test(test_nhwc_matches_nchw),
+        cmocka_unit_test(test_net_gradients_blocked),
+        cmocka_unit_test(test_blocked_matches_nchw),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_eval_uses_running_stats),
         cmocka_unit_test(test_builder_errors),

@@ -3,11 +3,12 @@
  * ResNet-20 training convolutions (batch 128), forward, backward-data and
  * backward-filter.
  *
- * Purpose: the project requirement asks for a CPU backend built on a tuned
- * library, oneDNN or OpenBLAS with im2col, measuring both if unsure. We chose
- * OpenBLAS (model/backend_cpu.c); this program is the measurement behind that
- * choice. It is a standalone tool: it is not part of the Makefile and the
- * project does not depend on oneDNN.
+ * Purpose: the measurement behind the CPU backend's layouts. On plain NCHW
+ * tensors our OpenBLAS convolutions (model/backend_cpu.c) beat oneDNN's; in
+ * oneDNN's blocked layout oneDNN's are about twice as fast, which is why the
+ * CPU backend's BLOCKED layout (model/backend_onednn.c) keeps activations
+ * blocked from end to end. Built by `make` when oneDNN is found
+ * (build/tools/bench_onednn); docs/benchmarks.md has its tables.
  *
  * For each 3x3 / pad 1 convolution shape of ResNet-20 (Fashion-MNIST 1x28x28
  * and CIFAR 3x32x32 inputs) it times, each as the median of --reps runs after
@@ -35,13 +36,9 @@
  * omp_set_num_threads for oneDNN (built with the OpenMP runtime) and
  * backend->set_threads, which sets OpenMP and OpenBLAS.
  *
- * Build (Debian bookworm: apt-get install libdnnl-dev libopenblas-openmp-dev;
- * build/libcnntrain.a comes from `make`):
- *   gcc -std=c11 -D_GNU_SOURCE -O3 -march=native -Wall -Wextra -fopenmp -I. \
- *       -I/usr/include/x86_64-linux-gnu/openblas-openmp tools/bench_onednn.c \
- *       build/libcnntrain.a -ldnnl -lopenblas -lm -o /tmp/bench_onednn
+ * Build: `make` (with oneDNN 2.x, which `make deps` installs).
  * Run:
- *   /tmp/bench_onednn [--alg auto|direct|winograd] [--reps N] [--warmup N]
+ *   build/tools/bench_onednn [--alg auto|direct|winograd] [--reps N] [--warmup N]
  *                     [--threads T] [--set fashion|cifar|all] [--batch N]
  */
 #include "model/backend.h"

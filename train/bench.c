@@ -81,6 +81,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->batch_size < 1 || steps < 1) return cnt_err_set("batch and steps must be at least 1");
     const backend *be = backend_get(cfg->device);
     if (!be) return CNT_ERR;
+    if (backend_layout_check(cfg->layout, be) != CNT_OK) return CNT_ERR;
     be->set_threads(cfg->threads);
     be->set_math(cfg->precision);
     input_data d;
@@ -133,7 +134,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
         snprintf(prec_note, sizeof prec_note, " (%s%s)", config_name(cfg, &cfg->precision), gpu ? "" : ", emulated");
     /* NHWC on the CPU is NCHW with transposes around each op */
-    if (nt->layout == BACKEND_LAYOUT_NHWC)
+    if (nt->layout == BACKEND_LAYOUT_BLOCKED)
+        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " %s",
+                 backend_layout_name(nt->layout, nt->be));
+    else if (nt->layout == BACKEND_LAYOUT_NHWC)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " nhwc%s",
                  gpu ? "" : " (transposed)");
     bench_result br;

@@ -147,7 +147,8 @@ static const choice dist_backends[] = {{"auto", DIST_BACKEND_AUTO}, {"mpi", DIST
 static const choice precisions[] = {{"fp32", BACKEND_MATH_FP32}, {"tf32", BACKEND_MATH_TF32},
                                     {"bf16", BACKEND_MATH_BF16}, {"fp16", BACKEND_MATH_FP16}, {0}};
 static const choice layouts[] = {{"auto", BACKEND_LAYOUT_AUTO}, {"nchw", BACKEND_LAYOUT_NCHW},
-                                 {"nhwc", BACKEND_LAYOUT_NHWC}, {0}};
+                                 {"nhwc", BACKEND_LAYOUT_NHWC},
+                                 {"blocked", BACKEND_LAYOUT_BLOCKED}, {0}};
 static const choice loss_scalings[] = {{"auto", LOSS_SCALE_AUTO}, {"dynamic", LOSS_SCALE_DYNAMIC},
                                        {"static", LOSS_SCALE_STATIC}, {"none", LOSS_SCALE_NONE}, {0}};
 
@@ -228,9 +229,11 @@ static const key_def key_table[] = {
                  "and GEMMs rounded to the type, fp32 accumulation, fp32 master weights, batch norm, loss and "
                  "optimizer; tensor cores on GPUs, emulated on the CPU)"),
     K_ENUM("train", "layout", layout, "auto", .choices = layouts,
-         .help = "memory layout of activations: nchw, or nhwc (channels last: what GPU tensor-core convolutions "
-                 "read natively; the CPU backend transposes around each op, slower); auto is nhwc on a GPU with "
-                 "bf16 or fp16, nchw otherwise. Parameters and checkpoints are the same in both"),
+         .help = "memory layout of activations: nchw; nhwc (channels last: what GPU tensor-core convolutions "
+                 "read natively; the CPU backend transposes around each op, slower); blocked (the CPU backend "
+                 "built with oneDNN: channels in blocks of 8 or 16, its fast layout). auto is blocked on the CPU "
+                 "when oneDNN is built in, nhwc on a GPU with bf16 or fp16, nchw otherwise. Parameters and "
+                 "checkpoints are the same in all"),
     K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
          .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "
                  "gradients hold inf/NaN: dynamic (halve on overflow, double after train.loss_scale_window clean "

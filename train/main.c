@@ -136,7 +136,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "--devices") == 0) {
         char buf[4096];
         int n = backend_describe_devices(buf, sizeof buf);
-        printf("backends built in: %s\n%s", backend_list_built(), buf);
+        char cpu[256];
+        backend_cpu()->describe(cpu, sizeof cpu);
+        printf("backends built in: %s\n%s: layouts nchw, nhwc%s\n%s", backend_list_built(), cpu,
+               backend_cpu()->block_c > 0 ? ", blocked (the default)" : "", buf);
         printf("device=auto uses: %s\n", n > 0 ? "cuda (one GPU per rank, by local rank)" : "cpu");
         return 0;
     }

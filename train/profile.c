@@ -86,7 +86,7 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
     fprintf(out, ",\"device\":");
     json_string(out, nt->be->name);
     fprintf(out, ",\"precision\":\"%s\",\"layout\":\"%s\",\"input\":[%d,%d,%d],\"classes\":%d,\"batch\":%d,",
-            config_name(cfg, &cfg->precision), nt->layout == BACKEND_LAYOUT_NHWC ? "nhwc" : "nchw", d->c, d->h, d->w,
+            config_name(cfg, &cfg->precision), backend_layout_name(nt->layout, NULL), d->c, d->h, d->w,
             d->classes, cfg->batch_size);
     fprintf(out, "\"steps\":%d,\"warmup\":%d,\"params\":%zu,\"grad_bytes\":%zu,", steps, warmup, nt->n_params,
             nt->n_params * sizeof(float));
@@ -129,6 +129,8 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     if (steps < 1 || warmup < 0) return cnt_err_set("--profile: steps must be at least 1 and warm-up at least 0");
     const backend *be = backend_get(cfg->device);
     if (!be) return cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
+    if (backend_layout_check(cfg->layout, be) != CNT_OK)
+        return cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
     be->set_threads(cfg->threads);
     be->set_math(cfg->precision);
     input_data d;

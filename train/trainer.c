@@ -583,6 +583,10 @@ static const backend *choose_device(const config *cfg) {
         cnt_err_suffix(" (see ./trainer --devices)");
         return NULL;
     }
+    if (backend_layout_check(cfg->layout, be) != CNT_OK) {
+        cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
+        return NULL;
+    }
     char what[768], desc[512];
     be->describe(desc, sizeof desc);
     if (strcmp(be->name, "cpu") == 0 && cfg->device == BACKEND_DEVICE_AUTO) {
@@ -620,10 +624,14 @@ static const backend *choose_device(const config *cfg) {
                  config_name(cfg, &cfg->precision), config_name(cfg, &cfg->precision),
                  cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
     }
-    if (layout_for(cfg, be) == BACKEND_LAYOUT_NHWC)
+    int layout = layout_for(cfg, be);
+    if (layout == BACKEND_LAYOUT_NHWC)
         log_info("layout: nhwc (train.layout = %s)%s", config_name(cfg, &cfg->layout),
                  cpu ? "; the CPU backend computes NCHW and transposes around each op (slower than nchw)"
                      : ": activations channels last, as tensor-core convolutions read them");
+    else if (layout == BACKEND_LAYOUT_BLOCKED)
+        log_info("layout: %s (train.layout = %s): activations in oneDNN's channel blocks from the first "
+                 "convolution to the classifier", backend_layout_name(layout, be), config_name(cfg, &cfg->layout));
     return be;
 }
 
