@@ -17,7 +17,9 @@
  *     in the net (parameters, gradients, checkpoints do not change); each call
  *     reorders them into the primitive's blocked weights format and, for
  *     backward_weights, the gradient back (K*C*R*S values, small beside the
- *     convolution: measured in docs/benchmarks.md).
+ *     convolution: measured in docs/benchmarks.md). A pass for which oneDNN
+ *     has only its reference kernel (backward_weights of a 1-channel stem)
+ *     runs the OpenBLAS code on NCHW copies instead.
  *   - batch norm and bias: loops here over one channel block at a time, the
  *     block's B channels in the vector lanes, statistics in double as the
  *     NCHW code does it.
@@ -105,6 +107,7 @@ static struct {
     dn_buf pad;      /* oneDNN's scratchpad */
     dn_buf tmp;      /* conv_bwd_data with accumulate: the convolution's own result */
     dn_buf op[2];    /* bf16/fp16: rounded copies of a convolution's two operands */
+    dn_buf lay[2];   /* passes oneDNN runs only by reference: NCHW copies of their operands */
 } scr;
 
 /* ------------------------------------------------------------ layout conversion */
@@ -151,6 +154,7 @@ typedef struct dn_conv {
     dnnl_primitive_t wei_reorder;  /* user -> primitive (fwd, bwd_data) or back (bwd_filter); NULL: same format */
     dnnl_memory_t pad;
     size_t wei_floats, pad_floats;
+    int ref; /* oneDNN has only its reference kernel for this pass: ours runs it (conv_nchw) */
 } dn_conv;
 
 static dn_conv *cache;
@@ -222,6 +226,9 @@ static dn_conv *conv_get(int pass, const conv_params *p) {
         DN_CHECK(dnnl_primitive_desc_destroy(fpd));
     }
     DN_CHECK(dnnl_primitive_attr_destroy(attr));
+    const char *impl = NULL;
+    DN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    c->ref = impl && strncmp(impl, "ref", 3) == 0;
     DN_CHECK(dnnl_primitive_create(&c->prim, pd));
 
     const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, wq, 0);
@@ -309,9 +316,42 @@ static const float *rounded(int k, const float *src, size_t n) {
     return d;
 }
 
+/* ---- where oneDNN has only its reference kernel ----
+ * oneDNN's reference convolutions are scalar loops: backward_weights of a
+ * 1-channel stem (Fashion-MNIST's first layer) took 444 ms of a 630 ms step.
+ * Such passes run the OpenBLAS code on NCHW copies of the blocked operands
+ * (it rounds for reduced math itself). */
+
+/* x [N, C, HW] in BLOCKED as NCHW: x itself when stored NCHW, else a copy in slot k. */
+static const float *as_nchw(int k, int N, int C, int HW, const float *x) {
+    if (!is_blk(C) || HW == 1) return x;
+    float *t = buf_get(&scr.lay[k], (size_t)N * C * HW);
+    dn_convert_layout(N, C, HW, x, t, BACKEND_LAYOUT_BLOCKED, 0, 0);
+    return t;
+}
+
+/* Where an NCHW result for y goes: y itself when stored NCHW, else slot k. */
+static float *nchw_out(int k, int N, int C, int HW, float *y) {
+    if (!is_blk(C) || HW == 1) return y;
+    return buf_get(&scr.lay[k], (size_t)N * C * HW);
+}
+
+static void from_nchw(int N, int C, int HW, const float *t, float *y) {
+    if (t != y) dn_convert_layout(N, C, HW, t, y, BACKEND_LAYOUT_BLOCKED, 1, 0);
+}
+
+static int ref_only(int pass, const conv_params *p) { return conv_get(pass, p)->ref; }
+
 static void dn_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
     if (!blocked()) {
         plain->conv_fwd(p, x, w, y);
+        return;
+    }
+    int HW = p->H * p->W, PQ = p->P * p->Q;
+    if (ref_only(PASS_FWD, p)) {
+        float *yt = nchw_out(1, p->N, p->K, PQ, y);
+        plain->conv_fwd(p, as_nchw(0, p->N, p->C, HW, x), w, yt);
+        from_nchw(p->N, p->K, PQ, yt, y);
         return;
     }
     conv_run(PASS_FWD, p, rounded(0, x, conv_in_count(p)), rounded(1, w, conv_w_count(p)), NULL, y);
@@ -324,6 +364,13 @@ static void dn_conv_bwd_data(const conv_params *p, const float *dy, const float 
         return;
     }
     size_t n = conv_in_count(p);
+    int HW = p->H * p->W, PQ = p->P * p->Q;
+    if (ref_only(PASS_BWD_DATA, p)) {
+        float *dxt = accumulate ? (float *)as_nchw(1, p->N, p->C, HW, dx) : nchw_out(1, p->N, p->C, HW, dx);
+        plain->conv_bwd_data(p, as_nchw(0, p->N, p->K, PQ, dy), w, dxt, accumulate);
+        from_nchw(p->N, p->C, HW, dxt, dx);
+        return;
+    }
     /* oneDNN's backward_data overwrites: accumulate through a copy */
     float *t = accumulate ? buf_get(&scr.tmp, n) : dx;
     conv_run(PASS_BWD_DATA, p, rounded(0, dy, conv_out_count(p)), rounded(1, w, conv_w_count(p)), NULL, t);
@@ -334,6 +381,11 @@ static void dn_conv_bwd_data(const conv_params *p, const float *dy, const float 
 static void dn_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
     if (!blocked()) {
         plain->conv_bwd_filter(p, x, dy, dw);
+        return;
+    }
+    if (ref_only(PASS_BWD_FILTER, p)) {
+        plain->conv_bwd_filter(p, as_nchw(0, p->N, p->C, p->H * p->W, x), as_nchw(1, p->N, p->K, p->P * p->Q, dy),
+                               dw);
         return;
     }
     conv_run(PASS_BWD_FILTER, p, rounded(0, x, conv_in_count(p)), NULL, rounded(1, dy, conv_out_count(p)), dw);
@@ -695,6 +747,9 @@ static size_t dn_conv_workspace(const conv_params *p) {
     size_t in = conv_in_count(p), out = conv_out_count(p), w = conv_w_count(p);
     size_t floats = wei + pad + in;
     if (math_reduced()) floats += max2(in, out) + max2(w, out);
+    int ref = 0;
+    for (int pass = PASS_FWD; pass <= PASS_BWD_FILTER; pass++) ref |= conv_get(pass, p)->ref;
+    if (ref) floats += in + out + plain->conv_workspace(p) / sizeof(float); /* lay[0], lay[1], OpenBLAS's */
     return floats * sizeof(float);
 }
 

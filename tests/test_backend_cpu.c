@@ -1366,6 +1366,7 @@ static const conv_case layout_conv_cases[] = {
     {1, 7, 48, 48, 4, 5, 5, 1, 1, 2, 2},   /* large im2col: tiled */
     /* channel counts in whole blocks of 8 and 16 (BLOCKED keeps them blocked) */
     {2, 3, 16, 16, 16, 3, 3, 1, 1, 1, 1},  /* stem: NCHW image into a blocked output */
+    {2, 1, 12, 12, 16, 3, 3, 1, 1, 1, 1},  /* 1-channel stem (oneDNN's backward_weights: reference only) */
     {2, 16, 9, 9, 32, 3, 3, 2, 2, 1, 1},   /* stride 2, 16 -> 32 */
     {3, 32, 6, 6, 16, 1, 1, 1, 1, 0, 0},   /* 1x1 */
     {2, 48, 8, 8, 32, 1, 7, 1, 1, 0, 3},   /* 1x7 */
