@@ -37,8 +37,8 @@ void net_free(net *nt) {
         if (nd->ops->free_state) nd->ops->free_state(nt, nd);
         free(nd->state);
         nt->be->free(nd->y);
-        nt->be->free(nd->dy);
     }
+    nt->be->free(nt->dy_pool);
     nt->be->free(nt->params);
     nt->be->free(nt->grads);
     nt->be->free(nt->buffers);
@@ -240,6 +240,71 @@ static int check_logits(const net *nt, int idx, const char *what) {
     return CNT_OK;
 }
 
+/* ---- gradient memory ----
+ * Every node's output y is kept from its forward to its backward, but its
+ * gradient dy lives only during backward: from the backward of its last
+ * consumer (the first to run, which writes it; a net's outputs: from the start
+ * of net_backward, which copies the loss gradient in) to its own backward (the
+ * last to read it). Gradients whose lifetimes do not overlap share memory:
+ * each is placed, in order of its first write, at the lowest offset of one
+ * pool where no gradient alive at the same time lies (first fit). Sizes are
+ * rounded to 16 floats, so every dy is 64-byte aligned as alloc() returns. */
+
+static size_t grad_floats(const node *nd, int max_batch) {
+    size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
+    return (n + 15) / 16 * 16;
+}
+
+/* Fills off[i] (floats into the pool) for each node; returns the pool's size
+ * in floats. out and aux: the output nodes (-1 when not yet known: nodes
+ * nobody consumes count as outputs either). */
+static size_t plan_grads(const net *nt, int max_batch, int out, int aux, size_t *off) {
+    int n = nt->n_nodes;
+    int *start = cnt_malloc(3 * (size_t)(n ? n : 1) * sizeof(int)), *end = start + n, *order = end + n;
+    for (int i = 0; i < n; i++) start[i] = -1; /* backward time: node j's backward runs at t = n-1-j */
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < nt->nodes[j].n_inputs; k++) {
+            int i = nt->nodes[j].inputs[k];
+            if (i >= 0 && (start[i] < 0 || n - 1 - j < start[i])) start[i] = n - 1 - j;
+        }
+    for (int i = 0; i < n; i++) {
+        if (i == out || i == aux) start[i] = -1;
+        end[i] = n - 1 - i;
+        order[i] = i;
+    }
+    /* by first write, then index: insertion sort keeps it deterministic */
+    for (int a = 1; a < n; a++) {
+        int v = order[a], b = a;
+        while (b > 0 && (start[order[b - 1]] > start[v] || (start[order[b - 1]] == start[v] && order[b - 1] > v))) {
+            order[b] = order[b - 1];
+            b--;
+        }
+        order[b] = v;
+    }
+    size_t total = 0;
+    for (int a = 0; a < n; a++) {
+        int i = order[a];
+        size_t size = grad_floats(&nt->nodes[i], max_batch), at = 0;
+        /* the lowest offset clear of every placed gradient alive at the same time */
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int b = 0; b < a; b++) {
+                int k = order[b];
+                if (end[k] < start[i] || end[i] < start[k]) continue;
+                size_t ks = grad_floats(&nt->nodes[k], max_batch);
+                if (at < off[k] + ks && off[k] < at + size) {
+                    at = off[k] + ks;
+                    moved = 1;
+                }
+            }
+        }
+        off[i] = at;
+        if (at + size > total) total = at + size;
+    }
+    free(start);
+    return total;
+}
+
 void net_set_layout(net *nt, int layout) {
     CNT_ASSERT(!nt->finalized);
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC ||
@@ -290,13 +355,17 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
     if (nt->layout != BACKEND_LAYOUT_NCHW)
         nt->input_conv = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
+    size_t *off = cnt_malloc((size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
+    size_t pool = plan_grads(nt, max_batch, out, aux_out, off);
+    nt->dy_pool = be->alloc((pool ? pool : 1) * sizeof(float));
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
         size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
         nd->y = be->alloc(n * sizeof(float));
-        nd->dy = be->alloc(n * sizeof(float));
+        nd->dy = nt->dy_pool + off[i];
         if (nd->ops->setup) nd->ops->setup(nt, nd);
     }
+    free(off);
     nt->finalized = 1;
     nt->batch = max_batch;
     return CNT_OK;
@@ -312,9 +381,14 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
     m->activations = nt->layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
     nt->be->set_layout(nt->layout);
+    size_t *off = cnt_malloc((size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
+    size_t pool = plan_grads(nt, max_batch, nt->finalized ? nt->output : -1,
+                             nt->finalized ? nt->aux_output : -1, off);
+    free(off);
+    m->activations += (pool ? pool : 1) * f; /* the gradients' shared memory */
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
-        m->activations += 2 * B * nd->C * nd->H * nd->W * f;
+        m->activations += B * nd->C * nd->H * nd->W * f;
         size_t ws = 0;
         if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws);
         if (ws > m->workspace) m->workspace = ws;

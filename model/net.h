@@ -103,7 +103,9 @@ struct node {
     int accumulate[NET_MAX_INPUTS];   /* set by net_finalize: 1 if backward must add into the input's dy */
     int C, H, W;                      /* output shape per image */
     float *y;                         /* [N, C, H, W] output, device */
-    float *dy;                        /* [N, C, H, W] gradient of the loss w.r.t. y, device */
+    float *dy;                        /* [N, C, H, W] gradient of the loss w.r.t. y, device: valid during
+                                       * net_backward from the backward of this node's last consumer to its
+                                       * own (it shares memory with gradients that are dead meanwhile) */
     int first_param, n_params;        /* range in net->param_info */
     int first_buffer, n_buffers;      /* range in net->buffer_info */
     void *state;                      /* layer-private */
@@ -127,6 +129,7 @@ struct net {
     size_t n_buffers;                 /* total buffer values */
     float *params;                    /* [n_params] device, reverse forward order */
     float *grads;                     /* [n_params] device, same layout */
+    float *dy_pool;                   /* device: every node's dy, placed by lifetime (net_finalize) */
     float *buffers;                   /* [n_buffers] device */
 
     int layout;                       /* BACKEND_LAYOUT_NCHW or _NHWC, of every activation (net_set_layout) */
@@ -207,7 +210,8 @@ typedef struct net_memory {
     size_t params;      /* parameters */
     size_t grads;       /* their gradients */
     size_t buffers;     /* batch-norm running statistics */
-    size_t activations; /* max_batch images of every node's output and its gradient (kept for backward), the
+    size_t activations; /* max_batch images of every node's output (kept for backward) and of the gradients
+                         * alive at once during backward (they share memory), the
                          * input's gradient (and its NHWC copy), the layers' own batch-sized buffers (dropout
                          * masks, the option-A shortcut's subsample, NHWC flatten copies) */
     size_t workspace;   /* the backend's scratch for the most demanding layer (shared by all layers) */

@@ -1761,13 +1761,19 @@ static void resnet20_train_step(int layout) {
         free(h);
     }
     be[GPU]->softmax_xent(NET_BATCH, NET_CLASSES, net_logits(nt[GPU]), dlabels[GPU], 0.1f, loss[GPU], dlogits[GPU]);
-    for (int s = CPU; s <= GPU; s++) net_backward(nt[s], dlogits[s], NULL);
+    /* each node's gradient as its backward ends (gradients share memory by lifetime) */
+    tu_grads g[2];
+    for (int s = CPU; s <= GPU; s++) {
+        tu_grads_capture(nt[s], &g[s]);
+        net_backward(nt[s], dlogits[s], NULL);
+    }
     /* in backward order, so the first failure names the first node whose backward diverged */
     for (int i = nt[CPU]->n_nodes - 1; i >= 0; i--) {
         snprintf(what, sizeof what, "resnet20 %s backward: gradient w.r.t. the output of %s", ln,
                  nt[CPU]->nodes[i].name);
-        expect_net_close(what, nt[CPU]->nodes[i].dy, nt[GPU]->nodes[i].dy, node_count(nt[CPU], i));
+        expect_net_close(what, g[CPU].dy[i], g[GPU].dy[i], node_count(nt[CPU], i));
     }
+    for (int s = CPU; s <= GPU; s++) tu_grads_free(&g[s]);
     for (int t = nt[CPU]->n_param_tensors - 1; t >= 0; t--) {
         const param_info *pi = &nt[CPU]->param_info[t];
         snprintf(what, sizeof what, "resnet20 %s gradient of %s", ln, pi->name);

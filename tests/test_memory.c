@@ -85,8 +85,10 @@ static void test_net_estimate_scales_with_batch(void **state) {
     net_memory_estimate(nt, 192, &m3);
     assert_true(m1.params == nt->n_params * sizeof(float) && m2.params == m1.params);
     assert_true(m2.grads == m1.grads && m2.buffers == m1.buffers);
-    /* y and dy of every node, the input's gradient, the shortcuts' copies:
-     * all per image (batch norm's saved statistics are per channel) */
+    /* y of every node, the gradients alive at once (their shared pool), the
+     * input's gradient, the shortcuts' copies: all per image (batch norm's
+     * saved statistics are per channel; the pool's 16-float rounding is exact
+     * for these batches) */
     assert_true(m3.activations - m2.activations == m2.activations - m1.activations);
     assert_true(m2.activations > 199 * m1.activations / 100 && m2.activations <= 2 * m1.activations);
     assert_true(m1.activations > 100 * m1.params);
@@ -188,7 +190,8 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     run_memory m;
     assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &m), CNT_OK);
     assert_int_equal(m.max_batch, 4096);
-    assert_true((double)m.net.activations > 1000.0 * (1 << 30));
+    /* 614 GiB: every node's output, and the gradients alive at once */
+    assert_true((double)m.net.activations > 500.0 * (1 << 30));
     assert_true(m.net.activations > m.device / 2);
 
     assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_ERR);

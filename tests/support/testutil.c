@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "common/check.h"
+#include "model/net.h"
 
 /* ---------------------------------------------------------------- comparison */
 
@@ -263,4 +264,31 @@ pool_params tu_pool_params(const tu_pool_case *c) {
                      .ceil_mode = c->ceil_mode, .P = c->P, .Q = c->Q};
     assert_int_equal(pool_params_init(&p), CNT_OK);
     return p;
+}
+
+static void grads_hook(void *ctx, const node *nd, int backward, double t0, double t1) {
+    (void)t0;
+    (void)t1;
+    tu_grads *g = ctx;
+    if (!backward) return;
+    net *nt = g->nt;
+    nt->be->copy(g->dy[nd - nt->nodes], nd->dy, (size_t)nt->batch * nd->C * nd->H * nd->W * sizeof(float));
+}
+
+void tu_grads_capture(net *nt, tu_grads *g) {
+    g->nt = nt;
+    g->dy = cnt_calloc((size_t)nt->n_nodes, sizeof *g->dy);
+    for (int i = 0; i < nt->n_nodes; i++) {
+        const node *nd = &nt->nodes[i];
+        g->dy[i] = nt->be->alloc((size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float));
+    }
+    net_set_node_hook(nt, grads_hook, g);
+}
+
+void tu_grads_free(tu_grads *g) {
+    if (!g->nt) return;
+    for (int i = 0; i < g->nt->n_nodes; i++) g->nt->be->free(g->dy[i]);
+    free(g->dy);
+    net_set_node_hook(g->nt, NULL, NULL);
+    g->nt = NULL;
 }

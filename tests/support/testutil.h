@@ -17,6 +17,9 @@
  *   - float <-> double conversion, and backend transfers that convert on the way
  *     (tu_dev_from_double / tu_dev_to_double).
  *   - A central finite-difference gradient checker: tu_gradcheck().
+ *   - Each node's output gradient as its backward ends (tu_grads_capture):
+ *     a net's gradients share memory by lifetime, so nd->dy is only valid
+ *     during net_backward.
  *
  * Errors: allocation failure is fatal (cnt_malloc); comparison failures fail the
  * running cmocka test (these helpers must be called from inside a cmocka test).
@@ -131,5 +134,17 @@ void tu_gradcheck_at(const char *file, int line, const char *what, tu_scalar_fn 
 
 #define tu_gradcheck(what, f, ctx, x, n, grad, max_points, rtol, atol) \
     tu_gradcheck_at(__FILE__, __LINE__, (what), (f), (ctx), (x), (n), (grad), (max_points), (rtol), (atol))
+
+/* Copies of every node's dy, taken by a node hook as the node's backward
+ * ends (when its dy is complete and not yet reused; see net.h), on the net's
+ * backend: dy[i] holds max_batch x C x H x W floats of node i, in the net's
+ * layout. tu_grads_capture sets the net's node hook (replacing any). */
+struct net;
+typedef struct tu_grads {
+    struct net *nt;
+    float **dy;
+} tu_grads;
+void tu_grads_capture(struct net *nt, tu_grads *g);
+void tu_grads_free(tu_grads *g);
 
 #endif
