@@ -100,12 +100,8 @@ static void cpu_zero(void *dst, size_t bytes) {
 
 static void cpu_sync(void) {}
 
-/* Per-thread scratch, grown on demand and kept for the thread's lifetime. */
-typedef struct cpu_buf {
-    float *data;
-    size_t cap; /* floats */
-} cpu_buf;
-
+/* Per-thread scratch (cpu_buf, model/backend_impl.h), grown on demand and
+ * kept for the thread's lifetime. */
 typedef struct cpu_scratch {
     cpu_buf col;  /* [CRS, columns] im2col tile, or [C, CS] padded input (shift) */
     cpu_buf tmp;  /* [K, columns] outputs / output gradients of a group of images */
@@ -118,7 +114,7 @@ typedef struct cpu_scratch {
 
 static _Thread_local cpu_scratch tls_scratch;
 
-static float *cpu_buf_get(cpu_buf *b, size_t floats) {
+float *cpu_buf_get(cpu_buf *b, size_t floats) {
     if (b->cap < floats) {
         free(b->data);
         void *p = NULL;
@@ -980,7 +976,7 @@ static void round_span(float *dst, const float *src, size_t n) {
 }
 
 /* dst[0, n) = src rounded, in parallel chunks when large. */
-static void round_to_math(float *dst, const float *src, size_t n) {
+void cpu_round_to_math(float *dst, const float *src, size_t n) {
     const size_t chunk = (size_t)1 << 16;
     if (n < 4 * chunk) {
         round_span(dst, src, n);
@@ -994,58 +990,58 @@ static void round_to_math(float *dst, const float *src, size_t n) {
     }
 }
 
-static const float *rounded_copy(cpu_buf *b, const float *src, size_t n) {
+const float *cpu_rounded_copy(cpu_buf *b, const float *src, size_t n) {
     float *d = cpu_buf_get(b, n ? n : 1);
-    round_to_math(d, src, n);
+    cpu_round_to_math(d, src, n);
     return d;
 }
 
-static int math_reduced(void) { return cpu_math == BACKEND_MATH_BF16 || cpu_math == BACKEND_MATH_FP16; }
+int cpu_math_reduced(void) { return cpu_math == BACKEND_MATH_BF16 || cpu_math == BACKEND_MATH_FP16; }
 
 
 static void cpu_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
-    if (!math_reduced()) {
+    if (!cpu_math_reduced()) {
         f32_conv_fwd(p, x, w, y);
         return;
     }
-    f32_conv_fwd(p, rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
-                 rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), y);
-    round_to_math(y, y, conv_out_count(p));
+    f32_conv_fwd(p, cpu_rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
+                 cpu_rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), y);
+    cpu_round_to_math(y, y, conv_out_count(p));
 }
 
 static void cpu_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
-    if (!math_reduced()) {
+    if (!cpu_math_reduced()) {
         f32_conv_bwd_data(p, dy, w, dx, accumulate);
         return;
     }
-    f32_conv_bwd_data(p, rounded_copy(&tls_scratch.op_a, dy, conv_out_count(p)),
-                      rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), dx, accumulate);
-    round_to_math(dx, dx, conv_in_count(p));
+    f32_conv_bwd_data(p, cpu_rounded_copy(&tls_scratch.op_a, dy, conv_out_count(p)),
+                      cpu_rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), dx, accumulate);
+    cpu_round_to_math(dx, dx, conv_in_count(p));
 }
 
 static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
-    if (!math_reduced()) {
+    if (!cpu_math_reduced()) {
         f32_conv_bwd_filter(p, x, dy, dw);
         return;
     }
-    f32_conv_bwd_filter(p, rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
-                        rounded_copy(&tls_scratch.op_b, dy, conv_out_count(p)), dw);
-    round_to_math(dw, dw, conv_w_count(p));
+    f32_conv_bwd_filter(p, cpu_rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
+                        cpu_rounded_copy(&tls_scratch.op_b, dy, conv_out_count(p)), dw);
+    cpu_round_to_math(dw, dw, conv_w_count(p));
 }
 
 
 static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
-    if (!math_reduced() || M == 0 || N == 0) {
+    if (!cpu_math_reduced() || M == 0 || N == 0) {
         f32_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
     size_t na = trans_a ? matrix_span(K, M, lda) : matrix_span(M, K, lda);
     size_t nb = trans_b ? matrix_span(N, K, ldb) : matrix_span(K, N, ldb);
-    f32_gemm(trans_a, trans_b, M, N, K, alpha, rounded_copy(&tls_scratch.op_a, A, na), lda,
-             rounded_copy(&tls_scratch.op_b, B, nb), ldb, beta, C, ldc);
-    for (int i = 0; i < M; i++) round_to_math(C + (size_t)i * ldc, C + (size_t)i * ldc, (size_t)N);
+    f32_gemm(trans_a, trans_b, M, N, K, alpha, cpu_rounded_copy(&tls_scratch.op_a, A, na), lda,
+             cpu_rounded_copy(&tls_scratch.op_b, B, nb), ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++) cpu_round_to_math(C + (size_t)i * ldc, C + (size_t)i * ldc, (size_t)N);
 }
 
 /* ------------------------------------------------------------ overflow check */
@@ -1501,13 +1497,13 @@ static size_t cpu_conv_workspace(const conv_params *p) {
     size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
     size_t threads = pl.outer ? (size_t)omp_get_max_threads() : 1;
     size_t floats = threads * (col + tmp + w) + (pl.algo == CONV_ALGO_SHIFT ? w : 0);
-    if (math_reduced()) floats += max2(in, out) + max2(w, out); /* op_a, op_b */
+    if (cpu_math_reduced()) floats += max2(in, out) + max2(w, out); /* op_a, op_b */
     if (nhwc()) floats += 2 * max2(in, out);                     /* lay[0], lay[1] */
     return floats * sizeof(float);
 }
 
 static size_t cpu_gemm_workspace(int M, int N, int K) {
-    if (!math_reduced()) return 0;
+    if (!cpu_math_reduced()) return 0;
     return ((size_t)M * K + (size_t)K * N) * sizeof(float); /* op_a, op_b */
 }
 

@@ -12,6 +12,22 @@
  * Always built. */
 const backend *backend_cpu_openblas(void);
 
+/* The CPU backend's scratch and reduced-precision helpers, shared by its two
+ * parts (model/backend_cpu.c, model/backend_onednn.c). */
+typedef struct cpu_buf {
+    float *data;
+    size_t cap; /* floats */
+} cpu_buf;
+/* b's buffer, grown (64-byte aligned, old contents dropped) to at least
+ * `floats`; fatal when out of memory. */
+float *cpu_buf_get(cpu_buf *b, size_t floats);
+/* Whether set_math chose bf16 or fp16 (the CPU backend emulates them). */
+int cpu_math_reduced(void);
+/* dst[0, n) = src rounded to that type, in parallel chunks when large. */
+void cpu_round_to_math(float *dst, const float *src, size_t n);
+/* A rounded copy of src[0, n) in b. */
+const float *cpu_rounded_copy(cpu_buf *b, const float *src, size_t n);
+
 /* model/backend_onednn.c (built with CNT_HAVE_ONEDNN): the OpenBLAS backend's
  * table with BACKEND_LAYOUT_BLOCKED added on oneDNN; NCHW and NHWC still run
  * the OpenBLAS ops. Fatal (with oneDNN's status) when oneDNN cannot start. */

@@ -49,7 +49,6 @@
 #include "model/backend.h"
 #include "model/backend_impl.h"
 #include "common/check.h"
-#include "common/half.h"
 #include "model/pool_rules.h"
 
 #include <dnnl.h>
@@ -72,7 +71,6 @@
 
 static const backend *plain;        /* the OpenBLAS backend: NCHW / NHWC ops, elementwise, gemm */
 static int dn_layout = BACKEND_LAYOUT_NCHW;
-static int dn_math = BACKEND_MATH_FP32;
 static int B;                       /* channel block: 8 (AVX2) or 16 (AVX-512) */
 static dnnl_engine_t eng;
 static dnnl_stream_t strm;
@@ -80,34 +78,19 @@ static dnnl_stream_t strm;
 static int blocked(void) { return dn_layout == BACKEND_LAYOUT_BLOCKED; }
 /* Whether a tensor of C channels is stored in blocks (else NCHW) in BLOCKED. */
 static int is_blk(int C) { return C % B == 0; }
-static int math_reduced(void) { return dn_math == BACKEND_MATH_BF16 || dn_math == BACKEND_MATH_FP16; }
 
 /* ------------------------------------------------------------ scratch */
 
-typedef struct dn_buf {
-    float *data;
-    size_t cap; /* floats */
-} dn_buf;
-
-static float *buf_get(dn_buf *b, size_t floats) {
-    if (floats == 0) floats = 1;
-    if (b->cap < floats) {
-        free(b->data);
-        void *p = NULL;
-        if (posix_memalign(&p, 64, floats * sizeof(float)) != 0 || !p)
-            cnt_fatal("cpu backend (oneDNN): out of memory allocating %zu bytes of scratch", floats * sizeof(float));
-        b->data = p;
-        b->cap = floats;
-    }
-    return b->data;
-}
+/* Grown to the largest use and kept (cpu_buf, model/backend_impl.h); never
+ * empty, so a zero-size scratchpad still gets a valid pointer. */
+static float *buf_get(cpu_buf *b, size_t floats) { return cpu_buf_get(b, floats ? floats : 1); }
 
 static struct {
-    dn_buf wei;      /* the filter (or its gradient) in the primitive's blocked format */
-    dn_buf pad;      /* oneDNN's scratchpad */
-    dn_buf tmp;      /* conv_bwd_data with accumulate: the convolution's own result */
-    dn_buf op[2];    /* bf16/fp16: rounded copies of a convolution's two operands */
-    dn_buf lay[2];   /* passes oneDNN runs only by reference: NCHW copies of their operands */
+    cpu_buf wei;      /* the filter (or its gradient) in the primitive's blocked format */
+    cpu_buf pad;      /* oneDNN's scratchpad */
+    cpu_buf tmp;      /* conv_bwd_data with accumulate: the convolution's own result */
+    cpu_buf op[2];    /* bf16/fp16: rounded copies of a convolution's two operands */
+    cpu_buf lay[2];   /* passes oneDNN runs only by reference: NCHW copies of their operands */
 } scr;
 
 /* ------------------------------------------------------------ layout conversion */
@@ -133,11 +116,6 @@ static void dn_set_layout(int layout) {
     dn_layout = layout;
     /* the OpenBLAS ops this file calls in BLOCKED take NCHW tensors */
     plain->set_layout(layout == BACKEND_LAYOUT_BLOCKED ? BACKEND_LAYOUT_NCHW : layout);
-}
-
-static void dn_set_math(int math) {
-    dn_math = math;
-    plain->set_math(math);
 }
 
 /* ------------------------------------------------------------ convolution primitives */
@@ -297,23 +275,10 @@ static void conv_run(int pass, const conv_params *p, const float *in, const floa
     DN_CHECK(dnnl_stream_wait(strm));
 }
 
-/* bf16/fp16: dst = src rounded to the math mode's type. */
-static void round_math(float *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= DN_PAR_MIN)
-    for (size_t i0 = 0; i0 < n; i0 += 4096) {
-        size_t m = n - i0 < 4096 ? n - i0 : 4096;
-        if (dn_math == BACKEND_MATH_BF16)
-            bf16_round_array(dst + i0, src + i0, m);
-        else
-            fp16_round_array(dst + i0, src + i0, m);
-    }
-}
-
+/* bf16/fp16 (the OpenBLAS part's math mode, which set_math sets): a rounded
+ * copy of src in slot k; src itself in fp32. */
 static const float *rounded(int k, const float *src, size_t n) {
-    if (!math_reduced()) return src;
-    float *d = buf_get(&scr.op[k], n);
-    round_math(d, src, n);
-    return d;
+    return cpu_math_reduced() ? cpu_rounded_copy(&scr.op[k], src, n) : src;
 }
 
 /* ---- where oneDNN has only its reference kernel ----
@@ -355,7 +320,7 @@ static void dn_conv_fwd(const conv_params *p, const float *x, const float *w, fl
         return;
     }
     conv_run(PASS_FWD, p, rounded(0, x, conv_in_count(p)), rounded(1, w, conv_w_count(p)), NULL, y);
-    if (math_reduced()) round_math(y, y, conv_out_count(p));
+    if (cpu_math_reduced()) cpu_round_to_math(y, y, conv_out_count(p));
 }
 
 static void dn_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
@@ -375,7 +340,7 @@ static void dn_conv_bwd_data(const conv_params *p, const float *dy, const float 
     float *t = accumulate ? buf_get(&scr.tmp, n) : dx;
     conv_run(PASS_BWD_DATA, p, rounded(0, dy, conv_out_count(p)), rounded(1, w, conv_w_count(p)), NULL, t);
     if (accumulate) plain->axpy(n, 1.0f, t, dx, 1);
-    if (math_reduced()) round_math(dx, dx, n);
+    if (cpu_math_reduced()) cpu_round_to_math(dx, dx, n);
 }
 
 static void dn_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
@@ -389,7 +354,7 @@ static void dn_conv_bwd_filter(const conv_params *p, const float *x, const float
         return;
     }
     conv_run(PASS_BWD_FILTER, p, rounded(0, x, conv_in_count(p)), NULL, rounded(1, dy, conv_out_count(p)), dw);
-    if (math_reduced()) round_math(dw, dw, conv_w_count(p));
+    if (cpu_math_reduced()) cpu_round_to_math(dw, dw, conv_w_count(p));
 }
 
 /* ------------------------------------------------------------ bias and batch norm, one block at a time */
@@ -580,6 +545,27 @@ static void dn_bn_bwd(int N, int C, int HW, const float *x, const float *dy, con
  * of sums, per lane: a blocked pool gives bitwise the NCHW results. Max
  * pooling's backward recomputes each window's first maximum from x. */
 
+/* Window [h0, h1) x [w0, w1) of a block's planes xp (W columns): each lane's
+ * first maximum, scanning rows then columns (pr_take: a NaN wins and the
+ * first NaN stays), in best[], and the pixel it is at in at[]. */
+static void blk_window_max(const float *xp, int W, int h0, int h1, int w0, int w1, float *best, int *at) {
+    for (int l = 0; l < B; l++) {
+        best[l] = -INFINITY;
+        at[l] = h0 * W + w0;
+    }
+    for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++) {
+            int k = h * W + w;
+            const float *v = xp + (size_t)k * B;
+#pragma omp simd
+            for (int l = 0; l < B; l++) {
+                int take = pr_take(v[l], best[l]);
+                best[l] = take ? v[l] : best[l];
+                at[l] = take ? k : at[l];
+            }
+        }
+}
+
 static void dn_pool_fwd(const pool_params *p, const float *x, float *y) {
     if (!blocked() || !is_blk(p->C)) {
         plain->pool_fwd(p, x, y);
@@ -600,22 +586,21 @@ static void dn_pool_fwd(const pool_params *p, const float *x, float *y) {
                 for (int j = 0; j < p->Q; j++) {
                     int w0, w1, cc;
                     pr_window(p->mode, ca, j, &w0, &w1, &cc);
-                    float acc[16];
-                    for (int l = 0; l < B; l++) acc[l] = is_max ? -INFINITY : 0.0f;
+                    float *o = yp + ((size_t)i * p->Q + j) * B;
+                    if (is_max) {
+                        int at[16];
+                        blk_window_max(xp, p->W, h0, h1, w0, w1, o, at);
+                        continue;
+                    }
+                    float acc[16] = {0};
                     for (int h = h0; h < h1; h++)
                         for (int w = w0; w < w1; w++) {
                             const float *v = xp + ((size_t)h * p->W + w) * B;
-                            if (is_max) {
 #pragma omp simd
-                                for (int l = 0; l < B; l++) acc[l] = pr_take(v[l], acc[l]) ? v[l] : acc[l];
-                            } else {
-#pragma omp simd
-                                for (int l = 0; l < B; l++) acc[l] += v[l];
-                            }
+                            for (int l = 0; l < B; l++) acc[l] += v[l];
                         }
-                    float *o = yp + ((size_t)i * p->Q + j) * B;
                     float div = (float)(rc * cc);
-                    for (int l = 0; l < B; l++) o[l] = is_max ? acc[l] : acc[l] / div;
+                    for (int l = 0; l < B; l++) o[l] = acc[l] / div;
                 }
             }
         }
@@ -649,21 +634,7 @@ static void dn_pool_bwd(const pool_params *p, const float *x, const float *y, co
                         /* each lane's first maximum, then its gradient there */
                         float best[16];
                         int at[16];
-                        for (int l = 0; l < B; l++) {
-                            best[l] = -INFINITY;
-                            at[l] = h0 * p->W + w0;
-                        }
-                        for (int h = h0; h < h1; h++)
-                            for (int w = w0; w < w1; w++) {
-                                int k = h * p->W + w;
-                                const float *v = xp + (size_t)k * B;
-#pragma omp simd
-                                for (int l = 0; l < B; l++) {
-                                    int take = pr_take(v[l], best[l]);
-                                    best[l] = take ? v[l] : best[l];
-                                    at[l] = take ? k : at[l];
-                                }
-                            }
+                        blk_window_max(xp, p->W, h0, h1, w0, w1, best, at);
                         for (int l = 0; l < B; l++) dp[(size_t)at[l] * B + l] += g[l];
                     } else {
                         float v[16];
@@ -746,7 +717,7 @@ static size_t dn_conv_workspace(const conv_params *p) {
     }
     size_t in = conv_in_count(p), out = conv_out_count(p), w = conv_w_count(p);
     size_t floats = wei + pad + in;
-    if (math_reduced()) floats += max2(in, out) + max2(w, out);
+    if (cpu_math_reduced()) floats += max2(in, out) + max2(w, out);
     int ref = 0;
     for (int pass = PASS_FWD; pass <= PASS_BWD_FILTER; pass++) ref |= conv_get(pass, p)->ref;
     if (ref) floats += in + out + plain->conv_workspace(p) / sizeof(float); /* lay[0], lay[1], OpenBLAS's */
@@ -787,7 +758,6 @@ const backend *backend_cpu_onednn(void) {
     dn_backend.pool_fwd = dn_pool_fwd;
     dn_backend.pool_bwd = dn_pool_bwd;
     dn_backend.channel_copy = dn_channel_copy;
-    dn_backend.set_math = dn_set_math;
     dn_backend.set_layout = dn_set_layout;
     dn_backend.convert_layout = dn_convert_layout;
     dn_backend.block_c = B;
