@@ -65,6 +65,7 @@ static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *
 
 static const layer_ops conv_ops = {
     .kind = "conv",
+    .backward_reads = LAYER_READS_INPUTS, /* x for the weight gradient */
     .forward = conv_forward,
     .backward = conv_backward,
     .flops = conv_flops,
@@ -199,6 +200,7 @@ static void linear_describe(const node *nd, char *buf, size_t len) {
 
 static const layer_ops linear_ops = {
     .kind = "linear",
+    .backward_reads = LAYER_READS_INPUTS, /* x for the weight gradient */
     .forward = linear_forward,
     .backward = linear_backward,
     .flops = linear_flops,

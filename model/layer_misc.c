@@ -26,7 +26,7 @@ static double elementwise_flops(const net *nt, const node *nd) {
 }
 
 static const layer_ops relu_ops = {
-    .kind = "relu", .forward = relu_forward, .backward = relu_backward, .flops = elementwise_flops};
+    .kind = "relu", .backward_reads = LAYER_READS_OUTPUT, .forward = relu_forward, .backward = relu_backward, .flops = elementwise_flops};
 
 int net_relu(net *nt, int in, const char *name) {
     if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
@@ -249,6 +249,7 @@ static size_t shortcut_memory(const net *nt, const node *nd, int max_batch, size
 
 static const layer_ops shortcut_ops = {
     .kind = "shortcut",
+    .backward_reads = LAYER_READS_INPUTS, /* pool_bwd of the subsample takes x */
     .forward = shortcut_forward,
     .backward = shortcut_backward,
     .describe = shortcut_describe,

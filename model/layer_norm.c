@@ -76,6 +76,7 @@ static size_t bn_memory(const net *nt, const node *nd, int max_batch, size_t *wo
 
 static const layer_ops bn_ops = {
     .kind = "bn",
+    .backward_reads = LAYER_READS_INPUTS, /* x (bn_bwd recomputes x-hat from it) */
     .forward = bn_forward,
     .backward = bn_backward,
     .flops = bn_flops,

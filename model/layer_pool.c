@@ -52,6 +52,7 @@ static void pool_describe(const node *nd, char *buf, size_t len) {
 
 static const layer_ops pool_ops = {
     .kind = "pool",
+    .backward_reads = LAYER_READS_INPUTS | LAYER_READS_OUTPUT, /* pool_bwd takes x and y (max: the argmax) */
     .forward = pool_forward,
     .backward = pool_backward,
     .flops = pool_flops,

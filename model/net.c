@@ -36,9 +36,8 @@ void net_free(net *nt) {
         node *nd = &nt->nodes[i];
         if (nd->ops->free_state) nd->ops->free_state(nt, nd);
         free(nd->state);
-        nt->be->free(nd->y);
     }
-    nt->be->free(nt->dy_pool);
+    nt->be->free(nt->act_pool);
     nt->be->free(nt->params);
     nt->be->free(nt->grads);
     nt->be->free(nt->buffers);
@@ -240,40 +239,75 @@ static int check_logits(const net *nt, int idx, const char *what) {
     return CNT_OK;
 }
 
-/* ---- gradient memory ----
- * Every node's output y is kept from its forward to its backward, but its
- * gradient dy lives only during backward: from the backward of its last
- * consumer (the first to run, which writes it; a net's outputs: from the start
- * of net_backward, which copies the loss gradient in) to its own backward (the
- * last to read it). Gradients whose lifetimes do not overlap share memory:
- * each is placed, in order of its first write, at the lowest offset of one
- * pool where no gradient alive at the same time lies (first fit). Sizes are
- * rounded to 16 floats, so every dy is 64-byte aligned as alloc() returns. */
+/* ---- activation memory ----
+ * Every node's output y and its gradient dy live in one pool, each only while
+ * something can still read it. On one clock, node i's forward runs at t = i,
+ * the loss at t = n (it reads the outputs' y; net_backward then writes the
+ * outputs' dy) and node j's backward at t = 2n - j:
+ *   y[i]  from i to its last reader: the forward of its last consumer; its own
+ *         backward if the layer reads its output there (LAYER_READS_OUTPUT);
+ *         a consumer's backward if that layer reads its inputs
+ *         (LAYER_READS_INPUTS); past the end for the net's outputs, which the
+ *         caller reads after the passes;
+ *   dy[i] from the backward of its last consumer (the first to run, which
+ *         writes it; the outputs: t = n) to its own backward (the last to read
+ *         it).
+ * Both ends count, so a pass never writes where it reads. Tensors whose
+ * lifetimes do not overlap share memory: each is placed, in order of its start,
+ * at the lowest offset where no tensor alive at the same time lies (first
+ * fit). So a batch norm's output that only its ReLU reads, or an add's inputs,
+ * give their memory back after the forward that consumes them, and the
+ * gradients reuse the outputs whose last backward reader has run. Sizes are
+ * rounded to 16 floats, so every tensor is 64-byte aligned as alloc() returns. */
 
-static size_t grad_floats(const node *nd, int max_batch) {
+static size_t act_floats(const node *nd, int max_batch) {
     size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
     return (n + 15) / 16 * 16;
 }
 
-/* Fills off[i] (floats into the pool) for each node; returns the pool's size
- * in floats. out and aux: the output nodes (-1 when not yet known: nodes
- * nobody consumes count as outputs either). */
-static size_t plan_grads(const net *nt, int max_batch, int out, int aux, size_t *off) {
+/* Lifetimes of node i's y (tensor 2i) and dy (2i+1) on the clock above. out
+ * and aux: the output nodes (-1 when not yet known: nodes nobody consumes count
+ * as outputs then). */
+static void act_lifetimes(const net *nt, int out, int aux, int *start, int *end) {
     int n = nt->n_nodes;
-    int *start = cnt_malloc(3 * (size_t)(n ? n : 1) * sizeof(int)), *end = start + n, *order = end + n;
-    for (int i = 0; i < n; i++) start[i] = -1; /* backward time: node j's backward runs at t = n-1-j */
-    for (int j = 0; j < n; j++)
-        for (int k = 0; k < nt->nodes[j].n_inputs; k++) {
-            int i = nt->nodes[j].inputs[k];
-            if (i >= 0 && (start[i] < 0 || n - 1 - j < start[i])) start[i] = n - 1 - j;
-        }
     for (int i = 0; i < n; i++) {
-        if (i == out || i == aux) start[i] = -1;
-        end[i] = n - 1 - i;
-        order[i] = i;
+        start[2 * i] = i;
+        end[2 * i] = (nt->nodes[i].ops->backward_reads & LAYER_READS_OUTPUT) ? 2 * n - i : i;
+        start[2 * i + 1] = -1; /* no consumer yet */
+        end[2 * i + 1] = 2 * n - i;
     }
-    /* by first write, then index: insertion sort keeps it deterministic */
-    for (int a = 1; a < n; a++) {
+    for (int j = 0; j < n; j++) {
+        const node *nd = &nt->nodes[j];
+        int reads_inputs = (nd->ops->backward_reads & LAYER_READS_INPUTS) != 0;
+        for (int k = 0; k < nd->n_inputs; k++) {
+            int i = nd->inputs[k];
+            if (i < 0) continue;
+            int last = reads_inputs ? 2 * n - j : j; /* j > i, so 2n - j < 2n - i */
+            if (last > end[2 * i]) end[2 * i] = last;
+            if (start[2 * i + 1] < 0 || 2 * n - j < start[2 * i + 1]) start[2 * i + 1] = 2 * n - j;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (i == out || i == aux || (out < 0 && start[2 * i + 1] < 0)) {
+            end[2 * i] = 2 * n + 1;
+            start[2 * i + 1] = n;
+        }
+    if (nt->no_sharing)
+        for (int t = 0; t < 2 * n; t++) {
+            start[t] = 0;
+            end[t] = 2 * n + 1;
+        }
+}
+
+/* Fills off[t] (floats into the pool) for each tensor t (y of node i: 2i, its
+ * dy: 2i+1); returns the pool's size in floats. */
+static size_t plan_activations(const net *nt, int max_batch, int out, int aux, size_t *off) {
+    int m = 2 * nt->n_nodes;
+    int *start = cnt_malloc(3 * (size_t)(m ? m : 1) * sizeof(int)), *end = start + m, *order = end + m;
+    act_lifetimes(nt, out, aux, start, end);
+    for (int t = 0; t < m; t++) order[t] = t;
+    /* by start, then index: insertion sort keeps it deterministic */
+    for (int a = 1; a < m; a++) {
         int v = order[a], b = a;
         while (b > 0 && (start[order[b - 1]] > start[v] || (start[order[b - 1]] == start[v] && order[b - 1] > v))) {
             order[b] = order[b - 1];
@@ -282,27 +316,42 @@ static size_t plan_grads(const net *nt, int max_batch, int out, int aux, size_t 
         order[b] = v;
     }
     size_t total = 0;
-    for (int a = 0; a < n; a++) {
-        int i = order[a];
-        size_t size = grad_floats(&nt->nodes[i], max_batch), at = 0;
-        /* the lowest offset clear of every placed gradient alive at the same time */
+    for (int a = 0; a < m; a++) {
+        int t = order[a];
+        size_t size = act_floats(&nt->nodes[t / 2], max_batch), at = 0;
+        /* the lowest offset clear of every placed tensor alive at the same time */
         for (int moved = 1; moved;) {
             moved = 0;
             for (int b = 0; b < a; b++) {
                 int k = order[b];
-                if (end[k] < start[i] || end[i] < start[k]) continue;
-                size_t ks = grad_floats(&nt->nodes[k], max_batch);
+                if (end[k] < start[t] || end[t] < start[k]) continue;
+                size_t ks = act_floats(&nt->nodes[k / 2], max_batch);
                 if (at < off[k] + ks && off[k] < at + size) {
                     at = off[k] + ks;
                     moved = 1;
                 }
             }
         }
-        off[i] = at;
+        off[t] = at;
         if (at + size > total) total = at + size;
     }
     free(start);
     return total;
+}
+
+int net_output_kept(const net *nt, int i) {
+    CNT_ASSERT(nt->finalized && i >= 0 && i < nt->n_nodes);
+    int m = 2 * nt->n_nodes;
+    int *start = cnt_malloc(2 * (size_t)m * sizeof(int)), *end = start + m;
+    act_lifetimes(nt, nt->output, nt->aux_output, start, end);
+    int kept = end[2 * i] >= nt->n_nodes;
+    free(start);
+    return kept;
+}
+
+void net_set_memory_sharing(net *nt, int on) {
+    CNT_ASSERT(!nt->finalized);
+    nt->no_sharing = !on;
 }
 
 void net_set_layout(net *nt, int layout) {
@@ -355,14 +404,13 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
     if (nt->layout != BACKEND_LAYOUT_NCHW)
         nt->input_conv = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
-    size_t *off = cnt_malloc((size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
-    size_t pool = plan_grads(nt, max_batch, out, aux_out, off);
-    nt->dy_pool = be->alloc((pool ? pool : 1) * sizeof(float));
+    size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
+    size_t pool = plan_activations(nt, max_batch, out, aux_out, off);
+    nt->act_pool = be->alloc((pool ? pool : 1) * sizeof(float));
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
-        size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
-        nd->y = be->alloc(n * sizeof(float));
-        nd->dy = nt->dy_pool + off[i];
+        nd->y = nt->act_pool + off[2 * i];
+        nd->dy = nt->act_pool + off[2 * i + 1];
         if (nd->ops->setup) nd->ops->setup(nt, nd);
     }
     free(off);
@@ -381,14 +429,13 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
     m->activations = nt->layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
     nt->be->set_layout(nt->layout);
-    size_t *off = cnt_malloc((size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
-    size_t pool = plan_grads(nt, max_batch, nt->finalized ? nt->output : -1,
-                             nt->finalized ? nt->aux_output : -1, off);
+    size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
+    size_t pool = plan_activations(nt, max_batch, nt->finalized ? nt->output : -1,
+                                   nt->finalized ? nt->aux_output : -1, off);
     free(off);
-    m->activations += (pool ? pool : 1) * f; /* the gradients' shared memory */
+    m->activations += (pool ? pool : 1) * f; /* outputs and gradients, sharing memory */
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
-        m->activations += B * nd->C * nd->H * nd->W * f;
         size_t ws = 0;
         if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws);
         if (ws > m->workspace) m->workspace = ws;

@@ -78,8 +78,16 @@ typedef struct buffer_info {
     int shape[4];
 } buffer_info;
 
+/* What a layer's backward reads besides its dy, parameters and own state
+ * (layer_ops.backward_reads): the lifetimes of activations follow from it
+ * (net.c, "activation memory"), so a flag missing here lets backward read
+ * memory that another tensor has overwritten. */
+#define LAYER_READS_INPUTS 1u /* its inputs' y (a convolution's x for the weight gradient) */
+#define LAYER_READS_OUTPUT 2u /* its own y (ReLU's mask) */
+
 typedef struct layer_ops {
     const char *kind;                                   /* "conv", "bn", ... */
+    unsigned backward_reads;                            /* LAYER_READS_* */
     void (*forward)(net *nt, node *nd, int training);   /* reads inputs' y, writes nd->y */
     /* Writes this node's parameter gradients first, then adds/writes into its
      * inputs' dy according to nd->accumulate[]. */
@@ -102,10 +110,12 @@ struct node {
     int inputs[NET_MAX_INPUTS];       /* node indices or NET_INPUT */
     int accumulate[NET_MAX_INPUTS];   /* set by net_finalize: 1 if backward must add into the input's dy */
     int C, H, W;                      /* output shape per image */
-    float *y;                         /* [N, C, H, W] output, device */
+    float *y;                         /* [N, C, H, W] output, device: valid from this node's forward to its
+                                       * last reader (net_output_kept: through backward); it shares memory
+                                       * with tensors that are dead meanwhile */
     float *dy;                        /* [N, C, H, W] gradient of the loss w.r.t. y, device: valid during
                                        * net_backward from the backward of this node's last consumer to its
-                                       * own (it shares memory with gradients that are dead meanwhile) */
+                                       * own (it shares memory the same way) */
     int first_param, n_params;        /* range in net->param_info */
     int first_buffer, n_buffers;      /* range in net->buffer_info */
     void *state;                      /* layer-private */
@@ -129,7 +139,7 @@ struct net {
     size_t n_buffers;                 /* total buffer values */
     float *params;                    /* [n_params] device, reverse forward order */
     float *grads;                     /* [n_params] device, same layout */
-    float *dy_pool;                   /* device: every node's dy, placed by lifetime (net_finalize) */
+    float *act_pool;                  /* device: every node's y and dy, placed by lifetime (net_finalize) */
     float *buffers;                   /* [n_buffers] device */
 
     int layout;                       /* BACKEND_LAYOUT_NCHW or _NHWC, of every activation (net_set_layout) */
@@ -141,6 +151,7 @@ struct net {
     int output;                       /* index of the node producing the logits */
     int aux_output;                   /* Inception's auxiliary logits node, or -1 */
     uint64_t dropout_seed;            /* advanced every training forward */
+    int no_sharing;                   /* net_set_memory_sharing(nt, 0): every y and dy has memory of its own */
     int failed;                       /* a builder call failed; later ones fail too */
     int finalized;
 
@@ -194,6 +205,12 @@ void net_set_init(net *nt, int node, init_spec weight, init_spec bias);
  * and dy and input_grad follow it. */
 void net_set_layout(net *nt, int layout);
 
+/* Whether outputs and gradients share memory by lifetime (1, the default)
+ * or each keeps its own for the net's life (0: what a backward reads that its
+ * layer did not declare in backward_reads stays intact, so comparing the two
+ * finds such a layer; tests/test_zoo.c does). Before net_finalize. */
+void net_set_memory_sharing(net *nt, int on);
+
 /* Marks `out` as the logits node (and `aux_out`, or -1, as auxiliary logits),
  * checks their shape is [classes, 1, 1], lays out
  * and allocates parameters, gradients, buffers and activations for batches up
@@ -210,8 +227,8 @@ typedef struct net_memory {
     size_t params;      /* parameters */
     size_t grads;       /* their gradients */
     size_t buffers;     /* batch-norm running statistics */
-    size_t activations; /* max_batch images of every node's output (kept for backward) and of the gradients
-                         * alive at once during backward (they share memory), the
+    size_t activations; /* max_batch images of the node outputs and gradients alive at once (they share
+                         * memory by lifetime: net_finalize), the
                          * input's gradient (and its NHWC copy), the layers' own batch-sized buffers (dropout
                          * masks, the option-A shortcut's subsample, NHWC flatten copies) */
     size_t workspace;   /* the backend's scratch for the most demanding layer (shared by all layers) */
@@ -256,6 +273,11 @@ void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int back
  * taken from them is finite. Both NULL: real compute again. On a finalised
  * net; never fails. */
 void net_set_emulation(net *nt, const double *forward_ms, const double *backward_ms);
+
+/* 1 if node i's y stays valid from its forward to the end of net_backward
+ * (a backward reads it, or it is an output); 0 if its memory is reused once
+ * the forwards that read it have run. On a finalized net. */
+int net_output_kept(const net *nt, int i);
 
 /* ---- inspection ---- */
 double net_flops_per_image(const net *nt);

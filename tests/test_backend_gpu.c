@@ -1739,34 +1739,34 @@ static void resnet20_train_step(int layout) {
     }
     char what[192];
 
-    /* forward (training mode) and loss */
+    /* forward (training mode) and loss; each node's output and gradient as its
+     * pass ends (they share memory by lifetime) */
+    tu_grads g[2];
     for (int s = CPU; s <= GPU; s++) {
+        tu_grads_capture(nt[s], &g[s]);
         net_forward(nt[s], x.p[s], NET_BATCH, 1);
         be[s]->softmax_xent(NET_BATCH, NET_CLASSES, net_logits(nt[s]), dlabels[s], 0.1f, loss[s], dlogits[s]);
     }
     for (int i = 0; i < nt[CPU]->n_nodes; i++) {
         snprintf(what, sizeof what, "resnet20 %s forward: output of %s", ln, nt[CPU]->nodes[i].name);
-        expect_net_close(what, nt[CPU]->nodes[i].y, nt[GPU]->nodes[i].y, node_count(nt[CPU], i));
+        expect_net_close(what, g[CPU].y[i], g[GPU].y[i], node_count(nt[CPU], i));
     }
     snprintf(what, sizeof what, "resnet20 %s logits", ln);
     expect_net_close(what, net_logits(nt[CPU]), net_logits(nt[GPU]), NET_BATCH * NET_CLASSES);
     snprintf(what, sizeof what, "resnet20 %s loss", ln);
     expect_net_close(what, loss[CPU], loss[GPU], 1);
 
-    /* shared activations (see above), then the loss gradient and backward */
+    /* shared activations (see above): the outputs a backward still reads, then
+     * the loss gradient and backward */
     for (int i = 0; i < nt[CPU]->n_nodes; i++) {
+        if (!net_output_kept(nt[CPU], i)) continue;
         size_t n = node_count(nt[CPU], i);
         float *h = download(CPU, nt[CPU]->nodes[i].y, n);
         be[GPU]->upload(nt[GPU]->nodes[i].y, h, n * sizeof(float));
         free(h);
     }
     be[GPU]->softmax_xent(NET_BATCH, NET_CLASSES, net_logits(nt[GPU]), dlabels[GPU], 0.1f, loss[GPU], dlogits[GPU]);
-    /* each node's gradient as its backward ends (gradients share memory by lifetime) */
-    tu_grads g[2];
-    for (int s = CPU; s <= GPU; s++) {
-        tu_grads_capture(nt[s], &g[s]);
-        net_backward(nt[s], dlogits[s], NULL);
-    }
+    for (int s = CPU; s <= GPU; s++) net_backward(nt[s], dlogits[s], NULL);
     /* in backward order, so the first failure names the first node whose backward diverged */
     for (int i = nt[CPU]->n_nodes - 1; i >= 0; i--) {
         snprintf(what, sizeof what, "resnet20 %s backward: gradient w.r.t. the output of %s", ln,

@@ -85,13 +85,13 @@ static void test_net_estimate_scales_with_batch(void **state) {
     net_memory_estimate(nt, 192, &m3);
     assert_true(m1.params == nt->n_params * sizeof(float) && m2.params == m1.params);
     assert_true(m2.grads == m1.grads && m2.buffers == m1.buffers);
-    /* y of every node, the gradients alive at once (their shared pool), the
+    /* the outputs and gradients alive at once (their shared pool), the
      * input's gradient, the shortcuts' copies: all per image (batch norm's
      * saved statistics are per channel; the pool's 16-float rounding is exact
      * for these batches) */
     assert_true(m3.activations - m2.activations == m2.activations - m1.activations);
     assert_true(m2.activations > 199 * m1.activations / 100 && m2.activations <= 2 * m1.activations);
-    assert_true(m1.activations > 100 * m1.params);
+    assert_true(m1.activations > 50 * m1.params); /* 95x: ResNet-20's 1 MiB of weights, 98 MiB at batch 64 */
     assert_true(m2.total > m1.total && m3.total > m2.total);
     /* net_finalize allocates what the estimate said it would: the same numbers after it */
     assert_int_equal(net_finalize(nt, out, aux, 64), CNT_OK);
@@ -190,8 +190,8 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     run_memory m;
     assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &m), CNT_OK);
     assert_int_equal(m.max_batch, 4096);
-    /* 614 GiB: every node's output, and the gradients alive at once */
-    assert_true((double)m.net.activations > 500.0 * (1 << 30));
+    /* 327 GiB: the outputs a backward reads, and the tensors alive at once besides */
+    assert_true((double)m.net.activations > 250.0 * (1 << 30));
     assert_true(m.net.activations > m.device / 2);
 
     assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_ERR);

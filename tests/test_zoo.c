@@ -29,6 +29,7 @@
 #include "model/backend.h"
 #include "model/net.h"
 #include "model/zoo.h"
+#include "tests/support/testutil.h"
 
 static const zoo_options opt_default = {0, 0, -1.0f};
 static const zoo_options opt_zero_init = {1, 0, -1.0f};
@@ -726,6 +727,143 @@ static void test_inception_forward_backward(void **state) {
     net_free(nt);
 }
 
+/* ------------------------------------------------------------ shared memory */
+
+/* One training forward and backward of a fresh `name` (seed 42, the same
+ * batch), with outputs and gradients sharing memory by lifetime or not: every
+ * node's output and gradient (captured as its pass ends), the logits, the
+ * parameter gradients, the running statistics and the input gradient. */
+typedef struct pass_result {
+    float *grads, *buffers, *input_grad, *logits, **y, **dy;
+    size_t *count; /* [n_nodes] values of each y and dy */
+    char (*node)[NET_NAME_LEN];
+    int n_nodes;
+    size_t n_params, n_buffers, n_in, n_logits;
+    size_t pool_bytes; /* net_memory_estimate's activations */
+} pass_result;
+
+static void run_pass(const char *name, int c, int h, int w, int layout, int sharing, pass_result *r) {
+    const backend *be = backend_cpu();
+    int out, aux, N = 2;
+    net *nt = build_ok(name, c, h, w, 5, strcmp(name, "inception_v3") == 0 ? &opt_aux : &opt_default, &out, &aux);
+    net_set_layout(nt, layout);
+    net_set_memory_sharing(nt, sharing);
+    if (net_finalize(nt, out, aux, N) != CNT_OK) fail_msg("net_finalize: %s", cnt_err_msg());
+    net_memory m;
+    net_memory_estimate(nt, N, &m);
+    r->pool_bytes = m.activations;
+    net_init_params(nt, 42);
+    r->n_in = (size_t)N * c * h * w;
+    r->n_logits = (size_t)N * 5;
+    float *x = cnt_malloc(r->n_in * sizeof(float)), *dl = cnt_malloc(r->n_logits * sizeof(float));
+    rng g;
+    rng_seed(&g, 7, 1);
+    for (size_t i = 0; i < r->n_in; i++) x[i] = rng_normal(&g);
+    for (size_t i = 0; i < r->n_logits; i++) dl[i] = rng_range(&g, -0.1f, 0.1f);
+    float *dx = be->alloc(r->n_in * sizeof(float)), *ddl = be->alloc(r->n_logits * sizeof(float));
+    be->upload(dx, x, r->n_in * sizeof(float));
+    be->upload(ddl, dl, r->n_logits * sizeof(float));
+    tu_grads cap;
+    tu_grads_capture(nt, &cap);
+    net_forward(nt, dx, N, 1);
+    net_backward(nt, ddl, aux >= 0 ? ddl : NULL);
+    r->n_params = nt->n_params;
+    r->n_buffers = nt->n_buffers;
+    r->grads = cnt_malloc(nt->n_params * sizeof(float));
+    be->download(r->grads, nt->grads, nt->n_params * sizeof(float));
+    r->buffers = cnt_malloc(nt->n_buffers * sizeof(float));
+    be->download(r->buffers, nt->buffers, nt->n_buffers * sizeof(float));
+    r->input_grad = cnt_malloc(r->n_in * sizeof(float));
+    be->download(r->input_grad, nt->input_grad, r->n_in * sizeof(float));
+    r->logits = cnt_malloc(r->n_logits * sizeof(float));
+    be->download(r->logits, net_logits(nt), r->n_logits * sizeof(float));
+    r->n_nodes = nt->n_nodes;
+    r->y = cnt_calloc((size_t)nt->n_nodes, sizeof *r->y);
+    r->dy = cnt_calloc((size_t)nt->n_nodes, sizeof *r->dy);
+    r->count = cnt_calloc((size_t)nt->n_nodes, sizeof *r->count);
+    r->node = cnt_calloc((size_t)nt->n_nodes, sizeof *r->node);
+    for (int i = 0; i < nt->n_nodes; i++) {
+        size_t n = (size_t)N * nt->nodes[i].C * nt->nodes[i].H * nt->nodes[i].W;
+        r->count[i] = n;
+        snprintf(r->node[i], sizeof r->node[i], "%s", nt->nodes[i].name);
+        r->y[i] = cnt_malloc(n * sizeof(float));
+        r->dy[i] = cnt_malloc(n * sizeof(float));
+        be->download(r->y[i], cap.y[i], n * sizeof(float));
+        be->download(r->dy[i], cap.dy[i], n * sizeof(float));
+    }
+    tu_grads_free(&cap);
+    be->free(dx);
+    be->free(ddl);
+    free(x);
+    free(dl);
+    net_free(nt);
+}
+
+static void free_pass(pass_result *r) {
+    for (int i = 0; i < r->n_nodes; i++) {
+        free(r->y[i]);
+        free(r->dy[i]);
+    }
+    free(r->y);
+    free(r->dy);
+    free(r->count);
+    free(r->node);
+    free(r->grads);
+    free(r->buffers);
+    free(r->input_grad);
+    free(r->logits);
+}
+
+/* Sharing memory by lifetime (net.c, "activation memory") changes no number:
+ * if a layer's backward read a tensor its backward_reads flags do not name,
+ * that tensor would have been overwritten by then and the outputs and
+ * gradients would differ. Every layer kind of the zoo is in one of these nets
+ * (the option-A shortcut, bottlenecks, Inception's pools, concats, dropout
+ * and auxiliary head; VGG adds none, and its 100M-parameter classifier would
+ * take most of this test's time). A layer hands the backend the pointers it reads, so the flags hold
+ * in every layout; the blocked one, where the backend has it, is checked on
+ * ResNet-20 for the layers that convert their input (linear). And sharing
+ * saves memory: ResNet-50's outputs and gradients take at most 60% of what
+ * they take unshared. */
+static void test_shared_memory_changes_nothing(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        int c, h, w, layout;
+    } nets[] = {{"resnet20", 3, 32, 32, BACKEND_LAYOUT_NCHW},   {"resnet20", 3, 32, 32, BACKEND_LAYOUT_BLOCKED},
+                {"resnet50", 3, 64, 64, BACKEND_LAYOUT_NCHW}, {"inception_v3", 3, 299, 299, BACKEND_LAYOUT_NCHW}};
+    for (size_t k = 0; k < sizeof nets / sizeof nets[0]; k++) {
+        int layout = nets[k].layout;
+        if (layout == BACKEND_LAYOUT_BLOCKED && backend_cpu()->block_c == 0) continue;
+        const char *ln = backend_layout_name(layout, backend_cpu());
+        pass_result a, b;
+        run_pass(nets[k].name, nets[k].c, nets[k].h, nets[k].w, layout, 1, &a);
+        run_pass(nets[k].name, nets[k].c, nets[k].h, nets[k].w, layout, 0, &b);
+        char what[160];
+        /* in forward, then backward order, so the first failure names the first pass that read a dead tensor */
+        for (int i = 0; i < a.n_nodes; i++) {
+            snprintf(what, sizeof what, "%s %s output of %s", nets[k].name, ln, a.node[i]);
+            tu_assert_bitwise_equal_f(what, a.y[i], b.y[i], a.count[i]);
+        }
+        snprintf(what, sizeof what, "%s %s logits", nets[k].name, ln);
+        tu_assert_bitwise_equal_f(what, a.logits, b.logits, a.n_logits);
+        for (int i = a.n_nodes - 1; i >= 0; i--) {
+            snprintf(what, sizeof what, "%s %s gradient of the output of %s", nets[k].name, ln, a.node[i]);
+            tu_assert_bitwise_equal_f(what, a.dy[i], b.dy[i], a.count[i]);
+        }
+        snprintf(what, sizeof what, "%s %s parameter gradients", nets[k].name, ln);
+        tu_assert_bitwise_equal_f(what, a.grads, b.grads, a.n_params);
+        snprintf(what, sizeof what, "%s %s running statistics", nets[k].name, ln);
+        tu_assert_bitwise_equal_f(what, a.buffers, b.buffers, a.n_buffers);
+        snprintf(what, sizeof what, "%s %s input gradient", nets[k].name, ln);
+        tu_assert_bitwise_equal_f(what, a.input_grad, b.input_grad, a.n_in);
+        if (strcmp(nets[k].name, "resnet50") == 0 && !(a.pool_bytes <= 0.6 * b.pool_bytes))
+            fail_msg("resnet50 %s: activations take %zu bytes shared, %zu unshared", ln, a.pool_bytes, b.pool_bytes);
+        free_pass(&a);
+        free_pass(&b);
+    }
+}
+
 /* ------------------------------------------------------------ gradient order */
 
 /* The grad hook's slices, in the order backward completes them. */
@@ -853,6 +991,7 @@ int main(void) {
         cmocka_unit_test(test_input_too_small),
         cmocka_unit_test(test_resnet20_forward_backward),
         cmocka_unit_test(test_inception_forward_backward),
+        cmocka_unit_test(test_shared_memory_changes_nothing),
         cmocka_unit_test(test_vgg16_gradient_order),
         cmocka_unit_test(test_zoo_create),
     };

@@ -270,24 +270,32 @@ static void grads_hook(void *ctx, const node *nd, int backward, double t0, doubl
     (void)t0;
     (void)t1;
     tu_grads *g = ctx;
-    if (!backward) return;
     net *nt = g->nt;
-    nt->be->copy(g->dy[nd - nt->nodes], nd->dy, (size_t)nt->batch * nd->C * nd->H * nd->W * sizeof(float));
+    size_t bytes = (size_t)nt->batch * nd->C * nd->H * nd->W * sizeof(float);
+    if (backward) nt->be->copy(g->dy[nd - nt->nodes], nd->dy, bytes);
+    else nt->be->copy(g->y[nd - nt->nodes], nd->y, bytes);
 }
 
 void tu_grads_capture(net *nt, tu_grads *g) {
     g->nt = nt;
+    g->y = cnt_calloc((size_t)nt->n_nodes, sizeof *g->y);
     g->dy = cnt_calloc((size_t)nt->n_nodes, sizeof *g->dy);
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
-        g->dy[i] = nt->be->alloc((size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float));
+        size_t bytes = (size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float);
+        g->y[i] = nt->be->alloc(bytes);
+        g->dy[i] = nt->be->alloc(bytes);
     }
     net_set_node_hook(nt, grads_hook, g);
 }
 
 void tu_grads_free(tu_grads *g) {
     if (!g->nt) return;
-    for (int i = 0; i < g->nt->n_nodes; i++) g->nt->be->free(g->dy[i]);
+    for (int i = 0; i < g->nt->n_nodes; i++) {
+        g->nt->be->free(g->y[i]);
+        g->nt->be->free(g->dy[i]);
+    }
+    free(g->y);
     free(g->dy);
     net_set_node_hook(g->nt, NULL, NULL);
     g->nt = NULL;

@@ -135,13 +135,16 @@ void tu_gradcheck_at(const char *file, int line, const char *what, tu_scalar_fn 
 #define tu_gradcheck(what, f, ctx, x, n, grad, max_points, rtol, atol) \
     tu_gradcheck_at(__FILE__, __LINE__, (what), (f), (ctx), (x), (n), (grad), (max_points), (rtol), (atol))
 
-/* Copies of every node's dy, taken by a node hook as the node's backward
- * ends (when its dy is complete and not yet reused; see net.h), on the net's
- * backend: dy[i] holds max_batch x C x H x W floats of node i, in the net's
- * layout. tu_grads_capture sets the net's node hook (replacing any). */
+/* Copies of every node's y, taken by a node hook as the node's forward ends,
+ * and of its dy as its backward ends: when each is complete and not yet
+ * reused (outputs and gradients share memory by lifetime; see net.h). On the
+ * net's backend: y[i] and dy[i] hold max_batch x C x H x W floats of node i,
+ * in the net's layout, from the last pass that ran. tu_grads_capture sets the
+ * net's node hook (replacing any). */
 struct net;
 typedef struct tu_grads {
     struct net *nt;
+    float **y;
     float **dy;
 } tu_grads;
 void tu_grads_capture(struct net *nt, tu_grads *g);
