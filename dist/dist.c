@@ -38,13 +38,17 @@
 
 static int dist_initialised = 0; /* dist_init succeeded and MPI is up */
 static int dist_finalised = 0;   /* dist_finalize already ran */
-static int g_rank = 0;
+static int g_rank = 0;       /* in the job (MPI_COMM_WORLD) */
 static int g_world = 1;
+static int g_group_rank = 0; /* in this rank's group (dist_split_servers): what dist_rank says */
+static int g_group_world = 1;
 static int g_local_rank = 0;
 static int g_local_world = 1;
 
-int dist_rank(void) { return g_rank; }
-int dist_world(void) { return g_world; }
+int dist_rank(void) { return g_group_rank; }
+int dist_world(void) { return g_group_world; }
+int dist_job_rank(void) { return g_rank; }
+int dist_job_world(void) { return g_world; }
 int dist_local_rank(void) { return g_local_rank; }
 int dist_local_world(void) { return g_local_world; }
 
@@ -53,6 +57,12 @@ int dist_local_world(void) { return g_local_world; }
 /* The fp16 sum's datatype and op (see dist_allreduce_sum_f16). */
 static MPI_Datatype half_type = MPI_DATATYPE_NULL;
 static MPI_Op half_sum_op = MPI_OP_NULL;
+
+/* The communicator of every collective: MPI_COMM_WORLD, or this rank's group
+ * after dist_split_servers. */
+static MPI_Comm g_comm = MPI_COMM_NULL;
+
+MPI_Comm dist_comm(void) { return g_comm == MPI_COMM_NULL ? MPI_COMM_WORLD : g_comm; }
 
 /* Largest element count handed to one MPI call: below INT_MAX, and a power of
  * two so chunks of floats or bytes stay nicely aligned. */
@@ -106,6 +116,8 @@ int dist_init(int *argc, char ***argv) {
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
     DIST_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_world));
+    g_group_rank = g_rank;
+    g_group_world = g_world;
     cnt_log_set_rank(g_rank, g_world);
     dist_initialised = 1;
     cnt_set_abort_hook(dist_abort_hook);
@@ -129,6 +141,7 @@ void dist_finalize(void) {
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
     dist_wait_bounded(1, &req, "dist_finalize", DIST_WAIT_SLEEP);
+    if (g_comm != MPI_COMM_NULL) DIST_MPI_CHECK(MPI_Comm_free(&g_comm));
     if (half_sum_op != MPI_OP_NULL) DIST_MPI_CHECK(MPI_Op_free(&half_sum_op));
     if (half_type != MPI_DATATYPE_NULL) DIST_MPI_CHECK(MPI_Type_free(&half_type));
     dist_finalised = 1;
@@ -142,27 +155,40 @@ void dist_abort(int code) {
     exit(code);
 }
 
-static int dist_active(void) { return dist_initialised && !dist_finalised && g_world > 1; }
+static int dist_active(void) { return dist_initialised && !dist_finalised && g_group_world > 1; }
+
+int dist_split_servers(int n_servers) {
+    CNT_ASSERT(n_servers >= 1 && n_servers < g_world && g_comm == MPI_COMM_NULL);
+    int server = g_rank >= g_world - n_servers;
+    /* Why a split: the trainer's collectives (the initial weights, the stop
+     * signal, progress, evaluation) then run among the workers unchanged,
+     * while the servers only answer point-to-point messages (dist/ps.h). */
+    DIST_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, server, g_rank, &g_comm));
+    DIST_MPI_CHECK(MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN));
+    DIST_MPI_CHECK(MPI_Comm_rank(g_comm, &g_group_rank));
+    DIST_MPI_CHECK(MPI_Comm_size(g_comm, &g_group_world));
+    return server;
+}
 
 void dist_barrier(void) {
     if (!dist_active()) return;
     /* Why: the caller needs every rank to have reached this point (e.g. rank 0
      * wrote a file the others are about to read). Returns once all arrive. */
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    DIST_MPI_CHECK(MPI_Ibarrier(dist_comm(), &req));
     dist_wait_bounded(1, &req, "dist_barrier", DIST_WAIT_SLEEP);
 }
 
 void dist_broadcast(void *buf, size_t bytes, int root) {
     if (!dist_active()) return;
-    CNT_ASSERT(root >= 0 && root < g_world);
+    CNT_ASSERT(root >= 0 && root < g_group_world);
     /* Returns once this rank's part of each chunk is done. Chunks keep every
      * count below INT_MAX, MPI's limit for a count. */
     char *p = buf;
     for (size_t off = 0; off < bytes; off += DIST_MAX_COUNT) {
         size_t len = bytes - off < DIST_MAX_COUNT ? bytes - off : DIST_MAX_COUNT;
         MPI_Request req;
-        DIST_MPI_CHECK(MPI_Ibcast(p + off, (int)len, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+        DIST_MPI_CHECK(MPI_Ibcast(p + off, (int)len, MPI_BYTE, root, dist_comm(), &req));
         dist_wait_bounded(1, &req, "dist_broadcast", DIST_WAIT_SLEEP);
     }
 }
@@ -174,7 +200,7 @@ void dist_allgather_u64(uint64_t value, uint64_t *out) {
     }
     /* Every rank's value is needed before anyone goes on. */
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Iallgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+    DIST_MPI_CHECK(MPI_Iallgather(&value, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, dist_comm(), &req));
     dist_wait_bounded(1, &req, "dist_allgather_u64", DIST_WAIT_SLEEP);
 }
 
@@ -191,7 +217,7 @@ int64_t dist_max_lagged(int64_t value) {
         prev = lag_recv;
     }
     lag_send = value;
-    DIST_MPI_CHECK(MPI_Iallreduce(&lag_send, &lag_recv, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &lag_req));
+    DIST_MPI_CHECK(MPI_Iallreduce(&lag_send, &lag_recv, 1, MPI_INT64_T, MPI_MAX, dist_comm(), &lag_req));
     return prev;
 }
 
@@ -211,19 +237,19 @@ void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
     }
     /* Two collectives: rank 0 learns every size, then receives the bytes. */
     uint64_t mine = n;
-    uint64_t *sizes = g_rank == 0 ? cnt_malloc((size_t)g_world * sizeof *sizes) : NULL;
+    uint64_t *sizes = g_group_rank == 0 ? cnt_malloc((size_t)g_group_world * sizeof *sizes) : NULL;
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Igather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req));
+    DIST_MPI_CHECK(MPI_Igather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, dist_comm(), &req));
     dist_wait_bounded(1, &req, "dist_gather_bytes", DIST_WAIT_SLEEP);
     if (n > INT_MAX) cnt_fatal("dist_gather_bytes: %zu bytes on rank %d exceed MPI's count limit", n, g_rank);
     int *rcounts = NULL, *displs = NULL;
     char *all = NULL;
-    if (g_rank == 0) {
-        rcounts = cnt_malloc((size_t)g_world * sizeof *rcounts);
-        displs = cnt_malloc((size_t)g_world * sizeof *displs);
-        *counts = cnt_malloc((size_t)g_world * sizeof **counts);
+    if (g_group_rank == 0) {
+        rcounts = cnt_malloc((size_t)g_group_world * sizeof *rcounts);
+        displs = cnt_malloc((size_t)g_group_world * sizeof *displs);
+        *counts = cnt_malloc((size_t)g_group_world * sizeof **counts);
         uint64_t total = 0;
-        for (int r = 0; r < g_world; r++) {
+        for (int r = 0; r < g_group_world; r++) {
             if (total + sizes[r] > INT_MAX)
                 cnt_fatal("dist_gather_bytes: more than %d bytes in all exceed MPI's count limit", INT_MAX);
             displs[r] = (int)total;
@@ -233,9 +259,9 @@ void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts) {
         }
         all = cnt_malloc(total ? (size_t)total : 1);
     }
-    DIST_MPI_CHECK(MPI_Igatherv(buf, (int)n, MPI_BYTE, all, rcounts, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &req));
+    DIST_MPI_CHECK(MPI_Igatherv(buf, (int)n, MPI_BYTE, all, rcounts, displs, MPI_BYTE, 0, dist_comm(), &req));
     dist_wait_bounded(1, &req, "dist_gather_bytes", DIST_WAIT_SLEEP);
-    if (g_rank != 0) *counts = NULL;
+    if (g_group_rank != 0) *counts = NULL;
     *out = all;
     free(sizes);
     free(rcounts);
@@ -259,7 +285,7 @@ static void allreduce_blocking(void *buf, size_t n, size_t esize, MPI_Datatype t
     dist_blocking_begin("MPI_Allreduce"); /* bounded by the deadman thread (dist/wait.c) */
     for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
         size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
-        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, MPI_COMM_WORLD));
+        DIST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, dist_comm()));
     }
     dist_blocking_end();
 }
@@ -272,7 +298,7 @@ static void allreduce_bounded(void *buf, size_t n, size_t esize, MPI_Datatype ty
     for (size_t off = 0; off < n; off += DIST_MAX_COUNT) {
         size_t len = n - off < DIST_MAX_COUNT ? n - off : DIST_MAX_COUNT;
         MPI_Request req;
-        DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, MPI_COMM_WORLD, &req));
+        DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + off * esize, (int)len, type, op, dist_comm(), &req));
         dist_wait_bounded(1, &req, collective, DIST_WAIT_SLEEP);
     }
 }
@@ -340,6 +366,12 @@ void dist_finalize(void) {
 }
 
 void dist_abort(int code) { exit(code == 0 ? 1 : code); }
+
+int dist_split_servers(int n_servers) {
+    (void)n_servers;
+    CNT_ASSERT(!"dist_split_servers needs a world of at least 2: built without MPI");
+    return 0;
+}
 
 void dist_barrier(void) {}
 

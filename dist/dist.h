@@ -48,8 +48,23 @@ int dist_init(int *argc, char ***argv);
 /* Finalises MPI (after a barrier). Safe to call when dist_init was not. */
 void dist_finalize(void);
 
+/* This rank and the number of ranks in its group: the whole job, or after
+ * dist_split_servers the workers (on a worker) or the servers (on a server).
+ * Every collective below runs within the group. */
 int dist_rank(void);
 int dist_world(void);
+/* This rank and the number of ranks in the whole job (MPI_COMM_WORLD): what
+ * log prefixes, mpirun and the fault injection of dist/fault.h count in. */
+int dist_job_rank(void);
+int dist_job_world(void);
+/* Parameter-server mode (dist.mode = ps, dist/ps.h): the last n_servers
+ * ranks of the job become servers, the others workers, each group with its
+ * own communicator; returns 1 on a server, 0 on a worker. Workers are job
+ * ranks 0 .. world-n_servers-1 in order, so a worker's dist_rank() is its
+ * job rank and rank 0 (progress, evaluation, checkpoints) is a worker. A
+ * collective of the whole job, at most once, with 1 <= n_servers < the job's
+ * world. MPI failures are fatal. */
+int dist_split_servers(int n_servers);
 /* Rank among the processes on this node (MPI_COMM_TYPE_SHARED split). */
 int dist_local_rank(void);
 int dist_local_world(void);

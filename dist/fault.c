@@ -43,7 +43,7 @@ static void fault_read(fault *f) {
 /* Whether f is armed for this rank at this step; reads it at the first call. */
 static int fault_due(fault *f, long step) {
     if (!f->read) fault_read(f);
-    return f->rank == dist_rank() && f->step == step;
+    return f->rank == dist_job_rank() && f->step == step;
 }
 
 static void sleep_s(double s) {
@@ -97,7 +97,7 @@ static void stall_in_read(void) {
 void fault_stall_in_point(const char *phase) {
     errno = pthread_once(&stall_in.once, stall_in_read);
     CHECK_ERRNO(errno == 0, "pthread_once (CNT_TEST_STALL_IN)");
-    if (stall_in.rank != dist_rank() || strncmp(phase, stall_in.phase, strlen(stall_in.phase)) != 0) return;
+    if (stall_in.rank != dist_job_rank() || strncmp(phase, stall_in.phase, strlen(stall_in.phase)) != 0) return;
     if (atomic_exchange(&stall_in.fired, 1)) return;
     log_warn("CNT_TEST_STALL_IN: sleeping %g s on entering '%s', before its first collective (test-only fault "
              "injection)",

@@ -128,9 +128,9 @@ static void ring_step(const ring_elem *el, const char *send, size_t send_len, ch
         size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
         char *dst = add ? tmp : recv + off * el->size;
         if (rn)
-            DIST_MPI_CHECK(MPI_Irecv(dst, (int)rn, el->type, left, RING_TAG, MPI_COMM_WORLD, &req[0]));
+            DIST_MPI_CHECK(MPI_Irecv(dst, (int)rn, el->type, left, RING_TAG, dist_comm(), &req[0]));
         if (sn)
-            DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, MPI_COMM_WORLD,
+            DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, dist_comm(),
                                      &req[1]));
         /* Why wait here: the chunk must have arrived before we add it, and the
          * temporary buffer is reused by the next chunk. Neighbours have posted

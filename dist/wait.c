@@ -47,6 +47,11 @@ void dist_set_wait_limits(double warn_s, double abort_s) {
     g_abort_s = abort_s > 0 ? abort_s : 0;
 }
 
+void dist_wait_limits(double *warn_s, double *abort_s) {
+    *warn_s = g_warn_s;
+    *abort_s = g_abort_s;
+}
+
 void dist_phase(const char *what) {
     snprintf(tl_phase, sizeof tl_phase, "%s", what);
     fault_stall_in_point(tl_phase); /* tests only: CNT_TEST_STALL_IN (dist/fault.h) */
@@ -80,7 +85,7 @@ static void *deadman(void *arg) {
         int n = snprintf(line, sizeof line,
                          "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
                          "the middle of it; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
-                         dist_rank(), dist_rank(), blocking_what, waited, g_abort_s);
+                         dist_job_rank(), dist_job_rank(), blocking_what, waited, g_abort_s);
         fflush(stdout);
         if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
             /* nothing left to tell it to */
@@ -135,11 +140,11 @@ void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wa
             log_error("stall: rank %d has waited %.0f s in %s during %s: one or more other ranks did not arrive "
                       "(stopped, hung or slow; the ranks that print no such line are the late ones); ending the "
                       "job (dist.stall_abort_s = %g: raise it if that phase can legitimately take longer)",
-                      dist_rank(), waited, collective, phase_name(), g_abort_s);
+                      dist_job_rank(), waited, collective, phase_name(), g_abort_s);
             dist_abort(1);
         }
         if (g_warn_s > 0 && waited >= next_warn) {
-            log_warn("stall: rank %d has waited %.0f s in %s during %s for the other ranks", dist_rank(), waited,
+            log_warn("stall: rank %d has waited %.0f s in %s during %s for the other ranks", dist_job_rank(), waited,
                      collective, phase_name());
             warned = 1;
             while (next_warn <= waited) next_warn += g_warn_s; /* once per threshold crossing */

@@ -12,10 +12,17 @@
  * when the call has not ended after dist.stall_abort_s (mpirun then ends the
  * job). One such call at a time in the process. */
 void dist_blocking_begin(const char *call);
+/* The limits dist_set_wait_limits set (0: off), for waits that poll on their
+ * own (dist/ps.c, which names the ranks it waits for). */
+void dist_wait_limits(double *warn_s, double *abort_s);
 void dist_blocking_end(void);
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
+
+/* The communicator of the collectives: MPI_COMM_WORLD, or this rank's group
+ * after dist_split_servers (dist/dist.h). */
+MPI_Comm dist_comm(void);
 
 /* What dist_wait_bounded does between polls once a 50 us spin has not seen
  * the requests complete. */

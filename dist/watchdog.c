@@ -12,7 +12,7 @@
  * ends the job through MPI anyway).
  *
  * Messages: three int64 (step, bucket, seq) per peer per bucket, tag
- * WATCHDOG_TAG on a duplicate of MPI_COMM_WORLD. MPI keeps messages between
+ * WATCHDOG_TAG on a duplicate of dist_comm() (dist/wait.h). MPI keeps messages between
  * two ranks on one communicator in order, and a peer cannot announce bucket
  * seq+1 before finishing allreduce seq, which needs this rank; so the last
  * message from a peer always tells how far it got. The sends of one bucket
@@ -49,7 +49,7 @@
 #define WATCHDOG_MAX_SLEEP_US 250
 
 struct dist_watchdog {
-    MPI_Comm comm;       /* private duplicate of MPI_COMM_WORLD */
+    MPI_Comm comm;       /* private duplicate of dist_comm() (the workers, in a job with servers) */
     double warn_s, abort_s;
     int rank, world;
     int64_t seq;         /* buckets this rank has announced */
@@ -70,7 +70,7 @@ dist_watchdog *dist_watchdog_create(double warn_s, double abort_s) {
     /* Collective: every rank creates its watchdog at the same point; a
      * bounded wait, like every other collective (dist/wait.h). */
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &wd->comm, &req));
+    DIST_MPI_CHECK(MPI_Comm_idup(dist_comm(), &wd->comm, &req));
     dist_wait_bounded(1, &req, "dist_watchdog_create", DIST_WAIT_SLEEP);
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(wd->comm, MPI_ERRORS_RETURN));
     wd->reqs = cnt_malloc((size_t)wd->world * sizeof *wd->reqs);

@@ -135,6 +135,7 @@ static const choice data_kinds[] = {{"idx", DATA_KIND_IDX}, {"cifar", DATA_KIND_
                                     {"imagefolder", DATA_KIND_IMAGEFOLDER}, {"synthetic", DATA_KIND_SYNTHETIC}, {0}};
 static const choice crops[] = {{"auto", DATA_CROP_AUTO}, {"pad", DATA_CROP_PAD}, {"resized", DATA_CROP_RESIZED}, {0}};
 static const choice remainders[] = {{"drop", DATA_REMAINDER_DROP}, {"wrap", DATA_REMAINDER_WRAP}, {0}};
+static const choice dist_modes[] = {{"allreduce", DIST_MODE_ALLREDUCE}, {"ps", DIST_MODE_PS}, {0}};
 static const choice compressions[] = {{"none", REDUCER_COMPRESS_NONE}, {"fp16", REDUCER_COMPRESS_FP16}, {0}};
 static const choice devices[] = {{"auto", BACKEND_DEVICE_AUTO}, {"cpu", BACKEND_DEVICE_CPU},
                                  {"cuda", BACKEND_DEVICE_CUDA}, {0}};
@@ -300,6 +301,13 @@ static const key_def key_table[] = {
     K_ENUM("optim", "lr_scaling", lr_scaling, "linear", .choices = lr_scalings,
          .help = "linear: the effective rate is optim.lr x world size (Goyal et al. 2017); none: optim.lr"),
 
+    K_ENUM("dist", "mode", dist_mode, "allreduce", .choices = dist_modes,
+         .help = "allreduce: every rank trains and the gradients are summed among them; ps: parameter servers, the "
+                 "last dist.ps_servers ranks hold the parameters, the other ranks (workers) push gradients to them "
+                 "and pull parameters back each step, synchronously (docs/data-parallel.md)"),
+    K_INT("dist", "ps_servers", ps_servers, "1", AT_LEAST(1),
+        .help = "dist.mode = ps: how many of the job's ranks are servers (the last ones); the parameters are split "
+                "among them in contiguous shards of whole tensors, balanced by bytes. Needs at least one more rank"),
     K_ENUM("dist", "backend", dist_backend, "auto", .choices = dist_backends,
          .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point), nccl "
                  "(GPU to GPU, on its own stream; needs device cuda and one GPU per rank); auto: nccl on GPUs when "
@@ -1147,6 +1155,18 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi or ring; NCCL "
                            "sums fp32 gradients on the GPUs (dist.compress = none)",
                            config_name(cfg, &cfg->compress));
+    if (cfg->dist_mode == DIST_MODE_PS && cfg->dist_backend == DIST_BACKEND_NCCL)
+        return cnt_err_set("invalid configuration: dist.mode = ps sends gradients and parameters over MPI through "
+                           "host memory; dist.backend = nccl is for dist.mode = allreduce");
+    if (cfg->dist_mode == DIST_MODE_PS && (cfg->loss_scaling == LOSS_SCALE_DYNAMIC ||
+                                           cfg->loss_scaling == LOSS_SCALE_STATIC ||
+                                           (cfg->loss_scaling == LOSS_SCALE_AUTO &&
+                                            cfg->precision == BACKEND_MATH_FP16)))
+        return cnt_err_set("invalid configuration: dist.mode = ps does not do loss scaling (train.precision = fp16 "
+                           "or train.loss_scaling = dynamic/static): use fp32, tf32 or bf16, or dist.mode = "
+                           "allreduce");
+    if (cfg->dist_mode == DIST_MODE_PS && cfg->emulate_compute[0])
+        return cnt_err_set("invalid configuration: train.emulate_compute works with dist.mode = allreduce only");
     if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->device == BACKEND_DEVICE_CPU)
         return cnt_err_set("invalid configuration: dist.backend = nccl needs GPUs (train.device = cuda or auto), "
                            "got train.device = cpu");

@@ -45,6 +45,8 @@ typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_re
 typedef enum warmup_from { WARMUP_FROM_ZERO, WARMUP_FROM_LR } warmup_from;
 typedef enum lr_scaling { LR_SCALING_LINEAR, LR_SCALING_NONE } lr_scaling;
 typedef enum dist_backend { DIST_BACKEND_AUTO, DIST_BACKEND_MPI, DIST_BACKEND_RING, DIST_BACKEND_NCCL } dist_backend;
+/* dist.mode: gradients allreduced among all ranks, or parameter servers (dist/ps.h). */
+typedef enum dist_mode { DIST_MODE_ALLREDUCE, DIST_MODE_PS } dist_mode;
 /* checkpoint.resume: "none", "auto", or a checkpoint file's path. */
 typedef enum resume_mode { RESUME_NONE, RESUME_AUTO, RESUME_FILE } resume_mode;
 
@@ -116,6 +118,8 @@ typedef struct config {
     lr_scaling lr_scaling;
 
     /* [dist] */
+    dist_mode dist_mode;             /* allreduce or ps */
+    int ps_servers;                  /* dist.mode = ps: the last ps_servers ranks hold the parameters */
     dist_backend dist_backend;       /* auto: decided at run time (train/trainer.c) */
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */

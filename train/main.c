@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     if (trainer_run(&cfg, &res) != CNT_OK) {
         log_error("%s", cnt_err_msg());
         /* Other ranks may be waiting in a collective: end the whole job. */
-        if (dist_world() > 1) dist_abort(1);
+        if (dist_job_world() > 1) dist_abort(1);
         return 1;
     }
     dist_finalize();

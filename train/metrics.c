@@ -125,17 +125,20 @@ static const char *json_loss(char *buf, size_t len, double v) {
 
 int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec, double step_ms,
                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
-                 long skipped_steps) {
+                 long skipped_steps, const metrics_ps *ps) {
     if (!m->f) return CNT_OK;
-    char l[32];
+    char l[32], extra[160] = "";
     errno = 0;
+    if (ps)
+        snprintf(extra, sizeof extra, ",\"ps_push_mb\":%.3f,\"ps_pull_mb\":%.3f,\"ps_wait_ms\":%.3f", ps->push_mb,
+                 ps->pull_mb, ps->wait_ms);
     /* the scale with %.17g: a power of two prints exactly at any size */
     int printed = fprintf(m->f,
                           "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
                           "\"step_ms\":%.3f,\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,"
-                          "\"loss_scale\":%.17g,\"skipped_steps\":%ld}\n",
+                          "\"loss_scale\":%.17g,\"skipped_steps\":%ld%s}\n",
                           epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, step_ms, data_wait_ms, comm_ms,
-                          comm_exposed_ms, loss_scale, skipped_steps);
+                          comm_exposed_ms, loss_scale, skipped_steps, extra);
     return finish_record(m, printed);
 }
 

@@ -64,9 +64,17 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
  * nothing and return CNT_OK.
  * loss_scale: the loss scale after this step (1 without loss scaling);
  * skipped_steps: steps skipped for inf/NaN gradients since the run started. */
+/* A step record's parameter-server fields (dist.mode = ps), per step of the
+ * window, on rank 0: ps_push_mb and ps_pull_mb (its gradients out, its
+ * parameters in; every worker moves as much), ps_wait_ms (from the end of
+ * backward to the last parameter shard's arrival). */
+typedef struct metrics_ps {
+    double push_mb, pull_mb, wait_ms;
+} metrics_ps;
+/* ps: NULL in allreduce mode (no such fields). */
 int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec, double step_ms,
                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
-                 long skipped_steps);
+                 long skipped_steps, const metrics_ps *ps);
 int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
 /* skipped_train / skipped_eval: unreadable images left out this epoch, all ranks. */
 int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_per_sec, double data_wait_ms,

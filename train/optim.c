@@ -16,6 +16,10 @@ void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
 }
 
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
+    optim_step_range(opt, nt, lr, grad_scale, 0, nt->n_params);
+}
+
+void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end) {
     /* Walk the tensors, merging neighbours with the same decay into one call:
      * most of a ResNet is conv weights interleaved with BN parameters. */
     int n = nt->n_param_tensors;
@@ -33,9 +37,12 @@ void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
             lo = pj->offset;
             j++;
         }
-        opt->be->sgd_update(hi - lo, nt->params + lo, nt->grads + lo,
-                            opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->o.momentum,
-                            decay ? opt->o.weight_decay : 0.0f, opt->o.nesterov, grad_scale);
+        if (lo < begin) lo = begin;
+        if (hi > end) hi = end;
+        if (lo < hi)
+            opt->be->sgd_update(hi - lo, nt->params + lo, nt->grads + lo,
+                                opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->o.momentum,
+                                decay ? opt->o.weight_decay : 0.0f, opt->o.nesterov, grad_scale);
         i = j;
     }
 }

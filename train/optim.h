@@ -38,6 +38,10 @@ void optim_init(optimizer *opt, const net *nt, const optim_opts *o);
 /* One update of every parameter from nt->grads, which are multiplied by
  * grad_scale first (1/world_size when gradients were summed over ranks). */
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
+/* The same update for the values [begin, end) of the flat buffers only (a
+ * parameter server's shard): each value gets exactly what optim_step gives
+ * it, since the update is elementwise. */
+void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end);
 void optim_free(optimizer *opt);
 
 #define SCHEDULE_MAX_MILESTONES 16

@@ -22,6 +22,8 @@ typedef struct tally {
     double comm, exposed;    /* allreduce ms, the part backward did not hide */
     long steps, images;
     long early, buckets;     /* buckets started during backward, of all */
+    double ps_push, ps_pull; /* parameter servers: bytes out and in */
+    double ps_wait;          /* seconds waited for their parameters */
 } tally;
 
 struct progress {
@@ -53,6 +55,9 @@ static void tally_add(tally *t, const step_result *r, int n, double wait, double
     t->exposed += r->rs.exposed_ms;
     t->early += r->rs.early;
     t->buckets += r->rs.buckets;
+    t->ps_push += r->ps.push_bytes;
+    t->ps_pull += r->ps.pull_bytes;
+    t->ps_wait += r->ps.wait_s;
     t->steps++;
     t->images += n;
 }
@@ -146,8 +151,12 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     double eta = (now - p->t_start) / (step - p->first_step) * (p->o.total_steps - step);
     char eta_s[32];
     format_duration(eta, eta_s, sizeof eta_s);
-    char comm[96] = "";
-    if (p->o.comm)
+    char comm[128] = "";
+    metrics_ps mps = {w->ps_push / w->steps / (1 << 20), w->ps_pull / w->steps / (1 << 20), 1e3 * w->ps_wait / w->steps};
+    if (p->o.ps)
+        snprintf(comm, sizeof comm, "  ps wait %.2f ms (push %.2f MiB, pull %.2f MiB)", mps.wait_ms, mps.push_mb,
+                 mps.pull_mb);
+    else if (p->o.comm)
         snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", w->comm / w->steps, w->exposed / w->steps);
     char scaling[96] = "";
     long skipped = ls->skipped - p->win_skipped0;
@@ -158,7 +167,7 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
              p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
     if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, 1e3 * w->busy / w->steps, wait_ms, w->comm / w->steps,
-                     w->exposed / w->steps, ls->scale, ls->skipped) != CNT_OK)
+                     w->exposed / w->steps, ls->scale, ls->skipped, p->o.ps ? &mps : NULL) != CNT_OK)
         return CNT_ERR;
     if (cnt_log_write_error())
         return cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));
@@ -205,7 +214,12 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
              secs > 0 ? 100.0 * t->wait / secs : 0, scores);
     int rc = metrics_epoch(&p->m, e, p->step, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms,
                            exposed_ms, (long)skipped[0], (long)skipped[1]);
-    if (p->o.comm)
+    if (p->o.ps)
+        log_info("epoch %d/%d parameter servers: %.2f ms/step waiting for parameters after backward; %.2f MiB "
+                 "pushed and %.2f MiB pulled per step by each worker",
+                 e, E, t->steps ? 1e3 * t->ps_wait / t->steps : 0, t->steps ? t->ps_push / t->steps / (1 << 20) : 0,
+                 t->steps ? t->ps_pull / t->steps / (1 << 20) : 0);
+    else if (p->o.comm)
         log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                  "%ld of %ld buckets started during backward",
                  e, E, comm_ms, exposed_ms, t->early, t->buckets);

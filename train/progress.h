@@ -28,6 +28,7 @@ typedef struct progress_opts {
     int epochs;              /* train.epochs */
     long total_steps;        /* the step the run stops at */
     int comm;                /* gradients are reduced: show communication */
+    int ps;                  /* parameter servers (dist.mode = ps): show their traffic and wait instead */
     int fp16;                /* train.precision = fp16: the hint for inf/NaN logits */
 } progress_opts;
 

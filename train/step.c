@@ -49,6 +49,11 @@ void stepper_free(stepper *s) {
     memset(s, 0, sizeof *s);
 }
 
+void stepper_set_ps(stepper *s, ps *p) {
+    CNT_ASSERT(!s->rd && !loss_scaler_active(&s->ls) && !s->o.emulate);
+    s->ps = p;
+}
+
 /* Ends a phase: waits for the device when asked to (so the time is the
  * device's), records the phase on the timeline, returns its seconds. */
 static double phase_end(const stepper *s, const char *name, const char *cat, double t0) {
@@ -107,10 +112,22 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
         fault_stall_point(step_number); /* tests only: CNT_TEST_STALL (dist/fault.h) */
         reducer_begin(s->rd, step_number);
     }
+    if (s->ps) {
+        fault_stall_point(step_number);
+        ps_begin_step(s->ps, step_number, lr);
+    }
     net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the reducer */
     stager_release(s->st);                          /* backward was the last reader of the batch */
     r->backward_s = phase_end(s, "backward", "backward", t);
 
+    if (s->ps) {
+        /* the servers updated: the rest of the gradients out, their parameters in */
+        t = time_now();
+        ps_finish_step(s->ps, &r->ps);
+        r->comm_wait_s = phase_end(s, "parameter-server wait", "comm", t);
+        r->applied = r->loss_counts = 1;
+        return CNT_OK;
+    }
     if (s->rd) {
         /* The buckets still in flight; the update divides the sums by world. */
         t = time_now();

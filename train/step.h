@@ -28,6 +28,7 @@
 #define CNT_STEP_H
 
 #include "data/loader.h"
+#include "dist/ps.h"
 #include "dist/reducer.h"
 #include "dist/timeline.h"
 #include "model/net.h"
@@ -50,6 +51,8 @@ typedef struct step_opts {
 typedef struct stepper {
     net *nt;                 /* not owned */
     reducer *rd;             /* not owned; NULL: one rank, nothing to reduce */
+    ps *ps;                  /* not owned; parameter servers (stepper_set_ps) update instead of the
+                              * optimizer here; NULL: none */
     timeline *tl;            /* not owned; NULL: no timeline */
     step_opts o;
     optimizer opt;
@@ -69,6 +72,7 @@ typedef struct step_result {
     int loss_counts;         /* the loss belongs in the progress line: the step was applied, or
                               * skipped with a finite loss (its gradients overflowed, not its forward) */
     reducer_stats rs;        /* the reducer's report (zero without a reducer) */
+    ps_stats ps;             /* the parameter servers' traffic and wait (zero without them) */
     double forward_s;        /* host seconds: forward and loss */
     double backward_s;       /* backward */
     double comm_wait_s;      /* waiting for the gradient sums after backward */
@@ -80,6 +84,12 @@ typedef struct step_result {
  * stay the caller's. Never fails (allocation failures are fatal). */
 void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
                   const step_opts *so, int max_batch, size_t sample_floats);
+/* From now on the step pushes its gradients to parameter servers during
+ * backward and pulls their updated parameters (dist/ps.h) instead of
+ * reducing and updating here: comm_wait_s is the wait for the parameters,
+ * update_s 0. The net's grad hook must be ps_grads_ready, and the stepper
+ * must have no reducer and no loss scaling. */
+void stepper_set_ps(stepper *s, ps *p);
 /* One training step on host batch b at learning rate lr. step_number (from 1,
  * continued after a resume) names the step to the reducer's watchdog, the
  * timeline and the test-only fault point. Fills *r. CNT_ERR (message in

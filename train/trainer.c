@@ -32,6 +32,7 @@
 #include "data/loader.h"
 #include "dist/dist.h"
 #include "dist/nccl.h"
+#include "dist/ps.h"
 #include "dist/reducer.h"
 #include "dist/timeline.h"
 #include "model/net.h"
@@ -66,7 +67,10 @@ typedef struct run {
     net *nt;
     loader *train_ld, *test_ld;
     progress *pg;            /* exists from the moment metrics.jsonl is open */
-    reducer *rd;             /* NULL for one rank without NCCL */
+    reducer *rd;             /* NULL for one rank without NCCL, and with parameter servers */
+    ps *ps;                  /* dist.mode = ps: the parameter-server link (worker or server); else NULL */
+    int ps_server;           /* this rank is a parameter server */
+    size_t *shard_end;       /* dist.mode = ps: [dist.ps_servers] the servers' shards of the flat buffers */
     timeline *tl;            /* NULL unless dist.timeline */
     stepper st;
     schedule sched;
@@ -530,6 +534,9 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     host_state hs;
     host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
     host_state_download(&hs, r->nt, st->opt.momentum_buf);
+    /* with parameter servers the momentum lives on the servers (the
+     * parameters rank 0 pulled after the last step are theirs) */
+    if (r->ps && hs.momentum) ps_worker_fetch_momentum(r->ps, hs.momentum);
     ckpt_meta *meta = cnt_calloc(1, sizeof *meta);
     meta->epoch = epochs_done;
     meta->epoch_samples = epoch_samples;
@@ -701,6 +708,23 @@ static void log_dist(const run *r) {
     const config *cfg = r->cfg;
     int world = r->world;
     double base_lr = r->sched.base_lr;
+    if (r->ps) {
+        for (int k = 0; k < ps_servers(r->ps); k++) {
+            size_t b = k ? r->shard_end[k - 1] : 0;
+            log_info("parameter server %d of %d (rank %d): parameters [%zu, %zu) of the flat buffer, %.2f MiB",
+                     k + 1, ps_servers(r->ps), ps_server_rank(r->ps, k), b, r->shard_end[k],
+                     (double)(r->shard_end[k] - b) * sizeof(float) / (1 << 20));
+        }
+        log_info("dist: %d worker%s and %d parameter server%s (ranks %d-%d), global batch %d; gradients pushed to "
+                 "the servers shard by shard during backward, parameters pulled after it, synchronously, over MPI "
+                 "through host memory; stall limits warn %g s, abort %g s; lr %g per worker x %d = %g "
+                 "(optim.lr_scaling = %s)",
+                 world, world == 1 ? "" : "s", ps_servers(r->ps), ps_servers(r->ps) == 1 ? "" : "s", world,
+                 world + ps_servers(r->ps) - 1, cfg->batch_size * world, (double)cfg->stall_warn_s,
+                 (double)cfg->stall_abort_s, (double)cfg->lr, cfg->lr_scaling == LR_SCALING_LINEAR ? world : 1,
+                 base_lr, config_name(cfg, &cfg->lr_scaling));
+        return;
+    }
     if (world == 1 && !r->nccl) {
         log_info("dist: 1 rank, no gradient communication; lr %g (optim.lr_scaling = %s)", base_lr,
                  config_name(cfg, &cfg->lr_scaling));
@@ -766,12 +790,117 @@ static int make_model(run *r, int max_batch) {
     return CNT_OK;
 }
 
+/* dist.mode = ps: the last dist.ps_servers ranks become servers (dist/ps.h);
+ * on a worker, r->rank and r->world are then the workers'. Every rank sees
+ * the same world and config (check_same_config ran), so every rank refuses
+ * alike. */
+static int ps_split(run *r) {
+    const config *cfg = r->cfg;
+    int world = dist_job_world(), servers = cfg->ps_servers;
+    if (servers >= world)
+        return cnt_err_set("dist.mode = ps with dist.ps_servers = %d needs at least %d ranks (the servers and one "
+                           "worker), this job has %d: start more (mpirun -np %d) or lower dist.ps_servers",
+                           servers, servers + 1, world, servers + 1);
+    dist_phase("start-up: parameter-server split");
+    r->ps_server = dist_split_servers(servers);
+    r->ps = ps_create(servers, 1);
+    r->rank = dist_rank();
+    r->world = dist_world();
+    return CNT_OK;
+}
+
+/* The servers' shards of nt's flat buffers (ps_plan over its tensors in
+ * buffer order: reverse forward order). *shard_end: a new array. */
+static int ps_shards(const ps *p, const net *nt, const char *model, size_t **shard_end) {
+    int n = nt->n_param_tensors;
+    size_t *ends = cnt_malloc((size_t)n * sizeof *ends);
+    for (int j = 0; j < n; j++) {
+        const param_info *pi = &nt->param_info[n - 1 - j];
+        ends[j] = pi->offset + pi->count;
+    }
+    *shard_end = cnt_malloc((size_t)ps_servers(p) * sizeof **shard_end);
+    int rc = ps_plan(ends, n, ps_servers(p), *shard_end);
+    free(ends);
+    if (rc != CNT_OK) cnt_err_prefix("model %s", model);
+    return rc;
+}
+
+/* Rank 0, once the weights are known (fresh, model.init_from or a
+ * checkpoint): seeds every server with its shard of them and of the
+ * momentum. */
+static void ps_seed(run *r) {
+    if (r->rank != 0) return;
+    const dataset *d = &r->data.train;
+    ps_shape shape = {d->c, d->h, d->w, d->classes};
+    host_state hs;
+    host_state_alloc(&hs, r->nt, r->st.opt.momentum_buf != NULL);
+    host_state_download(&hs, r->nt, r->st.opt.momentum_buf);
+    dist_phase("start-up: parameter-server seeding");
+    ps_worker_init_servers(r->ps, &shape, hs.params, hs.momentum);
+    host_state_free(&hs);
+}
+
+/* Every worker after its last step: the servers may stop; rank 0 logs what
+ * each did. */
+static void ps_finish(run *r) {
+    int K = ps_servers(r->ps);
+    ps_server_stats *st = r->rank == 0 ? cnt_calloc((size_t)K, sizeof *st) : NULL;
+    dist_phase("parameter-server goodbye");
+    ps_worker_bye(r->ps, st);
+    for (int k = 0; st && k < K; k++)
+        log_info("parameter server %d of %d (rank %d): %ld steps served; %.1f s waiting for gradients, %.2f s "
+                 "updating; %.1f MiB in and out per step",
+                 k + 1, K, ps_server_rank(r->ps, k), st[k].steps, st[k].wait_s, st[k].update_s,
+                 st[k].steps ? st[k].bytes / st[k].steps / (1 << 20) : 0);
+    free(st);
+}
+
+typedef struct server_ctx {
+    net *nt;
+    optimizer *opt;
+} server_ctx;
+
+static void server_update(void *ctx, size_t begin, size_t end, double lr, float scale) {
+    server_ctx *c = ctx;
+    optim_step_range(c->opt, c->nt, (float)lr, scale, begin, end);
+}
+
+/* A parameter server's whole run: the model rank 0 describes (its
+ * parameters only: a server reads no data and computes no activations),
+ * then ps_serve until every worker is done. */
+static int run_server(run *r) {
+    const config *cfg = r->cfg;
+    dist_phase("parameter server");
+    ps_shape sh;
+    ps_server_shape(r->ps, &sh);
+    const backend *be = backend_cpu();
+    be->set_threads(cfg->threads);
+    r->be = be;
+    config scfg = *cfg;
+    scfg.layout = BACKEND_LAYOUT_NCHW; /* no activations to speak of: the plain layout */
+    r->nt = build_model(be, &scfg, (int)sh.c, (int)sh.h, (int)sh.w, (int)sh.classes, 1);
+    if (!r->nt) return CNT_ERR;
+    if (ps_shards(r->ps, r->nt, cfg->model_name, &r->shard_end) != CNT_OK) return CNT_ERR;
+    optimizer opt;
+    optim_opts oo = config_optim_opts(cfg);
+    optim_init(&opt, r->nt, &oo);
+    /* rank 0 tells what each server holds (log_dist) and did (ps_finish) */
+    server_ctx ctx = {r->nt, &opt};
+    ps_server_stats st;
+    ps_serve(r->ps, r->nt->params, r->nt->grads, opt.momentum_buf, r->nt->n_params, r->shard_end, server_update,
+             &ctx, &st);
+    optim_free(&opt);
+    return CNT_OK;
+}
+
 static int run_setup(run *r) {
     const config *cfg = r->cfg;
     /* First of all, before any collective that a key decides (choose_comm's,
      * the timeline's, the watchdog's): ranks launched with different keys
      * would otherwise join different collectives and wait on each other. */
     if (check_same_config(cfg, 0) != CNT_OK) return CNT_ERR;
+    if (cfg->dist_mode == DIST_MODE_PS && ps_split(r) != CNT_OK) return CNT_ERR;
+    if (r->ps_server) return CNT_OK; /* run_server does the rest */
     if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
     r->be->set_threads(cfg->threads);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
@@ -792,13 +921,18 @@ static int run_setup(run *r) {
     if (cfg->max_steps > 0 && cfg->max_steps < r->total_steps) r->total_steps = cfg->max_steps;
     progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
                         .epochs = cfg->epochs, .total_steps = r->total_steps, .comm = r->world > 1 || r->nccl,
+                        .ps = r->ps != NULL,
                         .fp16 = cfg->precision == BACKEND_MATH_FP16};
     r->pg = progress_create(&po);
 
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
     r->sched = config_schedule(cfg, r->world, r->steps_per_epoch);
-    if (r->world > 1 || r->nccl) {
+    if (r->ps) {
+        if (ps_shards(r->ps, r->nt, cfg->model_name, &r->shard_end) != CNT_OK) return CNT_ERR;
+        ps_worker_bind(r->ps, r->be, r->nt->params, r->nt->grads, r->nt->n_params, r->shard_end);
+        net_set_grad_hook(r->nt, ps_grads_ready, r->ps);
+    } else if (r->world > 1 || r->nccl) {
         reducer_opts ro = config_reducer_opts(cfg);
         ro.nccl = r->nccl;
         dist_phase("start-up: gradient reducer");
@@ -818,6 +952,7 @@ static int run_setup(run *r) {
     so.emulate_update_ms = r->emu.update_ms;
     const dataset *d = &r->data.train;
     stepper_init(&r->st, r->nt, r->rd, r->tl, &oo, &lso, &so, max_batch, (size_t)d->c * d->h * d->w);
+    if (r->ps) stepper_set_ps(&r->st, r->ps);
     if (r->world > 1) host_state_alloc(&r->peers, r->nt, 0);
     log_plan(r);
     log_dist(r);
@@ -998,6 +1133,8 @@ static int run_finish(run *r, int status, train_result *res) {
 static void run_free(run *r, int status) {
     progress_free(r->pg);
     reducer_free(r->rd);
+    ps_free(r->ps);
+    free(r->shard_end);
     timeline_free(r->tl); /* once the reducer's thread, which records into it, is gone */
     stepper_free(&r->st);
     host_state_free(&r->peers);
@@ -1021,10 +1158,20 @@ int trainer_run(const config *cfg, train_result *res) {
     run r = {.cfg = cfg, .rank = dist_rank(), .world = dist_world(), .lock_fd = -1};
     stop_install();
     int status = run_setup(&r);
+    if (r.ps_server) {
+        if (status == CNT_OK) status = run_server(&r);
+        if (res) memset(res, 0, sizeof *res);
+        run_free(&r, status);
+        stop_restore();
+        return status;
+    }
     if (status == CNT_OK) status = run_resume(&r);
+    if (status == CNT_OK && r.ps) ps_seed(&r);
     if (r.pg) {
         progress_start(r.pg, r.step, r.st.ls.skipped, r.total_steps);
         if (status == CNT_OK) status = run_train(&r);
+        /* the servers serve until every worker has said so (a failed run ends the job instead: main) */
+        if (status == CNT_OK && r.ps) ps_finish(&r);
         status = run_finish(&r, status, res);
     }
     run_free(&r, status);

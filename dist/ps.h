@@ -1,0 +1,125 @@
+/*
+ * dist/ps.h - parameter servers (dist.mode = ps): the other architecture of
+ * data parallelism, beside the reducer's allreduce (dist/reducer.h).
+ *
+ * The last K ranks of the job are servers (dist_split_servers), the others
+ * workers. The flat parameter buffer (net->params, reverse forward order) is
+ * cut into K contiguous shards of whole tensors, balanced by bytes
+ * (ps_plan); server k holds shard k's parameters and momentum. Each step a
+ * worker pushes every shard of its gradient to that shard's server as soon
+ * as backward has written it (the net's grad hook, as the reducer's buckets),
+ * then pulls every shard's parameters back. Everything travels through host
+ * memory over MPI point-to-point on a private duplicate of MPI_COMM_WORLD; a
+ * GPU worker stages its gradients and parameters through the host.
+ *
+ * Synchronous (dist.ps_sync = true, what this module implements): a server
+ * waits for every worker's gradient of step t, sums them in worker order,
+ * has the caller's update apply the optimizer to its shard with scale
+ * 1/workers, then sends the new parameters to every worker. So a step equals
+ * an allreduce step with the same global batch: the same sum (bit for bit
+ * with 2 workers, whose sum a+b no order changes) and the same update.
+ *
+ * Messages (tags on the private communicator): a worker's header (kind,
+ * step, learning rate) precedes what it asks: a gradient shard (PUSH), the
+ * server's momentum (STATE, rank 0 for a checkpoint), the end (BYE). Rank 0
+ * seeds the servers (INIT: the model's shape, then each shard's parameters
+ * and momentum) before the first step, from a fresh start or a checkpoint.
+ *
+ * Waits: every wait is bounded by dist.stall_warn_s / dist.stall_abort_s
+ * (dist_set_wait_limits) and names the ranks waited for: a worker names the
+ * servers whose parameters have not come, a server the workers whose
+ * gradients have not. A rank that dies ends the job through mpirun, or the
+ * waits end it.
+ *
+ * Threads: the training thread makes every call (MPI_THREAD_SERIALIZED).
+ * Errors: invalid calls fail an assertion; MPI failures and stalls past the
+ * abort limit end the job.
+ */
+#ifndef CNT_PS_H
+#define CNT_PS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/backend.h"
+
+/* Cuts a buffer of tensors ending at tensor_end[0 .. n_tensors) (increasing
+ * exclusive ends in values; the last is the buffer's size) into `servers`
+ * contiguous shards of whole tensors, each shard's end as close to an equal
+ * share of the values as whole tensors allow, every shard at least one
+ * tensor. shard_end[k]: shard k's exclusive end. CNT_ERR with a message
+ * naming dist.ps_servers when servers < 1 or servers > n_tensors. */
+int ps_plan(const size_t *tensor_end, int n_tensors, int servers, size_t *shard_end);
+
+typedef struct ps ps;
+
+/* What the model looks like, sent by rank 0 to the servers, which build the
+ * same net to hold their shards (they read no data). */
+typedef struct ps_shape {
+    int64_t c, h, w, classes;
+} ps_shape;
+
+/* A collective of the whole job, after dist_split_servers(servers): duplicates
+ * MPI_COMM_WORLD. sync must be 1 (asynchronous training is not built yet). */
+ps *ps_create(int servers, int sync);
+void ps_free(ps *p);
+int ps_workers(const ps *p);
+int ps_servers(const ps *p);
+/* Job rank of server k. */
+int ps_server_rank(const ps *p, int k);
+
+/* Per-step numbers of a worker (ps_finish_step). */
+typedef struct ps_stats {
+    double push_bytes;   /* gradient bytes this worker sent this step */
+    double pull_bytes;   /* parameter bytes it received */
+    double wait_s;       /* seconds from the end of backward to the last parameter shard's arrival */
+    int early;           /* shards pushed before backward ended */
+} ps_stats;
+
+/* ---- worker side ---- */
+/* Binds the worker to its net's device buffers (n values each) cut at
+ * shard_end (ps_plan, the same on every rank). */
+void ps_worker_bind(ps *p, const backend *be, float *params, float *grads, size_t n, const size_t *shard_end);
+/* Rank 0 only, before the first step: the shape, then each server's shard
+ * of params and momentum (host arrays of n values; momentum NULL: zeros). */
+void ps_worker_init_servers(ps *p, const ps_shape *shape, const float *params, const float *momentum);
+/* Starts step `step` (from 1) at learning rate lr: no shard pushed yet. */
+void ps_begin_step(ps *p, long step, double lr);
+/* The net's grad hook (as reducer_grads_ready): grads[offset, offset+count)
+ * are final; pushes every shard this completes. */
+void ps_grads_ready(void *p, size_t offset, size_t count);
+/* Pushes what is left, then waits for every server's new parameters and
+ * uploads them into the net's params. Fills *st when not NULL. */
+void ps_finish_step(ps *p, ps_stats *st);
+/* Rank 0 only, between steps: every server's momentum shard into
+ * momentum[0 .. n) (host), for a checkpoint. */
+void ps_worker_fetch_momentum(ps *p, float *momentum);
+typedef struct ps_server_stats ps_server_stats;
+/* Every worker, once, after its last step: tells the servers it is done.
+ * Rank 0 passes st[servers] and gets each server's numbers; the others NULL. */
+void ps_worker_bye(ps *p, ps_server_stats *st);
+
+/* ---- server side ---- */
+/* Receives rank 0's model shape (the first message a server gets). */
+void ps_server_shape(ps *p, ps_shape *shape);
+/* The server's update of its shard: grads[begin, end) hold the sum of the
+ * workers' gradients; apply the optimizer at lr with scale (1/workers) to
+ * params and momentum there. */
+typedef void (*ps_update_fn)(void *ctx, size_t begin, size_t end, double lr, float scale);
+
+struct ps_server_stats {
+    long steps;          /* updates applied */
+    double wait_s;       /* seconds spent waiting for gradients */
+    double update_s;     /* seconds in the update */
+    double bytes;        /* bytes received and sent in the steps */
+};
+
+/* Serves until every worker has said goodbye: receives rank 0's initial
+ * shard into params and momentum (host arrays of n values with the net's
+ * layout, cut at shard_end; momentum NULL without momentum), then each step
+ * sums the workers' gradient shards into grads, calls update, sends the
+ * parameters back; answers rank 0's momentum requests. */
+void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
+              ps_update_fn update, void *ctx, ps_server_stats *st);
+
+#endif

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# tests/test_ps.sh - parameter servers (dist.mode = ps, dist/ps.h) under a
+# real mpirun, on the CPU:
+#   - synchronous PS equals allreduce with the same global batch, step for
+#     step: 3 ranks (1 server, 2 workers) and 4 ranks (2 servers, 2
+#     workers) against 2 allreduce ranks give the same loss at every step
+#     and the same final weights, bit for bit (a sum of two gradients has
+#     one order);
+#   - one worker with one server equals a single process;
+#   - checkpoint and resume: a PS run stopped at step 3 and resumed ends
+#     with the weights of an uninterrupted one (the servers' momentum goes
+#     into the checkpoint and back to them);
+#   - one worker with three servers (uneven shards) equals it too;
+#   - errors: too few ranks for dist.ps_servers, loss scaling refused (more
+#     servers than tensors: tests/test_ps.c); a stalled server is named by
+#     the workers, which end the job; a killed server ends the job with
+#     mpirun naming its rank; none of these hangs.
+# Run from the repository root after `make`.
+set -u
+if ! command -v mpirun >/dev/null 2>&1 || ! ./trainer --version | grep -q "^mpi: built in"; then
+    echo "SKIPPED: no MPI in this build"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+MPI=(timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+fails=0
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
+small=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=6
+       train.log_every=1 train.threads=1 data.workers=1 optim.lr=0.05 checkpoint.every_steps=6)
+
+# losses DIR: every step's loss in metrics.jsonl, one per line
+losses() { grep '"kind":"step"' "$1/metrics.jsonl" | grep -o '"loss":[^,]*'; }
+# weights DIR OUT: the last checkpoint's weights as safetensors
+weights() {
+    local last
+    last=$(ls "$1/checkpoints" 2>/dev/null | sort | tail -n 1)
+    timeout 60 ./trainer --export "$1/checkpoints/$last" "$2" >/dev/null 2>&1
+}
+
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/ar" >"$tmp/ar.log" 2>&1
+check "allreduce, 2 ranks: exits 0" test $? -eq 0
+weights "$tmp/ar" "$tmp/ar.safetensors"
+check "allreduce, 2 ranks: 6 step losses" test "$(losses "$tmp/ar" | wc -l)" -eq 6
+
+for np in 3 4; do
+    servers=$((np - 2))
+    d="$tmp/ps$np"
+    "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=$servers \
+        train.out_dir="$d" >"$d.log" 2>&1
+    rc=$?
+    check "ps, $np ranks ($servers server(s), 2 workers): exits 0" test $rc -eq 0
+    [ $rc -eq 0 ] || tail -n 15 "$d.log" | sed 's/^/    /'
+    check "ps, $np ranks: the start-up line says 2 workers and $servers server(s), lr scaled by the workers" \
+        grep -q "dist: 2 workers and $servers parameter server.*lr 0.05 per worker x 2 = 0.1" "$d.log"
+    check "ps, $np ranks: every server reports its steps" \
+        test "$(grep -c 'parameter server [0-9] of [0-9] (rank [0-9]): 6 steps served' "$d.log")" -eq $servers
+    check "ps, $np ranks: the same loss as allreduce at every step" test "$(losses "$d")" = "$(losses "$tmp/ar")"
+    weights "$d" "$d.safetensors"
+    check "ps, $np ranks: the same weights as allreduce after 6 steps, bit for bit" \
+        cmp -s "$d.safetensors" "$tmp/ar.safetensors"
+    check "ps, $np ranks: metrics.jsonl carries the PS traffic" grep -q '"ps_push_mb":' "$d/metrics.jsonl"
+done
+
+# One worker and one server: a single process's training.
+timeout 120 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/one" >"$tmp/one.log" 2>&1
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps train.out_dir="$tmp/ps2" \
+    >"$tmp/ps2.log" 2>&1
+check "ps, 1 worker + 1 server: exits 0" test $? -eq 0
+check "ps, 1 worker + 1 server: the losses of a single process" test "$(losses "$tmp/ps2")" = "$(losses "$tmp/one")"
+# Uneven shards: 3 servers share ResNet-20's 65 tensors, one worker.
+"${MPI[@]}" -np 4 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=3 \
+    train.out_dir="$tmp/ps31" >"$tmp/ps31.log" 2>&1
+check "ps, 1 worker + 3 servers: exits 0" test $? -eq 0
+check "ps, 1 worker + 3 servers: the losses of a single process" test "$(losses "$tmp/ps31")" = "$(losses "$tmp/one")"
+
+# Checkpoint and resume: 3 steps, then 3 more from the checkpoint, against the 6 straight (ps4).
+"${MPI[@]}" -np 4 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=2 \
+    train.max_steps=3 checkpoint.every_steps=3 train.out_dir="$tmp/res" >"$tmp/res1.log" 2>&1
+check "ps resume: the first 3 steps exit 0 with a checkpoint" test -n "$(ls "$tmp/res/checkpoints" 2>/dev/null)"
+"${MPI[@]}" -np 4 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=2 \
+    checkpoint.resume=auto train.out_dir="$tmp/res" >"$tmp/res2.log" 2>&1
+check "ps resume: the next 3 steps exit 0 and say they resumed" grep -q "resumed from .* 3 steps done" "$tmp/res2.log"
+weights "$tmp/res" "$tmp/res.safetensors"
+check "ps resume: the weights of the uninterrupted run, bit for bit (momentum restored on the servers)" \
+    cmp -s "$tmp/res.safetensors" "$tmp/ps4.safetensors"
+
+# Errors, each a clear message and a non-zero exit, no hang.
+out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=2 \
+      train.out_dir="$tmp/e1" 2>&1)
+rc=$?
+check "too few ranks: non-zero exit, not a timeout (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+check "too few ranks: the message names dist.ps_servers and the ranks needed" \
+    grep -q "dist.ps_servers = 2 needs at least 3 ranks.*this job has 2" <<<"$out"
+out=$(timeout 60 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps train.precision=fp16 2>&1)
+check "loss scaling: refused with a message naming dist.mode" grep -q "dist.mode = ps does not do loss scaling" <<<"$out"
+# A server that stalls: the workers name it after dist.stall_abort_s and end the job.
+out=$(CNT_TEST_STALL_IN="2:parameter server:60" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer \
+      configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.stall_warn_s=1 dist.stall_abort_s=4 \
+      train.out_dir="$tmp/st" 2>&1)
+rc=$?
+check "stalled server: non-zero exit, not a timeout (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+check "stalled server: a worker names rank 2" grep -qE "stall: rank [01] has waited .* from rank\(s\) 2" <<<"$out"
+
+# A killed server: mpirun ends the job and names the rank.
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps train.max_steps=0 \
+    train.epochs=50 checkpoint.every_steps=0 train.out_dir="$tmp/kill" >"$tmp/kill.log" 2>&1 &
+job=$!
+for _ in $(seq 1 100); do grep -q '"kind":"step"' "$tmp/kill/metrics.jsonl" 2>/dev/null && break; sleep 0.3; done
+victim=""
+for p in $(pgrep -x trainer); do
+    if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then victim=$p; fi
+done
+check "killed server: found the server's process" test -n "$victim"
+[ -n "$victim" ] && kill -9 "$victim"
+t0=$(date +%s)
+wait $job
+rc=$?
+secs=$(($(date +%s) - t0))
+check "killed server: the job ends non-zero within 30 s (rc=$rc, ${secs}s)" test $rc -ne 0 -a $rc -ne 124 -a $secs -le 30
+check "killed server: the output names rank 2" grep -qiE "rank 2|process rank 2" "$tmp/kill.log"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all parameter-server checks passed"
