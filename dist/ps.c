@@ -32,8 +32,22 @@
 #include "dist/dist.h"
 #include "dist/wait.h"
 
-enum { PS_PUSH = 1, PS_STATE = 2, PS_BYE = 3 };
-enum { TAG_SHAPE = 40, TAG_INIT_PARAMS, TAG_INIT_MOMENTUM, TAG_HEAD, TAG_GRAD, TAG_PARAMS, TAG_MOMENTUM, TAG_STATS };
+/* What a worker's header asks (rank 0 alone asks for state and staleness). */
+enum { PS_PUSH = 1, PS_STATE, PS_STATE_PARAMS, PS_STALENESS, PS_BYE };
+enum {
+    TAG_SHAPE = 40, TAG_INIT_PARAMS, TAG_INIT_MOMENTUM, TAG_HEAD, TAG_GRAD, TAG_PARAMS, TAG_ACK, TAG_MOMENTUM,
+    TAG_STATE_PARAMS, TAG_STALENESS, TAG_STATS
+};
+/* A worker's header: kind, step, the version its parameters are, the
+ * learning rate's bits, the stop signal it asks for (0: none). */
+#define HEAD_LEN 5
+/* A server's answer: its version, the staleness the worker's gradient was
+ * applied with, and (server 0, asynchronous) the step every worker stops
+ * after and the signal (0: none). */
+#define ACK_LEN 4
+/* ps_staleness and ps_server_stats as doubles on the wire */
+#define STALE_DOUBLES (3 + PS_HIST)
+#define STATS_DOUBLES (4 + STALE_DOUBLES)
 
 int ps_plan(const size_t *tensor_end, int n_tensors, int servers, size_t *shard_end) {
     if (servers < 1) return cnt_err_set("dist.ps_servers = %d: at least one server", servers);
@@ -68,7 +82,8 @@ int ps_plan(const size_t *tensor_end, int n_tensors, int servers, size_t *shard_
 
 struct ps {
     MPI_Comm comm;
-    int servers, workers, sync;
+    int servers, workers;
+    int max_staleness;       /* -1: unbounded; 0: synchronous */
     int rank;                /* job rank */
     /* worker */
     const backend *be;
@@ -77,9 +92,14 @@ struct ps {
     const size_t *shard_end; /* [servers] */
     float *host_grads;       /* [n] staging */
     float *host_params;      /* [n] staging */
-    int64_t (*head)[4];      /* [servers] headers in flight */
+    int64_t (*head)[HEAD_LEN]; /* [servers] headers in flight */
+    int64_t (*ack)[ACK_LEN]; /* [servers] the answers */
+    int stop_signal;         /* asynchronous: the stop signal this worker asks for (ps_note_stop) */
+    long stop_step;          /* and the step server 0 set for every worker to stop after; 0: none */
+    int stop_agreed;         /* its signal */
+    int64_t *version;        /* [servers] the version of each shard this worker's parameters are */
     MPI_Request *send_req;   /* [2 * servers]: header and shard */
-    MPI_Request *recv_req;   /* [servers] */
+    MPI_Request *recv_req;   /* [2 * servers]: parameters and answer */
     long step;
     double lr;
     size_t ready;            /* gradients final in [0, ready) */
@@ -93,12 +113,12 @@ int ps_workers(const ps *p) { return p->workers; }
 int ps_servers(const ps *p) { return p->servers; }
 int ps_server_rank(const ps *p, int k) { return p->workers + k; }
 
-ps *ps_create(int servers, int sync) {
-    CNT_ASSERT(sync == 1 && servers >= 1 && servers < dist_job_world());
+ps *ps_create(int servers, int max_staleness) {
+    CNT_ASSERT(max_staleness >= -1 && servers >= 1 && servers < dist_job_world());
     ps *p = cnt_calloc(1, sizeof *p);
     p->servers = servers;
     p->workers = dist_job_world() - servers;
-    p->sync = sync;
+    p->max_staleness = max_staleness;
     p->rank = dist_job_rank();
     /* Why a duplicate: the PS messages then never match the trainer's own
      * point-to-point traffic (the ring, the watchdog). */
@@ -115,6 +135,8 @@ void ps_free(ps *p) {
     free(p->host_grads);
     free(p->host_params);
     free(p->head);
+    free(p->ack);
+    free(p->version);
     free(p->send_req);
     free(p->recv_req);
     free(p);
@@ -199,6 +221,29 @@ static void check_count(size_t n) {
                                     "servers (dist.ps_servers)", n);
 }
 
+/* ---------------------------------------------------------------- staleness */
+
+static void stale_add(ps_staleness *s, double v) {
+    s->applied++;
+    s->sum += v;
+    if (v > s->max) s->max = v;
+    s->hist[v < PS_HIST - 1 ? (int)v : PS_HIST - 1]++;
+}
+
+static void stale_pack(const ps_staleness *s, double *v) {
+    v[0] = s->applied;
+    v[1] = s->sum;
+    v[2] = s->max;
+    memcpy(v + 3, s->hist, sizeof s->hist);
+}
+
+static void stale_unpack(ps_staleness *s, const double *v) {
+    s->applied = v[0];
+    s->sum = v[1];
+    s->max = v[2];
+    memcpy(s->hist, v + 3, sizeof s->hist);
+}
+
 /* ---------------------------------------------------------------- worker */
 
 void ps_worker_bind(ps *p, const backend *be, float *params, float *grads, size_t n, const size_t *shard_end) {
@@ -210,13 +255,12 @@ void ps_worker_bind(ps *p, const backend *be, float *params, float *grads, size_
     p->host_grads = cnt_malloc(n * sizeof(float));
     p->host_params = cnt_malloc(n * sizeof(float));
     p->head = cnt_calloc((size_t)p->servers, sizeof *p->head);
+    p->ack = cnt_calloc((size_t)p->servers, sizeof *p->ack);
+    p->version = cnt_calloc((size_t)p->servers, sizeof *p->version);
     p->send_req = cnt_malloc(2 * (size_t)p->servers * sizeof *p->send_req);
-    p->recv_req = cnt_malloc((size_t)p->servers * sizeof *p->recv_req);
-    for (int k = 0; k < 2 * p->servers; k++) p->send_req[k] = MPI_REQUEST_NULL;
-    for (int k = 0; k < p->servers; k++) {
-        check_count(p->shard_end[k] - shard_begin(p, k));
-        p->recv_req[k] = MPI_REQUEST_NULL;
-    }
+    p->recv_req = cnt_malloc(2 * (size_t)p->servers * sizeof *p->recv_req);
+    for (int k = 0; k < 2 * p->servers; k++) p->send_req[k] = p->recv_req[k] = MPI_REQUEST_NULL;
+    for (int k = 0; k < p->servers; k++) check_count(p->shard_end[k] - shard_begin(p, k));
 }
 
 static int64_t lr_bits(double lr) {
@@ -232,10 +276,10 @@ static double lr_of(int64_t b) {
 }
 
 /* Sends a header to server k and waits for it to go (small: immediate). */
-static void send_head(ps *p, int k, int64_t kind, long step) {
-    int64_t h[4] = {kind, step, 0, lr_bits(p->lr)};
+static void send_head(ps *p, int k, int64_t kind) {
+    int64_t h[HEAD_LEN] = {kind, p->step, p->version ? p->version[k] : 0, lr_bits(p->lr), 0};
     MPI_Request r;
-    DIST_MPI_CHECK(MPI_Isend(h, 4, MPI_INT64_T, ps_server_rank(p, k), TAG_HEAD, p->comm, &r));
+    DIST_MPI_CHECK(MPI_Isend(h, HEAD_LEN, MPI_INT64_T, ps_server_rank(p, k), TAG_HEAD, p->comm, &r));
     char what[96];
     snprintf(what, sizeof what, "a message to parameter server %d to be received", k);
     wait_all_named(1, &r, ps_server_rank(p, k), what);
@@ -269,20 +313,22 @@ void ps_begin_step(ps *p, long step, double lr) {
 }
 
 /* Pushes shard k: its gradients to the host, then the header and the shard
- * on their way (completed in ps_finish_step). */
+ * on their way (completed in ps_finish_step), and the receives of the
+ * answer posted. */
 static void push_shard(ps *p, int k) {
     size_t b = shard_begin(p, k), len = p->shard_end[k] - b;
     p->be->download(p->host_grads + b, p->grads_dev + b, len * sizeof(float));
     int64_t *h = p->head[k];
     h[0] = PS_PUSH;
     h[1] = p->step;
-    h[2] = 0;
+    h[2] = p->version[k];
     h[3] = lr_bits(p->lr);
+    h[4] = p->stop_signal;
     int to = ps_server_rank(p, k);
-    DIST_MPI_CHECK(MPI_Isend(h, 4, MPI_INT64_T, to, TAG_HEAD, p->comm, &p->send_req[2 * k]));
-    DIST_MPI_CHECK(MPI_Isend(p->host_grads + b, (int)len, MPI_FLOAT, to, TAG_GRAD, p->comm, &p->send_req[2 * k + 1]));
-    /* the parameters it will answer with */
     DIST_MPI_CHECK(MPI_Irecv(p->host_params + b, (int)len, MPI_FLOAT, to, TAG_PARAMS, p->comm, &p->recv_req[k]));
+    DIST_MPI_CHECK(MPI_Irecv(p->ack[k], ACK_LEN, MPI_INT64_T, to, TAG_ACK, p->comm, &p->recv_req[p->servers + k]));
+    DIST_MPI_CHECK(MPI_Isend(h, HEAD_LEN, MPI_INT64_T, to, TAG_HEAD, p->comm, &p->send_req[2 * k]));
+    DIST_MPI_CHECK(MPI_Isend(p->host_grads + b, (int)len, MPI_FLOAT, to, TAG_GRAD, p->comm, &p->send_req[2 * k + 1]));
     p->pushed++;
 }
 
@@ -302,45 +348,110 @@ void ps_finish_step(ps *p, ps_stats *st) {
     int early = p->early;
     while (p->pushed < p->servers) push_shard(p, p->pushed);
     char what[96];
-    snprintf(what, sizeof what, "the parameters of step %ld", p->step);
-    wait_all_named(p->servers, p->recv_req, ps_server_rank(p, 0), what);
+    /* request i of the 2K waits on server i mod K */
+    for (int half = 0; half < 2; half++) {
+        snprintf(what, sizeof what, half ? "the answers of step %ld" : "the parameters of step %ld", p->step);
+        wait_all_named(p->servers, p->recv_req + half * p->servers, ps_server_rank(p, 0), what);
+    }
     snprintf(what, sizeof what, "the gradients of step %ld to be received", p->step);
     for (int k = 0; k < p->servers; k++) wait_all_named(2, &p->send_req[2 * k], ps_server_rank(p, k), what);
     p->be->upload(p->params_dev, p->host_params, p->n * sizeof(float));
+    long stale = 0;
+    for (int k = 0; k < p->servers; k++) {
+        p->version[k] = p->ack[k][0];
+        if (p->ack[k][1] > stale) stale = (long)p->ack[k][1];
+    }
+    if (p->ack[0][2] > 0 && !p->stop_step) { /* server 0 decides when everyone stops */
+        p->stop_step = (long)p->ack[0][2];
+        p->stop_agreed = (int)p->ack[0][3];
+    }
     p->pushed = 0;
     if (st) {
         st->push_bytes = (double)p->n * sizeof(float);
         st->pull_bytes = (double)p->n * sizeof(float);
         st->wait_s = time_now() - t0;
         st->early = early;
+        st->staleness = stale;
     }
 }
 
-void ps_worker_fetch_momentum(ps *p, float *momentum) {
-    CNT_ASSERT(p->rank == 0 && p->pushed == 0);
-    for (int k = 0; k < p->servers; k++) {
+void ps_note_stop(ps *p, int signal) {
+    if (signal && !p->stop_signal) p->stop_signal = signal;
+}
+
+long ps_stop_step(const ps *p, int *signal) {
+    *signal = p->stop_agreed;
+    return p->stop_step;
+}
+
+void ps_worker_fetch_state(ps *p, float *params, float *momentum) {
+    CNT_ASSERT(p->rank == 0 && p->pushed == 0 && (params || momentum));
+    int K = p->servers, nr = 0;
+    MPI_Request *r = cnt_malloc(3 * (size_t)K * sizeof *r);
+    int64_t(*ver)[ACK_LEN] = cnt_calloc((size_t)K, sizeof *ver);
+    for (int k = 0; k < K; k++) {
         size_t b = shard_begin(p, k), len = p->shard_end[k] - b;
-        send_head(p, k, PS_STATE, p->step);
-        DIST_MPI_CHECK(MPI_Irecv(momentum + b, (int)len, MPI_FLOAT, ps_server_rank(p, k), TAG_MOMENTUM, p->comm,
-                                 &p->recv_req[k]));
+        int from = ps_server_rank(p, k);
+        send_head(p, k, params ? PS_STATE_PARAMS : PS_STATE);
+        /* the answer: momentum, then with PS_STATE_PARAMS the parameters and their version */
+        float *m = momentum ? momentum + b : cnt_malloc((len ? len : 1) * sizeof(float));
+        MPI_Request mr;
+        DIST_MPI_CHECK(MPI_Irecv(m, (int)len, MPI_FLOAT, from, TAG_MOMENTUM, p->comm, &mr));
+        wait_all_named(1, &mr, from, "the servers' momentum");
+        if (!momentum) free(m);
+        if (params) {
+            DIST_MPI_CHECK(MPI_Irecv(params + b, (int)len, MPI_FLOAT, from, TAG_STATE_PARAMS, p->comm, &r[nr++]));
+            DIST_MPI_CHECK(MPI_Irecv(ver[k], ACK_LEN, MPI_INT64_T, from, TAG_ACK, p->comm, &r[nr++]));
+        }
     }
-    wait_all_named(p->servers, p->recv_req, ps_server_rank(p, 0), "the servers' momentum (for a checkpoint)");
+    if (nr) wait_all_named(nr, r, ps_server_rank(p, 0), "the servers' parameters");
+    if (params)
+        for (int k = 0; k < K; k++) p->version[k] = ver[k][0];
+    free(ver);
+    free(r);
+}
+
+void ps_worker_sync_params(ps *p) {
+    CNT_ASSERT(p->pushed == 0);
+    dist_phase("parameter-server sync: every worker's last push answered");
+    dist_barrier();
+    if (p->rank == 0) ps_worker_fetch_state(p, p->host_params, NULL);
+    dist_phase("parameter-server sync: the servers' parameters");
+    dist_broadcast(p->host_params, p->n * sizeof(float), 0);
+    dist_broadcast(p->version, (size_t)p->servers * sizeof *p->version, 0);
+    p->be->upload(p->params_dev, p->host_params, p->n * sizeof(float));
+}
+
+void ps_worker_fetch_staleness(ps *p, ps_staleness *window, ps_staleness *total) {
+    CNT_ASSERT(p->rank == 0 && p->pushed == 0);
+    double v[2 * STALE_DOUBLES];
+    for (int k = 0; k < p->servers; k++) {
+        send_head(p, k, PS_STALENESS);
+        MPI_Request r;
+        DIST_MPI_CHECK(MPI_Irecv(v, 2 * STALE_DOUBLES, MPI_DOUBLE, ps_server_rank(p, k), TAG_STALENESS, p->comm, &r));
+        wait_all_named(1, &r, ps_server_rank(p, k), "the staleness statistics");
+        stale_unpack(&window[k], v);
+        if (total) stale_unpack(&total[k], v + STALE_DOUBLES);
+    }
 }
 
 void ps_worker_bye(ps *p, ps_server_stats *st) {
     CNT_ASSERT(p->pushed == 0 && (p->rank == 0) == (st != NULL));
-    for (int k = 0; k < p->servers; k++) send_head(p, k, PS_BYE, p->step);
+    for (int k = 0; k < p->servers; k++) send_head(p, k, PS_BYE);
     if (!st) return;
-    /* every step is served by now: rank 0's last step needed every worker's push */
-    double *v = cnt_malloc(4 * (size_t)p->servers * sizeof *v);
+    /* a server answers rank 0's goodbye once every worker has said it */
+    double *v = cnt_malloc(STATS_DOUBLES * (size_t)p->servers * sizeof *v);
     for (int k = 0; k < p->servers; k++)
-        DIST_MPI_CHECK(MPI_Irecv(v + 4 * k, 4, MPI_DOUBLE, ps_server_rank(p, k), TAG_STATS, p->comm, &p->recv_req[k]));
+        DIST_MPI_CHECK(MPI_Irecv(v + STATS_DOUBLES * k, STATS_DOUBLES, MPI_DOUBLE, ps_server_rank(p, k), TAG_STATS,
+                                 p->comm, &p->recv_req[k]));
     wait_all_named(p->servers, p->recv_req, ps_server_rank(p, 0), "the servers' statistics");
     for (int k = 0; k < p->servers; k++) {
-        st[k].steps = (long)v[4 * k];
-        st[k].wait_s = v[4 * k + 1];
-        st[k].update_s = v[4 * k + 2];
-        st[k].bytes = v[4 * k + 3];
+        const double *x = v + STATS_DOUBLES * k;
+        st[k].steps = (long)x[0];
+        st[k].wait_s = x[1];
+        st[k].update_s = x[2];
+        st[k].bytes = x[3];
+        stale_unpack(&st[k].stale, x + 4);
     }
     free(v);
 }
@@ -358,131 +469,212 @@ void ps_server_shape(ps *p, ps_shape *shape) {
     shape->classes = s[3];
 }
 
+/* One server's bookkeeping of its workers. */
+typedef struct worker_state {
+    int64_t head[HEAD_LEN]; /* the header being received */
+    MPI_Request hreq;    /* its receive; MPI_REQUEST_NULL once the worker said goodbye */
+    float *g;            /* [len] its last gradient */
+    int pending;         /* g holds a gradient not yet applied */
+    int owed;            /* it pushed and waits for an answer */
+    long clock;          /* pushes so far */
+    int64_t version;     /* the version its pending gradient was computed on */
+    long step;           /* the step of its last push */
+    double lr;           /* and its learning rate */
+    int64_t stale;       /* the staleness its last gradient was applied with */
+    int gone;
+} worker_state;
+
 void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
               ps_update_fn update, void *ctx, ps_server_stats *st) {
-    int k = p->rank - p->workers, W = p->workers;
+    int k = p->rank - p->workers, W = p->workers, S = p->max_staleness;
     CNT_ASSERT(k >= 0 && k < p->servers);
     size_t b = k ? shard_end[k - 1] : 0, len = shard_end[k] - b;
     CNT_ASSERT(shard_end[p->servers - 1] == n);
     check_count(len);
     memset(st, 0, sizeof *st);
 
-    /* rank 0's initial shard: fresh weights, or a checkpoint's */
-    float *scratch_m = momentum ? NULL : cnt_malloc((len ? len : 1) * sizeof(float));
+    /* rank 0's initial shard: fresh weights, or a checkpoint's; without
+     * momentum (optim.momentum = 0) a checkpoint holds zeros */
+    float *zeros = cnt_calloc(len ? len : 1, sizeof(float));
+    float *mom = momentum ? momentum + b : zeros;
     MPI_Request init[2];
     DIST_MPI_CHECK(MPI_Irecv(params + b, (int)len, MPI_FLOAT, 0, TAG_INIT_PARAMS, p->comm, &init[0]));
-    DIST_MPI_CHECK(MPI_Irecv(momentum ? momentum + b : scratch_m, (int)len, MPI_FLOAT, 0, TAG_INIT_MOMENTUM,
-                             p->comm, &init[1]));
+    DIST_MPI_CHECK(MPI_Irecv(mom, (int)len, MPI_FLOAT, 0, TAG_INIT_MOMENTUM, p->comm, &init[1]));
     wait_all_named(2, init, 0, "the initial parameters");
-    free(scratch_m);
+    if (!momentum) memset(zeros, 0, len * sizeof(float));
 
-    /* one header in flight from every worker; gradients each into its own buffer */
-    int64_t(*head)[4] = cnt_calloc((size_t)W, sizeof *head);
-    MPI_Request *hreq = cnt_malloc((size_t)W * sizeof *hreq);
-    MPI_Request *sreq = cnt_malloc((size_t)W * sizeof *sreq);
-    float **g = cnt_calloc((size_t)W, sizeof *g);
-    int *pushed = cnt_calloc((size_t)W, sizeof *pushed), *gone = cnt_calloc((size_t)W, sizeof *gone);
+    worker_state *ws = cnt_calloc((size_t)W, sizeof *ws);
+    MPI_Request *sreq = cnt_malloc(2 * (size_t)W * sizeof *sreq);
+    int64_t(*ack)[ACK_LEN] = cnt_calloc((size_t)W, sizeof *ack);
+    long stop_step = 0;  /* server 0, asynchronous: the step every worker stops after */
+    int64_t stop_signal = 0;
     int *missing = cnt_calloc((size_t)W, sizeof *missing);
     for (int w = 0; w < W; w++) {
-        g[w] = w == 0 ? grads + b : cnt_malloc((len ? len : 1) * sizeof(float));
-        sreq[w] = MPI_REQUEST_NULL;
-        DIST_MPI_CHECK(MPI_Irecv(head[w], 4, MPI_INT64_T, w, TAG_HEAD, p->comm, &hreq[w]));
+        ws[w].g = cnt_malloc((len ? len : 1) * sizeof(float));
+        sreq[2 * w] = sreq[2 * w + 1] = MPI_REQUEST_NULL;
+        DIST_MPI_CHECK(MPI_Irecv(ws[w].head, HEAD_LEN, MPI_INT64_T, w, TAG_HEAD, p->comm, &ws[w].hreq));
     }
-    int n_pushed = 0, n_gone = 0;
-    long step = -1;
-    double lr = 0;
+    int64_t version = 0;
+    ps_staleness window;
+    memset(&window, 0, sizeof window);
+    int n_gone = 0;
     stall wait;
     stall_start(&wait);
     char what[96];
     while (n_gone < W) {
         int progressed = 0;
         for (int w = 0; w < W; w++) {
+            worker_state *x = &ws[w];
             int f = 0;
-            if (hreq[w] == MPI_REQUEST_NULL) continue;
-            DIST_MPI_CHECK(MPI_Test(&hreq[w], &f, MPI_STATUS_IGNORE));
+            if (x->hreq == MPI_REQUEST_NULL) continue;
+            DIST_MPI_CHECK(MPI_Test(&x->hreq, &f, MPI_STATUS_IGNORE));
             if (!f) continue;
             progressed = 1;
-            int64_t kind = head[w][0];
+            int64_t kind = x->head[0];
             if (kind == PS_PUSH) {
-                if (pushed[w])
-                    cnt_fatal("parameter server %d: worker rank %d pushed step %lld before step %ld was served", k, w,
-                              (long long)head[w][1], step);
-                if (n_pushed == 0) {
-                    step = (long)head[w][1];
-                    lr = lr_of(head[w][3]);
-                } else if (head[w][1] != step) {
-                    cnt_fatal("parameter server %d: worker rank %d pushed step %lld while others pushed step %ld "
-                              "(synchronous mode: every worker takes the same steps)",
-                              k, w, (long long)head[w][1], step);
-                }
+                if (x->owed)
+                    cnt_fatal("parameter server %d: worker rank %d pushed step %lld before its step %ld was answered",
+                              k, w, (long long)x->head[1], x->step);
                 MPI_Request r;
-                DIST_MPI_CHECK(MPI_Irecv(g[w], (int)len, MPI_FLOAT, w, TAG_GRAD, p->comm, &r));
+                DIST_MPI_CHECK(MPI_Irecv(x->g, (int)len, MPI_FLOAT, w, TAG_GRAD, p->comm, &r));
                 wait_all_named(1, &r, w, "a gradient shard");
-                pushed[w] = 1;
-                n_pushed++;
-            } else if (kind == PS_STATE) {
-                /* without momentum (optim.momentum = 0) the zeros a checkpoint holds then */
-                float *m = momentum ? momentum + b : cnt_calloc(len ? len : 1, sizeof(float));
-                DIST_MPI_CHECK(MPI_Isend(m, (int)len, MPI_FLOAT, w, TAG_MOMENTUM, p->comm, &sreq[w]));
-                wait_all_named(1, &sreq[w], w, "the momentum to be received");
-                if (!momentum) free(m);
-            } else if (kind == PS_BYE) {
-                gone[w] = 1;
-                n_gone++;
-                if (w == 0) { /* rank 0 reports every server's numbers */
-                    double v[4] = {(double)st->steps, st->wait_s, st->update_s, st->bytes};
-                    DIST_MPI_CHECK(MPI_Isend(v, 4, MPI_DOUBLE, 0, TAG_STATS, p->comm, &sreq[0]));
-                    wait_all_named(1, &sreq[0], 0, "the statistics to be received");
+                x->pending = x->owed = 1;
+                x->clock++;
+                x->step = (long)x->head[1];
+                x->version = x->head[2];
+                x->lr = lr_of(x->head[3]);
+                st->bytes += (double)len * sizeof(float);
+                if (k == 0 && x->head[4] && !stop_step) {
+                    /* a worker got a stop signal: every worker stops after the
+                     * step after the furthest one begun, which none has passed */
+                    for (int j = 0; j < W; j++)
+                        if (ws[j].step > stop_step) stop_step = ws[j].step;
+                    stop_step++;
+                    stop_signal = x->head[4];
                 }
+            } else if (kind == PS_STATE || kind == PS_STATE_PARAMS) {
+                /* rank 0, between its steps: momentum, and the parameters with their version */
+                MPI_Request r[3];
+                int nr = 0;
+                DIST_MPI_CHECK(MPI_Isend(mom, (int)len, MPI_FLOAT, w, TAG_MOMENTUM, p->comm, &r[nr++]));
+                int64_t v[ACK_LEN] = {version, 0, 0, 0};
+                if (kind == PS_STATE_PARAMS) {
+                    DIST_MPI_CHECK(MPI_Isend(params + b, (int)len, MPI_FLOAT, w, TAG_STATE_PARAMS, p->comm, &r[nr++]));
+                    DIST_MPI_CHECK(MPI_Isend(v, ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &r[nr++]));
+                }
+                wait_all_named(nr, r, w, "the state to be received");
+            } else if (kind == PS_STALENESS) {
+                double v[2 * STALE_DOUBLES];
+                stale_pack(&window, v);
+                stale_pack(&st->stale, v + STALE_DOUBLES);
+                memset(&window, 0, sizeof window);
+                MPI_Request r;
+                DIST_MPI_CHECK(MPI_Isend(v, 2 * STALE_DOUBLES, MPI_DOUBLE, w, TAG_STALENESS, p->comm, &r));
+                wait_all_named(1, &r, w, "the staleness statistics to be received");
+            } else if (kind == PS_BYE) {
+                if (x->owed) cnt_fatal("parameter server %d: worker rank %d said goodbye while owed an answer", k, w);
+                x->gone = 1;
+                n_gone++;
                 continue; /* no further header from it */
             } else {
                 cnt_fatal("parameter server %d: unknown message kind %lld from rank %d", k, (long long)kind, w);
             }
-            DIST_MPI_CHECK(MPI_Irecv(head[w], 4, MPI_INT64_T, w, TAG_HEAD, p->comm, &hreq[w]));
+            DIST_MPI_CHECK(MPI_Irecv(x->head, HEAD_LEN, MPI_INT64_T, w, TAG_HEAD, p->comm, &x->hreq));
         }
-        if (n_pushed == W) {
-            /* every worker's gradient of the step: sum in worker order, update, answer */
+
+        /* Whom it may answer: a worker at most S pushes ahead of the slowest
+         * still training (S < 0: anyone). The slowest always may, so this
+         * never deadlocks. */
+        long slowest = -1;
+        for (int w = 0; w < W; w++)
+            if (!ws[w].gone && (slowest < 0 || ws[w].clock < slowest)) slowest = ws[w].clock;
+        int answer = 0;
+        for (int w = 0; w < W; w++) {
+            missing[w] = ws[w].owed && (S < 0 || ws[w].clock - slowest <= S); /* here: may be answered */
+            answer |= missing[w];
+        }
+        if (answer) {
             st->wait_s += time_now() - wait.t0;
             stall_end(&wait, "the gradients");
-            double t0 = time_now();
-            for (int w = 1; w < W; w++) {
+            int first = -1;
+            long newest = -1;
+            double lr = 0;
+            for (int w = 0; w < W; w++)
+                if (ws[w].pending) {
+                    if (first < 0) first = w;
+                    if (ws[w].step > newest) {
+                        newest = ws[w].step;
+                        lr = ws[w].lr;
+                    }
+                }
+            if (first >= 0) {
+                /* what has arrived, summed in worker order, as one update */
+                double t0 = time_now();
                 float *acc = grads + b;
-                const float *gw = g[w];
-                for (size_t i = 0; i < len; i++) acc[i] += gw[i];
+                memcpy(acc, ws[first].g, len * sizeof(float));
+                for (int w = first + 1; w < W; w++) {
+                    if (!ws[w].pending) continue;
+                    const float *gw = ws[w].g;
+                    for (size_t i = 0; i < len; i++) acc[i] += gw[i];
+                }
+                for (int w = first; w < W; w++) {
+                    if (!ws[w].pending) continue;
+                    ws[w].stale = version - ws[w].version;
+                    stale_add(&st->stale, (double)ws[w].stale);
+                    stale_add(&window, (double)ws[w].stale);
+                    ws[w].pending = 0;
+                }
+                update(ctx, b, b + len, lr, (float)(1.0 / W));
+                version++;
+                st->update_s += time_now() - t0;
+                st->steps++;
             }
-            update(ctx, b, b + len, lr, (float)(1.0 / W));
-            st->update_s += time_now() - t0;
-            st->steps++;
-            st->bytes += 2.0 * W * (double)len * sizeof(float); /* W shards in, W out */
             for (int w = 0; w < W; w++) {
-                DIST_MPI_CHECK(MPI_Isend(params + b, (int)len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &sreq[w]));
-                pushed[w] = 0;
+                if (!missing[w]) continue;
+                ack[w][0] = version;
+                ack[w][1] = ws[w].stale;
+                ack[w][2] = stop_step;
+                ack[w][3] = stop_signal;
+                DIST_MPI_CHECK(MPI_Isend(params + b, (int)len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &sreq[2 * w]));
+                DIST_MPI_CHECK(MPI_Isend(ack[w], ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &sreq[2 * w + 1]));
+                ws[w].owed = 0;
+                st->bytes += (double)len * sizeof(float);
             }
-            n_pushed = 0;
-            /* the next update writes params: its sends must have gone (each worker
-             * posted its receive when it pushed, so this is quick) */
+            /* the next update writes params: these sends must have gone by
+             * then (each worker posted its receives when it pushed) */
             for (int w = 0; w < W; w++) {
-                snprintf(what, sizeof what, "the parameters of step %ld to be received", step);
-                wait_all_named(1, &sreq[w], w, what);
+                if (!missing[w]) continue;
+                snprintf(what, sizeof what, "the parameters of step %ld to be received", ws[w].step);
+                wait_all_named(2, &sreq[2 * w], w, what);
             }
             stall_start(&wait);
             continue;
         }
-        if (!progressed) {
-            for (int w = 0; w < W; w++) missing[w] = !gone[w] && !pushed[w];
-            snprintf(what, sizeof what, "the gradients of step %ld", n_pushed ? step : step + 1);
-            stall_poll(&wait, W, missing, 0, what);
+        if (progressed) {
+            stall_start(&wait);
+            continue;
         }
+        /* nothing to do: waiting for the workers that owe a push */
+        long step = 0;
+        for (int w = 0; w < W; w++) {
+            missing[w] = !ws[w].gone && !ws[w].owed;
+            if (ws[w].step > step) step = ws[w].step;
+        }
+        snprintf(what, sizeof what, "gradients (the newest step pushed: %ld)", step);
+        stall_poll(&wait, W, missing, 0, what);
     }
-    if (n_pushed) cnt_fatal("parameter server %d: workers left with step %ld half pushed", k, step);
-    for (int w = 1; w < W; w++) free(g[w]);
-    free(g);
-    free(head);
-    free(hreq);
+    /* rank 0's goodbye gets the server's numbers (its receive is posted) */
+    double v[STATS_DOUBLES] = {(double)st->steps, st->wait_s, st->update_s, st->bytes};
+    stale_pack(&st->stale, v + 4);
+    MPI_Request r;
+    DIST_MPI_CHECK(MPI_Isend(v, STATS_DOUBLES, MPI_DOUBLE, 0, TAG_STATS, p->comm, &r));
+    wait_all_named(1, &r, 0, "the statistics to be received");
+    for (int w = 0; w < W; w++) free(ws[w].g);
+    free(ws);
     free(sreq);
-    free(pushed);
-    free(gone);
+    free(ack);
     free(missing);
+    free(zeros);
 }
 
 #else /* !CNT_HAVE_MPI: no servers in a world of one (dist.mode = ps is refused before) */
@@ -491,9 +683,9 @@ struct ps {
     int unused;
 };
 
-ps *ps_create(int servers, int sync) {
+ps *ps_create(int servers, int max_staleness) {
     (void)servers;
-    (void)sync;
+    (void)max_staleness;
     CNT_ASSERT(!"parameter servers need MPI");
     return NULL;
 }
@@ -510,7 +702,17 @@ void ps_worker_init_servers(ps *p, const ps_shape *shape, const float *params, c
 void ps_begin_step(ps *p, long step, double lr) { (void)p, (void)step, (void)lr; }
 void ps_grads_ready(void *p, size_t offset, size_t count) { (void)p, (void)offset, (void)count; }
 void ps_finish_step(ps *p, ps_stats *st) { (void)p, (void)st; }
-void ps_worker_fetch_momentum(ps *p, float *momentum) { (void)p, (void)momentum; }
+void ps_worker_fetch_state(ps *p, float *params, float *momentum) { (void)p, (void)params, (void)momentum; }
+void ps_worker_sync_params(ps *p) { (void)p; }
+void ps_note_stop(ps *p, int signal) { (void)p, (void)signal; }
+long ps_stop_step(const ps *p, int *signal) {
+    (void)p;
+    *signal = 0;
+    return 0;
+}
+void ps_worker_fetch_staleness(ps *p, ps_staleness *window, ps_staleness *total) {
+    (void)p, (void)window, (void)total;
+}
 void ps_worker_bye(ps *p, ps_server_stats *st) { (void)p, (void)st; }
 void ps_server_shape(ps *p, ps_shape *shape) { (void)p, (void)shape; }
 void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,

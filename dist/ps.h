@@ -12,12 +12,26 @@
  * memory over MPI point-to-point on a private duplicate of MPI_COMM_WORLD; a
  * GPU worker stages its gradients and parameters through the host.
  *
- * Synchronous (dist.ps_sync = true, what this module implements): a server
- * waits for every worker's gradient of step t, sums them in worker order,
- * has the caller's update apply the optimizer to its shard with scale
- * 1/workers, then sends the new parameters to every worker. So a step equals
- * an allreduce step with the same global batch: the same sum (bit for bit
- * with 2 workers, whose sum a+b no order changes) and the same update.
+ * Synchronous (dist.ps_sync = true): a server waits for every worker's
+ * gradient of step t, sums them in worker order, has the caller's update
+ * apply the optimizer to its shard with scale 1/workers, then sends the new
+ * parameters to every worker. So a step equals an allreduce step with the
+ * same global batch: the same sum (bit for bit with 2 workers, whose sum a+b
+ * no order changes) and the same update.
+ *
+ * Asynchronous (dist.ps_sync = false): a server owes each worker that pushed
+ * an answer, and answers as soon as it may: at once without a bound, or, with
+ * dist.ps_max_staleness = S, once the worker is at most S steps ahead of the
+ * slowest worker still training (stale-synchronous parallel; the slowest
+ * never waits). Before answering, it applies what has arrived: the pending
+ * gradients, summed in worker order, as one update (scale 1/workers each, at
+ * the learning rate of the newest step among them). Without a bound that is
+ * one update per gradient, as it arrives, and other workers compute on
+ * parameters that are older by the updates in between: a gradient's
+ * staleness is the server's version (updates applied) when it is applied
+ * minus the version the worker computed on. With S = 0 every worker waits
+ * for all the others at every step and each update sums all of a step's
+ * gradients: exactly the synchronous mode, which is how it is built.
  *
  * Messages (tags on the private communicator): a worker's header (kind,
  * step, learning rate) precedes what it asks: a gradient shard (PUSH), the
@@ -59,9 +73,10 @@ typedef struct ps_shape {
     int64_t c, h, w, classes;
 } ps_shape;
 
-/* A collective of the whole job, after dist_split_servers(servers): duplicates
- * MPI_COMM_WORLD. sync must be 1 (asynchronous training is not built yet). */
-ps *ps_create(int servers, int sync);
+/* A collective of the whole job, after dist_split_servers(servers):
+ * duplicates MPI_COMM_WORLD. max_staleness: -1 unbounded asynchronous
+ * training, S >= 0 the bound above (0: synchronous). */
+ps *ps_create(int servers, int max_staleness);
 void ps_free(ps *p);
 int ps_workers(const ps *p);
 int ps_servers(const ps *p);
@@ -74,7 +89,18 @@ typedef struct ps_stats {
     double pull_bytes;   /* parameter bytes it received */
     double wait_s;       /* seconds from the end of backward to the last parameter shard's arrival */
     int early;           /* shards pushed before backward ended */
+    long staleness;      /* the largest over the shards of this step's gradient's staleness (0 when synchronous) */
 } ps_stats;
+
+/* How stale the applied gradients were: a histogram of 0 .. PS_HIST-2 and
+ * PS_HIST-1 for that or more. */
+#define PS_HIST 16
+typedef struct ps_staleness {
+    double applied;      /* gradients applied */
+    double sum;          /* their staleness summed */
+    double max;
+    double hist[PS_HIST];
+} ps_staleness;
 
 /* ---- worker side ---- */
 /* Binds the worker to its net's device buffers (n values each) cut at
@@ -92,9 +118,27 @@ void ps_grads_ready(void *p, size_t offset, size_t count);
  * uploads them into the net's params. Fills *st when not NULL. */
 void ps_finish_step(ps *p, ps_stats *st);
 /* Rank 0 only, between steps: every server's momentum shard into
- * momentum[0 .. n) (host), for a checkpoint. */
-void ps_worker_fetch_momentum(ps *p, float *momentum);
+ * momentum[0 .. n) (host), for a checkpoint; and, params not NULL, its
+ * current parameters (asynchronous training: newer than rank 0's). */
+void ps_worker_fetch_state(ps *p, float *params, float *momentum);
+/* Asynchronous training, every worker: waits for the others (a collective
+ * among the workers, once every worker's last push has been answered), then
+ * gives every worker the servers' current parameters (rank 0 fetches them and
+ * broadcasts), so evaluation and the next epoch start from the same ones. */
+void ps_worker_sync_params(ps *p);
+/* Rank 0 only: each server's staleness since the previous call (window)
+ * into st_window[servers], and, total not NULL, since the start. */
+void ps_worker_fetch_staleness(ps *p, ps_staleness *window, ps_staleness *total);
 typedef struct ps_server_stats ps_server_stats;
+/* Asynchronous training: a stop signal (train/stop.h) this worker got,
+ * carried to the servers with its next push; server 0 answers every worker
+ * with the step all of them stop after (the one after the furthest step any
+ * has begun, so none has passed it and all stop at the same step, as the
+ * trainer's collectives need), which ps_stop_step then returns with the
+ * signal (0: not yet). Workers need not wait for each other for it, as an
+ * allreduce of the signal would make them. */
+void ps_note_stop(ps *p, int signal);
+long ps_stop_step(const ps *p, int *signal);
 /* Every worker, once, after its last step: tells the servers it is done.
  * Rank 0 passes st[servers] and gets each server's numbers; the others NULL. */
 void ps_worker_bye(ps *p, ps_server_stats *st);
@@ -109,16 +153,17 @@ typedef void (*ps_update_fn)(void *ctx, size_t begin, size_t end, double lr, flo
 
 struct ps_server_stats {
     long steps;          /* updates applied */
-    double wait_s;       /* seconds spent waiting for gradients */
+    double wait_s;       /* seconds with nothing to do: waiting for gradients */
     double update_s;     /* seconds in the update */
-    double bytes;        /* bytes received and sent in the steps */
+    double bytes;        /* gradient and parameter bytes received and sent */
+    ps_staleness stale;  /* every applied gradient's staleness */
 };
 
 /* Serves until every worker has said goodbye: receives rank 0's initial
  * shard into params and momentum (host arrays of n values with the net's
  * layout, cut at shard_end; momentum NULL without momentum), then each step
- * sums the workers' gradient shards into grads, calls update, sends the
- * parameters back; answers rank 0's momentum requests. */
+ * sums the pending gradient shards into grads, calls update, sends the
+ * parameters back, as the mode above says; answers rank 0's requests. */
 void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
               ps_update_fn update, void *ctx, ps_server_stats *st);
 

@@ -39,7 +39,7 @@ static const char *const all_keys[] = {
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight", "train.memory_check",
     "train.emulate_compute",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
-    "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.backend",
+    "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
     "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume",

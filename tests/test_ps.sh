@@ -7,6 +7,10 @@
 #     and the same final weights, bit for bit (a sum of two gradients has
 #     one order);
 #   - one worker with one server equals a single process;
+#   - asynchronous: with staleness bound 0 it equals synchronous bit for bit;
+#     unbounded, a worker that sleeps (CNT_TEST_STALL) has its next gradient
+#     applied several updates late, staleness is recorded per epoch and in
+#     the progress lines, and training learns; bound 1 keeps it small;
 #   - checkpoint and resume: a PS run stopped at step 3 and resumed ends
 #     with the weights of an uninterrupted one (the servers' momentum goes
 #     into the checkpoint and back to them);
@@ -55,7 +59,7 @@ for np in 3 4; do
     check "ps, $np ranks: the start-up line says 2 workers and $servers server(s), lr scaled by the workers" \
         grep -q "dist: 2 workers and $servers parameter server.*lr 0.05 per worker x 2 = 0.1" "$d.log"
     check "ps, $np ranks: every server reports its steps" \
-        test "$(grep -c 'parameter server [0-9] of [0-9] (rank [0-9]): 6 steps served' "$d.log")" -eq $servers
+        test "$(grep -c 'parameter server [0-9] of [0-9] (rank [0-9]): 6 updates applying 12 gradients' "$d.log")" -eq $servers
     check "ps, $np ranks: the same loss as allreduce at every step" test "$(losses "$d")" = "$(losses "$tmp/ar")"
     weights "$d" "$d.safetensors"
     check "ps, $np ranks: the same weights as allreduce after 6 steps, bit for bit" \
@@ -86,6 +90,60 @@ weights "$tmp/res" "$tmp/res.safetensors"
 check "ps resume: the weights of the uninterrupted run, bit for bit (momentum restored on the servers)" \
     cmp -s "$tmp/res.safetensors" "$tmp/ps4.safetensors"
 
+# Asynchronous. With staleness bound 0 every worker waits for the others at
+# every step: the synchronous mode's losses and weights, bit for bit.
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_sync=false \
+    dist.ps_max_staleness=0 train.out_dir="$tmp/as0" >"$tmp/as0.log" 2>&1
+check "async, bound 0: exits 0" test $? -eq 0
+check "async, bound 0: the start-up line says asynchronous with the bound" \
+    grep -q "asynchronously (at most 0 steps ahead of the slowest worker)" "$tmp/as0.log"
+# (its progress lines show rank 0's loss, not the workers' mean: asynchronous workers do not meet to average it)
+check "async, bound 0: the synchronous evaluation" \
+    test "$(grep '"kind":"eval"' "$tmp/as0/metrics.jsonl")" = "$(grep '"kind":"eval"' "$tmp/ps3/metrics.jsonl")"
+weights "$tmp/as0" "$tmp/as0.safetensors"
+check "async, bound 0: the synchronous weights, bit for bit" cmp -s "$tmp/as0.safetensors" "$tmp/ps3.safetensors"
+check "async, bound 0: every applied gradient had staleness 0" \
+    grep -q '"kind":"staleness".*"max":0,' "$tmp/as0/metrics.jsonl"
+
+# Unbounded, with worker 1 asleep for 3 s at step 4 (test-only fault
+# injection): worker 0 goes on alone, so worker 1's next gradient is applied
+# several updates late; it still learns (two epochs of 512 samples).
+slice=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=2 train.log_every=8
+       train.threads=1 data.workers=1 optim.lr=0.05 checkpoint.every_epochs=0)
+CNT_TEST_STALL=1:4:3 "${MPI[@]}" -x CNT_TEST_STALL -np 3 ./trainer configs/resnet20-fashion.ini "${slice[@]}" \
+    dist.mode=ps dist.ps_sync=false train.out_dir="$tmp/as" >"$tmp/as.log" 2>&1
+check "async, unbounded: exits 0" test $? -eq 0
+check "async, unbounded: a staleness record per epoch" \
+    test "$(grep -c '"kind":"staleness"' "$tmp/as/metrics.jsonl" 2>/dev/null)" -eq 2
+check "async, unbounded: the stalled worker's gradient was applied 3 or more updates late" \
+    python3 - "$tmp/as/metrics.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+st = [r for r in recs if r["kind"] == "staleness"]
+assert max(r["max"] for r in st) >= 3, st
+assert sum(r["applied"] for r in st) == 2 * 32, st  # every gradient of 2 workers x 16 steps x 2 epochs, counted once
+PY
+check "async, unbounded: the progress lines show staleness" grep -q "stale [0-9.]* (max [0-9]*)" "$tmp/as.log"
+check "async, unbounded: it learns (the last logged loss below the first)" python3 - "$tmp/as/metrics.jsonl" <<'PY'
+import json, sys
+l = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"kind":"step"' in x]
+assert l[-1] < l[0], l
+PY
+check "async: after each epoch every worker holds the servers' parameters (the identity check passes)" \
+    test "$(grep -c 'parameters bit-identical on all 2 ranks' "$tmp/as.log")" -eq 2
+# Bound 1, the same stall: worker 0 waits for worker 1 instead, so staleness stays small.
+CNT_TEST_STALL=1:4:3 "${MPI[@]}" -x CNT_TEST_STALL -np 3 ./trainer configs/resnet20-fashion.ini "${slice[@]}" \
+    dist.mode=ps dist.ps_sync=false dist.ps_max_staleness=1 train.out_dir="$tmp/as1" >"$tmp/as1.log" 2>&1
+check "async, bound 1: exits 0" test $? -eq 0
+check "async, bound 1: no gradient applied more than 2 updates late" python3 - "$tmp/as1/metrics.jsonl" <<'PY'
+import json, sys
+st = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"staleness"' in l]
+assert st and max(r["max"] for r in st) <= 2, st
+PY
+out=$(timeout 60 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_max_staleness=2 2>&1)
+check "a staleness bound with synchronous servers: refused, naming both keys" \
+    grep -q "dist.ps_max_staleness = 2 bounds asynchronous training: set dist.ps_sync = false" <<<"$out"
+
 # Errors, each a clear message and a non-zero exit, no hang.
 out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=2 \
       train.out_dir="$tmp/e1" 2>&1)
@@ -95,6 +153,24 @@ check "too few ranks: the message names dist.ps_servers and the ranks needed" \
     grep -q "dist.ps_servers = 2 needs at least 3 ranks.*this job has 2" <<<"$out"
 out=$(timeout 60 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps train.precision=fp16 2>&1)
 check "loss scaling: refused with a message naming dist.mode" grep -q "dist.mode = ps does not do loss scaling" <<<"$out"
+# A stop signal to one asynchronous worker: server 0 names the step every
+# worker stops after, rank 0 writes the checkpoint, the job exits 75.
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${slice[@]}" train.epochs=200 dist.mode=ps \
+    dist.ps_sync=false checkpoint.every_epochs=1 train.out_dir="$tmp/sig" >"$tmp/sig.log" 2>&1 &
+job=$!
+for _ in $(seq 1 100); do grep -q '"kind":"step"' "$tmp/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.3; done
+victim=""
+for p in $(pgrep -x trainer); do
+    if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$p; fi
+done
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $job
+rc=$?
+check "SIGTERM to async worker 1: the job exits 75 (rc=$rc)" test $rc -eq 75
+check "SIGTERM to async worker 1: rank 0 says so and writes the checkpoint" \
+    grep -q "stopped (SIGTERM at step [0-9]*, .*checkpoint written" "$tmp/sig.log"
+[ $rc -eq 75 ] || tail -n 8 "$tmp/sig.log" | sed 's/^/    /'
+
 # A server that stalls: the workers name it after dist.stall_abort_s and end the job.
 out=$(CNT_TEST_STALL_IN="2:parameter server:60" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer \
       configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.stall_warn_s=1 dist.stall_abort_s=4 \

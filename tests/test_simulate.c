@@ -294,6 +294,64 @@ static void test_curve_only_at_its_world(void **state) {
 }
 
 /* Each malformed profile is refused with a message naming the field. */
+/* Synchronous parameter servers, worked by hand (bw 10^6 bytes/s: 1 ms per
+ * 1000 bytes; no latency). One server, 2 workers: the whole 4000-byte shard
+ * is ready when backward ends (5 ms); the server's link takes both workers'
+ * copies (8 ms, to 13), updates (the whole update, 1 ms, to 14) and sends
+ * both back (8 ms, to 22): step = 3 + 22 + 0.5 = 25.5, where the ring took
+ * 3 + 6.6 + 1 + 0.5. The server's traffic grows with the workers: 4 workers
+ * push and pull for 16 ms each. Two servers hold [0,600) and [600,1000):
+ * shard 0 is pushed at 2 (4.8 ms on its server's link, to 6.8; this
+ * worker's own link is busy 2..4.4), updated to 7.4 (0.6 of the update),
+ * back at 12.2; shard 1 at 5 (3.2 ms, to 8.2), updated to 8.6, back at
+ * 11.8 on its server's link but this worker's link still takes shard 0
+ * until 12.2, so 13.8: step 3 + 13.8 + 0.5 = 17.3. One worker, one server:
+ * 4 ms there, 1 ms update, 4 ms back: 3 + 14 + 0.5. */
+static void test_parameter_servers(void **state) {
+    (void)state;
+    sim_profile p;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    sim_cluster c = slow_net();
+    c.ps_servers = 1;
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 2);
+    assert_int_equal(r.msgs[0].kind, SIM_MSG_PUSH);
+    NEAR(r.msgs[0].start_ms, 5);
+    NEAR(r.msgs[0].end_ms, 13);
+    assert_int_equal(r.msgs[1].kind, SIM_MSG_PULL);
+    NEAR(r.msgs[1].start_ms, 14);
+    NEAR(r.msgs[1].end_ms, 22);
+    NEAR(r.comm_ms, 16);
+    NEAR(r.exposed_ms, 17);
+    NEAR(r.step_ms, 25.5);
+    sim_result_free(&r);
+    assert_int_equal(sim_step(&p, &c, 4, &r), CNT_OK);
+    NEAR(r.comm_ms, 32);
+    NEAR(r.step_ms, 3 + 5 + 16 + 1 + 16 + 0.5);
+    sim_result_free(&r);
+    assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
+    NEAR(r.step_ms, 3 + 14 + 0.5);
+    sim_result_free(&r);
+    c.ps_servers = 2;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 4);
+    NEAR(r.msgs[0].end_ms, 6.8);
+    NEAR(r.msgs[1].start_ms, 7.4);
+    NEAR(r.msgs[1].end_ms, 12.2);
+    NEAR(r.msgs[2].start_ms, 5);
+    NEAR(r.msgs[2].end_ms, 8.2);
+    NEAR(r.msgs[3].end_ms, 13.8);
+    NEAR(r.step_ms, 17.3);
+    sim_result_free(&r);
+    /* more servers than layers with parameters */
+    c.ps_servers = 3;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "--ps-servers"));
+    assert_non_null(strstr(cnt_err_msg(), "exceeds the model's 2 parameter tensors"));
+    sim_profile_free(&p);
+}
+
 static void test_malformed_profiles(void **state) {
     (void)state;
     const struct {
@@ -358,6 +416,7 @@ int main(void) {
         cmocka_unit_test(test_retarget),
         cmocka_unit_test(test_jitter),
         cmocka_unit_test(test_curve_only_at_its_world),
+        cmocka_unit_test(test_parameter_servers),
         cmocka_unit_test(test_malformed_profiles),
         cmocka_unit_test(test_json_reader),
     };

@@ -33,6 +33,32 @@ assert any(e["name"].startswith("allreduce bucket") and e["tid"] == 1 and e["ph"
 assert any(e["name"].startswith("bwd ") and e["tid"] == 0 for e in ev)
 assert any(e.get("args", {}).get("name") == "predicted, 512 workers" for e in ev)' "$tmp/t.json"
 
+# Parameter servers: the server's link carries every worker's copy, so the
+# PS step grows with the workers where the ring's stays nearly flat; more
+# servers share the load; a trace names the pushes and pulls.
+out=$($sim "$tmp/p.json" --workers 2,8 --bw 1 --ps-servers 1 --trace "$tmp/ps.json" 2>&1)
+check "simulate --ps-servers 1: exit 0, the header says so" grep -q "1 synchronous parameter server, 1 Gbit/s" <<<"$out"
+check "simulate --ps-servers: push and pull events in the trace" python3 -c 'import json,sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+assert any(e["name"] == "push shard 0" and e["tid"] == 1 for e in ev)
+assert any(e["name"] == "pull shard 0" and e["tid"] == 1 for e in ev)' "$tmp/ps.json"
+ring=$($sim "$tmp/p.json" --workers 2,8 --bw 1 --overlap off 2>&1)
+ps1=$($sim "$tmp/p.json" --workers 2,8 --bw 1 --overlap off --ps-servers 1 2>&1)
+ps4=$($sim "$tmp/p.json" --workers 2,8 --bw 1 --overlap off --ps-servers 4 2>&1)
+check "simulate: 1 server's exposed communication at 8 workers is about 4x its 2-worker one, the ring's under 2x; 4 servers take less than half" \
+    python3 - "$ring" "$ps1" "$ps4" <<'PY'
+import sys
+def comm(text):
+    rows = {int(l.split()[0]): float(l.split()[5]) for l in text.splitlines() if l.strip()[:1].isdigit()}
+    return rows[2], rows[8]
+r2, r8 = comm(sys.argv[1]); p2, p8 = comm(sys.argv[2]); q2, q8 = comm(sys.argv[3])
+assert 3.5 < p8 / p2 <= 4.0 + 1e-9, (p2, p8)
+assert r8 / r2 < 2, (r2, r8)
+assert q8 < p8 / 2, (q8, p8)
+PY
+out=$($sim "$tmp/p.json" --ps-servers 1 --algo hier 2>&1)
+check "simulate --ps-servers with --algo hier: usage error (exit 2)" test $? -eq 2
+
 python3 - "$tmp/p.json" "$tmp/c.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))

@@ -30,6 +30,11 @@
  *   --horovod CYCLE_MS,FUSION_MB  Horovod's cycle and fusion buffer instead
  *                           of fixed buckets
  *   --jitter PCT            stragglers: sigma = PCT % of compute [0]
+ *   --ps-servers K          synchronous parameter servers (dist.mode = ps)
+ *                           on K nodes of their own instead of the allreduce:
+ *                           the workers push gradient shards and pull
+ *                           parameters, each server's link carrying every
+ *                           worker's copy of its shard [0: allreduce]
  *   --csv FILE              also write the table as CSV
  *   --trace FILE            Chrome trace of the predicted step at the largest
  *                           N (or --trace-workers N)
@@ -54,7 +59,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: simulate PROFILE.json [--workers 1,2,4,...] [--gpus-per-node G] [--bw GBIT] [--intra-bw GBIT]\n"
                "       [--latency US] [--speed X | --images-per-s X] [--batch B] [--backward-ratio R] [--overlap on|off] [--bucket-mb M] [--first-bucket-mb F] [--fp16]\n"
-               "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT]\n"
+               "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT] [--ps-servers K]\n"
                "       [--csv FILE] [--trace FILE] [--trace-workers N]\n");
 }
 
@@ -170,6 +175,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
             c.curve_ring = !strcmp(v, "ring");
+        } else if (!strcmp(a, "--ps-servers")) {
+            c.ps_servers = whole_arg(a, v, 1, 1 << 20);
         } else if (!strcmp(a, "--horovod")) {
             char buf[128], *comma;
             snprintf(buf, sizeof buf, "%s", v);
@@ -196,6 +203,11 @@ int main(int argc, char **argv) {
     }
     if (!profile_path) {
         usage(stderr);
+        return 2;
+    }
+    if (c.ps_servers > 0 && (c.horovod_cycle_ms > 0 || c.algo != SIM_ALGO_RING || bucket_mb > 0 || first_mb > 0)) {
+        fprintf(stderr, "simulate: --ps-servers replaces the allreduce: not with --horovod, --algo hier|curve or "
+                        "--bucket-mb / --first-bucket-mb\n");
         return 2;
     }
     sim_profile p;
@@ -244,6 +256,9 @@ int main(int argc, char **argv) {
     else if (c.algo == SIM_ALGO_HIER)
         snprintf(net, sizeof net, "hier, %g Gbit/s between nodes, %g Gbit/s inside, %g us, G=%d", c.bw_gbit,
                  c.intra_bw_gbit, c.latency_us, c.gpus_per_node);
+    else if (c.ps_servers > 0)
+        snprintf(net, sizeof net, "%d synchronous parameter server%s, %g Gbit/s links, %g us", c.ps_servers,
+                 c.ps_servers == 1 ? "" : "s", c.bw_gbit, c.latency_us);
     else
         snprintf(net, sizeof net, "ring, %g Gbit/s, %g us", c.bw_gbit, c.latency_us);
     printf("%s, batch %d per worker, one worker %.1f images/s, %.2f MB of gradients; %s%s, overlap %s, speed %g", p.model, p.batch,

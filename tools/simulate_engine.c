@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "common/fileio.h"
 #include "common/json.h"
+#include "dist/ps.h"
 #include "dist/reducer.h"
 
 #include <errno.h>
@@ -356,6 +357,57 @@ static int horovod_send(const sim_profile *p, const sim_cluster *c, int n, sim_r
     return CNT_OK;
 }
 
+/* Parameter-server mode (the model in simulate_engine.h): the pushes and
+ * pulls as messages; *end the time the last shard is back. */
+static int ps_messages(const sim_profile *p, const sim_cluster *c, int n, sim_result *r, double bwd_end,
+                       double update_ms, double *end) {
+    int K = c->ps_servers, nt = 0;
+    size_t *tensor_end = cnt_malloc((size_t)(p->n_layers ? p->n_layers : 1) * sizeof *tensor_end);
+    for (int i = 0; i < p->n_layers; i++)
+        if (p->layers[i].grad_end > p->layers[i].grad_begin && (!nt || p->layers[i].grad_end > tensor_end[nt - 1]))
+            tensor_end[nt++] = p->layers[i].grad_end;
+    size_t *shard_end = cnt_malloc((size_t)K * sizeof *shard_end);
+    int *done_by = cnt_malloc((size_t)K * sizeof *done_by);
+    if (!nt || tensor_end[nt - 1] != p->params || ps_plan(tensor_end, nt, K, shard_end) != CNT_OK) {
+        if (nt && tensor_end[nt - 1] == p->params) cnt_err_prefix("--ps-servers");
+        else cnt_err_set("--ps-servers: the profile's layers do not cover its %zu parameters", p->params);
+        free(tensor_end);
+        free(shard_end);
+        free(done_by);
+        return CNT_ERR;
+    }
+    bucket_completion(p, shard_end, K, done_by);
+    double bw = c->bw_gbit * 1e9 / 8 / 1e3, alpha = c->latency_us * 1e-3; /* bytes per ms, ms */
+    double up_free = 0, down_free = 0;
+    int cap = 0;
+    *end = bwd_end;
+    for (int k = 0; k < K; k++) {
+        double bytes = 4.0 * (double)(shard_end[k] - (k ? shard_end[k - 1] : 0)) / (c->fp16 ? 2 : 1);
+        double ready = c->overlap ? r->layer_end_ms[done_by[k]] : bwd_end;
+        /* push: this worker's link, then the server's, which takes every worker's copy */
+        double start = ready > up_free ? ready : up_free;
+        up_free = start + bytes / bw;
+        double push_end = start + alpha + n * bytes / bw;
+        if (push_end < up_free) push_end = up_free;
+        add_msg(r, &cap, ready, bytes);
+        r->msgs[r->n_msgs - 1] = (sim_msg){SIM_MSG_PUSH, k, ready, start, push_end, bytes, alpha};
+        double updated = push_end + update_ms * (bytes * (c->fp16 ? 2 : 1) / (4.0 * (double)p->params));
+        /* pull: the server's link sends every worker its copy; this worker's link takes them in turn */
+        double pull_end = updated + alpha + n * bytes / bw;
+        if (pull_end < down_free + bytes / bw) pull_end = down_free + bytes / bw;
+        down_free = pull_end;
+        add_msg(r, &cap, updated, bytes);
+        r->msgs[r->n_msgs - 1] = (sim_msg){SIM_MSG_PULL, k, updated, updated, pull_end, bytes, alpha};
+        r->comm_ms += (push_end - start) + (pull_end - updated);
+        r->latency_ms += 2 * alpha;
+        if (pull_end > *end) *end = pull_end;
+    }
+    free(tensor_end);
+    free(shard_end);
+    free(done_by);
+    return CNT_OK;
+}
+
 int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
     memset(r, 0, sizeof *r);
     r->workers = n;
@@ -379,7 +431,13 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
 
     /* the messages and their ready times */
     int cap = 0;
-    if (n > 1 && c->horovod_cycle_ms > 0) {
+    double ps_end = 0;
+    if (c->ps_servers > 0) {
+        if (ps_messages(p, c, n, r, bwd_end, r->update_ms, &ps_end) != CNT_OK) {
+            sim_result_free(r);
+            return CNT_ERR;
+        }
+    } else if (n > 1 && c->horovod_cycle_ms > 0) {
         /* Horovod's background loop: sleep a cycle, fuse what is ready,
          * allreduce it (blocking), sleep again. The next look comes a cycle
          * after the last allreduce ends, so a slow network fuses more. */
@@ -422,8 +480,8 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
     }
 
     /* one after another on the network */
-    double net_free = 0;
-    for (int k = 0; k < r->n_msgs; k++) {
+    double net_free = c->ps_servers > 0 ? ps_end : 0;
+    for (int k = 0; k < r->n_msgs && c->ps_servers <= 0; k++) {
         sim_msg *m = &r->msgs[k];
         double ms;
         if (sim_allreduce_ms(p, c, n, m->bytes, &ms, &m->latency_ms) != CNT_OK) {
@@ -440,7 +498,8 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
     r->exposed_ms = end - bwd_end;
     double compute = r->forward_ms + r->backward_ms + r->update_ms;
     r->jitter_ms = n > 1 ? c->jitter_pct / 100 * compute * sqrt(2 * log((double)n)) : 0;
-    r->step_ms = r->forward_ms + end + r->update_ms + r->data_wait_ms + r->jitter_ms;
+    /* with servers the update is theirs, inside the time the last shard comes back */
+    r->step_ms = r->forward_ms + end + (c->ps_servers > 0 ? 0 : r->update_ms) + r->data_wait_ms + r->jitter_ms;
     r->images_per_s = r->step_ms > 0 ? n * p->batch / (r->step_ms * 1e-3) : 0;
     double single = r->forward_ms + r->backward_ms + r->update_ms + r->data_wait_ms;
     r->efficiency = r->step_ms > 0 ? single / r->step_ms : 0;
@@ -506,14 +565,18 @@ int sim_write_trace(const sim_profile *p, const sim_result *r, const char *path)
     }
     double end = r->backward_ms;
     for (int k = 0; k < r->n_msgs; k++) {
-        snprintf(name, sizeof name, "allreduce bucket %d", k);
+        const sim_msg *m = &r->msgs[k];
+        if (m->kind == SIM_MSG_ALLREDUCE) snprintf(name, sizeof name, "allreduce bucket %d", k);
+        else snprintf(name, sizeof name, "%s shard %d", m->kind == SIM_MSG_PUSH ? "push" : "pull", m->shard);
         trace_event(f, &first, name, "comm", 1, bwd0 + r->msgs[k].start_ms, r->msgs[k].end_ms - r->msgs[k].start_ms);
         if (r->msgs[k].end_ms > end) end = r->msgs[k].end_ms;
     }
+    int servers = r->n_msgs && r->msgs[0].kind != SIM_MSG_ALLREDUCE;
     if (end > r->backward_ms)
-        trace_event(f, &first, "allreduce wait", "comm", 0, bwd0 + r->backward_ms, end - r->backward_ms);
+        trace_event(f, &first, servers ? "parameter-server wait" : "allreduce wait", "comm", 0, bwd0 + r->backward_ms,
+                    end - r->backward_ms);
     if (r->jitter_ms > 0) trace_event(f, &first, "straggler wait", "comm", 0, bwd0 + end, r->jitter_ms);
-    trace_event(f, &first, "optimizer", "optimizer", 0, bwd0 + end + r->jitter_ms, r->update_ms);
+    if (!servers) trace_event(f, &first, "optimizer", "optimizer", 0, bwd0 + end + r->jitter_ms, r->update_ms);
     fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) return cnt_err_set("cannot write the trace '%s': %s", path, strerror(errno));

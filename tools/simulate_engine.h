@@ -26,13 +26,25 @@
  *     + data wait + jitter, where jitter = sigma * sqrt(2 ln N) approximates
  *     the expected slowest of N workers with sigma = jitter_pct % of the
  *     compute (forward + backward + update);
- *   - N = 1 has no communication.
+ *   - N = 1 has no communication;
+ *   - parameter-server mode (ps_servers = K > 0, dist.mode = ps,
+ *     synchronous) replaces the allreduce: the gradient buffer is cut into K
+ *     shards of whole layers (ps_plan, dist/ps.h), each on a server with
+ *     its own link of bw. A shard is pushed when backward has written it;
+ *     the push ends when the server has received all N workers' copies (N x
+ *     its bytes over the server's link, after that link's previous push) and
+ *     no sooner than the worker's own link allows (its bytes after its
+ *     previous push); the server then updates (the profile's update, times
+ *     the shard's share) and sends the shard back the same way (N x its
+ *     bytes over the server's link; the worker's link takes the shards one
+ *     after another). The step ends when the last shard is back (the
+ *     update is inside that); even N = 1 communicates.
  *
  * Errors: sim_profile_load and sim_profile_parse return CNT_ERR with a
  * message naming the file and the field (e.g. "p.json: layers[2].grad_end:
  * expected a number"); sim_step returns CNT_ERR with a message for a cluster
  * it cannot model (curve mode at another world size, N not a multiple of the
- * GPUs per node). Allocation failure is fatal.
+ * GPUs per node, more servers than layers with parameters). Allocation failure is fatal.
  */
 #ifndef CNT_SIMULATE_ENGINE_H
 #define CNT_SIMULATE_ENGINE_H
@@ -79,10 +91,15 @@ typedef struct sim_cluster {
     double horovod_cycle_ms; /* > 0: Horovod mode */
     double horovod_fusion_mb;
     double jitter_pct;
+    int ps_servers;         /* > 0: synchronous parameter servers instead of the allreduce */
 } sim_cluster;
 
 /* One message on the network. */
+typedef enum sim_msg_kind { SIM_MSG_ALLREDUCE, SIM_MSG_PUSH, SIM_MSG_PULL } sim_msg_kind;
+
 typedef struct sim_msg {
+    sim_msg_kind kind;
+    int shard;                         /* push and pull: the server */
     double ready_ms, start_ms, end_ms; /* relative to the start of backward */
     double bytes;
     double latency_ms;                 /* the per-message part of its time */
@@ -92,7 +109,7 @@ typedef struct sim_result {
     int workers;
     double forward_ms, backward_ms, update_ms, data_wait_ms, jitter_ms;
     double step_ms, images_per_s, efficiency;
-    double comm_ms;      /* sum of the allreduce times */
+    double comm_ms;      /* sum of the allreduce times (parameter servers: of the pushes and pulls) */
     double latency_ms;   /* the per-message part of comm_ms */
     double exposed_ms;   /* comm not hidden by backward */
     int n_msgs;

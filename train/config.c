@@ -308,6 +308,13 @@ static const key_def key_table[] = {
     K_INT("dist", "ps_servers", ps_servers, "1", AT_LEAST(1),
         .help = "dist.mode = ps: how many of the job's ranks are servers (the last ones); the parameters are split "
                 "among them in contiguous shards of whole tensors, balanced by bytes. Needs at least one more rank"),
+    K_BOOL("dist", "ps_sync", ps_sync, "true",
+         .help = "dist.mode = ps: true: a server waits for every worker's gradient of a step, then updates once (the "
+                 "same steps as allreduce); false: asynchronous, it updates with what has arrived and answers each "
+                 "worker at once, so workers compute on stale parameters (staleness is reported)"),
+    K_INT("dist", "ps_max_staleness", ps_max_staleness, "-1", AT_LEAST(-1),
+        .help = "dist.ps_sync = false: a worker more than this many steps ahead of the slowest waits for it "
+                "(stale-synchronous parallel; 0 is the synchronous mode); -1: no bound"),
     K_ENUM("dist", "backend", dist_backend, "auto", .choices = dist_backends,
          .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point), nccl "
                  "(GPU to GPU, on its own stream; needs device cuda and one GPU per rank); auto: nccl on GPUs when "
@@ -1165,6 +1172,10 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.mode = ps does not do loss scaling (train.precision = fp16 "
                            "or train.loss_scaling = dynamic/static): use fp32, tf32 or bf16, or dist.mode = "
                            "allreduce");
+    if (cfg->ps_sync && cfg->ps_max_staleness >= 0)
+        return cnt_err_set("invalid configuration: dist.ps_max_staleness = %d bounds asynchronous training: set "
+                           "dist.ps_sync = false with it (synchronous training has no stale gradients)",
+                           cfg->ps_max_staleness);
     if (cfg->dist_mode == DIST_MODE_PS && cfg->emulate_compute[0])
         return cnt_err_set("invalid configuration: train.emulate_compute works with dist.mode = allreduce only");
     if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->device == BACKEND_DEVICE_CPU)

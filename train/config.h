@@ -120,6 +120,8 @@ typedef struct config {
     /* [dist] */
     dist_mode dist_mode;             /* allreduce or ps */
     int ps_servers;                  /* dist.mode = ps: the last ps_servers ranks hold the parameters */
+    int ps_sync;                     /* bool: synchronous servers; false: asynchronous */
+    int ps_max_staleness;            /* asynchronous: how many steps a worker may run ahead of the slowest; -1: any */
     dist_backend dist_backend;       /* auto: decided at run time (train/trainer.c) */
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */

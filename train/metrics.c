@@ -129,9 +129,13 @@ int metrics_step(metrics *m, int epoch, long step, double loss, double lr, doubl
     if (!m->f) return CNT_OK;
     char l[32], extra[160] = "";
     errno = 0;
-    if (ps)
-        snprintf(extra, sizeof extra, ",\"ps_push_mb\":%.3f,\"ps_pull_mb\":%.3f,\"ps_wait_ms\":%.3f", ps->push_mb,
-                 ps->pull_mb, ps->wait_ms);
+    if (ps) {
+        int o = snprintf(extra, sizeof extra, ",\"ps_push_mb\":%.3f,\"ps_pull_mb\":%.3f,\"ps_wait_ms\":%.3f",
+                         ps->push_mb, ps->pull_mb, ps->wait_ms);
+        if (ps->async)
+            snprintf(extra + o, sizeof extra - (size_t)o, ",\"ps_stale_mean\":%.3f,\"ps_stale_max\":%.0f",
+                     ps->stale_mean, ps->stale_max);
+    }
     /* the scale with %.17g: a power of two prints exactly at any size */
     int printed = fprintf(m->f,
                           "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
@@ -149,6 +153,21 @@ int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, dou
     int printed =
         fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
                 epoch, step, json_loss(l, sizeof l, loss), top1, top5);
+    return finish_record(m, printed);
+}
+
+int metrics_staleness(metrics *m, int epoch, long step, double mean, double max, double applied, const double *hist,
+                      int n) {
+    if (!m->f) return CNT_OK;
+    char h[512];
+    size_t o = 0;
+    h[0] = '\0';
+    for (int i = 0; i < n && o + 24 < sizeof h; i++) o += (size_t)snprintf(h + o, sizeof h - o, "%s%.0f", i ? "," : "", hist[i]);
+    errno = 0;
+    int printed = fprintf(m->f,
+                          "{\"kind\":\"staleness\",\"epoch\":%d,\"step\":%ld,\"mean\":%.4f,\"max\":%.0f,"
+                          "\"applied\":%.0f,\"hist\":[%s]}\n",
+                          epoch, step, mean, max, applied, h);
     return finish_record(m, printed);
 }
 

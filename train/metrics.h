@@ -70,12 +70,19 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
  * backward to the last parameter shard's arrival). */
 typedef struct metrics_ps {
     double push_mb, pull_mb, wait_ms;
+    int async;                 /* add ps_stale_mean and ps_stale_max: rank 0's gradients' staleness */
+    double stale_mean, stale_max;
 } metrics_ps;
 /* ps: NULL in allreduce mode (no such fields). */
 int metrics_step(metrics *m, int epoch, long step, double loss, double lr, double img_per_sec, double step_ms,
                  double data_wait_ms, double comm_ms, double comm_exposed_ms, double loss_scale,
                  long skipped_steps, const metrics_ps *ps);
 int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5);
+/* Asynchronous parameter servers, once an epoch: the staleness of every
+ * gradient shard the servers applied in it (mean, max, count, and the
+ * histogram hist[0 .. n): index i counts staleness i, the last "or more"). */
+int metrics_staleness(metrics *m, int epoch, long step, double mean, double max, double applied, const double *hist,
+                      int n);
 /* skipped_train / skipped_eval: unreadable images left out this epoch, all ranks. */
 int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_per_sec, double data_wait_ms,
                   double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,

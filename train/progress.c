@@ -24,6 +24,7 @@ typedef struct tally {
     long early, buckets;     /* buckets started during backward, of all */
     double ps_push, ps_pull; /* parameter servers: bytes out and in */
     double ps_wait;          /* seconds waited for their parameters */
+    double stale_sum, stale_max; /* asynchronous: this rank's gradients' staleness */
 } tally;
 
 struct progress {
@@ -58,6 +59,8 @@ static void tally_add(tally *t, const step_result *r, int n, double wait, double
     t->ps_push += r->ps.push_bytes;
     t->ps_pull += r->ps.pull_bytes;
     t->ps_wait += r->ps.wait_s;
+    t->stale_sum += (double)r->ps.staleness;
+    if ((double)r->ps.staleness > t->stale_max) t->stale_max = (double)r->ps.staleness;
     t->steps++;
     t->images += n;
 }
@@ -136,8 +139,9 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
      * steps; a step skipped for a forward overflow on one rank is left out
      * there only). */
     double lsum[2] = {acc, p->win_loss_steps};
+    /* asynchronous workers do not wait for each other here: rank 0's loss */
     dist_phase("progress line");
-    dist_allreduce_sum_f64(lsum, 2);
+    if (p->o.ps != 2) dist_allreduce_sum_f64(lsum, 2);
     double now = time_now();
     /* none when no step of the window had a finite loss (loss scaling skips) */
     int have_loss = lsum[1] > 0;
@@ -152,10 +156,14 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     char eta_s[32];
     format_duration(eta, eta_s, sizeof eta_s);
     char comm[128] = "";
-    metrics_ps mps = {w->ps_push / w->steps / (1 << 20), w->ps_pull / w->steps / (1 << 20), 1e3 * w->ps_wait / w->steps};
-    if (p->o.ps)
-        snprintf(comm, sizeof comm, "  ps wait %.2f ms (push %.2f MiB, pull %.2f MiB)", mps.wait_ms, mps.push_mb,
-                 mps.pull_mb);
+    metrics_ps mps = {w->ps_push / w->steps / (1 << 20), w->ps_pull / w->steps / (1 << 20), 1e3 * w->ps_wait / w->steps,
+                      p->o.ps == 2, w->stale_sum / w->steps, w->stale_max};
+    if (p->o.ps) {
+        int o = snprintf(comm, sizeof comm, "  ps wait %.2f ms (push %.2f MiB, pull %.2f MiB)", mps.wait_ms,
+                         mps.push_mb, mps.pull_mb);
+        if (mps.async)
+            snprintf(comm + o, sizeof comm - (size_t)o, "  stale %.1f (max %.0f)", mps.stale_mean, mps.stale_max);
+    }
     else if (p->o.comm)
         snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", w->comm / w->steps, w->exposed / w->steps);
     char scaling[96] = "";
@@ -182,6 +190,8 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
 }
 
 long progress_epoch_steps(const progress *p) { return p->ep.steps; }
+
+struct metrics *progress_metrics(progress *p) { return &p->m; }
 
 void progress_epoch_trained(progress *p) { p->ep_secs = time_now() - p->ep.t0; }
 

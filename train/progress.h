@@ -28,7 +28,8 @@ typedef struct progress_opts {
     int epochs;              /* train.epochs */
     long total_steps;        /* the step the run stops at */
     int comm;                /* gradients are reduced: show communication */
-    int ps;                  /* parameter servers (dist.mode = ps): show their traffic and wait instead */
+    int ps;                  /* parameter servers (dist.mode = ps): show their traffic and wait instead;
+                              * 2: asynchronous, with the staleness of rank 0's gradients */
     int fp16;                /* train.precision = fp16: the hint for inf/NaN logits */
 } progress_opts;
 
@@ -103,5 +104,8 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
  * file's last bytes or a log line could not be written. Returns the status. */
 int progress_finish(progress *p, int status, long steps, const loss_scaler *ls, const char *stopped,
                     const char *saved, train_result *res);
+
+/* The run's metrics file (records a caller adds itself: the staleness). */
+struct metrics *progress_metrics(progress *p);
 
 #endif

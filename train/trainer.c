@@ -534,9 +534,11 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     host_state hs;
     host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
     host_state_download(&hs, r->nt, st->opt.momentum_buf);
-    /* with parameter servers the momentum lives on the servers (the
-     * parameters rank 0 pulled after the last step are theirs) */
-    if (r->ps && hs.momentum) ps_worker_fetch_momentum(r->ps, hs.momentum);
+    /* with parameter servers the momentum lives on the servers; the
+     * parameters rank 0 pulled after the last step are theirs when they are
+     * synchronous, and may be older than theirs when not */
+    int async = r->ps && !cfg->ps_sync;
+    if (r->ps && (hs.momentum || async)) ps_worker_fetch_state(r->ps, async ? hs.params : NULL, hs.momentum);
     ckpt_meta *meta = cnt_calloc(1, sizeof *meta);
     meta->epoch = epochs_done;
     meta->epoch_samples = epoch_samples;
@@ -709,6 +711,11 @@ static void log_dist(const run *r) {
     int world = r->world;
     double base_lr = r->sched.base_lr;
     if (r->ps) {
+        char mode[96];
+        if (cfg->ps_sync) snprintf(mode, sizeof mode, "synchronously");
+        else if (cfg->ps_max_staleness < 0) snprintf(mode, sizeof mode, "asynchronously (no staleness bound)");
+        else snprintf(mode, sizeof mode, "asynchronously (at most %d steps ahead of the slowest worker)",
+                      cfg->ps_max_staleness);
         for (int k = 0; k < ps_servers(r->ps); k++) {
             size_t b = k ? r->shard_end[k - 1] : 0;
             log_info("parameter server %d of %d (rank %d): parameters [%zu, %zu) of the flat buffer, %.2f MiB",
@@ -716,11 +723,11 @@ static void log_dist(const run *r) {
                      (double)(r->shard_end[k] - b) * sizeof(float) / (1 << 20));
         }
         log_info("dist: %d worker%s and %d parameter server%s (ranks %d-%d), global batch %d; gradients pushed to "
-                 "the servers shard by shard during backward, parameters pulled after it, synchronously, over MPI "
+                 "the servers shard by shard during backward, parameters pulled after it, %s, over MPI "
                  "through host memory; stall limits warn %g s, abort %g s; lr %g per worker x %d = %g "
                  "(optim.lr_scaling = %s)",
                  world, world == 1 ? "" : "s", ps_servers(r->ps), ps_servers(r->ps) == 1 ? "" : "s", world,
-                 world + ps_servers(r->ps) - 1, cfg->batch_size * world, (double)cfg->stall_warn_s,
+                 world + ps_servers(r->ps) - 1, cfg->batch_size * world, mode, (double)cfg->stall_warn_s,
                  (double)cfg->stall_abort_s, (double)cfg->lr, cfg->lr_scaling == LR_SCALING_LINEAR ? world : 1,
                  base_lr, config_name(cfg, &cfg->lr_scaling));
         return;
@@ -803,7 +810,7 @@ static int ps_split(run *r) {
                            servers, servers + 1, world, servers + 1);
     dist_phase("start-up: parameter-server split");
     r->ps_server = dist_split_servers(servers);
-    r->ps = ps_create(servers, 1);
+    r->ps = ps_create(servers, cfg->ps_sync ? 0 : cfg->ps_max_staleness);
     r->rank = dist_rank();
     r->world = dist_world();
     return CNT_OK;
@@ -848,10 +855,11 @@ static void ps_finish(run *r) {
     dist_phase("parameter-server goodbye");
     ps_worker_bye(r->ps, st);
     for (int k = 0; st && k < K; k++)
-        log_info("parameter server %d of %d (rank %d): %ld steps served; %.1f s waiting for gradients, %.2f s "
-                 "updating; %.1f MiB in and out per step",
-                 k + 1, K, ps_server_rank(r->ps, k), st[k].steps, st[k].wait_s, st[k].update_s,
-                 st[k].steps ? st[k].bytes / st[k].steps / (1 << 20) : 0);
+        log_info("parameter server %d of %d (rank %d): %ld updates applying %.0f gradients (mean staleness %.2f, max "
+                 "%.0f); %.1f s waiting for gradients, %.2f s updating; %.1f MiB in and out per update",
+                 k + 1, K, ps_server_rank(r->ps, k), st[k].steps, st[k].stale.applied,
+                 st[k].stale.applied > 0 ? st[k].stale.sum / st[k].stale.applied : 0, st[k].stale.max, st[k].wait_s,
+                 st[k].update_s, st[k].steps ? st[k].bytes / st[k].steps / (1 << 20) : 0);
     free(st);
 }
 
@@ -921,7 +929,7 @@ static int run_setup(run *r) {
     if (cfg->max_steps > 0 && cfg->max_steps < r->total_steps) r->total_steps = cfg->max_steps;
     progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
                         .epochs = cfg->epochs, .total_steps = r->total_steps, .comm = r->world > 1 || r->nccl,
-                        .ps = r->ps != NULL,
+                        .ps = r->ps ? (cfg->ps_sync ? 1 : 2) : 0,
                         .fp16 = cfg->precision == BACKEND_MATH_FP16};
     r->pg = progress_create(&po);
 
@@ -965,6 +973,13 @@ static int run_setup(run *r) {
  * which every rank sees at the same step; alone, this step's. 0: none. */
 static int agree_stop(const run *r) {
     if (r->world == 1) return stop_pending();
+    if (r->ps && !r->cfg->ps_sync) {
+        /* asynchronous workers do not wait for each other: server 0 sets the step (dist/ps.h) */
+        ps_note_stop(r->ps, stop_pending());
+        int sig;
+        long at = ps_stop_step(r->ps, &sig);
+        return at > 0 && r->step >= at ? sig : 0;
+    }
     dist_phase("stop-signal check after a step");
     return (int)dist_max_lagged(stop_pending());
 }
@@ -1036,6 +1051,37 @@ static int run_epoch(run *r, int epoch, int *done) {
     }
 }
 
+/* Asynchronous parameter servers, after an epoch: how stale the gradients
+ * the servers applied were (rank 0 asks them; all shards' gradients
+ * counted), logged and recorded in metrics.jsonl. */
+static int ps_epoch_staleness(run *r, int epoch) {
+    if (r->rank != 0) return CNT_OK;
+    int K = ps_servers(r->ps);
+    ps_staleness *w = cnt_calloc((size_t)K, sizeof *w), all;
+    memset(&all, 0, sizeof all);
+    dist_phase("parameter-server staleness");
+    ps_worker_fetch_staleness(r->ps, w, NULL);
+    for (int k = 0; k < K; k++) {
+        all.applied += w[k].applied;
+        all.sum += w[k].sum;
+        if (w[k].max > all.max) all.max = w[k].max;
+        for (int i = 0; i < PS_HIST; i++) all.hist[i] += w[k].hist[i];
+    }
+    free(w);
+    double mean = all.applied > 0 ? all.sum / all.applied : 0;
+    char hist[256];
+    size_t o = 0;
+    for (int i = 0; i < PS_HIST && o + 24 < sizeof hist; i++)
+        if (all.hist[i] > 0)
+            o += (size_t)snprintf(hist + o, sizeof hist - o, "%s%s%d: %.0f", o ? ", " : "", i == PS_HIST - 1 ? ">=" : "",
+                                  i, all.hist[i]);
+    log_info("epoch %d/%d staleness of the applied gradients (every server's shards): mean %.2f, max %.0f over %.0f; "
+             "by staleness %s",
+             epoch + 1, r->cfg->epochs, mean, all.max, all.applied, hist);
+    return metrics_staleness(progress_metrics(r->pg), epoch + 1, r->step, mean, all.max, all.applied, all.hist,
+                             PS_HIST);
+}
+
 /* After an epoch's steps: the ranks' parameters compared, evaluation, the
  * epoch's summary, a checkpoint when due. */
 static int end_epoch(run *r, int epoch) {
@@ -1043,6 +1089,11 @@ static int end_epoch(run *r, int epoch) {
     progress_epoch_trained(r->pg);
     /* Batch-norm statistics stay per rank during training (as in Horovod);
      * evaluate every shard with rank 0's, so N ranks score what one would. */
+    if (r->ps && !cfg->ps_sync) {
+        /* asynchronous workers hold parameters of different ages: all take the servers' */
+        ps_worker_sync_params(r->ps);
+        if (ps_epoch_staleness(r, epoch) != CNT_OK) return CNT_ERR;
+    }
     if (r->world > 1) {
         if (check_params_identical(r->nt, r->peers.params) != CNT_OK) return CNT_ERR;
         log_info("epoch %d/%d: parameters bit-identical on all %d ranks", epoch + 1, cfg->epochs, r->world);
