@@ -804,6 +804,10 @@ static int make_model(run *r, int max_batch) {
 static int ps_split(run *r) {
     const config *cfg = r->cfg;
     int world = dist_job_world(), servers = cfg->ps_servers;
+    if (servers >= world && !CNT_HAVE_MPI)
+        return cnt_err_set("dist.mode = ps with dist.ps_servers = %d needs at least %d ranks under mpirun, and this "
+                           "binary was built without MPI (MPI=0): install Open MPI (make deps) and rebuild",
+                           servers, servers + 1);
     if (servers >= world)
         return cnt_err_set("dist.mode = ps with dist.ps_servers = %d needs at least %d ranks (the servers and one "
                            "worker), this job has %d: start more (mpirun -np %d) or lower dist.ps_servers",
