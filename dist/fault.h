@@ -26,10 +26,11 @@
 #ifndef CNT_FAULT_H
 #define CNT_FAULT_H
 
-/* The trainer calls it right before reducer_begin(rd, step), in runs with a
- * reducer (several ranks, or NCCL): on the training thread, before backward,
- * so the other ranks' stall watchdogs see this rank late. Logs a warning,
- * then sleeps, when CNT_TEST_STALL names this rank (dist_rank()) and step. */
+/* The trainer calls it right before reducer_begin(rd, step) or
+ * ps_begin_step, in runs with a reducer (several ranks, or NCCL) or
+ * parameter servers: on the training thread, before backward, so the other
+ * ranks see this rank late. Logs a warning, then sleeps, when CNT_TEST_STALL
+ * names this rank (dist_job_rank()) and step. */
 void fault_stall_point(long step);
 
 /* dist_phase calls it with the phase just named (on the naming thread).

@@ -1,24 +1,27 @@
 /*
- * dist/ps.c - parameter servers, synchronous (see dist/ps.h).
+ * dist/ps.c - parameter servers, synchronous and asynchronous (see dist/ps.h).
  *
  * One step, seen from both sides (W workers, K servers):
  *
  *   worker w                                server k
  *   backward writes shard k's gradients
- *     -> header {PUSH, step, lr}, shard  ->  waits for every worker's PUSH of
- *        (one Isend each, no wait)          the step, each into its own buffer
- *   ... more shards, more backward          grads = g_0 + g_1 + ... (worker order)
- *   backward ends; pushes what is left      update(shard, lr, 1/W)
- *   waits for every server's parameters <-  Isend of the shard's parameters
- *   uploads them                             to every worker
+ *     -> header {PUSH, step, version, lr,  ->  receives each worker's shard into
+ *        stop}, shard (Isends, no wait)       its own buffer; once it may answer
+ *   ... more shards, more backward            (synchronous: every worker pushed
+ *   backward ends; pushes what is left        this step), sums the pending ones
+ *                                             in worker order, update(shard, lr,
+ *                                             1/W), version++
+ *   waits for every server's parameters <-  Isend of the shard's parameters and
+ *   and answer {version, staleness, ...}     the answer to each worker it may answer
+ *   uploads them
  *
  * A server's traffic per step is W gradient shards in and W parameter
  * shards out: it grows with the workers, where a ring allreduce moves
  * 2(W-1)/W of the model per rank whatever W (docs/data-parallel.md).
  *
- * Waits poll (MPI_Testsome / MPI_Testall, sleeping up to 1 ms between polls
- * once a short spin has passed) so they can name the ranks they wait for
- * when dist.stall_warn_s / stall_abort_s pass (dist_wait_limits).
+ * Waits poll each request (MPI_Test, sleeping up to 1 ms between polls once
+ * a short spin has passed) so they can name the ranks they wait for when
+ * dist.stall_warn_s / stall_abort_s pass (dist_wait_limits).
  */
 #include "dist/ps.h"
 
@@ -213,7 +216,7 @@ static void wait_all_named(int n, MPI_Request *reqs, int first_rank, const char 
     free(missing);
 }
 
-/* Sends and receives of n floats in pieces MPI's int counts can hold. */
+/* A shard travels as one message, and MPI's counts are ints. */
 #define PS_MAX_COUNT ((size_t)1 << 30)
 
 static void check_count(size_t n) {
@@ -422,16 +425,21 @@ void ps_worker_sync_params(ps *p) {
     p->be->upload(p->params_dev, p->host_params, p->n * sizeof(float));
 }
 
-void ps_worker_fetch_staleness(ps *p, ps_staleness *window, ps_staleness *total) {
+void ps_worker_fetch_staleness(ps *p, ps_staleness *window) {
     CNT_ASSERT(p->rank == 0 && p->pushed == 0);
-    double v[2 * STALE_DOUBLES];
+    memset(window, 0, sizeof *window);
+    double v[STALE_DOUBLES];
     for (int k = 0; k < p->servers; k++) {
         send_head(p, k, PS_STALENESS);
         MPI_Request r;
-        DIST_MPI_CHECK(MPI_Irecv(v, 2 * STALE_DOUBLES, MPI_DOUBLE, ps_server_rank(p, k), TAG_STALENESS, p->comm, &r));
+        DIST_MPI_CHECK(MPI_Irecv(v, STALE_DOUBLES, MPI_DOUBLE, ps_server_rank(p, k), TAG_STALENESS, p->comm, &r));
         wait_all_named(1, &r, ps_server_rank(p, k), "the staleness statistics");
-        stale_unpack(&window[k], v);
-        if (total) stale_unpack(&total[k], v + STALE_DOUBLES);
+        ps_staleness one;
+        stale_unpack(&one, v);
+        window->applied += one.applied;
+        window->sum += one.sum;
+        if (one.max > window->max) window->max = one.max;
+        for (int i = 0; i < PS_HIST; i++) window->hist[i] += one.hist[i];
     }
 }
 
@@ -508,7 +516,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
     int64_t(*ack)[ACK_LEN] = cnt_calloc((size_t)W, sizeof *ack);
     long stop_step = 0;  /* server 0, asynchronous: the step every worker stops after */
     int64_t stop_signal = 0;
-    int *missing = cnt_calloc((size_t)W, sizeof *missing);
+    int *missing = cnt_calloc((size_t)W, sizeof *missing), *answerable = cnt_calloc((size_t)W, sizeof *answerable);
     for (int w = 0; w < W; w++) {
         ws[w].g = cnt_malloc((len ? len : 1) * sizeof(float));
         sreq[2 * w] = sreq[2 * w + 1] = MPI_REQUEST_NULL;
@@ -564,12 +572,11 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 }
                 wait_all_named(nr, r, w, "the state to be received");
             } else if (kind == PS_STALENESS) {
-                double v[2 * STALE_DOUBLES];
+                double v[STALE_DOUBLES];
                 stale_pack(&window, v);
-                stale_pack(&st->stale, v + STALE_DOUBLES);
                 memset(&window, 0, sizeof window);
                 MPI_Request r;
-                DIST_MPI_CHECK(MPI_Isend(v, 2 * STALE_DOUBLES, MPI_DOUBLE, w, TAG_STALENESS, p->comm, &r));
+                DIST_MPI_CHECK(MPI_Isend(v, STALE_DOUBLES, MPI_DOUBLE, w, TAG_STALENESS, p->comm, &r));
                 wait_all_named(1, &r, w, "the staleness statistics to be received");
             } else if (kind == PS_BYE) {
                 if (x->owed) cnt_fatal("parameter server %d: worker rank %d said goodbye while owed an answer", k, w);
@@ -590,8 +597,8 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
             if (!ws[w].gone && (slowest < 0 || ws[w].clock < slowest)) slowest = ws[w].clock;
         int answer = 0;
         for (int w = 0; w < W; w++) {
-            missing[w] = ws[w].owed && (S < 0 || ws[w].clock - slowest <= S); /* here: may be answered */
-            answer |= missing[w];
+            answerable[w] = ws[w].owed && (S < 0 || ws[w].clock - slowest <= S);
+            answer |= answerable[w];
         }
         if (answer) {
             st->wait_s += time_now() - wait.t0;
@@ -630,7 +637,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 st->steps++;
             }
             for (int w = 0; w < W; w++) {
-                if (!missing[w]) continue;
+                if (!answerable[w]) continue;
                 ack[w][0] = version;
                 ack[w][1] = ws[w].stale;
                 ack[w][2] = stop_step;
@@ -643,7 +650,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
             /* the next update writes params: these sends must have gone by
              * then (each worker posted its receives when it pushed) */
             for (int w = 0; w < W; w++) {
-                if (!missing[w]) continue;
+                if (!answerable[w]) continue;
                 snprintf(what, sizeof what, "the parameters of step %ld to be received", ws[w].step);
                 wait_all_named(2, &sreq[2 * w], w, what);
             }
@@ -674,6 +681,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
     free(sreq);
     free(ack);
     free(missing);
+    free(answerable);
     free(zeros);
 }
 
@@ -710,9 +718,7 @@ long ps_stop_step(const ps *p, int *signal) {
     *signal = 0;
     return 0;
 }
-void ps_worker_fetch_staleness(ps *p, ps_staleness *window, ps_staleness *total) {
-    (void)p, (void)window, (void)total;
-}
+void ps_worker_fetch_staleness(ps *p, ps_staleness *window) { (void)p, (void)window; }
 void ps_worker_bye(ps *p, ps_server_stats *st) { (void)p, (void)st; }
 void ps_server_shape(ps *p, ps_shape *shape) { (void)p, (void)shape; }
 void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,

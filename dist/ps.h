@@ -126,9 +126,9 @@ void ps_worker_fetch_state(ps *p, float *params, float *momentum);
  * gives every worker the servers' current parameters (rank 0 fetches them and
  * broadcasts), so evaluation and the next epoch start from the same ones. */
 void ps_worker_sync_params(ps *p);
-/* Rank 0 only: each server's staleness since the previous call (window)
- * into st_window[servers], and, total not NULL, since the start. */
-void ps_worker_fetch_staleness(ps *p, ps_staleness *window, ps_staleness *total);
+/* Rank 0 only: the staleness of the gradient shards every server applied
+ * since the previous call, all servers together, into *window. */
+void ps_worker_fetch_staleness(ps *p, ps_staleness *window);
 typedef struct ps_server_stats ps_server_stats;
 /* Asynchronous training: a stop signal (train/stop.h) this worker got,
  * carried to the servers with its next push; server 0 answers every worker

@@ -337,12 +337,13 @@ int sim_allreduce_ms(const sim_profile *p, const sim_cluster *c, int n, double b
 
 /* ---------------------------------------------------------------- the step */
 
-static void add_msg(sim_result *r, int *cap, double ready, double bytes) {
+static sim_msg *add_msg(sim_result *r, int *cap, double ready, double bytes) {
     if (r->n_msgs == *cap) {
         *cap = *cap ? 2 * *cap : 16;
         r->msgs = cnt_realloc(r->msgs, (size_t)*cap * sizeof *r->msgs);
     }
-    r->msgs[r->n_msgs++] = (sim_msg){.ready_ms = ready, .bytes = bytes};
+    r->msgs[r->n_msgs] = (sim_msg){.ready_ms = ready, .bytes = bytes};
+    return &r->msgs[r->n_msgs++];
 }
 
 /* Horovod mode: the message just added leaves at *now and the loop waits
@@ -382,25 +383,33 @@ static int ps_messages(const sim_profile *p, const sim_cluster *c, int n, sim_re
     int cap = 0;
     *end = bwd_end;
     for (int k = 0; k < K; k++) {
-        double bytes = 4.0 * (double)(shard_end[k] - (k ? shard_end[k - 1] : 0)) / (c->fp16 ? 2 : 1);
+        size_t values = shard_end[k] - (k ? shard_end[k - 1] : 0);
+        double bytes = 4.0 * (double)values / (c->fp16 ? 2 : 1);
         double ready = c->overlap ? r->layer_end_ms[done_by[k]] : bwd_end;
         /* push: this worker's link, then the server's, which takes every worker's copy */
-        double start = ready > up_free ? ready : up_free;
-        up_free = start + bytes / bw;
-        double push_end = start + alpha + n * bytes / bw;
-        if (push_end < up_free) push_end = up_free;
-        add_msg(r, &cap, ready, bytes);
-        r->msgs[r->n_msgs - 1] = (sim_msg){SIM_MSG_PUSH, k, ready, start, push_end, bytes, alpha};
-        double updated = push_end + update_ms * (bytes * (c->fp16 ? 2 : 1) / (4.0 * (double)p->params));
+        sim_msg *push = add_msg(r, &cap, ready, bytes);
+        push->kind = SIM_MSG_PUSH;
+        push->shard = k;
+        push->latency_ms = alpha;
+        push->start_ms = ready > up_free ? ready : up_free;
+        up_free = push->start_ms + bytes / bw;
+        push->end_ms = push->start_ms + alpha + n * bytes / bw;
+        if (push->end_ms < up_free) push->end_ms = up_free;
+        /* the server updates its share of the parameters */
+        double updated = push->end_ms + update_ms * (double)values / (double)p->params;
+        r->comm_ms += push->end_ms - push->start_ms;
         /* pull: the server's link sends every worker its copy; this worker's link takes them in turn */
-        double pull_end = updated + alpha + n * bytes / bw;
-        if (pull_end < down_free + bytes / bw) pull_end = down_free + bytes / bw;
-        down_free = pull_end;
-        add_msg(r, &cap, updated, bytes);
-        r->msgs[r->n_msgs - 1] = (sim_msg){SIM_MSG_PULL, k, updated, updated, pull_end, bytes, alpha};
-        r->comm_ms += (push_end - start) + (pull_end - updated);
+        sim_msg *pull = add_msg(r, &cap, updated, bytes);
+        pull->kind = SIM_MSG_PULL;
+        pull->shard = k;
+        pull->latency_ms = alpha;
+        pull->start_ms = updated;
+        pull->end_ms = updated + alpha + n * bytes / bw;
+        if (pull->end_ms < down_free + bytes / bw) pull->end_ms = down_free + bytes / bw;
+        down_free = pull->end_ms;
+        r->comm_ms += pull->end_ms - pull->start_ms;
         r->latency_ms += 2 * alpha;
-        if (pull_end > *end) *end = pull_end;
+        if (pull->end_ms > *end) *end = pull->end_ms;
     }
     free(tensor_end);
     free(shard_end);
@@ -479,9 +488,9 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
         free(done_by);
     }
 
-    /* one after another on the network */
-    double net_free = c->ps_servers > 0 ? ps_end : 0;
-    for (int k = 0; k < r->n_msgs && c->ps_servers <= 0; k++) {
+    /* allreduces: one after another on the network (the servers' messages are placed already) */
+    double net_free = ps_end;
+    for (int k = 0; c->ps_servers <= 0 && k < r->n_msgs; k++) {
         sim_msg *m = &r->msgs[k];
         double ms;
         if (sim_allreduce_ms(p, c, n, m->bytes, &ms, &m->latency_ms) != CNT_OK) {

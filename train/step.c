@@ -108,14 +108,9 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     r->forward_s = phase_end(s, "forward", "forward", t);
 
     t = time_now();
-    if (s->rd) {
-        fault_stall_point(step_number); /* tests only: CNT_TEST_STALL (dist/fault.h) */
-        reducer_begin(s->rd, step_number);
-    }
-    if (s->ps) {
-        fault_stall_point(step_number);
-        ps_begin_step(s->ps, step_number, lr);
-    }
+    if (s->rd || s->ps) fault_stall_point(step_number); /* tests only: CNT_TEST_STALL (dist/fault.h) */
+    if (s->rd) reducer_begin(s->rd, step_number);
+    if (s->ps) ps_begin_step(s->ps, step_number, lr);
     net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the reducer */
     stager_release(s->st);                          /* backward was the last reader of the batch */
     r->backward_s = phase_end(s, "backward", "backward", t);

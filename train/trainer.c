@@ -1060,18 +1060,9 @@ static int run_epoch(run *r, int epoch, int *done) {
  * counted), logged and recorded in metrics.jsonl. */
 static int ps_epoch_staleness(run *r, int epoch) {
     if (r->rank != 0) return CNT_OK;
-    int K = ps_servers(r->ps);
-    ps_staleness *w = cnt_calloc((size_t)K, sizeof *w), all;
-    memset(&all, 0, sizeof all);
+    ps_staleness all;
     dist_phase("parameter-server staleness");
-    ps_worker_fetch_staleness(r->ps, w, NULL);
-    for (int k = 0; k < K; k++) {
-        all.applied += w[k].applied;
-        all.sum += w[k].sum;
-        if (w[k].max > all.max) all.max = w[k].max;
-        for (int i = 0; i < PS_HIST; i++) all.hist[i] += w[k].hist[i];
-    }
-    free(w);
+    ps_worker_fetch_staleness(r->ps, &all);
     double mean = all.applied > 0 ? all.sum / all.applied : 0;
     char hist[256];
     size_t o = 0;
