@@ -25,6 +25,7 @@
  */
 #include "dist/ps.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,12 @@
 enum { PS_PUSH = 1, PS_STATE, PS_STATE_PARAMS, PS_STALENESS, PS_BYE };
 enum {
     TAG_SHAPE = 40, TAG_INIT_PARAMS, TAG_INIT_MOMENTUM, TAG_HEAD, TAG_GRAD, TAG_PARAMS, TAG_ACK, TAG_MOMENTUM,
-    TAG_STATE_PARAMS, TAG_STALENESS, TAG_STATS
+    TAG_STATE_PARAMS, TAG_STALENESS, TAG_STATS, TAG_TRACE_LEN, TAG_TRACE, TAG_CLOCK
 };
+/* Round trips rank 0 times to a server's clock (dist.timeline); the fastest wins. */
+#define CLOCK_PINGS 8
+/* dist.timeline: a worker's track for server k, and a server's tracks */
+enum { TID_SERVER0 = 2, TID_SERVE = 0, TID_IN = 1, TID_OUT = 2 };
 /* A worker's header: kind, step, the version its parameters are, the
  * learning rate's bits, the stop signal it asks for (0: none). */
 #define HEAD_LEN 5
@@ -108,6 +113,9 @@ struct ps {
     size_t ready;            /* gradients final in [0, ready) */
     int pushed;              /* shards pushed this step */
     int early;
+    timeline *tl;            /* dist.timeline, or NULL */
+    double *push_t;          /* [servers] when each shard was pushed (for the timeline) */
+    double *done_t;          /* [2 * servers] when each request was seen complete */
 };
 
 static size_t shard_begin(const ps *p, int k) { return k ? p->shard_end[k - 1] : 0; }
@@ -116,6 +124,24 @@ int ps_workers(const ps *p) { return p->workers; }
 int ps_servers(const ps *p) { return p->servers; }
 int ps_server_rank(const ps *p, int k) { return p->workers + k; }
 
+void ps_set_timeline(ps *p, timeline *tl) {
+    p->tl = tl;
+    if (!tl || p->rank >= p->workers) {
+        if (tl) {
+            timeline_name_thread(tl, TID_SERVE, "serve");
+            timeline_name_thread(tl, TID_IN, "gradients in");
+            timeline_name_thread(tl, TID_OUT, "parameters out");
+        }
+        return;
+    }
+    CNT_ASSERT(TID_SERVER0 + p->servers <= 8);
+    for (int k = 0; k < p->servers; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "server %d (rank %d)", k, ps_server_rank(p, k));
+        timeline_name_thread(tl, TID_SERVER0 + k, name);
+    }
+}
+
 ps *ps_create(int servers, int max_staleness) {
     CNT_ASSERT(max_staleness >= -1 && servers >= 1 && servers < dist_job_world());
     ps *p = cnt_calloc(1, sizeof *p);
@@ -123,6 +149,8 @@ ps *ps_create(int servers, int max_staleness) {
     p->workers = dist_job_world() - servers;
     p->max_staleness = max_staleness;
     p->rank = dist_job_rank();
+    p->push_t = cnt_calloc((size_t)servers, sizeof *p->push_t);
+    p->done_t = cnt_calloc(2 * (size_t)servers, sizeof *p->done_t);
     /* Why a duplicate: the PS messages then never match the trainer's own
      * point-to-point traffic (the ring, the watchdog). */
     MPI_Request req;
@@ -137,6 +165,8 @@ void ps_free(ps *p) {
     DIST_MPI_CHECK(MPI_Comm_free(&p->comm));
     free(p->host_grads);
     free(p->host_params);
+    free(p->push_t);
+    free(p->done_t);
     free(p->head);
     free(p->ack);
     free(p->version);
@@ -197,7 +227,7 @@ static void stall_end(const stall *w, const char *what) {
 
 /* Completes every request in reqs[0 .. n) (request i waits on job rank
  * first_rank + i), naming the ranks still missing past the limits. */
-static void wait_all_named(int n, MPI_Request *reqs, int first_rank, const char *what) {
+static void wait_all_named_at(int n, MPI_Request *reqs, int first_rank, const char *what, double *done) {
     int *missing = cnt_calloc((size_t)n, sizeof *missing);
     stall w;
     stall_start(&w);
@@ -205,7 +235,10 @@ static void wait_all_named(int n, MPI_Request *reqs, int first_rank, const char 
         int left = 0;
         for (int i = 0; i < n; i++) {
             int f = 1;
-            if (reqs[i] != MPI_REQUEST_NULL) DIST_MPI_CHECK(MPI_Test(&reqs[i], &f, MPI_STATUS_IGNORE));
+            if (reqs[i] != MPI_REQUEST_NULL) {
+                DIST_MPI_CHECK(MPI_Test(&reqs[i], &f, MPI_STATUS_IGNORE));
+                if (f && done) done[i] = time_now();
+            }
             missing[i] = !f;
             left += !f;
         }
@@ -214,6 +247,11 @@ static void wait_all_named(int n, MPI_Request *reqs, int first_rank, const char 
     }
     stall_end(&w, what);
     free(missing);
+}
+
+/* The same, without noting when each request completed. */
+static void wait_all_named(int n, MPI_Request *reqs, int first_rank, const char *what) {
+    wait_all_named_at(n, reqs, first_rank, what, NULL);
 }
 
 /* A shard travels as one message, and MPI's counts are ints. */
@@ -332,6 +370,7 @@ static void push_shard(ps *p, int k) {
     DIST_MPI_CHECK(MPI_Irecv(p->ack[k], ACK_LEN, MPI_INT64_T, to, TAG_ACK, p->comm, &p->recv_req[p->servers + k]));
     DIST_MPI_CHECK(MPI_Isend(h, HEAD_LEN, MPI_INT64_T, to, TAG_HEAD, p->comm, &p->send_req[2 * k]));
     DIST_MPI_CHECK(MPI_Isend(p->host_grads + b, (int)len, MPI_FLOAT, to, TAG_GRAD, p->comm, &p->send_req[2 * k + 1]));
+    if (p->tl) p->push_t[k] = time_now();
     p->pushed++;
 }
 
@@ -354,11 +393,22 @@ void ps_finish_step(ps *p, ps_stats *st) {
     /* request i of the 2K waits on server i mod K */
     for (int half = 0; half < 2; half++) {
         snprintf(what, sizeof what, half ? "the answers of step %ld" : "the parameters of step %ld", p->step);
-        wait_all_named(p->servers, p->recv_req + half * p->servers, ps_server_rank(p, 0), what);
+        wait_all_named_at(p->servers, p->recv_req + half * p->servers, ps_server_rank(p, 0), what,
+                          p->tl ? p->done_t + half * p->servers : NULL);
     }
     snprintf(what, sizeof what, "the gradients of step %ld to be received", p->step);
     for (int k = 0; k < p->servers; k++) wait_all_named(2, &p->send_req[2 * k], ps_server_rank(p, k), what);
     p->be->upload(p->params_dev, p->host_params, p->n * sizeof(float));
+    if (p->tl) {
+        /* each shard's round trip on its server's track: push, the server's wait and update, pull (the
+         * training track's "parameter-server wait" is the stepper's) */
+        for (int k = 0; k < p->servers; k++) {
+            double arrived = p->done_t[k] > p->done_t[p->servers + k] ? p->done_t[k] : p->done_t[p->servers + k];
+            char name[64];
+            snprintf(name, sizeof name, "push+pull shard %d", k);
+            timeline_record(p->tl, name, "ps", TID_SERVER0 + k, p->push_t[k], arrived);
+        }
+    }
     long stale = 0;
     for (int k = 0; k < p->servers; k++) {
         p->version[k] = p->ack[k][0];
@@ -443,9 +493,55 @@ void ps_worker_fetch_staleness(ps *p, ps_staleness *window) {
     }
 }
 
+/* dist.timeline, rank 0 after its goodbye to server k: CLOCK_PINGS round
+ * trips, each carrying rank 0's time out and the server's back; the fastest
+ * gives the offset of the server's clock (off by at most half its time), and
+ * rank 0's timeline zero on the server's clock goes to the server (clock_pong). */
+static void clock_ping(ps *p, int k) {
+    int to = ps_server_rank(p, k);
+    double best_rtt = -1, offset = 0;
+    for (int i = 0; i < CLOCK_PINGS; i++) {
+        double t0 = time_now(), ts = 0;
+        MPI_Request r[2];
+        DIST_MPI_CHECK(MPI_Irecv(&ts, 1, MPI_DOUBLE, to, TAG_CLOCK, p->comm, &r[0]));
+        DIST_MPI_CHECK(MPI_Isend(&t0, 1, MPI_DOUBLE, to, TAG_CLOCK, p->comm, &r[1]));
+        wait_all_named(2, r, to, "the server's clock");
+        double t1 = time_now();
+        if (best_rtt < 0 || t1 - t0 < best_rtt) {
+            best_rtt = t1 - t0;
+            offset = ts - (t0 + t1) / 2;
+        }
+    }
+    double zero = timeline_zero(p->tl) + offset;
+    MPI_Request r;
+    DIST_MPI_CHECK(MPI_Isend(&zero, 1, MPI_DOUBLE, to, TAG_CLOCK, p->comm, &r));
+    wait_all_named(1, &r, to, "the clock offset to be received");
+}
+
+/* A server's side of clock_ping: answers the round trips; returns rank 0's timeline zero on this clock. */
+static double clock_pong(ps *p) {
+    for (int i = 0; i < CLOCK_PINGS; i++) {
+        double t = 0;
+        MPI_Request r;
+        DIST_MPI_CHECK(MPI_Irecv(&t, 1, MPI_DOUBLE, 0, TAG_CLOCK, p->comm, &r));
+        wait_all_named(1, &r, 0, "rank 0's clock");
+        t = time_now();
+        DIST_MPI_CHECK(MPI_Isend(&t, 1, MPI_DOUBLE, 0, TAG_CLOCK, p->comm, &r));
+        wait_all_named(1, &r, 0, "the clock to be received");
+    }
+    double zero = 0;
+    MPI_Request r;
+    DIST_MPI_CHECK(MPI_Irecv(&zero, 1, MPI_DOUBLE, 0, TAG_CLOCK, p->comm, &r));
+    wait_all_named(1, &r, 0, "rank 0's clock offset");
+    return zero;
+}
+
 void ps_worker_bye(ps *p, ps_server_stats *st) {
     CNT_ASSERT(p->pushed == 0 && (p->rank == 0) == (st != NULL));
-    for (int k = 0; k < p->servers; k++) send_head(p, k, PS_BYE);
+    for (int k = 0; k < p->servers; k++) {
+        send_head(p, k, PS_BYE);
+        if (p->rank == 0 && p->tl) clock_ping(p, k);
+    }
     if (!st) return;
     /* a server answers rank 0's goodbye once every worker has said it */
     double *v = cnt_malloc(STATS_DOUBLES * (size_t)p->servers * sizeof *v);
@@ -462,6 +558,19 @@ void ps_worker_bye(ps *p, ps_server_stats *st) {
         stale_unpack(&st[k].stale, x + 4);
     }
     free(v);
+    for (int k = 0; p->tl && k < p->servers; k++) {
+        /* each server's timeline, already on rank 0's time axis */
+        uint64_t len = 0;
+        MPI_Request r;
+        int from = ps_server_rank(p, k);
+        DIST_MPI_CHECK(MPI_Irecv(&len, 1, MPI_UINT64_T, from, TAG_TRACE_LEN, p->comm, &r));
+        wait_all_named(1, &r, from, "the server's timeline");
+        char *text = cnt_malloc(len ? (size_t)len : 1);
+        DIST_MPI_CHECK(MPI_Irecv(text, (int)len, MPI_CHAR, from, TAG_TRACE, p->comm, &r));
+        wait_all_named(1, &r, from, "the server's timeline");
+        timeline_add_text(p->tl, text, (size_t)len);
+        free(text);
+    }
 }
 
 /* ---------------------------------------------------------------- server */
@@ -517,6 +626,8 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
     long stop_step = 0;  /* server 0, asynchronous: the step every worker stops after */
     int64_t stop_signal = 0;
     int *missing = cnt_calloc((size_t)W, sizeof *missing), *answerable = cnt_calloc((size_t)W, sizeof *answerable);
+    double *sent_t = cnt_calloc((size_t)W, sizeof *sent_t); /* when each answer was sent (timeline) */
+    double trace_zero = p->tl ? timeline_zero(p->tl) : 0;   /* rank 0's zero on this clock */
     for (int w = 0; w < W; w++) {
         ws[w].g = cnt_malloc((len ? len : 1) * sizeof(float));
         sreq[2 * w] = sreq[2 * w + 1] = MPI_REQUEST_NULL;
@@ -540,6 +651,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
             progressed = 1;
             int64_t kind = x->head[0];
             if (kind == PS_PUSH) {
+                double t_head = time_now();
                 if (x->owed)
                     cnt_fatal("parameter server %d: worker rank %d pushed step %lld before its step %ld was answered",
                               k, w, (long long)x->head[1], x->step);
@@ -549,6 +661,12 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 x->pending = x->owed = 1;
                 x->clock++;
                 x->step = (long)x->head[1];
+                if (p->tl) {
+                    char name[64];
+                    snprintf(name, sizeof name, "gradient from rank %d", w);
+                    timeline_set_step(p->tl, x->step);
+                    timeline_record(p->tl, name, "ps", TID_IN, t_head, time_now());
+                }
                 x->version = x->head[2];
                 x->lr = lr_of(x->head[3]);
                 st->bytes += (double)len * sizeof(float);
@@ -580,6 +698,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 wait_all_named(1, &r, w, "the staleness statistics to be received");
             } else if (kind == PS_BYE) {
                 if (x->owed) cnt_fatal("parameter server %d: worker rank %d said goodbye while owed an answer", k, w);
+                if (w == 0 && p->tl) trace_zero = clock_pong(p); /* this server's events go onto rank 0's axis */
                 x->gone = 1;
                 n_gone++;
                 continue; /* no further header from it */
@@ -624,8 +743,10 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                     const float *gw = ws[w].g;
                     for (size_t i = 0; i < len; i++) acc[i] += gw[i];
                 }
+                int summed = 0;
                 for (int w = first; w < W; w++) {
                     if (!ws[w].pending) continue;
+                    summed++;
                     ws[w].stale = version - ws[w].version;
                     stale_add(&st->stale, (double)ws[w].stale);
                     stale_add(&window, (double)ws[w].stale);
@@ -633,7 +754,15 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 }
                 update(ctx, b, b + len, lr, (float)(1.0 / W));
                 version++;
-                st->update_s += time_now() - t0;
+                double t1 = time_now();
+                st->update_s += t1 - t0;
+                if (p->tl) {
+                    char name[64];
+                    snprintf(name, sizeof name, "update %lld (%d gradient%s)", (long long)version, summed,
+                             summed == 1 ? "" : "s");
+                    timeline_set_step(p->tl, newest);
+                    timeline_record(p->tl, name, "ps", TID_SERVE, t0, t1);
+                }
                 st->steps++;
             }
             for (int w = 0; w < W; w++) {
@@ -644,6 +773,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 ack[w][3] = stop_signal;
                 DIST_MPI_CHECK(MPI_Isend(params + b, (int)len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &sreq[2 * w]));
                 DIST_MPI_CHECK(MPI_Isend(ack[w], ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &sreq[2 * w + 1]));
+                sent_t[w] = time_now();
                 ws[w].owed = 0;
                 st->bytes += (double)len * sizeof(float);
             }
@@ -653,6 +783,11 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 if (!answerable[w]) continue;
                 snprintf(what, sizeof what, "the parameters of step %ld to be received", ws[w].step);
                 wait_all_named(2, &sreq[2 * w], w, what);
+                if (p->tl) {
+                    char name[64];
+                    snprintf(name, sizeof name, "parameters to rank %d", w);
+                    timeline_record(p->tl, name, "ps", TID_OUT, sent_t[w], time_now());
+                }
             }
             stall_start(&wait);
             continue;
@@ -676,6 +811,21 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
     MPI_Request r;
     DIST_MPI_CHECK(MPI_Isend(v, STATS_DOUBLES, MPI_DOUBLE, 0, TAG_STATS, p->comm, &r));
     wait_all_named(1, &r, 0, "the statistics to be received");
+    if (p->tl) {
+        char process[64];
+        snprintf(process, sizeof process, "rank %d (parameter server %d)", p->rank, k);
+        size_t n_text;
+        char *text = timeline_events_text(p->tl, p->rank, process, trace_zero, &n_text);
+        if (n_text > INT_MAX)
+            cnt_fatal("parameter server %d: a timeline of %zu bytes exceeds MPI's count limit", k, n_text);
+        uint64_t text_len = n_text;
+        MPI_Request tr[2];
+        DIST_MPI_CHECK(MPI_Isend(&text_len, 1, MPI_UINT64_T, 0, TAG_TRACE_LEN, p->comm, &tr[0]));
+        DIST_MPI_CHECK(MPI_Isend(text, (int)n_text, MPI_CHAR, 0, TAG_TRACE, p->comm, &tr[1]));
+        wait_all_named(2, tr, 0, "the timeline to be received");
+        free(text);
+    }
+    free(sent_t);
     for (int w = 0; w < W; w++) free(ws[w].g);
     free(ws);
     free(sreq);

@@ -55,6 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dist/timeline.h"
 #include "model/backend.h"
 
 /* Cuts a buffer of tensors ending at tensor_end[0 .. n_tensors) (increasing
@@ -105,6 +106,14 @@ typedef struct ps_staleness {
 /* ---- worker side ---- */
 /* Binds the worker to its net's device buffers (n values each) cut at
  * shard_end (ps_plan, the same on every rank). */
+/* dist.timeline (call on every rank of the job, before the first step, or
+ * never): a worker records on its timeline each shard's round trip ("push+pull
+ * shard k": from its push to its parameters' arrival) on a track per server
+ * (the stepper records its wait after backward on the training track); a server, on
+ * its own (timeline_create_local), each gradient's arrival ("gradients in"),
+ * each update ("serve") and each answer ("parameters out"), and sends them to
+ * rank 0 at the goodbye (ps_worker_bye), on rank 0's time axis. */
+void ps_set_timeline(ps *p, timeline *tl);
 void ps_worker_bind(ps *p, const backend *be, float *params, float *grads, size_t n, const size_t *shard_end);
 /* Rank 0 only, before the first step: the shape, then each server's shard
  * of params and momentum (host arrays of n values; momentum NULL: zeros). */

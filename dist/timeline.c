@@ -23,8 +23,13 @@ typedef struct tl_event {
     double t_start, t_end; /* seconds, time_now() */
 } tl_event;
 
+enum { TL_THREADS = 8 };
+
 struct timeline {
     double t0;        /* this rank's zero, taken after a barrier */
+    char threads[TL_THREADS][32]; /* track names by tid ("" unnamed) */
+    char *foreign;    /* other processes' events for rank 0's file (timeline_add_text) */
+    size_t foreign_len;
     /* Guards events, n, cap and step: the training thread and the reducer's
      * communication thread both append during a step. */
     pthread_mutex_t mu;
@@ -33,16 +38,31 @@ struct timeline {
     long step;
 };
 
-timeline *timeline_create(void) {
+timeline *timeline_create_local(void) {
     timeline *tl = cnt_calloc(1, sizeof *tl);
     cnt_mutex_init(&tl->mu);
     tl->cap = 1024;
     tl->events = cnt_malloc((size_t)tl->cap * sizeof *tl->events);
+    timeline_name_thread(tl, TIMELINE_TID_TRAIN, "train");
+    timeline_name_thread(tl, TIMELINE_TID_COMM, "comm");
+    tl->t0 = time_now();
+    return tl;
+}
+
+timeline *timeline_create(void) {
+    timeline *tl = timeline_create_local();
     /* Why a barrier: every rank takes its zero at (nearly) the same moment,
      * so the ranks' events line up on one time axis. */
     dist_barrier();
     tl->t0 = time_now();
     return tl;
+}
+
+double timeline_zero(const timeline *tl) { return tl->t0; }
+
+void timeline_name_thread(timeline *tl, int tid, const char *name) {
+    CNT_ASSERT(tid >= 0 && tid < TL_THREADS);
+    snprintf(tl->threads[tid], sizeof tl->threads[tid], "%s", name);
 }
 
 void timeline_set_step(timeline *tl, long step) {
@@ -120,23 +140,31 @@ static void json_escape(const char *s, char *out, size_t len) {
     out[j] = '\0';
 }
 
-/* This rank's part of the trace: metadata, then its events, each element
- * preceded by ",\n" (rank 0 drops the very first comma). */
-static void rank_events(timeline *tl, int rank, text *t) {
-    text_printf(t, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
-                rank, rank);
+/* A process's part of the trace: metadata, then its events with times from
+ * zero, each element preceded by ",\n" (rank 0 drops the very first comma). */
+static void rank_events(timeline *tl, int rank, const char *process, double zero, text *t) {
+    char pname[200];
+    json_escape(process, pname, sizeof pname);
+    text_printf(t, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"%s\"}}",
+                rank, pname);
     text_printf(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
                 rank, rank);
-    text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"train\"}}",
-                rank, TIMELINE_TID_TRAIN);
-    text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"comm\"}}",
-                rank, TIMELINE_TID_COMM);
+    for (int tid = 0; tid < TL_THREADS; tid++) {
+        if (!tl->threads[tid][0]) continue;
+        char tname[200];
+        json_escape(tl->threads[tid], tname, sizeof tname);
+        text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                    rank, tid, tname);
+        text_printf(t,
+                    ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+                    rank, tid, tid);
+    }
     cnt_mutex_lock(&tl->mu);
     for (long i = 0; i < tl->n; i++) {
         const tl_event *e = &tl->events[i];
         char name[6 * sizeof e->name + 8];
         json_escape(e->name, name, sizeof name);
-        double ts = 1e6 * (e->t_start - tl->t0), dur = 1e6 * (e->t_end - e->t_start);
+        double ts = 1e6 * (e->t_start - zero), dur = 1e6 * (e->t_end - e->t_start);
         text_printf(t,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                     "\"dur\":%.3f,\"args\":{\"step\":%ld}}",
@@ -145,9 +173,31 @@ static void rank_events(timeline *tl, int rank, text *t) {
     cnt_mutex_unlock(&tl->mu);
 }
 
+char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len) {
+    text t = {.p = cnt_malloc(4096), .len = 0, .cap = 4096};
+    rank_events(tl, pid, process, zero, &t);
+    *len = t.len;
+    return t.p;
+}
+
+void timeline_add_text(timeline *tl, const char *txt, size_t len) {
+    cnt_mutex_lock(&tl->mu);
+    char *p = realloc(tl->foreign, tl->foreign_len + len + 1);
+    CHECK_ERRNO(p != NULL, "realloc (timeline text)");
+    memcpy(p + tl->foreign_len, txt, len);
+    tl->foreign = p;
+    tl->foreign_len += len;
+    cnt_mutex_unlock(&tl->mu);
+}
+
 int timeline_write(timeline *tl, const char *path) {
     text t = {.p = cnt_malloc(4096), .len = 0, .cap = 4096};
-    rank_events(tl, dist_rank(), &t);
+    char process[32];
+    snprintf(process, sizeof process, "rank %d", dist_rank());
+    rank_events(tl, dist_rank(), process, tl->t0, &t);
+    if (tl->foreign_len) {
+        text_printf(&t, "%.*s", (int)tl->foreign_len, tl->foreign);
+    }
     void *all = NULL;
     size_t *counts = NULL;
     dist_gather_bytes(t.p, t.len, &all, &counts);
@@ -192,6 +242,7 @@ int timeline_write(timeline *tl, const char *path) {
 void timeline_free(timeline *tl) {
     if (!tl) return;
     pthread_mutex_destroy(&tl->mu);
+    free(tl->foreign);
     free(tl->events);
     free(tl);
 }

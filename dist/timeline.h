@@ -7,7 +7,15 @@
  * are gathered to rank 0, which writes one JSON file that chrome://tracing and
  * Perfetto open: {"traceEvents":[...]}, one process per rank ("rank r", pid r)
  * with two threads, TIMELINE_TID_TRAIN ("train") and TIMELINE_TID_COMM
- * ("comm", the reducer's communication thread).
+ * ("comm", the reducer's communication thread), and any others the caller
+ * names (timeline_name_thread: a worker's track per parameter server).
+ *
+ * Parameter servers (dist/ps.h) keep their own timeline
+ * (timeline_create_local: no collective, the servers are not in the
+ * workers' group); at the end each sends its events to rank 0, with its
+ * times moved onto rank 0's axis by a clock offset that rank 0 measures with
+ * a few round trips after its goodbye (good to half the fastest), and rank
+ * 0 adds them to its file (timeline_events_text, timeline_add_text).
  *
  * Clocks: each rank's zero is taken right after a barrier in timeline_create,
  * so the ranks' time axes agree to within a barrier's skew - good enough to
@@ -18,6 +26,8 @@
 #ifndef CNT_TIMELINE_H
 #define CNT_TIMELINE_H
 
+#include <stddef.h>
+
 enum { TIMELINE_TID_TRAIN = 0, TIMELINE_TID_COMM = 1 };
 
 typedef struct timeline timeline;
@@ -25,6 +35,18 @@ typedef struct timeline timeline;
 /* A collective (every rank calls it: it holds a barrier, then takes this
  * rank's zero time). Never fails; allocation and mutex failures are fatal. */
 timeline *timeline_create(void);
+/* The same without the barrier: one process's own timeline, zero now. */
+timeline *timeline_create_local(void);
+/* The zero (time_now() seconds) that event times are counted from. */
+double timeline_zero(const timeline *tl);
+/* Names track tid (0 .. 7) in the trace; "train" and "comm" are named already. */
+void timeline_name_thread(timeline *tl, int tid, const char *name);
+/* This process's events as trace elements (each preceded by ",\n") under
+ * process id pid named `process`, times counted from zero (this process's
+ * time_now() seconds). Returns a malloc'd text of *len bytes (no NUL). */
+char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len);
+/* Rank 0: another process's timeline_events_text, written with its own. */
+void timeline_add_text(timeline *tl, const char *text, size_t len);
 /* The step stamped (as args.step) on events recorded from now on; called by
  * the training thread at the start of each step. */
 void timeline_set_step(timeline *tl, long step);

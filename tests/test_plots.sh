@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # tests/test_plots.sh - tools/plot_scaling.py draws simulate's CSV tables (and
 # measured ones) into a PNG; refuses a table without the needed columns (exit
-# 1) and a call without tables (exit 2). Skipped without matplotlib (make deps
+# 1) and a call without tables (exit 2). tools/plot_metrics.py draws a real
+# run's metrics.jsonl (two runs overlaid) against step, time, epoch and
+# images, and asynchronous runs' staleness; refuses a file without "time"
+# for a time axis and a run without staleness records (exit 1), and unknown
+# panels (exit 2). Skipped without matplotlib (make deps
 # installs Debian's python3-matplotlib). Run from the repository root after make.
 set -u
 tmp=$(mktemp -d)
@@ -32,6 +36,38 @@ check "plot_scaling.py: a table without images_per_s exits 1 naming the file and
     bash -c "[ $rc -eq 1 ] && grep -q \"bad.csv': no column 'images_per_s'\" <<<\"\$1\"" _ "$out"
 python3 tools/plot_scaling.py "$tmp/t.png" >/dev/null 2>&1
 check "plot_scaling.py: no table exits 2" test $? -eq 2
+
+# plot_metrics.py on a real run (2 epochs of 64 images) drawn twice under two names
+timeout 120 ./trainer configs/resnet20-fashion.ini train.device=cpu train.threads=1 data.workers=1 data.train_limit=64 \
+    data.test_limit=32 train.batch_size=16 train.epochs=2 train.log_every=2 train.out_dir="$tmp/run" >/dev/null 2>&1
+check "plot_metrics.py: the run for it exits 0" test $? -eq 0
+out=$(python3 tools/plot_metrics.py "$tmp/run=one" "$tmp/run/metrics.jsonl=again" -o "$tmp/c.png" \
+      --x step,time,epoch,images --panels loss,top1,top5,eval,lr,ips 2>&1)
+check "plot_metrics.py: 6 panels x 4 axes of 2 runs written" grep -q "wrote $tmp/c.png (6 panels x 4 axes, 2 run(s))" <<<"$out"
+check "plot_metrics.py: the file is a PNG" bash -c "head -c 8 '$tmp/c.png' | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a'"
+out=$(python3 tools/plot_metrics.py "$tmp/run" -o "$tmp/s.png" --staleness "$tmp/st.png" 2>&1)
+rc=$?
+check "plot_metrics.py: --staleness on a run without staleness records exits 1 saying so" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'no run has staleness records' <<<\"\$1\"" _ "$out"
+# an asynchronous run's records, as trainer writes them (tests/test_ps.sh makes real ones)
+cat >"$tmp/async.jsonl" <<'JSON'
+{"kind":"step","epoch":1,"step":10,"time":1.5,"images":320,"loss":2.1,"lr":0.1,"img_per_sec":200,"step_ms":5,"data_wait_ms":0,"comm_ms":0,"comm_exposed_ms":0,"loss_scale":1,"skipped_steps":0}
+{"kind":"staleness","epoch":1,"step":16,"time":2.0,"mean":0.5,"max":3,"applied":32,"hist":[20,8,3,1,0,0,0,0,0,0,0,0,0,0,0,0]}
+{"kind":"eval","epoch":1,"step":16,"time":2.2,"images":512,"eval_loss":1.9,"top1":0.3,"top5":0.8}
+{"kind":"staleness","epoch":2,"step":32,"time":4.0,"mean":1.1,"max":2,"applied":32,"hist":[4,20,8,0,0,0,0,0,0,0,0,0,0,0,0,0]}
+{"kind":"eval","epoch":2,"step":32,"time":4.2,"images":1024,"eval_loss":1.5,"top1":0.45,"top5":0.9}
+JSON
+out=$(python3 tools/plot_metrics.py "$tmp/async.jsonl=async" -o "$tmp/a.png" --staleness "$tmp/st.png" 2>&1)
+check "plot_metrics.py: --staleness draws an asynchronous run's histogram" \
+    bash -c "grep -q 'wrote $tmp/st.png' <<<\"\$1\" && head -c 4 '$tmp/st.png' | od -An -tx1 | grep -q '89 50 4e 47'" _ "$out"
+# a file written before "time" existed: a time axis has nothing to draw
+grep -v '"kind":"run"' "$tmp/run/metrics.jsonl" | sed 's/"time":[^,]*,//; s/"images":[^,]*,//' >"$tmp/old.jsonl"
+out=$(python3 tools/plot_metrics.py "$tmp/old.jsonl" -o "$tmp/o.png" --x time 2>&1)
+rc=$?
+check "plot_metrics.py: a time axis for a file without \"time\" exits 1 saying why" \
+    bash -c "[ $rc -eq 1 ] && grep -q \"nothing to draw for loss against time\" <<<\"\$1\"" _ "$out"
+python3 tools/plot_metrics.py "$tmp/run" --panels nope >/dev/null 2>&1
+check "plot_metrics.py: an unknown panel exits 2" test $? -eq 2
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

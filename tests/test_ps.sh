@@ -7,6 +7,8 @@
 #     and the same final weights, bit for bit (a sum of two gradients has
 #     one order);
 #   - one worker with one server equals a single process;
+#   - the timeline holds the workers' round trips per server and the
+#     servers' own tracks, on one time axis; the run record names the mode;
 #   - asynchronous: with staleness bound 0 it equals synchronous bit for bit;
 #     unbounded, a worker that sleeps (CNT_TEST_STALL) has its next gradient
 #     applied several updates late, staleness is recorded per epoch and in
@@ -59,8 +61,11 @@ check "allreduce, 2 ranks: 6 step losses" test "$(losses "$tmp/ar" | wc -l)" -eq
 for np in 3 4; do
     servers=$((np - 2))
     d="$tmp/ps$np"
+    # the 4-rank run also writes a timeline (which changes no number)
+    tl=()
+    [ $np -eq 4 ] && tl=(dist.timeline=trace.json)
     "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.ps_servers=$servers \
-        train.out_dir="$d" >"$d.log" 2>&1
+        "${tl[@]}" train.out_dir="$d" >"$d.log" 2>&1
     rc=$?
     check "ps, $np ranks ($servers server(s), 2 workers): exits 0" test $rc -eq 0
     [ $rc -eq 0 ] || tail -n 15 "$d.log" | sed 's/^/    /'
@@ -73,7 +78,42 @@ for np in 3 4; do
     check "ps, $np ranks: the same weights as allreduce after 6 steps, bit for bit" \
         cmp -s "$d.safetensors" "$tmp/ar.safetensors"
     check "ps, $np ranks: metrics.jsonl carries the PS traffic" grep -q '"ps_push_mb":' "$d/metrics.jsonl"
+    check "ps, $np ranks: the run record says $np ranks, 2 workers, $servers server(s), synchronous" \
+        grep -q "^{\"kind\":\"run\".*\"mode\":\"ps-sync\",\"ranks\":$np,\"workers\":2,\"servers\":$servers," "$d/metrics.jsonl"
 done
+# The timeline: each worker's round trip to each server on that server's track, and every server's
+# own process (gradients in, updates, parameters out), on rank 0's time axis.
+check "ps timeline: workers' push+pull per server, servers' gradients, updates and answers, on one axis" \
+    python3 - "$tmp/ps4/trace.json" <<'PY'
+import collections, json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e["ph"] == "X"]
+names = {(e["pid"], e["args"]["name"]) for e in ev if e["name"] == "process_name"}
+assert names == {(0, "rank 0"), (1, "rank 1"), (2, "rank 2 (parameter server 0)"),
+                 (3, "rank 3 (parameter server 1)")}, names
+c = collections.Counter((e["pid"], e["tid"], " ".join(e["name"].split()[:2])) for e in x)
+for w in (0, 1):
+    for k in (0, 1):
+        assert c[(w, 2 + k, f"push+pull shard")] == 6, (w, k, c)
+for s in (2, 3):
+    assert c[(s, 0, "update 1")] == 1 and sum(v for (p, t, n), v in c.items() if p == s and t == 0) == 6, c
+    assert c[(s, 1, "gradient from")] == 12 and c[(s, 2, "parameters to")] == 12, c
+# a server's update of step t comes after the workers' pushes of its shard began and before their pulls
+# ended: the median over the steps, within 5 ms (the clocks agree to half the fastest of 8 round trips; a
+# busy machine can delay a single event's time stamp by a few ms)
+import statistics
+for s in (2, 3):
+    k = s - 2
+    early, late = [], []
+    for step in range(1, 7):
+        up = [e for e in x if e["pid"] == s and e["tid"] == 0 and e["args"]["step"] == step]
+        rt = [e for e in x if e["pid"] in (0, 1) and e["tid"] == 2 + k and e["args"]["step"] == step]
+        assert len(up) == 1 and len(rt) == 2, (s, step, up, rt)
+        u = up[0]
+        early.append(u["ts"] - max(e["ts"] for e in rt))
+        late.append(min(e["ts"] + e["dur"] for e in rt) - (u["ts"] + u["dur"]))
+    assert statistics.median(early) >= -5000 and statistics.median(late) >= -5000, (s, early, late)
+PY
 
 # One worker and one server: a single process's training.
 timeout 120 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/one" >"$tmp/one.log" 2>&1
@@ -106,8 +146,9 @@ check "async, bound 0: exits 0" test $? -eq 0
 check "async, bound 0: the start-up line says asynchronous with the bound" \
     grep -q "asynchronously (at most 0 steps ahead of the slowest worker)" "$tmp/as0.log"
 # (its progress lines show rank 0's loss, not the workers' mean: asynchronous workers do not meet to average it)
-check "async, bound 0: the synchronous evaluation" \
-    test "$(grep '"kind":"eval"' "$tmp/as0/metrics.jsonl")" = "$(grep '"kind":"eval"' "$tmp/ps3/metrics.jsonl")"
+# eval records: without their time
+evals() { grep '"kind":"eval"' "$1/metrics.jsonl" | sed 's/"time":[^,]*,//'; }
+check "async, bound 0: the synchronous evaluation" test "$(evals "$tmp/as0")" = "$(evals "$tmp/ps3")"
 weights "$tmp/as0" "$tmp/as0.safetensors"
 check "async, bound 0: the synchronous weights, bit for bit" cmp -s "$tmp/as0.safetensors" "$tmp/ps3.safetensors"
 check "async, bound 0: every applied gradient had staleness 0" \

@@ -56,6 +56,26 @@ check "max_steps resume: resumed 176 samples into epoch 1" \
 check "max_steps resume: the changed key is named" grep -q "keys changed since the checkpoint: train.max_steps 11 -> 0" <<<"$out"
 check "max_steps resume: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$tmp/ms/metrics.jsonl")
 check "max_steps resume: each step once in metrics.jsonl" each_step_once "$tmp/ms/metrics.jsonl"
+# the first record describes the run; "time" and "images" go on across the resume and end where the
+# uninterrupted run's do (images exactly; time within its own run's length)
+check "max_steps resume: a run record first, time and images carried across the resume" python3 - \
+    "$tmp/ms/metrics.jsonl" "$tmp/ref/metrics.jsonl" <<'PY'
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[2])]
+assert rs[0]["kind"] == "run" and rs[0]["model"] == "resnet20" and rs[0]["global_batch"] == 16, rs[0]
+assert rs[0]["steps_per_epoch"] == 16 and rs[0]["mode"] == "allreduce" and len(rs[0]["config_hash"]) == 16, rs[0]
+assert [r["kind"] for r in rs].count("run") == 2, "one run record per process"
+timed = [r for r in rs if r["kind"] in ("step", "eval", "epoch")]
+t = [r["time"] for r in timed]
+im = [r["images"] for r in timed]
+assert all(b >= a for a, b in zip(t, t[1:])), f"time goes back: {t}"
+assert all(b >= a for a, b in zip(im, im[1:])), f"images go back: {im}"
+steps = [r for r in rs if r["kind"] == "step"]
+assert [r["images"] for r in steps] == [16 * r["step"] for r in steps], [r["images"] for r in steps]
+last = [r for r in ref if r["kind"] == "eval"][-1]
+assert timed[-1]["images"] == last["images"] == 512, (timed[-1], last)
+PY
 check "max_steps resume: the earlier run's config is kept beside config.ini ($(ls "$tmp/ms" | tr '\n' ' '))" \
     test "$(ls "$tmp/ms" | grep -c '^config\.[0-9-]*\.ini$')" -eq 1 -a -f "$tmp/ms/config.ini"
 

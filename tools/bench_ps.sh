@@ -4,6 +4,7 @@
 # every byte of every rank on its own rate-limited link.
 #
 #   tools/bench_ps.sh [--rates "100mbit 1gbit"] [--steps S] [--rounds R] [--out FILE]
+#   tools/bench_ps.sh --curves DIR [--rates RATE] [--epochs E] [--workers W]
 #
 # For each link rate, in turns for R rounds (default 2), ResNet-20 on
 # Fashion-MNIST (batch 32 per worker, 1 thread per rank, S steps, default 40)
@@ -21,6 +22,16 @@
 # prediction from a profile taken here at the same batch, retargeted to the
 # measured single-host speed (--images-per-s of one unshaped worker).
 #
+# --curves DIR: accuracy against time instead. The quick start's recipe
+# (configs/resnet20-fashion.ini: batch 128 per worker, all of Fashion-MNIST,
+# E epochs, default 15) with W workers (default 2) at the first rate of
+# --rates, one mode after the other: allreduce, synchronous PS and
+# asynchronous PS with 1 server. The runs are kept in DIR/allreduce,
+# DIR/sync-ps, DIR/async-ps (metrics.jsonl, logs in DIR/*.log), and
+# tools/plot_metrics.py draws DIR/curves.png (test top-1 and training loss
+# against time and against epochs) and DIR/staleness.png (the async run's
+# staleness histogram).
+#
 # Needs root (the cluster), MPI, and `make` done. Makes cluster "bps" on
 # 10.78.0.0/24 and removes it at the end, also on failure.
 set -u
@@ -29,21 +40,54 @@ rates="100mbit 1gbit"
 steps=40
 rounds=2
 out=""
+curves=""
+epochs=15
+workers=2
 while [ $# -gt 0 ]; do
     case $1 in
+    --curves) curves=$2; shift 2 ;;
+    --epochs) epochs=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: tools/bench_ps.sh [--rates \"R1 R2\"] [--steps S] [--rounds R] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: tools/bench_ps.sh [--rates \"R1 R2\"] [--steps S] [--rounds R] [--out FILE]" >&2
+       echo "       tools/bench_ps.sh --curves DIR [--rates RATE] [--epochs E] [--workers W]" >&2; exit 2 ;;
     esac
 done
 C=(tools/cluster.sh --prefix bps --net 10.78.0)
 tmp=$(mktemp -d)
 trap '"${C[@]}" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
-"${C[@]}" up 4 >/dev/null || exit 1
+"${C[@]}" up $((workers > 2 ? workers + 2 : 4)) >/dev/null || exit 1
 read -r -a margs <<<"$("${C[@]}" mpirun-args)"
 [ "$(id -u)" = 0 ] && margs=(--allow-run-as-root "${margs[@]}")
+
+if [ -n "$curves" ]; then
+    rate=${rates%% *}
+    mkdir -p "$curves" || exit 1
+    "${C[@]}" shape "$rate" >/dev/null || exit 1
+    for m in "allreduce|$workers|dist.backend=ring" "sync-ps|$((workers + 1))|dist.mode=ps dist.ps_servers=1" \
+             "async-ps|$((workers + 1))|dist.mode=ps dist.ps_servers=1 dist.ps_sync=false"; do
+        IFS='|' read -r name np keys <<<"$m"
+        rm -rf "${curves:?}/$name"
+        echo "tools/bench_ps.sh: $name, $workers workers, $rate links, $epochs epochs: $curves/$name.log" >&2
+        # shellcheck disable=SC2086
+        OMP_NUM_THREADS=1 timeout 7200 mpirun "${margs[@]}" -np "$np" -x OMP_NUM_THREADS ./trainer \
+            configs/resnet20-fashion.ini train.device=cpu train.threads=1 data.workers=1 train.epochs="$epochs" \
+            $keys train.out_dir="$(realpath "$curves")/$name" >"$curves/$name.log" 2>&1 || {
+            echo "tools/bench_ps.sh: $name failed:" >&2
+            tail -n 15 "$curves/$name.log" >&2
+            exit 1
+        }
+        grep '^.*finished:' "$curves/$name.log" >&2
+    done
+    python3 tools/plot_metrics.py -o "$curves/curves.png" --x epoch,time --panels top1,loss \
+        --title "ResNet-20 on Fashion-MNIST, $workers workers, $rate links" \
+        "$curves/allreduce=allreduce (ring)" "$curves/sync-ps=sync PS, 1 server" "$curves/async-ps=async PS, 1 server" \
+        --staleness "$curves/staleness.png" || exit 1
+    exit 0
+fi
 common=(configs/resnet20-fashion.ini train.device=cpu train.threads=1 data.workers=1 train.batch_size=32
         train.epochs=1 train.max_steps=$steps train.log_every=10 data.train_limit=$((steps * 64 + 64))
         data.test_limit=200 checkpoint.every_epochs=0)

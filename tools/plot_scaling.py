@@ -20,19 +20,7 @@ import csv
 import os
 import sys
 
-
-def need_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-        return
-    except ImportError:
-        pass
-    system = "/usr/bin/python3"
-    if os.path.realpath(sys.executable) != os.path.realpath(system) and os.path.exists(system) \
-            and not os.environ.get("CNT_PLOT_REEXEC"):
-        os.environ["CNT_PLOT_REEXEC"] = "1"
-        os.execv(system, [system] + sys.argv)
-    sys.exit("plot_scaling.py: matplotlib not found (apt-get install python3-matplotlib, or make deps)")
+from plotlib import need_matplotlib
 
 
 def read_table(arg):
@@ -74,10 +62,7 @@ def main(argv):
     if not predicted and not measured:
         print("plot_scaling.py: no table to plot", file=sys.stderr)
         return 2
-    need_matplotlib()
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = need_matplotlib("plot_scaling.py")
 
     fig, (eff, ips) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]

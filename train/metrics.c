@@ -10,9 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/fileio.h"
+#include "common/timer.h"
 
 int make_dirs(const char *path) {
     char buf[4096];
@@ -37,8 +39,14 @@ static long record_step(const char *line) {
     return s ? strtol(s + 7, NULL, 10) : -1;
 }
 
+/* A record's number field `key` ("\"time\":"), or -1 when it has none. */
+static double record_number(const char *line, const char *key) {
+    const char *s = strstr(line, key);
+    return s ? strtod(s + strlen(key), NULL) : -1;
+}
+
 /* Keeps the records of path up to until_step (see metrics_open). */
-static int cut_records(const char *path, const char *dir, long until_step, int keep_beyond) {
+static int cut_records(metrics *m, const char *path, const char *dir, long until_step, int keep_beyond) {
     struct stat st;
     if (lstat(path, &st) != 0 && errno == ENOENT) return CNT_OK;
     FILE *in = file_open_regular(path, "metrics file", NULL);
@@ -61,6 +69,10 @@ static int cut_records(const char *path, const char *dir, long until_step, int k
         if (line[n - 1] != '\n') break; /* a record cut short by a kill is no record */
         if (record_step(line) <= until_step) {
             if (fputs(line, out) < 0) failed = cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+            /* the clock and the image count go on from the last kept record's */
+            double t = record_number(line, "\"time\":"), im = record_number(line, "\"images\":");
+            if (t > m->t_base) m->t_base = t;
+            if (im > m->images) m->images = im;
             continue;
         }
         cut++;
@@ -88,6 +100,7 @@ static int cut_records(const char *path, const char *dir, long until_step, int k
 
 int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) {
     m->f = NULL;
+    m->t_base = m->t0 = m->images = 0;
     if (make_dirs(dir) != CNT_OK) return CNT_ERR;
     if (snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", dir) >= (int)sizeof m->path)
         return cnt_err_set("path too long: %s/metrics.jsonl", dir);
@@ -100,12 +113,55 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) 
         if (rename(m->path, old) != 0)
             return cnt_err_set("cannot move the earlier run's '%s' to '%s': %s", m->path, old, strerror(errno));
         log_info("metrics.jsonl: the earlier run's records moved to %s (this run starts from scratch)", old);
-    } else if (until_step >= 0 && cut_records(m->path, dir, until_step, keep_beyond) != CNT_OK) {
+    } else if (until_step >= 0 && cut_records(m, m->path, dir, until_step, keep_beyond) != CNT_OK) {
         return CNT_ERR;
     }
     m->f = file_append_regular(m->path, "metrics file");
     if (!m->f) return CNT_ERR;
     return CNT_OK;
+}
+
+static int finish_record(metrics *m, int printed);
+
+void metrics_start_clock(metrics *m) { m->t0 = time_now(); }
+
+void metrics_add_images(metrics *m, double n) { m->images += n; }
+
+/* The record's "time": seconds of training, resumes included. */
+static double run_time(const metrics *m) { return m->t_base + (m->t0 > 0 ? time_now() - m->t0 : 0); }
+
+/* s as a JSON string's contents (the few names this file writes: no escapes needed but these). */
+static const char *json_str(char *buf, size_t len, const char *s) {
+    size_t o = 0;
+    for (; s && *s && o + 3 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') buf[o++] = '\\';
+        buf[o++] = c < 0x20 ? '?' : (char)c;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+int metrics_run(metrics *m, const metrics_run_info *in) {
+    if (!m->f) return CNT_OK;
+    char model[128], mode[32], device[64], prec[32], host[256] = "", hostj[300], started[32];
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    errno = 0;
+    int printed = fprintf(m->f,
+                          "{\"kind\":\"run\",\"model\":\"%s\",\"params\":%ld,\"mode\":\"%s\",\"ranks\":%d,\"workers\":%d,"
+                          "\"servers\":%d,\"batch\":%d,\"global_batch\":%ld,\"epochs\":%d,\"steps_per_epoch\":%ld,"
+                          "\"device\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"config_hash\":\"%016llx\","
+                          "\"started\":\"%s\",\"host\":\"%s\"}\n",
+                          json_str(model, sizeof model, in->model), in->params, json_str(mode, sizeof mode, in->mode),
+                          in->ranks, in->workers, in->servers, in->batch, (long)in->batch * in->workers, in->epochs,
+                          in->steps_per_epoch, json_str(device, sizeof device, in->device),
+                          json_str(prec, sizeof prec, in->precision), in->threads, in->config_hash, started,
+                          json_str(hostj, sizeof hostj, host));
+    return finish_record(m, printed);
 }
 
 /* The end of every record: flushed, and a failure of the writes or of the
@@ -138,10 +194,10 @@ int metrics_step(metrics *m, int epoch, long step, double loss, double lr, doubl
     }
     /* the scale with %.17g: a power of two prints exactly at any size */
     int printed = fprintf(m->f,
-                          "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
+                          "{\"kind\":\"step\",\"epoch\":%d,\"step\":%ld,\"time\":%.3f,\"images\":%.0f,\"loss\":%s,\"lr\":%.6g,\"img_per_sec\":%.1f,"
                           "\"step_ms\":%.3f,\"data_wait_ms\":%.3f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,"
                           "\"loss_scale\":%.17g,\"skipped_steps\":%ld%s}\n",
-                          epoch, step, json_loss(l, sizeof l, loss), lr, img_per_sec, step_ms, data_wait_ms, comm_ms,
+                          epoch, step, run_time(m), m->images, json_loss(l, sizeof l, loss), lr, img_per_sec, step_ms, data_wait_ms, comm_ms,
                           comm_exposed_ms, loss_scale, skipped_steps, extra);
     return finish_record(m, printed);
 }
@@ -151,8 +207,8 @@ int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, dou
     char l[32];
     errno = 0;
     int printed =
-        fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
-                epoch, step, json_loss(l, sizeof l, loss), top1, top5);
+        fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"time\":%.3f,\"images\":%.0f,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
+                epoch, step, run_time(m), m->images, json_loss(l, sizeof l, loss), top1, top5);
     return finish_record(m, printed);
 }
 
@@ -165,9 +221,9 @@ int metrics_staleness(metrics *m, int epoch, long step, double mean, double max,
     for (int i = 0; i < n && o + 24 < sizeof h; i++) o += (size_t)snprintf(h + o, sizeof h - o, "%s%.0f", i ? "," : "", hist[i]);
     errno = 0;
     int printed = fprintf(m->f,
-                          "{\"kind\":\"staleness\",\"epoch\":%d,\"step\":%ld,\"mean\":%.4f,\"max\":%.0f,"
+                          "{\"kind\":\"staleness\",\"epoch\":%d,\"step\":%ld,\"time\":%.3f,\"mean\":%.4f,\"max\":%.0f,"
                           "\"applied\":%.0f,\"hist\":[%s]}\n",
-                          epoch, step, mean, max, applied, h);
+                          epoch, step, run_time(m), mean, max, applied, h);
     return finish_record(m, printed);
 }
 
@@ -177,10 +233,10 @@ int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_p
     if (!m->f) return CNT_OK;
     errno = 0;
     int printed = fprintf(m->f,
-                          "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%ld,\"seconds\":%.3f,\"img_per_sec\":%.1f,"
+                          "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%ld,\"time\":%.3f,\"images\":%.0f,\"seconds\":%.3f,\"img_per_sec\":%.1f,"
                           "\"data_wait_ms\":%.3f,\"data_wait_frac\":%.5f,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,"
                           "\"skipped_images\":%ld,\"skipped_eval_images\":%ld}\n",
-                          epoch, step, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms,
+                          epoch, step, run_time(m), m->images, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms,
                           skipped_train, skipped_eval);
     return finish_record(m, printed);
 }

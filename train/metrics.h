@@ -2,12 +2,31 @@
  * train/metrics.h - the run's machine-readable record: <out_dir>/metrics.jsonl,
  * one JSON object per line.
  *
- *   {"kind":"step","epoch":E,"step":S,"loss":L,"lr":R,"img_per_sec":I,"step_ms":T,"data_wait_ms":W,
- *    "comm_ms":C,"comm_exposed_ms":X,"loss_scale":G,"skipped_steps":K}
- *   {"kind":"eval","epoch":E,"step":S,"eval_loss":L,"top1":A,"top5":B}
- *   {"kind":"epoch","epoch":E,"step":S,"seconds":T,"img_per_sec":I,"data_wait_ms":W,"data_wait_frac":F,
- *    "comm_ms":C,"comm_exposed_ms":X,"skipped_images":K,"skipped_eval_images":J}
+ *   {"kind":"run","model":M,"params":P,"mode":D,"ranks":R,"workers":W,"servers":K,"batch":B,
+ *    "global_batch":G,"epochs":E,"steps_per_epoch":N,"device":V,"precision":X,"threads":T,
+ *    "config_hash":"H","started":"YYYY-MM-DDTHH:MM:SSZ","host":"NAME"}
+ *   {"kind":"step","epoch":E,"step":S,"time":T,"images":I,"loss":L,"lr":R,"img_per_sec":I,"step_ms":T,
+ *    "data_wait_ms":W,"comm_ms":C,"comm_exposed_ms":X,"loss_scale":G,"skipped_steps":K}
+ *   {"kind":"eval","epoch":E,"step":S,"time":T,"images":I,"eval_loss":L,"top1":A,"top5":B}
+ *   {"kind":"epoch","epoch":E,"step":S,"time":T,"images":I,"seconds":T,"img_per_sec":I,"data_wait_ms":W,
+ *    "data_wait_frac":F,"comm_ms":C,"comm_exposed_ms":X,"skipped_images":K,"skipped_eval_images":J}
  *   {"kind":"resume","step":S,"epoch":E,"epoch_samples":N,"world":W,"batch":B}
+ *
+ * The "run" record describes the run that follows it: the model and its
+ * parameter count, mode ("allreduce", "ps-sync", "ps-async"), the job's ranks
+ * and how many of them are workers and servers, the batch per worker and all
+ * workers' together, the device, precision and threads per rank, a hash of
+ * the effective configuration (config.ini, as in checkpoints) and when and
+ * where it started. It is the file's first record; a resumed run appends its
+ * own before its "resume" record.
+ *
+ * "time" (in every record but "run" and "resume") is seconds of training since the run began, on rank 0's clock,
+ * counted from the start of the training loop (set-up excluded) and carried
+ * across resumes: a resumed run goes on from the last kept record's time, so
+ * time lost past the checkpoint is not counted. "images" (in step, eval and epoch
+ * records) is the training images every worker has taken so far (steps times the global batch, summed
+ * across resumes at any world size). Both make curves against wall time and
+ * against data seen one column away (tools/plot_metrics.py).
  *
  * A resumed run continues the file: the records up to its checkpoint's step
  * S stay, those after it (what the interrupted run did past its last
@@ -45,7 +64,19 @@
 typedef struct metrics {
     FILE *f;
     char path[4096];
+    double t_base;           /* "time" when this run's clock started: the resumed record's last */
+    double t0;               /* time_now() then; 0: not started */
+    double images;           /* "images" so far */
 } metrics;
+
+/* What the "run" record says. */
+typedef struct metrics_run_info {
+    const char *model, *mode, *device, *precision;
+    long params;
+    int ranks, workers, servers, batch, epochs, threads;
+    long steps_per_epoch;
+    unsigned long long config_hash;
+} metrics_run_info;
 
 /* Creates dir (and parents) and opens dir/metrics.jsonl.
  * until_step < 0 (a fresh run): an existing non-empty file is first renamed
@@ -57,6 +88,13 @@ typedef struct metrics {
  * What happened is logged (log_info) when anything was moved or cut.
  * CNT_ERR with a message naming the path on failure. */
 int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
+
+/* The "run" record (see above). */
+int metrics_run(metrics *m, const metrics_run_info *info);
+/* Training starts now: "time" counts from here (plus a resumed file's last). */
+void metrics_start_clock(metrics *m);
+/* n more training images (all workers'), for the next step record's "images". */
+void metrics_add_images(metrics *m, double n);
 
 /* Each record is written and flushed at once; a failed write or flush
  * (ENOSPC, EIO, EFBIG) returns CNT_ERR with a message naming the file and

@@ -98,6 +98,7 @@ void progress_start(progress *p, long first_step, long skipped_before, long tota
     p->win_skipped0 = skipped_before;
     p->t_start = time_now();
     p->win.t0 = p->t_start;
+    metrics_start_clock(&p->m);
 }
 
 void progress_free(progress *p) {
@@ -118,6 +119,7 @@ void progress_step(progress *p, long step, const step_result *r, const float *lo
     const backend *be = p->o.be;
     tally_add(&p->win, r, n, data_wait_s, step_s);
     tally_add(&p->ep, r, n, data_wait_s, step_s);
+    metrics_add_images(&p->m, (double)p->o.world * n);
     /* The loss stays on the device until a line needs it. */
     if (r->loss_counts) {
         be->axpy(1, 1.0f, loss, p->loss_acc, p->win_loss_steps > 0);

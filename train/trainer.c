@@ -23,6 +23,7 @@
  */
 #include "train/trainer.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -399,6 +400,27 @@ static int lock_out_dir(run *r) {
     return CNT_OK;
 }
 
+/* metrics.jsonl's "run" record (rank 0; train/metrics.h). */
+static int write_run_record(run *r) {
+    const config *cfg = r->cfg;
+    metrics_run_info in = {
+        .model = cfg->model_name,
+        .mode = !r->ps ? "allreduce" : cfg->ps_sync ? "ps-sync" : "ps-async",
+        .device = r->be->name,
+        .precision = config_name(cfg, &cfg->precision),
+        .params = (long)r->nt->n_params,
+        .ranks = dist_job_world(),
+        .workers = r->world,
+        .servers = r->ps ? cfg->ps_servers : 0,
+        .batch = cfg->batch_size,
+        .epochs = cfg->epochs,
+        .threads = strcmp(r->be->name, "cpu") == 0 ? omp_get_max_threads() : 0,
+        .steps_per_epoch = r->steps_per_epoch,
+        .config_hash = config_hash(cfg),
+    };
+    return metrics_run(progress_metrics(r->pg), &in);
+}
+
 /* checkpoint.resume: rank 0 finds and validates the checkpoint, then every
  * rank receives its state (parameters, buffers, momentum, position). The
  * position in the data is the checkpoint's (epochs and samples done),
@@ -505,6 +527,7 @@ static int run_resume(run *r) {
                      moved == 1 ? "it" : "them", moved == 1 ? "it" : "them", moved == 1 ? "it" : "one");
     }
     if (rc == CNT_OK) rc = progress_open(r->pg, found ? meta->step : -1, moved > 0);
+    if (rc == CNT_OK) rc = write_run_record(r);
     if (rc == CNT_OK && found)
         rc = progress_resumed(r->pg, r->step, r->start_epoch + 1, r->first_epoch_step * samples_per_step(r),
                               r->world, cfg->batch_size);
@@ -899,6 +922,11 @@ static int run_server(run *r) {
     /* rank 0 tells what each server holds (log_dist) and did (ps_finish) */
     server_ctx ctx = {r->nt, &opt};
     ps_server_stats st;
+    if (cfg->timeline[0]) {
+        /* the server's own events, sent to rank 0 at the end (dist/ps.h) */
+        r->tl = timeline_create_local();
+        ps_set_timeline(r->ps, r->tl);
+    }
     ps_serve(r->ps, r->nt->params, r->nt->grads, opt.momentum_buf, r->nt->n_params, r->shard_end, server_update,
              &ctx, &st);
     optim_free(&opt);
@@ -956,6 +984,7 @@ static int run_setup(run *r) {
         r->tl = timeline_create(); /* a collective: every rank has the same config */
         net_set_node_hook(r->nt, timeline_node_hook, r->tl);
         if (r->rd) reducer_set_timeline(r->rd, r->tl);
+        if (r->ps) ps_set_timeline(r->ps, r->tl);
     }
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
