@@ -7,7 +7,8 @@
 # (metrics.jsonl's step_ms; a lower bound only, timed goals do not belong in
 # tests), logs finite losses and says once that it skips evaluation; a
 # 2-rank emulated run really allreduces its gradients (comm_ms > 0), bucket
-# by bucket during backward.
+# by bucket during backward; 2 emulated workers with a parameter server push,
+# pull and have their gradients applied.
 # Run from the repository root after `make`. Exits non-zero when a check fails.
 set -u
 T=./trainer
@@ -100,6 +101,13 @@ print("     comm_ms: %s" % [r["comm_ms"] for r in steps])
 PY
     check "2 ranks emulated: buckets start during backward" \
         grep -qE "communication: .* [1-9][0-9]* of 30 buckets started during backward" <<<"$out"
+    # Parameter servers: 2 emulated workers push and pull for real, the server updates (tools/bench_ps.sh --emulate).
+    run "${MPI[@]}" -np 3 $T configs/resnet20-fashion.ini "${small[@]}" train.emulate_compute="$tmp/set.json" \
+        train.max_steps=4 train.log_every=2 dist.mode=ps train.out_dir="$tmp/ps"
+    check "2 emulated workers + 1 server: exit 0, the server applied 8 gradients" \
+        test "$rc" -eq 0 -a -n "$(grep 'parameter server 1 of 1 (rank 2): 4 updates applying 8 gradients' <<<"$out")"
+    check "2 emulated workers + 1 server: each step pushed and pulled the model" \
+        grep -q '"ps_push_mb":1.0[0-9]*,"ps_pull_mb":1.0' "$tmp/ps/metrics.jsonl"
     # A mismatch on 2 ranks ends the job (no rank waits for the other).
     run "${MPI[@]}" -np 2 $T configs/resnet20-fashion.ini "${small[@]}" train.emulate_compute="$tmp/batch.json" \
         train.out_dir="$tmp/bad-two"

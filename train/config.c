@@ -272,7 +272,8 @@ static const key_def key_table[] = {
                    "(trainer --profile) of this model, batch, input shape and classes; each layer sleeps its "
                    "profiled forward and backward time (rescaled to the profile's phase times, as tools/simulate "
                    "does) instead of computing and the update sleeps update_ms (parameters stay as they are), "
-                   "while the gradients are allreduced for real, bucket by bucket during backward; evaluation is "
+                   "while the gradients are allreduced for real, bucket by bucket during backward (with "
+                   "dist.mode = ps: pushed to the servers, which update for real, and pulled back); evaluation is "
                    "skipped. Use with data.kind = synthetic (docs/scaling.md). Empty: real compute"),
 
     K_FLOAT("optim", "lr", lr, "0.1", ABOVE(0, 100),
@@ -1176,8 +1177,6 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.ps_max_staleness = %d bounds asynchronous training: set "
                            "dist.ps_sync = false with it (synchronous training has no stale gradients)",
                            cfg->ps_max_staleness);
-    if (cfg->dist_mode == DIST_MODE_PS && cfg->emulate_compute[0])
-        return cnt_err_set("invalid configuration: train.emulate_compute works with dist.mode = allreduce only");
     if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->device == BACKEND_DEVICE_CPU)
         return cnt_err_set("invalid configuration: dist.backend = nccl needs GPUs (train.device = cuda or auto), "
                            "got train.device = cpu");

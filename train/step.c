@@ -50,7 +50,7 @@ void stepper_free(stepper *s) {
 }
 
 void stepper_set_ps(stepper *s, ps *p) {
-    CNT_ASSERT(!s->rd && !loss_scaler_active(&s->ls) && !s->o.emulate);
+    CNT_ASSERT(!s->rd && !loss_scaler_active(&s->ls));
     s->ps = p;
 }
 
