@@ -83,7 +83,19 @@ run $T --version
 check "--version lists the backends" grep -q "^backends: cpu" <<<"$out"
 
 run $T --help
-check "--help lists every section's keys" grep -q "optim.warmup_epochs" <<<"$out"
+check "--help fits on one screen (at most 40 lines of at most 110 columns)" \
+    test "$(wc -l <<<"$out")" -le 40 -a "$(awk '{ if (length > m) m = length } END { print m + 0 }' <<<"$out")" -le 110
+check "--help shows a one-process, an mpirun, a resume and an export example" \
+    bash -c 'grep -q "^  ./trainer configs/" <<<"$1" && grep -q "^  mpirun -np" <<<"$1" &&
+             grep -q "checkpoint.resume=auto" <<<"$1" && grep -q -- "--export" <<<"$1"' _ "$out"
+check "--help points to --config-reference" grep -q "every key: --config-reference" <<<"$out"
+run $T --config-reference
+check "--config-reference lists every section's keys, as text" \
+    bash -c 'grep -q "^  optim.warmup_epochs " <<<"$1" && grep -q "^\[dist\]" <<<"$1"' _ "$out"
+run $T --config-reference md
+check "--config-reference md is the Markdown table" grep -q '^| `optim.warmup_epochs` |' <<<"$out"
+run $T --config-reference html
+check "--config-reference with another format: exit 2 naming it" test "$rc" -eq 2 -a -n "$(grep "got 'html'" <<<"$out")"
 
 run $T --bench resnet20 1x28x28 4 1
 check "--bench runs" grep -q "img/s" <<<"$out"
@@ -330,7 +342,7 @@ check "configs/resnet50.ini trains a step on synthetic data" \
     bash -c "[ $rc -eq 0 ] && grep -q 'step 1/1' <<<\"\$1\"" _ "$out"
 
 # The README embeds the reference generated from the parser's table.
-$T --config-reference > "$tmp/ref.md"
+$T --config-reference md > "$tmp/ref.md"
 check "README holds the current config reference" python3 - "$tmp/ref.md" README.md <<'PY'
 import sys
 ref = open(sys.argv[1]).read()

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tools/update_readme.sh - regenerate the README's config reference from the
-# parser's own table (`./trainer --config-reference`), between the markers
+# parser's own table (`./trainer --config-reference md`), between the markers
 # <!-- config-reference:begin --> and <!-- config-reference:end -->.
 # tests/test_cli.sh fails when the README is out of date. Run after `make`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ref=$(mktemp)
 trap 'rm -f "$ref"' EXIT
-./trainer --config-reference > "$ref"
+./trainer --config-reference md > "$ref"
 python3 - "$ref" README.md <<'PY'
 import sys
 ref = open(sys.argv[1]).read()

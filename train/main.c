@@ -7,7 +7,8 @@
  *   trainer --bench-data CONFIG.ini [overrides ...] data loader images/sec for 1, 2, 4, ... workers
  *   trainer --export CHECKPOINT OUT.safetensors    the checkpoint's weights for PyTorch (torchvision names)
  *   trainer --devices                              the backends built in and the GPUs this process sees
- *   trainer --help | --version | --config-reference
+ *   trainer --config-reference [md]
+ *   trainer --help | --version
  *
  * Exit codes: 0 success, 1 run-time failure (missing data, diverged), 2 usage
  * or configuration error.
@@ -42,16 +43,44 @@ static void usage(FILE *out) {
             "       trainer --profile CONFIG.ini OUT.json [section.key=value ...]   (one step, layer by layer, as JSON)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
             "       trainer --devices                (backends built in, GPUs usable here)\n"
-            "       trainer --help | --version | --config-reference\n");
+            "       trainer --config-reference [md]  (every config key: type, default, allowed values, meaning)\n"
+            "       trainer --help | --version\n");
 }
 
 static void print_help(void) {
     usage(stdout);
-    printf("\ncnntrain trains ResNet, VGG and Inception networks, in one process or under mpirun.\n"
-           "Every config key can be overridden on the command line as section.key=value.\n\n"
-           "zoo models: %s\n\n",
-           zoo_names());
-    config_print_help(stdout);
+    printf("\ncnntrain trains ResNet, VGG and Inception V3 on CPUs or NVIDIA GPUs, in one process or\n"
+           "data-parallel under mpirun. A run is an INI file; any key can be overridden as section.key=value.\n"
+           "\n"
+           "examples:\n"
+           "  ./trainer configs/resnet20-fashion.ini                     the quick start: one process\n"
+           "  ./trainer configs/resnet20-fashion.ini train.epochs=5 optim.lr=0.05\n"
+           "  mpirun -np 4 ./trainer configs/resnet20-fashion.ini train.threads=1\n"
+           "                                                 4 ranks on this machine (CPU: 1 thread each)\n"
+           "  mpirun -np 16 --hostfile hosts --map-by ppr:8:node ./trainer configs/resnet101.ini\n"
+           "                                                 2 nodes of 8 GPUs: one rank per GPU\n"
+           "  ./trainer configs/resnet101.ini checkpoint.resume=auto\n"
+           "                                                 resume from the latest checkpoint in train.out_dir\n"
+           "  mpirun -np 4 ./trainer configs/resnet20-fashion.ini dist.mode=ps dist.ps_servers=1\n"
+           "                                                 3 workers and a parameter server\n"
+           "  ./trainer --export runs/resnet20-fashion/checkpoints/ckpt-000015.cnt w.safetensors\n"
+           "                                                 weights for PyTorch (torchvision's names)\n"
+           "  python3 tools/plot_metrics.py runs/resnet20-fashion   training curves (curves.png)\n"
+           "\n");
+    /* the zoo's names, wrapped */
+    const char *z = zoo_names();
+    int col = printf("zoo models:");
+    while (*z) {
+        while (*z == ' ') z++;
+        int len = (int)strcspn(z, " ");
+        if (!len) break;
+        if (col + 1 + len > 100) col = printf("\n           ") - 1;
+        col += printf(" %.*s", len, z);
+        z += len;
+    }
+    printf("\n"
+           "config sections: [model] [data] [train] [optim] [checkpoint] [dist]; every key: --config-reference\n"
+           "docs: README.md, docs/data-parallel.md (how it works), docs/multi-node.md (clusters, Slurm)\n");
 }
 
 /* A whole-number command-line argument >= min, or a message naming `what`. */
@@ -144,7 +173,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--config-reference") == 0) {
-        config_print_reference_md(stdout);
+        /* plain text for people; md: the Markdown table README.md embeds (tools/update_readme.sh) */
+        if (argc > 2 && strcmp(argv[2], "md") != 0) {
+            fprintf(stderr, "trainer: --config-reference takes nothing or md, got '%s'\n", argv[2]);
+            return 2;
+        }
+        if (argc > 2) config_print_reference_md(stdout);
+        else config_print_help(stdout);
         return 0;
     }
     if (strcmp(cmd, "--summary") == 0) {
