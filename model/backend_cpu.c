@@ -32,6 +32,7 @@
 #include "model/backend.h"
 #include "model/backend_impl.h"
 #include "common/check.h"
+#include "common/cpus.h"
 #include "common/half.h"
 #include "common/hostmem.h"
 #include "common/rng.h"
@@ -1195,7 +1196,7 @@ static void cpu_sgd_update(size_t n, float *param, const float *grad, float *mom
 /* ----------------------------------------------------------------- threads */
 
 static void cpu_set_threads(int n) {
-    if (n <= 0) n = omp_get_num_procs();
+    if (n <= 0) n = cpus_allowed(NULL); /* the CPUs this process may run on, not the machine's */
     omp_set_num_threads(n);
     /* the OpenMP build of OpenBLAS runs on OpenMP's threads; keep its count the same */
     openblas_set_num_threads(n);

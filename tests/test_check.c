@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/cpus.h"
 
 static void test_prefix_and_suffix(void **state) {
     (void)state;
@@ -84,8 +85,29 @@ static void test_log_line_is_one_write(void **state) {
     close(sv[1]);
 }
 
+/* common/cpus.h: a mask's ranges, and this process's own mask. */
+static void test_cpus_format(void **state) {
+    (void)state;
+    cpus_mask m;
+    memset(&m, 0, sizeof m);
+    char buf[64];
+    cpus_format(&m, buf, sizeof buf);
+    assert_string_equal(buf, "");
+    int on[] = {0, 1, 2, 3, 8, 10, 11, 1023};
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) m.bits[on[i] / 8] |= (unsigned char)(1u << (on[i] % 8));
+    assert_int_equal(cpus_count(&m), 8);
+    cpus_format(&m, buf, sizeof buf);
+    assert_string_equal(buf, "0-3,8,10-11,1023");
+    cpus_format(&m, buf, 12); /* too short: cut at a whole range, marked */
+    assert_string_equal(buf, "0-3,8...");
+    cpus_mask mine;
+    int n = cpus_allowed(&mine);
+    assert_true(n >= 1 && n == cpus_count(&mine) && n <= cpus_online());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpus_format),
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_log_line_is_one_write),

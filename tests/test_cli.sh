@@ -79,6 +79,17 @@ check "cifar, missing root: exit 1 naming the path" test "$rc" -eq 1 -a -n "$(gr
 run $T --summary configs/resnet20-cifar10.ini data.root="$tmp"
 check "cifar, no files: every path tried is named" grep -q "$tmp/cifar-10-batches-bin/data_batch_1.bin" <<<"$out"
 
+# One process bound to one CPU (taskset): train.threads = 0 runs 1 thread and says the others stay idle.
+online=$(getconf _NPROCESSORS_ONLN)
+if [ "$online" -ge 2 ] && command -v taskset >/dev/null; then
+    run taskset -c 0 $T configs/resnet20-fashion.ini train.device=cpu data.train_limit=32 data.test_limit=16 \
+        train.batch_size=16 train.max_steps=1 data.workers=1 train.out_dir="$tmp/thr"
+    check "taskset -c 0, train.threads = 0: 1 thread on CPU 0" \
+        grep -q "threads: this process: 1 (train.threads = 0: one per CPU the rank may run on), on CPU 0 of its $online" <<<"$out"
+    check "taskset -c 0, train.threads = 0: the idle CPUs are named" \
+        grep -q "warning: threads: the 1 rank on .* may run on 1 of its $online CPUs" <<<"$out"
+fi
+
 run $T --version
 check "--version lists the backends" grep -q "^backends: cpu" <<<"$out"
 

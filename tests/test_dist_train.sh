@@ -11,7 +11,8 @@
 # the bounded waits of every other collective (CNT_TEST_STALL_IN: start-up,
 # evaluation, the post-epoch check, the ring's messages); the
 # warm-up starts at 0 or, with optim.warmup_start=lr, at one worker's rate;
-# fp16 mixed precision skips the same overflowing steps on every rank.
+# fp16 mixed precision skips the same overflowing steps on every rank;
+# threads follow each rank's CPU set and oversubscription is named.
 # Every run here is pinned to the CPU (train.device=cpu): bitwise equality
 # across batch splits and reruns is the CPU backend's promise (a GPU picks
 # cuDNN algorithms by timing). The GPU's multi-rank paths are checked by
@@ -30,6 +31,32 @@ fails=0
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 small=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=8
        train.log_every=4 train.threads=1 data.workers=1 optim.lr=0.05)
+
+# Threads follow each rank's CPUs (sched_getaffinity) and the start-up lines say so: 2 unbound ranks
+# with train.threads = 0 each run one per CPU of the machine, more than its CPUs, and rank 0 says which
+# setting fixes it; with train.threads = 1 nothing is said; bound to a core each, each runs 1.
+# (nproc would honour OMP_NUM_THREADS: the CPUs this test may use, and the machine's)
+ncpu=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+online=$(getconf _NPROCESSORS_ONLN)
+if [ "$ncpu" -ge 2 ]; then
+    out=$("${MPI[@]}" -np 2 --bind-to none ./trainer configs/resnet20-fashion.ini "${small[@]}" train.threads=0 \
+          train.max_steps=1 train.out_dir="$tmp/thr0" 2>&1)
+    check "threads = 0, 2 unbound ranks: each says $ncpu threads" \
+        test "$(grep -c "threads: rank [01] on .*: $ncpu (train.threads = 0: one per CPU the rank may run on), on CPUs [0-9,-]* of its $online" <<<"$out")" -eq 2
+    check "threads = 0, 2 unbound ranks: oversubscription named, with the setting that fixes it" \
+        grep -q "warning: threads: the 2 ranks on .* run $((2 * ncpu)) threads on $ncpu CPUs, which take turns: set train.threads = $((ncpu / 2))" <<<"$out"
+    out=$("${MPI[@]}" -np 2 --bind-to none ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=1 \
+          train.out_dir="$tmp/thr1" 2>&1)
+    check "threads = 1, 2 unbound ranks: no threads warning" bash -c '! grep -q "warning: threads" <<<"$1"' _ "$out"
+    out=$("${MPI[@]}" -np 2 --bind-to core ./trainer configs/resnet20-fashion.ini "${small[@]}" train.threads=0 \
+          train.max_steps=1 train.out_dir="$tmp/thrc" 2>&1)
+    check "threads = 0, each rank bound to a core: 1 thread each, on one CPU" \
+        test "$(grep -c "threads: rank [01] on .*: 1 (train.threads = 0: .*), on CPU [0-9]* of its $online" <<<"$out")" -eq 2
+    if [ "$online" -gt 2 ]; then
+        check "threads = 0, bound to a core each: the idle CPUs are named" \
+            grep -q "may run on 2 of its $online CPUs .* so $((online - 2)) CPU" <<<"$out"
+    fi
+fi
 
 for np in 2 4; do
     out=$("${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.out_dir="$tmp/r$np" 2>&1)

@@ -258,7 +258,9 @@ static const key_def key_table[] = {
     K_STRING("train", "out_dir", out_dir, "runs/default",
            .help = "directory for metrics.jsonl, checkpoints and the effective config"),
     K_INT("train", "threads", threads, "0", BETWEEN(0, 1024),
-        .help = "CPU compute threads; 0 uses all cores"),
+        .help = "CPU compute threads per rank; 0: one per CPU this rank may run on (its affinity: mpirun binds "
+                "each rank to one core by default when it starts 2 ranks or fewer; the start-up lines say what "
+                "each rank got)"),
     K_FLOAT("train", "label_smoothing", label_smoothing, "0", BETWEEN(0, 0.99),
           .help = "probability mass spread uniformly over all classes in the loss target"),
     K_FLOAT("train", "aux_weight", aux_weight, "0.4", BETWEEN(0, 10),

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/cpus.h"
 #include "common/hash.h"
 #include "common/timer.h"
 #include "data/loader.h"
@@ -619,6 +620,7 @@ static const backend *choose_device(const config *cfg) {
         cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
         return NULL;
     }
+    be->set_threads(cfg->threads); /* before describe, which says how many */
     char what[768], desc[512];
     be->describe(desc, sizeof desc);
     if (strcmp(be->name, "cpu") == 0 && cfg->device == BACKEND_DEVICE_AUTO) {
@@ -933,6 +935,77 @@ static int run_server(run *r) {
     return CNT_OK;
 }
 
+/* What one rank tells rank 0 about its compute threads (report_threads). */
+typedef struct thread_report {
+    int threads, allowed, online;
+    cpus_mask mask;
+    char host[64];
+} thread_report;
+
+/* train.threads on the CPU: how many threads each rank runs on which CPUs,
+ * said by rank 0 (a collective), with a warning for each host where the
+ * ranks run more threads than the CPUs they may use (the threads take
+ * turns), or where, with train.threads = 0, a binding leaves CPUs idle. */
+static void report_threads(const config *cfg, int world) {
+    thread_report me;
+    memset(&me, 0, sizeof me);
+    me.allowed = cpus_allowed(&me.mask);
+    me.online = cpus_online();
+    me.threads = omp_get_max_threads();
+    gethostname(me.host, sizeof me.host - 1);
+    const char *why = cfg->threads > 0 ? "train.threads" : "train.threads = 0: one per CPU the rank may run on";
+    char cpus[128];
+    void *all = NULL;
+    size_t *counts = NULL;
+    if (world > 1) {
+        dist_phase("start-up: threads report");
+        dist_gather_bytes(&me, sizeof me, &all, &counts);
+        free(counts);
+        if (!all) return; /* ranks other than 0 */
+    }
+    const thread_report *t = world > 1 ? all : &me;
+    for (int i = 0; i < world && i < 16; i++) {
+        char who[96] = "this process";
+        if (world > 1) snprintf(who, sizeof who, "rank %d on %s", i, t[i].host);
+        cpus_format(&t[i].mask, cpus, sizeof cpus);
+        log_info("threads: %s: %d (%s), on CPU%s %s of its %d", who, t[i].threads, why, t[i].allowed == 1 ? "" : "s",
+                 cpus, t[i].online);
+    }
+    if (world > 16) log_info("threads: ranks 16 to %d alike", world - 1);
+    /* per host: its ranks, the CPUs they may use together, their threads */
+    char *seen = cnt_calloc((size_t)world, 1);
+    for (int i = 0; i < world; i++) {
+        if (seen[i]) continue;
+        cpus_mask uni;
+        memset(&uni, 0, sizeof uni);
+        int ranks = 0, threads = 0;
+        for (int j = i; j < world; j++) {
+            if (seen[j] || strcmp(t[j].host, t[i].host) != 0) continue;
+            seen[j] = 1;
+            ranks++;
+            threads += t[j].threads;
+            for (size_t b = 0; b < sizeof uni.bits; b++) uni.bits[b] |= t[j].mask.bits[b];
+        }
+        int usable = cpus_count(&uni), online = t[i].online;
+        int fair = online / ranks > 0 ? online / ranks : 1;
+        if (threads > usable)
+            log_warn("threads: the %d rank%s on %s run%s %d threads on %d CPU%s, which take turns: set "
+                     "train.threads = %d (its CPUs / its ranks)%s",
+                     ranks, ranks == 1 ? "" : "s", t[i].host, ranks == 1 ? "s" : "", threads, usable,
+                     usable == 1 ? "" : "s", usable / ranks > 0 ? usable / ranks : 1,
+                     usable < online ? ", or let them use more CPUs (mpirun --bind-to none)" : "");
+        else if (cfg->threads == 0 && usable < online)
+            log_warn("threads: the %d rank%s on %s may run on %d of its %d CPUs (mpirun binds each rank to a core "
+                     "when it starts 2 ranks or fewer, to a socket or NUMA node otherwise; taskset and schedulers "
+                     "bind too), so %d CPU%s stay%s idle: launch with --bind-to none, or --map-by slot:PE=%d for "
+                     "%d core%s per rank",
+                     ranks, ranks == 1 ? "" : "s", t[i].host, usable, online, online - usable,
+                     online - usable == 1 ? "" : "s", online - usable == 1 ? "s" : "", fair, fair, fair == 1 ? "" : "s");
+    }
+    free(seen);
+    free(all);
+}
+
 static int run_setup(run *r) {
     const config *cfg = r->cfg;
     /* First of all, before any collective that a key decides (choose_comm's,
@@ -942,7 +1015,7 @@ static int run_setup(run *r) {
     if (cfg->dist_mode == DIST_MODE_PS && ps_split(r) != CNT_OK) return CNT_ERR;
     if (r->ps_server) return CNT_OK; /* run_server does the rest */
     if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
-    r->be->set_threads(cfg->threads);
+    if (strcmp(r->be->name, "cpu") == 0) report_threads(cfg, r->world);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
     if (cfg->emulate_compute[0] && load_emulation(r) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
