@@ -53,6 +53,19 @@ run $T --summary resnet18
 check "--summary resnet18: torchvision's parameter count" grep -qx "params: 11689512" <<<"$out"
 check "--summary resnet18: GFLOPs line" grep -qE "^forward GFLOPs/image: 3\.6[0-9]+$" <<<"$out"
 check "--summary resnet18: layer lines" grep -qE "^[0-9]+ +layer4\.1\.conv2 +conv" <<<"$out"
+check "--summary resnet18: the gradient's size" grep -qx "gradients: 11689512 values, 44.59 MiB as fp32" <<<"$out"
+check "--summary resnet18: buckets of 1 MiB then 25 MiB covering the gradient, first from fc, last to conv1" \
+    python3 - "$out" <<'PY'
+import re, sys
+b = [l.split() for l in sys.argv[1].splitlines() if l.startswith("  bucket ")]
+assert len(b) == 3 and b[0][2] == "1.000" and b[1][2] == "25.000", b
+assert sum(int(x[4]) for x in b) == 11689512, b
+assert b[0][7] == "fc" and b[-1][-1] == "conv1", b
+PY
+run $T --summary configs/resnet20-fashion.ini dist.bucket_mb=0.25 dist.first_bucket_mb=0.05 dist.compress=fp16
+check "--summary CONFIG: buckets follow dist.bucket_mb, the wire size dist.compress" bash -c \
+    'grep -q "^buckets: 5 (dist.first_bucket_mb = 0.05, dist.bucket_mb = 0.25)" <<<"$1" &&
+     grep -q "0.51 MiB on the wire (dist.compress = fp16)" <<<"$1"' _ "$out"
 
 run $T --summary inception_v3
 check "--summary inception_v3 (299x299, aux): 27161264" grep -qx "params: 27161264" <<<"$out"

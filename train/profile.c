@@ -74,6 +74,41 @@ static void node_grads(const net *nt, const node *nd, size_t *begin, size_t *end
     }
 }
 
+void profile_print_buckets(const config *cfg, const net *nt, FILE *out) {
+    reducer_opts ro = config_reducer_opts(cfg);
+    double mib = (double)(1 << 20);
+    double bytes = (double)nt->n_params * sizeof(float);
+    fprintf(out, "gradients: %zu values, %.2f MiB as fp32", nt->n_params, bytes / mib);
+    if (ro.compress == REDUCER_COMPRESS_FP16) fprintf(out, ", %.2f MiB on the wire (dist.compress = fp16)", bytes / 2 / mib);
+    fprintf(out, "\n");
+    int nb = reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, NULL, 0);
+    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
+    reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, ends, nb);
+    fprintf(out,
+            "buckets: %d (dist.first_bucket_mb = %g, dist.bucket_mb = %g); backward fills the buffer from the last "
+            "layer's parameters, and each bucket is allreduced once the backward of its last layer here is done:\n",
+            nb, cfg->first_bucket_mb, cfg->bucket_mb);
+    size_t ready = 0;
+    int next = 0;
+    const char *first_layer = NULL;
+    for (int i = nt->n_nodes - 1; i >= 0 && next < nb; i--) {
+        const node *nd = &nt->nodes[i];
+        size_t gb, ge;
+        node_grads(nt, nd, &gb, &ge);
+        if (ge == gb) continue;
+        if (!first_layer) first_layer = nd->name;
+        if (ge > ready) ready = ge;
+        for (; next < nb && ends[next] <= ready; next++) {
+            size_t begin = next ? ends[next - 1] : 0;
+            fprintf(out, "  bucket %-3d %9.3f MiB  %10zu values  layers %s .. %s\n", next,
+                    (double)(ends[next] - begin) * sizeof(float) / mib, ends[next] - begin, first_layer, nd->name);
+            first_layer = NULL;
+            if (ends[next] < ge) first_layer = nd->name; /* the layer's rest starts the next bucket */
+        }
+    }
+    free(ends);
+}
+
 static void write_json(FILE *out, const config *cfg, const net *nt, const dataset *d, int steps, int warmup,
                        const recorder *rc, const double *step_s, const double *wait_s, const double *fwd_s,
                        const double *bwd_s, const double *upd_s) {

@@ -41,4 +41,11 @@
 /* Profiles cfg's step and writes the JSON to out. */
 int profile_run(const config *cfg, int steps, int warmup, FILE *out);
 
+/* For --summary: the gradient's size (and on the wire with
+ * dist.compress = fp16) and how the reducer cuts it into buckets
+ * (dist.first_bucket_mb, dist.bucket_mb), each with its size and the layer
+ * after whose backward it is complete (the buffer fills from the last
+ * layer's parameters, so bucket 0 is ready first). */
+void profile_print_buckets(const config *cfg, const struct net *nt, FILE *out);
+
 #endif

@@ -44,6 +44,7 @@
 #include "train/eval.h"
 #include "train/input.h"
 #include "train/memory.h"
+#include "train/profile.h"
 #include "train/progress.h"
 #include "train/state.h"
 #include "train/step.h"
@@ -1335,6 +1336,7 @@ int trainer_summary_config(const config *cfg, FILE *out) {
     if (!nt) return CNT_ERR;
     fprintf(out, "model %s\n", cfg->model_name);
     net_print_summary(nt, out);
+    profile_print_buckets(cfg, nt, out);
     net_free(nt);
     return CNT_OK;
 }
@@ -1350,6 +1352,7 @@ int trainer_summary_model(const char *name, FILE *out) {
     if (!nt) return CNT_ERR;
     fprintf(out, "model %s\n", name);
     net_print_summary(nt, out);
+    profile_print_buckets(&cfg, nt, out);
     net_free(nt);
     return CNT_OK;
 }
