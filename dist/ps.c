@@ -374,10 +374,30 @@ static void push_shard(ps *p, int k) {
     p->pushed++;
 }
 
+/* Lets MPI move what is in flight while backward runs: a large message
+ * moves only while its receiver (and sender) call into MPI, so without this
+ * a shard's parameters, sent while this worker computes, would wait for
+ * ps_finish_step. Notes when each completes (for the timeline). */
+static void progress_pushed(ps *p) {
+    for (int k = 0; k < p->pushed; k++) {
+        int f;
+        for (int half = 0; half < 2; half++) {
+            MPI_Request *r = &p->recv_req[half * p->servers + k];
+            if (*r == MPI_REQUEST_NULL) continue;
+            DIST_MPI_CHECK(MPI_Test(r, &f, MPI_STATUS_IGNORE));
+            if (f) p->done_t[half * p->servers + k] = time_now();
+        }
+        for (int j = 0; j < 2; j++)
+            if (p->send_req[2 * k + j] != MPI_REQUEST_NULL)
+                DIST_MPI_CHECK(MPI_Test(&p->send_req[2 * k + j], &f, MPI_STATUS_IGNORE));
+    }
+}
+
 void ps_grads_ready(void *ctx, size_t offset, size_t count) {
     ps *p = ctx;
     CNT_ASSERT(offset == p->ready && offset + count <= p->n);
     p->ready = offset + count;
+    progress_pushed(p);
     /* shards are in buffer order, as backward completes it */
     while (p->pushed < p->servers && p->shard_end[p->pushed] <= p->ready) {
         push_shard(p, p->pushed);

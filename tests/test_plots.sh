@@ -5,7 +5,9 @@
 # run's metrics.jsonl (two runs overlaid) against step, time, epoch and
 # images, and asynchronous runs' staleness; refuses a file without "time"
 # for a time axis and a run without staleness records (exit 1), and unknown
-# panels (exit 2). Skipped without matplotlib (make deps
+# panels (exit 2). tools/plot_timeline.py draws a trace's tracks for a
+# window of steps; refuses a window without events and a file that is not
+# a trace (exit 1). Skipped without matplotlib (make deps
 # installs Debian's python3-matplotlib). Run from the repository root after make.
 set -u
 tmp=$(mktemp -d)
@@ -68,6 +70,33 @@ check "plot_metrics.py: a time axis for a file without \"time\" exits 1 saying w
     bash -c "[ $rc -eq 1 ] && grep -q \"nothing to draw for loss against time\" <<<\"\$1\"" _ "$out"
 python3 tools/plot_metrics.py "$tmp/run" --panels nope >/dev/null 2>&1
 check "plot_metrics.py: an unknown panel exits 2" test $? -eq 2
+
+# plot_timeline.py: two ranks, two steps, a layer inside backward, a bucket on the comm track
+cat >"$tmp/trace.json" <<'JSON'
+{"traceEvents":[
+{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}},
+{"name":"thread_name","ph":"M","pid":0,"tid":0,"args":{"name":"train"}},
+{"name":"thread_name","ph":"M","pid":0,"tid":1,"args":{"name":"comm"}},
+{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"rank 1"}},
+{"name":"forward","cat":"forward","ph":"X","pid":0,"tid":0,"ts":0,"dur":10,"args":{"step":1}},
+{"name":"backward","cat":"backward","ph":"X","pid":0,"tid":0,"ts":10,"dur":20,"args":{"step":1}},
+{"name":"bwd fc","cat":"backward","ph":"X","pid":0,"tid":0,"ts":10,"dur":5,"args":{"step":1}},
+{"name":"allreduce bucket 0","cat":"comm","ph":"X","pid":0,"tid":1,"ts":15,"dur":12,"args":{"step":1}},
+{"name":"forward","cat":"forward","ph":"X","pid":1,"tid":0,"ts":1,"dur":10,"args":{"step":1}},
+{"name":"forward","cat":"forward","ph":"X","pid":0,"tid":0,"ts":40,"dur":10,"args":{"step":2}}
+],"displayTimeUnit":"ms"}
+JSON
+out=$(python3 tools/plot_timeline.py "$tmp/trace.json" --steps 1:2 2>&1)
+check "plot_timeline.py: 3 tracks, 6 events of steps 1 to 2, next to the trace" \
+    bash -c "grep -q 'wrote $tmp/trace.png (3 tracks, 6 events, steps 1 to 2)' <<<\"\$1\" && head -c 4 '$tmp/trace.png' | od -An -tx1 | grep -q '89 50 4e 47'" _ "$out"
+out=$(python3 tools/plot_timeline.py "$tmp/trace.json" --steps 5:9 -o "$tmp/t2.png" 2>&1)
+rc=$?
+check "plot_timeline.py: a window without events exits 1 naming the steps the trace has" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'no events in steps 5:9 (the trace has steps 1 to 2)' <<<\"\$1\"" _ "$out"
+out=$(python3 tools/plot_timeline.py "$tmp/async.jsonl" -o "$tmp/t3.png" 2>&1)
+rc=$?
+check "plot_timeline.py: a file that is not a trace exits 1 naming it" \
+    bash -c "[ $rc -eq 1 ] && grep -q \"async.jsonl' is not a Chrome trace\" <<<\"\$1\"" _ "$out"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

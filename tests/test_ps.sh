@@ -38,10 +38,14 @@ small=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_siz
 
 # losses DIR: every step's loss in metrics.jsonl, one per line
 losses() { grep '"kind":"step"' "$1/metrics.jsonl" | grep -o '"loss":[^,]*'; }
-# job_pid RANK: the process of the running job's rank RANK (its mpirun environment says which)
+# job_pid RANK ROOT: the process of rank RANK (its mpirun environment says which) among the descendants of
+# ROOT (the job's timeout), so no other job's trainer on this machine is ever picked
 job_pid() {
-    local pid=""
+    local pid="" p q
     for p in $(pgrep -x trainer); do
+        q=$p
+        while [ -n "$q" ] && [ "$q" -gt 1 ] && [ "$q" != "$2" ]; do q=$(awk '{print $4}' "/proc/$q/stat" 2>/dev/null); done
+        [ "$q" = "$2" ] || continue
         if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then pid=$p; fi
     done
     echo "$pid"
@@ -208,7 +212,7 @@ check "loss scaling: refused with a message naming dist.mode" grep -q "dist.mode
     dist.ps_sync=false checkpoint.every_epochs=1 train.out_dir="$tmp/sig" >"$tmp/sig.log" 2>&1 &
 job=$!
 for _ in $(seq 1 100); do grep -q '"kind":"step"' "$tmp/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.3; done
-victim=$(job_pid 1)
+victim=$(job_pid 1 "$job")
 [ -n "$victim" ] && kill -TERM "$victim"
 wait $job
 rc=$?
@@ -230,7 +234,7 @@ check "stalled server: a worker names rank 2" grep -qE "stall: rank [01] has wai
     train.epochs=50 checkpoint.every_steps=0 train.out_dir="$tmp/kill" >"$tmp/kill.log" 2>&1 &
 job=$!
 for _ in $(seq 1 100); do grep -q '"kind":"step"' "$tmp/kill/metrics.jsonl" 2>/dev/null && break; sleep 0.3; done
-victim=$(job_pid 2)
+victim=$(job_pid 2 "$job")
 check "killed server: found the server's process" test -n "$victim"
 [ -n "$victim" ] && kill -9 "$victim"
 t0=$(date +%s)

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""tools/plot_timeline.py - a dist.timeline trace (Chrome trace JSON) as a PNG.
+
+    python3 tools/plot_timeline.py TRACE.json [-o OUT.png] [--steps A:B] [--title TITLE]
+
+Every rank's tracks, one row each, top to bottom in the trace's order
+(rank 0's "train", "comm" and any others, then rank 1's, ...; parameter
+servers are processes of their own): each event a bar from its start to its
+end, coloured by category (forward, backward, the allreduce buckets, the
+optimizer, parameter-server traffic, data waits), labelled where it is wide
+enough; an event inside another on its track (each layer's backward
+inside "backward") goes in the row's lower half. This is the picture of overlap: backward layer by layer on the
+training track while the bucket allreduces run on the communication track.
+
+--steps A:B draws the events of steps A to B (inclusive; the events'
+args.step, as the trainer stamps them); default: the last three steps the
+trace holds (the first steps are warm-up). Times are ms from the first
+event drawn.
+
+Default -o: TRACE with .png for .json. Needs matplotlib (Debian's
+python3-matplotlib, `make deps`).
+Exit status: 0; 1 when the trace cannot be read or has no events in the
+steps asked for; 2 for usage.
+"""
+import json
+import os
+import sys
+
+from plotlib import need_matplotlib
+
+TOOL = "plot_timeline.py"
+# category -> colour; names that start with "bwd " are backward layers
+COLOURS = {
+    "data": "#bbbbbb",
+    "forward": "#4c72b0",
+    "backward": "#55a868",
+    "comm": "#dd8452",
+    "ps": "#c44e52",
+    "optimizer": "#8172b3",
+}
+
+
+def fail(msg, code=1):
+    print(f"{TOOL}: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            trace = json.load(f)
+    except OSError as e:
+        fail(f"cannot read '{path}': {e.strerror}")
+    except ValueError as e:
+        fail(f"'{path}' is not a Chrome trace (JSON): {e}")
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list):
+        fail(f"'{path}' has no traceEvents list")
+    return events
+
+
+def main(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip().split("\n\n")[1], file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    path, out, steps, title = None, None, None, None
+    it = iter(argv)
+    for a in it:
+        try:
+            if a == "-o":
+                out = next(it)
+            elif a == "--steps":
+                v = next(it)
+                lo, sep, hi = v.partition(":")
+                steps = (int(lo), int(hi) if sep else int(lo))
+            elif a == "--title":
+                title = next(it)
+            elif a.startswith("-"):
+                fail(f"unknown option {a}", 2)
+            elif path is None:
+                path = a
+            else:
+                fail("one trace at a time", 2)
+        except StopIteration:
+            fail(f"{a} needs a value", 2)
+        except ValueError:
+            fail(f"--steps takes A:B (step numbers), got '{v}'", 2)
+    if path is None:
+        fail("no trace given", 2)
+    if out is None:
+        out = (path[:-5] if path.endswith(".json") else path) + ".png"
+    events = read(path)
+    procs, threads = {}, {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            procs[e["pid"]] = e["args"]["name"]
+        elif e.get("ph") == "M" and e.get("name") == "thread_name":
+            threads[(e["pid"], e["tid"])] = e["args"]["name"]
+    x = [e for e in events if e.get("ph") == "X"]
+    if not x:
+        fail(f"'{path}' holds no events")
+    stamped = sorted({e.get("args", {}).get("step", 0) for e in x})
+    if steps is None:
+        last = [s for s in stamped if s > 0][-3:] or stamped[-3:]
+        steps = (last[0], last[-1])
+    x = [e for e in x if steps[0] <= e.get("args", {}).get("step", 0) <= steps[1]]
+    if not x:
+        fail(f"no events in steps {steps[0]}:{steps[1]} (the trace has steps {stamped[0]} to {stamped[-1]})")
+    t0 = min(e["ts"] for e in x)
+    rows = sorted({(e["pid"], e["tid"]) for e in x})
+    index = {r: i for i, r in enumerate(rows)}
+    plt = need_matplotlib(TOOL)
+    span = (max(e["ts"] + e["dur"] for e in x) - t0) / 1e3
+    fig, ax = plt.subplots(figsize=(14, 0.55 * len(rows) + 1.6))
+    # an event inside another on its track (a layer within "backward") is drawn in the lower half of the row
+    depth = {}
+    for row in rows:
+        stack = []
+        for e in sorted((e for e in x if (e["pid"], e["tid"]) == row), key=lambda e: (e["ts"], -e["dur"])):
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            depth[id(e)] = min(len(stack), 1)
+            stack.append(e)
+    for e in x:
+        cat = e.get("cat", "")
+        colour = COLOURS.get(cat, "#937860")
+        d = depth[id(e)]
+        y = len(rows) - 1 - index[(e["pid"], e["tid"])] + (0.19 if d == 0 else -0.19)
+        start, width = (e["ts"] - t0) / 1e3, e["dur"] / 1e3
+        ax.barh(y, max(width, span / 2000), left=start, height=0.36, color=colour, edgecolor="white", linewidth=0.3)
+        name = e["name"][4:] if e["name"].startswith("bwd ") else e["name"]
+        if width > span / 30:
+            ax.text(start + width / 2, y, name, ha="center", va="center", fontsize=5.5, clip_on=True)
+    labels = []
+    for pid, tid in rows:
+        labels.append(f"{procs.get(pid, f'pid {pid}')}: {threads.get((pid, tid), f'tid {tid}')}")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(list(reversed(labels)), fontsize=8)
+    ax.set_xlabel(f"ms (steps {steps[0]} to {steps[1]})")
+    ax.set_xlim(0, span)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    ax.legend(handles, list(COLOURS), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / len(rows)),
+              ncol=len(COLOURS), frameon=False)
+    ax.set_title(title or os.path.basename(path), fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"{TOOL}: wrote {out} ({len(rows)} tracks, {len(x)} events, steps {steps[0]} to {steps[1]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
