@@ -9,6 +9,7 @@
 #include "dist/dist.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct timeline {
     tl_event *events;
     long n, cap;
     long step;
+    long first, last; /* the window of steps recorded */
 };
 
 timeline *timeline_create_local(void) {
@@ -45,8 +47,17 @@ timeline *timeline_create_local(void) {
     tl->events = cnt_malloc((size_t)tl->cap * sizeof *tl->events);
     timeline_name_thread(tl, TIMELINE_TID_TRAIN, "train");
     timeline_name_thread(tl, TIMELINE_TID_COMM, "comm");
+    tl->first = LONG_MIN;
+    tl->last = LONG_MAX;
     tl->t0 = time_now();
     return tl;
+}
+
+void timeline_set_window(timeline *tl, long first, long last) {
+    cnt_mutex_lock(&tl->mu);
+    tl->first = first;
+    tl->last = last;
+    cnt_mutex_unlock(&tl->mu);
 }
 
 timeline *timeline_create(void) {
@@ -73,6 +84,10 @@ void timeline_set_step(timeline *tl, long step) {
 
 void timeline_record(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end) {
     cnt_mutex_lock(&tl->mu);
+    if (tl->step < tl->first || tl->step > tl->last) {
+        cnt_mutex_unlock(&tl->mu);
+        return;
+    }
     if (tl->n == tl->cap) {
         long cap = 2 * tl->cap;
         tl_event *ev = realloc(tl->events, (size_t)cap * sizeof *ev);

@@ -2,7 +2,8 @@
  * dist/timeline.h - a Chrome-trace timeline of a training run (dist.timeline).
  *
  * Records complete events ("ph":"X": a name, a category, a thread and a start
- * and end time) while training runs, cheaply: appending copies the event into
+ * and end time) while training runs, for every step or a window of steps
+ * (timeline_set_window, dist.timeline_steps), cheaply: appending copies the event into
  * a growable array under a mutex, with no I/O. At the end every rank's events
  * are gathered to rank 0, which writes one JSON file that chrome://tracing and
  * Perfetto open: {"traceEvents":[...]}, one process per rank ("rank r", pid r)
@@ -47,6 +48,10 @@ void timeline_name_thread(timeline *tl, int tid, const char *name);
 char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len);
 /* Rank 0: another process's timeline_events_text, written with its own. */
 void timeline_add_text(timeline *tl, const char *text, size_t len);
+/* Records only the events of steps [first, last] (as timeline_set_step
+ * says them); others are dropped as they come, so memory stays bounded.
+ * Default: every step. */
+void timeline_set_window(timeline *tl, long first, long last);
 /* The step stamped (as args.step) on events recorded from now on; called by
  * the training thread at the start of each step. */
 void timeline_set_step(timeline *tl, long step);

@@ -117,6 +117,26 @@ names = {e["name"] for e in ev if e["ph"] == "X"}
 assert {"data wait", "forward", "backward", "optimizer"} <= names, names
 assert {e["pid"] for e in ev} == {0}
 PY
+# A window of steps (dist.timeline_steps): only steps 2 and 3 of 4, with per-layer forward and backward
+# events, the evaluation and the checkpoint (stamped with the step they follow).
+./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json dist.timeline_steps=2:3 train.max_steps=4 \
+    checkpoint.every_steps=3 train.out_dir="$tmp/tlw" >/dev/null 2>&1
+check "timeline, steps 2:3: only those steps, layer events both ways, the checkpoint at step 3" \
+    python3 - "$tmp/tlw/tl.json" <<'PY'
+import json, sys
+x = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+assert {e["args"]["step"] for e in x} == {2, 3}, sorted({e["args"]["step"] for e in x})
+assert [e["args"]["step"] for e in x if e["name"] == "forward"] == [2, 3]
+fwd = [e for e in x if e["name"].startswith("fwd ")]
+assert len(fwd) == len([e for e in x if e["name"].startswith("bwd ")]) > 0 and all(e["cat"] == "forward" for e in fwd)
+assert [e["args"]["step"] for e in x if e["name"] == "checkpoint"] == [3], [e for e in x if e["name"] == "checkpoint"]
+PY
+./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json train.max_steps=2 train.out_dir="$tmp/tle" \
+    >/dev/null 2>&1
+check "timeline: the evaluation after the last step" \
+    python3 -c 'import json, sys; x = json.load(open(sys.argv[1]))["traceEvents"]; assert [e["args"]["step"] for e in x if e["name"] == "evaluate"] == [2]' "$tmp/tle/tl.json"
+out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json dist.timeline_steps=3:2 2>&1)
+check "timeline_steps = 3:2: refused naming the key" grep -q "dist.timeline_steps = '3:2': give A:B" <<<"$out"
 
 # One SGD step: 2 ranks x batch 8 == 1 rank x batch 16 on the same 16 samples
 # (rank r takes positions r, r+2, ... of the shared permutation). VGG-11 on

@@ -331,6 +331,9 @@ static const key_def key_table[] = {
     K_STRING("dist", "timeline", timeline, "", .empty_ok = 1,
            .help = "write a Chrome-trace timeline (chrome://tracing, Perfetto) of every rank's steps to this file; "
                    "a relative path is inside train.out_dir; empty: off"),
+    K_STRING("dist", "timeline_steps", timeline_steps, "", .empty_ok = 1,
+           .help = "the steps the timeline records, A:B (inclusive, from 1), so a long run's trace stays small: "
+                   "events are kept in memory until the end; empty: every step"),
     K_ENUM("dist", "compress", compress, "none", .choices = compressions,
          .help = "gradient format on the wire: none (fp32) or fp16 (half the bytes; summed in fp32, as Horovod's "
                  "fp16 compression)"),
@@ -1134,6 +1137,24 @@ int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto
     return CNT_OK;
 }
 
+int config_timeline_window(const config *cfg, long *first, long *last) {
+    *first = 1;
+    *last = LONG_MAX;
+    if (!cfg->timeline_steps[0]) return CNT_OK;
+    char *end;
+    errno = 0;
+    long a = strtol(cfg->timeline_steps, &end, 10);
+    long b = -1;
+    if (*end == ':') b = strtol(end + 1, &end, 10);
+    if (errno || *end || a < 1 || b < a)
+        return cnt_err_set("invalid configuration: dist.timeline_steps = '%s': give A:B, the first and last step "
+                           "to record (1 <= A <= B), or leave it empty for every step",
+                           cfg->timeline_steps);
+    *first = a;
+    *last = b;
+    return CNT_OK;
+}
+
 int config_validate(const config *cfg) {
     char why[512];
     for (int i = 0; i < N_KEYS; i++) {
@@ -1175,6 +1196,8 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.mode = ps does not do loss scaling (train.precision = fp16 "
                            "or train.loss_scaling = dynamic/static): use fp32, tf32 or bf16, or dist.mode = "
                            "allreduce");
+    long tl_first, tl_last;
+    if (config_timeline_window(cfg, &tl_first, &tl_last) != CNT_OK) return CNT_ERR;
     if (cfg->ps_sync && cfg->ps_max_staleness >= 0)
         return cnt_err_set("invalid configuration: dist.ps_max_staleness = %d bounds asynchronous training: set "
                            "dist.ps_sync = false with it (synchronous training has no stale gradients)",

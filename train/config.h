@@ -127,6 +127,7 @@ typedef struct config {
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
     char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */
+    char timeline_steps[CONFIG_STR]; /* "A:B": the steps the timeline records; "": all */
     reducer_compress compress;       /* gradient format on the wire */
     float stall_warn_s;              /* warn when a collective waits this long; 0: off */
     float stall_abort_s;             /* end the job when a collective waits this long; 0: off */
@@ -150,6 +151,9 @@ int config_load(config *cfg, const char *path);
 int config_override(config *cfg, const char *arg);
 /* Checks relations between keys (e.g. milestones ascending). */
 int config_validate(const config *cfg);
+/* dist.timeline_steps as steps [*first, *last] (1 and LONG_MAX when empty);
+ * CNT_ERR naming the key when it is not "A:B" with 1 <= A <= B. */
+int config_timeline_window(const config *cfg, long *first, long *last);
 
 /* Parses an image shape "CxHxW" (C in 1..3, H and W in 1..4096) into *c, *h,
  * *w. Errors: CNT_ERR with a message quoting the value. */

@@ -588,7 +588,9 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     }
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+    double t_ckpt = time_now();
     int status = ckpt_write(dir, r->nt, hs.params, hs.buffers, hs.momentum, meta, cfg->ckpt_keep, path, sizeof path);
+    if (r->tl) timeline_record(r->tl, "checkpoint", "checkpoint", TIMELINE_TID_TRAIN, t_ckpt, time_now());
     if (status == CNT_OK) {
         log_info("checkpoint: %s (step %ld)", path, r->step);
         set_last_checkpoint(path, r->step);
@@ -598,13 +600,12 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     return status;
 }
 
-/* The net's node hook while dist.timeline is on: one "bwd <node>" event per
- * layer of backward (forward is recorded as a whole). */
+/* The net's node hook while dist.timeline is on: one "fwd <node>" or
+ * "bwd <node>" event per layer, inside the step's "forward" and "backward". */
 static void timeline_node_hook(void *ctx, const node *nd, int backward, double t0, double t1) {
-    if (!backward) return;
     char name[NET_NAME_LEN + 8];
-    snprintf(name, sizeof name, "bwd %s", nd->name);
-    timeline_record(ctx, name, "backward", TIMELINE_TID_TRAIN, t0, t1);
+    snprintf(name, sizeof name, "%s %s", backward ? "bwd" : "fwd", nd->name);
+    timeline_record(ctx, name, backward ? "backward" : "forward", TIMELINE_TID_TRAIN, t0, t1);
 }
 
 /* train.device: the backend of this rank (GPU local_rank % GPUs of its node),
@@ -1056,6 +1057,9 @@ static int run_setup(run *r) {
     if (cfg->timeline[0]) {
         dist_phase("start-up: timeline clock");
         r->tl = timeline_create(); /* a collective: every rank has the same config */
+        long first, last;
+        config_timeline_window(cfg, &first, &last); /* checked with the config */
+        timeline_set_window(r->tl, first, last);
         net_set_node_hook(r->nt, timeline_node_hook, r->tl);
         if (r->rd) reducer_set_timeline(r->rd, r->tl);
         if (r->ps) ps_set_timeline(r->ps, r->tl);
@@ -1204,10 +1208,12 @@ static int end_epoch(run *r, int epoch) {
     }
     eval_result er;
     int evaluated = !r->emu.n_nodes; /* an emulated net computes no logits to score */
+    double t_eval = time_now();
     if (evaluated && evaluate(&r->st, r->test_ld, &er) != CNT_OK) {
         const char *root = r->data.test.root ? r->data.test.root : cfg->data_root;
         return cnt_err_prefix("epoch %d/%d, test set %s", epoch + 1, cfg->epochs, root);
     }
+    if (r->tl && evaluated) timeline_record(r->tl, "evaluate", "eval", TIMELINE_TID_TRAIN, t_eval, time_now());
     if (progress_epoch_end(r->pg, evaluated ? &er : NULL, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) !=
         CNT_OK)
         return CNT_ERR;
