@@ -4,7 +4,7 @@
 # data kinds (synthetic training, CIFAR errors), inputs that are not regular
 # files (a FIFO, directory or device), the ImageNet configs, devices
 # and the GPU-only keys' mistakes (cuda without a GPU, nccl on the CPU), and the
-# README's config reference being the one the parser uses.
+# config reference in docs/usage.md being the one the parser uses.
 # Run from the repository root after `make`. Exits non-zero on the first failure.
 set -u
 T=./trainer
@@ -365,9 +365,9 @@ run $T configs/resnet50.ini data.kind=synthetic train.batch_size=2 train.eval_ba
 check "configs/resnet50.ini trains a step on synthetic data" \
     bash -c "[ $rc -eq 0 ] && grep -q 'step 1/1' <<<\"\$1\"" _ "$out"
 
-# The README embeds the reference generated from the parser's table.
+# docs/usage.md embeds the reference generated from the parser's table (tools/update_config_reference.sh).
 $T --config-reference md > "$tmp/ref.md"
-check "README holds the current config reference" python3 - "$tmp/ref.md" README.md <<'PY'
+check "docs/usage.md holds the current config reference" python3 - "$tmp/ref.md" docs/usage.md <<'PY'
 import sys
 ref = open(sys.argv[1]).read()
 readme = open(sys.argv[2]).read()

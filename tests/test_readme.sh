@@ -6,8 +6,8 @@
 # line only needs its "device: " prefix), and the sample must show a form for
 # every line the run printed; each sample metrics.jsonl line (between
 # <!-- sample-metrics:begin/end -->) must have exactly the keys, in order, of
-# the run's lines of its "kind"; and the README's "Command line" block must
-# hold every usage line of `./trainer --help`.
+# the run's lines of its "kind"; and docs/usage.md's "Command line" block
+# must hold every usage line of `./trainer --help`.
 # Run from the repository root after `make`. Exits non-zero when a check fails.
 set -u
 repo=$PWD
@@ -102,12 +102,12 @@ sys.exit(min(fails, 255))
 PY
 fails=$((fails + $?))
 
-# The Command line block: every line of --help's usage, as printed.
+# docs/usage.md's Command line block: every line of --help's usage, as printed.
 "$T" --help | sed '/^$/q' | sed '/^$/d' > "$tmp/usage.txt"
 check "--help starts with usage lines" test -s "$tmp/usage.txt"
 while IFS= read -r line; do
     trimmed=${line#"${line%%[! ]*}"}
-    check "README has the usage line: ${trimmed:0:60}" grep -qxF -- "$line" README.md
+    check "docs/usage.md has the usage line: ${trimmed:0:60}" grep -qxF -- "$line" docs/usage.md
 done < "$tmp/usage.txt"
 
 if [ "$fails" -ne 0 ]; then

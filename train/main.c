@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--config-reference") == 0) {
-        /* plain text for people; md: the Markdown table README.md embeds (tools/update_readme.sh) */
+        /* plain text for people; md: the Markdown tables docs/usage.md embeds (tools/update_config_reference.sh) */
         if (argc > 2 && strcmp(argv[2], "md") != 0) {
             fprintf(stderr, "trainer: --config-reference takes nothing or md, got '%s'\n", argv[2]);
             return 2;
