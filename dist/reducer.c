@@ -53,10 +53,14 @@ int reducer_bucket_count(const reducer *rd) { return rd->n_buckets; }
 
 void reducer_set_timeline(reducer *rd, timeline *tl) { rd->ops->set_timeline(rd, tl); }
 
-void reducer_record_bucket(timeline *tl, int b, double start_s, double end_s) {
+void reducer_record_bucket(timeline *tl, int b, double ready_s, double start_s, double end_s) {
     char name[48];
     snprintf(name, sizeof name, "allreduce bucket %d", b);
     timeline_record(tl, name, "comm", TIMELINE_TID_COMM, start_s, end_s);
+    if (ready_s >= 0) {
+        snprintf(name, sizeof name, "bucket %d ready", b);
+        timeline_flow(tl, name, TIMELINE_TID_TRAIN, ready_s, TIMELINE_TID_COMM, start_s);
+    }
 }
 
 void reducer_begin(reducer *rd, long step) {
@@ -69,6 +73,8 @@ void reducer_begin(reducer *rd, long step) {
 /* Starts the allreduces of buckets [next_launch, upto). */
 static void launch_upto(reducer *rd, int upto) {
     if (upto <= rd->next_launch) return;
+    double now = time_now();
+    for (int b = rd->next_launch; b < upto; b++) rd->buckets[b].t_ready = now;
     rd->ops->launch(rd, rd->next_launch, upto);
     rd->next_launch = upto;
 }

@@ -79,7 +79,7 @@ static void *comm_main(void *arg) {
          * finished bucket before the optimizer, issued after reducer_finish. */
         rd->be->upload_sync(rd->grads + bk->begin, m->host + bk->begin, len * sizeof(float));
         mbk->t_end = time_now();
-        if (m->tl) reducer_record_bucket(m->tl, b, mbk->t_start, mbk->t_end);
+        if (m->tl) reducer_record_bucket(m->tl, b, rd->buckets[b].t_ready, mbk->t_start, mbk->t_end);
         cnt_mutex_lock(&m->mu);
         m->done++;
         pthread_cond_signal(&m->done_cv);

@@ -50,7 +50,7 @@ static void nccl_read_pending(reducer *rd) {
     dist_nccl_round_wait(c->nccl, c->pending_round, c->stall_warn_s, c->stall_abort_s, what, &r);
     CNT_ASSERT(r.count == rd->n_buckets);
     if (c->tl)
-        for (int b = 0; b < r.count; b++) reducer_record_bucket(c->tl, b, r.start_s[b], r.end_s[b]);
+        for (int b = 0; b < r.count; b++) reducer_record_bucket(c->tl, b, -1, r.start_s[b], r.end_s[b]); /* device times: no arrow */
     c->have_prev = 1;
     c->prev_comm_ms = r.comm_ms;
     c->prev_exposed_ms = r.exposed_ms;

@@ -22,6 +22,8 @@ typedef struct tl_event {
     int tid;
     long step;
     double t_start, t_end; /* seconds, time_now() */
+    int flow;         /* a flow arrow from (tid, t_start) to (tid_to, t_end) */
+    int tid_to;
 } tl_event;
 
 enum { TL_THREADS = 8 };
@@ -82,12 +84,24 @@ void timeline_set_step(timeline *tl, long step) {
     cnt_mutex_unlock(&tl->mu);
 }
 
+/* Appends an event (flow: an arrow to tid_to); the caller holds tl->mu. */
+static void append(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end, int flow,
+                   int tid_to);
+
+void timeline_flow(timeline *tl, const char *name, int tid_from, double t_from, int tid_to, double t_to) {
+    cnt_mutex_lock(&tl->mu);
+    if (tl->step >= tl->first && tl->step <= tl->last) append(tl, name, "flow", tid_from, t_from, t_to, 1, tid_to);
+    cnt_mutex_unlock(&tl->mu);
+}
+
 void timeline_record(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end) {
     cnt_mutex_lock(&tl->mu);
-    if (tl->step < tl->first || tl->step > tl->last) {
-        cnt_mutex_unlock(&tl->mu);
-        return;
-    }
+    if (tl->step >= tl->first && tl->step <= tl->last) append(tl, name, cat, tid, t_start, t_end, 0, 0);
+    cnt_mutex_unlock(&tl->mu);
+}
+
+static void append(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end, int flow,
+                   int tid_to) {
     if (tl->n == tl->cap) {
         long cap = 2 * tl->cap;
         tl_event *ev = realloc(tl->events, (size_t)cap * sizeof *ev);
@@ -102,7 +116,8 @@ void timeline_record(timeline *tl, const char *name, const char *cat, int tid, d
     e->step = tl->step;
     e->t_start = t_start;
     e->t_end = t_end;
-    cnt_mutex_unlock(&tl->mu);
+    e->flow = flow;
+    e->tid_to = tid_to;
 }
 
 long timeline_count(timeline *tl) {
@@ -180,6 +195,19 @@ static void rank_events(timeline *tl, int rank, const char *process, double zero
         char name[6 * sizeof e->name + 8];
         json_escape(e->name, name, sizeof name);
         double ts = 1e6 * (e->t_start - zero), dur = 1e6 * (e->t_end - e->t_start);
+        if (e->flow) {
+            /* ids: unique in the file (a process's count, above the pid) */
+            long long id = ((long long)rank << 32) + i;
+            text_printf(t,
+                        ",\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":%lld,\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                        "\"args\":{\"step\":%ld}}",
+                        name, id, rank, e->tid, ts, e->step);
+            text_printf(t,
+                        ",\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,\"pid\":%d,\"tid\":%d,"
+                        "\"ts\":%.3f,\"args\":{\"step\":%ld}}",
+                        name, id, rank, e->tid_to, ts + (dur > 0 ? dur : 0), e->step);
+            continue;
+        }
         text_printf(t,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                     "\"dur\":%.3f,\"args\":{\"step\":%ld}}",

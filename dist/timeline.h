@@ -64,6 +64,10 @@ void timeline_record(timeline *tl, const char *name, const char *cat, int tid, d
  * file). Returns CNT_OK, or on rank 0 CNT_ERR with a message when the file
  * cannot be written (the other ranks return CNT_OK). */
 int timeline_write(timeline *tl, const char *path);
+/* A flow arrow (Chrome trace "s"/"f" events) from track tid_from at t_from
+ * to track tid_to at t_to, in this rank's process: what caused what (a
+ * bucket's last gradient and its allreduce). name is copied as for events. */
+void timeline_flow(timeline *tl, const char *name, int tid_from, double t_from, int tid_to, double t_to);
 /* Number of events this rank recorded (for tests and logs). */
 long timeline_count(timeline *tl);
 void timeline_free(timeline *tl);

@@ -87,7 +87,8 @@ done
 check "overlap on and off give the same losses" test "$(grep -o '"loss":[^,]*' "$tmp/ovtrue/metrics.jsonl")" = "$(grep -o '"loss":[^,]*' "$tmp/ovfalse/metrics.jsonl")"
 
 # dist.timeline: one Chrome-trace file from both ranks, with per-layer
-# backward events and bucket allreduces that start before backward ends.
+# backward events, bucket allreduces that start before backward ends, and an
+# arrow from each bucket's readiness to its allreduce.
 "${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=timeline.json dist.bucket_mb=0.25 \
     dist.first_bucket_mb=0.05 train.max_steps=4 train.out_dir="$tmp/tl2" >/dev/null 2>&1
 check "timeline (2 ranks): valid JSON with both ranks, layer events and overlapped buckets" \
@@ -107,6 +108,15 @@ assert buckets, "bucket events on the comm thread"
 early = [e for e in buckets if e["ts"] < bwd_end[(e["pid"], e["args"]["step"])]]
 print(len(early), "of", len(buckets), "bucket allreduces start before backward ends")
 assert early
+# a flow arrow per bucket: from the training track when it was ready to its allreduce's start
+s = {(e["pid"], e["id"]): e for e in ev if e["ph"] == "s"}
+f = {(e["pid"], e["id"]): e for e in ev if e["ph"] == "f"}
+assert s.keys() == f.keys() and len(s) == len(buckets), (len(s), len(f), len(buckets))
+starts = {(e["pid"], e["args"]["step"], round(e["ts"], 3)) for e in buckets}
+for k, a in s.items():
+    b = f[k]
+    assert a["tid"] == 0 and b["tid"] == 1 and b["bp"] == "e" and a["ts"] <= b["ts"] + 1, (a, b)
+    assert (b["pid"], b["args"]["step"], round(b["ts"], 3)) in starts, b
 PY
 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json train.max_steps=2 train.out_dir="$tmp/tl1" \
     >/dev/null 2>&1

@@ -83,12 +83,14 @@ cat >"$tmp/trace.json" <<'JSON'
 {"name":"bwd fc","cat":"backward","ph":"X","pid":0,"tid":0,"ts":10,"dur":5,"args":{"step":1}},
 {"name":"allreduce bucket 0","cat":"comm","ph":"X","pid":0,"tid":1,"ts":15,"dur":12,"args":{"step":1}},
 {"name":"forward","cat":"forward","ph":"X","pid":1,"tid":0,"ts":1,"dur":10,"args":{"step":1}},
-{"name":"forward","cat":"forward","ph":"X","pid":0,"tid":0,"ts":40,"dur":10,"args":{"step":2}}
+{"name":"forward","cat":"forward","ph":"X","pid":0,"tid":0,"ts":40,"dur":10,"args":{"step":2}},
+{"name":"bucket 0 ready","cat":"flow","ph":"s","id":1,"pid":0,"tid":0,"ts":15,"args":{"step":1}},
+{"name":"bucket 0 ready","cat":"flow","ph":"f","bp":"e","id":1,"pid":0,"tid":1,"ts":15,"args":{"step":1}}
 ],"displayTimeUnit":"ms"}
 JSON
 out=$(python3 tools/plot_timeline.py "$tmp/trace.json" --steps 1:2 2>&1)
-check "plot_timeline.py: 3 tracks, 6 events of steps 1 to 2, next to the trace" \
-    bash -c "grep -q 'wrote $tmp/trace.png (3 tracks, 6 events, steps 1 to 2)' <<<\"\$1\" && head -c 4 '$tmp/trace.png' | od -An -tx1 | grep -q '89 50 4e 47'" _ "$out"
+check "plot_timeline.py: 3 tracks, 6 events and an arrow of steps 1 to 2, next to the trace" \
+    bash -c "grep -q 'wrote $tmp/trace.png (3 tracks, 6 events, 1 arrows, steps 1 to 2)' <<<\"\$1\" && head -c 4 '$tmp/trace.png' | od -An -tx1 | grep -q '89 50 4e 47'" _ "$out"
 out=$(python3 tools/plot_timeline.py "$tmp/trace.json" --steps 5:9 -o "$tmp/t2.png" 2>&1)
 rc=$?
 check "plot_timeline.py: a window without events exits 1 naming the steps the trace has" \

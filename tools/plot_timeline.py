@@ -9,7 +9,8 @@ servers are processes of their own): each event a bar from its start to its
 end, coloured by category (forward, backward, the allreduce buckets, the
 optimizer, parameter-server traffic, data waits), labelled where it is wide
 enough; an event inside another on its track (each layer's backward
-inside "backward") goes in the row's lower half. This is the picture of overlap: backward layer by layer on the
+inside "backward") goes in the row's lower half; an arrow goes from each
+bucket's readiness on the training track to its allreduce. This is the picture of overlap: backward layer by layer on the
 training track while the bucket allreduces run on the communication track.
 
 --steps A:B draws the events of steps A to B (inclusive; the events'
@@ -131,6 +132,21 @@ def main(argv):
         name = e["name"][4:] if e["name"].startswith("bwd ") else e["name"]
         if width > span / 30:
             ax.text(start + width / 2, y, name, ha="center", va="center", fontsize=5.5, clip_on=True)
+    # flow arrows (a bucket's readiness to its allreduce), where both ends are drawn
+    ends = {}
+    for e in events:
+        if e.get("ph") in ("s", "f") and steps[0] <= e.get("args", {}).get("step", 0) <= steps[1]:
+            ends.setdefault((e["pid"], e["id"]), {})[e["ph"]] = e
+    arrows = 0
+    for pair in ends.values():
+        a, b = pair.get("s"), pair.get("f")
+        if not a or not b or (a["pid"], a["tid"]) not in index or (b["pid"], b["tid"]) not in index:
+            continue
+        ya = len(rows) - 1 - index[(a["pid"], a["tid"])] - 0.19
+        yb = len(rows) - 1 - index[(b["pid"], b["tid"])] + 0.19
+        ax.annotate("", xy=((b["ts"] - t0) / 1e3, yb), xytext=((a["ts"] - t0) / 1e3, ya),
+                    arrowprops=dict(arrowstyle="->", color="black", lw=0.6, alpha=0.7))
+        arrows += 1
     labels = []
     for pid, tid in rows:
         labels.append(f"{procs.get(pid, f'pid {pid}')}: {threads.get((pid, tid), f'tid {tid}')}")
@@ -145,7 +161,7 @@ def main(argv):
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
-    print(f"{TOOL}: wrote {out} ({len(rows)} tracks, {len(x)} events, steps {steps[0]} to {steps[1]})")
+    print(f"{TOOL}: wrote {out} ({len(rows)} tracks, {len(x)} events, {arrows} arrows, steps {steps[0]} to {steps[1]})")
     return 0
 
 
