@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ typedef struct tl_event {
     double t_start, t_end; /* seconds, time_now() */
     int flow;         /* a flow arrow from (tid, t_start) to (tid_to, t_end) */
     int tid_to;
+    long id;          /* a flow's number, in the order recorded */
 } tl_event;
 
 enum { TL_THREADS = 8 };
@@ -40,6 +42,13 @@ struct timeline {
     long n, cap;
     long step;
     long first, last; /* the window of steps recorded */
+    /* timeline_spool: events go to this file at every step boundary */
+    FILE *spool;
+    char spool_path[4200];
+    int spool_pid;
+    char spool_process[64];
+    int spool_meta;   /* its metadata is written */
+    long flows;       /* flows recorded so far (their ids) */
 };
 
 timeline *timeline_create_local(void) {
@@ -78,8 +87,11 @@ void timeline_name_thread(timeline *tl, int tid, const char *name) {
     snprintf(tl->threads[tid], sizeof tl->threads[tid], "%s", name);
 }
 
+static void spool_flush_locked(timeline *tl);
+
 void timeline_set_step(timeline *tl, long step) {
     cnt_mutex_lock(&tl->mu);
+    spool_flush_locked(tl); /* a step boundary: what the last step recorded goes to disk */
     tl->step = step;
     cnt_mutex_unlock(&tl->mu);
 }
@@ -118,6 +130,7 @@ static void append(timeline *tl, const char *name, const char *cat, int tid, dou
     e->t_end = t_end;
     e->flow = flow;
     e->tid_to = tid_to;
+    if (flow) e->id = tl->flows++;
 }
 
 long timeline_count(timeline *tl) {
@@ -170,9 +183,11 @@ static void json_escape(const char *s, char *out, size_t len) {
     out[j] = '\0';
 }
 
-/* A process's part of the trace: metadata, then its events with times from
- * zero, each element preceded by ",\n" (rank 0 drops the very first comma). */
-static void rank_events(timeline *tl, int rank, const char *process, double zero, text *t) {
+/* A process's part of the trace: metadata (meta), then its events in memory
+ * with times from zero, each element preceded by ",\n" (rank 0 drops the very
+ * first comma). The caller holds tl->mu. */
+static void rank_events_locked(timeline *tl, int rank, const char *process, double zero, int meta, text *t) {
+    if (!meta) goto events;
     char pname[200];
     json_escape(process, pname, sizeof pname);
     text_printf(t, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"%s\"}}",
@@ -189,15 +204,15 @@ static void rank_events(timeline *tl, int rank, const char *process, double zero
                     ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                     rank, tid, tid);
     }
-    cnt_mutex_lock(&tl->mu);
+events:
     for (long i = 0; i < tl->n; i++) {
         const tl_event *e = &tl->events[i];
         char name[6 * sizeof e->name + 8];
         json_escape(e->name, name, sizeof name);
         double ts = 1e6 * (e->t_start - zero), dur = 1e6 * (e->t_end - e->t_start);
         if (e->flow) {
-            /* ids: unique in the file (a process's count, above the pid) */
-            long long id = ((long long)rank << 32) + i;
+            /* ids: unique in the file (a process's count of flows, above the pid) */
+            long long id = ((long long)rank << 32) + e->id;
             text_printf(t,
                         ",\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":%lld,\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                         "\"args\":{\"step\":%ld}}",
@@ -213,7 +228,83 @@ static void rank_events(timeline *tl, int rank, const char *process, double zero
                     "\"dur\":%.3f,\"args\":{\"step\":%ld}}",
                     name, e->cat, rank, e->tid, ts, dur > 0 ? dur : 0, e->step);
     }
+}
+
+static void rank_events(timeline *tl, int rank, const char *process, double zero, text *t) {
+    cnt_mutex_lock(&tl->mu);
+    rank_events_locked(tl, rank, process, zero, 1, t);
     cnt_mutex_unlock(&tl->mu);
+}
+
+/* Moves the events in memory to the spool file, one element a line; the
+ * caller holds tl->mu. A failed write stops the spooling (said once): the
+ * events stay in memory from then on, those spooled before are dropped. */
+static void spool_flush_locked(timeline *tl) {
+    if (!tl->spool || (tl->n == 0 && tl->spool_meta)) return;
+    text t = {.p = cnt_malloc(4096), .len = 0, .cap = 4096};
+    rank_events_locked(tl, tl->spool_pid, tl->spool_process, tl->t0, !tl->spool_meta, &t);
+    /* ",\n{...},\n{...}" -> "\n{...}\n{...}": names are escaped, so ",\n" only separates */
+    size_t o = 0;
+    for (size_t i = 0; i < t.len; i++) {
+        if (t.p[i] == ',' && i + 1 < t.len && t.p[i + 1] == '\n') continue;
+        t.p[o++] = t.p[i];
+    }
+    errno = 0;
+    if (fwrite(t.p, 1, o, tl->spool) != o || fflush(tl->spool) != 0) {
+        log_warn("timeline: cannot write '%s': %s; the steps written there are lost, the rest is kept in memory",
+                 tl->spool_path, strerror(errno ? errno : EIO));
+        fclose(tl->spool);
+        remove(tl->spool_path);
+        tl->spool = NULL;
+    } else {
+        tl->spool_meta = 1;
+        tl->n = 0;
+    }
+    free(t.p);
+}
+
+int timeline_spool(timeline *tl, const char *path, int pid, const char *process) {
+    cnt_mutex_lock(&tl->mu);
+    CNT_ASSERT(!tl->spool && tl->n == 0);
+    snprintf(tl->spool_path, sizeof tl->spool_path, "%s", path);
+    snprintf(tl->spool_process, sizeof tl->spool_process, "%s", process);
+    tl->spool_pid = pid;
+    tl->spool = fopen(path, "w");
+    int err = errno;
+    cnt_mutex_unlock(&tl->mu);
+    if (!tl->spool) return cnt_err_set("cannot write the timeline's part '%s': %s", path, strerror(err));
+    return CNT_OK;
+}
+
+/* The spooled events and those still in memory, as trace elements each
+ * preceded by ",\n", appended to t; the spool file is closed (it stays on
+ * disk until timeline_write has written the trace). */
+static int spool_read(timeline *tl, text *t) {
+    cnt_mutex_lock(&tl->mu);
+    spool_flush_locked(tl);
+    FILE *f = tl->spool;
+    tl->spool = NULL;
+    if (f) fclose(f);
+    if (!f) { /* spooling failed: what is in memory */
+        rank_events_locked(tl, tl->spool_pid, tl->spool_process, tl->t0, 1, t);
+        cnt_mutex_unlock(&tl->mu);
+        return CNT_OK;
+    }
+    cnt_mutex_unlock(&tl->mu);
+    f = fopen(tl->spool_path, "r");
+    if (!f) return cnt_err_set("cannot read the timeline's part '%s': %s", tl->spool_path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] == '\n') line[--n] = '\0';
+        if (n > 0) text_printf(t, ",\n%s", line);
+    }
+    free(line);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return cnt_err_set("cannot read the timeline's part '%s'", tl->spool_path);
+    return CNT_OK;
 }
 
 char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len) {
@@ -233,11 +324,21 @@ void timeline_add_text(timeline *tl, const char *txt, size_t len) {
     cnt_mutex_unlock(&tl->mu);
 }
 
+static int64_t write_trace(const char *path, void *all, size_t *counts);
+
 int timeline_write(timeline *tl, const char *path) {
     text t = {.p = cnt_malloc(4096), .len = 0, .cap = 4096};
     char process[32];
     snprintf(process, sizeof process, "rank %d", dist_rank());
-    rank_events(tl, dist_rank(), process, tl->t0, &t);
+    int spooled = tl->spool != NULL;
+    if (!spooled) {
+        rank_events(tl, dist_rank(), process, tl->t0, &t);
+    } else if (spool_read(tl, &t) != CNT_OK) {
+        /* this rank's part is lost to the trace; say so and go on with the others' (a collective follows) */
+        log_warn("%s", cnt_err_msg());
+        t.len = 0;
+        spooled = 0;
+    }
     if (tl->foreign_len) {
         text_printf(&t, "%.*s", (int)tl->foreign_len, tl->foreign);
     }
@@ -245,21 +346,36 @@ int timeline_write(timeline *tl, const char *path) {
     size_t *counts = NULL;
     dist_gather_bytes(t.p, t.len, &all, &counts);
     free(t.p);
-    if (dist_rank() != 0) return CNT_OK;
+    /* rank 0 says whether the trace is written; only then do the parts go */
+    int64_t written = dist_rank() == 0 ? write_trace(path, all, counts) : 0;
+    dist_broadcast(&written, sizeof written, 0);
+    if (written == 1 && spooled) remove(tl->spool_path);
+    return dist_rank() == 0 && written != 1 ? CNT_ERR : CNT_OK;
+}
+
+/* Rank 0: the gathered parts as one trace file, through path.tmp and a
+ * rename. 1 when written, 0 (with the message set) when not. */
+static int64_t write_trace(const char *path, void *all, size_t *counts) {
     size_t total = 0;
     for (int r = 0; r < dist_world(); r++) total += counts[r];
     free(counts);
-    CNT_ASSERT(total > 0 && ((char *)all)[0] == ',');
+    if (total == 0 || ((char *)all)[0] != ',') {
+        free(all);
+        cnt_err_set("the timeline '%s' has no events from any rank", path);
+        return 0;
+    }
 
     char tmp[4096 + 8];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
         free(all);
-        return cnt_err_set("timeline path too long: '%s'", path);
+        cnt_err_set("timeline path too long: '%s'", path);
+        return 0;
     }
     FILE *f = fopen(tmp, "w");
     if (!f) {
         free(all);
-        return cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(errno));
+        cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(errno));
+        return 0;
     }
     int ok = fputs("{\"traceEvents\":[", f) >= 0;
     ok = ok && fwrite((char *)all + 1, 1, total - 1, f) == total - 1; /* drop the first ',' */
@@ -272,18 +388,21 @@ int timeline_write(timeline *tl, const char *path) {
     free(all);
     if (!ok) {
         remove(tmp);
-        return cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(err));
+        cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(err));
+        return 0;
     }
     if (rename(tmp, path) != 0) {
         err = errno;
         remove(tmp);
-        return cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
+        cnt_err_set("cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
+        return 0;
     }
-    return CNT_OK;
+    return 1;
 }
 
 void timeline_free(timeline *tl) {
     if (!tl) return;
+    if (tl->spool) fclose(tl->spool); /* a run that failed: its part stays, as far as written */
     pthread_mutex_destroy(&tl->mu);
     free(tl->foreign);
     free(tl->events);

@@ -48,6 +48,14 @@ void timeline_name_thread(timeline *tl, int tid, const char *name);
 char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len);
 /* Rank 0: another process's timeline_events_text, written with its own. */
 void timeline_add_text(timeline *tl, const char *text, size_t len);
+/* Spools this process's events to `path` (one trace element a line: its
+ * metadata, then every event) at each step boundary (timeline_set_step), so
+ * memory holds one step's events and a run that is killed or fails leaves
+ * its events on disk as far as its last step boundary; tools/plot_timeline.py
+ * reads such parts. pid and process name the process in them. Call once,
+ * before any event. timeline_write removes the part once the trace is
+ * written. CNT_ERR naming the file when it cannot be created. */
+int timeline_spool(timeline *tl, const char *path, int pid, const char *process);
 /* Records only the events of steps [first, last] (as timeline_set_step
  * says them); others are dropped as they come, so memory stays bounded.
  * Default: every step. */
@@ -59,10 +67,13 @@ void timeline_set_step(timeline *tl, long step);
  * copied (truncated to 127 bytes); cat must be a string literal (kept as a
  * pointer). Safe from any thread. Never fails (allocation failure is fatal). */
 void timeline_record(timeline *tl, const char *name, const char *cat, int tid, double t_start, double t_end);
-/* A collective: gathers every rank's events to rank 0, which writes the trace
- * to `path` (through path.tmp and a rename, so a reader never sees half a
- * file). Returns CNT_OK, or on rank 0 CNT_ERR with a message when the file
- * cannot be written (the other ranks return CNT_OK). */
+/* A collective: gathers every rank's events (read back from its spool file
+ * when it has one) to rank 0, which writes the trace to `path` (through
+ * path.tmp and a rename, so a reader never sees half a file); then every
+ * rank removes its spool file, unless the trace could not be written.
+ * Returns CNT_OK, or on rank 0 CNT_ERR with a message when the file cannot
+ * be written (the other ranks return CNT_OK). A rank whose spool cannot be
+ * read back warns and sends nothing. */
 int timeline_write(timeline *tl, const char *path);
 /* A flow arrow (Chrome trace "s"/"f" events) from track tid_from at t_from
  * to track tid_to at t_to, in this rank's process: what caused what (a

@@ -145,6 +145,31 @@ PY
     >/dev/null 2>&1
 check "timeline: the evaluation after the last step" \
     python3 -c 'import json, sys; x = json.load(open(sys.argv[1]))["traceEvents"]; assert [e["args"]["step"] for e in x if e["name"] == "evaluate"] == [2]' "$tmp/tle/tl.json"
+check "timeline: the ranks' parts are gone once the trace is written" \
+    bash -c '! ls "$1"/*.part 2>/dev/null | grep -q .' _ "$tmp/tl2"
+# A run killed in the middle leaves each rank's events up to its last step boundary in
+# <trace>.rank<R>.part, which tools/plot_timeline.py draws.
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json train.max_steps=0 \
+    train.epochs=50 train.out_dir="$tmp/tlk" >/dev/null 2>&1 &
+job=$!
+for _ in $(seq 1 100); do grep -q '"step":12,' "$tmp/tlk/metrics.jsonl" 2>/dev/null && break; sleep 0.2; done
+pkill -KILL -P "$(pgrep -P $job)" 2>/dev/null
+wait $job 2>/dev/null
+check "killed run: no trace, a part per rank with at least 12 steps' events" python3 - "$tmp/tlk" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+assert not os.path.exists(d + "/tl.json")
+for r in (0, 1):
+    lines = [l for l in open(f"{d}/tl.json.rank{r}.part").read().split("\n") if l.strip()]
+    ev = [json.loads(l) for l in lines[:-1]]  # the last line may be cut short
+    assert ev[0]["name"] == "process_name" and ev[0]["args"]["name"] == f"rank {r}", ev[0]
+    steps = {e["args"]["step"] for e in ev if e["ph"] == "X"}
+    assert {1, 12} <= steps, sorted(steps)
+PY
+if python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    out=$(python3 tools/plot_timeline.py "$tmp/tlk/tl.json.rank0.part" "$tmp/tlk/tl.json.rank1.part" --steps 10:11 2>&1)
+    check "killed run: plot_timeline.py draws its parts" grep -q "wrote $tmp/tlk/tl.png (4 tracks" <<<"$out"
+fi
 out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" dist.timeline=tl.json dist.timeline_steps=3:2 2>&1)
 check "timeline_steps = 3:2: refused naming the key" grep -q "dist.timeline_steps = '3:2': give A:B" <<<"$out"
 

@@ -2,6 +2,7 @@
 """tools/plot_timeline.py - a dist.timeline trace (Chrome trace JSON) as a PNG.
 
     python3 tools/plot_timeline.py TRACE.json [-o OUT.png] [--steps A:B] [--title TITLE]
+    python3 tools/plot_timeline.py TRACE.json.rank0.part TRACE.json.rank1.part ... [-o OUT.png] ...
 
 Every rank's tracks, one row each, top to bottom in the trace's order
 (rank 0's "train", "comm" and any others, then rank 1's, ...; parameter
@@ -12,6 +13,10 @@ enough; an event inside another on its track (each layer's backward
 inside "backward") goes in the row's lower half; an arrow goes from each
 bucket's readiness on the training track to its allreduce. This is the picture of overlap: backward layer by layer on the
 training track while the bucket allreduces run on the communication track.
+
+A run writes each rank's events to TRACE.json.rankR.part as it goes and
+merges them into TRACE.json at the end; a run that was killed or failed
+leaves the parts, which this draws together (given all of them).
 
 --steps A:B draws the events of steps A to B (inclusive; the events'
 args.step, as the trainer stamps them); default: the last three steps the
@@ -47,11 +52,27 @@ def fail(msg, code=1):
 
 
 def read(path):
+    """A trace's events: a whole trace, or a rank's part (<trace>.rankR.part: one element a line, what a run
+    that was killed or failed leaves; a last line cut short is dropped)."""
     try:
         with open(path) as f:
-            trace = json.load(f)
+            data = f.read()
     except OSError as e:
         fail(f"cannot read '{path}': {e.strerror}")
+    if path.endswith(".part"):
+        events = []
+        lines = data.split("\n")
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                events.append(json.loads(line))
+            except ValueError as e:
+                if n < len(lines) - 1:  # only the last line may be cut short
+                    fail(f"'{path}' line {n} is not a trace element: {e}")
+        return events
+    try:
+        trace = json.loads(data)
     except ValueError as e:
         fail(f"'{path}' is not a Chrome trace (JSON): {e}")
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
@@ -64,7 +85,7 @@ def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip().split("\n\n")[1], file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    path, out, steps, title = None, None, None, None
+    paths, out, steps, title = [], None, None, None
     it = iter(argv)
     for a in it:
         try:
@@ -78,19 +99,21 @@ def main(argv):
                 title = next(it)
             elif a.startswith("-"):
                 fail(f"unknown option {a}", 2)
-            elif path is None:
-                path = a
             else:
-                fail("one trace at a time", 2)
+                paths.append(a)
         except StopIteration:
             fail(f"{a} needs a value", 2)
         except ValueError:
             fail(f"--steps takes A:B (step numbers), got '{v}'", 2)
-    if path is None:
+    if not paths:
         fail("no trace given", 2)
+    if len(paths) > 1 and not all(p.endswith(".part") for p in paths):
+        fail("several files are a run's parts (.part), one trace otherwise", 2)
+    path = paths[0]
     if out is None:
-        out = (path[:-5] if path.endswith(".json") else path) + ".png"
-    events = read(path)
+        base = path[: path.rindex(".rank")] if path.endswith(".part") and ".rank" in path else path
+        out = (base[:-5] if base.endswith(".json") else base) + ".png"
+    events = [e for p in paths for e in read(p)]
     procs, threads = {}, {}
     for e in events:
         if e.get("ph") == "M" and e.get("name") == "process_name":

@@ -1060,6 +1060,16 @@ static int run_setup(run *r) {
         long first, last;
         config_timeline_window(cfg, &first, &last); /* checked with the config */
         timeline_set_window(r->tl, first, last);
+        /* each rank's events go to <trace>.rank<R>.part as the run goes (a killed run keeps them) */
+        char path[2 * CONFIG_STR + 8], part[2 * CONFIG_STR + 32], dir[2 * CONFIG_STR + 8], process[32];
+        path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
+        snprintf(part, sizeof part, "%s.rank%d.part", path, r->rank);
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) *slash = '\0';
+        snprintf(process, sizeof process, "rank %d", r->rank);
+        if ((slash && slash != dir && make_dirs(dir) != CNT_OK) || timeline_spool(r->tl, part, r->rank, process) != CNT_OK)
+            return cnt_err_prefix("dist.timeline");
         net_set_node_hook(r->nt, timeline_node_hook, r->tl);
         if (r->rd) reducer_set_timeline(r->rd, r->tl);
         if (r->ps) ps_set_timeline(r->ps, r->tl);
