@@ -329,11 +329,12 @@ static const key_def key_table[] = {
     K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),
           .help = "size of the first bucket in MiB: small, so communication starts early"),
     K_STRING("dist", "timeline", timeline, "", .empty_ok = 1,
-           .help = "write a Chrome-trace timeline (chrome://tracing, Perfetto) of every rank's steps to this file; "
-                   "a relative path is inside train.out_dir; empty: off"),
+           .help = "write a Chrome-trace timeline (chrome://tracing, Perfetto; tools/plot_timeline.py) of every "
+                   "rank's steps to this file, each rank's events going to FILE.rankR.part as the run goes (kept "
+                   "when the run is killed); a relative path is inside train.out_dir; empty: off"),
     K_STRING("dist", "timeline_steps", timeline_steps, "", .empty_ok = 1,
-           .help = "the steps the timeline records, A:B (inclusive, from 1), so a long run's trace stays small: "
-                   "events are kept in memory until the end; empty: every step"),
+           .help = "the steps the timeline records, A:B (inclusive, from 1), so a long run's trace stays small "
+                   "(every step of a 90-epoch ImageNet run would be gigabytes per rank); empty: every step"),
     K_ENUM("dist", "compress", compress, "none", .choices = compressions,
          .help = "gradient format on the wire: none (fp32) or fp16 (half the bytes; summed in fp32, as Horovod's "
                  "fp16 compression)"),
