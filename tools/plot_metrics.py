@@ -167,12 +167,15 @@ def plot_staleness(plt, runs, out, title):
     fig, (h_ax, m_ax) = plt.subplots(1, 2, figsize=(10.4, 3.4))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     width = 0.8 / len(stale)
+    top, xmax = 1, 1
     for i, (label, rs) in enumerate(stale):
         n = max(len(r["hist"]) for r in rs)
         hist = [sum(r["hist"][k] for r in rs if k < len(r["hist"])) for k in range(n)]
         total = sum(hist) or 1
         last = max((k for k in range(n) if hist[k]), default=0)
         ks = list(range(last + 1))
+        xmax = max(xmax, last)
+        top = max(top, max(r["max"] for r in rs))
         ax_x = [k + (i - (len(stale) - 1) / 2) * width for k in ks]
         h_ax.bar(ax_x, [100 * hist[k] / total for k in ks], width=width, color=colours[i % len(colours)],
                  label=f"{label} ({int(total)} gradients)")
@@ -180,6 +183,9 @@ def plot_staleness(plt, runs, out, title):
                   label=f"{label}: mean", markersize=3)
         m_ax.plot([r["epoch"] for r in rs], [r["max"] for r in rs], "s--", color=colours[i % len(colours)],
                   label=f"{label}: max", markersize=3, alpha=0.6)
+    h_ax.set_xticks(range(0, xmax + 1, max(1, (xmax + 1) // 16)))
+    h_ax.set_xlim(-0.6, xmax + 0.6)
+    m_ax.set_ylim(0, top * 1.15 + 0.1)
     h_ax.set_xlabel(f"staleness (updates; the last bin counts {n - 1} or more)")
     h_ax.set_ylabel("% of applied gradients")
     h_ax.legend(fontsize=8)
