@@ -192,8 +192,10 @@ rc=$?
 check "resume with another model.dropout: refused naming the key (rc=$rc)" \
     grep -q "may not change the model's keys: model.dropout" <<<"$out"
 
-# Two runs in one train.out_dir: the second is refused, naming the first.
-"${T[@]}" train.out_dir="$tmp/lock" >"$tmp/lock.log" 2>&1 &
+# Two runs in one train.out_dir: the second is refused, naming the first
+# (which runs long enough to still hold the directory on a fast machine: 2
+# epochs of 256 images take well under a second on some; it is killed below).
+"${T[@]}" train.out_dir="$tmp/lock" train.epochs=2000 >"$tmp/lock.log" 2>&1 &
 pid=$!
 wait_for_step "$tmp/lock.log" 1
 out=$("${T[@]}" train.out_dir="$tmp/lock" checkpoint.resume=auto 2>&1)
