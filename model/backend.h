@@ -240,6 +240,14 @@ typedef struct backend {
      * refuses it). */
     int block_c;
 
+    /* The most values one activation tensor (a layer's output for a whole
+     * batch, or the input) may hold; 0: no limit. cuDNN's tensor
+     * descriptors count in 32-bit ints, so the CUDA backend's is 2^31 - 1:
+     * VGG-16's first convolutions at 224x224 reach it at batch 669.
+     * net_finalize refuses a max_batch that passes it, naming the layer and
+     * the largest batch that fits. */
+    size_t max_tensor_values;
+
     /* ---- ordering against other threads and libraries ----
      * A GPU backend queues every op above on one compute stream, issued by one
      * thread (the training thread). These let another thread (the reducer's

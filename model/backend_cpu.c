@@ -1549,6 +1549,7 @@ static const backend cpu_backend = {
     .set_layout = cpu_set_layout,
     .convert_layout = cpu_convert_layout,
     .block_c = 0,
+    .max_tensor_values = 0,
     .native_stream = cpu_native_stream,
     .fence_create = cpu_fence_create,
     .fence_destroy = cpu_fence_destroy,

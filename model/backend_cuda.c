@@ -915,6 +915,7 @@ static const backend cuda_backend = {
     .set_layout = cuda_set_layout,
     .convert_layout = cuda_convert_layout,
     .block_c = 0,
+    .max_tensor_values = 2147483647, /* cuDNN's 32-bit descriptors */
     .native_stream = cuda_native_stream,
     .fence_create = cuda_fence_create,
     .fence_destroy = cuda_fence_destroy,

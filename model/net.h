@@ -217,6 +217,13 @@ void net_set_memory_sharing(net *nt, int on);
  * to max_batch. Returns CNT_OK or CNT_ERR with a message. */
 int net_finalize(net *nt, int out, int aux_out, int max_batch);
 
+/* The largest batch whose every activation tensor (the input and each
+ * layer's output, batch x values per image) holds at most `limit` values,
+ * and in *layer the node that sets it (NULL: the input); the backends' limit
+ * is backend.max_tensor_values (0: none, the result is INT_MAX). Works on a
+ * net built but not finalized. */
+int net_max_batch_for(const net *nt, size_t limit, const node **layer);
+
 /* Deterministic initialisation from seed (generated on the host with the
  * project's RNG, then uploaded, so every backend starts from the same values). */
 void net_init_params(net *nt, uint64_t seed);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <math.h>
 
@@ -230,6 +231,43 @@ static void test_resnet_imagenet_counts(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_count(cases[i].name, &opt_default, cases[i].params);
         check_count(cases[i].name, &opt_zero_init, cases[i].params);
+    }
+}
+
+/* backend.max_tensor_values (cuDNN's 32-bit descriptors on the CUDA
+ * backend): the largest batch, the layer that sets it, and net_finalize
+ * refusing one more with a message naming both. */
+static void test_tensor_limit(void **state) {
+    (void)state;
+    const size_t cudnn = 2147483647;
+    int out = -1, aux = -1;
+    const node *big;
+    net *nt = build_imagenet("vgg16", &opt_default, &out, &aux);
+    assert_int_equal(net_max_batch_for(nt, cudnn, &big), 668); /* 64x224x224 per image */
+    assert_string_equal(big->name, "features.0");
+    assert_int_equal(net_max_batch_for(nt, 0, &big), INT_MAX);
+    net_free(nt);
+    nt = build_imagenet("resnet50", &opt_default, &out, &aux);
+    assert_int_equal(net_max_batch_for(nt, cudnn, &big), 2674); /* 64x112x112 */
+    assert_string_equal(big->name, "conv1");
+    net_free(nt);
+    /* a backend whose tensors hold 4 of resnet20's first outputs (16x28x28): batch 4 is built, 5 refused */
+    backend small = *backend_cpu();
+    small.max_tensor_values = 4 * 16 * 28 * 28;
+    for (int batch = 4; batch <= 5; batch++) {
+        nt = net_create(&small, 1, 28, 28, 10);
+        assert_int_equal(zoo_build(nt, "resnet20", &opt_default, &out, &aux), CNT_OK);
+        int rc = net_finalize(nt, out, aux, batch);
+        if (batch == 4) {
+            assert_int_equal(rc, CNT_OK);
+        } else {
+            assert_int_equal(rc, CNT_ERR);
+            const char *m = cnt_err_msg();
+            if (!strstr(m, "batch 5 does not fit the cpu backend: conv1 holds 12544 values per image") ||
+                !strstr(m, "the largest batch that fits is 4"))
+                fail_msg("message: %s", m);
+        }
+        net_free(nt);
     }
 }
 
@@ -981,6 +1019,7 @@ int main(void) {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_resnet_imagenet_counts),
         cmocka_unit_test(test_vgg_counts),
+        cmocka_unit_test(test_tensor_limit),
         cmocka_unit_test(test_inception_counts),
         cmocka_unit_test(test_cifar_resnet_counts),
         cmocka_unit_test(test_resnet_structure),

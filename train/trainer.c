@@ -99,7 +99,10 @@ static int layout_for(const config *cfg, const backend *be) {
 static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
     zoo_options zo = config_zoo_options(cfg);
     net *nt = zoo_create(be, cfg->model_name, &zo, c, h, w, classes, layout_for(cfg, be), max_batch);
-    if (!nt) cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes", cfg->model_name, c, h, w, classes);
+    if (!nt)
+        cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes, batches up to %d (train.batch_size, "
+                       "train.eval_batch_size)",
+                       cfg->model_name, c, h, w, classes, max_batch);
     return nt;
 }
 
