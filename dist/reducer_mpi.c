@@ -24,7 +24,7 @@ typedef struct mpi_bucket {
 } mpi_bucket;
 
 typedef struct reducer_mpi {
-    float *host;         /* [n] host staging */
+    float *host;         /* [n] host staging, from the backend's host_alloc (page-locked on a GPU) */
     uint16_t *half;      /* [n] host fp16 staging (compress = fp16), else NULL */
     dist_algo algo;
     mpi_bucket *mb;      /* [n_buckets] */
@@ -160,7 +160,7 @@ static void mpi_free(reducer *rd) {
     pthread_cond_destroy(&m->work_cv);
     pthread_cond_destroy(&m->done_cv);
     free(m->mb);
-    free(m->host);
+    rd->be->host_free(m->host);
     free(m->half);
     free(m);
 }
@@ -177,7 +177,9 @@ static const reducer_ops mpi_ops = {
 void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
     reducer_mpi *m = cnt_calloc(1, sizeof *m);
     m->algo = opts->algo;
-    m->host = cnt_malloc(rd->n * sizeof(float));
+    /* page-locked on a GPU (the backend's host_alloc), so each bucket's download is a DMA copy instead of
+     * a staged one; plain memory on the CPU */
+    m->host = rd->be->host_alloc(rd->n * sizeof(float));
     if (opts->compress == REDUCER_COMPRESS_FP16) m->half = cnt_malloc(rd->n * sizeof(uint16_t));
     m->mb = cnt_calloc((size_t)rd->n_buckets, sizeof *m->mb);
     for (int b = 0; b < rd->n_buckets; b++) m->mb[b].fence = rd->be->fence_create();
