@@ -323,8 +323,12 @@ static void conv_set_math(conv_plan *pl, cudnnMathType_t m) {
 /* Each direction's choice: cudnnFind*Ex times the algorithms on the layer's
  * own buffers (so the search allocates nothing beyond the workspace), and
  * the first (fastest) that succeeded, fits the workspace limit and has an
- * allowed math mode wins. If none does, a fallback that every GPU has, with
- * FMA math and the workspace it asks for (said once: it is slow). */
+ * allowed math mode wins. If none does, cuDNN's heuristic
+ * (cudnnGet*Algorithm_v7, which knows what exists for the data type and
+ * layout) picks the first supported algorithm with an allowed math mode,
+ * with the workspace it asks for; only when it has none either, a fixed
+ * algorithm with FMA math (said once: slow, and it may not exist for
+ * 16-bit data or NHWC). */
 #define FIND_MAX 16
 
 /* The workspace the search may use: the limit, or half the free memory if
@@ -340,14 +344,16 @@ static size_t ws_for_find(void) {
     return g.ws_bytes;
 }
 
-static void say_fallback(const conv_plan *pl, const char *dir) {
+static void say_fallback(const conv_plan *pl, const char *dir, int heuristic) {
     static int said;
     if (said++) return;
     const conv_params *p = &pl->key;
     log_warn("cuDNN offered no %s algorithm for the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, pad %d) within "
-             "%.0f MiB of workspace; using a slow fallback (said once)",
+             "%.0f MiB of workspace; using %s (said once)",
              math_name(g.math), dir, p->N, p->C, p->H, p->W, p->K, p->C, p->R,
-             p->S, p->stride_h, p->pad_h, g.ws_limit / 1048576.0);
+             p->S, p->stride_h, p->pad_h, g.ws_limit / 1048576.0,
+             heuristic ? "cuDNN's heuristic choice, untimed, with the workspace it needs"
+                       : "a slow fixed fallback (the heuristic had none either)");
 }
 
 /* One row of a cudnnFind* result, whatever the direction. */
@@ -379,6 +385,18 @@ static int choose_algo(const found_algo *rows, int got, int *algo, cudnnMathType
     return 0;
 }
 
+/* Among a heuristic's rows (best first): the first supported one with an
+ * allowed math mode, whatever its workspace; 0 when there is none. */
+static int choose_heuristic(const found_algo *rows, int got, int *algo, cudnnMathType_t *math) {
+    for (int i = 0; i < got; i++) {
+        if (rows[i].status != CUDNN_STATUS_SUCCESS || !math_allowed(rows[i].math)) continue;
+        *algo = rows[i].algo;
+        *math = rows[i].math;
+        return 1;
+    }
+    return 0;
+}
+
 /* The math mode the search may consider. */
 static cudnnMathType_t search_math(void) {
     return g.math == BACKEND_MATH_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
@@ -400,7 +418,12 @@ static void plan_fwd(conv_plan *pl, const void *x, const void *w, void *y) {
     int found = choose_algo(rows, got, &algo, &pl->fwd_math, &pl->fwd_ws);
     pl->fwd = (cudnnConvolutionFwdAlgo_t)algo;
     if (!found) {
-        say_fallback(pl, "forward pass");
+        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(g.cudnn, pl->x, pl->w, pl->conv, pl->y, FIND_MAX, &got,
+                                                           perf));
+        FOUND_ROWS(perf, got, rows);
+        int h = choose_heuristic(rows, got, &algo, &pl->fwd_math);
+        pl->fwd = (cudnnConvolutionFwdAlgo_t)algo;
+        say_fallback(pl, "forward pass", h);
         conv_set_math(pl, pl->fwd_math);
         CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(g.cudnn, pl->x, pl->w, pl->conv, pl->y, pl->fwd,
                                                             &pl->fwd_ws));
@@ -431,7 +454,12 @@ static void plan_bwd_data(conv_plan *pl, const void *dy, const void *w, void *dx
     int found = choose_algo(rows, got, &algo, &pl->bwd_data_math, &pl->bwd_data_ws);
     pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
     if (!found) {
-        say_fallback(pl, "data gradient");
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(g.cudnn, pl->w, pl->y, pl->conv, pl->x, FIND_MAX,
+                                                                &got, perf));
+        FOUND_ROWS(perf, got, rows);
+        int h = choose_heuristic(rows, got, &algo, &pl->bwd_data_math);
+        pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
+        say_fallback(pl, "data gradient", h);
         conv_set_math(pl, pl->bwd_data_math);
         CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(g.cudnn, pl->w, pl->y, pl->conv, pl->x,
                                                                  pl->bwd_data, &pl->bwd_data_ws));
@@ -452,7 +480,12 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
     int found = choose_algo(rows, got, &algo, &pl->bwd_filter_math, &pl->bwd_filter_ws);
     pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
     if (!found) {
-        say_fallback(pl, "weight gradient");
+        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g.cudnn, pl->x, pl->y, pl->conv, pl->w, FIND_MAX,
+                                                                  &got, perf));
+        FOUND_ROWS(perf, got, rows);
+        int h = choose_heuristic(rows, got, &algo, &pl->bwd_filter_math);
+        pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
+        say_fallback(pl, "weight gradient", h);
         conv_set_math(pl, pl->bwd_filter_math);
         CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(g.cudnn, pl->x, pl->y, pl->conv, pl->w,
                                                                    pl->bwd_filter, &pl->bwd_filter_ws));
