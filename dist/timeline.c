@@ -187,14 +187,16 @@ static void json_escape(const char *s, char *out, size_t len) {
  * with times from zero, each element preceded by ",\n" (rank 0 drops the very
  * first comma). The caller holds tl->mu. */
 static void rank_events_locked(timeline *tl, int rank, const char *process, double zero, int meta, text *t) {
-    if (!meta) goto events;
-    char pname[200];
-    json_escape(process, pname, sizeof pname);
-    text_printf(t, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"%s\"}}",
-                rank, pname);
-    text_printf(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
-                rank, rank);
-    for (int tid = 0; tid < TL_THREADS; tid++) {
+    if (meta) {
+        char pname[200];
+        json_escape(process, pname, sizeof pname);
+        text_printf(t, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"%s\"}}",
+                    rank, pname);
+        text_printf(t,
+                    ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+                    rank, rank);
+    }
+    for (int tid = 0; meta && tid < TL_THREADS; tid++) {
         if (!tl->threads[tid][0]) continue;
         char tname[200];
         json_escape(tl->threads[tid], tname, sizeof tname);
@@ -204,7 +206,6 @@ static void rank_events_locked(timeline *tl, int rank, const char *process, doub
                     ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                     rank, tid, tid);
     }
-events:
     for (long i = 0; i < tl->n; i++) {
         const tl_event *e = &tl->events[i];
         char name[6 * sizeof e->name + 8];

@@ -362,9 +362,8 @@ void net_set_layout(net *nt, int layout) {
     nt->layout = layout;
 }
 
-int net_max_batch_for(const net *nt, size_t limit, const node **layer) {
+int net_max_batch_for(const net *nt, size_t limit, const node **layer, size_t *per_image) {
     *layer = NULL;
-    if (!limit) return INT_MAX;
     size_t worst = (size_t)nt->in_c * nt->in_h * nt->in_w;
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
@@ -374,6 +373,8 @@ int net_max_batch_for(const net *nt, size_t limit, const node **layer) {
             *layer = &nt->nodes[i];
         }
     }
+    *per_image = worst;
+    if (!limit) return INT_MAX;
     size_t b = worst ? limit / worst : (size_t)INT_MAX;
     return b > (size_t)INT_MAX ? INT_MAX : (int)b;
 }
@@ -383,9 +384,9 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     if (nt->finalized) return cnt_err_set("net_finalize called twice");
     if (max_batch < 1) return cnt_err_set("batch size %d must be at least 1", max_batch);
     const node *big;
-    int fits = net_max_batch_for(nt, nt->be->max_tensor_values, &big);
+    size_t per;
+    int fits = net_max_batch_for(nt, nt->be->max_tensor_values, &big, &per);
     if (max_batch > fits) {
-        size_t per = big ? (size_t)big->C * big->H * big->W : (size_t)nt->in_c * nt->in_h * nt->in_w;
         return cnt_err_set("batch %d does not fit the %s backend: %s holds %zu values per image, %zu for the "
                            "batch, more than one tensor may (%zu: cuDNN's descriptors count in 32-bit ints); the "
                            "largest batch that fits is %d",

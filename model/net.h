@@ -219,10 +219,10 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch);
 
 /* The largest batch whose every activation tensor (the input and each
  * layer's output, batch x values per image) holds at most `limit` values,
- * and in *layer the node that sets it (NULL: the input); the backends' limit
- * is backend.max_tensor_values (0: none, the result is INT_MAX). Works on a
- * net built but not finalized. */
-int net_max_batch_for(const net *nt, size_t limit, const node **layer);
+ * in *layer the node that sets it (NULL: the input) and in *per_image its
+ * values per image; the backends' limit is backend.max_tensor_values (0:
+ * none, the result is INT_MAX). Works on a net built but not finalized. */
+int net_max_batch_for(const net *nt, size_t limit, const node **layer, size_t *per_image);
 
 /* Deterministic initialisation from seed (generated on the host with the
  * project's RNG, then uploaded, so every backend starts from the same values). */

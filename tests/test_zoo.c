@@ -242,13 +242,16 @@ static void test_tensor_limit(void **state) {
     const size_t cudnn = 2147483647;
     int out = -1, aux = -1;
     const node *big;
+    size_t per;
     net *nt = build_imagenet("vgg16", &opt_default, &out, &aux);
-    assert_int_equal(net_max_batch_for(nt, cudnn, &big), 668); /* 64x224x224 per image */
+    assert_int_equal(net_max_batch_for(nt, cudnn, &big, &per), 668);
     assert_string_equal(big->name, "features.0");
-    assert_int_equal(net_max_batch_for(nt, 0, &big), INT_MAX);
+    assert_int_equal(per, 64 * 224 * 224);
+    assert_int_equal(net_max_batch_for(nt, 0, &big, &per), INT_MAX);
     net_free(nt);
     nt = build_imagenet("resnet50", &opt_default, &out, &aux);
-    assert_int_equal(net_max_batch_for(nt, cudnn, &big), 2674); /* 64x112x112 */
+    assert_int_equal(net_max_batch_for(nt, cudnn, &big, &per), 2674);
+    assert_int_equal(per, 64 * 112 * 112);
     assert_string_equal(big->name, "conv1");
     net_free(nt);
     /* a backend whose tensors hold 4 of resnet20's first outputs (16x28x28): batch 4 is built, 5 refused */

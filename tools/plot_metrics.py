@@ -83,14 +83,14 @@ def read_run(arg):
     return label, run, recs
 
 
-def epoch_images(run, recs):
-    """Images per epoch: from the run record, else from the first epoch record's step."""
+def epoch_images(run):
+    """Images per epoch, from the run record (None without one)."""
     if run.get("steps_per_epoch") and run.get("global_batch"):
         return run["steps_per_epoch"] * run["global_batch"]
     return None
 
 
-def x_of(r, x, run, recs, label):
+def x_of(r, x, run):
     """A record's value on axis x, or None when it has none."""
     if x == "step":
         return r.get("step")
@@ -103,19 +103,19 @@ def x_of(r, x, run, recs, label):
             return None
         if x == "images":
             return im
-        per = epoch_images(run, recs)
+        per = epoch_images(run)
         return None if not per else im / per
     if x == "epoch":  # eval records: the epoch just finished
         return r.get("epoch")
     return None
 
 
-def series(label, run, recs, panel, x):
+def series(run, recs, panel, x):
     _, kind, key = PANELS[panel]
     pts = []
     for r in recs.get(kind, []):
         v = r.get(key)
-        xv = x_of(r, x, run, recs, label)
+        xv = x_of(r, x, run)
         if v is None or xv is None:
             continue
         if panel in ("top1", "top5"):
@@ -132,7 +132,7 @@ def plot_curves(plt, runs, out, xs, panels, title):
             ax = axes[row][col]
             drawn = 0
             for i, (label, run, recs) in enumerate(runs):
-                pts = series(label, run, recs, panel, x)
+                pts = series(run, recs, panel, x)
                 if not pts:
                     continue
                 drawn += 1

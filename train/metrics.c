@@ -33,17 +33,14 @@ int make_dirs(const char *path) {
     return CNT_OK;
 }
 
-/* The "step" of a record, or -1 when it has none. */
-static long record_step(const char *line) {
-    const char *s = strstr(line, "\"step\":");
-    return s ? strtol(s + 7, NULL, 10) : -1;
-}
-
 /* A record's number field `key` ("\"time\":"), or -1 when it has none. */
 static double record_number(const char *line, const char *key) {
     const char *s = strstr(line, key);
     return s ? strtod(s + strlen(key), NULL) : -1;
 }
+
+/* The "step" of a record, or -1 when it has none. */
+static long record_step(const char *line) { return (long)record_number(line, "\"step\":"); }
 
 /* Keeps the records of path up to until_step (see metrics_open). */
 static int cut_records(metrics *m, const char *path, const char *dir, long until_step, int keep_beyond) {

@@ -74,6 +74,29 @@ static void node_grads(const net *nt, const node *nd, size_t *begin, size_t *end
     }
 }
 
+/* The reducer's buckets for cfg over nt's gradient buffer (*nb of them,
+ * their ends returned) and, in *done_at, the node after whose backward each
+ * is complete: backward writes the buffer from offset 0 upwards, so bucket b
+ * is complete once the largest gradient end written so far reaches its end.
+ * Caller frees both. */
+static size_t *bucket_plan(const config *cfg, const net *nt, int *nb, int **done_at) {
+    reducer_opts ro = config_reducer_opts(cfg);
+    *nb = reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, NULL, 0);
+    size_t *ends = cnt_malloc((size_t)*nb * sizeof *ends);
+    reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, ends, *nb);
+    *done_at = cnt_malloc((size_t)*nb * sizeof **done_at);
+    size_t ready = 0;
+    int next = 0;
+    for (int i = nt->n_nodes - 1; i >= 0 && next < *nb; i--) {
+        size_t gb, ge;
+        node_grads(nt, &nt->nodes[i], &gb, &ge);
+        if (ge > ready) ready = ge;
+        for (; next < *nb && ends[next] <= ready; next++) (*done_at)[next] = i;
+    }
+    CNT_ASSERT(next == *nb);
+    return ends;
+}
+
 void profile_print_buckets(const config *cfg, const net *nt, FILE *out) {
     reducer_opts ro = config_reducer_opts(cfg);
     double mib = (double)(1 << 20);
@@ -81,41 +104,37 @@ void profile_print_buckets(const config *cfg, const net *nt, FILE *out) {
     fprintf(out, "gradients: %zu values, %.2f MiB as fp32", nt->n_params, bytes / mib);
     if (ro.compress == REDUCER_COMPRESS_FP16) fprintf(out, ", %.2f MiB on the wire (dist.compress = fp16)", bytes / 2 / mib);
     fprintf(out, "\n");
-    int nb = reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, NULL, 0);
-    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
-    reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, ends, nb);
+    int nb, *done_at;
+    size_t *ends = bucket_plan(cfg, nt, &nb, &done_at);
     fprintf(out,
             "buckets: %d (dist.first_bucket_mb = %g, dist.bucket_mb = %g); backward fills the buffer from the last "
             "layer's parameters, and each bucket is allreduced once the backward of its last layer here is done:\n",
             nb, cfg->first_bucket_mb, cfg->bucket_mb);
-    size_t ready = 0;
-    int next = 0;
-    const char *first_layer = NULL;
-    for (int i = nt->n_nodes - 1; i >= 0 && next < nb; i--) {
-        const node *nd = &nt->nodes[i];
-        size_t gb, ge;
-        node_grads(nt, nd, &gb, &ge);
-        if (ge == gb) continue;
-        if (!first_layer) first_layer = nd->name;
-        if (ge > ready) ready = ge;
-        for (; next < nb && ends[next] <= ready; next++) {
-            size_t begin = next ? ends[next - 1] : 0;
-            fprintf(out, "  bucket %-3d %9.3f MiB  %10zu values  layers %s .. %s\n", next,
-                    (double)(ends[next] - begin) * sizeof(float) / mib, ends[next] - begin, first_layer, nd->name);
-            first_layer = NULL;
-            if (ends[next] < ge) first_layer = nd->name; /* the layer's rest starts the next bucket */
+    for (int b = 0; b < nb; b++) {
+        size_t begin = b ? ends[b - 1] : 0;
+        /* its first layer: the one whose gradient holds the bucket's first value */
+        const char *first = "?";
+        for (int i = nt->n_nodes - 1; i >= 0; i--) {
+            size_t gb, ge;
+            node_grads(nt, &nt->nodes[i], &gb, &ge);
+            if (gb <= begin && begin < ge) {
+                first = nt->nodes[i].name;
+                break;
+            }
         }
+        fprintf(out, "  bucket %-3d %9.3f MiB  %10zu values  layers %s .. %s\n", b,
+                (double)(ends[b] - begin) * sizeof(float) / mib, ends[b] - begin, first, nt->nodes[done_at[b]].name);
     }
     free(ends);
+    free(done_at);
 }
 
 static void write_json(FILE *out, const config *cfg, const net *nt, const dataset *d, int steps, int warmup,
                        const recorder *rc, const double *step_s, const double *wait_s, const double *fwd_s,
                        const double *bwd_s, const double *upd_s) {
     reducer_opts ro = config_reducer_opts(cfg);
-    int nb = reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, NULL, 0);
-    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
-    reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, ends, nb);
+    int nb, *done_at;
+    size_t *ends = bucket_plan(cfg, nt, &nb, &done_at);
     fprintf(out, "{\"model\":");
     json_string(out, cfg->model_name);
     fprintf(out, ",\"device\":");
@@ -136,14 +155,12 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
                 (ends[b] - begin) * sizeof(float));
     }
     fprintf(out, "],\"layers\":[");
-    /* backward order; the gradient watermark after each node says which buckets are complete */
-    size_t ready = 0;
+    /* backward order, each node with the buckets its backward completes */
     int next_bucket = 0;
     for (int i = nt->n_nodes - 1; i >= 0; i--) {
         const node *nd = &nt->nodes[i];
         size_t gb, ge;
         node_grads(nt, nd, &gb, &ge);
-        if (ge > ready) ready = ge;
         fprintf(out, "%s{\"name\":", i == nt->n_nodes - 1 ? "" : ",");
         json_string(out, nd->name);
         fprintf(out, ",\"kind\":");
@@ -152,12 +169,13 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
                      "\"completes\":[",
                 1e3 * median(rc->fwd + i, steps, (size_t)rc->n_nodes),
                 1e3 * median(rc->bwd + i, steps, (size_t)rc->n_nodes), gb, ge, (ge - gb) * sizeof(float));
-        for (int first = 1; next_bucket < nb && ends[next_bucket] <= ready; next_bucket++, first = 0)
+        for (int first = 1; next_bucket < nb && done_at[next_bucket] == i; next_bucket++, first = 0)
             fprintf(out, "%s%d", first ? "" : ",", next_bucket);
         fprintf(out, "]}");
     }
     fprintf(out, "]}\n");
     free(ends);
+    free(done_at);
 }
 
 int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
