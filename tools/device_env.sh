@@ -31,10 +31,15 @@ cnt_device_env() {
         mkdir -p /usr/share/datasets && cp -a "$kit/fashion-mnist" /usr/share/datasets/
     fi
     ldconfig 2>/dev/null
-    # the CUDA libraries the trainer was linked against, wherever this machine has them
-    local dirs="" lib d
+    # the CUDA libraries the trainer was linked against, wherever this machine
+    # has them: its PyTorch's first, so that tools/bench_gpu.sh compares the
+    # two programs on one cuDNN (and PyTorch, which checks its cuDNN's
+    # version, does not find an older one first on LD_LIBRARY_PATH)
+    local dirs="" lib d torchnv
+    torchnv=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "nvidia"))' 2>/dev/null)
     for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
-        d=$( (ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}';
+        d=$( ([ -n "$torchnv" ] && [ -d "$torchnv" ] && find "$torchnv" -name "$lib" 2>/dev/null;
+              ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}';
               find /usr/local/cuda/lib64 /usr/local/cuda/targets /opt /usr/lib /usr/local/lib -name "$lib" 2>/dev/null) |
             head -1)
         if [ -z "$d" ]; then
