@@ -22,6 +22,9 @@
  * getting every bucket of both steps when reducer_set_timeline(rd, NULL)
  * flushes the last one.
  *
+ * --quick runs fewer sizes (for NCCL over its socket transport, which
+ * test_nccl.sh uses to give two ranks on one GPU real allreduces).
+ *
  * dist_nccl_create refuses two ranks on one GPU: then rank 0 prints
  * "mpi_nccl: dist_nccl_create failed: <message>" on stderr and every rank
  * exits 2 (test_nccl.sh runs more ranks than GPUs and expects exactly that).
@@ -47,6 +50,7 @@
 #include "model/backend.h"
 
 static int rank_, world_;
+static int quick_; /* --quick: fewer sizes and no 1000-value buckets past 64K values (NCCL over sockets) */
 
 #if CNT_HAVE_NCCL
 
@@ -222,11 +226,13 @@ static void run_all(const backend *be, dist_nccl *nc) {
     w.c = be->alloc((size_t)w.dim * w.dim * sizeof(float));
 
     test_rounds(be, nc);
-    size_t sizes[] = {1, 7, 1000, 65536 + 3, ((size_t)1 << 22) + 5};
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    size_t full[] = {1, 7, 1000, 65536 + 3, ((size_t)1 << 22) + 5}, few[] = {7, 65536 + 3, ((size_t)1 << 20) + 5};
+    size_t *sizes = quick_ ? few : full, count = quick_ ? sizeof few / sizeof *few : sizeof full / sizeof *full;
+    for (size_t s = 0; s < count; s++) {
         size_t n = sizes[s];
         layout ls[] = {{n, n, n}, {n, 3, 1000}, {n, n / 7 + 1, n / 3 + 1}};
         for (size_t l = 0; l < sizeof ls / sizeof ls[0]; l++) {
+            if (quick_ && l == 1 && n > 70000) continue;
             for (int overlap = 1; overlap >= 0; overlap--) {
                 run_reducer(be, nc, &w, ls[l], overlap, 0, NULL);
                 run_reducer(be, NULL, &w, ls[l], overlap, 0, NULL);
@@ -251,7 +257,12 @@ int main(int argc, char **argv) {
     }
     rank_ = dist_rank();
     world_ = dist_world();
-    for (int i = 1; i < argc; i++) cnt_fatal("unknown argument '%s'", argv[i]);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick_ = 1;
+        else
+            cnt_fatal("unknown argument '%s' (the only option is --quick)", argv[i]);
+    }
 #if !CNT_HAVE_NCCL
     if (rank_ == 0) printf("SKIPPED: this build has no NCCL (CNT_HAVE_NCCL=0)\n");
     dist_finalize();

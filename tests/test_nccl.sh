@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # tests/test_nccl.sh - the gradient reducer on the GPU under a real mpirun
 # (build/tests/mpi_nccl): NCCL and MPI-staged allreduces against
-# MPI_Allreduce, at 1 rank (and at 2 when the node has 2 GPUs or more); then
+# MPI_Allreduce, at 1 rank (and at 2 when the node has 2 GPUs or more; on a
+# node with one GPU, 2 ranks that NCCL takes for two hosts, so that its
+# allreduces do real work over sockets: at 1 rank an in-place allreduce is
+# nothing, and a missing event wait in dist/nccl.c would go unseen); then
 # more ranks than GPUs, where two ranks share one: dist_nccl_create must
 # refuse that with a message naming the ranks and the remedy, and the job must
 # end non-zero, not hang.
@@ -18,13 +21,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
-# mpi NP SECONDS: sets $rc, $secs; stdout in $tmp/out, stderr in $tmp/err.
+# mpi NP SECONDS [PROGRAM ARGS...]: sets $rc, $secs; stdout in $tmp/out,
+# stderr in $tmp/err. PROGRAM defaults to $P.
 mpi() {
     local np=$1 limit=$2
+    shift 2
+    [ $# -gt 0 ] || set -- "$P"
     local t0
     t0=$(date +%s%N)
     OMP_NUM_THREADS=1 timeout "$limit" mpirun --allow-run-as-root --oversubscribe -np "$np" \
-        -x OMP_NUM_THREADS "$P" > "$tmp/out" 2> "$tmp/err"
+        -x OMP_NUM_THREADS "$@" > "$tmp/out" 2> "$tmp/err"
     rc=$?
     local ms=$((($(date +%s%N) - t0) / 1000000))
     secs=$((ms / 1000)).$(printf %03d $((ms % 1000)))
@@ -50,6 +56,17 @@ if [ "$gpus" -ge 2 ]; then
     grep '^FAIL' "$tmp/out" | sed 's/^/    /'
     check "mpi_nccl -np 2 on $gpus GPUs: exit 0 (${secs}s)" test "$rc" -eq 0
     check "mpi_nccl -np 2: summary line" grep -q '^mpi_nccl: world 2, all checks passed' "$tmp/out"
+    if [ "$rc" -ne 0 ]; then tail -n 20 "$tmp/err" | sed 's/^/    stderr: /'; fi
+else
+    # Each rank its own NCCL_HOSTID: NCCL (and dist_nccl_create, which judges
+    # by the same id) takes them for two hosts and connects them through its
+    # socket transport on the loopback interface, on the one GPU.
+    mpi 2 300 -x NCCL_SOCKET_IFNAME=lo bash -c 'NCCL_HOSTID=cnt-test-host-$OMPI_COMM_WORLD_RANK exec "$0" --quick' "$P"
+    grep '^FAIL' "$tmp/out" | sed 's/^/    /'
+    nok=$(grep -c '^ok ' "$tmp/out")
+    check "mpi_nccl -np 2 on one GPU as two NCCL hosts: exit 0 ($nok checks ok, ${secs}s)" test "$rc" -eq 0
+    check "mpi_nccl -np 2 as two NCCL hosts: ran the checks" test "$nok" -gt 50
+    check "mpi_nccl -np 2 as two NCCL hosts: summary line" grep -q '^mpi_nccl: world 2, all checks passed' "$tmp/out"
     if [ "$rc" -ne 0 ]; then tail -n 20 "$tmp/err" | sed 's/^/    stderr: /'; fi
 fi
 
