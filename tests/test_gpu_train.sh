@@ -4,7 +4,8 @@
 # loss and learns as the CPU does; tf32 trains; bf16 and fp16 (dynamic loss
 # scaling) learn as the CPU's emulation of them does; two ranks share the one GPU
 # through MPI (the log says why not NCCL) with bit-identical parameters; one
-# rank runs the NCCL path; two ranks asking for NCCL on one GPU are refused
+# rank runs the NCCL path, and on a one-GPU node two ranks that NCCL takes for
+# two hosts train through it with bit-identical parameters; two ranks asking for NCCL on one GPU are refused
 # with a message; --bench runs on the GPU. Run from the repository root after
 # `make`.
 set -u
@@ -67,6 +68,23 @@ check "nhwc first loss equal to the CPU's within 1e-4 (gpu $g, cpu $c)" \
 acc=$(top1 "$tmp/nhwc.log")
 check "nhwc run learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
 
+# fp16 overflow on the GPU: a static loss scale of 2^40 overflows every
+# step's gradients, so all 5 steps are skipped, and the checkpoint must hold
+# what a CPU run that skipped them holds: the initial parameters and
+# batch-norm statistics (each skipped forward's statistics restored) and no
+# momentum, bit for bit (both start from the same host-made weights).
+skip=(data.train_limit=160 train.epochs=1 optim.warmup_epochs=0 train.precision=fp16 train.loss_scaling=static
+      train.loss_scale=1099511627776)
+for d in cuda cpu; do
+    ./trainer configs/resnet20-fashion.ini "${small[@]}" "${skip[@]}" train.device=$d train.out_dir="$tmp/skip-$d" \
+        >"$tmp/skip-$d.log" 2>&1
+    check "fp16 at scale 2^40 on $d: exit 0" test $? -eq 0
+    check "fp16 at scale 2^40 on $d: all 5 steps skipped" grep -q '"skipped_steps":5[,}]' "$tmp/skip-$d/metrics.jsonl"
+    ./trainer --export "$tmp/skip-$d/checkpoints/ckpt-000001.cnt" "$tmp/skip-$d.safetensors" >/dev/null 2>&1
+done
+check "5 skipped fp16 steps: the GPU's checkpoint holds the CPU's parameters and batch-norm statistics" \
+    cmp "$tmp/skip-cuda.safetensors" "$tmp/skip-cpu.safetensors"
+
 if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: built in'; then
     MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe)
     np=$((gpus + 1))
@@ -76,11 +94,33 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
     check "$np ranks on $gpus GPU(s): the log says they share and use MPI" grep -q 'share.*MPI through host memory' "$tmp/mpi.log"
     check "$np ranks on $gpus GPU(s): gradients with MPI_Allreduce" grep -q 'allreduced with MPI_Allreduce' "$tmp/mpi.log"
     check "$np ranks on $gpus GPU(s): parameters bit-identical" grep -q "parameters bit-identical on all $np ranks" "$tmp/mpi.log"
+    # the dynamic loss scale started far too high: the ranks skip the same
+    # steps (an overflow on one rank skips the step on all), halve the scale
+    # together and stay bit-identical
+    "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=fp16 \
+        train.loss_scale=1099511627776 train.epochs=1 train.log_every=16 train.out_dir="$tmp/mpi16" \
+        >"$tmp/mpi16.log" 2>&1
+    check "$np ranks, fp16 from scale 2^40: exit 0" test $? -eq 0
+    check "$np ranks, fp16 from scale 2^40: steps skipped, the scale halved" \
+        grep -qE 'loss scale [0-9.e+]+ \([1-9][0-9]* steps? skipped\)' "$tmp/mpi16.log"
+    check "$np ranks, fp16 from scale 2^40: parameters bit-identical" \
+        grep -q "parameters bit-identical on all $np ranks" "$tmp/mpi16.log"
     if ./trainer --version | grep -q '^nccl: built in'; then
         "${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
             train.max_steps=20 train.log_every=10 train.out_dir="$tmp/nccl1" >"$tmp/nccl1.log" 2>&1
         check "1 rank, dist.backend=nccl: exit 0" test $? -eq 0
         check "1 rank, dist.backend=nccl: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl1.log"
+        if [ "$gpus" -eq 1 ]; then
+            # two ranks on the one GPU that NCCL takes for two hosts (each its
+            # own NCCL_HOSTID): real allreduces, over its socket transport
+            "${MPI[@]}" -np 2 -x NCCL_SOCKET_IFNAME=lo bash -c 'NCCL_HOSTID=cnt-test-host-$OMPI_COMM_WORLD_RANK exec "$@"' \
+                trainer ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
+                train.epochs=1 train.log_every=16 train.out_dir="$tmp/nccl2h" >"$tmp/nccl2h.log" 2>&1
+            check "2 ranks as two NCCL hosts on one GPU: exit 0" test $? -eq 0
+            check "2 ranks as two NCCL hosts: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl2h.log"
+            check "2 ranks as two NCCL hosts: parameters bit-identical" \
+                grep -q "parameters bit-identical on all 2 ranks" "$tmp/nccl2h.log"
+        fi
         "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
             train.max_steps=5 train.out_dir="$tmp/nccl2" >"$tmp/nccl2.log" 2>&1
         rc=$?
