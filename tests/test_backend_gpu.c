@@ -350,6 +350,12 @@ static const conv_case conv_cases[] = {
     {1, 5, 11, 13, 7, 3, 3, 1, 1, 0, 0},    /* batch 1, unpadded, odd channel counts, rectangular input */
     {5, 3, 8, 6, 5, 3, 2, 2, 1, 2, 1},      /* rectangular kernel, mixed strides, pad > R/2 */
     {2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1},    /* ResNet-20 stage 3 */
+    /* ImageNet sizes, where cuDNN picks other algorithms than on small
+     * shapes (the tolerances grow with sqrt of each sum's length; at these
+     * lengths they stay over 10 standard deviations of the rounding error,
+     * so 800K outputs do not reach them by chance) */
+    {2, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3}, /* ResNet-50 stem, 7x7/2 */
+    {1, 256, 56, 56, 256, 3, 3, 1, 1, 1, 1}, /* 3x3 at 256 channels, 56x56 */
 };
 #define N_CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
@@ -908,6 +914,10 @@ static const bn_case bn_cases[] = {
     {3, 2, 9, 0.0f, 0.3f, 0.9f, 0.5f},     /* large eps: where eps goes matters */
     {8, 64, 64, 0.0f, 1.0f, 0.1f, 1e-5f},  /* ResNet-20 stage 3 */
     {1, 6, 1, 0.5f, 1.0f, 0.1f, 1e-5f},    /* one value per channel: cuDNN refuses it, our kernel takes the CPU's rule */
+    /* ImageNet sizes; in NHWC these (C a multiple of 8) take cuDNN's
+     * SPATIAL_PERSISTENT Ex calls */
+    {8, 64, 3136, 0.0f, 1.0f, 0.1f, 1e-5f},   /* ResNet-50 stage 1, 56x56 */
+    {16, 256, 196, 1.0f, 2.0f, 0.1f, 1e-5f},  /* ResNet-50 stage 3, 14x14 */
 };
 #define N_BN_CASES (sizeof bn_cases / sizeof bn_cases[0])
 
