@@ -58,6 +58,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,7 @@ static struct {
     size_t h16_bytes[H16_SLOTS];
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
+    int bn_persistent;         /* NHWC batch norm through the Ex calls, SPATIAL_PERSISTENT (CNT_CUDNN_BN) */
 } g;
 
 /* Threads other than the one that chose the device (the communication
@@ -610,6 +612,59 @@ static void bn_desc(int N, int C, int HW) {
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, C, 1, 1));
 }
 
+/* NHWC training batch norm takes cuDNN's Ex calls in SPATIAL_PERSISTENT
+ * mode, as PyTorch does for channels-last: the plain SPATIAL kernels read
+ * NHWC with strided loads: a ResNet-50 step trained 6.4-6.6 times slower (measured:
+ * docs/benchmarks.md). Only where
+ * - every pointer it is given is 32-byte aligned and C a multiple of 8: its
+ *   kernels load vectors, and on an H200 a ResNet-20 whose parameters sat at
+ *   8-byte offsets in the flat parameter buffer (after a 650-value linear
+ *   layer) stopped with "misaligned address", while ResNet-50, every pointer
+ *   32-byte aligned, ran (16 bytes may be enough; not measured);
+ * - the mode needs no reserve space (the buffer the Ex forward hands its
+ *   backward, which this interface has no place for; cuDNN asks for none
+ *   without a fused activation);
+ * - the data gradient is not added to (beta = 0, PyTorch's only use).
+ * Elsewhere the plain calls. The workspace is cuDNN's convolution workspace,
+ * grown to fit (ops on one stream run one at a time). CNT_CUDNN_BN=spatial
+ * turns it off, for measuring. bn_desc() first. */
+static int aligned32(const void *p) { return ((uintptr_t)p & 31) == 0; }
+
+static int bn_ex_common(int C, int HW, const void *const *ptrs, int n) {
+    if (!g.bn_persistent || !nhwc_spatial(HW) || C % 8 != 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] && !aligned32(ptrs[i])) return 0;
+    size_t reserve = 0;
+    CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, NULL, g.bn_x, &reserve));
+    if (reserve) {
+        static int said;
+        if (!said++)
+            log_warn("cuDNN asks for %zu bytes of reserve space for NHWC batch norm in SPATIAL_PERSISTENT mode; "
+                     "using the plain SPATIAL calls (said once)", reserve);
+        return 0;
+    }
+    return 1;
+}
+
+static int bn_ex(int C, int HW, const void *const *ptrs, int n, size_t *ws) {
+    if (!bn_ex_common(C, HW, ptrs, n)) return 0;
+    CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, g.bn_x, NULL, g.bn_x, g.bn_param, NULL,
+        ws));
+    if (*ws) ws_reserve(*ws);
+    return 1;
+}
+
+static int bn_ex_bwd(int C, int HW, const void *const *ptrs, int n, size_t *ws) {
+    if (!bn_ex_common(C, HW, ptrs, n)) return 0;
+    CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, g.bn_x, NULL, g.bn_x, NULL, g.bn_x,
+        g.bn_param, NULL, ws));
+    if (*ws) ws_reserve(*ws);
+    return 1;
+}
+
 static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                               float *save_invstd) {
@@ -623,6 +678,15 @@ static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float 
     bn_desc(N, C, HW);
     /* cuDNN's rule is PyTorch's: running = (1-factor)*running + factor*batch,
      * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
+    size_t ws = 0;
+    const void *ptrs[] = {x, y, gamma, beta, running_mean, running_var, save_mean, save_invstd};
+    if (bn_ex(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), &ws)) {
+        CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+            g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, g.bn_x, x, NULL,
+            NULL, g.bn_x, y, g.bn_param, gamma, beta, (double)momentum, running_mean, running_var, (double)eps,
+            save_mean, save_invstd, NULL, ws ? g.ws : NULL, ws, NULL, 0));
+        return;
+    }
     CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x, x,
                                                        g.bn_x, y, g.bn_param, gamma, beta, (double)momentum,
                                                        running_mean, running_var, (double)eps, save_mean,
@@ -652,6 +716,15 @@ static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, c
     bn_desc(N, C, HW);
     /* With the saved statistics given, the forward's epsilon is already in
      * save_invstd; cuDNN's documentation asks for the same value anyway. */
+    size_t ws = 0;
+    const void *ptrs[] = {x, dy, dx, gamma, save_mean, save_invstd, dgamma, dbeta};
+    if (!accumulate_dx && bn_ex_bwd(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), &ws)) {
+        CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+            g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, &k_one, &k_zero,
+            g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x, dx, g.bn_param, gamma, NULL, dgamma, dbeta,
+            (double)eps, save_mean, save_invstd, NULL, ws ? g.ws : NULL, ws, NULL, 0));
+        return;
+    }
     CUDNN_CHECK(cudnnBatchNormalizationBackward(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one,
                                                 accumulate_dx ? &k_one : &k_zero, &k_one, &k_zero, g.bn_x, x, g.bn_x,
                                                 dy, g.bn_x, dx, g.bn_param, gamma, dgamma, dbeta,
@@ -993,8 +1066,12 @@ int backend_cuda_describe(char *buf, size_t len) {
     for (int d = 0; d < n && used < len; d++) {
         struct cudaDeviceProp prop;
         CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
-        int w = snprintf(buf + used, len - used, "cuda:%d %s, %.1f GiB, compute %d.%d\n", d, prop.name,
-                         prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
+        /* cuDNN 9 numbers its versions major*10000 + minor*100 + patch: the
+         * library loaded, which may be newer than the headers built against */
+        size_t v = cudnnGetVersion();
+        int w = snprintf(buf + used, len - used, "cuda:%d %s, %.1f GiB, compute %d.%d, cuDNN %zu.%zu.%zu\n", d,
+                         prop.name, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor, v / 10000,
+                         v / 100 % 100, v % 100);
         if (w < 0) break;
         used += (size_t)w;
     }
@@ -1005,6 +1082,13 @@ int backend_cuda_describe(char *buf, size_t len) {
  * (with the reason in cnt_err_msg()) when no device is usable. */
 const backend *backend_cuda(int local_rank) {
     if (g.ready) return &cuda_backend;
+    const char *bn = getenv("CNT_CUDNN_BN");
+    if (bn && *bn && strcmp(bn, "persistent") != 0 && strcmp(bn, "spatial") != 0) {
+        cnt_err_set("CNT_CUDNN_BN=%s: expected persistent (the default: NHWC batch norm in cuDNN's "
+                    "SPATIAL_PERSISTENT mode) or spatial (the plain calls)", bn);
+        return NULL;
+    }
+    g.bn_persistent = !(bn && strcmp(bn, "spatial") == 0);
     int n = device_count();
     if (n < 0) return NULL;
     g.device = (local_rank < 0 ? 0 : local_rank) % n;
