@@ -332,9 +332,9 @@ typedef enum backend_device {
 
 /* The layout a net uses on backend be in math mode `math`: the one asked
  * for, and for BACKEND_LAYOUT_AUTO the one that suits them: BLOCKED where the
- * backend has it (the CPU with oneDNN), NHWC where tensor cores read 16-bit
- * operands (a GPU in bf16 or fp16, where cuDNN would transpose NCHW operands
- * for them), NCHW elsewhere. The one place that rule lives. */
+ * backend has it (the CPU with oneDNN), NHWC where convolutions run on
+ * tensor cores (a GPU in tf32, bf16 or fp16, where cuDNN would transpose
+ * NCHW operands for them), NCHW elsewhere. The one place that rule lives. */
 backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math);
 /* CNT_ERR with a message naming the backend when it cannot run `requested`
  * (BLOCKED on a backend without one); CNT_OK otherwise. */

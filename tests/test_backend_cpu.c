@@ -1269,6 +1269,24 @@ static void test_layout_default(void **state) {
     layout_known_values(BACKEND_LAYOUT_NCHW, "after set_layout(NHWC) then set_layout(NCHW)");
 }
 
+/* train.layout = auto (backend_layout_choose): the CPU takes its blocked
+ * layout when it has one, else NCHW, whatever the precision; a GPU takes NHWC
+ * where its convolutions run on tensor cores (tf32, bf16, fp16) and NCHW in
+ * plain fp32; a layout asked for by name is kept. */
+static void test_layout_auto_rule(void **state) {
+    (void)state;
+    backend gpu = {.name = "cuda"}, cpu_plain = {.name = "cpu"}, cpu_blocked = {.name = "cpu", .block_c = 16};
+    const backend_math maths[] = {BACKEND_MATH_FP32, BACKEND_MATH_TF32, BACKEND_MATH_BF16, BACKEND_MATH_FP16};
+    for (int m = 0; m < 4; m++) {
+        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &gpu, maths[m]),
+                         maths[m] == BACKEND_MATH_FP32 ? BACKEND_LAYOUT_NCHW : BACKEND_LAYOUT_NHWC);
+        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &cpu_plain, maths[m]), BACKEND_LAYOUT_NCHW);
+        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &cpu_blocked, maths[m]), BACKEND_LAYOUT_BLOCKED);
+        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NCHW, &gpu, maths[m]), BACKEND_LAYOUT_NCHW);
+        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NHWC, &cpu_blocked, maths[m]), BACKEND_LAYOUT_NHWC);
+    }
+}
+
 /* A logical [N, C, HW] tensor on the device in every layout, d[L] for L up
  * to last_layout(). Filters and per-channel vectors, stored alike in every
  * layout, are twins of shape [1, n, 1] (the same bytes in each). */
@@ -1621,6 +1639,7 @@ static int all_threads(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_default), /* first, and without all_threads: it checks the default layout */
+        cmocka_unit_test(test_layout_auto_rule),
         cmocka_unit_test_setup(test_memory, all_threads),
         cmocka_unit_test_setup(test_conv_fwd, all_threads),
         cmocka_unit_test_setup(test_conv_bwd_data, all_threads),
