@@ -747,9 +747,14 @@ static void cuda_pool_fwd(const pool_params *p, const float *x, float *y) {
 
 static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
                           int accumulate) {
-    (void)y; /* as on the CPU: the maximum's position is recomputed from x */
+    (void)y; /* as on the CPU: the maximum's position is found from x */
     pool_check(p);
-    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate, layout_nhwc()));
+    int *arg = NULL;
+    if (p->mode == POOL_MODE_MAX) {
+        size_t outputs = (size_t)p->N * p->C * p->P * p->Q; /* ints: two per double of scratch */
+        arg = (int *)scratch_get((outputs + 1) / 2);
+    }
+    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate, layout_nhwc(), arg));
 }
 
 /* -------------------------------------------------------------------- gemm */

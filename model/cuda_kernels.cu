@@ -201,10 +201,15 @@ __global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x
     GRID_STRIDE(t, total) y[t] = pr_fwd_one(&p, ra, ca, x, t, nhwc);
 }
 
-__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, const float *dy, float *dx, int acc,
+__global__ void pool_argmax_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, int *arg, int nhwc) {
+    size_t total = (size_t)p.N * p.C * p.P * p.Q;
+    GRID_STRIDE(t, total) arg[t] = pr_argmax_one(&p, ra, ca, x, t, nhwc);
+}
+
+__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const int *arg, const float *dy, float *dx, int acc,
                            int nhwc) {
     size_t total = (size_t)p.N * p.C * p.H * p.W;
-    GRID_STRIDE(t, total) dx[t] = pr_bwd_one(&p, ra, ca, x, dy, t, acc ? dx[t] : 0.0f, nhwc);
+    GRID_STRIDE(t, total) dx[t] = pr_bwd_one(&p, ra, ca, arg, dy, t, acc ? dx[t] : 0.0f, nhwc);
 }
 
 /* ---------------------------------------------------------- layout transpose
@@ -492,10 +497,16 @@ cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, f
 }
 
 cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
-                         int accumulate, int nhwc) {
-    size_t total = (size_t)p->N * p->C * p->H * p->W;
-    if (total)
-        pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, dy, dx, accumulate, nhwc);
+                         int accumulate, int nhwc, int *arg) {
+    size_t total = (size_t)p->N * p->C * p->H * p->W, outputs = (size_t)p->N * p->C * p->P * p->Q;
+    if (!total) return cudaGetLastError();
+    if (p->mode == POOL_MODE_MAX) {
+        if (!outputs) return cudaGetLastError();
+        pool_argmax_k<<<grid_for(outputs), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, arg, nhwc);
+    } else {
+        arg = NULL;
+    }
+    pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), arg, dy, dx, accumulate, nhwc);
     return cudaGetLastError();
 }
 

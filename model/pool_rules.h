@@ -12,7 +12,9 @@
  * window holds it, which is the order in which the CPU backend scatters, so
  * the sums agree bit for bit and no atomics are needed. Max pooling sends each
  * output's gradient to its window's first maximum (rows, then columns; a NaN
- * wins and the first NaN stays), recomputed from x. Both layouts of
+ * wins and the first NaN stays), found once per output by pr_argmax_one in a
+ * pass before the gather (rescanning every window that holds an input made
+ * ResNet-50's stem max-pool backward 11 times its forward). Both layouts of
  * model/backend.h (set_layout) go through the same code: a plane's elements
  * are read through its row and column strides (pr_plane).
  */
@@ -167,15 +169,30 @@ PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float
     return s / (float)(cr * cc);
 }
 
+/* Max pooling's output t (indexed as in pr_fwd_one): the index h*W + w,
+ * within its plane, of its window's first maximum. */
+PR_FN int pr_argmax_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
+    size_t n, c;
+    int i, j;
+    pr_split(t, p->C, p->P, p->Q, nhwc, &n, &c, &i, &j);
+    pr_plane pl = pr_plane_of(p, n, c, nhwc);
+    int h0, h1, cr, w0, w1, cc, bi;
+    pr_window(p->mode, ra, i, &h0, &h1, &cr);
+    pr_window(p->mode, ca, j, &w0, &w1, &cc);
+    pr_window_max(x + pl.x0, pl.xsh, pl.xsw, p->W, h0, h1, w0, w1, &bi);
+    return bi;
+}
+
 /* Input gradient t: a flat index into [N, C, H, W], or with nhwc into
- * [N, H, W, C]; starting from g0 (0, or the value there when accumulating). */
-PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, const float *dy, size_t t,
+ * [N, H, W, C]; starting from g0 (0, or the value there when accumulating).
+ * Max pooling reads each output's first maximum from arg (pr_argmax_one of
+ * every output, laid out as dy); the other modes take arg NULL. */
+PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const int *arg, const float *dy, size_t t,
                        float g0, int nhwc) {
     size_t n, c;
     int h, w;
     pr_split(t, p->C, p->H, p->W, nhwc, &n, &c, &h, &w);
     pr_plane pl = pr_plane_of(p, n, c, nhwc);
-    const float *xp = x + pl.x0;
     const float *gp = dy + pl.g0;
     float g = g0;
     int i0, i1, j0, j1;
@@ -189,11 +206,10 @@ PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float
             int w0, w1, cc;
             pr_window(p->mode, ca, j, &w0, &w1, &cc);
             if (w < w0 || w >= w1) continue;
-            float gv = gp[(size_t)i * pl.gsh + (size_t)j * pl.gsw];
+            size_t o = (size_t)i * pl.gsh + (size_t)j * pl.gsw;
+            float gv = gp[o];
             if (p->mode == POOL_MODE_MAX) {
-                int bi;
-                pr_window_max(xp, pl.xsh, pl.xsw, p->W, h0, h1, w0, w1, &bi);
-                if (bi == h * p->W + w) g += gv;
+                if (arg[pl.g0 + o] == h * p->W + w) g += gv;
             } else {
                 g += gv / (float)(cr * cc);
             }

@@ -81,14 +81,21 @@ static void check_geom_layout(const tu_pool_case *g, int values, int accumulate,
                      nhwc ? "nhwc" : "nchw", g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t,
                      (double)v, (double)y_cpu[t]);
     }
+    /* the GPU's two passes: each output's first maximum, then the gather */
+    int *arg = NULL;
+    if (p.mode == POOL_MODE_MAX) {
+        arg = malloc((ny ? ny : 1) * sizeof *arg);
+        for (size_t t = 0; t < ny; t++) arg[t] = pr_argmax_one(&p, ra, ca, x, t, nhwc);
+    }
     for (size_t t = 0; t < nx; t++) {
-        float v = pr_bwd_one(&p, ra, ca, x, dy, t, dx0[t], nhwc);
+        float v = pr_bwd_one(&p, ra, ca, arg, dy, t, dx0[t], nhwc);
         if (memcmp(&v, &dx_cpu[t], sizeof v) != 0)
             fail_msg("%s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d, values %d, accumulate %d: "
                      "input gradient %zu is %.9g, CPU %.9g",
                      nhwc ? "nhwc" : "nchw", g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q,
                      values, accumulate, t, (double)v, (double)dx_cpu[t]);
     }
+    free(arg);
     free(x);
     free(dy);
     free(y_cpu);
