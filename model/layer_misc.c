@@ -42,13 +42,20 @@ static void add_forward(net *nt, node *nd, int training) {
     nt->be->add(layer_out_count(nt, nd), layer_in(nt, nd, 0), layer_in(nt, nd, 1), nd->y);
 }
 
+/* An input whose gradient shares dy's memory (LAYER_PASSES_DY) has it already. */
 static void add_backward(net *nt, node *nd) {
     size_t n = layer_out_count(nt, nd);
-    for (int i = 0; i < 2; i++) nt->be->axpy(n, 1.0f, nd->dy, layer_in_grad(nt, nd, i), nd->accumulate[i]);
+    for (int i = 0; i < 2; i++) {
+        float *g = layer_in_grad(nt, nd, i);
+        if (g != nd->dy) nt->be->axpy(n, 1.0f, nd->dy, g, nd->accumulate[i]);
+    }
 }
 
-static const layer_ops add_ops = {
-    .kind = "add", .forward = add_forward, .backward = add_backward, .flops = elementwise_flops};
+static const layer_ops add_ops = {.kind = "add",
+                                  .backward_reads = LAYER_PASSES_DY,
+                                  .forward = add_forward,
+                                  .backward = add_backward,
+                                  .flops = elementwise_flops};
 
 int net_add(net *nt, int a, int b, const char *name) {
     if (layer_check_input(nt, a, name) != CNT_OK || layer_check_input(nt, b, name) != CNT_OK) return CNT_ERR;

@@ -300,12 +300,48 @@ static void act_lifetimes(const net *nt, int out, int aux, int *start, int *end)
         }
 }
 
+static int rep_of(int *rep, int t) {
+    while (rep[t] != t) t = rep[t] = rep[rep[t]];
+    return t;
+}
+
+/* LAYER_PASSES_DY: node j's dy and the dy of its first input i whose
+ * gradient j writes first (j is i's last consumer in forward order, so its
+ * backward is the first to write i's dy) become one tensor, living from the
+ * start of j's dy to the end of i's. The two lifetimes meet at j's backward,
+ * where j's dy is read for the last time and i's dy begins as a copy of it:
+ * sharing the memory makes that copy unnecessary. Later writers of i's dy add
+ * to it, after j's dy is dead. Not with sharing off (every tensor its own
+ * memory), nor for i an output, nor for an input given twice. rep[t]: the
+ * tensor whose lifetime and place t shares. */
+static void alias_passed_dy(const net *nt, int out, int aux, int *start, int *end, int *rep) {
+    int n = nt->n_nodes;
+    for (int t = 0; t < 2 * n; t++) rep[t] = t;
+    if (nt->no_sharing) return;
+    for (int j = 0; j < n; j++) {
+        const node *nd = &nt->nodes[j];
+        if (!(nd->ops->backward_reads & LAYER_PASSES_DY)) continue;
+        for (int k = 0; k < nd->n_inputs; k++) {
+            int i = nd->inputs[k], twice = 0;
+            for (int q = 0; q < nd->n_inputs; q++) twice += nd->inputs[q] == i;
+            if (i < 0 || i == out || i == aux || twice > 1 || start[2 * i + 1] != 2 * n - j) continue;
+            int a = rep_of(rep, 2 * j + 1), b = rep_of(rep, 2 * i + 1);
+            if (start[b] < start[a]) start[a] = start[b];
+            if (end[b] > end[a]) end[a] = end[b];
+            rep[b] = a;
+            break; /* one input only: the others get copies */
+        }
+    }
+}
+
 /* Fills off[t] (floats into the pool) for each tensor t (y of node i: 2i, its
  * dy: 2i+1); returns the pool's size in floats. */
 static size_t plan_activations(const net *nt, int max_batch, int out, int aux, size_t *off) {
     int m = 2 * nt->n_nodes;
-    int *start = cnt_malloc(3 * (size_t)(m ? m : 1) * sizeof(int)), *end = start + m, *order = end + m;
+    int *start = cnt_malloc(4 * (size_t)(m ? m : 1) * sizeof(int)), *end = start + m, *order = end + m;
+    int *rep = order + m;
     act_lifetimes(nt, out, aux, start, end);
+    alias_passed_dy(nt, out, aux, start, end, rep);
     for (int t = 0; t < m; t++) order[t] = t;
     /* by start, then index: insertion sort keeps it deterministic */
     for (int a = 1; a < m; a++) {
@@ -319,13 +355,14 @@ static size_t plan_activations(const net *nt, int max_batch, int out, int aux, s
     size_t total = 0;
     for (int a = 0; a < m; a++) {
         int t = order[a];
+        if (rep[t] != t) continue; /* placed with its representative */
         size_t size = act_floats(&nt->nodes[t / 2], max_batch), at = 0;
         /* the lowest offset clear of every placed tensor alive at the same time */
         for (int moved = 1; moved;) {
             moved = 0;
             for (int b = 0; b < a; b++) {
                 int k = order[b];
-                if (end[k] < start[t] || end[t] < start[k]) continue;
+                if (rep[k] != k || end[k] < start[t] || end[t] < start[k]) continue;
                 size_t ks = act_floats(&nt->nodes[k / 2], max_batch);
                 if (at < off[k] + ks && off[k] < at + size) {
                     at = off[k] + ks;
@@ -336,6 +373,7 @@ static size_t plan_activations(const net *nt, int max_batch, int out, int aux, s
         off[t] = at;
         if (at + size > total) total = at + size;
     }
+    for (int t = 0; t < m; t++) off[t] = off[rep_of(rep, t)];
     free(start);
     return total;
 }

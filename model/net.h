@@ -84,10 +84,15 @@ typedef struct buffer_info {
  * memory that another tensor has overwritten. */
 #define LAYER_READS_INPUTS 1u /* its inputs' y (a convolution's x for the weight gradient) */
 #define LAYER_READS_OUTPUT 2u /* its own y (ReLU's mask) */
+/* Its backward hands dy unchanged to every input (the residual add): the
+ * planner lets the gradient of one input, the one whose gradient this node
+ * writes first, share dy's memory (then layer_in_grad(nt, nd, i) == nd->dy,
+ * and the backward writes nothing there). */
+#define LAYER_PASSES_DY 4u
 
 typedef struct layer_ops {
     const char *kind;                                   /* "conv", "bn", ... */
-    unsigned backward_reads;                            /* LAYER_READS_* */
+    unsigned backward_reads;                            /* LAYER_READS_*, LAYER_PASSES_DY */
     void (*forward)(net *nt, node *nd, int training);   /* reads inputs' y, writes nd->y */
     /* Writes this node's parameter gradients first, then adds/writes into its
      * inputs' dy according to nd->accumulate[]. */
@@ -115,7 +120,8 @@ struct node {
                                        * with tensors that are dead meanwhile */
     float *dy;                        /* [N, C, H, W] gradient of the loss w.r.t. y, device: valid during
                                        * net_backward from the backward of this node's last consumer to its
-                                       * own (it shares memory the same way) */
+                                       * own (it shares memory the same way, and may be the dy of the
+                                       * LAYER_PASSES_DY consumer that writes it first) */
     int first_param, n_params;        /* range in net->param_info */
     int first_buffer, n_buffers;      /* range in net->buffer_info */
     void *state;                      /* layer-private */

@@ -37,11 +37,49 @@ static const zoo_options opt_zero_init = {1, 0, -1.0f};
 static const zoo_options opt_aux = {0, 1, -1.0f};
 
 /* Builds `name` for a c x h x w input with `classes` classes; fails the test on error. */
+/* Not a zoo model: residual adds whose inputs the planner may or may not let
+ * share the add's gradient (LAYER_PASSES_DY): "s" adds a, which a later
+ * layer "t" also reads (so t's backward, not s's, writes a's gradient
+ * first: no sharing), to b (read by s alone: shared); "u" chains on s; "d"
+ * adds u to itself (its gradient is twice d's: no sharing). */
+static int build_adds(net *nt, int *out) {
+    int a = net_conv(nt, NET_INPUT, "a", 4, 3, 1, 1, 0);
+    int b = net_conv(nt, a, "b", 4, 3, 1, 1, 0);
+    int s = net_add(nt, a, b, "s");
+    int t = net_conv(nt, a, "t", 4, 3, 1, 1, 0);
+    int u = net_add(nt, s, t, "u");
+    int d = net_add(nt, u, u, "d");
+    int p = net_adaptive_avgpool(nt, d, "p", 1, 1);
+    *out = net_linear(nt, p, "fc", nt->classes, 1);
+    return nt->failed ? CNT_ERR : CNT_OK;
+}
+
+/* Which gradients the planner lets share memory in build_adds's net. */
+static void test_passed_dy_sharing(void **state) {
+    (void)state;
+    for (int sharing = 1; sharing >= 0; sharing--) {
+        net *nt = net_create(backend_cpu(), 3, 8, 8, 5);
+        int out;
+        assert_int_equal(build_adds(nt, &out), CNT_OK);
+        net_set_memory_sharing(nt, sharing);
+        assert_int_equal(net_finalize(nt, out, -1, 2), CNT_OK);
+        const float *dy[6];
+        for (int i = 0; i < 6; i++) dy[i] = nt->nodes[i].dy; /* a b s t u d */
+        assert_true((dy[1] == dy[2]) == sharing); /* b, read by s alone, shares s's */
+        assert_true((dy[2] == dy[4]) == sharing); /* s, read by u alone, shares u's */
+        assert_true(dy[0] != dy[2]);              /* a: t writes its gradient first */
+        assert_true(dy[3] != dy[4]);              /* t: u shares its gradient with s only */
+        assert_true(dy[4] != dy[5]);              /* u, given to d twice */
+        net_free(nt);
+    }
+}
+
 static net *build_ok(const char *name, int c, int h, int w, int classes, const zoo_options *opt, int *out,
                      int *aux) {
     net *nt = net_create(backend_cpu(), c, h, w, classes);
     assert_non_null(nt);
-    int rc = zoo_build(nt, name, opt, out, aux);
+    *aux = -1;
+    int rc = strcmp(name, "adds") == 0 ? build_adds(nt, out) : zoo_build(nt, name, opt, out, aux);
     if (rc != CNT_OK) fail_msg("zoo_build(%s, %dx%dx%d): %s", name, c, h, w, cnt_err_msg());
     assert_int_equal(nt->failed, 0);
     return nt;
@@ -872,7 +910,8 @@ static void test_shared_memory_changes_nothing(void **state) {
         const char *name;
         int c, h, w, layout;
     } nets[] = {{"resnet20", 3, 32, 32, BACKEND_LAYOUT_NCHW},   {"resnet20", 3, 32, 32, BACKEND_LAYOUT_BLOCKED},
-                {"resnet50", 3, 64, 64, BACKEND_LAYOUT_NCHW}, {"inception_v3", 3, 299, 299, BACKEND_LAYOUT_NCHW}};
+                {"resnet50", 3, 64, 64, BACKEND_LAYOUT_NCHW}, {"inception_v3", 3, 299, 299, BACKEND_LAYOUT_NCHW},
+                {"adds", 3, 8, 8, BACKEND_LAYOUT_NCHW}};
     for (size_t k = 0; k < sizeof nets / sizeof nets[0]; k++) {
         int layout = nets[k].layout;
         if (layout == BACKEND_LAYOUT_BLOCKED && backend_cpu()->block_c == 0) continue;
@@ -1034,6 +1073,7 @@ int main(void) {
         cmocka_unit_test(test_resnet20_forward_backward),
         cmocka_unit_test(test_inception_forward_backward),
         cmocka_unit_test(test_shared_memory_changes_nothing),
+        cmocka_unit_test(test_passed_dy_sharing),
         cmocka_unit_test(test_vgg16_gradient_order),
         cmocka_unit_test(test_zoo_create),
     };
