@@ -97,6 +97,13 @@ typedef struct backend {
     void (*conv_bwd_data)(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate);
     /* dw[K,C,R,S] = sum over batch of correlation(x, dy) */
     void (*conv_bwd_filter)(const conv_params *p, const float *x, const float *dy, float *dw);
+    /* Optional (NULL: nothing to gain): says that the next conv_bwd_filter
+     * and the conv_bwd_data after it read this same dy, unchanged in between
+     * (a convolution layer's two backward passes). The CUDA backend in
+     * bf16/fp16 then rounds dy to 16 bits once for both. Any other
+     * convolution or GEMM in between, or a data pass on another dy, just
+     * goes without the shared copy. */
+    void (*conv_bwd_pair)(const float *dy);
 
     /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers) ---- */
     void (*bias_fwd)(int N, int C, int HW, const float *b, float *y);       /* y += b[c] */

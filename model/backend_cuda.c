@@ -112,6 +112,11 @@ static struct {
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     int bn_persistent;         /* NHWC batch norm through the Ex calls, SPATIAL_PERSISTENT (CNT_CUDNN_BN) */
+    /* conv_bwd_pair: the dy announced, and whether H16_OP1 holds its 16-bit
+     * copy (pair_n values in mode pair_math), left by conv_bwd_filter */
+    const float *pair_dy;
+    size_t pair_n;
+    int pair_math, pair_ready;
 } g;
 
 /* Threads other than the one that chose the device (the communication
@@ -514,7 +519,22 @@ static const float *conv_filter(const conv_params *p, const float *w) {
  * tensors themselves. In NHWC the filter goes through conv_filter first (the
  * 16-bit copy is made from the KRSC float copy: a permutation, so the same
  * rounded values). */
+static void pair_clear(void) {
+    g.pair_dy = NULL;
+    g.pair_ready = 0;
+}
+
+/* conv_bwd_pair (backend.h): conv_bwd_filter leaves dy's 16-bit copy in
+ * H16_OP1, and the data pass on the same dy takes it from there (and the
+ * filter in H16_OP0) instead of rounding dy again. Every other use of the
+ * 16-bit slots (a forward convolution, a GEMM, a mode change) ends it. */
+static void cuda_conv_bwd_pair(const float *dy) {
+    g.pair_dy = dy;
+    g.pair_ready = 0;
+}
+
 static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+    pair_clear();
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
     const float *wl = conv_filter(p, w);
@@ -534,6 +554,8 @@ static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, 
 }
 
 static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    int paired = g.pair_ready && g.pair_dy == dy && g.pair_n == conv_out_count(p) && g.pair_math == g.math;
+    pair_clear();
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
     const float *wl = conv_filter(p, w);
@@ -541,8 +563,13 @@ static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const floa
     void *dxs = dx;
     int beta_one = accumulate; /* cuDNN adds to its output */
     if (math_reduced()) {
-        dys = h16_from(H16_OP0, conv_out_count(p), dy);
-        wv = h16_from(H16_OP1, conv_w_count(p), wl);
+        if (paired) {
+            dys = g.h16[H16_OP1]; /* the filter pass's copy of this dy */
+            wv = h16_from(H16_OP0, conv_w_count(p), wl);
+        } else {
+            dys = h16_from(H16_OP0, conv_out_count(p), dy);
+            wv = h16_from(H16_OP1, conv_w_count(p), wl);
+        }
         dxs = h16_get(H16_OUT, conv_in_count(p));
         beta_one = 0; /* the widening adds instead */
     }
@@ -560,6 +587,8 @@ static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const floa
  * the NCHW path gives, up to cuDNN's summation order: one rounding to the
  * type in the reduced modes. */
 static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+    const float *announced = g.pair_dy;
+    pair_clear();
     if (p->N == 0) {
         cuda_zero(dw, conv_w_count(p) * sizeof(float));
         return;
@@ -581,6 +610,13 @@ static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const flo
                                                pl->bwd_filter_ws, &k_zero, pl->w, dws));
     if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_w_count(p), dws, dwl, 0));
     if (nhwc) CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, dwl, dw, 0, 0));
+    if (math_reduced() && announced == dy) {
+        /* H16_OP1 keeps this dy's 16-bit copy for the data pass */
+        g.pair_dy = dy;
+        g.pair_n = conv_out_count(p);
+        g.pair_math = g.math;
+        g.pair_ready = 1;
+    }
 }
 
 /* -------------------------------------------------------------------- bias */
@@ -781,6 +817,7 @@ static void gemm_reduced(int trans_a, int trans_b, int M, int N, int K, float al
 static void cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc) {
     CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
+    pair_clear(); /* gemm_reduced rounds into H16_OP0 and H16_OP1 */
     if (M == 0 || N == 0) return;
     if (math_reduced()) {
         gemm_reduced(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -851,6 +888,7 @@ static void cuda_set_math(int math) {
     CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
                math == BACKEND_MATH_FP16);
     if (math == g.math) return;
+    pair_clear();
     if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
         cnt_fatal_at(__FILE__, __LINE__, 1, "use train.precision = fp16 (or fp32) on this GPU",
                      "cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 (Ampere) "
@@ -981,7 +1019,9 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 static size_t cuda_conv_workspace(const conv_params *p) {
     size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
     size_t bytes = layout_nhwc() ? w * sizeof(float) : 0;
-    if (math_reduced()) bytes += 2 * (max2(in, out) + max2(w, out) + max2(max2(in, out), w));
+    /* H16_OP0: x, dy, or the filter (a paired data pass); H16_OP1: the
+     * filter or dy; H16_OUT: y, dx or dw */
+    if (math_reduced()) bytes += 2 * (max2(max2(in, out), w) + max2(w, out) + max2(max2(in, out), w));
     return bytes;
 }
 
@@ -1001,6 +1041,7 @@ static const backend cuda_backend = {
     .zero = cuda_zero,
     .sync = cuda_sync,
     .conv_fwd = cuda_conv_fwd,
+    .conv_bwd_pair = cuda_conv_bwd_pair,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_filter = cuda_conv_bwd_filter,
     .bias_fwd = cuda_bias_fwd,

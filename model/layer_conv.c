@@ -31,6 +31,7 @@ static void conv_backward(net *nt, node *nd) {
     conv_state *s = nd->state;
     s->p.N = nt->batch;
     const float *x = layer_in(nt, nd, 0);
+    if (nd->inputs[0] != NET_INPUT && nt->be->conv_bwd_pair) nt->be->conv_bwd_pair(nd->dy);
     nt->be->conv_bwd_filter(&s->p, x, nd->dy, layer_param_grad(nt, nd, 0));
     if (s->bias) nt->be->bias_bwd(nt->batch, s->p.K, s->p.P * s->p.Q, nd->dy, layer_param_grad(nt, nd, 1));
     layer_grads_ready(nt, nd);

@@ -579,6 +579,55 @@ static void test_conv_gemm_fp16(void **state) {
     set_math_both(BACKEND_MATH_FP32);
 }
 
+/* conv_bwd_pair in bf16: the data pass takes the 16-bit dy the filter pass
+ * made, only when it is the dy announced and nothing used the 16-bit slots
+ * in between. Three runs on the GPU against the CPU's unpaired passes: the
+ * pair as a convolution layer makes it; a data pass on another dy (a copy
+ * taken regardless of the pointer would give the first dy's gradient); a
+ * GEMM in between (it rounds its operands into the same slots, so a pair
+ * that survived it would read the GEMM's values as dy). */
+static void test_conv_bwd_pair(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_math_both(BACKEND_MATH_BF16);
+    const precision *pr = &PREC_BF16;
+    conv_params p = conv_case_params(1);
+    for (int run = 0; run < 3; run++) {
+        rng r;
+        rng_seed(&r, 470, (uint64_t)run);
+        dual x = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
+        dual w = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f);
+        dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
+        dual dy2 = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
+        dual dw = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f), dx = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
+        dual ga = dual_uniform(&r, 64 * 64, -1.0f, 1.0f), gc = dual_uniform(&r, 64 * 64, -1.0f, 1.0f);
+        const dual *data_dy = run == 1 ? &dy2 : &dy;
+        for (int s = CPU; s <= GPU; s++) {
+            if (s == GPU) be[s]->conv_bwd_pair(dy.p[s]);
+            be[s]->conv_bwd_filter(&p, x.p[s], dy.p[s], dw.p[s]);
+            if (run == 2) be[s]->gemm(0, 0, 64, 64, 64, 1.0f, ga.p[s], 64, ga.p[s], 64, 0.0f, gc.p[s], 64);
+            be[s]->conv_bwd_data(&p, data_dy->p[s], w.p[s], dx.p[s], 0);
+        }
+        static const char *what[] = {"paired passes", "pair, then a data pass on another dy",
+                                     "pair, a GEMM, then the data pass"};
+        char label[160];
+        snprintf(label, sizeof label, "conv_bwd_pair bf16, %s: weight gradient", what[run]);
+        expect_close(label, &dw, pr->rtol_sum, atol_of(pr, (size_t)p.N * p.P * p.Q, 1.0));
+        snprintf(label, sizeof label, "conv_bwd_pair bf16, %s: data gradient", what[run]);
+        expect_close(label, &dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S, 1.0));
+        expect_rounded(label, &dx, 1, dx.n, dx.n, pr->math);
+        dual_free(&x);
+        dual_free(&w);
+        dual_free(&dy);
+        dual_free(&dy2);
+        dual_free(&dw);
+        dual_free(&dx);
+        dual_free(&ga);
+        dual_free(&gc);
+    }
+    set_math_both(BACKEND_MATH_FP32);
+}
+
 /* ---------------------------------------------------------------- NHWC convolutions */
 
 /* Every convolution case with both backends in NHWC: x, y, dx and dy are
@@ -1895,6 +1944,7 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_gemm_tf32, fp32_math),
         cmocka_unit_test_setup(test_conv_gemm_bf16, fp32_math),
         cmocka_unit_test_setup(test_conv_gemm_fp16, fp32_math),
+        cmocka_unit_test_setup(test_conv_bwd_pair, fp32_math),
         cmocka_unit_test_setup(test_conv_nhwc_fp32_tf32, fp32_math),
         cmocka_unit_test_setup(test_conv_nhwc_bf16, fp32_math),
         cmocka_unit_test_setup(test_conv_nhwc_fp16, fp32_math),

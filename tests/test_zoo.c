@@ -944,6 +944,66 @@ static void test_shared_memory_changes_nothing(void **state) {
     }
 }
 
+/* ------------------------------------------------------------ conv_bwd_pair */
+
+/* The CPU backend with conv_bwd_pair and the two backward passes recorded:
+ * a convolution layer announces its dy right before its weight-gradient
+ * pass and hands the same dy to its data-gradient pass next; the stem (whose
+ * input needs no gradient) announces nothing. */
+static backend pair_be;
+static const float *pair_announced;
+static int pair_calls, pair_filters, pair_datas, pair_unannounced_datas;
+
+static void pair_rec(const float *dy) {
+    pair_announced = dy;
+    pair_calls++;
+}
+
+static void pair_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
+    if (pair_announced && dy == pair_announced) pair_filters++;
+    backend_cpu()->conv_bwd_filter(p, x, dy, dw);
+}
+
+static void pair_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    if (pair_announced && dy == pair_announced) pair_datas++;
+    else pair_unannounced_datas++;
+    pair_announced = NULL;
+    backend_cpu()->conv_bwd_data(p, dy, w, dx, accumulate);
+}
+
+static void test_conv_bwd_pair_announced(void **state) {
+    (void)state;
+    pair_be = *backend_cpu();
+    pair_be.conv_bwd_pair = pair_rec;
+    pair_be.conv_bwd_filter = pair_filter;
+    pair_be.conv_bwd_data = pair_data;
+    net *nt = net_create(&pair_be, 3, 32, 32, 10);
+    int out, aux;
+    assert_int_equal(zoo_build(nt, "resnet20", &opt_default, &out, &aux), CNT_OK);
+    assert_int_equal(net_finalize(nt, out, aux, 2), CNT_OK);
+    net_init_params(nt, 1);
+    int convs = 0;
+    for (int i = 0; i < nt->n_nodes; i++) convs += strcmp(nt->nodes[i].ops->kind, "conv") == 0;
+    size_t nx = 2 * 3 * 32 * 32, nl = 2 * 10;
+    float *x = pair_be.alloc(nx * sizeof(float)), *dl = pair_be.alloc(nl * sizeof(float));
+    float *h = cnt_malloc(nx * sizeof(float));
+    for (size_t i = 0; i < nx; i++) h[i] = (float)(i % 7) - 3.0f;
+    pair_be.upload(x, h, nx * sizeof(float));
+    pair_be.upload(dl, h, nl * sizeof(float));
+    net_forward(nt, x, 2, 1);
+    net_backward(nt, dl, NULL);
+    print_message("resnet20: %d convolutions, %d pairs announced, %d filter and %d data passes on the announced dy\n",
+                  convs, pair_calls, pair_filters, pair_datas);
+    assert_int_equal(pair_calls, convs - 1); /* all but the stem */
+    assert_int_equal(pair_filters, convs - 1);
+    assert_int_equal(pair_datas, convs - 1);
+    assert_int_equal(pair_unannounced_datas, 0);
+    pair_be.free(x);
+    pair_be.free(dl);
+    free(h);
+    net_free(nt);
+}
+
 /* ------------------------------------------------------------ gradient order */
 
 /* The grad hook's slices, in the order backward completes them. */
@@ -1074,6 +1134,7 @@ int main(void) {
         cmocka_unit_test(test_inception_forward_backward),
         cmocka_unit_test(test_shared_memory_changes_nothing),
         cmocka_unit_test(test_passed_dy_sharing),
+        cmocka_unit_test(test_conv_bwd_pair_announced),
         cmocka_unit_test(test_vgg16_gradient_order),
         cmocka_unit_test(test_zoo_create),
     };
