@@ -4,7 +4,7 @@
 # project's lent H100/H200 machines: CUDA, cuDNN and NCCL come with their
 # PyTorch, but no OpenBLAS, cmocka, Open MPI or Fashion-MNIST).
 #
-#   tools/device_kit.sh                     # here: builds (make test-build), packs
+#   tools/device_kit.sh                     # here: builds (make test-build), packs, and the mutants (tools/gpu_mutants.sh)
 #   then on the GPU machine, in the checkout, with .devkit carried:
 #   source tools/device_env.sh && make test
 #
@@ -21,7 +21,8 @@
 # machine's own are used for (device_env.sh puts them on LD_LIBRARY_PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kit=$PWD/.devkit
+repo=$PWD
+kit=$repo/.devkit
 # Built from the working tree that travels (tracked and untracked files git
 # does not ignore) in a copy, with code for any x86-64-v3 processor (AVX2,
 # FMA, F16C) instead of this one's -march=native: the GPU machine's host
@@ -81,5 +82,6 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
 else
     echo "device_kit: no /usr/share/datasets/fashion-mnist here (make deps installs it)" >&2
 fi
+"$repo/tools/gpu_mutants.sh" | sed 's/^/device_kit: /'
 du -sh "$kit"/* | sed 's/^/device_kit: /'
-echo "device_kit: carry .devkit; on the GPU machine: source tools/device_env.sh"
+echo "device_kit: carry .devkit; on the GPU machine: tools/gpu_check.sh (or source tools/device_env.sh)"

@@ -13,7 +13,9 @@
 #        BENCH_STEPS (default 20)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
-# the NCCL reducer under mpirun, the trainer end to end on the GPU. A TEST is
+# the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
+# when the kit has them (tools/gpu_mutants.sh), the mutants, each of which
+# must fail (a timeout counts as not caught). A TEST is
 # a script (*.sh, run with bash), a program, or any other shell command line
 # (run with bash -c). Each is reported with its exit status and seconds; the
 # last line counts failures.
@@ -51,6 +53,40 @@ for t in "${tests[@]}"; do
     echo "=== $t: exit $rc in $((SECONDS - s))s"
     [ "$rc" -eq 0 ] || failed+=("$t (exit $rc)")
 done
+# The mutants of tools/gpu_mutants.sh: each must fail (a test that passes
+# without the fence or event wait it guards does not guard it).
+if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
+    gpus=$(./trainer --devices | grep -c '^cuda:[0-9]')
+    for f in .devkit/mutants/*.xz; do
+        name=$(basename "$f" .xz)
+        bin=/tmp/gpu_mutant_$name
+        xz -dc "$f" >"$bin" && chmod +x "$bin"
+        left=$((budget - (SECONDS - t0)))
+        [ "$left" -ge 20 ] || { echo "=== mutant $name: not run, the budget is spent"; failed+=("mutant $name (not run)"); continue; }
+        case "$name" in
+        nccl_*)
+            # 2 ranks on a one-GPU node as two NCCL hosts (tests/test_nccl.sh)
+            if [ "$gpus" -ge 2 ]; then
+                timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin" >/tmp/mutant.out 2>&1
+            else
+                timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_SOCKET_IFNAME=lo \
+                    bash -c 'NCCL_HOSTID=cnt-mutant-$OMPI_COMM_WORLD_RANK exec "$0" --quick' "$bin" >/tmp/mutant.out 2>&1
+            fi
+            ;;
+        *) timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
+        esac
+        rc=$?
+        grep -m3 -E '^(FAIL|round )' /tmp/mutant.out | sed 's/^/    /'
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
+            echo "=== mutant $name: caught (exit $rc)"
+        else
+            echo "=== mutant $name: NOT caught (exit $rc): its test passes without what it guards"
+            failed+=("mutant $name (not caught)")
+        fi
+        rm -f "$bin"
+    done
+fi
+
 bench=${GPU_BENCH:-"resnet50|64|tf32 bf16|nchw nhwc"}
 left=$((budget - (SECONDS - t0)))
 if [ "$bench" != none ] && [ "$left" -ge 30 ]; then
@@ -61,5 +97,5 @@ if [ "$bench" != none ] && [ "$left" -ge 30 ]; then
 elif [ "$bench" != none ]; then
     echo "=== bench: not run, ${left}s left"
 fi
-echo "gpu_check: ${#failed[@]} of ${#tests[@]} test(s) failed${failed:+: ${failed[*]}} ($((SECONDS - t0))s)"
+echo "gpu_check: ${#failed[@]} failed${failed:+: ${failed[*]}} (${#tests[@]} test(s), then the mutants; $((SECONDS - t0))s)"
 [ ${#failed[@]} -eq 0 ]

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tools/gpu_mutants.sh - GPU test programs built from copies of this tree with
+# one fence or event wait removed each, for tools/gpu_check.sh to run on a
+# lent GPU machine and expect to FAIL: a test that still passes without the
+# ordering it guards does not guard it. tools/device_kit.sh calls this last.
+#
+#   tools/gpu_mutants.sh        # writes .devkit/mutants/NAME.xz (carried with the kit)
+#
+# Each mutant: a name, the file edited, a sed expression that must change
+# exactly one line of it, and the test program rebuilt from the edited tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$PWD/.devkit/mutants
+mutants=(
+    # the stager's three fence pairings (tests/test_stager.c, test_stager_gpu_stress)
+    'stager_no_released|train/stager.c|s/s->released\[k\], NULL);/NULL, NULL);/|build/tests/test_stager'
+    'stager_no_host_wait|train/stager.c|s/^\( *\)be->fence_wait(s->uploaded\[k\]);/\1(void)s;/|build/tests/test_stager'
+    'stager_no_compute_wait|model/backend_cuda.c|s/CUDA_CHECK(cudaStreamWaitEvent(g.stream, (cudaEvent_t)done, 0));/(void)0;/|build/tests/test_stager'
+    # NCCL's two event waits (tests/mpi_nccl.c at 2 ranks)
+    'nccl_no_ready|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));/(void)0;/|build/tests/mpi_nccl'
+    'nccl_no_done|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));/(void)0;/|build/tests/mpi_nccl'
+)
+opt="-O3 -march=x86-64-v3" # as tools/device_kit.sh: any x86-64-v3 host
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"
+rm -rf "$out"
+mkdir -p "$out"
+make -C "$src" -s -j"$(nproc)" OPT="$opt" build/tests/test_stager build/tests/mpi_nccl
+for m in "${mutants[@]}"; do
+    IFS='|' read -r name file expr prog <<<"$m"
+    cp "$src/$file" "$src/$file.orig"
+    sed -i "$expr" "$src/$file"
+    changed=$(diff "$src/$file.orig" "$src/$file" | grep -c '^<' || true)
+    if [ "$changed" -ne 1 ]; then
+        echo "gpu_mutants: $name: the edit changed $changed lines of $file, not 1 (the code moved on?)" >&2
+        exit 1
+    fi
+    make -C "$src" -s OPT="$opt" "$prog"
+    cp "$src/$prog" "$out/$name"
+    mv "$src/$file.orig" "$src/$file"
+    touch "$src/$file"
+done
+xz -9 -T0 "$out"/*
+echo "gpu_mutants: ${#mutants[@]} mutants in $out"
