@@ -93,18 +93,44 @@ static int gradients_finite(stepper *s, int *failed) {
     return loss_scaler_update(&s->ls, found != 0, failed);
 }
 
+void stepper_set_prefetch(stepper *s, stepper_next_fn next, void *ctx) {
+    CNT_ASSERT(!s->staged);
+    s->next = next;
+    s->next_ctx = ctx;
+}
+
+int stepper_staged(const stepper *s) { return s->staged; }
+
+void stepper_drop_staged(stepper *s) {
+    if (!s->staged) return;
+    stager_release(s->st); /* nothing will read it */
+    s->staged = 0;
+}
+
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r) {
     net *nt = s->nt;
     const backend *be = nt->be;
     memset(r, 0, sizeof *r);
     float *x;
     int32_t *labels;
-    stager_put(s->st, b, &x, &labels);
+    int n;
+    if (s->staged) {
+        CNT_ASSERT(!b);
+        x = s->staged_x;
+        labels = s->staged_labels;
+        n = s->staged_n;
+        s->staged = 0;
+    } else {
+        CNT_ASSERT(b);
+        stager_put(s->st, b, &x, &labels);
+        n = b->n;
+    }
+    r->n = n;
     if (s->buffers_before) be->copy(s->buffers_before, nt->buffers, nt->n_buffers * sizeof(float));
     float scale = (float)s->ls.scale;
 
     double t = time_now();
-    forward_loss(s, x, labels, b->n, scale);
+    forward_loss(s, x, labels, n, scale);
     r->forward_s = phase_end(s, "forward", "forward", t);
 
     t = time_now();
@@ -114,6 +140,15 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the reducer */
     stager_release(s->st);                          /* backward was the last reader of the batch */
     r->backward_s = phase_end(s, "backward", "backward", t);
+    if (s->next) {
+        /* b, the loader's, may be reused from here on */
+        const batch *nb = s->next(s->next_ctx);
+        if (nb) {
+            stager_put(s->st, nb, &s->staged_x, &s->staged_labels);
+            s->staged_n = nb->n;
+            s->staged = 1;
+        }
+    }
 
     if (s->ps) {
         /* the servers updated: the rest of the gradients out, their parameters in */
@@ -164,6 +199,7 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
 }
 
 const float *stepper_eval(stepper *s, const batch *b) {
+    CNT_ASSERT(!s->staged);
     net *nt = s->nt;
     float *x;
     int32_t *labels;

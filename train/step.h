@@ -2,10 +2,13 @@
  * train/step.h - one training step, written once: training, `--bench` and
  * evaluation all run it.
  *
- *   stepper_run:  batch -> stager (device copy, one step ahead)
+ *   stepper_run:  batch -> stager (device copy, one step ahead; or the batch
+ *                    staged by the step before, see stepper_set_prefetch)
  *                 -> forward -> softmax cross-entropy (+ aux_weight x the
  *                    auxiliary head's, inception_v3) [x loss scale]
  *                 -> backward, handing finished gradient slices to the reducer
+ *                 -> [prefetch: the next step's batch from the loader into the
+ *                    stager, while backward runs on the device]
  *                 -> wait for the summed gradients
  *                 -> [loss scaling: inf/NaN in any gradient skips the step]
  *                 -> SGD update (divided by world x loss scale)
@@ -48,6 +51,10 @@ typedef struct step_opts {
     double emulate_update_ms;
 } step_opts;
 
+/* Where the next step's batch comes from (stepper_set_prefetch): a host
+ * batch, or NULL when there is no next step to stage for. */
+typedef const batch *(*stepper_next_fn)(void *ctx);
+
 typedef struct stepper {
     net *nt;                 /* not owned */
     reducer *rd;             /* not owned; NULL: one rank, nothing to reduce */
@@ -65,6 +72,12 @@ typedef struct stepper {
     float *overflow;         /* [1] device: loss scaling's inf/NaN flag; NULL without loss scaling */
     float *buffers_before;   /* [n_buffers] device: batch-norm statistics before the forward, for a
                               * skipped step to restore; NULL without loss scaling */
+    stepper_next_fn next;    /* NULL: no prefetch */
+    void *next_ctx;
+    int staged;              /* the next step's batch is in the stager: */
+    float *staged_x;         /* its device images */
+    int32_t *staged_labels;  /* and labels */
+    int staged_n;            /* and size */
 } stepper;
 
 typedef struct step_result {
@@ -77,6 +90,7 @@ typedef struct step_result {
     double backward_s;       /* backward */
     double comm_wait_s;      /* waiting for the gradient sums after backward */
     double update_s;         /* overflow check and update */
+    int n;                   /* images in the step's batch */
 } step_result;
 
 /* Ready to step nt (finalised, parameters initialised) on batches of up to
@@ -96,8 +110,23 @@ void stepper_set_ps(stepper *s, ps *p);
  * cnt_err_msg) when loss scaling gives up: LOSS_SCALE_MAX_SKIPS steps in a
  * row had inf/NaN gradients; that step changed nothing. */
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r);
+/* Prefetch: from now on each stepper_run, once backward is queued (and the
+ * batch it read released), calls next(ctx) and stages what it returns, so
+ * the host copies the next batch into page-locked memory and queues its
+ * upload while the device still runs this step's backward, instead of while
+ * it waits for the next forward. The next stepper_run then takes b == NULL.
+ * next may return NULL (no next step: nothing staged, the next stepper_run
+ * takes a batch again). Why: where the host waits for the device every step
+ * (loss scaling's overflow flag) the copy would otherwise leave the GPU idle. */
+void stepper_set_prefetch(stepper *s, stepper_next_fn next, void *ctx);
+/* 1 when a batch is staged for the next step. */
+int stepper_staged(const stepper *s);
+/* Lets go of a staged batch that no step will take (the run stops inside an
+ * epoch): stepper_eval needs the stager free. */
+void stepper_drop_staged(stepper *s);
 /* Forward of host batch b in inference mode and its loss into s->loss;
- * returns the device logits [b->n, classes], valid until the next call. */
+ * returns the device logits [b->n, classes], valid until the next call.
+ * No batch may be staged (stepper_drop_staged). */
 const float *stepper_eval(stepper *s, const batch *b);
 void stepper_free(stepper *s);
 

@@ -89,6 +89,7 @@ typedef struct run {
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
     int diverged;
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
+    double next_wait_s;      /* the loader wait of the batch prefetched for the next step */
 } run;
 
 /* train.layout; auto: see backend_layout_choose. */
@@ -947,6 +948,34 @@ typedef struct thread_report {
     char host[64];
 } thread_report;
 
+/* The environment variable CNT_STAGE_AHEAD=0 turns the prefetch off, for
+ * measuring what it gains; anything else but 1 is an error. */
+static int prefetch_on(void) {
+    const char *v = getenv("CNT_STAGE_AHEAD");
+    if (!v || !*v || strcmp(v, "1") == 0) return 1;
+    if (strcmp(v, "0") == 0) return 0;
+    cnt_fatal("CNT_STAGE_AHEAD=%s: expected 1 (the default: each step stages the next batch while its backward "
+              "runs) or 0 (the batch is staged at the start of its own step)", v);
+}
+
+/* The stepper's prefetch (stepper_set_prefetch), called inside step
+ * r->step + 1 once its backward is queued: the batch of the step after it,
+ * unless that step is not in this epoch or this run (then the loop's own
+ * loader_next ends the epoch, as without prefetch). The loader's position
+ * moves one batch early, but checkpoints record epoch_step, not the
+ * loader's position, and a run that stops with a batch staged drops it. */
+static const batch *next_batch(void *ctx) {
+    run *r = ctx;
+    r->next_wait_s = 0;
+    if (r->step + 1 >= r->total_steps || r->epoch_step + 1 >= r->steps_per_epoch) return NULL;
+    double t0 = time_now();
+    const batch *b = loader_next(r->train_ld);
+    double t1 = time_now();
+    r->next_wait_s = t1 - t0;
+    if (r->tl) timeline_record(r->tl, "data wait (next step's batch)", "data", TIMELINE_TID_TRAIN, t0, t1);
+    return b;
+}
+
 /* train.threads on the CPU: how many threads each rank runs on which CPUs,
  * said by rank 0 (a collective), with a warning for each host where the
  * ranks run more threads than the CPUs they may use (the threads take
@@ -1085,6 +1114,7 @@ static int run_setup(run *r) {
     const dataset *d = &r->data.train;
     stepper_init(&r->st, r->nt, r->rd, r->tl, &oo, &lso, &so, max_batch, (size_t)d->c * d->h * d->w);
     if (r->ps) stepper_set_ps(&r->st, r->ps);
+    if (prefetch_on()) stepper_set_prefetch(&r->st, next_batch, r);
     if (r->world > 1) host_state_alloc(&r->peers, r->nt, 0);
     log_plan(r);
     log_dist(r);
@@ -1117,7 +1147,7 @@ static int agree_stop(const run *r) {
  * CNT_ERR when the step failed (loss scaling gave up, on every rank alike:
  * the decision rests on allreduced gradients) or a file could not be
  * written (rank 0). */
-static int run_epoch(run *r, int epoch, int *done) {
+static int run_epoch_steps(run *r, int epoch, int *done) {
     const config *cfg = r->cfg;
     r->epoch = epoch;
     r->epoch_step = epoch == r->start_epoch ? r->first_epoch_step : 0;
@@ -1125,11 +1155,16 @@ static int run_epoch(run *r, int epoch, int *done) {
     progress_epoch_begin(r->pg, epoch);
     for (;;) {
         if (r->tl) timeline_set_step(r->tl, r->step + 1);
-        double t0 = time_now();
-        const batch *b = loader_next(r->train_ld);
-        double t1 = time_now();
-        if (!b) return CNT_OK;
-        if (r->tl) timeline_record(r->tl, "data wait", "data", TIMELINE_TID_TRAIN, t0, t1);
+        double t0 = time_now(), t1 = t0;
+        const batch *b = NULL;
+        if (stepper_staged(&r->st)) {
+            t0 -= r->next_wait_s; /* the wait it had, during the step before */
+        } else {
+            b = loader_next(r->train_ld);
+            t1 = time_now();
+            if (!b) return CNT_OK;
+            if (r->tl) timeline_record(r->tl, "data wait", "data", TIMELINE_TID_TRAIN, t0, t1);
+        }
         /* the schedule follows the position in the data (the same as the
          * step count unless a resume changed the steps per epoch) */
         double lr = schedule_lr(&r->sched, (long)epoch * r->steps_per_epoch + r->epoch_step);
@@ -1143,7 +1178,7 @@ static int run_epoch(run *r, int epoch, int *done) {
         double t2 = time_now();
         r->step++;
         r->epoch_step++;
-        progress_step(r->pg, r->step, &sr, r->st.loss, b->n, t1 - t0, t2 - t0);
+        progress_step(r->pg, r->step, &sr, r->st.loss, sr.n, t1 - t0, t2 - t0);
         int last = r->step >= r->total_steps;
         int stop = agree_stop(r);
         int epoch_end = r->epoch_step == r->steps_per_epoch;
@@ -1173,6 +1208,15 @@ static int run_epoch(run *r, int epoch, int *done) {
             return CNT_OK;
         }
     }
+}
+
+/* The steps of one epoch (run_epoch_steps), then a batch staged for a step
+ * that will not come (the run stopped inside the epoch) let go, so that
+ * evaluation has the stager. */
+static int run_epoch(run *r, int epoch, int *done) {
+    int rc = run_epoch_steps(r, epoch, done);
+    stepper_drop_staged(&r->st);
+    return rc;
 }
 
 /* Asynchronous parameter servers, after an epoch: how stale the gradients
