@@ -35,6 +35,7 @@
 #include "train/config.h"
 #include "train/input.h"
 #include "train/memory.h"
+#include "train/step.h"
 #include "train/trainer.h"
 
 static void set(config *cfg, const char *kv) { assert_int_equal(config_override(cfg, kv), CNT_OK); }
@@ -212,6 +213,44 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     input_free(&d);
 }
 
+/* Parameter-server workers keep no momentum on the device (the servers do;
+ * stepper_set_ps frees the optimizer's buffer): their estimate is a model's
+ * worth smaller than allreduce's, and the stepper holds no momentum buffer. */
+static void test_ps_workers_keep_no_momentum(void **state) {
+    (void)state;
+    config cfg;
+    small_config(&cfg, 32);
+    input_data d;
+    assert_int_equal(input_load(&cfg, &d), CNT_OK);
+    loader_options lo, eo;
+    input_loader_options(&cfg, &d, 0, 1, &lo, &eo);
+    run_memory all, with_ps;
+    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &all), CNT_OK);
+    set(&cfg, "dist.mode=ps");
+    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &with_ps), CNT_OK);
+    assert_true(all.momentum > 0 && all.momentum == with_ps.momentum); /* a checkpoint's, on the host */
+    assert_int_equal(all.device - with_ps.device, all.momentum);
+    input_free(&d);
+
+    net *nt = net_create(backend_cpu(), 3, 32, 32, 10);
+    int out, aux;
+    zoo_options zo = {0, 0, -1.0f};
+    assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
+    assert_int_equal(net_finalize(nt, out, aux, 8), CNT_OK);
+    optim_opts oo = config_optim_opts(&cfg);
+    loss_scale_opts lso = {0};
+    step_opts so = {.world = 1};
+    stepper st;
+    stepper_init(&st, nt, NULL, NULL, &oo, &lso, &so, 8, 3 * 32 * 32);
+    assert_non_null(st.opt.momentum_buf);
+    ps *not_used = (ps *)&st; /* stepper_set_ps only keeps the pointer */
+    stepper_set_ps(&st, not_used);
+    assert_null(st.opt.momentum_buf);
+    st.ps = NULL;
+    stepper_free(&st);
+    net_free(nt);
+}
+
 static void test_hostmem_ulimit(void **state) {
     (void)state;
     hostmem m;
@@ -241,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_net_estimate_scales_with_batch),
         cmocka_unit_test(test_check_refuses_what_cannot_fit),
         cmocka_unit_test(test_hostmem_ulimit),
+        cmocka_unit_test(test_ps_workers_keep_no_momentum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

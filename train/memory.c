@@ -24,6 +24,12 @@ static size_t loader_bytes(const dataset *ds, const loader_options *o) {
     return (size_t)(o->prefetch + 1) * o->batch * sample + (size_t)ds->n * per_sample;
 }
 
+/* The momentum on the device: parameter-server workers keep none (the
+ * servers do; stepper_set_ps frees the optimizer's buffer). */
+static size_t device_momentum(const config *cfg, const run_memory *m) {
+    return cfg->dist_mode == DIST_MODE_PS ? 0 : m->momentum;
+}
+
 /* One of the stager's slots (train/stager.c): labels padded to 256 bytes, then the images. */
 static size_t stager_slot_bytes(int max_batch, size_t sample_floats) {
     size_t labels = ((size_t)max_batch * sizeof(int32_t) + 255) / 256 * 256;
@@ -54,7 +60,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     size_t sample_floats = (size_t)ds->c * ds->h * ds->w;
     size_t slots = 2 * stager_slot_bytes(B, sample_floats);
     size_t logits = (size_t)B * ds->classes * sizeof(float);
-    m->momentum = cfg->momentum > 0.0f ? P : 0;
+    m->momentum = cfg->momentum > 0.0f ? P : 0; /* a checkpoint's, on the host */
     m->step = slots + (aux >= 0 ? 2 : 1) * logits;
     if (config_loss_scale_opts(cfg).mode != LOSS_SCALE_NONE) m->step += Bf;
 
@@ -69,7 +75,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     if ((dist_rank() == 0 && (cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0)) || config_resume(cfg) != RESUME_NONE)
         m->host_copies += P + Bf + m->momentum; /* a checkpoint's state on the host (train/state.c) */
 
-    m->device = m->net.total + m->momentum + m->step;
+    m->device = m->net.total + device_momentum(cfg, m) + m->step;
     m->host = m->loader + m->host_copies;
     return CNT_OK;
 }
@@ -138,8 +144,8 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
     const net_memory *n = &m->net;
     if (p->kind != POOL_HOST) {
         add_part(parts, sizeof parts, "activations", n->activations);
-        add_part(parts, sizeof parts, "parameters+gradients+momentum",
-                 n->params + n->grads + n->buffers + m->momentum);
+        add_part(parts, sizeof parts, device_momentum(cfg, m) ? "parameters+gradients+momentum" : "parameters+gradients",
+                 n->params + n->grads + n->buffers + device_momentum(cfg, m));
         add_part(parts, sizeof parts, "backend workspace", n->workspace);
         add_part(parts, sizeof parts, "stager and logits", m->step);
     }

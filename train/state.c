@@ -24,13 +24,13 @@ void host_state_free(host_state *hs) {
 void host_state_download(host_state *hs, const net *nt, const float *momentum_dev) {
     nt->be->download(hs->params, nt->params, nt->n_params * sizeof(float));
     if (nt->n_buffers) nt->be->download(hs->buffers, nt->buffers, nt->n_buffers * sizeof(float));
-    if (hs->momentum) nt->be->download(hs->momentum, momentum_dev, nt->n_params * sizeof(float));
+    if (hs->momentum && momentum_dev) nt->be->download(hs->momentum, momentum_dev, nt->n_params * sizeof(float));
 }
 
 void host_state_upload(const host_state *hs, net *nt, float *momentum_dev) {
     nt->be->upload(nt->params, hs->params, nt->n_params * sizeof(float));
     if (nt->n_buffers) nt->be->upload(nt->buffers, hs->buffers, nt->n_buffers * sizeof(float));
-    if (hs->momentum) nt->be->upload(momentum_dev, hs->momentum, nt->n_params * sizeof(float));
+    if (hs->momentum && momentum_dev) nt->be->upload(momentum_dev, hs->momentum, nt->n_params * sizeof(float));
 }
 
 void host_state_broadcast(host_state *hs, const net *nt) {

@@ -20,9 +20,11 @@ typedef struct host_state {
 void host_state_alloc(host_state *hs, const net *nt, int with_momentum);
 void host_state_free(host_state *hs);
 /* Device to host: nt's parameters and buffers, and momentum_dev (an
- * optimizer's buffer) when hs has momentum. */
+ * optimizer's buffer) when hs has momentum and momentum_dev is not NULL (a
+ * parameter-server worker keeps no momentum: hs->momentum is then left as
+ * it is). */
 void host_state_download(host_state *hs, const net *nt, const float *momentum_dev);
-/* Host to device, the other way. */
+/* Host to device, the other way (momentum_dev NULL: the momentum stays in hs). */
 void host_state_upload(const host_state *hs, net *nt, float *momentum_dev);
 /* Every rank receives rank 0's arrays (a collective). */
 void host_state_broadcast(host_state *hs, const net *nt);

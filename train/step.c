@@ -52,6 +52,9 @@ void stepper_free(stepper *s) {
 void stepper_set_ps(stepper *s, ps *p) {
     CNT_ASSERT(!s->rd && !loss_scaler_active(&s->ls));
     s->ps = p;
+    /* the servers update and keep the momentum: a worker's would only take
+     * device memory (a model's worth) */
+    optim_free(&s->opt);
 }
 
 /* Ends a phase: waits for the device when asked to (so the time is the

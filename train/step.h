@@ -101,7 +101,8 @@ void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_op
 /* From now on the step pushes its gradients to parameter servers during
  * backward and pulls their updated parameters (dist/ps.h) instead of
  * reducing and updating here: comm_wait_s is the wait for the parameters,
- * update_s 0. The net's grad hook must be ps_grads_ready, and the stepper
+ * update_s 0. The optimizer's momentum buffer is freed (s->opt.momentum_buf
+ * NULL): the servers keep the momentum. The net's grad hook must be ps_grads_ready, and the stepper
  * must have no reducer and no loss scaling. */
 void stepper_set_ps(stepper *s, ps *p);
 /* One training step on host batch b at learning rate lr. step_number (from 1,

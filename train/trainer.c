@@ -90,7 +90,12 @@ typedef struct run {
     int diverged;
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
     double next_wait_s;      /* the loader wait of the batch prefetched for the next step */
+    float *seed_momentum;    /* dist.mode = ps, rank 0: a checkpoint's momentum, host, for ps_seed; NULL: zeros */
 } run;
+
+/* Whether the optimizer has momentum to save and restore: on the device, or
+ * with parameter servers on the servers (the workers keep none). */
+static int with_momentum(const run *r) { return r->cfg->momentum > 0.0f; }
 
 /* train.layout; auto: see backend_layout_choose. */
 static int layout_for(const config *cfg, const backend *be) {
@@ -442,7 +447,7 @@ static int run_resume(run *r) {
     int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
     ckpt_meta *meta = cnt_calloc(1, sizeof *meta);
     host_state hs;
-    host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
+    host_state_alloc(&hs, r->nt, with_momentum(r));
     char path[2 * CONFIG_STR + 64];
     int rc = CNT_OK;
     if (r->rank == 0 && lock_out_dir(r) != CNT_OK) {
@@ -474,6 +479,11 @@ static int run_resume(run *r) {
         dist_broadcast(meta, sizeof *meta, 0);
         host_state_broadcast(&hs, r->nt);
         host_state_upload(&hs, r->nt, st->opt.momentum_buf);
+        if (r->ps && r->rank == 0 && hs.momentum) {
+            /* the workers keep no momentum: ps_seed hands it to the servers */
+            r->seed_momentum = hs.momentum;
+            hs.momentum = NULL;
+        }
         r->nt->dropout_seed = meta->dropout_seed;
         loss_scaler_restore(&st->ls, meta->loss_scale, meta->loss_scale_good, meta->skipped_steps,
                             meta->skipped_in_a_row);
@@ -561,7 +571,7 @@ static int save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     const config *cfg = r->cfg;
     const stepper *st = &r->st;
     host_state hs;
-    host_state_alloc(&hs, r->nt, st->opt.momentum_buf != NULL);
+    host_state_alloc(&hs, r->nt, with_momentum(r));
     host_state_download(&hs, r->nt, st->opt.momentum_buf);
     /* with parameter servers the momentum lives on the servers; the
      * parameters rank 0 pulled after the last step are theirs when they are
@@ -875,8 +885,16 @@ static void ps_seed(run *r) {
     const dataset *d = &r->data.train;
     ps_shape shape = {d->c, d->h, d->w, d->classes};
     host_state hs;
-    host_state_alloc(&hs, r->nt, r->st.opt.momentum_buf != NULL);
-    host_state_download(&hs, r->nt, r->st.opt.momentum_buf);
+    host_state_alloc(&hs, r->nt, with_momentum(r));
+    host_state_download(&hs, r->nt, NULL); /* the workers keep no momentum (stepper_set_ps) */
+    if (hs.momentum) {
+        if (r->seed_momentum)
+            memcpy(hs.momentum, r->seed_momentum, r->nt->n_params * sizeof(float));
+        else
+            memset(hs.momentum, 0, r->nt->n_params * sizeof(float));
+    }
+    free(r->seed_momentum);
+    r->seed_momentum = NULL;
     dist_phase("start-up: parameter-server seeding");
     ps_worker_init_servers(r->ps, &shape, hs.params, hs.momentum);
     host_state_free(&hs);
@@ -1350,6 +1368,7 @@ static void run_free(run *r, int status) {
     timeline_free(r->tl); /* once the reducer's thread, which records into it, is gone */
     stepper_free(&r->st);
     host_state_free(&r->peers);
+    free(r->seed_momentum);
     loader_free(r->train_ld);
     loader_free(r->test_ld);
     net_free(r->nt);
