@@ -666,13 +666,16 @@ static void bn_desc(int N, int C, int HW) {
  * turns it off, for measuring. bn_desc() first. */
 static int aligned32(const void *p) { return ((uintptr_t)p & 31) == 0; }
 
-static int bn_ex_common(int C, int HW, const void *const *ptrs, int n) {
+/* Whether the pass (the forward, or with backward the backward) takes the
+ * Ex calls, by the rules above; if so, *ws is the workspace it needs, reserved. */
+static int bn_ex(int C, int HW, const void *const *ptrs, int n, int backward, size_t *ws) {
     if (!g.bn_persistent || !nhwc_spatial(HW) || C % 8 != 0) return 0;
     for (int i = 0; i < n; i++)
         if (ptrs[i] && !aligned32(ptrs[i])) return 0;
+    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t reserve = 0;
-    CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, NULL, g.bn_x, &reserve));
+    CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, NULL, g.bn_x, &reserve));
     if (reserve) {
         static int said;
         if (!said++)
@@ -680,23 +683,12 @@ static int bn_ex_common(int C, int HW, const void *const *ptrs, int n) {
                      "using the plain SPATIAL calls (said once)", reserve);
         return 0;
     }
-    return 1;
-}
-
-static int bn_ex(int C, int HW, const void *const *ptrs, int n, size_t *ws) {
-    if (!bn_ex_common(C, HW, ptrs, n)) return 0;
-    CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, g.bn_x, NULL, g.bn_x, g.bn_param, NULL,
-        ws));
-    if (*ws) ws_reserve(*ws);
-    return 1;
-}
-
-static int bn_ex_bwd(int C, int HW, const void *const *ptrs, int n, size_t *ws) {
-    if (!bn_ex_common(C, HW, ptrs, n)) return 0;
-    CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, g.bn_x, NULL, g.bn_x, NULL, g.bn_x,
-        g.bn_param, NULL, ws));
+    if (backward)
+        CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, NULL,
+                                                                      g.bn_x, g.bn_param, NULL, ws));
+    else
+        CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x,
+                                                                             g.bn_param, NULL, ws));
     if (*ws) ws_reserve(*ws);
     return 1;
 }
@@ -716,7 +708,7 @@ static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float 
      * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
     size_t ws = 0;
     const void *ptrs[] = {x, y, gamma, beta, running_mean, running_var, save_mean, save_invstd};
-    if (bn_ex(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), &ws)) {
+    if (bn_ex(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), 0, &ws)) {
         CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
             g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, g.bn_x, x, NULL,
             NULL, g.bn_x, y, g.bn_param, gamma, beta, (double)momentum, running_mean, running_var, (double)eps,
@@ -754,7 +746,7 @@ static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, c
      * save_invstd; cuDNN's documentation asks for the same value anyway. */
     size_t ws = 0;
     const void *ptrs[] = {x, dy, dx, gamma, save_mean, save_invstd, dgamma, dbeta};
-    if (!accumulate_dx && bn_ex_bwd(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), &ws)) {
+    if (!accumulate_dx && bn_ex(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), 1, &ws)) {
         CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
             g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, &k_one, &k_zero,
             g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x, dx, g.bn_param, gamma, NULL, dgamma, dbeta,

@@ -147,39 +147,46 @@ PR_FN float pr_window_max(const float *xp, size_t sh, size_t sw, int W, int h0, 
     return b;
 }
 
+/* Output t's plane and window: rows [h0, h1) and columns [w0, w1) of the
+ * input, cr x cc the averaging divisor (pr_window). */
+typedef struct pr_out {
+    pr_plane pl;
+    int h0, h1, cr, w0, w1, cc;
+} pr_out;
+
+PR_FN void pr_out_of(const pool_params *p, pr_axis ra, pr_axis ca, size_t t, int nhwc, pr_out *o) {
+    size_t n, c;
+    int i, j;
+    pr_split(t, p->C, p->P, p->Q, nhwc, &n, &c, &i, &j);
+    o->pl = pr_plane_of(p, n, c, nhwc);
+    pr_window(p->mode, ra, i, &o->h0, &o->h1, &o->cr);
+    pr_window(p->mode, ca, j, &o->w0, &o->w1, &o->cc);
+}
+
 /* Output value t: a flat index into [N, C, P, Q], or with nhwc into
  * [N, P, Q, C] (channels innermost, so neighbouring threads take
  * neighbouring channels). */
 PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
-    size_t n, c;
-    int i, j;
-    pr_split(t, p->C, p->P, p->Q, nhwc, &n, &c, &i, &j);
-    pr_plane pl = pr_plane_of(p, n, c, nhwc);
-    const float *xp = x + pl.x0;
-    int h0, h1, cr, w0, w1, cc;
-    pr_window(p->mode, ra, i, &h0, &h1, &cr);
-    pr_window(p->mode, ca, j, &w0, &w1, &cc);
+    pr_out w;
+    pr_out_of(p, ra, ca, t, nhwc, &w);
+    const float *xp = x + w.pl.x0;
     if (p->mode == POOL_MODE_MAX) {
         int bi;
-        return pr_window_max(xp, pl.xsh, pl.xsw, p->W, h0, h1, w0, w1, &bi);
+        return pr_window_max(xp, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
     }
     float s = 0.0f;
-    for (int h = h0; h < h1; h++)
-        for (int w = w0; w < w1; w++) s += xp[(size_t)h * pl.xsh + (size_t)w * pl.xsw];
-    return s / (float)(cr * cc);
+    for (int h = w.h0; h < w.h1; h++)
+        for (int c = w.w0; c < w.w1; c++) s += xp[(size_t)h * w.pl.xsh + (size_t)c * w.pl.xsw];
+    return s / (float)(w.cr * w.cc);
 }
 
 /* Max pooling's output t (indexed as in pr_fwd_one): the index h*W + w,
  * within its plane, of its window's first maximum. */
 PR_FN int pr_argmax_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
-    size_t n, c;
-    int i, j;
-    pr_split(t, p->C, p->P, p->Q, nhwc, &n, &c, &i, &j);
-    pr_plane pl = pr_plane_of(p, n, c, nhwc);
-    int h0, h1, cr, w0, w1, cc, bi;
-    pr_window(p->mode, ra, i, &h0, &h1, &cr);
-    pr_window(p->mode, ca, j, &w0, &w1, &cc);
-    pr_window_max(x + pl.x0, pl.xsh, pl.xsw, p->W, h0, h1, w0, w1, &bi);
+    pr_out w;
+    pr_out_of(p, ra, ca, t, nhwc, &w);
+    int bi;
+    pr_window_max(x + w.pl.x0, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
     return bi;
 }
 

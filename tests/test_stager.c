@@ -70,14 +70,19 @@ static void test_stager_cpu(void **state) {
     run_on(backend_cpu());
 }
 
-static void test_stager_gpu(void **state) {
-    (void)state;
+/* The GPU backend, or the test skipped (saying why) when none is usable. */
+static const backend *gpu_or_skip(void) {
     const backend *gpu = backend_get(BACKEND_DEVICE_CUDA);
     if (!gpu) {
         printf("no GPU: %s\n", cnt_err_msg());
         skip();
     }
-    run_on(gpu);
+    return gpu;
+}
+
+static void test_stager_gpu(void **state) {
+    (void)state;
+    run_on(gpu_or_skip());
 }
 
 /* Each round's batch is read by a long run of GPU ops (a GEMM reading it
@@ -109,11 +114,7 @@ static float stress_value(int r, size_t i) {
 
 static void test_stager_gpu_stress(void **state) {
     (void)state;
-    const backend *gpu = backend_get(BACKEND_DEVICE_CUDA);
-    if (!gpu) {
-        printf("no GPU: %s\n", cnt_err_msg());
-        skip();
-    }
+    const backend *gpu = gpu_or_skip();
     size_t n = (size_t)SB * SF; /* 8 MiB a batch, read by the GEMMs as [GM, GK] */
     assert_true(n == (size_t)GM * GK);
     stager *s = stager_create(gpu, SB, SF);

@@ -447,7 +447,8 @@ static int run_resume(run *r) {
     int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
     ckpt_meta *meta = cnt_calloc(1, sizeof *meta);
     host_state hs;
-    host_state_alloc(&hs, r->nt, with_momentum(r));
+    /* with parameter servers only rank 0 needs the momentum: ps_seed hands it to them */
+    host_state_alloc(&hs, r->nt, with_momentum(r) && (!r->ps || r->rank == 0));
     char path[2 * CONFIG_STR + 64];
     int rc = CNT_OK;
     if (r->rank == 0 && lock_out_dir(r) != CNT_OK) {
@@ -477,13 +478,12 @@ static int run_resume(run *r) {
     dist_broadcast(&found, sizeof found, 0);
     if (found) {
         dist_broadcast(meta, sizeof *meta, 0);
-        host_state_broadcast(&hs, r->nt);
-        host_state_upload(&hs, r->nt, st->opt.momentum_buf);
-        if (r->ps && r->rank == 0 && hs.momentum) {
-            /* the workers keep no momentum: ps_seed hands it to the servers */
-            r->seed_momentum = hs.momentum;
+        if (r->ps) {
+            r->seed_momentum = hs.momentum; /* rank 0's, or NULL; not broadcast */
             hs.momentum = NULL;
         }
+        host_state_broadcast(&hs, r->nt);
+        host_state_upload(&hs, r->nt, st->opt.momentum_buf);
         r->nt->dropout_seed = meta->dropout_seed;
         loss_scaler_restore(&st->ls, meta->loss_scale, meta->loss_scale_good, meta->skipped_steps,
                             meta->skipped_in_a_row);
@@ -885,19 +885,13 @@ static void ps_seed(run *r) {
     const dataset *d = &r->data.train;
     ps_shape shape = {d->c, d->h, d->w, d->classes};
     host_state hs;
-    host_state_alloc(&hs, r->nt, with_momentum(r));
-    host_state_download(&hs, r->nt, NULL); /* the workers keep no momentum (stepper_set_ps) */
-    if (hs.momentum) {
-        if (r->seed_momentum)
-            memcpy(hs.momentum, r->seed_momentum, r->nt->n_params * sizeof(float));
-        else
-            memset(hs.momentum, 0, r->nt->n_params * sizeof(float));
-    }
+    host_state_alloc(&hs, r->nt, 0); /* the workers keep no momentum (stepper_set_ps) */
+    host_state_download(&hs, r->nt, NULL);
+    dist_phase("start-up: parameter-server seeding");
+    ps_worker_init_servers(r->ps, &shape, hs.params, r->seed_momentum); /* NULL: zeros */
+    host_state_free(&hs);
     free(r->seed_momentum);
     r->seed_momentum = NULL;
-    dist_phase("start-up: parameter-server seeding");
-    ps_worker_init_servers(r->ps, &shape, hs.params, hs.momentum);
-    host_state_free(&hs);
 }
 
 /* Every worker after its last step: the servers may stop; rank 0 logs what
