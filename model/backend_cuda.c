@@ -112,6 +112,8 @@ static struct {
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     int bn_persistent;         /* NHWC batch norm through the Ex calls, SPATIAL_PERSISTENT (CNT_CUDNN_BN) */
+    float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
+    size_t bn_stage_n;
     /* conv_bwd_pair: the dy announced, and whether H16_OP1 holds its 16-bit
      * copy (pair_n values in mode pair_math), left by conv_bwd_filter */
     const float *pair_dy;
@@ -651,36 +653,58 @@ static void bn_desc(int N, int C, int HW) {
 /* NHWC training batch norm takes cuDNN's Ex calls in SPATIAL_PERSISTENT
  * mode, as PyTorch does for channels-last: the plain SPATIAL kernels read
  * NHWC with strided loads: a ResNet-50 step trained 6.4-6.6 times slower (measured:
- * docs/benchmarks.md). Only where
- * - every pointer it is given is 32-byte aligned and C a multiple of 8: its
- *   kernels load vectors, and on an H200 a ResNet-20 whose parameters sat at
- *   8-byte offsets in the flat parameter buffer (after a 650-value linear
- *   layer) stopped with "misaligned address", while ResNet-50, every pointer
- *   32-byte aligned, ran (16 bytes may be enough; not measured);
+ * docs/benchmarks.md). Their kernels load vectors: on an H200 a ResNet-20
+ * whose parameters sat at 8-byte offsets in the flat parameter buffer (after
+ * a 650-value linear layer) stopped with "misaligned address". So:
+ * - the activations (x, y, dy, dx) must be 32-byte aligned (the net's are:
+ *   64 bytes) and C a multiple of 8;
+ * - a per-channel vector (gamma, beta, the running and saved statistics, the
+ *   parameter gradients) that is not 32-byte aligned goes through an aligned
+ *   stand-in (bn_vec): copied in where the call reads it, copied back where
+ *   it writes it, on the same stream (C floats each);
  * - the mode needs no reserve space (the buffer the Ex forward hands its
  *   backward, which this interface has no place for; cuDNN asks for none
  *   without a fused activation);
  * - the data gradient is not added to (beta = 0, PyTorch's only use).
- * Elsewhere the plain calls. The workspace is cuDNN's convolution workspace,
- * grown to fit (ops on one stream run one at a time). CNT_CUDNN_BN=spatial
- * turns it off, for measuring. bn_desc() first. */
+ * Elsewhere the plain calls, and a warning, once, naming the reason. The
+ * workspace is cuDNN's convolution workspace, grown to fit (ops on one stream
+ * run one at a time). CNT_CUDNN_BN=spatial turns it off, for measuring.
+ * bn_desc() first. */
 static int aligned32(const void *p) { return ((uintptr_t)p & 31) == 0; }
 
-/* Whether the pass (the forward, or with backward the backward) takes the
- * Ex calls, by the rules above; if so, *ws is the workspace it needs, reserved. */
-static int bn_ex(int C, int HW, const void *const *ptrs, int n, int backward, size_t *ws) {
-    if (!g.bn_persistent || !nhwc_spatial(HW) || C % 8 != 0) return 0;
+/* The most per-channel vectors one Ex call takes (the forward's six), each
+ * stand-in 256-byte aligned in g.bn_stage. */
+#define BN_VECS 6
+static size_t bn_vec_stride(int C) { return ((size_t)C + 63) & ~(size_t)63; }
+
+static void bn_plain_said(int C, const char *why) {
+    static int said;
+    if (!said++)
+        log_warn("NHWC batch norm (C = %d) takes cuDNN's plain SPATIAL kernels, which read NHWC with strided "
+                 "loads (a ResNet-50 step trains several times slower): %s (said once)", C, why);
+}
+
+/* Whether the pass (the forward, or with backward the backward) on the
+ * activations acts[0, n) takes the Ex calls, by the rules above; if so, *ws
+ * is the workspace it needs, reserved, and bn_vec's stand-ins for C channels
+ * are allocated. */
+static int bn_ex(int C, int HW, const void *const *acts, int n, int backward, size_t *ws) {
+    if (!g.bn_persistent || !nhwc_spatial(HW)) return 0;
+    if (C % 8 != 0) {
+        bn_plain_said(C, "C is not a multiple of 8");
+        return 0;
+    }
     for (int i = 0; i < n; i++)
-        if (ptrs[i] && !aligned32(ptrs[i])) return 0;
+        if (!aligned32(acts[i])) {
+            bn_plain_said(C, "an activation is not 32-byte aligned");
+            return 0;
+        }
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t reserve = 0;
     CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, NULL, g.bn_x, &reserve));
     if (reserve) {
-        static int said;
-        if (!said++)
-            log_warn("cuDNN asks for %zu bytes of reserve space for NHWC batch norm in SPATIAL_PERSISTENT mode; "
-                     "using the plain SPATIAL calls (said once)", reserve);
+        bn_plain_said(C, "cuDNN asks for reserve space in SPATIAL_PERSISTENT mode");
         return 0;
     }
     if (backward)
@@ -690,7 +714,24 @@ static int bn_ex(int C, int HW, const void *const *ptrs, int n, int backward, si
         CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x,
                                                                              g.bn_param, NULL, ws));
     if (*ws) ws_reserve(*ws);
+    /* before any stand-in is handed out: growing frees the old buffer */
+    grow((void **)&g.bn_stage, &g.bn_stage_n, BN_VECS * bn_vec_stride(C), sizeof(float));
     return 1;
+}
+
+/* Per-channel vector `slot` (below BN_VECS) of an Ex call: v itself where it
+ * is 32-byte aligned (or NULL), else its stand-in in g.bn_stage, filled from
+ * v when `read`. bn_vec_back() after the call copies a stand-in the call wrote
+ * back to v. */
+static float *bn_vec(int slot, int C, const float *v, int read) {
+    if (!v || aligned32(v)) return (float *)v;
+    float *s = g.bn_stage + (size_t)slot * bn_vec_stride(C);
+    if (read) CUDA_CHECK(cudaMemcpyAsync(s, v, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
+    return s;
+}
+
+static void bn_vec_back(int C, float *v, const float *s) {
+    if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
 }
 
 static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
@@ -707,12 +748,19 @@ static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float 
     /* cuDNN's rule is PyTorch's: running = (1-factor)*running + factor*batch,
      * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
     size_t ws = 0;
-    const void *ptrs[] = {x, y, gamma, beta, running_mean, running_var, save_mean, save_invstd};
-    if (bn_ex(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), 0, &ws)) {
+    const void *acts[] = {x, y};
+    if (bn_ex(C, HW, acts, 2, 0, &ws)) {
+        const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
+        float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
+        float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
         CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
             g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, g.bn_x, x, NULL,
-            NULL, g.bn_x, y, g.bn_param, gamma, beta, (double)momentum, running_mean, running_var, (double)eps,
-            save_mean, save_invstd, NULL, ws ? g.ws : NULL, ws, NULL, 0));
+            NULL, g.bn_x, y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, NULL,
+            ws ? g.ws : NULL, ws, NULL, 0));
+        bn_vec_back(C, running_mean, rm);
+        bn_vec_back(C, running_var, rv);
+        bn_vec_back(C, save_mean, sm);
+        bn_vec_back(C, save_invstd, si);
         return;
     }
     CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x, x,
@@ -745,12 +793,17 @@ static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, c
     /* With the saved statistics given, the forward's epsilon is already in
      * save_invstd; cuDNN's documentation asks for the same value anyway. */
     size_t ws = 0;
-    const void *ptrs[] = {x, dy, dx, gamma, save_mean, save_invstd, dgamma, dbeta};
-    if (!accumulate_dx && bn_ex(C, HW, ptrs, (int)(sizeof ptrs / sizeof *ptrs), 1, &ws)) {
+    const void *acts[] = {x, dy, dx};
+    if (accumulate_dx && g.bn_persistent && nhwc_spatial(HW)) bn_plain_said(C, "the data gradient is added to");
+    if (!accumulate_dx && bn_ex(C, HW, acts, 3, 1, &ws)) {
+        const float *gm = bn_vec(0, C, gamma, 1), *sm = bn_vec(1, C, save_mean, 1), *si = bn_vec(2, C, save_invstd, 1);
+        float *dg = bn_vec(3, C, dgamma, 0), *db = bn_vec(4, C, dbeta, 0);
         CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
             g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, &k_one, &k_zero,
-            g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x, dx, g.bn_param, gamma, NULL, dgamma, dbeta,
-            (double)eps, save_mean, save_invstd, NULL, ws ? g.ws : NULL, ws, NULL, 0));
+            g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x, dx, g.bn_param, gm, NULL, dg, db, (double)eps, sm,
+            si, NULL, ws ? g.ws : NULL, ws, NULL, 0));
+        bn_vec_back(C, dgamma, dg);
+        bn_vec_back(C, dbeta, db);
         return;
     }
     CUDNN_CHECK(cudnnBatchNormalizationBackward(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one,

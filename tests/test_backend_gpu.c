@@ -142,10 +142,11 @@ static double atol_of(const precision *pr, size_t len, double scale) {
 typedef struct dual {
     float *p[2];
     size_t n;
+    float *base[2]; /* what alloc() returned, where p is inside it (dual_shift) */
 } dual;
 
 static dual dual_of(const float *host, size_t n) {
-    dual d = {{NULL, NULL}, n};
+    dual d = {{NULL, NULL}, n, {NULL, NULL}};
     for (int s = CPU; s <= GPU; s++) {
         d.p[s] = be[s]->alloc((n > 0 ? n : 1) * sizeof(float));
         be[s]->upload(d.p[s], host, n * sizeof(float));
@@ -155,8 +156,8 @@ static dual dual_of(const float *host, size_t n) {
 
 static void dual_free(dual *d) {
     for (int s = CPU; s <= GPU; s++) {
-        be[s]->free(d->p[s]);
-        d->p[s] = NULL;
+        be[s]->free(d->base[s] ? d->base[s] : d->p[s]);
+        d->p[s] = d->base[s] = NULL;
     }
 }
 
@@ -203,6 +204,20 @@ static float *download(int side, const float *dev, size_t n) {
     float *h = tu_alloc_f(n);
     be[side]->download(h, dev, n * sizeof(float));
     return h;
+}
+
+/* d's GPU copy moved `floats` floats into a fresh allocation, same values:
+ * with 2, a per-channel vector at the 8-byte offset a batch-norm parameter
+ * has in the flat parameter buffer after a 10-class linear layer. */
+static void dual_shift(dual *d, size_t floats) {
+    if (floats == 0) return;
+    float *h = download(GPU, d->p[GPU], d->n);
+    float *base = be[GPU]->alloc((d->n + floats) * sizeof(float));
+    be[GPU]->upload(base + floats, h, d->n * sizeof(float));
+    be[GPU]->free(d->base[GPU] ? d->base[GPU] : d->p[GPU]);
+    d->base[GPU] = base;
+    d->p[GPU] = base + floats;
+    free(h);
 }
 
 /* Makes the GPU copy of d equal to the CPU copy (to restart both sides from
@@ -863,7 +878,7 @@ static void test_find_nonfinite(void **state) {
     h[n / 2] = NAN;
     dual_set(&x, h);
     nonfinite_case("NaN in the middle", &x, n, 0.0f, 1.0f);
-    const dual mid = {{x.p[CPU] + n / 2, x.p[GPU] + n / 2}, 1}; /* a view of the NaN alone */
+    const dual mid = {{x.p[CPU] + n / 2, x.p[GPU] + n / 2}, 1, {NULL, NULL}}; /* a view of the NaN alone */
     nonfinite_case("the NaN alone (n = 1)", &mid, 1, 0.0f, 1.0f);
     h[n / 2] = -NAN;
     dual_set(&x, h);
@@ -979,6 +994,15 @@ static const bn_case bn_cases[] = {
  * eps = 0.5 adding eps anywhere but under the square root moves it by 4%. */
 #define BN_RTOL 1e-3
 
+/* Floats by which the GPU's per-channel vectors (gamma, beta, the running and
+ * saved statistics, the parameter gradients) sit past an aligned address: 0,
+ * or 2 in test_bn_nhwc_unaligned. */
+static size_t bn_vec_shift;
+
+static void bn_shift_vecs(dual *const *v, size_t n) {
+    for (size_t i = 0; i < n; i++) dual_shift(v[i], bn_vec_shift);
+}
+
 /* The batch-norm tests run in the current layout: in NHWC the same buffers
  * are [N, HW, C] on both sides (a channel's values strided by C); cases with
  * HW = 1 or N*HW = 1 are the same bytes in both layouts. */
@@ -997,6 +1021,7 @@ static void bn_fwd_train_run(void) {
         dual rmean = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
         dual rvar = dual_uniform(&r, (size_t)C, 0.5f, 2.0f);
         dual smean = dual_uniform(&r, (size_t)C, -1.0f, 1.0f), sinv = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
+        bn_shift_vecs((dual *const[]){&gamma, &beta, &rmean, &rvar, &smean, &sinv}, 6);
         for (int s = CPU; s <= GPU; s++)
             be[s]->bn_fwd_train(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s],
                                 bc->momentum, bc->eps, smean.p[s], sinv.p[s]);
@@ -1069,6 +1094,7 @@ static void bn_bwd_run(void) {
             dual y = dual_uniform(&r, n, 0.0f, 1.0f), rm = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
             dual rv = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
             dual smean = dual_uniform(&r, (size_t)C, 0.0f, 1.0f), sinv = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
+            bn_shift_vecs((dual *const[]){&gamma, &dgamma, &dbeta, &smean, &sinv}, 5);
             be[CPU]->bn_fwd_train(N, C, HW, x.p[CPU], gamma.p[CPU], beta.p[CPU], y.p[CPU], rm.p[CPU], rv.p[CPU],
                                   0.1f, bc->eps, smean.p[CPU], sinv.p[CPU]);
             dual_sync_from_cpu(&smean);
@@ -1133,6 +1159,24 @@ static void test_bn_nhwc(void **state) {
     bn_fwd_train_run();
     bn_fwd_infer_run();
     bn_bwd_run();
+    set_layout_both(BACKEND_LAYOUT_NCHW);
+}
+
+/* NHWC training batch norm with every per-channel vector at an 8-byte
+ * offset, as a 10-class model's batch-norm parameters and their gradients
+ * sit in the flat buffers: cuDNN's persistent kernels need them 32-byte
+ * aligned, so the backend hands them aligned stand-ins and copies back
+ * what they write (model/backend_cuda.c, bn_vec): the values must still be
+ * the CPU's (a stand-in not copied back leaves dgamma, the running
+ * statistics or the saved ones unchanged). */
+static void test_bn_nhwc_unaligned(void **state) {
+    (void)state;
+    NEED_GPU();
+    set_layout_both(BACKEND_LAYOUT_NHWC);
+    bn_vec_shift = 2;
+    bn_fwd_train_run();
+    bn_bwd_run();
+    bn_vec_shift = 0;
     set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
@@ -1956,6 +2000,7 @@ int main(void) {
         cmocka_unit_test_setup(test_bn_fwd_infer, fp32_math),
         cmocka_unit_test_setup(test_bn_bwd, fp32_math),
         cmocka_unit_test_setup(test_bn_nhwc, fp32_math),
+        cmocka_unit_test_setup(test_bn_nhwc_unaligned, fp32_math),
         cmocka_unit_test_setup(test_pool_fwd_bwd, fp32_math),
         cmocka_unit_test_setup(test_max_pool_ties_first_max, fp32_math),
         cmocka_unit_test_setup(test_pool_nhwc, fp32_math),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gpu_mutants.sh - GPU test programs built from copies of this tree with
-# one fence or event wait removed each, for tools/gpu_check.sh to run on a
+# one fence, event wait or copy removed each, for tools/gpu_check.sh to run on a
 # lent GPU machine and expect to FAIL: a test that still passes without the
 # ordering it guards does not guard it. tools/device_kit.sh calls this last.
 #
@@ -19,6 +19,8 @@ mutants=(
     # NCCL's two event waits (tests/mpi_nccl.c at 2 ranks)
     'nccl_no_ready|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));/(void)0;/|build/tests/mpi_nccl'
     'nccl_no_done|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));/(void)0;/|build/tests/mpi_nccl'
+    # NHWC batch norm's aligned stand-ins not copied back (test_backend_gpu, test_bn_nhwc_unaligned)
+    'bn_no_copy_back|model/backend_cuda.c|s/if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s,/if (0) CUDA_CHECK(cudaMemcpyAsync(v, s,/|build/tests/test_backend_gpu'
 )
 opt="-O3 -march=x86-64-v3" # as tools/device_kit.sh: any x86-64-v3 host
 src=$(mktemp -d)
@@ -26,7 +28,8 @@ trap 'rm -rf "$src"' EXIT
 git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"
 rm -rf "$out"
 mkdir -p "$out"
-make -C "$src" -s -j"$(nproc)" OPT="$opt" build/tests/test_stager build/tests/mpi_nccl
+make -C "$src" -s -j"$(nproc)" OPT="$opt" build/tests/test_stager build/tests/mpi_nccl \
+    build/tests/test_backend_gpu
 for m in "${mutants[@]}"; do
     IFS='|' read -r name file expr prog <<<"$m"
     cp "$src/$file" "$src/$file.orig"
