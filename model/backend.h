@@ -337,12 +337,16 @@ typedef enum backend_device {
     BACKEND_DEVICE_CUDA
 } backend_device;
 
-/* The layout a net uses on backend be in math mode `math`: the one asked
- * for, and for BACKEND_LAYOUT_AUTO the one that suits them: BLOCKED where the
- * backend has it (the CPU with oneDNN), NHWC where convolutions run on
- * tensor cores (a GPU in tf32, bf16 or fp16, where cuDNN would transpose
- * NCHW operands for them), NCHW elsewhere. The one place that rule lives. */
-backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math);
+/* The layout a net uses on backend be in math mode `math` for input images
+ * of image_h x image_w pixels: the one asked for, and for
+ * BACKEND_LAYOUT_AUTO the one that suits them: BLOCKED where the backend has
+ * it (the CPU with oneDNN), NHWC where convolutions run on tensor cores (a GPU
+ * in tf32, bf16 or fp16, where cuDNN would transpose NCHW operands for them)
+ * but for tf32 on images with a side under BACKEND_NHWC_TF32_MIN_PX, NCHW elsewhere (the
+ * measurements behind it: backend_registry.c). The one place that rule lives. */
+#define BACKEND_NHWC_TF32_MIN_PX 64
+backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math, int image_h,
+                                     int image_w);
 /* CNT_ERR with a message naming the backend when it cannot run `requested`
  * (BLOCKED on a backend without one); CNT_OK otherwise. */
 int backend_layout_check(backend_layout requested, const backend *be);

@@ -13,15 +13,21 @@
 #include <stdio.h>
 #include <string.h>
 
-backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math) {
+backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math, int image_h,
+                                     int image_w) {
     if (requested != BACKEND_LAYOUT_AUTO) return requested;
     if (be->block_c > 0) return BACKEND_LAYOUT_BLOCKED;
     /* On a GPU, NHWC wherever the convolutions run on tensor cores (cuDNN's
      * native layout for them): ResNet-50 at batch 64 on an H200 trained 1.21x
-     * faster in NHWC than NCHW in TF32 and 1.14x in bf16 (docs/benchmarks.md).
-     * Plain fp32 stays NCHW: not measured. */
+     * faster in NHWC than NCHW in TF32 and 1.03-1.14x in bf16. Except TF32 on
+     * small images: ResNet-20 on 28x28 at batch 128 trained 1.2x faster in
+     * NCHW (docs/benchmarks.md); the boundary, 64 pixels, lies somewhere
+     * between the two sizes measured. Plain fp32 stays NCHW: not measured. */
     int tensor_cores = math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16;
-    return tensor_cores && strcmp(be->name, "cpu") != 0 ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW;
+    if (!tensor_cores || strcmp(be->name, "cpu") == 0) return BACKEND_LAYOUT_NCHW;
+    int px = image_h < image_w ? image_h : image_w;
+    if (math == BACKEND_MATH_TF32 && px < BACKEND_NHWC_TF32_MIN_PX) return BACKEND_LAYOUT_NCHW;
+    return BACKEND_LAYOUT_NHWC;
 }
 
 int backend_layout_check(backend_layout requested, const backend *be) {

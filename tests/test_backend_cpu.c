@@ -1270,21 +1270,31 @@ static void test_layout_default(void **state) {
 }
 
 /* train.layout = auto (backend_layout_choose): the CPU takes its blocked
- * layout when it has one, else NCHW, whatever the precision; a GPU takes NHWC
- * where its convolutions run on tensor cores (tf32, bf16, fp16) and NCHW in
- * plain fp32; a layout asked for by name is kept. */
+ * layout when it has one, else NCHW, whatever the precision or image size; a
+ * GPU takes NHWC where its convolutions run on tensor cores (bf16, fp16;
+ * tf32 from 64 pixels a side, NCHW below) and NCHW in plain fp32; a layout
+ * asked for by name is kept. */
 static void test_layout_auto_rule(void **state) {
     (void)state;
     backend gpu = {.name = "cuda"}, cpu_plain = {.name = "cpu"}, cpu_blocked = {.name = "cpu", .block_c = 16};
     const backend_math maths[] = {BACKEND_MATH_FP32, BACKEND_MATH_TF32, BACKEND_MATH_BF16, BACKEND_MATH_FP16};
-    for (int m = 0; m < 4; m++) {
-        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &gpu, maths[m]),
-                         maths[m] == BACKEND_MATH_FP32 ? BACKEND_LAYOUT_NCHW : BACKEND_LAYOUT_NHWC);
-        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &cpu_plain, maths[m]), BACKEND_LAYOUT_NCHW);
-        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &cpu_blocked, maths[m]), BACKEND_LAYOUT_BLOCKED);
-        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NCHW, &gpu, maths[m]), BACKEND_LAYOUT_NCHW);
-        assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NHWC, &cpu_blocked, maths[m]), BACKEND_LAYOUT_NHWC);
-    }
+    const int sizes[][2] = {{224, 224}, {299, 299}, {64, 64}, {64, 200}, {28, 28}, {32, 32}, {63, 224}, {224, 63}};
+    for (int m = 0; m < 4; m++)
+        for (int k = 0; k < (int)(sizeof sizes / sizeof sizes[0]); k++) {
+            int h = sizes[k][0], w = sizes[k][1], small = (h < w ? h : w) < 64;
+            backend_layout want = maths[m] == BACKEND_MATH_FP32                 ? BACKEND_LAYOUT_NCHW
+                                  : maths[m] == BACKEND_MATH_TF32 && small ? BACKEND_LAYOUT_NCHW
+                                                                            : BACKEND_LAYOUT_NHWC;
+            assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &gpu, maths[m], h, w), want);
+            assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &cpu_plain, maths[m], h, w),
+                             BACKEND_LAYOUT_NCHW);
+            assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_AUTO, &cpu_blocked, maths[m], h, w),
+                             BACKEND_LAYOUT_BLOCKED);
+            assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NCHW, &gpu, maths[m], h, w), BACKEND_LAYOUT_NCHW);
+            assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NHWC, &gpu, maths[m], h, w), BACKEND_LAYOUT_NHWC);
+            assert_int_equal(backend_layout_choose(BACKEND_LAYOUT_NHWC, &cpu_blocked, maths[m], h, w),
+                             BACKEND_LAYOUT_NHWC);
+        }
 }
 
 /* A logical [N, C, HW] tensor on the device in every layout, d[L] for L up

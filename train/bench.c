@@ -35,7 +35,7 @@ void bench_config(config *cfg, const char *model, int c, int h, int w, int class
 static net *bench_model(const backend *be, const config *cfg, const dataset *d) {
     zoo_options zo = config_zoo_options(cfg);
     net *nt = zoo_create(be, cfg->model_name, &zo, d->c, d->h, d->w, d->classes,
-                         backend_layout_choose(cfg->layout, be, cfg->precision), cfg->batch_size);
+                         backend_layout_choose(cfg->layout, be, cfg->precision, d->h, d->w), cfg->batch_size);
     if (nt) net_init_params(nt, cfg->seed);
     return nt;
 }

@@ -233,7 +233,8 @@ static const key_def key_table[] = {
          .help = "memory layout of activations: nchw; nhwc (channels last: what GPU tensor-core convolutions "
                  "read natively; the CPU backend transposes around each op, slower); blocked (the CPU backend "
                  "built with oneDNN: channels in blocks of 8 or 16, its fast layout). auto is blocked on the CPU "
-                 "when oneDNN is built in, nhwc on a GPU with tf32, bf16 or fp16, nchw otherwise. Parameters and "
+                 "when oneDNN is built in, nhwc on a GPU with bf16 or fp16, or tf32 on images of 64 pixels a side "
+                 "or more, nchw otherwise. Parameters and "
                  "checkpoints are the same in all"),
     K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
          .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "

@@ -193,7 +193,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     loader *ld = loader_create(&d.train, &lo);
     zoo_options zo = config_zoo_options(cfg);
     net *nt = ld ? zoo_create(be, cfg->model_name, &zo, d.train.c, d.train.h, d.train.w, d.train.classes,
-                              backend_layout_choose(cfg->layout, be, cfg->precision), lo.batch)
+                              backend_layout_choose(cfg->layout, be, cfg->precision, d.train.h, d.train.w), lo.batch)
                  : NULL;
     if (!nt) {
         if (ld) cnt_err_prefix("model '%s'", cfg->model_name);

@@ -97,14 +97,31 @@ typedef struct run {
  * with parameter servers on the servers (the workers keep none). */
 static int with_momentum(const run *r) { return r->cfg->momentum > 0.0f; }
 
-/* train.layout; auto: see backend_layout_choose. */
-static int layout_for(const config *cfg, const backend *be) {
-    return backend_layout_choose(cfg->layout, be, cfg->precision);
+/* train.layout for h x w input images; auto: see backend_layout_choose. */
+static int layout_for(const config *cfg, const backend *be, int h, int w) {
+    return backend_layout_choose(cfg->layout, be, cfg->precision, h, w);
+}
+
+/* The start-up line saying which layout the run takes, and why where it is
+ * not the plain one. */
+static void say_layout(const config *cfg, const backend *be, int h, int w) {
+    int cpu = strcmp(be->name, "cpu") == 0;
+    int layout = layout_for(cfg, be, h, w);
+    if (layout == BACKEND_LAYOUT_NHWC)
+        log_info("layout: nhwc (train.layout = %s)%s", config_name(cfg, &cfg->layout),
+                 cpu ? "; the CPU backend computes NCHW and transposes around each op (slower than nchw)"
+                     : ": activations channels last, as tensor-core convolutions read them");
+    else if (layout == BACKEND_LAYOUT_BLOCKED)
+        log_info("layout: %s (train.layout = %s): activations in oneDNN's channel blocks from the first "
+                 "convolution to the classifier", backend_layout_name(layout, be), config_name(cfg, &cfg->layout));
+    else if (cfg->layout == BACKEND_LAYOUT_AUTO && !cpu && cfg->precision == BACKEND_MATH_TF32)
+        log_info("layout: nchw (train.layout = auto): tf32 on %dx%d images, under %d pixels a side, where NCHW "
+                 "measured faster than NHWC", h, w, BACKEND_NHWC_TF32_MIN_PX);
 }
 
 static net *build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
     zoo_options zo = config_zoo_options(cfg);
-    net *nt = zoo_create(be, cfg->model_name, &zo, c, h, w, classes, layout_for(cfg, be), max_batch);
+    net *nt = zoo_create(be, cfg->model_name, &zo, c, h, w, classes, layout_for(cfg, be, h, w), max_batch);
     if (!nt)
         cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes, batches up to %d (train.batch_size, "
                        "train.eval_batch_size)",
@@ -674,14 +691,6 @@ static const backend *choose_device(const config *cfg) {
                  config_name(cfg, &cfg->precision), config_name(cfg, &cfg->precision),
                  cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
     }
-    int layout = layout_for(cfg, be);
-    if (layout == BACKEND_LAYOUT_NHWC)
-        log_info("layout: nhwc (train.layout = %s)%s", config_name(cfg, &cfg->layout),
-                 cpu ? "; the CPU backend computes NCHW and transposes around each op (slower than nchw)"
-                     : ": activations channels last, as tensor-core convolutions read them");
-    else if (layout == BACKEND_LAYOUT_BLOCKED)
-        log_info("layout: %s (train.layout = %s): activations in oneDNN's channel blocks from the first "
-                 "convolution to the classifier", backend_layout_name(layout, be), config_name(cfg, &cfg->layout));
     return be;
 }
 
@@ -1063,6 +1072,7 @@ static int run_setup(run *r) {
     if (!(r->be = choose_device(cfg)) || choose_comm(cfg, r->be, &r->nccl) != CNT_OK) return CNT_ERR;
     if (strcmp(r->be->name, "cpu") == 0) report_threads(cfg, r->world);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
+    say_layout(cfg, r->be, r->data.train.h, r->data.train.w);
     if (cfg->emulate_compute[0] && load_emulation(r) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
     input_loader_options(cfg, &r->data, r->rank, r->world, &lo, &eo);
