@@ -104,6 +104,18 @@ typedef struct backend {
      * convolution or GEMM in between, or a data pass on another dy, just
      * goes without the shared copy. */
     void (*conv_bwd_pair)(const float *dy);
+    /* Optional (NULL: nothing to keep): conv_filter_cache(1), then
+     * conv_filter_cache(0), brackets calls between which no convolution's
+     * weights change (net_forward in training and the net_backward after it).
+     * Where the backend hands its convolutions another form of the filter
+     * than w (the CUDA backend's [K, R, S, C] copy in NHWC, and its 16-bit
+     * copy in bf16/fp16), conv_fwd inside the bracket keeps that form per
+     * weight pointer and conv_bwd_data of the same w reuses it instead of
+     * making it again. Either call forgets everything kept. The CUDA backend
+     * does this only with the environment variable CNT_FILTER_CACHE=1 (a
+     * second copy of the convolution weights in device memory; off by default
+     * until measured: docs/benchmarks.md). */
+    void (*conv_filter_cache)(int on);
 
     /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers) ---- */
     void (*bias_fwd)(int N, int C, int HW, const float *b, float *y);       /* y += b[c] */
@@ -178,6 +190,14 @@ typedef struct backend {
      * With momentum == 0 buf is untouched (it may be NULL) and step = g. */
     void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
                        float momentum, float weight_decay, int nesterov, float grad_scale);
+    /* sgd_update over n_ranges ranges of the same flat buffers in one call:
+     * range r is [lo[r], hi[r]) of param, grad and momentum_buf, with weight
+     * decay wd[r]; the arrays are host memory, read before the call returns.
+     * Each value gets exactly what sgd_update on its range gives it. On a GPU
+     * one launch covers up to 64 ranges (sgd_update launches once per call). */
+    void (*sgd_update_ranges)(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
+                              const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
+                              float grad_scale);
 
     /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
     void (*set_threads)(int n);

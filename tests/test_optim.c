@@ -119,7 +119,7 @@ static net *small_net(void) {
     return nt;
 }
 
-static void check_sgd(int wd_on_bn_bias, int nesterov) {
+static void check_sgd(int wd_on_bn_bias, int nesterov, int one_call) {
     config cfg;
     config_defaults(&cfg);
     set(&cfg, "optim.momentum=0.9");
@@ -138,6 +138,7 @@ static void check_sgd(int wd_on_bn_bias, int nesterov) {
     optimizer opt;
     optim_opts oo = config_optim_opts(&cfg);
     optim_init(&opt, nt, &oo);
+    opt.one_call = one_call; /* as CNT_SGD_MULTI=1 sets it */
     for (int step = 0; step < 3; step++) {
         tu_fill_normal(&r, g, n, 0.0, 1.0);
         float *gd = tu_dev_from_double(be, g, n);
@@ -162,13 +163,58 @@ static void check_sgd(int wd_on_bn_bias, int nesterov) {
 
 static void test_sgd_no_decay_on_bn_bias(void **state) {
     (void)state;
-    check_sgd(0, 0);
-    check_sgd(0, 1);
+    for (int one = 0; one <= 1; one++) {
+        check_sgd(0, 0, one);
+        check_sgd(0, 1, one);
+    }
 }
 
 static void test_sgd_decay_everywhere(void **state) {
     (void)state;
-    check_sgd(1, 0);
+    check_sgd(1, 0, 0);
+    check_sgd(1, 0, 1);
+}
+
+/* optim_ranges: the tensors' ranges, neighbours with the same decay merged,
+ * covering [begin, end) exactly once, each value with its tensor's decay;
+ * a cut through the middle of tensors (a parameter server's shard) clips
+ * the ranges at its ends. */
+static void test_sgd_ranges(void **state) {
+    (void)state;
+    net *nt = small_net();
+    optimizer opt;
+    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f};
+    optim_init(&opt, nt, &oo);
+    size_t n = nt->n_params;
+    size_t cuts[][2] = {{0, n}, {3, n - 2}, {n / 2, n / 2 + 1}, {5, 5}};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        size_t begin = cuts[c][0], end = cuts[c][1];
+        size_t lo[16], hi[16];
+        float wd[16];
+        assert_true(nt->n_param_tensors <= 16);
+        int k = optim_ranges(&opt, nt, begin, end, lo, hi, wd);
+        float *want = tu_alloc_f(n);
+        int *seen = calloc(n, sizeof *seen);
+        for (int t = 0; t < nt->n_param_tensors; t++) {
+            const param_info *pi = &nt->param_info[t];
+            for (size_t i = pi->offset; i < pi->offset + pi->count; i++) want[i] = pi->no_decay ? 0.0f : 0.01f;
+        }
+        for (int r = 0; r < k; r++) {
+            assert_true(begin <= lo[r] && lo[r] < hi[r] && hi[r] <= end);
+            for (size_t i = lo[r]; i < hi[r]; i++) {
+                seen[i]++;
+                assert_float_equal(wd[r], want[i], 0.0);
+            }
+            /* merged: a neighbouring range has the other decay or is not adjacent */
+            if (r > 0) assert_true(wd[r] != wd[r - 1] || hi[r] != lo[r - 1]);
+        }
+        for (size_t i = 0; i < n; i++) assert_int_equal(seen[i], i >= begin && i < end);
+        if (begin == 0 && end == n) assert_true(k >= 4 && k < nt->n_param_tensors);
+        free(want);
+        free(seen);
+    }
+    optim_free(&opt);
+    net_free(nt);
 }
 
 static void test_no_decay_flags(void **state) {
@@ -189,6 +235,7 @@ int main(void) {
         cmocka_unit_test(test_no_decay_flags),
         cmocka_unit_test(test_sgd_no_decay_on_bn_bias),
         cmocka_unit_test(test_sgd_decay_everywhere),
+        cmocka_unit_test(test_sgd_ranges),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include "common/check.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
@@ -13,16 +14,23 @@ void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
     opt->be = nt->be;
     opt->o = *o;
     if (o->momentum > 0.0f) opt->momentum_buf = nt->be->alloc(nt->n_params * sizeof(float));
+    int n = nt->n_param_tensors > 0 ? nt->n_param_tensors : 1;
+    opt->r_lo = cnt_calloc((size_t)n, sizeof *opt->r_lo);
+    opt->r_hi = cnt_calloc((size_t)n, sizeof *opt->r_hi);
+    opt->r_wd = cnt_calloc((size_t)n, sizeof *opt->r_wd);
+    const char *multi = getenv("CNT_SGD_MULTI");
+    opt->one_call = multi && strcmp(multi, "1") == 0;
 }
 
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
     optim_step_range(opt, nt, lr, grad_scale, 0, nt->n_params);
 }
 
-void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end) {
-    /* Walk the tensors, merging neighbours with the same decay into one call:
-     * most of a ResNet is conv weights interleaved with BN parameters. */
-    int n = nt->n_param_tensors;
+int optim_ranges(const optimizer *opt, const net *nt, size_t begin, size_t end, size_t *lo_out, size_t *hi_out,
+                 float *wd_out) {
+    /* Walk the tensors, merging neighbours with the same decay into one
+     * range: most of a ResNet is conv weights interleaved with BN parameters. */
+    int n = nt->n_param_tensors, k = 0;
     int i = 0;
     while (i < n) {
         const param_info *pi = &nt->param_info[i];
@@ -39,17 +47,40 @@ void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_
         }
         if (lo < begin) lo = begin;
         if (hi > end) hi = end;
-        if (lo < hi)
-            opt->be->sgd_update(hi - lo, nt->params + lo, nt->grads + lo,
-                                opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->o.momentum,
-                                decay ? opt->o.weight_decay : 0.0f, opt->o.nesterov, grad_scale);
+        if (lo < hi) {
+            lo_out[k] = lo;
+            hi_out[k] = hi;
+            wd_out[k] = decay ? opt->o.weight_decay : 0.0f;
+            k++;
+        }
         i = j;
+    }
+    return k;
+}
+
+void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end) {
+    int k = optim_ranges(opt, nt, begin, end, opt->r_lo, opt->r_hi, opt->r_wd);
+    if (opt->one_call) {
+        opt->be->sgd_update_ranges(k, opt->r_lo, opt->r_hi, opt->r_wd, nt->params, nt->grads, opt->momentum_buf, lr,
+                                   opt->o.momentum, opt->o.nesterov, grad_scale);
+        return;
+    }
+    for (int r = 0; r < k; r++) {
+        size_t lo = opt->r_lo[r];
+        opt->be->sgd_update(opt->r_hi[r] - lo, nt->params + lo, nt->grads + lo,
+                            opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->o.momentum, opt->r_wd[r],
+                            opt->o.nesterov, grad_scale);
     }
 }
 
 void optim_free(optimizer *opt) {
     if (opt->be) opt->be->free(opt->momentum_buf);
     opt->momentum_buf = NULL;
+    free(opt->r_lo);
+    free(opt->r_hi);
+    free(opt->r_wd);
+    opt->r_lo = opt->r_hi = NULL;
+    opt->r_wd = NULL;
 }
 
 double schedule_lr(const schedule *s, long step) {

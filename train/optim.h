@@ -3,8 +3,10 @@
  *
  * The optimizer keeps one momentum buffer with the layout of net->grads (the
  * flat, reverse-forward-order buffer) and updates every parameter tensor with
- * the backend's sgd_update, skipping weight decay on batch-norm and bias
- * parameters unless optim.wd_on_bn_bias.
+ * the backend's sgd_update, one call per range of tensors with the same
+ * weight decay (none on batch-norm and bias parameters unless
+ * optim.wd_on_bn_bias), or with the environment variable CNT_SGD_MULTI=1 all
+ * ranges in one sgd_update_ranges call (one GPU launch; the same values).
  *
  * Schedules (per step, so warm-up is smooth within an epoch):
  *   constant: lr
@@ -31,6 +33,10 @@ typedef struct optimizer {
     const backend *be;
     float *momentum_buf; /* [n_params] device, zero at start */
     optim_opts o;
+    /* the ranges of one update (optim_ranges), host arrays of n_param_tensors */
+    size_t *r_lo, *r_hi;
+    float *r_wd;
+    int one_call; /* CNT_SGD_MULTI=1: every range in one sgd_update_ranges call, else sgd_update per range */
 } optimizer;
 
 /* Allocates the momentum buffer for nt. Never fails. */
@@ -43,6 +49,11 @@ void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
  * it, since the update is elementwise. */
 void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end);
 void optim_free(optimizer *opt);
+/* The update of [begin, end) as ranges of the flat buffers, each with its
+ * weight decay (0 on batch-norm and bias parameters unless
+ * optim.wd_on_bn_bias; neighbouring tensors with the same decay merged):
+ * written to lo/hi/wd (room for n_param_tensors), their number returned. */
+int optim_ranges(const optimizer *opt, const net *nt, size_t begin, size_t end, size_t *lo, size_t *hi, float *wd);
 
 #define SCHEDULE_MAX_MILESTONES 16
 
