@@ -119,6 +119,11 @@ static struct {
     const float *pair_dy;
     size_t pair_n;
     int pair_math, pair_ready;
+    /* conv_filter_cache: enabled by CNT_FILTER_CACHE=1, on inside a bracket;
+     * the filters kept, one per weight pointer (fcache_*) */
+    int fc_enabled, fc_on;
+    struct fcache_entry *fc;
+    int fc_n, fc_cap;
 } g;
 
 /* Threads other than the one that chose the device (the communication
@@ -515,6 +520,72 @@ static const float *conv_filter(const conv_params *p, const float *w) {
     return wk;
 }
 
+/* conv_filter_cache (backend.h): the filter of weights w as cuDNN read it in
+ * the bracket's forward (its [K, R, S, C] transpose in NHWC, narrowed in
+ * BF16/FP16), in its own device buffer, valid until the bracket ends. */
+typedef struct fcache_entry {
+    const float *w;
+    size_t n;          /* filter values */
+    int math, layout;  /* of the form kept */
+    int valid;
+    void *copy;
+    size_t cap;        /* bytes of copy */
+} fcache_entry;
+
+/* Whether convolutions in this mode read another form of the filter than w. */
+static int filter_reshaped(void) { return layout_nhwc() || math_reduced(); }
+
+static void cuda_conv_filter_cache(int on) {
+    if (!g.fc_enabled) return;
+    g.fc_on = on;
+    for (int i = 0; i < g.fc_n; i++) g.fc[i].valid = 0;
+}
+
+/* The filter cuDNN reads for p and w, kept: inside a bracket and where the
+ * form differs from w, made into w's entry (created or regrown) and returned;
+ * NULL otherwise (the caller makes it as usual). */
+static const void *fcache_make(const conv_params *p, const float *w) {
+    if (!g.fc_on || !filter_reshaped()) return NULL;
+    fcache_entry *e = NULL;
+    for (int i = 0; i < g.fc_n && !e; i++)
+        if (g.fc[i].w == w) e = &g.fc[i];
+    if (!e) {
+        if (g.fc_n == g.fc_cap) {
+            g.fc_cap = g.fc_cap ? 2 * g.fc_cap : 64;
+            g.fc = realloc(g.fc, (size_t)g.fc_cap * sizeof *g.fc);
+            CHECK_ERRNO(g.fc != NULL, "realloc");
+        }
+        e = &g.fc[g.fc_n++];
+        memset(e, 0, sizeof *e);
+        e->w = w;
+    }
+    size_t n = conv_w_count(p), bytes = n * (math_reduced() ? 2 : 4);
+    if (bytes > e->cap) {
+        cuda_free(e->copy); /* waits for queued ops that may still use it */
+        e->copy = cuda_alloc(bytes);
+        e->cap = bytes;
+    }
+    if (math_reduced()) CUDA_CHECK(cuk_narrow(g.stream, g.math, n, conv_filter(p, w), e->copy));
+    else CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, w, (float *)e->copy, 1, 0));
+    e->n = n;
+    e->math = g.math;
+    e->layout = g.layout;
+    e->valid = 1;
+    return e->copy;
+}
+
+/* The kept filter of w for p in the current mode and layout, or NULL. */
+static const void *fcache_find(const conv_params *p, const float *w) {
+    if (!g.fc_on) return NULL;
+    for (int i = 0; i < g.fc_n; i++) {
+        const fcache_entry *e = &g.fc[i];
+        if (e->w == w)
+            return e->valid && e->n == conv_w_count(p) && e->math == g.math && e->layout == g.layout ? e->copy
+                                                                                                      : NULL;
+    }
+    return NULL;
+}
+
 /* In BF16/FP16 each op below hands cuDNN 16-bit copies of its operands and a
  * 16-bit output (beta 0), then widens that into the float output, adding
  * the old contents when accumulating; in FP32/TF32 cuDNN works on the float
@@ -539,12 +610,13 @@ static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, 
     pair_clear();
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    const float *wl = conv_filter(p, w);
-    const void *xs = x, *wv = wl;
+    const void *kept = fcache_make(p, w);
+    const float *wl = kept ? NULL : conv_filter(p, w);
+    const void *xs = x, *wv = kept ? kept : wl;
     void *ys = y;
     if (math_reduced()) {
         xs = h16_from(H16_OP0, conv_in_count(p), x);
-        wv = h16_from(H16_OP1, conv_w_count(p), wl);
+        if (!kept) wv = h16_from(H16_OP1, conv_w_count(p), wl);
         ys = h16_get(H16_OUT, conv_out_count(p));
     }
     if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
@@ -560,17 +632,18 @@ static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const floa
     pair_clear();
     if (p->N == 0) return;
     conv_plan *pl = plan_get(p);
-    const float *wl = conv_filter(p, w);
-    const void *dys = dy, *wv = wl;
+    const void *kept = fcache_find(p, w); /* the forward's filter, in a bracket */
+    const float *wl = kept ? NULL : conv_filter(p, w);
+    const void *dys = dy, *wv = kept ? kept : wl;
     void *dxs = dx;
     int beta_one = accumulate; /* cuDNN adds to its output */
     if (math_reduced()) {
         if (paired) {
             dys = g.h16[H16_OP1]; /* the filter pass's copy of this dy */
-            wv = h16_from(H16_OP0, conv_w_count(p), wl);
+            if (!kept) wv = h16_from(H16_OP0, conv_w_count(p), wl);
         } else {
             dys = h16_from(H16_OP0, conv_out_count(p), dy);
-            wv = h16_from(H16_OP1, conv_w_count(p), wl);
+            if (!kept) wv = h16_from(H16_OP1, conv_w_count(p), wl);
         }
         dxs = h16_get(H16_OUT, conv_in_count(p));
         beta_one = 0; /* the widening adds instead */
@@ -919,6 +992,13 @@ static void cuda_sgd_update(size_t n, float *param, const float *grad, float *mo
                               grad_scale));
 }
 
+static void cuda_sgd_update_ranges(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
+                                   const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
+                                   float grad_scale) {
+    CUDA_CHECK(cuk_sgd_update_ranges(g.stream, n_ranges, lo, hi, wd, param, grad, momentum_buf, lr, momentum, nesterov,
+                                     grad_scale));
+}
+
 static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
     CUDA_CHECK(cuk_find_nonfinite(g.stream, n, x, found));
 }
@@ -1087,6 +1167,7 @@ static const backend cuda_backend = {
     .sync = cuda_sync,
     .conv_fwd = cuda_conv_fwd,
     .conv_bwd_pair = cuda_conv_bwd_pair,
+    .conv_filter_cache = cuda_conv_filter_cache,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_filter = cuda_conv_bwd_filter,
     .bias_fwd = cuda_bias_fwd,
@@ -1106,6 +1187,7 @@ static const backend cuda_backend = {
     .channel_copy = cuda_channel_copy,
     .softmax_xent = cuda_softmax_xent,
     .sgd_update = cuda_sgd_update,
+    .sgd_update_ranges = cuda_sgd_update_ranges,
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
     .set_math = cuda_set_math,
@@ -1180,6 +1262,13 @@ const backend *backend_cuda(int local_rank) {
         return NULL;
     }
     g.bn_persistent = !(bn && strcmp(bn, "spatial") == 0);
+    const char *fc = getenv("CNT_FILTER_CACHE");
+    if (fc && *fc && strcmp(fc, "0") != 0 && strcmp(fc, "1") != 0) {
+        cnt_err_set("CNT_FILTER_CACHE=%s: expected 1 (keep each convolution's filter from the forward for the "
+                    "backward) or 0 (the default: make it again)", fc);
+        return NULL;
+    }
+    g.fc_enabled = fc && strcmp(fc, "1") == 0;
     int n = device_count();
     if (n < 0) return NULL;
     g.device = (local_rank < 0 ? 0 : local_rank) % n;

@@ -579,6 +579,9 @@ void net_forward(net *nt, const float *x, int N, int training) {
     }
     nt->input = x;
     if (training) nt->dropout_seed++;
+    /* the weights stay as they are until this forward's backward has run
+     * (net_backward ends the bracket); an evaluation keeps nothing */
+    if (nt->be->conv_filter_cache) nt->be->conv_filter_cache(training);
     double start = nt->emu_forward_end ? time_now() : 0;
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
@@ -619,6 +622,7 @@ void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
         node_backward(nt, nd, start);
         nt->node_hook(nt->node_hook_ctx, nd, 1, t0, time_now());
     }
+    if (nt->be->conv_filter_cache) nt->be->conv_filter_cache(0);
 }
 
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx) {

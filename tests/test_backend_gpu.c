@@ -712,6 +712,70 @@ static void test_conv_nhwc_fp16(void **state) {
     conv_nhwc_reduced(&PREC_FP16);
 }
 
+/* conv_filter_cache (model/backend.h; group_setup sets CNT_FILTER_CACHE=1):
+ * on the same weight pointer, with new values each round,
+ * 0. bracket opened, forward, data pass: the data pass reuses the forward's
+ *    filter;
+ * 1. bracket reopened, data pass with no forward first: nothing of round 0
+ *    may be used (reopening forgets it);
+ * 2. reopened, forward, data pass: the kept filter is made again in place;
+ * 3. bracket closed, data pass.
+ * Each result must be the CPU's on that round's weights. */
+static void filter_cache_case(int i, const precision *pr) {
+    conv_params p = conv_case_params(i);
+    rng r;
+    rng_seed(&r, 400 + (uint64_t)i, 1);
+    size_t nw = conv_w_count(&p);
+    dual x = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
+    dual w = dual_uniform(&r, nw, -1.0f, 1.0f);
+    dual y = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
+    dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
+    dual dx = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
+    float *hw = tu_alloc_f(nw);
+    for (int round = 0; round < 4; round++) {
+        if (round > 0) {
+            fill_uniform(&r, hw, nw, -1.0f, 1.0f);
+            for (int s = CPU; s <= GPU; s++) be[s]->upload(w.p[s], hw, nw * sizeof(float));
+        }
+        be[GPU]->conv_filter_cache(round < 3);
+        char what[224];
+        if (round == 0 || round == 2) {
+            for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&p, x.p[s], w.p[s], y.p[s]);
+            conv_label(what, sizeof what, "filter cache: conv_fwd", &p, 0, pr);
+            expect_close(what, &y, pr->rtol, atol_of(pr, (size_t)p.C * p.R * p.S, 1.0));
+        }
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&p, dy.p[s], w.p[s], dx.p[s], 0);
+        char label[64];
+        snprintf(label, sizeof label, "filter cache round %d: conv_bwd_data", round);
+        conv_label(what, sizeof what, label, &p, 0, pr);
+        expect_close(what, &dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S, 1.0));
+    }
+    be[GPU]->conv_filter_cache(0);
+    free(hw);
+    dual_free(&x);
+    dual_free(&w);
+    dual_free(&y);
+    dual_free(&dy);
+    dual_free(&dx);
+}
+
+static void test_conv_filter_cache(void **state) {
+    (void)state;
+    NEED_GPU();
+    assert_non_null(be[GPU]->conv_filter_cache);
+    static const int cases[] = {1, 9, 3};
+    const precision *prs[] = {&PREC_FP32, &PREC_BF16, &PREC_FP16};
+    for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++)
+        for (int k = 0; k < 3; k++) {
+            if (layout == BACKEND_LAYOUT_NCHW && prs[k] == &PREC_FP32) continue; /* nothing to keep */
+            set_layout_both(layout);
+            set_math_both(prs[k]->math);
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) filter_cache_case(cases[c], prs[k]);
+        }
+    set_math_both(BACKEND_MATH_FP32);
+    set_layout_both(BACKEND_LAYOUT_NCHW);
+}
+
 /* Fails unless backend side's n floats at dev equal want[] exactly (infinities
  * included). */
 static void expect_exact(const char *what, int side, const float *dev, const float *want, size_t n) {
@@ -1635,6 +1699,51 @@ static void test_sgd_update(void **state) {
     }
 }
 
+/* sgd_update_ranges: 150 ranges (three launches of at most 64) of varied
+ * lengths, empty ones among them, gaps between them left untouched,
+ * alternating weight decay, momentum with and without Nesterov and plain
+ * SGD: bit for bit the CPU's, which is sgd_update on each range. */
+static void test_sgd_update_ranges(void **state) {
+    (void)state;
+    NEED_GPU();
+    enum { R = 150 };
+    size_t lo[R], hi[R];
+    float wd[R];
+    size_t at = 3;
+    for (int r = 0; r < R; r++) {
+        size_t len = r % 17 == 5 ? 0 : (size_t)(1 + (r * 7919) % 4099) * (r % 3 == 0 ? 64 : 1);
+        lo[r] = at;
+        hi[r] = at + len;
+        wd[r] = r % 2 ? 0.0f : 5e-4f;
+        at = hi[r] + (size_t)(r % 4 == 1); /* some gaps */
+    }
+    const size_t total = at + 5;
+    static const struct {
+        float momentum;
+        int nesterov;
+    } cases[] = {{0.9f, 0}, {0.9f, 1}, {0.0f, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rng r;
+        rng_seed(&r, 1990 + i, 1);
+        dual param = dual_uniform(&r, total, -1.0f, 1.0f);
+        dual buf = dual_uniform(&r, total, -0.5f, 0.5f);
+        dual grad = dual_normal(&r, total, 0.0f, 1.0f);
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->sgd_update_ranges(R, lo, hi, wd, param.p[s], grad.p[s], cases[i].momentum ? buf.p[s] : NULL, 0.1f,
+                                     cases[i].momentum, cases[i].nesterov, 0.5f);
+        char what[96];
+        snprintf(what, sizeof what, "sgd_update_ranges params, momentum %g nesterov %d",
+                 (double)cases[i].momentum, cases[i].nesterov);
+        expect_close(what, &param, 0.0, 0.0);
+        snprintf(what, sizeof what, "sgd_update_ranges momentum, momentum %g nesterov %d",
+                 (double)cases[i].momentum, cases[i].nesterov);
+        expect_close(what, &buf, 0.0, 0.0);
+        dual_free(&param);
+        dual_free(&buf);
+        dual_free(&grad);
+    }
+}
+
 /* ---------------------------------------------------------------- ordering */
 
 typedef struct transfer_job {
@@ -1952,6 +2061,10 @@ static void test_resnet20_train_step_nhwc(void **state) {
 static int group_setup(void **state) {
     (void)state;
     be[CPU] = backend_cpu();
+    /* conv_filter_cache's path: test_conv_filter_cache brackets it, and so
+     * do the whole-step tests through net_forward and net_backward; the op
+     * tests open no bracket and run as without it */
+    setenv("CNT_FILTER_CACHE", "1", 1);
     be[GPU] = backend_get(BACKEND_DEVICE_CUDA);
     if (!be[GPU]) {
         print_message("test_backend_gpu: every test is skipped: %s\n", cnt_err_msg());
@@ -1992,6 +2105,7 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_nhwc_fp32_tf32, fp32_math),
         cmocka_unit_test_setup(test_conv_nhwc_bf16, fp32_math),
         cmocka_unit_test_setup(test_conv_nhwc_fp16, fp32_math),
+        cmocka_unit_test_setup(test_conv_filter_cache, fp32_math),
         cmocka_unit_test_setup(test_reduced_overflow, fp32_math),
         cmocka_unit_test_setup(test_find_nonfinite, fp32_math),
         cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),
@@ -2012,9 +2126,14 @@ int main(void) {
         cmocka_unit_test_setup(test_convert_layout, fp32_math),
         cmocka_unit_test_setup(test_softmax_xent, fp32_math),
         cmocka_unit_test_setup(test_sgd_update, fp32_math),
+        cmocka_unit_test_setup(test_sgd_update_ranges, fp32_math),
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),
     };
+    /* CNT_TEST_FILTER=NAME runs only the tests NAME matches (cmocka's
+     * pattern: * and ?), as tools/gpu_check.sh runs a mutant's one test */
+    const char *only = getenv("CNT_TEST_FILTER");
+    if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests_name("backend_gpu", tests, group_setup, NULL);
 }

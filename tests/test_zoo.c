@@ -1004,6 +1004,83 @@ static void test_conv_bwd_pair_announced(void **state) {
     net_free(nt);
 }
 
+/* ------------------------------------------------------- conv_filter_cache */
+
+/* The CPU backend with conv_filter_cache recorded: a training forward opens
+ * the bracket before its first convolution, every data-gradient pass runs
+ * inside it on weights that the bracket's forward convolved with, and the
+ * backward closes it; an evaluation forward keeps nothing (conv_filter_cache
+ * in model/backend.h: the CUDA backend reuses the forward's filter only
+ * there, so a pass outside would read a stale one). */
+static backend fc_be;
+static int fc_state = -1, fc_opens, fc_closes, fc_fwd_inside, fc_fwd_outside, fc_data_inside, fc_data_stale;
+static const float *fc_seen[256];
+static int fc_n_seen;
+
+static void fc_rec(int on) {
+    fc_state = on;
+    if (on) fc_opens++;
+    else fc_closes++;
+    fc_n_seen = 0; /* what the backend keeps is forgotten */
+}
+
+static void fc_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+    if (fc_state == 1) {
+        fc_fwd_inside++;
+        if (fc_n_seen < 256) fc_seen[fc_n_seen++] = w;
+    } else {
+        fc_fwd_outside++;
+    }
+    backend_cpu()->conv_fwd(p, x, w, y);
+}
+
+static void fc_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+    int kept = 0;
+    for (int i = 0; i < fc_n_seen; i++) kept |= fc_seen[i] == w;
+    if (fc_state == 1 && kept) fc_data_inside++;
+    else fc_data_stale++;
+    backend_cpu()->conv_bwd_data(p, dy, w, dx, accumulate);
+}
+
+static void test_filter_cache_bracket(void **state) {
+    (void)state;
+    fc_be = *backend_cpu();
+    fc_be.conv_filter_cache = fc_rec;
+    fc_be.conv_fwd = fc_fwd;
+    fc_be.conv_bwd_data = fc_data;
+    net *nt = net_create(&fc_be, 3, 32, 32, 10);
+    int out, aux;
+    assert_int_equal(zoo_build(nt, "resnet20", &opt_default, &out, &aux), CNT_OK);
+    assert_int_equal(net_finalize(nt, out, aux, 2), CNT_OK);
+    net_init_params(nt, 1);
+    int convs = 0;
+    for (int i = 0; i < nt->n_nodes; i++) convs += strcmp(nt->nodes[i].ops->kind, "conv") == 0;
+    size_t nx = 2 * 3 * 32 * 32, nl = 2 * 10;
+    float *x = fc_be.alloc(nx * sizeof(float)), *dl = fc_be.alloc(nl * sizeof(float));
+    float *h = cnt_malloc(nx * sizeof(float));
+    for (size_t i = 0; i < nx; i++) h[i] = (float)(i % 7) - 3.0f;
+    fc_be.upload(x, h, nx * sizeof(float));
+    fc_be.upload(dl, h, nl * sizeof(float));
+    for (int step = 0; step < 2; step++) {
+        net_forward(nt, x, 2, 1);
+        assert_int_equal(fc_state, 1);
+        net_backward(nt, dl, NULL);
+        assert_int_equal(fc_state, 0);
+    }
+    net_forward(nt, x, 2, 1); /* a training forward left without its backward... */
+    net_forward(nt, x, 2, 0); /* ...then an evaluation: the bracket is closed */
+    assert_int_equal(fc_state, 0);
+    assert_int_equal(fc_opens, 3);
+    assert_int_equal(fc_fwd_inside, 3 * convs);
+    assert_int_equal(fc_fwd_outside, convs);
+    assert_int_equal(fc_data_inside, 2 * (convs - 1)); /* the stem computes no input gradient */
+    assert_int_equal(fc_data_stale, 0);
+    fc_be.free(x);
+    fc_be.free(dl);
+    free(h);
+    net_free(nt);
+}
+
 /* ------------------------------------------------------------ gradient order */
 
 /* The grad hook's slices, in the order backward completes them. */
@@ -1135,6 +1212,7 @@ int main(void) {
         cmocka_unit_test(test_shared_memory_changes_nothing),
         cmocka_unit_test(test_passed_dy_sharing),
         cmocka_unit_test(test_conv_bwd_pair_announced),
+        cmocka_unit_test(test_filter_cache_bracket),
         cmocka_unit_test(test_vgg16_gradient_order),
         cmocka_unit_test(test_zoo_create),
     };
