@@ -944,6 +944,39 @@ static void test_shared_memory_changes_nothing(void **state) {
     }
 }
 
+/* A ResNet-20 for 2 images of 3x32x32 on backend be (a recording copy of
+ * the CPU's), with an input batch and logits gradient on it: how many
+ * convolutions it has is convs. */
+typedef struct recorded_net {
+    net *nt;
+    float *x, *dlogits;
+    int convs;
+} recorded_net;
+
+static recorded_net recorded_resnet20(const backend *be) {
+    recorded_net rn = {net_create(be, 3, 32, 32, 10), NULL, NULL, 0};
+    int out, aux;
+    assert_int_equal(zoo_build(rn.nt, "resnet20", &opt_default, &out, &aux), CNT_OK);
+    assert_int_equal(net_finalize(rn.nt, out, aux, 2), CNT_OK);
+    net_init_params(rn.nt, 1);
+    for (int i = 0; i < rn.nt->n_nodes; i++) rn.convs += strcmp(rn.nt->nodes[i].ops->kind, "conv") == 0;
+    size_t nx = 2 * 3 * 32 * 32, nl = 2 * 10;
+    rn.x = be->alloc(nx * sizeof(float));
+    rn.dlogits = be->alloc(nl * sizeof(float));
+    float *h = cnt_malloc(nx * sizeof(float));
+    for (size_t i = 0; i < nx; i++) h[i] = (float)(i % 7) - 3.0f;
+    be->upload(rn.x, h, nx * sizeof(float));
+    be->upload(rn.dlogits, h, nl * sizeof(float));
+    free(h);
+    return rn;
+}
+
+static void recorded_free(recorded_net *rn) {
+    rn->nt->be->free(rn->x);
+    rn->nt->be->free(rn->dlogits);
+    net_free(rn->nt);
+}
+
 /* ------------------------------------------------------------ conv_bwd_pair */
 
 /* The CPU backend with conv_bwd_pair and the two backward passes recorded:
@@ -977,31 +1010,17 @@ static void test_conv_bwd_pair_announced(void **state) {
     pair_be.conv_bwd_pair = pair_rec;
     pair_be.conv_bwd_filter = pair_filter;
     pair_be.conv_bwd_data = pair_data;
-    net *nt = net_create(&pair_be, 3, 32, 32, 10);
-    int out, aux;
-    assert_int_equal(zoo_build(nt, "resnet20", &opt_default, &out, &aux), CNT_OK);
-    assert_int_equal(net_finalize(nt, out, aux, 2), CNT_OK);
-    net_init_params(nt, 1);
-    int convs = 0;
-    for (int i = 0; i < nt->n_nodes; i++) convs += strcmp(nt->nodes[i].ops->kind, "conv") == 0;
-    size_t nx = 2 * 3 * 32 * 32, nl = 2 * 10;
-    float *x = pair_be.alloc(nx * sizeof(float)), *dl = pair_be.alloc(nl * sizeof(float));
-    float *h = cnt_malloc(nx * sizeof(float));
-    for (size_t i = 0; i < nx; i++) h[i] = (float)(i % 7) - 3.0f;
-    pair_be.upload(x, h, nx * sizeof(float));
-    pair_be.upload(dl, h, nl * sizeof(float));
-    net_forward(nt, x, 2, 1);
-    net_backward(nt, dl, NULL);
+    recorded_net rn = recorded_resnet20(&pair_be);
+    int convs = rn.convs;
+    net_forward(rn.nt, rn.x, 2, 1);
+    net_backward(rn.nt, rn.dlogits, NULL);
     print_message("resnet20: %d convolutions, %d pairs announced, %d filter and %d data passes on the announced dy\n",
                   convs, pair_calls, pair_filters, pair_datas);
     assert_int_equal(pair_calls, convs - 1); /* all but the stem */
     assert_int_equal(pair_filters, convs - 1);
     assert_int_equal(pair_datas, convs - 1);
     assert_int_equal(pair_unannounced_datas, 0);
-    pair_be.free(x);
-    pair_be.free(dl);
-    free(h);
-    net_free(nt);
+    recorded_free(&rn);
 }
 
 /* ------------------------------------------------------- conv_filter_cache */
@@ -1048,19 +1067,10 @@ static void test_filter_cache_bracket(void **state) {
     fc_be.conv_filter_cache = fc_rec;
     fc_be.conv_fwd = fc_fwd;
     fc_be.conv_bwd_data = fc_data;
-    net *nt = net_create(&fc_be, 3, 32, 32, 10);
-    int out, aux;
-    assert_int_equal(zoo_build(nt, "resnet20", &opt_default, &out, &aux), CNT_OK);
-    assert_int_equal(net_finalize(nt, out, aux, 2), CNT_OK);
-    net_init_params(nt, 1);
-    int convs = 0;
-    for (int i = 0; i < nt->n_nodes; i++) convs += strcmp(nt->nodes[i].ops->kind, "conv") == 0;
-    size_t nx = 2 * 3 * 32 * 32, nl = 2 * 10;
-    float *x = fc_be.alloc(nx * sizeof(float)), *dl = fc_be.alloc(nl * sizeof(float));
-    float *h = cnt_malloc(nx * sizeof(float));
-    for (size_t i = 0; i < nx; i++) h[i] = (float)(i % 7) - 3.0f;
-    fc_be.upload(x, h, nx * sizeof(float));
-    fc_be.upload(dl, h, nl * sizeof(float));
+    recorded_net rn = recorded_resnet20(&fc_be);
+    net *nt = rn.nt;
+    const float *x = rn.x, *dl = rn.dlogits;
+    int convs = rn.convs;
     for (int step = 0; step < 2; step++) {
         net_forward(nt, x, 2, 1);
         assert_int_equal(fc_state, 1);
@@ -1075,10 +1085,7 @@ static void test_filter_cache_bracket(void **state) {
     assert_int_equal(fc_fwd_outside, convs);
     assert_int_equal(fc_data_inside, 2 * (convs - 1)); /* the stem computes no input gradient */
     assert_int_equal(fc_data_stale, 0);
-    fc_be.free(x);
-    fc_be.free(dl);
-    free(h);
-    net_free(nt);
+    recorded_free(&rn);
 }
 
 /* ------------------------------------------------------------ gradient order */
