@@ -59,6 +59,17 @@ check "CNT_STAGE_AHEAD=0: final weights equal the staging-ahead run's" \
 out=$(CNT_STAGE_AHEAD=yes "${T[@]}" train.out_dir="$tmp/badahead" 2>&1)
 check "CNT_STAGE_AHEAD=yes: refused, naming the variable" \
     test $? -ne 0 -a -n "$(grep 'CNT_STAGE_AHEAD=yes: expected 1' <<<"$out")"
+# CNT_SGD_MULTI=1 hands the optimizer's ranges to the backend in one call:
+# the same numbers again
+CNT_SGD_MULTI=1 "${T[@]}" train.out_dir="$tmp/multi" >"$tmp/multi.log" 2>&1
+check "CNT_SGD_MULTI=1: exit 0" test $? -eq 0
+check "CNT_SGD_MULTI=1: losses and lrs equal the per-range run's" \
+    diff "$tmp/ref.steps" <(steps "$tmp/multi/metrics.jsonl")
+./trainer --export "$tmp/multi/checkpoints/ckpt-000002.cnt" "$tmp/multi.safetensors" >/dev/null 2>&1
+check "CNT_SGD_MULTI=1: final weights equal the per-range run's" cmp "$tmp/ref.safetensors" "$tmp/multi.safetensors"
+out=$(CNT_SGD_MULTI=yes "${T[@]}" train.out_dir="$tmp/badmulti" 2>&1)
+check "CNT_SGD_MULTI=yes: refused, naming the variable" \
+    test $? -ne 0 -a -n "$(grep 'CNT_SGD_MULTI=yes: expected 1' <<<"$out")"
 
 # 1. train.max_steps inside an epoch: said, saved, resumed exactly.
 out=$("${T[@]}" train.out_dir="$tmp/ms" train.max_steps=11 checkpoint.every_steps=5 2>&1)

@@ -19,6 +19,9 @@ void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
     opt->r_hi = cnt_calloc((size_t)n, sizeof *opt->r_hi);
     opt->r_wd = cnt_calloc((size_t)n, sizeof *opt->r_wd);
     const char *multi = getenv("CNT_SGD_MULTI");
+    if (multi && *multi && strcmp(multi, "0") != 0 && strcmp(multi, "1") != 0)
+        cnt_fatal("CNT_SGD_MULTI=%s: expected 1 (every parameter range of the update in one backend call) or 0 "
+                  "(the default: one call per range)", multi);
     opt->one_call = multi && strcmp(multi, "1") == 0;
 }
 

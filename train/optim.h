@@ -39,7 +39,8 @@ typedef struct optimizer {
     int one_call; /* CNT_SGD_MULTI=1: every range in one sgd_update_ranges call, else sgd_update per range */
 } optimizer;
 
-/* Allocates the momentum buffer for nt. Never fails. */
+/* Allocates the momentum buffer for nt. Exits with a message when
+ * CNT_SGD_MULTI is set to anything but 0 or 1; never fails otherwise. */
 void optim_init(optimizer *opt, const net *nt, const optim_opts *o);
 /* One update of every parameter from nt->grads, which are multiplied by
  * grad_scale first (1/world_size when gradients were summed over ranks). */
