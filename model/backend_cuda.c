@@ -552,8 +552,7 @@ static const void *fcache_make(const conv_params *p, const float *w) {
     if (!e) {
         if (g.fc_n == g.fc_cap) {
             g.fc_cap = g.fc_cap ? 2 * g.fc_cap : 64;
-            g.fc = realloc(g.fc, (size_t)g.fc_cap * sizeof *g.fc);
-            CHECK_ERRNO(g.fc != NULL, "realloc");
+            g.fc = cnt_realloc(g.fc, (size_t)g.fc_cap * sizeof *g.fc);
         }
         e = &g.fc[g.fc_n++];
         memset(e, 0, sizeof *e);
@@ -1262,13 +1261,9 @@ const backend *backend_cuda(int local_rank) {
         return NULL;
     }
     g.bn_persistent = !(bn && strcmp(bn, "spatial") == 0);
-    const char *fc = getenv("CNT_FILTER_CACHE");
-    if (fc && *fc && strcmp(fc, "0") != 0 && strcmp(fc, "1") != 0) {
-        cnt_err_set("CNT_FILTER_CACHE=%s: expected 1 (keep each convolution's filter from the forward for the "
-                    "backward) or 0 (the default: make it again)", fc);
-        return NULL;
-    }
-    g.fc_enabled = fc && strcmp(fc, "1") == 0;
+    g.fc_enabled = cnt_env_flag("CNT_FILTER_CACHE", 0, "keep each convolution's filter from the forward for the "
+                                "backward", "make it again");
+    if (g.fc_enabled < 0) return NULL;
     int n = device_count();
     if (n < 0) return NULL;
     g.device = (local_rank < 0 ? 0 : local_rank) % n;

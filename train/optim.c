@@ -18,11 +18,9 @@ void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
     opt->r_lo = cnt_calloc((size_t)n, sizeof *opt->r_lo);
     opt->r_hi = cnt_calloc((size_t)n, sizeof *opt->r_hi);
     opt->r_wd = cnt_calloc((size_t)n, sizeof *opt->r_wd);
-    const char *multi = getenv("CNT_SGD_MULTI");
-    if (multi && *multi && strcmp(multi, "0") != 0 && strcmp(multi, "1") != 0)
-        cnt_fatal("CNT_SGD_MULTI=%s: expected 1 (every parameter range of the update in one backend call) or 0 "
-                  "(the default: one call per range)", multi);
-    opt->one_call = multi && strcmp(multi, "1") == 0;
+    opt->one_call = cnt_env_flag("CNT_SGD_MULTI", 0, "every parameter range of the update in one backend call",
+                                 "one call per range");
+    if (opt->one_call < 0) cnt_fatal("%s", cnt_err_msg());
 }
 
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
@@ -76,9 +74,13 @@ void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_
     }
 }
 
-void optim_free(optimizer *opt) {
+void optim_drop_momentum(optimizer *opt) {
     if (opt->be) opt->be->free(opt->momentum_buf);
     opt->momentum_buf = NULL;
+}
+
+void optim_free(optimizer *opt) {
+    optim_drop_momentum(opt);
     free(opt->r_lo);
     free(opt->r_hi);
     free(opt->r_wd);

@@ -49,6 +49,9 @@ void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
  * parameter server's shard): each value gets exactly what optim_step gives
  * it, since the update is elementwise. */
 void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end);
+/* Frees the momentum buffer only (momentum_buf NULL): for parameter-server
+ * workers, whose servers keep the momentum and which never step. */
+void optim_drop_momentum(optimizer *opt);
 void optim_free(optimizer *opt);
 /* The update of [begin, end) as ranges of the flat buffers, each with its
  * weight decay (0 on batch-norm and bias parameters unless

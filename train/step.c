@@ -54,7 +54,7 @@ void stepper_set_ps(stepper *s, ps *p) {
     s->ps = p;
     /* the servers update and keep the momentum: a worker's would only take
      * device memory (a model's worth) */
-    optim_free(&s->opt);
+    optim_drop_momentum(&s->opt);
 }
 
 /* Ends a phase: waits for the device when asked to (so the time is the

@@ -972,11 +972,10 @@ typedef struct thread_report {
 /* The environment variable CNT_STAGE_AHEAD=0 turns the prefetch off, for
  * measuring what it gains; anything else but 1 is an error. */
 static int prefetch_on(void) {
-    const char *v = getenv("CNT_STAGE_AHEAD");
-    if (!v || !*v || strcmp(v, "1") == 0) return 1;
-    if (strcmp(v, "0") == 0) return 0;
-    cnt_fatal("CNT_STAGE_AHEAD=%s: expected 1 (the default: each step stages the next batch while its backward "
-              "runs) or 0 (the batch is staged at the start of its own step)", v);
+    int on = cnt_env_flag("CNT_STAGE_AHEAD", 1, "each step stages the next batch while its backward runs",
+                          "the batch is staged at the start of its own step");
+    if (on < 0) cnt_fatal("%s", cnt_err_msg());
+    return on;
 }
 
 /* The stepper's prefetch (stepper_set_prefetch), called inside step
