@@ -12,7 +12,7 @@
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
 #        BENCH_STEPS (default 20), GPU_AB (1: the stage-ahead A/B and the
 #        A/B of the switches still off by default, before the bench, each when
-#        150 s are left; 0: not)
+#        150 s are left; switches: only the latter; 0: neither)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
@@ -27,6 +27,7 @@ out=${OUT:-gpu-check}
 mkdir -p "$out"
 exec > >(tee "$out/gpu_check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
+case "${GPU_AB:-1}" in 0 | 1 | switches) ;; *) echo "gpu_check: GPU_AB=${GPU_AB} is not 0, 1 or switches"; exit 2 ;; esac
 t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 # shellcheck source=tools/device_env.sh
@@ -117,7 +118,7 @@ fi
 # and CNT_SGD_MULTI=1 (the SGD update in one launch per 64 ranges), against
 # neither, on ResNet-50 batch 64 NHWC (--bench: img/s, and its synchronised
 # pass's update ms); alternating, two rounds.
-if [ "${GPU_AB:-1}" = 1 ] && [ $# -eq 0 ] && [ $((budget - (SECONDS - t0))) -ge 150 ]; then
+if [ "${GPU_AB:-1}" != 0 ] && [ $# -eq 0 ] && [ $((budget - (SECONDS - t0))) -ge 150 ]; then
     echo "=== switches A/B: ./trainer --bench resnet50 3x224x224 64 30 device=cuda layout=nhwc classes=1000"
     for round in 1 2; do
         for v in "tf32 0 0" "tf32 1 0" "tf32 0 1" "bf16 0 0" "bf16 1 0"; do
