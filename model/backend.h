@@ -112,10 +112,16 @@ typedef struct backend {
      * copy in bf16/fp16), conv_fwd inside the bracket keeps that form per
      * weight pointer and conv_bwd_data of the same w reuses it instead of
      * making it again. Either call forgets everything kept. The CUDA backend
-     * does this only with the environment variable CNT_FILTER_CACHE=1 (a
-     * second copy of the convolution weights in device memory; off by default
-     * until measured: docs/benchmarks.md). */
+     * does this unless the environment variable CNT_FILTER_CACHE=0 turns it
+     * off (it costs a second copy of the convolution weights in device
+     * memory; measured on an H200 at up to 4% of a ResNet-50/101 step:
+     * docs/benchmarks.md). */
     void (*conv_filter_cache)(int on);
+    /* Optional (NULL: 0): the device bytes conv_filter_cache keeps for the
+     * filter of a convolution of shape p in the current math mode and layout
+     * (0 where it keeps nothing), so the memory estimate
+     * (net_memory_estimate) can count them. */
+    size_t (*conv_filter_kept)(const conv_params *p);
 
     /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers) ---- */
     void (*bias_fwd)(int N, int C, int HW, const float *b, float *y);       /* y += b[c] */

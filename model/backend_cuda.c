@@ -119,7 +119,7 @@ static struct {
     const float *pair_dy;
     size_t pair_n;
     int pair_math, pair_ready;
-    /* conv_filter_cache: enabled by CNT_FILTER_CACHE=1, on inside a bracket;
+    /* conv_filter_cache: enabled unless CNT_FILTER_CACHE=0, on inside a bracket;
      * the filters kept, one per weight pointer (fcache_*) */
     int fc_enabled, fc_on;
     struct fcache_entry *fc;
@@ -541,6 +541,12 @@ static void cuda_conv_filter_cache(int on) {
     for (int i = 0; i < g.fc_n; i++) g.fc[i].valid = 0;
 }
 
+/* conv_filter_kept (backend.h): what fcache_make keeps for a filter of p. */
+static size_t cuda_conv_filter_kept(const conv_params *p) {
+    if (!g.fc_enabled || !filter_reshaped()) return 0;
+    return conv_w_count(p) * (math_reduced() ? 2 : 4);
+}
+
 /* The filter cuDNN reads for p and w, kept: inside a bracket and where the
  * form differs from w, made into w's entry (created or regrown) and returned;
  * NULL otherwise (the caller makes it as usual). */
@@ -558,7 +564,7 @@ static const void *fcache_make(const conv_params *p, const float *w) {
         memset(e, 0, sizeof *e);
         e->w = w;
     }
-    size_t n = conv_w_count(p), bytes = n * (math_reduced() ? 2 : 4);
+    size_t n = conv_w_count(p), bytes = cuda_conv_filter_kept(p);
     if (bytes > e->cap) {
         cuda_free(e->copy); /* waits for queued ops that may still use it */
         e->copy = cuda_alloc(bytes);
@@ -1167,6 +1173,7 @@ static const backend cuda_backend = {
     .conv_fwd = cuda_conv_fwd,
     .conv_bwd_pair = cuda_conv_bwd_pair,
     .conv_filter_cache = cuda_conv_filter_cache,
+    .conv_filter_kept = cuda_conv_filter_kept,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_filter = cuda_conv_bwd_filter,
     .bias_fwd = cuda_bias_fwd,
@@ -1261,7 +1268,7 @@ const backend *backend_cuda(int local_rank) {
         return NULL;
     }
     g.bn_persistent = !(bn && strcmp(bn, "spatial") == 0);
-    g.fc_enabled = cnt_env_flag("CNT_FILTER_CACHE", 0, "keep each convolution's filter from the forward for the "
+    g.fc_enabled = cnt_env_flag("CNT_FILTER_CACHE", 1, "keep each convolution's filter from the forward for the "
                                 "backward", "make it again");
     if (g.fc_enabled < 0) return NULL;
     int n = device_count();

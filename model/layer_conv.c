@@ -56,11 +56,13 @@ static void conv_describe(const node *nd, char *buf, size_t len) {
                  s->p.pad_w, s->bias ? " +b" : "");
 }
 
-/* Nothing of its own; the backend's scratch for this shape at max_batch. */
-static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+/* Nothing of its own; the backend's scratch for this shape at max_batch and
+ * the filter form it keeps for the backward. */
+static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
     conv_params p = ((const conv_state *)nd->state)->p;
     p.N = max_batch;
     *workspace = nt->be->conv_workspace(&p);
+    *kept = nt->be->conv_filter_kept ? nt->be->conv_filter_kept(&p) : 0;
     return 0;
 }
 
@@ -175,7 +177,8 @@ static void linear_free(net *nt, node *nd) {
 }
 
 /* linear_setup's copies; the backend's scratch for the largest of the three GEMMs. */
-static size_t linear_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+static size_t linear_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
+    (void)kept; /* nothing kept */
     const linear_state *s = nd->state;
     const backend *be = nt->be;
     int in = s->in_features, out = s->out_features;

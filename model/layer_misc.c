@@ -172,7 +172,8 @@ static void dropout_free(net *nt, node *nd) {
     nt->be->free(s->mask_nchw);
 }
 
-static size_t dropout_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+static size_t dropout_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
+    (void)kept; /* nothing kept */
     *workspace = 0;
     size_t bytes = (size_t)max_batch * nd->C * nd->H * nd->W * sizeof(float); /* dropout_setup's */
     return nt->layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1 ? 2 * bytes : bytes;
@@ -247,7 +248,8 @@ static void shortcut_free(net *nt, node *nd) {
     nt->be->free(s->tmp_grad);
 }
 
-static size_t shortcut_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+static size_t shortcut_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
+    (void)kept; /* nothing kept */
     (void)nt;
     const shortcut_state *s = nd->state;
     *workspace = 0;

@@ -67,7 +67,8 @@ static void bn_free(net *nt, node *nd) {
     nt->be->free(s->save_invstd);
 }
 
-static size_t bn_memory(const net *nt, const node *nd, int max_batch, size_t *workspace) {
+static size_t bn_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
+    (void)kept; /* nothing kept */
     (void)nt;
     (void)max_batch;
     *workspace = 0;

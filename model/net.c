@@ -502,11 +502,12 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     m->activations += (pool ? pool : 1) * f; /* outputs and gradients, sharing memory */
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
-        size_t ws = 0;
-        if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws);
+        size_t ws = 0, kept = 0;
+        if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws, &kept);
         if (ws > m->workspace) m->workspace = ws;
+        m->kept += kept;
     }
-    m->total = m->params + m->grads + m->buffers + m->activations + m->workspace;
+    m->total = m->params + m->grads + m->buffers + m->activations + m->workspace + m->kept;
 }
 
 static float sample_init(rng *r, const param_info *pi) {

@@ -102,10 +102,12 @@ typedef struct layer_ops {
     void (*setup)(net *nt, node *nd);                   /* allocates batch-sized scratch at net_finalize; may be NULL */
     void (*free_state)(net *nt, node *nd);              /* frees nd->state and its device memory; may be NULL */
     /* Device bytes the node holds for batches of max_batch besides its y and
-     * dy: what setup allocates (returned), and into *workspace the backend
+     * dy: what setup allocates (returned), into *workspace the backend
      * scratch its passes keep (conv_workspace, gemm_workspace in
-     * model/backend.h). Allocates nothing; may be NULL (nothing). */
-    size_t (*memory)(const net *nt, const node *nd, int max_batch, size_t *workspace);
+     * model/backend.h), and into *kept what the backend keeps of its weights
+     * between a step's forward and backward (conv_filter_kept). Allocates
+     * nothing; may be NULL (nothing). */
+    size_t (*memory)(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept);
 } layer_ops;
 
 struct node {
@@ -245,6 +247,8 @@ typedef struct net_memory {
                          * input's gradient (and its NHWC copy), the layers' own batch-sized buffers (dropout
                          * masks, the option-A shortcut's subsample, NHWC flatten copies) */
     size_t workspace;   /* the backend's scratch for the most demanding layer (shared by all layers) */
+    size_t kept;        /* the forms of the convolution filters the backend keeps for the backward
+                         * (conv_filter_cache; one per convolution, whatever the batch) */
     size_t total;       /* the sum of the above */
 } net_memory;
 

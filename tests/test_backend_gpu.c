@@ -712,7 +712,7 @@ static void test_conv_nhwc_fp16(void **state) {
     conv_nhwc_reduced(&PREC_FP16);
 }
 
-/* conv_filter_cache (model/backend.h; group_setup sets CNT_FILTER_CACHE=1):
+/* conv_filter_cache (model/backend.h; on by default, and group_setup sets CNT_FILTER_CACHE=1):
  * on the same weight pointer, with new values each round,
  * 0. bracket opened, forward, data pass: the data pass reuses the forward's
  *    filter;
@@ -2061,9 +2061,11 @@ static void test_resnet20_train_step_nhwc(void **state) {
 static int group_setup(void **state) {
     (void)state;
     be[CPU] = backend_cpu();
-    /* conv_filter_cache's path: test_conv_filter_cache brackets it, and so
-     * do the whole-step tests through net_forward and net_backward; the op
-     * tests open no bracket and run as without it */
+    /* conv_filter_cache's path (on by default; set here so that
+     * CNT_FILTER_CACHE=0 in the environment cannot hide it):
+     * test_conv_filter_cache brackets it, and so do the whole-step tests
+     * through net_forward and net_backward; the op tests open no bracket
+     * and run as without it */
     setenv("CNT_FILTER_CACHE", "1", 1);
     be[GPU] = backend_get(BACKEND_DEVICE_CUDA);
     if (!be[GPU]) {

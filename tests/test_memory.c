@@ -101,6 +101,36 @@ static void test_net_estimate_scales_with_batch(void **state) {
     net_free(nt);
 }
 
+/* The forms of the convolution filters a backend keeps between a step's
+ * forward and backward (conv_filter_cache, model/backend.h) are counted
+ * apart, in the total, once per convolution and independent of the batch:
+ * here a CPU backend that says it keeps 2 bytes a filter value, on
+ * ResNet-20, whose 19 convolutions hold 267,696 filter values (3*16*9 for
+ * the stem; 6 of 16*16*9; 32*16*9 and 5 of 32*32*9; 64*32*9 and 5 of
+ * 64*64*9; its option-A shortcuts have no convolution). */
+static size_t kept_16bit(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S * 2; }
+
+static void test_net_estimate_counts_kept_filters(void **state) {
+    (void)state;
+    backend kb = *backend_cpu();
+    kb.conv_filter_kept = kept_16bit;
+    zoo_options zo = {0, 1, -1.0f};
+    int out, aux;
+    net *plain = net_create(backend_cpu(), 3, 32, 32, 10), *keeping = net_create(&kb, 3, 32, 32, 10);
+    assert_int_equal(zoo_build(plain, "resnet20", &zo, &out, &aux), CNT_OK);
+    assert_int_equal(zoo_build(keeping, "resnet20", &zo, &out, &aux), CNT_OK);
+    net_memory m0, m1, m2;
+    net_memory_estimate(plain, 64, &m0);
+    net_memory_estimate(keeping, 64, &m1);
+    net_memory_estimate(keeping, 128, &m2);
+    assert_int_equal(m0.kept, 0); /* the CPU backend keeps nothing */
+    assert_int_equal(m1.kept, 2 * 267696);
+    assert_int_equal(m2.kept, m1.kept);
+    assert_int_equal(m1.total, m0.total + m1.kept);
+    net_free(plain);
+    net_free(keeping);
+}
+
 /* The estimate of a run of cfg, as run_setup computes it. */
 static int estimate(const config *cfg, run_memory *m) {
     input_data d;
@@ -202,6 +232,14 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     assert_non_null(strstr(msg, "activations"));
     assert_non_null(strstr(msg, "lower train.batch_size"));
     assert_non_null(strstr(msg, "train.memory_check = false"));
+    assert_null(strstr(msg, "kept filters")); /* the CPU backend keeps none */
+
+    /* a backend that keeps filters (a GPU's, with the CPU's memory) names them */
+    backend kb = *backend_cpu();
+    kb.conv_filter_kept = kept_16bit;
+    assert_int_equal(memory_check(&cfg, &kb, &d, &lo, &eo, 0), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "of GPU memory per rank"));
+    assert_non_null(strstr(cnt_err_msg(), ", kept filters 0.04,"));
 
     set(&cfg, "train.memory_check=false");
     assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_OK);
@@ -278,6 +316,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_estimate_matches_peak_rss),
         cmocka_unit_test(test_net_estimate_scales_with_batch),
+        cmocka_unit_test(test_net_estimate_counts_kept_filters),
         cmocka_unit_test(test_check_refuses_what_cannot_fit),
         cmocka_unit_test(test_hostmem_ulimit),
         cmocka_unit_test(test_ps_workers_keep_no_momentum),

@@ -11,7 +11,7 @@
 #        in what the tests left), GPU_BENCH ("MODELS|BATCHES|PRECISIONS|LAYOUTS",
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
 #        BENCH_STEPS (default 20), GPU_AB (1: the stage-ahead A/B and the
-#        A/B of the switches still off by default, before the bench, each when
+#        A/B of the filter-cache and SGD switches, before the bench, each when
 #        150 s are left; switches: only the latter; 0: neither)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
@@ -113,11 +113,11 @@ if [ "${GPU_AB:-1}" = 1 ] && [ $# -eq 0 ] && [ $((budget - (SECONDS - t0))) -ge 
     done
 fi
 
-# The two switches still off by default until measured here (docs/benchmarks.md):
-# CNT_FILTER_CACHE=1 (the forward's filter kept for the data-gradient pass)
-# and CNT_SGD_MULTI=1 (the SGD update in one launch per 64 ranges), against
-# neither, on ResNet-50 batch 64 NHWC (--bench: img/s, and its synchronised
-# pass's update ms); alternating, two rounds.
+# The A/B that set two defaults (docs/benchmarks.md), for re-measuring them on
+# another card: CNT_FILTER_CACHE (the forward's filter kept for the
+# data-gradient pass; on by default) and CNT_SGD_MULTI=1 (the SGD update in
+# one launch per 64 ranges; off), on ResNet-50 batch 64 NHWC (--bench: img/s,
+# and the forward, backward and update ms); alternating, two rounds.
 if [ "${GPU_AB:-1}" != 0 ] && [ $# -eq 0 ] && [ $((budget - (SECONDS - t0))) -ge 150 ]; then
     echo "=== switches A/B: ./trainer --bench resnet50 3x224x224 64 30 device=cuda layout=nhwc classes=1000"
     for round in 1 2; do

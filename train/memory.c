@@ -147,6 +147,7 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
         add_part(parts, sizeof parts, device_momentum(cfg, m) ? "parameters+gradients+momentum" : "parameters+gradients",
                  n->params + n->grads + n->buffers + device_momentum(cfg, m));
         add_part(parts, sizeof parts, "backend workspace", n->workspace);
+        if (n->kept) add_part(parts, sizeof parts, "kept filters", n->kept);
         add_part(parts, sizeof parts, "stager and logits", m->step);
     }
     if (p->kind != POOL_DEVICE) {

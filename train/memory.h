@@ -8,7 +8,7 @@
  * layer shapes (net_memory_estimate on a net built but not finalized) and
  * the configuration: the net at the largest batch (parameters, gradients,
  * batch-norm statistics, every node's output and gradient, the backend's
- * scratch), the optimizer's momentum, the stepper's device buffers, the
+ * scratch and the forms of the filters it keeps for the backward), the optimizer's momentum, the stepper's device buffers, the
  * loaders' rings of prefetched batches, and host copies (pinned stager slots
  * on a GPU, the reducer's staging buffer, parameter copies for the ranks'
  * comparison and for checkpoints, evaluation logits). Not counted: the
