@@ -37,6 +37,8 @@
 #endif
 
 static int dist_initialised = 0; /* dist_init succeeded and MPI is up */
+static int g_set_tcp_links = 0;  /* dist_init set OMPI_MCA_btl_tcp_links */
+static int g_tcp_links = -1;     /* what Open MPI took (dist_tcp_links) */
 static int dist_finalised = 0;   /* dist_finalize already ran */
 static int g_rank = 0;       /* in the job (MPI_COMM_WORLD) */
 static int g_world = 1;
@@ -95,8 +97,17 @@ static void abort_job(int code) {
 
 static void dist_abort_hook(int code) { abort_job(code); }
 
+/* Open MPI reads OMPI_MCA_* from the environment in MPI_Init; why 2:
+ * dist_init in dist/dist.h. */
+#define TCP_LINKS_VAR "OMPI_MCA_btl_tcp_links"
+static int read_tcp_links(void);
+
 int dist_init(int *argc, char ***argv) {
     if (dist_initialised) return CNT_OK;
+    if (!getenv(TCP_LINKS_VAR)) {
+        if (setenv(TCP_LINKS_VAR, "2", 0) != 0) return cnt_err_set("setenv %s: out of memory", TCP_LINKS_VAR);
+        g_set_tcp_links = 1;
+    }
     int provided = MPI_THREAD_SINGLE;
     int err = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (err != MPI_SUCCESS) dist_mpi_fail_at(__FILE__, __LINE__, "MPI_Init_thread", err);
@@ -118,6 +129,7 @@ int dist_init(int *argc, char ***argv) {
     DIST_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_world));
     g_group_rank = g_rank;
     g_group_world = g_world;
+    g_tcp_links = read_tcp_links();
     cnt_log_set_rank(g_rank, g_world);
     dist_initialised = 1;
     cnt_set_abort_hook(dist_abort_hook);
@@ -130,6 +142,34 @@ int dist_init(int *argc, char ***argv) {
     DIST_MPI_CHECK(MPI_Comm_size(local, &g_local_world));
     DIST_MPI_CHECK(MPI_Comm_free(&local));
     return CNT_OK;
+}
+
+/* Open MPI's btl_tcp_links as the library took it, through MPI_T; -1 where
+ * it has none. Read once, in dist_init: before any other thread calls MPI. */
+static int read_tcp_links(void) {
+    int provided, idx, count, links = -1;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return -1;
+    MPI_T_cvar_handle h;
+    MPI_Datatype type;
+    MPI_T_enum enumtype;
+    char name[64], desc[8];
+    int name_len = sizeof name, desc_len = sizeof desc, verbosity, bind, scope;
+    if (MPI_T_cvar_get_index("btl_tcp_links", &idx) == MPI_SUCCESS &&
+        MPI_T_cvar_get_info(idx, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind, &scope) ==
+            MPI_SUCCESS &&
+        (type == MPI_UNSIGNED || type == MPI_INT) &&
+        MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) == MPI_SUCCESS) {
+        unsigned int v = 0; /* MPI_INT and MPI_UNSIGNED have one size */
+        if (count == 1 && MPI_T_cvar_read(h, &v) == MPI_SUCCESS) links = (int)v;
+        MPI_T_cvar_handle_free(&h);
+    }
+    MPI_T_finalize();
+    return links;
+}
+
+int dist_tcp_links(int *chosen) {
+    if (chosen) *chosen = g_set_tcp_links;
+    return g_tcp_links;
 }
 
 void dist_finalize(void) {
@@ -358,6 +398,11 @@ int dist_init(int *argc, char ***argv) {
     dist_initialised = 1;
     cnt_log_set_rank(0, 1);
     return CNT_OK;
+}
+
+int dist_tcp_links(int *chosen) {
+    if (chosen) *chosen = 0;
+    return -1;
 }
 
 void dist_finalize(void) {

@@ -43,8 +43,19 @@ typedef enum dist_algo {
  * thread at a time may call MPI: the training thread, or the communication
  * thread while the training thread does not); fails with a clear message if
  * the library grants less. Sets the log prefix ("[rank r]") and the abort hook.
+ * Before MPI starts, asks Open MPI's TCP transport for two connections per
+ * pair of ranks (OMPI_MCA_btl_tcp_links=2) unless that variable is already
+ * set: over one connection it moves one direction at a time, so two ranks
+ * exchanging data (every allreduce at 2 ranks) got half the link's rate
+ * each way (docs/multi-node.md). Other MPI libraries ignore the variable.
  * Returns CNT_OK, or CNT_ERR with a message. */
 int dist_init(int *argc, char ***argv);
+/* Open MPI's TCP connections per pair of ranks as the library took it
+ * (its btl_tcp_links control variable, read through MPI_T by dist_init,
+ * before any other thread calls MPI), and in *chosen 1 when dist_init set
+ * it, 0 when the environment did (chosen may be NULL). -1 where it cannot
+ * be read: another MPI library, no TCP transport, or built without MPI. */
+int dist_tcp_links(int *chosen);
 /* Finalises MPI (after a barrier). Safe to call when dist_init was not. */
 void dist_finalize(void);
 

@@ -26,6 +26,10 @@
  *   --expect-world N    fail unless the job has N ranks (a broken dist_init
  *                       reporting a world of one would otherwise pass);
  *   --single-node       also require local_world == world;
+ *   --expect-tcp-links N C
+ *                       require Open MPI's TCP transport to use N connections
+ *                       per pair of ranks (dist_tcp_links), set by dist_init
+ *                       (C = 1) or by the environment (C = 0);
  *   --die-on-rank R     rank R calls cnt_fatal() while the others wait in a
  *                       barrier: the whole job must end (abort hook), non-zero.
  *   --bench             no checks: time, per bucket, the allreduce alone and
@@ -240,6 +244,12 @@ static void test_broadcast(size_t bytes) {
     free(buf);
 }
 
+static void test_tcp_links(int links, int chosen) {
+    int c = -1, got = dist_tcp_links(&c);
+    tu_mpi_check(got == links && c == chosen, "Open MPI's btl_tcp_links: %d, set by %s (got %d, set by %s)", links,
+                 chosen ? "dist_init" : "the environment", got, c ? "dist_init" : "the environment");
+}
+
 static void test_misc(int expect_world, int single_node) {
     uint64_t *all = cnt_malloc((size_t)world_ * sizeof(uint64_t));
     dist_allgather_u64(((uint64_t)rank_ << 40) + 1000u * (uint64_t)rank_ + 7u, all);
@@ -271,12 +281,16 @@ int main(int argc, char **argv) {
     }
     rank_ = dist_rank();
     world_ = dist_world();
-    int expect_world = 0, single_node = 0, die_on = -1, do_bench = 0;
+    int expect_world = 0, single_node = 0, die_on = -1, do_bench = 0, links = 0, links_chosen = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-world") && i + 1 < argc)
             expect_world = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--single-node"))
             single_node = 1;
+        else if (!strcmp(argv[i], "--expect-tcp-links") && i + 2 < argc) {
+            links = atoi(argv[++i]);
+            links_chosen = atoi(argv[++i]);
+        }
         else if (!strcmp(argv[i], "--bench"))
             do_bench = 1;
         else if (!strcmp(argv[i], "--die-on-rank") && i + 1 < argc)
@@ -300,6 +314,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     test_misc(expect_world, single_node);
+    if (links > 0) test_tcp_links(links, links_chosen);
     size_t sizes[] = {1, 3, 7, (size_t)(world_ > 1 ? world_ - 1 : 2), (size_t)world_ + 1, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         test_ring(sizes[i], 0);

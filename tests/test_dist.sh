@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_dist.sh - dist/ under a real mpirun: build/tests/mpi_ring with 2, 3
 # and 4 ranks on this machine (ring allreduce bitwise against MPI_Allreduce and
-# the analytic sum, broadcast, allgather, f64 allreduce, local rank; fp16 ring
+# the analytic sum, broadcast, allgather, f64 allreduce, local rank, Open
+# MPI's TCP connections per pair (dist_init's choice, or the user's); fp16 ring
 # and MPI allreduces against each other and the fp32 sum; the stall watchdog's
 # arrival barrier), and a
 # fatal error on one rank ending the whole job (the MPI_Abort hook) instead of
@@ -20,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 # How many "ok" lines tests/mpi_ring.c prints with --expect-world and
 # --single-node; update with it, so a check that silently stops running fails.
-NCHECKS=81
+NCHECKS=82
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # mpi NP SECONDS ARGS...: sets $rc, $secs; stdout in $tmp/out, stderr in $tmp/err.
 # --oversubscribe: more ranks than the machine's cores; root in containers.
@@ -37,7 +38,7 @@ mpi() {
 }
 
 for np in 2 3 4; do
-    mpi "$np" 60 --expect-world "$np" --single-node
+    mpi "$np" 60 --expect-world "$np" --single-node --expect-tcp-links 2 1
     grep -E '^(ok|FAIL) ' "$tmp/out" | grep -v '^ok ' | sed 's/^/    /'
     nok=$(grep -c '^ok ' "$tmp/out")
     check "mpi_ring -np $np: exit 0 ($nok checks ok, ${secs}s)" test "$rc" -eq 0
@@ -46,6 +47,13 @@ for np in 2 3 4; do
     check "mpi_ring -np $np: summary line" grep -q "^mpi_ring: world $np, all checks passed" "$tmp/out"
     if [ "$rc" -ne 0 ]; then tail -n 20 "$tmp/err" | sed 's/^/    stderr: /'; fi
 done
+
+# dist_init asks Open MPI for two TCP connections per pair (above) unless the
+# user chose: then the user's value stands.
+OMPI_MCA_btl_tcp_links=3 mpi 2 60 --expect-world 2 --expect-tcp-links 3 0
+check "mpi_ring -np 2, OMPI_MCA_btl_tcp_links=3: the user's value stands" \
+    grep -q "^ok  *Open MPI's btl_tcp_links: 3, set by the environment" "$tmp/out"
+check "mpi_ring -np 2, OMPI_MCA_btl_tcp_links=3: exit 0" test "$rc" -eq 0
 
 # A fatal error on rank 1 while rank 0 (and 2) wait in a barrier: the abort hook
 # must end the job, non-zero, long before the timeout.

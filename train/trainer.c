@@ -756,7 +756,19 @@ static void log_plan(const run *r) {
 }
 
 /* How gradients travel: one line. */
+/* Across nodes, how many TCP connections Open MPI keeps per pair of ranks,
+ * and who chose it (dist_init in dist/dist.h says why cnntrain asks for 2). */
+static void log_tcp_links(void) {
+    int chosen = 0, links = dist_tcp_links(&chosen);
+    if (dist_job_world() <= dist_local_world() || links < 0) return;
+    log_info("dist: Open MPI's TCP transport uses %d connection%s per pair of ranks (btl_tcp_links, set by %s)",
+             links, links == 1 ? "" : "s",
+             chosen ? "cnntrain: one connection moves one direction at a time; OMPI_MCA_btl_tcp_links=N overrides"
+                    : "the environment");
+}
+
 static void log_dist(const run *r) {
+    log_tcp_links();
     const config *cfg = r->cfg;
     int world = r->world;
     double base_lr = r->sched.base_lr;
