@@ -29,6 +29,7 @@ check "bench_ps.sh: the table's rows, numbers and ratios" python3 - "$tmp/table.
 import sys
 lines = open(sys.argv[1]).read().splitlines()
 assert lines[0].startswith("CPU: ") and "emulated compute" in lines[0], lines[0]
+assert "predicted: build/tools/simulate --bw RATE x 0.89 --latency 0" in lines[0], lines[0]
 rows = [[c.strip() for c in l.strip("|").split("|")] for l in lines if l.startswith("| 1gbit")]
 assert len(rows) == 8, rows
 by = {(int(r[1]), r[2]): r for r in rows}

@@ -21,7 +21,11 @@
 # so they include the start-up broadcast and the final evaluation (a few
 # percent at 40 steps). Beside each synchronous row, build/tools/simulate's
 # prediction from a profile taken here at the same batch, retargeted to the
-# measured single-host speed (--images-per-s of one unshaped worker).
+# measured single-host speed (--images-per-s of one unshaped worker), over
+# the network model that tools/validate_cluster.py fitted on this cluster's
+# links (docs/scaling.md): --bw the rate times eta (--eta, default 0.89: the
+# share of tc's rate the links deliver) and --latency alpha (--alpha-us,
+# default 0 us per message).
 #
 # --emulate: every worker's compute is that profile's times, slept
 # (train.emulate_compute, on synthetic images of Fashion-MNIST's shape)
@@ -53,21 +57,27 @@ out=""
 curves=""
 epochs=15
 workers=""
+eta=0.89
+alpha_us=0
 while [ $# -gt 0 ]; do
     case $1 in
     --curves) curves=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
+    --eta) eta=$2; shift 2 ;;
+    --alpha-us) alpha_us=$2; shift 2 ;;
     --emulate) emulate=1; shift ;;
     --rates) rates=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: tools/bench_ps.sh [--rates \"R1 R2\"] [--workers \"W1 W2\"] [--emulate] [--steps S] [--rounds R] [--out FILE]" >&2
+    *) echo "usage: tools/bench_ps.sh [--rates \"R1 R2\"] [--workers \"W1 W2\"] [--emulate] [--steps S] [--rounds R] [--eta E] [--alpha-us A] [--out FILE]" >&2
        echo "       tools/bench_ps.sh --curves DIR [--rates RATE] [--epochs E] [--workers W]" >&2; exit 2 ;;
     esac
 done
 workers=${workers:-2}
+python3 -c 'import sys; e, a = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (0 < e <= 1 and a >= 0))' \
+    "$eta" "$alpha_us" 2>/dev/null || { echo "tools/bench_ps.sh: --eta takes a share in (0, 1], --alpha-us microseconds >= 0; got '$eta', '$alpha_us'" >&2; exit 2; }
 [ -n "$curves" ] && [[ $workers == *" "* ]] && { echo "tools/bench_ps.sh: --curves takes one number of workers" >&2; exit 2; }
 maxw=0
 for w in $workers; do
@@ -174,16 +184,18 @@ PY
     done
 done
 
-python3 - "$tmp/rows" "$tmp/p.json" "$one" "$steps" "$rounds" "$emulate" <<'PY' | tee ${out:+"$out"}
+python3 - "$tmp/rows" "$tmp/p.json" "$one" "$steps" "$rounds" "$emulate" "$eta" "$alpha_us" <<'PY' | tee ${out:+"$out"}
 import collections, json, statistics, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 profile, one, steps, rounds = sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 emulate = sys.argv[6] == "1"
+eta, alpha_us = float(sys.argv[7]), float(sys.argv[8])
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 compute = ("emulated compute (the profile's times, slept; synthetic 1x28x28 images)" if emulate
            else "real compute, 1 thread per rank")
 print(f"CPU: {cpu}; ResNet-20 on Fashion-MNIST, batch 32 per worker, {compute}, {steps} steps, "
-      f"{rounds} round(s); one unshaped worker: {one:.1f} img/s")
+      f"{rounds} round(s); one unshaped worker: {one:.1f} img/s; predicted: build/tools/simulate --bw "
+      f"RATE x {eta:g} --latency {alpha_us:g} (the link model of docs/scaling.md)")
 print()
 print("| link | workers | mode | hosts | img/s (workers) | predicted img/s | worker MiB/step out / in "
       "| server MiB/step out / in |")
@@ -212,7 +224,8 @@ for (rate, w, mode), rs in sorted(groups.items(), key=lambda kv: (rates.index(kv
         server = f"{s_out:.2f} / {s_in:.2f}"
     pred = "-"
     if not mode.startswith("async"):
-        args = ["build/tools/simulate", profile, "--workers", str(w), "--bw", str(gbit(rate)), "--latency", "50"]
+        args = ["build/tools/simulate", profile, "--workers", str(w), "--bw", str(gbit(rate) * eta),
+                "--latency", str(alpha_us)]
         if not emulate:
             args += ["--images-per-s", str(one)]
         if "PS" in mode:
