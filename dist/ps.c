@@ -633,9 +633,9 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
     /* rank 0's initial shard: fresh weights, or a checkpoint's; without
      * momentum (optim.momentum = 0) a checkpoint holds zeros */
     float *zeros = cnt_calloc(len ? len : 1, sizeof(float));
-    float *mom = momentum ? momentum + b : zeros;
+    float *mom = momentum ? momentum : zeros;
     MPI_Request init[2];
-    DIST_MPI_CHECK(MPI_Irecv(params + b, (int)len, MPI_FLOAT, 0, TAG_INIT_PARAMS, p->comm, &init[0]));
+    DIST_MPI_CHECK(MPI_Irecv(params, (int)len, MPI_FLOAT, 0, TAG_INIT_PARAMS, p->comm, &init[0]));
     DIST_MPI_CHECK(MPI_Irecv(mom, (int)len, MPI_FLOAT, 0, TAG_INIT_MOMENTUM, p->comm, &init[1]));
     wait_all_named(2, init, 0, "the initial parameters");
     if (!momentum) memset(zeros, 0, len * sizeof(float));
@@ -705,7 +705,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 DIST_MPI_CHECK(MPI_Isend(mom, (int)len, MPI_FLOAT, w, TAG_MOMENTUM, p->comm, &r[nr++]));
                 int64_t v[ACK_LEN] = {version, 0, 0, 0};
                 if (kind == PS_STATE_PARAMS) {
-                    DIST_MPI_CHECK(MPI_Isend(params + b, (int)len, MPI_FLOAT, w, TAG_STATE_PARAMS, p->comm, &r[nr++]));
+                    DIST_MPI_CHECK(MPI_Isend(params, (int)len, MPI_FLOAT, w, TAG_STATE_PARAMS, p->comm, &r[nr++]));
                     DIST_MPI_CHECK(MPI_Isend(v, ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &r[nr++]));
                 }
                 wait_all_named(nr, r, w, "the state to be received");
@@ -756,7 +756,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
             if (first >= 0) {
                 /* what has arrived, summed in worker order, as one update */
                 double t0 = time_now();
-                float *acc = grads + b;
+                float *acc = grads;
                 memcpy(acc, ws[first].g, len * sizeof(float));
                 for (int w = first + 1; w < W; w++) {
                     if (!ws[w].pending) continue;
@@ -791,7 +791,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                 ack[w][1] = ws[w].stale;
                 ack[w][2] = stop_step;
                 ack[w][3] = stop_signal;
-                DIST_MPI_CHECK(MPI_Isend(params + b, (int)len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &sreq[2 * w]));
+                DIST_MPI_CHECK(MPI_Isend(params, (int)len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &sreq[2 * w]));
                 DIST_MPI_CHECK(MPI_Isend(ack[w], ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &sreq[2 * w + 1]));
                 sent_t[w] = time_now();
                 ws[w].owed = 0;

@@ -155,9 +155,10 @@ void ps_worker_bye(ps *p, ps_server_stats *st);
 /* ---- server side ---- */
 /* Receives rank 0's model shape (the first message a server gets). */
 void ps_server_shape(ps *p, ps_shape *shape);
-/* The server's update of its shard: grads[begin, end) hold the sum of the
- * workers' gradients; apply the optimizer at lr with scale (1/workers) to
- * params and momentum there. */
+/* The server's update of its shard, the values [begin, end) of the flat
+ * buffers: the shard's gradient buffer (ps_serve's grads) holds the sum of
+ * the workers' gradients; apply the optimizer at lr with scale (1/workers)
+ * to the shard's parameters and momentum. */
 typedef void (*ps_update_fn)(void *ctx, size_t begin, size_t end, double lr, float scale);
 
 struct ps_server_stats {
@@ -169,10 +170,12 @@ struct ps_server_stats {
 };
 
 /* Serves until every worker has said goodbye: receives rank 0's initial
- * shard into params and momentum (host arrays of n values with the net's
- * layout, cut at shard_end; momentum NULL without momentum), then each step
- * sums the pending gradient shards into grads, calls update, sends the
- * parameters back, as the mode above says; answers rank 0's requests. */
+ * shard into params and momentum, then each step sums the pending gradient
+ * shards into grads, calls update, sends the parameters back, as the mode
+ * above says; answers rank 0's requests. params, grads and momentum are host
+ * arrays of this server's shard only, the values [shard_end[k-1],
+ * shard_end[k]) of the model's n (k: this server; momentum NULL without
+ * momentum): a server holds no more of the model than it serves. */
 void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
               ps_update_fn update, void *ctx, ps_server_stats *st);
 

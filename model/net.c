@@ -417,6 +417,15 @@ int net_max_batch_for(const net *nt, size_t limit, const node **layer, size_t *p
     return b > (size_t)INT_MAX ? INT_MAX : (int)b;
 }
 
+void net_param_layout(net *nt) {
+    /* Reverse forward order: the first registered tensor ends the buffer. */
+    size_t running = nt->n_params;
+    for (int i = 0; i < nt->n_param_tensors; i++) {
+        running -= nt->param_info[i].count;
+        nt->param_info[i].offset = running;
+    }
+}
+
 int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     if (nt->failed) return CNT_ERR;
     if (nt->finalized) return cnt_err_set("net_finalize called twice");
@@ -457,12 +466,7 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     }
     free(written);
 
-    /* Reverse forward order: the first registered tensor ends the buffer. */
-    size_t running = nt->n_params;
-    for (int i = 0; i < nt->n_param_tensors; i++) {
-        running -= nt->param_info[i].count;
-        nt->param_info[i].offset = running;
-    }
+    net_param_layout(nt);
     const backend *be = nt->be;
     nt->params = be->alloc(nt->n_params * sizeof(float));
     nt->grads = be->alloc(nt->n_params * sizeof(float));

@@ -219,6 +219,14 @@ void net_set_layout(net *nt, int layout);
  * finds such a layer; tests/test_zoo.c does). Before net_finalize. */
 void net_set_memory_sharing(net *nt, int on);
 
+/* Gives every parameter tensor its offset in the flat parameter (and
+ * gradient) buffer, without allocating anything: tensors in reverse order of
+ * registration, so backward completes the buffer from offset 0 upwards.
+ * net_finalize does this too; a net that is only described, never run (a
+ * parameter server's, which holds one shard: train/trainer.c), calls it
+ * after building instead. May be called again: same offsets. */
+void net_param_layout(net *nt);
+
 /* Marks `out` as the logits node (and `aux_out`, or -1, as auxiliary logits),
  * checks their shape is [classes, 1, 1], lays out
  * and allocates parameters, gradients, buffers and activations for batches up

@@ -106,18 +106,25 @@ static void test_cosine_schedule(void **state) {
 }
 
 /* A small net whose tensors alternate decayed (conv/linear weights) and
- * exempt (BN, bias) parameters. */
-static net *small_net(void) {
+ * exempt (BN, bias) parameters: finalized and initialised, or (described)
+ * only laid out, as a parameter server's (net_param_layout). */
+static net *build_small_net(int described) {
     net *nt = net_create(backend_cpu(), 2, 5, 5, 3);
     int c = net_conv(nt, NET_INPUT, "conv", 4, 3, 1, 1, 1);
     int b = net_bn(nt, c, "bn", 1e-5f);
     int r = net_relu(nt, b, "relu");
     int c2 = net_conv(nt, r, "conv2", 4, 3, 2, 1, 0);
     int fc = net_linear(nt, c2, "fc", 3, 1);
+    if (described) {
+        net_param_layout(nt);
+        return nt;
+    }
     assert_int_equal(net_finalize(nt, fc, -1, 2), CNT_OK);
     net_init_params(nt, 5);
     return nt;
 }
+
+static net *small_net(void) { return build_small_net(0); }
 
 static void check_sgd(int wd_on_bn_bias, int nesterov, int one_call) {
     config cfg;
@@ -217,6 +224,70 @@ static void test_sgd_ranges(void **state) {
     net_free(nt);
 }
 
+/* A parameter server's update (train/trainer.c, run_server): optimizers of
+ * optim_init_shard on a net that is only laid out, stepping buffers that
+ * hold their shard alone, cut through the middle of tensors, must leave
+ * every parameter and momentum value bit for bit as optim_step on the whole
+ * net does, per-range and in one call. */
+static void check_shard(int one_call) {
+    net *nt = small_net(), *desc = build_small_net(1);
+    const backend *be = nt->be;
+    size_t n = nt->n_params;
+    assert_int_equal(desc->n_params, n);
+    assert_null(desc->params); /* nothing allocated */
+    for (int t = 0; t < nt->n_param_tensors; t++)
+        assert_int_equal(desc->param_info[t].offset, nt->param_info[t].offset);
+    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f, .nesterov = one_call};
+    optimizer whole, shard[2];
+    optim_init(&whole, nt, &oo);
+    whole.one_call = one_call;
+    size_t cut[3] = {0, n / 2 + 3, n}; /* n / 2 + 3: inside a tensor */
+    float *sp[2], *sg[2], *host = tu_alloc_f(n), *g = tu_alloc_f(n);
+    be->download(host, nt->params, n * sizeof(float));
+    for (int s = 0; s < 2; s++) {
+        optim_init_shard(&shard[s], desc, &oo, cut[s], cut[s + 1]);
+        shard[s].one_call = one_call;
+        sp[s] = tu_alloc_f(cut[s + 1] - cut[s]);
+        sg[s] = tu_alloc_f(cut[s + 1] - cut[s]);
+        memcpy(sp[s], host + cut[s], (cut[s + 1] - cut[s]) * sizeof(float));
+        memset(shard[s].momentum_buf, 0, (cut[s + 1] - cut[s]) * sizeof(float));
+    }
+    be->zero(whole.momentum_buf, n * sizeof(float));
+    rng r;
+    rng_seed(&r, 12, 0);
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = rng_normal(&r);
+        be->upload(nt->grads, g, n * sizeof(float));
+        optim_step(&whole, nt, 0.05f, 0.5f);
+        for (int s = 0; s < 2; s++) {
+            memcpy(sg[s], g + cut[s], (cut[s + 1] - cut[s]) * sizeof(float));
+            optim_step_shard(&shard[s], desc, sp[s], sg[s], 0.05f, 0.5f, cut[s], cut[s + 1]);
+        }
+    }
+    float *mom = tu_alloc_f(n);
+    be->download(host, nt->params, n * sizeof(float));
+    be->download(mom, whole.momentum_buf, n * sizeof(float));
+    for (int s = 0; s < 2; s++) {
+        assert_memory_equal(sp[s], host + cut[s], (cut[s + 1] - cut[s]) * sizeof(float));
+        assert_memory_equal(shard[s].momentum_buf, mom + cut[s], (cut[s + 1] - cut[s]) * sizeof(float));
+        optim_free(&shard[s]);
+        free(sp[s]);
+        free(sg[s]);
+    }
+    optim_free(&whole);
+    free(host);
+    free(g);
+    free(mom);
+    net_free(nt);
+    net_free(desc);
+}
+
+static void test_sgd_shard(void **state) {
+    (void)state;
+    check_shard(0);
+    check_shard(1);
+}
+
 static void test_no_decay_flags(void **state) {
     (void)state;
     net *nt = small_net();
@@ -236,6 +307,7 @@ int main(void) {
         cmocka_unit_test(test_sgd_no_decay_on_bn_bias),
         cmocka_unit_test(test_sgd_decay_everywhere),
         cmocka_unit_test(test_sgd_ranges),
+        cmocka_unit_test(test_sgd_shard),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }

@@ -9,11 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void optim_init(optimizer *opt, const net *nt, const optim_opts *o) {
+void optim_init(optimizer *opt, const net *nt, const optim_opts *o) { optim_init_shard(opt, nt, o, 0, nt->n_params); }
+
+void optim_init_shard(optimizer *opt, const net *nt, const optim_opts *o, size_t begin, size_t end) {
+    CNT_ASSERT(begin <= end && end <= nt->n_params);
     memset(opt, 0, sizeof *opt);
     opt->be = nt->be;
     opt->o = *o;
-    if (o->momentum > 0.0f) opt->momentum_buf = nt->be->alloc(nt->n_params * sizeof(float));
+    opt->base = begin;
+    opt->end = end;
+    if (o->momentum > 0.0f) opt->momentum_buf = nt->be->alloc((end > begin ? end - begin : 1) * sizeof(float));
     int n = nt->n_param_tensors > 0 ? nt->n_param_tensors : 1;
     opt->r_lo = cnt_calloc((size_t)n, sizeof *opt->r_lo);
     opt->r_hi = cnt_calloc((size_t)n, sizeof *opt->r_hi);
@@ -59,19 +64,29 @@ int optim_ranges(const optimizer *opt, const net *nt, size_t begin, size_t end, 
     return k;
 }
 
-void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end) {
+void optim_step_shard(optimizer *opt, const net *nt, float *params, float *grads, float lr, float grad_scale,
+                      size_t begin, size_t end) {
+    CNT_ASSERT(opt->base <= begin && end <= opt->end);
     int k = optim_ranges(opt, nt, begin, end, opt->r_lo, opt->r_hi, opt->r_wd);
+    for (int r = 0; r < k; r++) { /* offsets into the buffers, which start at base */
+        opt->r_lo[r] -= opt->base;
+        opt->r_hi[r] -= opt->base;
+    }
     if (opt->one_call) {
-        opt->be->sgd_update_ranges(k, opt->r_lo, opt->r_hi, opt->r_wd, nt->params, nt->grads, opt->momentum_buf, lr,
+        opt->be->sgd_update_ranges(k, opt->r_lo, opt->r_hi, opt->r_wd, params, grads, opt->momentum_buf, lr,
                                    opt->o.momentum, opt->o.nesterov, grad_scale);
         return;
     }
     for (int r = 0; r < k; r++) {
         size_t lo = opt->r_lo[r];
-        opt->be->sgd_update(opt->r_hi[r] - lo, nt->params + lo, nt->grads + lo,
-                            opt->momentum_buf ? opt->momentum_buf + lo : NULL, lr, opt->o.momentum, opt->r_wd[r],
-                            opt->o.nesterov, grad_scale);
+        opt->be->sgd_update(opt->r_hi[r] - lo, params + lo, grads + lo, opt->momentum_buf ? opt->momentum_buf + lo : NULL,
+                            lr, opt->o.momentum, opt->r_wd[r], opt->o.nesterov, grad_scale);
     }
+}
+
+void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end) {
+    CNT_ASSERT(opt->base == 0); /* an optimizer of the whole flat buffer */
+    optim_step_shard(opt, nt, nt->params, nt->grads, lr, grad_scale, begin, end);
 }
 
 void optim_drop_momentum(optimizer *opt) {

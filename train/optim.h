@@ -31,7 +31,8 @@ typedef struct optim_opts {
 
 typedef struct optimizer {
     const backend *be;
-    float *momentum_buf; /* [n_params] device, zero at start */
+    float *momentum_buf; /* [end - base] device, zero at start: the momentum of values [base, end) */
+    size_t base, end;    /* the values of the flat buffers this optimizer updates: [0, n_params), or a shard */
     optim_opts o;
     /* the ranges of one update (optim_ranges), host arrays of n_param_tensors */
     size_t *r_lo, *r_hi;
@@ -42,6 +43,11 @@ typedef struct optimizer {
 /* Allocates the momentum buffer for nt. Exits with a message when
  * CNT_SGD_MULTI is set to anything but 0 or 1; never fails otherwise. */
 void optim_init(optimizer *opt, const net *nt, const optim_opts *o);
+/* The same for the values [begin, end) of nt's flat buffers only (a
+ * parameter server's shard): the momentum buffer holds end - begin values,
+ * and nt needs its parameter layout only (net_param_layout), not its
+ * buffers. Step it with optim_step_shard. */
+void optim_init_shard(optimizer *opt, const net *nt, const optim_opts *o, size_t begin, size_t end);
 /* One update of every parameter from nt->grads, which are multiplied by
  * grad_scale first (1/world_size when gradients were summed over ranks). */
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
@@ -49,6 +55,12 @@ void optim_step(optimizer *opt, net *nt, float lr, float grad_scale);
  * parameter server's shard): each value gets exactly what optim_step gives
  * it, since the update is elementwise. */
 void optim_step_range(optimizer *opt, net *nt, float lr, float grad_scale, size_t begin, size_t end);
+/* optim_step_range for an optimizer of optim_init_shard, on buffers that
+ * hold the shard: params[i] and grads[i] are the values base + i (opt->base),
+ * and [begin, end) lies within the shard. Each value gets exactly what
+ * optim_step gives it. */
+void optim_step_shard(optimizer *opt, const net *nt, float *params, float *grads, float lr, float grad_scale,
+                      size_t begin, size_t end);
 /* Frees the momentum buffer only (momentum_buf NULL): for parameter-server
  * workers, whose servers keep the momentum and which never step. */
 void optim_drop_momentum(optimizer *opt);

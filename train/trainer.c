@@ -932,18 +932,20 @@ static void ps_finish(run *r) {
 }
 
 typedef struct server_ctx {
-    net *nt;
+    const net *nt;
     optimizer *opt;
+    float *params, *grads; /* the shard's, from opt->base */
 } server_ctx;
 
 static void server_update(void *ctx, size_t begin, size_t end, double lr, float scale) {
     server_ctx *c = ctx;
-    optim_step_range(c->opt, c->nt, (float)lr, scale, begin, end);
+    optim_step_shard(c->opt, c->nt, c->params, c->grads, (float)lr, scale, begin, end);
 }
 
-/* A parameter server's whole run: the model rank 0 describes (its
- * parameters only: a server reads no data and computes no activations),
- * then ps_serve until every worker is done. */
+/* A parameter server's whole run: the model rank 0 describes, built for its
+ * parameter layout only (a server reads no data, computes nothing, and
+ * allocates none of the net's buffers), then ps_serve until every worker is
+ * done, holding its shard's parameters, gradients and momentum alone. */
 static int run_server(run *r) {
     const config *cfg = r->cfg;
     dist_phase("parameter server");
@@ -952,25 +954,36 @@ static int run_server(run *r) {
     const backend *be = backend_cpu();
     be->set_threads(cfg->threads);
     r->be = be;
-    config scfg = *cfg;
-    scfg.layout = BACKEND_LAYOUT_NCHW; /* no activations to speak of: the plain layout */
-    r->nt = build_model(be, &scfg, (int)sh.c, (int)sh.h, (int)sh.w, (int)sh.classes, 1);
-    if (!r->nt) return CNT_ERR;
+    r->nt = net_create(be, (int)sh.c, (int)sh.h, (int)sh.w, (int)sh.classes);
+    zoo_options zo = config_zoo_options(cfg);
+    int out, aux;
+    if (zoo_build(r->nt, cfg->model_name, &zo, &out, &aux) != CNT_OK) {
+        cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes", cfg->model_name, (int)sh.c, (int)sh.h,
+                       (int)sh.w, (int)sh.classes);
+        return CNT_ERR;
+    }
+    net_param_layout(r->nt);
     if (ps_shards(r->ps, r->nt, cfg->model_name, &r->shard_end) != CNT_OK) return CNT_ERR;
+    int k = 0; /* this server's shard */
+    while (k < ps_servers(r->ps) - 1 && ps_server_rank(r->ps, k) != dist_job_rank()) k++;
+    CNT_ASSERT(ps_server_rank(r->ps, k) == dist_job_rank());
+    size_t b = k ? r->shard_end[k - 1] : 0, len = r->shard_end[k] - b;
     optimizer opt;
     optim_opts oo = config_optim_opts(cfg);
-    optim_init(&opt, r->nt, &oo);
+    optim_init_shard(&opt, r->nt, &oo, b, b + len);
+    float *params = be->alloc((len ? len : 1) * sizeof(float)), *grads = be->alloc((len ? len : 1) * sizeof(float));
     /* rank 0 tells what each server holds (log_dist) and did (ps_finish) */
-    server_ctx ctx = {r->nt, &opt};
+    server_ctx ctx = {r->nt, &opt, params, grads};
     ps_server_stats st;
     if (cfg->timeline[0]) {
         /* the server's own events, sent to rank 0 at the end (dist/ps.h) */
         r->tl = timeline_create_local();
         ps_set_timeline(r->ps, r->tl);
     }
-    ps_serve(r->ps, r->nt->params, r->nt->grads, opt.momentum_buf, r->nt->n_params, r->shard_end, server_update,
-             &ctx, &st);
+    ps_serve(r->ps, params, grads, opt.momentum_buf, r->nt->n_params, r->shard_end, server_update, &ctx, &st);
     optim_free(&opt);
+    be->free(params);
+    be->free(grads);
     return CNT_OK;
 }
 
