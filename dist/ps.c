@@ -621,8 +621,8 @@ typedef struct worker_state {
     int gone;
 } worker_state;
 
-void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
-              ps_update_fn update, void *ctx, ps_server_stats *st) {
+void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
+              void *ctx, ps_server_stats *st) {
     int k = p->rank - p->workers, W = p->workers, S = p->max_staleness;
     CNT_ASSERT(k >= 0 && k < p->servers);
     size_t b = k ? shard_end[k - 1] : 0, len = shard_end[k] - b;
@@ -756,8 +756,9 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
             if (first >= 0) {
                 /* what has arrived, summed in worker order, as one update */
                 double t0 = time_now();
-                float *acc = grads;
-                memcpy(acc, ws[first].g, len * sizeof(float));
+                /* into the first one's buffer: its worker pushes no more
+                 * until answered, and the update is done before that */
+                float *acc = ws[first].g;
                 for (int w = first + 1; w < W; w++) {
                     if (!ws[w].pending) continue;
                     const float *gw = ws[w].g;
@@ -772,7 +773,7 @@ void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, con
                     stale_add(&window, (double)ws[w].stale);
                     ws[w].pending = 0;
                 }
-                update(ctx, b, b + len, lr, (float)(1.0 / W));
+                update(ctx, b, b + len, acc, lr, (float)(1.0 / W));
                 version++;
                 double t1 = time_now();
                 st->update_s += t1 - t0;
@@ -891,9 +892,9 @@ long ps_stop_step(const ps *p, int *signal) {
 void ps_worker_fetch_staleness(ps *p, ps_staleness *window) { (void)p, (void)window; }
 void ps_worker_bye(ps *p, ps_server_stats *st) { (void)p, (void)st; }
 void ps_server_shape(ps *p, ps_shape *shape) { (void)p, (void)shape; }
-void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
-              ps_update_fn update, void *ctx, ps_server_stats *st) {
-    (void)p, (void)params, (void)grads, (void)momentum, (void)n, (void)shard_end, (void)update, (void)ctx, (void)st;
+void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
+              void *ctx, ps_server_stats *st) {
+    (void)p, (void)params, (void)momentum, (void)n, (void)shard_end, (void)update, (void)ctx, (void)st;
 }
 
 #endif

@@ -156,10 +156,10 @@ void ps_worker_bye(ps *p, ps_server_stats *st);
 /* Receives rank 0's model shape (the first message a server gets). */
 void ps_server_shape(ps *p, ps_shape *shape);
 /* The server's update of its shard, the values [begin, end) of the flat
- * buffers: the shard's gradient buffer (ps_serve's grads) holds the sum of
- * the workers' gradients; apply the optimizer at lr with scale (1/workers)
- * to the shard's parameters and momentum. */
-typedef void (*ps_update_fn)(void *ctx, size_t begin, size_t end, double lr, float scale);
+ * buffers: grads (end - begin values, which the update may overwrite) holds
+ * the sum of the workers' gradients; apply the optimizer at lr with scale
+ * (1/workers) to the shard's parameters and momentum. */
+typedef void (*ps_update_fn)(void *ctx, size_t begin, size_t end, float *grads, double lr, float scale);
 
 struct ps_server_stats {
     long steps;          /* updates applied */
@@ -171,12 +171,13 @@ struct ps_server_stats {
 
 /* Serves until every worker has said goodbye: receives rank 0's initial
  * shard into params and momentum, then each step sums the pending gradient
- * shards into grads, calls update, sends the parameters back, as the mode
- * above says; answers rank 0's requests. params, grads and momentum are host
- * arrays of this server's shard only, the values [shard_end[k-1],
- * shard_end[k]) of the model's n (k: this server; momentum NULL without
- * momentum): a server holds no more of the model than it serves. */
-void ps_serve(ps *p, float *params, float *grads, float *momentum, size_t n, const size_t *shard_end,
-              ps_update_fn update, void *ctx, ps_server_stats *st);
+ * shards (in worker order, into the first one's receive buffer), calls
+ * update, sends the parameters back, as the mode above says; answers rank
+ * 0's requests. params and momentum are host arrays of this server's shard
+ * only, the values [shard_end[k-1], shard_end[k]) of the model's n (k: this
+ * server; momentum NULL without momentum): a server holds its shard's
+ * parameters, momentum and one receive buffer per worker, nothing more. */
+void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
+              void *ctx, ps_server_stats *st);
 
 #endif

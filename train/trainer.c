@@ -934,12 +934,12 @@ static void ps_finish(run *r) {
 typedef struct server_ctx {
     const net *nt;
     optimizer *opt;
-    float *params, *grads; /* the shard's, from opt->base */
+    float *params; /* the shard's, from opt->base */
 } server_ctx;
 
-static void server_update(void *ctx, size_t begin, size_t end, double lr, float scale) {
+static void server_update(void *ctx, size_t begin, size_t end, float *grads, double lr, float scale) {
     server_ctx *c = ctx;
-    optim_step_shard(c->opt, c->nt, c->params, c->grads, (float)lr, scale, begin, end);
+    optim_step_shard(c->opt, c->nt, c->params, grads, (float)lr, scale, begin, end);
 }
 
 /* A parameter server's whole run: the model rank 0 describes, built for its
@@ -971,19 +971,18 @@ static int run_server(run *r) {
     optimizer opt;
     optim_opts oo = config_optim_opts(cfg);
     optim_init_shard(&opt, r->nt, &oo, b, b + len);
-    float *params = be->alloc((len ? len : 1) * sizeof(float)), *grads = be->alloc((len ? len : 1) * sizeof(float));
+    float *params = be->alloc((len ? len : 1) * sizeof(float));
     /* rank 0 tells what each server holds (log_dist) and did (ps_finish) */
-    server_ctx ctx = {r->nt, &opt, params, grads};
+    server_ctx ctx = {r->nt, &opt, params};
     ps_server_stats st;
     if (cfg->timeline[0]) {
         /* the server's own events, sent to rank 0 at the end (dist/ps.h) */
         r->tl = timeline_create_local();
         ps_set_timeline(r->ps, r->tl);
     }
-    ps_serve(r->ps, params, grads, opt.momentum_buf, r->nt->n_params, r->shard_end, server_update, &ctx, &st);
+    ps_serve(r->ps, params, opt.momentum_buf, r->nt->n_params, r->shard_end, server_update, &ctx, &st);
     optim_free(&opt);
     be->free(params);
-    be->free(grads);
     return CNT_OK;
 }
 
