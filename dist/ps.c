@@ -123,6 +123,7 @@ static size_t shard_begin(const ps *p, int k) { return k ? p->shard_end[k - 1] :
 int ps_workers(const ps *p) { return p->workers; }
 int ps_servers(const ps *p) { return p->servers; }
 int ps_server_rank(const ps *p, int k) { return p->workers + k; }
+int ps_server_index(const ps *p) { return p->rank >= p->workers ? p->rank - p->workers : -1; }
 
 void ps_set_timeline(ps *p, timeline *tl) {
     p->tl = tl;
@@ -623,7 +624,7 @@ typedef struct worker_state {
 
 void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
               void *ctx, ps_server_stats *st) {
-    int k = p->rank - p->workers, W = p->workers, S = p->max_staleness;
+    int k = ps_server_index(p), W = p->workers, S = p->max_staleness;
     CNT_ASSERT(k >= 0 && k < p->servers);
     size_t b = k ? shard_end[k - 1] : 0, len = shard_end[k] - b;
     CNT_ASSERT(shard_end[p->servers - 1] == n);
@@ -872,6 +873,7 @@ void ps_free(ps *p) { (void)p; }
 int ps_workers(const ps *p) { (void)p; return 1; }
 int ps_servers(const ps *p) { (void)p; return 0; }
 int ps_server_rank(const ps *p, int k) { (void)p; return k; }
+int ps_server_index(const ps *p) { (void)p; return -1; }
 void ps_worker_bind(ps *p, const backend *be, float *params, float *grads, size_t n, const size_t *shard_end) {
     (void)p, (void)be, (void)params, (void)grads, (void)n, (void)shard_end;
 }

@@ -83,6 +83,8 @@ int ps_workers(const ps *p);
 int ps_servers(const ps *p);
 /* Job rank of server k. */
 int ps_server_rank(const ps *p, int k);
+/* This rank's server index k (its shard), or -1 on a worker. */
+int ps_server_index(const ps *p);
 
 /* Per-step numbers of a worker (ps_finish_step). */
 typedef struct ps_stats {

@@ -755,7 +755,6 @@ static void log_plan(const run *r) {
                  r->emu.backward_total_ms, r->emu.update_ms);
 }
 
-/* How gradients travel: one line. */
 /* Across nodes, how many TCP connections Open MPI keeps per pair of ranks,
  * and who chose it (dist_init in dist/dist.h says why cnntrain asks for 2). */
 static void log_tcp_links(void) {
@@ -767,6 +766,7 @@ static void log_tcp_links(void) {
                     : "the environment");
 }
 
+/* How gradients travel: one line (after the TCP connections' across nodes). */
 static void log_dist(const run *r) {
     log_tcp_links();
     const config *cfg = r->cfg;
@@ -945,7 +945,8 @@ static void server_update(void *ctx, size_t begin, size_t end, float *grads, dou
 /* A parameter server's whole run: the model rank 0 describes, built for its
  * parameter layout only (a server reads no data, computes nothing, and
  * allocates none of the net's buffers), then ps_serve until every worker is
- * done, holding its shard's parameters, gradients and momentum alone. */
+ * done, holding its shard's parameters and momentum (and ps_serve a receive
+ * buffer per worker) and nothing else of the model. */
 static int run_server(run *r) {
     const config *cfg = r->cfg;
     dist_phase("parameter server");
@@ -964,9 +965,8 @@ static int run_server(run *r) {
     }
     net_param_layout(r->nt);
     if (ps_shards(r->ps, r->nt, cfg->model_name, &r->shard_end) != CNT_OK) return CNT_ERR;
-    int k = 0; /* this server's shard */
-    while (k < ps_servers(r->ps) - 1 && ps_server_rank(r->ps, k) != dist_job_rank()) k++;
-    CNT_ASSERT(ps_server_rank(r->ps, k) == dist_job_rank());
+    int k = ps_server_index(r->ps); /* this server's shard */
+    CNT_ASSERT(k >= 0);
     size_t b = k ? r->shard_end[k - 1] : 0, len = r->shard_end[k] - b;
     optimizer opt;
     optim_opts oo = config_optim_opts(cfg);
