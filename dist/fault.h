@@ -8,7 +8,7 @@
  * RANK >= 0 and STEP >= 1, a number VALUE >= 0): rank RANK misbehaves at step
  * STEP, VALUE says how much; or RANK:PHASE:VALUE, at the phase the trainer
  * names with dist_phase (dist/dist.h). Each point reads its variable once, at
- * its first call. Steps are the numbers the trainer passes to reducer_begin
+ * its first call. Steps are the numbers the trainer passes to exchange_begin
  * (its optimizer step, from 1, continued after a resume).
  *
  *   CNT_TEST_STALL=RANK:STEP:SECONDS     fault_stall_point: the rank sleeps
@@ -26,10 +26,9 @@
 #ifndef CNT_FAULT_H
 #define CNT_FAULT_H
 
-/* The trainer calls it right before reducer_begin(rd, step) or
- * ps_begin_step, in runs with a reducer (several ranks, or NCCL) or
- * parameter servers: on the training thread, before backward, so the other
- * ranks see this rank late. Logs a warning, then sleeps, when CNT_TEST_STALL
+/* exchange_begin (dist/exchange.h) calls it at the start of each step of
+ * an exchange that communicates (allreduce, parameter servers): on the
+ * training thread, before backward, so the other ranks see this rank late. Logs a warning, then sleeps, when CNT_TEST_STALL
  * names this rank (dist_job_rank()) and step. */
 void fault_stall_point(long step);
 

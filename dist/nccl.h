@@ -30,7 +30,8 @@
  * about one step. The events of the last three rounds are kept.
  *
  * Requirements: built with CNT_HAVE_NCCL=1 (this header declares the API in
- * every build; callers guard their calls with #if CNT_HAVE_NCCL). One thread
+ * every build; callers, dist/exchange_allreduce.c and the reducer, guard
+ * their calls with #if CNT_HAVE_NCCL). One thread
  * (the training thread, whose current CUDA device is the rank's GPU) makes
  * every call. NCCL needs one GPU per rank: dist_nccl_create refuses two ranks
  * on one GPU with a message instead of letting NCCL fail.

@@ -223,7 +223,7 @@ void net_set_memory_sharing(net *nt, int on);
  * gradient) buffer, without allocating anything: tensors in reverse order of
  * registration, so backward completes the buffer from offset 0 upwards.
  * net_finalize does this too; a net that is only described, never run (a
- * parameter server's, which holds one shard: train/trainer.c), calls it
+ * parameter server's, which holds one shard: train/ps_server.c), calls it
  * after building instead. May be called again: same offsets. */
 void net_param_layout(net *nt);
 

@@ -368,10 +368,10 @@ static void test_emulated_update(void **state) {
     net_set_emulation(nt, t, t);
     optim_opts oo = {.momentum = 0.9f, .weight_decay = 5e-4f, .wd_on_bn_bias = 1};
     loss_scale_opts lso = {.mode = LOSS_SCALE_DYNAMIC, .scale = 65536, .window = 2000};
-    step_opts so = {.world = 1, .emulate = 1, .emulate_update_ms = 3};
+    step_opts so = {.emulate = 1, .emulate_update_ms = 3};
     stepper st;
     size_t sample = 3 * 8 * 8;
-    stepper_init(&st, nt, NULL, NULL, &oo, &lso, &so, BATCH, sample);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, BATCH, sample);
     float *x = cnt_calloc(BATCH * sample, sizeof(float));
     int32_t labels[BATCH] = {1, 2, 3, 4};
     batch b = {.n = BATCH, .x = x, .labels = labels};

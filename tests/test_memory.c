@@ -34,6 +34,7 @@
 #include "model/zoo.h"
 #include "train/config.h"
 #include "train/input.h"
+#include "dist/exchange_impl.h"
 #include "train/memory.h"
 #include "train/step.h"
 #include "train/trainer.h"
@@ -137,7 +138,7 @@ static int estimate(const config *cfg, run_memory *m) {
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
     input_loader_options(cfg, &d, 0, 1, &lo, &eo);
-    int rc = memory_estimate(cfg, backend_cpu(), &d, &lo, &eo, 0, m);
+    int rc = memory_estimate(cfg, backend_cpu(), &d, &lo, &eo, NULL, m);
     input_free(&d);
     return rc;
 }
@@ -219,13 +220,13 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     loader_options lo, eo;
     input_loader_options(&cfg, &d, 0, 1, &lo, &eo);
     run_memory m;
-    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &m), CNT_OK);
+    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, NULL, &m), CNT_OK);
     assert_int_equal(m.max_batch, 4096);
     /* 327 GiB: the outputs a backward reads, and the tensors alive at once besides */
     assert_true((double)m.net.activations > 250.0 * (1 << 30));
     assert_true(m.net.activations > m.device / 2);
 
-    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_ERR);
+    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, NULL), CNT_ERR);
     const char *msg = cnt_err_msg();
     assert_non_null(strstr(msg, "model resnet50 with batch 4096"));
     assert_non_null(strstr(msg, "needs about"));
@@ -237,23 +238,26 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     /* a backend that keeps filters (a GPU's, with the CPU's memory) names them */
     backend kb = *backend_cpu();
     kb.conv_filter_kept = kept_16bit;
-    assert_int_equal(memory_check(&cfg, &kb, &d, &lo, &eo, 0), CNT_ERR);
+    assert_int_equal(memory_check(&cfg, &kb, &d, &lo, &eo, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "of GPU memory per rank"));
     assert_non_null(strstr(cnt_err_msg(), ", kept filters 0.04,"));
 
     set(&cfg, "train.memory_check=false");
-    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_OK);
+    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, NULL), CNT_OK);
 
     /* a model that cannot be built is left to make_model to report */
     set(&cfg, "model.name=resnet21");
     set(&cfg, "train.memory_check=true");
-    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, 0), CNT_OK);
+    assert_int_equal(memory_check(&cfg, backend_cpu(), &d, &lo, &eo, NULL), CNT_OK);
     input_free(&d);
 }
 
 /* Parameter-server workers keep no momentum on the device (the servers do;
- * stepper_set_ps frees the optimizer's buffer): their estimate is a model's
- * worth smaller than allreduce's, and the stepper holds no momentum buffer. */
+ * the stepper frees the optimizer's buffer where the exchange keeps the
+ * state): their estimate is a model's worth smaller than allreduce's, their
+ * host staging holds the gradients and the parameters (2 bytes per
+ * parameter byte) where the MPI reducer's holds one copy, and the stepper
+ * holds no momentum buffer. */
 static void test_ps_workers_keep_no_momentum(void **state) {
     (void)state;
     config cfg;
@@ -263,11 +267,17 @@ static void test_ps_workers_keep_no_momentum(void **state) {
     loader_options lo, eo;
     input_loader_options(&cfg, &d, 0, 1, &lo, &eo);
     run_memory all, with_ps;
-    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &all), CNT_OK);
+    exchange_opts xo = config_exchange_opts(&cfg);
+    exchange_footprint ar = exchange_footprint_for(&xo, 2, 0);
+    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, &ar, &all), CNT_OK);
     set(&cfg, "dist.mode=ps");
-    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, 0, &with_ps), CNT_OK);
+    xo = config_exchange_opts(&cfg);
+    exchange_footprint servers = exchange_footprint_for(&xo, 2, 0);
+    assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, &servers, &with_ps), CNT_OK);
     assert_true(all.momentum > 0 && all.momentum == with_ps.momentum); /* a checkpoint's, on the host */
     assert_int_equal(all.device - with_ps.device, all.momentum);
+    size_t P = all.momentum; /* momentum > 0: a model's worth of bytes */
+    assert_int_equal(with_ps.host - all.host, P);
     input_free(&d);
 
     net *nt = net_create(backend_cpu(), 3, 32, 32, 10);
@@ -277,14 +287,16 @@ static void test_ps_workers_keep_no_momentum(void **state) {
     assert_int_equal(net_finalize(nt, out, aux, 8), CNT_OK);
     optim_opts oo = config_optim_opts(&cfg);
     loss_scale_opts lso = {0};
-    step_opts so = {.world = 1};
+    step_opts so = {0};
     stepper st;
-    stepper_init(&st, nt, NULL, NULL, &oo, &lso, &so, 8, 3 * 32 * 32);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, 8, 3 * 32 * 32);
     assert_non_null(st.opt.momentum_buf);
-    ps *not_used = (ps *)&st; /* stepper_set_ps only keeps the pointer */
-    stepper_set_ps(&st, not_used);
+    stepper_free(&st);
+    /* a stand-in for the servers' version: only its traits are read */
+    static const exchange_ops no_ops = {0};
+    exchange keeper = {.ops = &no_ops, .traits = {.keeps_state = 1}, .world = 1};
+    stepper_init(&st, nt, &keeper, NULL, &oo, &lso, &so, 8, 3 * 32 * 32);
     assert_null(st.opt.momentum_buf);
-    st.ps = NULL;
     stepper_free(&st);
     net_free(nt);
 }

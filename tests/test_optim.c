@@ -224,7 +224,7 @@ static void test_sgd_ranges(void **state) {
     net_free(nt);
 }
 
-/* A parameter server's update (train/trainer.c, run_server): optimizers of
+/* A parameter server's update (train/ps_server.c): optimizers of
  * optim_init_shard on a net that is only laid out, stepping buffers that
  * hold their shard alone, cut through the middle of tensors, must leave
  * every parameter and momentum value bit for bit as optim_step on the whole

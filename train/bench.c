@@ -100,9 +100,9 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     /* The step exactly as training builds it (one rank). */
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
-    step_opts so = config_step_opts(cfg, 1);
+    step_opts so = config_step_opts(cfg);
     stepper s;
-    stepper_init(&s, nt, NULL, NULL, &oo, &lso, &so, cfg->batch_size, (size_t)d.train.c * d.train.h * d.train.w);
+    stepper_init(&s, nt, exchange_none(), NULL, &oo, &lso, &so, cfg->batch_size, (size_t)d.train.c * d.train.h * d.train.w);
     schedule sched = config_schedule(cfg, 1, 1);
     double lr = schedule_lr(&sched, 0);
 

@@ -1346,13 +1346,22 @@ reducer_opts config_reducer_opts(const config *cfg) {
                           .stall_abort_s = cfg->stall_abort_s, .nccl = NULL};
 }
 
+exchange_opts config_exchange_opts(const config *cfg) {
+    exchange_opts o = {.mode = cfg->dist_mode, .backend = cfg->dist_backend, .reducer = config_reducer_opts(cfg),
+                       .ps_servers = cfg->ps_servers, .ps_sync = cfg->ps_sync,
+                       .ps_max_staleness = cfg->ps_max_staleness, .bucket_mb = cfg->bucket_mb,
+                       .first_bucket_mb = cfg->first_bucket_mb};
+    snprintf(o.device, sizeof o.device, "%s", config_name(cfg, &cfg->device));
+    return o;
+}
+
 zoo_options config_zoo_options(const config *cfg) {
     return (zoo_options){.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
                          .dropout = cfg->dropout};
 }
 
-step_opts config_step_opts(const config *cfg, int world) {
-    return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight, .world = world};
+step_opts config_step_opts(const config *cfg) {
+    return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight};
 }
 
 int config_crop(const config *cfg) {

@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include "data/loader.h"
+#include "dist/exchange.h"
 #include "dist/reducer.h"
 #include "model/backend.h"
 #include "model/zoo.h"
@@ -37,16 +38,14 @@
 
 /* Enumerated keys are stored as enums, parsed once by the key table; where a
  * module owns the concept its enum is used (backend_math, backend_layout,
- * backend_device, loss_scale_mode, lr_schedule, reducer_compress). These are
+ * backend_device, loss_scale_mode, lr_schedule, reducer_compress, dist_mode,
+ * dist_backend). These are
  * the ones only the configuration has. */
 typedef enum data_kind { DATA_KIND_IDX, DATA_KIND_CIFAR, DATA_KIND_IMAGEFOLDER, DATA_KIND_SYNTHETIC } data_kind;
 typedef enum data_crop { DATA_CROP_AUTO, DATA_CROP_PAD, DATA_CROP_RESIZED } data_crop;
 typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_remainder;
 typedef enum warmup_from { WARMUP_FROM_ZERO, WARMUP_FROM_LR } warmup_from;
 typedef enum lr_scaling { LR_SCALING_LINEAR, LR_SCALING_NONE } lr_scaling;
-typedef enum dist_backend { DIST_BACKEND_AUTO, DIST_BACKEND_MPI, DIST_BACKEND_RING, DIST_BACKEND_NCCL } dist_backend;
-/* dist.mode: gradients allreduced among all ranks, or parameter servers (dist/ps.h). */
-typedef enum dist_mode { DIST_MODE_ALLREDUCE, DIST_MODE_PS } dist_mode;
 /* checkpoint.resume: "none", "auto", or a checkpoint file's path. */
 typedef enum resume_mode { RESUME_NONE, RESUME_AUTO, RESUME_FILE } resume_mode;
 
@@ -122,7 +121,7 @@ typedef struct config {
     int ps_servers;                  /* dist.mode = ps: the last ps_servers ranks hold the parameters */
     int ps_sync;                     /* bool: synchronous servers; false: asynchronous */
     int ps_max_staleness;            /* asynchronous: how many steps a worker may run ahead of the slowest; -1: any */
-    dist_backend dist_backend;       /* auto: decided at run time (train/trainer.c) */
+    dist_backend dist_backend;       /* auto: decided at run time (dist/exchange_allreduce.c) */
     int overlap;                     /* bool: allreduce buckets during backward */
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
@@ -191,10 +190,12 @@ loss_scale_opts config_loss_scale_opts(const config *cfg);
 /* The reducer's buckets (dist.first_bucket_mb, bucket_mb), algorithm
  * (dist.backend ring or MPI), overlap, compression and watchdog; nccl NULL. */
 reducer_opts config_reducer_opts(const config *cfg);
+/* How gradients become the next parameters (dist.mode, dist.backend, the
+ * reducer's options above, the servers'). */
+exchange_opts config_exchange_opts(const config *cfg);
 zoo_options config_zoo_options(const config *cfg);
-/* The step's loss options (train.label_smoothing, train.aux_weight) for a run
- * on `world` ranks. */
-step_opts config_step_opts(const config *cfg, int world);
+/* The step's loss options (train.label_smoothing, train.aux_weight). */
+step_opts config_step_opts(const config *cfg);
 /* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized
  * crop for image folders and the pad crop for in-memory sets. */
 int config_crop(const config *cfg);

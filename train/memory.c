@@ -24,12 +24,6 @@ static size_t loader_bytes(const dataset *ds, const loader_options *o) {
     return (size_t)(o->prefetch + 1) * o->batch * sample + (size_t)ds->n * per_sample;
 }
 
-/* The momentum on the device: parameter-server workers keep none (the
- * servers do; stepper_set_ps frees the optimizer's buffer). */
-static size_t device_momentum(const config *cfg, const run_memory *m) {
-    return cfg->dist_mode == DIST_MODE_PS ? 0 : m->momentum;
-}
-
 /* One of the stager's slots (train/stager.c): labels padded to 256 bytes, then the images. */
 static size_t stager_slot_bytes(int max_batch, size_t sample_floats) {
     size_t labels = ((size_t)max_batch * sizeof(int32_t) + 255) / 256 * 256;
@@ -37,7 +31,9 @@ static size_t stager_slot_bytes(int max_batch, size_t sample_floats) {
 }
 
 int memory_estimate(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
-                    const loader_options *eval, int nccl, run_memory *m) {
+                    const loader_options *eval, const exchange_footprint *xf, run_memory *m) {
+    static const exchange_footprint alone = {.host_per_param_byte = 0, .momentum_on_worker = 1};
+    if (!xf) xf = &alone;
     memset(m, 0, sizeof *m);
     const dataset *ds = &d->train;
     m->max_batch = train->batch > eval->batch ? train->batch : eval->batch;
@@ -70,12 +66,13 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     m->host_copies = (cpu ? 0 : slots) + logits; /* pinned stager slots; evaluation's logits (train/eval.c) */
     int world = dist_world();
     if (world > 1) m->host_copies += P + Bf; /* the parameters compared after each epoch, rank 0's statistics */
-    if (world > 1 && !nccl) /* the reducer's staging buffer (dist/reducer_mpi.c) */
-        m->host_copies += P + (cfg->compress == REDUCER_COMPRESS_FP16 ? P / 2 : 0);
+    m->host_copies += (size_t)(xf->host_per_param_byte * (double)P); /* the exchange's staging (dist/exchange.h) */
     if ((dist_rank() == 0 && (cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0)) || config_resume(cfg) != RESUME_NONE)
         m->host_copies += P + Bf + m->momentum; /* a checkpoint's state on the host (train/state.c) */
 
-    m->device = m->net.total + device_momentum(cfg, m) + m->step;
+    /* parameter-server workers keep no momentum on the device (the servers do) */
+    m->device_momentum = xf->momentum_on_worker ? m->momentum : 0;
+    m->device = m->net.total + m->device_momentum + m->step;
     m->host = m->loader + m->host_copies;
     return CNT_OK;
 }
@@ -144,8 +141,8 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
     const net_memory *n = &m->net;
     if (p->kind != POOL_HOST) {
         add_part(parts, sizeof parts, "activations", n->activations);
-        add_part(parts, sizeof parts, device_momentum(cfg, m) ? "parameters+gradients+momentum" : "parameters+gradients",
-                 n->params + n->grads + n->buffers + device_momentum(cfg, m));
+        add_part(parts, sizeof parts, m->device_momentum ? "parameters+gradients+momentum" : "parameters+gradients",
+                 n->params + n->grads + n->buffers + m->device_momentum);
         add_part(parts, sizeof parts, "backend workspace", n->workspace);
         if (n->kept) add_part(parts, sizeof parts, "kept filters", n->kept);
         add_part(parts, sizeof parts, "stager and logits", m->step);
@@ -166,7 +163,7 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
 }
 
 int memory_check(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
-                 const loader_options *eval, int nccl) {
+                 const loader_options *eval, const exchange_footprint *xf) {
     int cpu = be == backend_cpu();
     hostmem hm;
     hostmem_query(&hm);
@@ -179,7 +176,7 @@ int memory_check(const config *cfg, const backend *be, const input_data *d, cons
     if (dist_world() > 1) dist_barrier();
 
     run_memory m;
-    if (memory_estimate(cfg, be, d, train, eval, nccl, &m) != CNT_OK) return CNT_OK;
+    if (memory_estimate(cfg, be, d, train, eval, xf, &m) != CNT_OK) return CNT_OK;
     pool pools[2];
     int n_pools = 0;
     if (cpu) {

@@ -28,6 +28,7 @@
 #include "data/loader.h"
 #include "model/backend.h"
 #include "model/net.h"
+#include "dist/exchange.h"
 #include "train/config.h"
 #include "train/input.h"
 
@@ -35,6 +36,7 @@ typedef struct run_memory {
     int max_batch;           /* the larger of the training and evaluation batches: what the net is sized for */
     net_memory net;          /* the net at max_batch (model/net.h) */
     size_t momentum;         /* the optimizer's momentum buffer (optim.momentum > 0) */
+    size_t device_momentum;  /* of which on the device: 0 where the exchange keeps it (parameter servers) */
     size_t step;             /* the stepper's device buffers: the stager's two slots, the logits' gradients,
                               * the batch-norm statistics a skipped step restores (loss scaling) */
     size_t loader;           /* host: both loaders' rings (data.prefetch + 1 batches each) and per-sample tables */
@@ -46,12 +48,13 @@ typedef struct run_memory {
 
 /* Fills *m for a run of cfg on backend be (its math mode and thread count
  * already set) with data d and the loader options input_loader_options gave
- * (train, eval), as rank dist_rank() of dist_world(); nccl: gradients travel
- * through NCCL (no host staging). Allocates nothing on be. CNT_ERR with
+ * (train, eval), as rank dist_rank() of dist_world(); xf: what the
+ * exchange keeps beside the net (exchange_footprint_of; NULL: nothing, the
+ * momentum on this rank). Allocates nothing on be. CNT_ERR with
  * zoo_build's message when the model cannot be built (unknown name, input
  * too small). */
 int memory_estimate(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
-                    const loader_options *eval, int nccl, run_memory *m);
+                    const loader_options *eval, const exchange_footprint *xf, run_memory *m);
 
 /* The check before the net is allocated: memory_estimate, then what this
  * rank may use: on the CPU the host's available memory (common/hostmem.h)
@@ -66,6 +69,6 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
  * checked. A model that cannot be built gives CNT_OK without a line: the
  * model's own construction reports it. */
 int memory_check(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
-                 const loader_options *eval, int nccl);
+                 const loader_options *eval, const exchange_footprint *xf);
 
 #endif

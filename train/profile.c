@@ -205,11 +205,11 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     /* the step as training builds it, one rank */
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
-    step_opts so = config_step_opts(cfg, 1);
+    step_opts so = config_step_opts(cfg);
     int gpu = strcmp(be->name, "cpu") != 0;
     so.sync_phases = gpu; /* the phase times of a GPU step are the device's */
     stepper st;
-    stepper_init(&st, nt, NULL, NULL, &oo, &lso, &so, lo.batch, (size_t)d.train.c * d.train.h * d.train.w);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, (size_t)d.train.c * d.train.h * d.train.w);
     schedule sched = config_schedule(cfg, 1, loader_steps_per_epoch(ld));
 
     recorder rc = {.be = be, .nodes = nt->nodes, .gpu = gpu, .n_nodes = nt->n_nodes, .step = -1};

@@ -52,15 +52,15 @@ static void tally_start(tally *t, double t0) {
 static void tally_add(tally *t, const step_result *r, int n, double wait, double step_s) {
     t->wait += wait;
     t->busy += step_s;
-    t->comm += r->rs.comm_ms;
-    t->exposed += r->rs.exposed_ms;
-    t->early += r->rs.early;
-    t->buckets += r->rs.buckets;
-    t->ps_push += r->ps.push_bytes;
-    t->ps_pull += r->ps.pull_bytes;
-    t->ps_wait += r->ps.wait_s;
-    t->stale_sum += (double)r->ps.staleness;
-    if ((double)r->ps.staleness > t->stale_max) t->stale_max = (double)r->ps.staleness;
+    t->comm += r->xs.rs.comm_ms;
+    t->exposed += r->xs.rs.exposed_ms;
+    t->early += r->xs.rs.early;
+    t->buckets += r->xs.rs.buckets;
+    t->ps_push += r->xs.ps.push_bytes;
+    t->ps_pull += r->xs.ps.pull_bytes;
+    t->ps_wait += r->xs.ps.wait_s;
+    t->stale_sum += (double)r->xs.ps.staleness;
+    if ((double)r->xs.ps.staleness > t->stale_max) t->stale_max = (double)r->xs.ps.staleness;
     t->steps++;
     t->images += n;
 }
@@ -143,7 +143,7 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     double lsum[2] = {acc, p->win_loss_steps};
     /* asynchronous workers do not wait for each other here: rank 0's loss */
     dist_phase("progress line");
-    if (p->o.ps != 2) dist_allreduce_sum_f64(lsum, 2);
+    if (!p->o.xt.stale) dist_allreduce_sum_f64(lsum, 2);
     double now = time_now();
     /* none when no step of the window had a finite loss (loss scaling skips) */
     int have_loss = lsum[1] > 0;
@@ -159,14 +159,14 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     format_duration(eta, eta_s, sizeof eta_s);
     char comm[128] = "";
     metrics_ps mps = {w->ps_push / w->steps / (1 << 20), w->ps_pull / w->steps / (1 << 20), 1e3 * w->ps_wait / w->steps,
-                      p->o.ps == 2, w->stale_sum / w->steps, w->stale_max};
-    if (p->o.ps) {
+                      p->o.xt.stale, w->stale_sum / w->steps, w->stale_max};
+    if (p->o.xt.serves) {
         int o = snprintf(comm, sizeof comm, "  ps wait %.2f ms (push %.2f MiB, pull %.2f MiB)", mps.wait_ms,
                          mps.push_mb, mps.pull_mb);
         if (mps.async)
             snprintf(comm + o, sizeof comm - (size_t)o, "  stale %.1f (max %.0f)", mps.stale_mean, mps.stale_max);
     }
-    else if (p->o.comm)
+    else if (p->o.xt.reduces)
         snprintf(comm, sizeof comm, "  comm %.2f ms (exposed %.2f ms)", w->comm / w->steps, w->exposed / w->steps);
     char scaling[96] = "";
     long skipped = ls->skipped - p->win_skipped0;
@@ -177,7 +177,7 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
              p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
     if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, 1e3 * w->busy / w->steps, wait_ms, w->comm / w->steps,
-                     w->exposed / w->steps, ls->scale, ls->skipped, p->o.ps ? &mps : NULL) != CNT_OK)
+                     w->exposed / w->steps, ls->scale, ls->skipped, p->o.xt.serves ? &mps : NULL) != CNT_OK)
         return CNT_ERR;
     if (cnt_log_write_error())
         return cnt_err_set("cannot write the log (standard output or error): %s", strerror(cnt_log_write_error()));
@@ -226,12 +226,12 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
              secs > 0 ? 100.0 * t->wait / secs : 0, scores);
     int rc = metrics_epoch(&p->m, e, p->step, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms,
                            exposed_ms, (long)skipped[0], (long)skipped[1]);
-    if (p->o.ps)
+    if (p->o.xt.serves)
         log_info("epoch %d/%d parameter servers: %.2f ms/step waiting for parameters after backward; %.2f MiB "
                  "pushed and %.2f MiB pulled per step by each worker",
                  e, E, t->steps ? 1e3 * t->ps_wait / t->steps : 0, t->steps ? t->ps_push / t->steps / (1 << 20) : 0,
                  t->steps ? t->ps_pull / t->steps / (1 << 20) : 0);
-    else if (p->o.comm)
+    else if (p->o.xt.reduces)
         log_info("epoch %d/%d communication: %.2f ms/step allreduce, %.2f ms/step not hidden by backward; "
                  "%ld of %ld buckets started during backward",
                  e, E, comm_ms, exposed_ms, t->early, t->buckets);

@@ -27,9 +27,10 @@ typedef struct progress_opts {
     int batch;               /* samples per step on each rank */
     int epochs;              /* train.epochs */
     long total_steps;        /* the step the run stops at */
-    int comm;                /* gradients are reduced: show communication */
-    int ps;                  /* parameter servers (dist.mode = ps): show their traffic and wait instead;
-                              * 2: asynchronous, with the staleness of rank 0's gradients */
+    exchange_traits xt;      /* what the exchange reports (dist/exchange.h): reduced gradients show their
+                              * communication; servers their traffic and wait instead, and where
+                              * asynchronous the staleness of rank 0's gradients (the ranks do not
+                              * meet: rank 0's loss alone) */
     int fp16;                /* train.precision = fp16: the hint for inf/NaN logits */
 } progress_opts;
 

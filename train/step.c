@@ -4,22 +4,29 @@
 #include "train/step.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/timer.h"
-#include "dist/fault.h"
+#include "dist/dist.h"
 
-void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
+void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
                   const step_opts *so, int max_batch, size_t sample_floats) {
     const backend *be = nt->be;
     memset(s, 0, sizeof *s);
     s->nt = nt;
-    s->rd = rd;
+    s->x = x;
     s->tl = tl;
     s->o = *so;
     optim_init(&s->opt, nt, oo);
     loss_scaler_init(&s->ls, lso);
+    if (exchange_traits_of(x).keeps_state) {
+        /* the servers update and keep the momentum: a worker's would only
+         * take device memory (a model's worth) */
+        CNT_ASSERT(!loss_scaler_active(&s->ls));
+        optim_drop_momentum(&s->opt);
+    }
     /* Batches reach the device one step ahead, on the copy stream. */
     s->st = stager_create(be, max_batch, sample_floats);
     size_t logits_bytes = (size_t)max_batch * nt->classes * sizeof(float);
@@ -46,15 +53,8 @@ void stepper_free(stepper *s) {
     be->free(s->dlogits_aux);
     be->free(s->overflow);
     be->free(s->buffers_before);
+    free(s->seed_momentum);
     memset(s, 0, sizeof *s);
-}
-
-void stepper_set_ps(stepper *s, ps *p) {
-    CNT_ASSERT(!s->rd && !loss_scaler_active(&s->ls));
-    s->ps = p;
-    /* the servers update and keep the momentum: a worker's would only take
-     * device memory (a model's worth) */
-    optim_drop_momentum(&s->opt);
 }
 
 /* Ends a phase: waits for the device when asked to (so the time is the
@@ -89,7 +89,7 @@ static void forward_loss(stepper *s, const float *x, const int32_t *labels, int 
 static int gradients_finite(stepper *s, int *failed) {
     const backend *be = s->nt->be;
     float found = 0;
-    if (s->rd) reducer_wait_sums(s->rd); /* NCCL: wait under the watchdog, not in a copy */
+    exchange_wait_sums(s->x); /* NCCL: wait under the watchdog, not in a copy */
     be->zero(s->overflow, sizeof(float));
     be->find_nonfinite(s->nt->n_params, s->nt->grads, s->overflow);
     be->download(&found, s->overflow, sizeof found);
@@ -137,10 +137,8 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     r->forward_s = phase_end(s, "forward", "forward", t);
 
     t = time_now();
-    if (s->rd || s->ps) fault_stall_point(step_number); /* tests only: CNT_TEST_STALL (dist/fault.h) */
-    if (s->rd) reducer_begin(s->rd, step_number);
-    if (s->ps) ps_begin_step(s->ps, step_number, lr);
-    net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the reducer */
+    exchange_begin(s->x, step_number, lr);
+    net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the exchange */
     stager_release(s->st);                          /* backward was the last reader of the batch */
     r->backward_s = phase_end(s, "backward", "backward", t);
     if (s->next) {
@@ -153,19 +151,15 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
         }
     }
 
-    if (s->ps) {
-        /* the servers updated: the rest of the gradients out, their parameters in */
-        t = time_now();
-        ps_finish_step(s->ps, &r->ps);
-        r->comm_wait_s = phase_end(s, "parameter-server wait", "comm", t);
+    /* What is still in flight: summed gradients, which the update divides
+     * by the workers, or parameters the servers updated, which end the step. */
+    const char *wait = exchange_traits_of(s->x).wait_phase;
+    t = time_now();
+    exchange_finish(s->x, &r->xs);
+    if (wait) r->comm_wait_s = phase_end(s, wait, "comm", t);
+    if (r->xs.updated) {
         r->applied = r->loss_counts = 1;
         return CNT_OK;
-    }
-    if (s->rd) {
-        /* The buckets still in flight; the update divides the sums by world. */
-        t = time_now();
-        reducer_finish(s->rd, &r->rs);
-        r->comm_wait_s = phase_end(s, "allreduce wait", "comm", t);
     }
 
     t = time_now();
@@ -173,7 +167,7 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     if (s->o.emulate) {
         /* emulated compute: the update's time, nothing updated (the sums are
          * complete first, as the update would need them) */
-        if (s->rd) reducer_wait_sums(s->rd);
+        exchange_wait_sums(s->x);
         time_sleep_until(t + 1e-3 * s->o.emulate_update_ms);
         r->update_s = phase_end(s, "optimizer", "optimizer", t);
         r->loss_counts = 1;
@@ -185,7 +179,8 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
         if (failed) return CNT_ERR;
     }
     /* Sums over ranks of S-times gradients: the update divides both out. */
-    if (r->applied) optim_step(&s->opt, nt, (float)lr, (float)(1.0 / ((double)s->o.world * (double)scale)));
+    double workers = exchange_workers(s->x);
+    if (r->applied) optim_step(&s->opt, nt, (float)lr, (float)(1.0 / (workers * (double)scale)));
     r->update_s = phase_end(s, "optimizer", "optimizer", t);
 
     r->loss_counts = r->applied;
@@ -211,4 +206,48 @@ const float *stepper_eval(stepper *s, const batch *b) {
     nt->be->softmax_xent(b->n, nt->classes, net_logits(nt), labels, 0.0f, s->loss, s->dlogits);
     stager_release(s->st);
     return net_logits(nt);
+}
+
+void stepper_state_alloc(const stepper *s, step_state *ss) {
+    memset(ss, 0, sizeof *ss);
+    int here = !exchange_traits_of(s->x).keeps_state || dist_rank() == 0;
+    host_state_alloc(&ss->hs, s->nt, s->opt.o.momentum > 0.0f && here);
+}
+
+void stepper_save(stepper *s, step_state *ss) {
+    host_state_download(&ss->hs, s->nt, s->opt.momentum_buf);
+    exchange_fetch_state(s->x, ss->hs.params, ss->hs.momentum);
+    ss->dropout_seed = s->nt->dropout_seed;
+    if (loss_scaler_active(&s->ls)) {
+        ss->loss_scale = s->ls.scale;
+        ss->loss_scale_good = s->ls.good;
+        ss->skipped = s->ls.skipped;
+        ss->skipped_in_a_row = s->ls.in_a_row;
+    }
+}
+
+void stepper_restore(stepper *s, step_state *ss) {
+    if (exchange_traits_of(s->x).keeps_state) {
+        /* rank 0's, or NULL: it goes to the servers (stepper_seed), not to the workers */
+        free(s->seed_momentum);
+        s->seed_momentum = ss->hs.momentum;
+        ss->hs.momentum = NULL;
+    }
+    host_state_broadcast(&ss->hs, s->nt);
+    host_state_upload(&ss->hs, s->nt, s->opt.momentum_buf);
+    s->nt->dropout_seed = ss->dropout_seed;
+    loss_scaler_restore(&s->ls, ss->loss_scale, ss->loss_scale_good, ss->skipped, ss->skipped_in_a_row);
+}
+
+void stepper_seed(stepper *s) {
+    if (!exchange_traits_of(s->x).keeps_state || dist_rank() != 0) return;
+    net *nt = s->nt;
+    ps_shape shape = {nt->in_c, nt->in_h, nt->in_w, nt->classes};
+    host_state hs;
+    host_state_alloc(&hs, nt, 0); /* the workers keep no momentum */
+    host_state_download(&hs, nt, NULL);
+    exchange_seed(s->x, &shape, hs.params, s->seed_momentum); /* NULL: zeros */
+    host_state_free(&hs);
+    free(s->seed_momentum);
+    s->seed_momentum = NULL;
 }

@@ -6,22 +6,26 @@
  *                    staged by the step before, see stepper_set_prefetch)
  *                 -> forward -> softmax cross-entropy (+ aux_weight x the
  *                    auxiliary head's, inception_v3) [x loss scale]
- *                 -> backward, handing finished gradient slices to the reducer
+ *                 -> backward, handing finished gradient slices to the
+ *                    exchange (dist/exchange.h)
  *                 -> [prefetch: the next step's batch from the loader into the
  *                    stager, while backward runs on the device]
- *                 -> wait for the summed gradients
+ *                 -> the exchange's result: summed gradients, or (parameter
+ *                    servers) parameters already updated, which ends the step
  *                 -> [loss scaling: inf/NaN in any gradient skips the step]
- *                 -> SGD update (divided by world x loss scale)
+ *                 -> SGD update (divided by workers x loss scale)
  *                 With emulated compute (step_opts.emulate, train/emulate.h)
  *                 the net sleeps its profiled times instead of computing
  *                 (net_set_emulation) and the update sleeps instead of
- *                 updating; the stager, the loss and the reducer run as usual.
+ *                 updating; the stager, the loss and the exchange run as usual.
  *   stepper_eval: batch -> forward in inference mode -> loss; the logits stay
  *                 on the device for the caller to rank.
  *
  * The stepper owns what a step needs across steps: the optimizer (momentum),
  * the loss scaler, the input stager and the device buffers of the loss and
- * its gradient. It does not own the net, the reducer or the timeline.
+ * its gradient; and it saves and restores that state for checkpoints
+ * (stepper_save, stepper_restore). It does not own the net, the exchange or
+ * the timeline.
  *
  * The host waits for the device only where a decision needs a value: loss
  * scaling's overflow flag (one float per step, as PyTorch's GradScaler), and
@@ -31,18 +35,17 @@
 #define CNT_STEP_H
 
 #include "data/loader.h"
-#include "dist/ps.h"
-#include "dist/reducer.h"
+#include "dist/exchange.h"
 #include "dist/timeline.h"
 #include "model/net.h"
 #include "train/loss_scale.h"
 #include "train/optim.h"
 #include "train/stager.h"
+#include "train/state.h"
 
 typedef struct step_opts {
     float label_smoothing;
     float aux_weight;   /* weight of the auxiliary loss (nets with an auxiliary head) */
-    int world;          /* ranks whose gradients the reducer sums; the update divides by it */
     int sync_phases;    /* wait for the device after each phase, so the phase times are the
                          * device's (bench on a GPU); training leaves it 0 */
     int emulate;        /* emulated compute (train.emulate_compute, train/emulate.h): the update
@@ -57,9 +60,7 @@ typedef const batch *(*stepper_next_fn)(void *ctx);
 
 typedef struct stepper {
     net *nt;                 /* not owned */
-    reducer *rd;             /* not owned; NULL: one rank, nothing to reduce */
-    ps *ps;                  /* not owned; parameter servers (stepper_set_ps) update instead of the
-                              * optimizer here; NULL: none */
+    exchange *x;             /* not owned: how the gradients become the next parameters */
     timeline *tl;            /* not owned; NULL: no timeline */
     step_opts o;
     optimizer opt;
@@ -78,14 +79,27 @@ typedef struct stepper {
     float *staged_x;         /* its device images */
     int32_t *staged_labels;  /* and labels */
     int staged_n;            /* and size */
+    float *seed_momentum;    /* rank 0, where the exchange keeps the state: a checkpoint's momentum for
+                              * stepper_seed (host); NULL: zeros */
 } stepper;
+
+/* The training state a checkpoint holds besides the position in the data:
+ * what stepper_state_alloc sizes, stepper_save fills and stepper_restore
+ * takes. */
+typedef struct step_state {
+    host_state hs;           /* parameters, batch-norm buffers, momentum (NULL: none on this rank) */
+    uint64_t dropout_seed;   /* the net's */
+    double loss_scale;       /* loss scaling (train/loss_scale.h): the scale, 0 without loss scaling */
+    long loss_scale_good;    /* clean steps since it changed */
+    long skipped;            /* steps skipped for inf/NaN gradients */
+    long skipped_in_a_row;   /* the last of them in a row */
+} step_state;
 
 typedef struct step_result {
     int applied;             /* the update ran; 0: skipped for inf/NaN gradients */
     int loss_counts;         /* the loss belongs in the progress line: the step was applied, or
                               * skipped with a finite loss (its gradients overflowed, not its forward) */
-    reducer_stats rs;        /* the reducer's report (zero without a reducer) */
-    ps_stats ps;             /* the parameter servers' traffic and wait (zero without them) */
+    exchange_stats xs;       /* the exchange's report */
     double forward_s;        /* host seconds: forward and loss */
     double backward_s;       /* backward */
     double comm_wait_s;      /* waiting for the gradient sums after backward */
@@ -93,21 +107,20 @@ typedef struct step_result {
     int n;                   /* images in the step's batch */
 } step_result;
 
-/* Ready to step nt (finalised, parameters initialised) on batches of up to
- * max_batch samples of sample_floats floats each. rd and tl may be NULL; they
- * stay the caller's. Never fails (allocation failures are fatal). */
-void stepper_init(stepper *s, net *nt, reducer *rd, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
+/* Ready to step nt (finalised, parameters initialised, attached to x:
+ * exchange_attach) on batches of up to max_batch samples of sample_floats
+ * floats each. x (exchange_none() for one rank) and tl (may be NULL) stay
+ * the caller's. Where the exchange keeps the optimizer's state (its traits'
+ * keeps_state: parameter servers) the optimizer's momentum buffer is freed
+ * (s->opt.momentum_buf NULL), and loss scaling is not allowed (the config
+ * refuses it). Never fails (allocation failures are fatal). */
+void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
                   const step_opts *so, int max_batch, size_t sample_floats);
-/* From now on the step pushes its gradients to parameter servers during
- * backward and pulls their updated parameters (dist/ps.h) instead of
- * reducing and updating here: comm_wait_s is the wait for the parameters,
- * update_s 0. The optimizer's momentum buffer is freed (s->opt.momentum_buf
- * NULL): the servers keep the momentum. The net's grad hook must be ps_grads_ready, and the stepper
- * must have no reducer and no loss scaling. */
-void stepper_set_ps(stepper *s, ps *p);
 /* One training step on host batch b at learning rate lr. step_number (from 1,
- * continued after a resume) names the step to the reducer's watchdog, the
- * timeline and the test-only fault point. Fills *r. CNT_ERR (message in
+ * continued after a resume) names the step to the exchange (the reducer's
+ * watchdog, the servers), the timeline and the test-only fault point. Fills
+ * *r: comm_wait_s is the wait for the exchange's result after backward,
+ * update_s 0 where the exchange updated the parameters. CNT_ERR (message in
  * cnt_err_msg) when loss scaling gives up: LOSS_SCALE_MAX_SKIPS steps in a
  * row had inf/NaN gradients; that step changed nothing. */
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r);
@@ -130,5 +143,30 @@ void stepper_drop_staged(stepper *s);
  * No batch may be staged (stepper_drop_staged). */
 const float *stepper_eval(stepper *s, const batch *b);
 void stepper_free(stepper *s);
+
+/* Host arrays for the state on this rank: parameters and buffers always;
+ * momentum when the optimizer has momentum, on rank 0 where the exchange
+ * keeps the state (it alone reads and writes checkpoints and seeds the
+ * servers) and on every rank elsewhere. step_state's scalars zeroed. Free
+ * with host_state_free(&ss->hs). */
+void stepper_state_alloc(const stepper *s, step_state *ss);
+/* Rank 0, between steps, for a checkpoint: the state into ss (allocated by
+ * stepper_state_alloc): the net's parameters and buffers, the momentum from
+ * the optimizer or from where the exchange keeps it (the servers, whose
+ * parameters asynchronous training also takes: newer than rank 0's), the
+ * loss scaler and the dropout seed. */
+void stepper_save(stepper *s, step_state *ss);
+/* Every rank, from a checkpoint rank 0 read into ss (the scalars set alike
+ * on every rank; arrays from stepper_state_alloc): the arrays travel from
+ * rank 0 to every rank (a collective) and become the net's parameters and
+ * buffers and the optimizer's momentum; the loss scaler and the dropout seed
+ * continue from the scalars. Where the exchange keeps the state, rank 0
+ * keeps the momentum for stepper_seed instead (it takes ss->hs.momentum). */
+void stepper_restore(stepper *s, step_state *ss);
+/* Every rank, once the starting weights are known (fresh, model.init_from
+ * or a checkpoint: after stepper_restore): where the exchange keeps the
+ * state, rank 0 hands it the net's parameters and the checkpoint's momentum
+ * (zeros on a fresh start) (exchange_seed). A no-op elsewhere. */
+void stepper_seed(stepper *s);
 
 #endif

@@ -4,7 +4,7 @@
  * (Slurm's --signal, Open MPI's mpirun forwards it to every rank).
  *
  * stop_install's handler only records the signal; the trainer asks
- * stop_pending at each step boundary, the ranks agree (train/trainer.c), the
+ * stop_pending at each step boundary, the ranks agree (exchange_agree_stop), the
  * state is saved and the run ends with TRAINER_EXIT_STOPPED. A second signal
  * of those three, before the run got there, ends the process at once the
  * default way (the way to kill a run stuck outside the step loop).

@@ -1,0 +1,143 @@
+/*
+ * dist/exchange_allreduce.c - the allreduce version of the exchange
+ * (dist/exchange.h): the gradient reducer (dist/reducer.h) over NCCL on the
+ * GPUs or over MPI through host memory (MPI_Allreduce or our ring). Every
+ * rank sums every bucket; each rank's optimizer then takes the same step.
+ *
+ * The transport is decided at exchange_connect, the same way on every rank
+ * (it rests on a sum over the ranks): NCCL when dist.backend names it, or
+ * with auto when every rank has a GPU, the gradients travel uncompressed and
+ * the build has NCCL; MPI otherwise.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/check.h"
+#include "dist/dist.h"
+#include "dist/exchange_impl.h"
+#include "dist/nccl.h"
+
+typedef struct allreduce_x {
+    exchange base;
+    const backend *be;
+    dist_nccl *nccl;         /* NULL: gradients go through host memory */
+    reducer *rd;             /* from exchange_attach */
+} allreduce_x;
+
+static allreduce_x *of(exchange *x) { return (allreduce_x *)x; }
+
+/* NCCL when dist.backend asks for it by name, or with auto when it can be
+ * had; *out NULL for MPI. CNT_ERR: named and impossible. */
+static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **out) {
+    *out = NULL;
+    int named = o->backend == DIST_BACKEND_NCCL, is_auto = o->backend == DIST_BACKEND_AUTO;
+    if (!named && !(is_auto && dist_world() > 1)) return CNT_OK;
+    /* Ranks on the CPU rule NCCL out. Whether ranks share a GPU is judged by
+     * dist_nccl_create from the GPUs' PCI bus ids: a rank's count of visible
+     * GPUs says nothing when CUDA_VISIBLE_DEVICES gives each rank its own. */
+    double cpu_ranks = be == backend_cpu();
+    dist_phase("start-up: gradient transport choice");
+    if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
+    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || o->reducer.compress != REDUCER_COMPRESS_NONE)) return CNT_OK;
+    if (named && cpu_ranks > 0)
+        return cnt_err_set("dist.backend = nccl: %g rank%s run%s on the CPU (train.device = %s); NCCL needs a GPU "
+                           "per rank (see ./trainer --devices)",
+                           cpu_ranks, cpu_ranks == 1 ? "" : "s", cpu_ranks == 1 ? "s" : "", o->device);
+#if CNT_HAVE_NCCL
+    dist_nccl *nc = dist_nccl_create();
+    if (!nc) {
+        if (named) return CNT_ERR; /* the message names dist.backend=nccl and what to do */
+        if (dist_rank() == 0)
+            log_warn("dist.backend = auto: NCCL did not start (%s); using MPI through host memory", cnt_err_msg());
+        return CNT_OK;
+    }
+    *out = nc;
+    return CNT_OK;
+#else
+    return cnt_err_set("dist.backend = nccl: this binary was built without NCCL (rebuild where `make` finds it, "
+                       "or use dist.backend = mpi)");
+#endif
+}
+
+static int ar_connect(exchange *x, const backend *be) {
+    allreduce_x *a = of(x);
+    a->be = be;
+    if (choose_nccl(&x->o, be, &a->nccl) != CNT_OK) return CNT_ERR;
+    x->nccl = a->nccl != NULL;
+    return CNT_OK;
+}
+
+static int ar_attach(exchange *x, net *nt) {
+    allreduce_x *a = of(x);
+    reducer_opts ro = x->o.reducer;
+    ro.algo = x->o.backend == DIST_BACKEND_RING ? DIST_ALGO_RING : DIST_ALGO_MPI;
+    ro.nccl = a->nccl;
+    dist_phase("start-up: gradient reducer");
+    a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);
+    net_set_grad_hook(nt, reducer_grads_ready, a->rd);
+    return CNT_OK;
+}
+
+static void ar_set_timeline(exchange *x, timeline *tl) { reducer_set_timeline(of(x)->rd, tl); }
+
+static void ar_describe(const exchange *x, int batch, char *buf, size_t len) {
+    const allreduce_x *a = (const allreduce_x *)x;
+    const exchange_opts *o = &x->o;
+    int world = x->world, buckets = a->rd ? reducer_bucket_count(a->rd) : 0;
+    const char *comm_name = a->nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
+                            : o->backend == DIST_BACKEND_RING ? "ring"
+                                                              : "MPI_Allreduce";
+    snprintf(buf, len,
+             "%d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s (%g MiB, "
+             "first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s)",
+             world, world > 1 ? "s" : "", dist_local_world(), batch * world, comm_name, buckets,
+             buckets == 1 ? "" : "s", o->bucket_mb, o->first_bucket_mb,
+             o->reducer.overlap ? "during backward" : "after backward",
+             o->reducer.compress == REDUCER_COMPRESS_FP16 ? "fp16" : "fp32",
+             o->reducer.stall_warn_s > 0 || o->reducer.stall_abort_s > 0 ? "on" : "off", o->reducer.stall_warn_s,
+             o->reducer.stall_abort_s);
+}
+
+static void ar_begin(exchange *x, long step, double lr) {
+    (void)lr;
+    reducer_begin(of(x)->rd, step);
+}
+
+/* The buckets still in flight; the sums stay in the gradient buffer. */
+static void ar_finish(exchange *x, exchange_stats *st) { reducer_finish(of(x)->rd, &st->rs); }
+
+static void ar_wait_sums(exchange *x) { reducer_wait_sums(of(x)->rd); }
+
+static void ar_free(exchange *x, int failed) {
+    allreduce_x *a = of(x);
+    reducer_free(a->rd);
+#if CNT_HAVE_NCCL
+    /* after the reducer that used it; a failed run may have left collectives
+     * no peer will join, so it aborts instead of waiting for them */
+    if (failed) dist_nccl_abort(a->nccl);
+    else dist_nccl_free(a->nccl);
+#else
+    (void)failed;
+#endif
+}
+
+static const exchange_ops allreduce_ops = {
+    .connect = ar_connect,
+    .attach = ar_attach,
+    .set_timeline = ar_set_timeline,
+    .describe = ar_describe,
+    .begin = ar_begin,
+    .finish = ar_finish,
+    .wait_sums = ar_wait_sums,
+    .agree_stop = exchange_agree_lagged,
+    .free = ar_free,
+};
+
+exchange *exchange_allreduce_create(const exchange_opts *o) {
+    allreduce_x *a = cnt_calloc(1, sizeof *a);
+    a->base.ops = &allreduce_ops;
+    a->base.o = *o;
+    a->base.world = dist_world();
+    a->base.traits = (exchange_traits){.mode_name = "allreduce", .reduces = 1, .wait_phase = "allreduce wait"};
+    return &a->base;
+}

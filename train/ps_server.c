@@ -1,0 +1,82 @@
+/*
+ * train/ps_server.c - a parameter server's run (see train/ps_server.h): the
+ * server side of dist/ps.h with this project's optimizer as its update.
+ */
+#include "train/ps_server.h"
+
+#include "common/check.h"
+#include "dist/dist.h"
+#include "dist/ps.h"
+#include "model/zoo.h"
+#include "train/optim.h"
+
+#include <stdlib.h>
+
+typedef struct server_ctx {
+    const net *nt;
+    optimizer *opt;
+    float *params; /* the shard's, from opt->base */
+} server_ctx;
+
+static void server_update(void *ctx, size_t begin, size_t end, float *grads, double lr, float scale) {
+    server_ctx *c = ctx;
+    optim_step_shard(c->opt, c->nt, c->params, grads, (float)lr, scale, begin, end);
+}
+
+/* The model rank 0 describes, laid out (offsets) without its buffers. */
+static net *server_model(const config *cfg, const backend *be, const ps_shape *sh) {
+    net *nt = net_create(be, (int)sh->c, (int)sh->h, (int)sh->w, (int)sh->classes);
+    zoo_options zo = config_zoo_options(cfg);
+    int out, aux;
+    if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK) {
+        cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes", cfg->model_name, (int)sh->c, (int)sh->h,
+                       (int)sh->w, (int)sh->classes);
+        net_free(nt);
+        return NULL;
+    }
+    net_param_layout(nt);
+    return nt;
+}
+
+/* Holds its shard's parameters and momentum (and ps_serve a receive buffer
+ * per worker) and nothing else of the model; rank 0 tells what each server
+ * holds and did (exchange_describe, exchange_end). */
+int ps_server_run(const config *cfg, exchange *x) {
+    ps *p = exchange_server(x);
+    CNT_ASSERT(p != NULL);
+    dist_phase("parameter server");
+    ps_shape sh;
+    ps_server_shape(p, &sh);
+    const backend *be = backend_cpu();
+    be->set_threads(cfg->threads);
+    net *nt = server_model(cfg, be, &sh);
+    size_t *shard_end = NULL;
+    if (!nt) return CNT_ERR;
+    if (exchange_shards(ps_servers(p), nt, &shard_end) != CNT_OK) {
+        cnt_err_prefix("model %s", cfg->model_name);
+        net_free(nt);
+        return CNT_ERR;
+    }
+    int k = ps_server_index(p); /* this server's shard */
+    CNT_ASSERT(k >= 0);
+    size_t b = k ? shard_end[k - 1] : 0, len = shard_end[k] - b;
+    optimizer opt;
+    optim_opts oo = config_optim_opts(cfg);
+    optim_init_shard(&opt, nt, &oo, b, b + len);
+    float *params = be->alloc((len ? len : 1) * sizeof(float));
+    server_ctx ctx = {nt, &opt, params};
+    timeline *tl = NULL;
+    if (cfg->timeline[0]) {
+        /* the server's own events, sent to rank 0 at the end (dist/ps.h) */
+        tl = timeline_create_local();
+        ps_set_timeline(p, tl);
+    }
+    ps_server_stats st;
+    ps_serve(p, params, opt.momentum_buf, nt->n_params, shard_end, server_update, &ctx, &st);
+    optim_free(&opt);
+    be->free(params);
+    free(shard_end);
+    net_free(nt);
+    timeline_free(tl);
+    return CNT_OK;
+}

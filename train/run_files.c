@@ -1,0 +1,152 @@
+/*
+ * train/run_files.c - a run's files in train.out_dir (see train/run.h): the
+ * lock that keeps a second run out, config.ini, the run record that opens
+ * metrics.jsonl, and where checkpoint.resume reads from.
+ */
+#include "train/run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/fileio.h"
+#include "dist/dist.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+/* A path from the config (checkpoint.dir, dist.timeline), resolved inside
+ * train.out_dir when relative. */
+void run_path_in_out_dir(const config *cfg, const char *path, char *out, size_t len) {
+    if (path[0] == '/') snprintf(out, len, "%s", path);
+    else snprintf(out, len, "%s/%s", cfg->out_dir, path);
+}
+
+/* The checkpoint checkpoint.resume asks for: 1 with its path in path (auto:
+ * the newest in checkpoint.dir), 0 for none. `say`: tell when auto finds no
+ * checkpoint. */
+int run_resume_path(const config *cfg, char *path, size_t len, int say) {
+    switch (config_resume(cfg)) {
+    case RESUME_NONE: return 0;
+    case RESUME_FILE: snprintf(path, len, "%s", cfg->ckpt_resume); return 1;
+    case RESUME_AUTO: break;
+    }
+    char dir[2 * CONFIG_STR + 8];
+    run_path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+    if (ckpt_find_latest(dir, path, len) == CNT_OK) return 1;
+    if (say) log_info("checkpoint.resume = auto: no checkpoint in %s, starting from scratch", dir);
+    return 0;
+}
+
+/* config.ini in train.out_dir: this run's effective config. An earlier
+ * run's that differs is kept as config.YYYYMMDD-HHMMSS.ini (its time), so
+ * every run's config survives a resume. Rank 0. */
+int run_write_config_ini(const config *cfg) {
+    char path[CONFIG_STR + 32], tmp[CONFIG_STR + 40];
+    snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    size_t len;
+    char *text = run_config_text(cfg, 0, &len);
+    struct stat lst;
+    FILE *old = NULL;
+    if (lstat(path, &lst) == 0 && !(old = file_open_regular(path, "config record", NULL))) {
+        free(text);
+        return CNT_ERR; /* not a regular file: named */
+    }
+    if (old) {
+        char *prev = cnt_malloc(len + 2);
+        size_t n = fread(prev, 1, len + 1, old);
+        struct stat st;
+        int same = n == len && memcmp(prev, text, len) == 0;
+        if (!same && fstat(fileno(old), &st) == 0) {
+            char stamp[32], kept[CONFIG_STR + 48];
+            file_time_stamp(st.st_mtime, stamp, sizeof stamp);
+            snprintf(kept, sizeof kept, "%s/config.%s.ini", cfg->out_dir, stamp);
+            if (rename(path, kept) != 0) log_warn("cannot keep the earlier run's %s as %s: %s", path, kept,
+                                                  strerror(errno));
+        }
+        free(prev);
+        fclose(old);
+        if (same) {
+            free(text);
+            return CNT_OK;
+        }
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        free(text);
+        return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+    }
+    int failed = fwrite(text, 1, len, f) != len ? cnt_err_set("cannot write '%s': %s", tmp, strerror(errno)) : 0;
+    free(text);
+    return file_commit_atomic(f, failed, tmp, path, cfg->out_dir, "config");
+}
+
+/* Rank 0: what a resume would start from, kept as the process's last words
+ * (said by an abort, or by run_finish's last line). */
+void run_set_last_checkpoint(const char *path, long step) {
+    char text[3 * CONFIG_STR + 64];
+    snprintf(text, sizeof text, "last checkpoint %s (step %ld)", path, step);
+    cnt_set_last_words(text);
+}
+
+/* Rank 0 takes train.out_dir/.lock (flock, exclusive, released when the
+ * process ends however it ends): two runs writing one directory would cut
+ * each other's metrics and overwrite each other's checkpoints. The file
+ * holds the owner's pid and host, for the message the second run gives. */
+int run_lock_out_dir(run *r) {
+    const config *cfg = r->cfg;
+    char path[CONFIG_STR + 16];
+    snprintf(path, sizeof path, "%s/.lock", cfg->out_dir);
+    if (make_dirs(cfg->out_dir) != CNT_OK) return cnt_err_prefix("train.out_dir");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return cnt_err_set("cannot create the lock file '%s': %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char owner[128] = "";
+        ssize_t n = pread(fd, owner, sizeof owner - 1, 0);
+        owner[n > 0 ? n : 0] = '\0';
+        owner[strcspn(owner, "\n")] = '\0';
+        close(fd);
+        if (err == EWOULDBLOCK)
+            return cnt_err_set("train.out_dir = %s is in use by another run (%s; lock %s): give this run another "
+                               "train.out_dir, or stop that one first",
+                               cfg->out_dir, owner[0] ? owner : "owner unknown", path);
+        return cnt_err_set("cannot lock '%s': %s", path, strerror(err));
+    }
+    char me[160], host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(me, sizeof me, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)len, 0) != len)
+        log_warn("cannot record this run in the lock file '%s': %s", path, strerror(errno));
+    r->lock_fd = fd;
+    return CNT_OK;
+}
+
+/* metrics.jsonl's "run" record (rank 0; train/metrics.h). */
+int run_write_record(run *r) {
+    const config *cfg = r->cfg;
+    exchange_traits xt = exchange_traits_of(r->x);
+    metrics_run_info in = {
+        .model = cfg->model_name,
+        .mode = xt.mode_name,
+        .device = r->be->name,
+        .precision = config_name(cfg, &cfg->precision),
+        .params = (long)r->nt->n_params,
+        .ranks = dist_job_world(),
+        .workers = r->world,
+        .servers = xt.serves ? cfg->ps_servers : 0,
+        .batch = cfg->batch_size,
+        .epochs = cfg->epochs,
+        .threads = strcmp(r->be->name, "cpu") == 0 ? omp_get_max_threads() : 0,
+        .steps_per_epoch = r->steps_per_epoch,
+        .config_hash = run_config_hash(cfg),
+    };
+    return metrics_run(progress_metrics(r->pg), &in);
+}
