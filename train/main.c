@@ -147,158 +147,156 @@ static void load_config(config *cfg, const char *path, int argc, char **argv, in
     }
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2) {
+/* --version */
+static int cmd_version(int argc, char **argv) {
+    (void)argc, (void)argv;
+    printf("cnntrain %s\nbackends: %s\nmpi: %s\nnccl: %s\n", CNT_VERSION, backend_list_built(),
+           CNT_HAVE_MPI ? "built in" : "not built in", CNT_HAVE_NCCL ? "built in" : "not built in");
+    return 0;
+}
+
+/* --help, -h */
+static int cmd_help(int argc, char **argv) {
+    (void)argc, (void)argv;
+    print_help();
+    return 0;
+}
+
+/* --devices: the backends built in and the GPUs this process sees. */
+static int cmd_devices(int argc, char **argv) {
+    (void)argc, (void)argv;
+    char buf[4096];
+    int n = backend_describe_devices(buf, sizeof buf);
+    char cpu[256];
+    backend_cpu()->describe(cpu, sizeof cpu);
+    printf("backends built in: %s\n%s: layouts nchw, nhwc%s\n%s", backend_list_built(), cpu,
+           backend_cpu()->block_c > 0 ? ", blocked (the default)" : "", buf);
+    printf("device=auto uses: %s\n", n > 0 ? "cuda (one GPU per rank, by local rank)" : "cpu");
+    return 0;
+}
+
+/* --config-reference [md]: plain text for people; md: the Markdown tables
+ * docs/usage.md embeds (tools/update_config_reference.sh). */
+static int cmd_config_reference(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[2], "md") != 0) {
+        fprintf(stderr, "trainer: --config-reference takes nothing or md, got '%s'\n", argv[2]);
+        return 2;
+    }
+    if (argc > 2) config_print_reference_md(stdout);
+    else config_print_help(stdout);
+    return 0;
+}
+
+/* A command's failure: its message, exit 1. */
+static int failed(void) {
+    fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+    return 1;
+}
+
+/* --summary CONFIG.ini [overrides] | --summary MODEL */
+static int cmd_summary(int argc, char **argv) {
+    if (argc < 3) {
         usage(stderr);
         return 2;
     }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        print_help();
-        return 0;
-    }
-    if (strcmp(cmd, "--version") == 0) {
-        printf("cnntrain %s\nbackends: %s\nmpi: %s\nnccl: %s\n", CNT_VERSION, backend_list_built(),
-               CNT_HAVE_MPI ? "built in" : "not built in", CNT_HAVE_NCCL ? "built in" : "not built in");
-        return 0;
-    }
-    if (strcmp(cmd, "--devices") == 0) {
-        char buf[4096];
-        int n = backend_describe_devices(buf, sizeof buf);
-        char cpu[256];
-        backend_cpu()->describe(cpu, sizeof cpu);
-        printf("backends built in: %s\n%s: layouts nchw, nhwc%s\n%s", backend_list_built(), cpu,
-               backend_cpu()->block_c > 0 ? ", blocked (the default)" : "", buf);
-        printf("device=auto uses: %s\n", n > 0 ? "cuda (one GPU per rank, by local rank)" : "cpu");
-        return 0;
-    }
-    if (strcmp(cmd, "--config-reference") == 0) {
-        /* plain text for people; md: the Markdown tables docs/usage.md embeds (tools/update_config_reference.sh) */
-        if (argc > 2 && strcmp(argv[2], "md") != 0) {
-            fprintf(stderr, "trainer: --config-reference takes nothing or md, got '%s'\n", argv[2]);
+    const char *what = argv[2];
+    int status;
+    if (access(what, F_OK) != 0 && zoo_has(what)) {
+        if (argc > 3) {
+            fprintf(stderr, "trainer: --summary MODEL takes no overrides\n");
             return 2;
         }
-        if (argc > 2) config_print_reference_md(stdout);
-        else config_print_help(stdout);
-        return 0;
-    }
-    if (strcmp(cmd, "--summary") == 0) {
-        if (argc < 3) {
-            usage(stderr);
-            return 2;
-        }
-        const char *what = argv[2];
-        int status;
-        if (access(what, F_OK) != 0 && zoo_has(what)) {
-            if (argc > 3) {
-                fprintf(stderr, "trainer: --summary MODEL takes no overrides\n");
-                return 2;
-            }
-            status = trainer_summary_model(what, stdout);
-        } else {
-            config cfg;
-            load_config(&cfg, what, argc, argv, 3);
-            status = trainer_summary_config(&cfg, stdout);
-        }
-        if (status != CNT_OK) {
-            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
-            return 1;
-        }
-        return 0;
-    }
-    if (strcmp(cmd, "--bench") == 0) {
-        /* positional STEPS and THREADS, then key=value options in any order */
-        int npos = argc;
-        for (int i = 5; i < argc; i++)
-            if (strchr(argv[i], '=')) {
-                npos = i;
-                break;
-            }
-        if (argc < 5 || npos > 7) {
-            usage(stderr);
-            return 2;
-        }
-        int c, h, w, batch_size, steps = 20, threads = 0;
-        if (parse_count(argv[4], "batch size", 1, &batch_size) != CNT_OK ||
-            (npos > 5 && parse_count(argv[5], "step count", 1, &steps) != CNT_OK) ||
-            (npos > 6 && parse_count(argv[6], "thread count", 0, &threads) != CNT_OK))
-            return 2;
-        if (config_parse_shape(argv[3], &c, &h, &w) != CNT_OK) {
-            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
-            return 2;
-        }
+        status = trainer_summary_model(what, stdout);
+    } else {
         config cfg;
-        bench_config(&cfg, argv[2], c, h, w, 10, batch_size, threads);
-        for (int i = npos; i < argc; i++)
-            if (parse_bench_option(argv[i], &cfg) != CNT_OK) return 2;
-        if (bench_run(&cfg, steps, 3, NULL, stdout) != CNT_OK) {
-            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
-            return 1;
-        }
-        return 0;
+        load_config(&cfg, what, argc, argv, 3);
+        status = trainer_summary_config(&cfg, stdout);
     }
-    if (strcmp(cmd, "--bench-data") == 0) {
-        if (argc < 3) {
-            usage(stderr);
-            return 2;
+    return status != CNT_OK ? failed() : 0;
+}
+
+/* --bench MODEL CxHxW BATCH [STEPS [THREADS]] [key=value ...]: positional
+ * STEPS and THREADS, then key=value options in any order. */
+static int cmd_bench(int argc, char **argv) {
+    int npos = argc;
+    for (int i = 5; i < argc; i++)
+        if (strchr(argv[i], '=')) {
+            npos = i;
+            break;
         }
-        config cfg;
-        load_config(&cfg, argv[2], argc, argv, 3);
-        if (bench_data(&cfg, 3.0, stdout) != CNT_OK) {
-            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
-            return 1;
-        }
-        return 0;
+    if (argc < 5 || npos > 7) {
+        usage(stderr);
+        return 2;
     }
-    if (strcmp(cmd, "--profile") == 0) {
-        if (argc < 4) {
-            usage(stderr);
-            return 2;
-        }
-        config cfg;
-        load_config(&cfg, argv[2], argc, argv, 4);
-        /* train.max_steps, when set, is the number of timed steps */
-        int steps = cfg.max_steps > 0 ? (int)(cfg.max_steps < 100000 ? cfg.max_steps : 100000) : 20;
-        FILE *f = fopen(argv[3], "w");
-        if (!f) {
-            fprintf(stderr, "trainer: --profile: cannot write '%s': %s\n", argv[3], strerror(errno));
-            return 1;
-        }
-        int rc = profile_run(&cfg, steps, 3, f);
-        if (fclose(f) != 0 && rc == CNT_OK)
-            rc = cnt_err_set("--profile: cannot write '%s': %s", argv[3], strerror(errno));
-        if (rc != CNT_OK) {
-            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
-            remove(argv[3]);
-            return 1;
-        }
-        printf("profile of %d steps of %s written to %s\n", steps, cfg.model_name, argv[3]);
-        return 0;
+    int c, h, w, batch_size, steps = 20, threads = 0;
+    if (parse_count(argv[4], "batch size", 1, &batch_size) != CNT_OK ||
+        (npos > 5 && parse_count(argv[5], "step count", 1, &steps) != CNT_OK) ||
+        (npos > 6 && parse_count(argv[6], "thread count", 0, &threads) != CNT_OK))
+        return 2;
+    if (config_parse_shape(argv[3], &c, &h, &w) != CNT_OK) {
+        fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+        return 2;
     }
-    if (strcmp(cmd, "--export") == 0) {
-        if (argc != 4) {
-            usage(stderr);
-            return 2;
-        }
-        int n_tensors = 0;
-        if (weights_export(argv[2], argv[3], &n_tensors) != CNT_OK) {
-            fprintf(stderr, "trainer: %s\n", cnt_err_msg());
-            return 1;
-        }
-        printf("exported %d tensors from %s to %s\n", n_tensors, argv[2], argv[3]);
-        return 0;
-    }
-    if (cmd[0] == '-') {
-        fprintf(stderr, "trainer: unknown option '%s'\n", cmd);
+    config cfg;
+    bench_config(&cfg, argv[2], c, h, w, 10, batch_size, threads);
+    for (int i = npos; i < argc; i++)
+        if (parse_bench_option(argv[i], &cfg) != CNT_OK) return 2;
+    return bench_run(&cfg, steps, 3, NULL, stdout) != CNT_OK ? failed() : 0;
+}
+
+/* --bench-data CONFIG.ini [overrides] */
+static int cmd_bench_data(int argc, char **argv) {
+    if (argc < 3) {
         usage(stderr);
         return 2;
     }
     config cfg;
-    load_config(&cfg, cmd, argc, argv, 2);
-    if (dist_init(&argc, &argv) != CNT_OK) {
-        fprintf(stderr, "trainer: %s\n", cnt_err_msg());
+    load_config(&cfg, argv[2], argc, argv, 3);
+    return bench_data(&cfg, 3.0, stdout) != CNT_OK ? failed() : 0;
+}
+
+/* --profile CONFIG.ini OUT.json [overrides]: train.max_steps, when set, is
+ * the number of timed steps. A failed profile leaves no file. */
+static int cmd_profile(int argc, char **argv) {
+    if (argc < 4) {
+        usage(stderr);
+        return 2;
+    }
+    config cfg;
+    load_config(&cfg, argv[2], argc, argv, 4);
+    int steps = cfg.max_steps > 0 ? (int)(cfg.max_steps < 100000 ? cfg.max_steps : 100000) : 20;
+    FILE *f = fopen(argv[3], "w");
+    if (!f) {
+        fprintf(stderr, "trainer: --profile: cannot write '%s': %s\n", argv[3], strerror(errno));
         return 1;
     }
+    int rc = profile_run(&cfg, steps, 3, f);
+    if (fclose(f) != 0 && rc == CNT_OK) rc = cnt_err_set("--profile: cannot write '%s': %s", argv[3], strerror(errno));
+    if (rc != CNT_OK) {
+        remove(argv[3]);
+        return failed();
+    }
+    printf("profile of %d steps of %s written to %s\n", steps, cfg.model_name, argv[3]);
+    return 0;
+}
+
+/* --export CHECKPOINT OUT.safetensors */
+static int cmd_export(int argc, char **argv) {
+    if (argc != 4) {
+        usage(stderr);
+        return 2;
+    }
+    int n_tensors = 0;
+    if (weights_export(argv[2], argv[3], &n_tensors) != CNT_OK) return failed();
+    printf("exported %d tensors from %s to %s\n", n_tensors, argv[2], argv[3]);
+    return 0;
+}
+
+/* CONFIG.ini [overrides]: training, in one process or as a rank of a job. */
+static int cmd_train(int argc, char **argv) {
+    config cfg;
+    load_config(&cfg, argv[1], argc, argv, 2);
+    if (dist_init(&argc, &argv) != CNT_OK) return failed();
     dist_set_wait_limits(cfg.stall_warn_s, cfg.stall_abort_s); /* every collective's bound, not just the gradients' */
     train_result res;
     if (trainer_run(&cfg, &res) != CNT_OK) {
@@ -309,4 +307,36 @@ int main(int argc, char **argv) {
     }
     dist_finalize();
     return res.stop_signal ? TRAINER_EXIT_STOPPED : 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} commands[] = {
+    {"--help", cmd_help},
+    {"-h", cmd_help},
+    {"--version", cmd_version},
+    {"--devices", cmd_devices},
+    {"--config-reference", cmd_config_reference},
+    {"--summary", cmd_summary},
+    {"--bench", cmd_bench},
+    {"--bench-data", cmd_bench_data},
+    {"--profile", cmd_profile},
+    {"--export", cmd_export},
+};
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc, argv);
+    if (cmd[0] == '-') {
+        fprintf(stderr, "trainer: unknown option '%s'\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    return cmd_train(argc, argv);
 }
