@@ -19,9 +19,11 @@
  * shards out: it grows with the workers, where a ring allreduce moves
  * 2(W-1)/W of the model per rank whatever W (docs/data-parallel.md).
  *
- * Waits poll each request (MPI_Test, sleeping up to 1 ms between polls once
- * a short spin has passed) so they can name the ranks they wait for when
- * dist.stall_warn_s / stall_abort_s pass (dist_wait_limits).
+ * Every wait is dist/wait.h's bounded wait (dist_wait_until: MPI_Test on
+ * each request, sleeping up to 1 ms between polls once a short spin has
+ * passed), with a late-ranks callback that names the ranks waited for when
+ * dist.stall_warn_s / stall_abort_s pass (dist_wait_limits). A server's
+ * wait for something to do polls its receive phase.
  */
 #include "dist/ps.h"
 
@@ -29,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -176,78 +177,69 @@ void ps_free(ps *p) {
     free(p);
 }
 
-/* "2, 3": the job ranks first_rank + i of the i in [0, n) with missing[i]. */
-static void name_ranks(int n, const int *missing, int first_rank, char *buf, size_t len) {
-    size_t o = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n && o + 16 < len; i++)
-        if (missing[i]) o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? ", " : "", first_rank + i);
+/* How a parameter-server wait pauses between polls (dist_wait_until): a
+ * 50 us spin, then sleeps from 10 us doubling to 1 ms. */
+#define PS_SPIN_S 50e-6
+#define PS_MAX_SLEEP_US 1000
+
+/* Appends ", R" (or "R" first) to buf[0 .. *o), leaving room for the end. */
+static void name_rank(char *buf, size_t cap, size_t *o, int rank) {
+    if (*o + 16 < cap) *o += (size_t)snprintf(buf + *o, cap - *o, "%s%d", *o ? ", " : "", rank);
 }
 
-/* The stall limits and the growing sleep of one bounded wait. */
-typedef struct stall {
-    double t0, warn_s, abort_s, next_warn;
-    long sleep_us;
-    int warned;
-} stall;
+/* A wait on requests of named ranks (wait_all_named_at). */
+typedef struct named_wait {
+    int n;
+    MPI_Request *reqs;   /* [n]: request i waits on job rank first_rank + i */
+    int first_rank;
+    const char *what;    /* what is waited for: "the parameters of step 12" */
+    double *done;        /* [n] when each completed; NULL: not noted */
+} named_wait;
 
-static void stall_start(stall *w) {
-    memset(w, 0, sizeof *w);
-    dist_wait_limits(&w->warn_s, &w->abort_s);
-    w->t0 = time_now();
-    w->next_warn = w->warn_s;
-}
-
-/* Between polls: past a limit, names the missing ranks (warns, or ends the
- * job); then spins, or sleeps 10 us doubling to 1 ms. */
-static void stall_poll(stall *w, int n, const int *missing, int first_rank, const char *what) {
-    double waited = time_now() - w->t0;
-    int abort_now = w->abort_s > 0 && waited >= w->abort_s;
-    if (abort_now || (w->warn_s > 0 && waited >= w->next_warn)) {
-        char who[256];
-        name_ranks(n, missing, first_rank, who, sizeof who);
-        if (abort_now) {
-            log_error("stall: rank %d has waited %.0f s for %s from rank(s) %s (stopped, hung or slow); ending the "
-                      "job (dist.stall_abort_s = %g: raise it if that can legitimately take longer)",
-                      dist_job_rank(), waited, what, who, w->abort_s);
-            dist_abort(1);
-        }
-        log_warn("stall: rank %d has waited %.0f s for %s from rank(s) %s", dist_job_rank(), waited, what, who);
-        w->warned = 1;
-        while (w->next_warn <= waited) w->next_warn += w->warn_s;
+static int named_poll(void *ctx) {
+    named_wait *w = ctx;
+    int left = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (w->reqs[i] == MPI_REQUEST_NULL) continue;
+        int f = 0;
+        DIST_MPI_CHECK(MPI_Test(&w->reqs[i], &f, MPI_STATUS_IGNORE));
+        if (f && w->done) w->done[i] = time_now();
+        left += !f;
     }
-    if (waited < 50e-6) return;
-    w->sleep_us = w->sleep_us ? (w->sleep_us * 2 < 1000 ? w->sleep_us * 2 : 1000) : 10;
-    struct timespec ts = {0, w->sleep_us * 1000};
-    nanosleep(&ts, NULL);
+    return left == 0;
 }
 
-static void stall_end(const stall *w, const char *what) {
-    if (w->warned) log_warn("stall over: %s arrived after %.1f s", what, time_now() - w->t0);
+/* The late-ranks callback: "rank R has waited T s for <what> from rank(s)
+ * 2, 3", the ranks of the requests not complete (MPI_Test sets a completed
+ * request to MPI_REQUEST_NULL). */
+static void named_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const named_wait *w = ctx;
+    if (part == DIST_WAIT_WHO) {
+        snprintf(buf, cap, "rank %d", dist_job_rank());
+    } else if (part == DIST_WAIT_OVER) {
+        snprintf(buf, cap, "%s arrived", w->what);
+    } else {
+        char who[256] = "";
+        size_t o = 0;
+        for (int i = 0; i < w->n; i++)
+            if (w->reqs[i] != MPI_REQUEST_NULL) name_rank(who, sizeof who, &o, w->first_rank + i);
+        snprintf(buf, cap, "for %s from rank(s) %s", w->what, who);
+    }
 }
 
 /* Completes every request in reqs[0 .. n) (request i waits on job rank
- * first_rank + i), naming the ranks still missing past the limits. */
+ * first_rank + i), naming the ranks still missing past the limits
+ * (dist_wait_limits); done not NULL: when each completed. */
 static void wait_all_named_at(int n, MPI_Request *reqs, int first_rank, const char *what, double *done) {
-    int *missing = cnt_calloc((size_t)n, sizeof *missing);
-    stall w;
-    stall_start(&w);
-    for (;;) {
-        int left = 0;
-        for (int i = 0; i < n; i++) {
-            int f = 1;
-            if (reqs[i] != MPI_REQUEST_NULL) {
-                DIST_MPI_CHECK(MPI_Test(&reqs[i], &f, MPI_STATUS_IGNORE));
-                if (f && done) done[i] = time_now();
-            }
-            missing[i] = !f;
-            left += !f;
-        }
-        if (!left) break;
-        stall_poll(&w, n, missing, first_rank, what);
-    }
-    stall_end(&w, what);
-    free(missing);
+    named_wait w = {n, reqs, first_rank, what, done};
+    dist_wait_site s = {.poll = named_poll,
+                        .describe = named_describe,
+                        .ctx = &w,
+                        .abort_note = " (stopped, hung or slow)",
+                        .spin_s = PS_SPIN_S,
+                        .max_sleep_us = PS_MAX_SLEEP_US};
+    dist_wait_limits(&s.warn_s, &s.abort_s);
+    dist_wait_until(&s);
 }
 
 /* The same, without noting when each request completed. */
@@ -635,7 +627,6 @@ typedef struct server {
     worker_state *ws;        /* [W] */
     MPI_Request *sreq;       /* [2W] each answer's parameters and ack */
     int64_t (*ack)[ACK_LEN]; /* [W] the answers */
-    int *missing;            /* [W] for the stall messages: the workers that owe a push */
     int *answerable;         /* [W] the workers the server may answer now */
     double *sent_t;          /* [W] when each answer was sent (timeline) */
     double trace_zero;       /* rank 0's timeline zero on this clock */
@@ -644,6 +635,7 @@ typedef struct server {
     int64_t version;         /* updates applied */
     ps_staleness window;     /* staleness since rank 0 last asked */
     int n_gone;              /* workers that said goodbye */
+    int last_from;           /* the worker whose header arrived last (the "stall over" line) */
 } server;
 
 /* Allocates the bookkeeping, receives rank 0's initial shard (fresh
@@ -664,7 +656,6 @@ static void server_open(server *s, float *momentum) {
     s->ws = cnt_calloc((size_t)W, sizeof *s->ws);
     s->sreq = cnt_malloc(2 * (size_t)W * sizeof *s->sreq);
     s->ack = cnt_calloc((size_t)W, sizeof *s->ack);
-    s->missing = cnt_calloc((size_t)W, sizeof *s->missing);
     s->answerable = cnt_calloc((size_t)W, sizeof *s->answerable);
     s->sent_t = cnt_calloc((size_t)W, sizeof *s->sent_t);
     s->trace_zero = p->tl ? timeline_zero(p->tl) : 0;
@@ -681,7 +672,6 @@ static void server_close(server *s) {
     free(s->ws);
     free(s->sreq);
     free(s->ack);
-    free(s->missing);
     free(s->answerable);
     free(s->zeros);
 }
@@ -735,6 +725,7 @@ static int server_receive(server *s) {
         DIST_MPI_CHECK(MPI_Test(&x->hreq, &f, MPI_STATUS_IGNORE));
         if (!f) continue;
         progressed = 1;
+        s->last_from = w;
         int64_t kind = x->head[0];
         if (kind == PS_PUSH)
             server_receive_push(s, w);
@@ -906,14 +897,30 @@ static void server_report_end(server *s) {
 
 /* ---- the loop */
 
-/* For the stall messages: the workers that owe a push, and what they owe. */
-static void server_missing(server *s, char *what, size_t cap) {
+/* The wait for something to do: dist_wait_until's poll is the receive
+ * phase. */
+static int server_poll(void *ctx) { return server_receive(ctx); }
+
+/* The late-ranks callback: "rank R has waited T s for gradients (the newest
+ * step pushed: 12) from rank(s) 0, 3": the workers that owe a push. */
+static void server_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const server *s = ctx;
+    if (part == DIST_WAIT_WHO) {
+        snprintf(buf, cap, "rank %d", s->p->rank);
+        return;
+    }
+    if (part == DIST_WAIT_OVER) {
+        snprintf(buf, cap, "a message from rank %d arrived", s->last_from);
+        return;
+    }
     long step = 0;
+    char who[256] = "";
+    size_t o = 0;
     for (int w = 0; w < s->W; w++) {
-        s->missing[w] = !s->ws[w].gone && !s->ws[w].owed;
+        if (!s->ws[w].gone && !s->ws[w].owed) name_rank(who, sizeof who, &o, w);
         if (s->ws[w].step > step) step = s->ws[w].step;
     }
-    snprintf(what, cap, "gradients (the newest step pushed: %ld)", step);
+    snprintf(buf, cap, "for gradients (the newest step pushed: %ld) from rank(s) %s", step, who);
 }
 
 void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
@@ -927,26 +934,21 @@ void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *sha
     check_count(s.len);
     memset(st, 0, sizeof *st);
     server_open(&s, momentum);
-    stall wait;
-    stall_start(&wait);
-    char what[96];
+    dist_wait_site wait = {.poll = server_poll,
+                           .describe = server_describe,
+                           .ctx = &s,
+                           .abort_note = " (stopped, hung or slow)",
+                           .spin_s = PS_SPIN_S,
+                           .max_sleep_us = PS_MAX_SLEEP_US};
+    dist_wait_limits(&wait.warn_s, &wait.abort_s);
     while (s.n_gone < s.W) {
-        int progressed = server_receive(&s);
-        if (server_admissible(&s)) {
-            st->wait_s += time_now() - wait.t0;
-            stall_end(&wait, "the gradients");
-            server_apply(&s);
-            server_answer(&s);
-            stall_start(&wait);
-            continue;
-        }
-        if (progressed) {
-            stall_start(&wait);
-            continue;
-        }
-        /* nothing to do: waiting for the workers that owe a push */
-        server_missing(&s, what, sizeof what);
-        stall_poll(&wait, s.W, s.missing, 0, what);
+        /* Admissibility changes only when a header arrives: wait for one. */
+        double idle_from = time_now();
+        dist_wait_until(&wait);
+        if (!server_admissible(&s)) continue;
+        st->wait_s += time_now() - idle_from;
+        server_apply(&s);
+        server_answer(&s);
     }
     server_report_end(&s);
     server_close(&s);
