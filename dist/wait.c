@@ -151,19 +151,23 @@ static void sleep_us_whole(long us) {
 
 void dist_wait_until(const dist_wait_site *s) {
     if (s->poll(s->ctx)) return;
-    double (*clock)(void) = s->clock ? s->clock : time_now;
-    double t0 = clock(), next_warn = s->warn_s;
+    double (*now)(void) = s->clock ? s->clock : time_now;
+    double t0 = now(), next_warn = s->warn_s;
     long sleep_us = s->max_sleep_us < 10 ? s->max_sleep_us : 10;
-    int warned = 0;
-    for (int polls = 1; !s->poll(s->ctx); polls++) {
-        double waited = clock() - t0;
+    int warned = 0, polls = 1; /* polls counts up to spin_polls only: a wait of hours would overflow it */
+    while (!s->poll(s->ctx)) {
+        double waited = now() - t0;
         if (s->abort_s > 0 && waited >= s->abort_s) stall_line(s, waited, 1);
         if (s->warn_s > 0 && waited >= next_warn) {
             stall_line(s, waited, 0);
             warned = 1;
             while (next_warn <= waited) next_warn += s->warn_s; /* once per multiple crossed */
         }
-        if (polls < s->spin_polls || waited < s->spin_s) continue;
+        if (polls < s->spin_polls) {
+            polls++;
+            continue;
+        }
+        if (waited < s->spin_s) continue;
         if (s->max_sleep_us <= 0) {
             sched_yield(); /* cannot fail on Linux; returns at once when no other thread wants the core */
             continue;
@@ -177,7 +181,7 @@ void dist_wait_until(const dist_wait_site *s) {
         char over[512];
         over[0] = '\0';
         s->describe(s->ctx, DIST_WAIT_OVER, over, sizeof over);
-        log_warn("stall over: %s after %.1f s", over, clock() - t0);
+        log_warn("stall over: %s after %.1f s", over, now() - t0);
     }
 }
 
