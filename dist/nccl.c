@@ -10,18 +10,17 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/cuda_check.h"
 #include "common/timer.h"
 #include "dist/dist.h"
+#include "dist/wait.h"
 
 /* Rounds whose events are kept: the one being queued, the one just closed
  * and the one before it (which the reducer reads). */
@@ -311,6 +310,33 @@ static double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
     return ms;
 }
 
+/* What dist_nccl_round_wait waits for: both events of a round. */
+typedef struct round_wait {
+    dist_nccl *c;
+    cudaEvent_t last, mark;
+    const char *what;
+} round_wait;
+
+/* dist_wait_until's poll: 1 once both events are done; while not, NCCL's
+ * asynchronous error is checked (a failed peer ends the job here rather
+ * than at the limit). */
+static int round_poll(void *ctx) {
+    round_wait *w = ctx;
+    if (event_done(w->last) && event_done(w->mark)) return 1;
+    check_async_error(w->c, w->what);
+    return 0;
+}
+
+/* The late-ranks callback: the GPU cannot say which peer is late, so the
+ * lines name what has not finished. */
+static void round_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const round_wait *w = ctx;
+    if (part == DIST_WAIT_WHO)
+        snprintf(buf, cap, "rank %d", dist_job_rank());
+    else
+        snprintf(buf, cap, part == DIST_WAIT_LATE ? "for %s to finish on the GPU" : "%s finished on the GPU", w->what);
+}
+
 void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_s, const char *what,
                           dist_nccl_round *out) {
     CNT_ASSERT(c && out && round >= 0 && round <= c->last_closed);
@@ -319,33 +345,21 @@ void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_
     CNT_ASSERT(sl->round == round && sl->closed);
     /* The end of the last allreduce (the communication stream runs them in
      * order) and the join's mark on the compute stream. */
-    cudaEvent_t last = sl->count ? sl->end[sl->count - 1] : c->done;
-    double t0 = time_now(), next_warn = warn_s;
-    long sleep_us = 10;
-    for (int polls = 0; !(event_done(last) && event_done(sl->mark)); polls++) {
-        check_async_error(c, what);
-        double waited = time_now() - t0;
-        if (abort_s > 0 && waited >= abort_s) {
-            log_error("stall: %s have not finished on the GPU after %.1f s (dist.stall_abort_s = %g): a peer "
-                      "rank (its process or its GPU) or the network is stuck; ending the job",
-                      what, waited, abort_s);
-            dist_abort(3);
-        }
-        if (warn_s > 0 && waited >= next_warn) {
-            log_warn("stall: %s have waited %.1f s to finish on the GPU (NCCL reports no error); a peer rank "
-                     "or the network may be stuck",
-                     what, waited);
-            next_warn += warn_s;
-        }
-        /* A short spin, then sleeps growing to 250 us: usually the round has
-         * long finished; when it has not, the host has nothing better to do
-         * than wait, and should leave the cores to the data loaders. */
-        if (polls < 16) continue;
-        struct timespec ts = {0, sleep_us * 1000};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
-        if (sleep_us < 250) sleep_us = sleep_us * 2 > 250 ? 250 : sleep_us * 2;
-    }
+    round_wait w = {c, sl->count ? sl->end[sl->count - 1] : c->done, sl->mark, what};
+    /* A short spin, then sleeps growing to 250 us: usually the round has
+     * long finished; when it has not, the host has nothing better to do than
+     * wait, and should leave the cores to the data loaders. */
+    dist_wait_site s = {.poll = round_poll,
+                        .describe = round_describe,
+                        .ctx = &w,
+                        .warn_note = " (NCCL reports no error): a peer rank or the network may be stuck",
+                        .abort_note = ": a peer rank (its process or its GPU) or the network is stuck",
+                        .spin_polls = 16,
+                        .max_sleep_us = 250,
+                        .warn_s = warn_s,
+                        .abort_s = abort_s};
+    dist_wait_until(&s);
+    cudaEvent_t last = w.last;
     check_async_error(c, what);
     out->count = sl->count;
     out->comm_ms = 0;

@@ -102,10 +102,12 @@ typedef struct dist_nccl_round {
 /* Waits on the host until round `round` (the newest closed round or the one
  * before it; an older one only while no later round is open: its events are
  * reused from then on) has finished on the device, then
- * fills *out. It polls (cudaEventQuery, sleeping up to 250 us between polls)
- * and checks NCCL's asynchronous error each time. When warn_s > 0 it warns
- * after warn_s seconds of waiting (and each further multiple); when
- * abort_s > 0 it ends the job after abort_s seconds, naming `what` (e.g. "the
+ * fills *out. It polls (cudaEventQuery, 16 polls, then sleeping up to 250 us
+ * between polls) and checks NCCL's asynchronous error each time, in the
+ * bounded-wait loop of dist/wait.h: when warn_s > 0 it warns after warn_s
+ * seconds of waiting (and once per further multiple), then says "stall
+ * over" when the round finishes; when abort_s > 0 it ends the job after
+ * abort_s seconds (exit status DIST_STALL_EXIT), naming `what` (e.g. "the
  * gradient allreduces of step 12"): the GPU-side half of the stall watchdog. */
 void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_s, const char *what,
                           dist_nccl_round *out);

@@ -19,9 +19,11 @@
  * shards out: it grows with the workers, where a ring allreduce moves
  * 2(W-1)/W of the model per rank whatever W (docs/data-parallel.md).
  *
- * Waits poll each request (MPI_Test, sleeping up to 1 ms between polls once
- * a short spin has passed) so they can name the ranks they wait for when
- * dist.stall_warn_s / stall_abort_s pass (dist_wait_limits).
+ * Every wait is dist/wait.h's bounded wait (dist_wait_until: MPI_Test on
+ * each request, sleeping up to 1 ms between polls once a short spin has
+ * passed), with a late-ranks callback that names the ranks waited for when
+ * dist.stall_warn_s / stall_abort_s pass (dist_wait_limits). A server's
+ * wait for something to do polls its receive phase.
  */
 #include "dist/ps.h"
 
@@ -29,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -176,78 +177,69 @@ void ps_free(ps *p) {
     free(p);
 }
 
-/* "2, 3": the job ranks first_rank + i of the i in [0, n) with missing[i]. */
-static void name_ranks(int n, const int *missing, int first_rank, char *buf, size_t len) {
-    size_t o = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n && o + 16 < len; i++)
-        if (missing[i]) o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? ", " : "", first_rank + i);
+/* How a parameter-server wait pauses between polls (dist_wait_until): a
+ * 50 us spin, then sleeps from 10 us doubling to 1 ms. */
+#define PS_SPIN_S 50e-6
+#define PS_MAX_SLEEP_US 1000
+
+/* Appends ", R" (or "R" first) to buf[0 .. *o), leaving room for the end. */
+static void name_rank(char *buf, size_t cap, size_t *o, int rank) {
+    if (*o + 16 < cap) *o += (size_t)snprintf(buf + *o, cap - *o, "%s%d", *o ? ", " : "", rank);
 }
 
-/* The stall limits and the growing sleep of one bounded wait. */
-typedef struct stall {
-    double t0, warn_s, abort_s, next_warn;
-    long sleep_us;
-    int warned;
-} stall;
+/* A wait on requests of named ranks (wait_all_named_at). */
+typedef struct named_wait {
+    int n;
+    MPI_Request *reqs;   /* [n]: request i waits on job rank first_rank + i */
+    int first_rank;
+    const char *what;    /* what is waited for: "the parameters of step 12" */
+    double *done;        /* [n] when each completed; NULL: not noted */
+} named_wait;
 
-static void stall_start(stall *w) {
-    memset(w, 0, sizeof *w);
-    dist_wait_limits(&w->warn_s, &w->abort_s);
-    w->t0 = time_now();
-    w->next_warn = w->warn_s;
-}
-
-/* Between polls: past a limit, names the missing ranks (warns, or ends the
- * job); then spins, or sleeps 10 us doubling to 1 ms. */
-static void stall_poll(stall *w, int n, const int *missing, int first_rank, const char *what) {
-    double waited = time_now() - w->t0;
-    int abort_now = w->abort_s > 0 && waited >= w->abort_s;
-    if (abort_now || (w->warn_s > 0 && waited >= w->next_warn)) {
-        char who[256];
-        name_ranks(n, missing, first_rank, who, sizeof who);
-        if (abort_now) {
-            log_error("stall: rank %d has waited %.0f s for %s from rank(s) %s (stopped, hung or slow); ending the "
-                      "job (dist.stall_abort_s = %g: raise it if that can legitimately take longer)",
-                      dist_job_rank(), waited, what, who, w->abort_s);
-            dist_abort(1);
-        }
-        log_warn("stall: rank %d has waited %.0f s for %s from rank(s) %s", dist_job_rank(), waited, what, who);
-        w->warned = 1;
-        while (w->next_warn <= waited) w->next_warn += w->warn_s;
+static int named_poll(void *ctx) {
+    named_wait *w = ctx;
+    int left = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (w->reqs[i] == MPI_REQUEST_NULL) continue;
+        int f = 0;
+        DIST_MPI_CHECK(MPI_Test(&w->reqs[i], &f, MPI_STATUS_IGNORE));
+        if (f && w->done) w->done[i] = time_now();
+        left += !f;
     }
-    if (waited < 50e-6) return;
-    w->sleep_us = w->sleep_us ? (w->sleep_us * 2 < 1000 ? w->sleep_us * 2 : 1000) : 10;
-    struct timespec ts = {0, w->sleep_us * 1000};
-    nanosleep(&ts, NULL);
+    return left == 0;
 }
 
-static void stall_end(const stall *w, const char *what) {
-    if (w->warned) log_warn("stall over: %s arrived after %.1f s", what, time_now() - w->t0);
+/* The late-ranks callback: "rank R has waited T s for <what> from rank(s)
+ * 2, 3", the ranks of the requests not complete (MPI_Test sets a completed
+ * request to MPI_REQUEST_NULL). */
+static void named_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const named_wait *w = ctx;
+    if (part == DIST_WAIT_WHO) {
+        snprintf(buf, cap, "rank %d", dist_job_rank());
+    } else if (part == DIST_WAIT_OVER) {
+        snprintf(buf, cap, "%s arrived", w->what);
+    } else {
+        char who[256] = "";
+        size_t o = 0;
+        for (int i = 0; i < w->n; i++)
+            if (w->reqs[i] != MPI_REQUEST_NULL) name_rank(who, sizeof who, &o, w->first_rank + i);
+        snprintf(buf, cap, "for %s from rank(s) %s", w->what, who);
+    }
 }
 
 /* Completes every request in reqs[0 .. n) (request i waits on job rank
- * first_rank + i), naming the ranks still missing past the limits. */
+ * first_rank + i), naming the ranks still missing past the limits
+ * (dist_wait_limits); done not NULL: when each completed. */
 static void wait_all_named_at(int n, MPI_Request *reqs, int first_rank, const char *what, double *done) {
-    int *missing = cnt_calloc((size_t)n, sizeof *missing);
-    stall w;
-    stall_start(&w);
-    for (;;) {
-        int left = 0;
-        for (int i = 0; i < n; i++) {
-            int f = 1;
-            if (reqs[i] != MPI_REQUEST_NULL) {
-                DIST_MPI_CHECK(MPI_Test(&reqs[i], &f, MPI_STATUS_IGNORE));
-                if (f && done) done[i] = time_now();
-            }
-            missing[i] = !f;
-            left += !f;
-        }
-        if (!left) break;
-        stall_poll(&w, n, missing, first_rank, what);
-    }
-    stall_end(&w, what);
-    free(missing);
+    named_wait w = {n, reqs, first_rank, what, done};
+    dist_wait_site s = {.poll = named_poll,
+                        .describe = named_describe,
+                        .ctx = &w,
+                        .abort_note = " (stopped, hung or slow)",
+                        .spin_s = PS_SPIN_S,
+                        .max_sleep_us = PS_MAX_SLEEP_US};
+    dist_wait_limits(&s.warn_s, &s.abort_s);
+    dist_wait_until(&s);
 }
 
 /* The same, without noting when each request completed. */
@@ -607,7 +599,7 @@ void ps_server_shape(ps *p, ps_shape *shape) {
     shape->classes = s[3];
 }
 
-/* One server's bookkeeping of its workers. */
+/* One server's bookkeeping of a worker. */
 typedef struct worker_state {
     int64_t head[HEAD_LEN]; /* the header being received */
     MPI_Request hreq;    /* its receive; MPI_REQUEST_NULL once the worker said goodbye */
@@ -622,239 +614,344 @@ typedef struct worker_state {
     int gone;
 } worker_state;
 
-void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
-              void *ctx, ps_server_stats *st) {
-    int k = ps_server_index(p), W = p->workers, S = p->max_staleness;
-    CNT_ASSERT(k >= 0 && k < p->servers);
-    size_t b = k ? shard_end[k - 1] : 0, len = shard_end[k] - b;
-    CNT_ASSERT(shard_end[p->servers - 1] == n);
-    check_count(len);
-    memset(st, 0, sizeof *st);
+/* A server while it serves (ps_serve): its shard, its workers, what it owes. */
+typedef struct server {
+    ps *p;
+    int k, W, S;             /* this server's shard; the workers; the staleness bound (-1: none) */
+    size_t b, len;           /* the shard: values [b, b + len) of the model's */
+    float *params, *mom;     /* [len] the shard's parameters and momentum (zeros without momentum) */
+    float *zeros;            /* [len] that stand-in */
+    ps_update_fn update;
+    void *ctx;
+    ps_server_stats *st;
+    worker_state *ws;        /* [W] */
+    MPI_Request *sreq;       /* [2W] each answer's parameters and ack */
+    int64_t (*ack)[ACK_LEN]; /* [W] the answers */
+    int *answerable;         /* [W] the workers the server may answer now */
+    double *sent_t;          /* [W] when each answer was sent (timeline) */
+    double trace_zero;       /* rank 0's timeline zero on this clock */
+    long stop_step;          /* server 0, asynchronous: the step every worker stops after; 0: none */
+    int64_t stop_signal;     /* and the signal */
+    int64_t version;         /* updates applied */
+    ps_staleness window;     /* staleness since rank 0 last asked */
+    int n_gone;              /* workers that said goodbye */
+    int last_from;           /* the worker whose header arrived last (the "stall over" line) */
+} server;
 
-    /* rank 0's initial shard: fresh weights, or a checkpoint's; without
-     * momentum (optim.momentum = 0) a checkpoint holds zeros */
-    float *zeros = cnt_calloc(len ? len : 1, sizeof(float));
-    float *mom = momentum ? momentum : zeros;
+/* Allocates the bookkeeping, receives rank 0's initial shard (fresh
+ * weights, or a checkpoint's; without momentum, optim.momentum = 0, a
+ * checkpoint holds zeros) and posts every worker's first header receive. */
+static void server_open(server *s, float *momentum) {
+    ps *p = s->p;
+    int W = s->W;
+    size_t len = s->len;
+    s->zeros = cnt_calloc(len ? len : 1, sizeof(float));
+    s->mom = momentum ? momentum : s->zeros;
     MPI_Request init[2];
-    DIST_MPI_CHECK(MPI_Irecv(params, (int)len, MPI_FLOAT, 0, TAG_INIT_PARAMS, p->comm, &init[0]));
-    DIST_MPI_CHECK(MPI_Irecv(mom, (int)len, MPI_FLOAT, 0, TAG_INIT_MOMENTUM, p->comm, &init[1]));
+    DIST_MPI_CHECK(MPI_Irecv(s->params, (int)len, MPI_FLOAT, 0, TAG_INIT_PARAMS, p->comm, &init[0]));
+    DIST_MPI_CHECK(MPI_Irecv(s->mom, (int)len, MPI_FLOAT, 0, TAG_INIT_MOMENTUM, p->comm, &init[1]));
     wait_all_named(2, init, 0, "the initial parameters");
-    if (!momentum) memset(zeros, 0, len * sizeof(float));
+    if (!momentum) memset(s->zeros, 0, len * sizeof(float));
 
-    worker_state *ws = cnt_calloc((size_t)W, sizeof *ws);
-    MPI_Request *sreq = cnt_malloc(2 * (size_t)W * sizeof *sreq);
-    int64_t(*ack)[ACK_LEN] = cnt_calloc((size_t)W, sizeof *ack);
-    long stop_step = 0;  /* server 0, asynchronous: the step every worker stops after */
-    int64_t stop_signal = 0;
-    int *missing = cnt_calloc((size_t)W, sizeof *missing), *answerable = cnt_calloc((size_t)W, sizeof *answerable);
-    double *sent_t = cnt_calloc((size_t)W, sizeof *sent_t); /* when each answer was sent (timeline) */
-    double trace_zero = p->tl ? timeline_zero(p->tl) : 0;   /* rank 0's zero on this clock */
+    s->ws = cnt_calloc((size_t)W, sizeof *s->ws);
+    s->sreq = cnt_malloc(2 * (size_t)W * sizeof *s->sreq);
+    s->ack = cnt_calloc((size_t)W, sizeof *s->ack);
+    s->answerable = cnt_calloc((size_t)W, sizeof *s->answerable);
+    s->sent_t = cnt_calloc((size_t)W, sizeof *s->sent_t);
+    s->trace_zero = p->tl ? timeline_zero(p->tl) : 0;
     for (int w = 0; w < W; w++) {
-        ws[w].g = cnt_malloc((len ? len : 1) * sizeof(float));
-        sreq[2 * w] = sreq[2 * w + 1] = MPI_REQUEST_NULL;
-        DIST_MPI_CHECK(MPI_Irecv(ws[w].head, HEAD_LEN, MPI_INT64_T, w, TAG_HEAD, p->comm, &ws[w].hreq));
+        s->ws[w].g = cnt_malloc((len ? len : 1) * sizeof(float));
+        s->sreq[2 * w] = s->sreq[2 * w + 1] = MPI_REQUEST_NULL;
+        DIST_MPI_CHECK(MPI_Irecv(s->ws[w].head, HEAD_LEN, MPI_INT64_T, w, TAG_HEAD, p->comm, &s->ws[w].hreq));
     }
-    int64_t version = 0;
-    ps_staleness window;
-    memset(&window, 0, sizeof window);
-    int n_gone = 0;
-    stall wait;
-    stall_start(&wait);
-    char what[96];
-    while (n_gone < W) {
-        int progressed = 0;
-        for (int w = 0; w < W; w++) {
-            worker_state *x = &ws[w];
-            int f = 0;
-            if (x->hreq == MPI_REQUEST_NULL) continue;
-            DIST_MPI_CHECK(MPI_Test(&x->hreq, &f, MPI_STATUS_IGNORE));
-            if (!f) continue;
-            progressed = 1;
-            int64_t kind = x->head[0];
-            if (kind == PS_PUSH) {
-                double t_head = time_now();
-                if (x->owed)
-                    cnt_fatal("parameter server %d: worker rank %d pushed step %lld before its step %ld was answered",
-                              k, w, (long long)x->head[1], x->step);
-                MPI_Request r;
-                DIST_MPI_CHECK(MPI_Irecv(x->g, (int)len, MPI_FLOAT, w, TAG_GRAD, p->comm, &r));
-                wait_all_named(1, &r, w, "a gradient shard");
-                x->pending = x->owed = 1;
-                x->clock++;
-                x->step = (long)x->head[1];
-                if (p->tl) {
-                    char name[64];
-                    snprintf(name, sizeof name, "gradient from rank %d", w);
-                    timeline_set_step(p->tl, x->step);
-                    timeline_record(p->tl, name, "ps", TID_IN, t_head, time_now());
-                }
-                x->version = x->head[2];
-                x->lr = lr_of(x->head[3]);
-                st->bytes += (double)len * sizeof(float);
-                if (k == 0 && x->head[4] && !stop_step) {
-                    /* a worker got a stop signal: every worker stops after the
-                     * step after the furthest one begun, which none has passed */
-                    for (int j = 0; j < W; j++)
-                        if (ws[j].step > stop_step) stop_step = ws[j].step;
-                    stop_step++;
-                    stop_signal = x->head[4];
-                }
-            } else if (kind == PS_STATE || kind == PS_STATE_PARAMS) {
-                /* rank 0, between its steps: momentum, and the parameters with their version */
-                MPI_Request r[3];
-                int nr = 0;
-                DIST_MPI_CHECK(MPI_Isend(mom, (int)len, MPI_FLOAT, w, TAG_MOMENTUM, p->comm, &r[nr++]));
-                int64_t v[ACK_LEN] = {version, 0, 0, 0};
-                if (kind == PS_STATE_PARAMS) {
-                    DIST_MPI_CHECK(MPI_Isend(params, (int)len, MPI_FLOAT, w, TAG_STATE_PARAMS, p->comm, &r[nr++]));
-                    DIST_MPI_CHECK(MPI_Isend(v, ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &r[nr++]));
-                }
-                wait_all_named(nr, r, w, "the state to be received");
-            } else if (kind == PS_STALENESS) {
-                double v[STALE_DOUBLES];
-                stale_pack(&window, v);
-                memset(&window, 0, sizeof window);
-                MPI_Request r;
-                DIST_MPI_CHECK(MPI_Isend(v, STALE_DOUBLES, MPI_DOUBLE, w, TAG_STALENESS, p->comm, &r));
-                wait_all_named(1, &r, w, "the staleness statistics to be received");
-            } else if (kind == PS_BYE) {
-                if (x->owed) cnt_fatal("parameter server %d: worker rank %d said goodbye while owed an answer", k, w);
-                if (w == 0 && p->tl) trace_zero = clock_pong(p); /* this server's events go onto rank 0's axis */
-                x->gone = 1;
-                n_gone++;
-                continue; /* no further header from it */
-            } else {
-                cnt_fatal("parameter server %d: unknown message kind %lld from rank %d", k, (long long)kind, w);
-            }
-            DIST_MPI_CHECK(MPI_Irecv(x->head, HEAD_LEN, MPI_INT64_T, w, TAG_HEAD, p->comm, &x->hreq));
-        }
+}
 
-        /* Whom it may answer: a worker at most S pushes ahead of the slowest
-         * still training (S < 0: anyone). The slowest always may, so this
-         * never deadlocks. */
-        long slowest = -1;
-        for (int w = 0; w < W; w++)
-            if (!ws[w].gone && (slowest < 0 || ws[w].clock < slowest)) slowest = ws[w].clock;
-        int answer = 0;
-        for (int w = 0; w < W; w++) {
-            answerable[w] = ws[w].owed && (S < 0 || ws[w].clock - slowest <= S);
-            answer |= answerable[w];
-        }
-        if (answer) {
-            st->wait_s += time_now() - wait.t0;
-            stall_end(&wait, "the gradients");
-            int first = -1;
-            long newest = -1;
-            double lr = 0;
-            for (int w = 0; w < W; w++)
-                if (ws[w].pending) {
-                    if (first < 0) first = w;
-                    if (ws[w].step > newest) {
-                        newest = ws[w].step;
-                        lr = ws[w].lr;
-                    }
-                }
-            if (first >= 0) {
-                /* what has arrived, summed in worker order, as one update */
-                double t0 = time_now();
-                /* into the first one's buffer: its worker pushes no more
-                 * until answered, and the update is done before that */
-                float *acc = ws[first].g;
-                for (int w = first + 1; w < W; w++) {
-                    if (!ws[w].pending) continue;
-                    const float *gw = ws[w].g;
-                    for (size_t i = 0; i < len; i++) acc[i] += gw[i];
-                }
-                int summed = 0;
-                for (int w = first; w < W; w++) {
-                    if (!ws[w].pending) continue;
-                    summed++;
-                    ws[w].stale = version - ws[w].version;
-                    stale_add(&st->stale, (double)ws[w].stale);
-                    stale_add(&window, (double)ws[w].stale);
-                    ws[w].pending = 0;
-                }
-                update(ctx, b, b + len, acc, lr, (float)(1.0 / W));
-                version++;
-                double t1 = time_now();
-                st->update_s += t1 - t0;
-                if (p->tl) {
-                    char name[64];
-                    snprintf(name, sizeof name, "update %lld (%d gradient%s)", (long long)version, summed,
-                             summed == 1 ? "" : "s");
-                    timeline_set_step(p->tl, newest);
-                    timeline_record(p->tl, name, "ps", TID_SERVE, t0, t1);
-                }
-                st->steps++;
-            }
-            for (int w = 0; w < W; w++) {
-                if (!answerable[w]) continue;
-                ack[w][0] = version;
-                ack[w][1] = ws[w].stale;
-                ack[w][2] = stop_step;
-                ack[w][3] = stop_signal;
-                DIST_MPI_CHECK(MPI_Isend(params, (int)len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &sreq[2 * w]));
-                DIST_MPI_CHECK(MPI_Isend(ack[w], ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &sreq[2 * w + 1]));
-                sent_t[w] = time_now();
-                ws[w].owed = 0;
-                st->bytes += (double)len * sizeof(float);
-            }
-            /* the next update writes params: these sends must have gone by
-             * then (each worker posted its receives when it pushed) */
-            for (int w = 0; w < W; w++) {
-                if (!answerable[w]) continue;
-                snprintf(what, sizeof what, "the parameters of step %ld to be received", ws[w].step);
-                wait_all_named(2, &sreq[2 * w], w, what);
-                if (p->tl) {
-                    char name[64];
-                    snprintf(name, sizeof name, "parameters to rank %d", w);
-                    timeline_record(p->tl, name, "ps", TID_OUT, sent_t[w], time_now());
-                }
-            }
-            stall_start(&wait);
-            continue;
-        }
-        if (progressed) {
-            stall_start(&wait);
-            continue;
-        }
-        /* nothing to do: waiting for the workers that owe a push */
-        long step = 0;
-        for (int w = 0; w < W; w++) {
-            missing[w] = !ws[w].gone && !ws[w].owed;
-            if (ws[w].step > step) step = ws[w].step;
-        }
-        snprintf(what, sizeof what, "gradients (the newest step pushed: %ld)", step);
-        stall_poll(&wait, W, missing, 0, what);
+static void server_close(server *s) {
+    free(s->sent_t);
+    for (int w = 0; w < s->W; w++) free(s->ws[w].g);
+    free(s->ws);
+    free(s->sreq);
+    free(s->ack);
+    free(s->answerable);
+    free(s->zeros);
+}
+
+/* ---- receive */
+
+/* Worker w's header says PUSH: receives its gradient shard into its own
+ * buffer; server 0 notes a stop signal it carries. */
+static void server_receive_push(server *s, int w) {
+    worker_state *x = &s->ws[w];
+    double t_head = time_now();
+    if (x->owed)
+        cnt_fatal("parameter server %d: worker rank %d pushed step %lld before its step %ld was answered", s->k, w,
+                  (long long)x->head[1], x->step);
+    MPI_Request r;
+    DIST_MPI_CHECK(MPI_Irecv(x->g, (int)s->len, MPI_FLOAT, w, TAG_GRAD, s->p->comm, &r));
+    wait_all_named(1, &r, w, "a gradient shard");
+    x->pending = x->owed = 1;
+    x->clock++;
+    x->step = (long)x->head[1];
+    if (s->p->tl) {
+        char name[64];
+        snprintf(name, sizeof name, "gradient from rank %d", w);
+        timeline_set_step(s->p->tl, x->step);
+        timeline_record(s->p->tl, name, "ps", TID_IN, t_head, time_now());
     }
-    /* rank 0's goodbye gets the server's numbers (its receive is posted) */
+    x->version = x->head[2];
+    x->lr = lr_of(x->head[3]);
+    s->st->bytes += (double)s->len * sizeof(float);
+    if (s->k == 0 && x->head[4] && !s->stop_step) {
+        /* a worker got a stop signal: every worker stops after the step
+         * after the furthest one begun, which none has passed */
+        for (int j = 0; j < s->W; j++)
+            if (s->ws[j].step > s->stop_step) s->stop_step = s->ws[j].step;
+        s->stop_step++;
+        s->stop_signal = x->head[4];
+    }
+}
+
+static void server_report(server *s, int w, int64_t kind);
+
+/* Receives every header that has arrived and does what it asks; returns 1
+ * when one had. A worker's next header receive is posted once its request
+ * is done, except after its goodbye. */
+static int server_receive(server *s) {
+    int progressed = 0;
+    for (int w = 0; w < s->W; w++) {
+        worker_state *x = &s->ws[w];
+        int f = 0;
+        if (x->hreq == MPI_REQUEST_NULL) continue;
+        DIST_MPI_CHECK(MPI_Test(&x->hreq, &f, MPI_STATUS_IGNORE));
+        if (!f) continue;
+        progressed = 1;
+        s->last_from = w;
+        int64_t kind = x->head[0];
+        if (kind == PS_PUSH)
+            server_receive_push(s, w);
+        else
+            server_report(s, w, kind);
+        if (kind == PS_BYE) continue; /* no further header from it */
+        DIST_MPI_CHECK(MPI_Irecv(x->head, HEAD_LEN, MPI_INT64_T, w, TAG_HEAD, s->p->comm, &x->hreq));
+    }
+    return progressed;
+}
+
+/* ---- admissible, apply, answer */
+
+/* Marks whom the server may answer now; returns 1 when anyone. Synchronous
+ * (S = 0) and bounded staleness: a worker that is owed and at most S pushes
+ * ahead of the slowest still training; unbounded (S < 0): any owed worker.
+ * The slowest always may, so this never deadlocks. */
+static int server_admissible(server *s) {
+    long slowest = -1;
+    for (int w = 0; w < s->W; w++)
+        if (!s->ws[w].gone && (slowest < 0 || s->ws[w].clock < slowest)) slowest = s->ws[w].clock;
+    int any = 0;
+    for (int w = 0; w < s->W; w++) {
+        s->answerable[w] = s->ws[w].owed && (s->S < 0 || s->ws[w].clock - slowest <= s->S);
+        any |= s->answerable[w];
+    }
+    return any;
+}
+
+/* Applies what has arrived as one update: the pending gradients summed in
+ * worker order into the first one's receive buffer (its worker pushes no
+ * more until answered, and the update is done before that), at the learning
+ * rate of the newest step among them, scale 1/W. Nothing pending: nothing. */
+static void server_apply(server *s) {
+    int first = -1;
+    long newest = -1;
+    double lr = 0;
+    for (int w = 0; w < s->W; w++)
+        if (s->ws[w].pending) {
+            if (first < 0) first = w;
+            if (s->ws[w].step > newest) {
+                newest = s->ws[w].step;
+                lr = s->ws[w].lr;
+            }
+        }
+    if (first < 0) return;
+    double t0 = time_now();
+    float *acc = s->ws[first].g;
+    for (int w = first + 1; w < s->W; w++) {
+        if (!s->ws[w].pending) continue;
+        const float *gw = s->ws[w].g;
+        for (size_t i = 0; i < s->len; i++) acc[i] += gw[i];
+    }
+    int summed = 0;
+    for (int w = first; w < s->W; w++) {
+        if (!s->ws[w].pending) continue;
+        summed++;
+        s->ws[w].stale = s->version - s->ws[w].version;
+        stale_add(&s->st->stale, (double)s->ws[w].stale);
+        stale_add(&s->window, (double)s->ws[w].stale);
+        s->ws[w].pending = 0;
+    }
+    s->update(s->ctx, s->b, s->b + s->len, acc, lr, (float)(1.0 / s->W));
+    s->version++;
+    double t1 = time_now();
+    s->st->update_s += t1 - t0;
+    if (s->p->tl) {
+        char name[64];
+        snprintf(name, sizeof name, "update %lld (%d gradient%s)", (long long)s->version, summed,
+                 summed == 1 ? "" : "s");
+        timeline_set_step(s->p->tl, newest);
+        timeline_record(s->p->tl, name, "ps", TID_SERVE, t0, t1);
+    }
+    s->st->steps++;
+}
+
+/* Sends the shard's parameters and an answer (version, staleness, the stop
+ * step and signal) to every answerable worker, and waits for the sends: the
+ * next update writes params (each worker posted its receives when it
+ * pushed). */
+static void server_answer(server *s) {
+    ps *p = s->p;
+    for (int w = 0; w < s->W; w++) {
+        if (!s->answerable[w]) continue;
+        s->ack[w][0] = s->version;
+        s->ack[w][1] = s->ws[w].stale;
+        s->ack[w][2] = s->stop_step;
+        s->ack[w][3] = s->stop_signal;
+        DIST_MPI_CHECK(MPI_Isend(s->params, (int)s->len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &s->sreq[2 * w]));
+        DIST_MPI_CHECK(MPI_Isend(s->ack[w], ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &s->sreq[2 * w + 1]));
+        s->sent_t[w] = time_now();
+        s->ws[w].owed = 0;
+        s->st->bytes += (double)s->len * sizeof(float);
+    }
+    char what[96];
+    for (int w = 0; w < s->W; w++) {
+        if (!s->answerable[w]) continue;
+        snprintf(what, sizeof what, "the parameters of step %ld to be received", s->ws[w].step);
+        wait_all_named(2, &s->sreq[2 * w], w, what);
+        if (p->tl) {
+            char name[64];
+            snprintf(name, sizeof name, "parameters to rank %d", w);
+            timeline_record(p->tl, name, "ps", TID_OUT, s->sent_t[w], time_now());
+        }
+    }
+}
+
+/* ---- report */
+
+/* Rank 0's requests between its steps, and every worker's goodbye: kind is
+ * the header's (anything but PS_PUSH). STATE: the momentum; STATE_PARAMS:
+ * also the parameters with their version; STALENESS: the window since the
+ * last such request; BYE: the worker is done (rank 0's, with a timeline,
+ * brings the clock pings that put this server's events on rank 0's axis). */
+static void server_report(server *s, int w, int64_t kind) {
+    ps *p = s->p;
+    int len = (int)s->len;
+    if (kind == PS_STATE || kind == PS_STATE_PARAMS) {
+        MPI_Request r[3];
+        int nr = 0;
+        DIST_MPI_CHECK(MPI_Isend(s->mom, len, MPI_FLOAT, w, TAG_MOMENTUM, p->comm, &r[nr++]));
+        int64_t v[ACK_LEN] = {s->version, 0, 0, 0};
+        if (kind == PS_STATE_PARAMS) {
+            DIST_MPI_CHECK(MPI_Isend(s->params, len, MPI_FLOAT, w, TAG_STATE_PARAMS, p->comm, &r[nr++]));
+            DIST_MPI_CHECK(MPI_Isend(v, ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &r[nr++]));
+        }
+        wait_all_named(nr, r, w, "the state to be received");
+    } else if (kind == PS_STALENESS) {
+        double v[STALE_DOUBLES];
+        stale_pack(&s->window, v);
+        memset(&s->window, 0, sizeof s->window);
+        MPI_Request r;
+        DIST_MPI_CHECK(MPI_Isend(v, STALE_DOUBLES, MPI_DOUBLE, w, TAG_STALENESS, p->comm, &r));
+        wait_all_named(1, &r, w, "the staleness statistics to be received");
+    } else if (kind == PS_BYE) {
+        if (s->ws[w].owed) cnt_fatal("parameter server %d: worker rank %d said goodbye while owed an answer", s->k, w);
+        if (w == 0 && p->tl) s->trace_zero = clock_pong(p); /* this server's events go onto rank 0's axis */
+        s->ws[w].gone = 1;
+        s->n_gone++;
+    } else {
+        cnt_fatal("parameter server %d: unknown message kind %lld from rank %d", s->k, (long long)kind, w);
+    }
+}
+
+/* After every goodbye: the server's numbers to rank 0 (its receive is
+ * posted), then, with a timeline, the server's events on rank 0's axis. */
+static void server_report_end(server *s) {
+    ps *p = s->p;
+    ps_server_stats *st = s->st;
     double v[STATS_DOUBLES] = {(double)st->steps, st->wait_s, st->update_s, st->bytes};
     stale_pack(&st->stale, v + 4);
     MPI_Request r;
     DIST_MPI_CHECK(MPI_Isend(v, STATS_DOUBLES, MPI_DOUBLE, 0, TAG_STATS, p->comm, &r));
     wait_all_named(1, &r, 0, "the statistics to be received");
-    if (p->tl) {
-        char process[64];
-        snprintf(process, sizeof process, "rank %d (parameter server %d)", p->rank, k);
-        size_t n_text;
-        char *text = timeline_events_text(p->tl, p->rank, process, trace_zero, &n_text);
-        if (n_text > INT_MAX)
-            cnt_fatal("parameter server %d: a timeline of %zu bytes exceeds MPI's count limit", k, n_text);
-        uint64_t text_len = n_text;
-        MPI_Request tr[2];
-        DIST_MPI_CHECK(MPI_Isend(&text_len, 1, MPI_UINT64_T, 0, TAG_TRACE_LEN, p->comm, &tr[0]));
-        DIST_MPI_CHECK(MPI_Isend(text, (int)n_text, MPI_CHAR, 0, TAG_TRACE, p->comm, &tr[1]));
-        wait_all_named(2, tr, 0, "the timeline to be received");
-        free(text);
+    if (!p->tl) return;
+    char process[64];
+    snprintf(process, sizeof process, "rank %d (parameter server %d)", p->rank, s->k);
+    size_t n_text;
+    char *text = timeline_events_text(p->tl, p->rank, process, s->trace_zero, &n_text);
+    if (n_text > INT_MAX)
+        cnt_fatal("parameter server %d: a timeline of %zu bytes exceeds MPI's count limit", s->k, n_text);
+    uint64_t text_len = n_text;
+    MPI_Request tr[2];
+    DIST_MPI_CHECK(MPI_Isend(&text_len, 1, MPI_UINT64_T, 0, TAG_TRACE_LEN, p->comm, &tr[0]));
+    DIST_MPI_CHECK(MPI_Isend(text, (int)n_text, MPI_CHAR, 0, TAG_TRACE, p->comm, &tr[1]));
+    wait_all_named(2, tr, 0, "the timeline to be received");
+    free(text);
+}
+
+/* ---- the loop */
+
+/* The wait for something to do: dist_wait_until's poll is the receive
+ * phase. */
+static int server_poll(void *ctx) { return server_receive(ctx); }
+
+/* The late-ranks callback: "rank R has waited T s for gradients (the newest
+ * step pushed: 12) from rank(s) 0, 3": the workers that owe a push. */
+static void server_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const server *s = ctx;
+    if (part == DIST_WAIT_WHO) {
+        snprintf(buf, cap, "rank %d", s->p->rank);
+        return;
     }
-    free(sent_t);
-    for (int w = 0; w < W; w++) free(ws[w].g);
-    free(ws);
-    free(sreq);
-    free(ack);
-    free(missing);
-    free(answerable);
-    free(zeros);
+    if (part == DIST_WAIT_OVER) {
+        snprintf(buf, cap, "a message from rank %d arrived", s->last_from);
+        return;
+    }
+    long step = 0;
+    char who[256] = "";
+    size_t o = 0;
+    for (int w = 0; w < s->W; w++) {
+        if (!s->ws[w].gone && !s->ws[w].owed) name_rank(who, sizeof who, &o, w);
+        if (s->ws[w].step > step) step = s->ws[w].step;
+    }
+    snprintf(buf, cap, "for gradients (the newest step pushed: %ld) from rank(s) %s", step, who);
+}
+
+void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
+              void *ctx, ps_server_stats *st) {
+    server s = {.p = p, .k = ps_server_index(p), .W = p->workers, .S = p->max_staleness, .params = params,
+                .update = update, .ctx = ctx, .st = st};
+    CNT_ASSERT(s.k >= 0 && s.k < p->servers);
+    s.b = s.k ? shard_end[s.k - 1] : 0;
+    s.len = shard_end[s.k] - s.b;
+    CNT_ASSERT(shard_end[p->servers - 1] == n);
+    check_count(s.len);
+    memset(st, 0, sizeof *st);
+    server_open(&s, momentum);
+    dist_wait_site wait = {.poll = server_poll,
+                           .describe = server_describe,
+                           .ctx = &s,
+                           .abort_note = " (stopped, hung or slow)",
+                           .spin_s = PS_SPIN_S,
+                           .max_sleep_us = PS_MAX_SLEEP_US};
+    dist_wait_limits(&wait.warn_s, &wait.abort_s);
+    while (s.n_gone < s.W) {
+        /* Admissibility changes only when a header arrives: wait for one. */
+        double idle_from = time_now();
+        dist_wait_until(&wait);
+        if (!server_admissible(&s)) continue;
+        st->wait_s += time_now() - idle_from;
+        server_apply(&s);
+        server_answer(&s);
+    }
+    server_report_end(&s);
+    server_close(&s);
 }
 
 #else /* !CNT_HAVE_MPI: no servers in a world of one (dist.mode = ps is refused before) */

@@ -1,19 +1,22 @@
 /*
- * dist/wait.c - bounded waits for the host collectives (see dist/dist.h,
+ * dist/wait.c - bounded waits (see dist/wait.h, and dist/dist.h's
  * dist_set_wait_limits and dist_phase): the process-wide limits, the phase
- * each thread names, and the one loop that completes the requests of every
- * collective dist/ issues.
+ * each thread names, the one polling loop behind every wait in dist/
+ * (dist_wait_until), the loop's use for the requests of every host
+ * collective (dist_wait_bounded), and the deadman of the blocking calls.
  *
  * Why poll: a blocking MPI call cannot be interrupted, so a rank whose peer
  * stopped would wait in it forever and say nothing. Each collective is
  * issued in its nonblocking form (MPI_Ibcast, MPI_Iallreduce, ...) and
- * completed here with MPI_Testall, which also drives MPI's progress (Open
+ * completed by polling MPI_Testall, which also drives MPI's progress (Open
  * MPI has no progress thread by default): a spin of WAIT_SPIN_S first, since
  * a balanced collective completes within microseconds, then either sleeps
  * doubling from 10 us to WAIT_MAX_SLEEP_US, so a thread that waits for a
  * late rank leaves the cores to compute (a blocking MPI_Wait would spin on
  * one), or, for the ring, a yield between polls (dist/wait.h says why). The
- * clock is read at every poll after the first: the limits are seconds, a
+ * other sites (the stall watchdog, the parameter servers, NCCL's events)
+ * poll their own things with their own spin and sleep through the same loop.
+ * The clock is read at every poll after the first: the limits are seconds, a
  * clock read is tens of nanoseconds.
  *
  * Threads: MPI_THREAD_SERIALIZED. Polling adds no thread; whichever thread
@@ -34,6 +37,7 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "dist/fault.h"
+#include "dist/wait.h"
 
 /* dist.stall_warn_s and dist.stall_abort_s's defaults (train/config.c), so a
  * program that never calls dist_set_wait_limits is bounded the same way. */
@@ -64,8 +68,9 @@ void dist_phase(const char *what) {
  * thread instead: dist_blocking_begin notes when the call started and what
  * it is; the thread, started at the first such call, looks once a second and,
  * when a call has been inside for the abort limit, writes one line and ends
- * the process (_exit(1): the thread may not call MPI while another thread is
- * inside it; mpirun then ends the job, as for any rank that dies). */
+ * the process (_exit(DIST_STALL_EXIT): the thread may not call MPI while
+ * another thread is inside it; mpirun then ends the job, as for any rank that
+ * dies). */
 static _Atomic long long blocking_since_ms = 0; /* 0: no blocking call in progress */
 static char blocking_what[256];
 static pthread_once_t deadman_once = PTHREAD_ONCE_INIT;
@@ -91,7 +96,7 @@ static void *deadman(void *arg) {
             /* nothing left to tell it to */
         }
         cnt_say_last_words();
-        _exit(1);
+        _exit(DIST_STALL_EXIT);
     }
     return NULL;
 }
@@ -115,8 +120,72 @@ void dist_blocking_begin(const char *call) {
 
 void dist_blocking_end(void) { atomic_store(&blocking_since_ms, 0); }
 
+/* ------------------------------------------------------------ the one loop */
+
+static void stall_line(const dist_wait_site *s, double waited, int aborting) {
+    char who[128], late[1024];
+    who[0] = late[0] = '\0';
+    s->describe(s->ctx, DIST_WAIT_WHO, who, sizeof who);
+    s->describe(s->ctx, DIST_WAIT_LATE, late, sizeof late);
+    const char *note = aborting ? s->abort_note : s->warn_note;
+    if (!note) note = "";
+    if (!aborting) {
+        log_warn("stall: %s has waited %.0f s %s%s", who, waited, late, note);
+        return;
+    }
+    log_error("stall: %s has waited %.0f s %s%s; ending the job (dist.stall_abort_s = %g: raise it if that can "
+              "legitimately take longer)",
+              who, waited, late, note, s->abort_s);
+    dist_abort(DIST_STALL_EXIT);
+}
+
+/* Sleeps us microseconds. Why the loop: a signal (the trainer's SIGTERM,
+ * SIGUSR1 handlers) ends nanosleep early with EINTR; going on with what is
+ * left keeps the pause a pause, where returning would turn a stream of
+ * signals into a spin. */
+static void sleep_us_whole(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+void dist_wait_until(const dist_wait_site *s) {
+    if (s->poll(s->ctx)) return;
+    double (*now)(void) = s->clock ? s->clock : time_now;
+    double t0 = now(), next_warn = s->warn_s;
+    long sleep_us = s->max_sleep_us < 10 ? s->max_sleep_us : 10;
+    int warned = 0, polls = 1; /* polls counts up to spin_polls only: a wait of hours would overflow it */
+    while (!s->poll(s->ctx)) {
+        double waited = now() - t0;
+        if (s->abort_s > 0 && waited >= s->abort_s) stall_line(s, waited, 1);
+        if (s->warn_s > 0 && waited >= next_warn) {
+            stall_line(s, waited, 0);
+            warned = 1;
+            while (next_warn <= waited) next_warn += s->warn_s; /* once per multiple crossed */
+        }
+        if (polls < s->spin_polls) {
+            polls++;
+            continue;
+        }
+        if (waited < s->spin_s) continue;
+        if (s->max_sleep_us <= 0) {
+            sched_yield(); /* cannot fail on Linux; returns at once when no other thread wants the core */
+            continue;
+        }
+        /* Why sleep: this thread must not take a core from compute (or from
+         * the late rank, on an oversubscribed node) while it waits. */
+        sleep_us_whole(sleep_us);
+        sleep_us = sleep_us * 2 < s->max_sleep_us ? sleep_us * 2 : s->max_sleep_us;
+    }
+    if (warned) {
+        char over[512];
+        over[0] = '\0';
+        s->describe(s->ctx, DIST_WAIT_OVER, over, sizeof over);
+        log_warn("stall over: %s after %.1f s", over, now() - t0);
+    }
+}
+
 #if CNT_HAVE_MPI
-#include "dist/wait.h"
 
 /* Polls without sleeping or yielding for this long. */
 #define WAIT_SPIN_S 50e-6
@@ -125,43 +194,44 @@ void dist_blocking_end(void) { atomic_store(&blocking_since_ms, 0); }
 
 static const char *phase_name(void) { return tl_phase[0] ? tl_phase : "an unnamed phase"; }
 
-void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode) {
+typedef struct requests {
+    int n;
+    MPI_Request *reqs;
+    const char *collective;
+} requests;
+
+static int requests_poll(void *ctx) {
+    requests *r = ctx;
     int done = 0;
-    DIST_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
-    double t0 = time_now(), next_warn = g_warn_s, waited = 0;
-    long sleep_us = 10;
-    int warned = 0;
-    for (;;) {
-        DIST_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-        if (done) break;
-        waited = time_now() - t0;
-        if (g_abort_s > 0 && waited >= g_abort_s) {
-            log_error("stall: rank %d has waited %.0f s in %s during %s: one or more other ranks did not arrive "
-                      "(stopped, hung or slow; the ranks that print no such line are the late ones); ending the "
-                      "job (dist.stall_abort_s = %g: raise it if that phase can legitimately take longer)",
-                      dist_job_rank(), waited, collective, phase_name(), g_abort_s);
-            dist_abort(1);
-        }
-        if (g_warn_s > 0 && waited >= next_warn) {
-            log_warn("stall: rank %d has waited %.0f s in %s during %s for the other ranks", dist_job_rank(), waited,
-                     collective, phase_name());
-            warned = 1;
-            while (next_warn <= waited) next_warn += g_warn_s; /* once per threshold crossing */
-        }
-        if (waited < WAIT_SPIN_S) continue;
-        if (mode == DIST_WAIT_YIELD) {
-            sched_yield(); /* cannot fail on Linux; returns at once when no other thread wants the core */
-            continue;
-        }
-        /* Why sleep: this thread must not take a core from compute (or from
-         * the late rank, on an oversubscribed node) while it waits. */
-        struct timespec ts = {0, sleep_us * 1000};
-        nanosleep(&ts, NULL);
-        sleep_us = sleep_us * 2 < WAIT_MAX_SLEEP_US ? sleep_us * 2 : WAIT_MAX_SLEEP_US;
-    }
-    if (warned)
-        log_warn("stall over: %s during %s completed after %.1f s", collective, phase_name(), time_now() - t0);
+    DIST_MPI_CHECK(MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE));
+    return done;
+}
+
+static void requests_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const requests *r = ctx;
+    if (part == DIST_WAIT_WHO)
+        snprintf(buf, cap, "rank %d", dist_job_rank());
+    else
+        snprintf(buf, cap, part == DIST_WAIT_LATE ? "in %s during %s" : "%s during %s completed", r->collective,
+                 phase_name());
+}
+
+void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode) {
+    requests r = {n, reqs, collective};
+    dist_wait_site s = {
+        .poll = requests_poll,
+        .describe = requests_describe,
+        .ctx = &r,
+        .warn_note = " for the other ranks",
+        /* a collective cannot know who is missing; the others print nothing */
+        .abort_note = ": one or more other ranks did not arrive (stopped, hung or slow; the ranks that print no "
+                      "such line are the late ones)",
+        .spin_s = WAIT_SPIN_S,
+        .max_sleep_us = mode == DIST_WAIT_YIELD ? 0 : WAIT_MAX_SLEEP_US,
+        .warn_s = g_warn_s,
+        .abort_s = g_abort_s,
+    };
+    dist_wait_until(&s);
 }
 
 #endif

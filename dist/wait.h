@@ -1,10 +1,75 @@
 /*
- * dist/wait.h - bounded waits on MPI requests, for dist/ sources only
- * (dist.c, ring.c). The public side (dist_set_wait_limits, dist_phase) is in
- * dist/dist.h; this header needs mpi.h, which only dist/ includes.
+ * dist/wait.h - bounded waits, for dist/ sources only (dist.c, ring.c,
+ * watchdog.c, ps.c, nccl.c). The public side (dist_set_wait_limits,
+ * dist_phase) is in dist/dist.h; the MPI part of this header needs mpi.h,
+ * which only dist/ includes.
+ *
+ * Every wait in dist/ that can hang on another rank is one call of
+ * dist_wait_until: the site says how to poll, how to pause between polls and
+ * how to name what is late; the loop owns the clock, the limits, the
+ * warnings, the abort and the "stall over" line, so they read and behave the
+ * same everywhere.
  */
 #ifndef CNT_DIST_WAIT_H
 #define CNT_DIST_WAIT_H
+
+#include <stddef.h>
+
+/* The exit status of a job ended by a stall (a bounded wait past
+ * dist.stall_abort_s, or the blocking-call deadman): the status of any other
+ * error (docs/faults.md). */
+#define DIST_STALL_EXIT 1
+
+/* What a site's describe callback is asked to write. The lines read
+ *   warning: stall: <WHO> has waited T s <LATE><warn_note>
+ *   error:   stall: <WHO> has waited T s <LATE><abort_note>; ending the job
+ *            (dist.stall_abort_s = A: raise it if that can legitimately take longer)
+ *   warning: stall over: <OVER> after T s
+ * (T in whole seconds in the first two, tenths in the last). */
+typedef enum dist_wait_text {
+    DIST_WAIT_WHO,  /* who waits: "rank 3", "step 2 bucket 0" */
+    DIST_WAIT_LATE, /* who or what is still missing: "for rank 1 (last seen at step 1 bucket 0)",
+                     * "in dist_broadcast during evaluation" */
+    DIST_WAIT_OVER  /* what ended the wait: "step 2 bucket 0: every rank arrived" */
+} dist_wait_text;
+
+/* One bounded wait: what it polls, how it names what is late, how it pauses
+ * between polls, and its limits. */
+typedef struct dist_wait_site {
+    /* 1 once the wait is over, 0 while not; it may do work (receive what
+     * has arrived). Called first before anything else, so a wait that is
+     * already over costs one call. */
+    int (*poll)(void *ctx);
+    /* The late-ranks callback: writes the text `part` asks for (above) into
+     * buf (cap bytes, NUL-terminated; it may truncate). Called only when a
+     * line is due, so it may take its time. */
+    void (*describe)(void *ctx, dist_wait_text part, char *buf, size_t cap);
+    void *ctx;
+    /* Appended to LATE in the warning and in the abort's error (static text,
+     * "" for none): what the wait means, e.g. " for the other ranks". */
+    const char *warn_note, *abort_note;
+    /* The spin/sleep policy. No pause while fewer than spin_polls polls have
+     * been made after the first and while less than spin_s seconds have
+     * passed; then, between polls, a sleep from 10 us doubling to
+     * max_sleep_us, or sched_yield when max_sleep_us is 0. A sleep that a
+     * signal interrupts (EINTR: SIGTERM, SIGUSR1) goes on for what is left
+     * of it: a signal neither ends the wait nor makes it spin. */
+    int spin_polls;
+    double spin_s;
+    long max_sleep_us;
+    /* Limits in seconds; 0 turns either off. After warn_s it warns, once for
+     * each multiple of warn_s it crosses (a poll that crosses several warns
+     * once); after abort_s it logs the error and ends the job with
+     * DIST_STALL_EXIT (dist_abort). */
+    double warn_s, abort_s;
+    /* Seconds on a monotonic clock; NULL: time_now (tests pass a fake). */
+    double (*clock)(void);
+} dist_wait_site;
+
+/* Polls s->poll until it returns 1, warning and ending the job as the site
+ * says; returns once the wait is over, after the "stall over" line when it
+ * warned. Never returns an error: past abort_s it does not return. */
+void dist_wait_until(const dist_wait_site *s);
 
 /* A blocking call that cannot be polled (the gradient sum's MPI_Allreduce)
  * is bracketed by these: a monitor thread (started at the first begin) ends
@@ -12,10 +77,10 @@
  * when the call has not ended after dist.stall_abort_s (mpirun then ends the
  * job). One such call at a time in the process. */
 void dist_blocking_begin(const char *call);
-/* The limits dist_set_wait_limits set (0: off), for waits that poll on their
- * own (dist/ps.c, which names the ranks it waits for). */
-void dist_wait_limits(double *warn_s, double *abort_s);
 void dist_blocking_end(void);
+/* The limits dist_set_wait_limits set (0: off), for the sites that name the
+ * ranks they wait for (dist/ps.c). */
+void dist_wait_limits(double *warn_s, double *abort_s);
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
@@ -24,7 +89,7 @@ void dist_blocking_end(void);
  * after dist_split_servers (dist/dist.h). */
 MPI_Comm dist_comm(void);
 
-/* What dist_wait_bounded does between polls once a 50 us spin has not seen
+/* How dist_wait_bounded pauses between polls once a 50 us spin has not seen
  * the requests complete. */
 typedef enum dist_wait_mode {
     /* Sleep, from 10 us doubling to 1 ms: for the trainer's small
@@ -40,11 +105,12 @@ typedef enum dist_wait_mode {
 } dist_wait_mode;
 
 /* Completes the n requests at reqs (MPI_REQUEST_NULL entries are fine) by
- * polling MPI_Testall as `mode` says. `collective` names the dist/ function
- * for the messages ("dist_broadcast"); the phase is the calling thread's
- * (dist_phase). After the warn limit (and every further multiple) it logs a
- * warning; after the abort limit an error, then ends the job (dist_abort);
- * see dist_set_wait_limits in dist/dist.h. MPI failures are fatal. */
+ * polling MPI_Testall in dist_wait_until, pausing as `mode` says, under the
+ * limits of dist_set_wait_limits. `collective` names the dist/ function for
+ * the messages ("dist_broadcast"); the phase is the calling thread's
+ * (dist_phase): "stall: rank R has waited T s in <collective> during
+ * <phase> for the other ranks" (a collective cannot know who is missing).
+ * Past the abort limit it ends the job; MPI failures are fatal. */
 void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode);
 #endif
 

@@ -31,10 +31,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "common/check.h"
-#include "common/timer.h"
 #include "dist/wait.h"
 
 #if CNT_HAVE_MPI
@@ -42,8 +40,9 @@
 
 /* Our own tag ("STAL"), on our own communicator. */
 #define WATCHDOG_TAG 0x5354414c
-/* Polls before the first sleep: with balanced ranks the peers arrive within
- * microseconds, and a few polls catch them without a sleep's latency. */
+/* Polls before the first sleep (dist_wait_until): with balanced ranks the
+ * peers arrive within microseconds, and a few polls catch them without a
+ * sleep's latency. */
 #define WATCHDOG_SPINS 64
 /* The sleep between polls grows from 10 us to this. */
 #define WATCHDOG_MAX_SLEEP_US 250
@@ -105,8 +104,8 @@ static void drain(dist_watchdog *wd) {
     }
 }
 
-/* "ranks 2 (last seen at step 12 bucket 1), 5 (...)" for the ranks not yet at
- * wd->seq; returns how many there are. */
+/* "2 (last seen at step 12 bucket 1), 5 (not seen yet)" for the ranks not
+ * yet at wd->seq; returns how many there are. */
 static int describe_missing(const dist_watchdog *wd, char *out, size_t cap) {
     int missing = 0;
     size_t len = 0;
@@ -132,6 +131,27 @@ static int count_missing(const dist_watchdog *wd) {
     return missing;
 }
 
+/* dist_wait_until's poll: every peer has announced the current bucket. */
+static int arrived_poll(void *ctx) {
+    dist_watchdog *wd = ctx;
+    drain(wd);
+    return count_missing(wd) == 0;
+}
+
+/* The late-ranks callback: "step S bucket B has waited T s for ranks 2
+ * (last seen at ...), 5 (...)". */
+static void arrived_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const dist_watchdog *wd = ctx;
+    if (part == DIST_WAIT_LATE) {
+        char who[1024];
+        int missing = describe_missing(wd, who, sizeof who);
+        snprintf(buf, cap, "for rank%s %s", missing > 1 ? "s" : "", who);
+        return;
+    }
+    snprintf(buf, cap, "step %lld bucket %lld%s", (long long)wd->msg[0], (long long)wd->msg[1],
+             part == DIST_WAIT_OVER ? ": every rank arrived" : "");
+}
+
 void dist_watchdog_arrive(dist_watchdog *wd, long step, int bucket) {
     if (!wd) return;
     /* Why wait: msg is about to be overwritten. The previous announcement has
@@ -145,42 +165,16 @@ void dist_watchdog_arrive(dist_watchdog *wd, long step, int bucket) {
     for (int r = 0; r < wd->world; r++)
         if (r != wd->rank)
             DIST_MPI_CHECK(MPI_Isend(wd->msg, 3, MPI_INT64_T, r, WATCHDOG_TAG, wd->comm, &wd->reqs[r]));
-
-    double t0 = time_now(), next_warn = wd->warn_s;
-    int spins = 0, warned = 0;
-    long sleep_us = 10;
-    for (;;) {
-        drain(wd);
-        if (count_missing(wd) == 0) break;
-        double waited = time_now() - t0;
-        int do_abort = wd->abort_s > 0 && waited >= wd->abort_s;
-        int do_warn = wd->warn_s > 0 && waited >= next_warn;
-        if (do_abort || do_warn) {
-            char who[1024];
-            int missing = describe_missing(wd, who, sizeof who);
-            if (do_abort) {
-                log_error("stall: step %ld bucket %d has waited %.0f s for rank%s %s; ending the job "
-                          "(dist.stall_abort_s = %g)",
-                          step, bucket, waited, missing > 1 ? "s" : "", who, wd->abort_s);
-                dist_abort(1);
-            }
-            log_warn("stall: step %ld bucket %d has waited %.0f s for rank%s %s", step, bucket, waited,
-                     missing > 1 ? "s" : "", who);
-            warned = 1;
-            while (next_warn <= waited) next_warn += wd->warn_s; /* once per threshold crossing */
-        }
-        /* Why sleep: this thread must not take a core from backward (or from
-         * the late rank, on an oversubscribed node) while it waits. */
-        if (spins < WATCHDOG_SPINS) {
-            spins++;
-        } else {
-            struct timespec ts = {0, sleep_us * 1000};
-            nanosleep(&ts, NULL);
-            if (sleep_us < WATCHDOG_MAX_SLEEP_US) sleep_us *= 2;
-        }
-    }
-    if (warned)
-        log_warn("stall over: step %ld bucket %d: every rank arrived after %.1f s", step, bucket, time_now() - t0);
+    /* Why the sleeps: this thread must not take a core from backward (or
+     * from the late rank, on an oversubscribed node) while it waits. */
+    dist_wait_site s = {.poll = arrived_poll,
+                        .describe = arrived_describe,
+                        .ctx = wd,
+                        .spin_polls = WATCHDOG_SPINS,
+                        .max_sleep_us = WATCHDOG_MAX_SLEEP_US,
+                        .warn_s = wd->warn_s,
+                        .abort_s = wd->abort_s};
+    dist_wait_until(&s);
 }
 
 void dist_watchdog_free(dist_watchdog *wd) {

@@ -1,0 +1,306 @@
+/*
+ * tests/test_wait.c - the one bounded wait of dist/ (dist_wait_until,
+ * dist/wait.h), with a fake poll function that completes after N polls or
+ * never and, where the limits matter, a fake clock that each poll advances,
+ * so the warnings fall at known polls:
+ *   - a wait that is over at the first poll reads no clock and says nothing;
+ *   - a wait polls until it is over, without pausing while it spins;
+ *   - the warning names what the late-ranks callback says, once per multiple
+ *     of the warn limit crossed (a poll that crosses three warns once), and
+ *     the wait ends with one "stall over" line;
+ *   - past the abort limit it logs the error naming the late ranks and ends
+ *     the process with DIST_STALL_EXIT (in a forked child);
+ *   - a signal during a sleep (EINTR) neither ends the wait nor turns the
+ *     sleeps into a spin: the sleep goes on for what is left of it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/timer.h"
+#include "dist/wait.h"
+
+/* ------------------------------------------------ the fake poll and clock */
+
+static double fake_now;
+static int clock_reads;
+
+static double fake_clock(void) {
+    clock_reads++;
+    return fake_now;
+}
+
+typedef struct fake {
+    int polls;         /* made so far */
+    int done_after;    /* the poll that completes it; 0: never */
+    double step_s;     /* fake seconds each poll takes */
+    int jump_poll;     /* this poll takes jump_s more */
+    double jump_s;
+    int described[3];  /* describe calls per part */
+} fake;
+
+static int fake_poll(void *ctx) {
+    fake *f = ctx;
+    f->polls++;
+    fake_now += f->step_s + (f->polls == f->jump_poll ? f->jump_s : 0);
+    return f->done_after > 0 && f->polls >= f->done_after;
+}
+
+static void fake_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    fake *f = ctx;
+    f->described[part]++;
+    snprintf(buf, cap, "%s",
+             part == DIST_WAIT_WHO ? "rank 7" : part == DIST_WAIT_LATE ? "for rank(s) 2, 5" : "the fake completed");
+}
+
+static dist_wait_site fake_site(fake *f) {
+    dist_wait_site s = {.poll = fake_poll,
+                        .describe = fake_describe,
+                        .ctx = f,
+                        .warn_note = " (warn note)",
+                        .abort_note = " (abort note)",
+                        .max_sleep_us = 1,
+                        .clock = fake_clock};
+    return s;
+}
+
+/* ------------------------------------------------ stderr into a string */
+
+static int saved_fd = -1;
+static FILE *capture;
+
+static void capture_begin(void) {
+    fflush(stderr);
+    capture = tmpfile();
+    assert_non_null(capture);
+    saved_fd = dup(2);
+    assert_true(saved_fd >= 0);
+    assert_int_equal(dup2(fileno(capture), 2), 2);
+}
+
+/* What was written to stderr since capture_begin (static buffer). */
+static const char *capture_end(void) {
+    static char text[8192];
+    fflush(stderr);
+    assert_int_equal(dup2(saved_fd, 2), 2);
+    close(saved_fd);
+    rewind(capture);
+    size_t n = fread(text, 1, sizeof text - 1, capture);
+    text[n] = '\0';
+    fclose(capture);
+    return text;
+}
+
+static int count_lines(const char *text, const char *prefix) {
+    int n = 0;
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        n += strncmp(l, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+/* ------------------------------------------------ the tests */
+
+static void test_over_at_once(void **state) {
+    (void)state;
+    fake f = {.done_after = 1};
+    dist_wait_site s = fake_site(&f);
+    s.warn_s = 1;
+    s.abort_s = 2;
+    clock_reads = 0;
+    capture_begin();
+    dist_wait_until(&s);
+    assert_string_equal(capture_end(), "");
+    assert_int_equal(f.polls, 1);
+    assert_int_equal(clock_reads, 0);
+    assert_int_equal(f.described[DIST_WAIT_WHO] + f.described[DIST_WAIT_LATE] + f.described[DIST_WAIT_OVER], 0);
+}
+
+/* 2000 polls inside the spin: no sleep (10 us doubling to 100 ms would take
+ * minutes), no line. With the real clock. */
+static void test_spins_without_pausing(void **state) {
+    (void)state;
+    for (int by_time = 0; by_time < 2; by_time++) {
+        fake f = {.done_after = 2000};
+        dist_wait_site s = fake_site(&f);
+        s.clock = NULL;
+        s.max_sleep_us = 100000;
+        if (by_time)
+            s.spin_s = 60;
+        else
+            s.spin_polls = 2000;
+        double t0 = time_now();
+        capture_begin();
+        dist_wait_until(&s);
+        assert_string_equal(capture_end(), "");
+        assert_int_equal(f.polls, 2000);
+        assert_true(time_now() - t0 < 0.5);
+    }
+}
+
+/* Fake time: poll k ends at 0.25 k s, and poll 10 takes 3 s more; the clock
+ * starts after poll 1, so poll k has waited 0.25 (k - 1) s, 3 s more from
+ * poll 10 on. Warn limit 1 s: poll 5 (1 s) and poll 9 (2 s) warn; poll 10
+ * (5.25 s) crosses 3, 4 and 5 and warns once; polls 11 and 12 (5.5, 5.75 s)
+ * are short of 6; poll 13 completes it, after 6 s. */
+static void test_warn_rearm_and_over(void **state) {
+    (void)state;
+    fake_now = 0;
+    fake f = {.done_after = 13, .step_s = 0.25, .jump_poll = 10, .jump_s = 3};
+    dist_wait_site s = fake_site(&f);
+    s.warn_s = 1;
+    s.abort_s = 100;
+    capture_begin();
+    dist_wait_until(&s);
+    const char *out = capture_end();
+    assert_int_equal(f.polls, 13);
+    assert_string_equal(out, "warning: stall: rank 7 has waited 1 s for rank(s) 2, 5 (warn note)\n"
+                             "warning: stall: rank 7 has waited 2 s for rank(s) 2, 5 (warn note)\n"
+                             "warning: stall: rank 7 has waited 5 s for rank(s) 2, 5 (warn note)\n"
+                             "warning: stall over: the fake completed after 6.0 s\n");
+    assert_int_equal(f.described[DIST_WAIT_LATE], 3);
+    assert_int_equal(f.described[DIST_WAIT_OVER], 1);
+    assert_int_equal(count_lines(out, "warning: stall over:"), 1);
+}
+
+/* Limits off: a long wait says nothing. */
+static void test_limits_off(void **state) {
+    (void)state;
+    fake_now = 0;
+    fake f = {.done_after = 200, .step_s = 10};
+    dist_wait_site s = fake_site(&f);
+    capture_begin();
+    dist_wait_until(&s);
+    assert_string_equal(capture_end(), "");
+    assert_int_equal(f.polls, 200);
+}
+
+/* A wait that never ends, in a child: warnings at 1 and 2 s, the error at
+ * 2.5 s (poll 11), exit status DIST_STALL_EXIT. */
+static void test_abort_ends_the_process(void **state) {
+    (void)state;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fake_now = 0;
+        fake f = {.done_after = 0, .step_s = 0.25};
+        dist_wait_site s = fake_site(&f);
+        s.warn_s = 1;
+        s.abort_s = 2.5;
+        dist_wait_until(&s);
+        _exit(99); /* not reached */
+    }
+    close(fd[1]);
+    char out[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(fd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)r;
+    out[n] = '\0';
+    close(fd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), DIST_STALL_EXIT);
+    assert_string_equal(out, "warning: stall: rank 7 has waited 1 s for rank(s) 2, 5 (warn note)\n"
+                             "warning: stall: rank 7 has waited 2 s for rank(s) 2, 5 (warn note)\n"
+                             "error: stall: rank 7 has waited 2 s for rank(s) 2, 5 (abort note); ending the job "
+                             "(dist.stall_abort_s = 2.5: raise it if that can legitimately take longer)\n");
+}
+
+/* A signal every 200 us while the wait sleeps (up to 20 ms a sleep) for
+ * 150 ms of real time: the sleeps go on after each interruption, so the
+ * polls stay few (about 10 sleeps double to the cap, then a handful of
+ * 20 ms ones); a sleep that returned at every signal would poll hundreds of
+ * times. */
+static atomic_int signals_seen;
+static atomic_int stop_signalling;
+
+static void on_signal(int sig) {
+    (void)sig;
+    atomic_fetch_add(&signals_seen, 1);
+}
+
+static void *signaller(void *arg) {
+    pthread_t target = *(pthread_t *)arg;
+    while (!atomic_load(&stop_signalling)) {
+        pthread_kill(target, SIGUSR1);
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+typedef struct timed {
+    double until;
+    int polls;
+} timed;
+
+static int timed_poll(void *ctx) {
+    timed *t = ctx;
+    t->polls++;
+    return time_now() >= t->until;
+}
+
+static void timed_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    (void)ctx;
+    (void)part;
+    snprintf(buf, cap, "?");
+}
+
+static void test_signal_during_sleep(void **state) {
+    (void)state;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* as train/stop.c: nanosleep returns EINTR all the same */
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    atomic_store(&signals_seen, 0);
+    atomic_store(&stop_signalling, 0);
+    pthread_t self = pthread_self(), th;
+    assert_int_equal(pthread_create(&th, NULL, signaller, &self), 0);
+
+    timed t = {.until = time_now() + 0.15};
+    dist_wait_site s = {.poll = timed_poll, .describe = timed_describe, .ctx = &t, .max_sleep_us = 20000};
+    dist_wait_until(&s);
+    double late = time_now() - t.until;
+
+    atomic_store(&stop_signalling, 1);
+    pthread_join(th, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    print_message("    %d signals, %d polls, ended %.1f ms after the deadline\n", atomic_load(&signals_seen), t.polls,
+                  late * 1e3);
+    assert_true(atomic_load(&signals_seen) >= 20);
+    assert_true(t.polls <= 40);
+    assert_true(late >= 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_over_at_once),
+        cmocka_unit_test(test_spins_without_pausing),
+        cmocka_unit_test(test_warn_rearm_and_over),
+        cmocka_unit_test(test_limits_off),
+        cmocka_unit_test(test_abort_ends_the_process),
+        cmocka_unit_test(test_signal_during_sleep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
