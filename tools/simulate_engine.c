@@ -74,17 +74,16 @@ static int read_curve(const char *file, const json_value *curves, const char *ke
     return CNT_OK;
 }
 
-/* The buckets completed by each layer, from the gradient watermark (the
- * rule of train/profile.c): ends[] are the bucket ends in values. Writes the
- * index of the layer that completes bucket b to done_by[b]. */
+/* The layer whose backward completes each of the nb buckets (or shards)
+ * ending at ends[], by the reducer's rule (reducer_bucket_ready_after) over
+ * the layers' gradient ranges, into done_by[]. */
 static void bucket_completion(const sim_profile *p, const size_t *ends, int nb, int *done_by) {
-    size_t ready = 0;
-    int b = 0;
-    for (int i = 0; i < p->n_layers; i++) {
-        if (p->layers[i].grad_end > ready) ready = p->layers[i].grad_end;
-        for (; b < nb && ends[b] <= ready; b++) done_by[b] = i;
-    }
-    for (; b < nb; b++) done_by[b] = p->n_layers - 1; /* not reached on a checked profile */
+    size_t *slice_end = cnt_malloc((size_t)p->n_layers * sizeof *slice_end);
+    for (int i = 0; i < p->n_layers; i++) slice_end[i] = p->layers[i].grad_end;
+    reducer_bucket_ready_after(ends, nb, slice_end, p->n_layers, done_by);
+    for (int b = 0; b < nb; b++)
+        if (done_by[b] < 0) done_by[b] = p->n_layers - 1; /* not reached on a checked profile */
+    free(slice_end);
 }
 
 static int parse_tree(const json_value *root, const char *file, sim_profile *p) {

@@ -76,24 +76,22 @@ static void node_grads(const net *nt, const node *nd, size_t *begin, size_t *end
 
 /* The reducer's buckets for cfg over nt's gradient buffer (*nb of them,
  * their ends returned) and, in *done_at, the node after whose backward each
- * is complete: backward writes the buffer from offset 0 upwards, so bucket b
- * is complete once the largest gradient end written so far reaches its end.
- * Caller frees both. */
+ * is complete, by the reducer's own rule (reducer_bucket_ready_after) over
+ * the nodes' gradient ranges in backward order. Caller frees both. */
 static size_t *bucket_plan(const config *cfg, const net *nt, int *nb, int **done_at) {
     reducer_opts ro = config_reducer_opts(cfg);
     *nb = reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, NULL, 0);
     size_t *ends = cnt_malloc((size_t)*nb * sizeof *ends);
     reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, ends, *nb);
+    size_t *slice_end = cnt_malloc((size_t)nt->n_nodes * sizeof *slice_end), gb;
+    for (int k = 0; k < nt->n_nodes; k++) node_grads(nt, &nt->nodes[nt->n_nodes - 1 - k], &gb, &slice_end[k]);
     *done_at = cnt_malloc((size_t)*nb * sizeof **done_at);
-    size_t ready = 0;
-    int next = 0;
-    for (int i = nt->n_nodes - 1; i >= 0 && next < *nb; i--) {
-        size_t gb, ge;
-        node_grads(nt, &nt->nodes[i], &gb, &ge);
-        if (ge > ready) ready = ge;
-        for (; next < *nb && ends[next] <= ready; next++) (*done_at)[next] = i;
+    reducer_bucket_ready_after(ends, *nb, slice_end, nt->n_nodes, *done_at);
+    for (int b = 0; b < *nb; b++) {
+        CNT_ASSERT((*done_at)[b] >= 0); /* backward writes every gradient */
+        (*done_at)[b] = nt->n_nodes - 1 - (*done_at)[b];
     }
-    CNT_ASSERT(next == *nb);
+    free(slice_end);
     return ends;
 }
 
