@@ -373,8 +373,8 @@ static void test_malformed_profiles(void **state) {
          "", "t.json: layers[0].completes: does not match"},
         {base_layers, ",\"allreduce\":{\"world\":2,\"curves\":{\"mpi\":[]}}", "t.json: allreduce.curves.mpi: empty"},
         {base_layers, ",\"extra\":1,", "t.json:1:"},
-        {"\"layers\":[1,]", "", "trailing comma"},
-        {base_layers, ",\"batch\":3", "duplicate key"},
+        {"\"layers\":[1,]", "", "t.json:1:"},
+        {base_layers, ",\"batch\":3", "duplicate object key near '\"batch\"'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         profile p;
@@ -409,26 +409,74 @@ static void test_profile_reader_checks(void **state) {
         fail_msg("%s", cnt_err_msg());
 }
 
+/* The JSON parser (common/json.h, jansson made strict): what it gives, and
+ * what it refuses with "NAME:LINE:COL: what". */
 static void test_json_reader(void **state) {
     (void)state;
-    json_value *v;
-    const char *ok = " {\"a\":[1,-2.5e3,\"x\\u00e9\\n\"],\"b\":{},\"c\":true,\"d\":null} ";
+    json_t *v;
+    const char *ok = " {\"a\":[1,-2.5e3,\"x\\u00e9\\ud83d\\ude00\\n\"],\"b\":{},\"c\":true,\"d\":null,"
+                     "\"big\":9007199254740993,\"top\":9223372036854775807} ";
     assert_int_equal(json_parse(ok, strlen(ok), "ok", &v), CNT_OK);
-    const json_value *a = json_get(v, "a");
+    const json_t *a = json_object_get(v, "a");
     assert_non_null(a);
-    assert_int_equal(a->n, 3);
-    NEAR(a->items[1].number, -2500);
-    assert_string_equal(a->items[2].string, "x\xc3\xa9\n");
-    assert_int_equal(json_get(v, "c")->type, JSON_TYPE_BOOL);
-    assert_null(json_get(v, "e"));
-    json_free(v);
-    static const char *bad[] = {"", "{", "[1 2]", "{\"a\":01}", "{\"a\":1.}", "\"\\q\"", "[1]x", "{'a':1}", "[-]",
-                                "1e999"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        if (json_parse(bad[i], strlen(bad[i]), "bad", &v) != CNT_ERR) fail_msg("accepted '%s'", bad[i]);
-        assert_null(v);
-        assert_true(strncmp(cnt_err_msg(), "bad:1:", 6) == 0);
+    assert_int_equal(json_array_size(a), 3);
+    NEAR(json_number_value(json_array_get(a, 1)), -2500);
+    assert_string_equal(json_string_value(json_array_get(a, 2)), "x\xc3\xa9\xf0\x9f\x98\x80\n");
+    assert_string_equal(json_kind(json_object_get(v, "c")), "true/false");
+    assert_string_equal(json_kind(json_object_get(v, "d")), "null");
+    assert_string_equal(json_kind(json_array_get(a, 0)), "number");
+    assert_null(json_object_get(v, "e"));
+    /* integers exact in 64 bits: 2^53 + 1 is not a double */
+    assert_true(json_is_integer(json_object_get(v, "big")));
+    assert_true(json_integer_value(json_object_get(v, "big")) == 9007199254740993LL);
+    assert_true(json_integer_value(json_object_get(v, "top")) == 9223372036854775807LL);
+    /* keys in the text's order */
+    const char *order[] = {"a", "b", "c", "d", "big", "top"}, *key;
+    int k = 0;
+    json_t *item;
+    json_object_foreach(v, key, item) assert_string_equal(key, order[k++]);
+    json_decref(v);
+    /* nesting: 2048 levels are read, 2049 and a million refused (no stack overflow) */
+    size_t deep = 1000000;
+    char *nest = cnt_malloc(2 * deep);
+    for (size_t depth = 2048; depth <= 2049; depth++) {
+        memset(nest, '[', depth);
+        memset(nest + depth, ']', depth);
+        int rc = json_parse(nest, 2 * depth, "deep", &v);
+        assert_int_equal(rc, depth == 2048 ? CNT_OK : CNT_ERR);
+        json_decref(v);
     }
+    assert_non_null(strstr(cnt_err_msg(), "deep:1:2049: maximum parsing depth reached"));
+    memset(nest, '[', deep);
+    memset(nest + deep, ']', deep);
+    assert_int_equal(json_parse(nest, 2 * deep, "deep", &v), CNT_ERR);
+    free(nest);
+    static const struct {
+        const char *text;
+        size_t len; /* 0: strlen */
+    } bad[] = {
+        {"", 0}, {"{", 0}, {"[1 2]", 0}, {"{\"a\":01}", 0}, {"{\"a\":1.}", 0}, {"\"\\q\"", 0}, {"[1]x", 0},
+        {"{'a':1}", 0}, {"[-]", 0}, {"1e999", 0},
+        {"{\"a\":{\"x\":1,\"x\":2}}", 0},   /* a duplicate key, nested */
+        {"[1,]", 0}, {"{\"a\":1,}", 0},      /* trailing commas */
+        {"[\"a\xff\"]", 0},                  /* not UTF-8 */
+        {"[\"a\xc0\xaf\"]", 0},              /* an overlong UTF-8 '/' */
+        {"[\"\\udc00\"]", 0},                /* a lone low surrogate */
+        {"[\"\\ud800x\"]", 0},               /* a high one without its pair */
+        {"[\"a\\u0000b\"]", 0},              /* NUL in a string */
+        {"[\"a\x01\"]", 0},                  /* a raw control byte */
+        {"[1,\0 2]", 6},                     /* a NUL byte in the text */
+        {"[9223372036854775808]", 0},        /* 2^63: no int64 */
+        {"[1] /* c */", 0},                  /* a comment */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len = bad[i].len ? bad[i].len : strlen(bad[i].text);
+        if (json_parse(bad[i].text, len, "bad", &v) != CNT_ERR) fail_msg("accepted case %zu", i);
+        assert_null(v);
+        if (strncmp(cnt_err_msg(), "bad:1:", 6) != 0) fail_msg("case %zu: '%s'", i, cnt_err_msg());
+    }
+    assert_int_equal(json_parse("[1,\n 2,\n 2,]", 12, "lines", &v), CNT_ERR);
+    if (strncmp(cnt_err_msg(), "lines:3:4: ", 11) != 0) fail_msg("%s", cnt_err_msg());
 }
 
 int main(void) {
