@@ -16,11 +16,11 @@ int json_parse(const char *text, size_t len, const char *name, json_t **out) {
 
 const char *json_kind(const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
     case JSON_INTEGER:
-    case JSON_REAL: return "number";
+    case JSON_REAL: return "a number";
     case JSON_TRUE:
     case JSON_FALSE: return "true/false";
     default: return "null";

@@ -35,7 +35,8 @@
 
 /* Parses text[0, len) into *out (json_decref it). */
 int json_parse(const char *text, size_t len, const char *name, json_t **out);
-/* "number", "string", "array", "object", "true/false" or "null": what v is, for messages. */
+/* "a number", "a string", "an array", "an object", "true/false" or "null":
+ * what v is, for messages ("expected ..., found %s"). */
 const char *json_kind(const json_t *v);
 
 #endif

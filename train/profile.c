@@ -286,7 +286,7 @@ static int refuse(const char *file, const char *fmt, ...) {
 /* What a field must be. */
 typedef enum want { WANT_NUMBER, WANT_STRING, WANT_ARRAY, WANT_OBJECT } want;
 
-static const char *const want_name[] = {"number", "string", "array", "object"};
+static const char *const want_name[] = {"a number", "a string", "an array", "an object"};
 
 static int is(const json_t *v, want w) {
     switch (w) {
@@ -301,7 +301,7 @@ static int is(const json_t *v, want w) {
 static int field(const char *file, const char *where, const json_t *obj, const char *key, want w, const json_t **out) {
     const json_t *v = json_object_get(obj, key);
     if (!v) return refuse(file, "%s%s: missing (is it a profile written by trainer --profile?)", where, key);
-    if (!is(v, w)) return refuse(file, "%s%s: expected a %s, found a %s", where, key, want_name[w], json_kind(v));
+    if (!is(v, w)) return refuse(file, "%s%s: expected %s, found %s", where, key, want_name[w], json_kind(v));
     *out = v;
     return CNT_OK;
 }
@@ -319,7 +319,7 @@ static int number(const char *file, const char *where, const json_t *obj, const 
 /* v (named name) a whole number in [min, max]; max <= 1e15, exact in a
  * double, so 600.0 is 600 as well. */
 static int whole(const char *file, const char *name, const json_t *v, double min, double max, size_t *out) {
-    if (!json_is_number(v)) return refuse(file, "%s: expected a number, found a %s", name, json_kind(v));
+    if (!json_is_number(v)) return refuse(file, "%s: expected a number, found %s", name, json_kind(v));
     double d = json_number_value(v);
     if (d != floor(d) || d < min || d > max)
         return refuse(file, "%s: expected a whole number from %.0f to %.0f, found %g", name, min, max, d);
@@ -392,7 +392,7 @@ static int read_layers(const char *file, const json_t *layers, profile *p) {
         const json_t *l = json_array_get(layers, i);
         profile_layer *pl = &p->layers[i];
         snprintf(where, sizeof where, "layers[%d].", i);
-        if (!json_is_object(l)) return refuse(file, "layers[%d]: expected an object, found a %s", i, json_kind(l));
+        if (!json_is_object(l)) return refuse(file, "layers[%d]: expected an object, found %s", i, json_kind(l));
         const json_t *name = NULL;
         if (field(file, where, l, "name", WANT_STRING, &name) != CNT_OK) return CNT_ERR;
         pl->name = cnt_strdup(json_string_value(name));
@@ -456,7 +456,7 @@ static int check_buckets(const char *file, const json_t *root, const json_t *lay
         const json_t *bk = json_array_get(buckets, b);
         snprintf(where, sizeof where, "buckets[%d].", b);
         if (!json_is_object(bk))
-            rc = refuse(file, "buckets[%d]: expected an object, found a %s", b, json_kind(bk));
+            rc = refuse(file, "buckets[%d]: expected an object, found %s", b, json_kind(bk));
         else if (count(file, where, bk, "begin", 0, 1e15, &begin) != CNT_OK ||
                  count(file, where, bk, "end", 0, 1e15, &end) != CNT_OK)
             rc = CNT_ERR;
@@ -485,7 +485,7 @@ static int read_curve(const char *file, const json_t *curves, const char *key, p
         snprintf(at, sizeof at, "allreduce.curves.%s[%d]", key, i);
         snprintf(where, sizeof where, "%s.", at);
         const json_t *pt = json_array_get(a, i);
-        if (!json_is_object(pt)) return refuse(file, "%s: expected an object, found a %s", at, json_kind(pt));
+        if (!json_is_object(pt)) return refuse(file, "%s: expected an object, found %s", at, json_kind(pt));
         if (number(file, where, pt, "bytes", &c->bytes[i]) != CNT_OK || number(file, where, pt, "us", &c->us[i]) != CNT_OK)
             return CNT_ERR;
         if (c->bytes[i] <= 0 || c->us[i] <= 0) return refuse(file, "%s: bytes and us must be above 0", at);
@@ -499,7 +499,7 @@ static int read_allreduce(const char *file, const json_t *root, profile *p) {
     const json_t *ar = json_object_get(root, "allreduce"), *curves = NULL;
     size_t world;
     if (!ar) return CNT_OK;
-    if (!json_is_object(ar)) return refuse(file, "allreduce: expected an object, found a %s", json_kind(ar));
+    if (!json_is_object(ar)) return refuse(file, "allreduce: expected an object, found %s", json_kind(ar));
     if (count(file, "allreduce.", ar, "world", 2, 1e6, &world) != CNT_OK) return CNT_ERR;
     p->curve_world = (int)world;
     if (field(file, "allreduce.", ar, "curves", WANT_OBJECT, &curves) != CNT_OK ||
@@ -511,7 +511,7 @@ static int read_allreduce(const char *file, const json_t *root, profile *p) {
 static int read_tree(const char *file, const json_t *root, profile *p) {
     const json_t *layers = NULL;
     if (!json_is_object(root))
-        return refuse(file, "not a step profile (a JSON object written by trainer --profile); found a %s",
+        return refuse(file, "not a step profile (a JSON object written by trainer --profile); found %s",
                       json_kind(root));
     if (read_run(file, root, p) != CNT_OK || field(file, "", root, "layers", WANT_ARRAY, &layers) != CNT_OK ||
         read_layers(file, layers, p) != CNT_OK || check_buckets(file, root, layers, p) != CNT_OK ||
