@@ -1,6 +1,6 @@
 /*
  * common/json.h - reading JSON: the one parser of the trainer and its
- * tools, jansson (Debian's libjansson), behind one call that makes it strict
+ * tools, jansson (Debian's libjansson), behind json_parse, which makes it strict
  * and words its errors our way. Read with it: step profiles (train/profile.c),
  * safetensors headers (train/safetensors.c), metrics.jsonl records on a
  * resume (train/metrics.c). Why jansson, and not our own or cJSON:
@@ -35,6 +35,9 @@
 
 /* Parses text[0, len) into *out (json_decref it). */
 int json_parse(const char *text, size_t len, const char *name, json_t **out);
+/* The same for a text that starts on line `line` of the file NAME (a record
+ * of a JSON-lines file): LINE in messages counts from there. */
+int json_parse_at(const char *text, size_t len, const char *name, long line, json_t **out);
 /* "a number", "a string", "an array", "an object", "true/false" or "null":
  * what v is, for messages ("expected ..., found %s"). */
 const char *json_kind(const json_t *v);
