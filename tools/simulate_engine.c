@@ -209,16 +209,74 @@ static int ps_messages(const profile *p, const sim_cluster *c, int n, sim_result
     return CNT_OK;
 }
 
-int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
-    memset(r, 0, sizeof *r);
-    r->workers = n;
-    double speed = c->speed > 0 ? c->speed : 1;
-    r->forward_ms = p->forward_ms / speed;
-    r->backward_ms = p->backward_ms / speed;
-    r->update_ms = p->update_ms / speed;
-    r->data_wait_ms = p->data_wait_ms;
+/* Horovod mode: its background loop sleeps a cycle, fuses what is ready,
+ * allreduces it (blocking), sleeps again. The next look comes a cycle after
+ * the last allreduce ends, so a slow network fuses more. On CNT_ERR r is
+ * freed. */
+static int horovod_messages(const profile *p, const sim_cluster *c, int n, sim_result *r, int *cap, double bwd_end) {
+    double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms, now = 0;
+    int next = 0; /* first layer not yet sent */
+    while (next < p->n_layers) {
+        now += cycle;
+        double pending = 0;
+        while (next < p->n_layers) {
+            double bytes = 4.0 * (double)(p->layers[next].grad_end - p->layers[next].grad_begin);
+            double ready = c->overlap ? r->layer_end_ms[next] : bwd_end;
+            if (ready > now + 1e-9) break;
+            next++;
+            if (bytes <= 0) continue;
+            if (pending > 0 && pending + bytes > fusion) {
+                add_msg(r, cap, now, pending);
+                if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
+                pending = 0;
+            }
+            pending += bytes;
+        }
+        if (pending > 0) {
+            add_msg(r, cap, now, pending);
+            if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
+        }
+    }
+    return CNT_OK;
+}
 
-    /* backward layer by layer, rescaled to the measured backward */
+/* The reducer's buckets (the cluster's sizes, else the profile's), each
+ * ready when backward completes it, or when backward ends with overlap off. */
+static void bucket_messages(const profile *p, const sim_cluster *c, sim_result *r, int *cap, double bwd_end) {
+    size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
+    size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
+    int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0);
+    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
+    int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
+    reducer_bucket_layout(p->params, first, rest, ends, nb);
+    bucket_completion(p, ends, nb, done_by);
+    for (int b = 0; b < nb; b++)
+        add_msg(r, cap, c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end,
+                4.0 * (double)(ends[b] - (b ? ends[b - 1] : 0)));
+    free(ends);
+    free(done_by);
+}
+
+/* The verdict: what the step waits for beyond its own compute. */
+static void set_verdict(sim_result *r, int n) {
+    if (r->exposed_ms <= 0.05 * r->step_ms && r->jitter_ms <= 0.05 * r->step_ms) {
+        snprintf(r->verdict, sizeof r->verdict, "compute-bound");
+    } else if (r->jitter_ms > r->exposed_ms) {
+        snprintf(r->verdict, sizeof r->verdict, "straggler-bound: %.1f ms waiting for the slowest of %d", r->jitter_ms,
+                 n);
+    } else if (r->latency_ms > 0.5 * r->comm_ms) {
+        snprintf(r->verdict, sizeof r->verdict,
+                 "latency-bound: %d messages, %.1f ms of %.1f ms allreduce is per-message latency", r->n_msgs,
+                 r->latency_ms, r->comm_ms);
+    } else {
+        snprintf(r->verdict, sizeof r->verdict, "network-bound: %.1f ms of %.1f ms allreduce exposed", r->exposed_ms,
+                 r->comm_ms);
+    }
+}
+
+/* Backward layer by layer, each layer's time rescaled so that they add up
+ * to r->backward_ms (all 0: spread evenly): r->layer_end_ms. */
+static void replay_backward(const profile *p, sim_result *r) {
     double sum = 0;
     for (int i = 0; i < p->n_layers; i++) sum += p->layers[i].backward_ms;
     double scale = sum > 0 ? r->backward_ms / sum : 0;
@@ -228,6 +286,18 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
         t += sum > 0 ? p->layers[i].backward_ms * scale : r->backward_ms / p->n_layers;
         r->layer_end_ms[i] = t;
     }
+}
+
+int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
+    memset(r, 0, sizeof *r);
+    r->workers = n;
+    double speed = c->speed > 0 ? c->speed : 1;
+    r->forward_ms = p->forward_ms / speed;
+    r->backward_ms = p->backward_ms / speed;
+    r->update_ms = p->update_ms / speed;
+    r->data_wait_ms = p->data_wait_ms;
+
+    replay_backward(p, r);
     double bwd_end = r->backward_ms;
 
     /* the messages and their ready times */
@@ -239,45 +309,9 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
             return CNT_ERR;
         }
     } else if (n > 1 && c->horovod_cycle_ms > 0) {
-        /* Horovod's background loop: sleep a cycle, fuse what is ready,
-         * allreduce it (blocking), sleep again. The next look comes a cycle
-         * after the last allreduce ends, so a slow network fuses more. */
-        double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms, now = 0;
-        int next = 0; /* first layer not yet sent */
-        while (next < p->n_layers) {
-            now += cycle;
-            double pending = 0;
-            while (next < p->n_layers) {
-                double bytes = 4.0 * (double)(p->layers[next].grad_end - p->layers[next].grad_begin);
-                double ready = c->overlap ? r->layer_end_ms[next] : bwd_end;
-                if (ready > now + 1e-9) break;
-                next++;
-                if (bytes <= 0) continue;
-                if (pending > 0 && pending + bytes > fusion) {
-                    add_msg(r, &cap, now, pending);
-                    if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
-                    pending = 0;
-                }
-                pending += bytes;
-            }
-            if (pending > 0) {
-                add_msg(r, &cap, now, pending);
-                if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
-            }
-        }
+        if (horovod_messages(p, c, n, r, &cap, bwd_end) != CNT_OK) return CNT_ERR;
     } else if (n > 1) {
-        size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
-        size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
-        int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0);
-        size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
-        int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
-        reducer_bucket_layout(p->params, first, rest, ends, nb);
-        bucket_completion(p, ends, nb, done_by);
-        for (int b = 0; b < nb; b++)
-            add_msg(r, &cap, c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end,
-                    4.0 * (double)(ends[b] - (b ? ends[b - 1] : 0)));
-        free(ends);
-        free(done_by);
+        bucket_messages(p, c, r, &cap, bwd_end);
     }
 
     /* allreduces: one after another on the network (the servers' messages are placed already) */
@@ -305,20 +339,7 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
     double single = r->forward_ms + r->backward_ms + r->update_ms + r->data_wait_ms;
     r->efficiency = r->step_ms > 0 ? single / r->step_ms : 0;
 
-    /* the verdict: what the step waits for beyond its own compute */
-    if (r->exposed_ms <= 0.05 * r->step_ms && r->jitter_ms <= 0.05 * r->step_ms) {
-        snprintf(r->verdict, sizeof r->verdict, "compute-bound");
-    } else if (r->jitter_ms > r->exposed_ms) {
-        snprintf(r->verdict, sizeof r->verdict, "straggler-bound: %.1f ms waiting for the slowest of %d", r->jitter_ms,
-                 n);
-    } else if (r->latency_ms > 0.5 * r->comm_ms) {
-        snprintf(r->verdict, sizeof r->verdict,
-                 "latency-bound: %d messages, %.1f ms of %.1f ms allreduce is per-message latency", r->n_msgs,
-                 r->latency_ms, r->comm_ms);
-    } else {
-        snprintf(r->verdict, sizeof r->verdict, "network-bound: %.1f ms of %.1f ms allreduce exposed", r->exposed_ms,
-                 r->comm_ms);
-    }
+    set_verdict(r, n);
     return CNT_OK;
 }
 
