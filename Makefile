@@ -21,7 +21,7 @@ OPT ?= -O3 -march=native
 BUILD := build
 
 DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev libcmocka-dev \
-  libdnnl-dev libstb-dev libinih-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
+  libdnnl-dev libstb-dev libinih-dev libjansson-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
   python3-matplotlib
 
 # ---------------------------------------------------------------- probes
@@ -48,6 +48,10 @@ ifeq ($(HAVE_BLAS),0)
   $(shell rm -f $(PROBE_MK))
   $(error OpenBLAS (cblas.h, libopenblas) not found: run `make deps`)
 endif
+ifeq ($(HAVE_JANSSON),0)
+  $(shell rm -f $(PROBE_MK))
+  $(error jansson 2.8 or later (jansson.h, libjansson), the JSON reader, not found: run `make deps`)
+endif
 ifeq ($(CUDA),1)
   ifneq ($(CUDA_USABLE),1)
     $(error CUDA=1 but no usable CUDA toolkit at $(CUDA_HOME) (nvcc, cuda_runtime.h, libcudart))
@@ -63,7 +67,7 @@ mark = $(if $(filter 1,$(1)),✓,✗)
 # ---------------------------------------------------------------- flags
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
-LDLIBS := -lopenblas -linih -lstb -lz -lm -lpthread -fopenmp
+LDLIBS := -lopenblas -linih -lstb -ljansson -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_ONEDNN=$(ONEDNN) -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \
   -DCNT_HAVE_NCCL=$(NCCL)
 CFLAGS += $(CONFIG_DEFS)
@@ -141,6 +145,7 @@ all: found trainer $(TOOL_BIN)
 found:
 	@echo "cnntrain build configuration:"
 	@echo "  $(call mark,$(HAVE_BLAS)) OpenBLAS (CPU math library)"
+	@echo "  $(call mark,$(HAVE_JANSSON)) jansson (JSON reader)"
 	@echo "  $(call mark,$(HAVE_DNNL)) oneDNN 2.x (CPU blocked layout)$(if $(filter 0,$(ONEDNN)), - not used)"
 	@echo "  $(call mark,$(HAVE_MPI)) MPI (mpicc)$(if $(filter 0,$(MPI)), - not used)"
 	@echo "  $(call mark,$(CUDA_USABLE)) CUDA toolkit ($(CUDA_HOME))$(if $(filter 1,$(CUDA)),, - not used)"

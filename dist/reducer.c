@@ -24,6 +24,16 @@ int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, siz
     return count;
 }
 
+void reducer_bucket_ready_after(const size_t *ends, int nb, const size_t *slice_end, int n_slices, int *ready_after) {
+    size_t ready = 0; /* what reducer_grads_ready calls ready_upto */
+    int b = 0;
+    for (int k = 0; k < n_slices; k++) {
+        if (slice_end[k] > ready) ready = slice_end[k];
+        for (; b < nb && ends[b] <= ready; b++) ready_after[b] = k;
+    }
+    for (; b < nb; b++) ready_after[b] = -1;
+}
+
 reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts) {
     size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;
     CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);

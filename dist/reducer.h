@@ -105,6 +105,19 @@ void reducer_wait_sums(reducer *rd);
  * to ends. Shared with the step profile (train/profile.c), so a simulation
  * sees the reducer's own buckets. */
 int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, size_t *ends, int max);
+/* When each bucket is complete, by the rule reducer_grads_ready launches
+ * buckets by (with overlap on): bucket b can start once backward has handed
+ * over the slice that makes the gradients final up to its end. Backward
+ * hands over n_slices slices in order, slice k ending at slice_end[k] (for a
+ * net in backward order, each node's grad_end; a node without parameters
+ * hands over nothing: 0, or any end not above the ones before, changes
+ * nothing). For each of the nb buckets ending at ends[] (increasing, as
+ * reducer_bucket_layout writes them), writes to ready_after[b] the first k
+ * after which the gradients below ends[b] are all final, -1 when no slice
+ * completes it. A pure function of its arguments; shared with the step
+ * profile (train/profile.c) and the step simulator (tools/simulate_engine.c),
+ * so neither re-derives the rule. Never fails. */
+void reducer_bucket_ready_after(const size_t *ends, int nb, const size_t *slice_end, int n_slices, int *ready_after);
 /* The number of buckets the buffer was cut into (at least 1). */
 int reducer_bucket_count(const reducer *rd);
 /* From now on every bucket is recorded as "allreduce bucket k" on tl's comm

@@ -23,6 +23,7 @@
 
 #include "common/check.h"
 #include "common/timer.h"
+#include "dist/reducer.h"
 #include "model/net.h"
 #include "model/zoo.h"
 #include "tools/simulate_engine.h"
@@ -59,32 +60,61 @@ static spec spec_for(const net *nt) {
                   .params = nt->n_params, .fwd_total = 7, .bwd_total = 14, .update = 1, .drop = -1, .dup = -1};
 }
 
-static void write_layer(FILE *f, int *first, const char *name, double fwd, double bwd) {
-    fprintf(f, "%s{\"name\":\"%s\",\"kind\":\"x\",\"forward_ms\":%.17g,\"backward_ms\":%.17g,\"grad_begin\":0,"
-               "\"grad_end\":0,\"grad_bytes\":0,\"completes\":[]}",
-            *first ? "" : ",", name, fwd, bwd);
-    *first = 0;
+/* One entry of a profile's `layers`. */
+typedef struct layer_entry {
+    const char *name;
+    double fwd, bwd;
+    size_t begin, end; /* gradient range */
+} layer_entry;
+
+/* The gradient range of node i, as train/profile.c writes it; the range that
+ * ends at the net's parameter count ends at `params` instead. */
+static void node_range(const net *nt, int i, size_t params, size_t *begin, size_t *end) {
+    const node *nd = &nt->nodes[i];
+    *begin = *end = 0;
+    for (int p = nd->first_param; p < nd->first_param + nd->n_params; p++) {
+        const param_info *pi = &nt->param_info[p];
+        if (*begin == *end || pi->offset < *begin) *begin = pi->offset;
+        if (pi->offset + pi->count > *end) *end = pi->offset + pi->count;
+    }
+    if (*end == nt->n_params) *end = params;
 }
 
-/* A profile of nt with the fields of s; layers in backward order, as --profile writes them. */
+/* A profile of nt with the fields of s: every field trainer --profile
+ * writes, layers in backward order, one gradient bucket of all `params`
+ * values and the layer that completes it by the reducer's rule. */
 static void write_profile(const char *path, const net *nt, const spec *s) {
+    layer_entry *l = cnt_calloc(2 * (size_t)nt->n_nodes + 1, sizeof *l);
+    size_t *ends = cnt_calloc(2 * (size_t)nt->n_nodes + 1, sizeof *ends), cut = s->params;
+    int n = 0, done;
+    for (int i = nt->n_nodes - 1; i >= 0; i--) {
+        if (i == s->drop) continue;
+        for (int k = 0; k < (i == s->dup ? 2 : 1); k++, n++) {
+            l[n] = (layer_entry){nt->nodes[i].name, s->fwd ? s->fwd[i] : 0, s->bwd ? s->bwd[i] : 0, 0, 0};
+            node_range(nt, i, s->params, &l[n].begin, &l[n].end);
+        }
+    }
+    if (s->extra) l[n++] = (layer_entry){s->extra, 1, 1, 0, 0};
+    for (int k = 0; k < n; k++) ends[k] = l[k].end;
+    reducer_bucket_ready_after(&cut, 1, ends, n, &done);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fprintf(f, "{\"model\":\"%s\",\"device\":\"cuda\",\"precision\":\"bf16\",\"layout\":\"nhwc\","
                "\"input\":[%d,%d,%d],\"classes\":%d,\"batch\":%d,\"steps\":20,\"warmup\":3,\"params\":%zu,"
                "\"grad_bytes\":%zu,\"step_ms\":30,\"forward_ms\":%.17g,\"backward_ms\":%.17g,\"update_ms\":%.17g,"
-               "\"data_wait_ms\":0.1,\"layers\":[",
+               "\"data_wait_ms\":0.1,\"first_bucket_values\":%zu,\"bucket_values\":%zu,"
+               "\"buckets\":[{\"begin\":0,\"end\":%zu,\"bytes\":%zu}],\"layers\":[",
             s->model, s->c, s->h, s->w, s->classes, s->batch, s->params, 4 * s->params, s->fwd_total, s->bwd_total,
-            s->update);
-    int first = 1;
-    for (int i = nt->n_nodes - 1; i >= 0; i--) {
-        if (i == s->drop) continue;
-        for (int k = 0; k < (i == s->dup ? 2 : 1); k++)
-            write_layer(f, &first, nt->nodes[i].name, s->fwd ? s->fwd[i] : 0, s->bwd ? s->bwd[i] : 0);
-    }
-    if (s->extra) write_layer(f, &first, s->extra, 1, 1);
+            s->update, s->params, s->params, s->params, 4 * s->params);
+    for (int k = 0; k < n; k++)
+        fprintf(f, "%s{\"name\":\"%s\",\"kind\":\"x\",\"forward_ms\":%.17g,\"backward_ms\":%.17g,\"grad_begin\":%zu,"
+                   "\"grad_end\":%zu,\"grad_bytes\":%zu,\"completes\":[%s]}",
+                k ? "," : "", l[k].name, l[k].fwd, l[k].bwd, l[k].begin, l[k].end, 4 * (l[k].end - l[k].begin),
+                k == done ? "0" : "");
     fprintf(f, "]}\n");
     assert_int_equal(fclose(f), 0);
+    free(l);
+    free(ends);
 }
 
 static void write_text(const char *path, const char *text) {
@@ -182,8 +212,8 @@ static void test_agrees_with_the_simulator(void **state) {
     net *nt = small_net();
     emulation em;
     assert_int_equal(emulation_load(&em, path, "resnet20", BATCH, nt), CNT_OK);
-    sim_profile p;
-    assert_int_equal(sim_profile_load(path, &p), CNT_OK);
+    profile p;
+    assert_int_equal(profile_load(path, &p), CNT_OK);
     sim_cluster c = sim_cluster_default();
     sim_result r;
     assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
@@ -200,7 +230,7 @@ static void test_agrees_with_the_simulator(void **state) {
     NEAR(fwd, r.forward_ms);
     NEAR(em.update_ms, r.update_ms);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
     emulation_free(&em);
     net_free(nt);
 }

@@ -19,7 +19,7 @@ python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplo
     skip "matplotlib not found (make deps installs python3-matplotlib)"
 
 cat >"$tmp/p.json" <<'JSON'
-{"model":"tiny","device":"cpu","batch":10,"params":1000,"grad_bytes":4000,"step_ms":9.5,"forward_ms":3,
+{"model":"tiny","device":"cpu","precision":"fp32","input":[1,8,8],"classes":10,"batch":10,"params":1000,"grad_bytes":4000,"step_ms":9.5,"forward_ms":3,
  "backward_ms":5,"update_ms":1,"data_wait_ms":0.5,"first_bucket_values":600,"bucket_values":1000,
  "buckets":[{"begin":0,"end":600,"bytes":2400},{"begin":600,"end":1000,"bytes":1600}],
  "layers":[{"name":"fc","kind":"linear","forward_ms":1,"backward_ms":2,"grad_begin":0,"grad_end":600,"grad_bytes":2400,"completes":[0]},

@@ -17,7 +17,9 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "common/rng.h"
 #include "dist/reducer.h"
+#include "dist/reducer_impl.h" /* rd->next_launch: which buckets reducer_grads_ready has launched */
 #include "model/net.h"
 
 static void test_buckets_and_early_launch(void **state) {
@@ -76,6 +78,57 @@ static void test_bucket_layout(void **state) {
             assert_int_equal(reducer_bucket_count(rd), reducer_bucket_layout(1000, firsts[i], sizes[j], NULL, 0));
             reducer_free(rd);
         }
+    }
+    be->free(g);
+}
+
+/* reducer_bucket_ready_after states the rule reducer_grads_ready follows:
+ * a hand-worked case, then random cuts and random slicings of 50 values,
+ * where after each slice the buckets it says are complete are exactly those
+ * the reducer has launched. */
+static void test_bucket_ready_after(void **state) {
+    (void)state;
+    /* buckets [0,3) [3,7) [7,10); slices end at 2, (a node without parameters), 7, 10 */
+    size_t ends[3] = {3, 7, 10}, slices[4] = {2, 0, 7, 10};
+    int after[3];
+    reducer_bucket_ready_after(ends, 3, slices, 4, after);
+    assert_true(after[0] == 2 && after[1] == 2 && after[2] == 3);
+    reducer_bucket_ready_after(ends, 3, slices, 2, after); /* backward not over: nothing complete */
+    assert_true(after[0] == -1 && after[1] == -1 && after[2] == -1);
+
+    enum { N = 50 };
+    const backend *be = backend_cpu();
+    float *g = be->alloc(N * sizeof(float));
+    be->zero(g, N * sizeof(float));
+    rng r;
+    rng_seed(&r, 29, 5);
+    for (int trial = 0; trial < 200; trial++) {
+        size_t first = 1 + rng_below(&r, 20), size = 1 + rng_below(&r, 20);
+        size_t cut[N], slice_end[2 * N];
+        int nb = reducer_bucket_layout(N, first, size, cut, N), ns = 0, ready[N];
+        for (size_t at = 0; at < N;) { /* slices of 1 to 9 values, some nodes without parameters between them */
+            if (rng_below(&r, 3) == 0) slice_end[ns++] = 0;
+            size_t len = 1 + rng_below(&r, 9);
+            at = at + len < N ? at + len : N;
+            slice_end[ns++] = at;
+        }
+        reducer_bucket_ready_after(cut, nb, slice_end, ns, ready);
+        reducer_opts ro = {.first_bucket = first, .bucket = size, .algo = DIST_ALGO_MPI, .overlap = 1};
+        reducer *rd = reducer_create(be, g, N, &ro);
+        reducer_begin(rd, 1);
+        size_t upto = 0;
+        for (int k = 0; k < ns; k++) {
+            if (slice_end[k] > upto) {
+                reducer_grads_ready(rd, upto, slice_end[k] - upto);
+                upto = slice_end[k];
+            }
+            int done = 0;
+            for (int b = 0; b < nb; b++) done += ready[b] >= 0 && ready[b] <= k;
+            assert_int_equal(rd->next_launch, done);
+        }
+        assert_int_equal(ready[nb - 1], ns - 1); /* the last slice completes the last bucket */
+        reducer_finish(rd, NULL);
+        reducer_free(rd);
     }
     be->free(g);
 }
@@ -159,6 +212,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_and_early_launch),
         cmocka_unit_test(test_bucket_layout),
+        cmocka_unit_test(test_bucket_ready_after),
         cmocka_unit_test(test_driven_by_backward),
         cmocka_unit_test(test_fp16_compression),
     };

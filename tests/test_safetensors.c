@@ -617,6 +617,99 @@ static void test_errors(void **state) {
     net_free(nt);
 }
 
+/* The JSON header of tf's tensors, as write_file writes it, with `extra`
+ * (", NAME: {...}", or "") spliced in before its closing brace. Caller frees. */
+static char *header_with(const tiny_file *tf, const char *extra) {
+    char *h = NULL;
+    size_t hl, at = 0;
+    FILE *f = open_memstream(&h, &hl);
+    fputc('{', f);
+    for (int i = 0; i < tf->n; i++) {
+        fprintf(f, "%s\"%s\": {\"dtype\": \"%s\", \"shape\": %s, \"data_offsets\": [%zu, %zu]}", i ? ", " : "",
+                tf->t[i].name, tf->t[i].dtype, tf->t[i].shape, at, at + tf->t[i].bytes);
+        at += tf->t[i].bytes;
+    }
+    fprintf(f, "%s}", extra);
+    fclose(f);
+    return h;
+}
+
+/* What the header's JSON parser (common/json.h) must refuse in a file from
+ * elsewhere, each naming the file and, for text that is not JSON, the line
+ * and column in the header; and what it must read: \u escapes in names,
+ * offsets exact above 2^53. */
+static void test_header_json(void **state) {
+    (void)state;
+    net *nt = build_tiny(4, 5);
+    float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers);
+    fill_random(5, p, nt->n_params);
+    fill_random(6, b, nt->n_buffers);
+    tiny_file tf;
+    tiny_specs(nt, p, b, &tf);
+    size_t total = 0;
+    for (int i = 0; i < tf.n; i++) total += tf.t[i].bytes;
+    char path[512], extra[256];
+    path_in_root("json.safetensors", path, sizeof path);
+
+    /* names spelled with \u escapes are the same names: it loads */
+    char *h = header_with(&tf, "");
+    char *w = strstr(h, "\"conv1.weight\"");
+    assert_non_null(w);
+    char *spelled = cnt_malloc(strlen(h) + 16);
+    snprintf(spelled, strlen(h) + 16, "%.*s\"conv1.w\\u0065ight\"%s", (int)(w - h), h, w + strlen("\"conv1.weight\""));
+    write_file(path, tf.t, tf.n, spelled);
+    float *p2 = tu_alloc_f(nt->n_params), *b2 = tu_alloc_f(nt->n_buffers);
+    if (safetensors_load(path, nt, p2, b2, NULL) != CNT_OK) fail_msg("\\u escapes: %s", cnt_err_msg());
+    tu_assert_bitwise_equal_f("params", p, p2, nt->n_params);
+    free(spelled);
+    free(h);
+
+    /* an extra, empty tensor whose name is not UTF-8, or holds \u0000: no longer read past */
+    const char *names[] = {"x\xff", "x\xc0\xaf", "x\\u0000y", "x\\udc00"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(extra, sizeof extra, ", \"%s\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [%zu, %zu]}",
+                 names[i], total, total);
+        h = header_with(&tf, extra);
+        write_file(path, tf.t, tf.n, h);
+        expect_load_error(nt, path, "bad header: JSON header:1:", NULL);
+        free(h);
+    }
+    /* a duplicate key inside an entry; offsets from 2^63 on */
+    snprintf(extra, sizeof extra, ", \"x\": {\"dtype\": \"F32\", \"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": "
+                                  "[%zu, %zu]}", total, total);
+    h = header_with(&tf, extra);
+    write_file(path, tf.t, tf.n, h);
+    expect_load_error(nt, path, "bad header: JSON header:1:", NULL);
+    free(h);
+    h = header_with(&tf, ", \"x\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [9223372036854775808, 0]}");
+    write_file(path, tf.t, tf.n, h);
+    expect_load_error(nt, path, "bad header: JSON header:1:", NULL);
+    free(h);
+    /* 2^53 + 1 stays 2^53 + 1 (a double would make it 2^53) */
+    h = header_with(&tf, ", \"x\": {\"dtype\": \"U8\", \"shape\": [9007199254740993], \"data_offsets\": [0, 1]}");
+    write_file(path, tf.t, tf.n, h);
+    expect_load_error(nt, path, "needs 9007199254740993 bytes", "'x'");
+    free(h);
+    /* nesting 3000 deep: refused where the parser stops, not by running off the stack */
+    char *deep = cnt_malloc(8000);
+    int at = snprintf(deep, 8000, "{\"__metadata__\": ");
+    for (int i = 0; i < 3000; i++) deep[at++] = '[';
+    for (int i = 0; i < 3000; i++) deep[at++] = ']';
+    snprintf(deep + at, 8000 - (size_t)at, "}");
+    write_file(path, tf.t, tf.n, deep);
+    expect_load_error(nt, path, "bad header: JSON header:1:2065: maximum parsing depth", NULL);
+    free(deep);
+    /* malformed on line 3: the line and column say where */
+    write_file(path, tf.t, tf.n, "{\n\"__metadata__\": {\"k\": \"v\"},\n  \"a\": {\"dtype\": \"F32\",}}");
+    expect_load_error(nt, path, "bad header: JSON header:3:", NULL);
+
+    free(p);
+    free(b);
+    free(p2);
+    free(b2);
+    net_free(nt);
+}
+
 /* fc for 1000 classes in the file, 5 in the net: fc keeps the net's values;
  * any other difference (conv1 with 6 filters) is still an error. */
 static void test_classifier_mismatch(void **state) {
@@ -767,6 +860,7 @@ int main(void) {
         cmocka_unit_test(test_inception_v3),
         cmocka_unit_test(test_f16_bf16),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_header_json),
         cmocka_unit_test(test_classifier_mismatch),
         cmocka_unit_test(test_write_errors),
         cmocka_unit_test(test_export_checkpoint),

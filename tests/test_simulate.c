@@ -1,6 +1,7 @@
 /*
- * tests/test_simulate.c - the step simulator's engine (tools/simulate_engine.c)
- * and the JSON reader under it, on a tiny synthetic profile whose answers are
+ * tests/test_simulate.c - the step simulator's engine (tools/simulate_engine.c),
+ * the profile reader it replays (profile_parse, train/profile.c) and the JSON
+ * reader under that, on a tiny synthetic profile whose answers are
  * worked out by hand in the comments.
  *
  * The profile: 1000 gradient values (4000 bytes) cut into two buckets,
@@ -34,16 +35,17 @@ static const char *base_layers =
     "\"grad_end\":1000,\"grad_bytes\":1600,\"completes\":[1]}]";
 
 /* The synthetic profile with `layers` and `extra` (",\"allreduce\":..." or "") spliced in. */
-static int load(sim_profile *p, const char *layers, const char *extra) {
+static int load(profile *p, const char *layers, const char *extra) {
     char text[4096];
     snprintf(text, sizeof text,
-             "{\"model\":\"tiny\",\"device\":\"cpu\",\"batch\":10,\"params\":1000,\"grad_bytes\":4000,"
+             "{\"model\":\"tiny\",\"device\":\"cpu\",\"precision\":\"fp32\",\"input\":[1,8,8],\"classes\":10,"
+             "\"batch\":10,\"params\":1000,\"grad_bytes\":4000,"
              "\"step_ms\":9.5,\"forward_ms\":3,\"backward_ms\":5,\"update_ms\":1,\"data_wait_ms\":0.5,"
              "\"first_bucket_values\":600,\"bucket_values\":1000,"
              "\"buckets\":[{\"begin\":0,\"end\":600,\"bytes\":2400},{\"begin\":600,\"end\":1000,\"bytes\":1600}],"
              "%s%s}",
              layers, extra);
-    return sim_profile_parse(text, strlen(text), "t.json", p);
+    return profile_parse(text, strlen(text), "t.json", p);
 }
 
 static sim_cluster slow_net(void) {
@@ -56,7 +58,7 @@ static sim_cluster slow_net(void) {
 
 static void test_one_worker_has_no_communication(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     sim_result r;
@@ -68,12 +70,12 @@ static void test_one_worker_has_no_communication(void **state) {
     NEAR(r.images_per_s, 10 / 9.5e-3);
     assert_string_equal(r.verdict, "compute-bound");
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_overlap_off_adds_every_allreduce(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.overlap = 0;
@@ -88,12 +90,12 @@ static void test_overlap_off_adds_every_allreduce(void **state) {
     NEAR(r.images_per_s, 2 * 10 / 13.5e-3);
     assert_true(strncmp(r.verdict, "network-bound: 4.0 ms of 4.0 ms", 31) == 0);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_overlap_hides_the_early_bucket(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     sim_result r;
@@ -113,12 +115,12 @@ static void test_overlap_hides_the_early_bucket(void **state) {
     NEAR(r.msgs[1].end_ms, 18);
     NEAR(r.exposed_ms, 13);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_alpha_beta_ring_exact(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.latency_us = 10;
@@ -131,12 +133,12 @@ static void test_alpha_beta_ring_exact(void **state) {
     c = sim_cluster_default();
     assert_int_equal(sim_allreduce_ms(&p, &c, 512, 1048576, &ms, NULL), CNT_OK);
     NEAR(ms, 2 * 511 * 0.005 + 2.0 * 511 / 512 * 1048576 / 1.25e9 * 1e3);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_fp16_halves_the_network_term(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.overlap = 0;
@@ -146,12 +148,12 @@ static void test_fp16_halves_the_network_term(void **state) {
     NEAR(r.comm_ms, 2.0);
     NEAR(r.step_ms, 11.5);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_hierarchical(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.latency_us = 7;
@@ -174,12 +176,12 @@ static void test_hierarchical(void **state) {
     c.gpus_per_node = 4;
     assert_int_equal(sim_allreduce_ms(&p, &c, 6, 2400, &hier, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "not a multiple of --gpus-per-node 4"));
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_horovod_cycles_and_fusion(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.horovod_cycle_ms = 3;
@@ -208,12 +210,12 @@ static void test_horovod_cycles_and_fusion(void **state) {
     assert_int_equal(r.n_msgs, 2);
     NEAR(r.msgs[1].start_ms, 12.4);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_other_bucket_sizes_recut(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.first_bucket_values = 200;
@@ -226,12 +228,12 @@ static void test_other_bucket_sizes_recut(void **state) {
     NEAR(r.msgs[3].ready_ms, 5);
     NEAR(r.msgs[4].end_ms, 6.6);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_retarget(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     /* batch 10 -> 20 doubles forward (3 -> 6) and backward (5 -> 10), not the update;
      * ratio 2 splits their 16 ms as 16/3 + 32/3; 1000 images/s at batch 20 is a 20 ms step */
@@ -250,12 +252,12 @@ static void test_retarget(void **state) {
     NEAR(r.step_ms, 20);
     NEAR(r.images_per_s, 1000);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_jitter(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.jitter_pct = 10; /* sigma = 0.9 ms of 9 ms compute */
@@ -266,7 +268,7 @@ static void test_jitter(void **state) {
     assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
     NEAR(r.jitter_ms, 0);
     sim_result_free(&r);
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static const char *curve = ",\"allreduce\":{\"world\":2,\"curves\":{\"mpi\":[{\"bytes\":4096,\"us\":100},"
@@ -274,7 +276,7 @@ static const char *curve = ",\"allreduce\":{\"world\":2,\"curves\":{\"mpi\":[{\"
 
 static void test_curve_only_at_its_world(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, curve), CNT_OK);
     sim_cluster c = slow_net();
     c.algo = SIM_ALGO_CURVE;
@@ -286,11 +288,11 @@ static void test_curve_only_at_its_world(void **state) {
     sim_result r;
     assert_int_equal(sim_step(&p, &c, 4, &r), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "measured at 2 workers and cannot predict 4"));
-    sim_profile_free(&p);
+    profile_free(&p);
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     assert_int_equal(sim_allreduce_ms(&p, &c, 2, 8192, &ms, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "no allreduce curve"));
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 /* Each malformed profile is refused with a message naming the field. */
@@ -309,7 +311,7 @@ static void test_curve_only_at_its_world(void **state) {
  * 4 ms there, 1 ms update, 4 ms back: 3 + 14 + 0.5. */
 static void test_parameter_servers(void **state) {
     (void)state;
-    sim_profile p;
+    profile p;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);
     sim_cluster c = slow_net();
     c.ps_servers = 1;
@@ -349,7 +351,7 @@ static void test_parameter_servers(void **state) {
     assert_int_equal(sim_step(&p, &c, 2, &r), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "--ps-servers"));
     assert_non_null(strstr(cnt_err_msg(), "exceeds the model's 2 parameter tensors"));
-    sim_profile_free(&p);
+    profile_free(&p);
 }
 
 static void test_malformed_profiles(void **state) {
@@ -371,36 +373,110 @@ static void test_malformed_profiles(void **state) {
          "", "t.json: layers[0].completes: does not match"},
         {base_layers, ",\"allreduce\":{\"world\":2,\"curves\":{\"mpi\":[]}}", "t.json: allreduce.curves.mpi: empty"},
         {base_layers, ",\"extra\":1,", "t.json:1:"},
-        {"\"layers\":[1,]", "", "trailing comma"},
-        {base_layers, ",\"batch\":3", "duplicate key"},
+        {"\"layers\":[1,]", "", "t.json:1:"},
+        {base_layers, ",\"batch\":3", "duplicate object key near '\"batch\"'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        sim_profile p;
+        profile p;
         assert_int_equal(load(&p, cases[i].layers, cases[i].extra), CNT_ERR);
         if (!strstr(cnt_err_msg(), cases[i].expect)) fail_msg("case %zu: '%s' lacks '%s'", i, cnt_err_msg(), cases[i].expect);
     }
 }
 
+/* What the one profile reader (train/profile.c) checks beyond a field's
+ * type: the top is an object; the run's fields are there (the simulator
+ * does not use input, emulated compute does); a bucket size that would cut
+ * params into 10^15 buckets is refused by the count, before any cut. */
+static void test_profile_reader_checks(void **state) {
+    (void)state;
+    profile p;
+    const char *top = "[1,2]";
+    assert_int_equal(profile_parse(top, strlen(top), "t.json", &p), CNT_ERR);
+    if (!strstr(cnt_err_msg(), "t.json: not a step profile")) fail_msg("%s", cnt_err_msg());
+    const char *no_input = "{\"model\":\"tiny\",\"batch\":10}";
+    assert_int_equal(profile_parse(no_input, strlen(no_input), "t.json", &p), CNT_ERR);
+    if (!strstr(cnt_err_msg(), "t.json: input: missing")) fail_msg("%s", cnt_err_msg());
+    const char *tiny_buckets =
+        "{\"model\":\"tiny\",\"device\":\"cpu\",\"precision\":\"fp32\",\"input\":[1,8,8],\"classes\":10,"
+        "\"batch\":10,\"params\":1000000000000000,\"grad_bytes\":4000000000000000,\"step_ms\":9.5,\"forward_ms\":3,"
+        "\"backward_ms\":5,\"update_ms\":1,\"data_wait_ms\":0.5,\"first_bucket_values\":1,\"bucket_values\":1,"
+        "\"buckets\":[{\"begin\":0,\"end\":1,\"bytes\":4}],"
+        "\"layers\":[{\"name\":\"fc\",\"kind\":\"linear\",\"forward_ms\":1,\"backward_ms\":2,\"grad_begin\":0,"
+        "\"grad_end\":1000000000000000,\"grad_bytes\":4000000000000000,\"completes\":[0]}]}";
+    assert_int_equal(profile_parse(tiny_buckets, strlen(tiny_buckets), "t.json", &p), CNT_ERR);
+    if (!strstr(cnt_err_msg(), "t.json: buckets: 1 buckets, but first_bucket_values and bucket_values cut params "
+                               "into 1000000000000000"))
+        fail_msg("%s", cnt_err_msg());
+}
+
+/* The JSON parser (common/json.h, jansson made strict): what it gives, and
+ * what it refuses with "NAME:LINE:COL: what". */
 static void test_json_reader(void **state) {
     (void)state;
-    json_value *v;
-    const char *ok = " {\"a\":[1,-2.5e3,\"x\\u00e9\\n\"],\"b\":{},\"c\":true,\"d\":null} ";
+    json_t *v;
+    const char *ok = " {\"a\":[1,-2.5e3,\"x\\u00e9\\ud83d\\ude00\\n\"],\"b\":{},\"c\":true,\"d\":null,"
+                     "\"big\":9007199254740993,\"top\":9223372036854775807} ";
     assert_int_equal(json_parse(ok, strlen(ok), "ok", &v), CNT_OK);
-    const json_value *a = json_get(v, "a");
+    const json_t *a = json_object_get(v, "a");
     assert_non_null(a);
-    assert_int_equal(a->n, 3);
-    NEAR(a->items[1].number, -2500);
-    assert_string_equal(a->items[2].string, "x\xc3\xa9\n");
-    assert_int_equal(json_get(v, "c")->type, JSON_TYPE_BOOL);
-    assert_null(json_get(v, "e"));
-    json_free(v);
-    static const char *bad[] = {"", "{", "[1 2]", "{\"a\":01}", "{\"a\":1.}", "\"\\q\"", "[1]x", "{'a':1}", "[-]",
-                                "1e999"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        if (json_parse(bad[i], strlen(bad[i]), "bad", &v) != CNT_ERR) fail_msg("accepted '%s'", bad[i]);
-        assert_null(v);
-        assert_true(strncmp(cnt_err_msg(), "bad:1:", 6) == 0);
+    assert_int_equal(json_array_size(a), 3);
+    NEAR(json_number_value(json_array_get(a, 1)), -2500);
+    assert_string_equal(json_string_value(json_array_get(a, 2)), "x\xc3\xa9\xf0\x9f\x98\x80\n");
+    assert_string_equal(json_kind(json_object_get(v, "c")), "true/false");
+    assert_string_equal(json_kind(json_object_get(v, "d")), "null");
+    assert_string_equal(json_kind(json_array_get(a, 0)), "a number");
+    assert_null(json_object_get(v, "e"));
+    /* integers exact in 64 bits: 2^53 + 1 is not a double */
+    assert_true(json_is_integer(json_object_get(v, "big")));
+    assert_true(json_integer_value(json_object_get(v, "big")) == 9007199254740993LL);
+    assert_true(json_integer_value(json_object_get(v, "top")) == 9223372036854775807LL);
+    /* keys in the text's order */
+    const char *order[] = {"a", "b", "c", "d", "big", "top"}, *key;
+    int k = 0;
+    json_t *item;
+    json_object_foreach(v, key, item) assert_string_equal(key, order[k++]);
+    json_decref(v);
+    /* nesting: 2048 levels are read, 2049 and a million refused (no stack overflow) */
+    size_t deep = 1000000;
+    char *nest = cnt_malloc(2 * deep);
+    for (size_t depth = 2048; depth <= 2049; depth++) {
+        memset(nest, '[', depth);
+        memset(nest + depth, ']', depth);
+        int rc = json_parse(nest, 2 * depth, "deep", &v);
+        assert_int_equal(rc, depth == 2048 ? CNT_OK : CNT_ERR);
+        json_decref(v);
     }
+    assert_non_null(strstr(cnt_err_msg(), "deep:1:2049: maximum parsing depth reached"));
+    memset(nest, '[', deep);
+    memset(nest + deep, ']', deep);
+    assert_int_equal(json_parse(nest, 2 * deep, "deep", &v), CNT_ERR);
+    free(nest);
+    static const struct {
+        const char *text;
+        size_t len; /* 0: strlen */
+    } bad[] = {
+        {"", 0}, {"{", 0}, {"[1 2]", 0}, {"{\"a\":01}", 0}, {"{\"a\":1.}", 0}, {"\"\\q\"", 0}, {"[1]x", 0},
+        {"{'a':1}", 0}, {"[-]", 0}, {"1e999", 0},
+        {"{\"a\":{\"x\":1,\"x\":2}}", 0},   /* a duplicate key, nested */
+        {"[1,]", 0}, {"{\"a\":1,}", 0},      /* trailing commas */
+        {"[\"a\xff\"]", 0},                  /* not UTF-8 */
+        {"[\"a\xc0\xaf\"]", 0},              /* an overlong UTF-8 '/' */
+        {"[\"\\udc00\"]", 0},                /* a lone low surrogate */
+        {"[\"\\ud800x\"]", 0},               /* a high one without its pair */
+        {"[\"a\\u0000b\"]", 0},              /* NUL in a string */
+        {"[\"a\x01\"]", 0},                  /* a raw control byte */
+        {"[1,\0 2]", 6},                     /* a NUL byte in the text */
+        {"[9223372036854775808]", 0},        /* 2^63: no int64 */
+        {"[1] /* c */", 0},                  /* a comment */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len = bad[i].len ? bad[i].len : strlen(bad[i].text);
+        if (json_parse(bad[i].text, len, "bad", &v) != CNT_ERR) fail_msg("accepted case %zu", i);
+        assert_null(v);
+        if (strncmp(cnt_err_msg(), "bad:1:", 6) != 0) fail_msg("case %zu: '%s'", i, cnt_err_msg());
+    }
+    assert_int_equal(json_parse("[1,\n 2,\n 2,]", 12, "lines", &v), CNT_ERR);
+    if (strncmp(cnt_err_msg(), "lines:3:4: ", 11) != 0) fail_msg("%s", cnt_err_msg());
 }
 
 int main(void) {
@@ -418,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_curve_only_at_its_world),
         cmocka_unit_test(test_parameter_servers),
         cmocka_unit_test(test_malformed_profiles),
+        cmocka_unit_test(test_profile_reader_checks),
         cmocka_unit_test(test_json_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -210,20 +210,20 @@ int main(int argc, char **argv) {
                         "--bucket-mb / --first-bucket-mb\n");
         return 2;
     }
-    sim_profile p;
-    if (sim_profile_load(profile_path, &p) != CNT_OK) {
+    profile p;
+    if (profile_load(profile_path, &p) != CNT_OK) {
         fprintf(stderr, "simulate: %s\n", cnt_err_msg());
         return 1;
     }
     if (images_per_s > 0 && speed_set) {
         fprintf(stderr, "simulate: --images-per-s sets the speed: give it or --speed, not both\n");
-        sim_profile_free(&p);
+        profile_free(&p);
         return 2;
     }
     if ((batch || backward_ratio > 0 || images_per_s > 0) &&
         sim_profile_retarget(&p, batch, backward_ratio, images_per_s) != CNT_OK) {
         fprintf(stderr, "simulate: %s: %s\n", profile_path, cnt_err_msg());
-        sim_profile_free(&p);
+        profile_free(&p);
         return 1;
     }
     if (bucket_mb > 0) c.bucket_values = (size_t)(bucket_mb * 1048576 / 4) ? (size_t)(bucket_mb * 1048576 / 4) : 1;
@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
     FILE *csv = NULL;
     if (csv_path && !(csv = fopen(csv_path, "w"))) {
         fprintf(stderr, "simulate: cannot write '%s': %s\n", csv_path, strerror(errno));
-        sim_profile_free(&p);
+        profile_free(&p);
         return 1;
     }
     /* Refuse a cluster the engine cannot model before printing anything. */
@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
         if (sim_allreduce_ms(&p, &c, workers[k], 4096, &ms, NULL) != CNT_OK) {
             fprintf(stderr, "simulate: %d workers: %s\n", workers[k], cnt_err_msg());
             if (csv) fclose(csv);
-            sim_profile_free(&p);
+            profile_free(&p);
             return 1;
         }
     }
@@ -305,6 +305,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "simulate: cannot write '%s': %s\n", csv_path, strerror(errno));
         status = 1;
     }
-    sim_profile_free(&p);
+    profile_free(&p);
     return status;
 }

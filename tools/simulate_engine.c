@@ -1,11 +1,9 @@
 /*
- * tools/simulate_engine.c - the profile reader and the event-driven step
- * model of tools/simulate (see tools/simulate_engine.h).
+ * tools/simulate_engine.c - the event-driven step model of tools/simulate
+ * (see tools/simulate_engine.h), on a profile read by train/profile.c.
  */
 #include "tools/simulate_engine.h"
 #include "common/check.h"
-#include "common/fileio.h"
-#include "common/json.h"
 #include "dist/ps.h"
 #include "dist/reducer.h"
 
@@ -19,225 +17,28 @@ sim_cluster sim_cluster_default(void) {
                          .overlap = 1, .algo = SIM_ALGO_RING};
 }
 
-/* ---------------------------------------------------------------- reading */
+/* ---------------------------------------------------------------- the profile */
 
-/* Field lookups that name the file and the field on error. */
-static int get_field(const char *file, const char *path, const json_value *obj, const char *key, json_type t,
-                     const json_value **out) {
-    const json_value *v = json_get(obj, key);
-    if (!v) return cnt_err_set("%s: %s%s%s: missing", file, path, *path ? "." : "", key);
-    if (v->type != t)
-        return cnt_err_set("%s: %s%s%s: expected a %s, found a %s", file, path, *path ? "." : "", key,
-                           json_type_name(t), json_type_name(v->type));
-    *out = v;
-    return CNT_OK;
+/* The layer whose backward completes each of the nb buckets (or shards)
+ * ending at ends[], by the reducer's rule (reducer_bucket_ready_after) over
+ * the layers' gradient ranges, into done_by[]. */
+static void bucket_completion(const profile *p, const size_t *ends, int nb, int *done_by) {
+    size_t *slice_end = cnt_malloc((size_t)p->n_layers * sizeof *slice_end);
+    for (int i = 0; i < p->n_layers; i++) slice_end[i] = p->layers[i].grad_end;
+    reducer_bucket_ready_after(ends, nb, slice_end, p->n_layers, done_by);
+    for (int b = 0; b < nb; b++)
+        if (done_by[b] < 0) done_by[b] = p->n_layers - 1; /* not reached on a checked profile */
+    free(slice_end);
 }
 
-static int get_num(const char *file, const char *path, const json_value *obj, const char *key, double *out) {
-    const json_value *v = NULL;
-    if (get_field(file, path, obj, key, JSON_TYPE_NUMBER, &v) != CNT_OK) return CNT_ERR;
-    if (!(v->number >= 0) || !isfinite(v->number))
-        return cnt_err_set("%s: %s%s%s: expected a number >= 0, found %g", file, path, *path ? "." : "", key,
-                           v->number);
-    *out = v->number;
-    return CNT_OK;
-}
-
-static int get_count(const char *file, const char *path, const json_value *obj, const char *key, size_t *out) {
-    double d = 0;
-    if (get_num(file, path, obj, key, &d) != CNT_OK) return CNT_ERR;
-    if (d != floor(d) || d > 1e15)
-        return cnt_err_set("%s: %s%s%s: expected a whole number, found %g", file, path, *path ? "." : "", key, d);
-    *out = (size_t)d;
-    return CNT_OK;
-}
-
-static int read_curve(const char *file, const json_value *curves, const char *key, sim_curve *c) {
-    const json_value *a = NULL;
-    char path[64];
-    if (get_field(file, "allreduce.curves", curves, key, JSON_TYPE_ARRAY, &a) != CNT_OK) return CNT_ERR;
-    if (a->n < 1) return cnt_err_set("%s: allreduce.curves.%s: empty", file, key);
-    c->n = (int)a->n;
-    c->bytes = cnt_malloc(a->n * sizeof *c->bytes);
-    c->us = cnt_malloc(a->n * sizeof *c->us);
-    for (size_t i = 0; i < a->n; i++) {
-        snprintf(path, sizeof path, "allreduce.curves.%s[%zu]", key, i);
-        if (a->items[i].type != JSON_TYPE_OBJECT) return cnt_err_set("%s: %s: expected an object", file, path);
-        if (get_num(file, path, &a->items[i], "bytes", &c->bytes[i]) != CNT_OK ||
-            get_num(file, path, &a->items[i], "us", &c->us[i]) != CNT_OK)
-            return CNT_ERR;
-        if (c->bytes[i] <= 0 || c->us[i] <= 0)
-            return cnt_err_set("%s: %s: bytes and us must be above 0", file, path);
-        if (i > 0 && c->bytes[i] <= c->bytes[i - 1])
-            return cnt_err_set("%s: %s.bytes: not above the previous point's", file, path);
-    }
-    return CNT_OK;
-}
-
-/* The buckets completed by each layer, from the gradient watermark (the
- * rule of train/profile.c): ends[] are the bucket ends in values. Writes the
- * index of the layer that completes bucket b to done_by[b]. */
-static void bucket_completion(const sim_profile *p, const size_t *ends, int nb, int *done_by) {
-    size_t ready = 0;
-    int b = 0;
-    for (int i = 0; i < p->n_layers; i++) {
-        if (p->layers[i].grad_end > ready) ready = p->layers[i].grad_end;
-        for (; b < nb && ends[b] <= ready; b++) done_by[b] = i;
-    }
-    for (; b < nb; b++) done_by[b] = p->n_layers - 1; /* not reached on a checked profile */
-}
-
-static int parse_tree(const json_value *root, const char *file, sim_profile *p) {
-    const json_value *v = NULL;
-    double d = 0;
-    if (root->type != JSON_TYPE_OBJECT) return cnt_err_set("%s: expected an object at the top", file);
-    if (get_field(file, "", root, "model", JSON_TYPE_STRING, &v) != CNT_OK) return CNT_ERR;
-    snprintf(p->model, sizeof p->model, "%s", v->string);
-    size_t batch;
-    if (get_count(file, "", root, "batch", &batch) != CNT_OK) return CNT_ERR;
-    if (batch < 1 || batch > 1000000) return cnt_err_set("%s: batch: expected 1 to 1000000, found %zu", file, batch);
-    p->batch = (int)batch;
-    if (get_num(file, "", root, "step_ms", &p->step_ms) != CNT_OK ||
-        get_num(file, "", root, "forward_ms", &p->forward_ms) != CNT_OK ||
-        get_num(file, "", root, "backward_ms", &p->backward_ms) != CNT_OK ||
-        get_num(file, "", root, "update_ms", &p->update_ms) != CNT_OK ||
-        get_num(file, "", root, "data_wait_ms", &p->data_wait_ms) != CNT_OK ||
-        get_count(file, "", root, "params", &p->params) != CNT_OK ||
-        get_count(file, "", root, "first_bucket_values", &p->first_bucket_values) != CNT_OK ||
-        get_count(file, "", root, "bucket_values", &p->bucket_values) != CNT_OK)
-        return CNT_ERR;
-    if (p->params < 1) return cnt_err_set("%s: params: expected at least 1", file);
-    if (p->first_bucket_values < 1 || p->bucket_values < 1)
-        return cnt_err_set("%s: first_bucket_values, bucket_values: expected at least 1", file);
-    size_t grad_bytes;
-    if (get_count(file, "", root, "grad_bytes", &grad_bytes) != CNT_OK) return CNT_ERR;
-    if (grad_bytes != 4 * p->params)
-        return cnt_err_set("%s: grad_bytes: %zu is not 4 x params (%zu)", file, grad_bytes, p->params);
-
-    /* layers, backward order */
-    const json_value *layers = NULL;
-    if (get_field(file, "", root, "layers", JSON_TYPE_ARRAY, &layers) != CNT_OK) return CNT_ERR;
-    if (layers->n < 1 || layers->n > 1000000) return cnt_err_set("%s: layers: expected 1 to 1000000 layers", file);
-    p->n_layers = (int)layers->n;
-    p->layers = cnt_calloc(layers->n, sizeof *p->layers);
-    char path[64];
-    size_t covered = 0;
-    for (int i = 0; i < p->n_layers; i++) {
-        const json_value *l = &layers->items[i];
-        sim_layer *sl = &p->layers[i];
-        snprintf(path, sizeof path, "layers[%d]", i);
-        if (l->type != JSON_TYPE_OBJECT) return cnt_err_set("%s: %s: expected an object", file, path);
-        if (get_field(file, path, l, "name", JSON_TYPE_STRING, &v) != CNT_OK) return CNT_ERR;
-        snprintf(sl->name, sizeof sl->name, "%s", v->string);
-        size_t gbytes;
-        if (get_num(file, path, l, "forward_ms", &sl->forward_ms) != CNT_OK ||
-            get_num(file, path, l, "backward_ms", &sl->backward_ms) != CNT_OK ||
-            get_count(file, path, l, "grad_begin", &sl->grad_begin) != CNT_OK ||
-            get_count(file, path, l, "grad_end", &sl->grad_end) != CNT_OK ||
-            get_count(file, path, l, "grad_bytes", &gbytes) != CNT_OK)
-            return CNT_ERR;
-        if (sl->grad_end < sl->grad_begin || sl->grad_end > p->params)
-            return cnt_err_set("%s: %s.grad_end: %zu is below grad_begin (%zu) or above params (%zu)", file, path,
-                               sl->grad_end, sl->grad_begin, p->params);
-        if (gbytes != 4 * (sl->grad_end - sl->grad_begin))
-            return cnt_err_set("%s: %s.grad_bytes: %zu is not 4 x (grad_end - grad_begin)", file, path, gbytes);
-        if (sl->grad_end > covered) covered = sl->grad_end;
-    }
-    if (covered != p->params)
-        return cnt_err_set("%s: layers: the gradient ranges end at %zu, not at params (%zu)", file, covered, p->params);
-
-    /* buckets: must be the reducer's own cut, and each layer's `completes` the watermark rule */
-    const json_value *buckets = NULL;
-    if (get_field(file, "", root, "buckets", JSON_TYPE_ARRAY, &buckets) != CNT_OK) return CNT_ERR;
-    int nb = reducer_bucket_layout(p->params, p->first_bucket_values, p->bucket_values, NULL, 0);
-    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
-    int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
-    reducer_bucket_layout(p->params, p->first_bucket_values, p->bucket_values, ends, nb);
-    bucket_completion(p, ends, nb, done_by);
-    int rc = CNT_OK;
-    if (buckets->n != (size_t)nb)
-        rc = cnt_err_set("%s: buckets: %zu buckets, but first_bucket_values and bucket_values cut params into %d",
-                         file, buckets->n, nb);
-    for (int b = 0; rc == CNT_OK && b < nb; b++) {
-        size_t begin, end;
-        snprintf(path, sizeof path, "buckets[%d]", b);
-        if (buckets->items[b].type != JSON_TYPE_OBJECT) {
-            rc = cnt_err_set("%s: %s: expected an object", file, path);
-        } else if (get_count(file, path, &buckets->items[b], "begin", &begin) != CNT_OK ||
-                   get_count(file, path, &buckets->items[b], "end", &end) != CNT_OK) {
-            rc = CNT_ERR;
-        } else if (begin != (b ? ends[b - 1] : 0) || end != ends[b]) {
-            rc = cnt_err_set("%s: %s: [%zu, %zu) is not the reducer's cut [%zu, %zu)", file, path, begin, end,
-                             b ? ends[b - 1] : 0, ends[b]);
-        }
-    }
-    for (int i = 0; rc == CNT_OK && i < p->n_layers; i++) {
-        const json_value *cv = NULL;
-        snprintf(path, sizeof path, "layers[%d]", i);
-        if (get_field(file, path, &layers->items[i], "completes", JSON_TYPE_ARRAY, &cv) != CNT_OK) {
-            rc = CNT_ERR;
-            break;
-        }
-        size_t k = 0;
-        for (int b = 0; b < nb; b++) {
-            if (done_by[b] != i) continue;
-            if (k >= cv->n || cv->items[k].type != JSON_TYPE_NUMBER || cv->items[k].number != b) break;
-            k++;
-        }
-        size_t expect = 0;
-        for (int b = 0; b < nb; b++) expect += done_by[b] == i;
-        if (k != expect || cv->n != expect)
-            rc = cnt_err_set("%s: %s.completes: does not match the buckets its gradient range completes", file, path);
-    }
-    free(ends);
-    free(done_by);
-    if (rc != CNT_OK) return rc;
-
-    /* the optional allreduce curve of tools/profile.sh */
-    const json_value *ar = json_get(root, "allreduce");
-    if (ar) {
-        const json_value *curves = NULL;
-        if (ar->type != JSON_TYPE_OBJECT) return cnt_err_set("%s: allreduce: expected an object", file);
-        if (get_num(file, "allreduce", ar, "world", &d) != CNT_OK) return CNT_ERR;
-        if (d < 2 || d != floor(d) || d > 1e6)
-            return cnt_err_set("%s: allreduce.world: expected a whole number >= 2, found %g", file, d);
-        p->curve_world = (int)d;
-        if (get_field(file, "allreduce", ar, "curves", JSON_TYPE_OBJECT, &curves) != CNT_OK ||
-            read_curve(file, curves, "mpi", &p->curve_mpi) != CNT_OK ||
-            read_curve(file, curves, "ring", &p->curve_ring) != CNT_OK)
-            return CNT_ERR;
-    }
-    return CNT_OK;
-}
-
-int sim_profile_parse(const char *text, size_t len, const char *name, sim_profile *p) {
-    memset(p, 0, sizeof *p);
-    json_value *root;
-    if (json_parse(text, len, name, &root) != CNT_OK) return CNT_ERR;
-    int rc = parse_tree(root, name, p);
-    json_free(root);
-    if (rc != CNT_OK) sim_profile_free(p);
-    return rc;
-}
-
-int sim_profile_load(const char *path, sim_profile *p) {
-    memset(p, 0, sizeof *p);
-    size_t n;
-    char *text = file_read_all(path, "profile", (uint64_t)1 << 30, &n);
-    if (!text) return CNT_ERR;
-    int rc = sim_profile_parse(text, n, path, p);
-    free(text);
-    return rc;
-}
-
-static void scale_layers(sim_profile *p, double fwd, double bwd) {
+static void scale_layers(profile *p, double fwd, double bwd) {
     for (int i = 0; i < p->n_layers; i++) {
         p->layers[i].forward_ms *= fwd;
         p->layers[i].backward_ms *= bwd;
     }
 }
 
-int sim_profile_retarget(sim_profile *p, int batch, double backward_ratio, double images_per_s) {
+int sim_profile_retarget(profile *p, int batch, double backward_ratio, double images_per_s) {
     if (p->forward_ms <= 0 || p->backward_ms <= 0)
         return cnt_err_set("%s: no forward or backward time to move to other hardware", p->model);
     if (batch > 0 && batch != p->batch) {
@@ -267,15 +68,6 @@ int sim_profile_retarget(sim_profile *p, int batch, double backward_ratio, doubl
     return CNT_OK;
 }
 
-void sim_profile_free(sim_profile *p) {
-    free(p->layers);
-    free(p->curve_mpi.bytes);
-    free(p->curve_mpi.us);
-    free(p->curve_ring.bytes);
-    free(p->curve_ring.us);
-    memset(p, 0, sizeof *p);
-}
-
 /* ---------------------------------------------------------------- network */
 
 /* alpha-beta ring over n: 2(n-1) alpha + 2(n-1)/n bytes / bw. */
@@ -288,7 +80,7 @@ static double ring_ms(int n, double bytes, double alpha_ms, double bw_gbit, doub
 
 /* Log-log interpolation of the curve; beyond its ends, the end segment's
  * slope (a single point: time proportional to bytes above it, flat below). */
-static double curve_ms(const sim_curve *c, double bytes) {
+static double curve_ms(const profile_curve *c, double bytes) {
     if (c->n == 1) return c->us[0] * (bytes > c->bytes[0] ? bytes / c->bytes[0] : 1) * 1e-3;
     int i = 0;
     while (i < c->n - 2 && bytes > c->bytes[i + 1]) i++;
@@ -297,7 +89,7 @@ static double curve_ms(const sim_curve *c, double bytes) {
     return exp(y) * 1e-3;
 }
 
-int sim_allreduce_ms(const sim_profile *p, const sim_cluster *c, int n, double bytes, double *ms, double *latency_ms) {
+int sim_allreduce_ms(const profile *p, const sim_cluster *c, int n, double bytes, double *ms, double *latency_ms) {
     double lat = 0, alpha = c->latency_us * 1e-3;
     *ms = 0;
     if (latency_ms) *latency_ms = 0;
@@ -324,7 +116,7 @@ int sim_allreduce_ms(const sim_profile *p, const sim_cluster *c, int n, double b
             return cnt_err_set("--algo curve: the curve was measured at %d workers and cannot predict %d "
                                "(use --algo ring or hier there)",
                                p->curve_world, n);
-        const sim_curve *cv = c->curve_ring ? &p->curve_ring : &p->curve_mpi;
+        const profile_curve *cv = c->curve_ring ? &p->curve_ring : &p->curve_mpi;
         *ms = curve_ms(cv, bytes);
         lat = curve_ms(cv, cv->bytes[0]); /* the smallest message's time: the per-message floor */
         if (lat > *ms) lat = *ms;
@@ -348,7 +140,7 @@ static sim_msg *add_msg(sim_result *r, int *cap, double ready, double bytes) {
 
 /* Horovod mode: the message just added leaves at *now and the loop waits
  * for it; *now becomes its end. */
-static int horovod_send(const sim_profile *p, const sim_cluster *c, int n, sim_result *r, double *now) {
+static int horovod_send(const profile *p, const sim_cluster *c, int n, sim_result *r, double *now) {
     double ms;
     if (sim_allreduce_ms(p, c, n, r->msgs[r->n_msgs - 1].bytes, &ms, NULL) != CNT_OK) {
         sim_result_free(r);
@@ -360,7 +152,7 @@ static int horovod_send(const sim_profile *p, const sim_cluster *c, int n, sim_r
 
 /* Parameter-server mode (the model in simulate_engine.h): the pushes and
  * pulls as messages; *end the time the last shard is back. */
-static int ps_messages(const sim_profile *p, const sim_cluster *c, int n, sim_result *r, double bwd_end,
+static int ps_messages(const profile *p, const sim_cluster *c, int n, sim_result *r, double bwd_end,
                        double update_ms, double *end) {
     int K = c->ps_servers, nt = 0;
     size_t *tensor_end = cnt_malloc((size_t)(p->n_layers ? p->n_layers : 1) * sizeof *tensor_end);
@@ -417,16 +209,74 @@ static int ps_messages(const sim_profile *p, const sim_cluster *c, int n, sim_re
     return CNT_OK;
 }
 
-int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
-    memset(r, 0, sizeof *r);
-    r->workers = n;
-    double speed = c->speed > 0 ? c->speed : 1;
-    r->forward_ms = p->forward_ms / speed;
-    r->backward_ms = p->backward_ms / speed;
-    r->update_ms = p->update_ms / speed;
-    r->data_wait_ms = p->data_wait_ms;
+/* Horovod mode: its background loop sleeps a cycle, fuses what is ready,
+ * allreduces it (blocking), sleeps again. The next look comes a cycle after
+ * the last allreduce ends, so a slow network fuses more. On CNT_ERR r is
+ * freed. */
+static int horovod_messages(const profile *p, const sim_cluster *c, int n, sim_result *r, int *cap, double bwd_end) {
+    double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms, now = 0;
+    int next = 0; /* first layer not yet sent */
+    while (next < p->n_layers) {
+        now += cycle;
+        double pending = 0;
+        while (next < p->n_layers) {
+            double bytes = 4.0 * (double)(p->layers[next].grad_end - p->layers[next].grad_begin);
+            double ready = c->overlap ? r->layer_end_ms[next] : bwd_end;
+            if (ready > now + 1e-9) break;
+            next++;
+            if (bytes <= 0) continue;
+            if (pending > 0 && pending + bytes > fusion) {
+                add_msg(r, cap, now, pending);
+                if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
+                pending = 0;
+            }
+            pending += bytes;
+        }
+        if (pending > 0) {
+            add_msg(r, cap, now, pending);
+            if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
+        }
+    }
+    return CNT_OK;
+}
 
-    /* backward layer by layer, rescaled to the measured backward */
+/* The reducer's buckets (the cluster's sizes, else the profile's), each
+ * ready when backward completes it, or when backward ends with overlap off. */
+static void bucket_messages(const profile *p, const sim_cluster *c, sim_result *r, int *cap, double bwd_end) {
+    size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
+    size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
+    int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0);
+    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
+    int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
+    reducer_bucket_layout(p->params, first, rest, ends, nb);
+    bucket_completion(p, ends, nb, done_by);
+    for (int b = 0; b < nb; b++)
+        add_msg(r, cap, c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end,
+                4.0 * (double)(ends[b] - (b ? ends[b - 1] : 0)));
+    free(ends);
+    free(done_by);
+}
+
+/* The verdict: what the step waits for beyond its own compute. */
+static void set_verdict(sim_result *r, int n) {
+    if (r->exposed_ms <= 0.05 * r->step_ms && r->jitter_ms <= 0.05 * r->step_ms) {
+        snprintf(r->verdict, sizeof r->verdict, "compute-bound");
+    } else if (r->jitter_ms > r->exposed_ms) {
+        snprintf(r->verdict, sizeof r->verdict, "straggler-bound: %.1f ms waiting for the slowest of %d", r->jitter_ms,
+                 n);
+    } else if (r->latency_ms > 0.5 * r->comm_ms) {
+        snprintf(r->verdict, sizeof r->verdict,
+                 "latency-bound: %d messages, %.1f ms of %.1f ms allreduce is per-message latency", r->n_msgs,
+                 r->latency_ms, r->comm_ms);
+    } else {
+        snprintf(r->verdict, sizeof r->verdict, "network-bound: %.1f ms of %.1f ms allreduce exposed", r->exposed_ms,
+                 r->comm_ms);
+    }
+}
+
+/* Backward layer by layer, each layer's time rescaled so that they add up
+ * to r->backward_ms (all 0: spread evenly): r->layer_end_ms. */
+static void replay_backward(const profile *p, sim_result *r) {
     double sum = 0;
     for (int i = 0; i < p->n_layers; i++) sum += p->layers[i].backward_ms;
     double scale = sum > 0 ? r->backward_ms / sum : 0;
@@ -436,6 +286,18 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
         t += sum > 0 ? p->layers[i].backward_ms * scale : r->backward_ms / p->n_layers;
         r->layer_end_ms[i] = t;
     }
+}
+
+int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
+    memset(r, 0, sizeof *r);
+    r->workers = n;
+    double speed = c->speed > 0 ? c->speed : 1;
+    r->forward_ms = p->forward_ms / speed;
+    r->backward_ms = p->backward_ms / speed;
+    r->update_ms = p->update_ms / speed;
+    r->data_wait_ms = p->data_wait_ms;
+
+    replay_backward(p, r);
     double bwd_end = r->backward_ms;
 
     /* the messages and their ready times */
@@ -447,45 +309,9 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
             return CNT_ERR;
         }
     } else if (n > 1 && c->horovod_cycle_ms > 0) {
-        /* Horovod's background loop: sleep a cycle, fuse what is ready,
-         * allreduce it (blocking), sleep again. The next look comes a cycle
-         * after the last allreduce ends, so a slow network fuses more. */
-        double fusion = c->horovod_fusion_mb * 1048576.0, cycle = c->horovod_cycle_ms, now = 0;
-        int next = 0; /* first layer not yet sent */
-        while (next < p->n_layers) {
-            now += cycle;
-            double pending = 0;
-            while (next < p->n_layers) {
-                double bytes = 4.0 * (double)(p->layers[next].grad_end - p->layers[next].grad_begin);
-                double ready = c->overlap ? r->layer_end_ms[next] : bwd_end;
-                if (ready > now + 1e-9) break;
-                next++;
-                if (bytes <= 0) continue;
-                if (pending > 0 && pending + bytes > fusion) {
-                    add_msg(r, &cap, now, pending);
-                    if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
-                    pending = 0;
-                }
-                pending += bytes;
-            }
-            if (pending > 0) {
-                add_msg(r, &cap, now, pending);
-                if (horovod_send(p, c, n, r, &now) != CNT_OK) return CNT_ERR;
-            }
-        }
+        if (horovod_messages(p, c, n, r, &cap, bwd_end) != CNT_OK) return CNT_ERR;
     } else if (n > 1) {
-        size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
-        size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
-        int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0);
-        size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
-        int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
-        reducer_bucket_layout(p->params, first, rest, ends, nb);
-        bucket_completion(p, ends, nb, done_by);
-        for (int b = 0; b < nb; b++)
-            add_msg(r, &cap, c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end,
-                    4.0 * (double)(ends[b] - (b ? ends[b - 1] : 0)));
-        free(ends);
-        free(done_by);
+        bucket_messages(p, c, r, &cap, bwd_end);
     }
 
     /* allreduces: one after another on the network (the servers' messages are placed already) */
@@ -513,20 +339,7 @@ int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r) {
     double single = r->forward_ms + r->backward_ms + r->update_ms + r->data_wait_ms;
     r->efficiency = r->step_ms > 0 ? single / r->step_ms : 0;
 
-    /* the verdict: what the step waits for beyond its own compute */
-    if (r->exposed_ms <= 0.05 * r->step_ms && r->jitter_ms <= 0.05 * r->step_ms) {
-        snprintf(r->verdict, sizeof r->verdict, "compute-bound");
-    } else if (r->jitter_ms > r->exposed_ms) {
-        snprintf(r->verdict, sizeof r->verdict, "straggler-bound: %.1f ms waiting for the slowest of %d", r->jitter_ms,
-                 n);
-    } else if (r->latency_ms > 0.5 * r->comm_ms) {
-        snprintf(r->verdict, sizeof r->verdict,
-                 "latency-bound: %d messages, %.1f ms of %.1f ms allreduce is per-message latency", r->n_msgs,
-                 r->latency_ms, r->comm_ms);
-    } else {
-        snprintf(r->verdict, sizeof r->verdict, "network-bound: %.1f ms of %.1f ms allreduce exposed", r->exposed_ms,
-                 r->comm_ms);
-    }
+    set_verdict(r, n);
     return CNT_OK;
 }
 
@@ -550,7 +363,7 @@ static void trace_event(FILE *f, int *first, const char *name, const char *cat, 
     *first = 0;
 }
 
-int sim_write_trace(const sim_profile *p, const sim_result *r, const char *path) {
+int sim_write_trace(const profile *p, const sim_result *r, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) return cnt_err_set("cannot write the trace '%s': %s", path, strerror(errno));
     int first = 1;

@@ -1,8 +1,9 @@
 /*
  * tools/simulate_engine.h - predicts one data-parallel training step on N
  * workers from a step profile (`trainer --profile`, optionally with the
- * allreduce curve of tools/profile.sh; fields in train/profile.h). Used by
- * tools/simulate.c and tests/test_simulate.c.
+ * allreduce curve of tools/profile.sh), as read and checked by
+ * profile_load (train/profile.h). Used by tools/simulate.c and
+ * tests/test_simulate.c.
  *
  * The model of a step (times relative to the start of backward):
  *   - forward takes forward_ms / speed; backward replays the profile's layers
@@ -40,9 +41,7 @@
  *     after another). The step ends when the last shard is back (the
  *     update is inside that); even N = 1 communicates.
  *
- * Errors: sim_profile_load and sim_profile_parse return CNT_ERR with a
- * message naming the file and the field (e.g. "p.json: layers[2].grad_end:
- * expected a number"); sim_step returns CNT_ERR with a message for a cluster
+ * Errors: sim_step returns CNT_ERR with a message for a cluster
  * it cannot model (curve mode at another world size, N not a multiple of the
  * GPUs per node, more servers than layers with parameters). Allocation failure is fatal.
  */
@@ -52,28 +51,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef struct sim_layer {
-    char name[64];
-    double forward_ms, backward_ms;
-    size_t grad_begin, grad_end; /* values of the gradient buffer its backward writes */
-} sim_layer;
-
-typedef struct sim_curve {
-    int n;
-    double *bytes, *us; /* [n], increasing bytes */
-} sim_curve;
-
-typedef struct sim_profile {
-    char model[64];
-    int batch;
-    double step_ms, forward_ms, backward_ms, update_ms, data_wait_ms;
-    size_t params;                      /* values of the gradient buffer (4 bytes each) */
-    size_t first_bucket_values, bucket_values;
-    int n_layers;
-    sim_layer *layers;                  /* [n_layers], backward order */
-    int curve_world;                    /* 0: no allreduce block */
-    sim_curve curve_mpi, curve_ring;
-} sim_profile;
+#include "train/profile.h"
 
 typedef enum sim_algo { SIM_ALGO_RING, SIM_ALGO_HIER, SIM_ALGO_CURVE } sim_algo;
 
@@ -121,11 +99,6 @@ typedef struct sim_result {
 /* A cluster with the defaults of tools/simulate (G=1, 10 Gbit/s, 40 Gbit/s
  * intra, 5 us, speed 1, overlap on, the profile's buckets, ring). */
 sim_cluster sim_cluster_default(void);
-/* Reads and checks the profile file at path. */
-int sim_profile_load(const char *path, sim_profile *p);
-/* The same from text (name: how messages call it). */
-int sim_profile_parse(const char *text, size_t len, const char *name, sim_profile *p);
-void sim_profile_free(sim_profile *p);
 /* Moves a profile to other hardware, in this order (a value <= 0 leaves that
  * part as it is):
  *   - batch: the per-worker batch; forward and backward times (the layers'
@@ -138,17 +111,17 @@ void sim_profile_free(sim_profile *p);
  *     wait) is scaled by one factor so that one worker's step takes
  *     batch / X seconds: the device's measured single-worker speed.
  * CNT_ERR with a message when the profile has no compute to scale. */
-int sim_profile_retarget(sim_profile *p, int batch, double backward_ratio, double images_per_s);
+int sim_profile_retarget(profile *p, int batch, double backward_ratio, double images_per_s);
 /* One allreduce of bytes over n workers, in ms (0 when n == 1); *latency_ms
  * (when not NULL) gets its per-message part. CNT_ERR for curve mode at a world
  * size the curve was not measured at, or n not a multiple of G (hier). */
-int sim_allreduce_ms(const sim_profile *p, const sim_cluster *c, int n, double bytes, double *ms, double *latency_ms);
+int sim_allreduce_ms(const profile *p, const sim_cluster *c, int n, double bytes, double *ms, double *latency_ms);
 /* Predicts the step at n workers into *r (free with sim_result_free). */
-int sim_step(const sim_profile *p, const sim_cluster *c, int n, sim_result *r);
+int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r);
 void sim_result_free(sim_result *r);
 /* Writes r's step as a Chrome trace (the event format of dist/timeline.c:
  * forward and backward layers on the train thread, "allreduce bucket k" on
  * the comm thread). CNT_ERR with a message when the file cannot be written. */
-int sim_write_trace(const sim_profile *p, const sim_result *r, const char *path);
+int sim_write_trace(const profile *p, const sim_result *r, const char *path);
 
 #endif

@@ -23,10 +23,11 @@
  *
  * Errors: emulation_load returns CNT_ERR with a message that names
  * train.emulate_compute, the file and what does not match: the file cannot
- * be read or is not a profile (not JSON, a field missing or of the wrong
- * type, a time that is negative or not finite), or it was taken of another
- * run: model, batch, input shape, classes, parameter count, or a node of the
- * net missing from the profile or one of the profile's missing from the net.
+ * be read or is not a profile (profile_load's checks, train/profile.h: not
+ * JSON, a field missing or of the wrong type, a time that is negative or not
+ * finite, ...), or it was taken of another run: model, batch, input shape,
+ * classes, parameter count, or a node of the net missing from the profile or
+ * one of the profile's missing from the net.
  * Allocation failure is fatal.
  */
 #ifndef CNT_EMULATE_H

@@ -1,5 +1,7 @@
 /*
- * train/metrics.c - JSON-lines metrics writer (see train/metrics.h).
+ * train/metrics.c - JSON-lines metrics writer (see train/metrics.h), and
+ * the cut of its file on a resume, which reads each record with the one
+ * JSON parser (common/json.h).
  */
 #include "train/metrics.h"
 
@@ -14,6 +16,7 @@
 
 #include "common/check.h"
 #include "common/fileio.h"
+#include "common/json.h"
 #include "common/timer.h"
 
 int make_dirs(const char *path) {
@@ -33,14 +36,63 @@ int make_dirs(const char *path) {
     return CNT_OK;
 }
 
-/* A record's number field `key` ("\"time\":"), or -1 when it has none. */
-static double record_number(const char *line, const char *key) {
-    const char *s = strstr(line, key);
-    return s ? strtod(s + strlen(key), NULL) : -1;
+/* Line `no` of path, a record: its "step" (-1: none), "time" and "images"
+ * (-1: none), read with the one JSON parser. CNT_ERR naming the file, the
+ * line and, for text that is not JSON, the column. */
+static int read_record(const char *path, long no, const char *line, size_t len, long *step, double *t, double *images) {
+    json_t *rec;
+    if (json_parse_at(line, len, path, no, &rec) != CNT_OK) return CNT_ERR;
+    const json_t *s = json_object_get(rec, "step"), *tv = json_object_get(rec, "time");
+    const json_t *iv = json_object_get(rec, "images"), *odd = tv && !json_is_number(tv) ? tv : iv;
+    int rc = CNT_OK;
+    if (!json_is_object(rec))
+        rc = cnt_err_set("%s:%ld: not a metrics record (a JSON object), found %s", path, no, json_kind(rec));
+    else if (s && !json_is_integer(s))
+        rc = cnt_err_set("%s:%ld: \"step\": expected a whole number, found %s", path, no, json_kind(s));
+    else if (odd && !json_is_number(odd))
+        rc = cnt_err_set("%s:%ld: \"%s\": expected a number, found %s", path, no, odd == tv ? "time" : "images",
+                         json_kind(odd));
+    *step = s ? (long)json_integer_value(s) : -1;
+    *t = tv ? json_number_value(tv) : -1;
+    *images = iv ? json_number_value(iv) : -1;
+    json_decref(rec);
+    return rc;
 }
 
-/* The "step" of a record, or -1 when it has none. */
-static long record_step(const char *line) { return (long)record_number(line, "\"step\":"); }
+/* Copies the records of in (path) whose step is at most until_step to out
+ * (tmp), carrying m's clock and image count on from them, and the others,
+ * counted in *cut, to the side file when keep_beyond (*beyond, opened at
+ * side on the first). Returns CNT_OK, or CNT_ERR with the message set. */
+static int copy_records(metrics *m, FILE *in, const char *path, FILE *out, const char *tmp, FILE **beyond,
+                        const char *side, long until_step, int keep_beyond, long *cut) {
+    int failed = CNT_OK;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long no = 0, step;
+    double t, im;
+    while (failed == CNT_OK && (n = getline(&line, &cap, in)) > 0) {
+        no++;
+        if (line[n - 1] != '\n') break; /* a record cut short by a kill is no record */
+        if (read_record(path, no, line, (size_t)n, &step, &t, &im) != CNT_OK) {
+            failed = cnt_err_suffix(" (a resume cuts metrics.jsonl after step %ld: mend that line or move the file "
+                                    "aside)", until_step);
+        } else if (step <= until_step) {
+            if (fputs(line, out) < 0) failed = cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+            /* the clock and the image count go on from the last kept record's */
+            if (t > m->t_base) m->t_base = t;
+            if (im > m->images) m->images = im;
+        } else if (++*cut, keep_beyond) {
+            if (!*beyond && !(*beyond = fopen(side, "w")))
+                failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+            else if (fputs(line, *beyond) < 0)
+                failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+        }
+    }
+    free(line);
+    if (failed == CNT_OK && ferror(in)) failed = cnt_err_set("cannot read '%s': %s", path, strerror(errno));
+    return failed;
+}
 
 /* Keeps the records of path up to until_step (see metrics_open). */
 static int cut_records(metrics *m, const char *path, const char *dir, long until_step, int keep_beyond) {
@@ -58,32 +110,11 @@ static int cut_records(metrics *m, const char *path, const char *dir, long until
         return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
     }
     long cut = 0;
-    int failed = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while (!failed && (n = getline(&line, &cap, in)) > 0) {
-        if (line[n - 1] != '\n') break; /* a record cut short by a kill is no record */
-        if (record_step(line) <= until_step) {
-            if (fputs(line, out) < 0) failed = cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
-            /* the clock and the image count go on from the last kept record's */
-            double t = record_number(line, "\"time\":"), im = record_number(line, "\"images\":");
-            if (t > m->t_base) m->t_base = t;
-            if (im > m->images) m->images = im;
-            continue;
-        }
-        cut++;
-        if (!keep_beyond) continue;
-        if (!beyond && !(beyond = fopen(side, "w")))
-            failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
-        else if (fputs(line, beyond) < 0)
-            failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
-    }
-    free(line);
-    if (!failed && ferror(in)) failed = cnt_err_set("cannot read '%s': %s", path, strerror(errno));
+    int failed = copy_records(m, in, path, out, tmp, &beyond, side, until_step, keep_beyond, &cut);
     fclose(in);
-    if (beyond && fclose(beyond) != 0 && !failed)
+    if (beyond && fclose(beyond) != 0 && failed == CNT_OK)
         failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+    if (failed != CNT_OK && beyond) unlink(side); /* the file stays whole: nothing has moved */
     if (file_commit_atomic(out, failed, tmp, path, dir, "metrics record") != CNT_OK) return CNT_ERR;
     if (cut > 0 && keep_beyond)
         log_info("metrics.jsonl: %ld record%s after step %ld, of the run this one supersedes, moved to %s", cut,

@@ -85,7 +85,12 @@ typedef struct metrics_run_info {
  * is at most until_step (and any without a step) are kept, the rest are cut
  * (into metrics.superseded-YYYYMMDD-HHMMSS.jsonl when keep_beyond, else
  * dropped), the file is rewritten atomically, and new records are appended.
- * What happened is logged (log_info) when anything was moved or cut.
+ * What happened is logged (log_info) when anything was moved or cut. Each
+ * record is read with the one JSON parser (common/json.h): a line that is
+ * not a JSON object (a record cut short by a kill, the last line without its
+ * newline, is dropped instead), or whose "step" is not a whole number or
+ * "time" / "images" not a number, fails with "PATH:LINE:COL: what" (PATH:LINE
+ * for a record of the wrong shape) and leaves the file as it was.
  * CNT_ERR with a message naming the path on failure. */
 int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
 

@@ -1,17 +1,23 @@
 /*
- * train/profile.c - one training step, layer by layer (see train/profile.h).
+ * train/profile.c - one training step, layer by layer (see train/profile.h):
+ * measured and written, and read back and checked for its two readers.
  */
 #include "train/profile.h"
 
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
+#include "common/json.h"
 #include "common/timer.h"
 #include "data/loader.h"
 #include "dist/reducer.h"
 #include "model/net.h"
 #include "model/zoo.h"
+#include "train/config.h"
 #include "train/input.h"
 #include "train/step.h"
 
@@ -53,7 +59,7 @@ static double median(const double *v, int n, size_t stride) {
 }
 
 /* A JSON string: the names here are module paths, but quote what needs it. */
-static void json_string(FILE *out, const char *s) {
+static void put_json_string(FILE *out, const char *s) {
     fputc('"', out);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fputc('\\', out);
@@ -76,24 +82,22 @@ static void node_grads(const net *nt, const node *nd, size_t *begin, size_t *end
 
 /* The reducer's buckets for cfg over nt's gradient buffer (*nb of them,
  * their ends returned) and, in *done_at, the node after whose backward each
- * is complete: backward writes the buffer from offset 0 upwards, so bucket b
- * is complete once the largest gradient end written so far reaches its end.
- * Caller frees both. */
+ * is complete, by the reducer's own rule (reducer_bucket_ready_after) over
+ * the nodes' gradient ranges in backward order. Caller frees both. */
 static size_t *bucket_plan(const config *cfg, const net *nt, int *nb, int **done_at) {
     reducer_opts ro = config_reducer_opts(cfg);
     *nb = reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, NULL, 0);
     size_t *ends = cnt_malloc((size_t)*nb * sizeof *ends);
     reducer_bucket_layout(nt->n_params, ro.first_bucket, ro.bucket, ends, *nb);
+    size_t *slice_end = cnt_malloc((size_t)nt->n_nodes * sizeof *slice_end), gb;
+    for (int k = 0; k < nt->n_nodes; k++) node_grads(nt, &nt->nodes[nt->n_nodes - 1 - k], &gb, &slice_end[k]);
     *done_at = cnt_malloc((size_t)*nb * sizeof **done_at);
-    size_t ready = 0;
-    int next = 0;
-    for (int i = nt->n_nodes - 1; i >= 0 && next < *nb; i--) {
-        size_t gb, ge;
-        node_grads(nt, &nt->nodes[i], &gb, &ge);
-        if (ge > ready) ready = ge;
-        for (; next < *nb && ends[next] <= ready; next++) (*done_at)[next] = i;
+    reducer_bucket_ready_after(ends, *nb, slice_end, nt->n_nodes, *done_at);
+    for (int b = 0; b < *nb; b++) {
+        CNT_ASSERT((*done_at)[b] >= 0); /* backward writes every gradient */
+        (*done_at)[b] = nt->n_nodes - 1 - (*done_at)[b];
     }
-    CNT_ASSERT(next == *nb);
+    free(slice_end);
     return ends;
 }
 
@@ -136,9 +140,9 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
     int nb, *done_at;
     size_t *ends = bucket_plan(cfg, nt, &nb, &done_at);
     fprintf(out, "{\"model\":");
-    json_string(out, cfg->model_name);
+    put_json_string(out, cfg->model_name);
     fprintf(out, ",\"device\":");
-    json_string(out, nt->be->name);
+    put_json_string(out, nt->be->name);
     fprintf(out, ",\"precision\":\"%s\",\"layout\":\"%s\",\"input\":[%d,%d,%d],\"classes\":%d,\"batch\":%d,",
             config_name(cfg, &cfg->precision), backend_layout_name(nt->layout, NULL), d->c, d->h, d->w,
             d->classes, cfg->batch_size);
@@ -162,9 +166,9 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
         size_t gb, ge;
         node_grads(nt, nd, &gb, &ge);
         fprintf(out, "%s{\"name\":", i == nt->n_nodes - 1 ? "" : ",");
-        json_string(out, nd->name);
+        put_json_string(out, nd->name);
         fprintf(out, ",\"kind\":");
-        json_string(out, nd->ops->kind);
+        put_json_string(out, nd->ops->kind);
         fprintf(out, ",\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"grad_begin\":%zu,\"grad_end\":%zu,\"grad_bytes\":%zu,"
                      "\"completes\":[",
                 1e3 * median(rc->fwd + i, steps, (size_t)rc->n_nodes),
@@ -264,4 +268,284 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     loader_free(ld);
     input_free(&d);
     return status;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+/* Every reading error: "FILE: what". */
+static int refuse(const char *file, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(const char *file, const char *fmt, ...) {
+    char what[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return cnt_err_set("%s: %s", file, what);
+}
+
+/* What a field must be. */
+typedef enum want { WANT_NUMBER, WANT_STRING, WANT_ARRAY, WANT_OBJECT } want;
+
+static const char *const want_name[] = {"a number", "a string", "an array", "an object"};
+
+static int is(const json_t *v, want w) {
+    switch (w) {
+    case WANT_NUMBER: return json_is_number(v);
+    case WANT_STRING: return json_is_string(v);
+    case WANT_ARRAY: return json_is_array(v);
+    default: return json_is_object(v);
+    }
+}
+
+/* obj[key] as w wants it, or CNT_ERR naming the field (where: "" or "layers[3]."). */
+static int field(const char *file, const char *where, const json_t *obj, const char *key, want w, const json_t **out) {
+    const json_t *v = json_object_get(obj, key);
+    if (!v) return refuse(file, "%s%s: missing (is it a profile written by trainer --profile?)", where, key);
+    if (!is(v, w)) return refuse(file, "%s%s: expected %s, found %s", where, key, want_name[w], json_kind(v));
+    *out = v;
+    return CNT_OK;
+}
+
+/* A number >= 0: a time in ms, a size in bytes. */
+static int number(const char *file, const char *where, const json_t *obj, const char *key, double *out) {
+    const json_t *v = NULL;
+    if (field(file, where, obj, key, WANT_NUMBER, &v) != CNT_OK) return CNT_ERR;
+    double d = json_number_value(v);
+    if (!(d >= 0) || !isfinite(d)) return refuse(file, "%s%s: expected a number >= 0, found %g", where, key, d);
+    *out = d;
+    return CNT_OK;
+}
+
+/* v (named name) a whole number in [min, max]; max <= 1e15, exact in a
+ * double, so 600.0 is 600 as well. */
+static int whole(const char *file, const char *name, const json_t *v, double min, double max, size_t *out) {
+    if (!json_is_number(v)) return refuse(file, "%s: expected a number, found %s", name, json_kind(v));
+    double d = json_number_value(v);
+    if (d != floor(d) || d < min || d > max)
+        return refuse(file, "%s: expected a whole number from %.0f to %.0f, found %g", name, min, max, d);
+    *out = (size_t)d;
+    return CNT_OK;
+}
+
+static int count(const char *file, const char *where, const json_t *obj, const char *key, double min, double max,
+                 size_t *out) {
+    const json_t *v = NULL;
+    char name[96];
+    snprintf(name, sizeof name, "%s%s", where, key);
+    if (field(file, where, obj, key, WANT_NUMBER, &v) != CNT_OK) return CNT_ERR;
+    return whole(file, name, v, min, max, out);
+}
+
+/* A string that fits buf. */
+static int text(const char *file, const char *where, const json_t *obj, const char *key, char *buf, size_t size) {
+    const json_t *v = NULL;
+    if (field(file, where, obj, key, WANT_STRING, &v) != CNT_OK) return CNT_ERR;
+    if (json_string_length(v) >= size) return refuse(file, "%s%s: longer than %zu bytes", where, key, size - 1);
+    memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+    return CNT_OK;
+}
+
+/* The run the profile was taken of, its phases and its bucket sizes. */
+static int read_run(const char *file, const json_t *root, profile *p) {
+    const json_t *in = NULL;
+    size_t per_rank, dims[3], classes, grad_bytes;
+    if (text(file, "", root, "model", p->model, sizeof p->model) != CNT_OK ||
+        count(file, "", root, "batch", 1, 1e6, &per_rank) != CNT_OK ||
+        field(file, "", root, "input", WANT_ARRAY, &in) != CNT_OK)
+        return CNT_ERR;
+    if (json_array_size(in) != 3) return refuse(file, "input: expected [C,H,W], found %zu numbers", json_array_size(in));
+    for (int k = 0; k < 3; k++)
+        if (whole(file, "input", json_array_get(in, k), 1, 1e6, &dims[k]) != CNT_OK) return CNT_ERR;
+    if (count(file, "", root, "classes", 1, 1e9, &classes) != CNT_OK ||
+        count(file, "", root, "params", 1, 1e15, &p->params) != CNT_OK ||
+        count(file, "", root, "grad_bytes", 0, 4e15, &grad_bytes) != CNT_OK ||
+        text(file, "", root, "device", p->device, sizeof p->device) != CNT_OK ||
+        text(file, "", root, "precision", p->precision, sizeof p->precision) != CNT_OK ||
+        number(file, "", root, "step_ms", &p->step_ms) != CNT_OK ||
+        number(file, "", root, "forward_ms", &p->forward_ms) != CNT_OK ||
+        number(file, "", root, "backward_ms", &p->backward_ms) != CNT_OK ||
+        number(file, "", root, "update_ms", &p->update_ms) != CNT_OK ||
+        number(file, "", root, "data_wait_ms", &p->data_wait_ms) != CNT_OK ||
+        count(file, "", root, "first_bucket_values", 1, 1e15, &p->first_bucket_values) != CNT_OK ||
+        count(file, "", root, "bucket_values", 1, 1e15, &p->bucket_values) != CNT_OK)
+        return CNT_ERR;
+    if (grad_bytes != 4 * p->params)
+        return refuse(file, "grad_bytes: %zu is not 4 x params (%zu)", grad_bytes, p->params);
+    p->batch = (int)per_rank;
+    p->c = (int)dims[0];
+    p->h = (int)dims[1];
+    p->w = (int)dims[2];
+    p->classes = (int)classes;
+    return CNT_OK;
+}
+
+/* The layers in backward order: times and gradient ranges, which together
+ * end at params. */
+static int read_layers(const char *file, const json_t *layers, profile *p) {
+    size_t n = json_array_size(layers);
+    if (n < 1 || n > 1000000) return refuse(file, "layers: expected 1 to 1000000 layers, found %zu", n);
+    p->n_layers = (int)n;
+    p->layers = cnt_calloc(n, sizeof *p->layers);
+    size_t covered = 0, gbytes;
+    char where[48];
+    for (int i = 0; i < p->n_layers; i++) {
+        const json_t *l = json_array_get(layers, i);
+        profile_layer *pl = &p->layers[i];
+        snprintf(where, sizeof where, "layers[%d].", i);
+        if (!json_is_object(l)) return refuse(file, "layers[%d]: expected an object, found %s", i, json_kind(l));
+        const json_t *name = NULL;
+        if (field(file, where, l, "name", WANT_STRING, &name) != CNT_OK) return CNT_ERR;
+        pl->name = cnt_strdup(json_string_value(name));
+        if (number(file, where, l, "forward_ms", &pl->forward_ms) != CNT_OK ||
+            number(file, where, l, "backward_ms", &pl->backward_ms) != CNT_OK ||
+            count(file, where, l, "grad_begin", 0, 1e15, &pl->grad_begin) != CNT_OK ||
+            count(file, where, l, "grad_end", 0, 1e15, &pl->grad_end) != CNT_OK ||
+            count(file, where, l, "grad_bytes", 0, 4e15, &gbytes) != CNT_OK)
+            return CNT_ERR;
+        if (pl->grad_end < pl->grad_begin || pl->grad_end > p->params)
+            return refuse(file, "%sgrad_end: %zu is below grad_begin (%zu) or above params (%zu)", where, pl->grad_end,
+                          pl->grad_begin, p->params);
+        if (gbytes != 4 * (pl->grad_end - pl->grad_begin))
+            return refuse(file, "%sgrad_bytes: %zu is not 4 x (grad_end - grad_begin)", where, gbytes);
+        if (pl->grad_end > covered) covered = pl->grad_end;
+    }
+    if (covered != p->params)
+        return refuse(file, "layers: the gradient ranges end at %zu, not at params (%zu)", covered, p->params);
+    return CNT_OK;
+}
+
+/* Layer i's `completes`: exactly the buckets b with done[b] == i, in order. */
+static int check_completes(const char *file, const json_t *layer, int i, const int *done, int nb) {
+    const json_t *cv = NULL;
+    char where[48];
+    snprintf(where, sizeof where, "layers[%d].", i);
+    if (field(file, where, layer, "completes", WANT_ARRAY, &cv) != CNT_OK) return CNT_ERR;
+    size_t k = 0;
+    int same = 1;
+    for (int b = 0; b < nb; b++) {
+        if (done[b] != i) continue;
+        const json_t *item = json_array_get(cv, k); /* NULL beyond the end */
+        if (!item || !json_is_number(item) || json_number_value(item) != b) same = 0;
+        k++;
+    }
+    if (!same || k != json_array_size(cv))
+        return refuse(file, "layers[%d].completes: does not match the buckets its gradient range completes", i);
+    return CNT_OK;
+}
+
+/* `buckets` is the reducer's cut of params, and each layer's `completes`
+ * the buckets the reducer's rule completes after it. */
+static int check_buckets(const char *file, const json_t *root, const json_t *layers, const profile *p) {
+    const json_t *buckets = NULL;
+    if (field(file, "", root, "buckets", WANT_ARRAY, &buckets) != CNT_OK) return CNT_ERR;
+    /* the count first, so a tiny bucket_values cannot make the cut below long */
+    size_t nb_cut = p->params <= p->first_bucket_values
+                        ? 1 : 1 + (p->params - p->first_bucket_values + p->bucket_values - 1) / p->bucket_values;
+    if (json_array_size(buckets) != nb_cut)
+        return refuse(file, "buckets: %zu buckets, but first_bucket_values and bucket_values cut params into %zu",
+                      json_array_size(buckets), nb_cut);
+    int nb = (int)nb_cut, rc = CNT_OK;
+    size_t *ends = cnt_malloc(nb_cut * sizeof *ends), *slice_end = cnt_malloc((size_t)p->n_layers * sizeof *slice_end);
+    int *done = cnt_malloc(nb_cut * sizeof *done);
+    reducer_bucket_layout(p->params, p->first_bucket_values, p->bucket_values, ends, nb);
+    for (int i = 0; i < p->n_layers; i++) slice_end[i] = p->layers[i].grad_end;
+    reducer_bucket_ready_after(ends, nb, slice_end, p->n_layers, done);
+    char where[48];
+    for (int b = 0; rc == CNT_OK && b < nb; b++) {
+        size_t begin, end, cut_begin = b ? ends[b - 1] : 0;
+        const json_t *bk = json_array_get(buckets, b);
+        snprintf(where, sizeof where, "buckets[%d].", b);
+        if (!json_is_object(bk))
+            rc = refuse(file, "buckets[%d]: expected an object, found %s", b, json_kind(bk));
+        else if (count(file, where, bk, "begin", 0, 1e15, &begin) != CNT_OK ||
+                 count(file, where, bk, "end", 0, 1e15, &end) != CNT_OK)
+            rc = CNT_ERR;
+        else if (begin != cut_begin || end != ends[b])
+            rc = refuse(file, "buckets[%d]: [%zu, %zu) is not the reducer's cut [%zu, %zu)", b, begin, end, cut_begin,
+                        ends[b]);
+    }
+    for (int i = 0; rc == CNT_OK && i < p->n_layers; i++) rc = check_completes(file, json_array_get(layers, i), i, done, nb);
+    free(ends);
+    free(slice_end);
+    free(done);
+    return rc;
+}
+
+static int read_curve(const char *file, const json_t *curves, const char *key, profile_curve *c) {
+    const json_t *a = NULL;
+    char at[64], where[72];
+    if (field(file, "allreduce.curves.", curves, key, WANT_ARRAY, &a) != CNT_OK) return CNT_ERR;
+    size_t n = json_array_size(a);
+    if (n < 1) return refuse(file, "allreduce.curves.%s: empty", key);
+    if (n > 1000000) return refuse(file, "allreduce.curves.%s: more than 1000000 points", key);
+    c->n = (int)n;
+    c->bytes = cnt_malloc(n * sizeof *c->bytes);
+    c->us = cnt_malloc(n * sizeof *c->us);
+    for (int i = 0; i < c->n; i++) {
+        snprintf(at, sizeof at, "allreduce.curves.%s[%d]", key, i);
+        snprintf(where, sizeof where, "%s.", at);
+        const json_t *pt = json_array_get(a, i);
+        if (!json_is_object(pt)) return refuse(file, "%s: expected an object, found %s", at, json_kind(pt));
+        if (number(file, where, pt, "bytes", &c->bytes[i]) != CNT_OK || number(file, where, pt, "us", &c->us[i]) != CNT_OK)
+            return CNT_ERR;
+        if (c->bytes[i] <= 0 || c->us[i] <= 0) return refuse(file, "%s: bytes and us must be above 0", at);
+        if (i > 0 && c->bytes[i] <= c->bytes[i - 1]) return refuse(file, "%s.bytes: not above the previous point's", at);
+    }
+    return CNT_OK;
+}
+
+/* The optional allreduce curves of tools/profile.sh. */
+static int read_allreduce(const char *file, const json_t *root, profile *p) {
+    const json_t *ar = json_object_get(root, "allreduce"), *curves = NULL;
+    size_t world;
+    if (!ar) return CNT_OK;
+    if (!json_is_object(ar)) return refuse(file, "allreduce: expected an object, found %s", json_kind(ar));
+    if (count(file, "allreduce.", ar, "world", 2, 1e6, &world) != CNT_OK) return CNT_ERR;
+    p->curve_world = (int)world;
+    if (field(file, "allreduce.", ar, "curves", WANT_OBJECT, &curves) != CNT_OK ||
+        read_curve(file, curves, "mpi", &p->curve_mpi) != CNT_OK || read_curve(file, curves, "ring", &p->curve_ring) != CNT_OK)
+        return CNT_ERR;
+    return CNT_OK;
+}
+
+static int read_tree(const char *file, const json_t *root, profile *p) {
+    const json_t *layers = NULL;
+    if (!json_is_object(root))
+        return refuse(file, "not a step profile (a JSON object written by trainer --profile); found %s",
+                      json_kind(root));
+    if (read_run(file, root, p) != CNT_OK || field(file, "", root, "layers", WANT_ARRAY, &layers) != CNT_OK ||
+        read_layers(file, layers, p) != CNT_OK || check_buckets(file, root, layers, p) != CNT_OK ||
+        read_allreduce(file, root, p) != CNT_OK)
+        return CNT_ERR;
+    return CNT_OK;
+}
+
+int profile_parse(const char *text, size_t len, const char *name, profile *p) {
+    memset(p, 0, sizeof *p);
+    json_t *root;
+    if (json_parse(text, len, name, &root) != CNT_OK) return CNT_ERR;
+    int rc = read_tree(name, root, p);
+    json_decref(root);
+    if (rc != CNT_OK) profile_free(p);
+    return rc;
+}
+
+int profile_load(const char *path, profile *p) {
+    memset(p, 0, sizeof *p);
+    size_t len;
+    char *text = file_read_all(path, "profile", (uint64_t)1 << 30, &len);
+    if (!text) return CNT_ERR;
+    int rc = profile_parse(text, len, path, p);
+    free(text);
+    return rc;
+}
+
+void profile_free(profile *p) {
+    for (int i = 0; p->layers && i < p->n_layers; i++) free(p->layers[i].name);
+    free(p->layers);
+    free(p->curve_mpi.bytes);
+    free(p->curve_mpi.us);
+    free(p->curve_ring.bytes);
+    free(p->curve_ring.us);
+    memset(p, 0, sizeof *p);
 }

@@ -29,23 +29,79 @@
  * taken (the profile's times are the device's; the step runs slower than in
  * training while profiled).
  *
- * Errors: CNT_ERR with a message (data, model, device, or the output file).
+ * Reading one back: profile_load reads and checks a profile file into a
+ * `profile`, for both of its readers: emulated compute (train/emulate.c,
+ * which checks it against the net it will build) and the step simulator
+ * (tools/simulate_engine.c, which may move it to other hardware). It checks
+ * what a profile must be to replay: every field above that a reader uses,
+ * of its type (times finite and >= 0, counts whole), grad_bytes 4 x params,
+ * each layer's gradient range inside [0, params), the ranges together
+ * ending at params, `buckets` the reducer's own cut of params at
+ * first_bucket_values / bucket_values (reducer_bucket_layout), and each
+ * layer's `completes` the buckets the reducer's rule completes after it
+ * (reducer_bucket_ready_after). steps, warmup, layout and a layer's kind
+ * are for people and not read. The optional "allreduce" block of
+ * tools/profile.sh: {"world": N >= 2, "curves": {"mpi": [{"bytes": B,
+ * "us": T}, ...], "ring": [...]}}, each curve non-empty with bytes
+ * increasing and bytes, us above 0.
+ *
+ * Errors: profile_run: CNT_ERR with a message (data, model, device, or the
+ * output file). profile_load / profile_parse: CNT_ERR with a message naming
+ * the file and the field ("p.json: layers[2].grad_end: expected a number,
+ * found a string"; malformed JSON: "p.json:LINE:COL: what was expected");
+ * the file cannot be read, or is larger than 1 GiB. Allocation failure is
+ * fatal.
  */
 #ifndef CNT_PROFILE_H
 #define CNT_PROFILE_H
 
+#include <stddef.h>
 #include <stdio.h>
 
-#include "train/config.h"
+struct config;
+struct net;
+
+typedef struct profile_layer {
+    char *name;
+    double forward_ms, backward_ms;
+    size_t grad_begin, grad_end; /* values of the gradient buffer its backward writes; equal: none */
+} profile_layer;
+
+/* A measured allreduce curve: time against bytes. */
+typedef struct profile_curve {
+    int n;
+    double *bytes, *us; /* [n], bytes increasing */
+} profile_curve;
+
+/* A step profile as read back (the fields of the JSON above). */
+typedef struct profile {
+    char model[64], device[32], precision[16];
+    int batch, c, h, w, classes;        /* per rank; the input's C x H x W */
+    size_t params;                      /* values of the gradient buffer (4 bytes each) */
+    size_t first_bucket_values, bucket_values;
+    double step_ms, forward_ms, backward_ms, update_ms, data_wait_ms;
+    int n_layers;
+    profile_layer *layers;              /* [n_layers], backward order */
+    int curve_world;                    /* 0: no allreduce block */
+    profile_curve curve_mpi, curve_ring;
+} profile;
 
 /* Profiles cfg's step and writes the JSON to out. */
-int profile_run(const config *cfg, int steps, int warmup, FILE *out);
+int profile_run(const struct config *cfg, int steps, int warmup, FILE *out);
 
 /* For --summary: the gradient's size (and on the wire with
  * dist.compress = fp16) and how the reducer cuts it into buckets
  * (dist.first_bucket_mb, dist.bucket_mb), each with its size and the layer
  * after whose backward it is complete (the buffer fills from the last
  * layer's parameters, so bucket 0 is ready first). */
-void profile_print_buckets(const config *cfg, const struct net *nt, FILE *out);
+void profile_print_buckets(const struct config *cfg, const struct net *nt, FILE *out);
+
+/* Reads and checks the profile file at path into *p (free with
+ * profile_free); on CNT_ERR *p holds nothing. */
+int profile_load(const char *path, profile *p);
+/* The same from text[0, len); name: the file's name in messages. */
+int profile_parse(const char *text, size_t len, const char *name, profile *p);
+/* Frees what profile_load filled. A zeroed or freed *p is fine. */
+void profile_free(profile *p);
 
 #endif

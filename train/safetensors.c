@@ -6,14 +6,16 @@
  * of the 8-byte num_batches_tracked scalars first, so every tensor stays
  * aligned to its element size), pads it with spaces to a multiple of 8 as the
  * reference implementation does, and streams header and data to a temporary
- * file that is renamed into place. Reading parses the header with a small,
- * strict parser, checks the data layout (sizes, no overlap, no gap, within the
+ * file that is renamed into place. Reading parses the header with the
+ * project's JSON parser (common/json.h), checks that it is exactly the
+ * format's, checks the data layout (sizes, no overlap, no gap, within the
  * file), matches the net's tensors by name, and only then copies (and
  * converts) their data.
  */
 #include "train/safetensors.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,9 @@
 #include <unistd.h>
 
 #include "common/check.h"
-#include "common/half.h"
 #include "common/fileio.h"
+#include "common/half.h"
+#include "common/json.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is copied as is: the host must be little-endian"
@@ -56,7 +59,7 @@ static int dtype_index(const char *name) {
 /* ---------------------------------------------------------------- writing */
 
 /* Writes s as a JSON string (names are ASCII in practice; anything below 0x20 is escaped). */
-static void json_string(FILE *f, const char *s) {
+static void put_json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
@@ -70,7 +73,7 @@ static void json_entry(FILE *f, int *first, const char *name, const char *dtype,
                        uint64_t begin, uint64_t end) {
     fputs(*first ? "" : ",", f);
     *first = 0;
-    json_string(f, name);
+    put_json_string(f, name);
     fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", dtype);
     for (int d = 0; d < ndim; d++) fprintf(f, "%s%d", d ? "," : "", shape[d]);
     fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)begin, (unsigned long long)end);
@@ -89,9 +92,9 @@ static char *build_header(const net *nt, const char *const *metadata, size_t *le
         fputs("\"__metadata__\":{", f);
         for (int i = 0; metadata[i] && metadata[i + 1]; i += 2) {
             if (i) fputc(',', f);
-            json_string(f, metadata[i]);
+            put_json_string(f, metadata[i]);
             fputc(':', f);
-            json_string(f, metadata[i + 1]);
+            put_json_string(f, metadata[i + 1]);
         }
         fputc('}', f);
         first = 0;
@@ -186,7 +189,7 @@ int safetensors_write(const char *path, const net *nt, const float *params, cons
     return file_commit_atomic(w.f, w.failed, tmp, path, dir, "safetensors file");
 }
 
-/* ---------------------------------------------------------------- the header parser */
+/* ---------------------------------------------------------------- the header */
 
 typedef struct st_entry {
     char *name;
@@ -197,299 +200,127 @@ typedef struct st_entry {
     int used;                /* matched to a tensor of the net */
 } st_entry;
 
-typedef struct st_parser {
-    const char *p, *end;
-    const char *path;        /* for messages */
-    const char *start;       /* of the header, for positions */
+/* The header's tensor entries, in the file's order. */
+typedef struct st_header {
     st_entry *entries;
-    int n, cap;
-    int has_metadata;
-} st_parser;
+    int n;
+} st_header;
 
-static int bad(st_parser *ps, const char *what) {
-    return cnt_err_set("safetensors file '%s' has a bad header: %s at byte %ld of the JSON header", ps->path, what,
-                       (long)(ps->p - ps->start));
+/* "safetensors file 'PATH' has a bad header: what". */
+static int bad(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(const char *path, const char *fmt, ...) {
+    char what[NET_NAME_LEN + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return cnt_err_set("safetensors file '%s' has a bad header: %s", path, what);
 }
 
-static void skip_ws(st_parser *ps) {
-    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
-}
-
-static int expect(st_parser *ps, char c) {
-    skip_ws(ps);
-    if (ps->p >= ps->end || *ps->p != c) {
-        char what[32];
-        snprintf(what, sizeof what, "expected '%c'", c);
-        return bad(ps, what);
-    }
-    ps->p++;
-    return CNT_OK;
-}
-
-/* 1 (and consumes it) if the next non-space character is c. */
-static int accept(st_parser *ps, char c) {
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == c) {
-        ps->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int hex4(st_parser *ps, unsigned *out) {
-    if (ps->end - ps->p < 4) return bad(ps, "short \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = ps->p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return bad(ps, "bad \\u escape");
-        v = v * 16 + (unsigned)d;
-    }
-    ps->p += 4;
-    *out = v;
-    return CNT_OK;
-}
-
-/* A JSON string, decoded to UTF-8 in a new allocation (*out, caller frees). */
-static int parse_string(st_parser *ps, char **out) {
-    if (expect(ps, '"') != CNT_OK) return CNT_ERR;
-    const char *q = ps->p;
-    while (q < ps->end && *q != '"') q += *q == '\\' ? 2 : 1; /* bound for the decoded length */
-    if (q >= ps->end) return bad(ps, "unterminated string");
-    char *s = cnt_malloc((size_t)(q - ps->p) + 1), *o = s;
-    while (*ps->p != '"') {
-        unsigned char c = (unsigned char)*ps->p++;
-        if (c < 0x20) {
-            free(s);
-            ps->p--;
-            return bad(ps, "control character in a string");
-        }
-        if (c != '\\') {
-            *o++ = (char)c;
+/* a (tensor's field `key`): an array of at most max non-negative integers,
+ * exact to 2^63 - 1, into vals; *count receives how many. */
+static int uint_array(const char *path, const char *tensor, const char *key, const json_t *a, uint64_t *vals,
+                      int max, int *count) {
+    if (!json_is_array(a)) return bad(path, "tensor '%.*s': %s: expected an array, found %s", NET_NAME_LEN, tensor,
+                                      key, json_kind(a));
+    if (json_array_size(a) > (size_t)max)
+        return bad(path, "tensor '%.*s' has more than %d dimensions", NET_NAME_LEN, tensor, max);
+    *count = (int)json_array_size(a);
+    for (int i = 0; i < *count; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (json_is_integer(v) && json_integer_value(v) >= 0) {
+            vals[i] = (uint64_t)json_integer_value(v);
             continue;
         }
-        c = (unsigned char)*ps->p++;
-        unsigned u;
-        switch (c) {
-        case '"': case '\\': case '/': *o++ = (char)c; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u':
-            if (hex4(ps, &u) != CNT_OK) {
-                free(s);
-                return CNT_ERR;
-            }
-            if (u >= 0xd800 && u < 0xdc00) { /* a surrogate pair: the low half must follow */
-                unsigned lo;
-                if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u') {
-                    free(s);
-                    return bad(ps, "unpaired surrogate in a \\u escape");
-                }
-                ps->p += 2;
-                if (hex4(ps, &lo) != CNT_OK) {
-                    free(s);
-                    return CNT_ERR;
-                }
-                if (lo < 0xdc00 || lo > 0xdfff) {
-                    free(s);
-                    return bad(ps, "unpaired surrogate in a \\u escape");
-                }
-                u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
-            } else if (u >= 0xdc00 && u < 0xe000) {
-                free(s);
-                return bad(ps, "unpaired surrogate in a \\u escape");
-            }
-            if (u < 0x80) {
-                *o++ = (char)u;
-            } else if (u < 0x800) {
-                *o++ = (char)(0xc0 | (u >> 6));
-                *o++ = (char)(0x80 | (u & 0x3f));
-            } else if (u < 0x10000) {
-                *o++ = (char)(0xe0 | (u >> 12));
-                *o++ = (char)(0x80 | ((u >> 6) & 0x3f));
-                *o++ = (char)(0x80 | (u & 0x3f));
-            } else {
-                *o++ = (char)(0xf0 | (u >> 18));
-                *o++ = (char)(0x80 | ((u >> 12) & 0x3f));
-                *o++ = (char)(0x80 | ((u >> 6) & 0x3f));
-                *o++ = (char)(0x80 | (u & 0x3f));
-            }
-            break;
-        default:
-            free(s);
-            ps->p--;
-            return bad(ps, "bad escape in a string");
-        }
+        char found[48];
+        if (json_is_integer(v)) snprintf(found, sizeof found, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v)) snprintf(found, sizeof found, "%g", json_real_value(v));
+        else snprintf(found, sizeof found, "%s", json_kind(v));
+        return bad(path, "tensor '%.*s': %s[%d]: expected a non-negative integer, found %s", NET_NAME_LEN, tensor, key,
+                   i, found);
     }
-    ps->p++; /* the closing quote */
-    *o = '\0';
-    *out = s;
     return CNT_OK;
 }
 
-/* A non-negative integer without sign, fraction or exponent. */
-static int parse_uint(st_parser *ps, uint64_t *out) {
-    skip_ws(ps);
-    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9') return bad(ps, "expected a non-negative integer");
-    if (*ps->p == '0' && ps->p + 1 < ps->end && ps->p[1] >= '0' && ps->p[1] <= '9')
-        return bad(ps, "number with a leading zero");
-    uint64_t v = 0;
-    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
-        unsigned d = (unsigned)(*ps->p - '0');
-        if (v > (UINT64_MAX - d) / 10) return bad(ps, "integer too large");
-        v = v * 10 + d;
-        ps->p++;
+/* One tensor's entry: {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, those keys exactly. */
+static int read_entry(const char *path, const json_t *v, st_entry *e) {
+    if (!json_is_object(v))
+        return bad(path, "tensor '%.*s': expected an object, found %s", NET_NAME_LEN, e->name, json_kind(v));
+    const char *key;
+    const json_t *x;
+    json_object_foreach((json_t *)v, key, x) {
+        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets"))
+            return bad(path, "tensor '%.*s': unexpected key '%.32s'", NET_NAME_LEN, e->name, key);
     }
-    if (ps->p < ps->end && (*ps->p == '.' || *ps->p == 'e' || *ps->p == 'E'))
-        return bad(ps, "expected an integer, found a fraction or exponent");
-    *out = v;
-    return CNT_OK;
-}
-
-/* [n, n, ...] into vals (at most max); *count receives how many. */
-static int parse_uint_array(st_parser *ps, uint64_t *vals, int max, int *count, const char *tensor) {
-    if (expect(ps, '[') != CNT_OK) return CNT_ERR;
+    const json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
+    const json_t *offsets = json_object_get(v, "data_offsets");
+    if (!dtype || !shape || !offsets)
+        return bad(path, "tensor '%.*s' lacks %s", NET_NAME_LEN, e->name,
+                   !dtype ? "\"dtype\"" : !shape ? "\"shape\"" : "\"data_offsets\"");
+    if (!json_is_string(dtype))
+        return bad(path, "tensor '%.*s': dtype: expected a string, found %s", NET_NAME_LEN, e->name, json_kind(dtype));
+    e->dtype = dtype_index(json_string_value(dtype));
+    if (e->dtype < 0)
+        return bad(path, "tensor '%.*s' has unknown dtype '%.16s'", NET_NAME_LEN, e->name, json_string_value(dtype));
+    uint64_t off[2];
     int n = 0;
-    if (!accept(ps, ']')) {
-        do {
-            if (n == max) {
-                char what[NET_NAME_LEN + 96];
-                snprintf(what, sizeof what, "tensor '%.*s' has more than %d dimensions", NET_NAME_LEN, tensor, max);
-                return bad(ps, what);
-            }
-            if (parse_uint(ps, &vals[n++]) != CNT_OK) return CNT_ERR;
-        } while (accept(ps, ','));
-        if (expect(ps, ']') != CNT_OK) return CNT_ERR;
-    }
-    *count = n;
-    return CNT_OK;
-}
-
-/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} for tensor e->name. */
-static int parse_tensor(st_parser *ps, st_entry *e) {
-    if (expect(ps, '{') != CNT_OK) return CNT_ERR;
-    int have_dtype = 0, have_shape = 0, have_offsets = 0;
-    char what[NET_NAME_LEN + 128];
-    if (!accept(ps, '}')) {
-        do {
-            char *key;
-            if (parse_string(ps, &key) != CNT_OK) return CNT_ERR;
-            if (expect(ps, ':') != CNT_OK) {
-                free(key);
-                return CNT_ERR;
-            }
-            int rc = CNT_OK;
-            if (strcmp(key, "dtype") == 0 && !have_dtype) {
-                char *dt;
-                have_dtype = 1;
-                rc = parse_string(ps, &dt);
-                if (rc == CNT_OK) {
-                    e->dtype = dtype_index(dt);
-                    if (e->dtype < 0) {
-                        snprintf(what, sizeof what, "tensor '%.*s' has unknown dtype '%.16s'", NET_NAME_LEN, e->name,
-                                 dt);
-                        rc = bad(ps, what);
-                    }
-                    free(dt);
-                }
-            } else if (strcmp(key, "shape") == 0 && !have_shape) {
-                have_shape = 1;
-                rc = parse_uint_array(ps, e->shape, ST_MAX_DIMS, &e->ndim, e->name);
-            } else if (strcmp(key, "data_offsets") == 0 && !have_offsets) {
-                uint64_t off[3] = {0, 0, 0};
-                int n = 0;
-                have_offsets = 1;
-                rc = parse_uint_array(ps, off, 3, &n, e->name);
-                if (rc == CNT_OK && n != 2) {
-                    snprintf(what, sizeof what, "tensor '%.*s': data_offsets must hold 2 numbers", NET_NAME_LEN,
-                             e->name);
-                    rc = bad(ps, what);
-                }
-                e->begin = off[0];
-                e->end = off[1];
-            } else {
-                snprintf(what, sizeof what, "tensor '%.*s': unexpected or repeated key '%.32s'", NET_NAME_LEN,
-                         e->name, key);
-                rc = bad(ps, what);
-            }
-            free(key);
-            if (rc != CNT_OK) return CNT_ERR;
-        } while (accept(ps, ','));
-        if (expect(ps, '}') != CNT_OK) return CNT_ERR;
-    }
-    if (!have_dtype || !have_shape || !have_offsets) {
-        snprintf(what, sizeof what, "tensor '%.*s' lacks %s", NET_NAME_LEN, e->name,
-                 !have_dtype ? "\"dtype\"" : !have_shape ? "\"shape\"" : "\"data_offsets\"");
-        return bad(ps, what);
-    }
+    if (json_array_size(offsets) != 2) /* 0 when not an array */
+        return bad(path, "tensor '%.*s': data_offsets must hold 2 numbers", NET_NAME_LEN, e->name);
+    if (uint_array(path, e->name, "shape", shape, e->shape, ST_MAX_DIMS, &e->ndim) != CNT_OK ||
+        uint_array(path, e->name, "data_offsets", offsets, off, 2, &n) != CNT_OK)
+        return CNT_ERR;
+    e->begin = off[0];
+    e->end = off[1];
     return CNT_OK;
 }
 
 /* "__metadata__": {str: str, ...}; the values are not used. */
-static int parse_metadata(st_parser *ps) {
-    if (expect(ps, '{') != CNT_OK) return CNT_ERR;
-    if (accept(ps, '}')) return CNT_OK;
-    do {
-        char *k, *v;
-        if (parse_string(ps, &k) != CNT_OK) return CNT_ERR;
-        free(k);
-        if (expect(ps, ':') != CNT_OK) return CNT_ERR;
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p != '"') return bad(ps, "__metadata__ values must be strings");
-        if (parse_string(ps, &v) != CNT_OK) return CNT_ERR;
-        free(v);
-    } while (accept(ps, ','));
-    return expect(ps, '}');
-}
-
-static int find_entry(const st_parser *ps, const char *name) {
-    for (int i = 0; i < ps->n; i++)
-        if (strcmp(ps->entries[i].name, name) == 0) return i;
-    return -1;
-}
-
-static int parse_header(st_parser *ps) {
-    if (expect(ps, '{') != CNT_OK) return CNT_ERR;
-    if (!accept(ps, '}')) {
-        do {
-            char *name;
-            if (parse_string(ps, &name) != CNT_OK) return CNT_ERR;
-            if (expect(ps, ':') != CNT_OK) {
-                free(name);
-                return CNT_ERR;
-            }
-            if (strcmp(name, "__metadata__") == 0) {
-                free(name);
-                if (ps->has_metadata) return bad(ps, "repeated \"__metadata__\"");
-                ps->has_metadata = 1;
-                if (parse_metadata(ps) != CNT_OK) return CNT_ERR;
-                continue;
-            }
-            if (find_entry(ps, name) >= 0) {
-                char what[NET_NAME_LEN + 64];
-                snprintf(what, sizeof what, "tensor '%.*s' appears twice", NET_NAME_LEN, name);
-                free(name);
-                return bad(ps, what);
-            }
-            if (ps->n == ps->cap) {
-                ps->cap = ps->cap ? 2 * ps->cap : 256;
-                st_entry *grown = realloc(ps->entries, (size_t)ps->cap * sizeof *grown);
-                CHECK_ERRNO(grown != NULL, "growing the safetensors entry list");
-                ps->entries = grown;
-            }
-            st_entry *e = &ps->entries[ps->n++];
-            memset(e, 0, sizeof *e);
-            e->name = name;
-            if (parse_tensor(ps, e) != CNT_OK) return CNT_ERR;
-        } while (accept(ps, ','));
-        if (expect(ps, '}') != CNT_OK) return CNT_ERR;
+static int check_metadata(const char *path, const json_t *v) {
+    if (!json_is_object(v)) return bad(path, "__metadata__: expected an object, found %s", json_kind(v));
+    const char *key;
+    const json_t *x;
+    json_object_foreach((json_t *)v, key, x) {
+        if (!json_is_string(x)) return bad(path, "__metadata__ values must be strings ('%.32s' is %s)", key, json_kind(x));
     }
-    skip_ws(ps); /* the padding */
-    if (ps->p != ps->end) return bad(ps, "unexpected text after the JSON object");
     return CNT_OK;
+}
+
+/* The header text[0, len) into h's entries (free them with free_header,
+ * also after CNT_ERR): an object of tensor entries and "__metadata__". */
+static int read_header(const char *path, const char *text, size_t len, st_header *h) {
+    json_t *root;
+    if (json_parse(text, len, "JSON header", &root) != CNT_OK)
+        return cnt_err_prefix("safetensors file '%s' has a bad header", path);
+    int rc = CNT_OK;
+    if (!json_is_object(root)) rc = bad(path, "expected a JSON object, found %s", json_kind(root));
+    h->entries = cnt_calloc(json_is_object(root) && json_object_size(root) ? json_object_size(root) : 1,
+                            sizeof *h->entries);
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (rc != CNT_OK) break;
+        if (strcmp(key, "__metadata__") == 0) {
+            rc = check_metadata(path, v);
+            continue;
+        }
+        st_entry *e = &h->entries[h->n++];
+        e->name = cnt_strdup(key);
+        rc = read_entry(path, v, e);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void free_header(st_header *h) {
+    for (int i = 0; i < h->n; i++) free(h->entries[i].name);
+    free(h->entries);
+    memset(h, 0, sizeof *h);
+}
+
+static int find_entry(const st_header *h, const char *name) {
+    for (int i = 0; i < h->n; i++)
+        if (strcmp(h->entries[i].name, name) == 0) return i;
+    return -1;
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -631,39 +462,38 @@ static int shape_equal(const st_entry *e, const st_target *t, int from) {
     return 1;
 }
 
-/* Everything after the file is open: see safetensors_load. */
-static int load_open(FILE *f, const char *path, const net *nt, float *params, float *buffers,
-                     safetensors_report *rep) {
+/* The header's length field and text (NUL-terminated, *text: caller frees),
+ * checked against the file's size. */
+static int read_header_text(FILE *f, const char *path, uint64_t *size, uint64_t *hlen, char **text) {
     struct stat st;
     if (fstat(fileno(f), &st) != 0) return cnt_err_set("cannot stat safetensors file '%s': %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return cnt_err_set("safetensors file '%s' is a directory", path);
-    uint64_t size = (uint64_t)st.st_size;
-    uint64_t hlen;
-    if (size < 8 || fread(&hlen, 1, 8, f) != 8)
+    *size = (uint64_t)st.st_size;
+    if (*size < 8 || fread(hlen, 1, 8, f) != 8)
         return cnt_err_set("safetensors file '%s' is truncated: %llu bytes, too short for the header length", path,
-                           (unsigned long long)size);
-    if (hlen > SAFETENSORS_MAX_HEADER)
+                           (unsigned long long)*size);
+    if (*hlen > SAFETENSORS_MAX_HEADER)
         return cnt_err_set("safetensors file '%s' has a bad header: its length field says %llu bytes (at most %llu "
                            "allowed; is this a safetensors file?)",
-                           path, (unsigned long long)hlen, (unsigned long long)SAFETENSORS_MAX_HEADER);
-    if (hlen > size - 8)
+                           path, (unsigned long long)*hlen, (unsigned long long)SAFETENSORS_MAX_HEADER);
+    if (*hlen > *size - 8)
         return cnt_err_set("safetensors file '%s' is truncated: the header needs %llu bytes, the file has %llu after "
                            "the length field",
-                           path, (unsigned long long)hlen, (unsigned long long)(size - 8));
-    char *text = cnt_malloc((size_t)hlen + 1);
-    if (hlen && fread(text, 1, (size_t)hlen, f) != hlen) {
-        free(text);
+                           path, (unsigned long long)*hlen, (unsigned long long)(*size - 8));
+    *text = cnt_malloc((size_t)*hlen + 1);
+    if (*hlen && fread(*text, 1, (size_t)*hlen, f) != *hlen) {
+        free(*text);
         return cnt_err_set("cannot read the header of safetensors file '%s': %s", path, strerror(errno));
     }
-    text[hlen] = '\0';
-    st_parser ps = {.p = text, .end = text + hlen, .start = text, .path = path};
-    int rc = CNT_ERR;
-    st_target *tg = NULL;
-    int n_tg = nt->n_param_tensors + nt->n_buffer_tensors;
-    if (parse_header(&ps) != CNT_OK || check_layout(path, ps.entries, ps.n, size - 8 - hlen) != CNT_OK) goto out;
+    (*text)[*hlen] = '\0';
+    return CNT_OK;
+}
 
-    /* Match the net's tensors. */
-    tg = cnt_calloc((size_t)(n_tg ? n_tg : 1), sizeof *tg);
+/* Every tensor of nt in tg[n_tg], matched with its entry in h: present, of a
+ * dtype we convert, of the net's shape, or (fine-tuning) the classifier
+ * for another class count, whose tensors are then kept. */
+static int match_tensors(const char *path, const net *nt, float *params, float *buffers, const st_header *h,
+                         st_target *tg, int n_tg) {
     for (int i = 0; i < nt->n_param_tensors; i++) {
         const param_info *pi = &nt->param_info[i];
         tg[i] = (st_target){pi->name, pi->ndim, pi->shape, params + pi->offset, pi->node, -1, 0};
@@ -674,24 +504,20 @@ static int load_open(FILE *f, const char *path, const net *nt, float *params, fl
     }
     int missing = 0, first_missing = -1;
     for (int i = 0; i < n_tg; i++) {
-        tg[i].entry = find_entry(&ps, tg[i].name);
+        tg[i].entry = find_entry(h, tg[i].name);
         if (tg[i].entry < 0 && missing++ == 0) first_missing = i;
     }
-    if (missing) {
-        cnt_err_set("safetensors file '%s' has no tensor '%s', which this model needs (%d of its %d tensors are "
-                    "missing; the file has %d)",
-                    path, tg[first_missing].name, missing, n_tg, ps.n);
-        goto out;
-    }
+    if (missing)
+        return cnt_err_set("safetensors file '%s' has no tensor '%s', which this model needs (%d of its %d tensors are "
+                           "missing; the file has %d)",
+                           path, tg[first_missing].name, missing, n_tg, h->n);
     for (int i = 0; i < n_tg; i++) {
         st_target *t = &tg[i];
-        const st_entry *e = &ps.entries[t->entry];
+        const st_entry *e = &h->entries[t->entry];
         const char *dt = st_dtypes[e->dtype].name;
-        if (strcmp(dt, "F32") != 0 && strcmp(dt, "F16") != 0 && strcmp(dt, "BF16") != 0) {
-            cnt_err_set("safetensors file '%s': tensor '%s' has dtype %s; only F32, F16 and BF16 can be loaded", path,
-                        t->name, dt);
-            goto out;
-        }
+        if (strcmp(dt, "F32") != 0 && strcmp(dt, "F16") != 0 && strcmp(dt, "BF16") != 0)
+            return cnt_err_set("safetensors file '%s': tensor '%s' has dtype %s; only F32, F16 and BF16 can be loaded",
+                               path, t->name, dt);
         if (shape_equal(e, t, 0)) continue;
         /* Fine-tuning: the classifier for another class count keeps the net's values. */
         int classifier = t->node == nt->output || (nt->aux_output >= 0 && t->node == nt->aux_output);
@@ -703,45 +529,63 @@ static int load_open(FILE *f, const char *path, const net *nt, float *params, fl
         char fs[160], ns[160];
         fmt_shape(fs, sizeof fs, e->ndim, e->shape, NULL);
         fmt_shape(ns, sizeof ns, t->ndim, NULL, t->shape);
-        cnt_err_set("safetensors file '%s': tensor '%s' has shape %s, this model needs %s", path, t->name, fs, ns);
-        goto out;
+        return cnt_err_set("safetensors file '%s': tensor '%s' has shape %s, this model needs %s", path, t->name, fs,
+                           ns);
     }
+    return CNT_OK;
+}
 
-    /* Valid: now the caller's arrays may be written. */
-    safetensors_report r;
-    memset(&r, 0, sizeof r);
-    uint64_t base = 8 + hlen;
+/* Reads the matched tensors (data from byte base of the file) into the
+ * caller's arrays and says in *r what was loaded, kept and ignored. */
+static int copy_tensors(FILE *f, const char *path, uint64_t base, st_header *h, const st_target *tg, int n_tg,
+                        safetensors_report *r) {
+    memset(r, 0, sizeof *r);
     for (int i = 0; i < n_tg; i++) {
-        st_target *t = &tg[i];
-        st_entry *e = &ps.entries[t->entry];
+        const st_target *t = &tg[i];
+        st_entry *e = &h->entries[t->entry];
         e->used = 1;
         if (t->keep) {
             char fs[96], ns[96], item[NET_NAME_LEN + 256];
             fmt_shape(fs, sizeof fs, e->ndim, e->shape, NULL);
             fmt_shape(ns, sizeof ns, t->ndim, NULL, t->shape);
             snprintf(item, sizeof item, "%s %s (here %s)", t->name, fs, ns);
-            list_add(r.kept, sizeof r.kept, item);
-            r.n_kept++;
+            list_add(r->kept, sizeof r->kept, item);
+            r->n_kept++;
             continue;
         }
-        if (read_tensor(f, path, base, e, t->dst) != CNT_OK) goto out;
-        r.n_loaded++;
+        if (read_tensor(f, path, base, e, t->dst) != CNT_OK) return CNT_ERR;
+        r->n_loaded++;
     }
-    for (int i = 0; i < ps.n; i++) {
-        if (ps.entries[i].used) continue;
-        r.n_ignored++;
-        const char *nm = ps.entries[i].name, *suffix = ".num_batches_tracked";
+    for (int i = 0; i < h->n; i++) {
+        if (h->entries[i].used) continue;
+        r->n_ignored++;
+        const char *nm = h->entries[i].name, *suffix = ".num_batches_tracked";
         size_t ln = strlen(nm), ls = strlen(suffix);
-        if (ln >= ls && strcmp(nm + ln - ls, suffix) == 0) r.n_ignored_nbt++;
-        else list_add(r.ignored, sizeof r.ignored, nm);
+        if (ln >= ls && strcmp(nm + ln - ls, suffix) == 0) r->n_ignored_nbt++;
+        else list_add(r->ignored, sizeof r->ignored, nm);
     }
-    if (rep) *rep = r;
-    rc = CNT_OK;
-out:
-    for (int i = 0; i < ps.n; i++) free(ps.entries[i].name);
-    free(ps.entries);
-    free(tg);
+    return CNT_OK;
+}
+
+/* Everything after the file is open: see safetensors_load. */
+static int load_open(FILE *f, const char *path, const net *nt, float *params, float *buffers,
+                     safetensors_report *rep) {
+    uint64_t size = 0, hlen = 0;
+    char *text = NULL;
+    if (read_header_text(f, path, &size, &hlen, &text) != CNT_OK) return CNT_ERR;
+    st_header h = {0};
+    int rc = read_header(path, text, (size_t)hlen, &h);
     free(text);
+    if (rc == CNT_OK) rc = check_layout(path, h.entries, h.n, size - 8 - hlen);
+    int n_tg = nt->n_param_tensors + nt->n_buffer_tensors;
+    st_target *tg = cnt_calloc((size_t)(n_tg ? n_tg : 1), sizeof *tg);
+    if (rc == CNT_OK) rc = match_tensors(path, nt, params, buffers, &h, tg, n_tg);
+    /* valid: now the caller's arrays may be written */
+    safetensors_report r;
+    if (rc == CNT_OK) rc = copy_tensors(f, path, 8 + hlen, &h, tg, n_tg, &r);
+    if (rc == CNT_OK && rep) *rep = r;
+    free(tg);
+    free_header(&h);
     return rc;
 }
 

@@ -15,9 +15,12 @@
  *   u8     data[...]         the tensors back to back, row-major, little-endian;
  *                            data_offsets are relative to the start of data and
  *                            cover it exactly, without overlap or gap
- * The JSON parser here is written for exactly this header: an object whose
- * values are tensor entries (exactly those three keys) or the string-to-string
- * "__metadata__"; numbers are non-negative integers. Anything else is an error.
+ * The header is read by the project's JSON parser (common/json.h: jansson,
+ * strict: no duplicate key, valid UTF-8, exact integers) and must be exactly
+ * this: an object whose values are tensor entries (exactly those three keys)
+ * or the string-to-string "__metadata__"; numbers are non-negative integers,
+ * read exactly up to 2^63 - 1. Anything else is an error. A header is read
+ * whole, so its length is bounded first (SAFETENSORS_MAX_HEADER).
  */
 #ifndef CNT_SAFETENSORS_H
 #define CNT_SAFETENSORS_H
@@ -69,8 +72,10 @@ int safetensors_write(const char *path, const net *nt, const float *params, cons
  * Errors: CNT_ERR with a message naming path and, where one is at fault, the
  * tensor: cannot open, or not a regular file (a FIFO, directory or device is
  * refused before it is read); truncated (header length, header or data); a bad header
- * (not the JSON above, an unknown dtype, a shape and dtype that do not match
- * the data_offsets' size); data_offsets out of range, overlapping, or leaving
+ * (longer than SAFETENSORS_MAX_HEADER; not JSON: "JSON header:LINE:COL: what",
+ * the position in the header's text; not the JSON above, naming the tensor
+ * and the key; an unknown dtype; a shape and dtype that do not match the
+ * data_offsets' size); data_offsets out of range, overlapping, or leaving
  * bytes unused; a missing tensor; an unsupported dtype or a wrong shape. */
 int safetensors_load(const char *path, const net *nt, float *params, float *buffers, safetensors_report *rep);
 

@@ -1,0 +1,153 @@
+/*
+ * tests/test_metrics.c - cutting metrics.jsonl on a resume (train/metrics.c,
+ * metrics_open with until_step >= 0): the records up to the checkpoint's
+ * step stay (and those without a step), the later ones go or move aside,
+ * the clock and the image count go on from the last kept record, a record
+ * cut short by a kill is dropped, and a line that is not a JSON record
+ * stops the resume with its file, line and column, leaving the file as it
+ * was. Each record is read with the one JSON parser (common/json.h), not
+ * searched for text: a "step" inside a string is not the record's step.
+ * The whole resume path, on real runs: tests/test_resume.sh.
+ * Files live under a fresh mkdtemp directory in /tmp, removed afterwards.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "train/metrics.h"
+
+static char root[] = "/tmp/cnt_metrics_XXXXXX";
+
+static int setup(void **state) {
+    (void)state;
+    return mkdtemp(root) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    return system(cmd);
+}
+
+/* dir/metrics.jsonl holding text. */
+static void write_records(const char *dir, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The whole of path (caller frees). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *s = cnt_calloc(1 << 16, 1);
+    size_t n = fread(s, 1, (1 << 16) - 1, f);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static const char *records =
+    "{\"kind\":\"run\",\"model\":\"resnet20\",\"host\":\"a\\\"step\\\":99\",\"steps_per_epoch\":8}\n"
+    "{\"kind\":\"step\",\"epoch\":1,\"step\":2,\"time\":1.5,\"images\":64,\"loss\":2.3}\n"
+    "{\"kind\":\"step\",\"epoch\":1,\"step\":4,\"time\":3.25,\"images\":128,\"loss\":null}\n"
+    "{\"kind\":\"eval\",\"epoch\":1,\"step\":4,\"time\":3.5,\"images\":128,\"top1\":0.5}\n"
+    "{\"kind\":\"step\",\"epoch\":1,\"step\":6,\"time\":5,\"images\":192,\"loss\":2.1}\n"
+    "{\"kind\":\"step\",\"epoch\":1,\"step\":8,\"time\":7,\"images\":256,\"loss\":2.0}\n";
+
+static void test_cut_at_a_step(void **state) {
+    (void)state;
+    char dir[128], path[160];
+    for (int keep = 0; keep <= 1; keep++) {
+        snprintf(dir, sizeof dir, "%s/cut%d", root, keep);
+        assert_int_equal(make_dirs(dir), CNT_OK);
+        char text[2048];
+        snprintf(text, sizeof text, "%s{\"kind\":\"step\",\"step\":9,\"ti", records); /* cut short by a kill */
+        write_records(dir, text);
+        metrics m;
+        if (metrics_open(&m, dir, 4, keep) != CNT_OK) fail_msg("%s", cnt_err_msg());
+        assert_true(m.t_base == 3.5 && m.images == 128);
+        assert_int_equal(metrics_close(&m), CNT_OK);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+        char *kept = slurp(path);
+        /* the run record (no step, and none in its host's name), steps 2 and 4, the eval at 4 */
+        assert_non_null(strstr(kept, "\"kind\":\"run\""));
+        assert_non_null(strstr(kept, "\"step\":2,"));
+        assert_non_null(strstr(kept, "\"kind\":\"eval\""));
+        assert_null(strstr(kept, "\"step\":6,"));
+        assert_null(strstr(kept, "\"step\":9"));
+        free(kept);
+        snprintf(path, sizeof path, "%s/metrics.superseded-*.jsonl", dir);
+        glob_t g;
+        int found = glob(path, 0, NULL, &g) == 0;
+        assert_int_equal(found, keep);
+        if (found) {
+            char *moved = slurp(g.gl_pathv[0]);
+            assert_non_null(strstr(moved, "\"step\":6,"));
+            assert_non_null(strstr(moved, "\"step\":8,"));
+            assert_null(strstr(moved, "\"step\":4,"));
+            free(moved);
+            globfree(&g);
+        }
+    }
+}
+
+/* A line that is not a JSON object, or whose step is not a whole number:
+ * CNT_ERR naming the file, the line and the column; the file untouched, and
+ * the side file that the record before it (step 7) had started removed. */
+static void test_bad_record_refused(void **state) {
+    (void)state;
+    static const struct {
+        const char *line, *what;
+    } bad[] = {
+        {"{\"kind\":\"step\",\"step\":5,,\"time\":1}\n", "metrics.jsonl:4:25: "},
+        {"garbage\n", "metrics.jsonl:4:7: invalid token near 'garbage'"},
+        {"{\"kind\":\"step\",\"step\":5,\"step\":6}\n", "metrics.jsonl:4:"},
+        {"[1,2]\n", "metrics.jsonl:4: not a metrics record"},
+        {"{\"kind\":\"step\",\"step\":\"5\"}\n", "metrics.jsonl:4: \"step\": expected a whole number"},
+        {"{\"kind\":\"step\",\"step\":5,\"time\":\"x\"}\n", "metrics.jsonl:4: \"time\": expected a number"},
+    };
+    char dir[128], path[160];
+    snprintf(dir, sizeof dir, "%s/bad", root);
+    assert_int_equal(make_dirs(dir), CNT_OK);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"kind\":\"run\"}\n{\"kind\":\"step\",\"step\":1,\"time\":1}\n"
+                                    "{\"kind\":\"step\",\"step\":7,\"time\":9}\n%s", bad[i].line);
+        write_records(dir, text);
+        metrics m;
+        assert_int_equal(metrics_open(&m, dir, 1, 1), CNT_ERR);
+        const char *msg = cnt_err_msg();
+        if (!strstr(msg, path) || !strstr(msg, bad[i].what)) fail_msg("case %zu: '%s' lacks '%s'", i, msg, bad[i].what);
+        char *after = slurp(path);
+        assert_string_equal(after, text);
+        free(after);
+        char side[192];
+        snprintf(side, sizeof side, "%s/metrics.superseded-*.jsonl", dir);
+        glob_t g;
+        assert_int_not_equal(glob(side, 0, NULL, &g), 0);
+        snprintf(side, sizeof side, "%s/metrics.jsonl.tmp", dir);
+        assert_null(fopen(side, "r"));
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cut_at_a_step),
+        cmocka_unit_test(test_bad_record_refused),
+    };
+    return cmocka_run_group_tests_name("metrics", tests, setup, teardown);
+}
