@@ -10,9 +10,9 @@
 #   env: GPU_CHECK_SECONDS (total budget, default 540, for a run timeout of 600; the benchmark runs only
 #        in what the tests left), GPU_BENCH ("MODELS|BATCHES|PRECISIONS|LAYOUTS",
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
-#        BENCH_STEPS (default 20), GPU_AB (1: the stage-ahead A/B and the
-#        A/B of the filter-cache and SGD switches, before the bench, each when
-#        150 s are left; switches: only the latter; 0: neither)
+#        BENCH_STEPS (default 20), GPU_AB (1 or switches: the A/B of the
+#        filter-cache and SGD switches, before the bench, when 150 s are
+#        left; 0: none)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
@@ -91,25 +91,6 @@ if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
             failed+=("mutant $name (not caught)")
         fi
         rm -f "$bin"
-    done
-fi
-
-# Staging the next batch during backward (train/step.h) against staging it
-# at the start of its own step (CNT_STAGE_AHEAD=0), in real training runs
-# (the trainer's loop; --bench has none): ResNet-50 in fp16, where the host
-# waits for the overflow flag every step, on synthetic data; alternating, two
-# rounds; the img/s of each run's last progress window.
-if [ "${GPU_AB:-1}" = 1 ] && [ $# -eq 0 ] && [ $((budget - (SECONDS - t0))) -ge 150 ]; then
-    echo "=== stage-ahead A/B: resnet50 fp16 batch 64, synthetic data, 60 steps, img/s of steps 41-60"
-    for round in 1 2; do
-        for v in 0 1; do
-            d=$(mktemp -d)
-            ips=$(CNT_STAGE_AHEAD=$v timeout -k 5 120 ./trainer configs/resnet50.ini data.kind=synthetic \
-                train.device=cuda train.precision=fp16 train.max_steps=60 train.log_every=20 train.out_dir="$d" \
-                2>&1 | grep -oE '[0-9.]+ img/s' | tail -1)
-            rm -rf "$d"
-            echo "CNT_STAGE_AHEAD=$v round $round: ${ips:-failed}"
-        done
     done
 fi
 

@@ -44,15 +44,6 @@
 /* Whether checkpoints are written at all. */
 static int ckpt_on(const config *cfg) { return cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0; }
 
-/* The environment variable CNT_STAGE_AHEAD=0 turns the prefetch off, for
- * measuring what it gains; anything else but 1 is an error. */
-static int prefetch_on(void) {
-    int on = cnt_env_flag("CNT_STAGE_AHEAD", 1, "each step stages the next batch while its backward runs",
-                          "the batch is staged at the start of its own step");
-    if (on < 0) cnt_fatal("%s", cnt_err_msg());
-    return on;
-}
-
 /* The stepper's prefetch (stepper_set_prefetch), called inside step
  * r->step + 1 once its backward is queued: the batch of the step after it,
  * unless that step is not in this epoch or this run (then the loop's own
@@ -286,7 +277,7 @@ static void run_free(run *r, int status) {
 /* The worker's run, once the exchange exists. */
 static int run_worker(run *r, train_result *res) {
     int status = run_setup(r);
-    if (status == CNT_OK && prefetch_on()) stepper_set_prefetch(&r->st, next_batch, r);
+    if (status == CNT_OK) stepper_set_prefetch(&r->st, next_batch, r);
     if (status == CNT_OK) status = run_resume(r);
     if (status == CNT_OK) stepper_seed(&r->st);
     if (r->pg) {
