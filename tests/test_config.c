@@ -1,7 +1,7 @@
 /*
  * tests/test_config.c - train/config: defaults, INI loading, every class of
  * load error (with file:line and the key in the message), command-line
- * overrides, validation, the write_ini -> load round trip (exact floats and a
+ * overrides, validation, the config_write_ini -> load round trip (exact floats and a
  * seed above 2^53), milestone lists, and the help and Markdown reference
  * naming every key.
  *

@@ -22,7 +22,7 @@
  *
  * LOSS_SCALE_MAX_SKIPS skipped steps in a row mean the overflow does not come
  * from the scale (activations beyond fp16's range in the forward pass, or a
- * diverged run): loss_scale_update reports it and the trainer stops.
+ * diverged run): loss_scaler_update reports it and the trainer stops.
  */
 #ifndef CNT_LOSS_SCALE_H
 #define CNT_LOSS_SCALE_H
