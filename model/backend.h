@@ -76,7 +76,11 @@ typedef struct pool_params {
 int pool_params_init(pool_params *p);
 
 typedef struct backend {
-    const char *name;    /* "cpu", "cuda" */
+    const char *name;    /* "cpu", "cuda": for messages */
+    /* 1 for the CPU backend (both its tables: OpenBLAS, and oneDNN's on top),
+     * whose device memory is host memory and whose ops run on the host's
+     * threads (set_threads); 0 for a GPU backend. */
+    int is_cpu;
     /* One line for logs: which device, e.g. "cuda:1 NVIDIA H100 80GB HBM3
      * (79.1 GiB, compute 9.0)" or "cpu (16 threads)". */
     void (*describe)(char *buf, size_t len);

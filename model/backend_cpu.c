@@ -1523,6 +1523,7 @@ static void cpu_describe(char *buf, size_t len) {
 
 static const backend cpu_backend = {
     .name = "cpu",
+    .is_cpu = 1,
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,

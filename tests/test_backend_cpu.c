@@ -1276,7 +1276,8 @@ static void test_layout_default(void **state) {
  * asked for by name is kept. */
 static void test_layout_auto_rule(void **state) {
     (void)state;
-    backend gpu = {.name = "cuda"}, cpu_plain = {.name = "cpu"}, cpu_blocked = {.name = "cpu", .block_c = 16};
+    backend gpu = {.name = "cuda"}, cpu_plain = {.name = "cpu", .is_cpu = 1};
+    backend cpu_blocked = {.name = "cpu", .is_cpu = 1, .block_c = 16};
     const backend_math maths[] = {BACKEND_MATH_FP32, BACKEND_MATH_TF32, BACKEND_MATH_BF16, BACKEND_MATH_FP16};
     const int sizes[][2] = {{224, 224}, {299, 299}, {64, 64}, {64, 200}, {28, 28}, {32, 32}, {63, 224}, {224, 63}};
     for (int m = 0; m < 4; m++)

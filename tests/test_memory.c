@@ -236,6 +236,7 @@ static void test_check_refuses_what_cannot_fit(void **state) {
 
     /* a backend that keeps filters (a GPU's, with the CPU's memory) names them */
     backend kb = *backend_cpu();
+    kb.is_cpu = 0;
     kb.conv_filter_kept = kept_16bit;
     assert_int_equal(memory_check(&cfg, &kb, &d, &lo, &eo, 0), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "of GPU memory per rank"));

@@ -120,7 +120,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     total = time_now() - total;
     /* Pass 2, GPU only: the same steps with a wait after each phase, for the
      * phase times (pass 1's host times were only the time to queue). */
-    int gpu = strcmp(be->name, "cpu") != 0;
+    int gpu = !be->is_cpu;
     if (gpu) {
         fwd = bwd = upd = 0;
         s.o.sync_phases = 1;

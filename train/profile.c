@@ -206,7 +206,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
     step_opts so = config_step_opts(cfg, 1);
-    int gpu = strcmp(be->name, "cpu") != 0;
+    int gpu = !be->is_cpu;
     so.sync_phases = gpu; /* the phase times of a GPU step are the device's */
     stepper st;
     stepper_init(&st, nt, NULL, NULL, &oo, &lso, &so, lo.batch, (size_t)d.train.c * d.train.h * d.train.w);
