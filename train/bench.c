@@ -134,10 +134,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
         snprintf(prec_note, sizeof prec_note, " (%s%s)", config_name(cfg, &cfg->precision), gpu ? "" : ", emulated");
     /* NHWC on the CPU is NCHW with transposes around each op */
-    if (nt->layout == BACKEND_LAYOUT_BLOCKED)
+    if (nt->ctx.layout == BACKEND_LAYOUT_BLOCKED)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " %s",
-                 backend_layout_name(nt->layout, nt->be));
-    else if (nt->layout == BACKEND_LAYOUT_NHWC)
+                 backend_layout_name(nt->ctx.layout, nt->be));
+    else if (nt->ctx.layout == BACKEND_LAYOUT_NHWC)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " nhwc%s",
                  gpu ? "" : " (transposed)");
     bench_result br;

@@ -191,6 +191,9 @@ loss_scale_opts config_loss_scale_opts(const config *cfg);
 /* The reducer's buckets (dist.first_bucket_mb, bucket_mb), algorithm
  * (dist.backend ring or MPI), overlap, compression and watchdog; nccl NULL. */
 reducer_opts config_reducer_opts(const config *cfg);
+/* What zoo_build and zoo_create take from cfg: the model's options
+ * (model.zero_init_residual, aux_logits, dropout) and the math mode
+ * (train.precision). */
 zoo_options config_zoo_options(const config *cfg);
 /* The step's loss options (train.label_smoothing, train.aux_weight) for a run
  * on `world` ranks. */

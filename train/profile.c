@@ -140,7 +140,7 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
     fprintf(out, ",\"device\":");
     json_string(out, nt->be->name);
     fprintf(out, ",\"precision\":\"%s\",\"layout\":\"%s\",\"input\":[%d,%d,%d],\"classes\":%d,\"batch\":%d,",
-            config_name(cfg, &cfg->precision), backend_layout_name(nt->layout, NULL), d->c, d->h, d->w,
+            config_name(cfg, &cfg->precision), backend_layout_name(nt->ctx.layout, NULL), d->c, d->h, d->w,
             d->classes, cfg->batch_size);
     fprintf(out, "\"steps\":%d,\"warmup\":%d,\"params\":%zu,\"grad_bytes\":%zu,", steps, warmup, nt->n_params,
             nt->n_params * sizeof(float));
