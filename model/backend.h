@@ -12,7 +12,9 @@
  * its arguments, the activation layout, the math mode and the per-step hints,
  * is a backend_ctx that the op takes as its first argument; each net owns one
  * (model/net.h: net_set_layout, net_set_math), so nets with different
- * contexts may call one backend in any order.
+ * contexts may call one backend in any order. Optional ops are called
+ * through the wrappers at the end of this file (model/backend.c), which fall
+ * back where a backend has none; callers never test an op's pointer.
  *
  * Conventions for every op:
  *   - Tensors are dense float32, [N, C, H, W] (NCHW) in the default layout;
@@ -203,7 +205,7 @@ typedef struct backend {
     /* dw[K,C,R,S] = sum over batch of correlation(x, dy) */
     void (*conv_bwd_filter)(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
                             float *dw);
-    /* Optional (NULL: 0): the
+    /* Optional (NULL: 0; call it through backend_conv_filter_kept): the
      * device bytes the backend keeps per weight pointer under a nonzero
      * ctx->weights_epoch for the filter of a convolution of shape p in ctx's
      * math mode and layout (0 where it keeps nothing), so the memory estimate
@@ -289,7 +291,9 @@ typedef struct backend {
      * range r is [lo[r], hi[r]) of param, grad and momentum_buf, with weight
      * decay wd[r]; the arrays are host memory, read before the call returns.
      * Each value gets exactly what sgd_update on its range gives it. On a GPU
-     * one launch covers up to 64 ranges (sgd_update launches once per call). */
+     * one launch covers up to 64 ranges (sgd_update launches once per call).
+     * Optional (NULL: sgd_update per range; call it through
+     * backend_sgd_update_ranges). */
     void (*sgd_update_ranges)(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
                               const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
                               float grad_scale);
@@ -304,11 +308,15 @@ typedef struct backend {
     void (*find_nonfinite)(size_t n, const float *x, float *found);
 
     /* ---- math modes ----
-     * Transitional, for the callers in train/ until they ask whether the
-     * backend can run a mode instead: ends the process with a message
-     * naming the device when the backend cannot run math mode `math` (bf16
-     * on a GPU before Ampere), and does nothing else (the math mode is the
-     * context's: net_set_math). */
+     * Optional (NULL: every mode runs; call it through backend_math_check):
+     * CNT_ERR with a message naming the device and what to use instead when
+     * the backend cannot run math mode `math` (bf16 on a GPU before Ampere),
+     * CNT_OK otherwise. */
+    int (*math_check)(int math);
+    /* Transitional, for train/trainer.c until it calls backend_math_check
+     * instead; nothing else may call it, and it goes once trainer.c stops:
+     * ends the process with math_check's message when the mode cannot run,
+     * and does nothing else (the math mode is the context's: net_set_math). */
     void (*set_math)(int math);
 
     /* ---- activation layouts (see backend_ctx) ---- */
@@ -435,10 +443,21 @@ int backend_describe_devices(char *buf, size_t len);
 /* Space-separated names of the backends compiled into this binary. */
 const char *backend_list_built(void);
 
-/* ---- the context (model/backend.c) ---- */
+/* ---- the context and the optional ops (model/backend.c) ---- */
 
 /* A number for backend_ctx.weights_epoch that no earlier call returned in
  * this process, never 0 (thread-safe). Never fails. */
 uint64_t backend_epoch_new(void);
+/* CNT_ERR with a message naming the device when be cannot run math mode
+ * `math` (be->math_check); CNT_OK otherwise, and for every mode of a backend
+ * without math_check. */
+int backend_math_check(const backend *be, backend_math math);
+/* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
+size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
+/* be->sgd_update_ranges, or be->sgd_update on each range where the backend
+ * has no multi-range update (the same values either way). Never fails. */
+void backend_sgd_update_ranges(const backend *be, int n_ranges, const size_t *lo, const size_t *hi, const float *wd,
+                               float *param, const float *grad, float *momentum_buf, float lr, float momentum,
+                               int nesterov, float grad_scale);
 
 #endif

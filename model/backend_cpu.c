@@ -1191,14 +1191,6 @@ static void cpu_sgd_update(size_t n, float *param, const float *grad, float *mom
     }
 }
 
-static void cpu_sgd_update_ranges(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
-                                  const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
-                                  float grad_scale) {
-    for (int r = 0; r < n_ranges; r++)
-        cpu_sgd_update(hi[r] - lo[r], param + lo[r], grad + lo[r], momentum_buf ? momentum_buf + lo[r] : NULL, lr,
-                       momentum, wd[r], nesterov, grad_scale);
-}
-
 /* ----------------------------------------------------------------- threads */
 
 static void cpu_set_threads(int n) {
@@ -1552,7 +1544,6 @@ static const backend cpu_backend = {
     .channel_copy = lay_channel_copy,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
-    .sgd_update_ranges = cpu_sgd_update_ranges,
     .set_threads = cpu_set_threads,
     .find_nonfinite = cpu_find_nonfinite,
     .set_math = cpu_set_math,

@@ -1023,16 +1023,20 @@ static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
 
 static void cuda_set_threads(int n) { (void)n; }
 
-/* The transitional set_math (backend.h): cuDNN has bf16 convolutions from
- * compute 8.0 on; nothing else to check, nothing to set. */
+/* math_check (backend.h): cuDNN has bf16 convolutions from compute 8.0 on. */
+static int cuda_math_check(int math) {
+    if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
+        return cnt_err_set("cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 "
+                           "(Ampere) or later; use train.precision = fp16 (or fp32) on this GPU",
+                           g.device, g.cc_major);
+    return CNT_OK;
+}
+
+/* The transitional set_math (backend.h): the check alone, fatal as before. */
 static void cuda_set_math(int math) {
     CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
                math == BACKEND_MATH_FP16);
-    if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
-        cnt_fatal_at(__FILE__, __LINE__, 1, "use train.precision = fp16 (or fp32) on this GPU",
-                     "cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 (Ampere) "
-                     "or later",
-                     g.device, g.cc_major);
+    if (cuda_math_check(math) != CNT_OK) cnt_fatal("%s", cnt_err_msg());
 }
 
 static void cuda_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
@@ -1191,6 +1195,7 @@ static const backend cuda_backend = {
     .sgd_update_ranges = cuda_sgd_update_ranges,
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
+    .math_check = cuda_math_check,
     .set_math = cuda_set_math,
     .convert_layout = cuda_convert_layout,
     .block_c = 0,

@@ -63,7 +63,7 @@ static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *
     conv_params p = ((const conv_state *)nd->state)->p;
     p.N = max_batch;
     *workspace = nt->be->conv_workspace(&nt->ctx, &p);
-    *kept = nt->be->conv_filter_kept ? nt->be->conv_filter_kept(&nt->ctx, &p) : 0;
+    *kept = backend_conv_filter_kept(nt->be, &nt->ctx, &p);
     return 0;
 }
 

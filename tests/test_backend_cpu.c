@@ -819,6 +819,89 @@ static void test_sgd_update(void **state) {
     free(got);
 }
 
+/* ---------------------------------------------------------------- optional ops */
+
+/* The wrappers through which callers reach the optional ops (model/backend.c):
+ * the op where the backend has one, else a fallback with the same result;
+ * and the weights epochs of backend_ctx. */
+static int ranges_calls, math_check_calls;
+
+static void ranges_rec(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
+                       const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
+                       float grad_scale) {
+    ranges_calls++;
+    for (int r = 0; r < n_ranges; r++)
+        backend_cpu()->sgd_update(hi[r] - lo[r], param + lo[r], grad + lo[r], momentum_buf + lo[r], lr, momentum,
+                                  wd[r], nesterov, grad_scale);
+}
+
+static int refuse_bf16(int math) {
+    math_check_calls++;
+    return math == BACKEND_MATH_BF16 ? cnt_err_set("stand-in: no bf16 here") : CNT_OK;
+}
+
+static size_t kept_4(const backend_ctx *c, const conv_params *p) {
+    (void)c;
+    return conv_w_count(p) * 4;
+}
+
+static void test_optional_ops(void **state) {
+    (void)state;
+    /* sgd_update_ranges: the CPU has none; the fallback updates each range as sgd_update does, nothing between */
+    assert_null(be->sgd_update_ranges);
+    enum { n = 1000 };
+    const size_t lo[] = {0, 100, 700}, hi[] = {50, 600, 1000};
+    const float wd[] = {1e-4f, 0.0f, 5e-4f};
+    rng r;
+    rng_seed(&r, 14500, 1);
+    pair param = pair_uniform(&r, n, -1.0, 1.0), grad = pair_normal(&r, n, 0.0, 1.0);
+    pair buf = pair_uniform(&r, n, -0.5, 0.5);
+    float *p2 = tu_dev_from_double(be, param.h, n), *b2 = tu_dev_from_double(be, buf.h, n);
+    backend_sgd_update_ranges(be, 3, lo, hi, wd, param.d, grad.d, buf.d, 0.1f, 0.9f, 1, 0.5f);
+    for (int k = 0; k < 3; k++)
+        be->sgd_update(hi[k] - lo[k], p2 + lo[k], grad.d + lo[k], b2 + lo[k], 0.1f, 0.9f, wd[k], 1, 0.5f);
+    float *g1 = tu_alloc_f(n), *g2 = tu_alloc_f(n);
+    be->download(g1, param.d, n * sizeof(float));
+    be->download(g2, p2, n * sizeof(float));
+    tu_assert_bitwise_equal_f("sgd_update_ranges fallback: parameters", g2, g1, n);
+    for (size_t i = 50; i < 100; i++) assert_true(g1[i] == (float)param.h[i]); /* between ranges: untouched */
+    be->download(g1, buf.d, n * sizeof(float));
+    be->download(g2, b2, n * sizeof(float));
+    tu_assert_bitwise_equal_f("sgd_update_ranges fallback: momentum", g2, g1, n);
+    /* ...and a backend's own op, where it has one, instead of the fallback */
+    backend own = *be;
+    own.sgd_update_ranges = ranges_rec;
+    backend_sgd_update_ranges(&own, 3, lo, hi, wd, param.d, grad.d, buf.d, 0.1f, 0.9f, 1, 0.5f);
+    assert_int_equal(ranges_calls, 1);
+
+    /* conv_filter_kept: 0 where the backend keeps nothing */
+    conv_params cp = {.N = 2, .C = 3, .H = 8, .W = 8, .K = 4, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1};
+    assert_int_equal(conv_params_init(&cp), CNT_OK);
+    assert_null(be->conv_filter_kept);
+    assert_int_equal(backend_conv_filter_kept(be, &ctx, &cp), 0);
+    own.conv_filter_kept = kept_4;
+    assert_int_equal(backend_conv_filter_kept(&own, &ctx, &cp), 4 * 4 * 3 * 3 * 3);
+
+    /* math_check: every mode runs where a backend has no check; a check that refuses says why */
+    for (int m = BACKEND_MATH_FP32; m <= BACKEND_MATH_FP16; m++) assert_int_equal(backend_math_check(be, m), CNT_OK);
+    own.math_check = refuse_bf16;
+    assert_int_equal(backend_math_check(&own, BACKEND_MATH_FP16), CNT_OK);
+    assert_int_equal(backend_math_check(&own, BACKEND_MATH_BF16), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "no bf16 here"));
+    assert_int_equal(math_check_calls, 2);
+
+    /* weights epochs: never 0, never the same twice */
+    uint64_t e1 = backend_epoch_new(), e2 = backend_epoch_new();
+    assert_true(e1 != 0 && e2 != 0 && e1 != e2);
+    be->free(p2);
+    be->free(b2);
+    free(g1);
+    free(g2);
+    pair_free(&param);
+    pair_free(&grad);
+    pair_free(&buf);
+}
+
 /* ---------------------------------------------------------------- threads and determinism */
 
 /* Two identical calls give bitwise identical results (no float atomics, no
@@ -1672,6 +1755,7 @@ int main(void) {
         cmocka_unit_test_setup(test_channel_copy, all_threads),
         cmocka_unit_test_setup(test_softmax_xent, all_threads),
         cmocka_unit_test_setup(test_sgd_update, all_threads),
+        cmocka_unit_test_setup(test_optional_ops, all_threads),
         cmocka_unit_test_setup(test_determinism, all_threads),
         cmocka_unit_test_setup(test_set_threads, all_threads),
         cmocka_unit_test_setup(test_convert_layout, all_threads),

@@ -1734,10 +1734,12 @@ static void test_sgd_update(void **state) {
 /* sgd_update_ranges: 150 ranges (three launches of at most 64) of varied
  * lengths, empty ones among them, gaps between them left untouched,
  * alternating weight decay, momentum with and without Nesterov and plain
- * SGD: bit for bit the CPU's, which is sgd_update on each range. */
+ * SGD: bit for bit the CPU's, which is sgd_update on each range (the
+ * wrapper's fallback: the CPU has no multi-range op). */
 static void test_sgd_update_ranges(void **state) {
     (void)state;
     NEED_GPU();
+    assert_non_null(be[GPU]->sgd_update_ranges); /* the GPU's own kernel, not the wrapper's fallback */
     enum { R = 150 };
     size_t lo[R], hi[R];
     float wd[R];
@@ -1760,9 +1762,9 @@ static void test_sgd_update_ranges(void **state) {
         dual param = dual_uniform(&r, total, -1.0f, 1.0f);
         dual buf = dual_uniform(&r, total, -0.5f, 0.5f);
         dual grad = dual_normal(&r, total, 0.0f, 1.0f);
-        for (int s = CPU; s <= GPU; s++)
-            be[s]->sgd_update_ranges(R, lo, hi, wd, param.p[s], grad.p[s], cases[i].momentum ? buf.p[s] : NULL, 0.1f,
-                                     cases[i].momentum, cases[i].nesterov, 0.5f);
+        for (int s = CPU; s <= GPU; s++) /* the CPU has no multi-range op: its fallback, sgd_update per range */
+            backend_sgd_update_ranges(be[s], R, lo, hi, wd, param.p[s], grad.p[s], cases[i].momentum ? buf.p[s] : NULL,
+                                      0.1f, cases[i].momentum, cases[i].nesterov, 0.5f);
         char what[96];
         snprintf(what, sizeof what, "sgd_update_ranges params, momentum %g nesterov %d",
                  (double)cases[i].momentum, cases[i].nesterov);

@@ -82,8 +82,8 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     const backend *be = backend_get(cfg->device);
     if (!be) return CNT_ERR;
     if (backend_layout_check(cfg->layout, be) != CNT_OK) return CNT_ERR;
+    if (backend_math_check(be, cfg->precision) != CNT_OK) return CNT_ERR;
     be->set_threads(cfg->threads);
-    be->set_math(cfg->precision);
     input_data d;
     batch b = {0};
     if (first_batch(cfg, &d, &b) != CNT_OK) {

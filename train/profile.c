@@ -184,8 +184,9 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     if (!be) return cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
     if (backend_layout_check(cfg->layout, be) != CNT_OK)
         return cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
+    if (backend_math_check(be, cfg->precision) != CNT_OK)
+        return cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
     be->set_threads(cfg->threads);
-    be->set_math(cfg->precision);
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
