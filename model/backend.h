@@ -8,10 +8,18 @@
  * are device pointers obtained from alloc(), and host data moves only through
  * upload()/download().
  *
+ * A table holds no mode of its own. What an op's numbers depend on besides
+ * its arguments, the activation layout, the math mode and the per-step hints,
+ * is a backend_ctx that the op takes as its first argument; each net owns one
+ * (model/net.h: net_set_layout, net_set_math), so nets with different
+ * contexts may call one backend in any order. Optional ops are called
+ * through the wrappers at the end of this file (model/backend.c), which fall
+ * back where a backend has none; callers never test an op's pointer.
+ *
  * Conventions for every op:
  *   - Tensors are dense float32, [N, C, H, W] (NCHW) in the default layout;
- *     see set_layout for the others. Filters are [K, C, R, S] in every layout.
- *     Row-major GEMM.
+ *     see backend_ctx.layout for the others. Filters are [K, C, R, S] in
+ *     every layout. Row-major GEMM.
  *   - `accumulate` (0 or 1) plays cuDNN's beta: 0 overwrites the output, 1 adds
  *     to it. Backward ops that write an input gradient take it, because a tensor
  *     consumed by two layers (a residual branch) receives the sum of both.
@@ -75,8 +83,97 @@ typedef struct pool_params {
  * returns CNT_ERR (with a message) if the output would be empty. */
 int pool_params_init(pool_params *p);
 
+/* ---- the context of an op ----
+ * Math mode: how convolutions and GEMMs may round. It applies to conv_fwd,
+ * conv_bwd_data, conv_bwd_filter and gemm only; every other op computes and
+ * stores fp32 in every mode, and tensors are float arrays in every mode.
+ *   BACKEND_MATH_FP32: fp32 products and sums.
+ *   BACKEND_MATH_TF32: tensor cores with TF32 inputs (10-bit mantissa) and
+ *     fp32 accumulation, where the device has them; the CPU computes fp32.
+ *   BACKEND_MATH_BF16, BACKEND_MATH_FP16 (mixed precision): the op's
+ *     operands (x and w; dy and w; x and dy; A and B) are rounded to
+ *     bfloat16 / IEEE half (round to nearest even), multiplied and summed
+ *     in fp32, and the op's result (after `accumulate` or beta has added
+ *     the old contents) is rounded to the same type, as a tensor of that
+ *     type would hold it: fp16 results beyond +-65504 become +-inf (what
+ *     dynamic loss scaling watches for). GPUs run these on tensor cores
+ *     with half operands; the CPU emulates the rounding with fp32 GEMMs
+ *     (same numbers up to summation order, no speed-up; a GPU's
+ *     accumulating conv_bwd_data also rounds the convolution's own sum
+ *     before adding, so it may differ by one more rounding). Parameters stay
+ *     fp32 (the master weights): only the op's copy of them is rounded. */
+typedef enum backend_math {
+    BACKEND_MATH_FP32 = 0,
+    BACKEND_MATH_TF32 = 1,
+    BACKEND_MATH_BF16 = 2,
+    BACKEND_MATH_FP16 = 3
+} backend_math;
+
+/* Activation layout: how conv_fwd, conv_bwd_data, conv_bwd_filter (x, y,
+ * dx, dy), bias_fwd, bias_bwd, the batch-norm ops, pool_fwd, pool_bwd and
+ * channel_copy store the 4-D tensors they read and write. The tensor
+ * [N, C, H, W] in the ops' comments is the logical one; every layout stores the
+ * same N*C*H*W values (a permutation of NCHW that depends only on C and
+ * H*W), so a net allocates alike in all of them, and elementwise ops, gemm,
+ * the loss and the optimizer do not depend on the layout (their operands
+ * share one).
+ *   BACKEND_LAYOUT_NCHW, the default: (n, c, h, w) at ((n*C + c)*H + h)*W + w.
+ *   BACKEND_LAYOUT_NHWC: channels innermost, (n, c, h, w) at
+ *     ((n*H + h)*W + w)*C + c ([N, C, HW] views become [N, HW, C]).
+ *   BACKEND_LAYOUT_BLOCKED, only where block_c > 0: the backend's own
+ *     channel-blocked layout (oneDNN's nChw8c / nChw16c), with B = block_c:
+ *     a tensor whose C is a multiple of B is stored [N, C/B, H, W, B],
+ *     (n, c, h, w) at (((n*(C/B) + c/B)*H + h)*W + w)*B + c%B; a tensor
+ *     with any other C (a 3-channel image) is stored NCHW.
+ * With HW == 1 every layout is the same bytes as NCHW. Filters stay
+ * [K, C, R, S] and per-channel vectors [C] in every layout (a backend that
+ * wants other filter layouts converts them itself), so parameters,
+ * gradients and checkpoints do not depend on the layout. Numbers may differ
+ * from NCHW by summation order only. GPUs run tensor-core convolutions
+ * natively in NHWC (cuDNN transposes NCHW operands for them); the CPU
+ * backend computes NHWC as NCHW with transposes around each op (so that
+ * the same tests run on both), and BLOCKED natively on oneDNN, its fast
+ * layout. */
+/* BACKEND_LAYOUT_AUTO is a request (train.layout = auto), never a backend's
+ * layout: backend_layout_choose turns it into one of the others. */
+typedef enum backend_layout {
+    BACKEND_LAYOUT_NCHW = 0,
+    BACKEND_LAYOUT_NHWC = 1,
+    BACKEND_LAYOUT_BLOCKED = 2,
+    BACKEND_LAYOUT_AUTO = 3
+} backend_layout;
+
+/* What an op's results depend on besides its arguments. The ops that read it
+ * take it as their first argument; a backend keeps nothing of it between
+ * calls, so contexts may alternate from one op to the next. All zero is the
+ * default context: NCHW, fp32, no promise about weights. It is small and
+ * passed by pointer, so a field added later (the 16-bit activation work adds
+ * the type activations are stored in) changes no op's signature. */
+typedef struct backend_ctx {
+    backend_layout layout; /* of the activations; never BACKEND_LAYOUT_AUTO (BLOCKED where block_c > 0) */
+    backend_math math;     /* of convolutions and GEMMs */
+    /* The per-step hint that weights stay fixed: nonzero, a number no other
+     * span had in this process (backend_epoch_new), while no convolution's
+     * weights change, from a training forward to the end of its backward
+     * (net_forward sets it, net_backward and an evaluation forward set 0).
+     * A backend that hands its convolutions another form of the filter than
+     * w (the CUDA backend's [K, R, S, C] copy in NHWC, its 16-bit copy in
+     * bf16/fp16) may keep that form per weight pointer when conv_fwd runs
+     * under a nonzero epoch and reuse it in conv_bwd_data of the same w under
+     * the same epoch, instead of making it again; under 0 it keeps and
+     * reuses nothing. The CUDA backend does this unless the environment
+     * variable CNT_FILTER_CACHE=0 turns it off (it costs a second copy of the
+     * convolution weights in device memory, conv_filter_kept; measured on an
+     * H200 at up to 4% of a ResNet-50/101 step: docs/benchmarks.md). */
+    uint64_t weights_epoch;
+} backend_ctx;
+
 typedef struct backend {
-    const char *name;    /* "cpu", "cuda" */
+    const char *name;    /* "cpu", "cuda": for messages */
+    /* 1 for the CPU backend (both its tables: OpenBLAS, and oneDNN's on top),
+     * whose device memory is host memory and whose ops run on the host's
+     * threads (set_threads); 0 for a GPU backend. */
+    int is_cpu;
     /* One line for logs: which device, e.g. "cuda:1 NVIDIA H100 80GB HBM3
      * (79.1 GiB, compute 9.0)" or "cpu (16 threads)". */
     void (*describe)(char *buf, size_t len);
@@ -90,73 +187,66 @@ typedef struct backend {
     void (*zero)(void *dst, size_t bytes);
     void (*sync)(void);
 
-    /* ---- convolution (no bias; see bias_* below) ---- */
+    /* ---- convolution (no bias; see bias_* below) ----
+     * In ctx's layout and math mode; ctx->weights_epoch may let the data
+     * pass reuse the forward's form of w (backend_ctx). */
     /* y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S]) */
-    void (*conv_fwd)(const conv_params *p, const float *x, const float *w, float *y);
-    /* dx[N,C,H,W] (+)= conv_transpose(dy[N,K,P,Q], w) */
-    void (*conv_bwd_data)(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate);
+    void (*conv_fwd)(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y);
+    /* dx[N,C,H,W] (+)= conv_transpose(dy[N,K,P,Q], w). `paired` is 1 when
+     * the conv_bwd_filter called just before read this same dy, unchanged
+     * since (a convolution layer's two backward passes): a backend that
+     * converts dy for its convolutions (the CUDA backend in bf16/fp16 rounds
+     * it to 16 bits) may take that pass's conversion instead of making it
+     * again. It checks that the conversion is still there: any convolution
+     * or GEMM in between (another net's, say) just cancels the reuse. The
+     * result is the same either way. */
+    void (*conv_bwd_data)(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w, float *dx,
+                          int accumulate, int paired);
     /* dw[K,C,R,S] = sum over batch of correlation(x, dy) */
-    void (*conv_bwd_filter)(const conv_params *p, const float *x, const float *dy, float *dw);
-    /* Optional (NULL: nothing to gain): says that the next conv_bwd_filter
-     * and the conv_bwd_data after it read this same dy, unchanged in between
-     * (a convolution layer's two backward passes). The CUDA backend in
-     * bf16/fp16 then rounds dy to 16 bits once for both. Any other
-     * convolution or GEMM in between, or a data pass on another dy, just
-     * goes without the shared copy. */
-    void (*conv_bwd_pair)(const float *dy);
-    /* Optional (NULL: nothing to keep): conv_filter_cache(1), then
-     * conv_filter_cache(0), brackets calls between which no convolution's
-     * weights change (net_forward in training and the net_backward after it).
-     * Where the backend hands its convolutions another form of the filter
-     * than w (the CUDA backend's [K, R, S, C] copy in NHWC, and its 16-bit
-     * copy in bf16/fp16), conv_fwd inside the bracket keeps that form per
-     * weight pointer and conv_bwd_data of the same w reuses it instead of
-     * making it again. Either call forgets everything kept. The CUDA backend
-     * does this unless the environment variable CNT_FILTER_CACHE=0 turns it
-     * off (it costs a second copy of the convolution weights in device
-     * memory; measured on an H200 at up to 4% of a ResNet-50/101 step:
-     * docs/benchmarks.md). */
-    void (*conv_filter_cache)(int on);
-    /* Optional (NULL: 0): the device bytes conv_filter_cache keeps for the
-     * filter of a convolution of shape p in the current math mode and layout
-     * (0 where it keeps nothing), so the memory estimate
+    void (*conv_bwd_filter)(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+                            float *dw);
+    /* Optional (NULL: 0; call it through backend_conv_filter_kept): the
+     * device bytes the backend keeps per weight pointer under a nonzero
+     * ctx->weights_epoch for the filter of a convolution of shape p in ctx's
+     * math mode and layout (0 where it keeps nothing), so the memory estimate
      * (net_memory_estimate) can count them. */
-    size_t (*conv_filter_kept)(const conv_params *p);
+    size_t (*conv_filter_kept)(const backend_ctx *ctx, const conv_params *p);
 
-    /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers) ---- */
-    void (*bias_fwd)(int N, int C, int HW, const float *b, float *y);       /* y += b[c] */
-    void (*bias_bwd)(int N, int C, int HW, const float *dy, float *db);     /* db = sum dy */
+    /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers), in ctx's layout ---- */
+    void (*bias_fwd)(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y); /* y += b[c] */
+    void (*bias_bwd)(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db); /* db = sum dy */
 
-    /* ---- batch norm over [N, C, HW], statistics per channel ---- */
+    /* ---- batch norm over [N, C, HW] in ctx's layout, statistics per channel ---- */
     /* Training: normalise with batch statistics (biased variance), write
      * save_mean[C] and save_invstd[C] = 1/sqrt(var+eps) for backward, and update
      * running stats: r = (1-momentum)*r + momentum*batch, the running variance
      * using the unbiased batch variance (PyTorch's rule). */
-    void (*bn_fwd_train)(int N, int C, int HW, const float *x, const float *gamma, const float *beta,
-                         float *y, float *running_mean, float *running_var, float momentum, float eps,
-                         float *save_mean, float *save_invstd);
+    void (*bn_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                         const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                         float eps, float *save_mean, float *save_invstd);
     /* Inference: y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta */
-    void (*bn_fwd_infer)(int N, int C, int HW, const float *x, const float *gamma, const float *beta,
-                         float *y, const float *running_mean, const float *running_var, float eps);
+    void (*bn_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                         const float *beta, float *y, const float *running_mean, const float *running_var,
+                         float eps);
     /* Gradients of the training forward: dgamma, dbeta overwritten; dx (+)=.
      * eps is the forward's (save_invstd already holds it; cuDNN asks for it
      * again and wants the same value). */
-    void (*bn_bwd)(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                   const float *save_mean, const float *save_invstd, float eps,
-                   float *dx, float *dgamma, float *dbeta, int accumulate_dx);
+    void (*bn_bwd)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+                   float *dgamma, float *dbeta, int accumulate_dx);
 
-    /* ---- pooling ---- */
-    void (*pool_fwd)(const pool_params *p, const float *x, float *y);
+    /* ---- pooling, in ctx's layout ---- */
+    void (*pool_fwd)(const backend_ctx *ctx, const pool_params *p, const float *x, float *y);
     /* dx (+)= gradient; x and y are the forward's input and output (max pooling
      * routes each dy to the first maximum of its window, scanning r then s). */
-    void (*pool_bwd)(const pool_params *p, const float *x, const float *y, const float *dy,
-                     float *dx, int accumulate);
+    void (*pool_bwd)(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
+                     const float *dy, float *dx, int accumulate);
 
     /* ---- GEMM, row-major: C = alpha * op(A) * op(B) + beta * C ----
      * op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda/ldb/ldc are row strides
      * of the matrices as stored. With beta == 0, C's old contents are not read
-     * (BLAS's rule). */
-    void (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha,
+     * (BLAS's rule). In ctx's math mode. */
+    void (*gemm)(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
     /* ---- elementwise over n values ---- */
@@ -175,8 +265,9 @@ typedef struct backend {
 
     /* ---- channel slices, for concat and channel padding ----
      * For each n < N: dst[n, dst_off : dst_off+C, :] (+)= src[n, src_off : src_off+C, :]
-     * where src has src_C channels and dst has dst_C channels of HW values each. */
-    void (*channel_copy)(int N, int C, int HW, const float *src, int src_C, int src_off,
+     * where src has src_C channels and dst has dst_C channels of HW values
+     * each, in ctx's layout. */
+    void (*channel_copy)(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C, int src_off,
                          float *dst, int dst_C, int dst_off, int accumulate);
 
     /* ---- loss ----
@@ -200,7 +291,9 @@ typedef struct backend {
      * range r is [lo[r], hi[r]) of param, grad and momentum_buf, with weight
      * decay wd[r]; the arrays are host memory, read before the call returns.
      * Each value gets exactly what sgd_update on its range gives it. On a GPU
-     * one launch covers up to 64 ranges (sgd_update launches once per call). */
+     * one launch covers up to 64 ranges (sgd_update launches once per call).
+     * Optional (NULL: sgd_update per range; call it through
+     * backend_sgd_update_ranges). */
     void (*sgd_update_ranges)(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
                               const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
                               float grad_scale);
@@ -214,63 +307,28 @@ typedef struct backend {
      * device float. */
     void (*find_nonfinite)(size_t n, const float *x, float *found);
 
-    /* ---- math mode: how convolutions and GEMMs may round ----
-     * Applies to conv_fwd, conv_bwd_data, conv_bwd_filter and gemm only; every
-     * other op computes and stores fp32 in every mode, and tensors are float
-     * arrays in every mode.
-     *   BACKEND_MATH_FP32: fp32 products and sums.
-     *   BACKEND_MATH_TF32: tensor cores with TF32 inputs (10-bit mantissa) and
-     *     fp32 accumulation, where the device has them; the CPU computes fp32.
-     *   BACKEND_MATH_BF16, BACKEND_MATH_FP16 (mixed precision): the op's
-     *     operands (x and w; dy and w; x and dy; A and B) are rounded to
-     *     bfloat16 / IEEE half (round to nearest even), multiplied and summed
-     *     in fp32, and the op's result (after `accumulate` or beta has added
-     *     the old contents) is rounded to the same type, as a tensor of that
-     *     type would hold it: fp16 results beyond +-65504 become +-inf (what
-     *     dynamic loss scaling watches for). GPUs run these on tensor cores
-     *     with half operands; the CPU emulates the rounding with fp32 GEMMs
-     *     (same numbers up to summation order, no speed-up; a GPU's
-     *     accumulating conv_bwd_data also rounds the convolution's own sum
-     *     before adding, so it may differ by one more rounding). Parameters stay
-     *     fp32 (the master weights): only the op's copy of them is rounded. */
+    /* ---- math modes ----
+     * Optional (NULL: every mode runs; call it through backend_math_check):
+     * CNT_ERR with a message naming the device and what to use instead when
+     * the backend cannot run math mode `math` (bf16 on a GPU before Ampere),
+     * CNT_OK otherwise. */
+    int (*math_check)(int math);
+    /* Transitional, for train/trainer.c until it calls backend_math_check
+     * instead; nothing else may call it, and it goes once trainer.c stops:
+     * ends the process with math_check's message when the mode cannot run,
+     * and does nothing else (the math mode is the context's: net_set_math). */
     void (*set_math)(int math);
 
-    /* ---- activation layout ----
-     * How conv_fwd, conv_bwd_data, conv_bwd_filter (x, y, dx, dy), bias_fwd,
-     * bias_bwd, the batch-norm ops, pool_fwd, pool_bwd and channel_copy store
-     * the 4-D tensors they read and write. The tensor [N, C, H, W] written
-     * above is the logical one; every layout stores the same N*C*H*W values
-     * (a permutation of NCHW that depends only on C and H*W), so a net
-     * allocates alike in all of them, and elementwise ops, gemm, the loss and
-     * the optimizer do not depend on the layout (their operands share one).
-     *   BACKEND_LAYOUT_NCHW, the default: (n, c, h, w) at ((n*C + c)*H + h)*W + w.
-     *   BACKEND_LAYOUT_NHWC: channels innermost, (n, c, h, w) at
-     *     ((n*H + h)*W + w)*C + c ([N, C, HW] views become [N, HW, C]).
-     *   BACKEND_LAYOUT_BLOCKED, only where block_c > 0: the backend's own
-     *     channel-blocked layout (oneDNN's nChw8c / nChw16c), with B = block_c:
-     *     a tensor whose C is a multiple of B is stored [N, C/B, H, W, B],
-     *     (n, c, h, w) at (((n*(C/B) + c/B)*H + h)*W + w)*B + c%B; a tensor
-     *     with any other C (a 3-channel image) is stored NCHW.
-     * With HW == 1 every layout is the same bytes as NCHW. Filters stay
-     * [K, C, R, S] and per-channel vectors [C] in every layout (a backend that
-     * wants other filter layouts converts them itself), so parameters,
-     * gradients and checkpoints do not depend on the layout. Numbers may differ
-     * from NCHW by summation order only. GPUs run tensor-core convolutions
-     * natively in NHWC (cuDNN transposes NCHW operands for them); the CPU
-     * backend computes NHWC as NCHW with transposes around each op (so that
-     * the same tests run on both), and BLOCKED natively on oneDNN, its fast
-     * layout. A net sets its layout before each forward and backward
-     * (net_set_layout). */
-    void (*set_layout)(int layout);
-    /* Converts between NCHW and `layout` (any layout set_layout accepts),
-     * whatever set_layout says: with to_layout, dst in `layout` (+)= src in
-     * NCHW; otherwise dst in NCHW (+)= src in `layout` (NCHW to NCHW copies
-     * or adds). src and dst do not overlap. */
+    /* ---- activation layouts (see backend_ctx) ---- */
+    /* Converts between NCHW and `layout` (any layout the backend has, named
+     * here rather than by a context): with to_layout, dst in `layout` (+)=
+     * src in NCHW; otherwise dst in NCHW (+)= src in `layout` (NCHW to NCHW
+     * copies or adds). src and dst do not overlap. */
     void (*convert_layout)(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
                            int accumulate);
     /* BACKEND_LAYOUT_BLOCKED's channel block (8 or 16, what the CPU's vector
-     * width suits); 0 when the backend has no blocked layout (set_layout
-     * refuses it). */
+     * width suits); 0 when the backend has no blocked layout (a context
+     * must not name it then: backend_layout_check). */
     int block_c;
 
     /* The most values one activation tensor (a layer's output for a whole
@@ -327,35 +385,23 @@ typedef struct backend {
      * hostmem_query's (common/hostmem.h). Both 0 when unknown. Never fails. */
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     /* Bytes of scratch the backend keeps once a convolution of shape p (its N
-     * included) has run forward, backward-data and backward-filter in the
-     * current math mode, layout and thread count: the buffers it grows to
-     * their largest use and keeps for later calls (the CPU's per-thread
-     * im2col, output and weight-gradient partials; the 16-bit operand copies
-     * in bf16/fp16; NHWC copies). Buffers are shared by every layer, so a
-     * net needs the largest of its layers' values, not their sum. cuDNN's own
+     * included) has run forward, backward-data and backward-filter in ctx's
+     * math mode and layout and the current thread count: the buffers it
+     * grows to their largest use and keeps for later calls (the CPU's
+     * per-thread im2col, output and weight-gradient partials; the 16-bit
+     * operand copies in bf16/fp16; NHWC copies). Buffers are shared by every
+     * layer (whatever its context), so a process needs the largest of its
+     * layers' values, not their sum. cuDNN's own
      * workspace is not counted: the CUDA backend sizes it to the limit or
      * half of what is free, whichever is less, when it chooses algorithms.
      * Allocates nothing; never fails. */
-    size_t (*conv_workspace)(const conv_params *p);
+    size_t (*conv_workspace)(const backend_ctx *ctx, const conv_params *p);
     /* The same for gemm with C [M, N] and inner dimension K (dense
-     * operands): the 16-bit operand copies in bf16/fp16, 0 otherwise. */
-    size_t (*gemm_workspace)(int M, int N, int K);
+     * operands) in ctx's math mode: the 16-bit operand copies in bf16/fp16,
+     * 0 otherwise. */
+    size_t (*gemm_workspace)(const backend_ctx *ctx, int M, int N, int K);
 } backend;
 
-typedef enum backend_math {
-    BACKEND_MATH_FP32 = 0,
-    BACKEND_MATH_TF32 = 1,
-    BACKEND_MATH_BF16 = 2,
-    BACKEND_MATH_FP16 = 3
-} backend_math;
-/* BACKEND_LAYOUT_AUTO is a request (train.layout = auto), never a backend's
- * layout: backend_layout_choose turns it into one of the others. */
-typedef enum backend_layout {
-    BACKEND_LAYOUT_NCHW = 0,
-    BACKEND_LAYOUT_NHWC = 1,
-    BACKEND_LAYOUT_BLOCKED = 2,
-    BACKEND_LAYOUT_AUTO = 3
-} backend_layout;
 /* Which backend a run asks for (train.device). */
 typedef enum backend_device {
     BACKEND_DEVICE_AUTO, /* a GPU when one was built in and is usable, else the CPU */
@@ -396,5 +442,22 @@ const backend *backend_get_for_rank(backend_device device, int local_rank);
 int backend_describe_devices(char *buf, size_t len);
 /* Space-separated names of the backends compiled into this binary. */
 const char *backend_list_built(void);
+
+/* ---- the context and the optional ops (model/backend.c) ---- */
+
+/* A number for backend_ctx.weights_epoch that no earlier call returned in
+ * this process, never 0 (thread-safe). Never fails. */
+uint64_t backend_epoch_new(void);
+/* CNT_ERR with a message naming the device when be cannot run math mode
+ * `math` (be->math_check); CNT_OK otherwise, and for every mode of a backend
+ * without math_check. */
+int backend_math_check(const backend *be, backend_math math);
+/* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
+size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
+/* be->sgd_update_ranges, or be->sgd_update on each range where the backend
+ * has no multi-range update (the same values either way). Never fails. */
+void backend_sgd_update_ranges(const backend *be, int n_ranges, const size_t *lo, const size_t *hi, const float *wd,
+                               float *param, const float *grad, float *momentum_buf, float lr, float momentum,
+                               int nesterov, float grad_scale);
 
 #endif

@@ -969,80 +969,78 @@ static void f32_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
  * from a GPU), and the result is rounded in place. It is slower than fp32
  * here; its use is checking a mixed-precision run's numbers anywhere. */
 
-static int cpu_math = BACKEND_MATH_FP32;
-
-static void round_span(float *dst, const float *src, size_t n) {
-    if (cpu_math == BACKEND_MATH_FP16) fp16_round_array(dst, src, n);
+static void round_span(int math, float *dst, const float *src, size_t n) {
+    if (math == BACKEND_MATH_FP16) fp16_round_array(dst, src, n);
     else bf16_round_array(dst, src, n);
 }
 
 /* dst[0, n) = src rounded, in parallel chunks when large. */
-void cpu_round_to_math(float *dst, const float *src, size_t n) {
+void cpu_round_to_math(int math, float *dst, const float *src, size_t n) {
     const size_t chunk = (size_t)1 << 16;
     if (n < 4 * chunk) {
-        round_span(dst, src, n);
+        round_span(math, dst, src, n);
         return;
     }
     long chunks = (long)((n + chunk - 1) / chunk);
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < chunks; c++) {
         size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        round_span(dst + lo, src + lo, hi - lo);
+        round_span(math, dst + lo, src + lo, hi - lo);
     }
 }
 
-const float *cpu_rounded_copy(cpu_buf *b, const float *src, size_t n) {
+const float *cpu_rounded_copy(int math, cpu_buf *b, const float *src, size_t n) {
     float *d = cpu_buf_get(b, n ? n : 1);
-    cpu_round_to_math(d, src, n);
+    cpu_round_to_math(math, d, src, n);
     return d;
 }
 
-int cpu_math_reduced(void) { return cpu_math == BACKEND_MATH_BF16 || cpu_math == BACKEND_MATH_FP16; }
+int cpu_math_reduced(int math) { return math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16; }
 
-
-static void cpu_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
-    if (!cpu_math_reduced()) {
+static void cpu_conv_fwd(int math, const conv_params *p, const float *x, const float *w, float *y) {
+    if (!cpu_math_reduced(math)) {
         f32_conv_fwd(p, x, w, y);
         return;
     }
-    f32_conv_fwd(p, cpu_rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
-                 cpu_rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), y);
-    cpu_round_to_math(y, y, conv_out_count(p));
+    f32_conv_fwd(p, cpu_rounded_copy(math, &tls_scratch.op_a, x, conv_in_count(p)),
+                 cpu_rounded_copy(math, &tls_scratch.op_b, w, conv_w_count(p)), y);
+    cpu_round_to_math(math, y, y, conv_out_count(p));
 }
 
-static void cpu_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
-    if (!cpu_math_reduced()) {
+static void cpu_conv_bwd_data(int math, const conv_params *p, const float *dy, const float *w, float *dx,
+                              int accumulate) {
+    if (!cpu_math_reduced(math)) {
         f32_conv_bwd_data(p, dy, w, dx, accumulate);
         return;
     }
-    f32_conv_bwd_data(p, cpu_rounded_copy(&tls_scratch.op_a, dy, conv_out_count(p)),
-                      cpu_rounded_copy(&tls_scratch.op_b, w, conv_w_count(p)), dx, accumulate);
-    cpu_round_to_math(dx, dx, conv_in_count(p));
+    f32_conv_bwd_data(p, cpu_rounded_copy(math, &tls_scratch.op_a, dy, conv_out_count(p)),
+                      cpu_rounded_copy(math, &tls_scratch.op_b, w, conv_w_count(p)), dx, accumulate);
+    cpu_round_to_math(math, dx, dx, conv_in_count(p));
 }
 
-static void cpu_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
-    if (!cpu_math_reduced()) {
+static void cpu_conv_bwd_filter(int math, const conv_params *p, const float *x, const float *dy, float *dw) {
+    if (!cpu_math_reduced(math)) {
         f32_conv_bwd_filter(p, x, dy, dw);
         return;
     }
-    f32_conv_bwd_filter(p, cpu_rounded_copy(&tls_scratch.op_a, x, conv_in_count(p)),
-                        cpu_rounded_copy(&tls_scratch.op_b, dy, conv_out_count(p)), dw);
-    cpu_round_to_math(dw, dw, conv_w_count(p));
+    f32_conv_bwd_filter(p, cpu_rounded_copy(math, &tls_scratch.op_a, x, conv_in_count(p)),
+                        cpu_rounded_copy(math, &tls_scratch.op_b, dy, conv_out_count(p)), dw);
+    cpu_round_to_math(math, dw, dw, conv_w_count(p));
 }
 
-
-static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                     const float *B, int ldb, float beta, float *C, int ldc) {
-    if (!cpu_math_reduced() || M == 0 || N == 0) {
+static void cpu_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    int math = ctx->math;
+    if (!cpu_math_reduced(math) || M == 0 || N == 0) {
         f32_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
     size_t na = trans_a ? matrix_span(K, M, lda) : matrix_span(M, K, lda);
     size_t nb = trans_b ? matrix_span(N, K, ldb) : matrix_span(K, N, ldb);
-    f32_gemm(trans_a, trans_b, M, N, K, alpha, cpu_rounded_copy(&tls_scratch.op_a, A, na), lda,
-             cpu_rounded_copy(&tls_scratch.op_b, B, nb), ldb, beta, C, ldc);
-    for (int i = 0; i < M; i++) cpu_round_to_math(C + (size_t)i * ldc, C + (size_t)i * ldc, (size_t)N);
+    f32_gemm(trans_a, trans_b, M, N, K, alpha, cpu_rounded_copy(math, &tls_scratch.op_a, A, na), lda,
+             cpu_rounded_copy(math, &tls_scratch.op_b, B, nb), ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++) cpu_round_to_math(math, C + (size_t)i * ldc, C + (size_t)i * ldc, (size_t)N);
 }
 
 /* ------------------------------------------------------------ overflow check */
@@ -1193,14 +1191,6 @@ static void cpu_sgd_update(size_t n, float *param, const float *grad, float *mom
     }
 }
 
-static void cpu_sgd_update_ranges(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
-                                  const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
-                                  float grad_scale) {
-    for (int r = 0; r < n_ranges; r++)
-        cpu_sgd_update(hi[r] - lo[r], param + lo[r], grad + lo[r], momentum_buf ? momentum_buf + lo[r] : NULL, lr,
-                       momentum, wd[r], nesterov, grad_scale);
-}
-
 /* ----------------------------------------------------------------- threads */
 
 static void cpu_set_threads(int n) {
@@ -1212,12 +1202,12 @@ static void cpu_set_threads(int n) {
 
 /* ------------------------------------------------- math mode and ordering */
 
-/* TF32 computes fp32 here (no CPU rounds GEMM inputs to TF32); BF16 and FP16
- * are emulated by the wrappers above. */
+/* Every mode runs here: TF32 computes fp32 (no CPU rounds GEMM inputs to
+ * TF32), BF16 and FP16 are emulated by the wrappers above. The transitional
+ * set_math (model/backend.h) has nothing to refuse. */
 static void cpu_set_math(int math) {
     CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
                math == BACKEND_MATH_FP16);
-    cpu_math = math;
 }
 
 /* --------------------------------------------------------------- layout */
@@ -1227,13 +1217,6 @@ static void cpu_set_math(int math) {
  * than NCHW, never faster: NHWC exists here so that every layout test runs on
  * the CPU too and the GPU's NHWC results have a reference. Results are
  * bitwise those of NCHW. */
-
-static int cpu_layout = BACKEND_LAYOUT_NCHW;
-
-static void cpu_set_layout(int layout) {
-    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
-    cpu_layout = layout;
-}
 
 /* Tiles of 32 x 32 keep both the rows read and the rows written in cache. */
 #define CPU_TRANSPOSE_TILE 32
@@ -1285,7 +1268,11 @@ static void cpu_convert_layout(int N, int C, int HW, const float *src, float *ds
         cpu_copy(dst, src, n * sizeof(float));
 }
 
-static int nhwc(void) { return cpu_layout == BACKEND_LAYOUT_NHWC; }
+/* Whether ctx's layout is NHWC (this table's other layout is NCHW). */
+static int nhwc(const backend_ctx *ctx) {
+    CNT_ASSERT(ctx->layout == BACKEND_LAYOUT_NCHW || ctx->layout == BACKEND_LAYOUT_NHWC);
+    return ctx->layout == BACKEND_LAYOUT_NHWC;
+}
 
 /* An NCHW copy of the NHWC tensor x [N, HW, C] in scratch slot k. */
 static float *lay_in(int k, int N, int C, int HW, const float *x) {
@@ -1304,42 +1291,46 @@ static float *lay_out(int k, int N, int C, int HW) {
 /* y [N, HW, C] = the NCHW result t. */
 static void lay_back(int N, int C, int HW, const float *t, float *y) { cpu_transpose_layout(N, C, HW, t, y, 1, 0); }
 
-static void lay_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
-    if (!nhwc()) {
-        cpu_conv_fwd(p, x, w, y);
+static void lay_conv_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+    if (!nhwc(ctx)) {
+        cpu_conv_fwd(ctx->math, p, x, w, y);
         return;
     }
     const float *xt = lay_in(0, p->N, p->C, p->H * p->W, x);
     float *yt = lay_out(1, p->N, p->K, p->P * p->Q);
-    cpu_conv_fwd(p, xt, w, yt);
+    cpu_conv_fwd(ctx->math, p, xt, w, yt);
     lay_back(p->N, p->K, p->P * p->Q, yt, y);
 }
 
-static void lay_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
-    if (!nhwc()) {
-        cpu_conv_bwd_data(p, dy, w, dx, accumulate);
+/* paired (model/backend.h): the CPU converts nothing it could share. */
+static void lay_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w,
+                              float *dx, int accumulate, int paired) {
+    (void)paired;
+    if (!nhwc(ctx)) {
+        cpu_conv_bwd_data(ctx->math, p, dy, w, dx, accumulate);
         return;
     }
     int HW = p->H * p->W;
     const float *dyt = lay_in(0, p->N, p->K, p->P * p->Q, dy);
     /* accumulating: the old dx goes through the NCHW op, which rounds the sum */
     float *dxt = accumulate ? lay_in(1, p->N, p->C, HW, dx) : lay_out(1, p->N, p->C, HW);
-    cpu_conv_bwd_data(p, dyt, w, dxt, accumulate);
+    cpu_conv_bwd_data(ctx->math, p, dyt, w, dxt, accumulate);
     lay_back(p->N, p->C, HW, dxt, dx);
 }
 
-static void lay_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
-    if (!nhwc()) {
-        cpu_conv_bwd_filter(p, x, dy, dw);
+static void lay_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+                                float *dw) {
+    if (!nhwc(ctx)) {
+        cpu_conv_bwd_filter(ctx->math, p, x, dy, dw);
         return;
     }
     const float *xt = lay_in(0, p->N, p->C, p->H * p->W, x);
     const float *dyt = lay_in(1, p->N, p->K, p->P * p->Q, dy);
-    cpu_conv_bwd_filter(p, xt, dyt, dw);
+    cpu_conv_bwd_filter(ctx->math, p, xt, dyt, dw);
 }
 
-static void lay_bias_fwd(int N, int C, int HW, const float *b, float *y) {
-    if (!nhwc() || HW == 1) {
+static void lay_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y) {
+    if (!nhwc(ctx) || HW == 1) {
         cpu_bias_fwd(N, C, HW, b, y);
         return;
     }
@@ -1352,18 +1343,18 @@ static void lay_bias_fwd(int N, int C, int HW, const float *b, float *y) {
     }
 }
 
-static void lay_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
-    if (!nhwc() || HW == 1) {
+static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db) {
+    if (!nhwc(ctx) || HW == 1) {
         cpu_bias_bwd(N, C, HW, dy, db);
         return;
     }
     cpu_bias_bwd(N, C, HW, lay_in(0, N, C, HW, dy), db);
 }
 
-static void lay_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                             float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                             float *save_invstd) {
-    if (!nhwc() || HW == 1) {
+static void lay_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                             const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                             float eps, float *save_mean, float *save_invstd) {
+    if (!nhwc(ctx) || HW == 1) {
         cpu_bn_fwd_train(N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
                          save_invstd);
         return;
@@ -1375,9 +1366,10 @@ static void lay_bn_fwd_train(int N, int C, int HW, const float *x, const float *
     lay_back(N, C, HW, yt, y);
 }
 
-static void lay_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                             const float *running_mean, const float *running_var, float eps) {
-    if (!nhwc() || HW == 1) {
+static void lay_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                             const float *beta, float *y, const float *running_mean, const float *running_var,
+                             float eps) {
+    if (!nhwc(ctx) || HW == 1) {
         cpu_bn_fwd_infer(N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
         return;
     }
@@ -1387,10 +1379,10 @@ static void lay_bn_fwd_infer(int N, int C, int HW, const float *x, const float *
     lay_back(N, C, HW, yt, y);
 }
 
-static void lay_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                       const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
-                       float *dbeta, int accumulate_dx) {
-    if (!nhwc() || HW == 1) {
+static void lay_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
+                       const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+                       float *dgamma, float *dbeta, int accumulate_dx) {
+    if (!nhwc(ctx) || HW == 1) {
         cpu_bn_bwd(N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
         return;
     }
@@ -1401,8 +1393,8 @@ static void lay_bn_bwd(int N, int C, int HW, const float *x, const float *dy, co
     lay_back(N, C, HW, dxt, dx);
 }
 
-static void lay_pool_fwd(const pool_params *p, const float *x, float *y) {
-    if (!nhwc()) {
+static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
+    if (!nhwc(ctx)) {
         cpu_pool_fwd(p, x, y);
         return;
     }
@@ -1412,9 +1404,9 @@ static void lay_pool_fwd(const pool_params *p, const float *x, float *y) {
     lay_back(p->N, p->C, p->P * p->Q, yt, y);
 }
 
-static void lay_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
-                         int accumulate) {
-    if (!nhwc()) {
+static void lay_pool_bwd(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
+                         const float *dy, float *dx, int accumulate) {
+    if (!nhwc(ctx)) {
         cpu_pool_bwd(p, x, y, dy, dx, accumulate);
         return;
     }
@@ -1428,9 +1420,9 @@ static void lay_pool_bwd(const pool_params *p, const float *x, const float *y, c
 }
 
 /* NHWC: each pixel's channel vector is contiguous, so a slice is C values per pixel. */
-static void lay_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
-                             int dst_off, int accumulate) {
-    if (!nhwc() || HW == 1) {
+static void lay_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C, int src_off,
+                             float *dst, int dst_C, int dst_off, int accumulate) {
+    if (!nhwc(ctx) || HW == 1) {
         cpu_channel_copy(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate);
         return;
     }
@@ -1484,7 +1476,7 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
  * calling thread), the group's im2col or padded input (col), its stacked
  * outputs (tmp) and a weight-gradient partial (dw); on the calling thread,
  * the filter split by tap (shift), bf16/fp16 operand copies and NHWC copies. */
-static size_t cpu_conv_workspace(const conv_params *p) {
+static size_t cpu_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
     conv_plan pl;
     conv_plan_init(p, &pl);
     size_t col = 0, tmp = 0, nb = (size_t)pl.group;
@@ -1506,13 +1498,13 @@ static size_t cpu_conv_workspace(const conv_params *p) {
     size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
     size_t threads = pl.outer ? (size_t)omp_get_max_threads() : 1;
     size_t floats = threads * (col + tmp + w) + (pl.algo == CONV_ALGO_SHIFT ? w : 0);
-    if (cpu_math_reduced()) floats += max2(in, out) + max2(w, out); /* op_a, op_b */
-    if (nhwc()) floats += 2 * max2(in, out);                     /* lay[0], lay[1] */
+    if (cpu_math_reduced(ctx->math)) floats += max2(in, out) + max2(w, out); /* op_a, op_b */
+    if (nhwc(ctx)) floats += 2 * max2(in, out);                              /* lay[0], lay[1] */
     return floats * sizeof(float);
 }
 
-static size_t cpu_gemm_workspace(int M, int N, int K) {
-    if (!cpu_math_reduced()) return 0;
+static size_t cpu_gemm_workspace(const backend_ctx *ctx, int M, int N, int K) {
+    if (!cpu_math_reduced(ctx->math)) return 0;
     return ((size_t)M * K + (size_t)K * N) * sizeof(float); /* op_a, op_b */
 }
 
@@ -1523,6 +1515,7 @@ static void cpu_describe(char *buf, size_t len) {
 
 static const backend cpu_backend = {
     .name = "cpu",
+    .is_cpu = 1,
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -1551,11 +1544,9 @@ static const backend cpu_backend = {
     .channel_copy = lay_channel_copy,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
-    .sgd_update_ranges = cpu_sgd_update_ranges,
     .set_threads = cpu_set_threads,
     .find_nonfinite = cpu_find_nonfinite,
     .set_math = cpu_set_math,
-    .set_layout = cpu_set_layout,
     .convert_layout = cpu_convert_layout,
     .block_c = 0,
     .max_tensor_values = 0,

@@ -15,7 +15,12 @@
  * the equivalent of PyTorch's torch.backends.cudnn.benchmark = True. The
  * workspace is one buffer, grown for the search and kept for the choices.
  *
- * Math modes (set_math): FP32 restricts cuDNN to FMA kernels and cuBLAS to
+ * Every op reads the layout, math mode and weights epoch it runs in from the
+ * backend_ctx it is given (model/backend.h) and keeps none of them: what this
+ * file keeps between calls (plans, the kept filters, the 16-bit copies) is
+ * keyed by them, so nets in different contexts may alternate.
+ *
+ * Math modes (backend_ctx.math): FP32 restricts cuDNN to FMA kernels and cuBLAS to
  * its default (fp32) math; TF32 lets both use tensor cores with TF32 inputs.
  * BF16 and FP16 (mixed precision) run convolutions and GEMMs on tensor cores
  * with 16-bit operands and fp32 accumulation. Tensors stay float between
@@ -32,7 +37,7 @@
  * memory. Each mode has its own convolution plans: descriptors (their data
  * type) and algorithms are per shape and mode.
  *
- * Layouts (set_layout): in NHWC the activations of convolutions, bias,
+ * Layouts (backend_ctx.layout): in NHWC the activations of convolutions, bias,
  * batch norm, pooling and channel slices are [N, H, W, C]. cuDNN gets NHWC
  * tensor descriptors for them, which is the layout its tensor-core
  * convolutions run natively (in NCHW it transposes around them). Its NHWC
@@ -93,13 +98,12 @@ enum { H16_OP0, H16_OP1, H16_OUT, H16_SLOTS };
 static struct {
     int ready;
     int device;
-    int math;                  /* BACKEND_MATH_* */
-    int layout;                /* BACKEND_LAYOUT_* */
     int cc_major;              /* compute capability */
     cudaStream_t stream;       /* the compute stream */
     cudaStream_t copy_stream;  /* input uploads (upload_async) */
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
+    int cublas_tf32;           /* the cuBLAS handle's math mode is TF32 tensor ops (cublas_math) */
     void *ws;                  /* cuDNN workspace */
     size_t ws_bytes;
     size_t ws_limit;           /* largest workspace an algorithm may ask for */
@@ -114,14 +118,14 @@ static struct {
     int bn_persistent;         /* NHWC batch norm through the Ex calls, SPATIAL_PERSISTENT (CNT_CUDNN_BN) */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
     size_t bn_stage_n;
-    /* conv_bwd_pair: the dy announced, and whether H16_OP1 holds its 16-bit
-     * copy (pair_n values in mode pair_math), left by conv_bwd_filter */
+    /* conv_bwd_data's `paired`: whether H16_OP1 holds the 16-bit copy of
+     * pair_dy (pair_n values in mode pair_math), left by conv_bwd_filter */
     const float *pair_dy;
     size_t pair_n;
     int pair_math, pair_ready;
-    /* conv_filter_cache: enabled unless CNT_FILTER_CACHE=0, on inside a bracket;
-     * the filters kept, one per weight pointer (fcache_*) */
-    int fc_enabled, fc_on;
+    /* backend_ctx.weights_epoch: enabled unless CNT_FILTER_CACHE=0; the
+     * filters kept, one per weight pointer (fcache_*) */
+    int fc_enabled;
     struct fcache_entry *fc;
     int fc_n, fc_cap;
 } g;
@@ -218,11 +222,14 @@ static double *scratch_get(size_t n) { return grow((void **)&g.scratch, &g.scrat
  * order). */
 static float *fscratch_get(size_t n) { return grow((void **)&g.fscratch, &g.fscratch_n, n, sizeof(float)); }
 
-static int layout_nhwc(void) { return g.layout == BACKEND_LAYOUT_NHWC; }
+static int layout_nhwc(const backend_ctx *ctx) {
+    CNT_ASSERT(ctx->layout == BACKEND_LAYOUT_NCHW || ctx->layout == BACKEND_LAYOUT_NHWC);
+    return ctx->layout == BACKEND_LAYOUT_NHWC;
+}
 
 /* ---------------------------------------------------- reduced precision */
 
-static int math_reduced(void) { return g.math == BACKEND_MATH_BF16 || g.math == BACKEND_MATH_FP16; }
+static int math_reduced(int math) { return math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16; }
 
 static const char *math_name(int math) {
     switch (math) {
@@ -234,8 +241,7 @@ static const char *math_name(int math) {
 }
 
 /* Buffer `slot` with room for n 16-bit values. Each buffer grows to its
- * largest use (the first training step's) and stays until the mode goes back
- * to FP32 or TF32. */
+ * largest use (the first training step's) and stays. */
 static void *h16_get(int slot, size_t n) {
     size_t bytes = (n ? n : 1) * 2; /* both types are 2 bytes */
     if (bytes > g.h16_bytes[slot]) {
@@ -246,19 +252,11 @@ static void *h16_get(int slot, size_t n) {
     return g.h16[slot];
 }
 
-/* x[0, n) rounded to the mode's type, in buffer `slot`. */
-static const void *h16_from(int slot, size_t n, const float *x) {
+/* x[0, n) rounded to the type of math mode `math`, in buffer `slot`. */
+static const void *h16_from(int math, int slot, size_t n, const float *x) {
     void *h = h16_get(slot, n);
-    CUDA_CHECK(cuk_narrow(g.stream, g.math, n, x, h));
+    CUDA_CHECK(cuk_narrow(g.stream, math, n, x, h));
     return h;
-}
-
-static void h16_release(void) {
-    for (int i = 0; i < H16_SLOTS; i++) {
-        cuda_free(g.h16[i]);
-        g.h16[i] = NULL;
-        g.h16_bytes[i] = 0;
-    }
 }
 
 /* ------------------------------------------------------------- convolution */
@@ -272,34 +270,35 @@ static unsigned plan_hash(const conv_params *p, int math, int layout) {
     return h % PLAN_BUCKETS;
 }
 
-/* The data type of the tensors cuDNN sees in the current mode (the compute
+/* The data type of the tensors cuDNN sees in math mode `math` (the compute
  * type is float in every mode). */
-static cudnnDataType_t conv_data_type(void) {
-    if (g.math == BACKEND_MATH_FP16) return CUDNN_DATA_HALF;
-    if (g.math == BACKEND_MATH_BF16) return CUDNN_DATA_BFLOAT16;
+static cudnnDataType_t conv_data_type(int math) {
+    if (math == BACKEND_MATH_FP16) return CUDNN_DATA_HALF;
+    if (math == BACKEND_MATH_BF16) return CUDNN_DATA_BFLOAT16;
     return CUDNN_DATA_FLOAT;
 }
 
-/* The plan of shape p in the current math mode and layout. Plans are keyed
- * by both, so switching modes never reuses descriptors of another data type
- * or an algorithm chosen under other rules (or for another layout), and
- * switching back finds the old plans. */
-static conv_plan *plan_get(const conv_params *p) {
+/* The plan of shape p in ctx's math mode and layout. Plans are keyed by
+ * both, so another mode never reuses descriptors of another data type or an
+ * algorithm chosen under other rules (or for another layout), and going back
+ * to a mode finds its plans. */
+static conv_plan *plan_get(const backend_ctx *ctx, const conv_params *p) {
     conv_params key;
     memset(&key, 0, sizeof key);
     key = *p;
-    unsigned h = plan_hash(&key, g.math, g.layout);
+    const int math = ctx->math, layout = ctx->layout;
+    unsigned h = plan_hash(&key, math, layout);
     for (conv_plan *pl = g.plans[h]; pl; pl = pl->next)
-        if (pl->math == g.math && pl->layout == g.layout && memcmp(&pl->key, &key, sizeof key) == 0) return pl;
+        if (pl->math == math && pl->layout == layout && memcmp(&pl->key, &key, sizeof key) == 0) return pl;
     conv_plan *pl = cnt_calloc(1, sizeof *pl);
     pl->key = key;
-    pl->math = g.math;
-    pl->layout = g.layout;
-    const cudnnDataType_t dt = conv_data_type();
+    pl->math = math;
+    pl->layout = layout;
+    const cudnnDataType_t dt = conv_data_type(math);
     /* Dimensions are given as (N, C, H, W) and (K, C, R, S) in both formats;
      * the format sets the strides: NHWC tensors are [N, H, W, C] and an NHWC
      * filter is [K, R, S, C] in memory. */
-    const cudnnTensorFormat_t fmt = layout_nhwc() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    const cudnnTensorFormat_t fmt = layout_nhwc(ctx) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&pl->y));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&pl->w));
@@ -319,14 +318,14 @@ static conv_plan *plan_get(const conv_params *p) {
     return pl;
 }
 
-/* Whether an algorithm's math mode is allowed in the current mode. FP32
+/* Whether an algorithm's math mode is allowed in our math mode `math`. FP32
  * admits FMA kernels only (cuDNN's DEFAULT math may use TF32 tensor cores on
  * Ampere and later); TF32 admits tensor cores but never down-conversion of the
  * fp32 data to fp16 (ALLOW_CONVERSION). BF16 and FP16 admit tensor cores and
  * FMA kernels on their 16-bit data, never a conversion to another type. */
-static int math_allowed(cudnnMathType_t m) {
+static int math_allowed(int math, cudnnMathType_t m) {
     if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return 0;
-    if (g.math != BACKEND_MATH_FP32) return 1;
+    if (math != BACKEND_MATH_FP32) return 1;
     return m == CUDNN_FMA_MATH || (m == CUDNN_DEFAULT_MATH && g.cc_major < 8);
 }
 
@@ -364,7 +363,7 @@ static void say_fallback(const conv_plan *pl, const char *dir, int heuristic) {
     const conv_params *p = &pl->key;
     log_warn("cuDNN offered no %s algorithm for the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, pad %d) within "
              "%.0f MiB of workspace; using %s (said once)",
-             math_name(g.math), dir, p->N, p->C, p->H, p->W, p->K, p->C, p->R,
+             math_name(pl->math), dir, p->N, p->C, p->H, p->W, p->K, p->C, p->R,
              p->S, p->stride_h, p->pad_h, g.ws_limit / 1048576.0,
              heuristic ? "cuDNN's heuristic choice, untimed, with the workspace it needs"
                        : "a slow fixed fallback (the heuristic had none either)");
@@ -382,12 +381,14 @@ typedef struct found_algo {
     for (int i_ = 0; i_ < (got); i_++)                                                                  \
     (rows)[i_] = (found_algo){(perf)[i_].status, (int)(perf)[i_].algo, (perf)[i_].memory, (perf)[i_].mathType}
 
-/* The first (fastest) row that succeeded, fits the workspace limit and has an
- * allowed math mode, into *algo, *math, *ws; 0 when there is none (the
- * caller's fallback, with FMA math, stays). */
-static int choose_algo(const found_algo *rows, int got, int *algo, cudnnMathType_t *math, size_t *ws) {
+/* The first (fastest) row that succeeded, fits the workspace limit and has a
+ * math mode allowed in the plan's mode, into *algo, *math, *ws; 0 when
+ * there is none (the caller's fallback, with FMA math, stays). */
+static int choose_algo(const conv_plan *pl, const found_algo *rows, int got, int *algo, cudnnMathType_t *math,
+                       size_t *ws) {
     for (int i = 0; i < got; i++) {
-        if (rows[i].status != CUDNN_STATUS_SUCCESS || rows[i].memory > g.ws_limit || !math_allowed(rows[i].math))
+        if (rows[i].status != CUDNN_STATUS_SUCCESS || rows[i].memory > g.ws_limit ||
+            !math_allowed(pl->math, rows[i].math))
             continue;
         *algo = rows[i].algo;
         *math = rows[i].math;
@@ -399,11 +400,12 @@ static int choose_algo(const found_algo *rows, int got, int *algo, cudnnMathType
     return 0;
 }
 
-/* Among a heuristic's rows (best first): the first supported one with an
- * allowed math mode, whatever its workspace; 0 when there is none. */
-static int choose_heuristic(const found_algo *rows, int got, int *algo, cudnnMathType_t *math) {
+/* Among a heuristic's rows (best first): the first supported one with a
+ * math mode allowed in the plan's mode, whatever its workspace; 0 when there
+ * is none. */
+static int choose_heuristic(const conv_plan *pl, const found_algo *rows, int got, int *algo, cudnnMathType_t *math) {
     for (int i = 0; i < got; i++) {
-        if (rows[i].status != CUDNN_STATUS_SUCCESS || !math_allowed(rows[i].math)) continue;
+        if (rows[i].status != CUDNN_STATUS_SUCCESS || !math_allowed(pl->math, rows[i].math)) continue;
         *algo = rows[i].algo;
         *math = rows[i].math;
         return 1;
@@ -411,9 +413,9 @@ static int choose_heuristic(const found_algo *rows, int got, int *algo, cudnnMat
     return 0;
 }
 
-/* The math mode the search may consider. */
-static cudnnMathType_t search_math(void) {
-    return g.math == BACKEND_MATH_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+/* The math mode the search for a plan may consider. */
+static cudnnMathType_t search_math(const conv_plan *pl) {
+    return pl->math == BACKEND_MATH_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
 /* The plan_* functions get the buffers the op hands cuDNN: the caller's
@@ -424,18 +426,18 @@ static void plan_fwd(conv_plan *pl, const void *x, const void *w, void *y) {
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     size_t ws = ws_for_find();
-    conv_set_math(pl, search_math());
+    conv_set_math(pl, search_math(pl));
     /* y is about to be overwritten anyway */
     CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(g.cudnn, pl->x, x, pl->w, w, pl->conv, pl->y, y, FIND_MAX,
                                                        &got, perf, g.ws, ws));
     FOUND_ROWS(perf, got, rows);
-    int found = choose_algo(rows, got, &algo, &pl->fwd_math, &pl->fwd_ws);
+    int found = choose_algo(pl, rows, got, &algo, &pl->fwd_math, &pl->fwd_ws);
     pl->fwd = (cudnnConvolutionFwdAlgo_t)algo;
     if (!found) {
         CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(g.cudnn, pl->x, pl->w, pl->conv, pl->y, FIND_MAX, &got,
                                                            perf));
         FOUND_ROWS(perf, got, rows);
-        int h = choose_heuristic(rows, got, &algo, &pl->fwd_math);
+        int h = choose_heuristic(pl, rows, got, &algo, &pl->fwd_math);
         pl->fwd = (cudnnConvolutionFwdAlgo_t)algo;
         say_fallback(pl, "forward pass", h);
         conv_set_math(pl, pl->fwd_math);
@@ -450,7 +452,7 @@ static void plan_bwd_data(conv_plan *pl, const void *dy, const void *w, void *dx
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     size_t ws = ws_for_find();
-    conv_set_math(pl, search_math());
+    conv_set_math(pl, search_math(pl));
     /* The search writes its output: when dx holds a gradient to add to, it
      * writes a scratch copy instead. */
     void *out = dx;
@@ -465,13 +467,13 @@ static void plan_bwd_data(conv_plan *pl, const void *dy, const void *w, void *dx
         CUDA_CHECK(cudaFree(out));
     }
     FOUND_ROWS(perf, got, rows);
-    int found = choose_algo(rows, got, &algo, &pl->bwd_data_math, &pl->bwd_data_ws);
+    int found = choose_algo(pl, rows, got, &algo, &pl->bwd_data_math, &pl->bwd_data_ws);
     pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
     if (!found) {
         CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(g.cudnn, pl->w, pl->y, pl->conv, pl->x, FIND_MAX,
                                                                 &got, perf));
         FOUND_ROWS(perf, got, rows);
-        int h = choose_heuristic(rows, got, &algo, &pl->bwd_data_math);
+        int h = choose_heuristic(pl, rows, got, &algo, &pl->bwd_data_math);
         pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)algo;
         say_fallback(pl, "data gradient", h);
         conv_set_math(pl, pl->bwd_data_math);
@@ -486,18 +488,18 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     size_t ws = ws_for_find();
-    conv_set_math(pl, search_math());
+    conv_set_math(pl, search_math(pl));
     /* dw is about to be overwritten anyway */
     CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(g.cudnn, pl->x, x, pl->y, dy, pl->conv, pl->w, dw,
                                                               FIND_MAX, &got, perf, g.ws, ws));
     FOUND_ROWS(perf, got, rows);
-    int found = choose_algo(rows, got, &algo, &pl->bwd_filter_math, &pl->bwd_filter_ws);
+    int found = choose_algo(pl, rows, got, &algo, &pl->bwd_filter_math, &pl->bwd_filter_ws);
     pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
     if (!found) {
         CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g.cudnn, pl->x, pl->y, pl->conv, pl->w, FIND_MAX,
                                                                   &got, perf));
         FOUND_ROWS(perf, got, rows);
-        int h = choose_heuristic(rows, got, &algo, &pl->bwd_filter_math);
+        int h = choose_heuristic(pl, rows, got, &algo, &pl->bwd_filter_math);
         pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)algo;
         say_fallback(pl, "weight gradient", h);
         conv_set_math(pl, pl->bwd_filter_math);
@@ -510,48 +512,46 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
 static const float k_one = 1.0f, k_zero = 0.0f;
 
 
-/* The filter as cuDNN reads it in the current layout: w itself in NCHW; in
- * NHWC a [K, R, S, C] copy in fscratch (the transpose of K images of C x R*S
+/* The filter as cuDNN reads it in ctx's layout: w itself in NCHW; in NHWC a
+ * [K, R, S, C] copy in fscratch (the transpose of K images of C x R*S
  * values), which the caller may then narrow. */
-static const float *conv_filter(const conv_params *p, const float *w) {
-    if (!layout_nhwc()) return w;
+static const float *conv_filter(const backend_ctx *ctx, const conv_params *p, const float *w) {
+    if (!layout_nhwc(ctx)) return w;
     float *wk = fscratch_get(conv_w_count(p));
     CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, w, wk, 1, 0));
     return wk;
 }
 
-/* conv_filter_cache (backend.h): the filter of weights w as cuDNN read it in
- * the bracket's forward (its [K, R, S, C] transpose in NHWC, narrowed in
- * BF16/FP16), in its own device buffer, valid until the bracket ends. */
+/* backend_ctx.weights_epoch (backend.h): the filter of weights w as cuDNN
+ * read it in a forward under a nonzero epoch (its [K, R, S, C] transpose in
+ * NHWC, narrowed in BF16/FP16), in its own device buffer, for the data
+ * passes of the same w under the same epoch. One entry per weight pointer,
+ * remade by each forward; an entry of another epoch is stale (epochs are
+ * never reused, so nothing needs forgetting). */
 typedef struct fcache_entry {
     const float *w;
     size_t n;          /* filter values */
-    int math, layout;  /* of the form kept */
-    int valid;
+    backend_math math; /* of the form kept */
+    backend_layout layout;
+    uint64_t epoch;    /* the weights epoch it was made in */
     void *copy;
     size_t cap;        /* bytes of copy */
 } fcache_entry;
 
-/* Whether convolutions in this mode read another form of the filter than w. */
-static int filter_reshaped(void) { return layout_nhwc() || math_reduced(); }
-
-static void cuda_conv_filter_cache(int on) {
-    if (!g.fc_enabled) return;
-    g.fc_on = on;
-    for (int i = 0; i < g.fc_n; i++) g.fc[i].valid = 0;
-}
+/* Whether convolutions in ctx read another form of the filter than w. */
+static int filter_reshaped(const backend_ctx *ctx) { return layout_nhwc(ctx) || math_reduced(ctx->math); }
 
 /* conv_filter_kept (backend.h): what fcache_make keeps for a filter of p. */
-static size_t cuda_conv_filter_kept(const conv_params *p) {
-    if (!g.fc_enabled || !filter_reshaped()) return 0;
-    return conv_w_count(p) * (math_reduced() ? 2 : 4);
+static size_t cuda_conv_filter_kept(const backend_ctx *ctx, const conv_params *p) {
+    if (!g.fc_enabled || !filter_reshaped(ctx)) return 0;
+    return conv_w_count(p) * (math_reduced(ctx->math) ? 2 : 4);
 }
 
-/* The filter cuDNN reads for p and w, kept: inside a bracket and where the
- * form differs from w, made into w's entry (created or regrown) and returned;
- * NULL otherwise (the caller makes it as usual). */
-static const void *fcache_make(const conv_params *p, const float *w) {
-    if (!g.fc_on || !filter_reshaped()) return NULL;
+/* The filter cuDNN reads for p and w, kept: under a nonzero epoch and where
+ * the form differs from w, made into w's entry (created or regrown) and
+ * returned; NULL otherwise (the caller makes it as usual). */
+static const void *fcache_make(const backend_ctx *ctx, const conv_params *p, const float *w) {
+    if (!g.fc_enabled || !ctx->weights_epoch || !filter_reshaped(ctx)) return NULL;
     fcache_entry *e = NULL;
     for (int i = 0; i < g.fc_n && !e; i++)
         if (g.fc[i].w == w) e = &g.fc[i];
@@ -564,29 +564,30 @@ static const void *fcache_make(const conv_params *p, const float *w) {
         memset(e, 0, sizeof *e);
         e->w = w;
     }
-    size_t n = conv_w_count(p), bytes = cuda_conv_filter_kept(p);
+    size_t n = conv_w_count(p), bytes = cuda_conv_filter_kept(ctx, p);
     if (bytes > e->cap) {
         cuda_free(e->copy); /* waits for queued ops that may still use it */
         e->copy = cuda_alloc(bytes);
         e->cap = bytes;
     }
-    if (math_reduced()) CUDA_CHECK(cuk_narrow(g.stream, g.math, n, conv_filter(p, w), e->copy));
+    if (math_reduced(ctx->math)) CUDA_CHECK(cuk_narrow(g.stream, ctx->math, n, conv_filter(ctx, p, w), e->copy));
     else CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, w, (float *)e->copy, 1, 0));
     e->n = n;
-    e->math = g.math;
-    e->layout = g.layout;
-    e->valid = 1;
+    e->math = ctx->math;
+    e->layout = ctx->layout;
+    e->epoch = ctx->weights_epoch;
     return e->copy;
 }
 
-/* The kept filter of w for p in the current mode and layout, or NULL. */
-static const void *fcache_find(const conv_params *p, const float *w) {
-    if (!g.fc_on) return NULL;
+/* The kept filter of w for p in ctx (its epoch, math mode and layout), or NULL. */
+static const void *fcache_find(const backend_ctx *ctx, const conv_params *p, const float *w) {
+    if (!g.fc_enabled || !ctx->weights_epoch) return NULL;
     for (int i = 0; i < g.fc_n; i++) {
         const fcache_entry *e = &g.fc[i];
-        if (e->w == w)
-            return e->valid && e->n == conv_w_count(p) && e->math == g.math && e->layout == g.layout ? e->copy
-                                                                                                      : NULL;
+        if (e->w != w) continue;
+        int same = e->n == conv_w_count(p) && e->math == ctx->math && e->layout == ctx->layout;
+        same = same && e->epoch == ctx->weights_epoch;
+        return same ? e->copy : NULL;
     }
     return NULL;
 }
@@ -602,26 +603,18 @@ static void pair_clear(void) {
     g.pair_ready = 0;
 }
 
-/* conv_bwd_pair (backend.h): conv_bwd_filter leaves dy's 16-bit copy in
- * H16_OP1, and the data pass on the same dy takes it from there (and the
- * filter in H16_OP0) instead of rounding dy again. Every other use of the
- * 16-bit slots (a forward convolution, a GEMM, a mode change) ends it. */
-static void cuda_conv_bwd_pair(const float *dy) {
-    g.pair_dy = dy;
-    g.pair_ready = 0;
-}
-
-static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
+static void cuda_conv_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
     pair_clear();
     if (p->N == 0) return;
-    conv_plan *pl = plan_get(p);
-    const void *kept = fcache_make(p, w);
-    const float *wl = kept ? NULL : conv_filter(p, w);
+    const int math = ctx->math;
+    conv_plan *pl = plan_get(ctx, p);
+    const void *kept = fcache_make(ctx, p, w);
+    const float *wl = kept ? NULL : conv_filter(ctx, p, w);
     const void *xs = x, *wv = kept ? kept : wl;
     void *ys = y;
-    if (math_reduced()) {
-        xs = h16_from(H16_OP0, conv_in_count(p), x);
-        if (!kept) wv = h16_from(H16_OP1, conv_w_count(p), wl);
+    if (math_reduced(math)) {
+        xs = h16_from(math, H16_OP0, conv_in_count(p), x);
+        if (!kept) wv = h16_from(math, H16_OP1, conv_w_count(p), wl);
         ys = h16_get(H16_OUT, conv_out_count(p));
     }
     if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
@@ -629,26 +622,32 @@ static void cuda_conv_fwd(const conv_params *p, const float *x, const float *w, 
     conv_set_math(pl, pl->fwd_math);
     CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, xs, pl->w, wv, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
                                         &k_zero, pl->y, ys));
-    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_out_count(p), ys, y, 0));
+    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));
 }
 
-static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
-    int paired = g.pair_ready && g.pair_dy == dy && g.pair_n == conv_out_count(p) && g.pair_math == g.math;
+/* `paired` (backend.h): the filter pass on this dy left its 16-bit copy in
+ * H16_OP1 (pair_*); the data pass takes it from there, and the filter into
+ * H16_OP0, instead of rounding dy again. Any other use of the 16-bit slots
+ * in between (a forward convolution, a GEMM) has cleared the pair. */
+static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w,
+                               float *dx, int accumulate, int paired) {
+    const int math = ctx->math;
+    paired = paired && g.pair_ready && g.pair_dy == dy && g.pair_n == conv_out_count(p) && g.pair_math == math;
     pair_clear();
     if (p->N == 0) return;
-    conv_plan *pl = plan_get(p);
-    const void *kept = fcache_find(p, w); /* the forward's filter, in a bracket */
-    const float *wl = kept ? NULL : conv_filter(p, w);
+    conv_plan *pl = plan_get(ctx, p);
+    const void *kept = fcache_find(ctx, p, w); /* the forward's filter, under the same epoch */
+    const float *wl = kept ? NULL : conv_filter(ctx, p, w);
     const void *dys = dy, *wv = kept ? kept : wl;
     void *dxs = dx;
     int beta_one = accumulate; /* cuDNN adds to its output */
-    if (math_reduced()) {
+    if (math_reduced(math)) {
         if (paired) {
             dys = g.h16[H16_OP1]; /* the filter pass's copy of this dy */
-            if (!kept) wv = h16_from(H16_OP0, conv_w_count(p), wl);
+            if (!kept) wv = h16_from(math, H16_OP0, conv_w_count(p), wl);
         } else {
-            dys = h16_from(H16_OP0, conv_out_count(p), dy);
-            if (!kept) wv = h16_from(H16_OP1, conv_w_count(p), wl);
+            dys = h16_from(math, H16_OP0, conv_out_count(p), dy);
+            if (!kept) wv = h16_from(math, H16_OP1, conv_w_count(p), wl);
         }
         dxs = h16_get(H16_OUT, conv_in_count(p));
         beta_one = 0; /* the widening adds instead */
@@ -658,29 +657,31 @@ static void cuda_conv_bwd_data(const conv_params *p, const float *dy, const floa
     conv_set_math(pl, pl->bwd_data_math);
     CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, wv, pl->y, dys, pl->conv, pl->bwd_data, g.ws,
                                              pl->bwd_data_ws, beta_one ? &k_one : &k_zero, pl->x, dxs));
-    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_in_count(p), dxs, dx, accumulate));
+    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_in_count(p), dxs, dx, accumulate));
 }
 
 /* In NHWC cuDNN writes the gradient as [K, R, S, C]: into fscratch (FP32,
  * TF32), or as 16-bit values widened (exactly) into fscratch (BF16, FP16);
  * then transposed into the caller's [K, C, R, S] dw. The values are the ones
  * the NCHW path gives, up to cuDNN's summation order: one rounding to the
- * type in the reduced modes. */
-static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
-    const float *announced = g.pair_dy;
+ * type in the reduced modes. In BF16/FP16 H16_OP1 keeps dy's 16-bit copy for
+ * a paired data pass. */
+static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+                                 float *dw) {
     pair_clear();
     if (p->N == 0) {
         cuda_zero(dw, conv_w_count(p) * sizeof(float));
         return;
     }
-    conv_plan *pl = plan_get(p);
-    const int nhwc = layout_nhwc();
+    const int math = ctx->math;
+    conv_plan *pl = plan_get(ctx, p);
+    const int nhwc = layout_nhwc(ctx);
     float *dwl = nhwc ? fscratch_get(conv_w_count(p)) : dw; /* the float gradient in cuDNN's filter layout */
     const void *xs = x, *dys = dy;
     void *dws = dwl;
-    if (math_reduced()) {
-        xs = h16_from(H16_OP0, conv_in_count(p), x);
-        dys = h16_from(H16_OP1, conv_out_count(p), dy);
+    if (math_reduced(math)) {
+        xs = h16_from(math, H16_OP0, conv_in_count(p), x);
+        dys = h16_from(math, H16_OP1, conv_out_count(p), dy);
         dws = h16_get(H16_OUT, conv_w_count(p));
     }
     if (!pl->have_bwd_filter) plan_bwd_filter(pl, xs, dys, dws);
@@ -688,13 +689,12 @@ static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const flo
     conv_set_math(pl, pl->bwd_filter_math);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, xs, pl->y, dys, pl->conv, pl->bwd_filter, g.ws,
                                                pl->bwd_filter_ws, &k_zero, pl->w, dws));
-    if (math_reduced()) CUDA_CHECK(cuk_widen(g.stream, g.math, conv_w_count(p), dws, dwl, 0));
+    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_w_count(p), dws, dwl, 0));
     if (nhwc) CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, dwl, dw, 0, 0));
-    if (math_reduced() && announced == dy) {
-        /* H16_OP1 keeps this dy's 16-bit copy for the data pass */
+    if (math_reduced(math)) { /* H16_OP1 keeps this dy's 16-bit copy for a paired data pass */
         g.pair_dy = dy;
         g.pair_n = conv_out_count(p);
-        g.pair_math = g.math;
+        g.pair_math = math;
         g.pair_ready = 1;
     }
 }
@@ -703,17 +703,17 @@ static void cuda_conv_bwd_filter(const conv_params *p, const float *x, const flo
 
 /* With HW == 1 (a linear layer) both layouts are the same bytes: the NCHW
  * kernels, so the two layouts give the same bits. */
-static int nhwc_spatial(int HW) { return layout_nhwc() && HW > 1; }
+static int nhwc_spatial(const backend_ctx *ctx, int HW) { return layout_nhwc(ctx) && HW > 1; }
 
-static void cuda_bias_fwd(int N, int C, int HW, const float *b, float *y) {
+static void cuda_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
-    CUDA_CHECK(cuk_bias_fwd(g.stream, N, C, HW, b, y, nhwc_spatial(HW)));
+    CUDA_CHECK(cuk_bias_fwd(g.stream, N, C, HW, b, y, nhwc_spatial(ctx, HW)));
 }
 
-static void cuda_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
+static void cuda_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
     double *partial = scratch_get(cuk_bias_bwd_scratch(N, C, HW));
-    CUDA_CHECK(cuk_bias_bwd(g.stream, N, C, HW, dy, db, partial, nhwc_spatial(HW)));
+    CUDA_CHECK(cuk_bias_bwd(g.stream, N, C, HW, dy, db, partial, nhwc_spatial(ctx, HW)));
 }
 
 /* -------------------------------------------------------------- batch norm */
@@ -722,8 +722,8 @@ static void cuda_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
  * with W = 1 (strides: c 1, h C, n HW*C); statistics per channel
  * (SPATIAL: over N x H x W for each c, whatever the strides). HW == 1 takes
  * the NCHW descriptor in both layouts (the same bytes; the same kernels). */
-static void bn_desc(int N, int C, int HW) {
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_x, nhwc_spatial(HW) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+static void bn_desc(const backend_ctx *ctx, int N, int C, int HW) {
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_x, nhwc_spatial(ctx, HW) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                            CUDNN_DATA_FLOAT, N, C, HW, 1));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, C, 1, 1));
 }
@@ -766,8 +766,8 @@ static void bn_plain_said(int C, const char *why) {
  * activations acts[0, n) takes the Ex calls, by the rules above; if so, *ws
  * is the workspace it needs, reserved, and bn_vec's stand-ins for C channels
  * are allocated. */
-static int bn_ex(int C, int HW, const void *const *acts, int n, int backward, size_t *ws) {
-    if (!g.bn_persistent || !nhwc_spatial(HW)) return 0;
+static int bn_ex(const backend_ctx *ctx, int C, int HW, const void *const *acts, int n, int backward, size_t *ws) {
+    if (!g.bn_persistent || !nhwc_spatial(ctx, HW)) return 0;
     if (C % 8 != 0) {
         bn_plain_said(C, "C is not a multiple of 8");
         return 0;
@@ -812,9 +812,9 @@ static void bn_vec_back(int C, float *v, const float *s) {
     if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
 }
 
-static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                              float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                              float *save_invstd) {
+static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                              const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                              float eps, float *save_mean, float *save_invstd) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if ((size_t)N * HW == 1) {
@@ -822,12 +822,12 @@ static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float 
                                      save_invstd));
         return;
     }
-    bn_desc(N, C, HW);
+    bn_desc(ctx, N, C, HW);
     /* cuDNN's rule is PyTorch's: running = (1-factor)*running + factor*batch,
      * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
     size_t ws = 0;
     const void *acts[] = {x, y};
-    if (bn_ex(C, HW, acts, 2, 0, &ws)) {
+    if (bn_ex(ctx, C, HW, acts, 2, 0, &ws)) {
         const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
         float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
         float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
@@ -847,33 +847,34 @@ static void cuda_bn_fwd_train(int N, int C, int HW, const float *x, const float 
                                                        save_invstd));
 }
 
-static void cuda_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                              const float *running_mean, const float *running_var, float eps) {
+static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                              const float *beta, float *y, const float *running_mean, const float *running_var,
+                              float eps) {
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (N == 0) return;
-    bn_desc(N, C, HW);
+    bn_desc(ctx, N, C, HW);
     CUDNN_CHECK(cudnnBatchNormalizationForwardInference(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x,
                                                         x, g.bn_x, y, g.bn_param, gamma, beta, running_mean,
                                                         running_var, (double)eps));
 }
 
-static void cuda_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
-                        float *dbeta, int accumulate_dx) {
+static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+                        float *dgamma, float *dbeta, int accumulate_dx) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if ((size_t)N * HW == 1) {
         CUDA_CHECK(cuk_bn_single_bwd(g.stream, C, dy, dx, dgamma, dbeta, accumulate_dx));
         return;
     }
-    bn_desc(N, C, HW);
+    bn_desc(ctx, N, C, HW);
     /* With the saved statistics given, the forward's epsilon is already in
      * save_invstd; cuDNN's documentation asks for the same value anyway. */
     size_t ws = 0;
     const void *acts[] = {x, dy, dx};
-    if (accumulate_dx && g.bn_persistent && nhwc_spatial(HW)) bn_plain_said(C, "the data gradient is added to");
-    if (!accumulate_dx && bn_ex(C, HW, acts, 3, 1, &ws)) {
+    if (accumulate_dx && g.bn_persistent && nhwc_spatial(ctx, HW)) bn_plain_said(C, "the data gradient is added to");
+    if (!accumulate_dx && bn_ex(ctx, C, HW, acts, 3, 1, &ws)) {
         const float *gm = bn_vec(0, C, gamma, 1), *sm = bn_vec(1, C, save_mean, 1), *si = bn_vec(2, C, save_invstd, 1);
         float *dg = bn_vec(3, C, dgamma, 0), *db = bn_vec(4, C, dbeta, 0);
         CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
@@ -899,13 +900,13 @@ static void pool_check(const pool_params *p) {
                    p->pad_w >= 0);
 }
 
-static void cuda_pool_fwd(const pool_params *p, const float *x, float *y) {
+static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
     pool_check(p);
-    CUDA_CHECK(cuk_pool_fwd(g.stream, p, x, y, layout_nhwc()));
+    CUDA_CHECK(cuk_pool_fwd(g.stream, p, x, y, layout_nhwc(ctx)));
 }
 
-static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
-                          int accumulate) {
+static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
+                          const float *dy, float *dx, int accumulate) {
     (void)y; /* as on the CPU: the maximum's position is found from x */
     pool_check(p);
     int *arg = NULL;
@@ -913,7 +914,7 @@ static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, 
         size_t outputs = (size_t)p->N * p->C * p->P * p->Q; /* ints: two per double of scratch */
         arg = (int *)scratch_get((outputs + 1) / 2);
     }
-    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate, layout_nhwc(), arg));
+    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate, layout_nhwc(ctx), arg));
 }
 
 /* -------------------------------------------------------------------- gemm */
@@ -922,28 +923,40 @@ static void cuda_pool_bwd(const pool_params *p, const float *x, const float *y, 
  * dimensions, cublasGemmEx on them with fp32 accumulation writing the float
  * C directly (so beta works on the old fp32 contents), then C's M x N values
  * rounded to the type in place. */
-static void gemm_reduced(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C, int ldc) {
+static void gemm_reduced(int math, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
     size_t na = trans_a ? matrix_span(K, M, lda) : matrix_span(M, K, lda);
     size_t nb = trans_b ? matrix_span(N, K, ldb) : matrix_span(K, N, ldb);
-    const void *Ah = h16_from(H16_OP0, na, A), *Bh = h16_from(H16_OP1, nb, B);
-    cudaDataType_t t = g.math == BACKEND_MATH_FP16 ? CUDA_R_16F : CUDA_R_16BF;
+    const void *Ah = h16_from(math, H16_OP0, na, A), *Bh = h16_from(math, H16_OP1, nb, B);
+    cudaDataType_t t = math == BACKEND_MATH_FP16 ? CUDA_R_16F : CUDA_R_16BF;
     CUBLAS_CHECK(cublasGemmEx(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
                               M, K, &alpha, Bh, t, ldb, Ah, t, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
-    CUDA_CHECK(cuk_round_narrow(g.stream, g.math, (size_t)M, (size_t)N, (size_t)ldc, C));
+    CUDA_CHECK(cuk_round_narrow(g.stream, math, (size_t)M, (size_t)N, (size_t)ldc, C));
+}
+
+/* The cuBLAS handle's math mode for our math mode `math`, set when it
+ * changes: TF32 tensor ops in TF32; cuBLAS's DEFAULT math otherwise, which is
+ * fp32 for cublasSgemm and uses tensor cores for the 16-bit operands of
+ * cublasGemmEx (fp32 accumulation, CUBLAS_COMPUTE_32F). */
+static void cublas_math(int math) {
+    int tf32 = math == BACKEND_MATH_TF32;
+    if (tf32 == g.cublas_tf32) return;
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    g.cublas_tf32 = tf32;
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
  * call with the operands swapped, no transposes in memory. */
-static void cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, float *C, int ldc) {
+static void cuda_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
     pair_clear(); /* gemm_reduced rounds into H16_OP0 and H16_OP1 */
     if (M == 0 || N == 0) return;
-    if (math_reduced()) {
-        gemm_reduced(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cublas_math(ctx->math);
+    if (math_reduced(ctx->math)) {
+        gemm_reduced(ctx->math, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     CUBLAS_CHECK(cublasSgemm(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
@@ -975,12 +988,12 @@ static void cuda_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
     CUDA_CHECK(cuk_dropout_mask(g.stream, n, p, seed, mask));
 }
 
-static void cuda_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
-                              int dst_off, int accumulate) {
+static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C,
+                              int src_off, float *dst, int dst_C, int dst_off, int accumulate) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
     CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
     CUDA_CHECK(cuk_channel_copy(g.stream, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate,
-                                nhwc_spatial(HW)));
+                                nhwc_spatial(ctx, HW)));
 }
 
 static void cuda_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
@@ -1010,32 +1023,20 @@ static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
 
 static void cuda_set_threads(int n) { (void)n; }
 
-/* Convolution plans are keyed by the mode (plan_get): a new mode plans its
- * shapes afresh, and going back to a mode finds its plans again. cuBLAS's
- * DEFAULT math is fp32 for cublasSgemm and uses tensor cores for the 16-bit
- * operands of cublasGemmEx (fp32 accumulation, CUBLAS_COMPUTE_32F). */
+/* math_check (backend.h): cuDNN has bf16 convolutions from compute 8.0 on. */
+static int cuda_math_check(int math) {
+    if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
+        return cnt_err_set("cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 "
+                           "(Ampere) or later; use train.precision = fp16 (or fp32) on this GPU",
+                           g.device, g.cc_major);
+    return CNT_OK;
+}
+
+/* The transitional set_math (backend.h): the check alone, fatal as before. */
 static void cuda_set_math(int math) {
     CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
                math == BACKEND_MATH_FP16);
-    if (math == g.math) return;
-    pair_clear();
-    if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
-        cnt_fatal_at(__FILE__, __LINE__, 1, "use train.precision = fp16 (or fp32) on this GPU",
-                     "cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 (Ampere) "
-                     "or later",
-                     g.device, g.cc_major);
-    g.math = math;
-    CUBLAS_CHECK(cublasSetMathMode(g.cublas, math == BACKEND_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                       : CUBLAS_DEFAULT_MATH));
-    /* back to float math: the 16-bit copies' memory goes back to the card */
-    if (!math_reduced()) h16_release();
-}
-
-/* Convolution plans are keyed by the layout too (plan_get); nothing else
- * holds layout-dependent state. */
-static void cuda_set_layout(int layout) {
-    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
-    g.layout = layout;
+    if (cuda_math_check(math) != CNT_OK) cnt_fatal("%s", cnt_err_msg());
 }
 
 static void cuda_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
@@ -1146,17 +1147,17 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
  * pass, h16_get's slots) and the NHWC filter copy (fscratch). cuDNN's
  * workspace is left out: ws_for_find takes the limit or half of what is
  * free, whichever is less, so it adapts to what the net left. */
-static size_t cuda_conv_workspace(const conv_params *p) {
+static size_t cuda_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
     size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
-    size_t bytes = layout_nhwc() ? w * sizeof(float) : 0;
+    size_t bytes = layout_nhwc(ctx) ? w * sizeof(float) : 0;
     /* H16_OP0: x, dy, or the filter (a paired data pass); H16_OP1: the
      * filter or dy; H16_OUT: y, dx or dw */
-    if (math_reduced()) bytes += 2 * (max2(max2(in, out), w) + max2(w, out) + max2(max2(in, out), w));
+    if (math_reduced(ctx->math)) bytes += 2 * (max2(max2(in, out), w) + max2(w, out) + max2(max2(in, out), w));
     return bytes;
 }
 
-static size_t cuda_gemm_workspace(int M, int N, int K) {
-    if (!math_reduced()) return 0;
+static size_t cuda_gemm_workspace(const backend_ctx *ctx, int M, int N, int K) {
+    if (!math_reduced(ctx->math)) return 0;
     return 2 * ((size_t)M * K + (size_t)K * N); /* H16_OP0, H16_OP1 */
 }
 
@@ -1171,8 +1172,6 @@ static const backend cuda_backend = {
     .zero = cuda_zero,
     .sync = cuda_sync,
     .conv_fwd = cuda_conv_fwd,
-    .conv_bwd_pair = cuda_conv_bwd_pair,
-    .conv_filter_cache = cuda_conv_filter_cache,
     .conv_filter_kept = cuda_conv_filter_kept,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_filter = cuda_conv_bwd_filter,
@@ -1196,8 +1195,8 @@ static const backend cuda_backend = {
     .sgd_update_ranges = cuda_sgd_update_ranges,
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
+    .math_check = cuda_math_check,
     .set_math = cuda_set_math,
-    .set_layout = cuda_set_layout,
     .convert_layout = cuda_convert_layout,
     .block_c = 0,
     .max_tensor_values = 2147483647, /* cuDNN's 32-bit descriptors */
@@ -1298,8 +1297,7 @@ const backend *backend_cuda(int local_rank) {
     CUBLAS_CHECK(cublasCreate(&g.cublas));
     CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_DEFAULT_MATH));
-    g.math = BACKEND_MATH_FP32;
-    g.layout = BACKEND_LAYOUT_NCHW;
+    g.cublas_tf32 = 0;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_param));
     /* cuDNN's fastest algorithms may want large workspaces: allow a tenth of

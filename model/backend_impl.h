@@ -21,12 +21,13 @@ typedef struct cpu_buf {
 /* b's buffer, grown (64-byte aligned, old contents dropped) to at least
  * `floats`; fatal when out of memory. */
 float *cpu_buf_get(cpu_buf *b, size_t floats);
-/* Whether set_math chose bf16 or fp16 (the CPU backend emulates them). */
-int cpu_math_reduced(void);
-/* dst[0, n) = src rounded to that type, in parallel chunks when large. */
-void cpu_round_to_math(float *dst, const float *src, size_t n);
-/* A rounded copy of src[0, n) in b. */
-const float *cpu_rounded_copy(cpu_buf *b, const float *src, size_t n);
+/* Whether math mode `math` is bf16 or fp16 (the CPU backend emulates them). */
+int cpu_math_reduced(int math);
+/* dst[0, n) = src rounded to the type of `math` (bf16 or fp16), in parallel
+ * chunks when large. */
+void cpu_round_to_math(int math, float *dst, const float *src, size_t n);
+/* A copy of src[0, n) rounded so, in b. */
+const float *cpu_rounded_copy(int math, cpu_buf *b, const float *src, size_t n);
 
 /* model/backend_onednn.c (built with CNT_HAVE_ONEDNN): the OpenBLAS backend's
  * table with BACKEND_LAYOUT_BLOCKED added on oneDNN; NCHW and NHWC still run

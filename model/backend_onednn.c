@@ -30,8 +30,10 @@
  *   - a tensor whose C is not a multiple of B is stored NCHW and its ops go
  *     straight to the NCHW code.
  * Reduced math modes (bf16, fp16) round the convolutions' operands and results
- * as the OpenBLAS backend does (model/backend.h, set_math), around fp32
- * oneDNN convolutions.
+ * as the OpenBLAS backend does (model/backend.h, backend_ctx), around fp32
+ * oneDNN convolutions. In BLOCKED the OpenBLAS ops this file calls get the
+ * caller's context with the layout NCHW (plain_ctx): the tensors they see
+ * there are NCHW ones.
  *
  * Primitives are created once per (pass, shape, thread count) and kept in a
  * cache with their memory objects; each call only sets the data pointers.
@@ -70,12 +72,20 @@
 #define DN_PAR_MIN 32768
 
 static const backend *plain;        /* the OpenBLAS backend: NCHW / NHWC ops, elementwise, gemm */
-static int dn_layout = BACKEND_LAYOUT_NCHW;
 static int B;                       /* channel block: 8 (AVX2) or 16 (AVX-512) */
 static dnnl_engine_t eng;
 static dnnl_stream_t strm;
 
-static int blocked(void) { return dn_layout == BACKEND_LAYOUT_BLOCKED; }
+static int blocked(const backend_ctx *ctx) { return ctx->layout == BACKEND_LAYOUT_BLOCKED; }
+
+/* ctx as the OpenBLAS ops called here take it: ctx itself outside
+ * BLOCKED; in BLOCKED its NCHW twin (the tensors they get there are NCHW
+ * ones). */
+static backend_ctx plain_ctx(const backend_ctx *ctx) {
+    backend_ctx c = *ctx;
+    if (blocked(ctx)) c.layout = BACKEND_LAYOUT_NCHW;
+    return c;
+}
 /* Whether a tensor of C channels is stored in blocks (else NCHW) in BLOCKED. */
 static int is_blk(int C) { return C % B == 0; }
 
@@ -109,13 +119,6 @@ static void dn_convert_layout(int N, int C, int HW, const float *src, float *dst
         plain->convert_layout(N, C, HW, src, dst, BACKEND_LAYOUT_NCHW, to_layout, accumulate);
     else
         plain->convert_layout(N * (C / B), B, HW, src, dst, BACKEND_LAYOUT_NHWC, to_layout, accumulate);
-}
-
-static void dn_set_layout(int layout) {
-    CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC || layout == BACKEND_LAYOUT_BLOCKED);
-    dn_layout = layout;
-    /* the OpenBLAS ops this file calls in BLOCKED take NCHW tensors */
-    plain->set_layout(layout == BACKEND_LAYOUT_BLOCKED ? BACKEND_LAYOUT_NCHW : layout);
 }
 
 /* ------------------------------------------------------------ convolution primitives */
@@ -275,10 +278,10 @@ static void conv_run(int pass, const conv_params *p, const float *in, const floa
     DN_CHECK(dnnl_stream_wait(strm));
 }
 
-/* bf16/fp16 (the OpenBLAS part's math mode, which set_math sets): a rounded
- * copy of src in slot k; src itself in fp32. */
-static const float *rounded(int k, const float *src, size_t n) {
-    return cpu_math_reduced() ? cpu_rounded_copy(&scr.op[k], src, n) : src;
+/* bf16/fp16 (the context's math mode): a rounded copy of src in slot k;
+ * src itself in fp32. */
+static const float *rounded(int math, int k, const float *src, size_t n) {
+    return cpu_math_reduced(math) ? cpu_rounded_copy(math, &scr.op[k], src, n) : src;
 }
 
 /* ---- where oneDNN has only its reference kernel ----
@@ -307,54 +310,62 @@ static void from_nchw(int N, int C, int HW, const float *t, float *y) {
 
 static int ref_only(int pass, const conv_params *p) { return conv_get(pass, p)->ref; }
 
-static void dn_conv_fwd(const conv_params *p, const float *x, const float *w, float *y) {
-    if (!blocked()) {
-        plain->conv_fwd(p, x, w, y);
+static void dn_conv_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+    if (!blocked(ctx)) {
+        plain->conv_fwd(ctx, p, x, w, y);
         return;
     }
-    int HW = p->H * p->W, PQ = p->P * p->Q;
+    int HW = p->H * p->W, PQ = p->P * p->Q, math = ctx->math;
     if (ref_only(PASS_FWD, p)) {
+        backend_ctx nc = plain_ctx(ctx);
         float *yt = nchw_out(1, p->N, p->K, PQ, y);
-        plain->conv_fwd(p, as_nchw(0, p->N, p->C, HW, x), w, yt);
+        plain->conv_fwd(&nc, p, as_nchw(0, p->N, p->C, HW, x), w, yt);
         from_nchw(p->N, p->K, PQ, yt, y);
         return;
     }
-    conv_run(PASS_FWD, p, rounded(0, x, conv_in_count(p)), rounded(1, w, conv_w_count(p)), NULL, y);
-    if (cpu_math_reduced()) cpu_round_to_math(y, y, conv_out_count(p));
+    conv_run(PASS_FWD, p, rounded(math, 0, x, conv_in_count(p)), rounded(math, 1, w, conv_w_count(p)), NULL, y);
+    if (cpu_math_reduced(math)) cpu_round_to_math(math, y, y, conv_out_count(p));
 }
 
-static void dn_conv_bwd_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
-    if (!blocked()) {
-        plain->conv_bwd_data(p, dy, w, dx, accumulate);
+static void dn_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w,
+                             float *dx, int accumulate, int paired) {
+    if (!blocked(ctx)) {
+        plain->conv_bwd_data(ctx, p, dy, w, dx, accumulate, paired);
         return;
     }
     size_t n = conv_in_count(p);
-    int HW = p->H * p->W, PQ = p->P * p->Q;
+    int HW = p->H * p->W, PQ = p->P * p->Q, math = ctx->math;
     if (ref_only(PASS_BWD_DATA, p)) {
+        backend_ctx nc = plain_ctx(ctx);
         float *dxt = accumulate ? (float *)as_nchw(1, p->N, p->C, HW, dx) : nchw_out(1, p->N, p->C, HW, dx);
-        plain->conv_bwd_data(p, as_nchw(0, p->N, p->K, PQ, dy), w, dxt, accumulate);
+        plain->conv_bwd_data(&nc, p, as_nchw(0, p->N, p->K, PQ, dy), w, dxt, accumulate, 0);
         from_nchw(p->N, p->C, HW, dxt, dx);
         return;
     }
     /* oneDNN's backward_data overwrites: accumulate through a copy */
-    float *t = accumulate ? buf_get(&scr.tmp, n) : dx;
-    conv_run(PASS_BWD_DATA, p, rounded(0, dy, conv_out_count(p)), rounded(1, w, conv_w_count(p)), NULL, t);
-    if (accumulate) plain->axpy(n, 1.0f, t, dx, 1);
-    if (cpu_math_reduced()) cpu_round_to_math(dx, dx, n);
+    float *o = accumulate ? buf_get(&scr.tmp, n) : dx;
+    conv_run(PASS_BWD_DATA, p, rounded(math, 0, dy, conv_out_count(p)), rounded(math, 1, w, conv_w_count(p)), NULL,
+             o);
+    if (accumulate) plain->axpy(n, 1.0f, o, dx, 1);
+    if (cpu_math_reduced(math)) cpu_round_to_math(math, dx, dx, n);
 }
 
-static void dn_conv_bwd_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
-    if (!blocked()) {
-        plain->conv_bwd_filter(p, x, dy, dw);
+static void dn_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+                               float *dw) {
+    if (!blocked(ctx)) {
+        plain->conv_bwd_filter(ctx, p, x, dy, dw);
         return;
     }
+    int math = ctx->math;
     if (ref_only(PASS_BWD_FILTER, p)) {
-        plain->conv_bwd_filter(p, as_nchw(0, p->N, p->C, p->H * p->W, x), as_nchw(1, p->N, p->K, p->P * p->Q, dy),
-                               dw);
+        backend_ctx nc = plain_ctx(ctx);
+        plain->conv_bwd_filter(&nc, p, as_nchw(0, p->N, p->C, p->H * p->W, x),
+                               as_nchw(1, p->N, p->K, p->P * p->Q, dy), dw);
         return;
     }
-    conv_run(PASS_BWD_FILTER, p, rounded(0, x, conv_in_count(p)), NULL, rounded(1, dy, conv_out_count(p)), dw);
-    if (cpu_math_reduced()) cpu_round_to_math(dw, dw, conv_w_count(p));
+    conv_run(PASS_BWD_FILTER, p, rounded(math, 0, x, conv_in_count(p)), NULL, rounded(math, 1, dy, conv_out_count(p)),
+             dw);
+    if (cpu_math_reduced(math)) cpu_round_to_math(math, dw, dw, conv_w_count(p));
 }
 
 /* ------------------------------------------------------------ bias and batch norm, one block at a time */
@@ -364,11 +375,12 @@ static void dn_conv_bwd_filter(const conv_params *p, const float *x, const float
 static inline size_t blk_base(int C, int HW, int n, int cb) { return ((size_t)n * (C / B) + cb) * HW * B; }
 
 /* Whether a per-channel op on [N, C, HW] runs the NCHW code (same bytes). */
-static int chan_plain(int C, int HW) { return !blocked() || !is_blk(C) || HW == 1; }
+static int chan_plain(const backend_ctx *ctx, int C, int HW) { return !blocked(ctx) || !is_blk(C) || HW == 1; }
 
-static void dn_bias_fwd(int N, int C, int HW, const float *b, float *y) {
-    if (chan_plain(C, HW)) {
-        plain->bias_fwd(N, C, HW, b, y);
+static void dn_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y) {
+    if (chan_plain(ctx, C, HW)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->bias_fwd(&pc, N, C, HW, b, y);
         return;
     }
     int nb = C / B;
@@ -383,9 +395,10 @@ static void dn_bias_fwd(int N, int C, int HW, const float *b, float *y) {
         }
 }
 
-static void dn_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
-    if (chan_plain(C, HW)) {
-        plain->bias_bwd(N, C, HW, dy, db);
+static void dn_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db) {
+    if (chan_plain(ctx, C, HW)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->bias_bwd(&pc, N, C, HW, dy, db);
         return;
     }
     int nb = C / B;
@@ -404,11 +417,12 @@ static void dn_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
 
 /* The NCHW code's formulas (model/backend_cpu.c), with the B channels of a
  * block in the vector lanes. */
-static void dn_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                            float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                            float *save_invstd) {
-    if (chan_plain(C, HW)) {
-        plain->bn_fwd_train(N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                            const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                            float eps, float *save_mean, float *save_invstd) {
+    if (chan_plain(ctx, C, HW)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->bn_fwd_train(&pc, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
                             save_invstd);
         return;
     }
@@ -457,10 +471,12 @@ static void dn_bn_fwd_train(int N, int C, int HW, const float *x, const float *g
     }
 }
 
-static void dn_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                            const float *running_mean, const float *running_var, float eps) {
-    if (chan_plain(C, HW)) {
-        plain->bn_fwd_infer(N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
+static void dn_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                            const float *beta, float *y, const float *running_mean, const float *running_var,
+                            float eps) {
+    if (chan_plain(ctx, C, HW)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->bn_fwd_infer(&pc, N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
         return;
     }
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
@@ -483,11 +499,12 @@ static void dn_bn_fwd_infer(int N, int C, int HW, const float *x, const float *g
         }
 }
 
-static void dn_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                      const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
-                      float *dbeta, int accumulate_dx) {
-    if (chan_plain(C, HW)) {
-        plain->bn_bwd(N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
+static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
+                      const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+                      float *dgamma, float *dbeta, int accumulate_dx) {
+    if (chan_plain(ctx, C, HW)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->bn_bwd(&pc, N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
         return;
     }
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
@@ -566,9 +583,10 @@ static void blk_window_max(const float *xp, int W, int h0, int h1, int w0, int w
         }
 }
 
-static void dn_pool_fwd(const pool_params *p, const float *x, float *y) {
-    if (!blocked() || !is_blk(p->C)) {
-        plain->pool_fwd(p, x, y);
+static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
+    if (!blocked(ctx) || !is_blk(p->C)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->pool_fwd(&pc, p, x, y);
         return;
     }
     CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);
@@ -606,10 +624,11 @@ static void dn_pool_fwd(const pool_params *p, const float *x, float *y) {
         }
 }
 
-static void dn_pool_bwd(const pool_params *p, const float *x, const float *y, const float *dy, float *dx,
-                        int accumulate) {
-    if (!blocked() || !is_blk(p->C)) {
-        plain->pool_bwd(p, x, y, dy, dx, accumulate);
+static void dn_pool_bwd(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
+                        const float *dy, float *dx, int accumulate) {
+    if (!blocked(ctx) || !is_blk(p->C)) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->pool_bwd(&pc, p, x, y, dy, dx, accumulate);
         return;
     }
     CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);
@@ -661,10 +680,11 @@ static inline size_t blk_index(int C, int HW, int n, int c, int i) {
     return blk_base(C, HW, n, c / B) + (size_t)i * B + c % B;
 }
 
-static void dn_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
-                            int dst_off, int accumulate) {
-    if (!blocked() || (!is_blk(src_C) && !is_blk(dst_C)) || HW == 1) {
-        plain->channel_copy(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate);
+static void dn_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C, int src_off,
+                            float *dst, int dst_C, int dst_off, int accumulate) {
+    if (!blocked(ctx) || (!is_blk(src_C) && !is_blk(dst_C)) || HW == 1) {
+        backend_ctx pc = plain_ctx(ctx);
+        plain->channel_copy(&pc, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate);
         return;
     }
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
@@ -707,8 +727,8 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
  * blocked weights, the scratchpads of the three primitives, the accumulate
  * copy, the rounded operand copies. Creates the primitives (cached for the
  * run) to learn their sizes; allocates no scratch. */
-static size_t dn_conv_workspace(const conv_params *p) {
-    if (!blocked()) return plain->conv_workspace(p);
+static size_t dn_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
+    if (!blocked(ctx)) return plain->conv_workspace(ctx, p);
     size_t wei = 0, pad = 0;
     for (int pass = PASS_FWD; pass <= PASS_BWD_FILTER; pass++) {
         dn_conv *c = conv_get(pass, p);
@@ -717,10 +737,11 @@ static size_t dn_conv_workspace(const conv_params *p) {
     }
     size_t in = conv_in_count(p), out = conv_out_count(p), w = conv_w_count(p);
     size_t floats = wei + pad + in;
-    if (cpu_math_reduced()) floats += max2(in, out) + max2(w, out);
+    if (cpu_math_reduced(ctx->math)) floats += max2(in, out) + max2(w, out);
     int ref = 0;
     for (int pass = PASS_FWD; pass <= PASS_BWD_FILTER; pass++) ref |= conv_get(pass, p)->ref;
-    if (ref) floats += in + out + plain->conv_workspace(p) / sizeof(float); /* lay[0], lay[1], OpenBLAS's */
+    backend_ctx pc = plain_ctx(ctx);
+    if (ref) floats += in + out + plain->conv_workspace(&pc, p) / sizeof(float); /* lay[0], lay[1], OpenBLAS's */
     return floats * sizeof(float);
 }
 
@@ -758,7 +779,6 @@ const backend *backend_cpu_onednn(void) {
     dn_backend.pool_fwd = dn_pool_fwd;
     dn_backend.pool_bwd = dn_pool_bwd;
     dn_backend.channel_copy = dn_channel_copy;
-    dn_backend.set_layout = dn_set_layout;
     dn_backend.convert_layout = dn_convert_layout;
     dn_backend.block_c = B;
     dn_backend.conv_workspace = dn_conv_workspace;

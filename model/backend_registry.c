@@ -11,7 +11,6 @@
 #include "common/check.h"
 
 #include <stdio.h>
-#include <string.h>
 
 backend_layout backend_layout_choose(backend_layout requested, const backend *be, backend_math math, int image_h,
                                      int image_w) {
@@ -24,7 +23,7 @@ backend_layout backend_layout_choose(backend_layout requested, const backend *be
      * NCHW (docs/benchmarks.md); the boundary, 64 pixels, lies somewhere
      * between the two sizes measured. Plain fp32 stays NCHW: not measured. */
     int tensor_cores = math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16;
-    if (!tensor_cores || strcmp(be->name, "cpu") == 0) return BACKEND_LAYOUT_NCHW;
+    if (!tensor_cores || be->is_cpu) return BACKEND_LAYOUT_NCHW;
     int px = image_h < image_w ? image_h : image_w;
     if (math == BACKEND_MATH_TF32 && px < BACKEND_NHWC_TF32_MIN_PX) return BACKEND_LAYOUT_NCHW;
     return BACKEND_LAYOUT_NHWC;

@@ -23,21 +23,22 @@ static void conv_forward(net *nt, node *nd, int training) {
     conv_state *s = nd->state;
     s->p.N = nt->batch;
     const float *x = layer_in(nt, nd, 0);
-    nt->be->conv_fwd(&s->p, x, layer_param(nt, nd, 0), nd->y);
-    if (s->bias) nt->be->bias_fwd(nt->batch, s->p.K, s->p.P * s->p.Q, layer_param(nt, nd, 1), nd->y);
+    nt->be->conv_fwd(&nt->ctx, &s->p, x, layer_param(nt, nd, 0), nd->y);
+    if (s->bias) nt->be->bias_fwd(&nt->ctx, nt->batch, s->p.K, s->p.P * s->p.Q, layer_param(nt, nd, 1), nd->y);
 }
 
 static void conv_backward(net *nt, node *nd) {
     conv_state *s = nd->state;
     s->p.N = nt->batch;
     const float *x = layer_in(nt, nd, 0);
-    if (nd->inputs[0] != NET_INPUT && nt->be->conv_bwd_pair) nt->be->conv_bwd_pair(nd->dy);
-    nt->be->conv_bwd_filter(&s->p, x, nd->dy, layer_param_grad(nt, nd, 0));
-    if (s->bias) nt->be->bias_bwd(nt->batch, s->p.K, s->p.P * s->p.Q, nd->dy, layer_param_grad(nt, nd, 1));
+    nt->be->conv_bwd_filter(&nt->ctx, &s->p, x, nd->dy, layer_param_grad(nt, nd, 0));
+    if (s->bias) nt->be->bias_bwd(&nt->ctx, nt->batch, s->p.K, s->p.P * s->p.Q, nd->dy, layer_param_grad(nt, nd, 1));
     layer_grads_ready(nt, nd);
     /* The network's input needs no gradient: skip the most expensive pass of the stem. */
     if (nd->inputs[0] == NET_INPUT) return;
-    nt->be->conv_bwd_data(&s->p, nd->dy, layer_param(nt, nd, 0), layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+    /* paired: the filter pass just read this dy, and nothing has written it since */
+    nt->be->conv_bwd_data(&nt->ctx, &s->p, nd->dy, layer_param(nt, nd, 0), layer_in_grad(nt, nd, 0),
+                          nd->accumulate[0], 1);
 }
 
 static double conv_flops(const net *nt, const node *nd) {
@@ -61,8 +62,8 @@ static void conv_describe(const node *nd, char *buf, size_t len) {
 static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
     conv_params p = ((const conv_state *)nd->state)->p;
     p.N = max_batch;
-    *workspace = nt->be->conv_workspace(&p);
-    *kept = nt->be->conv_filter_kept ? nt->be->conv_filter_kept(&p) : 0;
+    *workspace = nt->be->conv_workspace(&nt->ctx, &p);
+    *kept = backend_conv_filter_kept(nt->be, &nt->ctx, &p);
     return 0;
 }
 
@@ -126,7 +127,7 @@ static const float *linear_input(net *nt, node *nd) {
     linear_state *s = nd->state;
     const float *x = layer_in(nt, nd, 0);
     if (!s->xt) return x;
-    nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, x, s->xt, nt->layout, 0, 0);
+    nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, x, s->xt, nt->ctx.layout, 0, 0);
     return s->xt;
 }
 
@@ -135,36 +136,36 @@ static void linear_forward(net *nt, node *nd, int training) {
     (void)training;
     linear_state *s = nd->state;
     const float *x = linear_input(nt, nd);
-    nt->be->gemm(0, 1, nt->batch, s->out_features, s->in_features, 1.0f, x, s->in_features,
+    nt->be->gemm(&nt->ctx, 0, 1, nt->batch, s->out_features, s->in_features, 1.0f, x, s->in_features,
                  layer_param(nt, nd, 0), s->in_features, 0.0f, nd->y, s->out_features);
-    if (s->bias) nt->be->bias_fwd(nt->batch, s->out_features, 1, layer_param(nt, nd, 1), nd->y);
+    if (s->bias) nt->be->bias_fwd(&nt->ctx, nt->batch, s->out_features, 1, layer_param(nt, nd, 1), nd->y);
 }
 
 static void linear_backward(net *nt, node *nd) {
     linear_state *s = nd->state;
     const float *x = linear_input(nt, nd);
     /* dW[out, in] = dy^T[out, N] * x[N, in] */
-    nt->be->gemm(1, 0, s->out_features, s->in_features, nt->batch, 1.0f, nd->dy, s->out_features, x,
+    nt->be->gemm(&nt->ctx, 1, 0, s->out_features, s->in_features, nt->batch, 1.0f, nd->dy, s->out_features, x,
                  s->in_features, 0.0f, layer_param_grad(nt, nd, 0), s->in_features);
-    if (s->bias) nt->be->bias_bwd(nt->batch, s->out_features, 1, nd->dy, layer_param_grad(nt, nd, 1));
+    if (s->bias) nt->be->bias_bwd(&nt->ctx, nt->batch, s->out_features, 1, nd->dy, layer_param_grad(nt, nd, 1));
     layer_grads_ready(nt, nd);
     if (nd->inputs[0] == NET_INPUT) return;
     /* dx[N, in] (+)= dy[N, out] * W[out, in] */
     if (s->dxt) {
-        nt->be->gemm(0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
+        nt->be->gemm(&nt->ctx, 0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
                      layer_param(nt, nd, 0), s->in_features, 0.0f, s->dxt, s->in_features);
-        nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, s->dxt, layer_in_grad(nt, nd, 0), nt->layout, 1,
+        nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, s->dxt, layer_in_grad(nt, nd, 0), nt->ctx.layout, 1,
                                  nd->accumulate[0]);
         return;
     }
-    nt->be->gemm(0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
+    nt->be->gemm(&nt->ctx, 0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
                  layer_param(nt, nd, 0), s->in_features, nd->accumulate[0] ? 1.0f : 0.0f,
                  layer_in_grad(nt, nd, 0), s->in_features);
 }
 
 static void linear_setup(net *nt, node *nd) {
     linear_state *s = nd->state;
-    if (nt->layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return;
+    if (nt->ctx.layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return;
     size_t n = (size_t)nt->max_batch * s->in_features * sizeof(float);
     s->xt = nt->be->alloc(n);
     s->dxt = nt->be->alloc(n);
@@ -182,12 +183,13 @@ static size_t linear_memory(const net *nt, const node *nd, int max_batch, size_t
     const linear_state *s = nd->state;
     const backend *be = nt->be;
     int in = s->in_features, out = s->out_features;
-    size_t ws[3] = {be->gemm_workspace(max_batch, out, in), be->gemm_workspace(out, in, max_batch),
-                    be->gemm_workspace(max_batch, in, out)};
+    const backend_ctx *ctx = &nt->ctx;
+    size_t ws[3] = {be->gemm_workspace(ctx, max_batch, out, in), be->gemm_workspace(ctx, out, in, max_batch),
+                    be->gemm_workspace(ctx, max_batch, in, out)};
     *workspace = 0;
     for (int i = 0; i < 3; i++)
         if (ws[i] > *workspace) *workspace = ws[i];
-    if (nt->layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return 0;
+    if (nt->ctx.layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return 0;
     return 2 * (size_t)max_batch * in * sizeof(float);
 }
 

@@ -78,7 +78,7 @@ static void concat_forward(net *nt, node *nd, int training) {
     for (int i = 0; i < nd->n_inputs; i++) {
         int Ci, Hi, Wi;
         layer_input_shape(nt, nd->inputs[i], &Ci, &Hi, &Wi);
-        nt->be->channel_copy(nt->batch, Ci, HW, layer_in(nt, nd, i), Ci, 0, nd->y, nd->C, off, 0);
+        nt->be->channel_copy(&nt->ctx, nt->batch, Ci, HW, layer_in(nt, nd, i), Ci, 0, nd->y, nd->C, off, 0);
         off += Ci;
     }
 }
@@ -88,7 +88,7 @@ static void concat_backward(net *nt, node *nd) {
     for (int i = 0; i < nd->n_inputs; i++) {
         int Ci, Hi, Wi;
         layer_input_shape(nt, nd->inputs[i], &Ci, &Hi, &Wi);
-        nt->be->channel_copy(nt->batch, Ci, HW, nd->dy, nd->C, off, layer_in_grad(nt, nd, i), Ci, 0,
+        nt->be->channel_copy(&nt->ctx, nt->batch, Ci, HW, nd->dy, nd->C, off, layer_in_grad(nt, nd, i), Ci, 0,
                              nd->accumulate[i]);
         off += Ci;
     }
@@ -138,7 +138,7 @@ static void dropout_forward(net *nt, node *nd, int training) {
     uint64_t seed = nt->dropout_seed * 0x100000001B3ULL + (uint64_t)(nd - nt->nodes);
     if (s->mask_nchw) {
         nt->be->dropout_mask(n, s->p, seed, s->mask_nchw);
-        nt->be->convert_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, s->mask, nt->layout, 1, 0);
+        nt->be->convert_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, s->mask, nt->ctx.layout, 1, 0);
     } else {
         nt->be->dropout_mask(n, s->p, seed, s->mask);
     }
@@ -163,7 +163,7 @@ static void dropout_setup(net *nt, node *nd) {
     dropout_state *s = nd->state;
     size_t bytes = (size_t)nt->max_batch * nd->C * nd->H * nd->W * sizeof(float);
     s->mask = nt->be->alloc(bytes);
-    if (nt->layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1) s->mask_nchw = nt->be->alloc(bytes);
+    if (nt->ctx.layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1) s->mask_nchw = nt->be->alloc(bytes);
 }
 
 static void dropout_free(net *nt, node *nd) {
@@ -176,7 +176,7 @@ static size_t dropout_memory(const net *nt, const node *nd, int max_batch, size_
     (void)kept; /* nothing kept */
     *workspace = 0;
     size_t bytes = (size_t)max_batch * nd->C * nd->H * nd->W * sizeof(float); /* dropout_setup's */
-    return nt->layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1 ? 2 * bytes : bytes;
+    return nt->ctx.layout != BACKEND_LAYOUT_NCHW && nd->H * nd->W > 1 ? 2 * bytes : bytes;
 }
 
 static const layer_ops dropout_ops = {
@@ -216,17 +216,17 @@ static void shortcut_forward(net *nt, node *nd, int training) {
     shortcut_state *s = nd->state;
     int PQ = nd->H * nd->W;
     s->sub.N = nt->batch;
-    nt->be->pool_fwd(&s->sub, layer_in(nt, nd, 0), s->tmp);
+    nt->be->pool_fwd(&nt->ctx, &s->sub, layer_in(nt, nd, 0), s->tmp);
     nt->be->zero(nd->y, layer_out_count(nt, nd) * sizeof(float));
-    nt->be->channel_copy(nt->batch, s->in_c, PQ, s->tmp, s->in_c, 0, nd->y, nd->C, s->offset, 0);
+    nt->be->channel_copy(&nt->ctx, nt->batch, s->in_c, PQ, s->tmp, s->in_c, 0, nd->y, nd->C, s->offset, 0);
 }
 
 static void shortcut_backward(net *nt, node *nd) {
     shortcut_state *s = nd->state;
     int PQ = nd->H * nd->W;
     s->sub.N = nt->batch;
-    nt->be->channel_copy(nt->batch, s->in_c, PQ, nd->dy, nd->C, s->offset, s->tmp_grad, s->in_c, 0, 0);
-    nt->be->pool_bwd(&s->sub, layer_in(nt, nd, 0), s->tmp, s->tmp_grad, layer_in_grad(nt, nd, 0),
+    nt->be->channel_copy(&nt->ctx, nt->batch, s->in_c, PQ, nd->dy, nd->C, s->offset, s->tmp_grad, s->in_c, 0, 0);
+    nt->be->pool_bwd(&nt->ctx, &s->sub, layer_in(nt, nd, 0), s->tmp, s->tmp_grad, layer_in_grad(nt, nd, 0),
                      nd->accumulate[0]);
 }
 

@@ -26,11 +26,11 @@ static void bn_forward(net *nt, node *nd, int training) {
     const float *x = layer_in(nt, nd, 0);
     int HW = nd->H * nd->W;
     if (training)
-        nt->be->bn_fwd_train(nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
+        nt->be->bn_fwd_train(&nt->ctx, nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
                              layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1), BN_MOMENTUM, s->eps,
                              s->save_mean, s->save_invstd);
     else
-        nt->be->bn_fwd_infer(nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
+        nt->be->bn_fwd_infer(&nt->ctx, nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
                              layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1), s->eps);
 }
 
@@ -39,7 +39,7 @@ static void bn_backward(net *nt, node *nd) {
     const float *x = layer_in(nt, nd, 0);
     /* One fused op writes dgamma, dbeta and dx; the weight gradients are
      * complete when it returns, so the hook follows it. */
-    nt->be->bn_bwd(nt->batch, nd->C, nd->H * nd->W, x, nd->dy, layer_param(nt, nd, 0), s->save_mean,
+    nt->be->bn_bwd(&nt->ctx, nt->batch, nd->C, nd->H * nd->W, x, nd->dy, layer_param(nt, nd, 0), s->save_mean,
                    s->save_invstd, s->eps, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
                    layer_param_grad(nt, nd, 1), nd->accumulate[0]);
     layer_grads_ready(nt, nd);

@@ -17,13 +17,13 @@ static void pool_forward(net *nt, node *nd, int training) {
     (void)training;
     pool_state *s = nd->state;
     s->p.N = nt->batch;
-    nt->be->pool_fwd(&s->p, layer_in(nt, nd, 0), nd->y);
+    nt->be->pool_fwd(&nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y);
 }
 
 static void pool_backward(net *nt, node *nd) {
     pool_state *s = nd->state;
     s->p.N = nt->batch;
-    nt->be->pool_bwd(&s->p, layer_in(nt, nd, 0), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+    nt->be->pool_bwd(&nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
 }
 
 static double pool_flops(const net *nt, const node *nd) {

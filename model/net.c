@@ -397,7 +397,13 @@ void net_set_layout(net *nt, int layout) {
     CNT_ASSERT(!nt->finalized);
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC ||
                (layout == BACKEND_LAYOUT_BLOCKED && nt->be->block_c > 0));
-    nt->layout = layout;
+    nt->ctx.layout = (backend_layout)layout;
+}
+
+void net_set_math(net *nt, int math) {
+    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
+               math == BACKEND_MATH_FP16);
+    nt->ctx.math = (backend_math)math;
 }
 
 int net_max_batch_for(const net *nt, size_t limit, const node **layer, size_t *per_image) {
@@ -472,7 +478,7 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     nt->grads = be->alloc(nt->n_params * sizeof(float));
     nt->buffers = be->alloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
     nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
-    if (nt->layout != BACKEND_LAYOUT_NCHW)
+    if (nt->ctx.layout != BACKEND_LAYOUT_NCHW)
         nt->input_conv = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
     size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
     size_t pool = plan_activations(nt, max_batch, out, aux_out, off);
@@ -497,8 +503,7 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     m->grads = nt->n_params * f;
     m->buffers = (nt->n_buffers ? nt->n_buffers : 1) * f;
     size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
-    m->activations = nt->layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
-    nt->be->set_layout(nt->layout);
+    m->activations = nt->ctx.layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
     size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
     size_t pool = plan_activations(nt, max_batch, nt->finalized ? nt->output : -1,
                                    nt->finalized ? nt->aux_output : -1, off);
@@ -577,16 +582,15 @@ static void node_backward(net *nt, node *nd, double start) {
 void net_forward(net *nt, const float *x, int N, int training) {
     CNT_ASSERT(nt->finalized && N >= 1 && N <= nt->max_batch);
     nt->batch = N;
-    nt->be->set_layout(nt->layout);
-    if (nt->layout != BACKEND_LAYOUT_NCHW && !nt->emu_forward_end) {
-        nt->be->convert_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_conv, nt->layout, 1, 0);
+    if (nt->ctx.layout != BACKEND_LAYOUT_NCHW && !nt->emu_forward_end) {
+        nt->be->convert_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_conv, nt->ctx.layout, 1, 0);
         x = nt->input_conv;
     }
     nt->input = x;
     if (training) nt->dropout_seed++;
     /* the weights stay as they are until this forward's backward has run
-     * (net_backward ends the bracket); an evaluation keeps nothing */
-    if (nt->be->conv_filter_cache) nt->be->conv_filter_cache(training);
+     * (net_backward ends the epoch); an evaluation promises nothing */
+    nt->ctx.weights_epoch = training ? backend_epoch_new() : 0;
     double start = nt->emu_forward_end ? time_now() : 0;
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
@@ -608,7 +612,6 @@ const float *net_aux_logits(const net *nt) {
 
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
     size_t n = (size_t)nt->batch * nt->classes * sizeof(float);
-    nt->be->set_layout(nt->layout);
     if (!nt->emu_backward_end) {
         nt->be->copy(nt->nodes[nt->output].dy, dlogits, n);
         if (nt->aux_output >= 0) {
@@ -627,7 +630,7 @@ void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
         node_backward(nt, nd, start);
         nt->node_hook(nt->node_hook_ctx, nd, 1, t0, time_now());
     }
-    if (nt->be->conv_filter_cache) nt->be->conv_filter_cache(0);
+    nt->ctx.weights_epoch = 0; /* the optimizer may change the weights now */
 }
 
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx) {

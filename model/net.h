@@ -131,6 +131,11 @@ struct node {
 
 struct net {
     const backend *be;
+    /* What the backend's ops compute in for this net, passed to each of them
+     * (model/backend.h): the layout of every activation (net_set_layout), the
+     * math mode (net_set_math), and the weights epoch that net_forward opens
+     * for a training step and net_backward closes. */
+    backend_ctx ctx;
     int in_c, in_h, in_w;             /* input shape per image */
     int classes;
     int max_batch;                    /* allocation size, set by net_finalize */
@@ -150,7 +155,6 @@ struct net {
     float *act_pool;                  /* device: every node's y and dy, placed by lifetime (net_finalize) */
     float *buffers;                   /* [n_buffers] device */
 
-    int layout;                       /* BACKEND_LAYOUT_NCHW or _NHWC, of every activation (net_set_layout) */
     const float *input;               /* [N, in_c, in_h, in_w] device in the net's layout, set by net_forward */
     float *input_conv;                /* [max_batch, in_c, in_h, in_w] device: the input in the net's layout
                                        * (layouts other than NCHW only) */
@@ -208,10 +212,17 @@ void net_set_init(net *nt, int node, init_spec weight, init_spec bias);
 
 /* The layout of every activation: BACKEND_LAYOUT_NCHW (the default),
  * BACKEND_LAYOUT_NHWC, or BACKEND_LAYOUT_BLOCKED where the backend has it (see
- * set_layout in model/backend.h). Before net_finalize. Parameters, gradients,
+ * backend_ctx in model/backend.h). Before net_finalize. Parameters, gradients,
  * the input given to net_forward and the logits are the same in all; nodes' y
- * and dy and input_grad follow it. */
+ * and dy and input_grad follow it. A programming error (CNT_ASSERT) after
+ * net_finalize or for a layout the backend lacks. */
 void net_set_layout(net *nt, int layout);
+/* The math mode of the net's convolutions and GEMMs: BACKEND_MATH_FP32 (the
+ * default), _TF32, _BF16 or _FP16 (model/backend.h). At any time between
+ * passes; the memory estimate follows it. The backend must be able to run
+ * it (backend_math_check, the caller's to ask); a value outside the enum is
+ * a programming error (CNT_ASSERT). */
+void net_set_math(net *nt, int math);
 
 /* Whether outputs and gradients share memory by lifetime (1, the default)
  * or each keeps its own for the net's life (0: what a backward reads that its
@@ -256,28 +267,31 @@ typedef struct net_memory {
                          * masks, the option-A shortcut's subsample, NHWC flatten copies) */
     size_t workspace;   /* the backend's scratch for the most demanding layer (shared by all layers) */
     size_t kept;        /* the forms of the convolution filters the backend keeps for the backward
-                         * (conv_filter_cache; one per convolution, whatever the batch) */
+                         * (backend_ctx.weights_epoch; one per convolution, whatever the batch) */
     size_t total;       /* the sum of the above */
 } net_memory;
 
 /* The memory of nt at max_batch from its layer shapes alone, so it can be
  * known before anything is allocated: nt may be built (zoo_build) but not
  * finalized, and a finalized net gives the same numbers. The workspace is the
- * backend's answer in its current math mode and thread count, for the net's
- * layout (set on the backend here, as net_forward does). Allocates nothing;
- * never fails. */
+ * backend's answer in the net's context (layout, math mode) and the current
+ * thread count. Allocates nothing; never fails. */
 void net_memory_estimate(const net *nt, int max_batch, net_memory *m);
 
 /* ---- running ---- */
 /* x: [N, in_c, in_h, in_w] device pointer (NCHW in every layout: an NHWC net
- * transposes it into its own copy), N <= max_batch. */
+ * transposes it into its own copy), N <= max_batch. A training forward
+ * promises the backend that the weights stay as they are until the end of
+ * the net_backward after it (a new ctx.weights_epoch); an evaluation
+ * promises nothing (epoch 0). */
 void net_forward(net *nt, const float *x, int N, int training);
 /* The logits [N, classes] of the last forward (device). */
 const float *net_logits(const net *nt);
 /* The auxiliary logits [N, classes], or NULL when the net has none. */
 const float *net_aux_logits(const net *nt);
 /* Backward for the last training forward from dlogits [N, classes] (device)
- * and, when the net has auxiliary logits, dlogits_aux (already weighted). */
+ * and, when the net has auxiliary logits, dlogits_aux (already weighted).
+ * Ends the forward's weights epoch: the optimizer may change them after it. */
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux);
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx);
 /* Times every node of net_forward and net_backward and reports it to hook

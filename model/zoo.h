@@ -20,6 +20,8 @@ typedef struct zoo_options {
     int zero_init_residual; /* init the last BN scale of each residual block to 0 */
     int aux_logits;         /* inception_v3: build the auxiliary classifier */
     float dropout;          /* VGG classifier / Inception dropout probability; < 0: the model's default */
+    backend_math math;      /* the net's math mode (net_set_math), which zoo_create sets; zoo_build leaves
+                             * the net's as it is. 0: fp32 */
 } zoo_options;
 
 /* Builds `name` into nt (created with the data's input shape and classes).
@@ -30,8 +32,9 @@ typedef struct zoo_options {
 int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *aux_out);
 
 /* A zoo model ready to run: net_create on be with input c x h x w and
- * `classes` outputs, activations in `layout` (BACKEND_LAYOUT_NCHW or _NHWC),
- * zoo_build, net_finalize for batches of up to max_batch. Parameters are not
+ * `classes` outputs, activations in `layout` (BACKEND_LAYOUT_NCHW, _NHWC, or
+ * _BLOCKED where be has it), convolutions and GEMMs in zo->math (fp32 when zo
+ * is NULL), zoo_build, net_finalize for batches of up to max_batch. Parameters are not
  * initialised (net_init_params). NULL on an unknown name or an input too
  * small for the architecture, with zoo_build's or net_finalize's message
  * (callers say which model and shape they asked for). */

@@ -36,6 +36,9 @@
 #define RTOL 1e-4
 
 static const backend *be;
+/* The context every op below runs in (model/backend.h): NCHW and fp32 unless
+ * a test sets its layout or math mode (all_threads resets it). */
+static backend_ctx ctx;
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -216,7 +219,7 @@ static void conv_fwd_case(const conv_params *p, int i, int threads) {
     pair w = pair_uniform(&r, (size_t)p->K * p->C * p->R * p->S, -1.0, 1.0);
     pair y = pair_uniform(&r, (size_t)p->N * p->K * p->P * p->Q, -1.0, 1.0); /* overwritten */
     ref_conv_fwd(p, x.h, w.h, y.h);
-    be->conv_fwd(p, x.d, w.d, y.d);
+    be->conv_fwd(&ctx, p, x.d, w.d, y.d);
     char what[160];
     conv_label(what, sizeof what, "conv_fwd", p, 0, threads);
     expect(what, &y, RTOL, tu_atol_f32((size_t)p->C * p->R * p->S, 1.0));
@@ -233,7 +236,7 @@ static void conv_bwd_data_case(const conv_params *p, int i, int threads) {
         pair w = pair_uniform(&r, (size_t)p->K * p->C * p->R * p->S, -1.0, 1.0);
         pair dx = pair_uniform(&r, (size_t)p->N * p->C * p->H * p->W, -1.0, 1.0);
         ref_conv_bwd_data(p, dy.h, w.h, dx.h, acc);
-        be->conv_bwd_data(p, dy.d, w.d, dx.d, acc);
+        be->conv_bwd_data(&ctx, p, dy.d, w.d, dx.d, acc, 0);
         char what[160];
         conv_label(what, sizeof what, "conv_bwd_data", p, acc, threads);
         expect(what, &dx, RTOL, tu_atol_f32((size_t)p->K * p->R * p->S, 1.0));
@@ -250,7 +253,7 @@ static void conv_bwd_filter_case(const conv_params *p, int i, int threads) {
     pair dy = pair_uniform(&r, (size_t)p->N * p->K * p->P * p->Q, -1.0, 1.0);
     pair dw = pair_uniform(&r, (size_t)p->K * p->C * p->R * p->S, -1.0, 1.0); /* overwritten */
     ref_conv_bwd_filter(p, x.h, dy.h, dw.h);
-    be->conv_bwd_filter(p, x.d, dy.d, dw.d);
+    be->conv_bwd_filter(&ctx, p, x.d, dy.d, dw.d);
     char what[160];
     conv_label(what, sizeof what, "conv_bwd_filter", p, 0, threads);
     expect(what, &dw, RTOL, tu_atol_f32((size_t)p->N * p->P * p->Q, 1.0));
@@ -299,11 +302,11 @@ static void test_bias(void **state) {
         pair db = pair_uniform(&r, (size_t)C, -1.0, 1.0);
         char what[96];
         ref_bias_fwd(N, C, HW, b.h, y.h);
-        be->bias_fwd(N, C, HW, b.d, y.d);
+        be->bias_fwd(&ctx, N, C, HW, b.d, y.d);
         snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
         expect(what, &y, RTOL, tu_atol_f32(1, 1.0));
         ref_bias_bwd(N, C, HW, y.h, db.h);
-        be->bias_bwd(N, C, HW, y.d, db.d); /* y as dy: same values on both sides */
+        be->bias_bwd(&ctx, N, C, HW, y.d, db.d); /* y as dy: same values on both sides */
         snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
         expect(what, &db, RTOL, tu_atol_f32((size_t)N * HW, 2.0));
         pair_free(&b);
@@ -345,7 +348,7 @@ static void test_bn_fwd_train(void **state) {
         pair smean = pair_zero((size_t)C), sinv = pair_zero((size_t)C);
         ref_bn_fwd_train(N, C, HW, x.h, gamma.h, beta.h, y.h, rmean.h, rvar.h, bc->momentum, bc->eps, smean.h,
                          sinv.h);
-        be->bn_fwd_train(N, C, HW, x.d, gamma.d, beta.d, y.d, rmean.d, rvar.d, (float)bc->momentum,
+        be->bn_fwd_train(&ctx, N, C, HW, x.d, gamma.d, beta.d, y.d, rmean.d, rvar.d, (float)bc->momentum,
                          (float)bc->eps, smean.d, sinv.d);
         char what[128];
         snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
@@ -384,7 +387,7 @@ static void test_bn_fwd_infer(void **state) {
         pair rvar = pair_uniform(&r, (size_t)C, 0.2, 2.0);
         pair y = pair_uniform(&r, n, -1.0, 1.0);
         ref_bn_fwd_infer(N, C, HW, x.h, gamma.h, beta.h, y.h, rmean.h, rvar.h, bc->eps);
-        be->bn_fwd_infer(N, C, HW, x.d, gamma.d, beta.d, y.d, rmean.d, rvar.d, (float)bc->eps);
+        be->bn_fwd_infer(&ctx, N, C, HW, x.d, gamma.d, beta.d, y.d, rmean.d, rvar.d, (float)bc->eps);
         char what[96];
         snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
         expect(what, &y, RTOL, tu_atol_f32(1, 1.0));
@@ -421,7 +424,7 @@ static void test_bn_bwd(void **state) {
             }
             pair smean = pair_of(sm, (size_t)C), sinv = pair_of(si, (size_t)C);
             ref_bn_bwd(N, C, HW, x.h, dy.h, gamma.h, smean.h, sinv.h, dx.h, dgamma.h, dbeta.h, acc);
-            be->bn_bwd(N, C, HW, x.d, dy.d, gamma.d, smean.d, sinv.d, 1e-5f, dx.d, dgamma.d, dbeta.d, acc);
+            be->bn_bwd(&ctx, N, C, HW, x.d, dy.d, gamma.d, smean.d, sinv.d, 1e-5f, dx.d, dgamma.d, dbeta.d, acc);
             char what[128];
             /* dx subtracts two sums of M terms, scaled by invstd / M */
             snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
@@ -542,7 +545,7 @@ static void test_pool_fwd(void **state) {
         pair x = pool_input(&r, (size_t)p.N * p.C * p.H * p.W, i % 2);
         pair y = pair_uniform(&r, (size_t)p.N * p.C * p.P * p.Q, -1.0, 1.0);
         ref_pool_fwd(&p, x.h, y.h);
-        be->pool_fwd(&p, x.d, y.d);
+        be->pool_fwd(&ctx, &p, x.d, y.d);
         char what[192];
         pool_label(what, sizeof what, "pool_fwd", &p, 0);
         expect(what, &y, RTOL, tu_atol_f32((size_t)(p.R * p.S > 0 ? p.R * p.S : p.H * p.W), 1.0));
@@ -564,9 +567,9 @@ static void test_pool_bwd(void **state) {
             pair dy = pair_uniform(&r, ny, -1.0, 1.0);
             pair dx = pair_uniform(&r, nx, -1.0, 1.0);
             ref_pool_fwd(&p, x.h, y.h);
-            be->pool_fwd(&p, x.d, y.d); /* the backend's own forward output, as a layer would pass it */
+            be->pool_fwd(&ctx, &p, x.d, y.d); /* the backend's own forward output, as a layer would pass it */
             ref_pool_bwd(&p, x.h, y.h, dy.h, dx.h, acc);
-            be->pool_bwd(&p, x.d, y.d, dy.d, dx.d, acc);
+            be->pool_bwd(&ctx, &p, x.d, y.d, dy.d, dx.d, acc);
             char what[192];
             pool_label(what, sizeof what, "pool_bwd", &p, acc);
             /* each dx sums at most one contribution per overlapping window */
@@ -604,7 +607,8 @@ static void test_gemm(void **state) {
                 pair B = pair_uniform(&r, (size_t)b_rows * ldb, -1.0, 1.0);
                 pair C = pair_uniform(&r, (size_t)M * ldc, -1.0, 1.0);
                 ref_gemm(ta, tb, M, N, K, cases[i].alpha, A.h, lda, B.h, ldb, cases[i].beta, C.h, ldc);
-                be->gemm(ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d, ldc);
+                be->gemm(&ctx, ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d,
+                         ldc);
                 char what[128];
                 snprintf(what, sizeof what, "gemm %c%c M%d N%d K%d ld+%d alpha %g beta %g", ta ? 'T' : 'N',
                          tb ? 'T' : 'N', M, N, K, pad, cases[i].alpha, cases[i].beta);
@@ -712,7 +716,7 @@ static void test_channel_copy(void **state) {
             pair src = pair_uniform(&r, (size_t)N * src_C * HW, -1.0, 1.0);
             pair dst = pair_uniform(&r, (size_t)N * dst_C * HW, -1.0, 1.0); /* outside the slice: kept */
             ref_channel_copy(N, C, HW, src.h, src_C, src_off, dst.h, dst_C, dst_off, acc);
-            be->channel_copy(N, C, HW, src.d, src_C, src_off, dst.d, dst_C, dst_off, acc);
+            be->channel_copy(&ctx, N, C, HW, src.d, src_C, src_off, dst.d, dst_C, dst_off, acc);
             char what[128];
             snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
                      src_off, dst_C, dst_off, acc);
@@ -815,6 +819,89 @@ static void test_sgd_update(void **state) {
     free(got);
 }
 
+/* ---------------------------------------------------------------- optional ops */
+
+/* The wrappers through which callers reach the optional ops (model/backend.c):
+ * the op where the backend has one, else a fallback with the same result;
+ * and the weights epochs of backend_ctx. */
+static int ranges_calls, math_check_calls;
+
+static void ranges_rec(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
+                       const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
+                       float grad_scale) {
+    ranges_calls++;
+    for (int r = 0; r < n_ranges; r++)
+        backend_cpu()->sgd_update(hi[r] - lo[r], param + lo[r], grad + lo[r], momentum_buf + lo[r], lr, momentum,
+                                  wd[r], nesterov, grad_scale);
+}
+
+static int refuse_bf16(int math) {
+    math_check_calls++;
+    return math == BACKEND_MATH_BF16 ? cnt_err_set("stand-in: no bf16 here") : CNT_OK;
+}
+
+static size_t kept_4(const backend_ctx *c, const conv_params *p) {
+    (void)c;
+    return conv_w_count(p) * 4;
+}
+
+static void test_optional_ops(void **state) {
+    (void)state;
+    /* sgd_update_ranges: the CPU has none; the fallback updates each range as sgd_update does, nothing between */
+    assert_null(be->sgd_update_ranges);
+    enum { n = 1000 };
+    const size_t lo[] = {0, 100, 700}, hi[] = {50, 600, 1000};
+    const float wd[] = {1e-4f, 0.0f, 5e-4f};
+    rng r;
+    rng_seed(&r, 14500, 1);
+    pair param = pair_uniform(&r, n, -1.0, 1.0), grad = pair_normal(&r, n, 0.0, 1.0);
+    pair buf = pair_uniform(&r, n, -0.5, 0.5);
+    float *p2 = tu_dev_from_double(be, param.h, n), *b2 = tu_dev_from_double(be, buf.h, n);
+    backend_sgd_update_ranges(be, 3, lo, hi, wd, param.d, grad.d, buf.d, 0.1f, 0.9f, 1, 0.5f);
+    for (int k = 0; k < 3; k++)
+        be->sgd_update(hi[k] - lo[k], p2 + lo[k], grad.d + lo[k], b2 + lo[k], 0.1f, 0.9f, wd[k], 1, 0.5f);
+    float *g1 = tu_alloc_f(n), *g2 = tu_alloc_f(n);
+    be->download(g1, param.d, n * sizeof(float));
+    be->download(g2, p2, n * sizeof(float));
+    tu_assert_bitwise_equal_f("sgd_update_ranges fallback: parameters", g2, g1, n);
+    for (size_t i = 50; i < 100; i++) assert_true(g1[i] == (float)param.h[i]); /* between ranges: untouched */
+    be->download(g1, buf.d, n * sizeof(float));
+    be->download(g2, b2, n * sizeof(float));
+    tu_assert_bitwise_equal_f("sgd_update_ranges fallback: momentum", g2, g1, n);
+    /* ...and a backend's own op, where it has one, instead of the fallback */
+    backend own = *be;
+    own.sgd_update_ranges = ranges_rec;
+    backend_sgd_update_ranges(&own, 3, lo, hi, wd, param.d, grad.d, buf.d, 0.1f, 0.9f, 1, 0.5f);
+    assert_int_equal(ranges_calls, 1);
+
+    /* conv_filter_kept: 0 where the backend keeps nothing */
+    conv_params cp = {.N = 2, .C = 3, .H = 8, .W = 8, .K = 4, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1};
+    assert_int_equal(conv_params_init(&cp), CNT_OK);
+    assert_null(be->conv_filter_kept);
+    assert_int_equal(backend_conv_filter_kept(be, &ctx, &cp), 0);
+    own.conv_filter_kept = kept_4;
+    assert_int_equal(backend_conv_filter_kept(&own, &ctx, &cp), 4 * 4 * 3 * 3 * 3);
+
+    /* math_check: every mode runs where a backend has no check; a check that refuses says why */
+    for (int m = BACKEND_MATH_FP32; m <= BACKEND_MATH_FP16; m++) assert_int_equal(backend_math_check(be, m), CNT_OK);
+    own.math_check = refuse_bf16;
+    assert_int_equal(backend_math_check(&own, BACKEND_MATH_FP16), CNT_OK);
+    assert_int_equal(backend_math_check(&own, BACKEND_MATH_BF16), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "no bf16 here"));
+    assert_int_equal(math_check_calls, 2);
+
+    /* weights epochs: never 0, never the same twice */
+    uint64_t e1 = backend_epoch_new(), e2 = backend_epoch_new();
+    assert_true(e1 != 0 && e2 != 0 && e1 != e2);
+    be->free(p2);
+    be->free(b2);
+    free(g1);
+    free(g2);
+    pair_free(&param);
+    pair_free(&grad);
+    pair_free(&buf);
+}
+
 /* ---------------------------------------------------------------- threads and determinism */
 
 /* Two identical calls give bitwise identical results (no float atomics, no
@@ -822,7 +909,7 @@ static void test_sgd_update(void **state) {
 /* The checks below in one layout (the values are random, so any layout's
  * order of them is as good as NCHW's). */
 static void determinism_in(int layout) {
-    be->set_layout(layout);
+    ctx.layout = (backend_layout)layout;
     /* threads over images (partial sums per thread), and threads inside one image */
     conv_params shapes[] = {
         {.N = 8, .C = 16, .H = 16, .W = 16, .K = 32, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1,
@@ -839,8 +926,8 @@ static void determinism_in(int layout) {
         pair in = pair_uniform(&rc, cx, -1.0, 1.0);
         pair grad = pair_uniform(&rc, (size_t)cp->N * cp->K * cp->P * cp->Q, -1.0, 1.0);
         float *d1 = be->alloc(cw * sizeof(float)), *d2 = be->alloc(cw * sizeof(float));
-        be->conv_bwd_filter(cp, in.d, grad.d, d1);
-        be->conv_bwd_filter(cp, in.d, grad.d, d2);
+        be->conv_bwd_filter(&ctx, cp, in.d, grad.d, d1);
+        be->conv_bwd_filter(&ctx, cp, in.d, grad.d, d2);
         float *a = tu_alloc_f(cw), *b = tu_alloc_f(cw);
         be->download(a, d1, cw * sizeof(float));
         be->download(b, d2, cw * sizeof(float));
@@ -866,7 +953,7 @@ static void determinism_in(int layout) {
     for (int t = 0; t < 2; t++) {
         out[t][0] = be->alloc(n * sizeof(float));
         for (int k = 1; k < 5; k++) out[t][k] = be->alloc((size_t)C * sizeof(float));
-        be->bn_fwd_train(N, C, HW, x.d, gamma, beta, out[t][0], out[t][1], out[t][2], 0.1f, 1e-5f, out[t][3],
+        be->bn_fwd_train(&ctx, N, C, HW, x.d, gamma, beta, out[t][0], out[t][1], out[t][2], 0.1f, 1e-5f, out[t][3],
                          out[t][4]);
     }
     static const char *names[] = {"bn_fwd_train y twice", "bn running_mean twice", "bn running_var twice",
@@ -884,7 +971,7 @@ static void determinism_in(int layout) {
     }
     pair_free(&x);
     pair_free(&gb);
-    be->set_layout(BACKEND_LAYOUT_NCHW);
+    ctx.layout = BACKEND_LAYOUT_NCHW;
 }
 
 static void test_determinism(void **state) {
@@ -906,11 +993,11 @@ static void test_set_threads(void **state) {
     pair y = pair_zero((size_t)p.N * p.K * p.P * p.Q);
     ref_conv_fwd(&p, x.h, w.h, y.h);
     be->set_threads(1);
-    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
     expect("conv_fwd on 1 thread", &y, RTOL, tu_atol_f32((size_t)p.C * 9, 1.0));
     be->set_threads(0);
     be->zero(y.d, y.n * sizeof(float));
-    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
     expect("conv_fwd on all threads", &y, RTOL, tu_atol_f32((size_t)p.C * 9, 1.0));
     pair_free(&x);
     pair_free(&w);
@@ -971,7 +1058,7 @@ static void reduced_conv_cases(const reduced_mode *md) {
         /* forward */
         ref_conv_fwd(&p, xr, wr, y.h);
         round_host(md->math, &y);
-        be->conv_fwd(&p, x.d, w.d, y.d);
+        be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
         conv_label(what, sizeof what, md->name, &p, 0, 0);
         strncat(what, " conv_fwd", sizeof what - strlen(what) - 1);
         expect(what, &y, md->ulp, tu_atol_f32((size_t)p.C * p.R * p.S, 1.0));
@@ -982,7 +1069,7 @@ static void reduced_conv_cases(const reduced_mode *md) {
             pair dx = pair_uniform(&r, nx, -1.0, 1.0);
             ref_conv_bwd_data(&p, dyr, wr, dx.h, acc);
             round_host(md->math, &dx);
-            be->conv_bwd_data(&p, dy.d, w.d, dx.d, acc);
+            be->conv_bwd_data(&ctx, &p, dy.d, w.d, dx.d, acc, 0);
             conv_label(what, sizeof what, md->name, &p, acc, 0);
             strncat(what, " conv_bwd_data", sizeof what - strlen(what) - 1);
             expect(what, &dx, md->ulp, tu_atol_f32((size_t)p.K * p.R * p.S, 2.0));
@@ -993,7 +1080,7 @@ static void reduced_conv_cases(const reduced_mode *md) {
         pair dw = pair_uniform(&r, nw, -1.0, 1.0);
         ref_conv_bwd_filter(&p, xr, dyr, dw.h);
         round_host(md->math, &dw);
-        be->conv_bwd_filter(&p, x.d, dy.d, dw.d);
+        be->conv_bwd_filter(&ctx, &p, x.d, dy.d, dw.d);
         conv_label(what, sizeof what, md->name, &p, 0, 0);
         strncat(what, " conv_bwd_filter", sizeof what - strlen(what) - 1);
         expect(what, &dw, md->ulp, tu_atol_f32((size_t)p.N * p.P * p.Q, 1.0));
@@ -1031,7 +1118,8 @@ static void reduced_gemm_cases(const reduced_mode *md) {
                 /* only C's M x N values are results; its padding columns stay as they were */
                 for (int m = 0; m < M; m++)
                     for (int n = 0; n < N; n++) C.h[(size_t)m * ldc + n] = round_to(md->math, C.h[(size_t)m * ldc + n]);
-                be->gemm(ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d, ldc);
+                be->gemm(&ctx, ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d,
+                         ldc);
                 char what[128];
                 snprintf(what, sizeof what, "%s gemm %c%c M%d N%d K%d ld+%d alpha %g beta %g", md->name,
                          ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, pad, cases[i].alpha, cases[i].beta);
@@ -1066,34 +1154,34 @@ static void reduced_exact_values(const reduced_mode *md) {
     double xv[2] = {1.0 + fine, -1.0}, wv[2] = {1.0, 1.0}, y0[1] = {0};
     pair x = pair_of(xv, 2), w = pair_of(wv, 2), y = pair_of(y0, 1);
     float got;
-    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
     be->download(&got, y.d, sizeof got);
     assert_true(got == 0.0f); /* the operand was rounded to 1 (fp32 operands would give `fine`, which the type holds) */
     pair_free(&x);
     double xs[2] = {1.0, fine};
     x = pair_of(xs, 2);
-    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
     be->download(&got, y.d, sizeof got);
     assert_true(got == 1.0f); /* the sum was rounded */
-    be->set_math(BACKEND_MATH_FP32);
-    be->conv_fwd(&p, x.d, w.d, y.d);
+    ctx.math = BACKEND_MATH_FP32;
+    be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
     be->download(&got, y.d, sizeof got);
     assert_true(got == (float)(1.0 + fine)); /* and fp32 keeps both */
-    be->set_math(md->math);
+    ctx.math = (backend_math)md->math;
     pair_free(&x);
     /* 300 * 300 = 90000: inf in fp16 (max 65504), 90112 in bf16 */
     double big[2] = {300.0, 0.0}, wbig[2] = {300.0, 0.0};
     x = pair_of(big, 2);
     pair_free(&w);
     w = pair_of(wbig, 2);
-    be->conv_fwd(&p, x.d, w.d, y.d);
+    be->conv_fwd(&ctx, &p, x.d, w.d, y.d);
     be->download(&got, y.d, sizeof got);
     if (fp16) assert_true(isinf(got) && got > 0);
     else assert_true(got == 90112.0f);
     /* the same through gemm: C[1x1] = A[1x2] B[2x1] */
     float c = 0;
     float *cd = be->alloc(sizeof(float));
-    be->gemm(0, 0, 1, 1, 2, 1.0f, x.d, 2, w.d, 1, 0.0f, cd, 1);
+    be->gemm(&ctx, 0, 0, 1, 1, 2, 1.0f, x.d, 2, w.d, 1, 0.0f, cd, 1);
     be->download(&c, cd, sizeof c);
     if (fp16) assert_true(isinf(c) && c > 0);
     else assert_true(c == 90112.0f);
@@ -1106,11 +1194,11 @@ static void reduced_exact_values(const reduced_mode *md) {
 static void test_reduced_precision(void **state) {
     (void)state;
     for (size_t m = 0; m < sizeof reduced_modes / sizeof reduced_modes[0]; m++) {
-        be->set_math(reduced_modes[m].math);
+        ctx.math = (backend_math)reduced_modes[m].math;
         reduced_exact_values(&reduced_modes[m]);
         reduced_conv_cases(&reduced_modes[m]);
         reduced_gemm_cases(&reduced_modes[m]);
-        be->set_math(BACKEND_MATH_FP32);
+        ctx.math = BACKEND_MATH_FP32;
     }
 }
 
@@ -1164,7 +1252,7 @@ static const char *const layout_names[] = {"NCHW", "NHWC", "BLOCKED"};
 static int last_layout(void) { return be->block_c > 0 ? BACKEND_LAYOUT_BLOCKED : BACKEND_LAYOUT_NHWC; }
 
 /* Where element (n, c, i) of a [N, C, HW] activation lives in a layout
- * (model/backend.h, set_layout). */
+ * (model/backend.h, backend_ctx). */
 static size_t act_index(int layout, int C, int HW, int n, int c, int i) {
     int B = be->block_c;
     if (layout == BACKEND_LAYOUT_NHWC) return ((size_t)n * HW + i) * C + c;
@@ -1192,35 +1280,33 @@ static void test_convert_layout(void **state) {
                                    {5, 8, 9},  {1, 1, 1},   {2, 16, 9}, {3, 32, 1}, {2, 48, 25}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (int layout = BACKEND_LAYOUT_NCHW; layout <= last_layout(); layout++)
-            for (int set = BACKEND_LAYOUT_NCHW; set <= last_layout(); set++) /* must not matter */
-                for (int to = 0; to <= 1; to++)
-                    for (int acc = 0; acc <= 1; acc++) {
-                        int N = sizes[i][0], C = sizes[i][1], HW = sizes[i][2];
-                        size_t n = (size_t)N * C * HW;
-                        rng r;
-                        rng_seed(&r, 20000 + i, (uint64_t)(16 * layout + 4 * set + 2 * to + acc));
-                        pair src = pair_uniform(&r, n, -1.0, 1.0);
-                        pair dst = pair_uniform(&r, n, -1.0, 1.0); /* kept and added to when accumulating */
-                        double *perm = tu_alloc(n);
-                        host_permute(N, C, HW, src.h, perm, layout, to);
-                        for (size_t k = 0; k < n; k++) dst.h[k] = (acc ? dst.h[k] : 0.0) + perm[k];
-                        be->set_layout(set);
-                        be->convert_layout(N, C, HW, src.d, dst.d, layout, to, acc);
-                        be->set_layout(BACKEND_LAYOUT_NCHW);
-                        char what[160];
-                        snprintf(what, sizeof what, "convert_layout N%d C%d HW%d %s %s acc %d (set_layout %s)", N, C,
-                                 HW, to ? "NCHW to" : "to NCHW from", layout_names[layout], acc, layout_names[set]);
-                        /* a permutation is exact; a sum of two floats is off by at most one rounding */
-                        expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0);
-                        expect_unchanged("convert_layout leaves src alone", &src);
-                        free(perm);
-                        pair_free(&src);
-                        pair_free(&dst);
-                    }
+            for (int to = 0; to <= 1; to++)
+                for (int acc = 0; acc <= 1; acc++) {
+                    int N = sizes[i][0], C = sizes[i][1], HW = sizes[i][2];
+                    size_t n = (size_t)N * C * HW;
+                    rng r;
+                    rng_seed(&r, 20000 + i, (uint64_t)(16 * layout + 2 * to + acc));
+                    pair src = pair_uniform(&r, n, -1.0, 1.0);
+                    pair dst = pair_uniform(&r, n, -1.0, 1.0); /* kept and added to when accumulating */
+                    double *perm = tu_alloc(n);
+                    host_permute(N, C, HW, src.h, perm, layout, to);
+                    for (size_t k = 0; k < n; k++) dst.h[k] = (acc ? dst.h[k] : 0.0) + perm[k];
+                    be->convert_layout(N, C, HW, src.d, dst.d, layout, to, acc);
+                    char what[160];
+                    snprintf(what, sizeof what, "convert_layout N%d C%d HW%d %s %s acc %d", N, C, HW,
+                             to ? "NCHW to" : "to NCHW from", layout_names[layout], acc);
+                    /* a permutation is exact; a sum of two floats is off by at most one rounding */
+                    expect(what, &dst, acc ? 1.2e-7 : 0.0, 0.0);
+                    expect_unchanged("convert_layout leaves src alone", &src);
+                    free(perm);
+                    pair_free(&src);
+                    pair_free(&dst);
+                }
 }
 
-/* channel_copy and bias_fwd on known values must give `layout`'s results. */
-static void layout_known_values(int layout, const char *when) {
+/* channel_copy and bias_fwd on known values in context in must give
+ * `layout`'s results. */
+static void layout_known_values(const backend_ctx *in, int layout, const char *when) {
     enum { N = 2, C = 2, HW = 3, SC = 3, SO = 1, DC = 4, DO = 2, BC = 3 };
     float src[N * SC * HW], dst[N * DC * HW], want[2][N * DC * HW], b[BC] = {1.0f, 2.0f, 3.0f};
     float y[N * BC * HW], ywant[2][N * BC * HW];
@@ -1243,8 +1329,8 @@ static void layout_known_values(int layout, const char *when) {
     be->upload(ds, src, sizeof src);
     be->upload(dd, dst, sizeof dst);
     be->upload(db, b, sizeof b);
-    be->channel_copy(N, C, HW, ds, SC, SO, dd, DC, DO, 0);
-    be->bias_fwd(N, BC, HW, db, dyv); /* y is zero-filled by alloc */
+    be->channel_copy(in, N, C, HW, ds, SC, SO, dd, DC, DO, 0);
+    be->bias_fwd(in, N, BC, HW, db, dyv); /* y is zero-filled by alloc */
     be->download(dst, dd, sizeof dst);
     be->download(y, dyv, sizeof y);
     char what[96];
@@ -1258,15 +1344,16 @@ static void layout_known_values(int layout, const char *when) {
     be->free(dyv);
 }
 
-/* NCHW is the default. This test sees the backend as no test has set its
- * layout: it comes first in main's list, with no setup (all_threads sets NCHW). */
+/* NCHW is the default: a zeroed context's layout. Each op takes the layout
+ * of the context it is given, whatever the contexts of the ops before it
+ * (the backend keeps none: model/backend.h). */
 static void test_layout_default(void **state) {
     (void)state;
-    layout_known_values(BACKEND_LAYOUT_NCHW, "by default (no set_layout called yet)");
-    be->set_layout(BACKEND_LAYOUT_NHWC);
-    layout_known_values(BACKEND_LAYOUT_NHWC, "after set_layout(NHWC)");
-    be->set_layout(BACKEND_LAYOUT_NCHW);
-    layout_known_values(BACKEND_LAYOUT_NCHW, "after set_layout(NHWC) then set_layout(NCHW)");
+    const backend_ctx zero = {0}, nhwc = {.layout = BACKEND_LAYOUT_NHWC};
+    layout_known_values(&zero, BACKEND_LAYOUT_NCHW, "in a zeroed context");
+    layout_known_values(&nhwc, BACKEND_LAYOUT_NHWC, "in an NHWC context");
+    layout_known_values(&zero, BACKEND_LAYOUT_NCHW, "in a zeroed context after an NHWC one");
+    layout_known_values(&nhwc, BACKEND_LAYOUT_NHWC, "in an NHWC context after an NCHW one");
 }
 
 /* train.layout = auto (backend_layout_choose): the CPU takes its blocked
@@ -1276,7 +1363,8 @@ static void test_layout_default(void **state) {
  * asked for by name is kept. */
 static void test_layout_auto_rule(void **state) {
     (void)state;
-    backend gpu = {.name = "cuda"}, cpu_plain = {.name = "cpu"}, cpu_blocked = {.name = "cpu", .block_c = 16};
+    backend gpu = {.name = "cuda"}, cpu_plain = {.name = "cpu", .is_cpu = 1};
+    backend cpu_blocked = {.name = "cpu", .is_cpu = 1, .block_c = 16};
     const backend_math maths[] = {BACKEND_MATH_FP32, BACKEND_MATH_TF32, BACKEND_MATH_BF16, BACKEND_MATH_FP16};
     const int sizes[][2] = {{224, 224}, {299, 299}, {64, 64}, {64, 200}, {28, 28}, {32, 32}, {63, 224}, {224, 63}};
     for (int m = 0; m < 4; m++)
@@ -1366,14 +1454,14 @@ static void twin_expect(const char *what, const twin *t, double rtol, double ato
 }
 
 /* Runs the statement once per layout, L naming it (index the twins' d[] with
- * it), and leaves the backend in NCHW. */
+ * it) and ctx in it, and leaves ctx in NCHW. */
 #define IN_EVERY_LAYOUT(...)                                                    \
     do {                                                                        \
         for (int L = BACKEND_LAYOUT_NCHW; L <= last_layout(); L++) {            \
-            be->set_layout(L);                                                  \
+            ctx.layout = (backend_layout)L;                                     \
             __VA_ARGS__;                                                        \
         }                                                                       \
-        be->set_layout(BACKEND_LAYOUT_NCHW);                                    \
+        ctx.layout = BACKEND_LAYOUT_NCHW;                                       \
     } while (0)
 
 /* Each of the CPU backend's convolution algorithms (see conv_fixed), batch 1 and more. */
@@ -1413,21 +1501,21 @@ static void layout_conv_case(const conv_params *p, int i, int math) {
     twin dy = twin_uniform(&r, p->N, p->K, PQ, -1.0, 1.0);
     twin dw = twin_vec(&r, nw, -1.0, 1.0); /* overwritten */
     char what[200];
-    be->set_math(math);
-    IN_EVERY_LAYOUT(be->conv_fwd(p, x.d[L], w.d[L], y.d[L]));
+    ctx.math = (backend_math)math;
+    IN_EVERY_LAYOUT(be->conv_fwd(&ctx, p, x.d[L], w.d[L], y.d[L]));
     conv_label(what, sizeof what, bf16 ? "bf16 conv_fwd" : "conv_fwd", p, 0, 0);
     twin_expect(what, &y, rtol, tu_atol_f32((size_t)p->C * p->R * p->S, 1.0), math);
     for (int acc = 0; acc <= 1; acc++) {
         twin dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
-        IN_EVERY_LAYOUT(be->conv_bwd_data(p, dy.d[L], w.d[L], dx.d[L], acc));
+        IN_EVERY_LAYOUT(be->conv_bwd_data(&ctx, p, dy.d[L], w.d[L], dx.d[L], acc, 0));
         conv_label(what, sizeof what, bf16 ? "bf16 conv_bwd_data" : "conv_bwd_data", p, acc, 0);
         twin_expect(what, &dx, rtol, tu_atol_f32((size_t)p->K * p->R * p->S, 2.0), math);
         twin_free(&dx);
     }
-    IN_EVERY_LAYOUT(be->conv_bwd_filter(p, x.d[L], dy.d[L], dw.d[L]));
+    IN_EVERY_LAYOUT(be->conv_bwd_filter(&ctx, p, x.d[L], dy.d[L], dw.d[L]));
     conv_label(what, sizeof what, bf16 ? "bf16 conv_bwd_filter" : "conv_bwd_filter", p, 0, 0);
     twin_expect(what, &dw, rtol, tu_atol_f32((size_t)p->N * PQ, 1.0), math);
-    be->set_math(BACKEND_MATH_FP32);
+    ctx.math = BACKEND_MATH_FP32;
     twin_free(&x);
     twin_free(&w);
     twin_free(&y);
@@ -1441,8 +1529,7 @@ static void layout_conv_all(int math) {
         conv_case_params(&layout_conv_cases[i], &p);
         layout_conv_case(&p, (int)i, math);
     }
-    be->set_math(BACKEND_MATH_FP32);
-    be->set_layout(BACKEND_LAYOUT_NCHW);
+    ctx = (backend_ctx){0};
 }
 
 static void test_layout_conv(void **state) {
@@ -1466,10 +1553,10 @@ static void test_layout_bias(void **state) {
         twin b = twin_vec(&r, C, -1.0, 1.0), db = twin_vec(&r, C, -1.0, 1.0); /* db overwritten */
         twin y = twin_uniform(&r, N, C, HW, -1.0, 1.0), dy = twin_uniform(&r, N, C, HW, -1.0, 1.0);
         char what[96];
-        IN_EVERY_LAYOUT(be->bias_fwd(N, C, HW, b.d[L], y.d[L]));
+        IN_EVERY_LAYOUT(be->bias_fwd(&ctx, N, C, HW, b.d[L], y.d[L]));
         snprintf(what, sizeof what, "bias_fwd N%d C%d HW%d", N, C, HW);
         twin_expect(what, &y, RTOL, tu_atol_f32(1, 1.0), BACKEND_MATH_FP32);
-        IN_EVERY_LAYOUT(be->bias_bwd(N, C, HW, dy.d[L], db.d[L]));
+        IN_EVERY_LAYOUT(be->bias_bwd(&ctx, N, C, HW, dy.d[L], db.d[L]));
         snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d", N, C, HW);
         twin_expect(what, &db, RTOL, tu_atol_f32((size_t)N * HW, 1.0), BACKEND_MATH_FP32);
         twin_free(&b);
@@ -1503,7 +1590,7 @@ static void test_layout_bn(void **state) {
         twin rmean = twin_vec(&r, C, -1.0, 1.0), rvar = twin_vec(&r, C, 0.5, 2.0);
         twin smean = twin_vec(&r, C, -1.0, 1.0), sinv = twin_vec(&r, C, -1.0, 1.0); /* overwritten */
         char what[128];
-        IN_EVERY_LAYOUT(be->bn_fwd_train(N, C, HW, x.d[L], gamma.d[L], beta.d[L], y.d[L], rmean.d[L], rvar.d[L],
+        IN_EVERY_LAYOUT(be->bn_fwd_train(&ctx, N, C, HW, x.d[L], gamma.d[L], beta.d[L], y.d[L], rmean.d[L], rvar.d[L],
                                          (float)bc->momentum, (float)bc->eps, smean.d[L], sinv.d[L]));
         snprintf(what, sizeof what, "bn_fwd_train y N%d C%d HW%d", N, C, HW);
         twin_expect(what, &y, RTOL, tu_atol_f32(M, 1.0), F);
@@ -1519,7 +1606,7 @@ static void test_layout_bn(void **state) {
         /* inference, with running statistics of its own */
         twin im = twin_vec(&r, C, bc->mean - 0.5, bc->mean + 0.5), iv = twin_vec(&r, C, 0.2, 2.0);
         twin yi = twin_uniform(&r, N, C, HW, -1.0, 1.0);
-        IN_EVERY_LAYOUT(be->bn_fwd_infer(N, C, HW, x.d[L], gamma.d[L], beta.d[L], yi.d[L], im.d[L], iv.d[L],
+        IN_EVERY_LAYOUT(be->bn_fwd_infer(&ctx, N, C, HW, x.d[L], gamma.d[L], beta.d[L], yi.d[L], im.d[L], iv.d[L],
                                          (float)bc->eps));
         snprintf(what, sizeof what, "bn_fwd_infer N%d C%d HW%d", N, C, HW);
         twin_expect(what, &yi, RTOL, tu_atol_f32(1, 1.0), F);
@@ -1531,7 +1618,7 @@ static void test_layout_bn(void **state) {
         for (int acc = 0; acc <= 1; acc++) {
             twin dy = twin_random(&r, N, C, HW, 0.0, 1.0, 1), dx = twin_uniform(&r, N, C, HW, -1.0, 1.0);
             twin dgamma = twin_vec(&r, C, -1.0, 1.0), dbeta = twin_vec(&r, C, -1.0, 1.0); /* overwritten */
-            IN_EVERY_LAYOUT(be->bn_bwd(N, C, HW, x.d[L], dy.d[L], gamma.d[L], sm, si, (float)bc->eps, dx.d[L],
+            IN_EVERY_LAYOUT(be->bn_bwd(&ctx, N, C, HW, x.d[L], dy.d[L], gamma.d[L], sm, si, (float)bc->eps, dx.d[L],
                                        dgamma.d[L], dbeta.d[L], acc));
             snprintf(what, sizeof what, "bn_bwd dx N%d C%d HW%d acc %d", N, C, HW, acc);
             twin_expect(what, &dx, RTOL, tu_atol_f32(M, max_abs(si_h, (size_t)C)), F);
@@ -1564,12 +1651,12 @@ static void layout_pool_case(const pool_params *p, int i) {
     free(h);
     twin y = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0); /* overwritten */
     char what[192];
-    IN_EVERY_LAYOUT(be->pool_fwd(p, x.d[L], y.d[L]));
+    IN_EVERY_LAYOUT(be->pool_fwd(&ctx, p, x.d[L], y.d[L]));
     pool_label(what, sizeof what, "pool_fwd", p, 0);
     twin_expect(what, &y, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : HW), 1.0), BACKEND_MATH_FP32);
     for (int acc = 0; acc <= 1; acc++) {
         twin dy = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0), dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
-        IN_EVERY_LAYOUT(be->pool_bwd(p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc));
+        IN_EVERY_LAYOUT(be->pool_bwd(&ctx, p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc));
         pool_label(what, sizeof what, "pool_bwd", p, acc);
         twin_expect(what, &dx, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : PQ), 1.0),
                     BACKEND_MATH_FP32);
@@ -1621,7 +1708,7 @@ static void test_layout_channel_copy(void **state) {
             rng_seed(&r, 25000 + i, (uint64_t)acc);
             twin src = twin_uniform(&r, N, src_C, HW, -1.0, 1.0);
             twin dst = twin_uniform(&r, N, dst_C, HW, -1.0, 1.0); /* outside the slice: kept */
-            IN_EVERY_LAYOUT(be->channel_copy(N, C, HW, src.d[L], src_C, src_off, dst.d[L], dst_C, dst_off, acc));
+            IN_EVERY_LAYOUT(be->channel_copy(&ctx, N, C, HW, src.d[L], src_C, src_off, dst.d[L], dst_C, dst_off, acc));
             char what[128];
             snprintf(what, sizeof what, "channel_copy N%d C%d HW%d src %d+%d dst %d+%d acc %d", N, C, HW, src_C,
                      src_off, dst_C, dst_off, acc);
@@ -1641,14 +1728,13 @@ static int setup(void **state) {
 static int all_threads(void **state) {
     (void)state;
     be->set_threads(0);
-    be->set_math(BACKEND_MATH_FP32); /* a failed reduced-precision test may have left its mode */
-    be->set_layout(BACKEND_LAYOUT_NCHW); /* and a failed layout test its layout */
+    ctx = (backend_ctx){0}; /* a failed reduced-precision or layout test may have left its mode or layout */
     return 0;
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_default), /* first, and without all_threads: it checks the default layout */
+        cmocka_unit_test(test_layout_default),
         cmocka_unit_test(test_layout_auto_rule),
         cmocka_unit_test_setup(test_memory, all_threads),
         cmocka_unit_test_setup(test_conv_fwd, all_threads),
@@ -1669,6 +1755,7 @@ int main(void) {
         cmocka_unit_test_setup(test_channel_copy, all_threads),
         cmocka_unit_test_setup(test_softmax_xent, all_threads),
         cmocka_unit_test_setup(test_sgd_update, all_threads),
+        cmocka_unit_test_setup(test_optional_ops, all_threads),
         cmocka_unit_test_setup(test_determinism, all_threads),
         cmocka_unit_test_setup(test_set_threads, all_threads),
         cmocka_unit_test_setup(test_convert_layout, all_threads),

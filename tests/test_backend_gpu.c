@@ -15,7 +15,7 @@
  * type, fp32 arithmetic); fp16 overflow to inf and the find_nonfinite check
  * of dynamic loss scaling are checked against exact expectations.
  *
- * The NHWC activation layout (set_layout): every layout-sensitive op
+ * The NHWC activation layout (backend_ctx.layout): every layout-sensitive op
  * (convolutions, bias, batch norm, pooling, channel_copy) runs again with
  * both backends in NHWC, on the same buffers read as [N, H, W, C] on both
  * sides, so the GPU's NHWC results are compared with the CPU's NHWC results
@@ -23,8 +23,9 @@
  * tolerances as in NCHW: the layout changes where values live and the
  * order of sums, nothing else. convert_layout is checked against a host
  * loop, and the ResNet-20 step runs a second time with both nets in NHWC.
- * Every test starts in NCHW (the group's per-test setup), so a failed NHWC
- * test cannot leave the layout set for the next.
+ * Every test starts with both sides' contexts in NCHW and fp32 (the group's
+ * per-test setup), so a failed NHWC test cannot leave its layout for the
+ * next.
  *
  * Without a usable CUDA device (no CUDA backend in this binary, no driver, no
  * GPU) every test calls skip(), so cmocka reports them SKIPPED and the binary
@@ -67,6 +68,9 @@ enum { CPU = 0, GPU = 1 };
 
 /* be[CPU] = backend_cpu(), be[GPU] = backend_get(BACKEND_DEVICE_CUDA) or NULL. */
 static const backend *be[2];
+/* The context each side's ops run in (model/backend.h): NCHW and fp32 unless
+ * a test sets them (set_math_both, set_layout_both; fp32_math resets both). */
+static backend_ctx ctx[2];
 
 #define NEED_GPU()               \
     do {                         \
@@ -247,7 +251,7 @@ static void expect_close_at(const char *file, int line, const char *what, const 
 /* ---------------------------------------------------------------- math modes */
 
 static void set_math_both(int math) {
-    for (int s = CPU; s <= GPU; s++) be[s]->set_math(math);
+    for (int s = CPU; s <= GPU; s++) ctx[s].math = (backend_math)math;
 }
 
 static int math_is_reduced(int math) { return math == BACKEND_MATH_BF16 || math == BACKEND_MATH_FP16; }
@@ -257,14 +261,11 @@ static float round_to(int math, float v) { return math == BACKEND_MATH_FP16 ? fp
 
 /* ---------------------------------------------------------------- layouts */
 
-/* The layout both backends were last set to (for messages). */
+/* The layout both contexts were last set to (for messages). */
 static int cur_layout = BACKEND_LAYOUT_NCHW;
 
 static void set_layout_both(int layout) {
-    for (int s = CPU; s <= GPU; s++) {
-        CNT_ASSERT(be[s]->set_layout != NULL);
-        be[s]->set_layout(layout);
-    }
+    for (int s = CPU; s <= GPU; s++) ctx[s].layout = (backend_layout)layout;
     cur_layout = layout;
 }
 
@@ -397,7 +398,7 @@ static void conv_fwd_case(int i, const precision *pr) {
     dual x = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
     dual w = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f);
     dual y = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f); /* overwritten */
-    for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&p, x.p[s], w.p[s], y.p[s]);
+    for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&ctx[s], &p, x.p[s], w.p[s], y.p[s]);
     char what[192];
     conv_label(what, sizeof what, "conv_fwd", &p, 0, pr);
     expect_close(what, &y, pr->rtol, atol_of(pr, (size_t)p.C * p.R * p.S, 1.0));
@@ -415,7 +416,7 @@ static void conv_bwd_data_case(int i, const precision *pr) {
         dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
         dual w = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f);
         dual dx = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f); /* added to when acc */
-        for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&p, dy.p[s], w.p[s], dx.p[s], acc);
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&ctx[s], &p, dy.p[s], w.p[s], dx.p[s], acc, 0);
         char what[192];
         conv_label(what, sizeof what, "conv_bwd_data", &p, acc, pr);
         /* each dx sums at most K*R*S products (plus the old value when acc) */
@@ -434,7 +435,7 @@ static void conv_bwd_filter_case(int i, const precision *pr) {
     dual x = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
     dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
     dual dw = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f); /* overwritten */
-    for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_filter(&p, x.p[s], dy.p[s], dw.p[s]);
+    for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_filter(&ctx[s], &p, x.p[s], dy.p[s], dw.p[s]);
     char what[192];
     conv_label(what, sizeof what, "conv_bwd_filter", &p, 0, pr);
     expect_close(what, &dw, pr->rtol_sum, atol_of(pr, (size_t)p.N * p.P * p.Q, 1.0));
@@ -485,7 +486,7 @@ static void gemm_case_run(size_t i, int ta, int tb, const precision *pr) {
     dual B = dual_uniform(&r, (size_t)b_rows * ldb, -1.0f, 1.0f);
     dual C = dual_uniform(&r, (size_t)M * ldc, -1.0f, 1.0f);
     for (int s = CPU; s <= GPU; s++)
-        be[s]->gemm(ta, tb, M, N, K, c->alpha, A.p[s], lda, B.p[s], ldb, c->beta, C.p[s], ldc);
+        be[s]->gemm(&ctx[s], ta, tb, M, N, K, c->alpha, A.p[s], lda, B.p[s], ldb, c->beta, C.p[s], ldc);
     char what[160];
     snprintf(what, sizeof what, "gemm %s %c%c M%d N%d K%d lda %d ldb %d ldc %d alpha %g beta %g", pr->name,
              ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, ldb, ldc, (double)c->alpha, (double)c->beta);
@@ -519,14 +520,14 @@ static void test_gemm_fp32(void **state) {
 static void test_conv_gemm_tf32(void **state) {
     (void)state;
     NEED_GPU();
-    be[GPU]->set_math(BACKEND_MATH_TF32);
+    ctx[GPU].math = BACKEND_MATH_TF32;
     for (int i = 0; i < N_CONV_CASES; i++) {
         conv_fwd_case(i, &PREC_TF32);
         conv_bwd_data_case(i, &PREC_TF32);
         conv_bwd_filter_case(i, &PREC_TF32);
     }
     gemm_run_all(&PREC_TF32);
-    be[GPU]->set_math(BACKEND_MATH_FP32);
+    ctx[GPU].math = BACKEND_MATH_FP32;
     for (int i = 0; i < N_CONV_CASES; i++) {
         conv_fwd_case(i, &PREC_FP32);
         conv_bwd_data_case(i, &PREC_FP32);
@@ -594,13 +595,14 @@ static void test_conv_gemm_fp16(void **state) {
     set_math_both(BACKEND_MATH_FP32);
 }
 
-/* conv_bwd_pair in bf16: the data pass takes the 16-bit dy the filter pass
- * made, only when it is the dy announced and nothing used the 16-bit slots
- * in between. Three runs on the GPU against the CPU's unpaired passes: the
- * pair as a convolution layer makes it; a data pass on another dy (a copy
- * taken regardless of the pointer would give the first dy's gradient); a
- * GEMM in between (it rounds its operands into the same slots, so a pair
- * that survived it would read the GEMM's values as dy). */
+/* conv_bwd_data's `paired` in bf16: the data pass takes the 16-bit dy the
+ * filter pass made, only when it is the same dy and nothing used the 16-bit
+ * slots in between. Three runs of paired passes on the GPU against the CPU's
+ * unpaired ones: as a convolution layer runs them; a data pass on another
+ * dy that says it is paired (a copy taken regardless of the pointer would
+ * give the first dy's gradient); a GEMM in between (it rounds its operands
+ * into the same slots, so a pair that survived it would read the GEMM's
+ * values as dy). */
 static void test_conv_bwd_pair(void **state) {
     (void)state;
     NEED_GPU();
@@ -618,17 +620,16 @@ static void test_conv_bwd_pair(void **state) {
         dual ga = dual_uniform(&r, 64 * 64, -1.0f, 1.0f), gc = dual_uniform(&r, 64 * 64, -1.0f, 1.0f);
         const dual *data_dy = run == 1 ? &dy2 : &dy;
         for (int s = CPU; s <= GPU; s++) {
-            if (s == GPU) be[s]->conv_bwd_pair(dy.p[s]);
-            be[s]->conv_bwd_filter(&p, x.p[s], dy.p[s], dw.p[s]);
-            if (run == 2) be[s]->gemm(0, 0, 64, 64, 64, 1.0f, ga.p[s], 64, ga.p[s], 64, 0.0f, gc.p[s], 64);
-            be[s]->conv_bwd_data(&p, data_dy->p[s], w.p[s], dx.p[s], 0);
+            be[s]->conv_bwd_filter(&ctx[s], &p, x.p[s], dy.p[s], dw.p[s]);
+            if (run == 2) be[s]->gemm(&ctx[s], 0, 0, 64, 64, 64, 1.0f, ga.p[s], 64, ga.p[s], 64, 0.0f, gc.p[s], 64);
+            be[s]->conv_bwd_data(&ctx[s], &p, data_dy->p[s], w.p[s], dx.p[s], 0, s == GPU);
         }
-        static const char *what[] = {"paired passes", "pair, then a data pass on another dy",
-                                     "pair, a GEMM, then the data pass"};
+        static const char *what[] = {"paired passes", "a filter pass, then a paired data pass on another dy",
+                                     "a filter pass, a GEMM, then the paired data pass"};
         char label[160];
-        snprintf(label, sizeof label, "conv_bwd_pair bf16, %s: weight gradient", what[run]);
+        snprintf(label, sizeof label, "conv_bwd_data paired bf16, %s: weight gradient", what[run]);
         expect_close(label, &dw, pr->rtol_sum, atol_of(pr, (size_t)p.N * p.P * p.Q, 1.0));
-        snprintf(label, sizeof label, "conv_bwd_pair bf16, %s: data gradient", what[run]);
+        snprintf(label, sizeof label, "conv_bwd_data paired bf16, %s: data gradient", what[run]);
         expect_close(label, &dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S, 1.0));
         expect_rounded(label, &dx, 1, dx.n, dx.n, pr->math);
         dual_free(&x);
@@ -683,9 +684,9 @@ static void test_conv_nhwc_fp32_tf32(void **state) {
     NEED_GPU();
     set_layout_both(BACKEND_LAYOUT_NHWC);
     conv_all_cases(&PREC_FP32);
-    be[GPU]->set_math(BACKEND_MATH_TF32);
+    ctx[GPU].math = BACKEND_MATH_TF32;
     conv_all_cases(&PREC_TF32);
-    be[GPU]->set_math(BACKEND_MATH_FP32);
+    ctx[GPU].math = BACKEND_MATH_FP32;
     conv_all_cases(&PREC_FP32);
     conv_layout_switch(&PREC_FP32);
     set_layout_both(BACKEND_LAYOUT_NCHW);
@@ -712,15 +713,44 @@ static void test_conv_nhwc_fp16(void **state) {
     conv_nhwc_reduced(&PREC_FP16);
 }
 
-/* conv_filter_cache (model/backend.h; on by default, and group_setup sets CNT_FILTER_CACHE=1):
- * on the same weight pointer, with new values each round,
- * 0. bracket opened, forward, data pass: the data pass reuses the forward's
+/* The kept filters (backend_ctx.weights_epoch in model/backend.h; on by
+ * default, and group_setup sets CNT_FILTER_CACHE=1): on the same weight
+ * pointer, with new values each round,
+ * 0. a new epoch, forward, data pass: the data pass reuses the forward's
  *    filter;
- * 1. bracket reopened, data pass with no forward first: nothing of round 0
- *    may be used (reopening forgets it);
- * 2. reopened, forward, data pass: the kept filter is made again in place;
- * 3. bracket closed, data pass.
- * Each result must be the CPU's on that round's weights. */
+ * 1. a new epoch, data pass with no forward first: nothing of round 0 may be
+ *    used (another epoch's form is stale);
+ * 2. a new epoch, forward, data pass: the kept filter is made again in place;
+ * 3. epoch 0, data pass: nothing kept is used;
+ * 4. two contexts interleaved on the same weights: a forward under a new
+ *    epoch, then a forward in the other layout under its own epoch (which
+ *    remakes the one entry of this weight pointer in its form), then the
+ *    first context's data pass (which must not take the other's form), then
+ *    the second's.
+ * Each result must be the CPU's on that round's weights in that context. */
+static void filter_cache_pass(int i, const precision *pr, int round, int fwd, const dual *x, const dual *w,
+                              const dual *y, const dual *dy, const dual *dx) {
+    conv_params p = conv_case_params(i);
+    char what[224], label[96];
+    if (fwd) {
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&ctx[s], &p, x->p[s], w->p[s], y->p[s]);
+        snprintf(label, sizeof label, "filter cache round %d (%s): conv_fwd", round, cur_layout_name());
+        conv_label(what, sizeof what, label, &p, 0, pr);
+        expect_close(what, y, pr->rtol, atol_of(pr, (size_t)p.C * p.R * p.S, 1.0));
+        return;
+    }
+    for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&ctx[s], &p, dy->p[s], w->p[s], dx->p[s], 0, 0);
+    snprintf(label, sizeof label, "filter cache round %d (%s): conv_bwd_data", round, cur_layout_name());
+    conv_label(what, sizeof what, label, &p, 0, pr);
+    expect_close(what, dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S, 1.0));
+}
+
+/* ctx of both sides in the other layout and under `epoch`, or back. */
+static void filter_cache_switch(int layout, uint64_t epoch) {
+    set_layout_both(layout);
+    ctx[CPU].weights_epoch = ctx[GPU].weights_epoch = epoch;
+}
+
 static void filter_cache_case(int i, const precision *pr) {
     conv_params p = conv_case_params(i);
     rng r;
@@ -732,25 +762,26 @@ static void filter_cache_case(int i, const precision *pr) {
     dual dy = dual_uniform(&r, conv_out_count(&p), -1.0f, 1.0f);
     dual dx = dual_uniform(&r, conv_in_count(&p), -1.0f, 1.0f);
     float *hw = tu_alloc_f(nw);
-    for (int round = 0; round < 4; round++) {
+    const int layout = cur_layout, other = layout == BACKEND_LAYOUT_NHWC ? BACKEND_LAYOUT_NCHW : BACKEND_LAYOUT_NHWC;
+    for (int round = 0; round < 5; round++) {
         if (round > 0) {
             fill_uniform(&r, hw, nw, -1.0f, 1.0f);
             for (int s = CPU; s <= GPU; s++) be[s]->upload(w.p[s], hw, nw * sizeof(float));
         }
-        be[GPU]->conv_filter_cache(round < 3);
-        char what[224];
-        if (round == 0 || round == 2) {
-            for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&p, x.p[s], w.p[s], y.p[s]);
-            conv_label(what, sizeof what, "filter cache: conv_fwd", &p, 0, pr);
-            expect_close(what, &y, pr->rtol, atol_of(pr, (size_t)p.C * p.R * p.S, 1.0));
+        uint64_t epoch = round < 3 || round == 4 ? backend_epoch_new() : 0;
+        filter_cache_switch(layout, epoch);
+        if (round == 0 || round == 2 || round == 4) filter_cache_pass(i, pr, round, 1, &x, &w, &y, &dy, &dx);
+        if (round == 4) {
+            uint64_t epoch2 = backend_epoch_new();
+            filter_cache_switch(other, epoch2);
+            filter_cache_pass(i, pr, round, 1, &x, &w, &y, &dy, &dx);
+            filter_cache_switch(layout, epoch);
+            filter_cache_pass(i, pr, round, 0, &x, &w, &y, &dy, &dx);
+            filter_cache_switch(other, epoch2);
         }
-        for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&p, dy.p[s], w.p[s], dx.p[s], 0);
-        char label[64];
-        snprintf(label, sizeof label, "filter cache round %d: conv_bwd_data", round);
-        conv_label(what, sizeof what, label, &p, 0, pr);
-        expect_close(what, &dx, pr->rtol, atol_of(pr, (size_t)p.K * p.R * p.S, 1.0));
+        filter_cache_pass(i, pr, round, 0, &x, &w, &y, &dy, &dx);
     }
-    be[GPU]->conv_filter_cache(0);
+    filter_cache_switch(layout, 0);
     free(hw);
     dual_free(&x);
     dual_free(&w);
@@ -762,7 +793,7 @@ static void filter_cache_case(int i, const precision *pr) {
 static void test_conv_filter_cache(void **state) {
     (void)state;
     NEED_GPU();
-    assert_non_null(be[GPU]->conv_filter_cache);
+    assert_non_null(be[GPU]->conv_filter_kept);
     static const int cases[] = {1, 9, 3};
     const precision *prs[] = {&PREC_FP32, &PREC_BF16, &PREC_FP16};
     for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++)
@@ -829,7 +860,7 @@ static void test_reduced_overflow(void **state) {
         float junk[30]; /* the outputs' old contents: overwritten, never equal to a result */
         for (int i = 0; i < 30; i++) junk[i] = -1.0f;
         dual x = dual_of(xh, 12), w = dual_of(wh, 10), y = dual_of(junk, 30);
-        for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&p, x.p[s], w.p[s], y.p[s]);
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&ctx[s], &p, x.p[s], w.p[s], y.p[s]);
         snprintf(what, sizeof what, "%s conv_fwd overflow", mname);
         for (int s = CPU; s <= GPU; s++) expect_exact(what, s, y.p[s], want, 30);
         dual_free(&x);
@@ -848,7 +879,8 @@ static void test_reduced_overflow(void **state) {
             for (int k = 0; k < 5; k++)
                 want[i * 5 + k] = round_to(math, ah[2 * i] * round_to(math, w0[k]) + round_to(math, w1[k]));
         dual A = dual_of(ah, 4), B = dual_of(bh, 10), C = dual_of(junk, 10);
-        for (int s = CPU; s <= GPU; s++) be[s]->gemm(0, 0, 2, 5, 2, 1.0f, A.p[s], 2, B.p[s], 5, 0.0f, C.p[s], 5);
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->gemm(&ctx[s], 0, 0, 2, 5, 2, 1.0f, A.p[s], 2, B.p[s], 5, 0.0f, C.p[s], 5);
         snprintf(what, sizeof what, "%s gemm overflow", mname);
         for (int s = CPU; s <= GPU; s++) expect_exact(what, s, C.p[s], want, 10);
         for (int k = 0; k < 10; k++) ch[k] = (k % 2 ? -1.0f : 1.0f) * 40000.0f; /* exact in fp16 and bf16 */
@@ -859,7 +891,8 @@ static void test_reduced_overflow(void **state) {
         for (int k = 0; k < 10; k++) want[k] = round_to(math, ch[k] + 150.0f * b1[k]);
         if (math == BACKEND_MATH_FP16) assert_true(isinf(want[0]) && want[0] > 0 && isinf(want[1]) && want[1] < 0);
         dual A1 = dual_of(&a1, 1), B1 = dual_of(b1, 10);
-        for (int s = CPU; s <= GPU; s++) be[s]->gemm(0, 0, 1, 10, 1, 1.0f, A1.p[s], 1, B1.p[s], 10, 1.0f, C.p[s], 10);
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->gemm(&ctx[s], 0, 0, 1, 10, 1, 1.0f, A1.p[s], 1, B1.p[s], 10, 1.0f, C.p[s], 10);
         snprintf(what, sizeof what, "%s gemm overflow through beta", mname);
         for (int s = CPU; s <= GPU; s++) expect_exact(what, s, C.p[s], want, 10);
         dual_free(&A);
@@ -877,7 +910,7 @@ static void test_reduced_overflow(void **state) {
             float dyh[4] = {150.0f, 150.0f, -150.0f, 1.0f}, wv = 200.0f, dxh[4] = {40000.0f, 0.0f, -40000.0f, 0.0f};
             const float dx_want[4] = {INFINITY, 30000.0f, -INFINITY, 200.0f};
             dual dy = dual_of(dyh, 4), w1d = dual_of(&wv, 1), dx = dual_of(dxh, 4);
-            for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&q, dy.p[s], w1d.p[s], dx.p[s], 1);
+            for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&ctx[s], &q, dy.p[s], w1d.p[s], dx.p[s], 1, 0);
             for (int s = CPU; s <= GPU; s++)
                 expect_exact("fp16 conv_bwd_data overflow through accumulate", s, dx.p[s], dx_want, 4);
             dual_free(&dy);
@@ -998,11 +1031,11 @@ static void bias_run(void) {
         dual y = dual_uniform(&r, (size_t)N * C * HW, -1.0f, 1.0f);
         dual db = dual_uniform(&r, (size_t)C, -1.0f, 1.0f); /* overwritten */
         char what[96];
-        for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(N, C, HW, b.p[s], y.p[s]);
+        for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(&ctx[s], N, C, HW, b.p[s], y.p[s]);
         snprintf(what, sizeof what, "bias_fwd %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         /* one addition per value, the same rounding on both sides */
         expect_close(what, &y, 0.0, 0.0);
-        for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(N, C, HW, y.p[s], db.p[s]); /* y as dy */
+        for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(&ctx[s], N, C, HW, y.p[s], db.p[s]); /* y as dy */
         snprintf(what, sizeof what, "bias_bwd %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         /* a reduction over N*HW values of magnitude below 2 */
         expect_close(what, &db, PREC_FP32.rtol_sum, atol_of(&PREC_FP32, (size_t)N * HW, 2.0));
@@ -1087,7 +1120,7 @@ static void bn_fwd_train_run(void) {
         dual smean = dual_uniform(&r, (size_t)C, -1.0f, 1.0f), sinv = dual_uniform(&r, (size_t)C, -1.0f, 1.0f);
         bn_shift_vecs((dual *const[]){&gamma, &beta, &rmean, &rvar, &smean, &sinv}, 6);
         for (int s = CPU; s <= GPU; s++)
-            be[s]->bn_fwd_train(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s],
+            be[s]->bn_fwd_train(&ctx[s], N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s],
                                 bc->momentum, bc->eps, smean.p[s], sinv.p[s]);
         char what[128];
         snprintf(what, sizeof what, "bn_fwd_train y %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
@@ -1125,7 +1158,8 @@ static void bn_fwd_infer_run(void) {
         dual rvar = dual_uniform(&r, (size_t)C, 0.2f, 2.0f);
         dual y = dual_uniform(&r, n, -1.0f, 1.0f); /* overwritten */
         for (int s = CPU; s <= GPU; s++)
-            be[s]->bn_fwd_infer(N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s], bc->eps);
+            be[s]->bn_fwd_infer(&ctx[s], N, C, HW, x.p[s], gamma.p[s], beta.p[s], y.p[s], rmean.p[s], rvar.p[s],
+                                bc->eps);
         char what[96];
         snprintf(what, sizeof what, "bn_fwd_infer %s N%d C%d HW%d", cur_layout_name(), N, C, HW);
         /* no reduction: a few roundings (and rsqrtf's 2 ulps) on values below
@@ -1159,8 +1193,8 @@ static void bn_bwd_run(void) {
             dual rv = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
             dual smean = dual_uniform(&r, (size_t)C, 0.0f, 1.0f), sinv = dual_uniform(&r, (size_t)C, 0.0f, 1.0f);
             bn_shift_vecs((dual *const[]){&gamma, &dgamma, &dbeta, &smean, &sinv}, 5);
-            be[CPU]->bn_fwd_train(N, C, HW, x.p[CPU], gamma.p[CPU], beta.p[CPU], y.p[CPU], rm.p[CPU], rv.p[CPU],
-                                  0.1f, bc->eps, smean.p[CPU], sinv.p[CPU]);
+            be[CPU]->bn_fwd_train(&ctx[CPU], N, C, HW, x.p[CPU], gamma.p[CPU], beta.p[CPU], y.p[CPU], rm.p[CPU],
+                                  rv.p[CPU], 0.1f, bc->eps, smean.p[CPU], sinv.p[CPU]);
             dual_sync_from_cpu(&smean);
             dual_sync_from_cpu(&sinv);
             float *hinv = download(CPU, sinv.p[CPU], (size_t)C);
@@ -1171,7 +1205,7 @@ static void bn_bwd_run(void) {
             free(hg);
 
             for (int s = CPU; s <= GPU; s++)
-                be[s]->bn_bwd(N, C, HW, x.p[s], dy.p[s], gamma.p[s], smean.p[s], sinv.p[s], bc->eps, dx.p[s],
+                be[s]->bn_bwd(&ctx[s], N, C, HW, x.p[s], dy.p[s], gamma.p[s], smean.p[s], sinv.p[s], bc->eps, dx.p[s],
                               dgamma.p[s], dbeta.p[s], acc);
             char what[128];
             /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)): values
@@ -1300,11 +1334,11 @@ static void pool_case_run(const pool_params *p, const float *xh, const char *inp
         dual dy = is_max ? dual_ints(&r, ny, -4, 4) : dual_uniform(&r, ny, -1.0f, 1.0f);
         dual dx = is_max ? dual_ints(&r, nx, -4, 4) : dual_uniform(&r, nx, -1.0f, 1.0f);
         char what[224];
-        for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(p, x.p[s], y.p[s]);
+        for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(&ctx[s], p, x.p[s], y.p[s]);
         pool_label(what, sizeof what, "pool_fwd", p, 0, input);
         expect_close(what, &y, rtol, atol);
         /* each side's backward gets its own forward output, as a layer passes it */
-        for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(p, x.p[s], y.p[s], dy.p[s], dx.p[s], acc);
+        for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], p, x.p[s], y.p[s], dy.p[s], dx.p[s], acc);
         pool_label(what, sizeof what, "pool_bwd", p, acc, input);
         expect_close(what, &dx, rtol, atol);
         dual_free(&x);
@@ -1504,7 +1538,7 @@ static void channel_copy_run(void) {
             dual src = dual_uniform(&r, (size_t)N * src_C * HW, -1.0f, 1.0f);
             dual dst = dual_uniform(&r, (size_t)N * dst_C * HW, -1.0f, 1.0f); /* outside the slice: kept */
             for (int s = CPU; s <= GPU; s++)
-                be[s]->channel_copy(N, C, HW, src.p[s], src_C, src_off, dst.p[s], dst_C, dst_off, acc);
+                be[s]->channel_copy(&ctx[s], N, C, HW, src.p[s], src_C, src_off, dst.p[s], dst_C, dst_off, acc);
             char what[128];
             snprintf(what, sizeof what, "channel_copy %s N%d C%d HW%d src %d+%d dst %d+%d acc %d", cur_layout_name(),
                      N, C, HW, src_C, src_off, dst_C, dst_off, acc);
@@ -1538,8 +1572,8 @@ static void test_channel_copy_nhwc(void **state) {
  * than a grid's z dimension takes (65535), more channels than its y
  * dimension takes in tiles (65535 * 32), and more pixels than one tile row.
  * The destination has a guard value on each side, compared too, so a write
- * outside the N*C*HW values is caught; the op must not depend on set_layout
- * (it is set to the other layout for half of the calls). */
+ * outside the N*C*HW values is caught. The op takes no context: its layout
+ * is the one it is given. */
 static void test_convert_layout(void **state) {
     (void)state;
     NEED_GPU();
@@ -1567,9 +1601,7 @@ static void test_convert_layout(void **state) {
                 float *src_d = g->alloc(n * sizeof(float)), *dst_d = g->alloc((n + 2) * sizeof(float));
                 g->upload(src_d, src, n * sizeof(float));
                 g->upload(dst_d, dst, (n + 2) * sizeof(float));
-                g->set_layout(acc ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_NCHW);
                 g->convert_layout(N, C, HW, src_d, dst_d + 1, BACKEND_LAYOUT_NHWC, to_nhwc, acc);
-                g->set_layout(BACKEND_LAYOUT_NCHW);
                 float *got = download(GPU, dst_d, n + 2), *src_back = download(GPU, src_d, n);
                 char what[128];
                 snprintf(what, sizeof what, "convert_layout N%d C%d HW%d to %s acc %d (guards at [0] and [%zu])", N,
@@ -1702,10 +1734,12 @@ static void test_sgd_update(void **state) {
 /* sgd_update_ranges: 150 ranges (three launches of at most 64) of varied
  * lengths, empty ones among them, gaps between them left untouched,
  * alternating weight decay, momentum with and without Nesterov and plain
- * SGD: bit for bit the CPU's, which is sgd_update on each range. */
+ * SGD: bit for bit the CPU's, which is sgd_update on each range (the
+ * wrapper's fallback: the CPU has no multi-range op). */
 static void test_sgd_update_ranges(void **state) {
     (void)state;
     NEED_GPU();
+    assert_non_null(be[GPU]->sgd_update_ranges); /* the GPU's own kernel, not the wrapper's fallback */
     enum { R = 150 };
     size_t lo[R], hi[R];
     float wd[R];
@@ -1728,9 +1762,9 @@ static void test_sgd_update_ranges(void **state) {
         dual param = dual_uniform(&r, total, -1.0f, 1.0f);
         dual buf = dual_uniform(&r, total, -0.5f, 0.5f);
         dual grad = dual_normal(&r, total, 0.0f, 1.0f);
-        for (int s = CPU; s <= GPU; s++)
-            be[s]->sgd_update_ranges(R, lo, hi, wd, param.p[s], grad.p[s], cases[i].momentum ? buf.p[s] : NULL, 0.1f,
-                                     cases[i].momentum, cases[i].nesterov, 0.5f);
+        for (int s = CPU; s <= GPU; s++) /* the CPU has no multi-range op: its fallback, sgd_update per range */
+            backend_sgd_update_ranges(be[s], R, lo, hi, wd, param.p[s], grad.p[s], cases[i].momentum ? buf.p[s] : NULL,
+                                      0.1f, cases[i].momentum, cases[i].nesterov, 0.5f);
         char what[96];
         snprintf(what, sizeof what, "sgd_update_ranges params, momentum %g nesterov %d",
                  (double)cases[i].momentum, cases[i].nesterov);
@@ -1858,7 +1892,7 @@ static void test_fences_and_sync_transfers(void **state) {
 
 static net *build_resnet20(const backend *b, int layout) {
     net *nt = net_create(b, 3, 32, 32, NET_CLASSES);
-    const zoo_options opt = {0, 0, -1.0f};
+    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32};
     int out, aux;
     if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK)
         fail_msg("resnet20 on the %s backend: %s", b->name, cnt_err_msg());
@@ -2047,13 +2081,11 @@ static void test_resnet20_train_step(void **state) {
     resnet20_train_step(BACKEND_LAYOUT_NCHW);
 }
 
-/* The nets set the backends' layout themselves before each forward and
- * backward; back to NCHW afterwards (the per-test setup does it as well). */
+/* The nets carry their layout in their own contexts. */
 static void test_resnet20_train_step_nhwc(void **state) {
     (void)state;
     NEED_GPU();
     resnet20_train_step(BACKEND_LAYOUT_NHWC);
-    set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -2061,11 +2093,11 @@ static void test_resnet20_train_step_nhwc(void **state) {
 static int group_setup(void **state) {
     (void)state;
     be[CPU] = backend_cpu();
-    /* conv_filter_cache's path (on by default; set here so that
-     * CNT_FILTER_CACHE=0 in the environment cannot hide it):
-     * test_conv_filter_cache brackets it, and so do the whole-step tests
-     * through net_forward and net_backward; the op tests open no bracket
-     * and run as without it */
+    /* the kept filters' path (backend_ctx.weights_epoch, on by default; set
+     * here so that CNT_FILTER_CACHE=0 in the environment cannot hide it):
+     * test_conv_filter_cache runs ops under epochs, and so do the whole-step
+     * tests through net_forward and net_backward; the other op tests run
+     * under epoch 0, as without it */
     setenv("CNT_FILTER_CACHE", "1", 1);
     be[GPU] = backend_get(BACKEND_DEVICE_CUDA);
     if (!be[GPU]) {
@@ -2077,19 +2109,16 @@ static int group_setup(void **state) {
         be[GPU]->describe(desc, sizeof desc);
         print_message("test_backend_gpu: comparing %s with the CPU backend\n", desc);
     }
-    be[GPU]->set_math(BACKEND_MATH_FP32);
     return 0;
 }
 
-/* Each test starts in FP32 math and the NCHW layout on both backends,
- * whatever a failed TF32/BF16/FP16 or NHWC test left behind (a failure
- * leaves the test at once, before its own restoring calls). */
+/* Each test starts in FP32 math and the NCHW layout on both sides, under
+ * weights epoch 0, whatever a failed TF32/BF16/FP16 or NHWC test left behind
+ * (a failure leaves the test at once, before its own restoring calls). */
 static int fp32_math(void **state) {
     (void)state;
-    if (be[GPU]) {
-        set_math_both(BACKEND_MATH_FP32);
-        set_layout_both(BACKEND_LAYOUT_NCHW);
-    }
+    ctx[CPU] = ctx[GPU] = (backend_ctx){0};
+    cur_layout = BACKEND_LAYOUT_NCHW;
     return 0;
 }
 

@@ -77,7 +77,7 @@ static size_t read_status(const char *key) {
 static void test_net_estimate_scales_with_batch(void **state) {
     (void)state;
     const backend *be = backend_cpu();
-    zoo_options zo = {0, 1, -1.0f};
+    zoo_options zo = {0, 1, -1.0f, BACKEND_MATH_FP32};
     int out, aux;
     net *nt = net_create(be, 3, 32, 32, 10);
     assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
@@ -103,19 +103,22 @@ static void test_net_estimate_scales_with_batch(void **state) {
 }
 
 /* The forms of the convolution filters a backend keeps between a step's
- * forward and backward (conv_filter_cache, model/backend.h) are counted
+ * forward and backward (backend_ctx.weights_epoch, model/backend.h) are counted
  * apart, in the total, once per convolution and independent of the batch:
  * here a CPU backend that says it keeps 2 bytes a filter value, on
  * ResNet-20, whose 19 convolutions hold 267,696 filter values (3*16*9 for
  * the stem; 6 of 16*16*9; 32*16*9 and 5 of 32*32*9; 64*32*9 and 5 of
  * 64*64*9; its option-A shortcuts have no convolution). */
-static size_t kept_16bit(const conv_params *p) { return (size_t)p->K * p->C * p->R * p->S * 2; }
+static size_t kept_16bit(const backend_ctx *ctx, const conv_params *p) {
+    (void)ctx;
+    return (size_t)p->K * p->C * p->R * p->S * 2;
+}
 
 static void test_net_estimate_counts_kept_filters(void **state) {
     (void)state;
     backend kb = *backend_cpu();
     kb.conv_filter_kept = kept_16bit;
-    zoo_options zo = {0, 1, -1.0f};
+    zoo_options zo = {0, 1, -1.0f, BACKEND_MATH_FP32};
     int out, aux;
     net *plain = net_create(backend_cpu(), 3, 32, 32, 10), *keeping = net_create(&kb, 3, 32, 32, 10);
     assert_int_equal(zoo_build(plain, "resnet20", &zo, &out, &aux), CNT_OK);
@@ -237,6 +240,7 @@ static void test_check_refuses_what_cannot_fit(void **state) {
 
     /* a backend that keeps filters (a GPU's, with the CPU's memory) names them */
     backend kb = *backend_cpu();
+    kb.is_cpu = 0;
     kb.conv_filter_kept = kept_16bit;
     assert_int_equal(memory_check(&cfg, &kb, &d, &lo, &eo, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "of GPU memory per rank"));
@@ -282,7 +286,7 @@ static void test_ps_workers_keep_no_momentum(void **state) {
 
     net *nt = net_create(backend_cpu(), 3, 32, 32, 10);
     int out, aux;
-    zoo_options zo = {0, 0, -1.0f};
+    zoo_options zo = {0, 0, -1.0f, BACKEND_MATH_FP32};
     assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
     assert_int_equal(net_finalize(nt, out, aux, 8), CNT_OK);
     optim_opts oo = config_optim_opts(&cfg);

@@ -250,22 +250,6 @@ static void test_net_gradients_blocked(void **state) {
     check_net_gradients_wide(0.0f, BACKEND_LAYOUT_BLOCKED, 1); /* mixed: some counts blocked, some not */
 }
 
-/* The layout the backend is in, seen through channel_copy: channel 1 of a
- * 32-channel, 2-pixel image holding 0 .. 63 in memory order is {2, 3} in
- * NCHW, {1, 33} in NHWC, {1, 1 + B} in BLOCKED with blocks of B (8 or 16). */
-static int backend_layout_probe(const backend *be) {
-    float v[64], w[2];
-    for (int i = 0; i < 64; i++) v[i] = (float)i;
-    float *d = be->alloc(sizeof v), *e = be->alloc(sizeof w);
-    be->upload(d, v, sizeof v);
-    be->channel_copy(1, 1, 2, d, 32, 1, e, 1, 0, 0); /* into one channel: NCHW in every layout */
-    be->download(w, e, sizeof w);
-    be->free(d);
-    be->free(e);
-    if (w[0] == 2.0f) return BACKEND_LAYOUT_NCHW;
-    return w[1] == 33.0f ? BACKEND_LAYOUT_NHWC : BACKEND_LAYOUT_BLOCKED;
-}
-
 /* The n device floats at a and b are equal up to summation order: within
  * relative tolerance rtol, absolute rtol / 10. */
 static void expect_same(const backend *be, const char *what, const float *a, const float *b, size_t n, double rtol) {
@@ -290,11 +274,11 @@ static void expect_same_layout(const backend *be, const char *what, const float 
 
 /* A net in `layout` computes the same function as in NCHW: the same loss,
  * logits, parameter gradients, running statistics and (converted)
- * activations and input gradient, from the same weights and batch; and the
- * backend is left in the layout of the net that ran last. NHWC runs the NCHW
- * kernels between transposes (the same sums); BLOCKED runs oneDNN's, whose
- * sums in another order drift further through two steps and batch norm's
- * backward, so it gets rtol 1e-4 (a wiring error is off by far more). */
+ * activations and input gradient, from the same weights and batch. NHWC
+ * runs the NCHW kernels between transposes (the same sums); BLOCKED runs
+ * oneDNN's, whose sums in another order drift further through two steps and
+ * batch norm's backward, so it gets rtol 1e-4 (a wiring error is off by far
+ * more). */
 static void layout_matches_nchw(int layout, int width) {
     double rtol = layout == BACKEND_LAYOUT_BLOCKED ? 1e-4 : 1e-5;
     fixture a, b;
@@ -330,10 +314,6 @@ static void layout_matches_nchw(int layout, int width) {
     net_forward(a.nt, a.x, BATCH, 0);
     net_forward(b.nt, b.x, BATCH, 0);
     expect_same(be, "eval logits", net_logits(a.nt), net_logits(b.nt), (size_t)BATCH * CLASSES, rtol);
-    /* the backend is left in the layout of the net that ran last */
-    assert_int_equal(backend_layout_probe(be), layout);
-    net_forward(a.nt, a.x, BATCH, 0);
-    assert_int_equal(backend_layout_probe(be), BACKEND_LAYOUT_NCHW);
     fixture_free(&a);
     fixture_free(&b);
 }
@@ -348,6 +328,117 @@ static void test_blocked_matches_nchw(void **state) {
     if (backend_cpu()->block_c == 0) skip(); /* built without oneDNN */
     layout_matches_nchw(BACKEND_LAYOUT_BLOCKED, 4);
     layout_matches_nchw(BACKEND_LAYOUT_BLOCKED, 1);
+}
+
+/* ---- two nets, two contexts, one process ----
+ * Net A (NCHW, fp32) and net B (BLOCKED where the backend has it, else NHWC;
+ * bf16) interleaved as tightly as the interface allows: A's node hook runs a
+ * whole training step of B (forward, loss, backward) after A's middle node,
+ * once in A's forward and once in A's backward, so A's later layers run
+ * right after B's. Each must compute bit for bit what it computes alone: no
+ * op may depend on which net called the backend last (each passes its own
+ * context, model/backend.h). */
+typedef struct interleave {
+    const net *host; /* the net whose passes the other's steps run inside */
+    int at;          /* ...after this node of it, forward and backward */
+    fixture *other;
+    int runs;
+} interleave;
+
+static void fixture_step(fixture *f) {
+    fixture_loss(f);
+    net_backward(f->nt, f->dlogits, NULL);
+}
+
+static void interleave_hook(void *ctx, const node *nd, int backward, double t0, double t1) {
+    (void)backward;
+    (void)t0;
+    (void)t1;
+    interleave *il = ctx;
+    if (nd - il->host->nodes != il->at) return;
+    fixture_step(il->other);
+    il->runs++;
+}
+
+/* What a net leaves after its passes: logits, gradients, running statistics, input gradient. */
+typedef struct net_result {
+    float *logits, *grads, *buffers, *input_grad;
+} net_result;
+
+static net_result net_result_of(const net *nt) {
+    const backend *be = nt->be;
+    size_t nl = (size_t)BATCH * CLASSES, ni = (size_t)BATCH * nt->in_c * nt->in_h * nt->in_w;
+    net_result r = {tu_alloc_f(nl), tu_alloc_f(nt->n_params), tu_alloc_f(nt->n_buffers), tu_alloc_f(ni)};
+    be->download(r.logits, net_logits(nt), nl * sizeof(float));
+    be->download(r.grads, nt->grads, nt->n_params * sizeof(float));
+    be->download(r.buffers, nt->buffers, nt->n_buffers * sizeof(float));
+    be->download(r.input_grad, nt->input_grad, ni * sizeof(float));
+    return r;
+}
+
+static void net_result_expect_equal(const char *who, const net *nt, const net_result *a, const net_result *b) {
+    char what[96];
+    snprintf(what, sizeof what, "%s: logits", who);
+    tu_assert_bitwise_equal_f(what, a->logits, b->logits, (size_t)BATCH * CLASSES);
+    snprintf(what, sizeof what, "%s: parameter gradients", who);
+    tu_assert_bitwise_equal_f(what, a->grads, b->grads, nt->n_params);
+    snprintf(what, sizeof what, "%s: running statistics", who);
+    tu_assert_bitwise_equal_f(what, a->buffers, b->buffers, nt->n_buffers);
+    snprintf(what, sizeof what, "%s: input gradient", who);
+    tu_assert_bitwise_equal_f(what, a->input_grad, b->input_grad, (size_t)BATCH * nt->in_c * nt->in_h * nt->in_w);
+}
+
+static void net_result_free(net_result *r) {
+    free(r->logits);
+    free(r->grads);
+    free(r->buffers);
+    free(r->input_grad);
+}
+
+/* Net B's fixture: the other layout, in `math`. */
+static void fixture_init_b(fixture *f, int math) {
+    int layout = backend_cpu()->block_c > 0 ? BACKEND_LAYOUT_BLOCKED : BACKEND_LAYOUT_NHWC;
+    fixture_init_wide(f, 0.3f, layout, 4);
+    net_set_math(f->nt, math);
+}
+
+static void test_two_nets_interleaved(void **state) {
+    (void)state;
+    /* alone: A one step, B two */
+    fixture a, b;
+    fixture_init_wide(&a, 0.3f, BACKEND_LAYOUT_NCHW, 4);
+    fixture_init_b(&b, BACKEND_MATH_BF16);
+    fixture_step(&a);
+    net_result a_alone = net_result_of(a.nt);
+    fixture_step(&b);
+    fixture_step(&b);
+    net_result b_alone = net_result_of(b.nt);
+    fixture_free(&b);
+    /* B's math mode took effect: in fp32 its gradients differ */
+    fixture_init_b(&b, BACKEND_MATH_FP32);
+    fixture_step(&b);
+    fixture_step(&b);
+    net_result b_fp32 = net_result_of(b.nt);
+    assert_true(memcmp(b_fp32.grads, b_alone.grads, b.nt->n_params * sizeof(float)) != 0);
+    net_result_free(&b_fp32);
+    fixture_free(&a);
+    fixture_free(&b);
+    /* interleaved: B's two steps inside A's forward and A's backward */
+    fixture_init_wide(&a, 0.3f, BACKEND_LAYOUT_NCHW, 4);
+    fixture_init_b(&b, BACKEND_MATH_BF16);
+    interleave il = {a.nt, a.nt->n_nodes / 2, &b, 0};
+    net_set_node_hook(a.nt, interleave_hook, &il);
+    fixture_step(&a);
+    assert_int_equal(il.runs, 2);
+    net_result a_mixed = net_result_of(a.nt), b_mixed = net_result_of(b.nt);
+    net_result_expect_equal("net A (NCHW, fp32) interleaved with B", a.nt, &a_alone, &a_mixed);
+    net_result_expect_equal("net B (bf16) interleaved with A", b.nt, &b_alone, &b_mixed);
+    net_result_free(&a_alone);
+    net_result_free(&b_alone);
+    net_result_free(&a_mixed);
+    net_result_free(&b_mixed);
+    fixture_free(&a);
+    fixture_free(&b);
 }
 
 static void test_deterministic(void **state) {
@@ -482,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_nhwc_matches_nchw),
         cmocka_unit_test(test_net_gradients_blocked),
         cmocka_unit_test(test_blocked_matches_nchw),
+        cmocka_unit_test(test_two_nets_interleaved),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_eval_uses_running_stats),
         cmocka_unit_test(test_builder_errors),

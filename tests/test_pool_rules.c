@@ -60,7 +60,7 @@ static void fill(float *v, size_t n, rng *r, int values) {
 static void check_geom_layout(const tu_pool_case *g, int values, int accumulate, int layout) {
     const backend *cpu = backend_cpu();
     int nhwc = layout == BACKEND_LAYOUT_NHWC;
-    cpu->set_layout(layout);
+    const backend_ctx ctx = {.layout = (backend_layout)layout};
     pool_params p = tu_pool_params(g);
     size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
     float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
@@ -71,8 +71,8 @@ static void check_geom_layout(const tu_pool_case *g, int values, int accumulate,
     for (size_t i = 0; i < ny; i++) dy[i] = values == 0 ? rng_normal(&r) : (float)((int)rng_below(&r, 7) - 3);
     for (size_t i = 0; i < nx; i++) dx0[i] = accumulate ? rng_normal(&r) : 0.0f;
     memcpy(dx_cpu, dx0, nx * sizeof(float));
-    cpu->pool_fwd(&p, x, y_cpu);
-    cpu->pool_bwd(&p, x, y_cpu, dy, dx_cpu, accumulate);
+    cpu->pool_fwd(&ctx, &p, x, y_cpu);
+    cpu->pool_bwd(&ctx, &p, x, y_cpu, dy, dx_cpu, accumulate);
     pr_axis ra = pr_rows(&p), ca = pr_cols(&p);
     for (size_t t = 0; t < ny; t++) {
         float v = pr_fwd_one(&p, ra, ca, x, t, nhwc);
@@ -101,7 +101,6 @@ static void check_geom_layout(const tu_pool_case *g, int values, int accumulate,
     free(y_cpu);
     free(dx_cpu);
     free(dx0);
-    cpu->set_layout(BACKEND_LAYOUT_NCHW);
 }
 
 static void check_geom(const tu_pool_case *g, int values, int accumulate) {

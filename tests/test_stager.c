@@ -115,6 +115,7 @@ static float stress_value(int r, size_t i) {
 static void test_stager_gpu_stress(void **state) {
     (void)state;
     const backend *gpu = gpu_or_skip();
+    const backend_ctx fp32 = {0}; /* the GEMMs' context: fp32 */
     size_t n = (size_t)SB * SF; /* 8 MiB a batch, read by the GEMMs as [GM, GK] */
     assert_true(n == (size_t)GM * GK);
     stager *s = stager_create(gpu, SB, SF);
@@ -139,7 +140,7 @@ static void test_stager_gpu_stress(void **state) {
         stager_put(s, &b, &dx, &dl);
         float *sum = sums + (size_t)r * n;
         gpu->axpy(n, 1.0f, dx, sum, 1);
-        for (int k = 0; k < GEMMS; k++) gpu->gemm(0, 0, GM, GN, GK, 1.0f, dx, GK, ones, GN, 0.0f, junk, GN);
+        for (int k = 0; k < GEMMS; k++) gpu->gemm(&fp32, 0, 0, GM, GN, GK, 1.0f, dx, GK, ones, GN, 0.0f, junk, GN);
         gpu->axpy(n, 1.0f, dx, sum, 1);
         gpu->copy(labels + (size_t)r * SB, dl, sizeof got_l);
         stager_release(s);

@@ -32,9 +32,9 @@
 #include "model/zoo.h"
 #include "tests/support/testutil.h"
 
-static const zoo_options opt_default = {0, 0, -1.0f};
-static const zoo_options opt_zero_init = {1, 0, -1.0f};
-static const zoo_options opt_aux = {0, 1, -1.0f};
+static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32};
+static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32};
+static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32};
 
 /* Builds `name` for a c x h x w input with `classes` classes; fails the test on error. */
 /* Not a zoo model: residual adds whose inputs the planner may or may not let
@@ -517,7 +517,7 @@ static void test_vgg_structure(void **state) {
     net_free(nt);
 
     /* 32x32 ends the features at 1x1; the adaptive pool still yields 7x7. */
-    const zoo_options opt_p = {0, 0, 0.25f};
+    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32};
     nt = build_ok("vgg11", 3, 32, 32, 10, &opt_p, &out, &aux);
     assert_node(nt, "features.20", "pool", 512, 1, 1);
     assert_node(nt, "avgpool", "pool", 512, 7, 7);
@@ -719,7 +719,7 @@ static void test_input_too_small(void **state) {
     net_free(nt);
 
     /* The same errors through zoo_build's other checks: bad dropout, a used net. */
-    const zoo_options bad_p = {0, 0, 1.0f};
+    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32};
     msg = build_fail("vgg11", 3, 224, 224, 10, &bad_p);
     assert_contains(msg, "vgg11");
     assert_contains(msg, "dropout");
@@ -977,110 +977,112 @@ static void recorded_free(recorded_net *rn) {
     net_free(rn->nt);
 }
 
-/* ------------------------------------------------------------ conv_bwd_pair */
+/* ------------------------------------------------ conv_bwd_data's `paired` */
 
-/* The CPU backend with conv_bwd_pair and the two backward passes recorded:
- * a convolution layer announces its dy right before its weight-gradient
- * pass and hands the same dy to its data-gradient pass next; the stem (whose
- * input needs no gradient) announces nothing. */
+/* The CPU backend with the two backward passes of a convolution recorded: a
+ * convolution layer runs its weight-gradient pass, then hands the same dy to
+ * its data-gradient pass with `paired` set (model/backend.h), which lets a
+ * backend reuse what the first pass made of dy; the stem (whose input needs
+ * no gradient) has no data pass. `paired` on a data pass whose dy is not the
+ * one the filter pass just read would hand it a stale conversion. */
 static backend pair_be;
-static const float *pair_announced;
-static int pair_calls, pair_filters, pair_datas, pair_unannounced_datas;
+static const float *pair_last_dy; /* the dy of the last filter pass, until a data pass */
+static int pair_filters, pair_datas, pair_unpaired_datas, pair_wrong;
 
-static void pair_rec(const float *dy) {
-    pair_announced = dy;
-    pair_calls++;
+static void pair_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy, float *dw) {
+    pair_last_dy = dy;
+    pair_filters++;
+    backend_cpu()->conv_bwd_filter(ctx, p, x, dy, dw);
 }
 
-static void pair_filter(const conv_params *p, const float *x, const float *dy, float *dw) {
-    if (pair_announced && dy == pair_announced) pair_filters++;
-    backend_cpu()->conv_bwd_filter(p, x, dy, dw);
+static void pair_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w, float *dx,
+                      int accumulate, int paired) {
+    if (!paired) pair_unpaired_datas++;
+    else if (dy == pair_last_dy) pair_datas++;
+    else pair_wrong++;
+    pair_last_dy = NULL;
+    backend_cpu()->conv_bwd_data(ctx, p, dy, w, dx, accumulate, paired);
 }
 
-static void pair_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
-    if (pair_announced && dy == pair_announced) pair_datas++;
-    else pair_unannounced_datas++;
-    pair_announced = NULL;
-    backend_cpu()->conv_bwd_data(p, dy, w, dx, accumulate);
-}
-
-static void test_conv_bwd_pair_announced(void **state) {
+static void test_conv_bwd_data_paired(void **state) {
     (void)state;
     pair_be = *backend_cpu();
-    pair_be.conv_bwd_pair = pair_rec;
     pair_be.conv_bwd_filter = pair_filter;
     pair_be.conv_bwd_data = pair_data;
     recorded_net rn = recorded_resnet20(&pair_be);
     int convs = rn.convs;
     net_forward(rn.nt, rn.x, 2, 1);
     net_backward(rn.nt, rn.dlogits, NULL);
-    print_message("resnet20: %d convolutions, %d pairs announced, %d filter and %d data passes on the announced dy\n",
-                  convs, pair_calls, pair_filters, pair_datas);
-    assert_int_equal(pair_calls, convs - 1); /* all but the stem */
-    assert_int_equal(pair_filters, convs - 1);
-    assert_int_equal(pair_datas, convs - 1);
-    assert_int_equal(pair_unannounced_datas, 0);
+    print_message("resnet20: %d convolutions, %d filter passes, %d data passes paired with the one before\n", convs,
+                  pair_filters, pair_datas);
+    assert_int_equal(pair_filters, convs);
+    assert_int_equal(pair_datas, convs - 1); /* all but the stem */
+    assert_int_equal(pair_unpaired_datas, 0);
+    assert_int_equal(pair_wrong, 0);
     recorded_free(&rn);
 }
 
-/* ------------------------------------------------------- conv_filter_cache */
+/* --------------------------------------------------- the weights epoch */
 
-/* The CPU backend with conv_filter_cache recorded: a training forward opens
- * the bracket before its first convolution, every data-gradient pass runs
- * inside it on weights that the bracket's forward convolved with, and the
- * backward closes it; an evaluation forward keeps nothing (conv_filter_cache
- * in model/backend.h: the CUDA backend reuses the forward's filter only
- * there, so a pass outside would read a stale one). */
+/* The CPU backend with the weights epoch (backend_ctx.weights_epoch) each
+ * convolution runs under recorded: a training forward runs under a new
+ * nonzero epoch, every data-gradient pass of its backward under the epoch
+ * the forward convolved the same weights in, and the backward ends it (the
+ * net's context says 0 after it); an evaluation forward runs under 0. The
+ * CUDA backend reuses the forward's filter only under the same epoch, so a
+ * data pass under another would read a stale one. */
 static backend fc_be;
-static int fc_state = -1, fc_opens, fc_closes, fc_fwd_inside, fc_fwd_outside, fc_data_inside, fc_data_stale;
-static const float *fc_seen[256];
+static int fc_fwd_inside, fc_fwd_outside, fc_data_inside, fc_data_stale, fc_epochs;
+static uint64_t fc_last_epoch;
+static const float *fc_w[256];
+static uint64_t fc_w_epoch[256];
 static int fc_n_seen;
 
-static void fc_rec(int on) {
-    fc_state = on;
-    if (on) fc_opens++;
-    else fc_closes++;
-    fc_n_seen = 0; /* what the backend keeps is forgotten */
-}
-
-static void fc_fwd(const conv_params *p, const float *x, const float *w, float *y) {
-    if (fc_state == 1) {
+static void fc_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+    if (ctx->weights_epoch) {
         fc_fwd_inside++;
-        if (fc_n_seen < 256) fc_seen[fc_n_seen++] = w;
+        if (ctx->weights_epoch != fc_last_epoch) fc_epochs++;
+        fc_last_epoch = ctx->weights_epoch;
+        int i = 0;
+        while (i < fc_n_seen && fc_w[i] != w) i++;
+        if (i == fc_n_seen && fc_n_seen < 256) fc_w[fc_n_seen++] = w;
+        if (i < 256) fc_w_epoch[i] = ctx->weights_epoch;
     } else {
         fc_fwd_outside++;
     }
-    backend_cpu()->conv_fwd(p, x, w, y);
+    backend_cpu()->conv_fwd(ctx, p, x, w, y);
 }
 
-static void fc_data(const conv_params *p, const float *dy, const float *w, float *dx, int accumulate) {
+static void fc_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w, float *dx,
+                    int accumulate, int paired) {
     int kept = 0;
-    for (int i = 0; i < fc_n_seen; i++) kept |= fc_seen[i] == w;
-    if (fc_state == 1 && kept) fc_data_inside++;
+    for (int i = 0; i < fc_n_seen; i++) kept |= fc_w[i] == w && fc_w_epoch[i] == ctx->weights_epoch;
+    if (ctx->weights_epoch && kept) fc_data_inside++;
     else fc_data_stale++;
-    backend_cpu()->conv_bwd_data(p, dy, w, dx, accumulate);
+    backend_cpu()->conv_bwd_data(ctx, p, dy, w, dx, accumulate, paired);
 }
 
-static void test_filter_cache_bracket(void **state) {
+static void test_weights_epoch_bracket(void **state) {
     (void)state;
     fc_be = *backend_cpu();
-    fc_be.conv_filter_cache = fc_rec;
     fc_be.conv_fwd = fc_fwd;
     fc_be.conv_bwd_data = fc_data;
     recorded_net rn = recorded_resnet20(&fc_be);
     net *nt = rn.nt;
     const float *x = rn.x, *dl = rn.dlogits;
     int convs = rn.convs;
+    uint64_t before = 0;
     for (int step = 0; step < 2; step++) {
         net_forward(nt, x, 2, 1);
-        assert_int_equal(fc_state, 1);
+        assert_true(nt->ctx.weights_epoch != 0 && nt->ctx.weights_epoch != before);
+        before = nt->ctx.weights_epoch;
         net_backward(nt, dl, NULL);
-        assert_int_equal(fc_state, 0);
+        assert_true(nt->ctx.weights_epoch == 0);
     }
     net_forward(nt, x, 2, 1); /* a training forward left without its backward... */
-    net_forward(nt, x, 2, 0); /* ...then an evaluation: the bracket is closed */
-    assert_int_equal(fc_state, 0);
-    assert_int_equal(fc_opens, 3);
+    net_forward(nt, x, 2, 0); /* ...then an evaluation: no epoch */
+    assert_true(nt->ctx.weights_epoch == 0);
+    assert_int_equal(fc_epochs, 3);
     assert_int_equal(fc_fwd_inside, 3 * convs);
     assert_int_equal(fc_fwd_outside, convs);
     assert_int_equal(fc_data_inside, 2 * (convs - 1)); /* the stem computes no input gradient */
@@ -1178,21 +1180,26 @@ static void test_vgg16_gradient_order(void **state) {
     net_free(nt);
 }
 
-/* zoo_create: a finalised net ready for net_init_params, or NULL with the
- * reason (an unknown name; an input too small) for the caller to prefix. */
+/* zoo_create: a finalised net ready for net_init_params, in the layout
+ * asked for and the options' math mode, or NULL with the reason (an unknown
+ * name; an input too small) for the caller to prefix. */
 static void test_zoo_create(void **state) {
     (void)state;
-    zoo_options zo = {0, 1, -1};
+    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32};
     net *nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 4);
     assert_non_null(nt);
     assert_true(nt->n_params == 269434);
     assert_int_equal(nt->max_batch, 4);
-    assert_int_equal(nt->layout, BACKEND_LAYOUT_NCHW);
+    assert_int_equal(nt->ctx.layout, BACKEND_LAYOUT_NCHW);
+    assert_int_equal(nt->ctx.math, BACKEND_MATH_FP32);
     net_free(nt);
+    zo.math = BACKEND_MATH_BF16;
     nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NHWC, 1);
     assert_non_null(nt);
-    assert_int_equal(nt->layout, BACKEND_LAYOUT_NHWC);
+    assert_int_equal(nt->ctx.layout, BACKEND_LAYOUT_NHWC);
+    assert_int_equal(nt->ctx.math, BACKEND_MATH_BF16);
     net_free(nt);
+    zo.math = BACKEND_MATH_FP32;
     assert_null(zoo_create(backend_cpu(), "resnet21", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 1));
     assert_non_null(strstr(cnt_err_msg(), "resnet21"));
     assert_null(zoo_create(backend_cpu(), "vgg11", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 1));
@@ -1218,8 +1225,8 @@ int main(void) {
         cmocka_unit_test(test_inception_forward_backward),
         cmocka_unit_test(test_shared_memory_changes_nothing),
         cmocka_unit_test(test_passed_dy_sharing),
-        cmocka_unit_test(test_conv_bwd_pair_announced),
-        cmocka_unit_test(test_filter_cache_bracket),
+        cmocka_unit_test(test_conv_bwd_data_paired),
+        cmocka_unit_test(test_weights_epoch_bracket),
         cmocka_unit_test(test_vgg16_gradient_order),
         cmocka_unit_test(test_zoo_create),
     };

@@ -125,10 +125,11 @@ typedef struct ours_ctx {
 
 static void ours_run(void *arg) {
     ours_ctx *c = arg;
+    const backend_ctx nchw = {0}; /* NCHW, fp32 */
     switch (c->pass) {
-    case PASS_FWD: c->be->conv_fwd(c->p, c->x, c->w, c->y); break;
-    case PASS_BWD_DATA: c->be->conv_bwd_data(c->p, c->dy, c->w, c->dx, 0); break;
-    default: c->be->conv_bwd_filter(c->p, c->x, c->dy, c->dw); break;
+    case PASS_FWD: c->be->conv_fwd(&nchw, c->p, c->x, c->w, c->y); break;
+    case PASS_BWD_DATA: c->be->conv_bwd_data(&nchw, c->p, c->dy, c->w, c->dx, 0, 0); break;
+    default: c->be->conv_bwd_filter(&nchw, c->p, c->x, c->dy, c->dw); break;
     }
     c->be->sync();
 }

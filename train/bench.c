@@ -82,8 +82,8 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     const backend *be = backend_get(cfg->device);
     if (!be) return CNT_ERR;
     if (backend_layout_check(cfg->layout, be) != CNT_OK) return CNT_ERR;
+    if (backend_math_check(be, cfg->precision) != CNT_OK) return CNT_ERR;
     be->set_threads(cfg->threads);
-    be->set_math(cfg->precision);
     input_data d;
     batch b = {0};
     if (first_batch(cfg, &d, &b) != CNT_OK) {
@@ -120,7 +120,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     total = time_now() - total;
     /* Pass 2, GPU only: the same steps with a wait after each phase, for the
      * phase times (pass 1's host times were only the time to queue). */
-    int gpu = strcmp(be->name, "cpu") != 0;
+    int gpu = !be->is_cpu;
     if (gpu) {
         fwd = bwd = upd = 0;
         s.o.sync_phases = 1;
@@ -134,10 +134,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
         snprintf(prec_note, sizeof prec_note, " (%s%s)", config_name(cfg, &cfg->precision), gpu ? "" : ", emulated");
     /* NHWC on the CPU is NCHW with transposes around each op */
-    if (nt->layout == BACKEND_LAYOUT_BLOCKED)
+    if (nt->ctx.layout == BACKEND_LAYOUT_BLOCKED)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " %s",
-                 backend_layout_name(nt->layout, nt->be));
-    else if (nt->layout == BACKEND_LAYOUT_NHWC)
+                 backend_layout_name(nt->ctx.layout, nt->be));
+    else if (nt->ctx.layout == BACKEND_LAYOUT_NHWC)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " nhwc%s",
                  gpu ? "" : " (transposed)");
     bench_result br;

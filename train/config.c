@@ -1357,7 +1357,7 @@ exchange_opts config_exchange_opts(const config *cfg) {
 
 zoo_options config_zoo_options(const config *cfg) {
     return (zoo_options){.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
-                         .dropout = cfg->dropout};
+                         .dropout = cfg->dropout, .math = cfg->precision};
 }
 
 step_opts config_step_opts(const config *cfg) {

@@ -193,6 +193,9 @@ reducer_opts config_reducer_opts(const config *cfg);
 /* How gradients become the next parameters (dist.mode, dist.backend, the
  * reducer's options above, the servers'). */
 exchange_opts config_exchange_opts(const config *cfg);
+/* What zoo_build and zoo_create take from cfg: the model's options
+ * (model.zero_init_residual, aux_logits, dropout) and the math mode
+ * (train.precision). */
 zoo_options config_zoo_options(const config *cfg);
 /* The step's loss options (train.label_smoothing, train.aux_weight). */
 step_opts config_step_opts(const config *cfg);

@@ -42,6 +42,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     /* The net as make_model will build it, without net_finalize's allocations. */
     net *nt = net_create(be, ds->c, ds->h, ds->w, ds->classes);
     net_set_layout(nt, backend_layout_choose(cfg->layout, be, cfg->precision, ds->h, ds->w));
+    net_set_math(nt, cfg->precision);
     zoo_options zo = config_zoo_options(cfg);
     int out, aux;
     if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK) {
@@ -62,7 +63,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
 
     /* host memory */
     m->loader = loader_bytes(&d->train, train) + loader_bytes(&d->test, eval);
-    int cpu = be == backend_cpu();
+    int cpu = be->is_cpu;
     m->host_copies = (cpu ? 0 : slots) + logits; /* pinned stager slots; evaluation's logits (train/eval.c) */
     int world = dist_world();
     if (world > 1) m->host_copies += P + Bf; /* the parameters compared after each epoch, rank 0's statistics */
@@ -164,7 +165,7 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
 
 int memory_check(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
                  const loader_options *eval, const exchange_footprint *xf) {
-    int cpu = be == backend_cpu();
+    int cpu = be->is_cpu;
     hostmem hm;
     hostmem_query(&hm);
     size_t dev_free = 0, dev_total = 0;

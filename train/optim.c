@@ -73,8 +73,8 @@ void optim_step_shard(optimizer *opt, const net *nt, float *params, float *grads
         opt->r_hi[r] -= opt->base;
     }
     if (opt->one_call) {
-        opt->be->sgd_update_ranges(k, opt->r_lo, opt->r_hi, opt->r_wd, params, grads, opt->momentum_buf, lr,
-                                   opt->o.momentum, opt->o.nesterov, grad_scale);
+        backend_sgd_update_ranges(opt->be, k, opt->r_lo, opt->r_hi, opt->r_wd, params, grads, opt->momentum_buf, lr,
+                                  opt->o.momentum, opt->o.nesterov, grad_scale);
         return;
     }
     for (int r = 0; r < k; r++) {

@@ -144,7 +144,7 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
     fprintf(out, ",\"device\":");
     put_json_string(out, nt->be->name);
     fprintf(out, ",\"precision\":\"%s\",\"layout\":\"%s\",\"input\":[%d,%d,%d],\"classes\":%d,\"batch\":%d,",
-            config_name(cfg, &cfg->precision), backend_layout_name(nt->layout, NULL), d->c, d->h, d->w,
+            config_name(cfg, &cfg->precision), backend_layout_name(nt->ctx.layout, NULL), d->c, d->h, d->w,
             d->classes, cfg->batch_size);
     fprintf(out, "\"steps\":%d,\"warmup\":%d,\"params\":%zu,\"grad_bytes\":%zu,", steps, warmup, nt->n_params,
             nt->n_params * sizeof(float));
@@ -188,8 +188,9 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     if (!be) return cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
     if (backend_layout_check(cfg->layout, be) != CNT_OK)
         return cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
+    if (backend_math_check(be, cfg->precision) != CNT_OK)
+        return cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
     be->set_threads(cfg->threads);
-    be->set_math(cfg->precision);
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
@@ -210,7 +211,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
     step_opts so = config_step_opts(cfg);
-    int gpu = strcmp(be->name, "cpu") != 0;
+    int gpu = !be->is_cpu;
     so.sync_phases = gpu; /* the phase times of a GPU step are the device's */
     stepper st;
     stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, (size_t)d.train.c * d.train.h * d.train.w);
