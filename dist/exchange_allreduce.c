@@ -35,7 +35,7 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
     /* Ranks on the CPU rule NCCL out. Whether ranks share a GPU is judged by
      * dist_nccl_create from the GPUs' PCI bus ids: a rank's count of visible
      * GPUs says nothing when CUDA_VISIBLE_DEVICES gives each rank its own. */
-    double cpu_ranks = be == backend_cpu();
+    double cpu_ranks = be->is_cpu;
     dist_phase("start-up: gradient transport choice");
     if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
     if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || o->reducer.compress != REDUCER_COMPRESS_NONE)) return CNT_OK;

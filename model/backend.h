@@ -313,11 +313,6 @@ typedef struct backend {
      * the backend cannot run math mode `math` (bf16 on a GPU before Ampere),
      * CNT_OK otherwise. */
     int (*math_check)(int math);
-    /* Transitional, for train/trainer.c until it calls backend_math_check
-     * instead; nothing else may call it, and it goes once trainer.c stops:
-     * ends the process with math_check's message when the mode cannot run,
-     * and does nothing else (the math mode is the context's: net_set_math). */
-    void (*set_math)(int math);
 
     /* ---- activation layouts (see backend_ctx) ---- */
     /* Converts between NCHW and `layout` (any layout the backend has, named

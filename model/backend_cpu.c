@@ -1202,14 +1202,6 @@ static void cpu_set_threads(int n) {
 
 /* ------------------------------------------------- math mode and ordering */
 
-/* Every mode runs here: TF32 computes fp32 (no CPU rounds GEMM inputs to
- * TF32), BF16 and FP16 are emulated by the wrappers above. The transitional
- * set_math (model/backend.h) has nothing to refuse. */
-static void cpu_set_math(int math) {
-    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
-               math == BACKEND_MATH_FP16);
-}
-
 /* --------------------------------------------------------------- layout */
 
 /* NHWC on the CPU: the NCHW kernels above, with the op's tensors transposed
@@ -1546,7 +1538,6 @@ static const backend cpu_backend = {
     .sgd_update = cpu_sgd_update,
     .set_threads = cpu_set_threads,
     .find_nonfinite = cpu_find_nonfinite,
-    .set_math = cpu_set_math,
     .convert_layout = cpu_convert_layout,
     .block_c = 0,
     .max_tensor_values = 0,

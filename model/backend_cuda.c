@@ -1032,13 +1032,6 @@ static int cuda_math_check(int math) {
     return CNT_OK;
 }
 
-/* The transitional set_math (backend.h): the check alone, fatal as before. */
-static void cuda_set_math(int math) {
-    CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
-               math == BACKEND_MATH_FP16);
-    if (cuda_math_check(math) != CNT_OK) cnt_fatal("%s", cnt_err_msg());
-}
-
 static void cuda_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
                                 int accumulate) {
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
@@ -1196,7 +1189,6 @@ static const backend cuda_backend = {
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
     .math_check = cuda_math_check,
-    .set_math = cuda_set_math,
     .convert_layout = cuda_convert_layout,
     .block_c = 0,
     .max_tensor_values = 2147483647, /* cuDNN's 32-bit descriptors */

@@ -46,7 +46,7 @@ static void make_batch(fixture *f) {
 }
 
 static net *make_net(void) {
-    zoo_options zo = {0, 0, -1.0f};
+    zoo_options zo = {.dropout = -1.0f, .math = BACKEND_MATH_FP32};
     net *nt = zoo_create(backend_cpu(), "resnet20", &zo, C, H, W, CLASSES, BACKEND_LAYOUT_NCHW, BATCH);
     assert_non_null(nt);
     net_init_params(nt, 42);

@@ -144,7 +144,7 @@ int run_write_record(run *r) {
         .servers = xt.serves ? cfg->ps_servers : 0,
         .batch = cfg->batch_size,
         .epochs = cfg->epochs,
-        .threads = strcmp(r->be->name, "cpu") == 0 ? omp_get_max_threads() : 0,
+        .threads = r->be->is_cpu ? omp_get_max_threads() : 0,
         .steps_per_epoch = r->steps_per_epoch,
         .config_hash = run_config_hash(cfg),
     };

@@ -30,7 +30,7 @@ static int layout_for(const config *cfg, const backend *be, int h, int w) {
 /* The start-up line saying which layout the run takes, and why where it is
  * not the plain one. */
 static void say_layout(const config *cfg, const backend *be, int h, int w) {
-    int cpu = strcmp(be->name, "cpu") == 0;
+    int cpu = be->is_cpu;
     int layout = layout_for(cfg, be, h, w);
     if (layout == BACKEND_LAYOUT_NHWC)
         log_info("layout: nhwc (train.layout = %s)%s", config_name(cfg, &cfg->layout),
@@ -91,7 +91,7 @@ static const backend *choose_device(const config *cfg) {
     be->set_threads(cfg->threads); /* before describe, which says how many */
     char what[768], desc[512];
     be->describe(desc, sizeof desc);
-    if (strcmp(be->name, "cpu") == 0 && cfg->device == BACKEND_DEVICE_AUTO) {
+    if (be->is_cpu && cfg->device == BACKEND_DEVICE_AUTO) {
         /* why no GPU: asked only here, so device=cpu never touches the CUDA runtime */
         char devs[4096];
         backend_describe_devices(devs, sizeof devs);
@@ -114,9 +114,9 @@ static const backend *choose_device(const config *cfg) {
         free(all);
         free(counts);
     }
-    int cpu = strcmp(be->name, "cpu") == 0;
+    int cpu = be->is_cpu;
     int math = cfg->precision;
-    be->set_math(math);
+    if (backend_math_check(be, math) != CNT_OK) return NULL; /* names the device and what to use instead */
     if (math == BACKEND_MATH_TF32) {
         if (cpu) log_info("precision: tf32 requested; the CPU backend computes fp32");
         else log_info("precision: tf32 (cuDNN and cuBLAS tensor cores, fp32 accumulation and storage)");
@@ -322,7 +322,7 @@ static int setup_timeline(run *r) {
 static int setup_device_and_data(run *r) {
     const config *cfg = r->cfg;
     if (!(r->be = choose_device(cfg)) || exchange_connect(r->x, r->be) != CNT_OK) return CNT_ERR;
-    if (strcmp(r->be->name, "cpu") == 0) report_threads(cfg, r->world);
+    if (r->be->is_cpu) report_threads(cfg, r->world);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
     say_layout(cfg, r->be, r->data.train.h, r->data.train.w);
     if (cfg->emulate_compute[0] && load_emulation(r) != CNT_OK) return CNT_ERR;
