@@ -153,15 +153,6 @@ void *cnt_realloc(void *p, size_t bytes) {
     return q;
 }
 
-int cnt_env_flag(const char *name, int dflt, const char *on, const char *off) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    if (strcmp(v, "1") == 0) return 1;
-    if (strcmp(v, "0") == 0) return 0;
-    return cnt_err_set("%s=%s: expected 1 (%s%s) or 0 (%s%s)", name, v, dflt ? "the default: " : "", on,
-                       dflt ? "" : "the default: ", off);
-}
-
 char *cnt_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = cnt_malloc(n);

@@ -69,12 +69,6 @@ void *cnt_calloc(size_t count, size_t size);
 void *cnt_realloc(void *p, size_t bytes);
 char *cnt_strdup(const char *s);
 
-/* An on/off switch from the environment variable `name`: 1 or 0 as it says,
- * dflt where it is unset or empty; anything else is CNT_ERR (-1) with the
- * message "NAME=VALUE: expected 1 (on) or 0 (off)", the default's meaning
- * marked "the default: ". on and off say what each value does. */
-int cnt_env_flag(const char *name, int dflt, const char *on, const char *off);
-
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

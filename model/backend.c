@@ -26,14 +26,3 @@ size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const
     return be->conv_filter_kept ? be->conv_filter_kept(ctx, p) : 0;
 }
 
-void backend_sgd_update_ranges(const backend *be, int n_ranges, const size_t *lo, const size_t *hi, const float *wd,
-                               float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                               int nesterov, float grad_scale) {
-    if (be->sgd_update_ranges) {
-        be->sgd_update_ranges(n_ranges, lo, hi, wd, param, grad, momentum_buf, lr, momentum, nesterov, grad_scale);
-        return;
-    }
-    for (int r = 0; r < n_ranges; r++)
-        be->sgd_update(hi[r] - lo[r], param + lo[r], grad + lo[r], momentum_buf ? momentum_buf + lo[r] : NULL, lr,
-                       momentum, wd[r], nesterov, grad_scale);
-}

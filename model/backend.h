@@ -161,10 +161,10 @@ typedef struct backend_ctx {
      * bf16/fp16) may keep that form per weight pointer when conv_fwd runs
      * under a nonzero epoch and reuse it in conv_bwd_data of the same w under
      * the same epoch, instead of making it again; under 0 it keeps and
-     * reuses nothing. The CUDA backend does this unless the environment
-     * variable CNT_FILTER_CACHE=0 turns it off (it costs a second copy of the
-     * convolution weights in device memory, conv_filter_kept; measured on an
-     * H200 at up to 4% of a ResNet-50/101 step: docs/benchmarks.md). */
+     * reuses nothing. The CUDA backend does this (it costs a second copy of
+     * the convolution weights in device memory, conv_filter_kept, which the
+     * memory check counts; measured on an H200 at up to 4% of a
+     * ResNet-50/101 step: docs/benchmarks.md). */
     uint64_t weights_epoch;
 } backend_ctx;
 
@@ -287,16 +287,6 @@ typedef struct backend {
      * With momentum == 0 buf is untouched (it may be NULL) and step = g. */
     void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
                        float momentum, float weight_decay, int nesterov, float grad_scale);
-    /* sgd_update over n_ranges ranges of the same flat buffers in one call:
-     * range r is [lo[r], hi[r]) of param, grad and momentum_buf, with weight
-     * decay wd[r]; the arrays are host memory, read before the call returns.
-     * Each value gets exactly what sgd_update on its range gives it. On a GPU
-     * one launch covers up to 64 ranges (sgd_update launches once per call).
-     * Optional (NULL: sgd_update per range; call it through
-     * backend_sgd_update_ranges). */
-    void (*sgd_update_ranges)(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
-                              const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
-                              float grad_scale);
 
     /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
     void (*set_threads)(int n);
@@ -449,10 +439,5 @@ uint64_t backend_epoch_new(void);
 int backend_math_check(const backend *be, backend_math math);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
-/* be->sgd_update_ranges, or be->sgd_update on each range where the backend
- * has no multi-range update (the same values either way). Never fails. */
-void backend_sgd_update_ranges(const backend *be, int n_ranges, const size_t *lo, const size_t *hi, const float *wd,
-                               float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                               int nesterov, float grad_scale);
 
 #endif

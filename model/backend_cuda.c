@@ -115,7 +115,6 @@ static struct {
     size_t h16_bytes[H16_SLOTS];
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
-    int bn_persistent;         /* NHWC batch norm through the Ex calls, SPATIAL_PERSISTENT (CNT_CUDNN_BN) */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
     size_t bn_stage_n;
     /* conv_bwd_data's `paired`: whether H16_OP1 holds the 16-bit copy of
@@ -123,9 +122,8 @@ static struct {
     const float *pair_dy;
     size_t pair_n;
     int pair_math, pair_ready;
-    /* backend_ctx.weights_epoch: enabled unless CNT_FILTER_CACHE=0; the
-     * filters kept, one per weight pointer (fcache_*) */
-    int fc_enabled;
+    /* backend_ctx.weights_epoch: the filters kept, one per weight pointer
+     * (fcache_*) */
     struct fcache_entry *fc;
     int fc_n, fc_cap;
 } g;
@@ -543,7 +541,7 @@ static int filter_reshaped(const backend_ctx *ctx) { return layout_nhwc(ctx) || 
 
 /* conv_filter_kept (backend.h): what fcache_make keeps for a filter of p. */
 static size_t cuda_conv_filter_kept(const backend_ctx *ctx, const conv_params *p) {
-    if (!g.fc_enabled || !filter_reshaped(ctx)) return 0;
+    if (!filter_reshaped(ctx)) return 0;
     return conv_w_count(p) * (math_reduced(ctx->math) ? 2 : 4);
 }
 
@@ -551,7 +549,7 @@ static size_t cuda_conv_filter_kept(const backend_ctx *ctx, const conv_params *p
  * the form differs from w, made into w's entry (created or regrown) and
  * returned; NULL otherwise (the caller makes it as usual). */
 static const void *fcache_make(const backend_ctx *ctx, const conv_params *p, const float *w) {
-    if (!g.fc_enabled || !ctx->weights_epoch || !filter_reshaped(ctx)) return NULL;
+    if (!ctx->weights_epoch || !filter_reshaped(ctx)) return NULL;
     fcache_entry *e = NULL;
     for (int i = 0; i < g.fc_n && !e; i++)
         if (g.fc[i].w == w) e = &g.fc[i];
@@ -581,7 +579,7 @@ static const void *fcache_make(const backend_ctx *ctx, const conv_params *p, con
 
 /* The kept filter of w for p in ctx (its epoch, math mode and layout), or NULL. */
 static const void *fcache_find(const backend_ctx *ctx, const conv_params *p, const float *w) {
-    if (!g.fc_enabled || !ctx->weights_epoch) return NULL;
+    if (!ctx->weights_epoch) return NULL;
     for (int i = 0; i < g.fc_n; i++) {
         const fcache_entry *e = &g.fc[i];
         if (e->w != w) continue;
@@ -746,8 +744,8 @@ static void bn_desc(const backend_ctx *ctx, int N, int C, int HW) {
  * - the data gradient is not added to (beta = 0, PyTorch's only use).
  * Elsewhere the plain calls, and a warning, once, naming the reason. The
  * workspace is cuDNN's convolution workspace, grown to fit (ops on one stream
- * run one at a time). CNT_CUDNN_BN=spatial turns it off, for measuring.
- * bn_desc() first. */
+ * run one at a time); the plain calls measured 6.4x slower on ResNet-50
+ * in NHWC (docs/benchmarks.md). bn_desc() first. */
 static int aligned32(const void *p) { return ((uintptr_t)p & 31) == 0; }
 
 /* The most per-channel vectors one Ex call takes (the forward's six), each
@@ -767,7 +765,7 @@ static void bn_plain_said(int C, const char *why) {
  * is the workspace it needs, reserved, and bn_vec's stand-ins for C channels
  * are allocated. */
 static int bn_ex(const backend_ctx *ctx, int C, int HW, const void *const *acts, int n, int backward, size_t *ws) {
-    if (!g.bn_persistent || !nhwc_spatial(ctx, HW)) return 0;
+    if (!nhwc_spatial(ctx, HW)) return 0;
     if (C % 8 != 0) {
         bn_plain_said(C, "C is not a multiple of 8");
         return 0;
@@ -873,7 +871,7 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const floa
      * save_invstd; cuDNN's documentation asks for the same value anyway. */
     size_t ws = 0;
     const void *acts[] = {x, dy, dx};
-    if (accumulate_dx && g.bn_persistent && nhwc_spatial(ctx, HW)) bn_plain_said(C, "the data gradient is added to");
+    if (accumulate_dx && nhwc_spatial(ctx, HW)) bn_plain_said(C, "the data gradient is added to");
     if (!accumulate_dx && bn_ex(ctx, C, HW, acts, 3, 1, &ws)) {
         const float *gm = bn_vec(0, C, gamma, 1), *sm = bn_vec(1, C, save_mean, 1), *si = bn_vec(2, C, save_invstd, 1);
         float *dg = bn_vec(3, C, dgamma, 0), *db = bn_vec(4, C, dbeta, 0);
@@ -1008,13 +1006,6 @@ static void cuda_sgd_update(size_t n, float *param, const float *grad, float *mo
     CNT_ASSERT(momentum == 0.0f || momentum_buf != NULL);
     CUDA_CHECK(cuk_sgd_update(g.stream, n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
                               grad_scale));
-}
-
-static void cuda_sgd_update_ranges(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
-                                   const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
-                                   float grad_scale) {
-    CUDA_CHECK(cuk_sgd_update_ranges(g.stream, n_ranges, lo, hi, wd, param, grad, momentum_buf, lr, momentum, nesterov,
-                                     grad_scale));
 }
 
 static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
@@ -1185,7 +1176,6 @@ static const backend cuda_backend = {
     .channel_copy = cuda_channel_copy,
     .softmax_xent = cuda_softmax_xent,
     .sgd_update = cuda_sgd_update,
-    .sgd_update_ranges = cuda_sgd_update_ranges,
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
     .math_check = cuda_math_check,
@@ -1252,16 +1242,6 @@ int backend_cuda_describe(char *buf, size_t len) {
  * (with the reason in cnt_err_msg()) when no device is usable. */
 const backend *backend_cuda(int local_rank) {
     if (g.ready) return &cuda_backend;
-    const char *bn = getenv("CNT_CUDNN_BN");
-    if (bn && *bn && strcmp(bn, "persistent") != 0 && strcmp(bn, "spatial") != 0) {
-        cnt_err_set("CNT_CUDNN_BN=%s: expected persistent (the default: NHWC batch norm in cuDNN's "
-                    "SPATIAL_PERSISTENT mode) or spatial (the plain calls)", bn);
-        return NULL;
-    }
-    g.bn_persistent = !(bn && strcmp(bn, "spatial") == 0);
-    g.fc_enabled = cnt_env_flag("CNT_FILTER_CACHE", 1, "keep each convolution's filter from the forward for the "
-                                "backward", "make it again");
-    if (g.fc_enabled < 0) return NULL;
     int n = device_count();
     if (n < 0) return NULL;
     g.device = (local_rank < 0 ? 0 : local_rank) % n;

@@ -344,30 +344,6 @@ __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, flo
     GRID_STRIDE(i, n) sgd_one(i, param, grad, buf, lr, momentum, wd, nesterov, grad_scale);
 }
 
-/* Up to CUK_SGD_RANGES ranges, passed by value (about 1.3 KB of the 4 KB of
- * kernel parameters): the values of all ranges are numbered 0..cum[n) in
- * order; value t belongs to the last range r with cum[r] <= t (empty ranges
- * are skipped so) and is element lo[r] + t - cum[r] of the flat buffers. */
-struct sgd_ranges {
-    unsigned long long cum[CUK_SGD_RANGES + 1];
-    unsigned long long lo[CUK_SGD_RANGES];
-    float wd[CUK_SGD_RANGES];
-    int n;
-};
-
-__global__ void sgd_ranges_k(sgd_ranges R, float *param, const float *grad, float *buf, float lr, float momentum,
-                             int nesterov, float grad_scale) {
-    GRID_STRIDE(t, (size_t)R.cum[R.n]) {
-        int a = 0, b = R.n - 1;
-        while (a < b) {
-            int m = (a + b + 1) / 2;
-            if (R.cum[m] <= t) a = m;
-            else b = m - 1;
-        }
-        sgd_one((size_t)(R.lo[a] + (t - R.cum[a])), param, grad, buf, lr, momentum, R.wd[a], nesterov, grad_scale);
-    }
-}
-
 /* ------------------------------------------- reduced-precision copies
  * The 16-bit types of BACKEND_MATH_FP16 (__half) and BACKEND_MATH_BF16
  * (__nv_bfloat16). narrow_to rounds to nearest even (fp16 beyond +-65504
@@ -550,25 +526,6 @@ cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *
     if (n)
         sgd_k<<<grid_for(n), kThreads, 0, s>>>(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
                                                grad_scale);
-    return cudaGetLastError();
-}
-
-cudaError_t cuk_sgd_update_ranges(cudaStream_t s, int n_ranges, const size_t *lo, const size_t *hi, const float *wd,
-                                  float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                                  int nesterov, float grad_scale) {
-    for (int first = 0; first < n_ranges; first += CUK_SGD_RANGES) {
-        sgd_ranges R;
-        R.n = n_ranges - first < CUK_SGD_RANGES ? n_ranges - first : CUK_SGD_RANGES;
-        R.cum[0] = 0;
-        for (int r = 0; r < R.n; r++) {
-            R.lo[r] = lo[first + r];
-            R.wd[r] = wd[first + r];
-            R.cum[r + 1] = R.cum[r] + (hi[first + r] - lo[first + r]);
-        }
-        if (R.cum[R.n])
-            sgd_ranges_k<<<grid_for(R.cum[R.n]), kThreads, 0, s>>>(R, param, grad, momentum_buf, lr, momentum,
-                                                                  nesterov, grad_scale);
-    }
     return cudaGetLastError();
 }
 

@@ -70,11 +70,6 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, 
                              float smoothing, float *loss, float *dlogits, double *row_loss);
 cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
                            float lr, float momentum, float weight_decay, int nesterov, float grad_scale);
-/* sgd_update_ranges (model/backend.h): one launch per CUK_SGD_RANGES ranges. */
-#define CUK_SGD_RANGES 64
-cudaError_t cuk_sgd_update_ranges(cudaStream_t s, int n_ranges, const size_t *lo, const size_t *hi, const float *wd,
-                                  float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                                  int nesterov, float grad_scale);
 
 /* ---- 16-bit copies for the reduced-precision math modes ----
  * `math` is BACKEND_MATH_FP16 (IEEE half) or BACKEND_MATH_BF16 (bfloat16);

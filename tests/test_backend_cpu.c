@@ -824,16 +824,7 @@ static void test_sgd_update(void **state) {
 /* The wrappers through which callers reach the optional ops (model/backend.c):
  * the op where the backend has one, else a fallback with the same result;
  * and the weights epochs of backend_ctx. */
-static int ranges_calls, math_check_calls;
-
-static void ranges_rec(int n_ranges, const size_t *lo, const size_t *hi, const float *wd, float *param,
-                       const float *grad, float *momentum_buf, float lr, float momentum, int nesterov,
-                       float grad_scale) {
-    ranges_calls++;
-    for (int r = 0; r < n_ranges; r++)
-        backend_cpu()->sgd_update(hi[r] - lo[r], param + lo[r], grad + lo[r], momentum_buf + lo[r], lr, momentum,
-                                  wd[r], nesterov, grad_scale);
-}
+static int math_check_calls;
 
 static int refuse_bf16(int math) {
     math_check_calls++;
@@ -847,33 +838,7 @@ static size_t kept_4(const backend_ctx *c, const conv_params *p) {
 
 static void test_optional_ops(void **state) {
     (void)state;
-    /* sgd_update_ranges: the CPU has none; the fallback updates each range as sgd_update does, nothing between */
-    assert_null(be->sgd_update_ranges);
-    enum { n = 1000 };
-    const size_t lo[] = {0, 100, 700}, hi[] = {50, 600, 1000};
-    const float wd[] = {1e-4f, 0.0f, 5e-4f};
-    rng r;
-    rng_seed(&r, 14500, 1);
-    pair param = pair_uniform(&r, n, -1.0, 1.0), grad = pair_normal(&r, n, 0.0, 1.0);
-    pair buf = pair_uniform(&r, n, -0.5, 0.5);
-    float *p2 = tu_dev_from_double(be, param.h, n), *b2 = tu_dev_from_double(be, buf.h, n);
-    backend_sgd_update_ranges(be, 3, lo, hi, wd, param.d, grad.d, buf.d, 0.1f, 0.9f, 1, 0.5f);
-    for (int k = 0; k < 3; k++)
-        be->sgd_update(hi[k] - lo[k], p2 + lo[k], grad.d + lo[k], b2 + lo[k], 0.1f, 0.9f, wd[k], 1, 0.5f);
-    float *g1 = tu_alloc_f(n), *g2 = tu_alloc_f(n);
-    be->download(g1, param.d, n * sizeof(float));
-    be->download(g2, p2, n * sizeof(float));
-    tu_assert_bitwise_equal_f("sgd_update_ranges fallback: parameters", g2, g1, n);
-    for (size_t i = 50; i < 100; i++) assert_true(g1[i] == (float)param.h[i]); /* between ranges: untouched */
-    be->download(g1, buf.d, n * sizeof(float));
-    be->download(g2, b2, n * sizeof(float));
-    tu_assert_bitwise_equal_f("sgd_update_ranges fallback: momentum", g2, g1, n);
-    /* ...and a backend's own op, where it has one, instead of the fallback */
     backend own = *be;
-    own.sgd_update_ranges = ranges_rec;
-    backend_sgd_update_ranges(&own, 3, lo, hi, wd, param.d, grad.d, buf.d, 0.1f, 0.9f, 1, 0.5f);
-    assert_int_equal(ranges_calls, 1);
-
     /* conv_filter_kept: 0 where the backend keeps nothing */
     conv_params cp = {.N = 2, .C = 3, .H = 8, .W = 8, .K = 4, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1};
     assert_int_equal(conv_params_init(&cp), CNT_OK);
@@ -893,13 +858,6 @@ static void test_optional_ops(void **state) {
     /* weights epochs: never 0, never the same twice */
     uint64_t e1 = backend_epoch_new(), e2 = backend_epoch_new();
     assert_true(e1 != 0 && e2 != 0 && e1 != e2);
-    be->free(p2);
-    be->free(b2);
-    free(g1);
-    free(g2);
-    pair_free(&param);
-    pair_free(&grad);
-    pair_free(&buf);
 }
 
 /* ---------------------------------------------------------------- threads and determinism */

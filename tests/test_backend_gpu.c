@@ -713,8 +713,9 @@ static void test_conv_nhwc_fp16(void **state) {
     conv_nhwc_reduced(&PREC_FP16);
 }
 
-/* The kept filters (backend_ctx.weights_epoch in model/backend.h; on by
- * default, and group_setup sets CNT_FILTER_CACHE=1): on the same weight
+/* The kept filters (backend_ctx.weights_epoch in model/backend.h; the
+ * whole-step tests run them too, through net_forward and net_backward; the
+ * other op tests run under epoch 0): on the same weight
  * pointer, with new values each round,
  * 0. a new epoch, forward, data pass: the data pass reuses the forward's
  *    filter;
@@ -1731,53 +1732,6 @@ static void test_sgd_update(void **state) {
     }
 }
 
-/* sgd_update_ranges: 150 ranges (three launches of at most 64) of varied
- * lengths, empty ones among them, gaps between them left untouched,
- * alternating weight decay, momentum with and without Nesterov and plain
- * SGD: bit for bit the CPU's, which is sgd_update on each range (the
- * wrapper's fallback: the CPU has no multi-range op). */
-static void test_sgd_update_ranges(void **state) {
-    (void)state;
-    NEED_GPU();
-    assert_non_null(be[GPU]->sgd_update_ranges); /* the GPU's own kernel, not the wrapper's fallback */
-    enum { R = 150 };
-    size_t lo[R], hi[R];
-    float wd[R];
-    size_t at = 3;
-    for (int r = 0; r < R; r++) {
-        size_t len = r % 17 == 5 ? 0 : (size_t)(1 + (r * 7919) % 4099) * (r % 3 == 0 ? 64 : 1);
-        lo[r] = at;
-        hi[r] = at + len;
-        wd[r] = r % 2 ? 0.0f : 5e-4f;
-        at = hi[r] + (size_t)(r % 4 == 1); /* some gaps */
-    }
-    const size_t total = at + 5;
-    static const struct {
-        float momentum;
-        int nesterov;
-    } cases[] = {{0.9f, 0}, {0.9f, 1}, {0.0f, 0}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rng r;
-        rng_seed(&r, 1990 + i, 1);
-        dual param = dual_uniform(&r, total, -1.0f, 1.0f);
-        dual buf = dual_uniform(&r, total, -0.5f, 0.5f);
-        dual grad = dual_normal(&r, total, 0.0f, 1.0f);
-        for (int s = CPU; s <= GPU; s++) /* the CPU has no multi-range op: its fallback, sgd_update per range */
-            backend_sgd_update_ranges(be[s], R, lo, hi, wd, param.p[s], grad.p[s], cases[i].momentum ? buf.p[s] : NULL,
-                                      0.1f, cases[i].momentum, cases[i].nesterov, 0.5f);
-        char what[96];
-        snprintf(what, sizeof what, "sgd_update_ranges params, momentum %g nesterov %d",
-                 (double)cases[i].momentum, cases[i].nesterov);
-        expect_close(what, &param, 0.0, 0.0);
-        snprintf(what, sizeof what, "sgd_update_ranges momentum, momentum %g nesterov %d",
-                 (double)cases[i].momentum, cases[i].nesterov);
-        expect_close(what, &buf, 0.0, 0.0);
-        dual_free(&param);
-        dual_free(&buf);
-        dual_free(&grad);
-    }
-}
-
 /* ---------------------------------------------------------------- ordering */
 
 typedef struct transfer_job {
@@ -2093,12 +2047,6 @@ static void test_resnet20_train_step_nhwc(void **state) {
 static int group_setup(void **state) {
     (void)state;
     be[CPU] = backend_cpu();
-    /* the kept filters' path (backend_ctx.weights_epoch, on by default; set
-     * here so that CNT_FILTER_CACHE=0 in the environment cannot hide it):
-     * test_conv_filter_cache runs ops under epochs, and so do the whole-step
-     * tests through net_forward and net_backward; the other op tests run
-     * under epoch 0, as without it */
-    setenv("CNT_FILTER_CACHE", "1", 1);
     be[GPU] = backend_get(BACKEND_DEVICE_CUDA);
     if (!be[GPU]) {
         print_message("test_backend_gpu: every test is skipped: %s\n", cnt_err_msg());
@@ -2157,7 +2105,6 @@ int main(void) {
         cmocka_unit_test_setup(test_convert_layout, fp32_math),
         cmocka_unit_test_setup(test_softmax_xent, fp32_math),
         cmocka_unit_test_setup(test_sgd_update, fp32_math),
-        cmocka_unit_test_setup(test_sgd_update_ranges, fp32_math),
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),

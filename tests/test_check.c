@@ -5,8 +5,7 @@
  * a message that would not fit instead of overrunning. log_warn and
  * log_error write each line, rank prefix included, with one write: mpirun
  * forwards every write of every rank as it comes, so a line in pieces can be
- * cut apart by another rank's output. cnt_env_flag reads an on/off
- * switch, refusing anything but 0 and 1 with a message naming it.
+ * cut apart by another rank's output.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -88,27 +87,6 @@ static void test_log_line_is_one_write(void **state) {
 }
 
 /* common/cpus.h: a mask's ranges, and this process's own mask. */
-static void test_env_flag(void **state) {
-    (void)state;
-    const char *name = "CNT_TEST_ENV_FLAG";
-    unsetenv(name);
-    assert_int_equal(cnt_env_flag(name, 1, "on", "off"), 1);
-    assert_int_equal(cnt_env_flag(name, 0, "on", "off"), 0);
-    setenv(name, "", 1);
-    assert_int_equal(cnt_env_flag(name, 1, "on", "off"), 1);
-    setenv(name, "0", 1);
-    assert_int_equal(cnt_env_flag(name, 1, "on", "off"), 0);
-    setenv(name, "1", 1);
-    assert_int_equal(cnt_env_flag(name, 0, "on", "off"), 1);
-    setenv(name, "yes", 1);
-    assert_int_equal(cnt_env_flag(name, 0, "it runs", "it waits"), CNT_ERR);
-    assert_string_equal(cnt_err_msg(), "CNT_TEST_ENV_FLAG=yes: expected 1 (it runs) or 0 (the default: it waits)");
-    setenv(name, "10", 1);
-    assert_int_equal(cnt_env_flag(name, 1, "it runs", "it waits"), CNT_ERR);
-    assert_string_equal(cnt_err_msg(), "CNT_TEST_ENV_FLAG=10: expected 1 (the default: it runs) or 0 (it waits)");
-    unsetenv(name);
-}
-
 static void test_cpus_format(void **state) {
     (void)state;
     cpus_mask m;
@@ -131,7 +109,6 @@ static void test_cpus_format(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpus_format),
-        cmocka_unit_test(test_env_flag),
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_log_line_is_one_write),

@@ -126,7 +126,7 @@ static net *build_small_net(int described) {
 
 static net *small_net(void) { return build_small_net(0); }
 
-static void check_sgd(int wd_on_bn_bias, int nesterov, int one_call) {
+static void check_sgd(int wd_on_bn_bias, int nesterov) {
     config cfg;
     config_defaults(&cfg);
     set(&cfg, "optim.momentum=0.9");
@@ -145,7 +145,6 @@ static void check_sgd(int wd_on_bn_bias, int nesterov, int one_call) {
     optimizer opt;
     optim_opts oo = config_optim_opts(&cfg);
     optim_init(&opt, nt, &oo);
-    opt.one_call = one_call; /* as CNT_SGD_MULTI=1 sets it */
     for (int step = 0; step < 3; step++) {
         tu_fill_normal(&r, g, n, 0.0, 1.0);
         float *gd = tu_dev_from_double(be, g, n);
@@ -170,16 +169,13 @@ static void check_sgd(int wd_on_bn_bias, int nesterov, int one_call) {
 
 static void test_sgd_no_decay_on_bn_bias(void **state) {
     (void)state;
-    for (int one = 0; one <= 1; one++) {
-        check_sgd(0, 0, one);
-        check_sgd(0, 1, one);
-    }
+    check_sgd(0, 0);
+    check_sgd(0, 1);
 }
 
 static void test_sgd_decay_everywhere(void **state) {
     (void)state;
-    check_sgd(1, 0, 0);
-    check_sgd(1, 0, 1);
+    check_sgd(1, 0);
 }
 
 /* optim_ranges: the tensors' ranges, neighbours with the same decay merged,
@@ -228,8 +224,8 @@ static void test_sgd_ranges(void **state) {
  * optim_init_shard on a net that is only laid out, stepping buffers that
  * hold their shard alone, cut through the middle of tensors, must leave
  * every parameter and momentum value bit for bit as optim_step on the whole
- * net does, per-range and in one call. */
-static void check_shard(int one_call) {
+ * net does, with and without Nesterov momentum. */
+static void check_shard(int nesterov) {
     net *nt = small_net(), *desc = build_small_net(1);
     const backend *be = nt->be;
     size_t n = nt->n_params;
@@ -237,16 +233,14 @@ static void check_shard(int one_call) {
     assert_null(desc->params); /* nothing allocated */
     for (int t = 0; t < nt->n_param_tensors; t++)
         assert_int_equal(desc->param_info[t].offset, nt->param_info[t].offset);
-    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f, .nesterov = one_call};
+    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f, .nesterov = nesterov};
     optimizer whole, shard[2];
     optim_init(&whole, nt, &oo);
-    whole.one_call = one_call;
     size_t cut[3] = {0, n / 2 + 3, n}; /* n / 2 + 3: inside a tensor */
     float *sp[2], *sg[2], *host = tu_alloc_f(n), *g = tu_alloc_f(n);
     be->download(host, nt->params, n * sizeof(float));
     for (int s = 0; s < 2; s++) {
         optim_init_shard(&shard[s], desc, &oo, cut[s], cut[s + 1]);
-        shard[s].one_call = one_call;
         sp[s] = tu_alloc_f(cut[s + 1] - cut[s]);
         sg[s] = tu_alloc_f(cut[s + 1] - cut[s]);
         memcpy(sp[s], host + cut[s], (cut[s + 1] - cut[s]) * sizeof(float));

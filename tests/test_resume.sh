@@ -43,22 +43,6 @@ check "reference run exits 0" test $? -eq 0
 steps "$tmp/ref/metrics.jsonl" >"$tmp/ref.steps"
 check "reference run: 32 step records" test "$(wc -l <"$tmp/ref.steps")" -eq 32
 
-# 0. Each step stages the next step's batch while its backward runs (a run
-# that diverges inside an epoch with a batch staged must let it go before it
-# evaluates: the diverged run near the end).
-./trainer --export "$tmp/ref/checkpoints/ckpt-000002.cnt" "$tmp/ref.safetensors" >/dev/null 2>&1
-# CNT_SGD_MULTI=1 hands the optimizer's ranges to the backend in one call:
-# the same numbers again
-CNT_SGD_MULTI=1 "${T[@]}" train.out_dir="$tmp/multi" >"$tmp/multi.log" 2>&1
-check "CNT_SGD_MULTI=1: exit 0" test $? -eq 0
-check "CNT_SGD_MULTI=1: losses and lrs equal the per-range run's" \
-    diff "$tmp/ref.steps" <(steps "$tmp/multi/metrics.jsonl")
-./trainer --export "$tmp/multi/checkpoints/ckpt-000002.cnt" "$tmp/multi.safetensors" >/dev/null 2>&1
-check "CNT_SGD_MULTI=1: final weights equal the per-range run's" cmp "$tmp/ref.safetensors" "$tmp/multi.safetensors"
-out=$(CNT_SGD_MULTI=yes "${T[@]}" train.out_dir="$tmp/badmulti" 2>&1)
-check "CNT_SGD_MULTI=yes: refused, naming the variable" \
-    test $? -ne 0 -a -n "$(grep 'CNT_SGD_MULTI=yes: expected 1' <<<"$out")"
-
 # 1. train.max_steps inside an epoch: said, saved, resumed exactly.
 out=$("${T[@]}" train.out_dir="$tmp/ms" train.max_steps=11 checkpoint.every_steps=5 2>&1)
 check "max_steps inside an epoch: exit 0" test $? -eq 0

@@ -10,9 +10,7 @@
 #   env: GPU_CHECK_SECONDS (total budget, default 540, for a run timeout of 600; the benchmark runs only
 #        in what the tests left), GPU_BENCH ("MODELS|BATCHES|PRECISIONS|LAYOUTS",
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
-#        BENCH_STEPS (default 20), GPU_AB (1 or switches: the A/B of the
-#        filter-cache and SGD switches, before the bench, when 150 s are
-#        left; 0: none)
+#        BENCH_STEPS (default 20)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
@@ -27,7 +25,6 @@ out=${OUT:-gpu-check}
 mkdir -p "$out"
 exec > >(tee "$out/gpu_check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
-case "${GPU_AB:-1}" in 0 | 1 | switches) ;; *) echo "gpu_check: GPU_AB=${GPU_AB} is not 0, 1 or switches"; exit 2 ;; esac
 t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 # shellcheck source=tools/device_env.sh
@@ -78,7 +75,6 @@ if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
             ;;
         # test_backend_gpu's mutants run the one test that guards the line
         bn_no_copy_back) CNT_TEST_FILTER=test_bn_nhwc_unaligned timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        sgd_ranges_search) CNT_TEST_FILTER=test_sgd_update_ranges timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         fcache_no_forget) CNT_TEST_FILTER=test_conv_filter_cache timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         *) timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         esac
@@ -91,23 +87,6 @@ if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
             failed+=("mutant $name (not caught)")
         fi
         rm -f "$bin"
-    done
-fi
-
-# The A/B that set two defaults (docs/benchmarks.md), for re-measuring them on
-# another card: CNT_FILTER_CACHE (the forward's filter kept for the
-# data-gradient pass; on by default) and CNT_SGD_MULTI=1 (the SGD update in
-# one launch per 64 ranges; off), on ResNet-50 batch 64 NHWC (--bench: img/s,
-# and the forward, backward and update ms); alternating, two rounds.
-if [ "${GPU_AB:-1}" != 0 ] && [ $# -eq 0 ] && [ $((budget - (SECONDS - t0))) -ge 150 ]; then
-    echo "=== switches A/B: ./trainer --bench resnet50 3x224x224 64 30 device=cuda layout=nhwc classes=1000"
-    for round in 1 2; do
-        for v in "tf32 0 0" "tf32 1 0" "tf32 0 1" "bf16 0 0" "bf16 1 0"; do
-            read -r p fc sm <<<"$v"
-            r=$(CNT_FILTER_CACHE=$fc CNT_SGD_MULTI=$sm timeout -k 5 90 ./trainer --bench resnet50 3x224x224 64 30 \
-                device=cuda precision="$p" layout=nhwc classes=1000 2>&1 | grep -m1 'img/s')
-            echo "round $round $p CNT_FILTER_CACHE=$fc CNT_SGD_MULTI=$sm: ${r:-failed}"
-        done
     done
 fi
 

@@ -23,9 +23,6 @@ void optim_init_shard(optimizer *opt, const net *nt, const optim_opts *o, size_t
     opt->r_lo = cnt_calloc((size_t)n, sizeof *opt->r_lo);
     opt->r_hi = cnt_calloc((size_t)n, sizeof *opt->r_hi);
     opt->r_wd = cnt_calloc((size_t)n, sizeof *opt->r_wd);
-    opt->one_call = cnt_env_flag("CNT_SGD_MULTI", 0, "every parameter range of the update in one backend call",
-                                 "one call per range");
-    if (opt->one_call < 0) cnt_fatal("%s", cnt_err_msg());
 }
 
 void optim_step(optimizer *opt, net *nt, float lr, float grad_scale) {
@@ -71,11 +68,6 @@ void optim_step_shard(optimizer *opt, const net *nt, float *params, float *grads
     for (int r = 0; r < k; r++) { /* offsets into the buffers, which start at base */
         opt->r_lo[r] -= opt->base;
         opt->r_hi[r] -= opt->base;
-    }
-    if (opt->one_call) {
-        backend_sgd_update_ranges(opt->be, k, opt->r_lo, opt->r_hi, opt->r_wd, params, grads, opt->momentum_buf, lr,
-                                  opt->o.momentum, opt->o.nesterov, grad_scale);
-        return;
     }
     for (int r = 0; r < k; r++) {
         size_t lo = opt->r_lo[r];

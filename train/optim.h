@@ -5,8 +5,8 @@
  * flat, reverse-forward-order buffer) and updates every parameter tensor with
  * the backend's sgd_update, one call per range of tensors with the same
  * weight decay (none on batch-norm and bias parameters unless
- * optim.wd_on_bn_bias), or with the environment variable CNT_SGD_MULTI=1 all
- * ranges in one sgd_update_ranges call (one GPU launch; the same values).
+ * optim.wd_on_bn_bias). (All ranges in one GPU launch measured within noise
+ * of this on an H200: docs/benchmarks.md.)
  *
  * Schedules (per step, so warm-up is smooth within an epoch):
  *   constant: lr
@@ -37,11 +37,10 @@ typedef struct optimizer {
     /* the ranges of one update (optim_ranges), host arrays of n_param_tensors */
     size_t *r_lo, *r_hi;
     float *r_wd;
-    int one_call; /* CNT_SGD_MULTI=1: every range in one sgd_update_ranges call, else sgd_update per range */
 } optimizer;
 
-/* Allocates the momentum buffer for nt. Exits with a message when
- * CNT_SGD_MULTI is set to anything but 0 or 1; never fails otherwise. */
+/* Allocates the momentum buffer for nt. Never fails (allocation failures
+ * are fatal). */
 void optim_init(optimizer *opt, const net *nt, const optim_opts *o);
 /* The same for the values [begin, end) of nt's flat buffers only (a
  * parameter server's shard): the momentum buffer holds end - begin values,

@@ -116,7 +116,10 @@ static const backend *choose_device(const config *cfg) {
     }
     int cpu = be->is_cpu;
     int math = cfg->precision;
-    if (backend_math_check(be, math) != CNT_OK) return NULL; /* names the device and what to use instead */
+    if (backend_math_check(be, math) != CNT_OK) { /* the message names the device and what to use instead */
+        cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
+        return NULL;
+    }
     if (math == BACKEND_MATH_TF32) {
         if (cpu) log_info("precision: tf32 requested; the CPU backend computes fp32");
         else log_info("precision: tf32 (cuDNN and cuBLAS tensor cores, fp32 accumulation and storage)");
