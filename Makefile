@@ -137,7 +137,7 @@ TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 # The step simulator's engine: linked into build/tools/simulate and its test.
 SIM_ENGINE_OBJ := $(BUILD)/tools/simulate_engine.o
 
-.PHONY: all deps test test-build bench clean found
+.PHONY: all deps test test-unit test-build bench clean found
 # Test support objects are prerequisites of pattern rules only; keep them.
 .SECONDARY: $(TEST_SUPPORT_OBJ)
 all: found trainer $(TOOL_BIN)
@@ -194,12 +194,16 @@ $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.s
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
-# Everything `make test` runs, built and not run (tools/device_kit.sh packs it).
+# Everything `make test` runs, built and not run (tools/dev/device_kit.sh packs it).
 test-build: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
 
 test: test-build
 	@./trainer --devices | tests/gpu_line.sh
 	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
+
+# The cmocka unit tests alone (no mpirun, no namespaces): a few minutes.
+test-unit: test-build
+	@tests/run_tests.sh $(TEST_BIN)
 
 bench: trainer
 	@tools/bench_cpu.sh

@@ -173,7 +173,11 @@ int exchange_ps_create(const exchange_opts *o, exchange **out) {
     dist_phase("start-up: parameter-server split");
     ps_x *s = cnt_calloc(1, sizeof *s);
     s->base.ops = &ps_ops;
-    s->base.traits = (exchange_traits){.mode_name = o->ps_sync ? "ps-sync" : "ps-async", .serves = 1, .stale = !o->ps_sync, .keeps_state = 1, .wait_phase = "parameter-server wait"};
+    s->base.traits = (exchange_traits){.mode_name = o->ps_sync ? "ps-sync" : "ps-async",
+                                       .serves = 1,
+                                       .stale = !o->ps_sync,
+                                       .keeps_state = 1,
+                                       .wait_phase = "parameter-server wait"};
     s->base.o = *o;
     s->server = dist_split_servers(servers);
     s->p = ps_create(servers, o->ps_sync ? 0 : o->ps_max_staleness);

@@ -2110,7 +2110,7 @@ int main(void) {
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),
     };
     /* CNT_TEST_FILTER=NAME runs only the tests NAME matches (cmocka's
-     * pattern: * and ?), as tools/gpu_check.sh runs a mutant's one test */
+     * pattern: * and ?), as tools/dev/gpu_check.sh runs a mutant's one test */
     const char *only = getenv("CNT_TEST_FILTER");
     if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests_name("backend_gpu", tests, group_setup, NULL);

@@ -365,7 +365,7 @@ run $T configs/resnet50.ini data.kind=synthetic train.batch_size=2 train.eval_ba
 check "configs/resnet50.ini trains a step on synthetic data" \
     bash -c "[ $rc -eq 0 ] && grep -q 'step 1/1' <<<\"\$1\"" _ "$out"
 
-# docs/usage.md embeds the reference generated from the parser's table (tools/update_config_reference.sh).
+# docs/usage.md embeds the reference generated from the parser's table (tools/dev/update_config_reference.sh).
 $T --config-reference md > "$tmp/ref.md"
 check "docs/usage.md holds the current config reference" python3 - "$tmp/ref.md" docs/usage.md <<'PY'
 import sys

@@ -176,7 +176,7 @@ static int cmd_devices(int argc, char **argv) {
 }
 
 /* --config-reference [md]: plain text for people; md: the Markdown tables
- * docs/usage.md embeds (tools/update_config_reference.sh). */
+ * docs/usage.md embeds (tools/dev/update_config_reference.sh). */
 static int cmd_config_reference(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[2], "md") != 0) {
         fprintf(stderr, "trainer: --config-reference takes nothing or md, got '%s'\n", argv[2]);

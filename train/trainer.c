@@ -124,8 +124,8 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
                 return CNT_OK;
             }
         }
-        if (save && !epoch_end && r->rank == 0 && run_save_checkpoint(r, epoch, r->epoch_step * run_samples_per_step(r)) != CNT_OK)
-            return CNT_ERR;
+        long samples = r->epoch_step * run_samples_per_step(r);
+        if (save && !epoch_end && r->rank == 0 && run_save_checkpoint(r, epoch, samples) != CNT_OK) return CNT_ERR;
         if (stop) {
             r->stopped = stop;
             *done = 1;

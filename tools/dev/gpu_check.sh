@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh - a lent GPU machine's whole visit in one command: set up
-# the kit (tools/device_env.sh), run the GPU tests one by one, each under a
+# tools/dev/gpu_check.sh - a lent GPU machine's whole visit in one command: set up
+# the kit (tools/dev/device_env.sh), run the GPU tests one by one, each under a
 # time limit, then the throughput table (tools/bench_gpu.sh) while time is
 # left. Everything printed also goes to $OUT/gpu_check.log (or
 # ./gpu-check/gpu_check.log where OUT is unset).
 #
-#   tools/device_kit.sh                  # here, first: builds and packs .devkit
-#   tools/gpu_check.sh [TESTS...]        # there, with .devkit carried
+#   tools/dev/device_kit.sh                  # here, first: builds and packs .devkit
+#   tools/dev/gpu_check.sh [TESTS...]        # there, with .devkit carried
 #   env: GPU_CHECK_SECONDS (total budget, default 540, for a run timeout of 600; the benchmark runs only
 #        in what the tests left), GPU_BENCH ("MODELS|BATCHES|PRECISIONS|LAYOUTS",
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
@@ -14,21 +14,21 @@
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
-# when the kit has them (tools/gpu_mutants.sh), the mutants, each of which
+# when the kit has them (tools/dev/gpu_mutants.sh), the mutants, each of which
 # must fail (a timeout counts as not caught). A TEST is
 # a script (*.sh, run with bash), a program, or any other shell command line
 # (run with bash -c). Each is reported with its exit status and seconds; the
 # last line counts failures.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-check}
 mkdir -p "$out"
 exec > >(tee "$out/gpu_check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
 t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
-# shellcheck source=tools/device_env.sh
-source tools/device_env.sh || { echo "gpu_check: the kit did not set up"; exit 1; }
+# shellcheck source=tools/dev/device_env.sh
+source tools/dev/device_env.sh || { echo "gpu_check: the kit did not set up"; exit 1; }
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
     tests/test_gpu_train.sh)
@@ -53,7 +53,7 @@ for t in "${tests[@]}"; do
     echo "=== $t: exit $rc in $((SECONDS - s))s"
     [ "$rc" -eq 0 ] || failed+=("$t (exit $rc)")
 done
-# The mutants of tools/gpu_mutants.sh: each must fail (a test that passes
+# The mutants of tools/dev/gpu_mutants.sh: each must fail (a test that passes
 # without the fence or event wait it guards does not guard it).
 if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
     gpus=$(./trainer --devices | grep -c '^cuda:[0-9]')

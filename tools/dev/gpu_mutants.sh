@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# tools/gpu_mutants.sh - GPU test programs built from copies of this tree with
-# one fence, event wait or copy removed each, for tools/gpu_check.sh to run on a
+# tools/dev/gpu_mutants.sh - GPU test programs built from copies of this tree with
+# one fence, event wait or copy removed each, for tools/dev/gpu_check.sh to run on a
 # lent GPU machine and expect to FAIL: a test that still passes without the
-# ordering it guards does not guard it. tools/device_kit.sh calls this last.
+# ordering it guards does not guard it. tools/dev/device_kit.sh calls this last.
 #
-#   tools/gpu_mutants.sh        # writes .devkit/mutants/NAME.xz (carried with the kit)
+#   tools/dev/gpu_mutants.sh        # writes .devkit/mutants/NAME.xz (carried with the kit)
 #
 # Each mutant: a name, the file edited, a sed expression that must change
 # exactly one line of it, and the test program rebuilt from the edited tree.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=$PWD/.devkit/mutants
 mutants=(
     # the stager's three fence pairings (tests/test_stager.c, test_stager_gpu_stress)
@@ -24,7 +24,7 @@ mutants=(
     # NHWC batch norm's aligned stand-ins not copied back (test_backend_gpu, test_bn_nhwc_unaligned)
     'bn_no_copy_back|model/backend_cuda.c|s/if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s,/if (0) CUDA_CHECK(cudaMemcpyAsync(v, s,/|build/tests/test_backend_gpu'
 )
-opt="-O3 -march=x86-64-v3" # as tools/device_kit.sh: any x86-64-v3 host
+opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
 git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"

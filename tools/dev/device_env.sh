@@ -1,7 +1,7 @@
-# tools/device_env.sh - sourced on a bare GPU machine, in the checkout, with
-# .devkit (made by tools/device_kit.sh) carried along:
+# tools/dev/device_env.sh - sourced on a bare GPU machine, in the checkout, with
+# .devkit (made by tools/dev/device_kit.sh) carried along:
 #
-#   source tools/device_env.sh && make test
+#   source tools/dev/device_env.sh && make test
 #
 # Unpacks the prebuilt trainer and build/ into the checkout (and marks them up
 # to date, so `make` builds nothing: the machine has no OpenBLAS, cmocka or
@@ -13,7 +13,7 @@
 # something is missing.
 cnt_device_env() {
     local kit=.devkit tmp f
-    [ -f "$kit/kit.tar.xz" ] || { echo "device_env: no $kit/kit.tar.xz (run tools/device_kit.sh here and carry $kit)" >&2; return 1; }
+    [ -f "$kit/kit.tar.xz" ] || { echo "device_env: no $kit/kit.tar.xz (run tools/dev/device_kit.sh here and carry $kit)" >&2; return 1; }
     tmp=$(mktemp -d) || return 1
     tar -xJf "$kit/kit.tar.xz" -C "$tmp" || return 1
     rm -rf build trainer

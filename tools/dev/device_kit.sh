@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tools/device_kit.sh - packs what a bare GPU machine needs to run this
+# tools/dev/device_kit.sh - packs what a bare GPU machine needs to run this
 # checkout's binaries and tests, for machines that can fetch nothing (the
 # project's lent H100/H200 machines: CUDA, cuDNN and NCCL come with their
 # PyTorch, but no OpenBLAS, cmocka, Open MPI or Fashion-MNIST).
 #
-#   tools/device_kit.sh                     # here: builds (make test-build), packs, and the mutants (tools/gpu_mutants.sh)
+#   tools/dev/device_kit.sh                     # here: builds (make test-build), packs, and the mutants (tools/dev/gpu_mutants.sh)
 #   then on the GPU machine, in the checkout, with .devkit carried:
-#   source tools/device_env.sh && make test
+#   source tools/dev/device_env.sh && make test
 #
 # Writes .devkit/ (ignored by git):
 #   kit.tar.xz      the trainer and build/ (test binaries, objects, probes;
@@ -20,7 +20,7 @@
 # and the CUDA libraries (cudart, cuBLAS, cuDNN, NCCL), which the GPU
 # machine's own are used for (device_env.sh puts them on LD_LIBRARY_PATH).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$PWD
 kit=$repo/.devkit
 # Built from the working tree that travels (tracked and untracked files git
@@ -82,6 +82,6 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
 else
     echo "device_kit: no /usr/share/datasets/fashion-mnist here (make deps installs it)" >&2
 fi
-"$repo/tools/gpu_mutants.sh" | sed 's/^/device_kit: /'
+"$repo/tools/dev/gpu_mutants.sh" | sed 's/^/device_kit: /'
 du -sh "$kit"/* | sed 's/^/device_kit: /'
-echo "device_kit: carry .devkit; on the GPU machine: tools/gpu_check.sh (or source tools/device_env.sh)"
+echo "device_kit: carry .devkit; on the GPU machine: tools/dev/gpu_check.sh (or source tools/dev/device_env.sh)"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# tools/update_config_reference.sh - regenerate docs/usage.md's config
+# tools/dev/update_config_reference.sh - regenerate docs/usage.md's config
 # reference from the parser's own table (`./trainer --config-reference md`), between the markers
 # <!-- config-reference:begin --> and <!-- config-reference:end -->.
 # tests/test_cli.sh fails when it is out of date. Run after `make`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ref=$(mktemp)
 trap 'rm -f "$ref"' EXIT
 ./trainer --config-reference md > "$ref"
