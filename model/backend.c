@@ -26,3 +26,53 @@ size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const
     return be->conv_filter_kept ? be->conv_filter_kept(ctx, p) : 0;
 }
 
+
+void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
+                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+                              float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                              float *save_invstd) {
+    if (be->bn_act_fwd_train) {
+        be->bn_act_fwd_train(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps,
+                             save_mean, save_invstd);
+        return;
+    }
+    be->bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+                     save_invstd);
+    size_t n = (size_t)N * C * HW;
+    if (z) be->add(n, y, z, y);
+    if (relu) be->relu_fwd(n, y, y);
+}
+
+void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
+                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+                              const float *running_mean, const float *running_var, float eps) {
+    if (be->bn_act_fwd_infer) {
+        be->bn_act_fwd_infer(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, eps);
+        return;
+    }
+    be->bn_fwd_infer(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
+    size_t n = (size_t)N * C * HW;
+    if (z) be->add(n, y, z, y);
+    if (relu) be->relu_fwd(n, y, y);
+}
+
+void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
+                        const float *y, float *dy, int relu, const float *gamma, const float *save_mean,
+                        const float *save_invstd, float eps, float *dx, float *dgamma, float *dbeta,
+                        int accumulate_dx, float *dz, int accumulate_dz) {
+    if (be->bn_act_bwd) {
+        be->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
+                       accumulate_dx, dz, accumulate_dz);
+        return;
+    }
+    size_t n = (size_t)N * C * HW;
+    const float *g = dy;
+    if (relu && dz && !accumulate_dz) {
+        be->relu_bwd(n, y, dy, dz, 0); /* g straight into dz, which then is g */
+        g = dz;
+    } else {
+        if (relu) be->relu_bwd(n, y, dy, dy, 0); /* g in place */
+        if (dz) be->axpy(n, 1.0f, dy, dz, accumulate_dz);
+    }
+    be->bn_bwd(ctx, N, C, HW, x, g, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
+}

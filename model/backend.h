@@ -235,6 +235,31 @@ typedef struct backend {
                    const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
                    float *dgamma, float *dbeta, int accumulate_dx);
 
+    /* ---- batch norm fused with the add and ReLU after it (model/net.c's
+     * fusion), in ctx's layout. Optional (NULL: callers go through
+     * backend_bn_act_*, which compose bn_*, add and relu_*); a backend that
+     * has them gives the composition's numbers. ----
+     * Forward: y = act(bn(x) + z), bn as bn_fwd_train / bn_fwd_infer (the
+     * statistics, running averages and save_* alike), + z where z is not
+     * NULL, then ReLU (relu_fwd's rule) where relu is 1. y may not overlap
+     * x or z. */
+    void (*bn_act_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z, int relu,
+                             const float *gamma, const float *beta, float *y, float *running_mean,
+                             float *running_var, float momentum, float eps, float *save_mean, float *save_invstd);
+    void (*bn_act_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z, int relu,
+                             const float *gamma, const float *beta, float *y, const float *running_mean,
+                             const float *running_var, float eps);
+    /* Backward, given the forward's x and y: g = relu ? dy * (y > 0) : dy;
+     * dz (+)= g where dz is not NULL (the residual's gradient, accumulate_dz
+     * as bn_bwd's accumulate_dx); then bn_bwd with g for its dy. dy's
+     * contents are undefined afterwards (a composition may leave g there).
+     * dz may be dy itself when accumulate_dz is 0 (the net's planner lets
+     * them share memory: the add's gradient in place, not copied); dx and
+     * dz overlap nothing else of x, y, dy. */
+    void (*bn_act_bwd)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y, float *dy,
+                       int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
+                       float *dx, float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz);
+
     /* ---- pooling, in ctx's layout ---- */
     void (*pool_fwd)(const backend_ctx *ctx, const pool_params *p, const float *x, float *y);
     /* dx (+)= gradient; x and y are the forward's input and output (max pooling
@@ -439,5 +464,19 @@ uint64_t backend_epoch_new(void);
 int backend_math_check(const backend *be, backend_math math);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
+/* be->bn_act_*, or where the backend lacks them the composition that
+ * defines them (bn_*, then add, then relu_*; backward: relu_bwd, axpy into
+ * dz, bn_bwd). Arguments as the ops'. */
+void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
+                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+                              float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                              float *save_invstd);
+void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
+                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+                              const float *running_mean, const float *running_var, float eps);
+void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
+                        const float *y, float *dy, int relu, const float *gamma, const float *save_mean,
+                        const float *save_invstd, float eps, float *dx, float *dgamma, float *dbeta,
+                        int accumulate_dx, float *dz, int accumulate_dz);
 
 #endif

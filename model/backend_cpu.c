@@ -38,6 +38,8 @@
 #include "common/rng.h"
 
 #include <cblas.h>
+#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -678,9 +680,37 @@ static void cpu_bias_bwd(int N, int C, int HW, const float *dy, float *db) {
 
 /* -------------------------------------------------------------- batch norm */
 
-static void cpu_bn_fwd_train(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                             float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                             float *save_invstd) {
+/* One normalised row of batch norm, with what the fusion puts after it:
+ * y = act((x - m) * scale + b + z), z where zp is not NULL, ReLU where relu
+ * (relu_fwd's rule). Each value takes the steps the separate ops take, in
+ * their order, so fused and separate give the same bits. */
+static void bn_apply_row(int n, const float *xp, const float *zp, int relu, float m, float scale, float b,
+                         float *yp) {
+    if (zp && relu) {
+#pragma omp simd
+        for (int i = 0; i < n; i++) {
+            float v = (xp[i] - m) * scale + b + zp[i];
+            yp[i] = v < 0.0f ? 0.0f : v;
+        }
+    } else if (zp) {
+#pragma omp simd
+        for (int i = 0; i < n; i++) yp[i] = (xp[i] - m) * scale + b + zp[i];
+    } else if (relu) {
+#pragma omp simd
+        for (int i = 0; i < n; i++) {
+            float v = (xp[i] - m) * scale + b;
+            yp[i] = v < 0.0f ? 0.0f : v;
+        }
+    } else {
+#pragma omp simd
+        for (int i = 0; i < n; i++) yp[i] = (xp[i] - m) * scale + b;
+    }
+}
+
+/* bn_act_fwd_train in NCHW (z NULL and relu 0: bn_fwd_train). */
+static void cpu_bn_fwd_train(int N, int C, int HW, const float *x, const float *z, int relu, const float *gamma,
+                             const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                             float eps, float *save_mean, float *save_invstd) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     size_t M = (size_t)N * HW;
 #pragma omp parallel for schedule(static) if (M * C >= CPU_PAR_MIN)
@@ -705,10 +735,8 @@ static void cpu_bn_fwd_train(int N, int C, int HW, const float *x, const float *
         /* (x - mean) first: x*scale + shift would cancel when |mean| >> std */
         float m = (float)mean, scale = (float)((double)gamma[c] * invstd), b = beta[c];
         for (int n = 0; n < N; n++) {
-            const float *xp = x + ((size_t)n * C + c) * HW;
-            float *yp = y + ((size_t)n * C + c) * HW;
-#pragma omp simd
-            for (int i = 0; i < HW; i++) yp[i] = (xp[i] - m) * scale + b;
+            size_t o = ((size_t)n * C + c) * HW;
+            bn_apply_row(HW, x + o, z ? z + o : NULL, relu, m, scale, b, y + o);
         }
         save_mean[c] = (float)mean;
         save_invstd[c] = (float)invstd;
@@ -719,8 +747,10 @@ static void cpu_bn_fwd_train(int N, int C, int HW, const float *x, const float *
     }
 }
 
-static void cpu_bn_fwd_infer(int N, int C, int HW, const float *x, const float *gamma, const float *beta, float *y,
-                             const float *running_mean, const float *running_var, float eps) {
+/* bn_act_fwd_infer in NCHW (z NULL and relu 0: bn_fwd_infer). */
+static void cpu_bn_fwd_infer(int N, int C, int HW, const float *x, const float *z, int relu, const float *gamma,
+                             const float *beta, float *y, const float *running_mean, const float *running_var,
+                             float eps) {
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
     size_t total = (size_t)N * C * HW;
 #pragma omp parallel for schedule(static) if (total >= CPU_PAR_MIN)
@@ -728,31 +758,67 @@ static void cpu_bn_fwd_infer(int N, int C, int HW, const float *x, const float *
         for (int c = 0; c < C; c++) {
             float m = running_mean[c], b = beta[c];
             float scale = (float)((double)gamma[c] / sqrt((double)running_var[c] + (double)eps));
-            const float *xp = x + ((size_t)n * C + c) * HW;
-            float *yp = y + ((size_t)n * C + c) * HW;
-#pragma omp simd
-            for (int i = 0; i < HW; i++) yp[i] = (xp[i] - m) * scale + b;
+            size_t o = ((size_t)n * C + c) * HW;
+            bn_apply_row(HW, x + o, z ? z + o : NULL, relu, m, scale, b, y + o);
         }
     }
 }
 
-static void cpu_bn_bwd(int N, int C, int HW, const float *x, const float *dy, const float *gamma,
-                       const float *save_mean, const float *save_invstd, float eps, float *dx, float *dgamma,
-                       float *dbeta, int accumulate_dx) {
-    (void)eps; /* in save_invstd already */
-    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
+/* dst (+)= relu ? dy * (y > 0) : dy over n values: the gradient that reaches
+ * a fused batch norm's output, as relu_bwd computes it. */
+static void bn_grad_row(int n, const float *yp, const float *dp, int relu, float *dst, int accumulate) {
+    if (relu && accumulate) {
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] += cpu_relu_grad(yp[i], dp[i]);
+    } else if (relu) {
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] = cpu_relu_grad(yp[i], dp[i]);
+    } else if (accumulate) {
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] += 1.0f * dp[i];
+    } else {
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] = 1.0f * dp[i];
+    }
+}
+
+/* bn_grad_row over a whole [N, C, HW] tensor in any layout. */
+static void bn_grad_rows(int N, int C, int HW, const float *y, const float *dy, int relu, float *dst,
+                         int accumulate) {
+    size_t per = (size_t)C * HW;
+    CNT_ASSERT(per <= INT_MAX);
+#pragma omp parallel for schedule(static) if (per * N >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        bn_grad_row((int)per, relu ? y + n * per : NULL, dy + n * per, relu, dst + n * per, accumulate);
+}
+
+/* bn_act_bwd in NCHW (y NULL, relu 0 and dz NULL: bn_bwd). With relu, the
+ * gradient g = dy * (y > 0) is recomputed in each pass rather than stored. */
+static void cpu_bn_bwd(int N, int C, int HW, const float *x, const float *y, const float *dy, int relu,
+                       const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+                       float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz) {
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1 && (!relu || y));
     size_t M = (size_t)N * HW;
 #pragma omp parallel for schedule(static) if (M * C >= CPU_PAR_MIN)
     for (int c = 0; c < C; c++) {
         float mean = save_mean[c];
         double sdy = 0.0, sdyx = 0.0;
         for (int n = 0; n < N; n++) {
-            const float *xp = x + ((size_t)n * C + c) * HW;
-            const float *dp = dy + ((size_t)n * C + c) * HW;
+            size_t o = ((size_t)n * C + c) * HW;
+            const float *xp = x + o, *dp = dy + o, *yp = relu ? y + o : NULL;
+            if (relu) {
 #pragma omp simd reduction(+ : sdy, sdyx)
-            for (int i = 0; i < HW; i++) {
-                sdy += dp[i];
-                sdyx += (double)dp[i] * (double)(xp[i] - mean);
+                for (int i = 0; i < HW; i++) {
+                    float g = cpu_relu_grad(yp[i], dp[i]);
+                    sdy += g;
+                    sdyx += (double)g * (double)(xp[i] - mean);
+                }
+            } else {
+#pragma omp simd reduction(+ : sdy, sdyx)
+                for (int i = 0; i < HW; i++) {
+                    sdy += dp[i];
+                    sdyx += (double)dp[i] * (double)(xp[i] - mean);
+                }
             }
         }
         double invstd = save_invstd[c];
@@ -763,10 +829,20 @@ static void cpu_bn_bwd(int N, int C, int HW, const float *x, const float *dy, co
         float mdy = (float)(sdy / (double)M);
         float b = (float)(invstd * invstd * sdyx / (double)M);
         for (int n = 0; n < N; n++) {
-            const float *xp = x + ((size_t)n * C + c) * HW;
-            const float *dp = dy + ((size_t)n * C + c) * HW;
-            float *gp = dx + ((size_t)n * C + c) * HW;
-            if (accumulate_dx) {
+            size_t o = ((size_t)n * C + c) * HW;
+            const float *xp = x + o, *dp = dy + o;
+            float *gp = dx + o;
+            if (dz) bn_grad_row(HW, relu ? y + o : NULL, dp, relu, dz + o, accumulate_dz);
+            if (relu) {
+                const float *yp = y + o;
+                if (accumulate_dx) {
+#pragma omp simd
+                    for (int i = 0; i < HW; i++) gp[i] += a * (cpu_relu_grad(yp[i], dp[i]) - mdy - (xp[i] - mean) * b);
+                } else {
+#pragma omp simd
+                    for (int i = 0; i < HW; i++) gp[i] = a * (cpu_relu_grad(yp[i], dp[i]) - mdy - (xp[i] - mean) * b);
+                }
+            } else if (accumulate_dx) {
 #pragma omp simd
                 for (int i = 0; i < HW; i++) gp[i] += a * (dp[i] - mdy - (xp[i] - mean) * b);
             } else {
@@ -1343,46 +1419,84 @@ static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const flo
     cpu_bias_bwd(N, C, HW, lay_in(0, N, C, HW, dy), db);
 }
 
-static void lay_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                             const float *beta, float *y, float *running_mean, float *running_var, float momentum,
-                             float eps, float *save_mean, float *save_invstd) {
+static void lay_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
+                                 int relu, const float *gamma, const float *beta, float *y, float *running_mean,
+                                 float *running_var, float momentum, float eps, float *save_mean, float *save_invstd) {
     if (!nhwc(ctx) || HW == 1) {
-        cpu_bn_fwd_train(N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+        cpu_bn_fwd_train(N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
                          save_invstd);
         return;
     }
     const float *xt = lay_in(0, N, C, HW, x);
+    const float *zt = z ? lay_in(2, N, C, HW, z) : NULL;
     float *yt = lay_out(1, N, C, HW);
-    cpu_bn_fwd_train(N, C, HW, xt, gamma, beta, yt, running_mean, running_var, momentum, eps, save_mean,
+    cpu_bn_fwd_train(N, C, HW, xt, zt, relu, gamma, beta, yt, running_mean, running_var, momentum, eps, save_mean,
                      save_invstd);
+    lay_back(N, C, HW, yt, y);
+}
+
+static void lay_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                             const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                             float eps, float *save_mean, float *save_invstd) {
+    lay_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps,
+                         save_mean, save_invstd);
+}
+
+static void lay_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
+                                 int relu, const float *gamma, const float *beta, float *y,
+                                 const float *running_mean, const float *running_var, float eps) {
+    if (!nhwc(ctx) || HW == 1) {
+        cpu_bn_fwd_infer(N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, eps);
+        return;
+    }
+    const float *xt = lay_in(0, N, C, HW, x);
+    const float *zt = z ? lay_in(2, N, C, HW, z) : NULL;
+    float *yt = lay_out(1, N, C, HW);
+    cpu_bn_fwd_infer(N, C, HW, xt, zt, relu, gamma, beta, yt, running_mean, running_var, eps);
     lay_back(N, C, HW, yt, y);
 }
 
 static void lay_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
                              const float *beta, float *y, const float *running_mean, const float *running_var,
                              float eps) {
+    lay_bn_act_fwd_infer(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, eps);
+}
+
+/* bn_act_bwd, which here leaves dy as it was (and bn_bwd: y NULL, relu 0, dz NULL). */
+static void lay_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y,
+                           const float *dy, int relu, const float *gamma, const float *save_mean,
+                           const float *save_invstd, float *dx, float *dgamma, float *dbeta, int accumulate_dx,
+                           float *dz, int accumulate_dz) {
     if (!nhwc(ctx) || HW == 1) {
-        cpu_bn_fwd_infer(N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
+        cpu_bn_bwd(N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx, dz,
+                   accumulate_dz);
         return;
     }
+    /* dz is elementwise, so it is written in NHWC directly */
+    if (dz) bn_grad_rows(N, C, HW, y, dy, relu, dz, accumulate_dz);
     const float *xt = lay_in(0, N, C, HW, x);
-    float *yt = lay_out(1, N, C, HW);
-    cpu_bn_fwd_infer(N, C, HW, xt, gamma, beta, yt, running_mean, running_var, eps);
-    lay_back(N, C, HW, yt, y);
+    const float *yt = relu ? lay_in(1, N, C, HW, y) : NULL;
+    const float *dyt = lay_in(2, N, C, HW, dy);
+    float *dxt = accumulate_dx ? lay_in(3, N, C, HW, dx) : lay_out(3, N, C, HW);
+    cpu_bn_bwd(N, C, HW, xt, yt, dyt, relu, gamma, save_mean, save_invstd, dxt, dgamma, dbeta, accumulate_dx, NULL,
+               0);
+    lay_back(N, C, HW, dxt, dx);
+}
+
+static void lay_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y, float *dy,
+                           int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
+                           float *dx, float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz) {
+    (void)eps; /* in save_invstd already */
+    lay_bn_bwd_any(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx, dz,
+                   accumulate_dz);
 }
 
 static void lay_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
                        const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
                        float *dgamma, float *dbeta, int accumulate_dx) {
-    if (!nhwc(ctx) || HW == 1) {
-        cpu_bn_bwd(N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
-        return;
-    }
-    const float *xt = lay_in(0, N, C, HW, x);
-    const float *dyt = lay_in(1, N, C, HW, dy);
-    float *dxt = accumulate_dx ? lay_in(2, N, C, HW, dx) : lay_out(2, N, C, HW);
-    cpu_bn_bwd(N, C, HW, xt, dyt, gamma, save_mean, save_invstd, eps, dxt, dgamma, dbeta, accumulate_dx);
-    lay_back(N, C, HW, dxt, dx);
+    (void)eps;
+    lay_bn_bwd_any(ctx, N, C, HW, x, NULL, dy, 0, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx,
+                   NULL, 0);
 }
 
 static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
@@ -1524,6 +1638,9 @@ static const backend cpu_backend = {
     .bn_fwd_train = lay_bn_fwd_train,
     .bn_fwd_infer = lay_bn_fwd_infer,
     .bn_bwd = lay_bn_bwd,
+    .bn_act_fwd_train = lay_bn_act_fwd_train,
+    .bn_act_fwd_infer = lay_bn_act_fwd_infer,
+    .bn_act_bwd = lay_bn_act_bwd,
     .pool_fwd = lay_pool_fwd,
     .pool_bwd = lay_pool_bwd,
     .gemm = cpu_gemm,

@@ -8,6 +8,9 @@
 
 #include "model/backend.h"
 
+#include <stdint.h>
+#include <string.h>
+
 /* model/backend_cpu.c: OpenBLAS + OpenMP, layouts NCHW and NHWC (block_c 0).
  * Always built. */
 const backend *backend_cpu_openblas(void);
@@ -28,6 +31,18 @@ int cpu_math_reduced(int math);
 void cpu_round_to_math(int math, float *dst, const float *src, size_t n);
 /* A copy of src[0, n) rounded so, in b. */
 const float *cpu_rounded_copy(int math, cpu_buf *b, const float *src, size_t n);
+
+/* relu_bwd's rule for one value, y > 0 ? d : +0, as a bit mask, so that
+ * the loops using it vectorise (gcc leaves the ternary's conditional load of
+ * d scalar in loops that also sum in double). Same bits as the ternary. */
+static inline float cpu_relu_grad(float y, float d) {
+    uint32_t u;
+    memcpy(&u, &d, sizeof u);
+    u &= -(uint32_t)(y > 0.0f);
+    float g;
+    memcpy(&g, &u, sizeof g);
+    return g;
+}
 
 /* model/backend_onednn.c (built with CNT_HAVE_ONEDNN): the OpenBLAS backend's
  * table with BACKEND_LAYOUT_BLOCKED added on oneDNN; NCHW and NHWC still run

@@ -417,13 +417,44 @@ static void dn_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const floa
 
 /* The NCHW code's formulas (model/backend_cpu.c), with the B channels of a
  * block in the vector lanes. */
-static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                            const float *beta, float *y, float *running_mean, float *running_var, float momentum,
-                            float eps, float *save_mean, float *save_invstd) {
+/* One block of B channels over HW positions: y = act((x - m) * scale + sh
+ * + z), z where zp is not NULL, ReLU where relu (the NCHW code's steps). */
+static void dn_bn_apply_block(int HW, const float *xp, const float *zp, int relu, const float *m,
+                              const float *scale, const float *sh, float *yp) {
+    for (int i = 0; i < HW; i++) {
+        size_t o = (size_t)i * B;
+        if (zp && relu) {
+#pragma omp simd
+            for (int j = 0; j < B; j++) {
+                float v = (xp[o + j] - m[j]) * scale[j] + sh[j] + zp[o + j];
+                yp[o + j] = v < 0.0f ? 0.0f : v;
+            }
+        } else if (zp) {
+#pragma omp simd
+            for (int j = 0; j < B; j++) yp[o + j] = (xp[o + j] - m[j]) * scale[j] + sh[j] + zp[o + j];
+        } else if (relu) {
+#pragma omp simd
+            for (int j = 0; j < B; j++) {
+                float v = (xp[o + j] - m[j]) * scale[j] + sh[j];
+                yp[o + j] = v < 0.0f ? 0.0f : v;
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < B; j++) yp[o + j] = (xp[o + j] - m[j]) * scale[j] + sh[j];
+        }
+    }
+}
+
+/* The fused batch norm (bn_act_*) and, with z NULL and relu 0, the plain
+ * one. */
+static void dn_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
+                                int relu, const float *gamma, const float *beta, float *y, float *running_mean,
+                                float *running_var, float momentum, float eps, float *save_mean,
+                                float *save_invstd) {
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
-        plain->bn_fwd_train(&pc, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
-                            save_invstd);
+        plain->bn_act_fwd_train(&pc, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps,
+                                save_mean, save_invstd);
         return;
     }
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
@@ -462,21 +493,25 @@ static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const 
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)unbiased;
         }
         for (int n = 0; n < N; n++) {
-            const float *xp = x + blk_base(C, HW, n, cb);
-            float *yp = y + blk_base(C, HW, n, cb);
-            for (int i = 0; i < HW; i++)
-#pragma omp simd
-                for (int j = 0; j < B; j++) yp[(size_t)i * B + j] = (xp[(size_t)i * B + j] - m[j]) * scale[j] + sh[j];
+            size_t o = blk_base(C, HW, n, cb);
+            dn_bn_apply_block(HW, x + o, z ? z + o : NULL, relu, m, scale, sh, y + o);
         }
     }
 }
 
-static void dn_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                            const float *beta, float *y, const float *running_mean, const float *running_var,
-                            float eps) {
+static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                            const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+                            float eps, float *save_mean, float *save_invstd) {
+    dn_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps,
+                        save_mean, save_invstd);
+}
+
+static void dn_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
+                                int relu, const float *gamma, const float *beta, float *y,
+                                const float *running_mean, const float *running_var, float eps) {
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
-        plain->bn_fwd_infer(&pc, N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
+        plain->bn_act_fwd_infer(&pc, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, eps);
         return;
     }
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
@@ -491,20 +526,31 @@ static void dn_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const 
                 scale[j] = (float)((double)gamma[c] / sqrt((double)running_var[c] + (double)eps));
                 sh[j] = beta[c];
             }
-            const float *xp = x + blk_base(C, HW, n, cb);
-            float *yp = y + blk_base(C, HW, n, cb);
-            for (int i = 0; i < HW; i++)
-#pragma omp simd
-                for (int j = 0; j < B; j++) yp[(size_t)i * B + j] = (xp[(size_t)i * B + j] - m[j]) * scale[j] + sh[j];
+            size_t o = blk_base(C, HW, n, cb);
+            dn_bn_apply_block(HW, x + o, z ? z + o : NULL, relu, m, scale, sh, y + o);
         }
 }
 
-static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
-                      const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
-                      float *dgamma, float *dbeta, int accumulate_dx) {
+static void dn_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
+                            const float *beta, float *y, const float *running_mean, const float *running_var,
+                            float eps) {
+    dn_bn_act_fwd_infer(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, eps);
+}
+
+/* bn_act_bwd, leaving dy as it was (bn_bwd: y NULL, relu 0, dz NULL). The
+ * gradient g = relu ? dy * (y > 0) : dy is recomputed in each pass. */
+static void dn_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y,
+                          const float *dy, int relu, const float *gamma, const float *save_mean,
+                          const float *save_invstd, float eps, float *dx, float *dgamma, float *dbeta,
+                          int accumulate_dx, float *dz, int accumulate_dz) {
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
-        plain->bn_bwd(&pc, N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
+        if (relu || dz) /* the OpenBLAS table's leaves dy as it was */
+            plain->bn_act_bwd(&pc, N, C, HW, x, y, (float *)dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma,
+                              dbeta, accumulate_dx, dz, accumulate_dz);
+        else
+            plain->bn_bwd(&pc, N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
+                          accumulate_dx);
         return;
     }
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
@@ -518,12 +564,14 @@ static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float 
         for (int n = 0; n < N; n++) {
             const float *xp = x + blk_base(C, HW, n, cb);
             const float *dp = dy + blk_base(C, HW, n, cb);
+            const float *yp = relu ? y + blk_base(C, HW, n, cb) : NULL;
             for (int i = 0; i < HW; i++)
 #pragma omp simd
                 for (int j = 0; j < B; j++) {
                     size_t k = (size_t)i * B + j;
-                    sdy[j] += dp[k];
-                    sdyx[j] += (double)dp[k] * (double)(xp[k] - mean[j]);
+                    float g = relu ? cpu_relu_grad(yp[k], dp[k]) : dp[k];
+                    sdy[j] += g;
+                    sdyx[j] += (double)g * (double)(xp[k] - mean[j]);
                 }
         }
         float a[16], mdy[16], b[16];
@@ -540,20 +588,49 @@ static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float 
             const float *xp = x + blk_base(C, HW, n, cb);
             const float *dp = dy + blk_base(C, HW, n, cb);
             float *gp = dx + blk_base(C, HW, n, cb);
+            const float *yp = relu ? y + blk_base(C, HW, n, cb) : NULL;
+            float *zp = dz ? dz + blk_base(C, HW, n, cb) : NULL;
             for (int i = 0; i < HW; i++) {
                 size_t o = (size_t)i * B;
-                if (accumulate_dx) {
+                float g[16];
+                if (relu) {
 #pragma omp simd
-                    for (int j = 0; j < B; j++)
-                        gp[o + j] += a[j] * (dp[o + j] - mdy[j] - (xp[o + j] - mean[j]) * b[j]);
+                    for (int j = 0; j < B; j++) g[j] = cpu_relu_grad(yp[o + j], dp[o + j]);
                 } else {
 #pragma omp simd
-                    for (int j = 0; j < B; j++)
-                        gp[o + j] = a[j] * (dp[o + j] - mdy[j] - (xp[o + j] - mean[j]) * b[j]);
+                    for (int j = 0; j < B; j++) g[j] = dp[o + j];
+                }
+                if (zp && accumulate_dz) {
+#pragma omp simd
+                    for (int j = 0; j < B; j++) zp[o + j] += 1.0f * g[j];
+                } else if (zp) {
+#pragma omp simd
+                    for (int j = 0; j < B; j++) zp[o + j] = 1.0f * g[j];
+                }
+                if (accumulate_dx) {
+#pragma omp simd
+                    for (int j = 0; j < B; j++) gp[o + j] += a[j] * (g[j] - mdy[j] - (xp[o + j] - mean[j]) * b[j]);
+                } else {
+#pragma omp simd
+                    for (int j = 0; j < B; j++) gp[o + j] = a[j] * (g[j] - mdy[j] - (xp[o + j] - mean[j]) * b[j]);
                 }
             }
         }
     }
+}
+
+static void dn_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y, float *dy,
+                          int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
+                          float *dx, float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz) {
+    dn_bn_bwd_any(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx,
+                  dz, accumulate_dz);
+}
+
+static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
+                      const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+                      float *dgamma, float *dbeta, int accumulate_dx) {
+    dn_bn_bwd_any(ctx, N, C, HW, x, NULL, dy, 0, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx,
+                  NULL, 0);
 }
 
 /* ------------------------------------------------------------ pooling, one block at a time */
@@ -776,6 +853,9 @@ const backend *backend_cpu_onednn(void) {
     dn_backend.bn_fwd_train = dn_bn_fwd_train;
     dn_backend.bn_fwd_infer = dn_bn_fwd_infer;
     dn_backend.bn_bwd = dn_bn_bwd;
+    dn_backend.bn_act_fwd_train = dn_bn_act_fwd_train;
+    dn_backend.bn_act_fwd_infer = dn_bn_act_fwd_infer;
+    dn_backend.bn_act_bwd = dn_bn_act_bwd;
     dn_backend.pool_fwd = dn_pool_fwd;
     dn_backend.pool_bwd = dn_pool_bwd;
     dn_backend.channel_copy = dn_channel_copy;

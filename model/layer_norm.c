@@ -21,27 +21,58 @@ typedef struct bn_state {
     float *save_invstd; /* [C] device: 1/sqrt(batch var + eps) */
 } bn_state;
 
+/* What a fused group (struct node's fuse_*) hands the fused op: the node
+ * whose y and dy hold its result, and the add's other input (its index in
+ * the add's inputs in *zk; -1 without an add). */
+static const node *bn_fused(const net *nt, const node *nd, int *zk) {
+    *zk = -1;
+    if (nd->fuse_add >= 0) {
+        const node *a = &nt->nodes[nd->fuse_add];
+        *zk = a->inputs[0] == (int)(nd - nt->nodes) ? 1 : 0;
+    }
+    return &nt->nodes[nd->fuse_relu >= 0 ? nd->fuse_relu : nd->fuse_add];
+}
+
 static void bn_forward(net *nt, node *nd, int training) {
     bn_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0);
+    const float *x = layer_in(nt, nd, 0), *z = NULL;
+    float *y = nd->y;
+    int relu = nd->fuse_relu >= 0, zk;
+    if (nd->fuse_add >= 0 || relu) {
+        y = bn_fused(nt, nd, &zk)->y;
+        if (zk >= 0) z = layer_in(nt, &nt->nodes[nd->fuse_add], zk);
+    }
     int HW = nd->H * nd->W;
     if (training)
-        nt->be->bn_fwd_train(&nt->ctx, nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
-                             layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1), BN_MOMENTUM, s->eps,
-                             s->save_mean, s->save_invstd);
+        backend_bn_act_fwd_train(nt->be, &nt->ctx, nt->batch, nd->C, HW, x, z, relu, layer_param(nt, nd, 0),
+                                 layer_param(nt, nd, 1), y, layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1),
+                                 BN_MOMENTUM, s->eps, s->save_mean, s->save_invstd);
     else
-        nt->be->bn_fwd_infer(&nt->ctx, nt->batch, nd->C, HW, x, layer_param(nt, nd, 0), layer_param(nt, nd, 1), nd->y,
-                             layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1), s->eps);
+        backend_bn_act_fwd_infer(nt->be, &nt->ctx, nt->batch, nd->C, HW, x, z, relu, layer_param(nt, nd, 0),
+                                 layer_param(nt, nd, 1), y, layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1),
+                                 s->eps);
 }
 
 static void bn_backward(net *nt, node *nd) {
     bn_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0);
-    /* One fused op writes dgamma, dbeta and dx; the weight gradients are
-     * complete when it returns, so the hook follows it. */
-    nt->be->bn_bwd(&nt->ctx, nt->batch, nd->C, nd->H * nd->W, x, nd->dy, layer_param(nt, nd, 0), s->save_mean,
-                   s->save_invstd, s->eps, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
-                   layer_param_grad(nt, nd, 1), nd->accumulate[0]);
+    const float *x = layer_in(nt, nd, 0), *y = NULL;
+    float *dy = nd->dy, *dz = NULL;
+    int relu = nd->fuse_relu >= 0, acc_dz = 0, zk;
+    if (nd->fuse_add >= 0 || relu) {
+        const node *last = bn_fused(nt, nd, &zk);
+        y = last->y;
+        dy = last->dy;
+        if (zk >= 0) {
+            const node *a = &nt->nodes[nd->fuse_add];
+            dz = layer_in_grad(nt, a, zk);
+            acc_dz = a->accumulate[zk];
+        }
+    }
+    /* One op writes dgamma, dbeta and dx (and the residual's gradient); the
+     * weight gradients are complete when it returns, so the hook follows it. */
+    backend_bn_act_bwd(nt->be, &nt->ctx, nt->batch, nd->C, nd->H * nd->W, x, y, dy, relu, layer_param(nt, nd, 0),
+                       s->save_mean, s->save_invstd, s->eps, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
+                       layer_param_grad(nt, nd, 1), nd->accumulate[0], dz, acc_dz);
     layer_grads_ready(nt, nd);
 }
 

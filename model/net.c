@@ -113,6 +113,7 @@ int layer_add_node(net *nt, const layer_ops *ops, const char *name, const int *i
     nd->C = C;
     nd->H = H;
     nd->W = W;
+    nd->fuse_add = nd->fuse_relu = nd->fused_into = -1;
     nd->first_param = nt->n_param_tensors;
     nd->first_buffer = nt->n_buffer_tensors;
     nd->state = state;
@@ -261,6 +262,45 @@ static int check_logits(const net *nt, int idx, const char *what) {
  * gradients reuse the outputs whose last backward reader has run. Sizes are
  * rounded to 16 floats, so every tensor is 64-byte aligned as alloc() returns. */
 
+/* The fusion plan (struct node's fuse_*): fz[3i] and fz[3i+1], the add and
+ * the ReLU batch norm i computes, fz[3i+2] the batch norm that computes node
+ * i (all -1 where none). out and aux: the output nodes, as act_lifetimes'.
+ * Deterministic: net_finalize, the estimate and net_output_kept agree. */
+static int *plan_fusion(const net *nt, int out, int aux) {
+    int n = nt->n_nodes;
+    int *fz = cnt_malloc(3 * (size_t)(n ? n : 1) * sizeof(int)), *uses = cnt_calloc((size_t)(n ? n : 1), sizeof(int));
+    for (int i = 0; i < 3 * n; i++) fz[i] = -1;
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < nt->nodes[j].n_inputs; k++)
+            if (nt->nodes[j].inputs[k] >= 0) uses[nt->nodes[j].inputs[k]]++;
+    for (int b = 0; b < n && !nt->no_fusion; b++) {
+        if (strcmp(nt->nodes[b].ops->kind, "bn") != 0 || uses[b] != 1 || b == out || b == aux) continue;
+        int last = b, j = b + 1;
+        const node *nx = j < n ? &nt->nodes[j] : NULL;
+        if (nx && strcmp(nx->ops->kind, "add") == 0 && (nx->inputs[0] == b || nx->inputs[1] == b)) {
+            fz[3 * b] = last = j++;
+            nx = j < n ? &nt->nodes[j] : NULL;
+        }
+        if (nx && strcmp(nx->ops->kind, "relu") == 0 && nx->inputs[0] == last && uses[last] == 1 && last != out &&
+            last != aux)
+            fz[3 * b + 1] = j;
+        for (int k = 0; k < 2; k++)
+            if (fz[3 * b + k] >= 0) fz[3 * fz[3 * b + k] + 2] = b;
+    }
+    free(uses);
+    return fz;
+}
+
+/* The node whose y and dy hold a fused group's result (its ReLU, else its add). */
+static int fused_last(const int *fz, int b) { return fz[3 * b + 1] >= 0 ? fz[3 * b + 1] : fz[3 * b]; }
+
+/* Whether tensor t (y of node i: 2i, its dy: 2i+1) exists: not for a fused
+ * group's nodes but its last. */
+static int tensor_made(const int *fz, int t) {
+    int i = t / 2, lead = fz[3 * i] >= 0 || fz[3 * i + 1] >= 0 ? i : fz[3 * i + 2];
+    return lead < 0 || fused_last(fz, lead) == i;
+}
+
 static size_t act_floats(const node *nd, int max_batch) {
     size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
     return (n + 15) / 16 * 16;
@@ -268,8 +308,10 @@ static size_t act_floats(const node *nd, int max_batch) {
 
 /* Lifetimes of node i's y (tensor 2i) and dy (2i+1) on the clock above. out
  * and aux: the output nodes (-1 when not yet known: nodes nobody consumes count
- * as outputs then). */
-static void act_lifetimes(const net *nt, int out, int aux, int *start, int *end) {
+ * as outputs then). A fused group runs at its batch norm b's times: its last
+ * node's y is written at b's forward, and its y (for the ReLU's mask) and dy
+ * are read at b's backward. */
+static void act_lifetimes(const net *nt, int out, int aux, const int *fz, int *start, int *end) {
     int n = nt->n_nodes;
     for (int i = 0; i < n; i++) {
         start[2 * i] = i;
@@ -293,6 +335,13 @@ static void act_lifetimes(const net *nt, int out, int aux, int *start, int *end)
             end[2 * i] = 2 * n + 1;
             start[2 * i + 1] = n;
         }
+    for (int b = 0; b < n; b++) {
+        if (fz[3 * b] < 0 && fz[3 * b + 1] < 0) continue;
+        int l = fused_last(fz, b);
+        start[2 * l] = b;
+        if (fz[3 * b + 1] >= 0 && end[2 * l] < 2 * n - b) end[2 * l] = 2 * n - b;
+        if (end[2 * l + 1] < 2 * n - b) end[2 * l + 1] = 2 * n - b;
+    }
     if (nt->no_sharing)
         for (int t = 0; t < 2 * n; t++) {
             start[t] = 0;
@@ -305,7 +354,8 @@ static int rep_of(int *rep, int t) {
     return t;
 }
 
-/* LAYER_PASSES_DY: node j's dy and the dy of its first input i whose
+/* LAYER_PASSES_DY: node j's dy (for a fused add, its group's last dy) and
+ * the dy of its first input i whose
  * gradient j writes first (j is i's last consumer in forward order, so its
  * backward is the first to write i's dy) become one tensor, living from the
  * start of j's dy to the end of i's. The two lifetimes meet at j's backward,
@@ -314,18 +364,21 @@ static int rep_of(int *rep, int t) {
  * to it, after j's dy is dead. Not with sharing off (every tensor its own
  * memory), nor for i an output, nor for an input given twice. rep[t]: the
  * tensor whose lifetime and place t shares. */
-static void alias_passed_dy(const net *nt, int out, int aux, int *start, int *end, int *rep) {
+static void alias_passed_dy(const net *nt, int out, int aux, const int *fz, int *start, int *end, int *rep) {
     int n = nt->n_nodes;
     for (int t = 0; t < 2 * n; t++) rep[t] = t;
     if (nt->no_sharing) return;
     for (int j = 0; j < n; j++) {
         const node *nd = &nt->nodes[j];
         if (!(nd->ops->backward_reads & LAYER_PASSES_DY)) continue;
+        /* A fused add: its batch norm's op passes the group's gradient to
+         * the add's other input, in place when they share memory. */
+        int lead = fz[3 * j + 2], passed = lead >= 0 ? 2 * fused_last(fz, lead) + 1 : 2 * j + 1;
         for (int k = 0; k < nd->n_inputs; k++) {
             int i = nd->inputs[k], twice = 0;
             for (int q = 0; q < nd->n_inputs; q++) twice += nd->inputs[q] == i;
-            if (i < 0 || i == out || i == aux || twice > 1 || start[2 * i + 1] != 2 * n - j) continue;
-            int a = rep_of(rep, 2 * j + 1), b = rep_of(rep, 2 * i + 1);
+            if (i < 0 || i == out || i == aux || i == lead || twice > 1 || start[2 * i + 1] != 2 * n - j) continue;
+            int a = rep_of(rep, passed), b = rep_of(rep, 2 * i + 1);
             if (start[b] < start[a]) start[a] = start[b];
             if (end[b] > end[a]) end[a] = end[b];
             rep[b] = a;
@@ -335,13 +388,14 @@ static void alias_passed_dy(const net *nt, int out, int aux, int *start, int *en
 }
 
 /* Fills off[t] (floats into the pool) for each tensor t (y of node i: 2i, its
- * dy: 2i+1); returns the pool's size in floats. */
-static size_t plan_activations(const net *nt, int max_batch, int out, int aux, size_t *off) {
+ * dy: 2i+1; SIZE_MAX for a tensor a fused group does without); returns the
+ * pool's size in floats. fz: plan_fusion's. */
+static size_t plan_activations(const net *nt, int max_batch, int out, int aux, const int *fz, size_t *off) {
     int m = 2 * nt->n_nodes;
     int *start = cnt_malloc(4 * (size_t)(m ? m : 1) * sizeof(int)), *end = start + m, *order = end + m;
     int *rep = order + m;
-    act_lifetimes(nt, out, aux, start, end);
-    alias_passed_dy(nt, out, aux, start, end, rep);
+    act_lifetimes(nt, out, aux, fz, start, end);
+    alias_passed_dy(nt, out, aux, fz, start, end, rep);
     for (int t = 0; t < m; t++) order[t] = t;
     /* by start, then index: insertion sort keeps it deterministic */
     for (int a = 1; a < m; a++) {
@@ -355,14 +409,14 @@ static size_t plan_activations(const net *nt, int max_batch, int out, int aux, s
     size_t total = 0;
     for (int a = 0; a < m; a++) {
         int t = order[a];
-        if (rep[t] != t) continue; /* placed with its representative */
+        if (rep[t] != t || !tensor_made(fz, t)) continue; /* placed with its representative; or none */
         size_t size = act_floats(&nt->nodes[t / 2], max_batch), at = 0;
         /* the lowest offset clear of every placed tensor alive at the same time */
         for (int moved = 1; moved;) {
             moved = 0;
             for (int b = 0; b < a; b++) {
                 int k = order[b];
-                if (rep[k] != k || end[k] < start[t] || end[t] < start[k]) continue;
+                if (rep[k] != k || !tensor_made(fz, k) || end[k] < start[t] || end[t] < start[k]) continue;
                 size_t ks = act_floats(&nt->nodes[k / 2], max_batch);
                 if (at < off[k] + ks && off[k] < at + size) {
                     at = off[k] + ks;
@@ -373,7 +427,7 @@ static size_t plan_activations(const net *nt, int max_batch, int out, int aux, s
         off[t] = at;
         if (at + size > total) total = at + size;
     }
-    for (int t = 0; t < m; t++) off[t] = off[rep_of(rep, t)];
+    for (int t = 0; t < m; t++) off[t] = tensor_made(fz, t) ? off[rep_of(rep, t)] : SIZE_MAX;
     free(start);
     return total;
 }
@@ -382,8 +436,10 @@ int net_output_kept(const net *nt, int i) {
     CNT_ASSERT(nt->finalized && i >= 0 && i < nt->n_nodes);
     int m = 2 * nt->n_nodes;
     int *start = cnt_malloc(2 * (size_t)m * sizeof(int)), *end = start + m;
-    act_lifetimes(nt, nt->output, nt->aux_output, start, end);
-    int kept = end[2 * i] >= nt->n_nodes;
+    int *fz = plan_fusion(nt, nt->output, nt->aux_output);
+    act_lifetimes(nt, nt->output, nt->aux_output, fz, start, end);
+    int kept = end[2 * i] >= nt->n_nodes && tensor_made(fz, 2 * i);
+    free(fz);
     free(start);
     return kept;
 }
@@ -391,6 +447,17 @@ int net_output_kept(const net *nt, int i) {
 void net_set_memory_sharing(net *nt, int on) {
     CNT_ASSERT(!nt->finalized);
     nt->no_sharing = !on;
+}
+
+void net_set_fusion(net *nt, int on) {
+    CNT_ASSERT(!nt->finalized);
+    nt->no_fusion = !on;
+}
+
+int net_fused_groups(const net *nt) {
+    int groups = 0;
+    for (int i = 0; i < nt->n_nodes; i++) groups += nt->nodes[i].fuse_add >= 0 || nt->nodes[i].fuse_relu >= 0;
+    return groups;
 }
 
 void net_set_layout(net *nt, int layout) {
@@ -481,14 +548,19 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     if (nt->ctx.layout != BACKEND_LAYOUT_NCHW)
         nt->input_conv = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
     size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
-    size_t pool = plan_activations(nt, max_batch, out, aux_out, off);
+    int *fz = plan_fusion(nt, out, aux_out);
+    size_t pool = plan_activations(nt, max_batch, out, aux_out, fz, off);
     nt->act_pool = be->alloc((pool ? pool : 1) * sizeof(float));
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
-        nd->y = nt->act_pool + off[2 * i];
-        nd->dy = nt->act_pool + off[2 * i + 1];
+        nd->y = off[2 * i] == SIZE_MAX ? NULL : nt->act_pool + off[2 * i];
+        nd->dy = off[2 * i + 1] == SIZE_MAX ? NULL : nt->act_pool + off[2 * i + 1];
+        nd->fuse_add = fz[3 * i];
+        nd->fuse_relu = fz[3 * i + 1];
+        nd->fused_into = fz[3 * i + 2];
         if (nd->ops->setup) nd->ops->setup(nt, nd);
     }
+    free(fz);
     free(off);
     nt->finalized = 1;
     nt->batch = max_batch;
@@ -505,8 +577,10 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
     m->activations = nt->ctx.layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
     size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
-    size_t pool = plan_activations(nt, max_batch, nt->finalized ? nt->output : -1,
-                                   nt->finalized ? nt->aux_output : -1, off);
+    int out = nt->finalized ? nt->output : -1, aux = nt->finalized ? nt->aux_output : -1;
+    int *fz = plan_fusion(nt, out, aux);
+    size_t pool = plan_activations(nt, max_batch, out, aux, fz, off);
+    free(fz);
     free(off);
     m->activations += (pool ? pool : 1) * f; /* outputs and gradients, sharing memory */
     for (int i = 0; i < nt->n_nodes; i++) {
@@ -567,12 +641,12 @@ void net_init_params(net *nt, uint64_t seed) {
  * counted from the pass's start, so no rounding accumulates. */
 static void node_forward(net *nt, node *nd, int training, double start) {
     if (nt->emu_forward_end) time_sleep_until(start + 1e-3 * nt->emu_forward_end[nd - nt->nodes]);
-    else nd->ops->forward(nt, nd, training);
+    else if (nd->fused_into < 0) nd->ops->forward(nt, nd, training); /* else its batch norm ran it */
 }
 
 static void node_backward(net *nt, node *nd, double start) {
     if (!nt->emu_backward_end) {
-        nd->ops->backward(nt, nd);
+        if (nd->fused_into < 0) nd->ops->backward(nt, nd); /* else its batch norm will */
         return;
     }
     time_sleep_until(start + 1e-3 * nt->emu_backward_end[nd - nt->nodes]);
@@ -693,8 +767,8 @@ static void format_count(size_t v, char *buf, size_t len) {
 }
 
 void net_print_summary(const net *nt, FILE *out) {
-    fprintf(out, "%-4s %-36s %-9s %-26s %-16s %12s\n", "#", "layer", "kind", "config", "output (CxHxW)", "params");
-    fprintf(out, "%-4s %-36s %-9s %-26s %-16s %12s\n", "", "input", "", "", "", "");
+    fprintf(out, "%-4s %-36s %-11s %-26s %-16s %12s\n", "#", "layer", "kind", "config", "output (CxHxW)", "params");
+    fprintf(out, "%-4s %-36s %-11s %-26s %-16s %12s\n", "", "input", "", "", "", "");
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
         size_t params = 0;
@@ -703,8 +777,16 @@ void net_print_summary(const net *nt, FILE *out) {
         snprintf(shape, sizeof shape, "%dx%dx%d", nd->C, nd->H, nd->W);
         if (nd->ops->describe) nd->ops->describe(nd, desc, sizeof desc);
         format_count(params, count, sizeof count);
-        fprintf(out, "%-4d %-36s %-9s %-26s %-16s %12s\n", i, nd->name, nd->ops->kind, desc, shape, count);
+        /* a fused group shows on its batch norm's line; its other nodes say where they run */
+        char kind[32];
+        snprintf(kind, sizeof kind, "%s%s%s", nd->ops->kind, nd->fuse_add >= 0 ? "+add" : "",
+                 nd->fuse_relu >= 0 ? "+relu" : "");
+        if (nd->fused_into >= 0) snprintf(desc, sizeof desc, "(in #%d's op)", nd->fused_into);
+        fprintf(out, "%-4d %-36s %-11s %-26s %-16s %12s\n", i, nd->name, kind, desc, shape, count);
     }
+    if (nt->finalized && net_fused_groups(nt))
+        fprintf(out, "fused: %d batch norms compute the add and/or ReLU after them in one op\n",
+                net_fused_groups(nt));
     fprintf(out, "input: %dx%dx%d, classes: %d\n", nt->in_c, nt->in_h, nt->in_w, nt->classes);
     fprintf(out, "params: %zu\n", nt->n_params);
     fprintf(out, "forward GFLOPs/image: %.4f\n", net_flops_per_image(nt) / 1e9);

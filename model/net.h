@@ -124,6 +124,15 @@ struct node {
                                        * net_backward from the backward of this node's last consumer to its
                                        * own (it shares memory the same way, and may be the dy of the
                                        * LAYER_PASSES_DY consumer that writes it first) */
+    /* Fusion (net_set_fusion): a batch norm whose sole consumer comes right
+     * after it and is the residual add (and/or the ReLU that is the add's
+     * sole consumer, or the batch norm's) computes them in one op
+     * (backend_bn_act_*, in the batch norm's forward and backward). Set by
+     * net_finalize: on the batch norm, fuse_add and fuse_relu name the nodes
+     * it computes (-1: none); on those, fused_into names the batch norm
+     * (-1 everywhere else), and their own passes do nothing. Only the
+     * group's last node has a y and a dy: the others' are NULL. */
+    int fuse_add, fuse_relu, fused_into;
     int first_param, n_params;        /* range in net->param_info */
     int first_buffer, n_buffers;      /* range in net->buffer_info */
     void *state;                      /* layer-private */
@@ -164,6 +173,7 @@ struct net {
     int aux_output;                   /* Inception's auxiliary logits node, or -1 */
     uint64_t dropout_seed;            /* advanced every training forward */
     int no_sharing;                   /* net_set_memory_sharing(nt, 0): every y and dy has memory of its own */
+    int no_fusion;                    /* net_set_fusion(nt, 0): every node runs its own op */
     int failed;                       /* a builder call failed; later ones fail too */
     int finalized;
 
@@ -229,6 +239,17 @@ void net_set_math(net *nt, int math);
  * layer did not declare in backward_reads stays intact, so comparing the two
  * finds such a layer; tests/test_zoo.c does). Before net_finalize. */
 void net_set_memory_sharing(net *nt, int on);
+
+/* Whether net_finalize fuses each batch norm with the residual add and ReLU
+ * right after it (1, the default; struct node's fuse_* say which) or every
+ * node runs its own op (0). Same numbers either way on the CPU (the fused
+ * op takes the separate ops' steps); fusing saves a pass over memory and
+ * the intermediate tensors. Before net_finalize (and before
+ * net_memory_estimate, which follows it). */
+void net_set_fusion(net *nt, int on);
+/* The number of batch norms that compute the nodes after them (after
+ * net_finalize). */
+int net_fused_groups(const net *nt);
 
 /* Gives every parameter tensor its offset in the flat parameter (and
  * gradient) buffer, without allocating anything: tensors in reverse order of

@@ -168,11 +168,15 @@ static int build_resnet_cifar(net *nt, int depth, const zoo_options *opt, int *o
             y = net_bn(nt, y, zoo_name(b, "%s.bn1", pfx), ZOO_BN_EPS);
             y = net_relu(nt, y, zoo_name(b, "%s.relu1", pfx));
             y = net_conv(nt, y, zoo_name(b, "%s.conv2", pfx), planes, 3, 1, 1, 0);
-            y = net_bn(nt, y, zoo_name(b, "%s.bn2", pfx), ZOO_BN_EPS);
-            if (opt->zero_init_residual) net_set_init(nt, y, init_zero, init_zero);
+            /* the shortcut before bn2, so that bn2 comes right before the add
+             * and computes it (net_set_fusion); after conv1, so that its
+             * gradient still reaches x first and conv1's is added to it (in
+             * bf16 and fp16 the order of that sum rounds differently) */
             int shortcut = x;
             if (stride != 1 || in_c != planes)
                 shortcut = net_shortcut_pad(nt, x, zoo_name(b, "%s.shortcut", pfx), planes, stride);
+            y = net_bn(nt, y, zoo_name(b, "%s.bn2", pfx), ZOO_BN_EPS);
+            if (opt->zero_init_residual) net_set_init(nt, y, init_zero, init_zero);
             y = net_add(nt, y, shortcut, zoo_name(b, "%s.add", pfx));
             x = net_relu(nt, y, zoo_name(b, "%s.relu2", pfx));
         }
@@ -443,7 +447,7 @@ void zoo_imagenet_shape(const char *name, int *c, int *h, int *w) {
  * after any failure; a net that already has nodes, a net whose creation failed
  * and a dropout probability of 1 or more are CNT_ERR too. */
 int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *aux_out) {
-    static const zoo_options defaults = {0, 0, -1.0f, BACKEND_MATH_FP32};
+    static const zoo_options defaults = {0, 0, -1.0f, BACKEND_MATH_FP32, 0};
     if (out) *out = -1;
     if (aux_out) *aux_out = -1;
     const zoo_entry *e = zoo_find(name);
@@ -474,6 +478,7 @@ net *zoo_create(const backend *be, const char *name, const zoo_options *zo, int 
     net *nt = net_create(be, c, h, w, classes);
     net_set_layout(nt, layout);
     if (zo) net_set_math(nt, zo->math);
+    if (zo) net_set_fusion(nt, !zo->no_fusion);
     int out = -1, aux = -1;
     if (zoo_build(nt, name, zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, max_batch) != CNT_OK) {
         net_free(nt); /* leaves the message */

@@ -22,6 +22,8 @@ typedef struct zoo_options {
     float dropout;          /* VGG classifier / Inception dropout probability; < 0: the model's default */
     backend_math math;      /* the net's math mode (net_set_math), which zoo_create sets; zoo_build leaves
                              * the net's as it is. 0: fp32 */
+    int no_fusion;          /* 1: every node runs its own op (net_set_fusion(nt, 0)), which zoo_create
+                             * sets; 0: batch norms fused with the add and ReLU after them */
 } zoo_options;
 
 /* Builds `name` into nt (created with the data's input shape and classes).

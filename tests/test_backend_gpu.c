@@ -1846,7 +1846,7 @@ static void test_fences_and_sync_transfers(void **state) {
 
 static net *build_resnet20(const backend *b, int layout) {
     net *nt = net_create(b, 3, 32, 32, NET_CLASSES);
-    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32};
+    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32, 0};
     int out, aux;
     if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK)
         fail_msg("resnet20 on the %s backend: %s", b->name, cnt_err_msg());

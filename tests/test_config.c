@@ -34,7 +34,7 @@ static const char *const all_keys[] = {
     "data.train_limit", "data.test_limit", "data.augment", "data.crop", "data.pad", "data.min_scale", "data.mean",
     "data.std", "data.workers", "data.remainder",
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
-    "train.device", "train.precision", "train.layout", "train.loss_scaling", "train.loss_scale", "train.loss_scale_window",
+    "train.device", "train.precision", "train.layout", "train.fuse", "train.loss_scaling", "train.loss_scale", "train.loss_scale_window",
     "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight", "train.memory_check",
     "train.emulate_compute",

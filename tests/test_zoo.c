@@ -32,9 +32,9 @@
 #include "model/zoo.h"
 #include "tests/support/testutil.h"
 
-static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32};
-static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32};
-static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32};
+static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32, 0};
+static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32, 0};
+static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32, 0};
 
 /* Builds `name` for a c x h x w input with `classes` classes; fails the test on error. */
 /* Not a zoo model: residual adds whose inputs the planner may or may not let
@@ -517,7 +517,7 @@ static void test_vgg_structure(void **state) {
     net_free(nt);
 
     /* 32x32 ends the features at 1x1; the adaptive pool still yields 7x7. */
-    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32};
+    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32, 0};
     nt = build_ok("vgg11", 3, 32, 32, 10, &opt_p, &out, &aux);
     assert_node(nt, "features.20", "pool", 512, 1, 1);
     assert_node(nt, "avgpool", "pool", 512, 7, 7);
@@ -719,7 +719,7 @@ static void test_input_too_small(void **state) {
     net_free(nt);
 
     /* The same errors through zoo_build's other checks: bad dropout, a used net. */
-    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32};
+    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32, 0};
     msg = build_fail("vgg11", 3, 224, 224, 10, &bad_p);
     assert_contains(msg, "vgg11");
     assert_contains(msg, "dropout");
@@ -1185,7 +1185,7 @@ static void test_vgg16_gradient_order(void **state) {
  * name; an input too small) for the caller to prefix. */
 static void test_zoo_create(void **state) {
     (void)state;
-    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32};
+    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0};
     net *nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 4);
     assert_non_null(nt);
     assert_true(nt->n_params == 269434);

@@ -236,6 +236,10 @@ static const key_def key_table[] = {
                  "when oneDNN is built in, nhwc on a GPU with bf16 or fp16, or tf32 on images of 64 pixels a side "
                  "or more, nchw otherwise. Parameters and "
                  "checkpoints are the same in all"),
+    K_BOOL("train", "fuse", fuse, "true",
+         .help = "run each batch norm together with the residual add and ReLU right after it, in one op: one "
+                 "pass over memory instead of three, and no tensors between them; the same numbers (false: "
+                 "each layer its own op, to compare)"),
     K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
          .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "
                  "gradients hold inf/NaN: dynamic (halve on overflow, double after train.loss_scale_window clean "
@@ -1357,7 +1361,7 @@ exchange_opts config_exchange_opts(const config *cfg) {
 
 zoo_options config_zoo_options(const config *cfg) {
     return (zoo_options){.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
-                         .dropout = cfg->dropout, .math = cfg->precision};
+                         .dropout = cfg->dropout, .math = cfg->precision, .no_fusion = !cfg->fuse};
 }
 
 step_opts config_step_opts(const config *cfg) {

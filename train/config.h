@@ -84,6 +84,7 @@ typedef struct config {
     backend_device device;
     backend_math precision;
     backend_layout layout;           /* auto: backend_layout_choose */
+    int fuse;                        /* bool: batch norm + add + ReLU in one op (net_set_fusion) */
     loss_scale_mode loss_scaling;    /* auto: config_loss_scale_opts */
     float loss_scale;                /* static scale, or the dynamic scale's start */
     int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */

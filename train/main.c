@@ -96,35 +96,36 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
     return CNT_OK;
 }
 
-/* One `--bench` key=value option into cfg: device, precision and layout take
- * the choices of train.device, train.precision and train.layout (the
+/* One `--bench` key=value option into cfg: device, precision, layout and
+ * fuse are train.device, train.precision, train.layout and train.fuse (the
  * config's table parses them), classes a count. Prints why and returns
  * CNT_ERR. */
 static int parse_bench_option(const char *arg, config *cfg) {
-    static const char *const keys[] = {"device", "precision", "layout"};
-    int *fields[] = {(int *)&cfg->device, (int *)&cfg->precision, (int *)&cfg->layout};
+    static const char *const keys[] = {"device", "precision", "layout", "fuse"};
     const char *eq = strchr(arg, '=');
     if (!eq) {
         fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", arg);
         return CNT_ERR;
     }
     size_t kl = (size_t)(eq - arg);
-    char key[32];
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
-        snprintf(key, sizeof key, "train.%s", keys[k]);
-        if (config_parse_choice(key, eq + 1, fields[k]) == CNT_OK) return CNT_OK;
-        break;
+        char setting[256];
+        snprintf(setting, sizeof setting, "train.%s", arg);
+        if (config_override(cfg, setting) == CNT_OK) return CNT_OK;
+        break; /* a value the key does not take: the options below */
     }
     if (kl == 7 && strncmp(arg, "classes", kl) == 0)
         return parse_count(eq + 1, "classes (at least 2)", 2, &cfg->synthetic_classes);
-    char choices[3][128];
+    char choices[3][128], key[32];
     for (int k = 0; k < 3; k++) {
         snprintf(key, sizeof key, "train.%s", keys[k]);
         config_choices(key, "|", choices[k], sizeof choices[k]);
     }
-    fprintf(stderr, "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, classes=N)\n", arg,
-            choices[0], choices[1], choices[2]);
+    fprintf(stderr,
+            "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, fuse=true|false, "
+            "classes=N)\n",
+            arg, choices[0], choices[1], choices[2]);
     return CNT_ERR;
 }
 

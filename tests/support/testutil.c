@@ -272,8 +272,9 @@ static void grads_hook(void *ctx, const node *nd, int backward, double t0, doubl
     tu_grads *g = ctx;
     net *nt = g->nt;
     size_t bytes = (size_t)nt->batch * nd->C * nd->H * nd->W * sizeof(float);
-    if (backward) nt->be->copy(g->dy[nd - nt->nodes], nd->dy, bytes);
-    else nt->be->copy(g->y[nd - nt->nodes], nd->y, bytes);
+    /* a node inside a fused group has no y or dy of its own: its copy stays zero */
+    if (backward && nd->dy) nt->be->copy(g->dy[nd - nt->nodes], nd->dy, bytes);
+    else if (!backward && nd->y) nt->be->copy(g->y[nd - nt->nodes], nd->y, bytes);
 }
 
 void tu_grads_capture(net *nt, tu_grads *g) {
