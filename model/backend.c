@@ -8,6 +8,7 @@
 #include "common/check.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 
 uint64_t backend_epoch_new(void) {
     /* from any thread: one atomic counter for the process, so no two spans
@@ -26,6 +27,13 @@ size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const
     return be->conv_filter_kept ? be->conv_filter_kept(ctx, p) : 0;
 }
 
+
+void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
+    if (!len) return;
+    buf[0] = '\0';
+    if (be->conv_describe) be->conv_describe(ctx, p, buf, len);
+    else snprintf(buf, len, "%s", be->name);
+}
 
 void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
                               const float *z, int relu, const float *gamma, const float *beta, float *y,

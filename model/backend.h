@@ -211,6 +211,14 @@ typedef struct backend {
      * math mode and layout (0 where it keeps nothing), so the memory estimate
      * (net_memory_estimate) can count them. */
     size_t (*conv_filter_kept)(const backend_ctx *ctx, const conv_params *p);
+    /* What runs the convolution of shape p in ctx's layout and math mode,
+     * for profiles and logs: per pass that has run (forward, data, filter),
+     * the algorithm or implementation the backend chose for it and its
+     * workspace; e.g. cuDNN's algorithm and math type, oneDNN's
+     * implementation. A pass not run yet under this context says so.
+     * Optional (NULL: backend_conv_describe says the backend's name).
+     * Allocates nothing that stays; never fails. */
+    void (*conv_describe)(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len);
 
     /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers), in ctx's layout ---- */
     void (*bias_fwd)(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y); /* y += b[c] */
@@ -464,6 +472,8 @@ uint64_t backend_epoch_new(void);
 int backend_math_check(const backend *be, backend_math math);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
+/* be->conv_describe, or the backend's name where it has none. */
+void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv_params *p, char *buf, size_t len);
 /* be->bn_act_*, or where the backend lacks them the composition that
  * defines them (bn_*, then add, then relu_*; backward: relu_bwd, axpy into
  * dz, bn_bwd). Arguments as the ops'. */

@@ -1582,6 +1582,18 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
  * calling thread), the group's im2col or padded input (col), its stacked
  * outputs (tmp) and a weight-gradient partial (dw); on the calling thread,
  * the filter split by tap (shift), bf16/fp16 operand copies and NHWC copies. */
+static size_t cpu_conv_workspace(const backend_ctx *ctx, const conv_params *p);
+
+/* The formulation conv_plan_init picks (the same for the three passes). */
+static void cpu_conv_describe(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
+    static const char *const algos[] = {"direct GEMM", "shifted GEMMs", "im2col + GEMM"};
+    conv_plan pl;
+    conv_plan_init(p, &pl);
+    snprintf(buf, len, "OpenBLAS %s, %d image%s a GEMM, threads %s%s, scratch %.2f MiB", algos[pl.algo], pl.group,
+             pl.group == 1 ? "" : "s", pl.outer ? "over images" : "inside GEMMs",
+             nhwc(ctx) ? ", NHWC transposed around it" : "", cpu_conv_workspace(ctx, p) / 1048576.0);
+}
+
 static size_t cpu_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
     conv_plan pl;
     conv_plan_init(p, &pl);
@@ -1633,6 +1645,7 @@ static const backend cpu_backend = {
     .conv_fwd = lay_conv_fwd,
     .conv_bwd_data = lay_conv_bwd_data,
     .conv_bwd_filter = lay_conv_bwd_filter,
+    .conv_describe = cpu_conv_describe,
     .bias_fwd = lay_bias_fwd,
     .bias_bwd = lay_bias_bwd,
     .bn_fwd_train = lay_bn_fwd_train,

@@ -509,6 +509,66 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
 
 static const float k_one = 1.0f, k_zero = 0.0f;
 
+/* The plan of shape p in ctx's mode and layout if one was made, else NULL
+ * (plan_get without making one). */
+static const conv_plan *plan_find(const backend_ctx *ctx, const conv_params *p) {
+    conv_params key;
+    memset(&key, 0, sizeof key);
+    key = *p;
+    unsigned h = plan_hash(&key, ctx->math, ctx->layout);
+    for (const conv_plan *pl = g.plans[h]; pl; pl = pl->next)
+        if (pl->math == (int)ctx->math && pl->layout == (int)ctx->layout && memcmp(&pl->key, &key, sizeof key) == 0)
+            return pl;
+    return NULL;
+}
+
+/* cuDNN's names without the CUDNN_CONVOLUTION_*_ALGO_ prefix, by value (its
+ * headers give no names; values past the table print as numbers). */
+static const char *const fwd_algo_names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
+                                             "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+static const char *const bwd_data_algo_names[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD",
+                                                  "WINOGRAD_NONFUSED"};
+static const char *const bwd_filter_algo_names[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD",
+                                                    "WINOGRAD_NONFUSED", "FFT_TILING"};
+_Static_assert(sizeof fwd_algo_names / sizeof *fwd_algo_names == CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "fwd names");
+_Static_assert(sizeof bwd_data_algo_names / sizeof *bwd_data_algo_names == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+               "data names");
+_Static_assert(sizeof bwd_filter_algo_names / sizeof *bwd_filter_algo_names ==
+                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+               "filter names");
+static const char *const math_type_names[] = {"default math", "tensor ops", "tensor ops with conversion",
+                                              "FMA"};
+
+/* One pass's choice into buf at *o: "fwd IMPLICIT_GEMM, tensor ops, 1.50 MiB". */
+static void describe_pass(char *buf, size_t len, size_t *o, const char *pass, int have, int algo,
+                          const char *const *names, int n_names, cudnnMathType_t m, size_t ws) {
+    if (*o >= len) return;
+    char a[24];
+    if (algo >= 0 && algo < n_names) snprintf(a, sizeof a, "%s", names[algo]);
+    else snprintf(a, sizeof a, "#%d", algo);
+    int w = !have ? snprintf(buf + *o, len - *o, "%s%s not run", *o ? "; " : "", pass)
+                  : snprintf(buf + *o, len - *o, "%s%s %s, %s, %.2f MiB", *o ? "; " : "", pass, a,
+                             (unsigned)m < 4 ? math_type_names[m] : "math ?", ws / 1048576.0);
+    *o = w < 0 ? len : *o + (size_t)w;
+}
+
+/* What conv_* chose for this shape (the plan's cudnnFind results). */
+static void cuda_conv_describe(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
+    const conv_plan *pl = plan_find(ctx, p);
+    if (!pl) {
+        snprintf(buf, len, "cuDNN: not run in this mode and layout");
+        return;
+    }
+    size_t o = 0;
+    buf[0] = '\0';
+    describe_pass(buf, len, &o, "fwd", pl->have_fwd, (int)pl->fwd, fwd_algo_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                  pl->fwd_math, pl->fwd_ws);
+    describe_pass(buf, len, &o, "data", pl->have_bwd_data, (int)pl->bwd_data, bwd_data_algo_names,
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data_math, pl->bwd_data_ws);
+    describe_pass(buf, len, &o, "filter", pl->have_bwd_filter, (int)pl->bwd_filter, bwd_filter_algo_names,
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, pl->bwd_filter_math, pl->bwd_filter_ws);
+}
+
 
 /* The filter as cuDNN reads it in ctx's layout: w itself in NCHW; in NHWC a
  * [K, R, S, C] copy in fscratch (the transpose of K images of C x R*S
@@ -1157,6 +1217,7 @@ static const backend cuda_backend = {
     .sync = cuda_sync,
     .conv_fwd = cuda_conv_fwd,
     .conv_filter_kept = cuda_conv_filter_kept,
+    .conv_describe = cuda_conv_describe,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_filter = cuda_conv_bwd_filter,
     .bias_fwd = cuda_bias_fwd,

@@ -136,6 +136,7 @@ typedef struct dn_conv {
     dnnl_memory_t pad;
     size_t wei_floats, pad_floats;
     int ref; /* oneDNN has only its reference kernel for this pass: ours runs it (conv_nchw) */
+    char impl[48]; /* oneDNN's name for the implementation it chose (dnnl_query_impl_info_str) */
 } dn_conv;
 
 static dn_conv *cache;
@@ -210,6 +211,7 @@ static dn_conv *conv_get(int pass, const conv_params *p) {
     const char *impl = NULL;
     DN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     c->ref = impl && strncmp(impl, "ref", 3) == 0;
+    snprintf(c->impl, sizeof c->impl, "%s", impl ? impl : "?");
     DN_CHECK(dnnl_primitive_create(&c->prim, pd));
 
     const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, wq, 0);
@@ -831,6 +833,31 @@ static void dn_describe(char *buf, size_t len) {
     snprintf(buf, len, "%s; oneDNN %d.%d.%d, blocked layout nChw%dc)", base, v->major, v->minor, v->patch, B);
 }
 
+/* Per pass run so far at this thread count: oneDNN's implementation (or ours
+ * where it has only its reference one) and its scratchpad. */
+static void dn_conv_describe(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
+    if (!blocked(ctx)) {
+        plain->conv_describe(ctx, p, buf, len);
+        return;
+    }
+    static const char *const passes[] = {"fwd", "data", "filter"};
+    int threads = omp_get_max_threads();
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int pass = PASS_FWD; pass <= PASS_BWD_FILTER; pass++) {
+        const dn_conv *c = NULL;
+        for (int i = 0; i < cache_n && !c; i++)
+            if (cache[i].pass == pass && cache[i].threads == threads && same_params(&cache[i].p, p)) c = &cache[i];
+        int w = !c ? snprintf(buf + o, len - o, "%s%s not run", o ? "; " : "", passes[pass])
+                : c->ref ? snprintf(buf + o, len - o, "%s%s ours (oneDNN has only %s)", o ? "; " : "", passes[pass],
+                                    c->impl)
+                         : snprintf(buf + o, len - o, "%s%s oneDNN %s, scratch %.2f MiB", o ? "; " : "",
+                                    passes[pass], c->impl, c->pad_floats * sizeof(float) / 1048576.0);
+        if (w < 0 || (size_t)w >= len - o) return; /* cut: what fits */
+        o += (size_t)w;
+    }
+}
+
 /* ------------------------------------------------------------ the table */
 
 static backend dn_backend;
@@ -862,6 +889,7 @@ const backend *backend_cpu_onednn(void) {
     dn_backend.convert_layout = dn_convert_layout;
     dn_backend.block_c = B;
     dn_backend.conv_workspace = dn_conv_workspace;
+    dn_backend.conv_describe = dn_conv_describe;
     plain = base;
     return &dn_backend;
 }

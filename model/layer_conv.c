@@ -67,6 +67,13 @@ static size_t conv_memory(const net *nt, const node *nd, int max_batch, size_t *
     return 0;
 }
 
+/* The backend's choices for this convolution at the last pass's batch. */
+static void conv_runs(const net *nt, const node *nd, char *buf, size_t len) {
+    conv_params p = ((const conv_state *)nd->state)->p;
+    p.N = nt->batch;
+    backend_conv_describe(nt->be, &nt->ctx, &p, buf, len);
+}
+
 static const layer_ops conv_ops = {
     .kind = "conv",
     .backward_reads = LAYER_READS_INPUTS, /* x for the weight gradient */
@@ -75,6 +82,7 @@ static const layer_ops conv_ops = {
     .flops = conv_flops,
     .describe = conv_describe,
     .memory = conv_memory,
+    .runs = conv_runs,
 };
 
 int net_conv_rect(net *nt, int in, const char *name, int K, int R, int S, int stride_h, int stride_w, int pad_h,

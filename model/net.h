@@ -108,6 +108,10 @@ typedef struct layer_ops {
      * between a step's forward and backward (conv_filter_kept). Allocates
      * nothing; may be NULL (nothing). */
     size_t (*memory)(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept);
+    /* What ran the node's last passes, in the backend's words (a
+     * convolution's algorithms: backend_conv_describe), for profiles; may
+     * be NULL (nothing to say). */
+    void (*runs)(const net *nt, const node *nd, char *buf, size_t len);
 } layer_ops;
 
 struct node {

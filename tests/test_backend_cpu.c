@@ -860,6 +860,57 @@ static void test_optional_ops(void **state) {
     assert_true(e1 != 0 && e2 != 0 && e1 != e2);
 }
 
+/* What runs a convolution (backend_conv_describe, the profile's "runs"):
+ * OpenBLAS's formulation by shape in NCHW; per pass in the blocked layout,
+ * "not run" until the pass has run, then oneDNN's implementation. */
+static void test_conv_describe(void **state) {
+    (void)state;
+    backend_ctx nc = {.layout = BACKEND_LAYOUT_NCHW, .math = BACKEND_MATH_FP32};
+    char buf[512];
+    conv_params one = {.N = 2, .C = 16, .H = 6, .W = 6, .K = 8, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
+    conv_params three = {.N = 2, .C = 16, .H = 6, .W = 6, .K = 8, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1,
+                         .pad_h = 1, .pad_w = 1};
+    conv_params strided = three;
+    strided.stride_h = strided.stride_w = 2;
+    assert_int_equal(conv_params_init(&one), CNT_OK);
+    assert_int_equal(conv_params_init(&three), CNT_OK);
+    assert_int_equal(conv_params_init(&strided), CNT_OK);
+    backend_conv_describe(be, &nc, &one, buf, sizeof buf);
+    assert_non_null(strstr(buf, "OpenBLAS direct GEMM"));
+    backend_conv_describe(be, &nc, &three, buf, sizeof buf);
+    assert_non_null(strstr(buf, "OpenBLAS shifted GEMMs"));
+    backend_conv_describe(be, &nc, &strided, buf, sizeof buf);
+    assert_non_null(strstr(buf, "OpenBLAS im2col + GEMM"));
+    /* a backend without the op says its name; a buffer too short is cut, terminated */
+    backend own = *be;
+    own.conv_describe = NULL;
+    backend_conv_describe(&own, &nc, &one, buf, sizeof buf);
+    assert_string_equal(buf, be->name);
+    backend_conv_describe(be, &nc, &one, buf, 9);
+    assert_int_equal(strlen(buf), 8);
+    if (be->block_c == 0) return; /* built without oneDNN */
+    backend_ctx bc = {.layout = BACKEND_LAYOUT_BLOCKED, .math = BACKEND_MATH_FP32};
+    /* a shape no other test runs */
+    conv_params p = {.N = 3, .C = 2 * be->block_c, .H = 7, .W = 5, .K = be->block_c, .R = 3, .S = 3,
+                     .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+    assert_int_equal(conv_params_init(&p), CNT_OK);
+    backend_conv_describe(be, &bc, &p, buf, sizeof buf);
+    assert_string_equal(buf, "fwd not run; data not run; filter not run");
+    float *x = be->alloc(conv_in_count(&p) * sizeof(float)), *w = be->alloc(conv_w_count(&p) * sizeof(float));
+    float *y = be->alloc(conv_out_count(&p) * sizeof(float));
+    be->conv_fwd(&bc, &p, x, w, y);
+    backend_conv_describe(be, &bc, &p, buf, sizeof buf);
+    assert_true(strncmp(buf, "fwd oneDNN ", 11) == 0 || strncmp(buf, "fwd ours ", 9) == 0);
+    assert_non_null(strstr(buf, "; data not run; filter not run"));
+    be->conv_bwd_filter(&bc, &p, x, y, w);
+    backend_conv_describe(be, &bc, &p, buf, sizeof buf);
+    assert_non_null(strstr(buf, "; data not run; filter "));
+    assert_null(strstr(buf, "filter not run"));
+    be->free(x);
+    be->free(w);
+    be->free(y);
+}
+
 /* ---------------------------------------------------------------- threads and determinism */
 
 /* Two identical calls give bitwise identical results (no float atomics, no
@@ -1714,6 +1765,7 @@ int main(void) {
         cmocka_unit_test_setup(test_softmax_xent, all_threads),
         cmocka_unit_test_setup(test_sgd_update, all_threads),
         cmocka_unit_test_setup(test_optional_ops, all_threads),
+        cmocka_unit_test_setup(test_conv_describe, all_threads),
         cmocka_unit_test_setup(test_determinism, all_threads),
         cmocka_unit_test_setup(test_set_threads, all_threads),
         cmocka_unit_test_setup(test_convert_layout, all_threads),

@@ -300,6 +300,12 @@ for l in L:
     if l["completes"]:
         assert all(b[k]["end"] <= l["grad_end"] for k in l["completes"])
 assert all(l["forward_ms"] >= 0 and l["backward_ms"] >= 0 for l in L) and p["step_ms"] > 0
+# what ran each convolution, in the backend's words; every pass ran but the stem's data gradient
+for l in L:
+    assert ("runs" in l) == (l["kind"] == "conv"), l
+    if l["kind"] == "conv":
+        assert any(w in l["runs"] for w in ("OpenBLAS", "oneDNN", "ours")), l
+        assert l["name"] == "conv1" or "not run" not in l["runs"], l
 PY
 run $T --profile configs/resnet20-fashion.ini "$tmp/no/dir/prof.json" train.device=cpu
 check "--profile to a directory that does not exist: exit 1 naming it" \

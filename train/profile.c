@@ -169,6 +169,12 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
         put_json_string(out, nd->name);
         fprintf(out, ",\"kind\":");
         put_json_string(out, nd->ops->kind);
+        if (nd->ops->runs) {
+            char runs[512];
+            nd->ops->runs(nt, nd, runs, sizeof runs);
+            fprintf(out, ",\"runs\":");
+            put_json_string(out, runs);
+        }
         fprintf(out, ",\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"grad_begin\":%zu,\"grad_end\":%zu,\"grad_bytes\":%zu,"
                      "\"completes\":[",
                 1e3 * median(rc->fwd + i, steps, (size_t)rc->n_nodes),

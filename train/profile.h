@@ -12,7 +12,7 @@
  *    "step_ms":T,"forward_ms":F,"backward_ms":R,"update_ms":U,"data_wait_ms":Q,
  *    "first_bucket_values":A,"bucket_values":Z,
  *    "buckets":[{"begin":b,"end":e,"bytes":x},...],
- *    "layers":[{"name":n,"kind":k,"forward_ms":f,"backward_ms":r,
+ *    "layers":[{"name":n,"kind":k,["runs":s,]"forward_ms":f,"backward_ms":r,
  *               "grad_begin":b,"grad_end":e,"grad_bytes":x,"completes":[k,...]},...]}
  *
  * Every time is the median over the timed steps (ms). step_ms is the whole
@@ -27,7 +27,9 @@
  * i.e. the buckets a reducer with overlap on launches right after this
  * node's backward. On a GPU each node is synchronised before its time is
  * taken (the profile's times are the device's; the step runs slower than in
- * training while profiled).
+ * training while profiled). `runs`, on a convolution, says what ran each of
+ * its passes (backend_conv_describe: cuDNN's algorithm, math type and
+ * workspace; oneDNN's implementation; OpenBLAS's formulation).
  *
  * Reading one back: profile_load reads and checks a profile file into a
  * `profile`, for both of its readers: emulated compute (train/emulate.c,
@@ -40,7 +42,7 @@
  * first_bucket_values / bucket_values (reducer_bucket_layout), and each
  * layer's `completes` the buckets the reducer's rule completes after it
  * (reducer_bucket_ready_after). steps, warmup, layout and a layer's kind
- * are for people and not read. The optional "allreduce" block of
+ * and runs are for people and not read. The optional "allreduce" block of
  * tools/profile.sh: {"world": N >= 2, "curves": {"mpi": [{"bytes": B,
  * "us": T}, ...], "ring": [...]}}, each curve non-empty with bytes
  * increasing and bytes, us above 0.
