@@ -5,6 +5,9 @@
 # PyTorch, but no OpenBLAS, cmocka, Open MPI or Fashion-MNIST).
 #
 #   tools/dev/device_kit.sh                     # here: builds (make test-build), packs, and the mutants (tools/dev/gpu_mutants.sh)
+#   env: KIT_BASE, the commit to measure against (default HEAD~1; "none":
+#        no second build): its trainer, built the same way, goes in the kit
+#        for tools/dev/gpu_check.sh's A/B (tools/dev/bench_ab_gpu.sh)
 #   then on the GPU machine, in the checkout, with .devkit carried:
 #   source tools/dev/device_env.sh && make test
 #
@@ -15,7 +18,8 @@
 #                   (binaries, plugins, help files, config) at the paths this
 #                   Debian machine has them, which device_env.sh unpacks into
 #                   / without replacing any file the machine already has;
-#   fashion-mnist/  the data set, from /usr/share/datasets/fashion-mnist.
+#   fashion-mnist/  the data set, from /usr/share/datasets/fashion-mnist;
+#   trainer.base.xz, trainer.base.rev  KIT_BASE's trainer and its commit.
 # Left out: the C library, libstdc++ and libgcc_s (every machine has them)
 # and the CUDA libraries (cudart, cuBLAS, cuDNN, NCCL), which the GPU
 # machine's own are used for (device_env.sh puts them on LD_LIBRARY_PATH).
@@ -27,11 +31,19 @@ kit=$repo/.devkit
 # does not ignore) in a copy, with code for any x86-64-v3 processor (AVX2,
 # FMA, F16C) instead of this one's -march=native: the GPU machine's host
 # processor is another. This checkout's own build is left alone.
-src=$(mktemp -d)
-trap 'rm -rf "$src"' EXIT
+src=$(mktemp -d) bsrc=$(mktemp -d)
+trap 'rm -rf "$src" "$bsrc"' EXIT
 git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"
 echo "device_kit: building in $src (OPT=-O3 -march=x86-64-v3)"
 make -C "$src" -s -j"$(nproc)" OPT="-O3 -march=x86-64-v3" test-build
+base=${KIT_BASE-HEAD~1}
+base_rev=""
+if [ "$base" != none ]; then
+    base_rev=$(git rev-parse --short "$base^{commit}")
+    git archive "$base_rev" | tar -xf - -C "$bsrc"
+    echo "device_kit: building $base ($base_rev) in $bsrc, the A/B's old trainer"
+    make -C "$bsrc" -s -j"$(nproc)" OPT="-O3 -march=x86-64-v3" trainer
+fi
 rm -rf "$kit"
 mkdir -p "$kit/root"
 cd "$src"
@@ -54,6 +66,7 @@ done
 # shared libraries the binaries and Open MPI's plugins load, by ldd
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libnvJitLink)'
 elves=(./trainer "${tests[@]}")
+[ -z "$base_rev" ] || elves+=("$bsrc/trainer")
 for f in "${files[@]}"; do
     case "$f" in *.so | *.so.* | /usr/bin/*) [ -f "$f" ] && elves+=("$f") ;; esac
 done
@@ -77,6 +90,10 @@ done
 find build -name '*.d' -delete # they name headers the GPU machine lacks
 tar -cJf "$kit/kit.tar.xz" trainer build -C "$kit" root
 rm -rf "$kit/root"
+if [ -n "$base_rev" ]; then
+    xz -c "$bsrc/trainer" >"$kit/trainer.base.xz"
+    echo "$base_rev" >"$kit/trainer.base.rev"
+fi
 if [ -d /usr/share/datasets/fashion-mnist ]; then
     cp -a /usr/share/datasets/fashion-mnist "$kit/fashion-mnist"
 else

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # tools/dev/gpu_check.sh - a lent GPU machine's whole visit in one command: set up
-# the kit (tools/dev/device_env.sh), run the GPU tests one by one, each under a
-# time limit, then the throughput table (tools/bench_gpu.sh) while time is
-# left. Everything printed also goes to $OUT/gpu_check.log (or
-# ./gpu-check/gpu_check.log where OUT is unset).
+# the kit (tools/dev/device_env.sh); first the A/B (tools/dev/bench_ab_gpu.sh:
+# the kit's trainer.base, this trainer and PyTorch alternating) when the kit
+# has a base; then the GPU tests one by one, each under a time limit, then
+# the throughput table (tools/bench_gpu.sh) while time is left. Everything
+# printed also goes to $OUT/gpu_check.log (or ./gpu-check/gpu_check.log
+# where OUT is unset).
 #
 #   tools/dev/device_kit.sh                  # here, first: builds and packs .devkit
 #   tools/dev/gpu_check.sh [TESTS...]        # there, with .devkit carried
 #   env: GPU_CHECK_SECONDS (total budget, default 540, for a run timeout of 600; the benchmark runs only
 #        in what the tests left), GPU_BENCH ("MODELS|BATCHES|PRECISIONS|LAYOUTS",
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
-#        BENCH_STEPS (default 20)
+#        BENCH_STEPS (default 20), GPU_AB ("MODELS|BATCHES|PRECISIONS|LAYOUTS" of the A/B,
+#        default "resnet50|64 256|bf16 tf32|nhwc"; "none" skips it), GPU_AB_SECONDS (its
+#        limit, default 240), ROUNDS (the A/B's, default 2)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
@@ -29,6 +33,16 @@ t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 # shellcheck source=tools/dev/device_env.sh
 source tools/dev/device_env.sh || { echo "gpu_check: the kit did not set up"; exit 1; }
+# The A/B first: the measurement with its baseline, while the budget is whole.
+ab=${GPU_AB:-"resnet50|64 256|bf16 tf32|nhwc"}
+if [ "$ab" != none ] && [ -f .devkit/trainer.base.xz ] && [ $# -eq 0 ]; then
+    xz -dc .devkit/trainer.base.xz >/tmp/trainer.base && chmod +x /tmp/trainer.base
+    IFS='|' read -r m b p l <<<"$ab"
+    lim=${GPU_AB_SECONDS:-240}
+    echo "=== A/B against $(cat .devkit/trainer.base.rev 2>/dev/null) (limit ${lim}s)"
+    timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh /tmp/trainer.base ./trainer "$m" "$b" "$p" "$l"
+    echo "=== A/B: exit $? at $((SECONDS - t0))s"
+fi
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
     tests/test_gpu_train.sh)

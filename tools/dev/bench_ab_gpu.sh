@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# tools/dev/bench_ab_gpu.sh - a change's GPU speed in one call: the trainer
+# before the change (OLD), after it (NEW) and PyTorch eager, each row's
+# measurements alternating (old, new, torch, torch with cuDNN's graph API
+# off; then again), medians over ROUNDS, as a markdown table for
+# docs/benchmarks.md. Rows are printed as they finish, so a run cut short by
+# its time limit still leaves the rows it completed.
+#
+#   tools/dev/bench_ab_gpu.sh OLD NEW [MODELS] [BATCHES] [PRECISIONS] [LAYOUTS]
+#   defaults: "resnet50" "64 128 256" "bf16 tf32" "nhwc"
+#   env: ROUNDS (default 2), BENCH_STEPS (timed steps, default 20), DEVICE
+#        (default cuda; cpu to try the script here), PYTHON (default
+#        python3; the torch columns say "n/a" where it has no torch)
+#
+# OLD and NEW are trainer binaries: on a lent GPU machine, the kit's
+# .devkit/trainer.base (tools/dev/device_kit.sh builds KIT_BASE beside the
+# checkout) and ./trainer. "torch" is tools/bench_torch.py at the same
+# model, batch, precision and layout; "torch, no v8" the same with
+# TORCH_CUDNN_V8_API_DISABLED=1, which makes PyTorch use cuDNN's legacy
+# convolution calls (ours today) instead of its graph API: the difference is
+# what the graph API is worth to PyTorch on this card. Ratios: new/old and
+# new/torch.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+if [ $# -lt 2 ]; then
+    echo "usage: tools/dev/bench_ab_gpu.sh OLD_TRAINER NEW_TRAINER [MODELS] [BATCHES] [PRECISIONS] [LAYOUTS]" >&2
+    exit 2
+fi
+old=$1 new=$2
+models=${3:-resnet50}
+batches=${4:-"64 128 256"}
+precisions=${5:-"bf16 tf32"}
+layouts=${6:-nhwc}
+rounds=${ROUNDS:-2}
+steps=${BENCH_STEPS:-20}
+device=${DEVICE:-cuda}
+py=${PYTHON:-python3}
+for t in "$old" "$new"; do
+    if [ ! -x "$t" ]; then
+        echo "bench_ab_gpu: '$t' is not an executable trainer" >&2
+        exit 2
+    fi
+done
+have_torch=1
+"$py" -c 'import torch, torchvision' 2>/dev/null || have_torch=0
+
+# One measurement: img/s, or nothing when it failed.
+ours() { # TRAINER MODEL SHAPE BATCH PRECISION LAYOUT
+    "$1" --bench "$2" "$3" "$4" "$steps" device="$device" precision="$5" layout="$6" classes=1000 2>&1 |
+        grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1
+}
+torch() { # MODEL SHAPE BATCH PRECISION LAYOUT [ENV...]
+    local m=$1 s=$2 b=$3 p=$4 l=$5
+    shift 5
+    [ "$have_torch" = 1 ] || return 0
+    env "$@" "$py" tools/bench_torch.py "$m" "$s" "$b" "$steps" --device "$device" --precision "$p" --layout "$l" \
+        2>&1 | grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1
+}
+median() { # values... ("" for failures, left out)
+    printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
+        awk '{a[NR] = $1} END {if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'
+}
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+echo "device: $("$new" --devices | grep -m1 -E "^$device" || echo "$device")"
+[ "$have_torch" = 1 ] && echo "torch: $("$py" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
+echo "old: $old ($("$old" --version | head -1)); new: $new ($("$new" --version | head -1))"
+echo "command: tools/dev/bench_ab_gpu.sh $old $new \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (ROUNDS=$rounds BENCH_STEPS=$steps)"
+echo
+echo "| model | batch | precision | layout | old img/s | new img/s | torch img/s | torch, no v8 img/s | new/old | new/torch |"
+echo "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for m in $models; do
+    shape=3x224x224
+    [ "$m" = inception_v3 ] && shape=3x299x299
+    [[ "$m" =~ ^resnet(20|32|44|56|110)$ ]] && shape=3x32x32
+    for b in $batches; do
+        for p in $precisions; do
+            for l in $layouts; do
+                o=() n=() t=() v=()
+                for _ in $(seq "$rounds"); do
+                    o+=("$(ours "$old" "$m" "$shape" "$b" "$p" "$l")")
+                    n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l")")
+                    t+=("$(torch "$m" "$shape" "$b" "$p" "$l")")
+                    v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
+                done
+                mo=$(median "${o[@]}") mn=$(median "${n[@]}") mt=$(median "${t[@]}") mv=$(median "${v[@]}")
+                echo "| $m | $b | $p | $l | ${mo:-failed} | ${mn:-failed} | ${mt:-n/a} | ${mv:-n/a} |" \
+                    "$(ratio "$mn" "$mo") | $(ratio "$mn" "$mt") |"
+                echo "    rounds: old ${o[*]:-}; new ${n[*]:-}; torch ${t[*]:-}; torch no v8 ${v[*]:-}" >&2
+            done
+        done
+    done
+done
