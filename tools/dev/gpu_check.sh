@@ -14,7 +14,9 @@
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
 #        BENCH_STEPS (default 20), GPU_AB ("MODELS|BATCHES|PRECISIONS|LAYOUTS" of the A/B,
 #        default "resnet50|64 256|bf16 tf32|nhwc"; "none" skips it), GPU_AB_SECONDS (its
-#        limit, default 240), ROUNDS (the A/B's, default 2)
+#        limit, default 240), ROUNDS (the A/B's, default 2), GPU_PROFILE
+#        ("MODEL|BATCH|PRECISIONS|LAYOUT" of the profiles written to $OUT after
+#        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
@@ -42,6 +44,20 @@ if [ "$ab" != none ] && [ -f .devkit/trainer.base.xz ] && [ $# -eq 0 ]; then
     echo "=== A/B against $(cat .devkit/trainer.base.rev 2>/dev/null) (limit ${lim}s)"
     timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh /tmp/trainer.base ./trainer "$m" "$b" "$p" "$l"
     echo "=== A/B: exit $? at $((SECONDS - t0))s"
+fi
+# Step profiles: each layer's time and, in "runs", the algorithm cuDNN gave
+# each convolution, so two machines' profiles compare algorithm by algorithm.
+prof=${GPU_PROFILE:-"resnet50|64|bf16 tf32|nhwc"}
+if [ "$prof" != none ] && [ $# -eq 0 ]; then
+    IFS='|' read -r m b ps l <<<"$prof"
+    for p in $ps; do
+        f="$out/profile-$m-$p-$l-$b.json"
+        echo "=== profile $m $p $l batch $b -> $f (at $((SECONDS - t0))s)"
+        cfg=(configs/resnet50.ini model.name="$m") # the ImageNet-shaped settings, another model
+        [ -f "configs/$m.ini" ] && cfg=("configs/$m.ini")
+        timeout -k 5 120 ./trainer --profile "${cfg[0]}" "$f" "${cfg[@]:1}" data.kind=synthetic train.device=cuda \
+            train.batch_size="$b" train.max_steps=10 train.precision="$p" train.layout="$l" | tail -1
+    done
 fi
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
