@@ -382,6 +382,17 @@ typedef struct backend {
      * (at once for a fence never recorded). */
     void (*fence_wait)(void *fence);
 
+    /* ---- timing marks (trainer --profile) ----
+     * Optional: NULL where ops finish before they return (the CPU), whose
+     * host clock times them. mark_create: a mark (fatal on failure);
+     * mark_record: places it on the compute stream after the ops issued so
+     * far, without waiting; mark_elapsed_ms(a, b): the device's time from
+     * mark a to mark b in ms, both recorded, waiting until b has passed. */
+    void *(*mark_create)(void);
+    void (*mark_destroy)(void *mark); /* NULL is fine */
+    void (*mark_record)(void *mark);
+    double (*mark_elapsed_ms)(void *a, void *b);
+
     /* ---- input on a copy stream (train/stager.c) ----
      * host_alloc: page-locked memory on GPUs, so copies from it run as DMA
      * beside compute; plain memory on the CPU; fatal on failure. */

@@ -1110,6 +1110,26 @@ static void *cuda_fence_create(void) {
     return (void *)ev;
 }
 
+/* Timing marks: events with timing on (fences have it off, which is cheaper). */
+static void *cuda_mark_create(void) {
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreate(&ev));
+    return ev;
+}
+
+static void cuda_mark_destroy(void *mark) {
+    if (mark) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)mark));
+}
+
+static void cuda_mark_record(void *mark) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)mark, g.stream)); }
+
+static double cuda_mark_elapsed_ms(void *a, void *b) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return ms;
+}
+
 static void cuda_fence_destroy(void *fence) {
     if (fence) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)fence));
 }
@@ -1218,6 +1238,10 @@ static const backend cuda_backend = {
     .conv_fwd = cuda_conv_fwd,
     .conv_filter_kept = cuda_conv_filter_kept,
     .conv_describe = cuda_conv_describe,
+    .mark_create = cuda_mark_create,
+    .mark_destroy = cuda_mark_destroy,
+    .mark_record = cuda_mark_record,
+    .mark_elapsed_ms = cuda_mark_elapsed_ms,
     .conv_bwd_data = cuda_conv_bwd_data,
     .conv_bwd_filter = cuda_conv_bwd_filter,
     .bias_fwd = cuda_bias_fwd,

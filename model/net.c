@@ -672,6 +672,7 @@ void net_forward(net *nt, const float *x, int N, int training) {
             node_forward(nt, nd, training, start);
             continue;
         }
+        if (nt->node_begin_hook) nt->node_begin_hook(nt->node_hook_ctx, nd, 0);
         double t0 = time_now();
         node_forward(nt, nd, training, start);
         nt->node_hook(nt->node_hook_ctx, nd, 0, t0, time_now());
@@ -700,6 +701,7 @@ void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
             node_backward(nt, nd, start);
             continue;
         }
+        if (nt->node_begin_hook) nt->node_begin_hook(nt->node_hook_ctx, nd, 1);
         double t0 = time_now();
         node_backward(nt, nd, start);
         nt->node_hook(nt->node_hook_ctx, nd, 1, t0, time_now());
@@ -716,6 +718,10 @@ void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int back
                        void *ctx) {
     nt->node_hook = hook;
     nt->node_hook_ctx = ctx;
+}
+
+void net_set_node_begin_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward)) {
+    nt->node_begin_hook = hook;
 }
 
 void net_set_emulation(net *nt, const double *forward_ms, const double *backward_ms) {

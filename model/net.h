@@ -188,6 +188,9 @@ struct net {
      * start and end (time_now() seconds); NULL: not timed (one branch). */
     void (*node_hook)(void *ctx, const node *nd, int backward, double t0, double t1);
     void *node_hook_ctx;
+    /* Called before each node's pass while node_hook is set, with its ctx
+     * (net_set_node_begin_hook); NULL: not called. */
+    void (*node_begin_hook)(void *ctx, const node *nd, int backward);
     /* Emulated compute (net_set_emulation); NULL: real compute. */
     double *emu_forward_end;          /* [n_nodes]: ms from the start of net_forward at which node i's forward ends */
     double *emu_backward_end;         /* [n_nodes]: ms from the start of net_backward at which node i's backward
@@ -323,6 +326,10 @@ void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t co
  * (for the timeline); hook NULL turns timing off. Never fails. */
 void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward, double t0, double t1),
                        void *ctx);
+/* Also calls hook (with the node hook's ctx) right before each node's pass,
+ * while a node hook is set (a profile places its start marks there); NULL:
+ * not called. net_set_node_hook leaves it as it is. */
+void net_set_node_begin_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward));
 /* Emulated compute (train.emulate_compute, train/emulate.h): from now on
  * net_forward and net_backward compute nothing (no layer runs, no input
  * transpose, no dlogits copy); node i takes forward_ms[i] and backward_ms[i]
@@ -340,7 +347,8 @@ void net_set_emulation(net *nt, const double *forward_ms, const double *backward
 
 /* 1 if node i's y stays valid from its forward to the end of net_backward
  * (a backward reads it, or it is an output); 0 if its memory is reused once
- * the forwards that read it have run. On a finalized net. */
+ * the forwards that read it have run, or it has none (inside a fused group).
+ * On a finalized net. */
 int net_output_kept(const net *nt, int i);
 
 /* ---- inspection ---- */

@@ -167,6 +167,73 @@ static void test_grad_hook_covers_buffer_in_order(void **state) {
     fixture_free(&f);
 }
 
+/* The node hooks: with a begin hook, every node's pass is bracketed by its
+ * begin and its end call, nothing between them, forward in node order and
+ * backward in reverse; without one (or after net_set_node_hook(NULL)),
+ * only the end calls, or none. */
+typedef struct bracket_log {
+    int calls, open, bad; /* open: the node whose begin came last, -1: none */
+    int seq[2 * 64];      /* node indices in call order (begin as i, end as ~i) */
+    const node *nodes;
+} bracket_log;
+
+static void bracket_begin(void *ctx, const node *nd, int backward) {
+    (void)backward;
+    bracket_log *b = ctx;
+    if (b->open >= 0) b->bad = 1;
+    b->open = (int)(nd - b->nodes);
+    if (b->calls < 2 * 64) b->seq[b->calls] = b->open;
+    b->calls++;
+}
+
+static void bracket_end(void *ctx, const node *nd, int backward, double t0, double t1) {
+    (void)backward;
+    bracket_log *b = ctx;
+    int i = (int)(nd - b->nodes);
+    if (t1 < t0) b->bad = 1;
+    if (b->open != -2 && b->open != i) b->bad = 1; /* -2: no begin hook: ends only */
+    if (b->open != -2) b->open = -1;
+    if (b->calls < 2 * 64) b->seq[b->calls] = ~i;
+    b->calls++;
+}
+
+static void test_node_begin_hook(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f, 0.0f);
+    int n = f.nt->n_nodes;
+    assert_true(n <= 32);
+    bracket_log b = {.open = -1, .nodes = f.nt->nodes};
+    net_set_node_hook(f.nt, bracket_end, &b);
+    net_set_node_begin_hook(f.nt, bracket_begin);
+    fixture_loss(&f);
+    net_backward(f.nt, f.dlogits, NULL);
+    assert_false(b.bad);
+    assert_int_equal(b.calls, 4 * n);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(b.seq[2 * i], i);                  /* forward, in order */
+        assert_int_equal(b.seq[2 * i + 1], ~i);
+        assert_int_equal(b.seq[2 * n + 2 * i], n - 1 - i); /* backward, reversed */
+        assert_int_equal(b.seq[2 * n + 2 * i + 1], ~(n - 1 - i));
+    }
+    /* without the begin hook: ends only */
+    net_set_node_begin_hook(f.nt, NULL);
+    bracket_log e = {.open = -2, .nodes = f.nt->nodes};
+    net_set_node_hook(f.nt, bracket_end, &e);
+    fixture_loss(&f);
+    assert_false(e.bad);
+    assert_int_equal(e.calls, n);
+    /* no node hook: the begin hook is not called either */
+    bracket_log z = {.open = -1, .nodes = f.nt->nodes};
+    net_set_node_hook(f.nt, NULL, NULL);
+    net_set_node_begin_hook(f.nt, bracket_begin);
+    f.nt->node_hook_ctx = &z;
+    fixture_loss(&f);
+    assert_int_equal(z.calls, 0);
+    net_set_node_begin_hook(f.nt, NULL);
+    fixture_free(&f);
+}
+
 /* Every parameter's gradient (a sample of each tensor) against central
  * differences of the float network. This checks the wiring (offsets, gradient
  * accumulation, which tensor each layer reads); the precision of each op's
@@ -567,6 +634,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_reverse_order),
         cmocka_unit_test(test_grad_hook_covers_buffer_in_order),
+        cmocka_unit_test(test_node_begin_hook),
         cmocka_unit_test(test_net_gradients),
         cmocka_unit_test(test_net_gradients_with_dropout),
         cmocka_unit_test(test_net_gradients_nhwc),

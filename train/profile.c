@@ -21,8 +21,11 @@
 #include "train/input.h"
 #include "train/step.h"
 
-/* What the node hook records: per timed step, each node's forward and
- * backward seconds. */
+/* What the node hooks record: per timed step, each node's forward and
+ * backward seconds: by the host's clock (on a GPU synchronised after each
+ * node, so the device's time for the node alone), or with marks (timing
+ * events) on the compute stream and no synchronisation, the node's time
+ * within the stream as training runs it. */
 typedef struct recorder {
     const backend *be;
     const node *nodes;  /* net->nodes: a node's index is its offset from here */
@@ -30,10 +33,20 @@ typedef struct recorder {
     int n_nodes;
     int step;           /* the timed step being recorded; -1: none */
     double *fwd, *bwd;  /* [steps][n_nodes] */
+    void **mk;          /* with marks: [4][n_nodes], forward begin and end, backward begin and end; else NULL */
 } recorder;
+
+static void record_begin(void *ctx, const node *nd, int backward) {
+    recorder *rc = ctx;
+    rc->be->mark_record(rc->mk[(size_t)(backward ? 2 : 0) * rc->n_nodes + (size_t)(nd - rc->nodes)]);
+}
 
 static void record_node(void *ctx, const node *nd, int backward, double t0, double t1) {
     recorder *rc = ctx;
+    if (rc->mk) {
+        rc->be->mark_record(rc->mk[(size_t)(backward ? 3 : 1) * rc->n_nodes + (size_t)(nd - rc->nodes)]);
+        return;
+    }
     if (rc->gpu) {
         rc->be->sync(); /* the node's work is done now; the device was idle at t0 (the last node synced) */
         t1 = time_now();
@@ -41,6 +54,16 @@ static void record_node(void *ctx, const node *nd, int backward, double t0, doub
     if (rc->step < 0) return;
     double *at = backward ? rc->bwd : rc->fwd;
     at[(size_t)rc->step * rc->n_nodes + (size_t)(nd - rc->nodes)] = t1 - t0;
+}
+
+/* With marks, after a step's synchronisation: each node's times from them. */
+static void read_marks(recorder *rc) {
+    if (!rc->mk || rc->step < 0) return;
+    size_t n = (size_t)rc->n_nodes, at = (size_t)rc->step * n;
+    for (size_t i = 0; i < n; i++) {
+        rc->fwd[at + i] = 1e-3 * rc->be->mark_elapsed_ms(rc->mk[i], rc->mk[n + i]);
+        rc->bwd[at + i] = 1e-3 * rc->be->mark_elapsed_ms(rc->mk[2 * n + i], rc->mk[3 * n + i]);
+    }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -133,9 +156,44 @@ void profile_print_buckets(const config *cfg, const net *nt, FILE *out) {
     free(done_at);
 }
 
+/* The timed steps of one pass: the recorder's node times, and per step the
+ * whole step, the wait for its batch and the stepper's phases (seconds). */
+typedef struct pass_times {
+    recorder rc;
+    double *step_s, *wait_s, *fwd_s, *bwd_s, *upd_s; /* [steps] each, one allocation */
+} pass_times;
+
+static void pass_init(pass_times *pt, const backend *be, const net *nt, int steps, int marks) {
+    size_t n = (size_t)nt->n_nodes;
+    memset(pt, 0, sizeof *pt);
+    pt->rc = (recorder){.be = be, .nodes = nt->nodes, .gpu = !be->is_cpu, .n_nodes = nt->n_nodes, .step = -1};
+    pt->rc.fwd = cnt_calloc((size_t)steps * n, sizeof *pt->rc.fwd);
+    pt->rc.bwd = cnt_calloc((size_t)steps * n, sizeof *pt->rc.bwd);
+    if (marks) {
+        pt->rc.mk = cnt_calloc(4 * n, sizeof *pt->rc.mk);
+        for (size_t k = 0; k < 4 * n; k++) pt->rc.mk[k] = be->mark_create();
+    }
+    pt->step_s = cnt_calloc((size_t)steps * 5, sizeof *pt->step_s);
+    pt->wait_s = pt->step_s + steps;
+    pt->fwd_s = pt->step_s + 2 * steps;
+    pt->bwd_s = pt->step_s + 3 * steps;
+    pt->upd_s = pt->step_s + 4 * steps;
+}
+
+static void pass_free(pass_times *pt) {
+    if (pt->rc.mk)
+        for (size_t k = 0; k < 4 * (size_t)pt->rc.n_nodes; k++) pt->rc.be->mark_destroy(pt->rc.mk[k]);
+    free(pt->rc.mk);
+    free(pt->rc.fwd);
+    free(pt->rc.bwd);
+    free(pt->step_s);
+}
+
+/* pa: the pass timed by the host's clock; pb, the pass timed by marks, or
+ * NULL (the CPU, where the two are the same). */
 static void write_json(FILE *out, const config *cfg, const net *nt, const dataset *d, int steps, int warmup,
-                       const recorder *rc, const double *step_s, const double *wait_s, const double *fwd_s,
-                       const double *bwd_s, const double *upd_s) {
+                       const pass_times *pa, const pass_times *pb) {
+    const recorder *rc = &pa->rc;
     reducer_opts ro = config_reducer_opts(cfg);
     int nb, *done_at;
     size_t *ends = bucket_plan(cfg, nt, &nb, &done_at);
@@ -150,8 +208,9 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
             nt->n_params * sizeof(float));
     fprintf(out,
             "\"step_ms\":%.4f,\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"update_ms\":%.4f,\"data_wait_ms\":%.4f,",
-            1e3 * median(step_s, steps, 1), 1e3 * median(fwd_s, steps, 1), 1e3 * median(bwd_s, steps, 1),
-            1e3 * median(upd_s, steps, 1), 1e3 * median(wait_s, steps, 1));
+            1e3 * median(pa->step_s, steps, 1), 1e3 * median(pa->fwd_s, steps, 1), 1e3 * median(pa->bwd_s, steps, 1),
+            1e3 * median(pa->upd_s, steps, 1), 1e3 * median(pa->wait_s, steps, 1));
+    if (pb) fprintf(out, "\"stream_step_ms\":%.4f,", 1e3 * median(pb->step_s, steps, 1));
     fprintf(out, "\"first_bucket_values\":%zu,\"bucket_values\":%zu,\"buckets\":[", ro.first_bucket, ro.bucket);
     for (int b = 0; b < nb; b++) {
         size_t begin = b ? ends[b - 1] : 0;
@@ -175,6 +234,10 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
             fprintf(out, ",\"runs\":");
             put_json_string(out, runs);
         }
+        if (pb)
+            fprintf(out, ",\"forward_stream_ms\":%.4f,\"backward_stream_ms\":%.4f",
+                    1e3 * median(pb->rc.fwd + i, steps, (size_t)rc->n_nodes),
+                    1e3 * median(pb->rc.bwd + i, steps, (size_t)rc->n_nodes));
         fprintf(out, ",\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"grad_begin\":%zu,\"grad_end\":%zu,\"grad_bytes\":%zu,"
                      "\"completes\":[",
                 1e3 * median(rc->fwd + i, steps, (size_t)rc->n_nodes),
@@ -186,6 +249,59 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
     fprintf(out, "]}\n");
     free(ends);
     free(done_at);
+}
+
+/* What the passes share: the net, its stepper, the loader and where the
+ * schedule and the epochs are. */
+typedef struct run_state {
+    net *nt;
+    stepper *st;
+    loader *ld;
+    const schedule *sched;
+    long step;
+    int epoch;
+} run_state;
+
+/* warmup + steps steps, the last `steps` timed into pt. */
+static int run_pass(run_state *rs, int warmup, int steps, pass_times *pt) {
+    recorder *rc = &pt->rc;
+    const backend *be = rs->nt->be;
+    net_set_node_hook(rs->nt, record_node, rc);
+    net_set_node_begin_hook(rs->nt, rc->mk ? record_begin : NULL);
+    int status = CNT_OK;
+    for (int i = 0; i < warmup + steps && status == CNT_OK; i++) {
+        double t0 = time_now();
+        const batch *b = loader_next(rs->ld);
+        if (!b) { /* the epoch ran out: the next one (its first batch is waited for, as in training) */
+            loader_start_epoch(rs->ld, ++rs->epoch);
+            b = loader_next(rs->ld);
+            if (!b) {
+                status = cnt_err_set("--profile: the training set gives no batch");
+                break;
+            }
+        }
+        double t1 = time_now();
+        rc->step = i < warmup ? -1 : i - warmup;
+        step_result sr;
+        double lr = schedule_lr(rs->sched, rs->step++);
+        if (stepper_run(rs->st, b, rs->step, lr, &sr) != CNT_OK) {
+            status = cnt_err_prefix("--profile, step %ld", rs->step);
+            break;
+        }
+        be->sync();
+        read_marks(rc);
+        double t2 = time_now();
+        if (rc->step >= 0) {
+            pt->step_s[rc->step] = t2 - t1;
+            pt->wait_s[rc->step] = t1 - t0;
+            pt->fwd_s[rc->step] = sr.forward_s;
+            pt->bwd_s[rc->step] = sr.backward_s;
+            pt->upd_s[rc->step] = sr.update_s;
+        }
+    }
+    net_set_node_begin_hook(rs->nt, NULL);
+    net_set_node_hook(rs->nt, NULL, NULL);
+    return status;
 }
 
 int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
@@ -223,53 +339,22 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, (size_t)d.train.c * d.train.h * d.train.w);
     schedule sched = config_schedule(cfg, 1, loader_steps_per_epoch(ld));
 
-    recorder rc = {.be = be, .nodes = nt->nodes, .gpu = gpu, .n_nodes = nt->n_nodes, .step = -1};
-    rc.fwd = cnt_calloc((size_t)steps * nt->n_nodes, sizeof *rc.fwd);
-    rc.bwd = cnt_calloc((size_t)steps * nt->n_nodes, sizeof *rc.bwd);
-    double *step_s = cnt_calloc((size_t)steps * 5, sizeof *step_s);
-    double *wait_s = step_s + steps, *fwd_s = step_s + 2 * steps, *bwd_s = step_s + 3 * steps,
-           *upd_s = step_s + 4 * steps;
-    net_set_node_hook(nt, record_node, &rc);
-    int status = CNT_OK, epoch = 0;
-    long step = 0;
-    loader_start_epoch(ld, epoch);
-    for (int i = 0; i < warmup + steps && status == CNT_OK; i++) {
-        double t0 = time_now();
-        const batch *b = loader_next(ld);
-        if (!b) { /* the epoch ran out: the next one (its first batch is waited for, as in training) */
-            loader_start_epoch(ld, ++epoch);
-            b = loader_next(ld);
-            if (!b) {
-                status = cnt_err_set("--profile: the training set gives no batch");
-                break;
-            }
-        }
-        double t1 = time_now();
-        rc.step = i < warmup ? -1 : i - warmup;
-        step_result sr;
-        double lr = schedule_lr(&sched, step++);
-        if (stepper_run(&st, b, step, lr, &sr) != CNT_OK) {
-            status = cnt_err_prefix("--profile, step %ld", step);
-            break;
-        }
-        be->sync();
-        double t2 = time_now();
-        if (rc.step >= 0) {
-            step_s[rc.step] = t2 - t1;
-            wait_s[rc.step] = t1 - t0;
-            fwd_s[rc.step] = sr.forward_s;
-            bwd_s[rc.step] = sr.backward_s;
-            upd_s[rc.step] = sr.update_s;
-        }
-    }
-    net_set_node_hook(nt, NULL, NULL);
+    /* first each node synchronised (on a GPU), then, where the backend has
+     * marks, the same steps again with none (train/profile.h) */
+    pass_times pa, pb;
+    pass_init(&pa, be, nt, steps, 0);
+    int marks = gpu && be->mark_create;
+    if (marks) pass_init(&pb, be, nt, steps, 1);
+    run_state rs = {.nt = nt, .st = &st, .ld = ld, .sched = &sched};
+    loader_start_epoch(ld, 0);
+    int status = run_pass(&rs, warmup, steps, &pa);
+    if (status == CNT_OK && marks) status = run_pass(&rs, warmup, steps, &pb);
     if (status == CNT_OK) {
-        write_json(out, cfg, nt, &d.train, steps, warmup, &rc, step_s, wait_s, fwd_s, bwd_s, upd_s);
+        write_json(out, cfg, nt, &d.train, steps, warmup, &pa, marks ? &pb : NULL);
         if (fflush(out) != 0 || ferror(out)) status = cnt_err_set("--profile: cannot write the profile");
     }
-    free(rc.fwd);
-    free(rc.bwd);
-    free(step_s);
+    pass_free(&pa);
+    if (marks) pass_free(&pb);
     stepper_free(&st);
     net_free(nt);
     loader_free(ld);

@@ -9,10 +9,11 @@
  *
  *   {"model":M,"device":D,"precision":P,"layout":L,"input":[C,H,W],"classes":K,
  *    "batch":B,"steps":S,"warmup":W,"params":N,"grad_bytes":G,
- *    "step_ms":T,"forward_ms":F,"backward_ms":R,"update_ms":U,"data_wait_ms":Q,
+ *    "step_ms":T,"forward_ms":F,"backward_ms":R,"update_ms":U,"data_wait_ms":Q,["stream_step_ms":S,]
  *    "first_bucket_values":A,"bucket_values":Z,
  *    "buckets":[{"begin":b,"end":e,"bytes":x},...],
- *    "layers":[{"name":n,"kind":k,["runs":s,]"forward_ms":f,"backward_ms":r,
+ *    "layers":[{"name":n,"kind":k,["runs":s,]["forward_stream_ms":f2,"backward_stream_ms":r2,]
+ *               "forward_ms":f,"backward_ms":r,
  *               "grad_begin":b,"grad_end":e,"grad_bytes":x,"completes":[k,...]},...]}
  *
  * Every time is the median over the timed steps (ms). step_ms is the whole
@@ -27,7 +28,14 @@
  * i.e. the buckets a reducer with overlap on launches right after this
  * node's backward. On a GPU each node is synchronised before its time is
  * taken (the profile's times are the device's; the step runs slower than in
- * training while profiled). `runs`, on a convolution, says what ran each of
+ * training while profiled). Where the backend has timing marks (the GPU),
+ * the same number of steps then runs again with a mark on the compute
+ * stream before and after each node and no synchronisation between nodes:
+ * forward_stream_ms and backward_stream_ms are each node's time within the
+ * stream as training runs it (a small layer's launch overhead hidden behind
+ * the one before, which synchronising exposes), stream_step_ms that pass's
+ * step. On the CPU, whose ops finish before they return, the two would be
+ * the same and the second pass is not run. `runs`, on a convolution, says what ran each of
  * its passes (backend_conv_describe: cuDNN's algorithm, math type and
  * workspace; oneDNN's implementation; OpenBLAS's formulation).
  *
