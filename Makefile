@@ -65,7 +65,7 @@ endif
 mark = $(if $(filter 1,$(1)),✓,✗)
 
 # ---------------------------------------------------------------- flags
-CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -fopenmp -I. \
+CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -Wpointer-arith -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
 LDLIBS := -lopenblas -linih -lstb -ljansson -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_ONEDNN=$(ONEDNN) -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \

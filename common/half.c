@@ -205,6 +205,27 @@ void bf16_round_array(float *dst, const float *src, size_t n) {
     }
 }
 
+uint16_t bf16_from_float(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(bf16_round_bits(u) >> 16);
+}
+
+void bf16_from_float_array(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        dst[i] = (uint16_t)(bf16_round_bits(u) >> 16);
+    }
+}
+
+void bf16_to_float_array(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
 float bf16_to_float(uint16_t b) {
     uint32_t bits = (uint32_t)b << 16;
     float f;

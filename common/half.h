@@ -51,6 +51,12 @@ float fp16_round(float x);
 float bf16_round(float x);
 /* The float a bfloat16 holds (exact: its bits are the float's top 16). */
 float bf16_to_float(uint16_t b);
+/* One float to bfloat16 bits, rounded as bf16_round (the top 16 bits of
+ * bf16_round(f)); and the array versions of both directions (16-bit
+ * activation storage, model/backend_cpu16.c). */
+uint16_t bf16_from_float(float f);
+void bf16_from_float_array(uint16_t *dst, const float *src, size_t n);
+void bf16_to_float_array(float *dst, const uint16_t *src, size_t n);
 /* dst[i] = fp16_round(src[i]) / bf16_round(src[i]); dst may equal src. The
  * fp16 version uses F16C like the arrays above. */
 void fp16_round_array(float *dst, const float *src, size_t n);

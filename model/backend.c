@@ -23,6 +23,29 @@ int backend_math_check(const backend *be, backend_math math) {
     return be->math_check ? be->math_check(math) : CNT_OK;
 }
 
+int backend_act_check(const backend *be, backend_dtype t) {
+    CNT_ASSERT(t == BACKEND_DTYPE_FP32 || t == BACKEND_DTYPE_BF16 || t == BACKEND_DTYPE_FP16);
+    if (be->act_types & (1u << t)) return CNT_OK;
+    return cnt_err_set("backend '%s' cannot store activations in %s yet: set train.activations = fp32", be->name,
+                       backend_dtype_name(t));
+}
+
+const char *backend_dtype_name(backend_dtype t) {
+    switch (t) {
+    case BACKEND_DTYPE_FP32: return "fp32";
+    case BACKEND_DTYPE_BF16: return "bf16";
+    case BACKEND_DTYPE_FP16: return "fp16";
+    }
+    return "?";
+}
+
+backend_dtype backend_act_choose(const backend *be, backend_math math) {
+    backend_dtype t = math == BACKEND_MATH_BF16   ? BACKEND_DTYPE_BF16
+                      : math == BACKEND_MATH_FP16 ? BACKEND_DTYPE_FP16
+                                                  : BACKEND_DTYPE_FP32;
+    return be->act_auto & (1u << t) ? t : BACKEND_DTYPE_FP32;
+}
+
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p) {
     return be->conv_filter_kept ? be->conv_filter_kept(ctx, p) : 0;
 }
@@ -35,8 +58,8 @@ void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv
     else snprintf(buf, len, "%s", be->name);
 }
 
-void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
-                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                              const void *z, int relu, const float *gamma, const float *beta, void *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                               float *save_invstd) {
     if (be->bn_act_fwd_train) {
@@ -47,12 +70,12 @@ void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, 
     be->bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
                      save_invstd);
     size_t n = (size_t)N * C * HW;
-    if (z) be->add(n, y, z, y);
-    if (relu) be->relu_fwd(n, y, y);
+    if (z) be->add(ctx, n, y, z, y);
+    if (relu) be->relu_fwd(ctx, n, y, y);
 }
 
-void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
-                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                              const void *z, int relu, const float *gamma, const float *beta, void *y,
                               const float *running_mean, const float *running_var, float eps) {
     if (be->bn_act_fwd_infer) {
         be->bn_act_fwd_infer(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, eps);
@@ -60,27 +83,28 @@ void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, 
     }
     be->bn_fwd_infer(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, eps);
     size_t n = (size_t)N * C * HW;
-    if (z) be->add(n, y, z, y);
-    if (relu) be->relu_fwd(n, y, y);
+    if (z) be->add(ctx, n, y, z, y);
+    if (relu) be->relu_fwd(ctx, n, y, y);
 }
 
-void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
-                        const float *y, float *dy, int relu, const float *gamma, const float *save_mean,
-                        const float *save_invstd, float eps, float *dx, float *dgamma, float *dbeta,
-                        int accumulate_dx, float *dz, int accumulate_dz) {
+void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                        const void *y, void *dy, int relu, const float *gamma, const float *save_mean,
+                        const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
+                        int accumulate_dx, void *dz, int accumulate_dz) {
     if (be->bn_act_bwd) {
         be->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
                        accumulate_dx, dz, accumulate_dz);
         return;
     }
     size_t n = (size_t)N * C * HW;
-    const float *g = dy;
+    const void *g = dy;
     if (relu && dz && !accumulate_dz) {
-        be->relu_bwd(n, y, dy, dz, 0); /* g straight into dz, which then is g */
+        be->relu_bwd(ctx, n, y, dy, dz, 0); /* g straight into dz, which then is g */
         g = dz;
     } else {
-        if (relu) be->relu_bwd(n, y, dy, dy, 0); /* g in place */
-        if (dz) be->axpy(n, 1.0f, dy, dz, accumulate_dz);
+        if (relu) be->relu_bwd(ctx, n, y, dy, dy, 0); /* g in place */
+        if (dz && accumulate_dz) be->add(ctx, n, dy, dz, dz);
+        else if (dz && dz != dy) be->copy(dz, dy, n * backend_dtype_size(ctx->act));
     }
     be->bn_bwd(ctx, N, C, HW, x, g, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
 }

@@ -17,9 +17,13 @@
  * back where a backend has none; callers never test an op's pointer.
  *
  * Conventions for every op:
- *   - Tensors are dense float32, [N, C, H, W] (NCHW) in the default layout;
- *     see backend_ctx.layout for the others. Filters are [K, C, R, S] in
- *     every layout. Row-major GEMM.
+ *   - Tensors are dense, [N, C, H, W] (NCHW) in the default layout; see
+ *     backend_ctx.layout for the others. Filters are [K, C, R, S] in every
+ *     layout. Row-major GEMM. Activations (the `void *` operands: x, y, z,
+ *     dx, dy, dz) hold values of the type ctx->act (fp32 by default, bf16
+ *     or fp16 where the net stores 16-bit activations); everything typed
+ *     `float *` is fp32 in every context: parameters and their gradients,
+ *     batch-norm statistics, the loss, masks.
  *   - `accumulate` (0 or 1) plays cuDNN's beta: 0 overwrites the output, 1 adds
  *     to it. Backward ops that write an input gradient take it, because a tensor
  *     consumed by two layers (a residual branch) receives the sum of both.
@@ -85,8 +89,8 @@ int pool_params_init(pool_params *p);
 
 /* ---- the context of an op ----
  * Math mode: how convolutions and GEMMs may round. It applies to conv_fwd,
- * conv_bwd_data, conv_bwd_filter and gemm only; every other op computes and
- * stores fp32 in every mode, and tensors are float arrays in every mode.
+ * conv_bwd_data, conv_bwd_filter and gemm only; every other op computes in
+ * fp32 in every mode (and stores what ctx->act says: backend_dtype).
  *   BACKEND_MATH_FP32: fp32 products and sums.
  *   BACKEND_MATH_TF32: tensor cores with TF32 inputs (10-bit mantissa) and
  *     fp32 accumulation, where the device has them; the CPU computes fp32.
@@ -143,15 +147,34 @@ typedef enum backend_layout {
     BACKEND_LAYOUT_AUTO = 3
 } backend_layout;
 
+/* The type activations are stored in (backend_ctx.act). Every op computes
+ * in fp32 whatever the type: it widens the 16-bit values it reads (exactly)
+ * and rounds what it writes once, to nearest even (fp16 beyond +-65504: +-inf,
+ * common/half.h), after `accumulate` has added the old contents. So a fused
+ * op (bn_act_*) rounds once where its composition rounds after each step.
+ *   BACKEND_DTYPE_FP32: 4 bytes a value, the default.
+ *   BACKEND_DTYPE_BF16, BACKEND_DTYPE_FP16: 2 bytes a value (bfloat16, IEEE
+ *     half), what mixed precision stores (PyTorch autocast's activations): half
+ *     the memory traffic of every op, and the operands tensor cores read
+ *     without a conversion. Only where backend.act_types has the type. */
+typedef enum backend_dtype {
+    BACKEND_DTYPE_FP32 = 0,
+    BACKEND_DTYPE_BF16 = 1,
+    BACKEND_DTYPE_FP16 = 2
+} backend_dtype;
+
+/* Bytes a value of type t takes. */
+static inline size_t backend_dtype_size(backend_dtype t) { return t == BACKEND_DTYPE_FP32 ? 4 : 2; }
+
 /* What an op's results depend on besides its arguments. The ops that read it
  * take it as their first argument; a backend keeps nothing of it between
  * calls, so contexts may alternate from one op to the next. All zero is the
  * default context: NCHW, fp32, no promise about weights. It is small and
- * passed by pointer, so a field added later (the 16-bit activation work adds
- * the type activations are stored in) changes no op's signature. */
+ * passed by pointer, so a field added later changes no op's signature. */
 typedef struct backend_ctx {
     backend_layout layout; /* of the activations; never BACKEND_LAYOUT_AUTO (BLOCKED where block_c > 0) */
     backend_math math;     /* of convolutions and GEMMs */
+    backend_dtype act;     /* what activations are stored in; one of backend.act_types */
     /* The per-step hint that weights stay fixed: nonzero, a number no other
      * span had in this process (backend_epoch_new), while no convolution's
      * weights change, from a training forward to the end of its backward
@@ -174,6 +197,13 @@ typedef struct backend {
      * whose device memory is host memory and whose ops run on the host's
      * threads (set_threads); 0 for a GPU backend. */
     int is_cpu;
+    /* The activation types it stores (backend_ctx.act): bit (1u << t) for
+     * each backend_dtype t it has. Every backend has fp32. */
+    unsigned act_types;
+    /* Those of them train.activations = auto takes (backend_act_choose):
+     * the CPU's 16-bit types, the reference that stores what autocast
+     * stores; a GPU's once measured faster than fp32 activations. */
+    unsigned act_auto;
     /* One line for logs: which device, e.g. "cuda:1 NVIDIA H100 80GB HBM3
      * (79.1 GiB, compute 9.0)" or "cpu (16 threads)". */
     void (*describe)(char *buf, size_t len);
@@ -191,7 +221,7 @@ typedef struct backend {
      * In ctx's layout and math mode; ctx->weights_epoch may let the data
      * pass reuse the forward's form of w (backend_ctx). */
     /* y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S]) */
-    void (*conv_fwd)(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y);
+    void (*conv_fwd)(const backend_ctx *ctx, const conv_params *p, const void *x, const float *w, void *y);
     /* dx[N,C,H,W] (+)= conv_transpose(dy[N,K,P,Q], w). `paired` is 1 when
      * the conv_bwd_filter called just before read this same dy, unchanged
      * since (a convolution layer's two backward passes): a backend that
@@ -200,10 +230,10 @@ typedef struct backend {
      * again. It checks that the conversion is still there: any convolution
      * or GEMM in between (another net's, say) just cancels the reuse. The
      * result is the same either way. */
-    void (*conv_bwd_data)(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w, float *dx,
+    void (*conv_bwd_data)(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w, void *dx,
                           int accumulate, int paired);
     /* dw[K,C,R,S] = sum over batch of correlation(x, dy) */
-    void (*conv_bwd_filter)(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+    void (*conv_bwd_filter)(const backend_ctx *ctx, const conv_params *p, const void *x, const void *dy,
                             float *dw);
     /* Optional (NULL: 0; call it through backend_conv_filter_kept): the
      * device bytes the backend keeps per weight pointer under a nonzero
@@ -221,26 +251,26 @@ typedef struct backend {
     void (*conv_describe)(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len);
 
     /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers), in ctx's layout ---- */
-    void (*bias_fwd)(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y); /* y += b[c] */
-    void (*bias_bwd)(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db); /* db = sum dy */
+    void (*bias_fwd)(const backend_ctx *ctx, int N, int C, int HW, const float *b, void *y); /* y += b[c] */
+    void (*bias_bwd)(const backend_ctx *ctx, int N, int C, int HW, const void *dy, float *db); /* db = sum dy */
 
     /* ---- batch norm over [N, C, HW] in ctx's layout, statistics per channel ---- */
     /* Training: normalise with batch statistics (biased variance), write
      * save_mean[C] and save_invstd[C] = 1/sqrt(var+eps) for backward, and update
      * running stats: r = (1-momentum)*r + momentum*batch, the running variance
      * using the unbiased batch variance (PyTorch's rule). */
-    void (*bn_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                         const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+    void (*bn_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
+                         const float *beta, void *y, float *running_mean, float *running_var, float momentum,
                          float eps, float *save_mean, float *save_invstd);
     /* Inference: y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta */
-    void (*bn_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                         const float *beta, float *y, const float *running_mean, const float *running_var,
+    void (*bn_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
+                         const float *beta, void *y, const float *running_mean, const float *running_var,
                          float eps);
     /* Gradients of the training forward: dgamma, dbeta overwritten; dx (+)=.
      * eps is the forward's (save_invstd already holds it; cuDNN asks for it
      * again and wants the same value). */
-    void (*bn_bwd)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
-                   const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+    void (*bn_bwd)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, float eps, void *dx,
                    float *dgamma, float *dbeta, int accumulate_dx);
 
     /* ---- batch norm fused with the add and ReLU after it (model/net.c's
@@ -251,11 +281,11 @@ typedef struct backend {
      * statistics, running averages and save_* alike), + z where z is not
      * NULL, then ReLU (relu_fwd's rule) where relu is 1. y may not overlap
      * x or z. */
-    void (*bn_act_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z, int relu,
-                             const float *gamma, const float *beta, float *y, float *running_mean,
+    void (*bn_act_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
+                             const float *gamma, const float *beta, void *y, float *running_mean,
                              float *running_var, float momentum, float eps, float *save_mean, float *save_invstd);
-    void (*bn_act_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z, int relu,
-                             const float *gamma, const float *beta, float *y, const float *running_mean,
+    void (*bn_act_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
+                             const float *gamma, const float *beta, void *y, const float *running_mean,
                              const float *running_var, float eps);
     /* Backward, given the forward's x and y: g = relu ? dy * (y > 0) : dy;
      * dz (+)= g where dz is not NULL (the residual's gradient, accumulate_dz
@@ -264,34 +294,38 @@ typedef struct backend {
      * dz may be dy itself when accumulate_dz is 0 (the net's planner lets
      * them share memory: the add's gradient in place, not copied); dx and
      * dz overlap nothing else of x, y, dy. */
-    void (*bn_act_bwd)(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y, float *dy,
+    void (*bn_act_bwd)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
                        int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
-                       float *dx, float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz);
+                       void *dx, float *dgamma, float *dbeta, int accumulate_dx, void *dz, int accumulate_dz);
 
     /* ---- pooling, in ctx's layout ---- */
-    void (*pool_fwd)(const backend_ctx *ctx, const pool_params *p, const float *x, float *y);
+    void (*pool_fwd)(const backend_ctx *ctx, const pool_params *p, const void *x, void *y);
     /* dx (+)= gradient; x and y are the forward's input and output (max pooling
      * routes each dy to the first maximum of its window, scanning r then s). */
-    void (*pool_bwd)(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
-                     const float *dy, float *dx, int accumulate);
+    void (*pool_bwd)(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
+                     const void *dy, void *dx, int accumulate);
 
     /* ---- GEMM, row-major: C = alpha * op(A) * op(B) + beta * C ----
      * op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda/ldb/ldc are row strides
      * of the matrices as stored. With beta == 0, C's old contents are not read
-     * (BLAS's rule). In ctx's math mode. */
+     * (BLAS's rule). In ctx's math mode. The operands named in `act`
+     * (GEMM_ACT_A | _B | _C) are activations, stored in ctx->act; the
+     * others are fp32 (a linear layer's weight and weight gradient). */
     void (*gemm)(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+                 const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc, unsigned act);
 
-    /* ---- elementwise over n values ---- */
-    void (*relu_fwd)(size_t n, const float *x, float *y);
+    /* ---- elementwise over n activations (in ctx->act; the output may be
+     * one of the inputs: in place) ---- */
+    void (*relu_fwd)(const backend_ctx *ctx, size_t n, const void *x, void *y);
     /* dx (+)= dy * (y > 0); y is the forward output */
-    void (*relu_bwd)(size_t n, const float *y, const float *dy, float *dx, int accumulate);
+    void (*relu_bwd)(const backend_ctx *ctx, size_t n, const void *y, const void *dy, void *dx, int accumulate);
     /* y = a + b */
-    void (*add)(size_t n, const float *a, const float *b, float *y);
+    void (*add)(const backend_ctx *ctx, size_t n, const void *a, const void *b, void *y);
+    /* y (+)= a * mask, mask fp32 (dropout's) */
+    void (*mul)(const backend_ctx *ctx, size_t n, const void *a, const float *mask, void *y, int accumulate);
+    /* ---- elementwise over n fp32 values ---- */
     /* y = alpha * x + (accumulate ? y : 0) */
     void (*axpy)(size_t n, float alpha, const float *x, float *y, int accumulate);
-    /* y = a * b elementwise, (+)= when accumulate */
-    void (*mul)(size_t n, const float *a, const float *b, float *y, int accumulate);
     /* mask[i] = (rng_hash_uniform(seed, i) >= p) ? 1.0f/(1.0f-p) : 0 ; 0 <= p < 1;
      * computed in float exactly so: every backend gives the same bits. */
     void (*dropout_mask)(size_t n, float p, uint64_t seed, float *mask);
@@ -300,8 +334,8 @@ typedef struct backend {
      * For each n < N: dst[n, dst_off : dst_off+C, :] (+)= src[n, src_off : src_off+C, :]
      * where src has src_C channels and dst has dst_C channels of HW values
      * each, in ctx's layout. */
-    void (*channel_copy)(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C, int src_off,
-                         float *dst, int dst_C, int dst_off, int accumulate);
+    void (*channel_copy)(const backend_ctx *ctx, int N, int C, int HW, const void *src, int src_C, int src_off,
+                         void *dst, int dst_C, int dst_off, int accumulate);
 
     /* ---- loss ----
      * Softmax cross-entropy with label smoothing s over logits[N, K], labels[N]
@@ -341,9 +375,12 @@ typedef struct backend {
     /* Converts between NCHW and `layout` (any layout the backend has, named
      * here rather than by a context): with to_layout, dst in `layout` (+)=
      * src in NCHW; otherwise dst in NCHW (+)= src in `layout` (NCHW to NCHW
-     * copies or adds). src and dst do not overlap. */
-    void (*convert_layout)(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
-                           int accumulate);
+     * copies or adds). src holds values of type src_type, dst of dst_type
+     * (backend_dtype, each one of act_types; narrowing rounds as backend_dtype
+     * says), so it also converts types (the net's fp32 input to its 16-bit
+     * activations, its 16-bit logits to fp32). src and dst do not overlap. */
+    void (*convert_layout)(int N, int C, int HW, const void *src, int src_type, void *dst, int dst_type, int layout,
+                           int to_layout, int accumulate);
     /* BACKEND_LAYOUT_BLOCKED's channel block (8 or 16, what the CPU's vector
      * width suits); 0 when the backend has no blocked layout (a context
      * must not name it then: backend_layout_check). */
@@ -426,10 +463,16 @@ typedef struct backend {
      * Allocates nothing; never fails. */
     size_t (*conv_workspace)(const backend_ctx *ctx, const conv_params *p);
     /* The same for gemm with C [M, N] and inner dimension K (dense
-     * operands) in ctx's math mode: the 16-bit operand copies in bf16/fp16,
-     * 0 otherwise. */
-    size_t (*gemm_workspace)(const backend_ctx *ctx, int M, int N, int K);
+     * operands) in ctx's math mode and activation type, `act` naming the
+     * operands that are activations as gemm's does: the 16-bit operand
+     * copies in bf16/fp16, fp32 copies of 16-bit activations, 0 otherwise. */
+    size_t (*gemm_workspace)(const backend_ctx *ctx, int M, int N, int K, unsigned act);
 } backend;
+
+/* gemm's `act`: which operands are activations (stored in ctx->act). */
+#define GEMM_ACT_A 1u
+#define GEMM_ACT_B 2u
+#define GEMM_ACT_C 4u
 
 /* Which backend a run asks for (train.device). */
 typedef enum backend_device {
@@ -481,23 +524,33 @@ uint64_t backend_epoch_new(void);
  * `math` (be->math_check); CNT_OK otherwise, and for every mode of a backend
  * without math_check. */
 int backend_math_check(const backend *be, backend_math math);
+/* CNT_ERR with a message naming the backend when it cannot store
+ * activations of type t (backend.act_types); CNT_OK otherwise. */
+int backend_act_check(const backend *be, backend_dtype t);
+/* "fp32", "bf16", "fp16". */
+const char *backend_dtype_name(backend_dtype t);
+/* The activation type a net on be in math mode `math` stores when left to
+ * choose (train.activations = auto): the 16-bit type of bf16 and fp16 math
+ * where be takes it by default (act_auto), fp32 otherwise. The one place
+ * that rule lives. */
+backend_dtype backend_act_choose(const backend *be, backend_math math);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
 /* be->conv_describe, or the backend's name where it has none. */
 void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv_params *p, char *buf, size_t len);
 /* be->bn_act_*, or where the backend lacks them the composition that
- * defines them (bn_*, then add, then relu_*; backward: relu_bwd, axpy into
- * dz, bn_bwd). Arguments as the ops'. */
-void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
-                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+ * defines them (bn_*, then add, then relu_*; backward: relu_bwd, add or copy
+ * into dz, bn_bwd). Arguments as the ops'. */
+void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                              const void *z, int relu, const float *gamma, const float *beta, void *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                               float *save_invstd);
-void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
-                              const float *z, int relu, const float *gamma, const float *beta, float *y,
+void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                              const void *z, int relu, const float *gamma, const float *beta, void *y,
                               const float *running_mean, const float *running_var, float eps);
-void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const float *x,
-                        const float *y, float *dy, int relu, const float *gamma, const float *save_mean,
-                        const float *save_invstd, float eps, float *dx, float *dgamma, float *dbeta,
-                        int accumulate_dx, float *dz, int accumulate_dz);
+void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                        const void *y, void *dy, int relu, const float *gamma, const float *save_mean,
+                        const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
+                        int accumulate_dx, void *dz, int accumulate_dz);
 
 #endif

@@ -1105,7 +1105,10 @@ static void cpu_conv_bwd_filter(int math, const conv_params *p, const float *x, 
 }
 
 static void cpu_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                     const void *Av, int lda, const void *Bv, int ldb, float beta, void *Cv, int ldc, unsigned act) {
+    (void)act; /* fp32 only: the 16-bit adapter (model/backend_cpu16.c) widens them first */
+    const float *A = Av, *B = Bv;
+    float *C = Cv;
     int math = ctx->math;
     if (!cpu_math_reduced(math) || M == 0 || N == 0) {
         f32_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -1130,13 +1133,20 @@ static void cpu_find_nonfinite(size_t n, const float *x, float *found) {
 
 /* ------------------------------------------------------------- elementwise */
 
-static void cpu_relu_fwd(size_t n, const float *x, float *y) {
+static void cpu_relu_fwd(const backend_ctx *ctx, size_t n, const void *xv, void *yv) {
+    (void)ctx;
+    const float *x = xv;
+    float *y = yv;
     /* `x < 0 ? 0 : x` lets a NaN through, so a diverged run still shows it */
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-static void cpu_relu_bwd(size_t n, const float *y, const float *dy, float *dx, int accumulate) {
+static void cpu_relu_bwd(const backend_ctx *ctx, size_t n, const void *yv, const void *dyv, void *dxv,
+                         int accumulate) {
+    (void)ctx;
+    const float *y = yv, *dy = dyv;
+    float *dx = dxv;
     if (accumulate) {
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
@@ -1146,7 +1156,10 @@ static void cpu_relu_bwd(size_t n, const float *y, const float *dy, float *dx, i
     }
 }
 
-static void cpu_add(size_t n, const float *a, const float *b, float *y) {
+static void cpu_add(const backend_ctx *ctx, size_t n, const void *av, const void *bv, void *yv) {
+    (void)ctx;
+    const float *a = av, *b = bv;
+    float *y = yv;
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
@@ -1161,7 +1174,10 @@ static void cpu_axpy(size_t n, float alpha, const float *x, float *y, int accumu
     }
 }
 
-static void cpu_mul(size_t n, const float *a, const float *b, float *y, int accumulate) {
+static void cpu_mul(const backend_ctx *ctx, size_t n, const void *av, const float *b, void *yv, int accumulate) {
+    (void)ctx;
+    const float *a = av;
+    float *y = yv;
     if (accumulate) {
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) y[i] += a[i] * b[i];
@@ -1322,9 +1338,10 @@ static void cpu_transpose_layout(int N, int C, int HW, const float *src, float *
         transpose_images(N, HW, C, src, dst, accumulate);
 }
 
-static void cpu_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
-                               int accumulate) {
+static void cpu_convert_layout(int N, int C, int HW, const void *src, int src_type, void *dst, int dst_type,
+                               int layout, int to_layout, int accumulate) {
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    CNT_ASSERT(src_type == BACKEND_DTYPE_FP32 && dst_type == BACKEND_DTYPE_FP32); /* others: backend_cpu16.c */
     if (layout == BACKEND_LAYOUT_NHWC) {
         cpu_transpose_layout(N, C, HW, src, dst, to_layout, accumulate);
         return;
@@ -1359,7 +1376,7 @@ static float *lay_out(int k, int N, int C, int HW) {
 /* y [N, HW, C] = the NCHW result t. */
 static void lay_back(int N, int C, int HW, const float *t, float *y) { cpu_transpose_layout(N, C, HW, t, y, 1, 0); }
 
-static void lay_conv_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+static void lay_conv_fwd(const backend_ctx *ctx, const conv_params *p, const void *x, const float *w, void *y) {
     if (!nhwc(ctx)) {
         cpu_conv_fwd(ctx->math, p, x, w, y);
         return;
@@ -1371,8 +1388,8 @@ static void lay_conv_fwd(const backend_ctx *ctx, const conv_params *p, const flo
 }
 
 /* paired (model/backend.h): the CPU converts nothing it could share. */
-static void lay_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w,
-                              float *dx, int accumulate, int paired) {
+static void lay_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w,
+                              void *dx, int accumulate, int paired) {
     (void)paired;
     if (!nhwc(ctx)) {
         cpu_conv_bwd_data(ctx->math, p, dy, w, dx, accumulate);
@@ -1386,7 +1403,7 @@ static void lay_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, cons
     lay_back(p->N, p->C, HW, dxt, dx);
 }
 
-static void lay_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+static void lay_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const void *x, const void *dy,
                                 float *dw) {
     if (!nhwc(ctx)) {
         cpu_conv_bwd_filter(ctx->math, p, x, dy, dw);
@@ -1397,7 +1414,8 @@ static void lay_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, co
     cpu_conv_bwd_filter(ctx->math, p, xt, dyt, dw);
 }
 
-static void lay_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y) {
+static void lay_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, void *yv) {
+    float *y = yv;
     if (!nhwc(ctx) || HW == 1) {
         cpu_bias_fwd(N, C, HW, b, y);
         return;
@@ -1411,7 +1429,7 @@ static void lay_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const flo
     }
 }
 
-static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db) {
+static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *dy, float *db) {
     if (!nhwc(ctx) || HW == 1) {
         cpu_bias_bwd(N, C, HW, dy, db);
         return;
@@ -1419,8 +1437,8 @@ static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const flo
     cpu_bias_bwd(N, C, HW, lay_in(0, N, C, HW, dy), db);
 }
 
-static void lay_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
-                                 int relu, const float *gamma, const float *beta, float *y, float *running_mean,
+static void lay_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
+                                 int relu, const float *gamma, const float *beta, void *y, float *running_mean,
                                  float *running_var, float momentum, float eps, float *save_mean, float *save_invstd) {
     if (!nhwc(ctx) || HW == 1) {
         cpu_bn_fwd_train(N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
@@ -1435,15 +1453,15 @@ static void lay_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, c
     lay_back(N, C, HW, yt, y);
 }
 
-static void lay_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                             const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+static void lay_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
+                             const float *beta, void *y, float *running_mean, float *running_var, float momentum,
                              float eps, float *save_mean, float *save_invstd) {
     lay_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps,
                          save_mean, save_invstd);
 }
 
-static void lay_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
-                                 int relu, const float *gamma, const float *beta, float *y,
+static void lay_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
+                                 int relu, const float *gamma, const float *beta, void *y,
                                  const float *running_mean, const float *running_var, float eps) {
     if (!nhwc(ctx) || HW == 1) {
         cpu_bn_fwd_infer(N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, eps);
@@ -1456,8 +1474,8 @@ static void lay_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, c
     lay_back(N, C, HW, yt, y);
 }
 
-static void lay_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                             const float *beta, float *y, const float *running_mean, const float *running_var,
+static void lay_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
+                             const float *beta, void *y, const float *running_mean, const float *running_var,
                              float eps) {
     lay_bn_act_fwd_infer(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, eps);
 }
@@ -1483,23 +1501,23 @@ static void lay_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const f
     lay_back(N, C, HW, dxt, dx);
 }
 
-static void lay_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y, float *dy,
+static void lay_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
                            int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
-                           float *dx, float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz) {
+                           void *dx, float *dgamma, float *dbeta, int accumulate_dx, void *dz, int accumulate_dz) {
     (void)eps; /* in save_invstd already */
     lay_bn_bwd_any(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx, dz,
                    accumulate_dz);
 }
 
-static void lay_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
-                       const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+static void lay_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *dy,
+                       const float *gamma, const float *save_mean, const float *save_invstd, float eps, void *dx,
                        float *dgamma, float *dbeta, int accumulate_dx) {
     (void)eps;
     lay_bn_bwd_any(ctx, N, C, HW, x, NULL, dy, 0, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx,
                    NULL, 0);
 }
 
-static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
+static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
     if (!nhwc(ctx)) {
         cpu_pool_fwd(p, x, y);
         return;
@@ -1510,8 +1528,8 @@ static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const flo
     lay_back(p->N, p->C, p->P * p->Q, yt, y);
 }
 
-static void lay_pool_bwd(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
-                         const float *dy, float *dx, int accumulate) {
+static void lay_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
+                         const void *dy, void *dx, int accumulate) {
     if (!nhwc(ctx)) {
         cpu_pool_bwd(p, x, y, dy, dx, accumulate);
         return;
@@ -1526,8 +1544,10 @@ static void lay_pool_bwd(const backend_ctx *ctx, const pool_params *p, const flo
 }
 
 /* NHWC: each pixel's channel vector is contiguous, so a slice is C values per pixel. */
-static void lay_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C, int src_off,
-                             float *dst, int dst_C, int dst_off, int accumulate) {
+static void lay_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const void *srcv, int src_C, int src_off,
+                             void *dstv, int dst_C, int dst_off, int accumulate) {
+    const float *src = srcv;
+    float *dst = dstv;
     if (!nhwc(ctx) || HW == 1) {
         cpu_channel_copy(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate);
         return;
@@ -1621,7 +1641,8 @@ static size_t cpu_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
     return floats * sizeof(float);
 }
 
-static size_t cpu_gemm_workspace(const backend_ctx *ctx, int M, int N, int K) {
+static size_t cpu_gemm_workspace(const backend_ctx *ctx, int M, int N, int K, unsigned act) {
+    (void)act; /* both operands get a rounded copy, activations or not */
     if (!cpu_math_reduced(ctx->math)) return 0;
     return ((size_t)M * K + (size_t)K * N) * sizeof(float); /* op_a, op_b */
 }
@@ -1634,6 +1655,7 @@ static void cpu_describe(char *buf, size_t len) {
 static const backend cpu_backend = {
     .name = "cpu",
     .is_cpu = 1,
+    .act_types = 1u << BACKEND_DTYPE_FP32, /* 16-bit ones: model/backend_cpu16.c on top */
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,

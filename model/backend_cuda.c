@@ -63,6 +63,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,9 @@ typedef struct conv_plan {
 /* BF16/FP16 math: the 16-bit copies of an op's first and second operand and
  * of its result (convolutions only; cuBLAS writes the float C). */
 enum { H16_OP0, H16_OP1, H16_OUT, H16_SLOTS };
+/* Where a 16-bit op's operands go widened when it runs on fp32 kernels
+ * (batch norm, pooling): x, dy, and the result (y or dx). */
+enum { A32_X, A32_DY, A32_OUT, A32_SLOTS };
 
 static struct {
     int ready;
@@ -113,6 +117,8 @@ static struct {
     size_t fscratch_n;
     void *h16[H16_SLOTS];      /* BF16/FP16 math: 16-bit copies (h16_get) */
     size_t h16_bytes[H16_SLOTS];
+    float *a32[A32_SLOTS];     /* 16-bit activations: fp32 copies around the fp32-only ops (a32_*) */
+    size_t a32_n[A32_SLOTS];
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
@@ -258,6 +264,58 @@ static const void *h16_from(int math, int slot, size_t n, const float *x) {
 }
 
 /* ------------------------------------------------------------- convolution */
+
+/* ---- 16-bit activations (backend_ctx.act) ----
+ * Convolutions, GEMMs, bias, the elementwise ops, channel slices and layout
+ * conversions read and write them natively (cuDNN and cuBLAS with 16-bit
+ * tensors, our kernels templated on the type). Batch norm and pooling run
+ * their fp32 kernels on widened copies (a32_*), rounding what they write
+ * once: the contract's numbers, at the cost of a conversion each way. They
+ * go with the same type's math mode (train.activations is validated so). */
+static int act16(const backend_ctx *ctx) {
+    if (ctx->act == BACKEND_DTYPE_FP32) return 0;
+    CNT_ASSERT((ctx->act == BACKEND_DTYPE_BF16 && ctx->math == BACKEND_MATH_BF16) ||
+               (ctx->act == BACKEND_DTYPE_FP16 && ctx->math == BACKEND_MATH_FP16));
+    return 1;
+}
+
+static float *a32_get(int slot, size_t n) { return grow((void **)&g.a32[slot], &g.a32_n[slot], n, sizeof(float)); }
+
+/* dst[0, n) = src converted from type st to dt, on the compute stream. */
+static void act_convert(size_t n, const void *src, int st, void *dst, int dt, int accumulate) {
+    CNT_ASSERT(n <= (size_t)INT_MAX);
+    if (n) CUDA_CHECK(cuk_convert_layout(g.stream, 1, 1, (int)n, src, st, dst, dt, 0, 0, accumulate));
+}
+
+/* The n activations at src as fp32: src itself in an fp32 context, else a
+ * widened copy in slot `slot` (NULL for NULL). */
+static const float *a32_in(const backend_ctx *ctx, int slot, size_t n, const void *src) {
+    if (!act16(ctx) || !src) return src;
+    float *t = a32_get(slot, n);
+    act_convert(n, src, ctx->act, t, BACKEND_DTYPE_FP32, 0);
+    return t;
+}
+
+/* Where an fp32 op writes the result for dst: dst itself in an fp32
+ * context, else slot `slot`, holding dst's values widened when the op adds
+ * to them; a32_back then rounds it into dst. */
+static float *a32_out(const backend_ctx *ctx, int slot, size_t n, void *dst, int accumulate) {
+    if (!act16(ctx)) return dst;
+    float *t = a32_get(slot, n);
+    if (accumulate) act_convert(n, dst, ctx->act, t, BACKEND_DTYPE_FP32, 0);
+    return t;
+}
+
+static void a32_back(const backend_ctx *ctx, const float *t, void *dst, size_t n) {
+    if (act16(ctx)) act_convert(n, t, BACKEND_DTYPE_FP32, dst, ctx->act, 0);
+}
+
+/* ctx with fp32 activations: what the fp32 kernels under a32_* run in. */
+static backend_ctx ctx_f32(const backend_ctx *ctx) {
+    backend_ctx c = *ctx;
+    c.act = BACKEND_DTYPE_FP32;
+    return c;
+}
 
 static unsigned plan_hash(const conv_params *p, int math, int layout) {
     const int *v = (const int *)p;
@@ -661,35 +719,38 @@ static void pair_clear(void) {
     g.pair_ready = 0;
 }
 
-static void cuda_conv_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+/* With 16-bit activations (act16) the 16-bit tensors are cuDNN's operands and
+ * output themselves: only the filter is narrowed, and an accumulating data
+ * pass lets cuDNN add (beta 1), rounding once. */
+static void cuda_conv_fwd(const backend_ctx *ctx, const conv_params *p, const void *x, const float *w, void *y) {
     pair_clear();
     if (p->N == 0) return;
-    const int math = ctx->math;
+    const int math = ctx->math, a16 = act16(ctx);
     conv_plan *pl = plan_get(ctx, p);
     const void *kept = fcache_make(ctx, p, w);
     const float *wl = kept ? NULL : conv_filter(ctx, p, w);
     const void *xs = x, *wv = kept ? kept : wl;
     void *ys = y;
     if (math_reduced(math)) {
-        xs = h16_from(math, H16_OP0, conv_in_count(p), x);
+        if (!a16) xs = h16_from(math, H16_OP0, conv_in_count(p), x);
         if (!kept) wv = h16_from(math, H16_OP1, conv_w_count(p), wl);
-        ys = h16_get(H16_OUT, conv_out_count(p));
+        if (!a16) ys = h16_get(H16_OUT, conv_out_count(p));
     }
     if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
     ws_reserve(pl->fwd_ws);
     conv_set_math(pl, pl->fwd_math);
     CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, xs, pl->w, wv, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
                                         &k_zero, pl->y, ys));
-    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));
+    if (math_reduced(math) && !a16) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));
 }
 
 /* `paired` (backend.h): the filter pass on this dy left its 16-bit copy in
  * H16_OP1 (pair_*); the data pass takes it from there, and the filter into
  * H16_OP0, instead of rounding dy again. Any other use of the 16-bit slots
  * in between (a forward convolution, a GEMM) has cleared the pair. */
-static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w,
-                               float *dx, int accumulate, int paired) {
-    const int math = ctx->math;
+static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w,
+                               void *dx, int accumulate, int paired) {
+    const int math = ctx->math, a16 = act16(ctx);
     paired = paired && g.pair_ready && g.pair_dy == dy && g.pair_n == conv_out_count(p) && g.pair_math == math;
     pair_clear();
     if (p->N == 0) return;
@@ -699,7 +760,9 @@ static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, con
     const void *dys = dy, *wv = kept ? kept : wl;
     void *dxs = dx;
     int beta_one = accumulate; /* cuDNN adds to its output */
-    if (math_reduced(math)) {
+    if (math_reduced(math) && a16) {
+        if (!kept) wv = h16_from(math, H16_OP1, conv_w_count(p), wl);
+    } else if (math_reduced(math)) {
         if (paired) {
             dys = g.h16[H16_OP1]; /* the filter pass's copy of this dy */
             if (!kept) wv = h16_from(math, H16_OP0, conv_w_count(p), wl);
@@ -715,7 +778,7 @@ static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, con
     conv_set_math(pl, pl->bwd_data_math);
     CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, wv, pl->y, dys, pl->conv, pl->bwd_data, g.ws,
                                              pl->bwd_data_ws, beta_one ? &k_one : &k_zero, pl->x, dxs));
-    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_in_count(p), dxs, dx, accumulate));
+    if (math_reduced(math) && !a16) CUDA_CHECK(cuk_widen(g.stream, math, conv_in_count(p), dxs, dx, accumulate));
 }
 
 /* In NHWC cuDNN writes the gradient as [K, R, S, C]: into fscratch (FP32,
@@ -724,22 +787,22 @@ static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, con
  * the NCHW path gives, up to cuDNN's summation order: one rounding to the
  * type in the reduced modes. In BF16/FP16 H16_OP1 keeps dy's 16-bit copy for
  * a paired data pass. */
-static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const void *x, const void *dy,
                                  float *dw) {
     pair_clear();
     if (p->N == 0) {
         cuda_zero(dw, conv_w_count(p) * sizeof(float));
         return;
     }
-    const int math = ctx->math;
+    const int math = ctx->math, a16 = act16(ctx);
     conv_plan *pl = plan_get(ctx, p);
     const int nhwc = layout_nhwc(ctx);
     float *dwl = nhwc ? fscratch_get(conv_w_count(p)) : dw; /* the float gradient in cuDNN's filter layout */
     const void *xs = x, *dys = dy;
     void *dws = dwl;
     if (math_reduced(math)) {
-        xs = h16_from(math, H16_OP0, conv_in_count(p), x);
-        dys = h16_from(math, H16_OP1, conv_out_count(p), dy);
+        if (!a16) xs = h16_from(math, H16_OP0, conv_in_count(p), x);
+        if (!a16) dys = h16_from(math, H16_OP1, conv_out_count(p), dy);
         dws = h16_get(H16_OUT, conv_w_count(p));
     }
     if (!pl->have_bwd_filter) plan_bwd_filter(pl, xs, dys, dws);
@@ -749,7 +812,7 @@ static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, c
                                                pl->bwd_filter_ws, &k_zero, pl->w, dws));
     if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_w_count(p), dws, dwl, 0));
     if (nhwc) CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, dwl, dw, 0, 0));
-    if (math_reduced(math)) { /* H16_OP1 keeps this dy's 16-bit copy for a paired data pass */
+    if (math_reduced(math) && !a16) { /* H16_OP1 keeps this dy's 16-bit copy for a paired data pass */
         g.pair_dy = dy;
         g.pair_n = conv_out_count(p);
         g.pair_math = math;
@@ -763,15 +826,15 @@ static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, c
  * kernels, so the two layouts give the same bits. */
 static int nhwc_spatial(const backend_ctx *ctx, int HW) { return layout_nhwc(ctx) && HW > 1; }
 
-static void cuda_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y) {
+static void cuda_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, void *y) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
-    CUDA_CHECK(cuk_bias_fwd(g.stream, N, C, HW, b, y, nhwc_spatial(ctx, HW)));
+    CUDA_CHECK(cuk_bias_fwd(g.stream, ctx->act, N, C, HW, b, y, nhwc_spatial(ctx, HW)));
 }
 
-static void cuda_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db) {
+static void cuda_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *dy, float *db) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
     double *partial = scratch_get(cuk_bias_bwd_scratch(N, C, HW));
-    CUDA_CHECK(cuk_bias_bwd(g.stream, N, C, HW, dy, db, partial, nhwc_spatial(ctx, HW)));
+    CUDA_CHECK(cuk_bias_bwd(g.stream, ctx->act, N, C, HW, dy, db, partial, nhwc_spatial(ctx, HW)));
 }
 
 /* -------------------------------------------------------------- batch norm */
@@ -870,11 +933,20 @@ static void bn_vec_back(int C, float *v, const float *s) {
     if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
 }
 
-static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                              const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
+                              const float *beta, void *y, float *running_mean, float *running_var, float momentum,
                               float eps, float *save_mean, float *save_invstd) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if (act16(ctx)) {
+        backend_ctx c = ctx_f32(ctx);
+        size_t n = (size_t)N * C * HW;
+        float *yt = a32_out(ctx, A32_OUT, n, y, 0);
+        cuda_bn_fwd_train(&c, N, C, HW, a32_in(ctx, A32_X, n, x), gamma, beta, yt, running_mean, running_var,
+                          momentum, eps, save_mean, save_invstd);
+        a32_back(ctx, yt, y, n);
+        return;
+    }
     if ((size_t)N * HW == 1) {
         CUDA_CHECK(cuk_bn_single_fwd(g.stream, C, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
                                      save_invstd));
@@ -905,23 +977,40 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
                                                        save_invstd));
 }
 
-static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                              const float *beta, float *y, const float *running_mean, const float *running_var,
+static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
+                              const float *beta, void *y, const float *running_mean, const float *running_var,
                               float eps) {
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (N == 0) return;
+    if (act16(ctx)) {
+        backend_ctx c = ctx_f32(ctx);
+        size_t n = (size_t)N * C * HW;
+        float *yt = a32_out(ctx, A32_OUT, n, y, 0);
+        cuda_bn_fwd_infer(&c, N, C, HW, a32_in(ctx, A32_X, n, x), gamma, beta, yt, running_mean, running_var, eps);
+        a32_back(ctx, yt, y, n);
+        return;
+    }
     bn_desc(ctx, N, C, HW);
     CUDNN_CHECK(cudnnBatchNormalizationForwardInference(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x,
                                                         x, g.bn_x, y, g.bn_param, gamma, beta, running_mean,
                                                         running_var, (double)eps));
 }
 
-static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
-                        const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd, float eps, void *dx,
                         float *dgamma, float *dbeta, int accumulate_dx) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if (act16(ctx)) {
+        backend_ctx c = ctx_f32(ctx);
+        size_t n = (size_t)N * C * HW;
+        float *dxt = a32_out(ctx, A32_OUT, n, dx, accumulate_dx);
+        cuda_bn_bwd(&c, N, C, HW, a32_in(ctx, A32_X, n, x), a32_in(ctx, A32_DY, n, dy), gamma, save_mean, save_invstd,
+                    eps, dxt, dgamma, dbeta, accumulate_dx);
+        a32_back(ctx, dxt, dx, n);
+        return;
+    }
     if ((size_t)N * HW == 1) {
         CUDA_CHECK(cuk_bn_single_bwd(g.stream, C, dy, dx, dgamma, dbeta, accumulate_dx));
         return;
@@ -958,13 +1047,18 @@ static void pool_check(const pool_params *p) {
                    p->pad_w >= 0);
 }
 
-static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
+static size_t pool_in_count(const pool_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
+static size_t pool_out_count(const pool_params *p) { return (size_t)p->N * p->C * p->P * p->Q; }
+
+static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
     pool_check(p);
-    CUDA_CHECK(cuk_pool_fwd(g.stream, p, x, y, layout_nhwc(ctx)));
+    float *yt = a32_out(ctx, A32_OUT, pool_out_count(p), y, 0);
+    CUDA_CHECK(cuk_pool_fwd(g.stream, p, a32_in(ctx, A32_X, pool_in_count(p), x), yt, layout_nhwc(ctx)));
+    a32_back(ctx, yt, y, pool_out_count(p));
 }
 
-static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
-                          const float *dy, float *dx, int accumulate) {
+static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
+                          const void *dy, void *dx, int accumulate) {
     (void)y; /* as on the CPU: the maximum's position is found from x */
     pool_check(p);
     int *arg = NULL;
@@ -972,26 +1066,33 @@ static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const fl
         size_t outputs = (size_t)p->N * p->C * p->P * p->Q; /* ints: two per double of scratch */
         arg = (int *)scratch_get((outputs + 1) / 2);
     }
-    CUDA_CHECK(cuk_pool_bwd(g.stream, p, x, dy, dx, accumulate, layout_nhwc(ctx), arg));
+    float *dxt = a32_out(ctx, A32_OUT, pool_in_count(p), dx, accumulate);
+    CUDA_CHECK(cuk_pool_bwd(g.stream, p, a32_in(ctx, A32_X, pool_in_count(p), x),
+                            a32_in(ctx, A32_DY, pool_out_count(p), dy), dxt, accumulate, layout_nhwc(ctx), arg));
+    a32_back(ctx, dxt, dx, pool_in_count(p));
 }
 
 /* -------------------------------------------------------------------- gemm */
 
 /* BF16/FP16: A and B rounded into 16-bit copies with the same leading
- * dimensions, cublasGemmEx on them with fp32 accumulation writing the float
+ * dimensions (an operand that is a 16-bit activation, named in act16ops,
+ * as it is), cublasGemmEx on them with fp32 accumulation writing the float
  * C directly (so beta works on the old fp32 contents), then C's M x N values
- * rounded to the type in place. */
-static void gemm_reduced(int math, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+ * rounded to the type in place; a 16-bit C (GEMM_ACT_C in act16ops) is
+ * cuBLAS's output itself, beta applied in fp32 and the sum rounded once. */
+static void gemm_reduced(int math, int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
+                         int lda, const void *B, int ldb, float beta, void *C, int ldc, unsigned act16ops) {
     /* stored shapes: A is [M, K] or, transposed, [K, M]; B is [K, N] or [N, K] */
     size_t na = trans_a ? matrix_span(K, M, lda) : matrix_span(M, K, lda);
     size_t nb = trans_b ? matrix_span(N, K, ldb) : matrix_span(K, N, ldb);
-    const void *Ah = h16_from(math, H16_OP0, na, A), *Bh = h16_from(math, H16_OP1, nb, B);
+    const void *Ah = act16ops & GEMM_ACT_A ? A : h16_from(math, H16_OP0, na, A);
+    const void *Bh = act16ops & GEMM_ACT_B ? B : h16_from(math, H16_OP1, nb, B);
     cudaDataType_t t = math == BACKEND_MATH_FP16 ? CUDA_R_16F : CUDA_R_16BF;
+    int c16 = (act16ops & GEMM_ACT_C) != 0;
     CUBLAS_CHECK(cublasGemmEx(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
-                              M, K, &alpha, Bh, t, ldb, Ah, t, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
-    CUDA_CHECK(cuk_round_narrow(g.stream, math, (size_t)M, (size_t)N, (size_t)ldc, C));
+                              M, K, &alpha, Bh, t, ldb, Ah, t, lda, &beta, C, c16 ? t : CUDA_R_32F, ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (!c16) CUDA_CHECK(cuk_round_narrow(g.stream, math, (size_t)M, (size_t)N, (size_t)ldc, C));
 }
 
 /* The cuBLAS handle's math mode for our math mode `math`, set when it
@@ -1008,13 +1109,13 @@ static void cublas_math(int math) {
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
  * call with the operands swapped, no transposes in memory. */
 static void cuda_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                      const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc, unsigned act) {
     CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
     pair_clear(); /* gemm_reduced rounds into H16_OP0 and H16_OP1 */
     if (M == 0 || N == 0) return;
     cublas_math(ctx->math);
     if (math_reduced(ctx->math)) {
-        gemm_reduced(ctx->math, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemm_reduced(ctx->math, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, act16(ctx) ? act : 0);
         return;
     }
     CUBLAS_CHECK(cublasSgemm(g.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
@@ -1023,22 +1124,24 @@ static void cuda_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, i
 
 /* ------------------------------------------------------------- elementwise */
 
-static void cuda_relu_fwd(size_t n, const float *x, float *y) { CUDA_CHECK(cuk_relu_fwd(g.stream, n, x, y)); }
-
-static void cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx, int accumulate) {
-    CUDA_CHECK(cuk_relu_bwd(g.stream, n, y, dy, dx, accumulate));
+static void cuda_relu_fwd(const backend_ctx *ctx, size_t n, const void *x, void *y) {
+    CUDA_CHECK(cuk_relu_fwd(g.stream, ctx->act, n, x, y));
 }
 
-static void cuda_add(size_t n, const float *a, const float *b, float *y) {
-    CUDA_CHECK(cuk_add(g.stream, n, a, b, y));
+static void cuda_relu_bwd(const backend_ctx *ctx, size_t n, const void *y, const void *dy, void *dx, int accumulate) {
+    CUDA_CHECK(cuk_relu_bwd(g.stream, ctx->act, n, y, dy, dx, accumulate));
+}
+
+static void cuda_add(const backend_ctx *ctx, size_t n, const void *a, const void *b, void *y) {
+    CUDA_CHECK(cuk_add(g.stream, ctx->act, n, a, b, y));
 }
 
 static void cuda_axpy(size_t n, float alpha, const float *x, float *y, int accumulate) {
     CUDA_CHECK(cuk_axpy(g.stream, n, alpha, x, y, accumulate));
 }
 
-static void cuda_mul(size_t n, const float *a, const float *b, float *y, int accumulate) {
-    CUDA_CHECK(cuk_mul(g.stream, n, a, b, y, accumulate));
+static void cuda_mul(const backend_ctx *ctx, size_t n, const void *a, const float *b, void *y, int accumulate) {
+    CUDA_CHECK(cuk_mul(g.stream, ctx->act, n, a, b, y, accumulate));
 }
 
 static void cuda_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
@@ -1046,11 +1149,11 @@ static void cuda_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
     CUDA_CHECK(cuk_dropout_mask(g.stream, n, p, seed, mask));
 }
 
-static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C,
-                              int src_off, float *dst, int dst_C, int dst_off, int accumulate) {
+static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const void *src, int src_C,
+                              int src_off, void *dst, int dst_C, int dst_off, int accumulate) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
     CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
-    CUDA_CHECK(cuk_channel_copy(g.stream, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate,
+    CUDA_CHECK(cuk_channel_copy(g.stream, ctx->act, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate,
                                 nhwc_spatial(ctx, HW)));
 }
 
@@ -1083,9 +1186,15 @@ static int cuda_math_check(int math) {
     return CNT_OK;
 }
 
-static void cuda_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
-                                int accumulate) {
+static void cuda_convert_layout(int N, int C, int HW, const void *src, int src_type, void *dst, int dst_type,
+                                int layout, int to_layout, int accumulate) {
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
+    if (src_type != BACKEND_DTYPE_FP32 || dst_type != BACKEND_DTYPE_FP32) { /* with a type conversion */
+        CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
+        CUDA_CHECK(cuk_convert_layout(g.stream, N, C, HW, src, src_type, dst, dst_type,
+                                      layout == BACKEND_LAYOUT_NHWC, to_layout, accumulate));
+        return;
+    }
     if (layout == BACKEND_LAYOUT_NCHW) {
         size_t n = (size_t)N * C * HW;
         if (accumulate)
@@ -1214,19 +1323,34 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 static size_t cuda_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
     size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
     size_t bytes = layout_nhwc(ctx) ? w * sizeof(float) : 0;
-    /* H16_OP0: x, dy, or the filter (a paired data pass); H16_OP1: the
-     * filter or dy; H16_OUT: y, dx or dw */
-    if (math_reduced(ctx->math)) bytes += 2 * (max2(max2(in, out), w) + max2(w, out) + max2(max2(in, out), w));
+    if (act16(ctx)) {
+        /* H16_OP1: the filter; H16_OUT: dw; the a32 slots: x, dy and a
+         * result of the batch norms and pools around convolutions of this
+         * size (every activation of the zoo's nets is some convolution's
+         * input or output or a linear layer's operand) */
+        bytes += 2 * (w + w) + A32_SLOTS * max2(in, out) * sizeof(float);
+    } else if (math_reduced(ctx->math)) {
+        /* H16_OP0: x, dy, or the filter (a paired data pass); H16_OP1: the
+         * filter or dy; H16_OUT: y, dx or dw */
+        bytes += 2 * (max2(max2(in, out), w) + max2(w, out) + max2(max2(in, out), w));
+    }
     return bytes;
 }
 
-static size_t cuda_gemm_workspace(const backend_ctx *ctx, int M, int N, int K) {
+static size_t cuda_gemm_workspace(const backend_ctx *ctx, int M, int N, int K, unsigned act) {
     if (!math_reduced(ctx->math)) return 0;
-    return 2 * ((size_t)M * K + (size_t)K * N); /* H16_OP0, H16_OP1 */
+    if (!act16(ctx)) act = 0; /* fp32 activations get a 16-bit copy like the weights */
+    /* H16_OP0, H16_OP1: the operands that are not 16-bit activations */
+    return 2 * ((act & GEMM_ACT_A ? 0 : (size_t)M * K) + (act & GEMM_ACT_B ? 0 : (size_t)K * N));
 }
 
 static const backend cuda_backend = {
     .name = "cuda",
+    /* 16-bit activations (act16): stored and read natively by convolutions,
+     * GEMMs and our kernels; not what auto picks until measured faster than
+     * fp32 activations with 16-bit math (docs/benchmarks.md) */
+    .act_types = (1u << BACKEND_DTYPE_FP32) | (1u << BACKEND_DTYPE_BF16) | (1u << BACKEND_DTYPE_FP16),
+    .act_auto = 0,
     .describe = cuda_describe,
     .alloc = cuda_alloc,
     .free = cuda_free,

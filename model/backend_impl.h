@@ -49,6 +49,11 @@ static inline float cpu_relu_grad(float y, float d) {
  * the OpenBLAS ops. Fatal (with oneDNN's status) when oneDNN cannot start. */
 const backend *backend_cpu_onednn(void);
 
+/* model/backend_cpu16.c: the CPU backend as callers get it (backend_cpu):
+ * the fp32 table given (OpenBLAS's or oneDNN's) with 16-bit activation
+ * storage on top. One fp32 table per process; the same table on every call. */
+const backend *backend_cpu16(const backend *fp32);
+
 /* model/backend_cuda.c (built with CNT_HAVE_CUDA_BACKEND). */
 const backend *backend_cuda(int local_rank); /* NULL when no device is usable (reason in cnt_err_msg) */
 int backend_cuda_describe(char *buf, size_t len);

@@ -108,17 +108,18 @@ static struct {
 /* NCHW <-> BLOCKED: an NCHW tensor [N, C, HW] with C = (C/B)*B is the NCHW
  * tensor [N*C/B, B, HW], and the blocked one is that tensor in NHWC
  * ([N*C/B, HW, B]): the OpenBLAS backend's transpose does it. */
-static void dn_convert_layout(int N, int C, int HW, const float *src, float *dst, int layout, int to_layout,
-                              int accumulate) {
+static void dn_convert_layout(int N, int C, int HW, const void *src, int src_type, void *dst, int dst_type,
+                              int layout, int to_layout, int accumulate) {
     if (layout != BACKEND_LAYOUT_BLOCKED) {
-        plain->convert_layout(N, C, HW, src, dst, layout, to_layout, accumulate);
+        plain->convert_layout(N, C, HW, src, src_type, dst, dst_type, layout, to_layout, accumulate);
         return;
     }
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
     if (!is_blk(C) || HW == 1)
-        plain->convert_layout(N, C, HW, src, dst, BACKEND_LAYOUT_NCHW, to_layout, accumulate);
+        plain->convert_layout(N, C, HW, src, src_type, dst, dst_type, BACKEND_LAYOUT_NCHW, to_layout, accumulate);
     else
-        plain->convert_layout(N * (C / B), B, HW, src, dst, BACKEND_LAYOUT_NHWC, to_layout, accumulate);
+        plain->convert_layout(N * (C / B), B, HW, src, src_type, dst, dst_type, BACKEND_LAYOUT_NHWC, to_layout,
+                              accumulate);
 }
 
 /* ------------------------------------------------------------ convolution primitives */
@@ -296,7 +297,7 @@ static const float *rounded(int math, int k, const float *src, size_t n) {
 static const float *as_nchw(int k, int N, int C, int HW, const float *x) {
     if (!is_blk(C) || HW == 1) return x;
     float *t = buf_get(&scr.lay[k], (size_t)N * C * HW);
-    dn_convert_layout(N, C, HW, x, t, BACKEND_LAYOUT_BLOCKED, 0, 0);
+    dn_convert_layout(N, C, HW, x, BACKEND_DTYPE_FP32, t, BACKEND_DTYPE_FP32, BACKEND_LAYOUT_BLOCKED, 0, 0);
     return t;
 }
 
@@ -307,12 +308,14 @@ static float *nchw_out(int k, int N, int C, int HW, float *y) {
 }
 
 static void from_nchw(int N, int C, int HW, const float *t, float *y) {
-    if (t != y) dn_convert_layout(N, C, HW, t, y, BACKEND_LAYOUT_BLOCKED, 1, 0);
+    if (t != y) dn_convert_layout(N, C, HW, t, BACKEND_DTYPE_FP32, y, BACKEND_DTYPE_FP32, BACKEND_LAYOUT_BLOCKED, 1, 0);
 }
 
 static int ref_only(int pass, const conv_params *p) { return conv_get(pass, p)->ref; }
 
-static void dn_conv_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+static void dn_conv_fwd(const backend_ctx *ctx, const conv_params *p, const void *xv, const float *w, void *yv) {
+    const float *x = xv;
+    float *y = yv;
     if (!blocked(ctx)) {
         plain->conv_fwd(ctx, p, x, w, y);
         return;
@@ -329,8 +332,10 @@ static void dn_conv_fwd(const backend_ctx *ctx, const conv_params *p, const floa
     if (cpu_math_reduced(math)) cpu_round_to_math(math, y, y, conv_out_count(p));
 }
 
-static void dn_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w,
-                             float *dx, int accumulate, int paired) {
+static void dn_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const void *dyv, const float *w,
+                             void *dxv, int accumulate, int paired) {
+    const float *dy = dyv;
+    float *dx = dxv;
     if (!blocked(ctx)) {
         plain->conv_bwd_data(ctx, p, dy, w, dx, accumulate, paired);
         return;
@@ -352,8 +357,10 @@ static void dn_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const
     if (cpu_math_reduced(math)) cpu_round_to_math(math, dx, dx, n);
 }
 
-static void dn_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy,
+static void dn_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const void *xv, const void *dyv,
                                float *dw) {
+    const float *x = xv;
+    const float *dy = dyv;
     if (!blocked(ctx)) {
         plain->conv_bwd_filter(ctx, p, x, dy, dw);
         return;
@@ -379,7 +386,8 @@ static inline size_t blk_base(int C, int HW, int n, int cb) { return ((size_t)n 
 /* Whether a per-channel op on [N, C, HW] runs the NCHW code (same bytes). */
 static int chan_plain(const backend_ctx *ctx, int C, int HW) { return !blocked(ctx) || !is_blk(C) || HW == 1; }
 
-static void dn_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, float *y) {
+static void dn_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, void *yv) {
+    float *y = yv;
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->bias_fwd(&pc, N, C, HW, b, y);
@@ -397,7 +405,8 @@ static void dn_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const floa
         }
 }
 
-static void dn_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *dy, float *db) {
+static void dn_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *dyv, float *db) {
+    const float *dy = dyv;
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->bias_bwd(&pc, N, C, HW, dy, db);
@@ -449,10 +458,13 @@ static void dn_bn_apply_block(int HW, const float *xp, const float *zp, int relu
 
 /* The fused batch norm (bn_act_*) and, with z NULL and relu 0, the plain
  * one. */
-static void dn_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
-                                int relu, const float *gamma, const float *beta, float *y, float *running_mean,
+static void dn_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *zv,
+                                int relu, const float *gamma, const float *beta, void *yv, float *running_mean,
                                 float *running_var, float momentum, float eps, float *save_mean,
                                 float *save_invstd) {
+    const float *x = xv;
+    const float *z = zv;
+    float *y = yv;
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->bn_act_fwd_train(&pc, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps,
@@ -501,16 +513,21 @@ static void dn_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, co
     }
 }
 
-static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                            const float *beta, float *y, float *running_mean, float *running_var, float momentum,
+static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const float *gamma,
+                            const float *beta, void *yv, float *running_mean, float *running_var, float momentum,
                             float eps, float *save_mean, float *save_invstd) {
+    const float *x = xv;
+    float *y = yv;
     dn_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps,
                         save_mean, save_invstd);
 }
 
-static void dn_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *z,
-                                int relu, const float *gamma, const float *beta, float *y,
+static void dn_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *zv,
+                                int relu, const float *gamma, const float *beta, void *yv,
                                 const float *running_mean, const float *running_var, float eps) {
+    const float *x = xv;
+    const float *z = zv;
+    float *y = yv;
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->bn_act_fwd_infer(&pc, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, eps);
@@ -533,9 +550,11 @@ static void dn_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, co
         }
 }
 
-static void dn_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *gamma,
-                            const float *beta, float *y, const float *running_mean, const float *running_var,
+static void dn_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const float *gamma,
+                            const float *beta, void *yv, const float *running_mean, const float *running_var,
                             float eps) {
+    const float *x = xv;
+    float *y = yv;
     dn_bn_act_fwd_infer(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, eps);
 }
 
@@ -621,16 +640,24 @@ static void dn_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const fl
     }
 }
 
-static void dn_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *y, float *dy,
+static void dn_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *yv, void *dyv,
                           int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
-                          float *dx, float *dgamma, float *dbeta, int accumulate_dx, float *dz, int accumulate_dz) {
+                          void *dxv, float *dgamma, float *dbeta, int accumulate_dx, void *dzv, int accumulate_dz) {
+    const float *x = xv;
+    const float *y = yv;
+    float *dy = dyv;
+    float *dx = dxv;
+    float *dz = dzv;
     dn_bn_bwd_any(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx,
                   dz, accumulate_dz);
 }
 
-static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const float *x, const float *dy,
-                      const float *gamma, const float *save_mean, const float *save_invstd, float eps, float *dx,
+static void dn_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *dyv,
+                      const float *gamma, const float *save_mean, const float *save_invstd, float eps, void *dxv,
                       float *dgamma, float *dbeta, int accumulate_dx) {
+    const float *x = xv;
+    const float *dy = dyv;
+    float *dx = dxv;
     dn_bn_bwd_any(ctx, N, C, HW, x, NULL, dy, 0, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx,
                   NULL, 0);
 }
@@ -662,7 +689,9 @@ static void blk_window_max(const float *xp, int W, int h0, int h1, int w0, int w
         }
 }
 
-static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const float *x, float *y) {
+static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *xv, void *yv) {
+    const float *x = xv;
+    float *y = yv;
     if (!blocked(ctx) || !is_blk(p->C)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->pool_fwd(&pc, p, x, y);
@@ -703,8 +732,12 @@ static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const floa
         }
 }
 
-static void dn_pool_bwd(const backend_ctx *ctx, const pool_params *p, const float *x, const float *y,
-                        const float *dy, float *dx, int accumulate) {
+static void dn_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *xv, const void *yv,
+                        const void *dyv, void *dxv, int accumulate) {
+    const float *x = xv;
+    const float *y = yv;
+    const float *dy = dyv;
+    float *dx = dxv;
     if (!blocked(ctx) || !is_blk(p->C)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->pool_bwd(&pc, p, x, y, dy, dx, accumulate);
@@ -759,8 +792,10 @@ static inline size_t blk_index(int C, int HW, int n, int c, int i) {
     return blk_base(C, HW, n, c / B) + (size_t)i * B + c % B;
 }
 
-static void dn_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const float *src, int src_C, int src_off,
-                            float *dst, int dst_C, int dst_off, int accumulate) {
+static void dn_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const void *srcv, int src_C, int src_off,
+                            void *dstv, int dst_C, int dst_off, int accumulate) {
+    const float *src = srcv;
+    float *dst = dstv;
     if (!blocked(ctx) || (!is_blk(src_C) && !is_blk(dst_C)) || HW == 1) {
         backend_ctx pc = plain_ctx(ctx);
         plain->channel_copy(&pc, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate);

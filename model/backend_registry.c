@@ -48,9 +48,9 @@ const char *backend_layout_name(backend_layout layout, const backend *be) {
 
 const backend *backend_cpu(void) {
 #if CNT_HAVE_ONEDNN
-    return backend_cpu_onednn();
+    return backend_cpu16(backend_cpu_onednn());
 #else
-    return backend_cpu_openblas();
+    return backend_cpu16(backend_cpu_openblas());
 #endif
 }
 

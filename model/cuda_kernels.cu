@@ -36,20 +36,43 @@ unsigned grid_for(size_t n) {
 #define GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void relu_fwd_k(size_t n, const float *x, float *y) {
+/* ------------------------------------------- reduced-precision copies
+ * The 16-bit types of BACKEND_MATH_FP16 (__half) and BACKEND_MATH_BF16
+ * (__nv_bfloat16). narrow_to rounds to nearest even (fp16 beyond +-65504
+ * becomes +-inf, bf16 beyond its largest finite value likewise; NaN stays
+ * NaN), widen is exact: what common/half.h's fp16_round / bf16_round do on
+ * the CPU. */
+template <typename T> __device__ T narrow_to(float f);
+template <> __device__ __forceinline__ float narrow_to<float>(float f) { return f; }
+template <> __device__ __forceinline__ __half narrow_to<__half>(float f) { return __float2half_rn(f); }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow_to<__nv_bfloat16>(float f) {
+    return __float2bfloat16_rn(f);
+}
+__device__ __forceinline__ float widen(float f) { return f; }
+__device__ __forceinline__ float widen(__half h) { return __half2float(h); }
+__device__ __forceinline__ float widen(__nv_bfloat16 h) { return __bfloat162float(h); }
+
+
+/* An activation (backend_ctx.act) of storage type T read as a float, and a
+ * float stored as T (rounded once; a float stays as it is). */
+template <typename T> __device__ __forceinline__ float ld(const T *p, size_t i) { return widen(p[i]); }
+template <typename T> __device__ __forceinline__ void st(T *p, size_t i, float v) { p[i] = narrow_to<T>(v); }
+
+/* Elementwise ops on activations of type T: computed in float, stored once. */
+template <typename T> __global__ void relu_fwd_k(size_t n, const T *x, T *y) {
     /* `x < 0 ? 0 : x` lets a NaN through, as the CPU backend does */
-    GRID_STRIDE(i, n) { float v = x[i]; y[i] = v < 0.0f ? 0.0f : v; }
+    GRID_STRIDE(i, n) { float v = ld(x, i); st(y, i, v < 0.0f ? 0.0f : v); }
 }
 
-__global__ void relu_bwd_k(size_t n, const float *y, const float *dy, float *dx, int acc) {
+template <typename T> __global__ void relu_bwd_k(size_t n, const T *y, const T *dy, T *dx, int acc) {
     GRID_STRIDE(i, n) {
-        float g = y[i] > 0.0f ? dy[i] : 0.0f;
-        dx[i] = acc ? dx[i] + g : g;
+        float g = ld(y, i) > 0.0f ? ld(dy, i) : 0.0f;
+        st(dx, i, acc ? __fadd_rn(ld(dx, i), g) : g);
     }
 }
 
-__global__ void add_k(size_t n, const float *a, const float *b, float *y) {
-    GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+template <typename T> __global__ void add_k(size_t n, const T *a, const T *b, T *y) {
+    GRID_STRIDE(i, n) st(y, i, __fadd_rn(ld(a, i), ld(b, i)));
 }
 
 /* Products and sums that update state go through __fmul_rn/__fadd_rn, which
@@ -63,10 +86,11 @@ __global__ void axpy_k(size_t n, float alpha, const float *x, float *y, int acc)
     }
 }
 
-__global__ void mul_k(size_t n, const float *a, const float *b, float *y, int acc) {
+/* y (+)= a * mask: a and y activations of type T, the mask fp32 */
+template <typename T> __global__ void mul_k(size_t n, const T *a, const float *b, T *y, int acc) {
     GRID_STRIDE(i, n) {
-        float v = __fmul_rn(a[i], b[i]);
-        y[i] = acc ? __fadd_rn(y[i], v) : v;
+        float v = __fmul_rn(ld(a, i), b[i]);
+        st(y, i, acc ? __fadd_rn(ld(y, i), v) : v);
     }
 }
 
@@ -74,38 +98,40 @@ __global__ void dropout_mask_k(size_t n, float p, float keep, uint64_t seed, flo
     GRID_STRIDE(i, n) mask[i] = rng_hash_uniform_inline(seed, i) >= p ? keep : 0.0f;
 }
 
-__global__ void channel_copy_k(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
+template <typename T>
+__global__ void channel_copy_k(int N, int C, int HW, const T *src, int src_C, int src_off, T *dst, int dst_C,
                                int dst_off, int acc) {
     size_t total = (size_t)N * C * HW;
     GRID_STRIDE(t, total) {
         size_t i = t % (size_t)HW, nc = t / (size_t)HW;
         size_t c = nc % (size_t)C, n = nc / (size_t)C;
-        float v = src[(n * src_C + src_off + c) * HW + i];
-        float *d = dst + (n * dst_C + dst_off + c) * HW + i;
-        *d = acc ? *d + v : v;
+        float v = ld(src, (n * src_C + src_off + c) * HW + i);
+        size_t d = (n * dst_C + dst_off + c) * HW + i;
+        st(dst, d, acc ? __fadd_rn(ld(dst, d), v) : v);
     }
 }
 
 /* NHWC: row ni = n*HW + i holds the C channels of one pixel, so consecutive
  * threads copy consecutive channels of a row (coalesced on both sides). */
-__global__ void channel_copy_nhwc_k(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst,
-                                    int dst_C, int dst_off, int acc) {
+template <typename T>
+__global__ void channel_copy_nhwc_k(int N, int C, int HW, const T *src, int src_C, int src_off, T *dst, int dst_C,
+                                    int dst_off, int acc) {
     size_t total = (size_t)N * HW * C;
     GRID_STRIDE(t, total) {
         size_t c = t % (size_t)C, ni = t / (size_t)C;
-        float v = src[ni * (size_t)src_C + (size_t)src_off + c];
-        float *d = dst + ni * (size_t)dst_C + (size_t)dst_off + c;
-        *d = acc ? *d + v : v;
+        float v = ld(src, ni * (size_t)src_C + (size_t)src_off + c);
+        size_t d = ni * (size_t)dst_C + (size_t)dst_off + c;
+        st(dst, d, acc ? __fadd_rn(ld(dst, d), v) : v);
     }
 }
 
-__global__ void bias_fwd_k(int N, int C, int HW, const float *b, float *y) {
+template <typename T> __global__ void bias_fwd_k(int N, int C, int HW, const float *b, T *y) {
     size_t total = (size_t)N * C * HW;
-    GRID_STRIDE(t, total) y[t] += b[(t / (size_t)HW) % (size_t)C];
+    GRID_STRIDE(t, total) st(y, t, __fadd_rn(ld(y, t), b[(t / (size_t)HW) % (size_t)C]));
 }
 
-__global__ void bias_fwd_nhwc_k(size_t total, int C, const float *b, float *y) {
-    GRID_STRIDE(t, total) y[t] += b[t % (size_t)C];
+template <typename T> __global__ void bias_fwd_nhwc_k(size_t total, int C, const float *b, T *y) {
+    GRID_STRIDE(t, total) st(y, t, __fadd_rn(ld(y, t), b[t % (size_t)C]));
 }
 
 /* Sum of v over the block, in a fixed tree order; the result is valid in thread 0. */
@@ -145,7 +171,7 @@ int bias_splits(int N, int HW) {
     return (int)g;
 }
 
-__global__ void bias_bwd_partial_k(int N, int C, int HW, int G, const float *dy, double *partial) {
+template <typename T> __global__ void bias_bwd_partial_k(int N, int C, int HW, int G, const T *dy, double *partial) {
     __shared__ double sh[kThreads];
     int c = blockIdx.x, g = blockIdx.y;
     size_t m = (size_t)N * HW;
@@ -153,7 +179,7 @@ __global__ void bias_bwd_partial_k(int N, int C, int HW, int G, const float *dy,
     double s = 0.0;
     for (size_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         size_t n = j / (size_t)HW, i = j % (size_t)HW;
-        s += dy[(n * C + c) * HW + i];
+        s += ld(dy, (n * C + c) * HW + i);
     }
     s = block_sum(s, sh);
     if (threadIdx.x == 0) partial[(size_t)c * G + g] = s;
@@ -167,14 +193,15 @@ __global__ void bias_bwd_partial_k(int N, int C, int HW, int G, const float *dy,
  * atomics. */
 constexpr int kBiasNhwcRows = 16; /* BY: blockDim.y; blockDim.x is 32 */
 
-__global__ void bias_bwd_partial_nhwc_k(int N, int C, int HW, int G, const float *dy, double *partial) {
+template <typename T>
+__global__ void bias_bwd_partial_nhwc_k(int N, int C, int HW, int G, const T *dy, double *partial) {
     __shared__ double sh[kBiasNhwcRows][32];
     int c = blockIdx.x * 32 + threadIdx.x, g = blockIdx.y;
     size_t m = (size_t)N * HW;
     size_t per = (m + G - 1) / G, j0 = (size_t)g * per, j1 = j0 + per < m ? j0 + per : m;
     double s = 0.0;
     if (c < C)
-        for (size_t j = j0 + threadIdx.y; j < j1; j += kBiasNhwcRows) s += dy[j * (size_t)C + (size_t)c];
+        for (size_t j = j0 + threadIdx.y; j < j1; j += kBiasNhwcRows) s += ld(dy, j * (size_t)C + (size_t)c);
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -227,20 +254,21 @@ __global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const int *arg
  * so every thread of a block reaches the same __syncthreads. */
 constexpr int kTile = 32, kTileRows = 8;
 
-__global__ void transpose_k(int N, int rows, int cols, const float *src, float *dst, int acc) {
+template <typename S, typename D>
+__global__ void transpose_k(int N, int rows, int cols, const S *src, D *dst, int acc) {
     __shared__ float tile[kTile][kTile + 1];
     const size_t plane = (size_t)rows * (size_t)cols;
     const int tiles_r = rows / kTile + (rows % kTile != 0), tiles_c = cols / kTile + (cols % kTile != 0);
     const int tx = threadIdx.x, ty = threadIdx.y;
     for (size_t n = blockIdx.z; n < (size_t)N; n += gridDim.z) {
-        const float *s = src + n * plane;
-        float *d = dst + n * plane;
+        const S *s = src + n * plane;
+        D *d = dst + n * plane;
         for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
             for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
                 const int r0 = tr * kTile, c0 = tc * kTile;
                 for (int k = 0; k < kTile; k += kTileRows) {
                     int r = r0 + ty + k, c = c0 + tx;
-                    if (r < rows && c < cols) tile[ty + k][tx] = s[(size_t)r * cols + c];
+                    if (r < rows && c < cols) tile[ty + k][tx] = ld(s, (size_t)r * cols + c);
                 }
                 __syncthreads();
                 /* destination row c0 + ty + k (a source column), column r0 + tx */
@@ -248,12 +276,20 @@ __global__ void transpose_k(int N, int rows, int cols, const float *src, float *
                     int c = c0 + ty + k, r = r0 + tx;
                     if (c < cols && r < rows) {
                         float v = tile[tx][ty + k];
-                        float *o = d + (size_t)c * rows + r;
-                        *o = acc ? *o + v : v;
+                        size_t o = (size_t)c * rows + r;
+                        st(d, o, acc ? __fadd_rn(ld(d, o), v) : v);
                     }
                 }
                 __syncthreads(); /* before the next tile overwrites this one */
             }
+    }
+}
+
+/* dst[i] (+)= src[i], from type S to type D (NCHW convert_layout with types). */
+template <typename S, typename D> __global__ void convert_k(size_t n, const S *src, D *dst, int acc) {
+    GRID_STRIDE(i, n) {
+        float v = ld(src, i);
+        st(dst, i, acc ? __fadd_rn(ld(dst, i), v) : v);
     }
 }
 
@@ -344,20 +380,6 @@ __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, flo
     GRID_STRIDE(i, n) sgd_one(i, param, grad, buf, lr, momentum, wd, nesterov, grad_scale);
 }
 
-/* ------------------------------------------- reduced-precision copies
- * The 16-bit types of BACKEND_MATH_FP16 (__half) and BACKEND_MATH_BF16
- * (__nv_bfloat16). narrow_to rounds to nearest even (fp16 beyond +-65504
- * becomes +-inf, bf16 beyond its largest finite value likewise; NaN stays
- * NaN), widen is exact: what common/half.h's fp16_round / bf16_round do on
- * the CPU. */
-template <typename T> __device__ T narrow_to(float f);
-template <> __device__ __forceinline__ __half narrow_to<__half>(float f) { return __float2half_rn(f); }
-template <> __device__ __forceinline__ __nv_bfloat16 narrow_to<__nv_bfloat16>(float f) {
-    return __float2bfloat16_rn(f);
-}
-__device__ __forceinline__ float widen(__half h) { return __half2float(h); }
-__device__ __forceinline__ float widen(__nv_bfloat16 h) { return __bfloat162float(h); }
-
 template <typename T> __global__ void narrow_k(size_t n, const float *x, T *h) {
     GRID_STRIDE(i, n) h[i] = narrow_to<T>(x[i]);
 }
@@ -392,27 +414,57 @@ __global__ void find_nonfinite_k(size_t n, const float *x, float *found) {
     if (bad) *found = 1.0f;
 }
 
+/* Runs the statements given with T the C++ type of backend_dtype `type`
+ * (float, __nv_bfloat16, __half); any other value returns
+ * cudaErrorInvalidValue. */
+#define WITH_TYPE(type, ...)                                                         \
+    do {                                                                             \
+        switch (type) {                                                              \
+        case BACKEND_DTYPE_FP32: { typedef float T; __VA_ARGS__; } break;            \
+        case BACKEND_DTYPE_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;    \
+        case BACKEND_DTYPE_FP16: { typedef __half T; __VA_ARGS__; } break;           \
+        default: return cudaErrorInvalidValue;                                       \
+        }                                                                            \
+    } while (0)
+
+/* The same with two types: S of the source, D of the destination. */
+#define WITH_TYPES(stype, dtype, ...)                                                \
+    do {                                                                             \
+        switch (stype) {                                                             \
+        case BACKEND_DTYPE_FP32: { typedef float S; WITH_TYPE(dtype, typedef T D; __VA_ARGS__); } break;  \
+        case BACKEND_DTYPE_BF16: {                                                   \
+            typedef __nv_bfloat16 S;                                                 \
+            WITH_TYPE(dtype, typedef T D; __VA_ARGS__);                              \
+        } break;                                                                     \
+        case BACKEND_DTYPE_FP16: { typedef __half S; WITH_TYPE(dtype, typedef T D; __VA_ARGS__); } break; \
+        default: return cudaErrorInvalidValue;                                       \
+        }                                                                            \
+    } while (0)
+
 } // namespace
 
 extern "C" {
 
 cudaError_t cuk_probe(void) {
     cudaFuncAttributes fa;
-    return cudaFuncGetAttributes(&fa, relu_fwd_k);
+    return cudaFuncGetAttributes(&fa, relu_fwd_k<float>);
 }
 
-cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y) {
-    if (n) relu_fwd_k<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+cudaError_t cuk_relu_fwd(cudaStream_t s, int type, size_t n, const void *x, void *y) {
+    if (n) WITH_TYPE(type, relu_fwd_k<T><<<grid_for(n), kThreads, 0, s>>>(n, (const T *)x, (T *)y));
     return cudaGetLastError();
 }
 
-cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy, float *dx, int accumulate) {
-    if (n) relu_bwd_k<<<grid_for(n), kThreads, 0, s>>>(n, y, dy, dx, accumulate);
+cudaError_t cuk_relu_bwd(cudaStream_t s, int type, size_t n, const void *y, const void *dy, void *dx,
+                         int accumulate) {
+    if (n)
+        WITH_TYPE(type, relu_bwd_k<T><<<grid_for(n), kThreads, 0, s>>>(n, (const T *)y, (const T *)dy, (T *)dx,
+                                                                         accumulate));
     return cudaGetLastError();
 }
 
-cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, float *y) {
-    if (n) add_k<<<grid_for(n), kThreads, 0, s>>>(n, a, b, y);
+cudaError_t cuk_add(cudaStream_t s, int type, size_t n, const void *a, const void *b, void *y) {
+    if (n) WITH_TYPE(type, add_k<T><<<grid_for(n), kThreads, 0, s>>>(n, (const T *)a, (const T *)b, (T *)y));
     return cudaGetLastError();
 }
 
@@ -421,8 +473,8 @@ cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, floa
     return cudaGetLastError();
 }
 
-cudaError_t cuk_mul(cudaStream_t s, size_t n, const float *a, const float *b, float *y, int accumulate) {
-    if (n) mul_k<<<grid_for(n), kThreads, 0, s>>>(n, a, b, y, accumulate);
+cudaError_t cuk_mul(cudaStream_t s, int type, size_t n, const void *a, const float *b, void *y, int accumulate) {
+    if (n) WITH_TYPE(type, mul_k<T><<<grid_for(n), kThreads, 0, s>>>(n, (const T *)a, b, (T *)y, accumulate));
     return cudaGetLastError();
 }
 
@@ -431,37 +483,50 @@ cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, f
     return cudaGetLastError();
 }
 
-cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
-                             float *dst, int dst_C, int dst_off, int accumulate, int nhwc) {
+cudaError_t cuk_channel_copy(cudaStream_t s, int type, int N, int C, int HW, const void *src, int src_C, int src_off,
+                             void *dst, int dst_C, int dst_off, int accumulate, int nhwc) {
     size_t total = (size_t)N * C * HW;
     if (!total) return cudaGetLastError();
     if (nhwc)
-        channel_copy_nhwc_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, src, src_C, src_off, dst, dst_C,
-                                                                  dst_off, accumulate);
+        WITH_TYPE(type, channel_copy_nhwc_k<T><<<grid_for(total), kThreads, 0, s>>>(
+                            N, C, HW, (const T *)src, src_C, src_off, (T *)dst, dst_C, dst_off, accumulate));
     else
-        channel_copy_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, src, src_C, src_off, dst, dst_C, dst_off,
-                                                             accumulate);
+        WITH_TYPE(type, channel_copy_k<T><<<grid_for(total), kThreads, 0, s>>>(
+                            N, C, HW, (const T *)src, src_C, src_off, (T *)dst, dst_C, dst_off, accumulate));
     return cudaGetLastError();
 }
 
-cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y, int nhwc) {
+cudaError_t cuk_bias_fwd(cudaStream_t s, int type, int N, int C, int HW, const float *b, void *y, int nhwc) {
     size_t total = (size_t)N * C * HW;
     if (!total) return cudaGetLastError();
-    if (nhwc) bias_fwd_nhwc_k<<<grid_for(total), kThreads, 0, s>>>(total, C, b, y);
-    else bias_fwd_k<<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, y);
+    if (nhwc) WITH_TYPE(type, bias_fwd_nhwc_k<T><<<grid_for(total), kThreads, 0, s>>>(total, C, b, (T *)y));
+    else WITH_TYPE(type, bias_fwd_k<T><<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, (T *)y));
     return cudaGetLastError();
 }
 
-cudaError_t cuk_transpose_layout(cudaStream_t s, int N, int C, int HW, const float *src, float *dst, int to_nhwc,
-                                 int accumulate) {
+cudaError_t cuk_convert_layout(cudaStream_t s, int N, int C, int HW, const void *src, int src_type, void *dst,
+                               int dst_type, int nhwc, int to_nhwc, int accumulate) {
     if (N <= 0 || C <= 0 || HW <= 0) return cudaGetLastError();
+    if (!nhwc || HW == 1 || C == 1) { /* the same order on both sides: a type conversion */
+        size_t n = (size_t)N * C * HW;
+        WITH_TYPES(src_type, dst_type, convert_k<S, D><<<grid_for(n), kThreads, 0, s>>>(n, (const S *)src, (D *)dst,
+                                                                                        accumulate));
+        return cudaGetLastError();
+    }
     const int rows = to_nhwc ? C : HW, cols = to_nhwc ? HW : C;
     const unsigned tiles_r = (unsigned)(rows / kTile + (rows % kTile != 0)),
                    tiles_c = (unsigned)(cols / kTile + (cols % kTile != 0));
     /* gridDim.x may reach 2^31 - 1, .y and .z 65535; the kernel loops over the rest */
     dim3 grid(tiles_c, tiles_r < 65535u ? tiles_r : 65535u, (unsigned)N < 65535u ? (unsigned)N : 65535u);
-    transpose_k<<<grid, dim3(kTile, kTileRows), 0, s>>>(N, rows, cols, src, dst, accumulate);
+    WITH_TYPES(src_type, dst_type,
+               transpose_k<S, D><<<grid, dim3(kTile, kTileRows), 0, s>>>(N, rows, cols, (const S *)src, (D *)dst,
+                                                                          accumulate));
     return cudaGetLastError();
+}
+
+cudaError_t cuk_transpose_layout(cudaStream_t s, int N, int C, int HW, const float *src, float *dst, int to_nhwc,
+                                 int accumulate) {
+    return cuk_convert_layout(s, N, C, HW, src, BACKEND_DTYPE_FP32, dst, BACKEND_DTYPE_FP32, 1, to_nhwc, accumulate);
 }
 
 cudaError_t cuk_bn_single_fwd(cudaStream_t s, int C, const float *x, const float *gamma, const float *beta, float *y,
@@ -481,15 +546,17 @@ cudaError_t cuk_bn_single_bwd(cudaStream_t s, int C, const float *dy, float *dx,
 
 size_t cuk_bias_bwd_scratch(int N, int C, int HW) { return (size_t)C * bias_splits(N, HW); }
 
-cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial,
+cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const void *dy, float *db, double *partial,
                          int nhwc) {
     if (C == 0) return cudaGetLastError();
     int G = bias_splits(N, HW);
     if (nhwc)
-        bias_bwd_partial_nhwc_k<<<dim3((unsigned)((C + 31) / 32), (unsigned)G), dim3(32, kBiasNhwcRows), 0, s>>>(
-            N, C, HW, G, dy, partial);
+        WITH_TYPE(type, bias_bwd_partial_nhwc_k<T><<<dim3((unsigned)((C + 31) / 32), (unsigned)G),
+                                                       dim3(32, kBiasNhwcRows), 0, s>>>(N, C, HW, G, (const T *)dy,
+                                                                                         partial));
     else
-        bias_bwd_partial_k<<<dim3((unsigned)C, (unsigned)G), kThreads, 0, s>>>(N, C, HW, G, dy, partial);
+        WITH_TYPE(type, bias_bwd_partial_k<T><<<dim3((unsigned)C, (unsigned)G), kThreads, 0, s>>>(
+                            N, C, HW, G, (const T *)dy, partial));
     bias_bwd_final_k<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(C, G, partial, db);
     return cudaGetLastError();
 }

@@ -25,19 +25,25 @@ extern "C" {
 /* cudaSuccess when this build has kernels the current device can run (else
  * cudaErrorNoKernelImageForDevice or similar); launches nothing. */
 cudaError_t cuk_probe(void);
-cudaError_t cuk_relu_fwd(cudaStream_t s, size_t n, const float *x, float *y);
-cudaError_t cuk_relu_bwd(cudaStream_t s, size_t n, const float *y, const float *dy, float *dx, int accumulate);
-cudaError_t cuk_add(cudaStream_t s, size_t n, const float *a, const float *b, float *y);
+/* ---- activations ----
+ * `type` is the backend_dtype the activation operands (void *) hold: each
+ * kernel reads them as floats, computes in float and rounds what it stores
+ * once (model/backend.h, backend_dtype); in fp32 the same bits as float
+ * kernels. Other operands are fp32. */
+cudaError_t cuk_relu_fwd(cudaStream_t s, int type, size_t n, const void *x, void *y);
+cudaError_t cuk_relu_bwd(cudaStream_t s, int type, size_t n, const void *y, const void *dy, void *dx,
+                         int accumulate);
+cudaError_t cuk_add(cudaStream_t s, int type, size_t n, const void *a, const void *b, void *y);
+cudaError_t cuk_mul(cudaStream_t s, int type, size_t n, const void *a, const float *b, void *y, int accumulate);
 cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y, int accumulate);
-cudaError_t cuk_mul(cudaStream_t s, size_t n, const float *a, const float *b, float *y, int accumulate);
 cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask);
 /* ---- layout-sensitive ops ----
  * `nhwc` 0: tensors [N, C, HW] (NCHW); 1: [N, HW, C] (NHWC, channels
  * innermost), element (n, c, i) at (n*HW + i)*C + c. With HW == 1 the two are
  * the same bytes. */
-cudaError_t cuk_channel_copy(cudaStream_t s, int N, int C, int HW, const float *src, int src_C, int src_off,
-                             float *dst, int dst_C, int dst_off, int accumulate, int nhwc);
-cudaError_t cuk_bias_fwd(cudaStream_t s, int N, int C, int HW, const float *b, float *y, int nhwc);
+cudaError_t cuk_channel_copy(cudaStream_t s, int type, int N, int C, int HW, const void *src, int src_C,
+                             int src_off, void *dst, int dst_C, int dst_off, int accumulate, int nhwc);
+cudaError_t cuk_bias_fwd(cudaStream_t s, int type, int N, int C, int HW, const float *b, void *y, int nhwc);
 /* Batch norm of a batch with one value per channel (N * HW == 1), which
  * cuDNN refuses: the CPU backend's rule (mean = the value, variance 0). */
 cudaError_t cuk_bn_single_fwd(cudaStream_t s, int C, const float *x, const float *gamma, const float *beta, float *y,
@@ -49,8 +55,8 @@ cudaError_t cuk_bn_single_bwd(cudaStream_t s, int C, const float *dy, float *dx,
 size_t cuk_bias_bwd_scratch(int N, int C, int HW);
 /* db[c] = sum of dy over n and i, in double, in an order fixed by the shape
  * (two passes, no atomics) */
-cudaError_t cuk_bias_bwd(cudaStream_t s, int N, int C, int HW, const float *dy, float *db, double *partial,
-                         int nhwc);
+cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const void *dy, float *db,
+                         double *partial, int nhwc);
 /* x, y, dx, dy all in the layout `nhwc` says; the values (and, for the same
  * layout, the bits) are those of the CPU backend's NCHW rules */
 cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y, int nhwc);
@@ -65,6 +71,12 @@ cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, c
  * dst must not overlap. */
 cudaError_t cuk_transpose_layout(cudaStream_t s, int N, int C, int HW, const float *src, float *dst, int to_nhwc,
                                  int accumulate);
+/* backend.h's convert_layout between NCHW and NHWC (nhwc 1) or NCHW (nhwc 0:
+ * a copy), src of type src_type and dst of dst_type (backend_dtype): the
+ * transpose above with the types converted on the way (rounded once, after
+ * accumulate). */
+cudaError_t cuk_convert_layout(cudaStream_t s, int N, int C, int HW, const void *src, int src_type, void *dst,
+                               int dst_type, int nhwc, int to_nhwc, int accumulate);
 /* row_loss: scratch of N doubles */
 cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, const int *labels,
                              float smoothing, float *loss, float *dlogits, double *row_loss);

@@ -35,9 +35,11 @@ int layer_fail(net *nt, const char *name);
 /* Output shape of node `idx` (NET_INPUT: the net's input). */
 void layer_input_shape(const net *nt, int idx, int *C, int *H, int *W);
 
-/* Forward/backward accessors. */
-const float *layer_in(const net *nt, const node *nd, int i);   /* input i's activations */
-float *layer_in_grad(const net *nt, const node *nd, int i);     /* input i's gradient buffer */
+/* Forward/backward accessors. Activations and their gradients hold values
+ * of the type nt->ctx.act (net_set_activations), layer_act_size(nt) bytes
+ * each; parameters, gradients and buffers are fp32. */
+const void *layer_in(const net *nt, const node *nd, int i);    /* input i's activations */
+void *layer_in_grad(const net *nt, const node *nd, int i);      /* input i's gradient buffer */
 float *layer_param(const net *nt, const node *nd, int k);       /* k-th parameter of the node */
 float *layer_param_grad(const net *nt, const node *nd, int k);
 float *layer_buffer(const net *nt, const node *nd, int k);
@@ -47,5 +49,7 @@ void layer_grads_ready(net *nt, const node *nd);
 
 /* Number of elements of a node's output for the current batch. */
 size_t layer_out_count(const net *nt, const node *nd);
+/* Bytes of one activation value in nt (4 in fp32, 2 in bf16 or fp16). */
+size_t layer_act_size(const net *nt);
 
 #endif

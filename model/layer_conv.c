@@ -22,7 +22,7 @@ static void conv_forward(net *nt, node *nd, int training) {
     (void)training;
     conv_state *s = nd->state;
     s->p.N = nt->batch;
-    const float *x = layer_in(nt, nd, 0);
+    const void *x = layer_in(nt, nd, 0);
     nt->be->conv_fwd(&nt->ctx, &s->p, x, layer_param(nt, nd, 0), nd->y);
     if (s->bias) nt->be->bias_fwd(&nt->ctx, nt->batch, s->p.K, s->p.P * s->p.Q, layer_param(nt, nd, 1), nd->y);
 }
@@ -30,7 +30,7 @@ static void conv_forward(net *nt, node *nd, int training) {
 static void conv_backward(net *nt, node *nd) {
     conv_state *s = nd->state;
     s->p.N = nt->batch;
-    const float *x = layer_in(nt, nd, 0);
+    const void *x = layer_in(nt, nd, 0);
     nt->be->conv_bwd_filter(&nt->ctx, &s->p, x, nd->dy, layer_param_grad(nt, nd, 0));
     if (s->bias) nt->be->bias_bwd(&nt->ctx, nt->batch, s->p.K, s->p.P * s->p.Q, nd->dy, layer_param_grad(nt, nd, 1));
     layer_grads_ready(nt, nd);
@@ -125,17 +125,17 @@ typedef struct linear_state {
     int in_features, out_features;
     int bias;
     int in_c, in_hw;   /* the input's channels and pixels: in_features = in_c * in_hw */
-    float *xt, *dxt;   /* non-NCHW nets with in_hw > 1: [max_batch, in_features] the input and its
-                        * gradient in NCHW order (torchvision's flatten, which W's columns follow) */
+    void *xt, *dxt;    /* non-NCHW nets with in_hw > 1: [max_batch, in_features] activations, the input
+                        * and its gradient in NCHW order (torchvision's flatten, which W's columns follow) */
 } linear_state;
 
 /* The flattened input [N, in] in NCHW order: the input itself, or in a non-NCHW
  * net with more than one pixel, its transposed copy. */
-static const float *linear_input(net *nt, node *nd) {
+static const void *linear_input(net *nt, node *nd) {
     linear_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0);
+    const void *x = layer_in(nt, nd, 0);
     if (!s->xt) return x;
-    nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, x, s->xt, nt->ctx.layout, 0, 0);
+    nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, x, nt->ctx.act, s->xt, nt->ctx.act, nt->ctx.layout, 0, 0);
     return s->xt;
 }
 
@@ -143,38 +143,38 @@ static const float *linear_input(net *nt, node *nd) {
 static void linear_forward(net *nt, node *nd, int training) {
     (void)training;
     linear_state *s = nd->state;
-    const float *x = linear_input(nt, nd);
+    const void *x = linear_input(nt, nd);
     nt->be->gemm(&nt->ctx, 0, 1, nt->batch, s->out_features, s->in_features, 1.0f, x, s->in_features,
-                 layer_param(nt, nd, 0), s->in_features, 0.0f, nd->y, s->out_features);
+                 layer_param(nt, nd, 0), s->in_features, 0.0f, nd->y, s->out_features, GEMM_ACT_A | GEMM_ACT_C);
     if (s->bias) nt->be->bias_fwd(&nt->ctx, nt->batch, s->out_features, 1, layer_param(nt, nd, 1), nd->y);
 }
 
 static void linear_backward(net *nt, node *nd) {
     linear_state *s = nd->state;
-    const float *x = linear_input(nt, nd);
+    const void *x = linear_input(nt, nd);
     /* dW[out, in] = dy^T[out, N] * x[N, in] */
     nt->be->gemm(&nt->ctx, 1, 0, s->out_features, s->in_features, nt->batch, 1.0f, nd->dy, s->out_features, x,
-                 s->in_features, 0.0f, layer_param_grad(nt, nd, 0), s->in_features);
+                 s->in_features, 0.0f, layer_param_grad(nt, nd, 0), s->in_features, GEMM_ACT_A | GEMM_ACT_B);
     if (s->bias) nt->be->bias_bwd(&nt->ctx, nt->batch, s->out_features, 1, nd->dy, layer_param_grad(nt, nd, 1));
     layer_grads_ready(nt, nd);
     if (nd->inputs[0] == NET_INPUT) return;
     /* dx[N, in] (+)= dy[N, out] * W[out, in] */
     if (s->dxt) {
         nt->be->gemm(&nt->ctx, 0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
-                     layer_param(nt, nd, 0), s->in_features, 0.0f, s->dxt, s->in_features);
-        nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, s->dxt, layer_in_grad(nt, nd, 0), nt->ctx.layout, 1,
-                                 nd->accumulate[0]);
+                     layer_param(nt, nd, 0), s->in_features, 0.0f, s->dxt, s->in_features, GEMM_ACT_A | GEMM_ACT_C);
+        nt->be->convert_layout(nt->batch, s->in_c, s->in_hw, s->dxt, nt->ctx.act, layer_in_grad(nt, nd, 0),
+                               nt->ctx.act, nt->ctx.layout, 1, nd->accumulate[0]);
         return;
     }
     nt->be->gemm(&nt->ctx, 0, 0, nt->batch, s->in_features, s->out_features, 1.0f, nd->dy, s->out_features,
                  layer_param(nt, nd, 0), s->in_features, nd->accumulate[0] ? 1.0f : 0.0f,
-                 layer_in_grad(nt, nd, 0), s->in_features);
+                 layer_in_grad(nt, nd, 0), s->in_features, GEMM_ACT_A | GEMM_ACT_C);
 }
 
 static void linear_setup(net *nt, node *nd) {
     linear_state *s = nd->state;
     if (nt->ctx.layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return;
-    size_t n = (size_t)nt->max_batch * s->in_features * sizeof(float);
+    size_t n = (size_t)nt->max_batch * s->in_features * layer_act_size(nt);
     s->xt = nt->be->alloc(n);
     s->dxt = nt->be->alloc(n);
 }
@@ -192,13 +192,14 @@ static size_t linear_memory(const net *nt, const node *nd, int max_batch, size_t
     const backend *be = nt->be;
     int in = s->in_features, out = s->out_features;
     const backend_ctx *ctx = &nt->ctx;
-    size_t ws[3] = {be->gemm_workspace(ctx, max_batch, out, in), be->gemm_workspace(ctx, out, in, max_batch),
-                    be->gemm_workspace(ctx, max_batch, in, out)};
+    size_t ws[3] = {be->gemm_workspace(ctx, max_batch, out, in, GEMM_ACT_A | GEMM_ACT_C),
+                    be->gemm_workspace(ctx, out, in, max_batch, GEMM_ACT_A | GEMM_ACT_B),
+                    be->gemm_workspace(ctx, max_batch, in, out, GEMM_ACT_A | GEMM_ACT_C)};
     *workspace = 0;
     for (int i = 0; i < 3; i++)
         if (ws[i] > *workspace) *workspace = ws[i];
     if (nt->ctx.layout == BACKEND_LAYOUT_NCHW || s->in_hw == 1) return 0;
-    return 2 * (size_t)max_batch * in * sizeof(float);
+    return 2 * (size_t)max_batch * in * layer_act_size(nt);
 }
 
 static double linear_flops(const net *nt, const node *nd) {

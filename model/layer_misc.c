@@ -13,11 +13,11 @@
 
 static void relu_forward(net *nt, node *nd, int training) {
     (void)training;
-    nt->be->relu_fwd(layer_out_count(nt, nd), layer_in(nt, nd, 0), nd->y);
+    nt->be->relu_fwd(&nt->ctx, layer_out_count(nt, nd), layer_in(nt, nd, 0), nd->y);
 }
 
 static void relu_backward(net *nt, node *nd) {
-    nt->be->relu_bwd(layer_out_count(nt, nd), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+    nt->be->relu_bwd(&nt->ctx, layer_out_count(nt, nd), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
 }
 
 static double elementwise_flops(const net *nt, const node *nd) {
@@ -39,15 +39,21 @@ int net_relu(net *nt, int in, const char *name) {
 
 static void add_forward(net *nt, node *nd, int training) {
     (void)training;
-    nt->be->add(layer_out_count(nt, nd), layer_in(nt, nd, 0), layer_in(nt, nd, 1), nd->y);
+    nt->be->add(&nt->ctx, layer_out_count(nt, nd), layer_in(nt, nd, 0), layer_in(nt, nd, 1), nd->y);
+}
+
+/* g (+)= dy over n activations: a copy, or an add in place. */
+static void pass_grad(net *nt, size_t n, const void *dy, void *g, int accumulate) {
+    if (accumulate) nt->be->add(&nt->ctx, n, dy, g, g);
+    else nt->be->copy(g, dy, n * layer_act_size(nt));
 }
 
 /* An input whose gradient shares dy's memory (LAYER_PASSES_DY) has it already. */
 static void add_backward(net *nt, node *nd) {
     size_t n = layer_out_count(nt, nd);
     for (int i = 0; i < 2; i++) {
-        float *g = layer_in_grad(nt, nd, i);
-        if (g != nd->dy) nt->be->axpy(n, 1.0f, nd->dy, g, nd->accumulate[i]);
+        void *g = layer_in_grad(nt, nd, i);
+        if (g != nd->dy) pass_grad(nt, n, nd->dy, g, nd->accumulate[i]);
     }
 }
 
@@ -122,7 +128,7 @@ int net_concat(net *nt, const int *ins, int n, const char *name) {
 
 typedef struct dropout_state {
     float p;
-    float *mask;      /* [max_batch, C, H, W] device, in the net's layout: 0 or 1/(1-p) */
+    float *mask;      /* [max_batch, C, H, W] device, in the net's layout: 0 or 1/(1-p), fp32 in every context */
     float *mask_nchw; /* nets in other layouts than NCHW, with H*W > 1: the mask drawn in NCHW order,
                        * then converted, so a seed drops the same logical elements in every layout */
 } dropout_state;
@@ -131,27 +137,28 @@ static void dropout_forward(net *nt, node *nd, int training) {
     dropout_state *s = nd->state;
     size_t n = layer_out_count(nt, nd);
     if (!training || s->p == 0.0f) {
-        nt->be->copy(nd->y, layer_in(nt, nd, 0), n * sizeof(float));
+        nt->be->copy(nd->y, layer_in(nt, nd, 0), n * layer_act_size(nt));
         return;
     }
     /* Mask from (step seed, node): the same on every backend and reproducible. */
     uint64_t seed = nt->dropout_seed * 0x100000001B3ULL + (uint64_t)(nd - nt->nodes);
     if (s->mask_nchw) {
         nt->be->dropout_mask(n, s->p, seed, s->mask_nchw);
-        nt->be->convert_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, s->mask, nt->ctx.layout, 1, 0);
+        nt->be->convert_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, BACKEND_DTYPE_FP32, s->mask,
+                               BACKEND_DTYPE_FP32, nt->ctx.layout, 1, 0);
     } else {
         nt->be->dropout_mask(n, s->p, seed, s->mask);
     }
-    nt->be->mul(n, layer_in(nt, nd, 0), s->mask, nd->y, 0);
+    nt->be->mul(&nt->ctx, n, layer_in(nt, nd, 0), s->mask, nd->y, 0);
 }
 
 static void dropout_backward(net *nt, node *nd) {
     dropout_state *s = nd->state;
     size_t n = layer_out_count(nt, nd);
     if (s->p == 0.0f)
-        nt->be->axpy(n, 1.0f, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+        pass_grad(nt, n, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
     else
-        nt->be->mul(n, nd->dy, s->mask, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+        nt->be->mul(&nt->ctx, n, nd->dy, s->mask, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
 }
 
 static void dropout_describe(const node *nd, char *buf, size_t len) {
@@ -207,8 +214,8 @@ int net_dropout(net *nt, int in, const char *name, float p) {
 typedef struct shortcut_state {
     pool_params sub;  /* 1x1 max "pool" with the stride: x[:, :, ::s, ::s] */
     int in_c, offset; /* zero channels before the copied ones */
-    float *tmp;       /* [max_batch, in_c, P, Q] device: the subsampled input */
-    float *tmp_grad;  /* its gradient */
+    void *tmp;        /* [max_batch, in_c, P, Q] activations, device: the subsampled input */
+    void *tmp_grad;   /* its gradient */
 } shortcut_state;
 
 static void shortcut_forward(net *nt, node *nd, int training) {
@@ -217,7 +224,7 @@ static void shortcut_forward(net *nt, node *nd, int training) {
     int PQ = nd->H * nd->W;
     s->sub.N = nt->batch;
     nt->be->pool_fwd(&nt->ctx, &s->sub, layer_in(nt, nd, 0), s->tmp);
-    nt->be->zero(nd->y, layer_out_count(nt, nd) * sizeof(float));
+    nt->be->zero(nd->y, layer_out_count(nt, nd) * layer_act_size(nt));
     nt->be->channel_copy(&nt->ctx, nt->batch, s->in_c, PQ, s->tmp, s->in_c, 0, nd->y, nd->C, s->offset, 0);
 }
 
@@ -237,7 +244,7 @@ static void shortcut_describe(const node *nd, char *buf, size_t len) {
 
 static void shortcut_setup(net *nt, node *nd) {
     shortcut_state *s = nd->state;
-    size_t n = (size_t)nt->max_batch * s->in_c * nd->H * nd->W * sizeof(float);
+    size_t n = (size_t)nt->max_batch * s->in_c * nd->H * nd->W * layer_act_size(nt);
     s->tmp = nt->be->alloc(n);
     s->tmp_grad = nt->be->alloc(n);
 }
@@ -250,10 +257,9 @@ static void shortcut_free(net *nt, node *nd) {
 
 static size_t shortcut_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
     (void)kept; /* nothing kept */
-    (void)nt;
     const shortcut_state *s = nd->state;
     *workspace = 0;
-    return 2 * (size_t)max_batch * s->in_c * nd->H * nd->W * sizeof(float); /* shortcut_setup's */
+    return 2 * (size_t)max_batch * s->in_c * nd->H * nd->W * layer_act_size(nt); /* shortcut_setup's */
 }
 
 static const layer_ops shortcut_ops = {

@@ -35,8 +35,8 @@ static const node *bn_fused(const net *nt, const node *nd, int *zk) {
 
 static void bn_forward(net *nt, node *nd, int training) {
     bn_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0), *z = NULL;
-    float *y = nd->y;
+    const void *x = layer_in(nt, nd, 0), *z = NULL;
+    void *y = nd->y;
     int relu = nd->fuse_relu >= 0, zk;
     if (nd->fuse_add >= 0 || relu) {
         y = bn_fused(nt, nd, &zk)->y;
@@ -55,8 +55,8 @@ static void bn_forward(net *nt, node *nd, int training) {
 
 static void bn_backward(net *nt, node *nd) {
     bn_state *s = nd->state;
-    const float *x = layer_in(nt, nd, 0), *y = NULL;
-    float *dy = nd->dy, *dz = NULL;
+    const void *x = layer_in(nt, nd, 0), *y = NULL;
+    void *dy = nd->dy, *dz = NULL;
     int relu = nd->fuse_relu >= 0, acc_dz = 0, zk;
     if (nd->fuse_add >= 0 || relu) {
         const node *last = bn_fused(nt, nd, &zk);

@@ -44,6 +44,7 @@ void net_free(net *nt) {
     nt->be->free(nt->buffers);
     nt->be->free(nt->input_grad);
     nt->be->free(nt->input_conv);
+    nt->be->free(nt->logits32);
     free(nt->nodes);
     free(nt->param_info);
     free(nt->buffer_info);
@@ -188,12 +189,12 @@ void layer_input_shape(const net *nt, int idx, int *C, int *H, int *W) {
     }
 }
 
-const float *layer_in(const net *nt, const node *nd, int i) {
+const void *layer_in(const net *nt, const node *nd, int i) {
     int p = nd->inputs[i];
     return p == NET_INPUT ? nt->input : nt->nodes[p].y;
 }
 
-float *layer_in_grad(const net *nt, const node *nd, int i) {
+void *layer_in_grad(const net *nt, const node *nd, int i) {
     int p = nd->inputs[i];
     return p == NET_INPUT ? nt->input_grad : nt->nodes[p].dy;
 }
@@ -223,6 +224,29 @@ void layer_grads_ready(net *nt, const node *nd) {
 
 size_t layer_out_count(const net *nt, const node *nd) {
     return (size_t)nt->batch * (size_t)nd->C * (size_t)nd->H * (size_t)nd->W;
+}
+
+size_t layer_act_size(const net *nt) { return backend_dtype_size(nt->ctx.act); }
+
+/* Whether the input given to net_forward (fp32 NCHW) is converted into
+ * input_conv: in every other layout or activation type. */
+static int input_converted(const net *nt) {
+    return nt->ctx.layout != BACKEND_LAYOUT_NCHW || nt->ctx.act != BACKEND_DTYPE_FP32;
+}
+
+/* The net's outputs: the logits and any auxiliary logits; before
+ * net_finalize names them, the nodes nobody consumes (what the planner
+ * takes for outputs then too). */
+static int n_outputs(const net *nt) {
+    if (nt->finalized) return nt->aux_output >= 0 ? 2 : 1;
+    int n = 0;
+    for (int i = 0; i < nt->n_nodes; i++) {
+        int used = 0;
+        for (int j = i + 1; j < nt->n_nodes && !used; j++)
+            for (int k = 0; k < nt->nodes[j].n_inputs; k++) used |= nt->nodes[j].inputs[k] == i;
+        n += !used;
+    }
+    return n ? n : 1;
 }
 
 void net_set_init(net *nt, int node_idx, init_spec weight, init_spec bias) {
@@ -259,8 +283,9 @@ static int check_logits(const net *nt, int idx, const char *what) {
  * at the lowest offset where no tensor alive at the same time lies (first
  * fit). So a batch norm's output that only its ReLU reads, or an add's inputs,
  * give their memory back after the forward that consumes them, and the
- * gradients reuse the outputs whose last backward reader has run. Sizes are
- * rounded to 16 floats, so every tensor is 64-byte aligned as alloc() returns. */
+ * gradients reuse the outputs whose last backward reader has run. Sizes, in
+ * values of the net's activation type, are rounded to 64 bytes' worth, so
+ * every tensor is 64-byte aligned as alloc() returns. */
 
 /* The fusion plan (struct node's fuse_*): fz[3i] and fz[3i+1], the add and
  * the ReLU batch norm i computes, fz[3i+2] the batch norm that computes node
@@ -301,9 +326,9 @@ static int tensor_made(const int *fz, int t) {
     return lead < 0 || fused_last(fz, lead) == i;
 }
 
-static size_t act_floats(const node *nd, int max_batch) {
-    size_t n = (size_t)max_batch * nd->C * nd->H * nd->W;
-    return (n + 15) / 16 * 16;
+static size_t act_values(const net *nt, const node *nd, int max_batch) {
+    size_t n = (size_t)max_batch * nd->C * nd->H * nd->W, line = 64 / layer_act_size(nt);
+    return (n + line - 1) / line * line;
 }
 
 /* Lifetimes of node i's y (tensor 2i) and dy (2i+1) on the clock above. out
@@ -387,9 +412,9 @@ static void alias_passed_dy(const net *nt, int out, int aux, const int *fz, int 
     }
 }
 
-/* Fills off[t] (floats into the pool) for each tensor t (y of node i: 2i, its
+/* Fills off[t] (values into the pool) for each tensor t (y of node i: 2i, its
  * dy: 2i+1; SIZE_MAX for a tensor a fused group does without); returns the
- * pool's size in floats. fz: plan_fusion's. */
+ * pool's size in values of the net's activation type. fz: plan_fusion's. */
 static size_t plan_activations(const net *nt, int max_batch, int out, int aux, const int *fz, size_t *off) {
     int m = 2 * nt->n_nodes;
     int *start = cnt_malloc(4 * (size_t)(m ? m : 1) * sizeof(int)), *end = start + m, *order = end + m;
@@ -410,14 +435,14 @@ static size_t plan_activations(const net *nt, int max_batch, int out, int aux, c
     for (int a = 0; a < m; a++) {
         int t = order[a];
         if (rep[t] != t || !tensor_made(fz, t)) continue; /* placed with its representative; or none */
-        size_t size = act_floats(&nt->nodes[t / 2], max_batch), at = 0;
+        size_t size = act_values(nt, &nt->nodes[t / 2], max_batch), at = 0;
         /* the lowest offset clear of every placed tensor alive at the same time */
         for (int moved = 1; moved;) {
             moved = 0;
             for (int b = 0; b < a; b++) {
                 int k = order[b];
                 if (rep[k] != k || !tensor_made(fz, k) || end[k] < start[t] || end[t] < start[k]) continue;
-                size_t ks = act_floats(&nt->nodes[k / 2], max_batch);
+                size_t ks = act_values(nt, &nt->nodes[k / 2], max_batch);
                 if (at < off[k] + ks && off[k] < at + size) {
                     at = off[k] + ks;
                     moved = 1;
@@ -465,6 +490,11 @@ void net_set_layout(net *nt, int layout) {
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC ||
                (layout == BACKEND_LAYOUT_BLOCKED && nt->be->block_c > 0));
     nt->ctx.layout = (backend_layout)layout;
+}
+
+void net_set_activations(net *nt, backend_dtype type) {
+    CNT_ASSERT(!nt->finalized && backend_act_check(nt->be, type) == CNT_OK);
+    nt->ctx.act = type;
 }
 
 void net_set_math(net *nt, int math) {
@@ -544,17 +574,20 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
     nt->params = be->alloc(nt->n_params * sizeof(float));
     nt->grads = be->alloc(nt->n_params * sizeof(float));
     nt->buffers = be->alloc((nt->n_buffers ? nt->n_buffers : 1) * sizeof(float));
-    nt->input_grad = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
-    if (nt->ctx.layout != BACKEND_LAYOUT_NCHW)
-        nt->input_conv = be->alloc((size_t)max_batch * nt->in_c * nt->in_h * nt->in_w * sizeof(float));
+    size_t a = layer_act_size(nt), in_values = (size_t)max_batch * nt->in_c * nt->in_h * nt->in_w;
+    nt->input_grad = be->alloc(in_values * a);
+    if (input_converted(nt)) nt->input_conv = be->alloc(in_values * a);
+    if (nt->ctx.act != BACKEND_DTYPE_FP32)
+        nt->logits32 = be->alloc((size_t)(aux_out >= 0 ? 2 : 1) * max_batch * nt->classes * sizeof(float));
     size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
     int *fz = plan_fusion(nt, out, aux_out);
     size_t pool = plan_activations(nt, max_batch, out, aux_out, fz, off);
-    nt->act_pool = be->alloc((pool ? pool : 1) * sizeof(float));
+    nt->act_pool = be->alloc((pool ? pool : 1) * a);
+    char *base = nt->act_pool;
     for (int i = 0; i < nt->n_nodes; i++) {
         node *nd = &nt->nodes[i];
-        nd->y = off[2 * i] == SIZE_MAX ? NULL : nt->act_pool + off[2 * i];
-        nd->dy = off[2 * i + 1] == SIZE_MAX ? NULL : nt->act_pool + off[2 * i + 1];
+        nd->y = off[2 * i] == SIZE_MAX ? NULL : base + off[2 * i] * a;
+        nd->dy = off[2 * i + 1] == SIZE_MAX ? NULL : base + off[2 * i + 1] * a;
         nd->fuse_add = fz[3 * i];
         nd->fuse_relu = fz[3 * i + 1];
         nd->fused_into = fz[3 * i + 2];
@@ -569,20 +602,22 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch) {
 
 void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     memset(m, 0, sizeof *m);
-    size_t B = (size_t)max_batch, f = sizeof(float);
+    size_t B = (size_t)max_batch, f = sizeof(float), a = layer_act_size(nt);
     /* as net_finalize allocates them */
     m->params = nt->n_params * f;
     m->grads = nt->n_params * f;
     m->buffers = (nt->n_buffers ? nt->n_buffers : 1) * f;
-    size_t in = B * nt->in_c * nt->in_h * nt->in_w * f;
-    m->activations = nt->ctx.layout != BACKEND_LAYOUT_NCHW ? 2 * in : in;
+    size_t in = B * nt->in_c * nt->in_h * nt->in_w * a;
+    m->activations = input_converted(nt) ? 2 * in : in;
+    if (nt->ctx.act != BACKEND_DTYPE_FP32) /* logits32 */
+        m->activations += (size_t)n_outputs(nt) * B * nt->classes * f;
     size_t *off = cnt_malloc(2 * (size_t)(nt->n_nodes ? nt->n_nodes : 1) * sizeof *off);
     int out = nt->finalized ? nt->output : -1, aux = nt->finalized ? nt->aux_output : -1;
     int *fz = plan_fusion(nt, out, aux);
     size_t pool = plan_activations(nt, max_batch, out, aux, fz, off);
     free(fz);
     free(off);
-    m->activations += (pool ? pool : 1) * f; /* outputs and gradients, sharing memory */
+    m->activations += (pool ? pool : 1) * a; /* outputs and gradients, sharing memory */
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
         size_t ws = 0, kept = 0;
@@ -637,6 +672,18 @@ void net_init_params(net *nt, uint64_t seed) {
     nt->dropout_seed = seed ^ 0x5DEECE66DULL;
 }
 
+/* The auxiliary logits' fp32 copy: after the logits' in logits32. */
+static float *aux_logits32(const net *nt) { return nt->logits32 + (size_t)nt->max_batch * nt->classes; }
+
+/* dst = src, [batch, classes] from type st to dt (a copy when both are the same). */
+static void logits_convert(const net *nt, const void *src, backend_dtype st, void *dst, backend_dtype dt) {
+    if (st == dt) {
+        nt->be->copy(dst, src, (size_t)nt->batch * nt->classes * backend_dtype_size(st));
+        return;
+    }
+    nt->be->convert_layout(nt->batch, nt->classes, 1, src, st, dst, dt, BACKEND_LAYOUT_NCHW, 1, 0);
+}
+
 /* One node's pass; emulated (net_set_emulation): asleep until its end,
  * counted from the pass's start, so no rounding accumulates. */
 static void node_forward(net *nt, node *nd, int training, double start) {
@@ -656,11 +703,12 @@ static void node_backward(net *nt, node *nd, double start) {
 void net_forward(net *nt, const float *x, int N, int training) {
     CNT_ASSERT(nt->finalized && N >= 1 && N <= nt->max_batch);
     nt->batch = N;
-    if (nt->ctx.layout != BACKEND_LAYOUT_NCHW && !nt->emu_forward_end) {
-        nt->be->convert_layout(N, nt->in_c, nt->in_h * nt->in_w, x, nt->input_conv, nt->ctx.layout, 1, 0);
-        x = nt->input_conv;
-    }
     nt->input = x;
+    if (input_converted(nt) && !nt->emu_forward_end) {
+        nt->be->convert_layout(N, nt->in_c, nt->in_h * nt->in_w, x, BACKEND_DTYPE_FP32, nt->input_conv, nt->ctx.act,
+                               nt->ctx.layout, 1, 0);
+        nt->input = nt->input_conv;
+    }
     if (training) nt->dropout_seed++;
     /* the weights stay as they are until this forward's backward has run
      * (net_backward ends the epoch); an evaluation promises nothing */
@@ -677,21 +725,26 @@ void net_forward(net *nt, const float *x, int N, int training) {
         node_forward(nt, nd, training, start);
         nt->node_hook(nt->node_hook_ctx, nd, 0, t0, time_now());
     }
+    if (nt->logits32 && !nt->emu_forward_end) {
+        logits_convert(nt, nt->nodes[nt->output].y, nt->ctx.act, nt->logits32, BACKEND_DTYPE_FP32);
+        if (nt->aux_output >= 0)
+            logits_convert(nt, nt->nodes[nt->aux_output].y, nt->ctx.act, aux_logits32(nt), BACKEND_DTYPE_FP32);
+    }
 }
 
-const float *net_logits(const net *nt) { return nt->nodes[nt->output].y; }
+const float *net_logits(const net *nt) { return nt->logits32 ? nt->logits32 : nt->nodes[nt->output].y; }
 
 const float *net_aux_logits(const net *nt) {
-    return nt->aux_output >= 0 ? nt->nodes[nt->aux_output].y : NULL;
+    if (nt->aux_output < 0) return NULL;
+    return nt->logits32 ? aux_logits32(nt) : nt->nodes[nt->aux_output].y;
 }
 
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
-    size_t n = (size_t)nt->batch * nt->classes * sizeof(float);
     if (!nt->emu_backward_end) {
-        nt->be->copy(nt->nodes[nt->output].dy, dlogits, n);
+        logits_convert(nt, dlogits, BACKEND_DTYPE_FP32, nt->nodes[nt->output].dy, nt->ctx.act);
         if (nt->aux_output >= 0) {
-            if (dlogits_aux) nt->be->copy(nt->nodes[nt->aux_output].dy, dlogits_aux, n);
-            else nt->be->zero(nt->nodes[nt->aux_output].dy, n);
+            if (dlogits_aux) logits_convert(nt, dlogits_aux, BACKEND_DTYPE_FP32, nt->nodes[nt->aux_output].dy, nt->ctx.act);
+            else nt->be->zero(nt->nodes[nt->aux_output].dy, (size_t)nt->batch * nt->classes * layer_act_size(nt));
         }
     }
     double start = nt->emu_backward_end ? time_now() : 0;
@@ -746,9 +799,10 @@ void net_set_emulation(net *nt, const double *forward_ms, const double *backward
         nt->emu_backward_end[i] = t;
     }
     /* nothing writes the logits while emulated: zero, so the loss computed from them is finite */
-    size_t logits = (size_t)nt->max_batch * nt->classes * sizeof(float);
-    nt->be->zero(nt->nodes[nt->output].y, logits);
-    if (nt->aux_output >= 0) nt->be->zero(nt->nodes[nt->aux_output].y, logits);
+    size_t logits = (size_t)nt->max_batch * nt->classes;
+    nt->be->zero(nt->nodes[nt->output].y, logits * layer_act_size(nt));
+    if (nt->aux_output >= 0) nt->be->zero(nt->nodes[nt->aux_output].y, logits * layer_act_size(nt));
+    if (nt->logits32) nt->be->zero(nt->logits32, (nt->aux_output >= 0 ? 2 : 1) * logits * sizeof(float));
 }
 
 double net_flops_per_image(const net *nt) {

@@ -121,10 +121,11 @@ struct node {
     int inputs[NET_MAX_INPUTS];       /* node indices or NET_INPUT */
     int accumulate[NET_MAX_INPUTS];   /* set by net_finalize: 1 if backward must add into the input's dy */
     int C, H, W;                      /* output shape per image */
-    float *y;                         /* [N, C, H, W] output, device: valid from this node's forward to its
+    void *y;                          /* [N, C, H, W] output, device, in the net's activation type
+                                       * (net_set_activations): valid from this node's forward to its
                                        * last reader (net_output_kept: through backward); it shares memory
                                        * with tensors that are dead meanwhile */
-    float *dy;                        /* [N, C, H, W] gradient of the loss w.r.t. y, device: valid during
+    void *dy;                         /* [N, C, H, W] gradient of the loss w.r.t. y, device, same type: valid during
                                        * net_backward from the backward of this node's last consumer to its
                                        * own (it shares memory the same way, and may be the dy of the
                                        * LAYER_PASSES_DY consumer that writes it first) */
@@ -146,7 +147,8 @@ struct net {
     const backend *be;
     /* What the backend's ops compute in for this net, passed to each of them
      * (model/backend.h): the layout of every activation (net_set_layout), the
-     * math mode (net_set_math), and the weights epoch that net_forward opens
+     * math mode (net_set_math), the type activations are stored in
+     * (net_set_activations), and the weights epoch that net_forward opens
      * for a training step and net_backward closes. */
     backend_ctx ctx;
     int in_c, in_h, in_w;             /* input shape per image */
@@ -165,14 +167,17 @@ struct net {
     size_t n_buffers;                 /* total buffer values */
     float *params;                    /* [n_params] device, reverse forward order */
     float *grads;                     /* [n_params] device, same layout */
-    float *act_pool;                  /* device: every node's y and dy, placed by lifetime (net_finalize) */
+    void *act_pool;                   /* device: every node's y and dy, placed by lifetime (net_finalize) */
     float *buffers;                   /* [n_buffers] device */
 
-    const float *input;               /* [N, in_c, in_h, in_w] device in the net's layout, set by net_forward */
-    float *input_conv;                /* [max_batch, in_c, in_h, in_w] device: the input in the net's layout
-                                       * (layouts other than NCHW only) */
-    float *input_grad;                /* [max_batch, in_c, in_h, in_w] device, in the net's layout: where
-                                       * gradients w.r.t. the input land */
+    const void *input;                /* [N, in_c, in_h, in_w] device in the net's layout and activation type,
+                                       * set by net_forward */
+    void *input_conv;                 /* [max_batch, in_c, in_h, in_w] device: the input in the net's layout
+                                       * and type (only where either is not the given input's: NCHW fp32) */
+    void *input_grad;                 /* [max_batch, in_c, in_h, in_w] device, in the net's layout and type:
+                                       * where gradients w.r.t. the input land */
+    float *logits32;                  /* [max_batch, classes] device: 16-bit nets only, the logits (and, after
+                                       * them, the auxiliary logits) widened to fp32 by net_forward */
     int output;                       /* index of the node producing the logits */
     int aux_output;                   /* Inception's auxiliary logits node, or -1 */
     uint64_t dropout_seed;            /* advanced every training forward */
@@ -241,6 +246,17 @@ void net_set_layout(net *nt, int layout);
  * a programming error (CNT_ASSERT). */
 void net_set_math(net *nt, int math);
 
+/* The type every activation and activation gradient is stored in:
+ * BACKEND_DTYPE_FP32 (the default), _BF16 or _FP16 (backend_dtype in
+ * model/backend.h: each op computes in fp32 and rounds what it stores).
+ * Parameters, their gradients, batch-norm statistics, the input given to
+ * net_forward, the logits net_logits returns and the dlogits net_backward
+ * takes stay fp32: the net converts the input once and the logits both
+ * ways. Before net_finalize (and before net_memory_estimate, which
+ * follows it). A programming error (CNT_ASSERT) after net_finalize or for a
+ * type the backend does not store (backend_act_check, the caller's to ask). */
+void net_set_activations(net *nt, backend_dtype type);
+
 /* Whether outputs and gradients share memory by lifetime (1, the default)
  * or each keeps its own for the net's life (0: what a backward reads that its
  * layer did not declare in backward_reads stays intact, so comparing the two
@@ -307,18 +323,21 @@ typedef struct net_memory {
 void net_memory_estimate(const net *nt, int max_batch, net_memory *m);
 
 /* ---- running ---- */
-/* x: [N, in_c, in_h, in_w] device pointer (NCHW in every layout: an NHWC net
- * transposes it into its own copy), N <= max_batch. A training forward
+/* x: [N, in_c, in_h, in_w] device pointer, fp32 NCHW in every layout and
+ * activation type (a net in another converts it into its own copy),
+ * N <= max_batch. A training forward
  * promises the backend that the weights stay as they are until the end of
  * the net_backward after it (a new ctx.weights_epoch); an evaluation
  * promises nothing (epoch 0). */
 void net_forward(net *nt, const float *x, int N, int training);
-/* The logits [N, classes] of the last forward (device). */
+/* The logits [N, classes] of the last forward (device, fp32: a 16-bit net's
+ * widened, as they were stored). */
 const float *net_logits(const net *nt);
 /* The auxiliary logits [N, classes], or NULL when the net has none. */
 const float *net_aux_logits(const net *nt);
 /* Backward for the last training forward from dlogits [N, classes] (device)
- * and, when the net has auxiliary logits, dlogits_aux (already weighted).
+ * and, when the net has auxiliary logits, dlogits_aux (already weighted), both
+ * fp32 (a 16-bit net rounds them to its type).
  * Ends the forward's weights epoch: the optimizer may change them after it. */
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux);
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx);

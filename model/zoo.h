@@ -24,6 +24,8 @@ typedef struct zoo_options {
                              * the net's as it is. 0: fp32 */
     int no_fusion;          /* 1: every node runs its own op (net_set_fusion(nt, 0)), which zoo_create
                              * sets; 0: batch norms fused with the add and ReLU after them */
+    backend_dtype activations; /* what activations are stored in (net_set_activations), which zoo_create
+                                * sets; 0: fp32 */
 } zoo_options;
 
 /* Builds `name` into nt (created with the data's input shape and classes).
@@ -35,8 +37,8 @@ int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *
 
 /* A zoo model ready to run: net_create on be with input c x h x w and
  * `classes` outputs, activations in `layout` (BACKEND_LAYOUT_NCHW, _NHWC, or
- * _BLOCKED where be has it), convolutions and GEMMs in zo->math (fp32 when zo
- * is NULL), zoo_build, net_finalize for batches of up to max_batch. Parameters are not
+ * _BLOCKED where be has it) and of type zo->activations, convolutions and
+ * GEMMs in zo->math (fp32 when zo is NULL), zoo_build, net_finalize for batches of up to max_batch. Parameters are not
  * initialised (net_init_params). NULL on an unknown name or an input too
  * small for the architecture, with zoo_build's or net_finalize's message
  * (callers say which model and shape they asked for). */

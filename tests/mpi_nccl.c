@@ -79,7 +79,7 @@ typedef struct busy {
 static void keep_busy(const backend *be, const busy *w, int reps) {
     const backend_ctx fp32 = {0};
     for (int k = 0; k < reps; k++)
-        be->gemm(&fp32, 0, 0, w->dim, w->dim, w->dim, 1.0f, w->a, w->dim, w->b, w->dim, 0.0f, w->c, w->dim);
+        be->gemm(&fp32, 0, 0, w->dim, w->dim, w->dim, 1.0f, w->a, w->dim, w->b, w->dim, 0.0f, w->c, w->dim, 0);
 }
 
 typedef struct layout {

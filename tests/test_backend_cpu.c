@@ -608,7 +608,7 @@ static void test_gemm(void **state) {
                 pair C = pair_uniform(&r, (size_t)M * ldc, -1.0, 1.0);
                 ref_gemm(ta, tb, M, N, K, cases[i].alpha, A.h, lda, B.h, ldb, cases[i].beta, C.h, ldc);
                 be->gemm(&ctx, ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d,
-                         ldc);
+                         ldc, 0);
                 char what[128];
                 snprintf(what, sizeof what, "gemm %c%c M%d N%d K%d ld+%d alpha %g beta %g", ta ? 'T' : 'N',
                          tb ? 'T' : 'N', M, N, K, pad, cases[i].alpha, cases[i].beta);
@@ -640,12 +640,12 @@ static void test_relu(void **state) {
             pair dy = pair_uniform(&r, n, -1.0, 1.0);
             pair dx = pair_uniform(&r, n, -1.0, 1.0);
             ref_relu_fwd(n, x.h, y.h);
-            be->relu_fwd(n, x.d, y.d);
+            be->relu_fwd(&tu_fp32, n, x.d, y.d);
             char what[64];
             snprintf(what, sizeof what, "relu_fwd n %zu", n);
             expect(what, &y, 0.0, 0.0);
             ref_relu_bwd(n, y.h, dy.h, dx.h, acc);
-            be->relu_bwd(n, y.d, dy.d, dx.d, acc);
+            be->relu_bwd(&tu_fp32, n, y.d, dy.d, dx.d, acc);
             snprintf(what, sizeof what, "relu_bwd n %zu acc %d", n, acc);
             expect(what, &dx, RTOL, tu_atol_f32(1, 1.0));
             pair_free(&x);
@@ -667,7 +667,7 @@ static void test_add_axpy_mul(void **state) {
             char what[64];
             if (acc == 0) { /* add has no accumulate flag */
                 ref_add(n, a.h, b.h, y.h);
-                be->add(n, a.d, b.d, y.d);
+                be->add(&tu_fp32, n, a.d, b.d, y.d);
                 snprintf(what, sizeof what, "add n %zu", n);
                 expect(what, &y, RTOL, tu_atol_f32(1, 2.0));
             }
@@ -676,7 +676,7 @@ static void test_add_axpy_mul(void **state) {
             snprintf(what, sizeof what, "axpy n %zu acc %d", n, acc);
             expect(what, &y, RTOL, tu_atol_f32(1, 4.0));
             ref_mul(n, a.h, b.h, y.h, acc);
-            be->mul(n, a.d, b.d, y.d, acc);
+            be->mul(&tu_fp32, n, a.d, b.d, y.d, acc);
             snprintf(what, sizeof what, "mul n %zu acc %d", n, acc);
             expect(what, &y, RTOL, tu_atol_f32(1, 8.0));
             pair_free(&a);
@@ -1128,7 +1128,7 @@ static void reduced_gemm_cases(const reduced_mode *md) {
                 for (int m = 0; m < M; m++)
                     for (int n = 0; n < N; n++) C.h[(size_t)m * ldc + n] = round_to(md->math, C.h[(size_t)m * ldc + n]);
                 be->gemm(&ctx, ta, tb, M, N, K, (float)cases[i].alpha, A.d, lda, B.d, ldb, (float)cases[i].beta, C.d,
-                         ldc);
+                         ldc, 0);
                 char what[128];
                 snprintf(what, sizeof what, "%s gemm %c%c M%d N%d K%d ld+%d alpha %g beta %g", md->name,
                          ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, pad, cases[i].alpha, cases[i].beta);
@@ -1190,7 +1190,7 @@ static void reduced_exact_values(const reduced_mode *md) {
     /* the same through gemm: C[1x1] = A[1x2] B[2x1] */
     float c = 0;
     float *cd = be->alloc(sizeof(float));
-    be->gemm(&ctx, 0, 0, 1, 1, 2, 1.0f, x.d, 2, w.d, 1, 0.0f, cd, 1);
+    be->gemm(&ctx, 0, 0, 1, 1, 2, 1.0f, x.d, 2, w.d, 1, 0.0f, cd, 1, 0);
     be->download(&c, cd, sizeof c);
     if (fp16) assert_true(isinf(c) && c > 0);
     else assert_true(c == 90112.0f);
@@ -1300,7 +1300,7 @@ static void test_convert_layout(void **state) {
                     double *perm = tu_alloc(n);
                     host_permute(N, C, HW, src.h, perm, layout, to);
                     for (size_t k = 0; k < n; k++) dst.h[k] = (acc ? dst.h[k] : 0.0) + perm[k];
-                    be->convert_layout(N, C, HW, src.d, dst.d, layout, to, acc);
+                    be->convert_layout(N, C, HW, src.d, BACKEND_DTYPE_FP32, dst.d, BACKEND_DTYPE_FP32, layout, to, acc);
                     char what[160];
                     snprintf(what, sizeof what, "convert_layout N%d C%d HW%d %s %s acc %d", N, C, HW,
                              to ? "NCHW to" : "to NCHW from", layout_names[layout], acc);

@@ -486,7 +486,7 @@ static void gemm_case_run(size_t i, int ta, int tb, const precision *pr) {
     dual B = dual_uniform(&r, (size_t)b_rows * ldb, -1.0f, 1.0f);
     dual C = dual_uniform(&r, (size_t)M * ldc, -1.0f, 1.0f);
     for (int s = CPU; s <= GPU; s++)
-        be[s]->gemm(&ctx[s], ta, tb, M, N, K, c->alpha, A.p[s], lda, B.p[s], ldb, c->beta, C.p[s], ldc);
+        be[s]->gemm(&ctx[s], ta, tb, M, N, K, c->alpha, A.p[s], lda, B.p[s], ldb, c->beta, C.p[s], ldc, 0);
     char what[160];
     snprintf(what, sizeof what, "gemm %s %c%c M%d N%d K%d lda %d ldb %d ldc %d alpha %g beta %g", pr->name,
              ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, ldb, ldc, (double)c->alpha, (double)c->beta);
@@ -560,7 +560,7 @@ static void conv_gemm_reduced(const precision *pr) {
     char what[96];
     snprintf(what, sizeof what, "axpy in %s math (fp32 in every mode)", pr->name);
     expect_close(what, &y, 0.0, 0.0);
-    for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(n, y.p[s], x.p[s]);
+    for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(&tu_fp32, n, y.p[s], x.p[s]);
     snprintf(what, sizeof what, "relu_fwd in %s math (fp32 in every mode)", pr->name);
     expect_close(what, &x, 0.0, 0.0);
     dual_free(&x);
@@ -621,7 +621,7 @@ static void test_conv_bwd_pair(void **state) {
         const dual *data_dy = run == 1 ? &dy2 : &dy;
         for (int s = CPU; s <= GPU; s++) {
             be[s]->conv_bwd_filter(&ctx[s], &p, x.p[s], dy.p[s], dw.p[s]);
-            if (run == 2) be[s]->gemm(&ctx[s], 0, 0, 64, 64, 64, 1.0f, ga.p[s], 64, ga.p[s], 64, 0.0f, gc.p[s], 64);
+            if (run == 2) be[s]->gemm(&ctx[s], 0, 0, 64, 64, 64, 1.0f, ga.p[s], 64, ga.p[s], 64, 0.0f, gc.p[s], 64, 0);
             be[s]->conv_bwd_data(&ctx[s], &p, data_dy->p[s], w.p[s], dx.p[s], 0, s == GPU);
         }
         static const char *what[] = {"paired passes", "a filter pass, then a paired data pass on another dy",
@@ -881,7 +881,7 @@ static void test_reduced_overflow(void **state) {
                 want[i * 5 + k] = round_to(math, ah[2 * i] * round_to(math, w0[k]) + round_to(math, w1[k]));
         dual A = dual_of(ah, 4), B = dual_of(bh, 10), C = dual_of(junk, 10);
         for (int s = CPU; s <= GPU; s++)
-            be[s]->gemm(&ctx[s], 0, 0, 2, 5, 2, 1.0f, A.p[s], 2, B.p[s], 5, 0.0f, C.p[s], 5);
+            be[s]->gemm(&ctx[s], 0, 0, 2, 5, 2, 1.0f, A.p[s], 2, B.p[s], 5, 0.0f, C.p[s], 5, 0);
         snprintf(what, sizeof what, "%s gemm overflow", mname);
         for (int s = CPU; s <= GPU; s++) expect_exact(what, s, C.p[s], want, 10);
         for (int k = 0; k < 10; k++) ch[k] = (k % 2 ? -1.0f : 1.0f) * 40000.0f; /* exact in fp16 and bf16 */
@@ -893,7 +893,7 @@ static void test_reduced_overflow(void **state) {
         if (math == BACKEND_MATH_FP16) assert_true(isinf(want[0]) && want[0] > 0 && isinf(want[1]) && want[1] < 0);
         dual A1 = dual_of(&a1, 1), B1 = dual_of(b1, 10);
         for (int s = CPU; s <= GPU; s++)
-            be[s]->gemm(&ctx[s], 0, 0, 1, 10, 1, 1.0f, A1.p[s], 1, B1.p[s], 10, 1.0f, C.p[s], 10);
+            be[s]->gemm(&ctx[s], 0, 0, 1, 10, 1, 1.0f, A1.p[s], 1, B1.p[s], 10, 1.0f, C.p[s], 10, 0);
         snprintf(what, sizeof what, "%s gemm overflow through beta", mname);
         for (int s = CPU; s <= GPU; s++) expect_exact(what, s, C.p[s], want, 10);
         dual_free(&A);
@@ -1443,10 +1443,11 @@ static void test_relu(void **state) {
                 dual dy = dual_uniform(&r, total, -1.0f, 1.0f);
                 dual dx = dual_uniform(&r, total, -1.0f, 1.0f);
                 char what[96];
-                for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(n, x.p[s] + off, y.p[s] + off);
+                for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(&tu_fp32, n, x.p[s] + off, y.p[s] + off);
                 snprintf(what, sizeof what, "relu_fwd n %zu offset %d", n, off);
                 expect_close(what, &y, 0.0, 0.0); /* a selection: exact */
-                for (int s = CPU; s <= GPU; s++) be[s]->relu_bwd(n, y.p[s] + off, dy.p[s] + off, dx.p[s] + off, acc);
+                for (int s = CPU; s <= GPU; s++) be[s]->relu_bwd(&tu_fp32, n, y.p[s] + off, dy.p[s] + off,
+                                                                 dx.p[s] + off, acc);
                 snprintf(what, sizeof what, "relu_bwd n %zu offset %d acc %d", n, off, acc);
                 expect_close(what, &dx, 0.0, 0.0); /* a selection, plus one addition when acc: exact */
                 dual_free(&x);
@@ -1470,7 +1471,7 @@ static void test_add_axpy_mul(void **state) {
                 dual y = dual_uniform(&r, total, -2.0f, 2.0f);
                 char what[96];
                 if (acc == 0) { /* add has no accumulate flag */
-                    for (int s = CPU; s <= GPU; s++) be[s]->add(n, a.p[s] + off, b.p[s] + off, y.p[s] + off);
+                    for (int s = CPU; s <= GPU; s++) be[s]->add(&tu_fp32, n, a.p[s] + off, b.p[s] + off, y.p[s] + off);
                     snprintf(what, sizeof what, "add n %zu offset %d", n, off);
                     expect_close(what, &y, 0.0, 0.0); /* one rounding: exact */
                 }
@@ -1478,7 +1479,7 @@ static void test_add_axpy_mul(void **state) {
                 snprintf(what, sizeof what, "axpy n %zu offset %d acc %d", n, off, acc);
                 /* a product, then a sum, each rounded alike on both sides: exact */
                 expect_close(what, &y, 0.0, 0.0);
-                for (int s = CPU; s <= GPU; s++) be[s]->mul(n, a.p[s] + off, b.p[s] + off, y.p[s] + off, acc);
+                for (int s = CPU; s <= GPU; s++) be[s]->mul(&tu_fp32, n, a.p[s] + off, b.p[s] + off, y.p[s] + off, acc);
                 snprintf(what, sizeof what, "mul n %zu offset %d acc %d", n, off, acc);
                 expect_close(what, &y, 0.0, 0.0);
                 dual_free(&a);
@@ -1602,7 +1603,9 @@ static void test_convert_layout(void **state) {
                 float *src_d = g->alloc(n * sizeof(float)), *dst_d = g->alloc((n + 2) * sizeof(float));
                 g->upload(src_d, src, n * sizeof(float));
                 g->upload(dst_d, dst, (n + 2) * sizeof(float));
-                g->convert_layout(N, C, HW, src_d, dst_d + 1, BACKEND_LAYOUT_NHWC, to_nhwc, acc);
+                g->convert_layout(N, C, HW, src_d, BACKEND_DTYPE_FP32, dst_d + 1, BACKEND_DTYPE_FP32,
+                                  BACKEND_LAYOUT_NHWC,
+                                  to_nhwc, acc);
                 float *got = download(GPU, dst_d, n + 2), *src_back = download(GPU, src_d, n);
                 char what[128];
                 snprintf(what, sizeof what, "convert_layout N%d C%d HW%d to %s acc %d (guards at [0] and [%zu])", N,
@@ -1846,7 +1849,7 @@ static void test_fences_and_sync_transfers(void **state) {
 
 static net *build_resnet20(const backend *b, int layout) {
     net *nt = net_create(b, 3, 32, 32, NET_CLASSES);
-    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32, 0};
+    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
     int out, aux;
     if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK)
         fail_msg("resnet20 on the %s backend: %s", b->name, cnt_err_msg());
@@ -2044,6 +2047,307 @@ static void test_resnet20_train_step_nhwc(void **state) {
 
 /* ---------------------------------------------------------------- main */
 
+/* ---------------------------------------------------------------- 16-bit activations
+ * backend_ctx.act = bf16 or fp16 (model/backend.h, backend_dtype): each op
+ * reads 16-bit activations, computes in fp32 and rounds what it stores
+ * once. The CPU backend is the reference (tests/test_act16.c holds each of
+ * its ops to its fp32 op rounded once); here the GPU's 16-bit ops against
+ * the CPU's, from the same 16-bit values. Ops that compute the same fp32
+ * value on both sides (elementwise, channel slices, bias, conversions) must
+ * give the same bits; reductions (convolutions, GEMMs, batch norm, average
+ * pools) sum in other orders, so their fp32 results differ by the fp32
+ * tolerances above and may then round to neighbouring 16-bit values: 2 ulps
+ * of the type at the value (rtol 2^-6 for bf16, 2^-9 for fp16) plus the
+ * precision's atol. */
+
+/* The same n 16-bit values on both backends. */
+typedef struct dual16 {
+    void *p[2];
+    size_t n;
+} dual16;
+
+static backend_dtype act_type(int math) { return math == BACKEND_MATH_FP16 ? BACKEND_DTYPE_FP16 : BACKEND_DTYPE_BF16; }
+
+static uint16_t to16(int math, float v) { return math == BACKEND_MATH_FP16 ? fp16_from_float(v) : bf16_from_float(v); }
+static float from16(int math, uint16_t h) { return math == BACKEND_MATH_FP16 ? fp16_to_float(h) : bf16_to_float(h); }
+
+static dual16 dual16_normal(rng *r, int math, size_t n, float mean, float std) {
+    dual16 d = {{NULL, NULL}, n};
+    uint16_t *h = cnt_malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = to16(math, mean + std * rng_normal(r));
+    for (int s = CPU; s <= GPU; s++) {
+        d.p[s] = be[s]->alloc((n ? n : 1) * sizeof(uint16_t));
+        be[s]->upload(d.p[s], h, n * sizeof(uint16_t));
+    }
+    free(h);
+    return d;
+}
+
+static void dual16_free(dual16 *d) {
+    for (int s = CPU; s <= GPU; s++) be[s]->free(d->p[s]);
+}
+
+/* Both sides' values widened; the GPU's within rtol * |cpu| + atol of the
+ * CPU's (0, 0: the same bits). Then the GPU side takes the CPU's values, so
+ * the next op of a test starts both sides from the same numbers. */
+static void expect16_at(const char *file, int line, const char *what, const dual16 *d, int math, double rtol,
+                        double atol) {
+    uint16_t *h[2];
+    for (int s = CPU; s <= GPU; s++) {
+        h[s] = cnt_malloc((d->n ? d->n : 1) * sizeof(uint16_t));
+        be[s]->download(h[s], d->p[s], d->n * sizeof(uint16_t));
+    }
+    double *want = tu_alloc(d->n);
+    float *got = tu_alloc_f(d->n);
+    for (size_t i = 0; i < d->n; i++) {
+        want[i] = from16(math, h[CPU][i]);
+        got[i] = from16(math, h[GPU][i]);
+    }
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s activations, %s)", what, math == BACKEND_MATH_FP16 ? "fp16" : "bf16",
+             cur_layout_name());
+    if (rtol == 0 && atol == 0)
+        for (size_t i = 0; i < d->n; i++)
+            if (h[CPU][i] != h[GPU][i])
+                fail_msg("%s: [%zu] is 0x%04x on the GPU, 0x%04x on the CPU (%g, %g): not the same bits", label, i,
+                         h[GPU][i], h[CPU][i], (double)got[i], want[i]);
+    tu_assert_close_f_at(file, line, label, want, got, d->n, rtol, atol);
+    be[GPU]->upload(d->p[GPU], h[CPU], d->n * sizeof(uint16_t));
+    free(h[CPU]);
+    free(h[GPU]);
+    free(want);
+    free(got);
+}
+
+#define expect16(what, d, math, rtol, atol) expect16_at(__FILE__, __LINE__, (what), (d), (math), (rtol), (atol))
+
+/* 2 ulps of the type, relative */
+static double ulps2(int math) { return math == BACKEND_MATH_FP16 ? 0x1p-9 : 0x1p-6; }
+
+static void set_act_both(int math) {
+    set_math_both(math);
+    for (int s = CPU; s <= GPU; s++) ctx[s].act = act_type(math);
+}
+
+/* The elementwise ops, channel slices, bias and the type conversions: the
+ * same fp32 value rounded once on both sides, so the same bits. */
+static void act16_exact_run(int math) {
+    rng r;
+    rng_seed(&r, 160, (uint64_t)math);
+    const size_t n = 100003; /* odd, several blocks */
+    dual16 a = dual16_normal(&r, math, n, 0, 1), b = dual16_normal(&r, math, n, 0, 1);
+    dual16 y = dual16_normal(&r, math, n, 0, 1);
+    for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(&ctx[s], n, a.p[s], y.p[s]);
+    expect16("relu_fwd", &y, math, 0, 0);
+    for (int acc = 0; acc < 2; acc++) {
+        for (int s = CPU; s <= GPU; s++) be[s]->relu_bwd(&ctx[s], n, y.p[s], b.p[s], a.p[s], acc);
+        expect16(acc ? "relu_bwd accumulate" : "relu_bwd", &a, math, 0, 0);
+    }
+    for (int s = CPU; s <= GPU; s++) be[s]->add(&ctx[s], n, a.p[s], b.p[s], y.p[s]);
+    expect16("add", &y, math, 0, 0);
+    for (int s = CPU; s <= GPU; s++) be[s]->add(&ctx[s], n, a.p[s], y.p[s], y.p[s]);
+    expect16("add in place", &y, math, 0, 0);
+    float *mask[2];
+    for (int s = CPU; s <= GPU; s++) {
+        mask[s] = be[s]->alloc(n * sizeof(float));
+        be[s]->dropout_mask(n, 0.3f, 77, mask[s]);
+    }
+    for (int acc = 0; acc < 2; acc++) {
+        for (int s = CPU; s <= GPU; s++) be[s]->mul(&ctx[s], n, a.p[s], mask[s], y.p[s], acc);
+        expect16(acc ? "mul by a dropout mask, accumulate" : "mul by a dropout mask", &y, math, 0, 0);
+    }
+    for (int s = CPU; s <= GPU; s++) be[s]->free(mask[s]);
+    /* bias on [N, C, HW] and channel slices, in the current layout */
+    int N = 3, C = 24, HW = 49;
+    dual16 t = dual16_normal(&r, math, (size_t)N * C * HW, 0, 1);
+    dual16 u = dual16_normal(&r, math, (size_t)N * 40 * HW, 0, 1);
+    dual bias = dual_normal(&r, (size_t)C, 0, 1);
+    for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(&ctx[s], N, C, HW, bias.p[s], t.p[s]);
+    expect16("bias_fwd", &t, math, 0, 0);
+    for (int acc = 0; acc < 2; acc++) {
+        for (int s = CPU; s <= GPU; s++) be[s]->channel_copy(&ctx[s], N, C, HW, t.p[s], C, 0, u.p[s], 40, 8, acc);
+        expect16(acc ? "channel_copy into channels 8..31 of 40, accumulate" : "channel_copy into channels 8..31 of 40",
+                 &u, math, 0, 0);
+    }
+    /* the net's input into the layout and type, and back */
+    dual in = dual_normal(&r, (size_t)N * C * HW, 0, 1);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->convert_layout(N, C, HW, in.p[s], BACKEND_DTYPE_FP32, t.p[s], act_type(math), cur_layout, 1, 0);
+    expect16("convert_layout fp32 -> 16 bits", &t, math, 0, 0);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->convert_layout(N, C, HW, t.p[s], act_type(math), in.p[s], BACKEND_DTYPE_FP32, cur_layout, 0, 0);
+    expect_close("convert_layout 16 bits -> fp32", &in, 0, 0);
+    dual_free(&in);
+    dual_free(&bias);
+    dual16_free(&t);
+    dual16_free(&u);
+    dual16_free(&a);
+    dual16_free(&b);
+    dual16_free(&y);
+}
+
+/* Convolutions (a linear layer's GEMMs too), batch norm and pooling: sums
+ * in another order, so 2 ulps plus the precision's atol for sums of `len`
+ * products of magnitude `scale`. */
+static void act16_reduce_run(int math) {
+    const precision *pr = math == BACKEND_MATH_FP16 ? &PREC_FP16 : &PREC_BF16;
+    rng r;
+    rng_seed(&r, 161, (uint64_t)math);
+    for (int i = 0; i < N_CONV_CASES; i++) {
+        conv_params p = conv_case_params(i);
+        if (conv_in_count(&p) > 2000000) continue; /* the ImageNet-sized cases: the fp32 tests cover them */
+        dual16 x = dual16_normal(&r, math, conv_in_count(&p), 0, 0.5f);
+        dual16 y = dual16_normal(&r, math, conv_out_count(&p), 0, 0.5f);
+        dual w = dual_uniform(&r, conv_w_count(&p), -1.0f, 1.0f), dw = dual_uniform(&r, conv_w_count(&p), -1, 1);
+        size_t len = (size_t)p.C * p.R * p.S;
+        char what[160];
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_fwd(&ctx[s], &p, x.p[s], w.p[s], y.p[s]);
+        conv_label(what, sizeof what, "conv_fwd", &p, 0, pr);
+        expect16(what, &y, math, ulps2(math), atol_of(pr, len, 0.5));
+        for (int acc = 0; acc < 2; acc++) {
+            for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_data(&ctx[s], &p, y.p[s], w.p[s], x.p[s], acc, 0);
+            conv_label(what, sizeof what, "conv_bwd_data", &p, acc, pr);
+            expect16(what, &x, math, ulps2(math), atol_of(pr, (size_t)p.K * p.R * p.S, 0.5) + (acc ? ulps2(math) : 0));
+        }
+        for (int s = CPU; s <= GPU; s++) be[s]->conv_bwd_filter(&ctx[s], &p, x.p[s], y.p[s], dw.p[s]);
+        conv_label(what, sizeof what, "conv_bwd_filter", &p, 0, pr);
+        expect_close(what, &dw, pr->rtol_sum, atol_of(pr, (size_t)p.N * p.P * p.Q, 0.25));
+        dual16_free(&x);
+        dual16_free(&y);
+        dual_free(&w);
+        dual_free(&dw);
+    }
+    /* a linear layer: y = x W^T, dW = dy^T x, dx += dy W */
+    int B = 5, in = 300, out = 17;
+    dual16 x = dual16_normal(&r, math, (size_t)B * in, 0, 0.5f), y = dual16_normal(&r, math, (size_t)B * out, 0, 0.5f);
+    dual w = dual_uniform(&r, (size_t)out * in, -1, 1), dw = dual_uniform(&r, (size_t)out * in, -1, 1);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->gemm(&ctx[s], 0, 1, B, out, in, 1.0f, x.p[s], in, w.p[s], in, 0.0f, y.p[s], out,
+                    GEMM_ACT_A | GEMM_ACT_C);
+    expect16("gemm y = x W^T", &y, math, ulps2(math), atol_of(pr, (size_t)in, 0.5));
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->gemm(&ctx[s], 1, 0, out, in, B, 1.0f, y.p[s], out, x.p[s], in, 0.0f, dw.p[s], in,
+                    GEMM_ACT_A | GEMM_ACT_B);
+    expect_close("gemm dW = dy^T x", &dw, pr->rtol_sum, atol_of(pr, (size_t)B, 0.25));
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->gemm(&ctx[s], 0, 0, B, in, out, 1.0f, y.p[s], out, w.p[s], in, 1.0f, x.p[s], in,
+                    GEMM_ACT_A | GEMM_ACT_C);
+    expect16("gemm dx += dy W", &x, math, 2 * ulps2(math), atol_of(pr, (size_t)out, 0.5));
+    dual16_free(&x);
+    dual16_free(&y);
+    dual_free(&w);
+    dual_free(&dw);
+    /* batch norm (training, its backward) and pooling */
+    int N = 4, C = 16, HW = 81;
+    size_t n = (size_t)N * C * HW;
+    dual16 bx = dual16_normal(&r, math, n, 1, 2), by = dual16_normal(&r, math, n, 0, 1);
+    dual16 bdy = dual16_normal(&r, math, n, 0, 1), bdx = dual16_normal(&r, math, n, 0, 1);
+    dual gamma = dual_normal(&r, (size_t)C, 1, 0.5f), beta = dual_normal(&r, (size_t)C, 0, 0.5f);
+    dual rm = dual_normal(&r, (size_t)C, 0, 1), rv = dual_uniform(&r, (size_t)C, 0.5f, 2);
+    dual sm = dual_normal(&r, (size_t)C, 0, 1), si = dual_normal(&r, (size_t)C, 0, 1);
+    dual dg = dual_normal(&r, (size_t)C, 0, 1), db = dual_normal(&r, (size_t)C, 0, 1);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->bn_fwd_train(&ctx[s], N, C, HW, bx.p[s], gamma.p[s], beta.p[s], by.p[s], rm.p[s], rv.p[s], 0.1f, 1e-5f,
+                            sm.p[s], si.p[s]);
+    expect16("bn_fwd_train", &by, math, ulps2(math), 1e-4);
+    expect_close("bn_fwd_train save_mean", &sm, 1e-4, 1e-5);
+    expect_close("bn_fwd_train save_invstd", &si, 1e-4, 1e-5);
+    dual_sync_from_cpu(&sm);
+    dual_sync_from_cpu(&si);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->bn_bwd(&ctx[s], N, C, HW, bx.p[s], bdy.p[s], gamma.p[s], sm.p[s], si.p[s], 1e-5f, bdx.p[s], dg.p[s],
+                      db.p[s], 0);
+    expect16("bn_bwd dx", &bdx, math, ulps2(math), 1e-3);
+    expect_close("bn_bwd dgamma", &dg, 1e-3, 1e-3);
+    pool_params pp = tu_pool_params(&(tu_pool_case){POOL_MODE_MAX, N, C, 9, 9, 3, 3, 2, 2, 1, 1, 0, 0, 0});
+    size_t np = (size_t)N * C * pp.P * pp.Q;
+    dual16 py = dual16_normal(&r, math, np, 0, 1);
+    for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(&ctx[s], &pp, bx.p[s], py.p[s]);
+    expect16("max pool fwd", &py, math, 0, 0);
+    for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], &pp, bx.p[s], py.p[s], py.p[s], bdx.p[s], 1);
+    expect16("max pool bwd accumulate", &bdx, math, 0, 0);
+    dual16 *d16[] = {&bx, &by, &bdy, &bdx, &py};
+    for (size_t k = 0; k < sizeof d16 / sizeof d16[0]; k++) dual16_free(d16[k]);
+    dual *d32[] = {&gamma, &beta, &rm, &rv, &sm, &si, &dg, &db};
+    for (size_t k = 0; k < sizeof d32 / sizeof d32[0]; k++) dual_free(d32[k]);
+}
+
+static void test_act16_ops(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++)
+        for (int math = BACKEND_MATH_BF16; math <= BACKEND_MATH_FP16; math++) {
+            set_layout_both(layout);
+            set_act_both(math);
+            act16_exact_run(math);
+            act16_reduce_run(math);
+        }
+}
+
+/* A whole ResNet-20 training step with bf16 activations on both backends
+ * from the same weights and batch, against the CPU's step with fp32
+ * activations (bf16 math): the GPU's logits and parameter gradients must be
+ * as close to the CPU's 16-bit ones as storing the activations in fp32 moves
+ * them (within 1.5 times, plus 1e-3). Batch norm's backward magnifies any
+ * one-ulp difference at this batch (tests/test_act16.c: some 10% on the
+ * first layers' gradients), and the GPU's fused batch norm rounds after
+ * each of its three steps where the CPU's rounds once; a wrong type or a
+ * missed conversion is off by order 1. */
+static double rel_l2_f(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)a[i] * a[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void test_act16_resnet20(void **state) {
+    (void)state;
+    NEED_GPU();
+    /* [0]: CPU, bf16 activations; [1]: GPU, bf16 activations; [2]: CPU, fp32 activations */
+    const int side[3] = {CPU, GPU, CPU};
+    const backend_dtype act[3] = {BACKEND_DTYPE_BF16, BACKEND_DTYPE_BF16, BACKEND_DTYPE_FP32};
+    net *nt[3];
+    for (int k = 0; k < 3; k++) {
+        nt[k] = net_create(be[side[k]], 3, 32, 32, NET_CLASSES);
+        net_set_layout(nt[k], BACKEND_LAYOUT_NHWC);
+        net_set_math(nt[k], BACKEND_MATH_BF16);
+        net_set_activations(nt[k], act[k]);
+        zoo_options opt = {.dropout = -1.0f, .math = BACKEND_MATH_BF16, .activations = act[k]};
+        int out, aux;
+        assert_int_equal(zoo_build(nt[k], "resnet20", &opt, &out, &aux), CNT_OK);
+        assert_int_equal(net_finalize(nt[k], out, aux, NET_BATCH), CNT_OK);
+        net_init_params(nt[k], 20);
+    }
+    rng r;
+    rng_seed(&r, 162, 0);
+    dual x = dual_normal(&r, (size_t)NET_BATCH * 3 * 32 * 32, 0, 1);
+    dual dl = dual_normal(&r, (size_t)NET_BATCH * NET_CLASSES, 0, 0.1f);
+    size_t np = nt[0]->n_params, no = (size_t)NET_BATCH * NET_CLASSES;
+    float *l[3], *gr[3];
+    for (int k = 0; k < 3; k++) {
+        int s = side[k];
+        net_forward(nt[k], x.p[s], NET_BATCH, 1);
+        l[k] = download(s, net_logits(nt[k]), no);
+        net_backward(nt[k], dl.p[s], NULL);
+        gr[k] = download(s, nt[k]->grads, np);
+    }
+    double lg = rel_l2_f(l[0], l[1], no), ls = rel_l2_f(l[0], l[2], no);
+    double gg = rel_l2_f(gr[0], gr[1], np), gs = rel_l2_f(gr[0], gr[2], np);
+    print_message("resnet20, bf16 activations: GPU from CPU: logits %.2e, gradients %.2e; fp32 activations from "
+                  "bf16 ones on the CPU: %.2e, %.2e (relative L2)\n", lg, gg, ls, gs);
+    assert_true(lg <= 1.5 * ls + 1e-3);
+    assert_true(gg <= 1.5 * gs + 1e-3);
+    for (int k = 0; k < 3; k++) {
+        free(l[k]);
+        free(gr[k]);
+        net_free(nt[k]);
+    }
+    dual_free(&x);
+    dual_free(&dl);
+}
+
 static int group_setup(void **state) {
     (void)state;
     be[CPU] = backend_cpu();
@@ -2108,6 +2412,8 @@ int main(void) {
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),
+        cmocka_unit_test_setup(test_act16_ops, fp32_math),
+        cmocka_unit_test_setup(test_act16_resnet20, fp32_math),
     };
     /* CNT_TEST_FILTER=NAME runs only the tests NAME matches (cmocka's
      * pattern: * and ?), as tools/dev/gpu_check.sh runs a mutant's one test */

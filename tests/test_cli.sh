@@ -128,7 +128,11 @@ check "--bench bad shape: exit 2" test "$rc" -eq 2
 run $T --bench resnet20 1x28x28 4 1 precision=fp8
 check "--bench unknown option value: exit 2 naming the options" test "$rc" -eq 2 -a -n "$(grep -o 'precision=fp32|tf32|bf16|fp16' <<<"$out")"
 run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16 layout=nchw
-check "--bench precision=fp16 on the CPU says emulated" grep -q "on cpu (fp16, emulated), .*img/s" <<<"$out"
+check "--bench precision=fp16 on the CPU says emulated, fp16 activations" grep -q "on cpu (fp16, emulated, fp16 activations), .*img/s" <<<"$out"
+run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16 layout=nchw activations=fp32
+check "--bench activations=fp32 keeps fp32 activations" grep -q "on cpu (fp16, emulated, fp32 activations), .*img/s" <<<"$out"
+run $T --bench resnet20 1x28x28 4 1 device=cpu precision=fp16 activations=bf16
+check "--bench bf16 activations with fp16 math: exit 2 naming both" test "$rc" -eq 2 -a -n "$(grep 'train.activations = bf16 goes with train.precision = bf16' <<<"$out")"
 run $T --bench resnet20 1x28x28 4 1 device=cpu layout=nhwc
 check "--bench layout=nhwc on the CPU says transposed" grep -q "on cpu nhwc (transposed), .*img/s" <<<"$out"
 run $T --bench resnet20 1x28x28 4 1 layout=chwn
@@ -142,7 +146,7 @@ if grep -q "oneDNN" <<<"$out"; then
     run $T --bench resnet20 1x28x28 4 1 device=cpu
     check "--bench on the CPU runs blocked by default" grep -q "on cpu blocked (nChw\(8\|16\)c), .*img/s" <<<"$out"
     run $T --bench resnet20 1x28x28 4 1 device=cpu layout=blocked precision=bf16
-    check "--bench layout=blocked with emulated bf16" grep -q "on cpu (bf16, emulated) blocked (nChw\(8\|16\)c), .*img/s" <<<"$out"
+    check "--bench layout=blocked with emulated bf16" grep -q "on cpu (bf16, emulated, bf16 activations) blocked (nChw\(8\|16\)c), .*img/s" <<<"$out"
 else
     run $T --bench resnet20 1x28x28 4 1 device=cpu layout=blocked
     check "--bench layout=blocked without oneDNN: exit 1 naming make deps" test "$rc" -eq 1 -a -n "$(grep -o 'make deps' <<<"$out")"

@@ -306,8 +306,43 @@ static void test_bf16_to_float(void **state) {
     assert_true(bf16_to_float(0xc000) == -2.0f);
 }
 
+/* bfloat16 bits from a float: bf16_round's top 16 bits, scalar and array,
+ * and back (16-bit activation storage). Every bf16 round-trips; a sweep
+ * of floats, ties included, matches bf16_round. */
+static void test_bf16_bits(void **state) {
+    (void)state;
+    enum { N = 1 << 18 };
+    float *in = malloc(N * sizeof(float)), *back = malloc(N * sizeof(float));
+    uint16_t *h = malloc(N * sizeof(uint16_t));
+    assert_non_null(in);
+    assert_non_null(back);
+    assert_non_null(h);
+    for (uint32_t b = 0; b <= 0xffff; b++) {
+        float f = bf16_to_float((uint16_t)b);
+        if (!isnan(f)) assert_int_equal(bf16_from_float(f), b);
+    }
+    uint32_t u = 0x9e3779b9u;
+    for (int i = 0; i < N; i++) {
+        u = u * 1664525u + 1013904223u;
+        uint32_t b = i % 5 == 0 ? (u & 0xffff0000u) | 0x8000u : u; /* ties */
+        in[i] = f_of_bits(b);
+    }
+    bf16_from_float_array(h, in, N);
+    bf16_to_float_array(back, h, N);
+    for (int i = 0; i < N; i++) {
+        float want = bf16_round(in[i]);
+        assert_int_equal(h[i], bf16_from_float(in[i]));
+        if (isnan(want)) assert_true(isnan(back[i]));
+        else assert_memory_equal(&back[i], &want, sizeof want);
+    }
+    free(in);
+    free(back);
+    free(h);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_bits),
         cmocka_unit_test(test_exact_values),
         cmocka_unit_test(test_ties_to_even),
         cmocka_unit_test(test_subnormals),

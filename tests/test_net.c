@@ -334,7 +334,7 @@ static void expect_same_layout(const backend *be, const char *what, const float 
                                int layout, int C, int HW, double rtol) {
     size_t n = (size_t)BATCH * C * HW;
     float *t = be->alloc(n * sizeof(float));
-    be->convert_layout(BATCH, C, HW, other, t, layout, 0, 0);
+    be->convert_layout(BATCH, C, HW, other, BACKEND_DTYPE_FP32, t, BACKEND_DTYPE_FP32, layout, 0, 0);
     expect_same(be, what, nchw, t, n, rtol);
     be->free(t);
 }

@@ -140,7 +140,7 @@ static void test_stager_gpu_stress(void **state) {
         stager_put(s, &b, &dx, &dl);
         float *sum = sums + (size_t)r * n;
         gpu->axpy(n, 1.0f, dx, sum, 1);
-        for (int k = 0; k < GEMMS; k++) gpu->gemm(&fp32, 0, 0, GM, GN, GK, 1.0f, dx, GK, ones, GN, 0.0f, junk, GN);
+        for (int k = 0; k < GEMMS; k++) gpu->gemm(&fp32, 0, 0, GM, GN, GK, 1.0f, dx, GK, ones, GN, 0.0f, junk, GN, 0);
         gpu->axpy(n, 1.0f, dx, sum, 1);
         gpu->copy(labels + (size_t)r * SB, dl, sizeof got_l);
         stager_release(s);

@@ -32,9 +32,9 @@
 #include "model/zoo.h"
 #include "tests/support/testutil.h"
 
-static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32, 0};
-static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32, 0};
-static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32, 0};
+static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
 
 /* Builds `name` for a c x h x w input with `classes` classes; fails the test on error. */
 /* Not a zoo model: residual adds whose inputs the planner may or may not let
@@ -517,7 +517,7 @@ static void test_vgg_structure(void **state) {
     net_free(nt);
 
     /* 32x32 ends the features at 1x1; the adaptive pool still yields 7x7. */
-    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32, 0};
+    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
     nt = build_ok("vgg11", 3, 32, 32, 10, &opt_p, &out, &aux);
     assert_node(nt, "features.20", "pool", 512, 1, 1);
     assert_node(nt, "avgpool", "pool", 512, 7, 7);
@@ -719,7 +719,7 @@ static void test_input_too_small(void **state) {
     net_free(nt);
 
     /* The same errors through zoo_build's other checks: bad dropout, a used net. */
-    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32, 0};
+    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
     msg = build_fail("vgg11", 3, 224, 224, 10, &bad_p);
     assert_contains(msg, "vgg11");
     assert_contains(msg, "dropout");
@@ -986,16 +986,16 @@ static void recorded_free(recorded_net *rn) {
  * no gradient) has no data pass. `paired` on a data pass whose dy is not the
  * one the filter pass just read would hand it a stale conversion. */
 static backend pair_be;
-static const float *pair_last_dy; /* the dy of the last filter pass, until a data pass */
+static const void *pair_last_dy; /* the dy of the last filter pass, until a data pass */
 static int pair_filters, pair_datas, pair_unpaired_datas, pair_wrong;
 
-static void pair_filter(const backend_ctx *ctx, const conv_params *p, const float *x, const float *dy, float *dw) {
+static void pair_filter(const backend_ctx *ctx, const conv_params *p, const void *x, const void *dy, float *dw) {
     pair_last_dy = dy;
     pair_filters++;
     backend_cpu()->conv_bwd_filter(ctx, p, x, dy, dw);
 }
 
-static void pair_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w, float *dx,
+static void pair_data(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w, void *dx,
                       int accumulate, int paired) {
     if (!paired) pair_unpaired_datas++;
     else if (dy == pair_last_dy) pair_datas++;
@@ -1038,7 +1038,7 @@ static const float *fc_w[256];
 static uint64_t fc_w_epoch[256];
 static int fc_n_seen;
 
-static void fc_fwd(const backend_ctx *ctx, const conv_params *p, const float *x, const float *w, float *y) {
+static void fc_fwd(const backend_ctx *ctx, const conv_params *p, const void *x, const float *w, void *y) {
     if (ctx->weights_epoch) {
         fc_fwd_inside++;
         if (ctx->weights_epoch != fc_last_epoch) fc_epochs++;
@@ -1053,7 +1053,7 @@ static void fc_fwd(const backend_ctx *ctx, const conv_params *p, const float *x,
     backend_cpu()->conv_fwd(ctx, p, x, w, y);
 }
 
-static void fc_data(const backend_ctx *ctx, const conv_params *p, const float *dy, const float *w, float *dx,
+static void fc_data(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w, void *dx,
                     int accumulate, int paired) {
     int kept = 0;
     for (int i = 0; i < fc_n_seen; i++) kept |= fc_w[i] == w && fc_w_epoch[i] == ctx->weights_epoch;
@@ -1185,7 +1185,7 @@ static void test_vgg16_gradient_order(void **state) {
  * name; an input too small) for the caller to prefix. */
 static void test_zoo_create(void **state) {
     (void)state;
-    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0};
+    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
     net *nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 4);
     assert_non_null(nt);
     assert_true(nt->n_params == 269434);

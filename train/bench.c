@@ -33,7 +33,7 @@ void bench_config(config *cfg, const char *model, int c, int h, int w, int class
 /* The net as training builds it: cfg's model and options on backend be, its
  * parameters initialised from train.seed. */
 static net *bench_model(const backend *be, const config *cfg, const dataset *d) {
-    zoo_options zo = config_zoo_options(cfg);
+    zoo_options zo = config_zoo_options(cfg, be);
     net *nt = zoo_create(be, cfg->model_name, &zo, d->c, d->h, d->w, d->classes,
                          backend_layout_choose(cfg->layout, be, cfg->precision, d->h, d->w), cfg->batch_size);
     if (nt) net_init_params(nt, cfg->seed);
@@ -83,6 +83,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (!be) return CNT_ERR;
     if (backend_layout_check(cfg->layout, be) != CNT_OK) return CNT_ERR;
     if (backend_math_check(be, cfg->precision) != CNT_OK) return CNT_ERR;
+    if (backend_act_check(be, config_activations(cfg, be)) != CNT_OK) return CNT_ERR;
     be->set_threads(cfg->threads);
     input_data d;
     batch b = {0};
@@ -130,9 +131,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->threads > 0) snprintf(threads, sizeof threads, "%d", cfg->threads);
     else snprintf(threads, sizeof threads, "all");
     /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
-    char prec_note[64] = "";
+    char prec_note[96] = "";
     if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
-        snprintf(prec_note, sizeof prec_note, " (%s%s)", config_name(cfg, &cfg->precision), gpu ? "" : ", emulated");
+        snprintf(prec_note, sizeof prec_note, " (%s%s, %s activations)", config_name(cfg, &cfg->precision),
+                 gpu ? "" : ", emulated", backend_dtype_name(nt->ctx.act));
     /* NHWC on the CPU is NCHW with transposes around each op */
     if (nt->ctx.layout == BACKEND_LAYOUT_BLOCKED)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " %s",

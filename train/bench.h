@@ -1,7 +1,7 @@
 /*
  * train/bench.h - benchmark mode: the training step, timed.
  *
- *   trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D precision=P layout=L fuse=B classes=N]
+ *   trainer --bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D precision=P layout=L activations=A fuse=B classes=N]
  *
  * Times the step training runs (train/step.h: stager upload, forward, loss,
  * backward, loss scaling's check, update) on one batch of the synthetic data
@@ -23,8 +23,7 @@
 #include "train/config.h"
 
 /* The command line's synopsis, for usage texts. */
-#define BENCH_SYNOPSIS \
-    "--bench MODEL CxHxW BATCH [STEPS [THREADS]] [device=D precision=P layout=L fuse=B classes=N]"
+#define BENCH_SYNOPSIS "--bench MODEL CxHxW BATCH [STEPS [THREADS]] [KEY=VALUE ...]"
 
 /* The configuration `trainer --bench` times: the defaults, with model.name,
  * the synthetic data set of the given shape, classes and one batch of

@@ -150,6 +150,8 @@ static const choice precisions[] = {{"fp32", BACKEND_MATH_FP32}, {"tf32", BACKEN
 static const choice layouts[] = {{"auto", BACKEND_LAYOUT_AUTO}, {"nchw", BACKEND_LAYOUT_NCHW},
                                  {"nhwc", BACKEND_LAYOUT_NHWC},
                                  {"blocked", BACKEND_LAYOUT_BLOCKED}, {0}};
+static const choice activation_types[] = {{"auto", CONFIG_ACT_AUTO}, {"fp32", BACKEND_DTYPE_FP32},
+                                          {"bf16", BACKEND_DTYPE_BF16}, {"fp16", BACKEND_DTYPE_FP16}, {0}};
 static const choice loss_scalings[] = {{"auto", LOSS_SCALE_AUTO}, {"dynamic", LOSS_SCALE_DYNAMIC},
                                        {"static", LOSS_SCALE_STATIC}, {"none", LOSS_SCALE_NONE}, {0}};
 
@@ -236,6 +238,12 @@ static const key_def key_table[] = {
                  "when oneDNN is built in, nhwc on a GPU with bf16 or fp16, or tf32 on images of 64 pixels a side "
                  "or more, nchw otherwise. Parameters and "
                  "checkpoints are the same in all"),
+    K_ENUM("train", "activations", activations, "auto", .choices = activation_types,
+         .help = "the type every activation and activation gradient is stored in: fp32, or with train.precision "
+                 "= bf16 or fp16 the same 16-bit type (half the memory and memory traffic; each op computes in "
+                 "fp32 and rounds what it stores, as PyTorch autocast stores them). auto is the 16-bit type on the "
+                 "CPU (the reference) and fp32 on a GPU until its 16-bit activations are measured faster there; "
+                 "bf16 or fp16 asks for them on either"),
     K_BOOL("train", "fuse", fuse, "true",
          .help = "run each batch norm together with the residual add and ReLU right after it, in one op: one "
                  "pass over memory instead of three, and no tensors between them; the same numbers (false: "
@@ -1202,6 +1210,12 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.mode = ps does not do loss scaling (train.precision = fp16 "
                            "or train.loss_scaling = dynamic/static): use fp32, tf32 or bf16, or dist.mode = "
                            "allreduce");
+    if ((cfg->activations == BACKEND_DTYPE_BF16 && cfg->precision != BACKEND_MATH_BF16) ||
+        (cfg->activations == BACKEND_DTYPE_FP16 && cfg->precision != BACKEND_MATH_FP16))
+        return cnt_err_set("invalid configuration: train.activations = %s goes with train.precision = %s (found "
+                           "%s); use auto or fp32",
+                           config_name(cfg, &cfg->activations), config_name(cfg, &cfg->activations),
+                           config_name(cfg, &cfg->precision));
     long tl_first, tl_last;
     if (config_timeline_window(cfg, &tl_first, &tl_last) != CNT_OK) return CNT_ERR;
     if (cfg->ps_sync && cfg->ps_max_staleness >= 0)
@@ -1359,9 +1373,15 @@ exchange_opts config_exchange_opts(const config *cfg) {
     return o;
 }
 
-zoo_options config_zoo_options(const config *cfg) {
+zoo_options config_zoo_options(const config *cfg, const backend *be) {
     return (zoo_options){.zero_init_residual = cfg->zero_init_residual, .aux_logits = cfg->aux_logits,
-                         .dropout = cfg->dropout, .math = cfg->precision, .no_fusion = !cfg->fuse};
+                         .dropout = cfg->dropout, .math = cfg->precision, .no_fusion = !cfg->fuse,
+                         .activations = config_activations(cfg, be)};
+}
+
+backend_dtype config_activations(const config *cfg, const backend *be) {
+    if (cfg->activations != CONFIG_ACT_AUTO) return (backend_dtype)cfg->activations;
+    return be ? backend_act_choose(be, cfg->precision) : BACKEND_DTYPE_FP32;
 }
 
 step_opts config_step_opts(const config *cfg) {

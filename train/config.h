@@ -35,6 +35,8 @@
 
 #define CONFIG_STR 512
 #define CONFIG_MAX_MILESTONES SCHEDULE_MAX_MILESTONES
+/* train.activations = auto (config_activations). */
+#define CONFIG_ACT_AUTO (-1)
 
 /* Enumerated keys are stored as enums, parsed once by the key table; where a
  * module owns the concept its enum is used (backend_math, backend_layout,
@@ -84,6 +86,7 @@ typedef struct config {
     backend_device device;
     backend_math precision;
     backend_layout layout;           /* auto: backend_layout_choose */
+    int activations;                 /* CONFIG_ACT_AUTO or a backend_dtype: config_activations */
     int fuse;                        /* bool: batch norm + add + ReLU in one op (net_set_fusion) */
     loss_scale_mode loss_scaling;    /* auto: config_loss_scale_opts */
     float loss_scale;                /* static scale, or the dynamic scale's start */
@@ -194,10 +197,15 @@ reducer_opts config_reducer_opts(const config *cfg);
 /* How gradients become the next parameters (dist.mode, dist.backend, the
  * reducer's options above, the servers'). */
 exchange_opts config_exchange_opts(const config *cfg);
-/* What zoo_build and zoo_create take from cfg: the model's options
- * (model.zero_init_residual, aux_logits, dropout) and the math mode
- * (train.precision). */
-zoo_options config_zoo_options(const config *cfg);
+/* What zoo_build and zoo_create take from cfg for a net on backend be: the
+ * model's options (model.zero_init_residual, aux_logits, dropout), the math
+ * mode (train.precision), fusion (train.fuse) and the activation type
+ * (config_activations; fp32 where be is NULL: a net only described). */
+zoo_options config_zoo_options(const config *cfg, const backend *be);
+/* train.activations on backend be: the type asked for, and for auto the
+ * 16-bit type of train.precision where be stores it (backend_act_choose),
+ * else fp32. */
+backend_dtype config_activations(const config *cfg, const backend *be);
 /* The step's loss options (train.label_smoothing, train.aux_weight). */
 step_opts config_step_opts(const config *cfg);
 /* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized

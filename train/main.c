@@ -38,7 +38,8 @@ static void usage(FILE *out) {
             "       trainer --summary CONFIG.ini [section.key=value ...]\n"
             "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
             "       trainer " BENCH_SYNOPSIS "\n"
-            "                                        (training speed on random data)\n"
+            "                                        (training speed on random data; KEY: device, precision,\n"
+            "                                         layout, activations, fuse, classes)\n"
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
             "       trainer --profile CONFIG.ini OUT.json [section.key=value ...]   (one step, layer by layer, as JSON)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
@@ -96,19 +97,19 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
     return CNT_OK;
 }
 
-/* One `--bench` key=value option into cfg: device, precision, layout and
- * fuse are train.device, train.precision, train.layout and train.fuse (the
- * config's table parses them), classes a count. Prints why and returns
- * CNT_ERR. */
+/* One `--bench` key=value option into cfg: device, precision, layout,
+ * activations and fuse are train.device, train.precision, train.layout,
+ * train.activations and train.fuse (the config's table parses them),
+ * classes a count. Prints why and returns CNT_ERR. */
 static int parse_bench_option(const char *arg, config *cfg) {
-    static const char *const keys[] = {"device", "precision", "layout", "fuse"};
+    static const char *const keys[] = {"device", "precision", "layout", "activations", "fuse"};
     const char *eq = strchr(arg, '=');
     if (!eq) {
         fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", arg);
         return CNT_ERR;
     }
     size_t kl = (size_t)(eq - arg);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
         char setting[256];
         snprintf(setting, sizeof setting, "train.%s", arg);
@@ -117,15 +118,15 @@ static int parse_bench_option(const char *arg, config *cfg) {
     }
     if (kl == 7 && strncmp(arg, "classes", kl) == 0)
         return parse_count(eq + 1, "classes (at least 2)", 2, &cfg->synthetic_classes);
-    char choices[3][128], key[32];
-    for (int k = 0; k < 3; k++) {
+    char choices[4][128], key[32];
+    for (int k = 0; k < 4; k++) {
         snprintf(key, sizeof key, "train.%s", keys[k]);
         config_choices(key, "|", choices[k], sizeof choices[k]);
     }
     fprintf(stderr,
-            "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, fuse=true|false, "
-            "classes=N)\n",
-            arg, choices[0], choices[1], choices[2]);
+            "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, activations=%s, "
+            "fuse=true|false, classes=N)\n",
+            arg, choices[0], choices[1], choices[2], choices[3]);
     return CNT_ERR;
 }
 
@@ -242,6 +243,10 @@ static int cmd_bench(int argc, char **argv) {
     bench_config(&cfg, argv[2], c, h, w, 10, batch_size, threads);
     for (int i = npos; i < argc; i++)
         if (parse_bench_option(argv[i], &cfg) != CNT_OK) return 2;
+    if (config_validate(&cfg) != CNT_OK) { /* options that do not go together */
+        fprintf(stderr, "trainer: --bench: %s\n", cnt_err_msg());
+        return 2;
+    }
     return bench_run(&cfg, steps, 3, NULL, stdout) != CNT_OK ? failed() : 0;
 }
 

@@ -44,7 +44,8 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     net_set_layout(nt, backend_layout_choose(cfg->layout, be, cfg->precision, ds->h, ds->w));
     net_set_math(nt, cfg->precision);
     net_set_fusion(nt, cfg->fuse);
-    zoo_options zo = config_zoo_options(cfg);
+    net_set_activations(nt, config_activations(cfg, be));
+    zoo_options zo = config_zoo_options(cfg, be);
     int out, aux;
     if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK) {
         net_free(nt);

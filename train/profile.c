@@ -201,9 +201,11 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
     put_json_string(out, cfg->model_name);
     fprintf(out, ",\"device\":");
     put_json_string(out, nt->be->name);
-    fprintf(out, ",\"precision\":\"%s\",\"layout\":\"%s\",\"input\":[%d,%d,%d],\"classes\":%d,\"batch\":%d,",
-            config_name(cfg, &cfg->precision), backend_layout_name(nt->ctx.layout, NULL), d->c, d->h, d->w,
-            d->classes, cfg->batch_size);
+    fprintf(out,
+            ",\"precision\":\"%s\",\"activations\":\"%s\",\"layout\":\"%s\",\"input\":[%d,%d,%d],\"classes\":%d,"
+            "\"batch\":%d,",
+            config_name(cfg, &cfg->precision), backend_dtype_name(nt->ctx.act),
+            backend_layout_name(nt->ctx.layout, NULL), d->c, d->h, d->w, d->classes, cfg->batch_size);
     fprintf(out, "\"steps\":%d,\"warmup\":%d,\"params\":%zu,\"grad_bytes\":%zu,", steps, warmup, nt->n_params,
             nt->n_params * sizeof(float));
     fprintf(out,
@@ -312,13 +314,15 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
         return cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
     if (backend_math_check(be, cfg->precision) != CNT_OK)
         return cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
+    if (backend_act_check(be, config_activations(cfg, be)) != CNT_OK)
+        return cnt_err_prefix("train.activations = %s", config_name(cfg, &cfg->activations));
     be->set_threads(cfg->threads);
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
     input_loader_options(cfg, &d, 0, 1, &lo, &eo);
     loader *ld = loader_create(&d.train, &lo);
-    zoo_options zo = config_zoo_options(cfg);
+    zoo_options zo = config_zoo_options(cfg, be);
     net *nt = ld ? zoo_create(be, cfg->model_name, &zo, d.train.c, d.train.h, d.train.w, d.train.classes,
                               backend_layout_choose(cfg->layout, be, cfg->precision, d.train.h, d.train.w), lo.batch)
                  : NULL;

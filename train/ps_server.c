@@ -26,7 +26,7 @@ static void server_update(void *ctx, size_t begin, size_t end, float *grads, dou
 /* The model rank 0 describes, laid out (offsets) without its buffers. */
 static net *server_model(const config *cfg, const backend *be, const ps_shape *sh) {
     net *nt = net_create(be, (int)sh->c, (int)sh->h, (int)sh->w, (int)sh->classes);
-    zoo_options zo = config_zoo_options(cfg);
+    zoo_options zo = config_zoo_options(cfg, NULL); /* described, never run: fp32 */
     int out, aux;
     if (zoo_build(nt, cfg->model_name, &zo, &out, &aux) != CNT_OK) {
         cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes", cfg->model_name, (int)sh->c, (int)sh->h,

@@ -45,7 +45,7 @@ static void say_layout(const config *cfg, const backend *be, int h, int w) {
 }
 
 net *run_build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch) {
-    zoo_options zo = config_zoo_options(cfg);
+    zoo_options zo = config_zoo_options(cfg, be);
     net *nt = zoo_create(be, cfg->model_name, &zo, c, h, w, classes, layout_for(cfg, be, h, w), max_batch);
     if (!nt)
         cnt_err_prefix("model '%s' on %dx%dx%d input with %d classes, batches up to %d (train.batch_size, "
@@ -120,6 +120,11 @@ static const backend *choose_device(const config *cfg) {
         cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
         return NULL;
     }
+    backend_dtype act = config_activations(cfg, be);
+    if (backend_act_check(be, act) != CNT_OK) {
+        cnt_err_prefix("train.activations = %s", config_name(cfg, &cfg->activations));
+        return NULL;
+    }
     if (math == BACKEND_MATH_TF32) {
         if (cpu) log_info("precision: tf32 requested; the CPU backend computes fp32");
         else log_info("precision: tf32 (cuDNN and cuBLAS tensor cores, fp32 accumulation and storage)");
@@ -128,6 +133,17 @@ static const backend *choose_device(const config *cfg) {
                  "accumulating in fp32%s; fp32 master weights, batch norm, loss and optimizer",
                  config_name(cfg, &cfg->precision), config_name(cfg, &cfg->precision),
                  cpu ? " (emulated by the CPU backend: the same rounding, slower than fp32)" : " on tensor cores");
+        if (act != BACKEND_DTYPE_FP32)
+            log_info("activations: %s (train.activations = %s): every activation and its gradient stored in 16 "
+                     "bits, each op computing in fp32%s", backend_dtype_name(act),
+                     config_name(cfg, &cfg->activations),
+                     cpu ? " (the CPU converts around each op: the reference, no faster)" : "");
+        else
+            log_info("activations: fp32 (train.activations = %s)%s", config_name(cfg, &cfg->activations),
+                     cfg->activations == CONFIG_ACT_AUTO
+                         ? ": this backend's 16-bit activations are not yet measured faster; train.activations = "
+                           "bf16 or fp16 (the precision's type) takes them"
+                         : "");
     }
     return be;
 }
@@ -178,7 +194,7 @@ static int load_emulation(run *r) {
     const config *cfg = r->cfg;
     const dataset *d = &r->data.train;
     net *nt = net_create(r->be, d->c, d->h, d->w, d->classes);
-    zoo_options zo = config_zoo_options(cfg);
+    zoo_options zo = config_zoo_options(cfg, r->be);
     int out, aux;
     int rc = zoo_build(nt, cfg->model_name, &zo, &out, &aux);
     if (rc == CNT_OK) rc = emulation_load(&r->emu, cfg->emulate_compute, cfg->model_name, cfg->batch_size, nt);

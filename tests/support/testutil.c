@@ -25,6 +25,8 @@
 #include "common/check.h"
 #include "model/net.h"
 
+const backend_ctx tu_fp32;
+
 /* ---------------------------------------------------------------- comparison */
 
 /* Compares expected[i] with actual(i) for i < n, where actual comes either from

@@ -43,6 +43,10 @@ int tu_check_close(const char *what, const double *expected, const double *actua
 /* Fails the running cmocka test (reported at file:line) unless all n values are close. */
 void tu_assert_close_at(const char *file, int line, const char *what, const double *expected, const double *actual,
                         size_t n, double rtol, double atol);
+/* The default context (NCHW, fp32 math and activations) for the ops that
+ * take one. */
+extern const backend_ctx tu_fp32;
+
 /* The same, with a float `actual` (a backend's output, compared in double). */
 void tu_assert_close_f_at(const char *file, int line, const char *what, const double *expected,
                           const float *actual, size_t n, double rtol, double atol);

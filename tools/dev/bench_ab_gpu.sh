@@ -8,7 +8,9 @@
 #
 #   tools/dev/bench_ab_gpu.sh OLD NEW [MODELS] [BATCHES] [PRECISIONS] [LAYOUTS]
 #   defaults: "resnet50" "64 128 256" "bf16 tf32" "nhwc"
-#   env: ROUNDS (default 2), BENCH_STEPS (timed steps, default 20), DEVICE
+#   env: ROUNDS (default 2), BENCH_STEPS (timed steps, default 20), NEW_ACT16
+#        (1: NEW's bf16 and fp16 rows store activations in that type,
+#        --bench's activations=; default 0, NEW as configured), DEVICE
 #        (default cuda; cpu to try the script here), PYTHON (default
 #        python3; the torch columns say "n/a" where it has no torch)
 #
@@ -45,8 +47,8 @@ have_torch=1
 "$py" -c 'import torch, torchvision' 2>/dev/null || have_torch=0
 
 # One measurement: img/s, or nothing when it failed.
-ours() { # TRAINER MODEL SHAPE BATCH PRECISION LAYOUT
-    "$1" --bench "$2" "$3" "$4" "$steps" device="$device" precision="$5" layout="$6" classes=1000 2>&1 |
+ours() { # TRAINER MODEL SHAPE BATCH PRECISION LAYOUT [KEY=VALUE...]
+    "$1" --bench "$2" "$3" "$4" "$steps" device="$device" precision="$5" layout="$6" classes=1000 "${@:7}" 2>&1 |
         grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1
 }
 torch() { # MODEL SHAPE BATCH PRECISION LAYOUT [ENV...]
@@ -65,7 +67,7 @@ ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf 
 echo "device: $("$new" --devices | grep -m1 -E "^$device" || echo "$device")"
 [ "$have_torch" = 1 ] && echo "torch: $("$py" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
 echo "old: $old ($("$old" --version | head -1)); new: $new ($("$new" --version | head -1))"
-echo "command: tools/dev/bench_ab_gpu.sh $old $new \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (ROUNDS=$rounds BENCH_STEPS=$steps)"
+echo "command: tools/dev/bench_ab_gpu.sh $old $new \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (ROUNDS=$rounds BENCH_STEPS=$steps NEW_ACT16=${NEW_ACT16:-0}: new stores 16-bit activations in the bf16/fp16 rows when 1)"
 echo
 echo "| model | batch | precision | layout | old img/s | new img/s | torch img/s | torch, no v8 img/s | new/old | new/torch |"
 echo "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -78,8 +80,10 @@ for m in $models; do
             for l in $layouts; do
                 o=() n=() t=() v=()
                 for _ in $(seq "$rounds"); do
+                    new_act=()
+                    [ "${NEW_ACT16:-0}" = 1 ] && [ "$p" = bf16 -o "$p" = fp16 ] && new_act=(activations="$p")
                     o+=("$(ours "$old" "$m" "$shape" "$b" "$p" "$l")")
-                    n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l")")
+                    n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}")")
                     t+=("$(torch "$m" "$shape" "$b" "$p" "$l")")
                     v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
                 done

@@ -14,7 +14,8 @@
 #        default "resnet50|64|tf32 bf16|nchw nhwc"; "none" skips it),
 #        BENCH_STEPS (default 20), GPU_AB ("MODELS|BATCHES|PRECISIONS|LAYOUTS" of the A/B,
 #        default "resnet50|64 256|bf16 tf32|nhwc"; "none" skips it), GPU_AB_SECONDS (its
-#        limit, default 240), ROUNDS (the A/B's, default 2), GPU_PROFILE
+#        limit, default 240), GPU_AB_ACT16 (1, the default: the new trainer's
+#        bf16 rows store bf16 activations; 0: as configured), ROUNDS (the A/B's, default 2), GPU_PROFILE
 #        ("MODEL|BATCH|PRECISIONS|LAYOUT" of the profiles written to $OUT after
 #        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them)
 #
@@ -42,7 +43,7 @@ if [ "$ab" != none ] && [ -f .devkit/trainer.base.xz ] && [ $# -eq 0 ]; then
     IFS='|' read -r m b p l <<<"$ab"
     lim=${GPU_AB_SECONDS:-240}
     echo "=== A/B against $(cat .devkit/trainer.base.rev 2>/dev/null) (limit ${lim}s)"
-    timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh /tmp/trainer.base ./trainer "$m" "$b" "$p" "$l"
+    NEW_ACT16=${GPU_AB_ACT16:-1} timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh /tmp/trainer.base ./trainer "$m" "$b" "$p" "$l"
     echo "=== A/B: exit $? at $((SECONDS - t0))s"
 fi
 # Step profiles: each layer's time and, in "runs", the algorithm cuDNN gave
@@ -106,6 +107,7 @@ if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
         # test_backend_gpu's mutants run the one test that guards the line
         bn_no_copy_back) CNT_TEST_FILTER=test_bn_nhwc_unaligned timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         fcache_no_forget) CNT_TEST_FILTER=test_conv_filter_cache timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
+        act16_*) CNT_TEST_FILTER=test_act16_ops timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         *) timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         esac
         rc=$?
