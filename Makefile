@@ -134,6 +134,10 @@ ifeq ($(ONEDNN),1)
   TOOL_SRC += tools/bench_onednn.c
 endif
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
+# What this GPU's cuDNN offers the 16-bit and fused paths (run on a GPU by tools/dev/gpu_check.sh).
+ifeq ($(CUDA_BACKEND),1)
+  TOOL_BIN += $(BUILD)/tools/cudnn_caps
+endif
 # The step simulator's engine: linked into build/tools/simulate and its test.
 SIM_ENGINE_OBJ := $(BUILD)/tools/simulate_engine.o
 
@@ -176,6 +180,10 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 $(BUILD)/tools/%: tools/%.c $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/tools/cudnn_caps: tools/probes/cudnn_caps.c $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 $(BUILD)/tools/simulate: tools/simulate.c $(SIM_ENGINE_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)

@@ -12,7 +12,7 @@
 #   source tools/dev/device_env.sh && make test
 #
 # Writes .devkit/ (ignored by git):
-#   kit.tar.xz      the trainer and build/ (test binaries, objects, probes;
+#   kit.tar.xz      the trainer and build/ (test binaries, tools, probes; no objects;
 #                   device_env.sh makes `make` take them as up to date), and a
 #                   root/ tree of shared libraries and Open MPI's runtime
 #                   (binaries, plugins, help files, config) at the paths this
@@ -88,14 +88,34 @@ printf '%s\n' "${files[@]}" | sed -E 's#^/(lib|lib64|bin|sbin)/#/usr/\1/#' | sor
     cp -L "$f" "$kit/root$f"
 done
 find build -name '*.d' -delete # they name headers the GPU machine lacks
-tar -cJf "$kit/kit.tar.xz" trainer build -C "$kit" root
+# objects and the static library stay here: the programs hold them, and
+# device_env.sh's `make -t` takes the build as it is (the kit must fit the
+# 64 MiB a device call carries)
+tar -cJf "$kit/kit.tar.xz" --exclude='*.o' --exclude='*.a' trainer build -C "$kit" root
 rm -rf "$kit/root"
 if [ -n "$base_rev" ]; then
     xz -c "$bsrc/trainer" >"$kit/trainer.base.xz"
     echo "$base_rev" >"$kit/trainer.base.rev"
 fi
 if [ -d /usr/share/datasets/fashion-mnist ]; then
-    cp -a /usr/share/datasets/fashion-mnist "$kit/fashion-mnist"
+    # the test set whole, and the first 8192 training images: the GPU tests
+    # take at most the first 4096 (data.train_limit, tests/test_gpu_train.sh),
+    # and the whole set (26 MB) would not fit the 64 MiB a call carries
+    mkdir -p "$kit/fashion-mnist"
+    cp -a /usr/share/datasets/fashion-mnist/t10k-* "$kit/fashion-mnist/"
+    python3 - /usr/share/datasets/fashion-mnist "$kit/fashion-mnist" 8192 <<'PY'
+import gzip, struct, sys
+src, dst, keep = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, item in (("train-images-idx3-ubyte.gz", 28 * 28), ("train-labels-idx1-ubyte.gz", 1)):
+    data = gzip.open(f"{src}/{name}").read()
+    ndim = data[3]
+    head = bytearray(data[:4 + 4 * ndim])
+    count = struct.unpack(">I", head[4:8])[0]
+    keep_n = min(keep, count)
+    head[4:8] = struct.pack(">I", keep_n)
+    with gzip.open(f"{dst}/{name}", "wb") as f:
+        f.write(bytes(head) + data[len(head):len(head) + keep_n * item])
+PY
 else
     echo "device_kit: no /usr/share/datasets/fashion-mnist here (make deps installs it)" >&2
 fi

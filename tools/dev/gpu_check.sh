@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/dev/gpu_check.sh - a lent GPU machine's whole visit in one command: set up
-# the kit (tools/dev/device_env.sh); first the A/B (tools/dev/bench_ab_gpu.sh:
+# the kit (tools/dev/device_env.sh); first cuDNN's capabilities (build/tools/cudnn_caps,
+# seconds) and the A/B (tools/dev/bench_ab_gpu.sh:
 # the kit's trainer.base, this trainer and PyTorch alternating) when the kit
 # has a base; then the GPU tests one by one, each under a time limit, then
 # the throughput table (tools/bench_gpu.sh) while time is left. Everything
@@ -36,6 +37,13 @@ t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 # shellcheck source=tools/dev/device_env.sh
 source tools/dev/device_env.sh || { echo "gpu_check: the kit did not set up"; exit 1; }
+# What this cuDNN offers the 16-bit and fused paths (seconds): which batch-norm
+# fusions run per data type, how many graph-API engines a convolution gets.
+if [ -x build/tools/cudnn_caps ] && [ $# -eq 0 ]; then
+    echo "=== cudnn_caps"
+    timeout -k 5 60 build/tools/cudnn_caps | tee "$out/cudnn_caps.txt"
+    echo "=== cudnn_caps: exit ${PIPESTATUS[0]} at $((SECONDS - t0))s"
+fi
 # The A/B first: the measurement with its baseline, while the budget is whole.
 ab=${GPU_AB:-"resnet50|64 256|bf16 tf32|nhwc"}
 if [ "$ab" != none ] && [ -f .devkit/trainer.base.xz ] && [ $# -eq 0 ]; then
