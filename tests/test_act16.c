@@ -484,16 +484,6 @@ static void run16_free(run16 *r) {
     net_free(r->nt);
 }
 
-/* ||a - b|| / ||a|| */
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)a[i] * a[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 /* Three nets from the same weights on the same batch: R in fp32, A in T's
  * math with fp32 activations (the rounding of convolution operands alone),
  * B in T's math with T activations. B's logits and (training) parameter
@@ -523,13 +513,13 @@ static void net16_close(const char *model, int c, int h, int w, int nb, int trai
                 net_backward(rs[k].nt, rs[k].dlogits, NULL);
                 be->download(g[k], rs[k].nt->grads, np * sizeof(float));
             }
-            double la = rel_l2(l[0], l[1], no), lb = rel_l2(l[0], l[2], no);
-            double ga = rel_l2(g[0], g[1], np), gb = rel_l2(g[0], g[2], np);
+            double la = tu_rel_l2_f(l[0], l[1], no), lb = tu_rel_l2_f(l[0], l[2], no);
+            double ga = tu_rel_l2_f(g[0], g[1], np), gb = tu_rel_l2_f(g[0], g[2], np);
             print_message("%s %s layout %d %s: from fp32, logits %.2e (16-bit math alone %.2e), gradients %.2e "
                           "(%.2e)\n", model, t == BACKEND_DTYPE_BF16 ? "bf16" : "fp16", layout,
                           training ? "training" : "evaluation", lb, la, gb, ga);
             assert_true(lb < factor * la + 1e-3);
-            assert_true(rel_l2(l[1], l[2], no) > 0); /* B's activations were rounded */
+            assert_true(tu_rel_l2_f(l[1], l[2], no) > 0); /* B's activations were rounded */
             if (training) assert_true(gb < factor * ga + 1e-3);
             for (int k = 0; k < 3; k++) {
                 free(l[k]);

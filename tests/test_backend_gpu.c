@@ -2293,15 +2293,6 @@ static void test_act16_ops(void **state) {
  * first layers' gradients), and the GPU's fused batch norm rounds after
  * each of its three steps where the CPU's rounds once; a wrong type or a
  * missed conversion is off by order 1. */
-static double rel_l2_f(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)a[i] * a[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 static void test_act16_resnet20(void **state) {
     (void)state;
     NEED_GPU();
@@ -2333,8 +2324,8 @@ static void test_act16_resnet20(void **state) {
         net_backward(nt[k], dl.p[s], NULL);
         gr[k] = download(s, nt[k]->grads, np);
     }
-    double lg = rel_l2_f(l[0], l[1], no), ls = rel_l2_f(l[0], l[2], no);
-    double gg = rel_l2_f(gr[0], gr[1], np), gs = rel_l2_f(gr[0], gr[2], np);
+    double lg = tu_rel_l2_f(l[0], l[1], no), ls = tu_rel_l2_f(l[0], l[2], no);
+    double gg = tu_rel_l2_f(gr[0], gr[1], np), gs = tu_rel_l2_f(gr[0], gr[2], np);
     print_message("resnet20, bf16 activations: GPU from CPU: logits %.2e, gradients %.2e; fp32 activations from "
                   "bf16 ones on the CPU: %.2e, %.2e (relative L2)\n", lg, gg, ls, gs);
     assert_true(lg <= 1.5 * ls + 1e-3);

@@ -151,6 +151,15 @@ double tu_dot(const double *a, const double *b, size_t n) {
     return sum;
 }
 
+double tu_rel_l2_f(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)a[i] * a[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
 /* ---------------------------------------------------------------- backend transfers */
 
 float *tu_dev_from_double(const backend *be, const double *host, size_t n) {

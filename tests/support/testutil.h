@@ -107,6 +107,8 @@ void tu_to_float(const double *src, float *dst, size_t n);
 void tu_to_double(const float *src, double *dst, size_t n);
 /* sum_i a[i] * b[i] */
 double tu_dot(const double *a, const double *b, size_t n);
+/* ||a - b|| / ||a|| over n floats, in double (||a|| = 0 counts as 1). */
+double tu_rel_l2_f(const float *a, const float *b, size_t n);
 
 /* ---------------------------------------------------------------- backend transfers */
 
