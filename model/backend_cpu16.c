@@ -307,8 +307,10 @@ static void a_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, int 
 
 /* ---------------------------------------------------------------- elementwise */
 
-/* Each thread converts its chunks of CHUNK values on the stack: no scratch,
- * and in place (y may be an input) is safe, chunk by chunk. */
+/* Each thread converts its chunks of CHUNK values on the stack and runs the
+ * fp32 op on them (which stays on that thread at this size): no scratch, the
+ * fp32 op's own bits, and in place (y may be an input) is safe, chunk by
+ * chunk. */
 static size_t chunk_len(size_t n, size_t i0) { return n - i0 < CHUNK ? n - i0 : CHUNK; }
 
 static const void *at(const void *p, size_t i) { return (const uint16_t *)p + i; }
@@ -319,12 +321,13 @@ static void a_relu_fwd(const backend_ctx *ctx, size_t n, const void *x, void *y)
         base->relu_fwd(ctx, n, x, y);
         return;
     }
+    backend_ctx c = f32(ctx);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         float v[CHUNK];
         size_t m = chunk_len(n, i0);
         to_f32(ctx->act, v, at(x, i0), m);
-        for (size_t i = 0; i < m; i++) v[i] = v[i] < 0.0f ? 0.0f : v[i]; /* as the fp32 op: NaN passes */
+        base->relu_fwd(&c, m, v, v);
         from_f32(ctx->act, at_w(y, i0), v, m);
     }
 }
@@ -334,6 +337,7 @@ static void a_relu_bwd(const backend_ctx *ctx, size_t n, const void *y, const vo
         base->relu_bwd(ctx, n, y, dy, dx, accumulate);
         return;
     }
+    backend_ctx c = f32(ctx);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         float vy[CHUNK], vd[CHUNK], vx[CHUNK];
@@ -341,11 +345,7 @@ static void a_relu_bwd(const backend_ctx *ctx, size_t n, const void *y, const vo
         to_f32(ctx->act, vy, at(y, i0), m);
         to_f32(ctx->act, vd, at(dy, i0), m);
         if (accumulate) to_f32(ctx->act, vx, at(dx, i0), m);
-        /* as the fp32 op: overwriting keeps the sign of a zero */
-        if (accumulate)
-            for (size_t i = 0; i < m; i++) vx[i] += cpu_relu_grad(vy[i], vd[i]);
-        else
-            for (size_t i = 0; i < m; i++) vx[i] = cpu_relu_grad(vy[i], vd[i]);
+        base->relu_bwd(&c, m, vy, vd, vx, accumulate);
         from_f32(ctx->act, at_w(dx, i0), vx, m);
     }
 }
@@ -355,13 +355,14 @@ static void a_add(const backend_ctx *ctx, size_t n, const void *a, const void *b
         base->add(ctx, n, a, b, y);
         return;
     }
+    backend_ctx c = f32(ctx);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         float va[CHUNK], vb[CHUNK];
         size_t m = chunk_len(n, i0);
         to_f32(ctx->act, va, at(a, i0), m);
         to_f32(ctx->act, vb, at(b, i0), m);
-        for (size_t i = 0; i < m; i++) va[i] += vb[i];
+        base->add(&c, m, va, vb, va);
         from_f32(ctx->act, at_w(y, i0), va, m);
     }
 }
@@ -371,16 +372,14 @@ static void a_mul(const backend_ctx *ctx, size_t n, const void *a, const float *
         base->mul(ctx, n, a, mask, y, accumulate);
         return;
     }
+    backend_ctx c = f32(ctx);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         float va[CHUNK], vy[CHUNK];
         size_t m = chunk_len(n, i0);
         to_f32(ctx->act, va, at(a, i0), m);
         if (accumulate) to_f32(ctx->act, vy, at(y, i0), m);
-        if (accumulate)
-            for (size_t i = 0; i < m; i++) vy[i] += va[i] * mask[i0 + i];
-        else
-            for (size_t i = 0; i < m; i++) vy[i] = va[i] * mask[i0 + i];
+        base->mul(&c, m, va, mask + i0, vy, accumulate);
         from_f32(ctx->act, at_w(y, i0), vy, m);
     }
 }
