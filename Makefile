@@ -21,7 +21,7 @@ OPT ?= -O3 -march=native
 BUILD := build
 
 DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev libcmocka-dev \
-  libdnnl-dev libstb-dev libinih-dev libjansson-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
+  libdnnl-dev libstb-dev libjpeg-dev libinih-dev libjansson-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
   python3-matplotlib
 
 # ---------------------------------------------------------------- probes
@@ -67,7 +67,7 @@ mark = $(if $(filter 1,$(1)),✓,✗)
 # ---------------------------------------------------------------- flags
 CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -Wpointer-arith -fopenmp -I. \
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
-LDLIBS := -lopenblas -linih -lstb -ljansson -lz -lm -lpthread -fopenmp
+LDLIBS := -lopenblas -linih -lstb -ljpeg -ljansson -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_ONEDNN=$(ONEDNN) -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \
   -DCNT_HAVE_NCCL=$(NCCL)
 CFLAGS += $(CONFIG_DEFS)

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/image.h"
+
 typedef struct dataset {
     int n;                 /* number of samples */
     int c, h, w;           /* image shape (file-backed: the shape produced) */
@@ -90,12 +92,18 @@ void dataset_sample_path(const dataset *ds, int i, char *buf, size_t n);
 /* Name of class k (its folder). */
 const char *dataset_class_name(const dataset *ds, int k);
 
-/* Decodes sample i of a file-backed dataset with ds->c channels (grey images
- * are replicated to RGB, RGB is converted to grey by stb_image's luma rule) as
- * interleaved rows (h x w x c bytes, malloc'ed into *pix, caller frees).
- * Errors: CNT_ERR with stb_image's reason and the path (unreadable, not a
- * regular file (refused unread, so a FIFO never blocks), corrupt,
- * unsupported, or larger than 2^28 pixels). Thread-safe. */
+/* Opens file-backed sample i for rendering with ds->c channels
+ * (data/image.h: a JPEG's header only, other formats decoded whole); path
+ * (path_len bytes) receives the file's name and must outlive im. Errors:
+ * CNT_ERR with the path and the reason (unreadable, not a regular file
+ * (refused unread, so a FIFO never blocks), not an image, corrupt, or larger
+ * than IMAGE_MAX_PIXELS). Thread-safe. */
+int dataset_open_image(const dataset *ds, int i, image_src *im, char *path, size_t path_len);
+
+/* Decodes sample i whole, at its own size, with ds->c channels (grey images
+ * are replicated to RGB, RGB is converted to grey by stb_image's luma rule)
+ * as interleaved rows (h x w x c bytes, malloc'ed into *pix, caller frees).
+ * Errors as dataset_open_image's, and a corrupt JPEG's. Thread-safe. */
 int dataset_decode(const dataset *ds, int i, uint8_t **pix, int *w, int *h);
 
 /* The listing as one byte string (so rank 0 can list and broadcast), and

@@ -22,14 +22,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include <stb/stb_image.h>
-
 #include "common/check.h"
 #include "common/fileio.h"
-
-/* Decoding refuses images above this many pixels (a 16384 x 16384 RGB image
- * is 768 MB): a corrupt header must not make a worker allocate gigabytes. */
-#define MAX_IMAGE_PIXELS (1L << 28)
 
 static const char *const image_exts[] = {"jpg", "jpeg", "png", "bmp", "tga", "gif", "ppm",
                                          "pgm", "pnm", "psd", "hdr", "pic", NULL};
@@ -255,30 +249,27 @@ void dataset_sample_path(const dataset *ds, int i, char *buf, size_t n) {
     snprintf(buf, n, "%s/%s", ds->root, ds->names + ds->name_off[i]);
 }
 
+int dataset_open_image(const dataset *ds, int i, image_src *im, char *path, size_t path_len) {
+    dataset_sample_path(ds, i, path, path_len);
+    return image_open(im, path, ds->c);
+}
+
 int dataset_decode(const dataset *ds, int i, uint8_t **pix, int *w, int *h) {
     char path[PATH_MAX];
-    dataset_sample_path(ds, i, path, sizeof path);
+    image_src im;
     *pix = NULL;
-    /* A regular file only: a FIFO's open and reads would block the worker. */
-    FILE *f = file_open_regular(path, NULL, NULL);
-    if (!f) return CNT_ERR;
-    int iw, ih, comp;
-    if (!stbi_info_from_file(f, &iw, &ih, &comp)) {
-        const char *why = stbi_failure_reason();
-        fclose(f);
-        return cnt_err_set("%s: not a decodable image (%s)", path, why ? why : "unknown format");
+    if (dataset_open_image(ds, i, &im, path, sizeof path) != CNT_OK) return CNT_ERR;
+    image_view v = image_view_resize(im.w, im.h, im.w, im.h);
+    uint8_t *p = cnt_malloc((size_t)im.w * (size_t)im.h * (size_t)ds->c);
+    if (image_render(&im, &v, 0, p) != CNT_OK) {
+        free(p);
+        image_close(&im);
+        return CNT_ERR;
     }
-    if (iw < 1 || ih < 1 || (long)iw * (long)ih > MAX_IMAGE_PIXELS) {
-        fclose(f);
-        return cnt_err_set("%s: image of %dx%d pixels is outside 1..%ld pixels", path, iw, ih, MAX_IMAGE_PIXELS);
-    }
-    uint8_t *p = stbi_load_from_file(f, &iw, &ih, &comp, ds->c);
-    const char *why = p ? NULL : stbi_failure_reason();
-    fclose(f);
-    if (!p) return cnt_err_set("%s: corrupt image (%s)", path, why ? why : "decode failed");
     *pix = p;
-    *w = iw;
-    *h = ih;
+    *w = im.w;
+    *h = im.h;
+    image_close(&im);
     return CNT_OK;
 }
 
@@ -400,7 +391,7 @@ int dataset_estimate_stats(const dataset *ds, int max_images, int threads, float
             a[1 + ch] = (double)s;
             a[4 + ch] = (double)s2;
         }
-        stbi_image_free(pix);
+        free(pix);
     }
     double count = 0, sum[3] = {0}, sum2[3] = {0};
     for (int j = 0; j < m; j++) {

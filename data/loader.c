@@ -22,13 +22,13 @@
 #include "data/loader.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <stb/stb_image.h>
-#include <stb/stb_image_resize.h>
 
 #include "common/check.h"
 #include "common/threads.h"
@@ -132,36 +132,23 @@ static void loader_fill_sample(const loader *ld, const uint8_t *src, float *dst,
     }
 }
 
-/* Sample idx as interleaved rows (h x w x c) in *pix (malloc'ed): decoded
- * from its file, or transposed from the in-memory planes. Returns CNT_ERR (with
- * the message) for an unreadable file. */
-static int loader_get_hwc(const loader *ld, int idx, uint8_t **pix, int *w, int *h) {
+/* Sample idx opened for rendering: its file (path, PATH_MAX bytes, names it
+ * while im is open), or for an in-memory set an interleaved copy of its planes
+ * in *hwc (freed by the caller after image_close). Returns CNT_ERR (with the
+ * message) for an unreadable file. */
+static int loader_open(const loader *ld, int idx, image_src *im, char *path, uint8_t **hwc) {
     const dataset *ds = ld->ds;
-    if (!ds->pixels) return dataset_decode(ds, idx, pix, w, h);
+    *hwc = NULL;
+    if (!ds->pixels) return dataset_open_image(ds, idx, im, path, PATH_MAX);
     size_t plane = (size_t)ds->h * (size_t)ds->w;
     const uint8_t *src = ds->pixels + (size_t)idx * plane * (size_t)ds->c;
     uint8_t *p = cnt_malloc(plane * (size_t)ds->c);
     for (size_t k = 0; k < plane; k++)
         for (int ch = 0; ch < ds->c; ch++) p[k * (size_t)ds->c + (size_t)ch] = src[(size_t)ch * plane + k];
-    *pix = p;
-    *w = ds->w;
-    *h = ds->h;
+    snprintf(path, PATH_MAX, "sample %d", idx);
+    image_wrap(im, p, ds->w, ds->h, ds->c, path);
+    *hwc = p;
     return CNT_OK;
-}
-
-/* Resizes the w x h region at (x0, y0) of an interleaved image with row
- * stride `stride` bytes to ow x oh (interleaved, malloc'ed). */
-static uint8_t *resize_region(const uint8_t *img, int stride, int c, int x0, int y0, int w, int h, int ow, int oh) {
-    uint8_t *out = cnt_malloc((size_t)ow * (size_t)oh * (size_t)c);
-    const uint8_t *src = img + (size_t)y0 * (size_t)stride + (size_t)x0 * (size_t)c;
-    if (w == ow && h == oh) {
-        for (int y = 0; y < h; y++)
-            memcpy(out + (size_t)y * ow * c, src + (size_t)y * (size_t)stride, (size_t)w * (size_t)c);
-        return out;
-    }
-    if (!stbir_resize_uint8(src, w, h, stride, out, ow, oh, ow * c, c))
-        cnt_fatal("stb_image_resize could not resize %dx%d to %dx%d (out of memory)", w, h, ow, oh);
-    return out;
 }
 
 /* torchvision's RandomResizedCrop.get_params: the crop (x, y, cw, ch) of a
@@ -172,7 +159,7 @@ void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, i
     for (int attempt = 0; attempt < 10; attempt++) {
         double target = area * ((double)min_scale + (1.0 - (double)min_scale) * (double)rng_uniform(r));
         double ratio = exp(lr0 + (lr1 - lr0) * (double)rng_uniform(r));
-        int tw = (int)lround(sqrt(target * ratio)), th = (int)lround(sqrt(target / ratio));
+        int tw = (int)rint(sqrt(target * ratio)), th = (int)rint(sqrt(target / ratio));
         if (tw > 0 && tw <= w && th > 0 && th <= h) {
             *y = (int)rng_below(r, (uint32_t)(h - th + 1));
             *x = (int)rng_below(r, (uint32_t)(w - tw + 1));
@@ -185,9 +172,9 @@ void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, i
     double in_ratio = (double)w / (double)h;
     int tw = w, th = h;
     if (in_ratio < 3.0 / 4.0) {
-        th = (int)lround(w / (3.0 / 4.0));
+        th = (int)rint(w / (3.0 / 4.0));
     } else if (in_ratio > 4.0 / 3.0) {
-        tw = (int)lround(h * (4.0 / 3.0));
+        tw = (int)rint(h * (4.0 / 3.0));
     }
     if (th > h) th = h;
     if (tw > w) tw = w;
@@ -221,52 +208,46 @@ static void loader_store_hwc(const loader *ld, const uint8_t *img, int stride, i
 static int loader_fill_general(const loader *ld, int idx, float *dst, rng *r) {
     const dataset *ds = ld->ds;
     const loader_options *o = &ld->opt;
-    int c = ds->c, H = ds->h, W = ds->w;
-    uint8_t *img;
-    int w, h;
-    if (loader_get_hwc(ld, idx, &img, &w, &h) != CNT_OK) return CNT_ERR;
+    int c = ds->c, H = ds->h, W = ds->w, flip = 0;
+    char path[PATH_MAX];
+    image_src im;
+    uint8_t *hwc;
+    if (loader_open(ld, idx, &im, path, &hwc) != CNT_OK) return CNT_ERR;
+    image_view v;
     if (o->crop == LOADER_CROP_PAD) {
-        uint8_t *sized = resize_region(img, w * c, c, 0, 0, w, h, W, H);
-        /* To planes, then the in-memory pad-crop-flip path. */
-        size_t plane = (size_t)H * (size_t)W;
-        uint8_t *planes = cnt_malloc(plane * (size_t)c);
-        for (size_t k = 0; k < plane; k++)
-            for (int ch = 0; ch < c; ch++) planes[(size_t)ch * plane + k] = sized[k * (size_t)c + (size_t)ch];
-        loader_fill_sample(ld, planes, dst, r);
-        free(planes);
-        free(sized);
+        v = image_view_resize(im.w, im.h, W, H);
     } else if (r) {
         int x, y, cw, chh;
-        loader_resized_crop_params(r, w, h, o->min_scale, &x, &y, &cw, &chh);
-        int flip = (int)rng_below(r, 2);
-        uint8_t *crop = resize_region(img, w * c, c, x, y, cw, chh, W, H);
-        loader_store_hwc(ld, crop, W * c, flip, dst);
-        free(crop);
+        loader_resized_crop_params(r, im.w, im.h, o->min_scale, &x, &y, &cw, &chh);
+        flip = (int)rng_below(r, 2);
+        v = image_view_crop_resize(x, y, cw, chh, W, H);
     } else {
-        /* Shorter side to floor(H x 256/224), then the centre crop (torchvision:
-         * Resize(256) + CenterCrop(224)). */
-        int target = H * 256 / 224 > H ? H * 256 / 224 : H;
-        int side = W > target ? W : target;
-        int rw, rh;
-        if (w <= h) {
-            rw = side;
-            rh = (int)((long)side * h / w);
-        } else {
-            rh = side;
-            rw = (int)((long)side * w / h);
-        }
-        if (rh < H) rh = H;
-        if (rw < W) rw = W;
-        uint8_t *sized = resize_region(img, w * c, c, 0, 0, w, h, rw, rh);
-        int top = (int)lround((rh - H) / 2.0), left = (int)lround((rw - W) / 2.0);
-        loader_store_hwc(ld, sized + ((size_t)top * (size_t)rw + (size_t)left) * (size_t)c, rw * c, 0, dst);
-        free(sized);
+        /* torchvision's Resize(256) + CenterCrop(224), scaled to H x W: the
+         * shorter side to floor(H x 256/224), at least the crop. */
+        int side = H * 256 / 224;
+        if (side < H) side = H;
+        if (side < W) side = W;
+        v = image_view_resize_centre(im.w, im.h, side, W, H);
     }
-    if (ds->pixels)
-        free(img);
-    else
-        stbi_image_free(img);
-    return CNT_OK;
+    uint8_t *sized = cnt_malloc((size_t)W * (size_t)H * (size_t)c);
+    int rc = image_render(&im, &v, o->jpeg_scaling, sized);
+    image_close(&im);
+    free(hwc);
+    if (rc == CNT_OK) {
+        if (o->crop == LOADER_CROP_PAD) {
+            /* To planes, then the in-memory pad-crop-flip path. */
+            size_t plane = (size_t)H * (size_t)W;
+            uint8_t *planes = cnt_malloc(plane * (size_t)c);
+            for (size_t k = 0; k < plane; k++)
+                for (int ch = 0; ch < c; ch++) planes[(size_t)ch * plane + k] = sized[k * (size_t)c + (size_t)ch];
+            loader_fill_sample(ld, planes, dst, r);
+            free(planes);
+        } else {
+            loader_store_hwc(ld, sized, W * c, flip, dst);
+        }
+    }
+    free(sized);
+    return rc;
 }
 
 /* Records an unreadable sample: reported the first time, counted once per

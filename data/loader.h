@@ -26,7 +26,11 @@
  *    centre crop of the largest allowed ratio), resized to h x w, flipped with
  *    probability 1/2. Without augmentation (evaluation): the shorter side is
  *    resized to floor(h x 256/224), then the centre h x w is cut out.
- * Resizing uses stb_image_resize (Mitchell filter down, Catmull-Rom up). All
+ * Resizing is torchvision's on PIL images: antialiased bilinear
+ * (data/resample.h). JPEG files are decoded by libjpeg-turbo, only the rows
+ * and columns the crop reads, and with `jpeg_scaling` at a reduced size (DCT
+ * scaling) when the crop shrinks (data/image.h; without it, the decode is
+ * torchvision's). All
  * randomness comes from the project's RNG seeded by (seed, epoch, rank, sample
  * position), so a batch's content does not depend on which worker thread made
  * it. Normalisation: (x/255 - mean)/std.
@@ -65,6 +69,7 @@ typedef struct loader_options {
     int crop;              /* LOADER_CROP_PAD or LOADER_CROP_RESIZED */
     int pad;               /* padding for the random crop (4 usual) */
     float min_scale;       /* LOADER_CROP_RESIZED: smallest crop area fraction, in (0, 1] */
+    int jpeg_scaling;      /* 1: JPEGs decoded at the smallest M/8 size the crop allows (data/image.h) */
     float mean[3], std[3]; /* per channel, of pixels scaled to [0, 1] */
     int workers;           /* >= 1 */
     int prefetch;          /* batches ready ahead, >= 1 */

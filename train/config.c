@@ -197,6 +197,9 @@ static const key_def key_table[] = {
          .help = "pad: pad by data.pad and crop at random (CIFAR style); resized: random-resized crop, evaluation "
                  "resizes the shorter side to size x 256/224 and crops the centre (ImageNet style); auto: resized for "
                  "imagefolder, pad otherwise"),
+    K_BOOL("data", "jpeg_scaling", jpeg_scaling, "true",
+         .help = "decode JPEGs at a reduced size (libjpeg-turbo's DCT scaling, M/8) when the crop shrinks them: "
+                 "faster; false decodes at full size, as torchvision does"),
     K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
         .help = "padding in pixels on each side before the random crop (crop = pad)"),
     K_FLOAT("data", "min_scale", min_scale, "0.08", BETWEEN(0.01, 1),

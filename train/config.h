@@ -69,6 +69,7 @@ typedef struct config {
     int train_limit;                 /* 0: all training samples */
     int test_limit;                  /* 0: all test samples */
     int augment;                     /* bool: random crop and flip of training images */
+    int jpeg_scaling;                /* bool: JPEGs decoded at a reduced size when the crop allows */
     data_crop crop;                  /* auto: config_crop */
     int pad;                         /* crop padding (crop = pad) */
     float min_scale;                 /* smallest crop area fraction (crop = resized) */

@@ -191,8 +191,8 @@ void input_free(input_data *d) {
 void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
                           loader_options *eval) {
     loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
-                         .drop_last = 1, .wrap = cfg->remainder == DATA_REMAINDER_WRAP, .augment = cfg->augment, .crop = d->crop, .pad = cfg->pad,
-                         .min_scale = cfg->min_scale, .workers = cfg->workers, .prefetch = cfg->prefetch};
+                         .drop_last = 1, .wrap = cfg->remainder == DATA_REMAINDER_WRAP, .augment = cfg->augment, .crop = d->crop,
+                         .pad = cfg->pad, .min_scale = cfg->min_scale, .jpeg_scaling = cfg->jpeg_scaling, .workers = cfg->workers, .prefetch = cfg->prefetch};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);
     *train = lo;
