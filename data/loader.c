@@ -84,10 +84,31 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-/* Copies one image into dst with normalisation and, when rng is given, a
- * random crop of the zero-padded image and a random horizontal flip. Padding is
- * a raw pixel value of 0 (black), normalised like any other pixel. */
-static void loader_fill_sample(const loader *ld, const uint8_t *src, float *dst, rng *r) {
+/* The uint8 form of loader_fill_sample's copy: dst is h x w x c bytes
+ * (HWC), output (y, x) reading source row y + dy, column sx0 + step * x
+ * within [x0, x1), 0 (the padding) elsewhere. */
+static void fill_sample_u8(const loader *ld, const uint8_t *src, uint8_t *dst, int dy, int x0, int x1, int sx0,
+                           int step) {
+    const dataset *ds = ld->ds;
+    int h = ds->h, w = ds->w, c = ds->c;
+    size_t plane = (size_t)h * (size_t)w;
+    memset(dst, 0, plane * (size_t)c);
+    for (int y = 0; y < h; y++) {
+        int sy = y + dy;
+        if (sy < 0 || sy >= h) continue;
+        uint8_t *row = dst + (size_t)y * (size_t)w * (size_t)c;
+        for (int ch = 0; ch < c; ch++) {
+            const uint8_t *srow = src + (size_t)ch * plane + (size_t)sy * (size_t)w;
+            for (int x = x0; x < x1; x++) row[(size_t)x * (size_t)c + (size_t)ch] = srow[sx0 + step * x];
+        }
+    }
+}
+
+/* Copies one image into dst (floats, normalised; or with opt.u8 bytes as
+ * they are, HWC) and, when rng is given, a random crop of the zero-padded
+ * image and a random horizontal flip. Padding is a raw pixel value of 0
+ * (black), normalised like any other pixel. */
+static void loader_fill_sample(const loader *ld, const uint8_t *src, void *out, rng *r) {
     const dataset *ds = ld->ds;
     int h = ds->h, w = ds->w, pad = ld->opt.pad;
     int dy = 0, dx = 0, flip = 0;
@@ -112,13 +133,18 @@ static void loader_fill_sample(const loader *ld, const uint8_t *src, float *dst,
         step = -1;
     }
     if (x1 < x0) x1 = x0;
+    if (ld->opt.u8) {
+        fill_sample_u8(ld, src, out, dy, x0, x1, sx0, step);
+        return;
+    }
+    float *dst = out;
     for (int ch = 0; ch < ds->c; ch++) {
         const float *lut = ld->lut[ch];
         float zero = lut[0];
         const uint8_t *plane = src + (size_t)ch * (size_t)h * (size_t)w;
-        float *out = dst + (size_t)ch * (size_t)h * (size_t)w;
+        float *pl = dst + (size_t)ch * (size_t)h * (size_t)w;
         for (int y = 0; y < h; y++) {
-            float *row = out + (size_t)y * (size_t)w;
+            float *row = pl + (size_t)y * (size_t)w;
             int sy = y + dy;
             if (sy < 0 || sy >= h) {
                 for (int x = 0; x < w; x++) row[x] = zero;
@@ -185,16 +211,30 @@ void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, i
 }
 
 /* Writes an interleaved h x w x c image (row stride `stride`) as normalised
- * planes, mirrored when flip. */
-static void loader_store_hwc(const loader *ld, const uint8_t *img, int stride, int flip, float *dst) {
+ * planes (with opt.u8: as bytes, HWC), mirrored when flip. */
+static void loader_store_hwc(const loader *ld, const uint8_t *img, int stride, int flip, void *out) {
     const dataset *ds = ld->ds;
     int c = ds->c, h = ds->h, w = ds->w;
+    if (ld->opt.u8) {
+        uint8_t *dst = out;
+        for (int y = 0; y < h; y++) {
+            const uint8_t *row = img + (size_t)y * (size_t)stride;
+            uint8_t *o = dst + (size_t)y * (size_t)w * (size_t)c;
+            if (!flip) {
+                memcpy(o, row, (size_t)w * (size_t)c);
+                continue;
+            }
+            for (int x = 0; x < w; x++) memcpy(o + (size_t)x * c, row + (size_t)(w - 1 - x) * c, (size_t)c);
+        }
+        return;
+    }
+    float *dst = out;
     for (int ch = 0; ch < c; ch++) {
         const float *lut = ld->lut[ch];
-        float *out = dst + (size_t)ch * (size_t)h * (size_t)w;
+        float *pl = dst + (size_t)ch * (size_t)h * (size_t)w;
         for (int y = 0; y < h; y++) {
             const uint8_t *row = img + (size_t)y * (size_t)stride + ch;
-            float *o = out + (size_t)y * (size_t)w;
+            float *o = pl + (size_t)y * (size_t)w;
             if (flip)
                 for (int x = 0; x < w; x++) o[x] = lut[row[(size_t)(w - 1 - x) * (size_t)c]];
             else
@@ -205,7 +245,7 @@ static void loader_store_hwc(const loader *ld, const uint8_t *img, int stride, i
 
 /* Produces sample idx into dst through the general path (decoded files, or any
  * set with the resized crop). Returns CNT_ERR for an unreadable file. */
-static int loader_fill_general(const loader *ld, int idx, float *dst, rng *r) {
+static int loader_fill_general(const loader *ld, int idx, void *dst, rng *r) {
     const dataset *ds = ld->ds;
     const loader_options *o = &ld->opt;
     int c = ds->c, H = ds->h, W = ds->w, flip = 0;
@@ -261,7 +301,7 @@ static void loader_note_unreadable(loader *ld, int idx, int decoded) {
 
 /* loader_fill_general for a sample not known to be unreadable; an unreadable
  * one is noted and CNT_ERR returned. */
-static int loader_try_sample(loader *ld, int idx, float *dst, rng *r) {
+static int loader_try_sample(loader *ld, int idx, void *dst, rng *r) {
     if (__atomic_load_n(&ld->known_bad[idx], __ATOMIC_RELAXED)) {
         loader_note_unreadable(ld, idx, 0);
         return CNT_ERR;
@@ -287,7 +327,7 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
         int idx = ld->perm[(o->rank + pos * o->world) % ds->n];
         rng r;
         rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
-        float *dst = slot->b.x + (size_t)out * sample;
+        void *dst = o->u8 ? (void *)(slot->b.u8 + (size_t)out * sample) : (void *)(slot->b.x + (size_t)out * sample);
         if (!general) {
             loader_fill_sample(ld, ds->pixels + (size_t)idx * sample, dst, o->augment ? &r : NULL);
         } else if (loader_try_sample(ld, idx, dst, o->augment ? &r : NULL) != CNT_OK) {
@@ -394,7 +434,13 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
     ld->slots = cnt_calloc((size_t)ld->nslots, sizeof *ld->slots);
     size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
     for (int i = 0; i < ld->nslots; i++) {
-        ld->slots[i].b.x = cnt_malloc((size_t)opt->batch * sample * sizeof(float));
+        if (opt->u8)
+            ld->slots[i].b.u8 = cnt_malloc((size_t)opt->batch * sample);
+        else
+            ld->slots[i].b.x = cnt_malloc((size_t)opt->batch * sample * sizeof(float));
+        ld->slots[i].b.lut = &ld->lut[0][0];
+        ld->slots[i].b.c = ds->c;
+        ld->slots[i].b.hw = ds->h * ds->w;
         ld->slots[i].b.labels = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
     }
     cnt_mutex_init(&ld->mu);
@@ -475,6 +521,7 @@ void loader_free(loader *ld) {
     pthread_mutex_destroy(&ld->mu);
     for (int i = 0; i < ld->nslots; i++) {
         free(ld->slots[i].b.x);
+        free(ld->slots[i].b.u8);
         free(ld->slots[i].b.labels);
     }
     free(ld->slots);

@@ -33,7 +33,11 @@
  * torchvision's). All
  * randomness comes from the project's RNG seeded by (seed, epoch, rank, sample
  * position), so a batch's content does not depend on which worker thread made
- * it. Normalisation: (x/255 - mean)/std.
+ * it. Normalisation: (x/255 - mean)/std, through a table of the 256 values
+ * per channel. With `u8` a batch holds the bytes instead (HWC, after crop,
+ * resize and flip: a quarter of the floats' size), and the table travels
+ * with it (batch.lut); train/stager.c uploads the bytes and normalises them
+ * on the device (backend normalize_u8), to the same floats.
  *
  * Unreadable images (file-backed sets): a file that cannot be opened or
  * decoded gets one warning naming it (the first time, per process) and is
@@ -71,13 +75,18 @@ typedef struct loader_options {
     float min_scale;       /* LOADER_CROP_RESIZED: smallest crop area fraction, in (0, 1] */
     int jpeg_scaling;      /* 1: JPEGs decoded at the smallest M/8 size the crop allows (data/image.h) */
     float mean[3], std[3]; /* per channel, of pixels scaled to [0, 1] */
+    int u8;                /* 1: batches of bytes (batch.u8), normalised on the compute side */
     int workers;           /* >= 1 */
     int prefetch;          /* batches ready ahead, >= 1 */
 } loader_options;
 
 typedef struct batch {
     int n;                 /* samples in this batch (<= batch) */
-    float *x;              /* [n, c, h, w] host, normalised */
+    float *x;              /* [n, c, h, w] host, normalised; NULL with loader_options.u8 */
+    uint8_t *u8;           /* with loader_options.u8: [n, h, w, c] host bytes, cropped and flipped, not
+                              normalised (backend normalize_u8 with lut makes x of them); else NULL */
+    const float *lut;      /* [c][256]: the normalised value of each byte, per channel (x = lut[c][byte]) */
+    int c, hw;             /* channels and pixels per image */
     int32_t *labels;       /* [n] host */
 } batch;
 

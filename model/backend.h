@@ -337,6 +337,16 @@ typedef struct backend {
     void (*channel_copy)(const backend_ctx *ctx, int N, int C, int HW, const void *src, int src_C, int src_off,
                          void *dst, int dst_C, int dst_off, int accumulate);
 
+    /* ---- input ----
+     * uint8 batches (data.batch_dtype = uint8): y[n, c, p] = lut[c][x[n, p, c]]
+     * for n < N, c < C, p < HW, where x holds N images of HW pixels of C
+     * interleaved bytes (HWC, as decoded) and lut, C rows of 256 floats (the
+     * loader's normalisation table: (v / 255 - mean) / std), is a device
+     * array; y is fp32 NCHW, what the net's input is. So the batch crosses
+     * to the device as a quarter of the bytes and becomes exactly the floats
+     * the loader's float path makes. */
+    void (*normalize_u8)(int N, int C, int HW, const uint8_t *x, const float *lut, float *y);
+
     /* ---- loss ----
      * Softmax cross-entropy with label smoothing s over logits[N, K], labels[N]
      * (a device int array, values in [0, K)). Target per row: (1-s) one-hot + s/K.

@@ -1224,6 +1224,17 @@ static void cpu_channel_copy(int N, int C, int HW, const float *src, int src_C, 
 
 /* -------------------------------------------------------------------- loss */
 
+static void cpu_normalize_u8(int N, int C, int HW, const uint8_t *x, const float *lut, float *y) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            const uint8_t *src = x + (size_t)n * HW * C + c;
+            const float *t = lut + (size_t)c * 256;
+            float *dst = y + ((size_t)n * C + c) * HW;
+            for (int p = 0; p < HW; p++) dst[p] = t[src[(size_t)p * C]];
+        }
+}
+
 static void cpu_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
                              float *dlogits) {
     CNT_ASSERT(N >= 1 && K >= 1);
@@ -1686,6 +1697,7 @@ static const backend cpu_backend = {
     .mul = cpu_mul,
     .dropout_mask = cpu_dropout_mask,
     .channel_copy = lay_channel_copy,
+    .normalize_u8 = cpu_normalize_u8,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
     .set_threads = cpu_set_threads,

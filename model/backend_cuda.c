@@ -1157,6 +1157,10 @@ static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, cons
                                 nhwc_spatial(ctx, HW)));
 }
 
+static void cuda_normalize_u8(int N, int C, int HW, const uint8_t *x, const float *lut, float *y) {
+    CUDA_CHECK(cuk_normalize_u8(g.stream, N, C, HW, x, lut, y));
+}
+
 static void cuda_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
                               float *dlogits) {
     CNT_ASSERT(N >= 1 && K >= 1);
@@ -1383,6 +1387,7 @@ static const backend cuda_backend = {
     .mul = cuda_mul,
     .dropout_mask = cuda_dropout_mask,
     .channel_copy = cuda_channel_copy,
+    .normalize_u8 = cuda_normalize_u8,
     .softmax_xent = cuda_softmax_xent,
     .sgd_update = cuda_sgd_update,
     .set_threads = cuda_set_threads,

@@ -86,6 +86,18 @@ __global__ void axpy_k(size_t n, float alpha, const float *x, float *y, int acc)
     }
 }
 
+/* The uint8 batch (N images of HW pixels of C bytes) to fp32 NCHW through
+ * the per-channel table: one thread per output value, so the writes are
+ * coalesced (the bytes a warp reads are C apart, within a few cache lines). */
+__global__ void normalize_u8_k(size_t total, int C, size_t HW, const uint8_t *x, const float *lut, float *y) {
+    GRID_STRIDE(i, total) {
+        size_t p = i % HW, nc = i / HW;
+        int c = (int)(nc % (size_t)C);
+        size_t n = nc / (size_t)C;
+        y[i] = __ldg(lut + (size_t)c * 256 + x[(n * HW + p) * (size_t)C + (size_t)c]);
+    }
+}
+
 /* y (+)= a * mask: a and y activations of type T, the mask fp32 */
 template <typename T> __global__ void mul_k(size_t n, const T *a, const float *b, T *y, int acc) {
     GRID_STRIDE(i, n) {
@@ -465,6 +477,12 @@ cudaError_t cuk_relu_bwd(cudaStream_t s, int type, size_t n, const void *y, cons
 
 cudaError_t cuk_add(cudaStream_t s, int type, size_t n, const void *a, const void *b, void *y) {
     if (n) WITH_TYPE(type, add_k<T><<<grid_for(n), kThreads, 0, s>>>(n, (const T *)a, (const T *)b, (T *)y));
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_normalize_u8(cudaStream_t s, int N, int C, int HW, const uint8_t *x, const float *lut, float *y) {
+    size_t total = (size_t)N * (size_t)C * (size_t)HW;
+    if (total) normalize_u8_k<<<grid_for(total), kThreads, 0, s>>>(total, C, (size_t)HW, x, lut, y);
     return cudaGetLastError();
 }
 

@@ -78,6 +78,8 @@ cudaError_t cuk_transpose_layout(cudaStream_t s, int N, int C, int HW, const flo
 cudaError_t cuk_convert_layout(cudaStream_t s, int N, int C, int HW, const void *src, int src_type, void *dst,
                                int dst_type, int nhwc, int to_nhwc, int accumulate);
 /* row_loss: scratch of N doubles */
+/* model/backend.h's normalize_u8. */
+cudaError_t cuk_normalize_u8(cudaStream_t s, int N, int C, int HW, const uint8_t *x, const float *lut, float *y);
 cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, const int *labels,
                              float smoothing, float *loss, float *dlogits, double *row_loss);
 cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,

@@ -31,8 +31,9 @@
 static const char *const all_keys[] = {
     "model.name", "model.zero_init_residual", "model.aux_logits", "model.dropout", "model.init_from",
     "data.kind", "data.root", "data.train_root", "data.val_root", "data.image_size", "data.channels",
-    "data.train_limit", "data.test_limit", "data.augment", "data.crop", "data.pad", "data.min_scale", "data.mean",
-    "data.std", "data.workers", "data.remainder",
+    "data.train_limit", "data.test_limit", "data.augment", "data.crop", "data.batch_dtype", "data.jpeg_scaling",
+    "data.pad", "data.min_scale", "data.mean",
+    "data.std", "data.workers", "data.wait_warn", "data.remainder",
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.precision", "train.layout", "train.activations", "train.fuse", "train.loss_scaling",
     "train.loss_scale", "train.loss_scale_window",

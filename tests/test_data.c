@@ -33,6 +33,7 @@
 #include "common/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "model/backend.h"
 
 #define FASHION_ROOT "/usr/share/datasets/fashion-mnist"
 
@@ -725,7 +726,10 @@ static size_t collect(const dataset *ds, const loader_options *o, int first_epoc
         loader_start_epoch(ld, e);
         const batch *b;
         while ((b = loader_next(ld)) != NULL) {
-            memcpy(xs + count * sample, b->x, b->n * sample * sizeof(float));
+            if (b->u8) /* bytes: the floats the device would make of them */
+                backend_cpu()->normalize_u8(b->n, b->c, b->hw, b->u8, b->lut, xs + count * sample);
+            else
+                memcpy(xs + count * sample, b->x, b->n * sample * sizeof(float));
             memcpy(ls + count, b->labels, b->n * sizeof(int32_t));
             count += b->n;
         }
@@ -779,6 +783,38 @@ static void test_augment_reproducible(void **state) {
     nb = collect(&ds, &o, 0, 1, xb, lb);
     assert_int_equal(na, nb);
     assert_memory_not_equal(xa, xb, na * sample * sizeof(float));
+    free(xa);
+    free(xb);
+    free(la);
+    free(lb);
+    dataset_free(&ds);
+}
+
+/* uint8 batches (data.batch_dtype = uint8), normalised as the device does,
+ * are the float batches bit for bit: pad crop and resized crop, augmented
+ * and not, odd mean and std. */
+static void test_u8_batches_equal_float(void **state) {
+    (void)state;
+    enum { N = 40, C = 3, H = 9, W = 7 };
+    size_t sample = C * H * W;
+    dataset ds = make_dataset(N, C, H, W, 5);
+    float *xa = malloc(N * sample * sizeof(float)), *xb = malloc(N * sample * sizeof(float));
+    int32_t *la = malloc(N * sizeof(int32_t)), *lb = malloc(N * sizeof(int32_t));
+    for (int v = 0; v < 4; v++) {
+        loader_options o = plain_options(8, 1, 2);
+        o.augment = v & 1;
+        o.crop = v & 2 ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+        o.min_scale = 0.3f;
+        o.pad = 2;
+        o.mean[0] = 0.45f;
+        o.std[1] = 0.3f;
+        size_t na = collect(&ds, &o, 0, 1, xa, la);
+        o.u8 = 1;
+        size_t nb = collect(&ds, &o, 0, 1, xb, lb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(la, lb, na * sizeof(int32_t));
+        assert_memory_equal(xa, xb, na * sample * sizeof(float));
+    }
     free(xa);
     free(xb);
     free(la);
@@ -852,6 +888,7 @@ int main(void) {
         cmocka_unit_test(test_normalisation),
         cmocka_unit_test(test_crop_flip),
         cmocka_unit_test(test_augment_reproducible),
+        cmocka_unit_test(test_u8_batches_equal_float),
         cmocka_unit_test(test_restart_and_free_mid_epoch),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

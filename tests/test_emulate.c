@@ -401,7 +401,7 @@ static void test_emulated_update(void **state) {
     step_opts so = {.emulate = 1, .emulate_update_ms = 3};
     stepper st;
     size_t sample = 3 * 8 * 8;
-    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, BATCH, sample);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, BATCH, 3, 8 * 8, 0);
     float *x = cnt_calloc(BATCH * sample, sizeof(float));
     int32_t labels[BATCH] = {1, 2, 3, 4};
     batch b = {.n = BATCH, .x = x, .labels = labels};

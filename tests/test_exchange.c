@@ -64,7 +64,7 @@ static void train_with(exchange *x, const loss_scale_opts *lso, int steps, step_
     assert_int_equal(exchange_attach(x, nt), CNT_OK);
     step_opts so = {0};
     stepper st;
-    stepper_init(&st, nt, x, NULL, &oo, lso, &so, BATCH, (size_t)C * H * W);
+    stepper_init(&st, nt, x, NULL, &oo, lso, &so, BATCH, C, H * W, 0);
     for (int s = 1; s <= steps; s++) {
         step_result r;
         assert_int_equal(stepper_run(&st, &f->b, s, 0.05 + 0.01 * s, &r), CNT_OK);
@@ -137,7 +137,7 @@ static void test_state_save_restore_continues_exactly(void **state) {
     net_init_params(nt, 99); /* other weights: the restore must replace them */
     step_opts so = {0};
     stepper st;
-    stepper_init(&st, nt, exchange_none(), NULL, &oo, &scaled, &so, BATCH, (size_t)C * H * W);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &scaled, &so, BATCH, C, H * W, 0);
     stepper_restore(&st, &mid);
     for (int s = 3; s <= STEPS; s++) {
         step_result r;

@@ -29,6 +29,7 @@
 #include "common/rng.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "model/backend.h"
 #include "tests/support/testutil.h"
 
 static char tmp_root[256];
@@ -606,6 +607,39 @@ static void test_augment_reproducible(void **state) {
         assert_memory_not_equal(runs[0], runs[2], per_epoch * sizeof(float));
         for (int v = 0; v < 3; v++) free(runs[v]);
     }
+    /* uint8 batches, normalised as the device does: the float batches bit
+     * for bit, augmented and not, both crops, with a JPEG among the files */
+    write_id_image(path_of("repro/c0/jpeg.jpg"), 77, 31, 17, 3);
+    dataset_free(&ds);
+    assert_int_equal(dataset_list_imagefolder(&ds, root), CNT_OK);
+    dataset_set_shape(&ds, 3, 12);
+    float *fl = malloc(per_epoch * 2 * sizeof(float)), *by = malloc(per_epoch * 2 * sizeof(float));
+    for (int v = 0; v < 4; v++) {
+        size_t got[2] = {0, 0};
+        for (int u8 = 0; u8 < 2; u8++) {
+            loader_options o = plain_options(4, 0, 1, 1);
+            o.augment = v & 1;
+            o.crop = v >> 1;
+            o.pad = 3;
+            o.min_scale = 0.2f;
+            o.u8 = u8;
+            loader *ld = loader_create(&ds, &o);
+            loader_start_epoch(ld, 0);
+            const batch *b;
+            float *dst = u8 ? by : fl;
+            while ((b = loader_next(ld)) != NULL) {
+                assert_true(u8 ? b->u8 && !b->x : b->x && !b->u8);
+                if (u8) backend_cpu()->normalize_u8(b->n, b->c, b->hw, b->u8, b->lut, dst + got[u8]);
+                else memcpy(dst + got[u8], b->x, (size_t)b->n * 3 * 144 * sizeof(float));
+                got[u8] += (size_t)b->n * 3 * 144;
+            }
+            loader_free(ld);
+        }
+        assert_int_equal(got[0], got[1]);
+        assert_memory_equal(fl, by, got[0] * sizeof(float));
+    }
+    free(fl);
+    free(by);
     dataset_free(&ds);
 }
 

@@ -4,7 +4,7 @@
 # trains on them, names and counts a corrupt file without stopping, leaves a
 # FIFO among the images out with a warning, and gives
 # clear errors for a missing root and for train/val trees whose classes
-# differ; a JPEG tree with the ImageNet-style resized crop trains; two ranks
+# differ; uint8 batches train as float batches do; a JPEG tree with the ImageNet-style resized crop trains; two ranks
 # under mpirun share the listing; --bench-data reports the loader's speed.
 # Run from the repository root after `make`.
 set -u
@@ -79,6 +79,13 @@ check "imagefolder training exits 0" test $rc -eq 0
 check "imagefolder: listing logged with counts" grep -q "listed $tmp/fpng/train (400 images in 10 classes) and $tmp/fpng/val (400 images)" <<<"$out"
 check "imagefolder: 1x28x28 input, 10 classes" grep -q "imagefolder $tmp/fpng, 400 train / 400 test images of 1x28x28, 10 classes" <<<"$out"
 check "imagefolder: epoch record has skipped_images 0" grep -q '"skipped_images":0' "$tmp/r1/metrics.jsonl"
+# uint8 batches (normalised by the backend) train exactly as float batches.
+./trainer configs/resnet20-fashion.ini "${small[@]}" data.root="$tmp/fpng" data.batch_dtype=uint8 \
+    train.out_dir="$tmp/r1u8" > /dev/null 2>&1
+check "data.batch_dtype=uint8: the same losses, step by step, as float batches" \
+    diff <(grep -o '"loss":[^,]*' "$tmp/r1/metrics.jsonl") <(grep -o '"loss":[^,]*' "$tmp/r1u8/metrics.jsonl")
+check "data.batch_dtype=uint8: and the same test accuracy" \
+    diff <(grep -o '"top1":[^,]*' "$tmp/r1/metrics.jsonl") <(grep -o '"top1":[^,]*' "$tmp/r1u8/metrics.jsonl")
 
 # The remainder: 400 images in batches of 48 make 8 full steps (16 images
 # dropped) or, wrapping around, 9.
@@ -145,6 +152,19 @@ out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" data.root="$tmp/jpg" 
 rc=$?
 check "JPEG tree, resized crop, 3x32x32: exits 0" test $rc -eq 0
 check "JPEG tree: 3x32x32 input, 4 classes" grep -q "64 train / 16 test images of 3x32x32, 4 classes" <<<"$out"
+
+# A loader that cannot keep up (one thread decoding 1200x900 JPEGs at full
+# size for a 16x16 ResNet-20): one warning in the epoch, though both of its
+# progress lines starve (data wait 80-110 ms of a 95-160 ms step here),
+# naming data.workers; none with data.wait_warn=0.
+$tool synthetic "$tmp/bigjpg" --classes 2 --train 96 --val 8 --size 1200x900 >/dev/null
+slow=(data.root="$tmp/bigjpg" data.image_size=16 data.channels=3 data.crop=resized data.workers=1 data.prefetch=1
+      data.jpeg_scaling=false)
+out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" "${slow[@]}" train.out_dir="$tmp/r10" 2>&1)
+check "a slow loader: one warning in the epoch naming data.workers" \
+    test "$(grep -c "the loader's 1 thread (data.workers) cannot keep up; raise data.workers" <<<"$out")" -eq 1
+out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" "${slow[@]}" data.wait_warn=0 train.out_dir="$tmp/r11" 2>&1)
+check "a slow loader with data.wait_warn=0: no warning" bash -c '! grep -q "cannot keep up" <<<"$1"' _ "$out"
 
 # A FIFO among the images (a plain open of it waits for a writer forever) is
 # left out of the listing with a warning naming it; the run goes on. timeout:

@@ -140,7 +140,7 @@ static int estimate(const config *cfg, run_memory *m) {
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
-    input_loader_options(cfg, &d, 0, 1, &lo, &eo);
+    input_loader_options(cfg, &d, backend_cpu(), 0, 1, &lo, &eo);
     int rc = memory_estimate(cfg, backend_cpu(), &d, &lo, &eo, NULL, m);
     input_free(&d);
     return rc;
@@ -221,7 +221,7 @@ static void test_check_refuses_what_cannot_fit(void **state) {
     input_data d;
     assert_int_equal(input_load(&cfg, &d), CNT_OK);
     loader_options lo, eo;
-    input_loader_options(&cfg, &d, 0, 1, &lo, &eo);
+    input_loader_options(&cfg, &d, backend_cpu(), 0, 1, &lo, &eo);
     run_memory m;
     assert_int_equal(memory_estimate(&cfg, backend_cpu(), &d, &lo, &eo, NULL, &m), CNT_OK);
     assert_int_equal(m.max_batch, 4096);
@@ -269,7 +269,7 @@ static void test_ps_workers_keep_no_momentum(void **state) {
     input_data d;
     assert_int_equal(input_load(&cfg, &d), CNT_OK);
     loader_options lo, eo;
-    input_loader_options(&cfg, &d, 0, 1, &lo, &eo);
+    input_loader_options(&cfg, &d, backend_cpu(), 0, 1, &lo, &eo);
     run_memory all, with_ps;
     exchange_opts xo = config_exchange_opts(&cfg);
     exchange_footprint ar = exchange_footprint_for(&xo, 2, 0);
@@ -293,13 +293,13 @@ static void test_ps_workers_keep_no_momentum(void **state) {
     loss_scale_opts lso = {0};
     step_opts so = {0};
     stepper st;
-    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, 8, 3 * 32 * 32);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, 8, 3, 32 * 32, 0);
     assert_non_null(st.opt.momentum_buf);
     stepper_free(&st);
     /* a stand-in for the servers' version: only its traits are read */
     static const exchange_ops no_ops = {0};
     exchange keeper = {.ops = &no_ops, .traits = {.keeps_state = 1}, .world = 1};
-    stepper_init(&st, nt, &keeper, NULL, &oo, &lso, &so, 8, 3 * 32 * 32);
+    stepper_init(&st, nt, &keeper, NULL, &oo, &lso, &so, 8, 3, 32 * 32, 0);
     assert_null(st.opt.momentum_buf);
     stepper_free(&st);
     net_free(nt);

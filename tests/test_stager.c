@@ -1,8 +1,10 @@
 /*
  * tests/test_stager.c - train/stager: batches reach the device intact, the
  * two slots alternate (so a put never overwrites the batch still being
- * read), and images are aligned; on the CPU backend, and on the GPU too when
- * one is usable (there the uploads run on the copy stream). On the GPU a
+ * read), and images are aligned; uint8 batches (data.batch_dtype = uint8)
+ * arrive as exactly the floats their table gives, in NCHW, with the table
+ * uploaded again when it changes; on the CPU backend, and on the GPU too
+ * when one is usable (there the uploads run on the copy stream). On the GPU a
  * stress test also checks the three fence pairings under load, with no
  * download between rounds to hide a missing one (test_stager_gpu_stress).
  */
@@ -33,7 +35,7 @@ static void fill(batch *b, float *x, int32_t *l, int n, int round) {
 }
 
 static void run_on(const backend *be) {
-    stager *s = stager_create(be, MAXB, SAMPLE);
+    stager *s = stager_create(be, MAXB, 1, SAMPLE, 0);
     float *prev_x = NULL;
     float *slot_x[2] = {NULL, NULL};
     for (int r = 0; r < ROUNDS; r++) {
@@ -70,6 +72,55 @@ static void test_stager_cpu(void **state) {
     run_on(backend_cpu());
 }
 
+enum { UC = 3, UHW = 11 };
+
+/* Table t: a value per (channel, byte) that no other pair has. */
+static void lut_fill(float *lut, int t) {
+    for (int c = 0; c < UC; c++)
+        for (int v = 0; v < 256; v++) lut[c * 256 + v] = (float)(v * 3 + c) * 0.5f - 100.0f * (float)t + 0.125f;
+}
+
+/* uint8 batches: each round's bytes (HWC), the table switched after round 2,
+ * must come out as lut[c][byte] at [n, c, p]. */
+static void run_on_u8(const backend *be) {
+    stager *s = stager_create(be, MAXB, UC, UHW, 1);
+    float lut[2][UC * 256];
+    lut_fill(lut[0], 0);
+    lut_fill(lut[1], 1);
+    float *slot_x[2] = {NULL, NULL};
+    for (int r = 0; r < ROUNDS; r++) {
+        uint8_t u[MAXB * UHW * UC];
+        int32_t l[MAXB];
+        float back[MAXB * UC * UHW];
+        int n = r % 3 == 2 ? 3 : MAXB, t = r > 2;
+        for (int i = 0; i < n * UHW * UC; i++) u[i] = (uint8_t)(i * 7 + r * 31);
+        for (int i = 0; i < n; i++) l[i] = 1000 * r + i;
+        batch b = {.n = n, .u8 = u, .lut = lut[t], .c = UC, .hw = UHW, .labels = l};
+        float *dx;
+        int32_t *dl;
+        stager_put(s, &b, &dx, &dl);
+        memset(u, 0xff, sizeof u);
+        if (r >= 2) assert_ptr_equal(dx, slot_x[r % 2]);
+        assert_true(((uintptr_t)dx - (uintptr_t)dl) % 256 == 0);
+        slot_x[r % 2] = dx;
+        be->download(back, dx, (size_t)n * UC * UHW * sizeof(float));
+        stager_release(s);
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < UC; c++)
+                for (int p = 0; p < UHW; p++) {
+                    uint8_t v = (uint8_t)(((i * UHW + p) * UC + c) * 7 + r * 31);
+                    float want = lut[t][c * 256 + v], got = back[(i * UC + c) * UHW + p];
+                    if (got != want) fail_msg("round %d: [%d, %d, %d] is %g, want %g", r, i, c, p, got, want);
+                }
+    }
+    stager_free(s);
+}
+
+static void test_stager_u8_cpu(void **state) {
+    (void)state;
+    run_on_u8(backend_cpu());
+}
+
 /* The GPU backend, or the test skipped (saying why) when none is usable. */
 static const backend *gpu_or_skip(void) {
     const backend *gpu = backend_get(BACKEND_DEVICE_CUDA);
@@ -83,6 +134,11 @@ static const backend *gpu_or_skip(void) {
 static void test_stager_gpu(void **state) {
     (void)state;
     run_on(gpu_or_skip());
+}
+
+static void test_stager_u8_gpu(void **state) {
+    (void)state;
+    run_on_u8(gpu_or_skip());
 }
 
 /* Each round's batch is read by a long run of GPU ops (a GEMM reading it
@@ -118,7 +174,7 @@ static void test_stager_gpu_stress(void **state) {
     const backend_ctx fp32 = {0}; /* the GEMMs' context: fp32 */
     size_t n = (size_t)SB * SF; /* 8 MiB a batch, read by the GEMMs as [GM, GK] */
     assert_true(n == (size_t)GM * GK);
-    stager *s = stager_create(gpu, SB, SF);
+    stager *s = stager_create(gpu, SB, 1, SF, 0);
     float *x = cnt_malloc((size_t)SROUNDS * n * sizeof(float)), *got = cnt_malloc(n * sizeof(float));
     int32_t l[SROUNDS][SB], got_l[SB];
     for (int r = 0; r < SROUNDS; r++) {
@@ -173,6 +229,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stager_cpu),
         cmocka_unit_test(test_stager_gpu),
+        cmocka_unit_test(test_stager_u8_cpu),
+        cmocka_unit_test(test_stager_u8_gpu),
         cmocka_unit_test(test_stager_gpu_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,7 +44,8 @@ static net *bench_model(const backend *be, const config *cfg, const dataset *d) 
 static int first_batch(const config *cfg, input_data *d, batch *b) {
     if (input_load(cfg, d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
-    input_loader_options(cfg, d, 0, 1, &lo, &eo);
+    input_loader_options(cfg, d, NULL, 0, 1, &lo, &eo);
+    lo.u8 = 0; /* the step times compute on one batch of floats, kept */
     loader *ld = loader_create(&d->train, &lo);
     if (!ld) return CNT_ERR;
     loader_start_epoch(ld, 0);
@@ -103,7 +104,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     loss_scale_opts lso = config_loss_scale_opts(cfg);
     step_opts so = config_step_opts(cfg);
     stepper s;
-    stepper_init(&s, nt, exchange_none(), NULL, &oo, &lso, &so, cfg->batch_size, (size_t)d.train.c * d.train.h * d.train.w);
+    stepper_init(&s, nt, exchange_none(), NULL, &oo, &lso, &so, cfg->batch_size, d.train.c, d.train.h * d.train.w, 0);
     schedule sched = config_schedule(cfg, 1, 1);
     double lr = schedule_lr(&sched, 0);
 
@@ -172,15 +173,16 @@ int bench_data(const config *cfg, double seconds, FILE *out) {
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int max_workers = cfg->workers > cores ? cfg->workers : (int)cores;
-    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, augment %s\n",
+    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, augment %s, %s batches\n",
             config_name(cfg, &cfg->data_kind),
             d.train.root ? d.train.root : cfg->data_root, d.train.n, d.train.c, d.train.h, d.train.w,
-            cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad", cfg->augment ? "on" : "off");
+            cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad", cfg->augment ? "on" : "off",
+            config_batch_u8(cfg, NULL) ? "uint8" : "fp32");
     fprintf(out, "%8s %12s %12s %14s %10s\n", "workers", "images/s", "ms/batch", "img/s/worker", "skipped");
     int status = CNT_OK;
     for (int workers = 1;; workers = workers * 2 > max_workers && workers < max_workers ? max_workers : workers * 2) {
         loader_options lo, eo;
-        input_loader_options(cfg, &d, 0, 1, &lo, &eo);
+        input_loader_options(cfg, &d, NULL, 0, 1, &lo, &eo);
         lo.workers = workers;
         lo.prefetch = 2 * workers > cfg->prefetch ? 2 * workers : cfg->prefetch;
         loader *ld = loader_create(&d.train, &lo);

@@ -134,6 +134,8 @@ typedef struct key_def {
 static const choice data_kinds[] = {{"idx", DATA_KIND_IDX}, {"cifar", DATA_KIND_CIFAR},
                                     {"imagefolder", DATA_KIND_IMAGEFOLDER}, {"synthetic", DATA_KIND_SYNTHETIC}, {0}};
 static const choice crops[] = {{"auto", DATA_CROP_AUTO}, {"pad", DATA_CROP_PAD}, {"resized", DATA_CROP_RESIZED}, {0}};
+static const choice batch_dtypes[] = {
+    {"auto", DATA_BATCH_AUTO}, {"uint8", DATA_BATCH_UINT8}, {"fp32", DATA_BATCH_FP32}, {0}};
 static const choice remainders[] = {{"drop", DATA_REMAINDER_DROP}, {"wrap", DATA_REMAINDER_WRAP}, {0}};
 static const choice dist_modes[] = {{"allreduce", DIST_MODE_ALLREDUCE}, {"ps", DIST_MODE_PS}, {0}};
 static const choice compressions[] = {{"none", REDUCER_COMPRESS_NONE}, {"fp16", REDUCER_COMPRESS_FP16}, {0}};
@@ -197,6 +199,9 @@ static const key_def key_table[] = {
          .help = "pad: pad by data.pad and crop at random (CIFAR style); resized: random-resized crop, evaluation "
                  "resizes the shorter side to size x 256/224 and crops the centre (ImageNet style); auto: resized for "
                  "imagefolder, pad otherwise"),
+    K_ENUM("data", "batch_dtype", batch_dtype, "auto", .choices = batch_dtypes,
+         .help = "what the loader hands the device: uint8 (bytes, normalised on the device: a quarter of the "
+                 "transfer), fp32 (normalised floats); auto: uint8 on a GPU, fp32 on the CPU"),
     K_BOOL("data", "jpeg_scaling", jpeg_scaling, "true",
          .help = "decode JPEGs at a reduced size (libjpeg-turbo's DCT scaling, M/8) when the crop shrinks them: "
                  "faster; false decodes at full size, as torchvision does"),
@@ -214,6 +219,9 @@ static const key_def key_table[] = {
         .help = "loader threads decoding and augmenting batches"),
     K_INT("data", "prefetch", prefetch, "4", BETWEEN(1, 256),
         .help = "batches prepared ahead of the training step"),
+    K_FLOAT("data", "wait_warn", wait_warn, "0.1", BETWEEN(0, 1),
+          .help = "warn (once an epoch, naming data.workers) when the steps between two progress lines spent more "
+                  "than this share of their time waiting for batches; 0: never"),
     K_ENUM("data", "remainder", remainder, "drop", .choices = remainders,
          .help = "training samples that do not fill one more step on every rank: drop them (a different few "
                  "each epoch), or wrap around to the epoch's first samples so every sample is seen"),
@@ -1398,6 +1406,11 @@ int config_crop(const config *cfg) {
     case DATA_CROP_AUTO: break;
     }
     return cfg->data_kind == DATA_KIND_IMAGEFOLDER ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+}
+
+int config_batch_u8(const config *cfg, const backend *be) {
+    if (cfg->batch_dtype != DATA_BATCH_AUTO) return cfg->batch_dtype == DATA_BATCH_UINT8;
+    return be && !be->is_cpu;
 }
 
 resume_mode config_resume(const config *cfg) {

@@ -45,6 +45,7 @@
  * the ones only the configuration has. */
 typedef enum data_kind { DATA_KIND_IDX, DATA_KIND_CIFAR, DATA_KIND_IMAGEFOLDER, DATA_KIND_SYNTHETIC } data_kind;
 typedef enum data_crop { DATA_CROP_AUTO, DATA_CROP_PAD, DATA_CROP_RESIZED } data_crop;
+typedef enum data_batch_dtype { DATA_BATCH_AUTO, DATA_BATCH_UINT8, DATA_BATCH_FP32 } data_batch_dtype;
 typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_remainder;
 typedef enum warmup_from { WARMUP_FROM_ZERO, WARMUP_FROM_LR } warmup_from;
 typedef enum lr_scaling { LR_SCALING_LINEAR, LR_SCALING_NONE } lr_scaling;
@@ -71,11 +72,13 @@ typedef struct config {
     int augment;                     /* bool: random crop and flip of training images */
     int jpeg_scaling;                /* bool: JPEGs decoded at a reduced size when the crop allows */
     data_crop crop;                  /* auto: config_crop */
+    data_batch_dtype batch_dtype;    /* auto: config_batch_u8 */
     int pad;                         /* crop padding (crop = pad) */
     float min_scale;                 /* smallest crop area fraction (crop = resized) */
     char mean[CONFIG_STR];           /* "auto" or per-channel list */
     char std[CONFIG_STR];            /* "auto" or per-channel list */
     int workers;                     /* loader threads */
+    float wait_warn;                 /* share of the time waiting for batches that is warned about; 0: off */
     int prefetch;                    /* batches ready ahead */
     data_remainder remainder;        /* training samples that do not fill a step */
     char synthetic_shape[CONFIG_STR]; /* "CxHxW" (synthetic) */
@@ -212,6 +215,12 @@ step_opts config_step_opts(const config *cfg);
 /* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized
  * crop for image folders and the pad crop for in-memory sets. */
 int config_crop(const config *cfg);
+/* data.batch_dtype on backend be (NULL: none chosen yet, as for
+ * --bench-data): 1 for uint8 batches (loader_options.u8), 0 for floats;
+ * auto is uint8 on a GPU (a quarter of the bytes cross to it) and floats on
+ * the CPU (its loader threads normalise in parallel, off the training
+ * thread). */
+int config_batch_u8(const config *cfg, const backend *be);
 /* checkpoint.resume: RESUME_NONE, RESUME_AUTO or RESUME_FILE (the value is
  * the file's path). */
 resume_mode config_resume(const config *cfg);

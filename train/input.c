@@ -188,11 +188,13 @@ void input_free(input_data *d) {
     dataset_free(&d->test);
 }
 
-void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
-                          loader_options *eval) {
+void input_loader_options(const config *cfg, const input_data *d, const backend *be, int rank, int world,
+                          loader_options *train, loader_options *eval) {
     loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
-                         .drop_last = 1, .wrap = cfg->remainder == DATA_REMAINDER_WRAP, .augment = cfg->augment, .crop = d->crop,
-                         .pad = cfg->pad, .min_scale = cfg->min_scale, .jpeg_scaling = cfg->jpeg_scaling, .workers = cfg->workers, .prefetch = cfg->prefetch};
+                         .drop_last = 1, .wrap = cfg->remainder == DATA_REMAINDER_WRAP, .augment = cfg->augment,
+                         .crop = d->crop, .pad = cfg->pad, .min_scale = cfg->min_scale,
+                         .jpeg_scaling = cfg->jpeg_scaling, .u8 = config_batch_u8(cfg, be), .workers = cfg->workers,
+                         .prefetch = cfg->prefetch};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);
     *train = lo;

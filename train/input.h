@@ -31,8 +31,9 @@ void input_free(input_data *d);
 /* Loader options for training (shuffled, augmented, full batches) and for
  * evaluation (natural order, no augmentation, every sample once; batches of
  * train.eval_batch_size, or train.batch_size, but never more than a rank's
- * shard of the test set). */
-void input_loader_options(const config *cfg, const input_data *d, int rank, int world, loader_options *train,
-                          loader_options *eval);
+ * shard of the test set). be: the backend the batches go to (NULL: none
+ * yet), which data.batch_dtype = auto needs (config_batch_u8). */
+void input_loader_options(const config *cfg, const input_data *d, const backend *be, int rank, int world,
+                          loader_options *train, loader_options *eval);
 
 #endif

@@ -13,21 +13,17 @@
 #include "dist/dist.h"
 #include "model/zoo.h"
 #include "train/loss_scale.h"
+#include "train/stager.h"
 
 #define GIB 1073741824.0
 
-/* A loader's ring (loader_create: prefetch + 1 slots of a batch of images
- * and labels) and its per-sample tables (permutation, unreadable marks). */
+/* A loader's ring (loader_create: prefetch + 1 slots of a batch of images,
+ * floats or bytes, and labels) and its per-sample tables (permutation,
+ * unreadable marks). */
 static size_t loader_bytes(const dataset *ds, const loader_options *o) {
-    size_t sample = (size_t)ds->c * ds->h * ds->w * sizeof(float) + sizeof(int32_t);
+    size_t sample = (size_t)ds->c * ds->h * ds->w * (o->u8 ? 1 : sizeof(float)) + sizeof(int32_t);
     size_t per_sample = sizeof(int) + 1 + sizeof(int);
     return (size_t)(o->prefetch + 1) * o->batch * sample + (size_t)ds->n * per_sample;
-}
-
-/* One of the stager's slots (train/stager.c): labels padded to 256 bytes, then the images. */
-static size_t stager_slot_bytes(int max_batch, size_t sample_floats) {
-    size_t labels = ((size_t)max_batch * sizeof(int32_t) + 255) / 256 * 256;
-    return labels + (size_t)max_batch * sample_floats * sizeof(float);
 }
 
 int memory_estimate(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
@@ -56,17 +52,17 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     net_free(nt);
 
     /* the stepper (train/step.c) and the optimizer (train/optim.c) */
-    size_t sample_floats = (size_t)ds->c * ds->h * ds->w;
-    size_t slots = 2 * stager_slot_bytes(B, sample_floats);
+    size_t slot_host, slot_dev;
+    stager_slot_bytes(B, ds->c, ds->h * ds->w, train->u8, &slot_host, &slot_dev);
     size_t logits = (size_t)B * ds->classes * sizeof(float);
     m->momentum = cfg->momentum > 0.0f ? P : 0; /* a checkpoint's, on the host */
-    m->step = slots + (aux >= 0 ? 2 : 1) * logits;
+    m->step = 2 * slot_dev + (aux >= 0 ? 2 : 1) * logits;
     if (config_loss_scale_opts(cfg).mode != LOSS_SCALE_NONE) m->step += Bf;
 
     /* host memory */
     m->loader = loader_bytes(&d->train, train) + loader_bytes(&d->test, eval);
     int cpu = be->is_cpu;
-    m->host_copies = (cpu ? 0 : slots) + logits; /* pinned stager slots; evaluation's logits (train/eval.c) */
+    m->host_copies = (cpu ? 0 : 2 * slot_host) + logits; /* pinned stager slots; evaluation's logits (train/eval.c) */
     int world = dist_world();
     if (world > 1) m->host_copies += P + Bf; /* the parameters compared after each epoch, rank 0's statistics */
     m->host_copies += (size_t)(xf->host_per_param_byte * (double)P); /* the exchange's staging (dist/exchange.h) */

@@ -320,7 +320,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
-    input_loader_options(cfg, &d, 0, 1, &lo, &eo);
+    input_loader_options(cfg, &d, be, 0, 1, &lo, &eo);
     loader *ld = loader_create(&d.train, &lo);
     zoo_options zo = config_zoo_options(cfg, be);
     net *nt = ld ? zoo_create(be, cfg->model_name, &zo, d.train.c, d.train.h, d.train.w, d.train.classes,
@@ -340,7 +340,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     int gpu = !be->is_cpu;
     so.sync_phases = gpu; /* the phase times of a GPU step are the device's */
     stepper st;
-    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, (size_t)d.train.c * d.train.h * d.train.w);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, d.train.c, d.train.h * d.train.w, lo.u8);
     schedule sched = config_schedule(cfg, 1, loader_steps_per_epoch(ld));
 
     /* first each node synchronised (on a GPU), then, where the backend has

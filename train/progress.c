@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -41,6 +42,7 @@ struct progress {
     double ep_secs;          /* the epoch's training time */
     eval_result er;          /* the last evaluation */
     int evaluated;           /* er holds one of this run's */
+    int wait_warned;         /* the epoch (1-based) whose data-wait warning was given */
     train_result r;
 };
 
@@ -134,6 +136,19 @@ void progress_step(progress *p, long step, const step_result *r, const float *lo
     }
 }
 
+/* This rank's loader starved the window's steps for more than data.wait_warn
+ * of its time: said once an epoch, by the rank it happened on. */
+static void warn_data_wait(progress *p, const tally *w, double secs, double wait_ms) {
+    double share = secs > 0 ? w->wait / secs : 0;
+    if (p->o.wait_warn <= 0 || share <= p->o.wait_warn || p->wait_warned == p->epoch + 1) return;
+    p->wait_warned = p->epoch + 1;
+    log_warn("data: the last %ld steps waited for batches %.0f%% of their time (%.2f ms a step, more than "
+             "data.wait_warn = %g): the loader's %d thread%s (data.workers) cannot keep up; raise data.workers "
+             "(this machine has %ld cores), keep data.jpeg_scaling on, or use fewer ranks per node",
+             w->steps, 100 * share, wait_ms, p->o.wait_warn, p->o.workers, p->o.workers == 1 ? "" : "s",
+             sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     float acc = 0;
     if (p->win_loss_steps > 0) p->o.be->download(&acc, p->loss_acc, sizeof acc);
@@ -176,6 +191,7 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     p->win_skipped0 = ls->skipped;
     log_info("epoch %d/%d  step %ld/%ld  loss %s  lr %.5f  %.1f img/s  data wait %.2f ms%s%s  eta %s", p->epoch + 1,
              p->o.epochs, step, p->o.total_steps, loss_s, lr, ips, wait_ms, comm, scaling, eta_s);
+    warn_data_wait(p, w, now - w->t0, wait_ms);
     if (metrics_step(&p->m, p->epoch + 1, step, loss, lr, ips, 1e3 * w->busy / w->steps, wait_ms, w->comm / w->steps,
                      w->exposed / w->steps, ls->scale, ls->skipped, p->o.xt.serves ? &mps : NULL) != CNT_OK)
         return CNT_ERR;

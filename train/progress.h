@@ -32,6 +32,9 @@ typedef struct progress_opts {
                               * asynchronous the staleness of rank 0's gradients (the ranks do not
                               * meet: rank 0's loss alone) */
     int fp16;                /* train.precision = fp16: the hint for inf/NaN logits */
+    double wait_warn;        /* data.wait_warn: the share of a window's time waiting for batches that is
+                              * warned about (once an epoch; 0: never) */
+    int workers;             /* data.workers, named by that warning */
 } progress_opts;
 
 /* The result of a whole run (trainer_run). */

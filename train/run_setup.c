@@ -159,8 +159,9 @@ static void log_plan(const run *r) {
     }
     log_info("cnntrain: model %s (%zu parameters, %.3f GFLOPs/image forward) on %s", cfg->model_name,
              r->nt->n_params, net_flops_per_image(r->nt) / 1e9, r->be->name);
-    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes", config_name(cfg, &cfg->data_kind),
-             cfg->data_root, d->n, r->data.test.n, d->c, d->h, d->w, d->classes);
+    log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes%s", config_name(cfg, &cfg->data_kind),
+             cfg->data_root, d->n, r->data.test.n, d->c, d->h, d->w, d->classes,
+             config_batch_u8(cfg, r->be) ? "; uint8 batches, normalised on the device (data.batch_dtype)" : "");
     log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
              cfg->epochs, r->steps_per_epoch, cfg->batch_size, r->total_steps, config_name(cfg, &cfg->schedule),
              (double)cfg->warmup_epochs, cfg->out_dir);
@@ -360,7 +361,7 @@ static int setup_loaders(run *r, const loader_options *lo, const loader_options 
 }
 
 /* The stepper over the net and the exchange, as --bench builds it too. */
-static void setup_stepper(run *r, int max_batch) {
+static void setup_stepper(run *r, int max_batch, int u8) {
     const config *cfg = r->cfg;
     optim_opts oo = config_optim_opts(cfg);
     loss_scale_opts lso = config_loss_scale_opts(cfg);
@@ -368,14 +369,14 @@ static void setup_stepper(run *r, int max_batch) {
     so.emulate = r->emu.n_nodes > 0;
     so.emulate_update_ms = r->emu.update_ms;
     const dataset *d = &r->data.train;
-    stepper_init(&r->st, r->nt, r->x, r->tl, &oo, &lso, &so, max_batch, (size_t)d->c * d->h * d->w);
+    stepper_init(&r->st, r->nt, r->x, r->tl, &oo, &lso, &so, max_batch, d->c, d->h * d->w, u8);
 }
 
 int run_setup(run *r) {
     const config *cfg = r->cfg;
     if (setup_device_and_data(r) != CNT_OK) return CNT_ERR;
     loader_options lo, eo;
-    input_loader_options(cfg, &r->data, r->rank, r->world, &lo, &eo);
+    input_loader_options(cfg, &r->data, r->be, r->rank, r->world, &lo, &eo);
     int max_batch = lo.batch > eo.batch ? lo.batch : eo.batch;
     exchange_footprint xf = exchange_footprint_of(r->x);
     if (memory_check(cfg, r->be, &r->data, &lo, &eo, &xf) != CNT_OK) return CNT_ERR;
@@ -387,14 +388,15 @@ int run_setup(run *r) {
     if (setup_loaders(r, &lo, &eo) != CNT_OK) return CNT_ERR;
     progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
                         .epochs = cfg->epochs, .total_steps = r->total_steps, .xt = exchange_traits_of(r->x),
-                        .fp16 = cfg->precision == BACKEND_MATH_FP16};
+                        .fp16 = cfg->precision == BACKEND_MATH_FP16, .wait_warn = cfg->wait_warn,
+                        .workers = cfg->workers};
     r->pg = progress_create(&po);
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
     r->sched = config_schedule(cfg, r->world, r->steps_per_epoch);
     if (exchange_attach(r->x, r->nt) != CNT_OK) return cnt_err_prefix("model %s", cfg->model_name);
     if (cfg->timeline[0] && setup_timeline(r) != CNT_OK) return CNT_ERR;
-    setup_stepper(r, max_batch);
+    setup_stepper(r, max_batch, lo.u8);
     if (r->world > 1) host_state_alloc(&r->peers, r->nt, 0);
     log_plan(r);
     log_dist(r);

@@ -24,8 +24,15 @@
 
 typedef struct stager stager;
 
-/* Slots for up to max_batch samples of sample_floats floats each. */
-stager *stager_create(const backend *be, int max_batch, size_t sample_floats);
+/* Slots for up to max_batch samples of c x hw values each: floats, or with
+ * u8 the loader's bytes (batch.u8, HWC), which put uploads and then
+ * normalises on the device into the slot's floats (backend normalize_u8,
+ * queued on the compute stream), so a quarter of the bytes cross to a GPU
+ * and the net reads the same floats. */
+stager *stager_create(const backend *be, int max_batch, int c, int hw, int u8);
+/* What stager_create allocates per slot (it makes two): page-locked host
+ * bytes and device bytes (train/memory.c counts them). */
+void stager_slot_bytes(int max_batch, int c, int hw, int u8, size_t *host, size_t *dev);
 /* Queues batch b's upload into the next slot; *x and *labels point at its
  * device copies (valid for ops issued until stager_release). */
 void stager_put(stager *s, const batch *b, float **x, int32_t **labels);

@@ -12,7 +12,7 @@
 #include "dist/dist.h"
 
 void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
-                  const step_opts *so, int max_batch, size_t sample_floats) {
+                  const step_opts *so, int max_batch, int c, int hw, int u8) {
     const backend *be = nt->be;
     memset(s, 0, sizeof *s);
     s->nt = nt;
@@ -28,7 +28,7 @@ void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_op
         optim_drop_momentum(&s->opt);
     }
     /* Batches reach the device one step ahead, on the copy stream. */
-    s->st = stager_create(be, max_batch, sample_floats);
+    s->st = stager_create(be, max_batch, c, hw, u8);
     size_t logits_bytes = (size_t)max_batch * nt->classes * sizeof(float);
     s->loss = be->alloc(sizeof(float));
     s->dlogits = be->alloc(logits_bytes);

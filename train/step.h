@@ -108,14 +108,14 @@ typedef struct step_result {
 } step_result;
 
 /* Ready to step nt (finalised, parameters initialised, attached to x:
- * exchange_attach) on batches of up to max_batch samples of sample_floats
- * floats each. x (exchange_none() for one rank) and tl (may be NULL) stay
+ * exchange_attach) on batches of up to max_batch samples of c x hw values
+ * each (u8: the loader's uint8 batches, train/stager.h). x (exchange_none() for one rank) and tl (may be NULL) stay
  * the caller's. Where the exchange keeps the optimizer's state (its traits'
  * keeps_state: parameter servers) the optimizer's momentum buffer is freed
  * (s->opt.momentum_buf NULL), and loss scaling is not allowed (the config
  * refuses it). Never fails (allocation failures are fatal). */
 void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
-                  const step_opts *so, int max_batch, size_t sample_floats);
+                  const step_opts *so, int max_batch, int c, int hw, int u8);
 /* One training step on host batch b at learning rate lr. step_number (from 1,
  * continued after a resume) names the step to the exchange (the reducer's
  * watchdog, the servers), the timeline and the test-only fault point. Fills
