@@ -25,5 +25,14 @@ int cpus_online(void);
 int cpus_count(const cpus_mask *m);
 /* m as a list of ranges, "0-3,8,10-11" (truncated to len with "..."). */
 void cpus_format(const cpus_mask *m, char *buf, size_t len);
+/* The CPUs the process was given (mpirun's binding, taskset), as the first
+ * call found them: the calling thread's mask together with the CPUs of
+ * OpenMP's places. OpenMP with OMP_PROC_BIND pins the initial thread to its
+ * first place (libgomp does it before main()), and every thread created
+ * afterwards would inherit that one CPU; main() makes the first call.
+ * Returns the count; thread-safe. */
+int cpus_process(cpus_mask *m);
+/* Binds the calling thread to m's CPUs: 0, or the errno of the failure. */
+int cpus_bind_thread(const cpus_mask *m);
 
 #endif

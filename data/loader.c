@@ -28,10 +28,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 
 #include "common/check.h"
+#include "common/cpus.h"
 #include "common/threads.h"
+#include "common/timer.h"
 #include "common/rng.h"
 
 #define LOADER_MAX_WORKERS 256
@@ -66,6 +69,10 @@ struct loader {
     int claimed, delivered, released, busy;
     int holding;      /* 1: the consumer holds the slot of step delivered - 1 */
     int stop;         /* 1: workers exit */
+
+    cpus_mask cpus;      /* the process's CPUs (cpus_process), every worker's binding */
+    int started;         /* workers that have bound themselves (under mu) */
+    int min_cpus;        /* the fewest CPUs a started worker may run on (under mu) */
 
     /* Unreadable images, updated by workers with atomics (no lock). */
     uint8_t *known_bad; /* [ds->n] 1 once a sample failed to decode (reported then, never retried) */
@@ -349,7 +356,15 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
 
 static void *loader_worker(void *arg) {
     loader *ld = arg;
+    /* On the process's CPUs, not the creating thread's: OpenMP may have
+     * pinned that one to a single CPU, which this thread would inherit. */
+    int err = cpus_bind_thread(&ld->cpus);
+    if (err) log_warn("data: a loader thread could not bind itself to the process's CPUs: %s", strerror(err));
+    int mine = cpus_allowed(NULL);
     cnt_mutex_lock(&ld->mu);
+    ld->started++;
+    if (!ld->min_cpus || mine < ld->min_cpus) ld->min_cpus = mine;
+    broadcast(&ld->done_cv);
     for (;;) {
         if (ld->stop) break;
         if (ld->active && ld->claimed < ld->steps && ld->claimed < ld->released + ld->nslots) {
@@ -443,6 +458,7 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
         ld->slots[i].b.hw = ds->h * ds->w;
         ld->slots[i].b.labels = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
     }
+    cpus_process(&ld->cpus);
     cnt_mutex_init(&ld->mu);
     cnt_cond_init(&ld->work_cv);
     cnt_cond_init(&ld->done_cv);
@@ -455,6 +471,24 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
 }
 
 int loader_steps_per_epoch(const loader *ld) { return ld->steps; }
+
+int loader_thread_cpus(loader *ld, char *cpus, size_t len) {
+    cnt_mutex_lock(&ld->mu);
+    /* threads start at once; 10 s is a stuck system, said as such */
+    double deadline = time_now() + 10.0;
+    while (ld->started < ld->opt.workers && time_now() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
+        ts.tv_nsec += 100000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        int rc = pthread_cond_timedwait(&ld->done_cv, &ld->mu, &ts);
+        if (rc && rc != ETIMEDOUT) cnt_fatal("pthread_cond_timedwait (data loader): %s", strerror(rc));
+    }
+    int n = ld->started < ld->opt.workers ? -1 : ld->min_cpus;
+    cnt_mutex_unlock(&ld->mu);
+    if (cpus) cpus_format(&ld->cpus, cpus, len);
+    return n;
+}
 
 long loader_skipped(const loader *ld) { return __atomic_load_n(&ld->skipped, __ATOMIC_RELAXED); }
 

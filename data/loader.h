@@ -110,6 +110,12 @@ void loader_start_epoch_at(loader *ld, int epoch, int first_step);
  * (*x, *y) of *cw x *ch pixels (used by the loader; exposed for tests). */
 void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, int *y, int *cw, int *ch);
 
+/* The fewest CPUs any of the loader's threads may run on (each binds
+ * itself to the process's CPUs, cpus_process, when it starts), waiting up
+ * to 10 s for all of them to start (-1 then); cpus (len bytes, may be NULL)
+ * receives those CPUs as a list ("0-15"). */
+int loader_thread_cpus(loader *ld, char *cpus, size_t len);
+
 /* Unreadable images met since the current epoch started (this rank). */
 long loader_skipped(const loader *ld);
 void loader_free(loader *ld);

@@ -32,6 +32,7 @@
 #include "common/rng.h"
 #include "common/timer.h"
 #include "data/dataset.h"
+#include "common/cpus.h"
 #include "data/loader.h"
 #include "model/backend.h"
 
@@ -822,6 +823,39 @@ static void test_u8_batches_equal_float(void **state) {
     dataset_free(&ds);
 }
 
+/* Loader threads run on the process's CPUs even when the thread creating
+ * them was pinned to one (as OpenMP pins it under OMP_PROC_BIND): created
+ * from a thread bound to one CPU, each binds itself to all of them. */
+static void test_loader_threads_on_process_cpus(void **state) {
+    (void)state;
+    cpus_mask all, one;
+    int n = cpus_process(&all);
+    if (n < 2) {
+        print_message("this process may run on one CPU: nothing to tell apart\n");
+        skip();
+    }
+    memset(&one, 0, sizeof one);
+    for (int c = 0; c < CPUS_MAX; c++)
+        if ((all.bits[c / 8] >> (c % 8)) & 1) {
+            one.bits[c / 8] = (unsigned char)(1u << (c % 8));
+            break;
+        }
+    assert_int_equal(cpus_bind_thread(&one), 0);
+    assert_int_equal(cpus_allowed(NULL), 1);
+    dataset ds = make_dataset(32, 1, 4, 4, 3);
+    loader_options o = plain_options(8, 0, 1);
+    o.workers = 3;
+    loader *ld = loader_create(&ds, &o);
+    assert_non_null(ld);
+    char list[64], want[64];
+    cpus_format(&all, want, sizeof want);
+    assert_int_equal(loader_thread_cpus(ld, list, sizeof list), n);
+    assert_string_equal(list, want);
+    loader_free(ld);
+    assert_int_equal(cpus_bind_thread(&all), 0);
+    dataset_free(&ds);
+}
+
 static void test_restart_and_free_mid_epoch(void **state) {
     (void)state;
     alarm(20); /* a hang ends the process with SIGALRM: a failure, never a pass */
@@ -889,6 +923,7 @@ int main(void) {
         cmocka_unit_test(test_crop_flip),
         cmocka_unit_test(test_augment_reproducible),
         cmocka_unit_test(test_u8_batches_equal_float),
+        cmocka_unit_test(test_loader_threads_on_process_cpus),
         cmocka_unit_test(test_restart_and_free_mid_epoch),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

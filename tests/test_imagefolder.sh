@@ -5,7 +5,8 @@
 # FIFO among the images out with a warning, and gives
 # clear errors for a missing root and for train/val trees whose classes
 # differ; uint8 batches train as float batches do; a JPEG tree with the ImageNet-style resized crop trains; two ranks
-# under mpirun share the listing; --bench-data reports the loader's speed.
+# under mpirun share the listing; --bench-data reports the loader's speed,
+# its threads on all the process's CPUs even under OMP_PROC_BIND.
 # Run from the repository root after `make`.
 set -u
 tmp=$(mktemp -d)
@@ -193,6 +194,11 @@ fi
 out=$(./trainer --bench-data configs/resnet20-fashion.ini data.kind=imagefolder data.root="$tmp/fpng" 2>&1)
 rc=$?
 check "--bench-data: exit 0 with a row for 1 worker" bash -c "[ $rc -eq 0 ] && grep -qE '^ +1 +[0-9.]+ ' <<<\"\$1\"" _ "$out"
+# OMP_PROC_BIND=true makes libgomp pin the main thread to one CPU before
+# main(); the loader threads must still get every CPU the process has.
+out=$(OMP_PROC_BIND=true ./trainer --bench-data configs/resnet20-fashion.ini 2>&1)
+check "OMP_PROC_BIND=true: loader threads on all $(nproc) of the process's CPUs" \
+    grep -q "loader threads bound to the process's CPUs .* ($(nproc) of " <<<"$out"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

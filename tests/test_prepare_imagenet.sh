@@ -69,7 +69,8 @@ def write_mat(path, compress):
     open(path, "wb").write(head + var)
 try:
     import numpy as np, scipy.io
-    rec = np.empty((len(syn), 1), dtype=[(f, object) for f in ["ILSVRC2012_ID", "WNID", "words", "num_children", "children"]])
+    fields = ["ILSVRC2012_ID", "WNID", "words", "num_children", "children"]
+    rec = np.empty((len(syn), 1), dtype=[(f, object) for f in fields])
     for k, (i, w, words, nc, ch) in enumerate(syn):
         rec[k, 0] = (np.array([[i]], dtype=np.uint8), w, words, np.array([[nc]], dtype=np.uint8),
                      np.array([ch], dtype=np.uint16) if ch else np.zeros((1, 0)))

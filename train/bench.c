@@ -190,6 +190,11 @@ int bench_data(const config *cfg, double seconds, FILE *out) {
             status = CNT_ERR;
             break;
         }
+        if (workers == 1) {
+            char cpus[128];
+            int n = loader_thread_cpus(ld, cpus, sizeof cpus);
+            fprintf(out, "loader threads bound to the process's CPUs %s (%d of %ld online)\n", cpus, n, cores);
+        }
         loader_start_epoch(ld, 0);
         /* The first batch warms up (threads start, files enter the page cache). */
         long images = 0, batches = 0;

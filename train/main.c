@@ -14,6 +14,7 @@
  * or configuration error.
  */
 #include "common/check.h"
+#include "common/cpus.h"
 #include "dist/dist.h"
 #include "model/backend.h"
 #include "model/zoo.h"
@@ -332,6 +333,7 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
+    cpus_process(NULL); /* before any thread (OpenMP's) can pin this one: the loaders' CPUs */
     if (argc < 2) {
         usage(stderr);
         return 2;
