@@ -196,9 +196,11 @@ rc=$?
 check "--bench-data: exit 0 with a row for 1 worker" bash -c "[ $rc -eq 0 ] && grep -qE '^ +1 +[0-9.]+ ' <<<\"\$1\"" _ "$out"
 # OMP_PROC_BIND=true makes libgomp pin the main thread to one CPU before
 # main(); the loader threads must still get every CPU the process has.
+# (nproc without OMP_NUM_THREADS, which this script sets and nproc obeys)
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 out=$(OMP_PROC_BIND=true ./trainer --bench-data configs/resnet20-fashion.ini 2>&1)
-check "OMP_PROC_BIND=true: loader threads on all $(nproc) of the process's CPUs" \
-    grep -q "loader threads bound to the process's CPUs .* ($(nproc) of " <<<"$out"
+check "OMP_PROC_BIND=true: loader threads on all $cpus of the process's CPUs" \
+    grep -q "loader threads bound to the process's CPUs .* ($cpus of " <<<"$out"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
