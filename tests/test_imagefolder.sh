@@ -193,7 +193,8 @@ fi
 
 out=$(./trainer --bench-data configs/resnet20-fashion.ini data.kind=imagefolder data.root="$tmp/fpng" 2>&1)
 rc=$?
-check "--bench-data: exit 0 with a row for 1 worker" bash -c "[ $rc -eq 0 ] && grep -qE '^ +1 +[0-9.]+ ' <<<\"\$1\"" _ "$out"
+check "--bench-data: exit 0 with a row for 1 worker" bash -c "[ $rc -eq 0 ] && grep -qE '^ +train +1 +[0-9.]+ ' <<<\"\$1\"" _ "$out"
+check "--bench-data: and the evaluation transform's" grep -qE '^ +eval +1 +[0-9.]+ ' <<<"$out"
 # OMP_PROC_BIND=true makes libgomp pin the main thread to one CPU before
 # main(); the loader threads must still get every CPU the process has.
 # (nproc without OMP_NUM_THREADS, which this script sets and nproc obeys)

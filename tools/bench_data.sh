@@ -9,8 +9,8 @@
 # For each transform (train: RandomResizedCrop 224 + flip + normalise; eval:
 # Resize 256 + CenterCrop 224 + normalise) and each worker count W, it runs in
 # turns, R rounds (default 3):
-#   ./trainer --bench-data configs/resnet50.ini data.root=ROOT (data.augment=false for eval)
-#       (its row for W workers; data.jpeg_scaling at its default, on)
+#   ./trainer --bench-data configs/resnet50.ini data.root=ROOT
+#       (its row for the transform and W workers; data.jpeg_scaling at its default, on)
 #   PY tools/bench_data_torch.py ROOT/train --transform T --workers W
 # each timing about 3 s after one warm-up batch, batch 64. It prints the CPU,
 # then a markdown table: the median images/s of each, the median of the
@@ -47,15 +47,12 @@ maxw=$(tr ' ' '\n' <<< "$workers" | sort -n | tail -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-run_ours() { # TRANSFORM -> lines "W IMG/S"
-    local extra=()
-    [ "$1" = eval ] && extra=(data.augment=false)
+run_ours() { # both transforms into $tmp/ours
     if ! ./trainer --bench-data configs/resnet50.ini data.root="$data" data.workers="$maxw" train.batch_size=64 \
-        "${extra[@]}" > "$tmp/ours" 2>&1; then
+        > "$tmp/ours" 2>&1; then
         cat "$tmp/ours" >&2
         exit 1
     fi
-    awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $1, $2 }' "$tmp/ours"
 }
 run_torch() { # TRANSFORM W -> IMG/S
     if ! "$py" tools/bench_data_torch.py "$data/train" --transform "$1" --workers "$2" > "$tmp/torch" \
@@ -69,11 +66,11 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 echo "CPU: $cpu ($(nproc) cores); $rounds rounds, alternating"
-for t in train eval; do
-    for r in $(seq "$rounds"); do
-        run_ours "$t" > "$tmp/o"
+for r in $(seq "$rounds"); do
+    run_ours
+    for t in train eval; do
         for w in $workers; do
-            o=$(awk -v w="$w" '$1 == w { print $2 }' "$tmp/o")
+            o=$(awk -v t="$t" -v w="$w" '$1 == t && $2 == w && NF >= 6 { print $3 }' "$tmp/ours")
             [ -n "$o" ] || { echo "bench_data.sh: no row for $w workers in --bench-data's output" >&2; exit 1; }
             p=$(run_torch "$t" "$w")
             echo "$o" >> "$tmp/$t.$w.ours"

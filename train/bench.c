@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/cpus.h"
 #include "common/hash.h"
 #include "common/timer.h"
 #include "data/loader.h"
@@ -168,56 +169,67 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     return CNT_OK;
 }
 
+/* One row of --bench-data: the loader over the training set with `augment`
+ * (the train transform) or without (the evaluation transform), `workers`
+ * threads, timed for `seconds` after a warm-up batch. cpus: the process's. */
+static int bench_data_row(const config *cfg, const input_data *d, int augment, int workers, int cpus,
+                          double seconds, FILE *out) {
+    loader_options lo, eo;
+    input_loader_options(cfg, d, NULL, 0, 1, &lo, &eo);
+    lo.augment = augment;
+    lo.workers = workers;
+    lo.prefetch = 2 * workers > cfg->prefetch ? 2 * workers : cfg->prefetch;
+    loader *ld = loader_create(&d->train, &lo);
+    if (!ld) return CNT_ERR;
+    loader_start_epoch(ld, 0);
+    /* The first batch warms up (threads start, files enter the page cache). */
+    long images = 0, batches = 0;
+    const batch *b = loader_next(ld);
+    double t0 = time_now(), t = t0;
+    while (b && (b = loader_next(ld)) != NULL) {
+        images += b->n;
+        batches++;
+        t = time_now();
+        if (t - t0 >= seconds) break;
+    }
+    long skipped = loader_skipped(ld);
+    loader_free(ld);
+    double dt = t - t0;
+    const char *name = augment ? "train" : "eval";
+    if (batches == 0 || dt <= 0)
+        fprintf(out, "%9s %8d %12s   (one epoch is a single batch: nothing to time)\n", name, workers, "-");
+    else
+        fprintf(out, "%9s %8d %12.1f %12.2f %12.1f %10ld\n", name, workers, images / dt, 1e3 * dt / batches,
+                images / dt / (workers < cpus ? workers : cpus), skipped);
+    fflush(out);
+    return CNT_OK;
+}
+
 int bench_data(const config *cfg, double seconds, FILE *out) {
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int max_workers = cfg->workers > cores ? cfg->workers : (int)cores;
-    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, augment %s, %s batches\n",
-            config_name(cfg, &cfg->data_kind),
-            d.train.root ? d.train.root : cfg->data_root, d.train.n, d.train.c, d.train.h, d.train.w,
-            cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad", cfg->augment ? "on" : "off",
+    int cpus = cpus_process(NULL);
+    int max_workers = cfg->workers > cpus ? cfg->workers : cpus;
+    fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, %s batches\n",
+            config_name(cfg, &cfg->data_kind), d.train.root ? d.train.root : cfg->data_root, d.train.n, d.train.c,
+            d.train.h, d.train.w, cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad",
             config_batch_u8(cfg, NULL) ? "uint8" : "fp32");
-    fprintf(out, "%8s %12s %12s %14s %10s\n", "workers", "images/s", "ms/batch", "img/s/worker", "skipped");
+    char list[128];
+    cpus_mask m;
+    cpus_process(&m);
+    cpus_format(&m, list, sizeof list);
+    fprintf(out, "loader threads bound to the process's CPUs %s (%d of %ld online); img/s/core divides by "
+                 "min(workers, %d)\n", list, cpus, cores, cpus);
+    fprintf(out, "%9s %8s %12s %12s %12s %10s\n", "transform", "workers", "images/s", "ms/batch", "img/s/core",
+            "skipped");
     int status = CNT_OK;
-    for (int workers = 1;; workers = workers * 2 > max_workers && workers < max_workers ? max_workers : workers * 2) {
-        loader_options lo, eo;
-        input_loader_options(cfg, &d, NULL, 0, 1, &lo, &eo);
-        lo.workers = workers;
-        lo.prefetch = 2 * workers > cfg->prefetch ? 2 * workers : cfg->prefetch;
-        loader *ld = loader_create(&d.train, &lo);
-        if (!ld) {
-            status = CNT_ERR;
-            break;
+    /* the training transform (unless data.augment is off), then evaluation's */
+    for (int augment = cfg->augment; augment >= 0 && status == CNT_OK; augment--)
+        for (int w = 1; status == CNT_OK; w = w * 2 > max_workers && w < max_workers ? max_workers : w * 2) {
+            status = bench_data_row(cfg, &d, augment, w, cpus, seconds, out);
+            if (w >= max_workers) break;
         }
-        if (workers == 1) {
-            char cpus[128];
-            int n = loader_thread_cpus(ld, cpus, sizeof cpus);
-            fprintf(out, "loader threads bound to the process's CPUs %s (%d of %ld online)\n", cpus, n, cores);
-        }
-        loader_start_epoch(ld, 0);
-        /* The first batch warms up (threads start, files enter the page cache). */
-        long images = 0, batches = 0;
-        const batch *b = loader_next(ld);
-        double t0 = time_now(), t = t0;
-        while (b && (b = loader_next(ld)) != NULL) {
-            images += b->n;
-            batches++;
-            t = time_now();
-            if (t - t0 >= seconds) break;
-        }
-        long skipped = loader_skipped(ld);
-        loader_free(ld);
-        double dt = t - t0;
-        if (batches == 0 || dt <= 0) {
-            fprintf(out, "%8d %12s   (one epoch is a single batch: nothing to time)\n", workers, "-");
-        } else {
-            fprintf(out, "%8d %12.1f %12.2f %14.1f %10ld\n", workers, images / dt, 1e3 * dt / batches,
-                    images / dt / workers, skipped);
-        }
-        fflush(out);
-        if (workers >= max_workers) break;
-    }
     input_free(&d);
     return status;
 }
