@@ -52,6 +52,10 @@ ifeq ($(HAVE_JANSSON),0)
   $(shell rm -f $(PROBE_MK))
   $(error jansson 2.8 or later (jansson.h, libjansson), the JSON reader, not found: run `make deps`)
 endif
+ifeq ($(HAVE_JPEG),0)
+  $(shell rm -f $(PROBE_MK))
+  $(error libjpeg-turbo 1.5 or later (jpeglib.h, libjpeg), the JPEG decoder, not found: run `make deps`)
+endif
 ifeq ($(CUDA),1)
   ifneq ($(CUDA_USABLE),1)
     $(error CUDA=1 but no usable CUDA toolkit at $(CUDA_HOME) (nvcc, cuda_runtime.h, libcudart))

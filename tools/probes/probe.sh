@@ -15,6 +15,7 @@ try() { # name compiler flags...
 cuda_flags=(-I"$cuda/include" -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64")
 echo "HAVE_BLAS := $(try blas "$cc" -I/usr/include/x86_64-linux-gnu/openblas-openmp -lopenblas)"
 echo "HAVE_JANSSON := $(try jansson "$cc" -ljansson)"
+echo "HAVE_JPEG := $(try jpeg "$cc" -ljpeg)"
 echo "HAVE_DNNL := $(try dnnl "$cc" -ldnnl)"
 if command -v mpicc >/dev/null 2>&1; then echo "HAVE_MPI := $(try mpi mpicc)"; else echo "HAVE_MPI := 0"; fi
 echo "HAVE_CUDART := $(try cudart "$cc" "${cuda_flags[@]}" -lcudart)"
