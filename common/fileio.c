@@ -111,8 +111,12 @@ char *file_read_all(const char *path, const char *what, uint64_t max, size_t *le
     if (!f) return NULL;
     if (size > max) {
         fclose(f);
-        cnt_err_set("%s '%s': %llu bytes, more than the %llu this reads", what, path, (unsigned long long)size,
-                    (unsigned long long)max);
+        if (what)
+            cnt_err_set("%s '%s': %llu bytes, more than the %llu this reads", what, path, (unsigned long long)size,
+                        (unsigned long long)max);
+        else
+            cnt_err_set("%s: %llu bytes, more than the %llu this reads", path, (unsigned long long)size,
+                        (unsigned long long)max);
         return NULL;
     }
     char *text = cnt_malloc((size_t)size + 1);
@@ -121,7 +125,8 @@ char *file_read_all(const char *path, const char *what, uint64_t max, size_t *le
     fclose(f);
     if (bad) {
         free(text);
-        cnt_err_set("cannot read %s '%s': read error", what, path);
+        if (what) cnt_err_set("cannot read %s '%s': read error", what, path);
+        else cnt_err_set("%s: read error", path);
         return NULL;
     }
     text[*len] = '\0';

@@ -41,8 +41,9 @@ int file_open_regular_fd(const char *path, const char *what, uint64_t *size);
 /* The whole of path, opened as file_open_regular opens it, NUL-terminated
  * (free() it), its length in *len; NULL with a message: the open's, "<what>
  * '<path>': N bytes, more than the M this reads" when the file is larger
- * than max bytes, or "cannot read <what> '<path>': read error". For the small
- * text files read whole: step profiles (JSON). */
+ * than max bytes, or "cannot read <what> '<path>': read error"; with what
+ * NULL, "<path>: <reason>" as file_open_regular's (per-image messages). For
+ * files read whole: step profiles (JSON), images (data/image.c). */
 char *file_read_all(const char *path, const char *what, uint64_t max, size_t *len);
 
 /* Opens path for appending (created 0644 if missing; close-on-exec), with

@@ -5,6 +5,7 @@
 #include "common/check.h"
 
 #include <errno.h>
+#include <time.h>
 
 void cnt_mutex_init(pthread_mutex_t *mu) {
     errno = pthread_mutex_init(mu, NULL);
@@ -29,4 +30,16 @@ void cnt_mutex_unlock(pthread_mutex_t *mu) {
 void cnt_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
     errno = pthread_cond_wait(cv, mu);
     CHECK_ERRNO(errno == 0, "pthread_cond_wait");
+}
+
+int cnt_cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* a default condition variable's clock */
+    long long ns = (long long)ts.tv_nsec + (long long)(seconds * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    errno = pthread_cond_timedwait(cv, mu, &ts);
+    if (errno == ETIMEDOUT) return 1;
+    CHECK_ERRNO(errno == 0, "pthread_cond_timedwait");
+    return 0;
 }

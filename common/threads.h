@@ -18,5 +18,8 @@ void cnt_mutex_lock(pthread_mutex_t *mu);
 void cnt_mutex_unlock(pthread_mutex_t *mu);
 /* pthread_cond_wait on cv with mu held. */
 void cnt_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu);
+/* The same for at most `seconds` (>= 0; cv made by cnt_cond_init): 1 when
+ * that time passed, 0 when woken (callers recheck their condition). */
+int cnt_cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds);
 
 #endif

@@ -25,36 +25,13 @@ static int check_size(const char *path, int w, int h) {
     return CNT_OK;
 }
 
-/* The file's bytes (malloc'ed) or NULL with the message. */
-static uint8_t *read_file(const char *path, size_t *len) {
-    uint64_t size = 0;
-    /* A regular file only: a FIFO's open and reads would block the worker. */
-    FILE *f = file_open_regular(path, NULL, &size);
-    if (!f) return NULL;
-    if (size > IMAGE_MAX_FILE_BYTES) {
-        fclose(f);
-        cnt_err_set("%s: %llu bytes, more than the %llu an image may have", path, (unsigned long long)size,
-                    (unsigned long long)IMAGE_MAX_FILE_BYTES);
-        return NULL;
-    }
-    uint8_t *buf = cnt_malloc(size ? (size_t)size : 1);
-    *len = fread(buf, 1, (size_t)size, f);
-    int bad = ferror(f) || *len != size;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        cnt_err_set("%s: read error", path);
-        return NULL;
-    }
-    return buf;
-}
-
 int image_open(image_src *im, const char *path, int c) {
     memset(im, 0, sizeof *im);
     im->path = path;
     im->c = c;
     size_t len = 0;
-    uint8_t *buf = read_file(path, &len);
+    /* A regular file only: a FIFO's open and reads would block the worker. */
+    uint8_t *buf = (uint8_t *)file_read_all(path, NULL, IMAGE_MAX_FILE_BYTES, &len);
     if (!buf) return CNT_ERR;
     if (jpeg_is_jpeg(buf, len)) {
         if (jpeg_read_size(path, buf, len, &im->w, &im->h) != CNT_OK || check_size(path, im->w, im->h) != CNT_OK) {

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 
 #include "common/check.h"
@@ -476,14 +475,8 @@ int loader_thread_cpus(loader *ld, char *cpus, size_t len) {
     cnt_mutex_lock(&ld->mu);
     /* threads start at once; 10 s is a stuck system, said as such */
     double deadline = time_now() + 10.0;
-    while (ld->started < ld->opt.workers && time_now() < deadline) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
-        ts.tv_nsec += 100000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        int rc = pthread_cond_timedwait(&ld->done_cv, &ld->mu, &ts);
-        if (rc && rc != ETIMEDOUT) cnt_fatal("pthread_cond_timedwait (data loader): %s", strerror(rc));
-    }
+    for (double left; ld->started < ld->opt.workers && (left = deadline - time_now()) > 0;)
+        cnt_cond_timedwait(&ld->done_cv, &ld->mu, left);
     int n = ld->started < ld->opt.workers ? -1 : ld->min_cpus;
     cnt_mutex_unlock(&ld->mu);
     if (cpus) cpus_format(&ld->cpus, cpus, len);

@@ -21,6 +21,8 @@
 
 #include "common/check.h"
 #include "common/cpus.h"
+#include "common/threads.h"
+#include "common/timer.h"
 
 static void test_prefix_and_suffix(void **state) {
     (void)state;
@@ -106,9 +108,30 @@ static void test_cpus_format(void **state) {
     assert_true(n >= 1 && n == cpus_count(&mine) && n <= cpus_online());
 }
 
+/* cnt_cond_timedwait: unsignalled, it returns 1 after about its time, also
+ * across a second boundary (0.35 s three times from any start). */
+static void test_cond_timedwait(void **state) {
+    (void)state;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cnt_mutex_init(&mu);
+    cnt_cond_init(&cv);
+    cnt_mutex_lock(&mu);
+    for (int k = 0; k < 3; k++) {
+        double t0 = time_now();
+        assert_int_equal(cnt_cond_timedwait(&cv, &mu, 0.35), 1);
+        double dt = time_now() - t0;
+        assert_true(dt >= 0.34 && dt < 5.0);
+    }
+    cnt_mutex_unlock(&mu);
+    pthread_cond_destroy(&cv);
+    pthread_mutex_destroy(&mu);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpus_format),
+        cmocka_unit_test(test_cond_timedwait),
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_log_line_is_one_write),

@@ -171,8 +171,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
 
 /* One row of --bench-data: the loader over the training set with `augment`
  * (the train transform) or without (the evaluation transform), `workers`
- * threads, timed for `seconds` after a warm-up batch. cpus: the process's. */
-static int bench_data_row(const config *cfg, const input_data *d, int augment, int workers, int cpus,
+ * threads, timed for `seconds` after a warm-up batch. cpus: the process's.
+ * The first row says first where its threads run (as they found their
+ * binding), then the columns. */
+static int bench_data_row(const config *cfg, const input_data *d, int augment, int workers, int cpus, int first,
                           double seconds, FILE *out) {
     loader_options lo, eo;
     input_loader_options(cfg, d, NULL, 0, 1, &lo, &eo);
@@ -181,6 +183,14 @@ static int bench_data_row(const config *cfg, const input_data *d, int augment, i
     lo.prefetch = 2 * workers > cfg->prefetch ? 2 * workers : cfg->prefetch;
     loader *ld = loader_create(&d->train, &lo);
     if (!ld) return CNT_ERR;
+    if (first) {
+        char list[128];
+        int n = loader_thread_cpus(ld, list, sizeof list);
+        fprintf(out, "loader threads bound to the process's CPUs %s (%d of %ld online); img/s/core divides by "
+                     "min(workers, %d)\n", list, n, sysconf(_SC_NPROCESSORS_ONLN), cpus);
+        fprintf(out, "%9s %8s %12s %12s %12s %10s\n", "transform", "workers", "images/s", "ms/batch", "img/s/core",
+                "skipped");
+    }
     loader_start_epoch(ld, 0);
     /* The first batch warms up (threads start, files enter the page cache). */
     long images = 0, batches = 0;
@@ -208,26 +218,18 @@ static int bench_data_row(const config *cfg, const input_data *d, int augment, i
 int bench_data(const config *cfg, double seconds, FILE *out) {
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int cpus = cpus_process(NULL);
     int max_workers = cfg->workers > cpus ? cfg->workers : cpus;
     fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, %s batches\n",
             config_name(cfg, &cfg->data_kind), d.train.root ? d.train.root : cfg->data_root, d.train.n, d.train.c,
             d.train.h, d.train.w, cfg->batch_size, d.crop == LOADER_CROP_RESIZED ? "resized" : "pad",
             config_batch_u8(cfg, NULL) ? "uint8" : "fp32");
-    char list[128];
-    cpus_mask m;
-    cpus_process(&m);
-    cpus_format(&m, list, sizeof list);
-    fprintf(out, "loader threads bound to the process's CPUs %s (%d of %ld online); img/s/core divides by "
-                 "min(workers, %d)\n", list, cpus, cores, cpus);
-    fprintf(out, "%9s %8s %12s %12s %12s %10s\n", "transform", "workers", "images/s", "ms/batch", "img/s/core",
-            "skipped");
-    int status = CNT_OK;
+    int status = CNT_OK, first = 1;
     /* the training transform (unless data.augment is off), then evaluation's */
     for (int augment = cfg->augment; augment >= 0 && status == CNT_OK; augment--)
         for (int w = 1; status == CNT_OK; w = w * 2 > max_workers && w < max_workers ? max_workers : w * 2) {
-            status = bench_data_row(cfg, &d, augment, w, cpus, seconds, out);
+            status = bench_data_row(cfg, &d, augment, w, cpus, first, seconds, out);
+            first = 0;
             if (w >= max_workers) break;
         }
     input_free(&d);

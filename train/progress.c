@@ -7,9 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/check.h"
+#include "common/cpus.h"
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "train/metrics.h"
@@ -144,9 +144,9 @@ static void warn_data_wait(progress *p, const tally *w, double secs, double wait
     p->wait_warned = p->epoch + 1;
     log_warn("data: the last %ld steps waited for batches %.0f%% of their time (%.2f ms a step, more than "
              "data.wait_warn = %g): the loader's %d thread%s (data.workers) cannot keep up; raise data.workers "
-             "(this machine has %ld cores), keep data.jpeg_scaling on, or use fewer ranks per node",
+             "(this rank may run on %d CPUs), keep data.jpeg_scaling on, or use fewer ranks per node",
              w->steps, 100 * share, wait_ms, p->o.wait_warn, p->o.workers, p->o.workers == 1 ? "" : "s",
-             sysconf(_SC_NPROCESSORS_ONLN));
+             cpus_process(NULL));
 }
 
 int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
