@@ -3,6 +3,7 @@
  * truncation, per-channel statistics for normalisation, release.
  */
 #include "data/dataset.h"
+#include "data/shards.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ void dataset_truncate(dataset *ds, int limit) {
             int i = (int)((long)j * ds->n / limit);
             ds->labels[j] = ds->labels[i];
             ds->name_off[j] = ds->name_off[i];
+            if (ds->recs) ds->recs[j] = ds->recs[i];
         }
     }
     ds->n = limit;
@@ -62,5 +64,7 @@ void dataset_free(dataset *ds) {
     free(ds->names);
     free(ds->name_off);
     free(ds->class_off);
+    free(ds->recs);
+    shards_close(ds->shards);
     memset(ds, 0, sizeof *ds);
 }

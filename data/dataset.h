@@ -6,10 +6,12 @@
  *  - in memory: `pixels` holds n images of c x h x w bytes. Readers: IDX files,
  *    gzipped or raw (MNIST, Fashion-MNIST, data/idx.c), CIFAR-10/100 binary
  *    batches (data/cifar.c), a synthetic generator (data/synthetic.c);
- *  - file-backed (image folders, data/imagefolder.c): `pixels` is NULL and
- *    sample i is the file root/names[i], decoded on demand by the loader's
- *    worker threads; c x h x w is then the shape the loader produces (the
- *    model's input), set with dataset_set_shape().
+ *  - file-backed (image folders, data/imagefolder.c; shard sets, the same
+ *    images packed into a few large files, data/shards.h): `pixels` is NULL
+ *    and sample i is the file root/names[i] (or its copy in a shard),
+ *    decoded on demand by the loader's worker threads; c x h x w is then the
+ *    shape the loader produces (the model's input), set with
+ *    dataset_set_shape().
  *
  * Errors: readers return CNT_ERR with a message naming the file and what is
  * wrong (missing, truncated, bad magic, label/image count mismatch, label out
@@ -35,6 +37,10 @@ typedef struct dataset {
     size_t names_len;      /* bytes in names */
     size_t *name_off;      /* [n] offset of sample i's path in names */
     size_t *class_off;     /* [classes] offset of class k's folder name in names (the path of its first file) */
+    /* Shard sets only (data/shards.h; NULL otherwise): root is the set's
+     * directory, sample i is the image at recs[i] in the open shards. */
+    struct shard_rec *recs; /* [n] */
+    struct shard_set *shards;
 } dataset;
 
 /* Reads an IDX image file (magic 0x00000803, [n, h, w] unsigned bytes) and an

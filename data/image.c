@@ -16,9 +16,6 @@
 #include "data/jpeg.h"
 #include "data/resample.h"
 
-/* Larger files are refused before reading (a 2^28-pixel JPEG is far smaller). */
-#define IMAGE_MAX_FILE_BYTES (1ULL << 30)
-
 static int check_size(const char *path, int w, int h) {
     if (w < 1 || h < 1 || (long)w * (long)h > IMAGE_MAX_PIXELS)
         return cnt_err_set("%s: image of %dx%d pixels is outside 1..%ld pixels", path, w, h, IMAGE_MAX_PIXELS);
@@ -26,13 +23,20 @@ static int check_size(const char *path, int w, int h) {
 }
 
 int image_open(image_src *im, const char *path, int c) {
-    memset(im, 0, sizeof *im);
-    im->path = path;
-    im->c = c;
     size_t len = 0;
     /* A regular file only: a FIFO's open and reads would block the worker. */
     uint8_t *buf = (uint8_t *)file_read_all(path, NULL, IMAGE_MAX_FILE_BYTES, &len);
-    if (!buf) return CNT_ERR;
+    if (!buf) {
+        memset(im, 0, sizeof *im);
+        return CNT_ERR;
+    }
+    return image_open_bytes(im, buf, len, path, c);
+}
+
+int image_open_bytes(image_src *im, uint8_t *buf, size_t len, const char *path, int c) {
+    memset(im, 0, sizeof *im);
+    im->path = path;
+    im->c = c;
     if (jpeg_is_jpeg(buf, len)) {
         if (jpeg_read_size(path, buf, len, &im->w, &im->h) != CNT_OK || check_size(path, im->w, im->h) != CNT_OK) {
             free(buf);

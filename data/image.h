@@ -27,6 +27,8 @@
 
 /* Images above this many pixels are refused (a decompression bomb's guard). */
 #define IMAGE_MAX_PIXELS (1L << 28)
+/* Larger files are refused before reading (a 2^28-pixel JPEG is far smaller). */
+#define IMAGE_MAX_FILE_BYTES (1ULL << 30)
 
 typedef struct image_src {
     const char *path;       /* for messages; not owned */
@@ -42,6 +44,11 @@ typedef struct image_src {
  * channels. CNT_ERR with "PATH: reason" for a file that cannot be read, is
  * not an image, is corrupt, or has more than IMAGE_MAX_PIXELS pixels. */
 int image_open(image_src *im, const char *path, int c);
+
+/* The same for a file's bytes already in memory (buf, len bytes, malloc'ed:
+ * taken over, freed on error too); path names it in messages. For images
+ * read from a shard set (data/shards.h). */
+int image_open_bytes(image_src *im, uint8_t *buf, size_t len, const char *path, int c);
 
 /* An in-memory interleaved image (not copied; must outlive im). */
 void image_wrap(image_src *im, const uint8_t *hwc, int w, int h, int c, const char *name);

@@ -24,6 +24,7 @@
 
 #include "common/check.h"
 #include "common/fileio.h"
+#include "data/shards.h"
 
 static const char *const image_exts[] = {"jpg", "jpeg", "png", "bmp", "tga", "gif", "ppm",
                                          "pgm", "pnm", "psd", "hdr", "pic", NULL};
@@ -250,6 +251,15 @@ void dataset_sample_path(const dataset *ds, int i, char *buf, size_t n) {
 }
 
 int dataset_open_image(const dataset *ds, int i, image_src *im, char *path, size_t path_len) {
+    if (ds->shards) {
+        uint8_t *bytes;
+        size_t len;
+        if (shards_read(ds, i, &bytes, &len, path, path_len) != CNT_OK) {
+            memset(im, 0, sizeof *im);
+            return CNT_ERR;
+        }
+        return image_open_bytes(im, bytes, len, path, ds->c);
+    }
     dataset_sample_path(ds, i, path, path_len);
     return image_open(im, path, ds->c);
 }

@@ -35,6 +35,7 @@
 #include "common/threads.h"
 #include "common/timer.h"
 #include "common/rng.h"
+#include "data/shards.h"
 
 #define LOADER_MAX_WORKERS 256
 #define LOADER_MAX_PREFETCH 1024
@@ -50,6 +51,11 @@ struct loader {
     int steps;        /* batches per epoch on this rank */
     int shard_n;      /* samples of this rank visited per epoch */
     int *perm;        /* [ds->n] permutation of the current epoch */
+    /* Read order blocks (shard sets): the blocks, this epoch's block order,
+     * each ordered block's first position in the sequence of blocks
+     * (bseq[m] = n), the rank's run (n / world) and window (in samples). */
+    int nblocks, *bstart, *border, *bseq, *scratch;
+    int run, window;
     float lut[3][256];/* per channel: normalised value of each byte */
     int nslots;
     loader_slot *slots;
@@ -67,6 +73,8 @@ struct loader {
     int active;       /* 1 once an epoch has been started */
     int claimed, delivered, released, busy;
     int holding;      /* 1: the consumer holds the slot of step delivered - 1 */
+    int hinted;       /* steps [.., hinted) of the epoch handed to the kernel to read ahead */
+    int hinted_win;   /* blocks order: windows [0, hinted_win) of the rank's run handed over */
     int stop;         /* 1: workers exit */
 
     cpus_mask cpus;      /* the process's CPUs (cpus_process), every worker's binding */
@@ -317,6 +325,128 @@ static int loader_try_sample(loader *ld, int idx, void *dst, rng *r) {
     return CNT_ERR;
 }
 
+void loader_blocks_permutation(rng *r, const int *bstart, int m, int world, int window, int shuffle, int *perm,
+                               int *order, int *scratch) {
+    int n = bstart[m];
+    if (shuffle)
+        rng_permutation(r, order, m);
+    else
+        for (int k = 0; k < m; k++) order[k] = k;
+    int at = 0;
+    for (int j = 0; j < m; j++)
+        for (int i = bstart[order[j]]; i < bstart[order[j] + 1]; i++) scratch[at++] = i;
+    int run = n / world;
+    if (window < 1) window = 1;
+    for (int q = 0; q < world; q++) {
+        int *piece = scratch + (size_t)q * (size_t)run;
+        for (int w0 = 0; shuffle && w0 < run; w0 += window) {
+            int len = run - w0 < window ? run - w0 : window;
+            for (int i = len - 1; i > 0; i--) { /* Fisher-Yates within the window */
+                int j = (int)rng_below(r, (uint32_t)(i + 1)), t = piece[w0 + i];
+                piece[w0 + i] = piece[w0 + j];
+                piece[w0 + j] = t;
+            }
+        }
+        for (int pos = 0; pos < run; pos++) perm[q + pos * world] = piece[pos];
+    }
+    for (int i = world * run; i < n; i++) perm[i] = scratch[i];
+}
+
+/* The blocks of a shard set in index order: runs of images back to back in
+ * one shard, cut once they hold block_bytes. */
+static void loader_make_blocks(loader *ld) {
+    const dataset *ds = ld->ds;
+    ld->bstart = cnt_malloc(((size_t)ds->n + 1) * sizeof *ld->bstart);
+    int m = 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < ds->n; i++) {
+        const shard_rec *a = &ds->recs[i];
+        int fresh = i == 0 || bytes >= ld->opt.block_bytes || a->shard != ds->recs[i - 1].shard ||
+                    a->off != ds->recs[i - 1].off + ds->recs[i - 1].len;
+        if (fresh) {
+            ld->bstart[m++] = i;
+            bytes = 0;
+        }
+        bytes += a->len;
+    }
+    ld->bstart[m] = ds->n;
+    ld->nblocks = m;
+    ld->border = cnt_malloc((size_t)m * sizeof *ld->border);
+    ld->bseq = cnt_malloc(((size_t)m + 1) * sizeof *ld->bseq);
+    ld->scratch = cnt_malloc((size_t)ds->n * sizeof *ld->scratch);
+    ld->run = ds->n / ld->opt.world;
+    long win = (long)ld->opt.window_blocks * ds->n / m;
+    ld->window = win < 1 ? 1 : win > INT_MAX ? INT_MAX : (int)win;
+}
+
+static void loader_epoch_permutation(loader *ld) {
+    rng r;
+    rng_seed(&r, ld->opt.seed, (uint64_t)ld->epoch);
+    if (ld->opt.read_order == LOADER_ORDER_BLOCKS) {
+        loader_blocks_permutation(&r, ld->bstart, ld->nblocks, ld->opt.world, ld->window, ld->opt.shuffle, ld->perm,
+                                  ld->border, ld->scratch);
+        ld->bseq[0] = 0;
+        for (int j = 0; j < ld->nblocks; j++)
+            ld->bseq[j + 1] = ld->bseq[j] + ld->bstart[ld->border[j] + 1] - ld->bstart[ld->border[j]];
+    } else if (ld->opt.shuffle) {
+        rng_permutation(&r, ld->perm, ld->ds->n);
+    } else {
+        for (int i = 0; i < ld->ds->n; i++) ld->perm[i] = i;
+    }
+}
+
+/* Reads ahead window k of the rank's run: its images, block by block. */
+static void loader_hint_window(const loader *ld, int k) {
+    int a = ld->opt.rank * ld->run + k * ld->window;
+    int b = a + (ld->run - k * ld->window < ld->window ? ld->run - k * ld->window : ld->window);
+    int lo = 0, hi = ld->nblocks; /* the ordered block holding sequence position a */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (ld->bseq[mid] <= a) lo = mid; else hi = mid;
+    }
+    for (int j = lo; j < ld->nblocks && ld->bseq[j] < b; j++) {
+        int s0 = a > ld->bseq[j] ? a : ld->bseq[j], s1 = b < ld->bseq[j + 1] ? b : ld->bseq[j + 1];
+        int first = ld->bstart[ld->border[j]] - ld->bseq[j];
+        shards_will_need(ld->ds, first + s0, first + s1);
+    }
+}
+
+/* Reads ahead steps [s0, s1) (and in blocks order the windows [w0, w1) of
+ * the rank's run): called without the lock, like loader_fill_batch. */
+static void loader_read_ahead(const loader *ld, int s0, int s1, int w0, int w1) {
+    const loader_options *o = &ld->opt;
+    int blocks = o->read_order == LOADER_ORDER_BLOCKS;
+    for (int k = w0; k < w1; k++) loader_hint_window(ld, k);
+    int end = s1 * o->batch < ld->shard_n ? s1 * o->batch : ld->shard_n;
+    for (int pos = s0 * o->batch; pos < end; pos++) {
+        if (blocks && pos < ld->run) continue; /* in a window */
+        int idx = ld->perm[(o->rank + pos * o->world) % ld->ds->n];
+        shards_will_need(ld->ds, idx, idx + 1);
+    }
+}
+
+/* Under the lock, when step s is claimed: what to read ahead now (steps
+ * [*s0, *s1), windows [*w0, *w1)), marked as handed over. */
+static void loader_claim_read_ahead(loader *ld, int s, int *s0, int *s1, int *w0, int *w1) {
+    *s0 = *s1 = *w0 = *w1 = 0;
+    if (!ld->ds->shards) return;
+    int last = s + ld->nslots < ld->steps ? s + ld->nslots : ld->steps;
+    if (ld->hinted < last) {
+        *s0 = ld->hinted > s ? ld->hinted : s;
+        *s1 = ld->hinted = last;
+    }
+    if (ld->opt.read_order != LOADER_ORDER_BLOCKS) return;
+    long p = (long)last * ld->opt.batch - 1; /* the last position of those steps */
+    if (p >= ld->run) p = ld->run - 1;
+    int nwin = (ld->run + ld->window - 1) / ld->window;
+    int want = p < 0 ? 0 : (int)(p / ld->window) + 2; /* through the window after it */
+    if (want > nwin) want = nwin;
+    if (ld->hinted_win < want) {
+        *w0 = ld->hinted_win;
+        *w1 = ld->hinted_win = want;
+    }
+}
+
 /* Builds step s of the current epoch into slot. Called without the lock: the
  * epoch and perm cannot change while busy > 0 (loader_start_epoch waits). */
 static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
@@ -367,10 +497,12 @@ static void *loader_worker(void *arg) {
     for (;;) {
         if (ld->stop) break;
         if (ld->active && ld->claimed < ld->steps && ld->claimed < ld->released + ld->nslots) {
-            int s = ld->claimed++;
+            int s = ld->claimed++, s0, s1, w0, w1;
             loader_slot *slot = &ld->slots[s % ld->nslots];
+            loader_claim_read_ahead(ld, s, &s0, &s1, &w0, &w1);
             ld->busy++;
             cnt_mutex_unlock(&ld->mu);
+            loader_read_ahead(ld, s0, s1, w0, w1);
             loader_fill_batch(ld, s, slot);
             cnt_mutex_lock(&ld->mu);
             ld->busy--;
@@ -397,6 +529,11 @@ static int loader_check_options(const dataset *ds, const loader_options *o) {
     if (o->prefetch < 1 || o->prefetch > LOADER_MAX_PREFETCH)
         return cnt_err_set("loader: prefetch must be in 1..%d, got %d", LOADER_MAX_PREFETCH, o->prefetch);
     if (!ds->labels || ds->n < 1) return cnt_err_set("loader: the dataset is empty");
+    if (o->read_order != LOADER_ORDER_RANDOM && o->read_order != LOADER_ORDER_BLOCKS)
+        return cnt_err_set("loader: unknown read order %d", o->read_order);
+    if (o->read_order == LOADER_ORDER_BLOCKS && (!ds->shards || o->block_bytes < 1 || o->window_blocks < 1))
+        return cnt_err_set("loader: read order blocks needs a shard set (data.kind = shards), a block size and a "
+                           "window of at least 1");
     if (o->crop != LOADER_CROP_PAD && o->crop != LOADER_CROP_RESIZED)
         return cnt_err_set("loader: unknown crop mode %d", o->crop);
     if (o->crop == LOADER_CROP_RESIZED && !(o->min_scale > 0.0f && o->min_scale <= 1.0f))
@@ -442,6 +579,8 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
             ld->lut[ch][v] = (float)(((double)v / 255.0 - (double)opt->mean[ch]) / (double)opt->std[ch]);
     }
     ld->perm = cnt_malloc((size_t)ds->n * sizeof *ld->perm);
+    ld->window = 1;
+    if (opt->read_order == LOADER_ORDER_BLOCKS) loader_make_blocks(ld);
     ld->known_bad = cnt_calloc((size_t)ds->n, 1);
     ld->bad_stamp = cnt_calloc((size_t)ds->n, sizeof *ld->bad_stamp);
     ld->nslots = opt->prefetch + 1;
@@ -496,16 +635,11 @@ void loader_start_epoch_at(loader *ld, int epoch, int first_step) {
     ld->active = 0;
     while (ld->busy > 0) cnt_cond_wait(&ld->done_cv, &ld->mu);
     ld->epoch = epoch;
-    if (ld->opt.shuffle) {
-        rng r;
-        rng_seed(&r, ld->opt.seed, (uint64_t)epoch);
-        rng_permutation(&r, ld->perm, ld->ds->n);
-    } else {
-        for (int i = 0; i < ld->ds->n; i++) ld->perm[i] = i;
-    }
+    loader_epoch_permutation(ld);
     for (int i = 0; i < ld->nslots; i++) ld->slots[i].ready = 0;
     __atomic_store_n(&ld->skipped, 0, __ATOMIC_RELAXED);
-    ld->claimed = ld->delivered = ld->released = first_step;
+    ld->claimed = ld->delivered = ld->released = ld->hinted = first_step;
+    ld->hinted_win = (int)((long)first_step * ld->opt.batch / ld->window);
     ld->holding = 0;
     ld->active = 1;
     broadcast(&ld->work_cv);
@@ -554,6 +688,10 @@ void loader_free(loader *ld) {
     free(ld->slots);
     free(ld->threads);
     free(ld->perm);
+    free(ld->bstart);
+    free(ld->border);
+    free(ld->bseq);
+    free(ld->scratch);
     free(ld->known_bad);
     free(ld->bad_stamp);
     free(ld);

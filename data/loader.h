@@ -39,6 +39,22 @@
  * with it (batch.lut); train/stager.c uploads the bytes and normalises them
  * on the device (backend normalize_u8), to the same floats.
  *
+ * Read order (shard sets, data/shards.h). LOADER_ORDER_RANDOM draws the
+ * permutation above, as for a folder: a shard set written in the folder's
+ * order then gives the folder's batches bit for bit. LOADER_ORDER_BLOCKS
+ * cuts the set (in its index order) into blocks of about block_bytes, and
+ * each epoch permutes the blocks, gives each rank a contiguous run of the
+ * permuted blocks (n / world images; the last n % world images are shared
+ * out as usual), and shuffles each rank's run within windows of
+ * window_blocks blocks (FFCV's quasi-random order, WebDataset's shuffle
+ * buffer): a rank reads a few large pieces of a few shards per window
+ * instead of scattered images, and its batches mix window_blocks blocks.
+ * Evaluation in blocks order: each rank reads its own contiguous run, in
+ * order. In both orders, when a worker claims a step, the images of the
+ * steps up to `prefetch` ahead (in blocks order: their windows and the next
+ * window, block by block) are handed to the kernel to read ahead
+ * (shards_will_need), so the workers' reads find them in memory.
+ *
  * Unreadable images (file-backed sets): a file that cannot be opened or
  * decoded gets one warning naming it (the first time, per process) and is
  * counted (loader_skipped). Training batches stay full: the sample is replaced
@@ -60,6 +76,7 @@
 typedef struct loader loader;
 
 enum { LOADER_CROP_PAD = 0, LOADER_CROP_RESIZED = 1 };
+enum { LOADER_ORDER_RANDOM = 0, LOADER_ORDER_BLOCKS = 1 };
 
 typedef struct loader_options {
     int batch;             /* samples per batch on this rank */
@@ -78,6 +95,9 @@ typedef struct loader_options {
     int u8;                /* 1: batches of bytes (batch.u8), normalised on the compute side */
     int workers;           /* >= 1 */
     int prefetch;          /* batches ready ahead, >= 1 */
+    int read_order;        /* LOADER_ORDER_RANDOM, or LOADER_ORDER_BLOCKS (shard sets only; see above) */
+    uint64_t block_bytes;  /* blocks: a block is a run of images back to back in one shard, this many bytes */
+    int window_blocks;     /* blocks: a rank shuffles its images within windows of this many blocks */
 } loader_options;
 
 typedef struct batch {
@@ -109,6 +129,15 @@ void loader_start_epoch_at(loader *ld, int epoch, int first_step);
 /* torchvision's RandomResizedCrop parameters for a w x h image: the crop at
  * (*x, *y) of *cw x *ch pixels (used by the loader; exposed for tests). */
 void loader_resized_crop_params(rng *r, int w, int h, float min_scale, int *x, int *y, int *cw, int *ch);
+
+/* LOADER_ORDER_BLOCKS' permutation of one epoch (exposed for tests): n =
+ * bstart[m] samples in m blocks [bstart[k], bstart[k+1]); with shuffle the
+ * blocks in a random order from r (into order[m]; identity without) and
+ * each rank's run of n / world samples shuffled within windows of `window`
+ * samples. perm (n) is laid out for the loader's sharding: rank q takes
+ * positions q, q + world, ... scratch holds n ints. */
+void loader_blocks_permutation(rng *r, const int *bstart, int m, int world, int window, int shuffle, int *perm,
+                               int *order, int *scratch);
 
 /* The fewest CPUs any of the loader's threads may run on (each binds
  * itself to the process's CPUs, cpus_process, when it starts), waiting up

@@ -46,24 +46,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* tmp_root/<rel>, with parent directories created. */
-static const char *path_of(const char *fmt, ...) {
-    static char buf[1024];
-    char rel[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rel, sizeof rel, fmt, ap);
-    va_end(ap);
-    snprintf(buf, sizeof buf, "%s/%s", tmp_root, rel);
-    for (char *p = buf + strlen(tmp_root) + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    }
-    return buf;
-}
+#define path_of(...) tu_path_in(tmp_root, __VA_ARGS__)
 
 /* A w x h image with c channels whose pixels encode id (red/grey = id % 256,
  * green = id / 256, blue = 7), written as PNG (or JPEG when the name ends in
@@ -90,12 +73,7 @@ static void write_bytes(const char *path, const char *bytes, size_t n) {
     fclose(f);
 }
 
-static void assert_contains(const char *haystack, const char *needle) {
-    if (!strstr(haystack, needle)) {
-        print_error("expected \"%s\" in: %s\n", needle, haystack);
-        fail();
-    }
-}
+#define assert_contains tu_assert_contains
 
 /* A tree of n images in `classes` classes (named c0, c1, ...), image i in
  * class i % classes, 4x4 RGB PNG encoding id i. */

@@ -132,7 +132,9 @@ typedef struct key_def {
      .max_count = (int)(sizeof(((config *)0)->field) / sizeof(((config *)0)->field[0])), __VA_ARGS__}
 
 static const choice data_kinds[] = {{"idx", DATA_KIND_IDX}, {"cifar", DATA_KIND_CIFAR},
-                                    {"imagefolder", DATA_KIND_IMAGEFOLDER}, {"synthetic", DATA_KIND_SYNTHETIC}, {0}};
+                                    {"imagefolder", DATA_KIND_IMAGEFOLDER}, {"shards", DATA_KIND_SHARDS},
+                                    {"synthetic", DATA_KIND_SYNTHETIC}, {0}};
+static const choice read_orders[] = {{"random", LOADER_ORDER_RANDOM}, {"blocks", LOADER_ORDER_BLOCKS}, {0}};
 static const choice crops[] = {{"auto", DATA_CROP_AUTO}, {"pad", DATA_CROP_PAD}, {"resized", DATA_CROP_RESIZED}, {0}};
 static const choice batch_dtypes[] = {
     {"auto", DATA_BATCH_AUTO}, {"uint8", DATA_BATCH_UINT8}, {"fp32", DATA_BATCH_FP32}, {0}};
@@ -175,19 +177,22 @@ static const key_def key_table[] = {
     K_ENUM("data", "kind", data_kind, "idx", .choices = data_kinds,
          .help = "data set format: idx (MNIST-style ubyte files), cifar (CIFAR-10/100 binary batches), "
                  "imagefolder (root/<class>/<image> trees of JPEG/PNG/BMP/TGA/GIF files), "
+                 "shards (image folders packed into a few large files by build/tools/make_shards), "
                  "synthetic (random images generated in memory)"),
     K_STRING("data", "root", data_root, "/usr/share/datasets/fashion-mnist",
-           .help = "directory holding the data set (idx, cifar; imagefolder: the folder holding train/ and val/; "
-                   "synthetic ignores it)"),
+           .help = "directory holding the data set (idx, cifar; imagefolder and shards: the folder holding train/ "
+                   "and val/; synthetic ignores it)"),
     K_STRING("data", "train_root", train_root, "", .empty_ok = 1,
-           .help = "imagefolder: the training tree <class>/<image>; empty: data.root/train"),
+           .help = "imagefolder: the training tree <class>/<image>; shards: the training shard set; empty: "
+                   "data.root/train"),
     K_STRING("data", "val_root", val_root, "", .empty_ok = 1,
-           .help = "imagefolder: the validation tree <class>/<image>; empty: data.root/val"),
+           .help = "imagefolder: the validation tree <class>/<image>; shards: the validation shard set; empty: "
+                   "data.root/val"),
     K_INT("data", "image_size", image_size, "0", BETWEEN(0, 4096),
-        .help = "imagefolder: height and width images are cropped and resized to (the model input); 0: 224 (299 "
+        .help = "imagefolder, shards: height and width images are cropped and resized to (the model input); 0: 224 (299 "
                 "for inception_v3). Other kinds keep their own size and ignore it"),
     K_INT("data", "channels", channels, "0", BETWEEN(0, 3),
-        .help = "imagefolder: channels images are decoded to, 1 (grey) or 3 (RGB); 0: 3. Other kinds keep their "
+        .help = "imagefolder, shards: channels images are decoded to, 1 (grey) or 3 (RGB); 0: 3. Other kinds keep their "
                 "own and ignore it"),
     K_INT("data", "train_limit", train_limit, "0", AT_LEAST(0),
         .help = "use only the first N training samples; 0 uses all"),
@@ -198,7 +203,7 @@ static const key_def key_table[] = {
     K_ENUM("data", "crop", crop, "auto", .choices = crops,
          .help = "pad: pad by data.pad and crop at random (CIFAR style); resized: random-resized crop, evaluation "
                  "resizes the shorter side to size x 256/224 and crops the centre (ImageNet style); auto: resized for "
-                 "imagefolder, pad otherwise"),
+                 "imagefolder and shards, pad otherwise"),
     K_ENUM("data", "batch_dtype", batch_dtype, "auto", .choices = batch_dtypes,
          .help = "what the loader hands the device: uint8 (bytes, normalised on the device: a quarter of the "
                  "transfer), fp32 (normalised floats); auto: uint8 on a GPU, fp32 on the CPU"),
@@ -211,7 +216,7 @@ static const key_def key_table[] = {
           .help = "smallest crop area as a fraction of the image (crop = resized; aspect ratio 3/4 to 4/3)"),
     K_STRING("data", "mean", mean, "auto",
            .help = "per-channel mean of pixels scaled to [0, 1], e.g. 0.485,0.456,0.406; auto: measured on the "
-                   "training data (imagefolder: on up to 1024 images spread over it)"),
+                   "training data (imagefolder, shards: on up to 1024 images spread over it)"),
     K_STRING("data", "std", std, "auto",
            .help = "per-channel standard deviation of pixels scaled to [0, 1], e.g. 0.229,0.224,0.225; auto: "
                    "measured like data.mean"),
@@ -225,6 +230,15 @@ static const key_def key_table[] = {
     K_ENUM("data", "remainder", remainder, "drop", .choices = remainders,
          .help = "training samples that do not fill one more step on every rank: drop them (a different few "
                  "each epoch), or wrap around to the epoch's first samples so every sample is seen"),
+    K_ENUM("data", "read_order", read_order, "random", .choices = read_orders,
+         .help = "shards: random reads images in the order of a full permutation, as from a folder; blocks gives "
+                 "each rank a run of blocks (data.block_mb) in a random order and shuffles within windows of "
+                 "data.shuffle_blocks blocks: large sequential reads, batches drawn from a window"),
+    K_INT("data", "block_mb", block_mb, "16", BETWEEN(1, 4096),
+        .help = "shards with data.read_order = blocks: megabytes of images a block holds (one sequential read)"),
+    K_INT("data", "shuffle_blocks", shuffle_blocks, "32", BETWEEN(1, 1000000),
+        .help = "shards with data.read_order = blocks: blocks whose images a rank shuffles together (memory: "
+                "shuffle_blocks x block_mb of page cache per rank)"),
     K_STRING("data", "synthetic_shape", synthetic_shape, "3x32x32",
            .help = "image shape CxHxW of the synthetic data set (C 1..3, H and W 1..4096)"),
     K_INT("data", "synthetic_classes", synthetic_classes, "10", BETWEEN(2, 100000),
@@ -1233,6 +1247,10 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.ps_max_staleness = %d bounds asynchronous training: set "
                            "dist.ps_sync = false with it (synchronous training has no stale gradients)",
                            cfg->ps_max_staleness);
+    if (cfg->read_order == LOADER_ORDER_BLOCKS && cfg->data_kind != DATA_KIND_SHARDS)
+        return cnt_err_set("invalid configuration: data.read_order = blocks reads shard sets (data.kind = shards, "
+                           "written by build/tools/make_shards), got data.kind = %s",
+                           config_name(cfg, &cfg->data_kind));
     if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->device == BACKEND_DEVICE_CPU)
         return cnt_err_set("invalid configuration: dist.backend = nccl needs GPUs (train.device = cuda or auto), "
                            "got train.device = cpu");
@@ -1405,7 +1423,11 @@ int config_crop(const config *cfg) {
     case DATA_CROP_RESIZED: return LOADER_CROP_RESIZED;
     case DATA_CROP_AUTO: break;
     }
-    return cfg->data_kind == DATA_KIND_IMAGEFOLDER ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+    return config_file_backed(cfg) ? LOADER_CROP_RESIZED : LOADER_CROP_PAD;
+}
+
+int config_file_backed(const config *cfg) {
+    return cfg->data_kind == DATA_KIND_IMAGEFOLDER || cfg->data_kind == DATA_KIND_SHARDS;
 }
 
 int config_batch_u8(const config *cfg, const backend *be) {

@@ -43,7 +43,9 @@
  * backend_device, loss_scale_mode, lr_schedule, reducer_compress, dist_mode,
  * dist_backend). These are
  * the ones only the configuration has. */
-typedef enum data_kind { DATA_KIND_IDX, DATA_KIND_CIFAR, DATA_KIND_IMAGEFOLDER, DATA_KIND_SYNTHETIC } data_kind;
+typedef enum data_kind {
+    DATA_KIND_IDX, DATA_KIND_CIFAR, DATA_KIND_IMAGEFOLDER, DATA_KIND_SHARDS, DATA_KIND_SYNTHETIC
+} data_kind;
 typedef enum data_crop { DATA_CROP_AUTO, DATA_CROP_PAD, DATA_CROP_RESIZED } data_crop;
 typedef enum data_batch_dtype { DATA_BATCH_AUTO, DATA_BATCH_UINT8, DATA_BATCH_FP32 } data_batch_dtype;
 typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_remainder;
@@ -62,9 +64,9 @@ typedef struct config {
 
     /* [data] */
     data_kind data_kind;
-    char data_root[CONFIG_STR];      /* directory holding the data set (idx, cifar, imagefolder) */
-    char train_root[CONFIG_STR];     /* imagefolder training tree; "": data_root/train */
-    char val_root[CONFIG_STR];       /* imagefolder validation tree; "": data_root/val */
+    char data_root[CONFIG_STR];      /* directory holding the data set (idx, cifar, imagefolder, shards) */
+    char train_root[CONFIG_STR];     /* imagefolder tree or shard set for training; "": data_root/train */
+    char val_root[CONFIG_STR];       /* imagefolder tree or shard set for validation; "": data_root/val */
     int image_size;                  /* model input side; 0: from the data / 224 (299 inception_v3) */
     int channels;                    /* model input channels 1 or 3; 0: from the data / 3 */
     int train_limit;                 /* 0: all training samples */
@@ -81,6 +83,9 @@ typedef struct config {
     float wait_warn;                 /* share of the time waiting for batches that is warned about; 0: off */
     int prefetch;                    /* batches ready ahead */
     data_remainder remainder;        /* training samples that do not fill a step */
+    int read_order;                  /* LOADER_ORDER_RANDOM or _BLOCKS (shards) */
+    int block_mb;                    /* read_order = blocks: block size */
+    int shuffle_blocks;              /* read_order = blocks: blocks a rank shuffles together */
     char synthetic_shape[CONFIG_STR]; /* "CxHxW" (synthetic) */
     int synthetic_classes;           /* label range (synthetic) */
     int synthetic_train;             /* training samples (synthetic) */
@@ -213,8 +218,11 @@ backend_dtype config_activations(const config *cfg, const backend *be);
 /* The step's loss options (train.label_smoothing, train.aux_weight). */
 step_opts config_step_opts(const config *cfg);
 /* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized
- * crop for image folders and the pad crop for in-memory sets. */
+ * crop for image folders and shard sets, the pad crop for in-memory sets. */
 int config_crop(const config *cfg);
+/* 1 when data.kind is a file-backed set (imagefolder, shards): images
+ * decoded by the loader, data.image_size and data.channels apply. */
+int config_file_backed(const config *cfg);
 /* data.batch_dtype on backend be (NULL: none chosen yet, as for
  * --bench-data): 1 for uint8 batches (loader_options.u8), 0 for floats;
  * auto is uint8 on a GPU (a quarter of the bytes cross to it) and floats on

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "data/shards.h"
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "model/zoo.h"
@@ -37,7 +38,8 @@ static int load_in_memory(const config *cfg, input_data *d) {
         return dataset_make_synthetic(&d->test, c, h, w, cfg->synthetic_classes, cfg->synthetic_test, cfg->seed,
                                       SYNTHETIC_STREAM_TEST);
     }
-    case DATA_KIND_IMAGEFOLDER: break; /* file-backed: list_folders */
+    case DATA_KIND_IMAGEFOLDER:
+    case DATA_KIND_SHARDS: break; /* file-backed: list_folders, open_shard_sets */
     }
     return cnt_err_set("data.kind '%s' is not an in-memory data set", config_name(cfg, &cfg->data_kind));
 }
@@ -100,6 +102,55 @@ static int list_folders(const config *cfg, input_data *d) {
     return rc;
 }
 
+/* Every rank opens both shard sets itself (one sequential read of each
+ * index, no listing to broadcast); then the ranks compare, so that all fail
+ * together, naming the rank that could not open them, or that sees another
+ * copy of the data (a different set id). */
+static int open_shard_sets(const config *cfg, input_data *d) {
+    char train_root[CONFIG_STR + 16], val_root[CONFIG_STR + 16];
+    folder_path(train_root, sizeof train_root, cfg->train_root, cfg->data_root, "train");
+    folder_path(val_root, sizeof val_root, cfg->val_root, cfg->data_root, "val");
+    double t0 = time_now();
+    uint64_t ids[2] = {0, 0};
+    int rc = dataset_open_shards(&d->train, train_root, &ids[0]);
+    if (rc == CNT_OK) rc = dataset_open_shards(&d->test, val_root, &ids[1]);
+    if (rc != CNT_OK) {
+        const char *failed = d->train.root ? val_root : train_root;
+        char index[CONFIG_STR + 32];
+        snprintf(index, sizeof index, "%s/%s", failed, SHARDS_INDEX);
+        if (access(failed, F_OK) != 0)
+            cnt_err_suffix("; set data.root to the folder holding the train/ and val/ shard sets (or data.train_root "
+                           "and data.val_root); build/tools/make_shards writes them from image folders");
+        else if (access(index, F_OK) != 0)
+            cnt_err_suffix("; %s is not a shard set: build/tools/make_shards packs an image folder into one, and "
+                           "data.kind=imagefolder reads image folders", failed);
+    }
+    if (rc == CNT_OK) rc = dataset_same_classes(&d->train, &d->test);
+    int world = dist_world();
+    if (world > 1) {
+        dist_phase("start-up: opening the shard sets");
+        uint64_t *all = cnt_malloc(3 * (size_t)world * sizeof *all);
+        dist_allgather_u64(rc == CNT_OK, all);
+        dist_allgather_u64(ids[0], all + world);
+        dist_allgather_u64(ids[1], all + 2 * world);
+        for (int q = 0; q < world && rc == CNT_OK; q++) {
+            if (!all[q])
+                rc = cnt_err_set("rank %d could not open the shard sets %s and %s (its message says why)", q,
+                                 train_root, val_root);
+            else if (all[world + q] != all[world] || all[2 * world + q] != all[2 * world])
+                rc = cnt_err_set("rank %d reads other shard sets at %s and %s than rank 0 (a different copy on its "
+                                 "node?): every rank must read the same sets",
+                                 q, train_root, val_root);
+        }
+        free(all);
+    }
+    if (rc == CNT_OK)
+        log_info("data: opened the shard sets %s (%d images in %d classes, %d shards) and %s (%d images) in %.2f s",
+                 train_root, d->train.n, d->train.classes, shards_count(&d->train), val_root, d->test.n,
+                 time_now() - t0);
+    return rc;
+}
+
 /* data.mean / data.std = auto on an image folder: rank 0 estimates them from
  * a sample and broadcasts them, so every rank normalises identically. */
 static int folder_stats(const config *cfg, input_data *d) {
@@ -128,10 +179,10 @@ static int folder_stats(const config *cfg, input_data *d) {
 
 int input_load(const config *cfg, input_data *d) {
     memset(d, 0, sizeof *d);
-    int folder = cfg->data_kind == DATA_KIND_IMAGEFOLDER;
+    int folder = config_file_backed(cfg);
     int rc;
     if (folder) {
-        rc = list_folders(cfg, d);
+        rc = cfg->data_kind == DATA_KIND_SHARDS ? open_shard_sets(cfg, d) : list_folders(cfg, d);
         if (rc == CNT_OK) {
             /* 0: the side torchvision trains the model at (299 for inception_v3) */
             int zc, zh, zw;
@@ -194,7 +245,8 @@ void input_loader_options(const config *cfg, const input_data *d, const backend 
                          .drop_last = 1, .wrap = cfg->remainder == DATA_REMAINDER_WRAP, .augment = cfg->augment,
                          .crop = d->crop, .pad = cfg->pad, .min_scale = cfg->min_scale,
                          .jpeg_scaling = cfg->jpeg_scaling, .u8 = config_batch_u8(cfg, be), .workers = cfg->workers,
-                         .prefetch = cfg->prefetch};
+                         .prefetch = cfg->prefetch, .read_order = cfg->read_order,
+                         .block_bytes = (uint64_t)cfg->block_mb << 20, .window_blocks = cfg->shuffle_blocks};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);
     *train = lo;

@@ -312,3 +312,28 @@ void tu_grads_free(tu_grads *g) {
     net_set_node_hook(g->nt, NULL, NULL);
     g->nt = NULL;
 }
+
+const char *tu_path_in(const char *root, const char *fmt, ...) {
+    static char buf[1024];
+    char rel[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rel, sizeof rel, fmt, ap);
+    va_end(ap);
+    snprintf(buf, sizeof buf, "%s/%s", root, rel);
+    for (char *p = buf + strlen(root) + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(buf, 0777);
+            *p = '/';
+        }
+    }
+    return buf;
+}
+
+void tu_assert_contains(const char *haystack, const char *needle) {
+    if (!strstr(haystack, needle)) {
+        print_error("expected \"%s\" in: %s\n", needle, haystack);
+        fail();
+    }
+}

@@ -76,6 +76,11 @@ float *tu_alloc_f(size_t n);
  * they are emptied (tests create read-only ones), symbolic links are removed,
  * not followed. Errors are ignored (a test's teardown must not fail). */
 void tu_remove_tree(const char *dir);
+/* root/<fmt...> in a static buffer (valid until the next call), with the
+ * directories above it created: where a test writes its scratch files. */
+const char *tu_path_in(const char *root, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Fails the test, printing both strings, unless needle occurs in haystack. */
+void tu_assert_contains(const char *haystack, const char *needle);
 
 /* A pooling geometry written as one table row; P and Q are read for adaptive
  * pooling only (pool_params_init derives them otherwise). */
