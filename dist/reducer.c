@@ -1,7 +1,7 @@
 /*
  * dist/reducer.c - bucketed gradient allreduce overlapped with backward: the
- * bucket layout and the grad hook that launches each bucket backward
- * completes, in front of a strategy (dist/reducer_impl.h): a communication
+ * grad hook that launches each bucket backward completes (the layout is
+ * dist/buckets.c's), in front of a strategy (dist/reducer_impl.h): a communication
  * thread through host memory (reducer_mpi.c) or NCCL on the GPU
  * (reducer_nccl.c). Design: docs/ARCHITECTURE.md, "Data parallelism".
  */
@@ -11,28 +11,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-
-int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, size_t *ends, int max) {
-    CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
-    int count = 0;
-    for (size_t off = 0; off < n; count++) {
-        size_t len = count == 0 ? first_bucket : bucket_size;
-        if (len > n - off) len = n - off;
-        off += len;
-        if (ends && count < max) ends[count] = off;
-    }
-    return count;
-}
-
-void reducer_bucket_ready_after(const size_t *ends, int nb, const size_t *slice_end, int n_slices, int *ready_after) {
-    size_t ready = 0; /* what reducer_grads_ready calls ready_upto */
-    int b = 0;
-    for (int k = 0; k < n_slices; k++) {
-        if (slice_end[k] > ready) ready = slice_end[k];
-        for (; b < nb && ends[b] <= ready; b++) ready_after[b] = k;
-    }
-    for (; b < nb; b++) ready_after[b] = -1;
-}
 
 reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts) {
     size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;

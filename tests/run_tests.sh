@@ -8,13 +8,17 @@
 # A binary that crashes or exits non-zero without a cmocka summary counts as
 # one failure, so nothing can fail silently. cmocka's "[  SKIPPED ]" cases
 # and scripts printing a line starting with SKIPPED count as skipped.
+# Each test's wall time follows it ("--- T: S s"), and the slowest five are
+# listed before the summary (the CI budget is 15 minutes).
 set -u
 passed=0
 failed=0
 skipped=0
 failures=()
+times=$(mktemp)
 for t in "$@"; do
     echo "=== $t"
+    start=$SECONDS
     out=$(mktemp)
     if [[ "$t" == *.sh ]]; then
         bash "$t" 2>&1 | tee "$out"
@@ -38,7 +42,11 @@ for t in "$@"; do
         if [ "$rc" -ne 0 ]; then failures+=("$t"); fi
     fi
     rm -f "$out"
+    echo "--- $t: $((SECONDS - start)) s"
+    echo "$((SECONDS - start)) $t" >> "$times"
 done
+echo "slowest: $(sort -rn "$times" | head -5 | awk '{ printf "%s%s %d s", (NR > 1 ? ", " : ""), $2, $1 }')"
+rm -f "$times"
 if [ ${#failures[@]} -gt 0 ]; then
     echo "failing: ${failures[*]}"
 fi

@@ -444,6 +444,70 @@ static void test_read_ahead(void **state) {
     dataset_free(&set);
 }
 
+/* In block order the loader reads ahead whole windows: once the first
+ * batch is out, the images of the windows through the one after the
+ * claimed steps' (not yet read by any worker) are in the page cache. Each
+ * image is a block, windows are 10 images; the worker has claimed steps 0
+ * and 1 (positions 0-7), so windows 0-2 are asked for. Images of about
+ * 190 KB: a worker's read of one may pull the start of its neighbour into
+ * the cache (the kernel's own read-ahead), not a whole unread image (with
+ * the next window left out, this test fails). */
+static void test_blocks_read_ahead(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 5, 5);
+    static uint8_t p[256 * 256 * 3];
+    for (int i = 0; i < 40; i++) {
+        for (size_t k = 0; k < sizeof p; k++) p[k] = (uint8_t)rng_below(&r, 256);
+        assert_true(stbi_write_png(path_of("big/c%d/%02d.png", i % 2, i), 256, 256, 3, p, 256 * 3));
+    }
+    char src[512];
+    snprintf(src, sizeof src, "%s/big", tmp_root);
+    const char *out = pack(src, "set", 1 << 30, 0);
+    dataset set;
+    assert_int_equal(dataset_open_shards(&set, out, NULL), CNT_OK);
+    dataset_set_shape(&set, 3, 8);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/shard-00000.cnts", out);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (resident(fd, 0, (size_t)(set.recs[39].off + set.recs[39].len)) > 2) {
+        close(fd);
+        dataset_free(&set);
+        skip(); /* this file system keeps its pages */
+    }
+    loader_options o = options(0, 1, LOADER_ORDER_BLOCKS);
+    o.block_bytes = 1; /* each image a block */
+    o.window_blocks = 10;
+    o.workers = 1;
+    o.prefetch = 1;
+    loader *ld = loader_create(&set, &o);
+    loader_start_epoch(ld, 0);
+    assert_non_null(loader_next(ld));
+    /* The epoch's order, as the loader drew it. */
+    int bstart[41], perm[40], order[40], scratch[40];
+    for (int i = 0; i <= 40; i++) bstart[i] = i;
+    rng_seed(&r, o.seed, 0);
+    loader_blocks_permutation(&r, bstart, 40, 1, 10, 1, perm, order, scratch);
+    long page = sysconf(_SC_PAGESIZE), in = 0, want = 0;
+    for (int pos = 12; pos < 30; pos++) {
+        const shard_rec *a = &set.recs[perm[pos]];
+        want += (long)(a->len / (uint32_t)page) - 1; /* the pages wholly inside it */
+        long got = 0;
+        for (int t = 0; t < 200 && (got = resident(fd, (off_t)a->off, a->len)) < (long)(a->len / (uint32_t)page) - 1;
+             t++)
+            usleep(10000);
+        in += got;
+    }
+    assert_true(want > 8);
+    assert_true(in >= want);
+    loader_free(ld);
+    close(fd);
+    dataset_free(&set);
+}
+
 /* The block order: a permutation; each rank's run is a contiguous stretch of
  * the permuted blocks, each window of it the same stretch's images; without
  * shuffling, rank q's run is images q x run onwards, in order. */
@@ -559,6 +623,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_corrupt_image_skipped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_ahead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blocks_read_ahead, setup, teardown),
         cmocka_unit_test(test_blocks_permutation),
         cmocka_unit_test_setup_teardown(test_blocks_loader, setup, teardown),
     };
