@@ -31,9 +31,13 @@ DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev lib
 PROBE_MK := $(BUILD)/probe.mk
 CUDA_INC := -I$(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+# nvJPEG (data.decoder = nvjpeg): the toolkit's, or the one `make deps`
+# unpacked into deps/nvjpeg where the toolkit lacks it (tools/fetch_nvjpeg.sh).
+NVJPEG_HOME ?= $(if $(wildcard $(CUDA_HOME)/include/nvjpeg.h),$(CUDA_HOME),$(CURDIR)/deps/nvjpeg)
+NVJPEG_LIBDIR := $(if $(wildcard $(NVJPEG_HOME)/lib64),$(NVJPEG_HOME)/lib64,$(NVJPEG_HOME)/lib)
 NEEDS_BUILD := $(filter-out deps clean,$(or $(MAKECMDGOALS),all))
 ifneq ($(NEEDS_BUILD),)
-$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) -a $(PROBE_MK) -nt tools/probes/probe.sh ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" > $(PROBE_MK))
+$(shell mkdir -p $(BUILD); [ -s $(PROBE_MK) -a $(PROBE_MK) -nt tools/probes/probe.sh ] || tools/probes/probe.sh "$(CC)" "$(CUDA_HOME)" "$(NVJPEG_HOME)" > $(PROBE_MK))
 include $(PROBE_MK)
 CUDA_USABLE := $(if $(filter 1,$(HAVE_CUDART)),$(if $(filter 1,$(HAVE_NVCC)),1,0),0)
 CUDA ?= $(CUDA_USABLE)
@@ -64,6 +68,7 @@ endif
 # The CUDA backend: the toolkit, cuDNN and cuBLAS; NCCL on top when MPI is on.
 CUDA_BACKEND := $(if $(filter 1,$(CUDA)),$(if $(filter 1,$(HAVE_CUDNN)),$(if $(filter 1,$(HAVE_CUBLAS)),1,0),0),0)
 NCCL := $(if $(filter 1,$(CUDA_BACKEND)),$(if $(filter 1,$(MPI)),$(HAVE_NCCL),0),0)
+NVJPEG := $(if $(filter 1,$(CUDA_BACKEND)),$(HAVE_NVJPEG),0)
 endif
 
 mark = $(if $(filter 1,$(1)),✓,✗)
@@ -73,7 +78,7 @@ CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -g -Wall -Wextra -Wsha
   -I/usr/include/x86_64-linux-gnu/openblas-openmp -MMD -MP
 LDLIBS := -lopenblas -linih -lstb -ljpeg -ljansson -lz -lm -lpthread -fopenmp
 CONFIG_DEFS := -DCNT_HAVE_ONEDNN=$(ONEDNN) -DCNT_HAVE_CUDA=$(CUDA) -DCNT_HAVE_MPI=$(MPI) -DCNT_HAVE_CUDA_BACKEND=$(CUDA_BACKEND) \
-  -DCNT_HAVE_NCCL=$(NCCL)
+  -DCNT_HAVE_NCCL=$(NCCL) -DCNT_HAVE_NVJPEG=$(NVJPEG)
 CFLAGS += $(CONFIG_DEFS)
 NVCC := $(CUDA_HOME)/bin/nvcc
 # sm_80 (A100), sm_90 (H100/H200) as machine code, compute_90 as PTX that the
@@ -90,6 +95,10 @@ ifeq ($(CUDA_BACKEND),1)
   ifeq ($(NCCL),1)
     LDLIBS += -lnccl
   endif
+  ifeq ($(NVJPEG),1)
+    CFLAGS += -I$(NVJPEG_HOME)/include
+    LDLIBS += -L$(NVJPEG_LIBDIR) -Wl,-rpath,$(NVJPEG_LIBDIR) -lnvjpeg
+  endif
 endif
 ifeq ($(MPI),1)
   # Open MPI's wrapper tells its own flags; only dist/ includes mpi.h.
@@ -98,7 +107,8 @@ ifeq ($(MPI),1)
 endif
 
 # Every option that changes the build goes into this file; objects depend on it.
-BUILD_SIG := CC=$(CC) OPT=$(OPT) ONEDNN=$(ONEDNN) CUDA=$(CUDA) MPI=$(MPI) CUDA_BACKEND=$(CUDA_BACKEND) NCCL=$(NCCL) NVCC_ARCH=$(NVCC_ARCH)
+BUILD_SIG := CC=$(CC) OPT=$(OPT) ONEDNN=$(ONEDNN) CUDA=$(CUDA) MPI=$(MPI) CUDA_BACKEND=$(CUDA_BACKEND) NCCL=$(NCCL) \
+  NVJPEG=$(NVJPEG) NVCC_ARCH=$(NVCC_ARCH)
 ifneq ($(NEEDS_BUILD),)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/config.sig 2>/dev/null)" = "$(BUILD_SIG)" ] || echo "$(BUILD_SIG)" > $(BUILD)/config.sig)
 endif
@@ -161,6 +171,8 @@ found:
 	@echo "  $(call mark,$(HAVE_CUBLAS)) cuBLAS"
 	@echo "  $(call mark,$(HAVE_NCCL)) NCCL"
 	@echo "  $(call mark,$(CUDA_BACKEND)) CUDA backend (toolkit + cuDNN + cuBLAS)$(if $(filter 1,$(NCCL)), with NCCL,)"
+	@echo "  $(call mark,$(NVJPEG)) nvJPEG (data.decoder = nvjpeg)$(if $(filter 1,$(NVJPEG)), from \
+	  $(patsubst $(CURDIR)/%,%,$(NVJPEG_HOME)),)"
 
 $(BUILD)/%.o: %.c $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
@@ -223,6 +235,7 @@ bench: trainer
 deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES)
+	tools/fetch_nvjpeg.sh "$(CUDA_HOME)" deps/nvjpeg || echo "make deps: nvJPEG left out (data.decoder = nvjpeg unavailable)"
 	rm -f $(PROBE_MK)
 
 clean:

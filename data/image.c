@@ -137,6 +137,27 @@ static void view_axes(const image_view *v, double sx, double sy, int sw, int sh,
     resample_axis_init(ay, ly, hy, v->by0 * sy, v->by1 * sy, v->out_h, v->oy, v->oh);
 }
 
+void image_view_window(const image_src *im, const image_view *v, int *x0, int *y0, int *x1, int *y1) {
+    resample_axis ax, ay;
+    view_axes(v, 1.0, 1.0, im->w, im->h, &ax, &ay);
+    *x0 = ax.src_lo;
+    *x1 = ax.src_hi;
+    *y0 = ay.src_lo;
+    *y1 = ay.src_hi;
+    resample_axis_free(&ax);
+    resample_axis_free(&ay);
+}
+
+void image_render_window(const image_src *im, const image_view *v, const jpeg_window *win, uint8_t *dst) {
+    resample_axis ax, ay;
+    view_axes(v, 1.0, 1.0, im->w, im->h, &ax, &ay);
+    CNT_ASSERT(win->sw == im->w && win->sh == im->h && win->x0 <= ax.src_lo && win->y0 <= ay.src_lo &&
+               win->x0 + win->w >= ax.src_hi && win->y0 + win->h >= ay.src_hi);
+    resample_run(&ax, &ay, win->pix, win->stride, win->x0, win->y0, im->c, dst, (size_t)v->ow * (size_t)im->c);
+    resample_axis_free(&ax);
+    resample_axis_free(&ay);
+}
+
 int image_render(const image_src *im, const image_view *v, int dct, uint8_t *dst) {
     resample_axis ax, ay;
     size_t dst_stride = (size_t)v->ow * (size_t)im->c;

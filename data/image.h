@@ -78,6 +78,16 @@ image_view image_view_resize_centre(int w, int h, int short_side, int cw, int ch
 /* The DCT scaling (M of M/8: 1, 2, 4 or 8) a render of v with dct = 1 decodes at. */
 int image_view_scale(const image_src *im, const image_view *v);
 
+/* The source pixels a render of v at full size reads: columns [*x0, *x1),
+ * rows [*y0, *y1) (inside the image). */
+void image_view_window(const image_src *im, const image_view *v, int *x0, int *y0, int *x1, int *y1);
+
+/* Renders v from win, the source decoded at full size elsewhere (nvJPEG,
+ * data/gpu_jpeg.h) over at least image_view_window's pixels; otherwise as
+ * image_render with dct = 0. */
+struct jpeg_window;
+void image_render_window(const image_src *im, const image_view *v, const struct jpeg_window *win, uint8_t *dst);
+
 /* Renders v into dst: v->oh rows of v->ow pixels, c channels, rows
  * v->ow * c bytes apart. CNT_ERR with "PATH: corrupt JPEG (...)" when the
  * decode fails. */

@@ -73,6 +73,22 @@ int jpeg_read_size(const char *path, const uint8_t *buf, size_t len, int *w, int
     return CNT_OK;
 }
 
+int jpeg_is_progressive(const uint8_t *buf, size_t len) {
+    struct jpeg_decompress_struct ci;
+    err_mgr em;
+    err_init(&ci, &em);
+    if (setjmp(em.jb)) {
+        jpeg_destroy_decompress(&ci);
+        return 0;
+    }
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, buf, (unsigned long)len);
+    jpeg_read_header(&ci, TRUE);
+    int p = ci.progressive_mode ? 1 : 0;
+    jpeg_destroy_decompress(&ci);
+    return p;
+}
+
 void jpeg_scaled_size(int w, int h, int scale, int *sw, int *sh) {
     *sw = (int)(((long)w * scale + 7) / 8);
     *sh = (int)(((long)h * scale + 7) / 8);

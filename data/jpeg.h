@@ -31,6 +31,10 @@ int jpeg_is_jpeg(const uint8_t *buf, size_t len);
  * header does not parse. */
 int jpeg_read_size(const char *path, const uint8_t *buf, size_t len, int *w, int *h);
 
+/* 1 when the file is progressive (its header says so), 0 when not or when
+ * the header does not parse. */
+int jpeg_is_progressive(const uint8_t *buf, size_t len);
+
 /* A decoded window of the image scaled by scale/8. */
 typedef struct jpeg_window {
     uint8_t *pix;       /* malloc'ed, rows of stride bytes, c channels interleaved */

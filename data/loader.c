@@ -35,6 +35,7 @@
 #include "common/threads.h"
 #include "common/timer.h"
 #include "common/rng.h"
+#include "data/gpu_jpeg.h"
 #include "data/shards.h"
 
 #define LOADER_MAX_WORKERS 256
@@ -257,49 +258,62 @@ static void loader_store_hwc(const loader *ld, const uint8_t *img, int stride, i
     }
 }
 
+/* The view of sample image im the transform asks for: RandomResizedCrop
+ * (drawing from r) for training, the resize and centre crop for
+ * evaluation, a resize to the input size for the pad crop; *flip drawn
+ * with the crop. */
+static image_view loader_view(const loader *ld, const image_src *im, rng *r, int *flip) {
+    const loader_options *o = &ld->opt;
+    int H = ld->ds->h, W = ld->ds->w;
+    *flip = 0;
+    if (o->crop == LOADER_CROP_PAD) return image_view_resize(im->w, im->h, W, H);
+    if (r) {
+        int x, y, cw, chh;
+        loader_resized_crop_params(r, im->w, im->h, o->min_scale, &x, &y, &cw, &chh);
+        *flip = (int)rng_below(r, 2);
+        return image_view_crop_resize(x, y, cw, chh, W, H);
+    }
+    /* torchvision's Resize(256) + CenterCrop(224), scaled to H x W: the
+     * shorter side to floor(H x 256/224), at least the crop. */
+    int side = H * 256 / 224;
+    if (side < H) side = H;
+    if (side < W) side = W;
+    return image_view_resize_centre(im->w, im->h, side, W, H);
+}
+
+/* A rendered H x W x c image (HWC) into dst: the pad crop's pad-crop-flip
+ * (drawing from r), or the resized crop's flip. */
+static void loader_store_rendered(const loader *ld, const uint8_t *sized, int flip, rng *r, void *dst) {
+    const dataset *ds = ld->ds;
+    int c = ds->c, H = ds->h, W = ds->w;
+    if (ld->opt.crop != LOADER_CROP_PAD) {
+        loader_store_hwc(ld, sized, W * c, flip, dst);
+        return;
+    }
+    /* To planes, then the in-memory pad-crop-flip path. */
+    size_t plane = (size_t)H * (size_t)W;
+    uint8_t *planes = cnt_malloc(plane * (size_t)c);
+    for (size_t k = 0; k < plane; k++)
+        for (int ch = 0; ch < c; ch++) planes[(size_t)ch * plane + k] = sized[k * (size_t)c + (size_t)ch];
+    loader_fill_sample(ld, planes, dst, r);
+    free(planes);
+}
+
 /* Produces sample idx into dst through the general path (decoded files, or any
  * set with the resized crop). Returns CNT_ERR for an unreadable file. */
 static int loader_fill_general(const loader *ld, int idx, void *dst, rng *r) {
     const dataset *ds = ld->ds;
-    const loader_options *o = &ld->opt;
-    int c = ds->c, H = ds->h, W = ds->w, flip = 0;
     char path[PATH_MAX];
     image_src im;
     uint8_t *hwc;
     if (loader_open(ld, idx, &im, path, &hwc) != CNT_OK) return CNT_ERR;
-    image_view v;
-    if (o->crop == LOADER_CROP_PAD) {
-        v = image_view_resize(im.w, im.h, W, H);
-    } else if (r) {
-        int x, y, cw, chh;
-        loader_resized_crop_params(r, im.w, im.h, o->min_scale, &x, &y, &cw, &chh);
-        flip = (int)rng_below(r, 2);
-        v = image_view_crop_resize(x, y, cw, chh, W, H);
-    } else {
-        /* torchvision's Resize(256) + CenterCrop(224), scaled to H x W: the
-         * shorter side to floor(H x 256/224), at least the crop. */
-        int side = H * 256 / 224;
-        if (side < H) side = H;
-        if (side < W) side = W;
-        v = image_view_resize_centre(im.w, im.h, side, W, H);
-    }
-    uint8_t *sized = cnt_malloc((size_t)W * (size_t)H * (size_t)c);
-    int rc = image_render(&im, &v, o->jpeg_scaling, sized);
+    int flip;
+    image_view v = loader_view(ld, &im, r, &flip);
+    uint8_t *sized = cnt_malloc((size_t)ds->w * (size_t)ds->h * (size_t)ds->c);
+    int rc = image_render(&im, &v, ld->opt.jpeg_scaling, sized);
     image_close(&im);
     free(hwc);
-    if (rc == CNT_OK) {
-        if (o->crop == LOADER_CROP_PAD) {
-            /* To planes, then the in-memory pad-crop-flip path. */
-            size_t plane = (size_t)H * (size_t)W;
-            uint8_t *planes = cnt_malloc(plane * (size_t)c);
-            for (size_t k = 0; k < plane; k++)
-                for (int ch = 0; ch < c; ch++) planes[(size_t)ch * plane + k] = sized[k * (size_t)c + (size_t)ch];
-            loader_fill_sample(ld, planes, dst, r);
-            free(planes);
-        } else {
-            loader_store_hwc(ld, sized, W * c, flip, dst);
-        }
-    }
+    if (rc == CNT_OK) loader_store_rendered(ld, sized, flip, r, dst);
     free(sized);
     return rc;
 }
@@ -447,6 +461,110 @@ static void loader_claim_read_ahead(loader *ld, int s, int *s0, int *s1, int *w0
     }
 }
 
+/* Sample position pos of the epoch into dst on the CPU, drawing from r
+ * (seeded for pos): *idx receives the sample used (a training replacement
+ * when pos's is unreadable). Returns 0 when an evaluation leaves it out. */
+static int loader_fill_position(loader *ld, int pos, uint64_t key, rng *r, void *dst, int *idx) {
+    const dataset *ds = ld->ds;
+    const loader_options *o = &ld->opt;
+    size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+    rng *ra = o->augment ? r : NULL;
+    *idx = ld->perm[(o->rank + pos * o->world) % ds->n];
+    if (ds->pixels && o->crop != LOADER_CROP_RESIZED) {
+        loader_fill_sample(ld, ds->pixels + (size_t)*idx * sample, dst, ra);
+        return 1;
+    }
+    if (loader_try_sample(ld, *idx, dst, ra) == CNT_OK) return 1;
+    if (!o->drop_last) return 0; /* evaluation: leave it out */
+    /* Training: the next readable image of the shard takes its place. */
+    for (int k = 1; k < ld->shard_n; k++) {
+        *idx = ld->perm[(o->rank + ((pos + k) % ld->shard_n) * o->world) % ds->n];
+        rng_seed(r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+        if (loader_try_sample(ld, *idx, dst, ra) == CNT_OK) return 1;
+    }
+    cnt_fatal("data: no image of this rank's shard of %s can be read (%d tried)", ds->root, ld->shard_n);
+}
+
+/* data.decoder = nvjpeg: the JPEG windows of a batch's readable files,
+ * decoded on the GPU together (jobs[i].ok: decoded); the views and the
+ * state of each sample's generator after its view into v, flip, rs. */
+typedef struct gpu_batch {
+    image_src *im;
+    char (*path)[PATH_MAX];
+    image_view *v;
+    int *flip;
+    rng *rs;
+    gpu_jpeg_job *jobs;
+} gpu_batch;
+
+static void loader_gpu_decode(loader *ld, int first, int n, uint64_t key, gpu_batch *g) {
+    const loader_options *o = &ld->opt;
+    for (int i = 0; i < n; i++) {
+        int pos = first + i, idx = ld->perm[(o->rank + pos * o->world) % ld->ds->n];
+        g->jobs[i] = (gpu_jpeg_job){0};
+        memset(&g->im[i], 0, sizeof g->im[i]);
+        rng_seed(&g->rs[i], key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+        if (__atomic_load_n(&ld->known_bad[idx], __ATOMIC_RELAXED) ||
+            dataset_open_image(ld->ds, idx, &g->im[i], g->path[i], PATH_MAX) != CNT_OK || !g->im[i].bytes)
+            continue; /* the CPU path says why, or decodes it */
+        g->v[i] = loader_view(ld, &g->im[i], o->augment ? &g->rs[i] : NULL, &g->flip[i]);
+        gpu_jpeg_job *j = &g->jobs[i];
+        image_view_window(&g->im[i], &g->v[i], &j->x0, &j->y0, &j->x1, &j->y1);
+        j->bytes = g->im[i].bytes;
+        j->len = g->im[i].len;
+        j->c = ld->ds->c;
+        j->w = g->im[i].w;
+        j->h = g->im[i].h;
+    }
+    /* Only the jobs with bytes: compact them for the call, then put them back. */
+    gpu_jpeg_job *call = cnt_malloc((size_t)n * sizeof *call);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (g->jobs[i].bytes) call[m++] = g->jobs[i];
+    gpu_jpeg_decode(o->gpu_jpeg, call, m);
+    for (int i = 0, k = 0; i < n; i++)
+        if (g->jobs[i].bytes) g->jobs[i] = call[k++];
+    free(call);
+}
+
+/* loader_fill_batch with data.decoder = nvjpeg: what the GPU decoded is
+ * resized and stored here; every other sample takes the CPU path, which
+ * draws the same crop from the same seed. */
+static int loader_fill_batch_gpu(loader *ld, int first, int n, uint64_t key, loader_slot *slot) {
+    const dataset *ds = ld->ds;
+    size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+    gpu_batch g = {cnt_calloc((size_t)n, sizeof *g.im), cnt_malloc((size_t)n * sizeof *g.path),
+                   cnt_malloc((size_t)n * sizeof *g.v), cnt_calloc((size_t)n, sizeof *g.flip),
+                   cnt_malloc((size_t)n * sizeof *g.rs), cnt_malloc((size_t)n * sizeof *g.jobs)};
+    loader_gpu_decode(ld, first, n, key, &g);
+    uint8_t *sized = cnt_malloc(sample);
+    int out = 0;
+    for (int i = 0; i < n; i++) {
+        void *dst = ld->opt.u8 ? (void *)(slot->b.u8 + (size_t)out * sample)
+                               : (void *)(slot->b.x + (size_t)out * sample);
+        int idx = ld->perm[(ld->opt.rank + (first + i) * ld->opt.world) % ds->n], kept = 1;
+        if (g.jobs[i].ok) {
+            image_render_window(&g.im[i], &g.v[i], &g.jobs[i].win, sized);
+            loader_store_rendered(ld, sized, g.flip[i], ld->opt.augment ? &g.rs[i] : NULL, dst);
+            free(g.jobs[i].win.pix);
+        } else {
+            rng r;
+            rng_seed(&r, key, ((uint64_t)ld->opt.rank << 32) | (uint64_t)(first + i));
+            kept = loader_fill_position(ld, first + i, key, &r, dst, &idx);
+        }
+        image_close(&g.im[i]);
+        if (kept) slot->b.labels[out++] = ds->labels[idx];
+    }
+    free(sized);
+    free(g.im);
+    free(g.path);
+    free(g.v);
+    free(g.flip);
+    free(g.rs);
+    free(g.jobs);
+    return out;
+}
+
 /* Builds step s of the current epoch into slot. Called without the lock: the
  * epoch and perm cannot change while busy > 0 (loader_start_epoch waits). */
 static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
@@ -455,30 +573,18 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
     size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
     int first = s * o->batch;
     int n = ld->shard_n - first < o->batch ? ld->shard_n - first : o->batch;
-    int general = !ds->pixels || o->crop == LOADER_CROP_RESIZED;
     uint64_t key = mix64(o->seed ^ mix64(0x6a09e667f3bcc909ULL + (uint64_t)ld->epoch));
+    if (o->gpu_jpeg && !ds->pixels) {
+        slot->b.n = loader_fill_batch_gpu(ld, first, n, key, slot);
+        return;
+    }
     int out = 0;
     for (int i = 0; i < n; i++) {
-        int pos = first + i;
-        int idx = ld->perm[(o->rank + pos * o->world) % ds->n];
         rng r;
-        rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+        rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)(first + i));
         void *dst = o->u8 ? (void *)(slot->b.u8 + (size_t)out * sample) : (void *)(slot->b.x + (size_t)out * sample);
-        if (!general) {
-            loader_fill_sample(ld, ds->pixels + (size_t)idx * sample, dst, o->augment ? &r : NULL);
-        } else if (loader_try_sample(ld, idx, dst, o->augment ? &r : NULL) != CNT_OK) {
-            if (!o->drop_last) continue; /* evaluation: leave it out */
-            /* Training: the next readable image of the shard takes its place. */
-            int k;
-            for (k = 1; k < ld->shard_n; k++) {
-                idx = ld->perm[(o->rank + ((pos + k) % ld->shard_n) * o->world) % ds->n];
-                rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
-                if (loader_try_sample(ld, idx, dst, o->augment ? &r : NULL) == CNT_OK) break;
-            }
-            if (k == ld->shard_n)
-                cnt_fatal("data: no image of this rank's shard of %s can be read (%d tried)", ds->root, ld->shard_n);
-        }
-        slot->b.labels[out++] = ds->labels[idx];
+        int idx;
+        if (loader_fill_position(ld, first + i, key, &r, dst, &idx)) slot->b.labels[out++] = ds->labels[idx];
     }
     slot->b.n = out;
 }

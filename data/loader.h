@@ -98,6 +98,9 @@ typedef struct loader_options {
     int read_order;        /* LOADER_ORDER_RANDOM, or LOADER_ORDER_BLOCKS (shard sets only; see above) */
     uint64_t block_bytes;  /* blocks: a block is a run of images back to back in one shard, this many bytes */
     int window_blocks;     /* blocks: a rank shuffles its images within windows of this many blocks */
+    struct gpu_jpeg *gpu_jpeg; /* data.decoder = nvjpeg (file-backed sets): JPEGs decoded on the GPU
+                                  (data/gpu_jpeg.h, at full size: jpeg_scaling does not apply), the rest
+                                  on the CPU; NULL: all on the CPU. Must outlive the loader */
 } loader_options;
 
 typedef struct batch {

@@ -32,6 +32,7 @@ static const char *const all_keys[] = {
     "model.name", "model.zero_init_residual", "model.aux_logits", "model.dropout", "model.init_from",
     "data.kind", "data.root", "data.train_root", "data.val_root", "data.image_size", "data.channels",
     "data.train_limit", "data.test_limit", "data.augment", "data.crop", "data.batch_dtype", "data.jpeg_scaling",
+    "data.decoder",
     "data.pad", "data.min_scale", "data.mean",
     "data.std", "data.workers", "data.wait_warn", "data.remainder", "data.read_order", "data.block_mb",
     "data.shuffle_blocks",

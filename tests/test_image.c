@@ -16,6 +16,14 @@
  * at a reduced DCT size stays within the tolerance stated below of the
  * full-size render. Corrupt, truncated, oversized and non-image files are
  * refused with the path in the message.
+ *
+ * Decoding elsewhere (data.decoder = nvjpeg, data/gpu_jpeg.h): a view
+ * rendered from a window decoded apart equals the ordinary render; the
+ * loader's batched path (a batch's windows decoded together, the refused
+ * ones falling back to the CPU) gives the CPU path's batches bit for bit
+ * with the reference decoder; on a GPU, nvJPEG's windows stay within the
+ * tolerance stated at test_nvjpeg_within_tolerance of libjpeg-turbo's
+ * (skipped without a GPU or without nvJPEG in the build).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,11 +40,15 @@
 
 #include <jpeglib.h>
 #include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
 
 #include "common/check.h"
 #include "common/rng.h"
+#include "data/dataset.h"
+#include "data/gpu_jpeg.h"
 #include "data/image.h"
 #include "data/jpeg.h"
+#include "data/loader.h"
 #include "data/resample.h"
 #include "tests/support/testutil.h"
 
@@ -462,6 +474,183 @@ static void test_refusals(void **state) {
     free(rgb);
 }
 
+/* A view rendered from a window decoded apart (as nvJPEG's are) equals the
+ * ordinary full-size render, for training crops and the evaluation view. */
+static void test_render_from_window(void **state) {
+    (void)state;
+    int w = 241, h = 173;
+    uint8_t *rgb = photo(w, h, 11);
+    rng r;
+    rng_seed(&r, 12, 1);
+    for (int kind = J_420; kind <= J_GREY; kind++) {
+        write_jpeg(path_of("v.jpg"), rgb, w, h, kind, 88);
+        for (int c = 1; c <= 3; c += 2) {
+            image_src im;
+            assert_int_equal(image_open(&im, path_of("v.jpg"), c), CNT_OK);
+            for (int t = 0; t < 12; t++) {
+                int x, y, cw, ch;
+                loader_resized_crop_params(&r, w, h, 0.08f, &x, &y, &cw, &ch);
+                image_view v = t == 0 ? image_view_resize_centre(w, h, 73, 64, 64)
+                                      : image_view_crop_resize(x, y, cw, ch, 48 + t, 40 + 3 * t);
+                uint8_t *a = cnt_malloc((size_t)v.ow * v.oh * c), *b = cnt_malloc((size_t)v.ow * v.oh * c);
+                assert_int_equal(image_render(&im, &v, 0, a), CNT_OK);
+                int x0, y0, x1, y1;
+                image_view_window(&im, &v, &x0, &y0, &x1, &y1);
+                assert_true(x0 >= 0 && y0 >= 0 && x1 <= w && y1 <= h && x0 < x1 && y0 < y1);
+                jpeg_window win;
+                assert_int_equal(jpeg_decode_window("v.jpg", im.bytes, im.len, 8, c, x0, y0, x1, y1, &win), CNT_OK);
+                image_render_window(&im, &v, &win, b);
+                if (memcmp(a, b, (size_t)v.ow * v.oh * c) != 0)
+                    fail_msg("%s, %d channel(s), view %d: the render from a window differs", kind_names[kind], c, t);
+                free(win.pix);
+                free(a);
+                free(b);
+            }
+            image_close(&im);
+        }
+    }
+    free(rgb);
+}
+
+/* A tree of every kind the loader meets: baseline and progressive JPEGs
+ * (which the hardware decoder and the reference refuse), grey JPEGs, PNGs
+ * and one truncated JPEG, 3 classes. */
+static const char *mixed_tree(void) {
+    static char root[512];
+    snprintf(root, sizeof root, "%s/mixed", tmp_root);
+    for (int i = 0; i < 30; i++) {
+        char dir[600], file[700];
+        snprintf(dir, sizeof dir, "%s/mixed", tmp_root);
+        mkdir(dir, 0777);
+        snprintf(dir, sizeof dir, "%s/mixed/c%d", tmp_root, i % 3);
+        mkdir(dir, 0777);
+        int w = 90 + 7 * i, h = 70 + 5 * (i % 7);
+        uint8_t *rgb = photo(w, h, (uint64_t)i + 100);
+        int kind = i % 5 == 1 ? J_PROGRESSIVE : i % 5 == 3 ? J_GREY : J_420;
+        snprintf(file, sizeof file, "%s/%02d.%s", dir, i, i % 5 == 4 ? "png" : "jpg");
+        if (i % 5 == 4)
+            assert_true(stbi_write_png(file, w, h, 3, rgb, w * 3));
+        else
+            write_jpeg(file, rgb, w, h, kind, 85);
+        if (i == 7) { /* truncated: unreadable on any decoder */
+            size_t len;
+            uint8_t *b = slurp(file, &len);
+            spit(file, b, len / 3);
+            free(b);
+        }
+        free(rgb);
+    }
+    return root;
+}
+
+/* Every batch of an epoch from two loaders, compared bit for bit. */
+static void assert_same_epoch(const dataset *ds, const loader_options *a, const loader_options *b) {
+    loader *la = loader_create(ds, a), *lb = loader_create(ds, b);
+    assert_non_null(la);
+    assert_non_null(lb);
+    size_t sample = (size_t)ds->c * ds->h * ds->w;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        loader_start_epoch(la, epoch);
+        loader_start_epoch(lb, epoch);
+        const batch *x, *y;
+        while ((x = loader_next(la)) != NULL) {
+            assert_non_null(y = loader_next(lb));
+            assert_int_equal(x->n, y->n);
+            assert_memory_equal(x->labels, y->labels, (size_t)x->n * sizeof(int32_t));
+            assert_memory_equal(x->x, y->x, (size_t)x->n * sample * sizeof(float));
+        }
+        assert_null(loader_next(lb));
+        assert_int_equal(loader_skipped(la), loader_skipped(lb));
+    }
+    loader_free(la);
+    loader_free(lb);
+}
+
+/* The loader's batched decode (data.decoder = nvjpeg's path) with the
+ * reference decoder: the CPU path's batches, bit for bit, in training
+ * (resized crop and pad crop, a truncated file replaced) and evaluation
+ * (left out), the refused files decoded on the CPU. */
+static void test_loader_batched_decode(void **state) {
+    (void)state;
+    dataset ds;
+    assert_int_equal(dataset_list_imagefolder(&ds, mixed_tree()), CNT_OK);
+    dataset_set_shape(&ds, 3, 32);
+    gpu_jpeg *ref = gpu_jpeg_create_reference();
+    loader_options o = {.batch = 4, .rank = 1, .world = 2, .seed = 3, .shuffle = 1, .drop_last = 1, .augment = 1,
+                        .crop = LOADER_CROP_RESIZED, .min_scale = 0.08f, .jpeg_scaling = 0,
+                        .mean = {0.4f, 0.5f, 0.6f}, .std = {0.2f, 0.3f, 0.25f}, .workers = 2, .prefetch = 2};
+    for (int mode = 0; mode < 3; mode++) {
+        loader_options a = o;
+        if (mode == 1) a.crop = LOADER_CROP_PAD, a.pad = 3;
+        if (mode == 2) a.shuffle = a.drop_last = a.augment = 0; /* evaluation */
+        loader_options b = a;
+        b.gpu_jpeg = ref;
+        assert_same_epoch(&ds, &a, &b);
+    }
+    /* the progressive files (6 of them) and the truncated one were refused */
+    assert_true(gpu_jpeg_refused(ref) > 0);
+    gpu_jpeg_free(ref);
+    dataset_free(&ds);
+}
+
+/* On a GPU: nvJPEG's windows against the reference decoder's. nvJPEG's IDCT
+ * and chroma upsampling are not libjpeg-turbo's; stated tolerance (to be
+ * confirmed on the first GPU run): mean absolute difference at most 1.5
+ * levels and every value within 24 levels, for baseline 4:2:0, 4:4:4 and
+ * grey files, 1 and 3 channels; progressive files decoded or refused. */
+static void test_nvjpeg_within_tolerance(void **state) {
+    (void)state;
+    gpu_jpeg *g = gpu_jpeg_built() ? gpu_jpeg_create(0) : NULL;
+    if (!g) skip(); /* no nvJPEG in this build, or no GPU */
+    int w = 251, h = 187;
+    uint8_t *rgb = photo(w, h, 21);
+    const int win[][4] = {{0, 0, 251, 187}, {37, 21, 101, 77}, {200, 150, 251, 187}, {3, 5, 9, 11}};
+    for (int kind = J_420; kind <= J_GREY; kind++) {
+        write_jpeg(path_of("n.jpg"), rgb, w, h, kind, 90);
+        size_t len;
+        uint8_t *buf = slurp(path_of("n.jpg"), &len);
+        for (int c = 1; c <= 3; c += 2) {
+            gpu_jpeg_job jobs[4];
+            for (int k = 0; k < 4; k++)
+                jobs[k] = (gpu_jpeg_job){.bytes = buf, .len = len, .c = c, .w = w, .h = h, .x0 = win[k][0],
+                                         .y0 = win[k][1], .x1 = win[k][2], .y1 = win[k][3]};
+            gpu_jpeg_decode(g, jobs, 4);
+            for (int k = 0; k < 4; k++) {
+                if (!jobs[k].ok) {
+                    assert_int_equal(kind, J_PROGRESSIVE); /* only those may be refused */
+                    continue;
+                }
+                jpeg_window ref;
+                assert_int_equal(jpeg_decode_window("n.jpg", buf, len, 8, c, win[k][0], win[k][1], win[k][2],
+                                                    win[k][3], &ref), CNT_OK);
+                double sum = 0;
+                int worst = 0;
+                long count = 0;
+                for (int y = win[k][1]; y < win[k][3]; y++)
+                    for (int x = win[k][0]; x < win[k][2]; x++)
+                        for (int ch = 0; ch < c; ch++) {
+                            int a = jobs[k].win.pix[(size_t)(y - jobs[k].win.y0) * jobs[k].win.stride +
+                                                    (size_t)(x - jobs[k].win.x0) * c + ch];
+                            int b = ref.pix[(size_t)(y - ref.y0) * ref.stride + (size_t)(x - ref.x0) * c + ch];
+                            sum += abs(a - b);
+                            worst = abs(a - b) > worst ? abs(a - b) : worst;
+                            count++;
+                        }
+                print_message("nvJPEG against libjpeg-turbo, %s, %d channel(s), window %d: mean %.3f, max %d\n",
+                              kind_names[kind], c, k, sum / count, worst);
+                assert_true(sum / count <= 1.5);
+                assert_true(worst <= 24);
+                free(ref.pix);
+                free(jobs[k].win.pix);
+            }
+        }
+        free(buf);
+    }
+    printf("%s; refused %ld\n", gpu_jpeg_describe(g), gpu_jpeg_refused(g));
+    gpu_jpeg_free(g);
+    free(rgb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resample_hand_values),
@@ -471,6 +660,9 @@ int main(void) {
         cmocka_unit_test(test_dct_scaled_render_within_tolerance),
         cmocka_unit_test(test_centre_crop_rounding),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_render_from_window),
+        cmocka_unit_test(test_loader_batched_decode),
+        cmocka_unit_test(test_nvjpeg_within_tolerance),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -154,6 +154,25 @@ rc=$?
 check "JPEG tree, resized crop, 3x32x32: exits 0" test $rc -eq 0
 check "JPEG tree: 3x32x32 input, 4 classes" grep -q "64 train / 16 test images of 3x32x32, 4 classes" <<<"$out"
 
+# data.decoder = nvjpeg needs a GPU: refused by name where there is none.
+out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" data.root="$tmp/jpg" data.decoder=nvjpeg train.device=cpu \
+      train.out_dir="$tmp/r12" 2>&1)
+rc=$?
+check "data.decoder=nvjpeg with train.device=cpu: exit 2 naming both keys" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'data.decoder = nvjpeg decodes on the rank.s GPU: it needs train.device' <<<\"\$1\"" _ "$out"
+if ! ./trainer --devices 2>&1 | grep -q '^cuda:[0-9]'; then
+    out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" data.root="$tmp/jpg" data.decoder=nvjpeg \
+          train.out_dir="$tmp/r13" 2>&1)
+    rc=$?
+    check "data.decoder=nvjpeg on a machine without a GPU: exit 1 naming the key" \
+        bash -c "[ $rc -eq 1 ] && grep -q 'data.decoder = nvjpeg' <<<\"\$1\"" _ "$out"
+    out=$(./trainer --bench-data configs/resnet20-fashion.ini data.kind=imagefolder data.root="$tmp/jpg" \
+          data.decoder=nvjpeg 2>&1)
+    rc=$?
+    check "--bench-data data.decoder=nvjpeg without a GPU: exit 1 naming the key" \
+        bash -c "[ $rc -eq 1 ] && grep -q 'data.decoder = nvjpeg' <<<\"\$1\"" _ "$out"
+fi
+
 # A loader that cannot keep up (one thread decoding 1200x900 JPEGs at full
 # size for a 16x16 ResNet-20): one warning in the epoch, though both of its
 # progress lines starve (data wait 80-110 ms of a 95-160 ms step here),

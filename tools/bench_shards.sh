@@ -44,9 +44,11 @@ while [ $# -gt 0 ]; do
     *) usage ;;
     esac
 done
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_shards.sh: --rounds: a whole number >= 1, not '$rounds'" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "bench_shards.sh: --rounds: a whole number >= 1, not '$rounds'" >&2; exit 2; }
 [ -d "$folder/train" ] || { echo "bench_shards.sh: $folder/train is not a directory" >&2; exit 2; }
-[ -f "$shards/train/index.cnts" ] || { echo "bench_shards.sh: $shards/train is not a shard set (no index.cnts)" >&2; exit 2; }
+[ -f "$shards/train/index.cnts" ] ||
+    { echo "bench_shards.sh: $shards/train is not a shard set (no index.cnts)" >&2; exit 2; }
 [ -w /proc/sys/vm/drop_caches ] || { echo "bench_shards.sh: cannot drop the page cache (run as root)" >&2; exit 2; }
 cd "$root"
 tmp=$(mktemp -d)

@@ -218,6 +218,10 @@ static int bench_data_row(const config *cfg, const input_data *d, int augment, i
 int bench_data(const config *cfg, double seconds, FILE *out) {
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
+    if (input_open_decoder(cfg, &d, 0) != CNT_OK) { /* GPU 0: --bench-data is one process */
+        input_free(&d);
+        return CNT_ERR;
+    }
     int cpus = cpus_process(NULL);
     int max_workers = cfg->workers > cpus ? cfg->workers : cpus;
     fprintf(out, "data: %s %s, %d training images -> %dx%dx%d, batch %d, %s crop, %s batches\n",

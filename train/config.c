@@ -134,6 +134,8 @@ typedef struct key_def {
 static const choice data_kinds[] = {{"idx", DATA_KIND_IDX}, {"cifar", DATA_KIND_CIFAR},
                                     {"imagefolder", DATA_KIND_IMAGEFOLDER}, {"shards", DATA_KIND_SHARDS},
                                     {"synthetic", DATA_KIND_SYNTHETIC}, {0}};
+static const choice decoders[] = {
+    {"auto", DATA_DECODER_AUTO}, {"cpu", DATA_DECODER_CPU}, {"nvjpeg", DATA_DECODER_NVJPEG}, {0}};
 static const choice read_orders[] = {{"random", LOADER_ORDER_RANDOM}, {"blocks", LOADER_ORDER_BLOCKS}, {0}};
 static const choice crops[] = {{"auto", DATA_CROP_AUTO}, {"pad", DATA_CROP_PAD}, {"resized", DATA_CROP_RESIZED}, {0}};
 static const choice batch_dtypes[] = {
@@ -189,10 +191,12 @@ static const key_def key_table[] = {
            .help = "imagefolder: the validation tree <class>/<image>; shards: the validation shard set; empty: "
                    "data.root/val"),
     K_INT("data", "image_size", image_size, "0", BETWEEN(0, 4096),
-        .help = "imagefolder, shards: height and width images are cropped and resized to (the model input); 0: 224 (299 "
+        .help = "imagefolder, shards: height and width images are cropped and resized to (the model input); 0: "
+                "224 (299 "
                 "for inception_v3). Other kinds keep their own size and ignore it"),
     K_INT("data", "channels", channels, "0", BETWEEN(0, 3),
-        .help = "imagefolder, shards: channels images are decoded to, 1 (grey) or 3 (RGB); 0: 3. Other kinds keep their "
+        .help = "imagefolder, shards: channels images are decoded to, 1 (grey) or 3 (RGB); 0: 3. Other kinds keep "
+                "their "
                 "own and ignore it"),
     K_INT("data", "train_limit", train_limit, "0", AT_LEAST(0),
         .help = "use only the first N training samples; 0 uses all"),
@@ -210,6 +214,10 @@ static const key_def key_table[] = {
     K_BOOL("data", "jpeg_scaling", jpeg_scaling, "true",
          .help = "decode JPEGs at a reduced size (libjpeg-turbo's DCT scaling, M/8) when the crop shrinks them: "
                  "faster; false decodes at full size, as torchvision does"),
+    K_ENUM("data", "decoder", decoder, "auto", .choices = decoders,
+         .help = "who decodes JPEGs (imagefolder, shards): cpu (libjpeg-turbo in the loader threads), nvjpeg "
+                 "(the rank's GPU: its hardware decoder where it has one; full size, so data.jpeg_scaling does not "
+                 "apply; other formats and what nvJPEG refuses on the CPU; not yet run on a GPU); auto: cpu"),
     K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
         .help = "padding in pixels on each side before the random crop (crop = pad)"),
     K_FLOAT("data", "min_scale", min_scale, "0.08", BETWEEN(0.01, 1),
@@ -1247,6 +1255,9 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.ps_max_staleness = %d bounds asynchronous training: set "
                            "dist.ps_sync = false with it (synchronous training has no stale gradients)",
                            cfg->ps_max_staleness);
+    if (cfg->decoder == DATA_DECODER_NVJPEG && cfg->device == BACKEND_DEVICE_CPU)
+        return cnt_err_set("invalid configuration: data.decoder = nvjpeg decodes on the rank's GPU: it needs "
+                           "train.device = cuda or auto, got cpu");
     if (cfg->read_order == LOADER_ORDER_BLOCKS && cfg->data_kind != DATA_KIND_SHARDS)
         return cnt_err_set("invalid configuration: data.read_order = blocks reads shard sets (data.kind = shards, "
                            "written by build/tools/make_shards), got data.kind = %s",

@@ -49,6 +49,7 @@ typedef enum data_kind {
 typedef enum data_crop { DATA_CROP_AUTO, DATA_CROP_PAD, DATA_CROP_RESIZED } data_crop;
 typedef enum data_batch_dtype { DATA_BATCH_AUTO, DATA_BATCH_UINT8, DATA_BATCH_FP32 } data_batch_dtype;
 typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_remainder;
+typedef enum data_decoder { DATA_DECODER_AUTO, DATA_DECODER_CPU, DATA_DECODER_NVJPEG } data_decoder;
 typedef enum warmup_from { WARMUP_FROM_ZERO, WARMUP_FROM_LR } warmup_from;
 typedef enum lr_scaling { LR_SCALING_LINEAR, LR_SCALING_NONE } lr_scaling;
 /* checkpoint.resume: "none", "auto", or a checkpoint file's path. */
@@ -73,6 +74,7 @@ typedef struct config {
     int test_limit;                  /* 0: all test samples */
     int augment;                     /* bool: random crop and flip of training images */
     int jpeg_scaling;                /* bool: JPEGs decoded at a reduced size when the crop allows */
+    data_decoder decoder;            /* who decodes JPEGs; auto: the CPU (until nvJPEG is measured) */
     data_crop crop;                  /* auto: config_crop */
     data_batch_dtype batch_dtype;    /* auto: config_batch_u8 */
     int pad;                         /* crop padding (crop = pad) */

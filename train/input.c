@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "data/gpu_jpeg.h"
 #include "data/shards.h"
 #include "common/timer.h"
 #include "dist/dist.h"
@@ -237,6 +238,16 @@ int input_load(const config *cfg, input_data *d) {
 void input_free(input_data *d) {
     dataset_free(&d->train);
     dataset_free(&d->test);
+    gpu_jpeg_free(d->gpu_jpeg);
+    d->gpu_jpeg = NULL;
+}
+
+int input_open_decoder(const config *cfg, input_data *d, int device) {
+    if (cfg->decoder != DATA_DECODER_NVJPEG || !config_file_backed(cfg)) return CNT_OK;
+    if (!(d->gpu_jpeg = gpu_jpeg_create(device))) return cnt_err_prefix("data.decoder = nvjpeg");
+    log_info("data: JPEGs decoded by the %s (data.decoder = nvjpeg); other images and what it refuses on the CPU",
+             gpu_jpeg_describe(d->gpu_jpeg));
+    return CNT_OK;
 }
 
 void input_loader_options(const config *cfg, const input_data *d, const backend *be, int rank, int world,
@@ -246,7 +257,8 @@ void input_loader_options(const config *cfg, const input_data *d, const backend 
                          .crop = d->crop, .pad = cfg->pad, .min_scale = cfg->min_scale,
                          .jpeg_scaling = cfg->jpeg_scaling, .u8 = config_batch_u8(cfg, be), .workers = cfg->workers,
                          .prefetch = cfg->prefetch, .read_order = cfg->read_order,
-                         .block_bytes = (uint64_t)cfg->block_mb << 20, .window_blocks = cfg->shuffle_blocks};
+                         .block_bytes = (uint64_t)cfg->block_mb << 20, .window_blocks = cfg->shuffle_blocks,
+                         .gpu_jpeg = d->gpu_jpeg};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);
     *train = lo;

@@ -23,10 +23,17 @@ typedef struct input_data {
     dataset train, test;
     float mean[3], std[3];
     int crop;              /* LOADER_CROP_PAD or LOADER_CROP_RESIZED */
+    struct gpu_jpeg *gpu_jpeg; /* data.decoder = nvjpeg: input_open_decoder's; NULL: the CPU decodes */
 } input_data;
 
 int input_load(const config *cfg, input_data *d);
 void input_free(input_data *d);
+
+/* data.decoder: with nvjpeg (and a file-backed set), opens nvJPEG on CUDA
+ * device `device` (-1: the calling thread's current one, the backend's once
+ * it is chosen) into d->gpu_jpeg and logs what decodes. CNT_ERR naming the
+ * key when nvJPEG is not built in or cannot start. */
+int input_open_decoder(const config *cfg, input_data *d, int device);
 
 /* Loader options for training (shuffled, augmented, full batches) and for
  * evaluation (natural order, no augmentation, every sample once; batches of

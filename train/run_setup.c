@@ -344,6 +344,11 @@ static int setup_device_and_data(run *r) {
     if (!(r->be = choose_device(cfg)) || exchange_connect(r->x, r->be) != CNT_OK) return CNT_ERR;
     if (r->be->is_cpu) report_threads(cfg, r->world);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
+    if (cfg->decoder == DATA_DECODER_NVJPEG && r->be->is_cpu)
+        return cnt_err_set("data.decoder = nvjpeg decodes on the rank's GPU, and this rank runs on the CPU "
+                           "(train.device = %s); use data.decoder = cpu or auto",
+                           config_name(cfg, &cfg->device));
+    if (input_open_decoder(cfg, &r->data, -1) != CNT_OK) return CNT_ERR;
     say_layout(cfg, r->be, r->data.train.h, r->data.train.w);
     if (cfg->emulate_compute[0] && load_emulation(r) != CNT_OK) return CNT_ERR;
     return CNT_OK;

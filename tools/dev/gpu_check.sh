@@ -21,7 +21,8 @@
 #        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
-# the NCCL reducer under mpirun, the trainer end to end on the GPU; then,
+# the NCCL reducer under mpirun, the trainer end to end on the GPU, nvJPEG
+# against libjpeg-turbo and its --bench-data beside the CPU's; then,
 # when the kit has them (tools/dev/gpu_mutants.sh), the mutants, each of which
 # must fail (a timeout counts as not caught). A TEST is
 # a script (*.sh, run with bash), a program, or any other shell command line
@@ -69,8 +70,14 @@ if [ "$prof" != none ] && [ $# -eq 0 ]; then
     done
 fi
 tests=("$@")
+# nvJPEG (data.decoder = nvjpeg, never run before): its windows against
+# libjpeg-turbo's (test_image's test_nvjpeg_within_tolerance), then the
+# loader's images/s decoding on the GPU beside the CPU's, on 500x375 JPEGs.
+nvjpeg_bench='d=/tmp/cnt_nvjpeg; [ -d $d ] || build/tools/to_imagefolder synthetic $d --classes 10 --train 3000 \
+    --val 100 --format jpg >/dev/null; for dec in cpu nvjpeg; do ./trainer --bench-data configs/resnet50.ini \
+    data.root=$d data.decoder=$dec train.batch_size=64 2>&1 | sed "s/^/$dec: /"; done'
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
-    tests/test_gpu_train.sh)
+    tests/test_gpu_train.sh build/tests/test_image "$nvjpeg_bench")
 failed=()
 for t in "${tests[@]}"; do
     left=$((budget - (SECONDS - t0)))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# tools/probes/probe.sh CC CUDA_HOME > build/probe.mk
+# tools/probes/probe.sh CC CUDA_HOME [NVJPEG_HOME] > build/probe.mk
 # Compiles and links each probe in this folder; prints HAVE_X := 0|1 lines for
 # the Makefile. Detection never asks the package manager.
 cc=$1
 cuda=$2
+nvjpeg=${3:-$cuda}
 dir=$(dirname "$0")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,3 +24,6 @@ if [ -x "$cuda/bin/nvcc" ]; then echo "HAVE_NVCC := 1"; else echo "HAVE_NVCC := 
 echo "HAVE_CUDNN := $(try cudnn "$cc" "${cuda_flags[@]}" -lcudnn)"
 echo "HAVE_CUBLAS := $(try cublas "$cc" "${cuda_flags[@]}" -lcublas)"
 echo "HAVE_NCCL := $(try nccl "$cc" "${cuda_flags[@]}" -lnccl)"
+nvj_lib=$nvjpeg/lib64
+[ -d "$nvj_lib" ] || nvj_lib=$nvjpeg/lib
+echo "HAVE_NVJPEG := $(try nvjpeg "$cc" -I"$nvjpeg/include" "${cuda_flags[@]}" -L"$nvj_lib" -Wl,-rpath,"$nvj_lib" -lnvjpeg)"

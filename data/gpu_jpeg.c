@@ -1,0 +1,351 @@
+/*
+ * data/gpu_jpeg.c - JPEG windows decoded on the GPU by nvJPEG (see
+ * data/gpu_jpeg.h). NOT RUN on a GPU yet.
+ *
+ * Hardware decoder: one nvjpegDecodeBatchedEx per call, each image with its
+ * own decode parameters (RGB interleaved or grey, the window as the region
+ * of interest), after nvjpegDecodeBatchedSupportedEx has sorted out what the
+ * engines cannot take. Hybrid decoder: the decoupled API, one image at a
+ * time (host stage, transfer, device stage). Either way the windows land
+ * back to back in one device buffer, come back in one copy to pinned host
+ * memory, and are handed out as jpeg_windows.
+ */
+#include "data/gpu_jpeg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+
+#if CNT_HAVE_NVJPEG
+#include <cuda_runtime.h>
+#include <nvjpeg.h>
+typedef struct state state;
+#endif
+
+struct gpu_jpeg {
+    int reference;            /* 1: libjpeg-turbo on the CPU (gpu_jpeg_create_reference) */
+    long refused;             /* atomics */
+    char what[96];
+#if CNT_HAVE_NVJPEG
+    int device, hardware;
+    nvjpegHandle_t h;
+    nvjpegJpegDecoder_t dec;  /* hybrid: the decoupled API's decoder */
+    pthread_mutex_t mu;       /* guards the pool */
+    state *free_list, *all;
+#endif
+};
+
+gpu_jpeg *gpu_jpeg_create_reference(void) {
+    gpu_jpeg *g = cnt_calloc(1, sizeof *g);
+    g->reference = 1;
+    snprintf(g->what, sizeof g->what, "reference decoder (libjpeg-turbo on the CPU)");
+    return g;
+}
+
+static void decode_reference(gpu_jpeg *g, gpu_jpeg_job *jobs, int n) {
+    for (int j = 0; j < n; j++) {
+        gpu_jpeg_job *job = &jobs[j];
+        job->ok = !jpeg_is_progressive(job->bytes, job->len) &&
+                  jpeg_decode_window("(reference decoder)", job->bytes, job->len, 8, job->c, job->x0, job->y0,
+                                     job->x1, job->y1, &job->win) == CNT_OK;
+        if (!job->ok) __atomic_add_fetch(&g->refused, 1, __ATOMIC_RELAXED);
+    }
+}
+
+const char *gpu_jpeg_describe(const gpu_jpeg *g) { return g->what; }
+
+long gpu_jpeg_refused(const gpu_jpeg *g) { return __atomic_load_n(&g->refused, __ATOMIC_RELAXED); }
+
+#if CNT_HAVE_NVJPEG
+
+#include <pthread.h>
+
+#include "common/cuda_check.h"
+#include "common/threads.h"
+
+static const char *nvjpeg_status_name(nvjpegStatus_t s) {
+    switch (s) {
+    case NVJPEG_STATUS_SUCCESS: return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED: return "not initialized";
+    case NVJPEG_STATUS_INVALID_PARAMETER: return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG: return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED: return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case NVJPEG_STATUS_INTERNAL_ERROR: return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "implementation not supported";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM: return "incomplete bitstream";
+    default: return "unknown status";
+    }
+}
+
+#define NVJPEG_CHECK(call)                                                                                    \
+    do {                                                                                                      \
+        nvjpegStatus_t cnt_s_ = (call);                                                                       \
+        if (cnt_s_ != NVJPEG_STATUS_SUCCESS)                                                                  \
+            cnt_fatal_at(__FILE__, __LINE__, 1, NULL, "%s: nvJPEG error %d: %s", #call, (int)cnt_s_,          \
+                         nvjpeg_status_name(cnt_s_));                                                         \
+    } while (0)
+
+/* One caller's decoding state: stream, nvJPEG state and buffers, and the
+ * device and pinned buffers its windows pass through. */
+struct state {
+    struct state *next;       /* in the pool's free list */
+    struct state *next_all;   /* every state, for gpu_jpeg_free */
+    cudaStream_t stream;
+    nvjpegJpegState_t js;
+    nvjpegJpegStream_t jstream;
+    nvjpegBufferPinned_t pinned_buf;  /* hybrid: the decoupled API's buffers */
+    nvjpegBufferDevice_t device_buf;
+    nvjpegDecodeParams_t *params;     /* [cap_params] per image of a call */
+    int cap_params;
+    int batch;                        /* hardware: the batch size nvjpegDecodeBatchedInitialize was given; 0 none */
+    nvjpegOutputFormat_t batch_fmt;
+    uint8_t *dev, *host;              /* the windows of a call, back to back */
+    size_t cap_bytes;
+};
+
+int gpu_jpeg_built(void) { return 1; }
+
+gpu_jpeg *gpu_jpeg_create(int device) {
+    cudaError_t e = device < 0 ? cudaGetDevice(&device) : cudaSuccess;
+    if (e == cudaSuccess) e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        cnt_err_set("nvJPEG: cannot use CUDA device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    gpu_jpeg *g = cnt_calloc(1, sizeof *g);
+    g->device = device;
+    nvjpegStatus_t s = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_DEFAULT, &g->h);
+    unsigned engines = 0, cores = 0;
+    if (s == NVJPEG_STATUS_SUCCESS && nvjpegGetHardwareDecoderInfo(g->h, &engines, &cores) == NVJPEG_STATUS_SUCCESS &&
+        engines > 0) {
+        g->hardware = 1;
+        snprintf(g->what, sizeof g->what, "nvJPEG hardware decoder (%u engines x %u cores) on GPU %d", engines,
+                 cores, device);
+    } else {
+        if (s == NVJPEG_STATUS_SUCCESS) nvjpegDestroy(g->h);
+        s = nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, NVJPEG_FLAGS_DEFAULT, &g->h);
+        if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecoderCreate(g->h, NVJPEG_BACKEND_DEFAULT, &g->dec);
+        if (s != NVJPEG_STATUS_SUCCESS) {
+            free(g);
+            cnt_err_set("nvJPEG: cannot start on GPU %d: nvJPEG error %d: %s", device, (int)s, nvjpeg_status_name(s));
+            return NULL;
+        }
+        snprintf(g->what, sizeof g->what, "nvJPEG hybrid decoder on GPU %d (no hardware decoder)", device);
+    }
+    cnt_mutex_init(&g->mu);
+    return g;
+}
+
+static state *acquire(gpu_jpeg *g) {
+    cnt_mutex_lock(&g->mu);
+    state *s = g->free_list;
+    if (s) {
+        g->free_list = s->next;
+        cnt_mutex_unlock(&g->mu);
+        return s;
+    }
+    cnt_mutex_unlock(&g->mu);
+    s = cnt_calloc(1, sizeof *s);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    NVJPEG_CHECK(nvjpegJpegStreamCreate(g->h, &s->jstream));
+    if (g->hardware) {
+        NVJPEG_CHECK(nvjpegJpegStateCreate(g->h, &s->js));
+    } else {
+        NVJPEG_CHECK(nvjpegDecoderStateCreate(g->h, g->dec, &s->js));
+        NVJPEG_CHECK(nvjpegBufferPinnedCreate(g->h, NULL, &s->pinned_buf));
+        NVJPEG_CHECK(nvjpegBufferDeviceCreate(g->h, NULL, &s->device_buf));
+        NVJPEG_CHECK(nvjpegStateAttachPinnedBuffer(s->js, s->pinned_buf));
+        NVJPEG_CHECK(nvjpegStateAttachDeviceBuffer(s->js, s->device_buf));
+    }
+    cnt_mutex_lock(&g->mu);
+    s->next_all = g->all;
+    g->all = s;
+    cnt_mutex_unlock(&g->mu);
+    return s;
+}
+
+static void release(gpu_jpeg *g, state *s) {
+    cnt_mutex_lock(&g->mu);
+    s->next = g->free_list;
+    g->free_list = s;
+    cnt_mutex_unlock(&g->mu);
+}
+
+/* Room for n images' parameters and `bytes` of windows. */
+static void reserve(gpu_jpeg *g, state *s, int n, size_t bytes) {
+    for (; s->cap_params < n; s->cap_params++) {
+        s->params = cnt_realloc(s->params, (size_t)(s->cap_params + 1) * sizeof *s->params);
+        NVJPEG_CHECK(nvjpegDecodeParamsCreate(g->h, &s->params[s->cap_params]));
+    }
+    if (bytes <= s->cap_bytes) return;
+    if (s->dev) CUDA_CHECK(cudaFree(s->dev));
+    if (s->host) CUDA_CHECK(cudaFreeHost(s->host));
+    s->cap_bytes = bytes + bytes / 4;
+    CUDA_CHECK(cudaMalloc((void **)&s->dev, s->cap_bytes));
+    CUDA_CHECK(cudaMallocHost((void **)&s->host, s->cap_bytes));
+}
+
+/* Job j's parameters: output format and window. 1 when the decoder takes it. */
+static int prepare(gpu_jpeg *g, state *s, gpu_jpeg_job *job, nvjpegDecodeParams_t p) {
+    nvjpegOutputFormat_t fmt = job->c == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+    if (nvjpegDecodeParamsSetOutputFormat(p, fmt) != NVJPEG_STATUS_SUCCESS ||
+        nvjpegDecodeParamsSetROI(p, job->x0, job->y0, job->x1 - job->x0, job->y1 - job->y0) != NVJPEG_STATUS_SUCCESS)
+        return 0;
+    int unsupported = 1; /* nvJPEG's convention: 0 when supported */
+    if (g->hardware) {
+        if (nvjpegJpegStreamParseHeader(g->h, job->bytes, job->len, s->jstream) != NVJPEG_STATUS_SUCCESS ||
+            nvjpegDecodeBatchedSupportedEx(g->h, s->jstream, p, &unsupported) != NVJPEG_STATUS_SUCCESS)
+            return 0;
+    } else {
+        if (nvjpegJpegStreamParse(g->h, job->bytes, job->len, 0, 0, s->jstream) != NVJPEG_STATUS_SUCCESS ||
+            nvjpegDecoderJpegSupported(g->dec, s->jstream, p, &unsupported) != NVJPEG_STATUS_SUCCESS)
+            return 0;
+    }
+    return unsupported == 0;
+}
+
+static size_t window_bytes(const gpu_jpeg_job *j) {
+    return (size_t)(j->x1 - j->x0) * (size_t)(j->y1 - j->y0) * (size_t)j->c;
+}
+
+/* The decoupled API, image by image: 1 when it decoded into dst. */
+static int decode_one(gpu_jpeg *g, state *s, gpu_jpeg_job *job, nvjpegDecodeParams_t p, nvjpegImage_t *dst) {
+    /* prepare() parsed this job's stream last; parse again: a batch's later
+     * jobs have been parsed since. */
+    return nvjpegJpegStreamParse(g->h, job->bytes, job->len, 0, 0, s->jstream) == NVJPEG_STATUS_SUCCESS &&
+           nvjpegDecodeJpegHost(g->h, g->dec, s->js, p, s->jstream) == NVJPEG_STATUS_SUCCESS &&
+           nvjpegDecodeJpegTransferToDevice(g->h, g->dec, s->js, s->jstream, s->stream) == NVJPEG_STATUS_SUCCESS &&
+           nvjpegDecodeJpegDevice(g->h, g->dec, s->js, dst, s->stream) == NVJPEG_STATUS_SUCCESS;
+}
+
+/* The hardware decoder on the m jobs in `take`: 1 when the batch decoded. */
+static int decode_batch(gpu_jpeg *g, state *s, gpu_jpeg_job *jobs, const int *take, int m, nvjpegImage_t *dst) {
+    nvjpegOutputFormat_t fmt = jobs[take[0]].c == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+    if (s->batch != m || s->batch_fmt != fmt) {
+        if (nvjpegDecodeBatchedInitialize(g->h, s->js, m, 1, fmt) != NVJPEG_STATUS_SUCCESS) return 0;
+        s->batch = m;
+        s->batch_fmt = fmt;
+    }
+    const unsigned char **data = cnt_malloc((size_t)m * sizeof *data);
+    size_t *lens = cnt_malloc((size_t)m * sizeof *lens);
+    nvjpegDecodeParams_t *params = cnt_malloc((size_t)m * sizeof *params);
+    for (int k = 0; k < m; k++) {
+        data[k] = jobs[take[k]].bytes;
+        lens[k] = jobs[take[k]].len;
+        params[k] = s->params[take[k]];
+    }
+    nvjpegStatus_t st = nvjpegDecodeBatchedEx(g->h, s->js, data, lens, dst, params, s->stream);
+    free(data);
+    free(lens);
+    free(params);
+    if (st != NVJPEG_STATUS_SUCCESS) s->batch = 0; /* a failed batch needs a fresh initialisation */
+    return st == NVJPEG_STATUS_SUCCESS;
+}
+
+void gpu_jpeg_decode(gpu_jpeg *g, gpu_jpeg_job *jobs, int n) {
+    if (n < 1) return;
+    if (g->reference) {
+        decode_reference(g, jobs, n);
+        return;
+    }
+    CUDA_CHECK(cudaSetDevice(g->device)); /* a loader thread starts on device 0 */
+    state *s = acquire(g);
+    size_t total = 0;
+    for (int j = 0; j < n; j++) total += window_bytes(&jobs[j]);
+    reserve(g, s, n, total);
+    int *take = cnt_malloc((size_t)n * sizeof *take), m = 0;
+    size_t *at = cnt_malloc((size_t)n * sizeof *at);
+    nvjpegImage_t *dst = cnt_calloc((size_t)n, sizeof *dst);
+    total = 0;
+    for (int j = 0; j < n; j++) {
+        jobs[j].ok = 0;
+        memset(&jobs[j].win, 0, sizeof jobs[j].win);
+        if (!prepare(g, s, &jobs[j], s->params[j])) continue;
+        at[j] = total;
+        dst[m].channel[0] = s->dev + total;
+        dst[m].pitch[0] = (size_t)(jobs[j].x1 - jobs[j].x0) * (size_t)jobs[j].c;
+        total += window_bytes(&jobs[j]);
+        take[m++] = j;
+    }
+    int done = 0;
+    if (m > 0 && g->hardware) {
+        done = decode_batch(g, s, jobs, take, m, dst);
+        for (int k = 0; k < m; k++) jobs[take[k]].ok = done;
+    } else {
+        for (int k = 0; k < m; k++) done |= jobs[take[k]].ok = decode_one(g, s, &jobs[take[k]], s->params[take[k]],
+                                                                          &dst[k]);
+    }
+    if (done) {
+        CUDA_CHECK(cudaMemcpyAsync(s->host, s->dev, total, cudaMemcpyDeviceToHost, s->stream));
+        CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    }
+    for (int j = 0; j < n; j++) {
+        gpu_jpeg_job *job = &jobs[j];
+        if (!job->ok) {
+            __atomic_add_fetch(&g->refused, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        size_t b = window_bytes(job);
+        job->win.pix = cnt_malloc(b);
+        memcpy(job->win.pix, s->host + at[j], b);
+        job->win.stride = (size_t)(job->x1 - job->x0) * (size_t)job->c;
+        job->win.x0 = job->x0;
+        job->win.y0 = job->y0;
+        job->win.w = job->x1 - job->x0;
+        job->win.h = job->y1 - job->y0;
+        job->win.sw = job->w;
+        job->win.sh = job->h;
+    }
+    free(take);
+    free(at);
+    free(dst);
+    release(g, s);
+}
+
+void gpu_jpeg_free(gpu_jpeg *g) {
+    if (!g) return;
+    if (g->reference) {
+        free(g);
+        return;
+    }
+    CUDA_CHECK(cudaSetDevice(g->device));
+    for (state *s = g->all, *next; s; s = next) {
+        next = s->next_all;
+        for (int k = 0; k < s->cap_params; k++) NVJPEG_CHECK(nvjpegDecodeParamsDestroy(s->params[k]));
+        free(s->params);
+        NVJPEG_CHECK(nvjpegJpegStreamDestroy(s->jstream));
+        NVJPEG_CHECK(nvjpegJpegStateDestroy(s->js));
+        if (s->pinned_buf) NVJPEG_CHECK(nvjpegBufferPinnedDestroy(s->pinned_buf));
+        if (s->device_buf) NVJPEG_CHECK(nvjpegBufferDeviceDestroy(s->device_buf));
+        if (s->dev) CUDA_CHECK(cudaFree(s->dev));
+        if (s->host) CUDA_CHECK(cudaFreeHost(s->host));
+        CUDA_CHECK(cudaStreamDestroy(s->stream));
+        free(s);
+    }
+    if (g->dec) NVJPEG_CHECK(nvjpegDecoderDestroy(g->dec));
+    NVJPEG_CHECK(nvjpegDestroy(g->h));
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+#else /* no nvJPEG in this build: the reference decoder only */
+
+int gpu_jpeg_built(void) { return 0; }
+
+gpu_jpeg *gpu_jpeg_create(int device) {
+    (void)device;
+    cnt_err_set("this build has no nvJPEG (the CUDA backend with nvJPEG's header and library: `make deps` fetches "
+                "them where the CUDA toolkit lacks them, then `make`)");
+    return NULL;
+}
+
+void gpu_jpeg_decode(gpu_jpeg *g, gpu_jpeg_job *jobs, int n) { decode_reference(g, jobs, n); }
+
+void gpu_jpeg_free(gpu_jpeg *g) { free(g); }
+
+#endif
