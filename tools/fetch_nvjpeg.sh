@@ -18,7 +18,8 @@ major=$((major / 1000))
 if [ "$major" -ge 13 ]; then pkg="nvidia-nvjpeg==$major.*"; else pkg="nvidia-nvjpeg-cu$major"; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "$pkg" >&2; then
+if ! timeout 300 python3 -m pip download --quiet --no-deps --only-binary=:all: --timeout 20 --retries 2 \
+    -d "$tmp" "$pkg" >&2; then
     echo "fetch_nvjpeg.sh: could not download $pkg from PyPI" >&2
     exit 1
 fi
