@@ -36,7 +36,9 @@
 #   --cnt "k=v ..."      more cnntrain settings (e.g. "dist.overlap=false")
 #
 # Each cnntrain run: mpirun $(tools/cluster.sh mpirun-args) -np N ./trainer
-# DIR/cnntrain.ini train.out_dir=...; its step times are its metrics.jsonl step
+# DIR/cnntrain.ini train.out_dir=... (train.layout = auto, as its users run
+# it: oneDNN's blocked layout where built in; --cnt train.layout=nchw for
+# the NCHW kernels this script used before 2026-11-27); its step times are its metrics.jsonl step
 # records (train.log_every = 1: img_per_sec is world x batch / the step's wall
 # time on rank 0). Each DDP run: the same mpirun of tools/ddp_peer.py (gloo
 # over eth0, rendezvous at host 0). Both fail the call if the parameter counts
@@ -123,7 +125,7 @@ prefetch = 2
 [train]
 device = cpu
 precision = fp32
-layout = nchw
+layout = auto
 threads = $threads
 batch_size = $batch
 epochs = 1
