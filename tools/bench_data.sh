@@ -62,7 +62,7 @@ run_torch() { # TRANSFORM W -> IMG/S
     fi
     awk '{ print $(NF - 1) }' "$tmp/torch"
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+source "$here/median.sh" # median V... or values on stdin
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 echo "CPU: $cpu ($(nproc) cores); $rounds rounds, alternating"

@@ -68,7 +68,7 @@ run() { # SOURCE -> images/s of the first row
     fi
     awk '$1 == "train" && $2 == 1 && NF >= 6 { print $3; exit }' "$tmp/out"
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+source "$here/median.sh" # median V... or values on stdin
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 disk=$(df --output=source,fstype "$folder" | tail -1)

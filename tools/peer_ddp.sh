@@ -211,7 +211,7 @@ else:
     sys.exit("peer_ddp.sh: no result line in " + sys.argv[1])' "$log"
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+source tools/median.sh # median V... or values on stdin
 
 rows=()
 for rate in $rates; do

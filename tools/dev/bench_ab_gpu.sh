@@ -58,10 +58,7 @@ torch() { # MODEL SHAPE BATCH PRECISION LAYOUT [ENV...]
     env "$@" "$py" tools/bench_torch.py "$m" "$s" "$b" "$steps" --device "$device" --precision "$p" --layout "$l" \
         2>&1 | grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1
 }
-median() { # values... ("" for failures, left out)
-    printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
-        awk '{a[NR] = $1} END {if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'
-}
+source tools/median.sh # median V...
 ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 echo "device: $("$new" --devices | grep -m1 -E "^$device" || echo "$device")"
