@@ -339,6 +339,24 @@ static int loader_try_sample(loader *ld, int idx, void *dst, rng *r) {
     return CNT_ERR;
 }
 
+/* The sample at position pos of this rank's shard of the epoch (positions
+ * past the shard wrap around the permutation). */
+static int loader_sample_at(const loader *ld, int pos) {
+    return ld->perm[(ld->opt.rank + pos * ld->opt.world) % ld->ds->n];
+}
+
+/* The generator of position pos: a sample's randomness depends on (seed,
+ * epoch: key), rank and position only. */
+static void loader_seed(const loader *ld, uint64_t key, int pos, rng *r) {
+    rng_seed(r, key, ((uint64_t)ld->opt.rank << 32) | (uint64_t)pos);
+}
+
+/* Where the out-th sample of a slot's batch goes (floats, or bytes with u8). */
+static void *loader_slot_sample(const loader *ld, loader_slot *slot, int out) {
+    size_t sample = (size_t)ld->ds->c * (size_t)ld->ds->h * (size_t)ld->ds->w;
+    return ld->opt.u8 ? (void *)(slot->b.u8 + (size_t)out * sample) : (void *)(slot->b.x + (size_t)out * sample);
+}
+
 void loader_blocks_permutation(rng *r, const int *bstart, int m, int world, int window, int shuffle, int *perm,
                                int *order, int *scratch) {
     int n = bstart[m];
@@ -374,14 +392,11 @@ static void loader_make_blocks(loader *ld) {
     int m = 0;
     uint64_t bytes = 0;
     for (int i = 0; i < ds->n; i++) {
-        const shard_rec *a = &ds->recs[i];
-        int fresh = i == 0 || bytes >= ld->opt.block_bytes || a->shard != ds->recs[i - 1].shard ||
-                    a->off != ds->recs[i - 1].off + ds->recs[i - 1].len;
-        if (fresh) {
+        if (i == 0 || bytes >= ld->opt.block_bytes || !shards_follows(ds, i)) {
             ld->bstart[m++] = i;
             bytes = 0;
         }
-        bytes += a->len;
+        bytes += ds->recs[i].len;
     }
     ld->bstart[m] = ds->n;
     ld->nblocks = m;
@@ -434,7 +449,7 @@ static void loader_read_ahead(const loader *ld, int s0, int s1, int w0, int w1) 
     int end = s1 * o->batch < ld->shard_n ? s1 * o->batch : ld->shard_n;
     for (int pos = s0 * o->batch; pos < end; pos++) {
         if (blocks && pos < ld->run) continue; /* in a window */
-        int idx = ld->perm[(o->rank + pos * o->world) % ld->ds->n];
+        int idx = loader_sample_at(ld, pos);
         shards_will_need(ld->ds, idx, idx + 1);
     }
 }
@@ -469,7 +484,7 @@ static int loader_fill_position(loader *ld, int pos, uint64_t key, rng *r, void 
     const loader_options *o = &ld->opt;
     size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
     rng *ra = o->augment ? r : NULL;
-    *idx = ld->perm[(o->rank + pos * o->world) % ds->n];
+    *idx = loader_sample_at(ld, pos);
     if (ds->pixels && o->crop != LOADER_CROP_RESIZED) {
         loader_fill_sample(ld, ds->pixels + (size_t)*idx * sample, dst, ra);
         return 1;
@@ -478,16 +493,16 @@ static int loader_fill_position(loader *ld, int pos, uint64_t key, rng *r, void 
     if (!o->drop_last) return 0; /* evaluation: leave it out */
     /* Training: the next readable image of the shard takes its place. */
     for (int k = 1; k < ld->shard_n; k++) {
-        *idx = ld->perm[(o->rank + ((pos + k) % ld->shard_n) * o->world) % ds->n];
-        rng_seed(r, key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+        *idx = loader_sample_at(ld, (pos + k) % ld->shard_n);
+        loader_seed(ld, key, pos, r);
         if (loader_try_sample(ld, *idx, dst, ra) == CNT_OK) return 1;
     }
     cnt_fatal("data: no image of this rank's shard of %s can be read (%d tried)", ds->root, ld->shard_n);
 }
 
-/* data.decoder = nvjpeg: the JPEG windows of a batch's readable files,
- * decoded on the GPU together (jobs[i].ok: decoded); the views and the
- * state of each sample's generator after its view into v, flip, rs. */
+/* data.decoder = nvjpeg: a batch's images opened (im[i].w = 0: did not
+ * open), their views drawn with each sample's generator (rs[i] after the
+ * view), and the JPEG windows decoded on the GPU together (jobs[i].ok). */
 typedef struct gpu_batch {
     image_src *im;
     char (*path)[PATH_MAX];
@@ -500,14 +515,15 @@ typedef struct gpu_batch {
 static void loader_gpu_decode(loader *ld, int first, int n, uint64_t key, gpu_batch *g) {
     const loader_options *o = &ld->opt;
     for (int i = 0; i < n; i++) {
-        int pos = first + i, idx = ld->perm[(o->rank + pos * o->world) % ld->ds->n];
+        int idx = loader_sample_at(ld, first + i);
         g->jobs[i] = (gpu_jpeg_job){0};
         memset(&g->im[i], 0, sizeof g->im[i]);
-        rng_seed(&g->rs[i], key, ((uint64_t)o->rank << 32) | (uint64_t)pos);
+        loader_seed(ld, key, first + i, &g->rs[i]);
         if (__atomic_load_n(&ld->known_bad[idx], __ATOMIC_RELAXED) ||
-            dataset_open_image(ld->ds, idx, &g->im[i], g->path[i], PATH_MAX) != CNT_OK || !g->im[i].bytes)
-            continue; /* the CPU path says why, or decodes it */
+            dataset_open_image(ld->ds, idx, &g->im[i], g->path[i], PATH_MAX) != CNT_OK)
+            continue; /* the CPU path says why */
         g->v[i] = loader_view(ld, &g->im[i], o->augment ? &g->rs[i] : NULL, &g->flip[i]);
+        if (!g->im[i].bytes) continue; /* not a JPEG: decoded when opened */
         gpu_jpeg_job *j = &g->jobs[i];
         image_view_window(&g->im[i], &g->v[i], &j->x0, &j->y0, &j->x1, &j->y1);
         j->bytes = g->im[i].bytes;
@@ -528,28 +544,31 @@ static void loader_gpu_decode(loader *ld, int first, int n, uint64_t key, gpu_ba
 }
 
 /* loader_fill_batch with data.decoder = nvjpeg: what the GPU decoded is
- * resized and stored here; every other sample takes the CPU path, which
- * draws the same crop from the same seed. */
+ * resized here; an image that opened but was not decoded there (another
+ * format, or a JPEG nvJPEG refused) is rendered on the CPU from what was
+ * opened; a sample that did not open or render takes the CPU path from its
+ * seed (which draws the same crop, and notes or replaces the file). */
 static int loader_fill_batch_gpu(loader *ld, int first, int n, uint64_t key, loader_slot *slot) {
     const dataset *ds = ld->ds;
-    size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
     gpu_batch g = {cnt_calloc((size_t)n, sizeof *g.im), cnt_malloc((size_t)n * sizeof *g.path),
                    cnt_malloc((size_t)n * sizeof *g.v), cnt_calloc((size_t)n, sizeof *g.flip),
                    cnt_malloc((size_t)n * sizeof *g.rs), cnt_malloc((size_t)n * sizeof *g.jobs)};
     loader_gpu_decode(ld, first, n, key, &g);
-    uint8_t *sized = cnt_malloc(sample);
+    uint8_t *sized = cnt_malloc((size_t)ds->c * (size_t)ds->h * (size_t)ds->w);
     int out = 0;
     for (int i = 0; i < n; i++) {
-        void *dst = ld->opt.u8 ? (void *)(slot->b.u8 + (size_t)out * sample)
-                               : (void *)(slot->b.x + (size_t)out * sample);
-        int idx = ld->perm[(ld->opt.rank + (first + i) * ld->opt.world) % ds->n], kept = 1;
+        void *dst = loader_slot_sample(ld, slot, out);
+        rng *ra = ld->opt.augment ? &g.rs[i] : NULL;
+        int idx = loader_sample_at(ld, first + i), kept = 1;
         if (g.jobs[i].ok) {
             image_render_window(&g.im[i], &g.v[i], &g.jobs[i].win, sized);
-            loader_store_rendered(ld, sized, g.flip[i], ld->opt.augment ? &g.rs[i] : NULL, dst);
+            loader_store_rendered(ld, sized, g.flip[i], ra, dst);
             free(g.jobs[i].win.pix);
+        } else if (g.im[i].w && image_render(&g.im[i], &g.v[i], ld->opt.jpeg_scaling, sized) == CNT_OK) {
+            loader_store_rendered(ld, sized, g.flip[i], ra, dst);
         } else {
             rng r;
-            rng_seed(&r, key, ((uint64_t)ld->opt.rank << 32) | (uint64_t)(first + i));
+            loader_seed(ld, key, first + i, &r);
             kept = loader_fill_position(ld, first + i, key, &r, dst, &idx);
         }
         image_close(&g.im[i]);
@@ -570,7 +589,6 @@ static int loader_fill_batch_gpu(loader *ld, int first, int n, uint64_t key, loa
 static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
     const dataset *ds = ld->ds;
     const loader_options *o = &ld->opt;
-    size_t sample = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
     int first = s * o->batch;
     int n = ld->shard_n - first < o->batch ? ld->shard_n - first : o->batch;
     uint64_t key = mix64(o->seed ^ mix64(0x6a09e667f3bcc909ULL + (uint64_t)ld->epoch));
@@ -581,8 +599,8 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
     int out = 0;
     for (int i = 0; i < n; i++) {
         rng r;
-        rng_seed(&r, key, ((uint64_t)o->rank << 32) | (uint64_t)(first + i));
-        void *dst = o->u8 ? (void *)(slot->b.u8 + (size_t)out * sample) : (void *)(slot->b.x + (size_t)out * sample);
+        loader_seed(ld, key, first + i, &r);
+        void *dst = loader_slot_sample(ld, slot, out);
         int idx;
         if (loader_fill_position(ld, first + i, key, &r, dst, &idx)) slot->b.labels[out++] = ds->labels[idx];
     }

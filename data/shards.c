@@ -117,21 +117,23 @@ static int shard_end(writer *w) {
     return CNT_OK;
 }
 
-/* Removes what a run wrote, or an interrupted earlier run left: shard files
- * and their temporary names, the index's temporary name. */
+/* A file a writer of a set makes in its directory: a shard, or a shard's
+ * or the index's temporary name (the index itself is checked apart). */
+static int written_here(const char *name) {
+    unsigned k;
+    char rest[16];
+    return sscanf(name, "shard-%5u.cnts%15s", &k, rest) >= 1 || strcmp(name, SHARDS_INDEX ".tmp") == 0;
+}
+
+/* Removes what a run wrote, or an interrupted earlier run left. */
 static void remove_ours(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     char path[PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        unsigned k;
-        char rest[16];
-        int ours = sscanf(e->d_name, "shard-%5u.cnts%15s", &k, rest) >= 1 || strncmp(e->d_name, SHARDS_INDEX ".tmp",
-                                                                                      strlen(SHARDS_INDEX) + 4) == 0;
-        if (!ours || (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
-        unlink(path);
-    }
+    while ((e = readdir(d)) != NULL)
+        if (written_here(e->d_name) && (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path)
+            unlink(path);
     closedir(d);
 }
 
@@ -159,10 +161,8 @@ static int prepare_dir(const char *dir) {
     struct dirent *e;
     const char *other = NULL;
     while ((e = readdir(d)) != NULL && !other) {
-        unsigned k;
         if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
-        if (sscanf(e->d_name, "shard-%5u.cnts", &k) != 1 && strncmp(e->d_name, SHARDS_INDEX, strlen(SHARDS_INDEX)))
-            other = e->d_name;
+        if (!written_here(e->d_name)) other = e->d_name;
     }
     int rc = other ? cnt_err_set("shard set: %s is not empty (it holds %s); choose a new directory", dir, other)
                    : CNT_OK;
@@ -455,13 +455,18 @@ int shards_read(const dataset *ds, int i, uint8_t **bytes, size_t *len, char *na
     return CNT_OK;
 }
 
+int shards_follows(const dataset *ds, int i) {
+    const shard_rec *a = &ds->recs[i - 1], *b = &ds->recs[i];
+    return b->shard == a->shard && b->off == a->off + a->len;
+}
+
 void shards_will_need(const dataset *ds, int i0, int i1) {
     if (!ds->shards) return;
     for (int i = i0; i < i1;) {
         const shard_rec *a = &ds->recs[i];
         uint64_t end = a->off + a->len;
         int j = i + 1;
-        while (j < i1 && ds->recs[j].shard == a->shard && ds->recs[j].off == end) end += ds->recs[j++].len;
+        while (j < i1 && shards_follows(ds, j)) end += ds->recs[j++].len;
         /* Advice only: a file system without it reads on demand. */
         (void)posix_fadvise(ds->shards->fd[a->shard], (off_t)a->off, (off_t)(end - a->off), POSIX_FADV_WILLNEED);
         i = j;

@@ -90,6 +90,10 @@ int dataset_open_shards(dataset *ds, const char *dir, uint64_t *set_id);
  * mismatch. Thread-safe (pread). */
 int shards_read(const dataset *ds, int i, uint8_t **bytes, size_t *len, char *name, size_t name_len);
 
+/* 1 when image i (i > 0) starts where image i - 1 ends, in the same shard:
+ * the two are read in one piece. */
+int shards_follows(const dataset *ds, int i);
+
 /* Asks the kernel to read images [i0, i1) (index order) ahead
  * (posix_fadvise WILLNEED): one request per run of images that lie back to
  * back in a shard, so a block of images becomes one large read. No-op for

@@ -405,36 +405,46 @@ static long resident(int fd, off_t off, size_t len) {
     return in;
 }
 
+/* A set of n side x side noise PNGs (seeded by seed) in the folder's
+ * order, one shard, opened into *set, the shard open in *fd with its pages
+ * dropped from the cache. 0 when this file system keeps them anyway (the
+ * caller skips: the test cannot see read-ahead there). */
+static int cold_noise_set(int n, int side, uint64_t seed, dataset *set, int *fd) {
+    rng r;
+    rng_seed(&r, seed, seed);
+    uint8_t *p = malloc((size_t)side * side * 3);
+    for (int i = 0; i < n; i++) {
+        for (size_t k = 0; k < (size_t)side * side * 3; k++) p[k] = (uint8_t)rng_below(&r, 256);
+        assert_true(stbi_write_png(path_of("big/c%d/%02d.png", i % 2, i), side, side, 3, p, side * 3));
+    }
+    free(p);
+    char src[512];
+    snprintf(src, sizeof src, "%s/big", tmp_root);
+    const char *out = pack(src, "set", 1 << 30, 0);
+    assert_int_equal(dataset_open_shards(set, out, NULL), CNT_OK);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/shard-00000.cnts", out);
+    *fd = open(path, O_RDONLY);
+    assert_true(*fd >= 0);
+    fdatasync(*fd);
+    posix_fadvise(*fd, 0, 0, POSIX_FADV_DONTNEED);
+    const shard_rec *last = &set->recs[n - 1];
+    if (resident(*fd, 0, (size_t)(last->off + last->len)) <= 2) return 1;
+    close(*fd);
+    dataset_free(set);
+    return 0;
+}
+
 /* shards_will_need puts the asked images in the page cache (on a file
  * system whose cache can be dropped, as ext4 here; skipped elsewhere). */
 static void test_read_ahead(void **state) {
     (void)state;
     /* Large enough images for whole pages: 64x64 noise PNGs, about 12 KB each. */
-    rng r;
-    rng_seed(&r, 9, 9);
-    static uint8_t p[64 * 64 * 3];
-    for (int i = 0; i < 24; i++) {
-        for (size_t k = 0; k < sizeof p; k++) p[k] = (uint8_t)rng_below(&r, 256);
-        assert_true(stbi_write_png(path_of("big/c%d/%02d.png", i % 2, i), 64, 64, 3, p, 64 * 3));
-    }
-    char src[512];
-    snprintf(src, sizeof src, "%s/big", tmp_root);
-    const char *out = pack(src, "set", 1 << 30, 0);
     dataset set;
-    assert_int_equal(dataset_open_shards(&set, out, NULL), CNT_OK);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/shard-00000.cnts", out);
-    int fd = open(path, O_RDONLY);
-    assert_true(fd >= 0);
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    int fd;
+    if (!cold_noise_set(24, 64, 9, &set, &fd)) skip();
     const shard_rec *a = &set.recs[8], *b = &set.recs[15];
     size_t span = (size_t)(b->off + b->len - a->off);
-    if (resident(fd, (off_t)a->off, span) > 2) {
-        close(fd);
-        dataset_free(&set);
-        skip(); /* this file system keeps its pages */
-    }
     shards_will_need(&set, 8, 16);
     long page = sysconf(_SC_PAGESIZE);
     long want = (long)(span / (size_t)page) - 1;
@@ -454,30 +464,10 @@ static void test_read_ahead(void **state) {
  * the next window left out, this test fails). */
 static void test_blocks_read_ahead(void **state) {
     (void)state;
-    rng r;
-    rng_seed(&r, 5, 5);
-    static uint8_t p[256 * 256 * 3];
-    for (int i = 0; i < 40; i++) {
-        for (size_t k = 0; k < sizeof p; k++) p[k] = (uint8_t)rng_below(&r, 256);
-        assert_true(stbi_write_png(path_of("big/c%d/%02d.png", i % 2, i), 256, 256, 3, p, 256 * 3));
-    }
-    char src[512];
-    snprintf(src, sizeof src, "%s/big", tmp_root);
-    const char *out = pack(src, "set", 1 << 30, 0);
     dataset set;
-    assert_int_equal(dataset_open_shards(&set, out, NULL), CNT_OK);
+    int fd;
+    if (!cold_noise_set(40, 256, 5, &set, &fd)) skip();
     dataset_set_shape(&set, 3, 8);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/shard-00000.cnts", out);
-    int fd = open(path, O_RDONLY);
-    assert_true(fd >= 0);
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (resident(fd, 0, (size_t)(set.recs[39].off + set.recs[39].len)) > 2) {
-        close(fd);
-        dataset_free(&set);
-        skip(); /* this file system keeps its pages */
-    }
     loader_options o = options(0, 1, LOADER_ORDER_BLOCKS);
     o.block_bytes = 1; /* each image a block */
     o.window_blocks = 10;
@@ -489,6 +479,7 @@ static void test_blocks_read_ahead(void **state) {
     /* The epoch's order, as the loader drew it. */
     int bstart[41], perm[40], order[40], scratch[40];
     for (int i = 0; i <= 40; i++) bstart[i] = i;
+    rng r;
     rng_seed(&r, o.seed, 0);
     loader_blocks_permutation(&r, bstart, 40, 1, 10, 1, perm, order, scratch);
     long page = sysconf(_SC_PAGESIZE), in = 0, want = 0;
