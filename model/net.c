@@ -212,14 +212,26 @@ float *layer_buffer(const net *nt, const node *nd, int k) {
 }
 
 void layer_grads_ready(net *nt, const node *nd) {
-    if (!nd->n_params || !nt->grad_hook) return;
+    if (!nd->n_params) return;
     /* Reverse layout: the node's last parameter has the lowest offset and its
      * parameters are contiguous. */
     const param_info *first = &nt->param_info[nd->first_param];
     const param_info *last = &nt->param_info[nd->first_param + nd->n_params - 1];
     size_t begin = last->offset;
-    size_t end = first->offset + first->count;
-    nt->grad_hook(nt->grad_hook_ctx, begin, end - begin);
+    size_t count = first->offset + first->count - begin;
+    float *g = nt->grads + begin, *kept = nt->grad_kept ? nt->grad_kept + begin : NULL;
+    int real = !nt->emu_backward_end;
+    switch (nt->grads_mode) {
+    case NET_GRADS_KEEP_FIRST:
+    case NET_GRADS_KEEP_MORE:
+        if (real) nt->be->axpy(count, 1.0f, g, kept, nt->grads_mode == NET_GRADS_KEEP_MORE);
+        return;
+    case NET_GRADS_ADD_KEPT:
+        if (real) nt->be->axpy(count, 1.0f, kept, g, 1);
+        break;
+    case NET_GRADS_HAND_ON: break;
+    }
+    if (nt->grad_hook) nt->grad_hook(nt->grad_hook_ctx, begin, count);
 }
 
 size_t layer_out_count(const net *nt, const node *nd) {
@@ -765,6 +777,12 @@ void net_backward(net *nt, const float *dlogits, const float *dlogits_aux) {
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx) {
     nt->grad_hook = hook;
     nt->grad_hook_ctx = ctx;
+}
+
+void net_set_grad_accumulation(net *nt, net_grads mode, float *kept) {
+    CNT_ASSERT((mode == NET_GRADS_HAND_ON) == (kept == NULL));
+    nt->grads_mode = mode;
+    nt->grad_kept = kept;
 }
 
 void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward, double t0, double t1),

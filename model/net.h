@@ -143,6 +143,15 @@ struct node {
     void *state;                      /* layer-private */
 };
 
+/* What net_backward does with each node's finished parameter gradients
+ * (net_set_grad_accumulation). */
+typedef enum net_grads {
+    NET_GRADS_HAND_ON,    /* the grad hook gets them (the default) */
+    NET_GRADS_KEEP_FIRST, /* kept = grads; the hook is not called */
+    NET_GRADS_KEEP_MORE,  /* kept += grads; the hook is not called */
+    NET_GRADS_ADD_KEPT,   /* grads += kept, then the hook gets them */
+} net_grads;
+
 struct net {
     const backend *be;
     /* What the backend's ops compute in for this net, passed to each of them
@@ -189,6 +198,10 @@ struct net {
     /* Called after a node's weight gradients are written: grads[offset, offset+count). */
     void (*grad_hook)(void *ctx, size_t offset, size_t count);
     void *grad_hook_ctx;
+    /* Gradient accumulation (net_set_grad_accumulation): what each node's
+     * finished gradients do besides; grad_kept [n_params] device, the caller's. */
+    net_grads grads_mode;
+    float *grad_kept;
     /* Called after each node's forward (backward = 0) or backward (1) with its
      * start and end (time_now() seconds); NULL: not timed (one branch). */
     void (*node_hook)(void *ctx, const node *nd, int backward, double t0, double t1);
@@ -341,6 +354,16 @@ const float *net_aux_logits(const net *nt);
  * Ends the forward's weights epoch: the optimizer may change them after it. */
 void net_backward(net *nt, const float *dlogits, const float *dlogits_aux);
 void net_set_grad_hook(net *nt, void (*hook)(void *ctx, size_t offset, size_t count), void *ctx);
+/* Gradient accumulation over micro-batches (train/step.c): from the next
+ * net_backward on, each node's parameter gradients, once written, are kept
+ * in kept [n_params] (device, the caller's; KEEP_FIRST copies, KEEP_MORE
+ * adds, and the grad hook is not called: nothing leaves the rank), or the
+ * kept sum is added to them before the grad hook hands them on (ADD_KEPT:
+ * the last micro-batch, whose grads then hold the sum of all). Each node's
+ * slice as it finishes, so the exchange still overlaps the last backward.
+ * HAND_ON (kept NULL) is the plain backward. Emulated compute
+ * (net_set_emulation) adds nothing, as it computes nothing. */
+void net_set_grad_accumulation(net *nt, net_grads mode, float *kept);
 /* Times every node of net_forward and net_backward and reports it to hook
  * (for the timeline); hook NULL turns timing off. Never fails. */
 void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward, double t0, double t1),

@@ -39,7 +39,7 @@ static const char *const all_keys[] = {
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.precision", "train.layout", "train.activations", "train.fuse", "train.loss_scaling",
     "train.loss_scale", "train.loss_scale_window",
-    "train.epochs", "train.max_steps", "train.batch_size", "train.eval_batch_size", "train.seed",
+    "train.epochs", "train.max_steps", "train.batch_size", "train.accumulate", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.threads", "train.label_smoothing", "train.aux_weight", "train.memory_check",
     "train.emulate_compute",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
@@ -185,6 +185,7 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_int_equal(a->epochs, b->epochs);
     assert_true(a->max_steps == b->max_steps);
     assert_int_equal(a->batch_size, b->batch_size);
+    assert_int_equal(a->accumulate, b->accumulate);
     assert_int_equal(a->eval_batch_size, b->eval_batch_size);
     assert_true(a->seed == b->seed);
     assert_int_equal(a->log_every, b->log_every);
@@ -241,6 +242,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.epochs, 15);
     assert_true(c.max_steps == 0);
     assert_int_equal(c.batch_size, 128);
+    assert_int_equal(c.accumulate, 1);
     assert_int_equal(c.eval_batch_size, 0);
     assert_true(c.seed == 42);
     assert_int_equal(c.log_every, 50);
@@ -627,6 +629,10 @@ static void test_validate(void **state) {
     c.batch_size = 0;
     assert_int_equal(config_validate(&c), CNT_ERR);
     assert_contains(cnt_err_msg(), "train.batch_size");
+    config_defaults(&c);
+    c.accumulate = 0;
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "train.accumulate");
 
     /* Input channels: 0, 1 or 3. */
     config_defaults(&c);
@@ -801,6 +807,21 @@ static void test_help_and_reference(void **state) {
     free(help);
 }
 
+/* optim.lr_scaling = linear: the rate times the global batch's multiple of
+ * one rank's micro-batch (world x train.accumulate); none: optim.lr. */
+static void test_lr_scaling(void **state) {
+    (void)state;
+    config c;
+    config_defaults(&c);
+    c.lr = 0.1f;
+    assert_true(fabs(config_schedule(&c, 4, 10).base_lr - 4 * (double)c.lr) < 1e-12);
+    c.accumulate = 3;
+    assert_true(fabs(config_schedule(&c, 4, 10).base_lr - 12 * (double)c.lr) < 1e-12);
+    assert_true(fabs(config_schedule(&c, 1, 10).base_lr - 3 * (double)c.lr) < 1e-12);
+    c.lr_scaling = LR_SCALING_NONE;
+    assert_true(config_schedule(&c, 4, 10).base_lr == (double)c.lr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -821,6 +842,7 @@ int main(void) {
         cmocka_unit_test(test_norm_values),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_help_and_reference),
+        cmocka_unit_test(test_lr_scaling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_dist_train.sh - data-parallel training under mpirun (2 and 4
 # ranks, oversubscribed): the job trains and logs once; the learning rate is
-# scaled by the world size; one step on 2 ranks x batch B equals one step on
-# 1 rank x batch 2B (same samples, model without batch norm or dropout);
+# scaled by the world size; one step on 2 ranks x batch B, and on 2 ranks x 2
+# accumulated micro-batches of B/2, equals one step on 1 rank x batch 2B (same
+# samples, model without batch norm or dropout);
 # ranks with different configs are reported, not hung on; a rank that fails
 # ends the job; dist.timeline writes a Chrome trace in which buckets leave
 # during backward; dist.compress=fp16 trains with bit-identical ranks; the
@@ -178,10 +179,15 @@ check "timeline_steps = 3:2: refused naming the key" grep -q "dist.timeline_step
 # synthetic 3x32x32 data has no batch norm; dropout off, no augmentation.
 one=(train.device=cpu model.name=vgg11 model.dropout=0 data.kind=synthetic data.synthetic_shape=3x32x32 data.synthetic_train=64
      data.synthetic_test=32 data.augment=false train.epochs=1 train.max_steps=1 train.log_every=1 train.threads=1
-     data.workers=1 optim.lr_scaling=none optim.lr=0.01 optim.warmup_epochs=0 optim.schedule=constant)
+     data.workers=1 optim.lr_scaling=none optim.lr=0.01 optim.warmup_epochs=0 optim.schedule=constant
+     checkpoint.every_epochs=0) # no checkpoint: VGG-11's is 1 GB
 "${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=16 train.out_dir="$tmp/one1" >/dev/null 2>&1
 "${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=8 train.out_dir="$tmp/one2" >/dev/null 2>&1
-check "2 ranks x batch 8 == 1 rank x batch 16: step loss and eval loss agree" python3 - "$tmp/one1/metrics.jsonl" "$tmp/one2/metrics.jsonl" <<'PY'
+# and gradient accumulation: rank r's two micro-batches of 4 are its first 8 positions, r, r+2, ...
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=4 train.accumulate=2 \
+    train.out_dir="$tmp/one2a" >/dev/null 2>&1
+same_step() { # same_step METRICS METRICS: the first step's loss, the evaluation's loss and top-1 agree
+    python3 - "$1" "$2" <<'PY'
 import json, sys
 def rec(path):
     rows = [json.loads(l) for l in open(path)]
@@ -193,6 +199,11 @@ print("1 rank:", a, " 2 ranks:", b)
 ok = abs(a[0] - b[0]) <= 1e-5 * abs(a[0]) and abs(a[1] - b[1]) <= 1e-5 * abs(a[1]) and a[2] == b[2]
 sys.exit(0 if ok else 1)
 PY
+}
+check "2 ranks x batch 8 == 1 rank x batch 16: step loss and eval loss agree" same_step "$tmp/one1/metrics.jsonl" \
+    "$tmp/one2/metrics.jsonl"
+check "2 ranks x 2 accumulated micro-batches of 4 == 1 rank x batch 16: the same" same_step "$tmp/one1/metrics.jsonl" \
+    "$tmp/one2a/metrics.jsonl"
 
 # Checkpoints: only rank 0 writes them (one file per epoch, nothing else in
 # the directory), and a 2-rank job resumes from one.

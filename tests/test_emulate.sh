@@ -86,6 +86,21 @@ print("     step_ms: min %.1f, max %.1f (profiled %.1f)" % (min(r["step_ms"] for
       max(r["step_ms"] for r in steps), floor))
 PY
 
+# Gradient accumulation: --profile with train.accumulate = 2 times one micro-batch's step; the
+# emulated run sleeps forward and backward in each micro-batch, the update once: 2 x 42 + 5 ms a step.
+run $T --profile configs/resnet20-fashion.ini "$tmp/acc.json" "${small[@]}" train.max_steps=1 train.accumulate=2
+check "profile with train.accumulate = 2: written (rc=$rc)" test "$rc" -eq 0
+run timeout 120 $T configs/resnet20-fashion.ini "${small[@]}" train.emulate_compute="$tmp/set.json" \
+    train.accumulate=2 train.max_steps=4 train.log_every=1 train.out_dir="$tmp/acc"
+check "accumulate = 2 emulated: exit 0, says each micro-batch sleeps" grep -q "each micro-batch sleeps" <<<"$out"
+check "accumulate = 2 emulated: every step takes at least 2 x (forward + backward) + update" \
+    python3 - "$tmp/acc/metrics.jsonl" "$floor" <<'PY'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "step"]
+want = 2 * float(sys.argv[2]) - 5
+assert len(steps) == 4 and all(r["step_ms"] >= want for r in steps), ([r["step_ms"] for r in steps], want)
+PY
+
 if command -v mpirun >/dev/null 2>&1 && $T --version | grep -q "^mpi: built in"; then
     MPI=(timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none)
     # 2 ranks: the buckets really cross (5 buckets, comm_ms > 0), during backward.

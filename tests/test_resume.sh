@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_resume.sh - lose nothing: runs stopped every way a run can stop
 # (train.max_steps inside an epoch, kill -9 at random moments, SIGTERM and
-# SIGUSR1 at 1 and 2 ranks, a full disk) and resumed with
+# SIGUSR1 at 1 and 2 ranks, a full disk, with and without gradient
+# accumulation) and resumed with
 # checkpoint.resume = auto give the losses of an uninterrupted run bit for
 # bit (CPU), and metrics.jsonl holds each step once; a resume at another
 # world size keeps the schedule and the epochs; a resume may not change the
@@ -180,6 +181,65 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: bui
     check "world 1 -> 2: each step once" each_step_once "$tmp/ws/metrics.jsonl"
 else
     echo "SKIPPED (part): no MPI in this build: the 2-rank stops and the world-size resume"
+fi
+
+# 7. Gradient accumulation (train.accumulate = 2, batch 8: the same 16 steps an
+# epoch): a checkpoint counts optimizer steps, a stop signal that comes
+# during a step's micro-batches is acted on once the step is whole, and the
+# resumed run gives the uninterrupted run's losses bit for bit, at 1 and 2 ranks.
+A=("${T[@]}" train.batch_size=8 train.accumulate=2)
+"${A[@]}" train.out_dir="$tmp/acc" >"$tmp/acc.log" 2>&1
+check "accumulate: reference run exits 0" test $? -eq 0
+check "accumulate: 16 steps an epoch of 2 micro-batches" \
+    grep -q "2 epochs x 16 steps (batch 8 x 2 micro-batches accumulated (train.accumulate))" "$tmp/acc.log"
+check "accumulate: the lr scales with the global batch" grep -q "lr 0.05 per worker x 1 rank x 2 accumulated = 0.1" \
+    "$tmp/acc.log"
+steps "$tmp/acc/metrics.jsonl" >"$tmp/acc.steps"
+check "accumulate: 32 step records" test "$(wc -l <"$tmp/acc.steps")" -eq 32
+check "accumulate: the run record's global batch" grep -q '"batch":8,"accumulate":2,"global_batch":16' \
+    "$tmp/acc/metrics.jsonl"
+out=$("${A[@]}" train.out_dir="$tmp/accm" train.max_steps=11 checkpoint.every_steps=5 2>&1)
+check "accumulate, max_steps: a checkpoint at step 11 (176 samples)" \
+    test -f "$tmp/accm/checkpoints/ckpt-000000-0000000176.cnt"
+out=$("${A[@]}" train.out_dir="$tmp/accm" checkpoint.resume=auto 2>&1)
+check "accumulate, max_steps: resumed at step 11 of 16" grep -q "176 samples of epoch 1 (step 11 of its 16)" <<<"$out"
+check "accumulate, max_steps: losses and lrs equal the uninterrupted run's" \
+    diff "$tmp/acc.steps" <(steps "$tmp/accm/metrics.jsonl")
+"${A[@]}" train.out_dir="$tmp/accs" >"$tmp/accs.log" 2>&1 &
+pid=$!
+wait_for_step "$tmp/accs.log" 3
+pkill -TERM -P $pid
+wait $pid
+rc=$?
+check "accumulate, SIGTERM: exit 75 (rc=$rc)" test $rc -eq 75
+out=$("${A[@]}" train.out_dir="$tmp/accs" checkpoint.resume=auto 2>&1)
+check "accumulate, SIGTERM: the resumed run exits 0" test $? -eq 0
+check "accumulate, SIGTERM: losses and lrs equal the uninterrupted run's" \
+    diff "$tmp/acc.steps" <(steps "$tmp/accs/metrics.jsonl")
+out=$("${T[@]}" train.out_dir="$tmp/accbig" train.accumulate=17 2>&1)
+rc=$?
+check "accumulate beyond an epoch's batches: refused (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+check "accumulate beyond an epoch's batches: says so" \
+    grep -q "train.accumulate = 17 micro-batches per step, but rank 0's share of the training set makes 16 batches" \
+    <<<"$out"
+if [ -n "${M:-}" ]; then
+    A2=("${A[@]:2}" data.train_limit=512) # 16 steps an epoch at 2 ranks
+    "${M[@]}" "${A2[@]}" train.out_dir="$tmp/acc2" >"$tmp/acc2.log" 2>&1
+    check "accumulate, 2 ranks: reference run exits 0" test $? -eq 0
+    check "accumulate, 2 ranks: global batch 32" grep -q "dist: 2 ranks .*global batch 32;" "$tmp/acc2.log"
+    check "accumulate, 2 ranks: parameters bit-identical" grep -q "parameters bit-identical on all 2 ranks" "$tmp/acc2.log"
+    d="$tmp/acc2u"
+    "${M[@]}" "${A2[@]}" train.out_dir="$d" >"$d.log" 2>&1 &
+    pid=$!
+    wait_for_step "$d.log" 3
+    kill -USR1 "$(pgrep -P $pid)"
+    wait $pid
+    rc=$?
+    check "accumulate, SIGUSR1, 2 ranks: exit 75 (rc=$rc)" test $rc -eq 75
+    out=$("${M[@]}" "${A2[@]}" train.out_dir="$d" checkpoint.resume=auto 2>&1)
+    check "accumulate, SIGUSR1, 2 ranks: the resumed run exits 0" test $? -eq 0
+    check "accumulate, SIGUSR1, 2 ranks: losses equal the uninterrupted run's" \
+        diff <(steps "$tmp/acc2/metrics.jsonl") <(steps "$d/metrics.jsonl")
 fi
 
 # 6. A resume may not change the model.

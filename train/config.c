@@ -294,7 +294,10 @@ static const key_def key_table[] = {
     K_LONG("train", "max_steps", max_steps, "0", AT_LEAST(0),
          .help = "stop after this many optimizer steps; 0 means no limit"),
     K_INT("train", "batch_size", batch_size, "128", BETWEEN(1, 65536),
-        .help = "training samples per step on each rank"),
+        .help = "training samples per forward and backward on each rank (a micro-batch with train.accumulate)"),
+    K_INT("train", "accumulate", accumulate, "1", BETWEEN(1, 4096),
+        .help = "gradient accumulation: micro-batches of train.batch_size per optimizer step, their gradients "
+                "summed and exchanged once, after the last (global batch: batch_size x ranks x accumulate)"),
     K_INT("train", "eval_batch_size", eval_batch_size, "0", BETWEEN(0, 65536),
         .help = "samples per evaluation batch (at most a rank's share of the test set); 0 uses batch_size"),
     K_U64("train", "seed", seed, "42",
@@ -343,12 +346,13 @@ static const key_def key_table[] = {
     K_FLOAT("optim", "warmup_epochs", warmup_epochs, "0", BETWEEN(0, 1000),
           .help = "linear warm-up to the (scaled) rate over this many epochs (may be fractional); 0: none"),
     K_ENUM("optim", "warmup_start", warmup_start, "zero", .choices = warmup_starts,
-         .help = "where the warm-up starts: zero, or lr (optim.lr, one worker's rate, rising to optim.lr x world "
-                 "size: Goyal et al.'s gradual warm-up; a single rank then has no warm-up)"),
+         .help = "where the warm-up starts: zero, or lr (optim.lr, one worker's rate, rising to the scaled "
+                 "rate: Goyal et al.'s gradual warm-up; a single rank without train.accumulate then has no warm-up)"),
     K_FLOAT("optim", "min_lr", min_lr, "0", AT_LEAST(0),
           .help = "final learning rate of the cosine schedule"),
     K_ENUM("optim", "lr_scaling", lr_scaling, "linear", .choices = lr_scalings,
-         .help = "linear: the effective rate is optim.lr x world size (Goyal et al. 2017); none: optim.lr"),
+         .help = "linear: the effective rate is optim.lr x world size x train.accumulate, the global batch's "
+                 "multiple of one rank's batch (Goyal et al. 2017); none: optim.lr"),
 
     K_ENUM("dist", "mode", dist_mode, "allreduce", .choices = dist_modes,
          .help = "allreduce: every rank trains and the gradients are summed among them; ps: parameter servers, the "
@@ -1382,8 +1386,9 @@ schedule config_schedule(const config *cfg, int world, long steps_per_epoch) {
     memcpy(s.milestones, cfg->milestones, sizeof s.milestones);
     /* Linear scaling (Goyal et al. 2017): N workers take N times larger steps
      * on the N times larger global batch, reached through the warm-up, whose
-     * gradual form starts at one worker's rate. */
-    s.base_lr = cfg->lr_scaling == LR_SCALING_LINEAR ? (double)cfg->lr * world : (double)cfg->lr;
+     * gradual form starts at one worker's rate; K accumulated micro-batches
+     * make the global batch K times larger again. */
+    s.base_lr = cfg->lr_scaling == LR_SCALING_LINEAR ? (double)cfg->lr * world * cfg->accumulate : (double)cfg->lr;
     s.warmup_start = cfg->warmup_start == WARMUP_FROM_LR ? (double)cfg->lr : 0.0;
     return s;
 }
@@ -1425,7 +1430,8 @@ backend_dtype config_activations(const config *cfg, const backend *be) {
 }
 
 step_opts config_step_opts(const config *cfg) {
-    return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight};
+    return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight,
+                       .accumulate = cfg->accumulate};
 }
 
 int config_crop(const config *cfg) {

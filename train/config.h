@@ -104,7 +104,8 @@ typedef struct config {
     int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */
     int epochs;
     long max_steps;                  /* 0: no limit */
-    int batch_size;                  /* per rank */
+    int batch_size;                  /* per rank and micro-batch */
+    int accumulate;                  /* micro-batches per optimizer step (gradient accumulation) */
     int eval_batch_size;             /* 0: batch_size */
     uint64_t seed;
     int log_every;                   /* steps between progress lines */
@@ -196,7 +197,7 @@ int config_parse_choice(const char *key, const char *value, int *out);
  * Modules take these small structs, never the whole config. */
 optim_opts config_optim_opts(const config *cfg);
 /* The learning-rate schedule of a run on `world` ranks: optim.lr scaled by
- * optim.lr_scaling, the warm-up from 0 or from optim.lr (optim.warmup_start),
+ * optim.lr_scaling (linear: x world x train.accumulate), the warm-up from 0 or from optim.lr (optim.warmup_start),
  * train.epochs x steps_per_epoch long. */
 schedule config_schedule(const config *cfg, int world, long steps_per_epoch);
 /* train.loss_scaling; auto is dynamic for fp16 and none otherwise (bf16 has

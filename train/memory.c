@@ -58,6 +58,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     m->momentum = cfg->momentum > 0.0f ? P : 0; /* a checkpoint's, on the host */
     m->step = 2 * slot_dev + (aux >= 0 ? 2 : 1) * logits;
     if (config_loss_scale_opts(cfg).mode != LOSS_SCALE_NONE) m->step += Bf;
+    m->accumulated = cfg->accumulate > 1 ? P + sizeof(float) : 0;
 
     /* host memory */
     m->loader = loader_bytes(&d->train, train) + loader_bytes(&d->test, eval);
@@ -71,7 +72,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
 
     /* parameter-server workers keep no momentum on the device (the servers do) */
     m->device_momentum = xf->momentum_on_worker ? m->momentum : 0;
-    m->device = m->net.total + m->device_momentum + m->step;
+    m->device = m->net.total + m->device_momentum + m->step + m->accumulated;
     m->host = m->loader + m->host_copies;
     return CNT_OK;
 }
@@ -145,6 +146,7 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
         add_part(parts, sizeof parts, "backend workspace", n->workspace);
         if (n->kept) add_part(parts, sizeof parts, "kept filters", n->kept);
         add_part(parts, sizeof parts, "stager and logits", m->step);
+        if (m->accumulated) add_part(parts, sizeof parts, "accumulated gradients", m->accumulated);
     }
     if (p->kind != POOL_DEVICE) {
         add_part(parts, sizeof parts, "loader", m->loader);
@@ -152,8 +154,8 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
     }
     describe_avail(p, avail, sizeof avail);
     return cnt_err_set("model %s with batch %d (train.batch_size %d; evaluation batch %d, train.eval_batch_size "
-                       "%d) needs about %s GiB%s per rank (%s) but this node has %s: lower train.batch_size / "
-                       "train.eval_batch_size%s, or set train.memory_check = false to start anyway",
+                       "%d) needs about %s GiB%s per rank (%s) but this node has %s: lower train.batch_size (a larger "
+                       "train.accumulate keeps the global batch) / train.eval_batch_size%s, or set train.memory_check = false to start anyway",
                        cfg->model_name, m->max_batch, cfg->batch_size, eval->batch, cfg->eval_batch_size,
                        gib(need, sizeof need, (double)p->need), pool_what(p), parts, avail,
                        p->ranks > 1 ? (p->kind == POOL_DEVICE ? " or give each rank its own GPU"

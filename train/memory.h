@@ -39,10 +39,11 @@ typedef struct run_memory {
     size_t device_momentum;  /* of which on the device: 0 where the exchange keeps it (parameter servers) */
     size_t step;             /* the stepper's device buffers: the stager's two slots, the logits' gradients,
                               * the batch-norm statistics a skipped step restores (loss scaling) */
+    size_t accumulated;      /* the gradients summed over micro-batches (train.accumulate > 1), loss's sum */
     size_t loader;           /* host: both loaders' rings (data.prefetch + 1 batches each) and per-sample tables */
     size_t host_copies;      /* host: the stager's pinned slots (GPU backends), the reducer's staging buffer,
                               * copies of the parameters (ranks' comparison, checkpoints), evaluation logits */
-    size_t device;           /* net + momentum + step: on the backend's memory */
+    size_t device;           /* net + momentum + step + accumulated: on the backend's memory */
     size_t host;             /* loader + host_copies: host memory (the same memory as `device` on the CPU) */
 } run_memory;
 

@@ -178,14 +178,15 @@ int metrics_run(metrics *m, const metrics_run_info *in) {
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int acc = in->accumulate > 1 ? in->accumulate : 1;
     errno = 0;
     int printed = fprintf(m->f,
                           "{\"kind\":\"run\",\"model\":\"%s\",\"params\":%ld,\"mode\":\"%s\",\"ranks\":%d,\"workers\":%d,"
-                          "\"servers\":%d,\"batch\":%d,\"global_batch\":%ld,\"epochs\":%d,\"steps_per_epoch\":%ld,"
+                          "\"servers\":%d,\"batch\":%d,\"accumulate\":%d,\"global_batch\":%ld,\"epochs\":%d,\"steps_per_epoch\":%ld,"
                           "\"device\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"config_hash\":\"%016llx\","
                           "\"started\":\"%s\",\"host\":\"%s\"}\n",
                           json_str(model, sizeof model, in->model), in->params, json_str(mode, sizeof mode, in->mode),
-                          in->ranks, in->workers, in->servers, in->batch, (long)in->batch * in->workers, in->epochs,
+                          in->ranks, in->workers, in->servers, in->batch, acc, (long)in->batch * in->workers * acc, in->epochs,
                           in->steps_per_epoch, json_str(device, sizeof device, in->device),
                           json_str(prec, sizeof prec, in->precision), in->threads, in->config_hash, started,
                           json_str(hostj, sizeof hostj, host));

@@ -3,7 +3,7 @@
  * one JSON object per line.
  *
  *   {"kind":"run","model":M,"params":P,"mode":D,"ranks":R,"workers":W,"servers":K,"batch":B,
- *    "global_batch":G,"epochs":E,"steps_per_epoch":N,"device":V,"precision":X,"threads":T,
+ *    "accumulate":A,"global_batch":G (B x W x A),"epochs":E,"steps_per_epoch":N,"device":V,"precision":X,"threads":T,
  *    "config_hash":"H","started":"YYYY-MM-DDTHH:MM:SSZ","host":"NAME"}
  *   {"kind":"step","epoch":E,"step":S,"time":T,"images":I,"loss":L,"lr":R,"img_per_sec":I,"step_ms":T,
  *    "data_wait_ms":W,"comm_ms":C,"comm_exposed_ms":X,"loss_scale":G,"skipped_steps":K}
@@ -74,6 +74,7 @@ typedef struct metrics_run_info {
     const char *model, *mode, *device, *precision;
     long params;
     int ranks, workers, servers, batch, epochs, threads;
+    int accumulate;          /* micro-batches per optimizer step (train.accumulate); 0 is read as 1 */
     long steps_per_epoch;
     unsigned long long config_hash;
 } metrics_run_info;

@@ -339,6 +339,8 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     step_opts so = config_step_opts(cfg);
     int gpu = !be->is_cpu;
     so.sync_phases = gpu; /* the phase times of a GPU step are the device's */
+    so.accumulate = 1;    /* one forward, backward and update: an emulated run with train.accumulate repeats
+                           * the forward and backward per micro-batch */
     stepper st;
     stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, d.train.c, d.train.h * d.train.w, lo.u8);
     schedule sched = config_schedule(cfg, 1, loader_steps_per_epoch(ld));

@@ -45,7 +45,7 @@ typedef struct run {
     stepper st;
     schedule sched;
     host_state peers;        /* world > 1: parameters for the ranks' comparison, buffers for rank 0's */
-    long steps_per_epoch, total_steps;
+    long steps_per_epoch, total_steps; /* optimizer steps, each of train.accumulate loader batches */
     long step;               /* optimizer steps taken, a resumed run's included */
     int start_epoch;
     long first_epoch_step;   /* where start_epoch begins: a resume inside an epoch */
@@ -56,11 +56,14 @@ typedef struct run {
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
     int diverged;
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
-    double next_wait_s;      /* the loader wait of the batch prefetched for the next step */
+    double next_wait_s;      /* the loader wait of the batch prefetched for the next micro-batch */
+    int micro;               /* the micro-batch of the current step being stepped (0 without accumulation) */
 } run;
 
-/* Global samples per step: all ranks' batches. */
-static inline long run_samples_per_step(const run *r) { return (long)r->cfg->batch_size * r->world; }
+/* Global samples per optimizer step: all ranks' batches, all micro-batches. */
+static inline long run_samples_per_step(const run *r) {
+    return (long)r->cfg->batch_size * r->world * r->cfg->accumulate;
+}
 
 /* ---- train/run_setup.c ---- */
 /* Everything the steps need, in the order the ranks must meet: the device,

@@ -143,6 +143,7 @@ int run_write_record(run *r) {
         .workers = r->world,
         .servers = xt.serves ? cfg->ps_servers : 0,
         .batch = cfg->batch_size,
+        .accumulate = cfg->accumulate,
         .epochs = cfg->epochs,
         .threads = r->be->is_cpu ? omp_get_max_threads() : 0,
         .steps_per_epoch = r->steps_per_epoch,

@@ -162,16 +162,20 @@ static void log_plan(const run *r) {
     log_info("data: %s %s, %d train / %d test images of %dx%dx%d, %d classes%s", config_name(cfg, &cfg->data_kind),
              cfg->data_root, d->n, r->data.test.n, d->c, d->h, d->w, d->classes,
              config_batch_u8(cfg, r->be) ? "; uint8 batches, normalised on the device (data.batch_dtype)" : "");
-    log_info("train: %d epochs x %ld steps (batch %d), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
-             cfg->epochs, r->steps_per_epoch, cfg->batch_size, r->total_steps, config_name(cfg, &cfg->schedule),
+    char acc[128] = "";
+    if (cfg->accumulate > 1)
+        snprintf(acc, sizeof acc, " x %d micro-batches accumulated (train.accumulate)", cfg->accumulate);
+    log_info("train: %d epochs x %ld steps (batch %d%s), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
+             cfg->epochs, r->steps_per_epoch, cfg->batch_size, acc, r->total_steps, config_name(cfg, &cfg->schedule),
              (double)cfg->warmup_epochs, cfg->out_dir);
     if (r->emu.n_nodes)
-        log_info("emulated compute (train.emulate_compute = %s, a profile taken on %s in %s): each step sleeps "
+        log_info("emulated compute (train.emulate_compute = %s, a profile taken on %s in %s): each %s sleeps "
                  "forward %.3f ms, backward %.3f ms layer by layer (gradients handed to the reducer after each "
-                 "node) and update %.3f ms instead of computing; parameters are not updated; evaluation "
+                 "node%s) and update %.3f ms instead of computing; parameters are not updated; evaluation "
                  "skipped",
-                 cfg->emulate_compute, r->emu.device, r->emu.precision, r->emu.forward_total_ms,
-                 r->emu.backward_total_ms, r->emu.update_ms);
+                 cfg->emulate_compute, r->emu.device, r->emu.precision, cfg->accumulate > 1 ? "micro-batch" : "step",
+                 r->emu.forward_total_ms, r->emu.backward_total_ms, cfg->accumulate > 1 ? ", in the last" : "",
+                 r->emu.update_ms);
 }
 
 /* Across nodes, how many TCP connections Open MPI keeps per pair of ranks,
@@ -305,11 +309,16 @@ static void log_dist(const run *r) {
     log_tcp_links();
     const config *cfg = r->cfg;
     char how[1024];
-    if (exchange_describe(r->x, cfg->batch_size, how, sizeof how))
+    int linear = cfg->lr_scaling == LR_SCALING_LINEAR, K = cfg->accumulate;
+    int alone = exchange_describe(r->x, cfg->batch_size * K, how, sizeof how);
+    if (!linear || (alone && K == 1))
         log_info("dist: %s; lr %g (optim.lr_scaling = %s)", how, r->sched.base_lr, config_name(cfg, &cfg->lr_scaling));
+    else if (K == 1)
+        log_info("dist: %s; lr %g per worker x %d = %g (optim.lr_scaling = %s)", how, (double)cfg->lr, r->world,
+                 r->sched.base_lr, config_name(cfg, &cfg->lr_scaling));
     else
-        log_info("dist: %s; lr %g per worker x %d = %g (optim.lr_scaling = %s)", how, (double)cfg->lr,
-                 cfg->lr_scaling == LR_SCALING_LINEAR ? r->world : 1, r->sched.base_lr,
+        log_info("dist: %s; lr %g per worker x %d rank%s x %d accumulated = %g (optim.lr_scaling = %s)", how,
+                 (double)cfg->lr, r->world, r->world == 1 ? "" : "s", K, r->sched.base_lr,
                  config_name(cfg, &cfg->lr_scaling));
 }
 
@@ -359,7 +368,12 @@ static int setup_loaders(run *r, const loader_options *lo, const loader_options 
     const config *cfg = r->cfg;
     if (!(r->train_ld = loader_create(&r->data.train, lo)) || !(r->test_ld = loader_create(&r->data.test, eo)))
         return CNT_ERR;
-    r->steps_per_epoch = loader_steps_per_epoch(r->train_ld);
+    int batches = loader_steps_per_epoch(r->train_ld);
+    r->steps_per_epoch = batches / cfg->accumulate;
+    if (r->steps_per_epoch < 1)
+        return cnt_err_set("train.accumulate = %d micro-batches per step, but rank %d's share of the training set "
+                           "makes %d batch%s of train.batch_size = %d an epoch: lower one of them",
+                           cfg->accumulate, r->rank, batches, batches == 1 ? "" : "es", cfg->batch_size);
     r->total_steps = r->steps_per_epoch * cfg->epochs;
     if (cfg->max_steps > 0 && cfg->max_steps < r->total_steps) r->total_steps = cfg->max_steps;
     return CNT_OK;

@@ -40,6 +40,11 @@ void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_op
         s->overflow = be->alloc(sizeof(float));
         if (nt->n_buffers) s->buffers_before = be->alloc(nt->n_buffers * sizeof(float));
     }
+    if (s->o.accumulate < 1) s->o.accumulate = 1;
+    if (s->o.accumulate > 1) {
+        s->grad_kept = be->alloc(nt->n_params * sizeof(float));
+        s->loss_sum = be->alloc(sizeof(float));
+    }
 }
 
 void stepper_free(stepper *s) {
@@ -53,6 +58,9 @@ void stepper_free(stepper *s) {
     be->free(s->dlogits_aux);
     be->free(s->overflow);
     be->free(s->buffers_before);
+    if (s->grad_kept) net_set_grad_accumulation(s->nt, NET_GRADS_HAND_ON, NULL); /* the net outlives the buffer */
+    be->free(s->grad_kept);
+    be->free(s->loss_sum);
     free(s->seed_momentum);
     memset(s, 0, sizeof *s);
 }
@@ -110,51 +118,86 @@ void stepper_drop_staged(stepper *s) {
     s->staged = 0;
 }
 
+/* The micro-batch's device batch: the one staged by the step before, or b
+ * put in the stager now. Returns its size. */
+static int take_batch(stepper *s, const batch *b, float **x, int32_t **labels) {
+    if (s->staged) {
+        CNT_ASSERT(!b);
+        *x = s->staged_x;
+        *labels = s->staged_labels;
+        s->staged = 0;
+        return s->staged_n;
+    }
+    CNT_ASSERT(b);
+    stager_put(s->st, b, x, labels);
+    return b->n;
+}
+
+/* Once backward is queued: the next batch from the prefetch, staged. */
+static void stage_next(stepper *s) {
+    if (!s->next) return;
+    /* b, the loader's, may be reused from here on */
+    const batch *nb = s->next(s->next_ctx);
+    if (!nb) return;
+    stager_put(s->st, nb, &s->staged_x, &s->staged_labels);
+    s->staged_n = nb->n;
+    s->staged = 1;
+}
+
+/* Forward, loss and backward of micro-batch s->micro of the step (the only
+ * one without accumulation), adding its times and images to *r. The last
+ * starts the exchange (step step_number at lr) and hands it the gradients,
+ * the kept sum of the others added; the others keep theirs. */
+static void micro_step(stepper *s, const batch *b, int last, long step_number, double lr, step_result *r) {
+    net *nt = s->nt;
+    const backend *be = nt->be;
+    int K = s->o.accumulate, first = s->micro == 0;
+    float *x;
+    int32_t *labels;
+    int n = take_batch(s, b, &x, &labels);
+    r->n += n;
+    if (first && s->buffers_before) be->copy(s->buffers_before, nt->buffers, nt->n_buffers * sizeof(float));
+
+    double t = time_now();
+    forward_loss(s, x, labels, n, (float)(s->ls.scale / K)); /* the sum of K is the mean's gradient */
+    if (K > 1) {
+        be->axpy(1, 1.0f / (float)K, s->loss, s->loss_sum, !first);
+        if (last) be->copy(s->loss, s->loss_sum, sizeof(float)); /* the step's loss: the micro-batches' mean */
+    }
+    r->forward_s += phase_end(s, "forward", "forward", t);
+
+    t = time_now();
+    if (last) exchange_begin(s->x, step_number, lr);
+    if (K > 1)
+        net_set_grad_accumulation(nt, last ? NET_GRADS_ADD_KEPT : first ? NET_GRADS_KEEP_FIRST : NET_GRADS_KEEP_MORE,
+                                  s->grad_kept);
+    net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the exchange */
+    if (K > 1) net_set_grad_accumulation(nt, NET_GRADS_HAND_ON, NULL);
+    stager_release(s->st);                          /* backward was the last reader of the batch */
+    r->backward_s += phase_end(s, "backward", "backward", t);
+    stage_next(s);
+    s->micro = last ? 0 : s->micro + 1;
+}
+
+void stepper_accumulate(stepper *s, const batch *b) {
+    CNT_ASSERT(s->micro < s->o.accumulate - 1);
+    if (s->micro == 0) memset(&s->pending, 0, sizeof s->pending);
+    micro_step(s, b, 0, 0, 0.0, &s->pending);
+}
+
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r) {
     net *nt = s->nt;
     const backend *be = nt->be;
-    memset(r, 0, sizeof *r);
-    float *x;
-    int32_t *labels;
-    int n;
-    if (s->staged) {
-        CNT_ASSERT(!b);
-        x = s->staged_x;
-        labels = s->staged_labels;
-        n = s->staged_n;
-        s->staged = 0;
-    } else {
-        CNT_ASSERT(b);
-        stager_put(s->st, b, &x, &labels);
-        n = b->n;
-    }
-    r->n = n;
-    if (s->buffers_before) be->copy(s->buffers_before, nt->buffers, nt->n_buffers * sizeof(float));
+    CNT_ASSERT(s->micro == s->o.accumulate - 1); /* every micro-batch before this one taken */
+    if (s->micro > 0) *r = s->pending;
+    else memset(r, 0, sizeof *r);
     float scale = (float)s->ls.scale;
-
-    double t = time_now();
-    forward_loss(s, x, labels, n, scale);
-    r->forward_s = phase_end(s, "forward", "forward", t);
-
-    t = time_now();
-    exchange_begin(s->x, step_number, lr);
-    net_backward(nt, s->dlogits, s->dlogits_aux); /* the grad hook hands each finished slice to the exchange */
-    stager_release(s->st);                          /* backward was the last reader of the batch */
-    r->backward_s = phase_end(s, "backward", "backward", t);
-    if (s->next) {
-        /* b, the loader's, may be reused from here on */
-        const batch *nb = s->next(s->next_ctx);
-        if (nb) {
-            stager_put(s->st, nb, &s->staged_x, &s->staged_labels);
-            s->staged_n = nb->n;
-            s->staged = 1;
-        }
-    }
+    micro_step(s, b, 1, step_number, lr, r);
 
     /* What is still in flight: summed gradients, which the update divides
      * by the workers, or parameters the servers updated, which end the step. */
     const char *wait = exchange_traits_of(s->x).wait_phase;
-    t = time_now();
+    double t = time_now();
     exchange_finish(s->x, &r->xs);
     if (wait) r->comm_wait_s = phase_end(s, wait, "comm", t);
     if (r->xs.updated) {

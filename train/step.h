@@ -18,6 +18,17 @@
  *                 the net sleeps its profiled times instead of computing
  *                 (net_set_emulation) and the update sleeps instead of
  *                 updating; the stager, the loss and the exchange run as usual.
+ *                 Gradient accumulation (step_opts.accumulate = K > 1): a step
+ *                 takes K micro-batches, the first K-1 through
+ *                 stepper_accumulate (forward, loss, backward; gradients
+ *                 kept on the device, nothing exchanged), the last through
+ *                 stepper_run, whose backward adds the kept sum to each
+ *                 layer's gradients as it finishes and hands them to the
+ *                 exchange: one exchange and one update per K micro-batches.
+ *                 Each micro-batch's loss gradient is divided by K, so the sum
+ *                 is the gradient of the mean loss over the K x b images, as
+ *                 one batch of K x b would give it (up to fp32 rounding; batch
+ *                 norm normalises each micro-batch by its own statistics).
  *   stepper_eval: batch -> forward in inference mode -> loss; the logits stay
  *                 on the device for the caller to rank.
  *
@@ -52,11 +63,24 @@ typedef struct step_opts {
                          * sleeps emulate_update_ms instead of running (parameters, momentum and
                          * the loss scale stay as they are; no inf/NaN check) */
     double emulate_update_ms;
+    int accumulate;     /* micro-batches per optimizer step (train.accumulate); 0 or 1: none */
 } step_opts;
 
 /* Where the next step's batch comes from (stepper_set_prefetch): a host
  * batch, or NULL when there is no next step to stage for. */
 typedef const batch *(*stepper_next_fn)(void *ctx);
+
+typedef struct step_result {
+    int applied;             /* the update ran; 0: skipped for inf/NaN gradients */
+    int loss_counts;         /* the loss belongs in the progress line: the step was applied, or
+                              * skipped with a finite loss (its gradients overflowed, not its forward) */
+    exchange_stats xs;       /* the exchange's report */
+    double forward_s;        /* host seconds: forward and loss */
+    double backward_s;       /* backward */
+    double comm_wait_s;      /* waiting for the gradient sums after backward */
+    double update_s;         /* overflow check and update */
+    int n;                   /* images in the step's batch (all its micro-batches) */
+} step_result;
 
 typedef struct stepper {
     net *nt;                 /* not owned */
@@ -79,6 +103,10 @@ typedef struct stepper {
     float *staged_x;         /* its device images */
     int32_t *staged_labels;  /* and labels */
     int staged_n;            /* and size */
+    int micro;               /* micro-batches of the current optimizer step already taken (accumulation) */
+    float *grad_kept;        /* [n_params] device: their gradients summed; NULL without accumulation */
+    float *loss_sum;         /* [1] device: their losses / accumulate summed; idem */
+    step_result pending;     /* their times and images, which stepper_run reports with the last */
     float *seed_momentum;    /* rank 0, where the exchange keeps the state: a checkpoint's momentum for
                               * stepper_seed (host); NULL: zeros */
 } stepper;
@@ -94,18 +122,6 @@ typedef struct step_state {
     long skipped;            /* steps skipped for inf/NaN gradients */
     long skipped_in_a_row;   /* the last of them in a row */
 } step_state;
-
-typedef struct step_result {
-    int applied;             /* the update ran; 0: skipped for inf/NaN gradients */
-    int loss_counts;         /* the loss belongs in the progress line: the step was applied, or
-                              * skipped with a finite loss (its gradients overflowed, not its forward) */
-    exchange_stats xs;       /* the exchange's report */
-    double forward_s;        /* host seconds: forward and loss */
-    double backward_s;       /* backward */
-    double comm_wait_s;      /* waiting for the gradient sums after backward */
-    double update_s;         /* overflow check and update */
-    int n;                   /* images in the step's batch */
-} step_result;
 
 /* Ready to step nt (finalised, parameters initialised, attached to x:
  * exchange_attach) on batches of up to max_batch samples of c x hw values
@@ -124,7 +140,12 @@ void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_op
  * cnt_err_msg) when loss scaling gives up: LOSS_SCALE_MAX_SKIPS steps in a
  * row had inf/NaN gradients; that step changed nothing. */
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r);
-/* Prefetch: from now on each stepper_run, once backward is queued (and the
+/* One micro-batch of an accumulating step (step_opts.accumulate = K > 1),
+ * the first K-1 of each step; the K-th goes through stepper_run, which
+ * reports the whole step (its times and images include these). b: as
+ * stepper_run's (NULL when staged). Exchanges nothing, updates nothing. */
+void stepper_accumulate(stepper *s, const batch *b);
+/* Prefetch: from now on each stepper_run (and stepper_accumulate), once backward is queued (and the
  * batch it read released), calls next(ctx) and stages what it returns, so
  * the host copies the next batch into page-locked memory and queues its
  * upload while the device still runs this step's backward, instead of while

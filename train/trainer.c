@@ -44,22 +44,61 @@
 /* Whether checkpoints are written at all. */
 static int ckpt_on(const config *cfg) { return cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0; }
 
-/* The stepper's prefetch (stepper_set_prefetch), called inside step
- * r->step + 1 once its backward is queued: the batch of the step after it,
- * unless that step is not in this epoch or this run (then the loop's own
- * loader_next ends the epoch, as without prefetch). The loader's position
- * moves one batch early, but checkpoints record epoch_step, not the
- * loader's position, and a run that stops with a batch staged drops it. */
+/* The stepper's prefetch (stepper_set_prefetch), called inside micro-batch
+ * r->micro of step r->step + 1 once its backward is queued: the step's next
+ * micro-batch, or the first batch of the step after it unless that step is
+ * not in this epoch or this run (then the loop ends the epoch, as without
+ * prefetch). The loader's position moves one batch early, but checkpoints
+ * record epoch_step, not the loader's position, and a run that stops with a
+ * batch staged drops it. */
 static const batch *next_batch(void *ctx) {
     run *r = ctx;
     r->next_wait_s = 0;
-    if (r->step + 1 >= r->total_steps || r->epoch_step + 1 >= r->steps_per_epoch) return NULL;
+    int step_ends = r->micro + 1 >= r->cfg->accumulate;
+    if (step_ends && (r->step + 1 >= r->total_steps || r->epoch_step + 1 >= r->steps_per_epoch)) return NULL;
     double t0 = time_now();
     const batch *b = loader_next(r->train_ld);
     double t1 = time_now();
     r->next_wait_s = t1 - t0;
     if (r->tl) timeline_record(r->tl, "data wait (next step's batch)", "data", TIMELINE_TID_TRAIN, t0, t1);
     return b;
+}
+
+/* The micro-batch to step now: *b from the loader, or NULL where the
+ * prefetch staged it (its wait, during the micro-batch before, is
+ * r->next_wait_s). The wait is added to *wait_s. 0 when the epoch's data
+ * has ended. */
+static int take_batch(run *r, const batch **b, double *wait_s) {
+    *b = NULL;
+    if (stepper_staged(&r->st)) {
+        *wait_s += r->next_wait_s;
+        return 1;
+    }
+    double t0 = time_now();
+    *b = loader_next(r->train_ld);
+    double t1 = time_now();
+    if (!*b) return 0;
+    *wait_s += t1 - t0;
+    if (r->tl) timeline_record(r->tl, "data wait", "data", TIMELINE_TID_TRAIN, t0, t1);
+    return 1;
+}
+
+/* One optimizer step: train.accumulate micro-batches (stepper_accumulate,
+ * then stepper_run for the last), *wait_s the time they waited for data.
+ * 0 when the epoch's data has ended before the step began; CNT_ERR as
+ * stepper_run; 1 once stepped. */
+static int take_step(run *r, double lr, step_result *sr, double *wait_s) {
+    const batch *b = NULL;
+    int K = r->cfg->accumulate;
+    for (r->micro = 0; r->micro < K; r->micro++) {
+        if (!take_batch(r, &b, wait_s)) {
+            CNT_ASSERT(r->micro == 0); /* steps_per_epoch counts whole steps only */
+            return 0;
+        }
+        if (r->micro < K - 1) stepper_accumulate(&r->st, b);
+    }
+    r->micro = K - 1;
+    return stepper_run(&r->st, b, r->step + 1, lr, sr) == CNT_OK ? 1 : CNT_ERR;
 }
 
 /* The stop signal (train/stop.h) every rank acts on at this step boundary
@@ -79,25 +118,20 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
     const config *cfg = r->cfg;
     r->epoch = epoch;
     r->epoch_step = epoch == r->start_epoch ? r->first_epoch_step : 0;
-    loader_start_epoch_at(r->train_ld, epoch, (int)r->epoch_step);
+    loader_start_epoch_at(r->train_ld, epoch, (int)(r->epoch_step * r->cfg->accumulate));
     progress_epoch_begin(r->pg, epoch);
-    for (;;) {
+    /* batches beyond the last whole step of accumulate are not trained */
+    while (r->epoch_step < r->steps_per_epoch) {
         if (r->tl) timeline_set_step(r->tl, r->step + 1);
-        double t0 = time_now(), t1 = t0;
-        const batch *b = NULL;
-        if (stepper_staged(&r->st)) {
-            t0 -= r->next_wait_s; /* the wait it had, during the step before */
-        } else {
-            b = loader_next(r->train_ld);
-            t1 = time_now();
-            if (!b) return CNT_OK;
-            if (r->tl) timeline_record(r->tl, "data wait", "data", TIMELINE_TID_TRAIN, t0, t1);
-        }
+        double t0 = time_now(), wait = 0;
+        if (stepper_staged(&r->st)) t0 -= r->next_wait_s; /* the wait it had, during the step before */
         /* the schedule follows the position in the data (the same as the
          * step count unless a resume changed the steps per epoch) */
         double lr = schedule_lr(&r->sched, (long)epoch * r->steps_per_epoch + r->epoch_step);
         step_result sr;
-        if (stepper_run(&r->st, b, r->step + 1, lr, &sr) != CNT_OK) {
+        int took = take_step(r, lr, &sr, &wait);
+        if (took == 0) return CNT_OK;
+        if (took == CNT_ERR) {
             *done = 1;
             return cnt_err_prefix("train.precision = %s, train.loss_scaling = %s, step %ld",
                                   config_name(cfg, &cfg->precision), config_name(cfg, &cfg->loss_scaling),
@@ -106,7 +140,7 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         double t2 = time_now();
         r->step++;
         r->epoch_step++;
-        progress_step(r->pg, r->step, &sr, r->st.loss, sr.n, t1 - t0, t2 - t0);
+        progress_step(r->pg, r->step, &sr, r->st.loss, sr.n, wait, t2 - t0);
         int last = r->step >= r->total_steps;
         int stop = agree_stop(r);
         int epoch_end = r->epoch_step == r->steps_per_epoch;
@@ -136,6 +170,7 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
             return CNT_OK;
         }
     }
+    return CNT_OK;
 }
 
 /* The steps of one epoch (run_epoch_steps), then a batch staged for a step
