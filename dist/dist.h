@@ -99,6 +99,18 @@ void dist_abort(int code) __attribute__((noreturn));
  * Call it before starting threads that use dist/ (plain variables, read
  * without a lock): the trainer does, from its config, right after dist_init. */
 void dist_set_wait_limits(double warn_s, double abort_s);
+/* How the ring allreduce's thread waits for its messages (dist.progress):
+ * DIST_PROGRESS_SLEEP polls between short sleeps (10 us doubling to 50 us),
+ * so while the network moves a bucket the thread leaves the cores to
+ * backward; DIST_PROGRESS_SPIN polls with sched_yield, never sleeping (the
+ * lowest latency where the communication has a core of its own). Messages
+ * move in the kernel and in Open MPI's TCP buffers while the thread sleeps:
+ * a 50 us sleep is far shorter than the time a 1 MiB chunk takes on the
+ * wire. MPI_Allreduce (dist.backend = mpi) waits inside Open MPI, by its own
+ * rules, whichever is set. Process-wide; the default is SLEEP. Call it
+ * before starting threads that use dist/, as dist_set_wait_limits. */
+typedef enum dist_progress { DIST_PROGRESS_SLEEP, DIST_PROGRESS_SPIN } dist_progress;
+void dist_set_progress(dist_progress p);
 /* Names what the calling thread is doing ("evaluation", "start-up:
  * configuration check") for the messages above, until it names another
  * (copied; up to 127 characters kept). Per thread: the reducer's

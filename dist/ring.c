@@ -41,9 +41,10 @@
  * every rank posts its chunk-c receive without waiting for anything, so the
  * chunk-c messages of the whole ring can always complete. Sender and receiver
  * agree on the number of chunks because both cut the same segment. The wait
- * is bounded (dist_wait_bounded, polling with a yield, never a sleep: what
- * MPI_Waitall does, plus the stall limits), so a neighbour that stops
- * mid-allreduce ends the job instead of hanging it.
+ * is bounded (dist_wait_bounded: yields for a millisecond, then short
+ * sleeps between polls, or yields throughout as MPI_Waitall does, as
+ * dist.progress says; plus the stall limits),
+ * so a neighbour that stops mid-allreduce ends the job instead of hanging it.
  *
  * fp16 (dist_ring_allreduce_f16, for dist.compress = fp16): the same ring
  * over 16-bit halves, so every message is half the size. The partial sums
@@ -115,29 +116,52 @@ static void add_float(void *acc, const void *in, size_t n) {
 
 static void add_half(void *acc, const void *in, size_t n) { fp16_add_array(acc, in, n); }
 
+/* Chunks of one ring step in flight at once: while chunk c is added, chunk
+ * c+1 is on the wire, so the link does not idle for the add and for the
+ * next chunk's rendezvous. */
+#define RING_WINDOW 2
+
+/* Chunk c of a step: posts its receive (into tmp, or straight into recv
+ * when not adding) and its send. */
+static void ring_post(const ring_elem *el, const char *send, size_t send_len, char *recv, size_t recv_len,
+                      char *tmp, size_t chunk, size_t c, int left, int right, MPI_Request req[2]) {
+    size_t off = c * chunk;
+    size_t rn = off < recv_len ? (recv_len - off < chunk ? recv_len - off : chunk) : 0;
+    size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
+    req[0] = req[1] = MPI_REQUEST_NULL;
+    if (rn)
+        DIST_MPI_CHECK(MPI_Irecv(tmp ? tmp : recv + off * el->size, (int)rn, el->type, left, RING_TAG, dist_comm(),
+                                 &req[0]));
+    if (sn)
+        DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, dist_comm(), &req[1]));
+}
+
 /* One ring step: send send_len elements at `send` to the right, receive
  * recv_len elements from the left into `recv`, chunk by chunk (chunk
- * elements); add them when `add`, else store them directly (allgather). */
+ * elements, RING_WINDOW of them in flight); add them when `add`, else store
+ * them directly (allgather). Messages between two ranks with one tag match
+ * in the order they were posted (MPI's non-overtaking rule), so chunk c's
+ * receive gets chunk c. */
 static void ring_step(const ring_elem *el, const char *send, size_t send_len, char *recv, size_t recv_len,
                       int add, size_t chunk, int left, int right) {
-    char *tmp = add ? ring_tmp_get(chunk * el->size) : NULL;
-    size_t off = 0;
-    while (off < send_len || off < recv_len) {
-        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        size_t rn = off < recv_len ? (recv_len - off < chunk ? recv_len - off : chunk) : 0;
-        size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
-        char *dst = add ? tmp : recv + off * el->size;
-        if (rn)
-            DIST_MPI_CHECK(MPI_Irecv(dst, (int)rn, el->type, left, RING_TAG, dist_comm(), &req[0]));
-        if (sn)
-            DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, dist_comm(),
-                                     &req[1]));
-        /* Why wait here: the chunk must have arrived before we add it, and the
-         * temporary buffer is reused by the next chunk. Neighbours have posted
+    size_t len = send_len > recv_len ? send_len : recv_len;
+    size_t chunks = (len + chunk - 1) / chunk;
+    char *tmp = add ? ring_tmp_get(RING_WINDOW * chunk * el->size) : NULL;
+    MPI_Request req[RING_WINDOW][2];
+    for (size_t c = 0; c < chunks && c < RING_WINDOW; c++)
+        ring_post(el, send, send_len, recv, recv_len, tmp ? tmp + c * chunk * el->size : NULL, chunk, c, left,
+                  right, req[c]);
+    for (size_t c = 0; c < chunks; c++) {
+        size_t w = c % RING_WINDOW, off = c * chunk;
+        char *t = tmp ? tmp + w * chunk * el->size : NULL;
+        /* Why wait here: the chunk must have arrived before we add it, and
+         * its temporary buffer is reused two chunks on. Neighbours have posted
          * (or will post without waiting) the matching operations. */
-        dist_wait_bounded(2, req, "the ring allreduce", DIST_WAIT_YIELD);
-        if (add && rn) el->add(recv + off * el->size, tmp, rn);
-        off += chunk;
+        dist_wait_bounded(2, req[w], "the ring allreduce",
+                          dist_progress_mode() == DIST_PROGRESS_SPIN ? DIST_WAIT_YIELD : DIST_WAIT_PACED);
+        if (add && off < recv_len) el->add(recv + off * el->size, t, recv_len - off < chunk ? recv_len - off : chunk);
+        if (c + RING_WINDOW < chunks)
+            ring_post(el, send, send_len, recv, recv_len, t, chunk, c + RING_WINDOW, left, right, req[w]);
     }
 }
 

@@ -13,7 +13,8 @@
  * a balanced collective completes within microseconds, then either sleeps
  * doubling from 10 us to WAIT_MAX_SLEEP_US, so a thread that waits for a
  * late rank leaves the cores to compute (a blocking MPI_Wait would spin on
- * one), or, for the ring, a yield between polls (dist/wait.h says why). The
+ * one), or, for the ring's chunks, shorter sleeps (to 50 us) or a yield
+ * between polls, as dist.progress says (dist/wait.h says why). The
  * other sites (the stall watchdog, the parameter servers, NCCL's events)
  * poll their own things with their own spin and sleep through the same loop.
  * The clock is read at every poll after the first: the limits are seconds, a
@@ -45,6 +46,12 @@ static double g_warn_s = 60, g_abort_s = 1800;
 
 /* What this thread is doing, for the messages; "" until named. */
 static _Thread_local char tl_phase[128];
+
+static dist_progress g_progress = DIST_PROGRESS_SLEEP;
+
+void dist_set_progress(dist_progress p) { g_progress = p; }
+
+dist_progress dist_progress_mode(void) { return g_progress; }
 
 void dist_set_wait_limits(double warn_s, double abort_s) {
     g_warn_s = warn_s > 0 ? warn_s : 0;
@@ -168,7 +175,7 @@ void dist_wait_until(const dist_wait_site *s) {
             continue;
         }
         if (waited < s->spin_s) continue;
-        if (s->max_sleep_us <= 0) {
+        if (s->max_sleep_us <= 0 || waited < s->yield_s) {
             sched_yield(); /* cannot fail on Linux; returns at once when no other thread wants the core */
             continue;
         }
@@ -191,6 +198,10 @@ void dist_wait_until(const dist_wait_site *s) {
 #define WAIT_SPIN_S 50e-6
 /* The sleep between polls grows from 10 us to this. */
 #define WAIT_MAX_SLEEP_US 1000
+/* DIST_WAIT_PACED (the ring's chunks): after the spin, yields until this
+ * long, then sleeps growing to WAIT_PACED_MAX_SLEEP_US. */
+#define WAIT_PACED_YIELD_S 1e-3
+#define WAIT_PACED_MAX_SLEEP_US 50
 
 static const char *phase_name(void) { return tl_phase[0] ? tl_phase : "an unnamed phase"; }
 
@@ -218,6 +229,8 @@ static void requests_describe(void *ctx, dist_wait_text part, char *buf, size_t 
 
 void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode) {
     requests r = {n, reqs, collective};
+    int max_sleep_us = mode == DIST_WAIT_YIELD ? 0 : mode == DIST_WAIT_PACED ? WAIT_PACED_MAX_SLEEP_US
+                                                                               : WAIT_MAX_SLEEP_US;
     dist_wait_site s = {
         .poll = requests_poll,
         .describe = requests_describe,
@@ -227,7 +240,8 @@ void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wa
         .abort_note = ": one or more other ranks did not arrive (stopped, hung or slow; the ranks that print no "
                       "such line are the late ones)",
         .spin_s = WAIT_SPIN_S,
-        .max_sleep_us = mode == DIST_WAIT_YIELD ? 0 : WAIT_MAX_SLEEP_US,
+        .yield_s = mode == DIST_WAIT_PACED ? WAIT_PACED_YIELD_S : 0,
+        .max_sleep_us = max_sleep_us,
         .warn_s = g_warn_s,
         .abort_s = g_abort_s,
     };

@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 
+#include "dist/dist.h"
+
 /* The exit status of a job ended by a stall (a bounded wait past
  * dist.stall_abort_s, or the blocking-call deadman): the status of any other
  * error (docs/faults.md). */
@@ -53,10 +55,13 @@ typedef struct dist_wait_site {
      * passed; then, between polls, a sleep from 10 us doubling to
      * max_sleep_us, or sched_yield when max_sleep_us is 0. A sleep that a
      * signal interrupts (EINTR: SIGTERM, SIGUSR1) goes on for what is left
-     * of it: a signal neither ends the wait nor makes it spin. */
+     * of it: a signal neither ends the wait nor makes it spin. yield_s,
+     * when above spin_s: sched_yield between polls until yield_s seconds,
+     * and only then the sleeps. */
     int spin_polls;
     double spin_s;
     long max_sleep_us;
+    double yield_s;
     /* Limits in seconds; 0 turns either off. After warn_s it warns, once for
      * each multiple of warn_s it crosses (a poll that crosses several warns
      * once); after abort_s it logs the error and ends the job with
@@ -97,12 +102,24 @@ typedef enum dist_wait_mode {
      * there; a longer wait means a late rank, and the waiting thread leaves
      * the cores to compute. */
     DIST_WAIT_SLEEP,
-    /* sched_yield: for the ring's chunks, whose data moves only while a rank
-     * polls, so a sleep would slow every gradient allreduce. Like MPI_Waitall
-     * (a spin that Open MPI makes yield on an oversubscribed node), it lets a
-     * process sharing the core, such as the neighbour rank, run. */
-    DIST_WAIT_YIELD
+    /* sched_yield: the ring's chunks with dist.progress = spin. Like
+     * MPI_Waitall (a spin that Open MPI makes yield on an oversubscribed
+     * node), it lets a process sharing the core run, but takes whatever core
+     * is free from backward's threads. */
+    DIST_WAIT_YIELD,
+    /* A 50 us spin, sched_yield to the first millisecond, then sleeps from
+     * 10 us doubling to 50 us: the ring's chunks with dist.progress = sleep (the default). A
+     * chunk through shared memory (ranks of one node) moves only while a
+     * rank polls, and completes within the millisecond; one across a
+     * network takes milliseconds (1 MiB: 1.7 ms at 5 Gbit/s, 8.4 ms at 1) and
+     * moves in the kernel's and Open MPI's socket buffers while the thread
+     * sleeps, so the rest of its wait leaves the cores to backward
+     * (docs/scaling.md measures it). */
+    DIST_WAIT_PACED
 } dist_wait_mode;
+
+/* dist.progress as dist_set_progress set it. */
+dist_progress dist_progress_mode(void);
 
 /* Completes the n requests at reqs (MPI_REQUEST_NULL entries are fine) by
  * polling MPI_Testall in dist_wait_until, pausing as `mode` says, under the

@@ -20,7 +20,9 @@
  * most half an ulp of a partial sum each), and bitwise equal to each other at
  * 2 ranks (one rounding, whatever the order); sums beyond 65504 become inf.
  * The stall watchdog's arrival barrier (dist_watchdog_arrive) is run for a
- * few buckets, so its messages are matched and freed.
+ * few buckets, so its messages are matched and freed. dist.progress: the
+ * ring bitwise the same sleeping or spinning between polls, and a rank that
+ * waits for a late neighbour under 25% of a core when it sleeps.
  *
  * Options:
  *   --expect-world N    fail unless the job has N ranks (a broken dist_init
@@ -45,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -274,6 +277,49 @@ static void test_misc(int expect_world, int single_node) {
                      "world: world size as launched");
 }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* dist.progress: the ring is bitwise the same whichever way it waits; and
+ * while its neighbour is late (the last rank joins LATE_S after the others),
+ * a rank that sleeps between polls uses a small share of a core, one that
+ * spins about all of it (at 2 ranks, where nothing else competes for the
+ * cores; more ranks share them). */
+static void test_progress(void) {
+    const double late_s = 0.4;
+    const dist_progress modes[2] = {DIST_PROGRESS_SLEEP, DIST_PROGRESS_SPIN};
+    const char *names[2] = {"sleep", "spin"};
+    size_t n = ((size_t)1 << 20) + 3;
+    float *buf = cnt_malloc(n * sizeof(float));
+    for (int m = 0; m < 2; m++) {
+        dist_set_progress(modes[m]);
+        for (size_t i = 0; i < n; i++) buf[i] = value_of(rank_, i);
+        dist_ring_allreduce(buf, n, 0);
+        int same = 1;
+        for (size_t i = 0; i < n; i++) same &= buf[i] == expected_of(i);
+        tu_mpi_check(same, "ring, dist.progress = %s: bitwise the analytic sum (n=%zu)", names[m], n);
+
+        dist_barrier();
+        if (rank_ == world_ - 1) time_sleep_until(time_now() + late_s);
+        double c0 = thread_cpu_s(), t0 = time_now();
+        dist_ring_allreduce(buf, 1000, 0);
+        double share = (thread_cpu_s() - c0) / (time_now() - t0);
+        int ok = 1;
+        if (rank_ == 0) {
+            printf("     dist.progress = %s: rank 0 used %.0f%% of a core waiting %.1f s for the last rank\n",
+                   names[m], 100 * share, late_s);
+            ok = modes[m] == DIST_PROGRESS_SLEEP ? share < 0.25 : (world_ > 2 || share > 0.5);
+        }
+        tu_mpi_check(ok, "ring, dist.progress = %s: waiting for a late rank takes %s of a core", names[m],
+                     modes[m] == DIST_PROGRESS_SLEEP ? "under 25%" : "over half (2 ranks)");
+    }
+    dist_set_progress(DIST_PROGRESS_SLEEP);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     if (dist_init(&argc, &argv) != CNT_OK) {
         fprintf(stderr, "dist_init: %s\n", cnt_err_msg());
@@ -325,6 +371,7 @@ int main(int argc, char **argv) {
     test_ring(((size_t)1 << 20) + 3, 0);            /* default 1 MiB chunks */
     test_ring(((size_t)1 << 20) + 3, 64 * 1024);    /* many chunks per step */
     test_ring(((size_t)1 << 20) + 3, 4096 * 1024);  /* one message per step */
+    test_progress();
     test_allreduce_algo(DIST_ALGO_MPI, "MPI", 1000);
     test_allreduce_algo(DIST_ALGO_RING, "RING", 1000);
     test_allreduce_algo(DIST_ALGO_RING, "RING", ((size_t)1 << 20) + 3);

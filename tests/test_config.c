@@ -44,7 +44,7 @@ static const char *const all_keys[] = {
     "train.emulate_compute",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
-    "dist.overlap", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
+    "dist.overlap", "dist.progress", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume",
 };

@@ -11,7 +11,8 @@
  *   - past the abort limit it logs the error naming the late ranks and ends
  *     the process with DIST_STALL_EXIT (in a forked child);
  *   - a signal during a sleep (EINTR) neither ends the wait nor turns the
- *     sleeps into a spin: the sleep goes on for what is left of it.
+ *     sleeps into a spin: the sleep goes on for what is left of it;
+ *   - yield_s: yields and no sleep until then, sleeps after.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +149,31 @@ static void test_spins_without_pausing(void **state) {
         assert_int_equal(f.polls, 2000);
         assert_true(time_now() - t0 < 0.5);
     }
+}
+
+/* yield_s (the ring's DIST_WAIT_PACED): after the spin, polls with a yield
+ * and no sleep until yield_s: 500 polls well inside a minute's yield_s take
+ * no sleep (at 2 ms a sleep they would take a second); then sleeps. */
+static void test_yields_before_sleeping(void **state) {
+    (void)state;
+    fake f = {.done_after = 500};
+    dist_wait_site s = fake_site(&f);
+    s.clock = NULL;
+    s.max_sleep_us = 2000;
+    s.yield_s = 60;
+    double t0 = time_now();
+    dist_wait_until(&s);
+    assert_int_equal(f.polls, 500);
+    assert_true(time_now() - t0 < 0.3);
+    /* past yield_s, the sleeps: 20 polls of at least 10 us each */
+    fake g = {.done_after = 20};
+    s = fake_site(&g);
+    s.clock = NULL;
+    s.max_sleep_us = 2000;
+    s.yield_s = 1e-9;
+    t0 = time_now();
+    dist_wait_until(&s);
+    assert_true(time_now() - t0 >= 19 * 10e-6);
 }
 
 /* Fake time: poll k ends at 0.25 k s, and poll 10 takes 3 s more; the clock
@@ -301,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_limits_off),
         cmocka_unit_test(test_abort_ends_the_process),
         cmocka_unit_test(test_signal_during_sleep),
+        cmocka_unit_test(test_yields_before_sleeping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,6 +62,7 @@ typedef struct bench_opts {
     int markdown;                  /* Markdown table instead of aligned text */
     uint64_t ring_chunk;           /* 0: DIST_ALGO_RING as training runs it; else
                                       dist_ring_allreduce with this chunk size */
+    dist_progress progress;        /* how the ring waits (dist.progress) */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -75,6 +76,7 @@ static void usage(FILE *f) {
             "  --warmup N       untimed operations before timing, 1..1000 (default 3)\n"
             "  --algo A         mpi, ring or both (default both)\n"
             "  --ring-chunk B   ring message size (default 0: dist/ring.c's own, what training uses)\n"
+            "  --progress P     how the ring waits between polls: sleep (default) or spin (dist.progress)\n"
             "  --markdown       print a Markdown table (for docs/benchmarks.md)\n"
             "  -h, --help       this text\n",
             MIN_TIMED_ITERS);
@@ -137,7 +139,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         int takes_value = !strcmp(a, "--min-bytes") || !strcmp(a, "--max-bytes") ||
                           !strcmp(a, "--factor") || !strcmp(a, "--iters-time") ||
                           !strcmp(a, "--warmup") || !strcmp(a, "--algo") ||
-                          !strcmp(a, "--ring-chunk");
+                          !strcmp(a, "--ring-chunk") || !strcmp(a, "--progress");
         if (!takes_value) return cnt_err_set("unknown option '%s'", a);
         if (i + 1 >= argc) return cnt_err_set("%s needs a value", a);
         const char *v = argv[++i];
@@ -150,6 +152,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (!strcmp(a, "--ring-chunk")) {
             if (!strcmp(v, "0")) o->ring_chunk = 0;
             else rc = parse_bytes(a, v, &o->ring_chunk);
+        }
+        else if (!strcmp(a, "--progress")) {
+            if (!strcmp(v, "sleep")) o->progress = DIST_PROGRESS_SLEEP;
+            else if (!strcmp(v, "spin")) o->progress = DIST_PROGRESS_SPIN;
+            else rc = cnt_err_set("--progress: '%s' is not sleep or spin", v);
         }
         else if (!strcmp(v, "mpi")) o->run_mpi = 1, o->run_ring = 0;
         else if (!strcmp(v, "ring")) o->run_mpi = 0, o->run_ring = 1;
@@ -246,6 +253,7 @@ int main(int argc, char **argv) {
         return rc == 1 ? 0 : 2;
     }
     g_ring_chunk = (size_t)o.ring_chunk;
+    dist_set_progress(o.progress);
 
     if (rank == 0) {
         char host[256] = "?";

@@ -149,6 +149,7 @@ static const choice schedules[] = {{"constant", LR_SCHEDULE_CONSTANT}, {"step", 
                                    {"cosine", LR_SCHEDULE_COSINE}, {0}};
 static const choice lr_scalings[] = {{"linear", LR_SCALING_LINEAR}, {"none", LR_SCALING_NONE}, {0}};
 static const choice warmup_starts[] = {{"zero", WARMUP_FROM_ZERO}, {"lr", WARMUP_FROM_LR}, {0}};
+static const choice dist_progresses[] = {{"sleep", DIST_PROGRESS_SLEEP}, {"spin", DIST_PROGRESS_SPIN}, {0}};
 static const choice dist_backends[] = {{"auto", DIST_BACKEND_AUTO}, {"mpi", DIST_BACKEND_MPI},
                                        {"ring", DIST_BACKEND_RING}, {"nccl", DIST_BACKEND_NCCL}, {0}};
 static const choice precisions[] = {{"fp32", BACKEND_MATH_FP32}, {"tf32", BACKEND_MATH_TF32},
@@ -374,6 +375,10 @@ static const key_def key_table[] = {
                  "every rank has its own GPU, else mpi (through host memory)"),
     K_BOOL("dist", "overlap", overlap, "true",
          .help = "allreduce each gradient bucket as soon as backward completes it; false: after backward"),
+    K_ENUM("dist", "progress", progress, "sleep", .choices = dist_progresses,
+         .help = "how dist.backend = ring waits for its messages: sleep (polls between sleeps of at most 50 us, "
+                 "leaving the cores to backward while the network moves a bucket) or spin (polls with "
+                 "sched_yield: for a communication thread with a core of its own)"),
     K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096),
           .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25)"),
     K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),

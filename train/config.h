@@ -139,6 +139,7 @@ typedef struct config {
     int ps_max_staleness;            /* asynchronous: how many steps a worker may run ahead of the slowest; -1: any */
     dist_backend dist_backend;       /* auto: decided at run time (dist/exchange_allreduce.c) */
     int overlap;                     /* bool: allreduce buckets during backward */
+    dist_progress progress;          /* how the ring's thread waits for the network (dist_set_progress) */
     float bucket_mb;                 /* bucket size, MiB */
     float first_bucket_mb;           /* first bucket size, MiB */
     char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */

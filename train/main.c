@@ -305,6 +305,7 @@ static int cmd_train(int argc, char **argv) {
     load_config(&cfg, argv[1], argc, argv, 2);
     if (dist_init(&argc, &argv) != CNT_OK) return failed();
     dist_set_wait_limits(cfg.stall_warn_s, cfg.stall_abort_s); /* every collective's bound, not just the gradients' */
+    dist_set_progress(cfg.progress);
     train_result res;
     if (trainer_run(&cfg, &res) != CNT_OK) {
         log_error("%s", cnt_err_msg());
