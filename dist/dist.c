@@ -349,6 +349,10 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo) {
         dist_ring_allreduce(buf, n, 0);
         return;
     }
+    if (algo == DIST_ALGO_HIER) {
+        dist_hier_allreduce(buf, n, 0);
+        return;
+    }
     CNT_ASSERT(algo == DIST_ALGO_MPI);
     allreduce_blocking(buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM);
 }
@@ -368,6 +372,10 @@ void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo) {
     if (!dist_active()) return;
     if (algo == DIST_ALGO_RING) {
         dist_ring_allreduce_f16(buf, n, 0);
+        return;
+    }
+    if (algo == DIST_ALGO_HIER) {
+        dist_hier_allreduce_f16(buf, n, 0);
         return;
     }
     CNT_ASSERT(algo == DIST_ALGO_MPI);

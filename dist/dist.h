@@ -36,7 +36,8 @@
 
 typedef enum dist_algo {
     DIST_ALGO_MPI,
-    DIST_ALGO_RING
+    DIST_ALGO_RING,
+    DIST_ALGO_HIER  /* dist_hier_allreduce; dist_hier_init first */
 } dist_algo;
 
 /* Initialises MPI when built with it, asking for MPI_THREAD_SERIALIZED (one
@@ -157,17 +158,39 @@ void dist_allreduce_sum_f64(double *buf, size_t n);
  * half (ties to even), so a sum beyond 65504 becomes inf (as in Horovod).
  * DIST_ALGO_MPI: MPI_Allreduce with a 16-bit MPI datatype and a user-defined,
  * commutative MPI_Op doing that step (both created at first use, freed by
- * dist_finalize); DIST_ALGO_RING: dist_ring_allreduce_f16. Every rank gets the
+ * dist_finalize); DIST_ALGO_RING: dist_ring_allreduce_f16; DIST_ALGO_HIER:
+ * dist_hier_allreduce_f16. Every rank gets the
  * same bits. */
 void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo);
 
 /* The ring algorithm alone over every rank (what DIST_ALGO_RING runs), for
  * tests and benchmarks; `chunk_bytes` bounds each message (0: default).
- * Each chunk's send and receive are a bounded wait that yields, never sleeps. */
+ * Each chunk's send and receive are a bounded wait paced by dist.progress
+ * (dist_set_progress). */
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes);
 /* The same over halves: partial sums travel as halves and are added in float
  * at every hop (what dist_allreduce_sum_f16 runs with DIST_ALGO_RING). */
 void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes);
+
+/* The hierarchical allreduce (DIST_ALGO_HIER, dist.backend = hier), for
+ * several ranks per node: the ranks of a node send their buffers to its
+ * leader (local rank 0), which adds them in local-rank order; the leaders,
+ * one per node, run the ring between them; each leader sends the sums back
+ * to its node. Every message is a chunk as the ring's (two in flight,
+ * bounded, paced by dist.progress), so the ranks that wait for their leader
+ * sleep instead of spinning; every rank gets the same bits. Only the leaders'
+ * traffic crosses the network: (nodes-1)/nodes x 2 x n per leader, against
+ * (world-1)/world x 2 x n per rank of a flat ring over every rank, whose
+ * ring crosses each node's link as often. dist_hier_init first: it makes
+ * the node's and the leaders' communicators from the current group (a
+ * collective of the group, at start-up; after dist_split_servers where
+ * there are servers; no-op at one rank, and when done). */
+int dist_hier_init(void);
+void dist_hier_allreduce(float *buf, size_t n, size_t chunk_bytes);
+void dist_hier_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes);
+/* The nodes and this node's ranks as dist_hier_init found them (1 and 1
+ * before it, or at one rank). */
+void dist_hier_shape(int *nodes, int *local_world);
 
 /* The stall watchdog (dist/watchdog.c): an arrival barrier with a timeout,
  * run by the reducer before each gradient bucket's allreduce (on its

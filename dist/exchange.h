@@ -59,7 +59,19 @@
 /* dist.mode */
 typedef enum dist_mode { DIST_MODE_ALLREDUCE, DIST_MODE_PS } dist_mode;
 /* dist.backend: how an allreduce moves; auto decides at exchange_connect */
-typedef enum dist_backend { DIST_BACKEND_AUTO, DIST_BACKEND_MPI, DIST_BACKEND_RING, DIST_BACKEND_NCCL } dist_backend;
+typedef enum dist_backend {
+    DIST_BACKEND_AUTO,
+    DIST_BACKEND_MPI,
+    DIST_BACKEND_RING,
+    DIST_BACKEND_NCCL,
+    DIST_BACKEND_HIER /* within each node to a leader, the ring between leaders (dist_hier_allreduce) */
+} dist_backend;
+
+/* The host-memory algorithm a dist.backend runs (MPI for auto and nccl, which
+ * are not host algorithms or fall back to MPI). */
+static inline dist_algo dist_backend_algo(dist_backend b) {
+    return b == DIST_BACKEND_RING ? DIST_ALGO_RING : b == DIST_BACKEND_HIER ? DIST_ALGO_HIER : DIST_ALGO_MPI;
+}
 
 typedef struct exchange_opts {
     dist_mode mode;

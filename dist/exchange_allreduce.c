@@ -64,13 +64,17 @@ static int ar_connect(exchange *x, const backend *be) {
     a->be = be;
     if (choose_nccl(&x->o, be, &a->nccl) != CNT_OK) return CNT_ERR;
     x->nccl = a->nccl != NULL;
+    if (x->o.backend == DIST_BACKEND_HIER) {
+        dist_phase("start-up: hierarchical allreduce's communicators");
+        return dist_hier_init();
+    }
     return CNT_OK;
 }
 
 static int ar_attach(exchange *x, net *nt) {
     allreduce_x *a = of(x);
     reducer_opts ro = x->o.reducer;
-    ro.algo = x->o.backend == DIST_BACKEND_RING ? DIST_ALGO_RING : DIST_ALGO_MPI;
+    ro.algo = dist_backend_algo(x->o.backend);
     ro.nccl = a->nccl;
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);
@@ -84,8 +88,16 @@ static void ar_describe(const exchange *x, int batch, char *buf, size_t len) {
     const allreduce_x *a = (const allreduce_x *)x;
     const exchange_opts *o = &x->o;
     int world = x->world, buckets = a->rd ? reducer_bucket_count(a->rd) : 0;
+    char hier[160] = "";
+    if (o->backend == DIST_BACKEND_HIER) {
+        int nodes, local;
+        dist_hier_shape(&nodes, &local);
+        snprintf(hier, sizeof hier, "the hierarchical allreduce (%d node%s: to each node's leader, the ring between "
+                 "the leaders, back)", nodes, nodes == 1 ? "" : "s");
+    }
     const char *comm_name = a->nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
                             : o->backend == DIST_BACKEND_RING ? "ring"
+                            : o->backend == DIST_BACKEND_HIER ? hier
                                                               : "MPI_Allreduce";
     snprintf(buf, len,
              "%d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s (%g MiB, "

@@ -1,7 +1,8 @@
 /*
  * dist/ring.c - ring allreduce (sum of float buffers over every rank), built
  * on MPI point-to-point messages. What DIST_ALGO_RING runs; tested bit for bit
- * against MPI_Allreduce by tests/mpi_ring.c.
+ * against MPI_Allreduce by tests/mpi_ring.c. And the hierarchical allreduce
+ * built from the same steps (DIST_ALGO_HIER, at the end of the file).
  *
  * The algorithm. N ranks sit on a ring: rank r sends only to r+1 and receives
  * only from r-1 (mod N). The buffer of n floats is cut into N segments whose
@@ -123,17 +124,15 @@ static void add_half(void *acc, const void *in, size_t n) { fp16_add_array(acc, 
 
 /* Chunk c of a step: posts its receive (into tmp, or straight into recv
  * when not adding) and its send. */
-static void ring_post(const ring_elem *el, const char *send, size_t send_len, char *recv, size_t recv_len,
-                      char *tmp, size_t chunk, size_t c, int left, int right, MPI_Request req[2]) {
+static void ring_post(MPI_Comm comm, const ring_elem *el, const char *send, size_t send_len, char *recv,
+                      size_t recv_len, char *tmp, size_t chunk, size_t c, int left, int right, MPI_Request req[2]) {
     size_t off = c * chunk;
     size_t rn = off < recv_len ? (recv_len - off < chunk ? recv_len - off : chunk) : 0;
     size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
     req[0] = req[1] = MPI_REQUEST_NULL;
     if (rn)
-        DIST_MPI_CHECK(MPI_Irecv(tmp ? tmp : recv + off * el->size, (int)rn, el->type, left, RING_TAG, dist_comm(),
-                                 &req[0]));
-    if (sn)
-        DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, dist_comm(), &req[1]));
+        DIST_MPI_CHECK(MPI_Irecv(tmp ? tmp : recv + off * el->size, (int)rn, el->type, left, RING_TAG, comm, &req[0]));
+    if (sn) DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, comm, &req[1]));
 }
 
 /* One ring step: send send_len elements at `send` to the right, receive
@@ -142,14 +141,14 @@ static void ring_post(const ring_elem *el, const char *send, size_t send_len, ch
  * them directly (allgather). Messages between two ranks with one tag match
  * in the order they were posted (MPI's non-overtaking rule), so chunk c's
  * receive gets chunk c. */
-static void ring_step(const ring_elem *el, const char *send, size_t send_len, char *recv, size_t recv_len,
-                      int add, size_t chunk, int left, int right) {
+static void ring_step(MPI_Comm comm, const ring_elem *el, const char *send, size_t send_len, char *recv,
+                      size_t recv_len, int add, size_t chunk, int left, int right) {
     size_t len = send_len > recv_len ? send_len : recv_len;
     size_t chunks = (len + chunk - 1) / chunk;
     char *tmp = add ? ring_tmp_get(RING_WINDOW * chunk * el->size) : NULL;
     MPI_Request req[RING_WINDOW][2];
     for (size_t c = 0; c < chunks && c < RING_WINDOW; c++)
-        ring_post(el, send, send_len, recv, recv_len, tmp ? tmp + c * chunk * el->size : NULL, chunk, c, left,
+        ring_post(comm, el, send, send_len, recv, recv_len, tmp ? tmp + c * chunk * el->size : NULL, chunk, c, left,
                   right, req[c]);
     for (size_t c = 0; c < chunks; c++) {
         size_t w = c % RING_WINDOW, off = c * chunk;
@@ -161,46 +160,129 @@ static void ring_step(const ring_elem *el, const char *send, size_t send_len, ch
                           dist_progress_mode() == DIST_PROGRESS_SPIN ? DIST_WAIT_YIELD : DIST_WAIT_PACED);
         if (add && off < recv_len) el->add(recv + off * el->size, t, recv_len - off < chunk ? recv_len - off : chunk);
         if (c + RING_WINDOW < chunks)
-            ring_post(el, send, send_len, recv, recv_len, t, chunk, c + RING_WINDOW, left, right, req[w]);
+            ring_post(comm, el, send, send_len, recv, recv_len, t, chunk, c + RING_WINDOW, left, right, req[w]);
     }
 }
 
-static void ring_allreduce(const ring_elem *el, void *vbuf, size_t n, size_t chunk_bytes) {
-    int world = dist_world(), rank = dist_rank();
-    if (world <= 1 || n == 0) return;
-    char *buf = vbuf;
+/* Elements per message for chunk_bytes (0: the default). */
+static size_t chunk_elems(const ring_elem *el, size_t chunk_bytes) {
     if (chunk_bytes == 0) chunk_bytes = RING_DEFAULT_CHUNK_BYTES;
     size_t chunk = chunk_bytes / el->size;
     if (chunk == 0) chunk = 1;
-    if (chunk > RING_MAX_CHUNK_ELEMS) chunk = RING_MAX_CHUNK_ELEMS;
+    return chunk > RING_MAX_CHUNK_ELEMS ? RING_MAX_CHUNK_ELEMS : chunk;
+}
+
+/* The ring over the ranks of comm. */
+static void ring_allreduce(MPI_Comm comm, const ring_elem *el, void *vbuf, size_t n, size_t chunk_bytes) {
+    int world, rank;
+    DIST_MPI_CHECK(MPI_Comm_size(comm, &world));
+    DIST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    if (world <= 1 || n == 0) return;
+    char *buf = vbuf;
+    size_t chunk = chunk_elems(el, chunk_bytes);
     int right = mod(rank + 1, world), left = mod(rank - 1, world);
     size_t es = el->size;
 
     /* Reduce-scatter: after step k, segment (r-k-1) holds k+2 ranks' sums. */
     for (int k = 0; k < world - 1; k++) {
         int s = mod(rank - k, world), r = mod(rank - k - 1, world);
-        ring_step(el, buf + seg_start(n, world, s) * es, seg_len(n, world, s), buf + seg_start(n, world, r) * es,
-                  seg_len(n, world, r), 1, chunk, left, right);
+        ring_step(comm, el, buf + seg_start(n, world, s) * es, seg_len(n, world, s),
+                  buf + seg_start(n, world, r) * es, seg_len(n, world, r), 1, chunk, left, right);
     }
     /* Allgather: rank r starts owning the complete segment (r+1). */
     for (int k = 0; k < world - 1; k++) {
         int s = mod(rank + 1 - k, world), r = mod(rank - k, world);
-        ring_step(el, buf + seg_start(n, world, s) * es, seg_len(n, world, s), buf + seg_start(n, world, r) * es,
-                  seg_len(n, world, r), 0, chunk, left, right);
+        ring_step(comm, el, buf + seg_start(n, world, s) * es, seg_len(n, world, s),
+                  buf + seg_start(n, world, r) * es, seg_len(n, world, r), 0, chunk, left, right);
     }
 }
 
+/* ---- hierarchical: within each node to one leader, the ring between the
+ * leaders, back within each node ----
+ * node: the ranks of dist_comm() sharing this one's node, by rank; leaders:
+ * local rank 0 of every node (MPI_COMM_NULL elsewhere). Made by
+ * dist_hier_init. */
+static MPI_Comm hier_node = MPI_COMM_NULL, hier_leaders = MPI_COMM_NULL;
+static int hier_made = 0, hier_nodes = 1, hier_local_world = 1;
+
+int dist_hier_init(void) {
+    if (hier_made || dist_world() <= 1) return CNT_OK;
+    int rank = dist_rank(), local;
+    DIST_MPI_CHECK(MPI_Comm_split_type(dist_comm(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &hier_node));
+    DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_node, MPI_ERRORS_RETURN));
+    DIST_MPI_CHECK(MPI_Comm_rank(hier_node, &local));
+    DIST_MPI_CHECK(MPI_Comm_split(dist_comm(), local == 0 ? 0 : MPI_UNDEFINED, rank, &hier_leaders));
+    if (hier_leaders != MPI_COMM_NULL) DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_leaders, MPI_ERRORS_RETURN));
+    DIST_MPI_CHECK(MPI_Comm_size(hier_node, &hier_local_world));
+    double leaders = hier_leaders != MPI_COMM_NULL;
+    dist_allreduce_sum_f64(&leaders, 1); /* bounded */
+    hier_nodes = (int)leaders;
+    hier_made = 1;
+    return CNT_OK;
+}
+
+void dist_hier_shape(int *nodes, int *local_world) {
+    *nodes = hier_nodes;
+    *local_world = hier_local_world;
+}
+
+/* Why not MPI_Reduce and MPI_Bcast: they wait inside MPI, spinning and
+ * unbounded; these messages wait as the ring's do (dist.progress, the stall
+ * limits), the waiting ranks of a node sleep while the leaders' ring runs,
+ * and the leader adds its node's buffers in local-rank order, so every rank
+ * of every run gets the same bits. */
+static void hier_allreduce(const ring_elem *el, void *buf, size_t n, size_t chunk_bytes) {
+    CNT_ASSERT(hier_made); /* dist_hier_init, at start-up */
+    int local, local_world;
+    DIST_MPI_CHECK(MPI_Comm_rank(hier_node, &local));
+    DIST_MPI_CHECK(MPI_Comm_size(hier_node, &local_world));
+    size_t chunk = chunk_elems(el, chunk_bytes);
+    if (local == 0) {
+        for (int p = 1; p < local_world; p++) ring_step(hier_node, el, NULL, 0, buf, n, 1, chunk, p, p);
+        ring_allreduce(hier_leaders, el, buf, n, chunk_bytes);
+        for (int p = 1; p < local_world; p++) ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, p, p);
+    } else {
+        ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, 0, 0);
+        ring_step(hier_node, el, NULL, 0, buf, n, 0, chunk, 0, 0);
+    }
+}
+
+static const ring_elem elem_float = {sizeof(float), MPI_FLOAT, add_float};
+static const ring_elem elem_half = {sizeof(uint16_t), MPI_UINT16_T, add_half};
+
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
-    ring_elem el = {sizeof(float), MPI_FLOAT, add_float};
-    ring_allreduce(&el, buf, n, chunk_bytes);
+    ring_allreduce(dist_comm(), &elem_float, buf, n, chunk_bytes);
 }
 
 void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
-    ring_elem el = {sizeof(uint16_t), MPI_UINT16_T, add_half};
-    ring_allreduce(&el, buf, n, chunk_bytes);
+    ring_allreduce(dist_comm(), &elem_half, buf, n, chunk_bytes);
+}
+
+void dist_hier_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+    if (dist_world() > 1) hier_allreduce(&elem_float, buf, n, chunk_bytes);
+}
+
+void dist_hier_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
+    if (dist_world() > 1) hier_allreduce(&elem_half, buf, n, chunk_bytes);
 }
 
 #else /* !CNT_HAVE_MPI: a world of one holds the sum already */
+
+int dist_hier_init(void) { return CNT_OK; }
+
+void dist_hier_shape(int *nodes, int *local_world) { *nodes = *local_world = 1; }
+
+void dist_hier_allreduce(float *buf, size_t n, size_t chunk_bytes) {
+    (void)buf;
+    (void)n;
+    (void)chunk_bytes;
+}
+
+void dist_hier_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
+    (void)buf;
+    (void)n;
+    (void)chunk_bytes;
+}
 
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
     (void)buf;

@@ -6,7 +6,9 @@
 # MPI_Allreduce, bitwise); 3 hosts train with one rank per node and end with
 # bit-identical parameters, every rank's gradients crossing its shaped link;
 # dist.backend=ring and =mpi give the same losses on 2 hosts (bit for bit)
-# and both train on 3; a checkpoint written by rank 0 on host 0 resumes a
+# and both train on 3; dist.backend=hier on 2 hosts x 2 ranks sums bitwise,
+# trains with bit-identical ranks and puts 2/3 of the flat ring's bytes on
+# the links; a checkpoint written by rank 0 on host 0 resumes a
 # 3-host run exactly; the links hold their rate; a rank killed mid-run, and a
 # host whose link goes down mid-run, end the whole job within a bound with a
 # message naming the rank or the host, leaving no process on any host (and,
@@ -143,6 +145,37 @@ check "2 hosts: 8 step records" test "$(steps "$tmp/two-ring/metrics.jsonl" 2> /
 out=$("${M[@]}" -np 3 ./trainer "${small[@]}" dist.backend=ring train.out_dir="$tmp/ring3" 2>&1)
 check "3 hosts, dist.backend=ring: exits 0 with bit-identical parameters" \
     grep -q "parameters bit-identical on all 3 ranks" <<< "$out"
+
+# 3b. The hierarchical allreduce (dist.backend = hier), 2 hosts x 2 ranks:
+# dist/'s collectives bitwise (2 nodes found), training with bit-identical
+# parameters, and only the leaders' traffic on the links: per host about
+# the gradients' size each way, where the flat ring over 4 ranks crosses
+# each host's link with 1.5 times that (2 x 3/4 of it).
+read -ra MS <<< "$("${C[@]}" mpirun-args --shm)" # shared memory within a host, as within a node
+M2=(timeout -k 5 90 mpirun --allow-run-as-root "${MS[@]}" -x OMP_NUM_THREADS)
+P2=(--oversubscribe --map-by ppr:2:node -np 4)
+check "mpirun-args --shm: shared memory between the ranks of a host" grep -q -- "--mca btl tcp,vader,self" <<< "${MS[*]}"
+out=$("${M2[@]}" "${P2[@]}" build/tests/mpi_ring --expect-world 4 --expect-nodes 2 2>&1)
+check "mpi_ring on 2 hosts x 2 ranks: exit 0, hier finds 2 nodes, sums bitwise ($(grep -c '^ok ' <<< "$out") checks ok)" \
+    grep -q "^mpi_ring: world 4, all checks passed" <<< "$out"
+for be in hier ring; do
+    for k in 0 1; do before[k]=$(link_bytes $k); done
+    "${M2[@]}" "${P2[@]}" ./trainer "${small[@]}" dist.backend=$be train.out_dir="$tmp/hier-$be" > "$tmp/hier-$be.log" 2>&1
+    sent=0
+    for k in 0 1; do
+        after[k]=$(link_bytes $k)
+        read -r rx0 tx0 <<< "${before[k]}"
+        read -r rx1 tx1 <<< "${after[k]}"
+        sent=$((sent + rx1 - rx0))
+    done
+    eval "sent_$be=$sent"
+    check "2 hosts x 2 ranks, dist.backend=$be: exits 0 with bit-identical parameters" \
+        grep -q "parameters bit-identical on all 4 ranks" "$tmp/hier-$be.log"
+done
+check "2 hosts x 2 ranks: the start-up line names the hierarchy" \
+    grep -q "^dist: 4 ranks (2 on this node), .*the hierarchical allreduce (2 nodes" "$tmp/hier-hier.log"
+check "2 hosts x 2 ranks: hier sends at most 0.8x the flat ring's bytes into the links ($((sent_hier / 1000)) kB against $((sent_ring / 1000)) kB)" \
+    test "$sent_hier" -gt 0 -a $((sent_hier * 10)) -le $((sent_ring * 8))
 
 # 4. A checkpoint written by rank 0 on host 0 (after step 4) resumes a
 # 3-host run exactly: the losses and learning rates of the uninterrupted run.

@@ -1,7 +1,10 @@
 /*
- * tools/bench_allreduce.c - bus bandwidth of the project's two allreduce
- * algorithms (dist_allreduce_sum with DIST_ALGO_MPI = MPI_Allreduce, and
- * DIST_ALGO_RING = our ring, dist/ring.c), through the dist/ API only.
+ * tools/bench_allreduce.c - bus bandwidth of the project's allreduce
+ * algorithms (dist_allreduce_sum with DIST_ALGO_MPI = MPI_Allreduce,
+ * DIST_ALGO_RING = our ring, dist/ring.c, and DIST_ALGO_HIER = the
+ * hierarchical allreduce over the ring, --algo hier), through the dist/ API
+ * only. busbw uses the flat formula below for every algorithm, so the
+ * algorithms compare as the time of the same sum.
  *
  *   mpirun -np 2 build/tools/bench_allreduce [options]     (tools/bench_allreduce.sh)
  *
@@ -58,7 +61,7 @@ typedef struct bench_opts {
     int factor;                    /* size step */
     double iters_time;             /* seconds of timed operations per size and algorithm */
     int warmup;                    /* untimed operations before timing */
-    int run_mpi, run_ring;         /* which algorithms */
+    int run_mpi, run_ring, run_hier; /* which algorithms */
     int markdown;                  /* Markdown table instead of aligned text */
     uint64_t ring_chunk;           /* 0: DIST_ALGO_RING as training runs it; else
                                       dist_ring_allreduce with this chunk size */
@@ -74,7 +77,8 @@ static void usage(FILE *f) {
             "  --iters-time S   seconds of timed operations per size and algorithm (default 0.2;\n"
             "                   at least %d operations are timed)\n"
             "  --warmup N       untimed operations before timing, 1..1000 (default 3)\n"
-            "  --algo A         mpi, ring or both (default both)\n"
+            "  --algo A         mpi, ring, hier (dist.backend = hier), both (mpi and ring) or all\n"
+            "                   (default both)\n"
             "  --ring-chunk B   ring message size (default 0: dist/ring.c's own, what training uses)\n"
             "  --progress P     how the ring waits between polls: sleep (default) or spin (dist.progress)\n"
             "  --markdown       print a Markdown table (for docs/benchmarks.md)\n"
@@ -158,10 +162,15 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             else if (!strcmp(v, "spin")) o->progress = DIST_PROGRESS_SPIN;
             else rc = cnt_err_set("--progress: '%s' is not sleep or spin", v);
         }
-        else if (!strcmp(v, "mpi")) o->run_mpi = 1, o->run_ring = 0;
-        else if (!strcmp(v, "ring")) o->run_mpi = 0, o->run_ring = 1;
-        else if (!strcmp(v, "both")) o->run_mpi = 1, o->run_ring = 1;
-        else rc = cnt_err_set("--algo: '%s' is not mpi, ring or both", v);
+        else if (!strcmp(v, "mpi") || !strcmp(v, "ring") || !strcmp(v, "hier") || !strcmp(v, "both") ||
+                 !strcmp(v, "all")) {
+            int all = !strcmp(v, "all"), both = !strcmp(v, "both");
+            o->run_mpi = all || both || !strcmp(v, "mpi");
+            o->run_ring = all || both || !strcmp(v, "ring");
+            o->run_hier = all || !strcmp(v, "hier");
+        } else {
+            rc = cnt_err_set("--algo: '%s' is not mpi, ring, hier, both or all", v);
+        }
         if (rc != CNT_OK) return rc;
     }
     if (o->min_bytes > o->max_bytes)
@@ -281,13 +290,14 @@ int main(int argc, char **argv) {
     float *buf = cnt_malloc(max_n * sizeof(float));
     double bus_factor = 2.0 * (world - 1) / world;
     int bad = 0;
-    const dist_algo algos[2] = {DIST_ALGO_MPI, DIST_ALGO_RING};
-    const char *names[2] = {"mpi", "ring"};
-    const int on[2] = {o.run_mpi, o.run_ring};
+    const dist_algo algos[3] = {DIST_ALGO_MPI, DIST_ALGO_RING, DIST_ALGO_HIER};
+    const char *names[3] = {"mpi", "ring", "hier"};
+    const int on[3] = {o.run_mpi, o.run_ring, o.run_hier};
+    if (o.run_hier && dist_hier_init() != CNT_OK) cnt_fatal("dist_hier_init: %s", cnt_err_msg());
 
     for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
         size_t n = (size_t)(bytes / sizeof(float));
-        for (int a = 0; a < 2; a++) {
+        for (int a = 0; a < 3; a++) {
             if (!on[a]) continue;
             memset(buf, 0, n * sizeof(float));
             (void)time_ops(buf, n, algos[a], o.warmup);
@@ -327,8 +337,8 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         if (bad)
             printf("\nFAIL: a result differs from the exact sum (max err above)\n");
-        else if (o.run_mpi && o.run_ring)
-            printf("\nok: both algorithms gave the exact sum at every size\n");
+        else if (o.run_mpi + o.run_ring + o.run_hier > 1)
+            printf("\nok: every algorithm gave the exact sum at every size\n");
         else
             printf("\nok: the exact sum at every size\n");
     }

@@ -12,9 +12,10 @@
 #                                   everything `up` made
 #   tools/cluster.sh status         the hosts, their addresses and links
 #   tools/cluster.sh hostfile       print the hostfile's path
-#   tools/cluster.sh mpirun-args [--keepalive off]
+#   tools/cluster.sh mpirun-args [--keepalive off] [--shm]
 #                                   print the mpirun options that launch onto the hosts
-#                                   (off: without the fast host-failure detection)
+#                                   (off: without the fast host-failure detection; --shm:
+#                                   shared memory between ranks of one host, as on a node)
 #   tools/cluster.sh exec K CMD...  run CMD on host K (in its namespace)
 #
 # Options, before the command (or CNT_CLUSTER_PREFIX, CNT_CLUSTER_NET):
@@ -37,7 +38,7 @@ prefix=${CNT_CLUSTER_PREFIX:-cnt}
 net=${CNT_CLUSTER_NET:-10.77.0}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-usage() { echo "cluster.sh: $*" >&2; echo "usage: tools/cluster.sh [--prefix P] [--net A.B.C] up N [RATE] | shape RATE | down | status | hostfile | mpirun-args [--keepalive off] | exec K CMD..." >&2; exit 2; }
+usage() { echo "cluster.sh: $*" >&2; echo "usage: tools/cluster.sh [--prefix P] [--net A.B.C] up N [RATE] | shape RATE | down | status | hostfile | mpirun-args [--keepalive off] [--shm] | exec K CMD..." >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -130,9 +131,15 @@ write_hostfile() {
     mv "$hostfile.tmp" "$hostfile"
 }
 
-# mpirun_args [off]: the options, with the out-of-band keepalive unless "off".
+# mpirun_args [off [SHM]]: the options, with the out-of-band keepalive unless
+# "off", and shared memory between the ranks of one host when SHM is 1.
 mpirun_args() {
-    local keepalive=""
+    local keepalive="" btl=tcp,self
+    # --shm: Open MPI's shared-memory BTL (vader) between ranks of one host,
+    # as between the ranks of one real node; ranks of different hosts still
+    # talk over TCP on the shaped links (Open MPI tells hosts apart by their
+    # daemons: each host's namespace runs its own).
+    [ "${2:-0}" = 1 ] && btl=tcp,vader,self
     # oob_tcp_keepalive_*: mpirun and each host's daemon probe their idle
     # connection after 3 s of silence and give the other side up after 3
     # unanswered probes 1 s apart, so a host whose link dies is noticed and
@@ -149,7 +156,7 @@ mpirun_args() {
     # routed direct + no tree spawn: every daemon talks to mpirun directly.
     # bind-to none: each host's rank may use any core, as on its own machine.
     echo "--hostfile $hostfile --mca plm_rsh_agent $here/cluster-rsh --mca plm_rsh_no_tree_spawn 1" \
-        "--mca routed direct --mca oob_tcp_if_include $net.0/24 --mca pml ob1 --mca btl tcp,self" \
+        "--mca routed direct --mca oob_tcp_if_include $net.0/24 --mca pml ob1 --mca btl $btl" \
         "--mca btl_tcp_if_include $net.0/24 --bind-to none$keepalive"
 }
 
@@ -282,13 +289,17 @@ down) cmd_down "$@" ;;
 status) need_rights; cmd_status ;;
 hostfile) [ -f "$hostfile" ] || die "no cluster '$prefix' is up"; echo "$hostfile" ;;
 mpirun-args)
-    case "${1:-} $#" in
-    " 0") ka=on ;; "--keepalive 2") [ "$2" = off ] || [ "$2" = on ] || usage "mpirun-args --keepalive on|off"; ka=$2 ;;
-    *) usage "mpirun-args [--keepalive on|off]" ;;
-    esac
+    ka=on shm=0
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --keepalive) [ "${2:-}" = off ] || [ "${2:-}" = on ] || usage "mpirun-args --keepalive on|off"; ka=$2; shift 2 ;;
+        --shm) shm=1; shift ;;
+        *) usage "mpirun-args [--keepalive on|off] [--shm]" ;;
+        esac
+    done
     [ -f "$state/net" ] || die "no cluster '$prefix' is up (tools/cluster.sh --prefix $prefix up N first)"
     net=$(cat "$state/net")
-    mpirun_args "$ka"
+    mpirun_args "$ka" "$shm"
     ;;
 exec)
     [ $# -ge 2 ] || usage "exec K CMD..."

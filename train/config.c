@@ -151,7 +151,8 @@ static const choice lr_scalings[] = {{"linear", LR_SCALING_LINEAR}, {"none", LR_
 static const choice warmup_starts[] = {{"zero", WARMUP_FROM_ZERO}, {"lr", WARMUP_FROM_LR}, {0}};
 static const choice dist_progresses[] = {{"sleep", DIST_PROGRESS_SLEEP}, {"spin", DIST_PROGRESS_SPIN}, {0}};
 static const choice dist_backends[] = {{"auto", DIST_BACKEND_AUTO}, {"mpi", DIST_BACKEND_MPI},
-                                       {"ring", DIST_BACKEND_RING}, {"nccl", DIST_BACKEND_NCCL}, {0}};
+                                       {"ring", DIST_BACKEND_RING}, {"nccl", DIST_BACKEND_NCCL},
+                                       {"hier", DIST_BACKEND_HIER}, {0}};
 static const choice precisions[] = {{"fp32", BACKEND_MATH_FP32}, {"tf32", BACKEND_MATH_TF32},
                                     {"bf16", BACKEND_MATH_BF16}, {"fp16", BACKEND_MATH_FP16}, {0}};
 static const choice layouts[] = {{"auto", BACKEND_LAYOUT_AUTO}, {"nchw", BACKEND_LAYOUT_NCHW},
@@ -370,13 +371,14 @@ static const key_def key_table[] = {
         .help = "dist.ps_sync = false: a worker more than this many steps ahead of the slowest waits for it "
                 "(stale-synchronous parallel; 0 is the synchronous mode); -1: no bound"),
     K_ENUM("dist", "backend", dist_backend, "auto", .choices = dist_backends,
-         .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point), nccl "
-                 "(GPU to GPU, on its own stream; needs device cuda and one GPU per rank); auto: nccl on GPUs when "
-                 "every rank has its own GPU, else mpi (through host memory)"),
+         .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point), hier "
+                 "(several ranks per node: each node's sum at one leader, our ring between the leaders, sent "
+                 "back), nccl (GPU to GPU, on its own stream; needs device cuda and one GPU per rank); auto: nccl "
+                 "on GPUs when every rank has its own GPU, else mpi (through host memory)"),
     K_BOOL("dist", "overlap", overlap, "true",
          .help = "allreduce each gradient bucket as soon as backward completes it; false: after backward"),
     K_ENUM("dist", "progress", progress, "sleep", .choices = dist_progresses,
-         .help = "how dist.backend = ring waits for its messages: sleep (polls between sleeps of at most 50 us, "
+         .help = "how dist.backend = ring or hier waits for its messages: sleep (polls between sleeps of at most 50 us, "
                  "leaving the cores to backward while the network moves a bucket) or spin (polls with "
                  "sched_yield: for a communication thread with a core of its own)"),
     K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096),
@@ -1239,7 +1241,7 @@ int config_validate(const config *cfg) {
                            "would raise the rate",
                            (double)cfg->min_lr, (double)cfg->lr);
     if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->compress != REDUCER_COMPRESS_NONE)
-        return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi or ring; NCCL "
+        return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi, ring or hier; NCCL "
                            "sums fp32 gradients on the GPUs (dist.compress = none)",
                            config_name(cfg, &cfg->compress));
     if (cfg->dist_mode == DIST_MODE_PS && cfg->dist_backend == DIST_BACKEND_NCCL)
@@ -1409,7 +1411,7 @@ reducer_opts config_reducer_opts(const config *cfg) {
     size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float));
     size_t bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
     return (reducer_opts){.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1,
-                          .algo = cfg->dist_backend == DIST_BACKEND_RING ? DIST_ALGO_RING : DIST_ALGO_MPI,
+                          .algo = dist_backend_algo(cfg->dist_backend),
                           .overlap = cfg->overlap, .compress = cfg->compress, .stall_warn_s = cfg->stall_warn_s,
                           .stall_abort_s = cfg->stall_abort_s, .nccl = NULL};
 }
