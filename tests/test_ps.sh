@@ -7,6 +7,8 @@
 #     and the same final weights, bit for bit (a sum of two gradients has
 #     one order);
 #   - one worker with one server equals a single process;
+#   - with gradient accumulation (train.accumulate = 2) 2 workers + 1 server
+#     equal 2 allreduce ranks too, loss for loss and weight for weight;
 #   - the timeline holds the workers' round trips per server and the
 #     servers' own tracks, on one time axis; the run record names the mode;
 #   - asynchronous: with staleness bound 0 it equals synchronous bit for bit;
@@ -85,6 +87,21 @@ for np in 3 4; do
     check "ps, $np ranks: the run record says $np ranks, 2 workers, $servers server(s), synchronous" \
         grep -q "^{\"kind\":\"run\".*\"mode\":\"ps-sync\",\"ranks\":$np,\"workers\":2,\"servers\":$servers," "$d/metrics.jsonl"
 done
+# Gradient accumulation (train.accumulate = 2 micro-batches of 8): the servers get each step's summed
+# gradients once, so 2 workers + 1 server equal allreduce at 2 ranks, loss for loss and bit for bit.
+acc=("${small[@]}" train.batch_size=8 train.accumulate=2)
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${acc[@]}" train.out_dir="$tmp/acc-ar" >"$tmp/acc-ar.log" 2>&1
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${acc[@]}" dist.mode=ps dist.ps_servers=1 \
+    train.out_dir="$tmp/acc-ps" >"$tmp/acc-ps.log" 2>&1
+check "accumulate 2, ps 3 ranks: the server applied 6 updates of 12 gradients" \
+    grep -q 'parameter server 1 of 1 (rank 2): 6 updates applying 12 gradients' "$tmp/acc-ps.log"
+check "accumulate 2: ps and allreduce give the same 6 losses" \
+    test "$(losses "$tmp/acc-ps" | wc -l)" -eq 6 -a "$(losses "$tmp/acc-ps")" = "$(losses "$tmp/acc-ar")"
+weights "$tmp/acc-ar" "$tmp/acc-ar.safetensors"
+weights "$tmp/acc-ps" "$tmp/acc-ps.safetensors"
+check "accumulate 2: ps and allreduce leave the same weights, bit for bit" \
+    cmp -s "$tmp/acc-ps.safetensors" "$tmp/acc-ar.safetensors"
+
 # The timeline: each worker's round trip to each server on that server's track, and every server's
 # own process (gradients in, updates, parameters out), on rank 0's time axis.
 check "ps timeline: workers' push+pull per server, servers' gradients, updates and answers, on one axis" \
