@@ -122,13 +122,17 @@ static void add_half(void *acc, const void *in, size_t n) { fp16_add_array(acc, 
  * next chunk's rendezvous. */
 #define RING_WINDOW 2
 
+/* Elements of a len-element buffer in its chunk that starts at off (0 past
+ * its end). */
+static size_t piece(size_t len, size_t off, size_t chunk) {
+    return off < len ? (len - off < chunk ? len - off : chunk) : 0;
+}
+
 /* Chunk c of a step: posts its receive (into tmp, or straight into recv
  * when not adding) and its send. */
 static void ring_post(MPI_Comm comm, const ring_elem *el, const char *send, size_t send_len, char *recv,
                       size_t recv_len, char *tmp, size_t chunk, size_t c, int left, int right, MPI_Request req[2]) {
-    size_t off = c * chunk;
-    size_t rn = off < recv_len ? (recv_len - off < chunk ? recv_len - off : chunk) : 0;
-    size_t sn = off < send_len ? (send_len - off < chunk ? send_len - off : chunk) : 0;
+    size_t off = c * chunk, rn = piece(recv_len, off, chunk), sn = piece(send_len, off, chunk);
     req[0] = req[1] = MPI_REQUEST_NULL;
     if (rn)
         DIST_MPI_CHECK(MPI_Irecv(tmp ? tmp : recv + off * el->size, (int)rn, el->type, left, RING_TAG, comm, &req[0]));
@@ -147,6 +151,7 @@ static void ring_step(MPI_Comm comm, const ring_elem *el, const char *send, size
     size_t chunks = (len + chunk - 1) / chunk;
     char *tmp = add ? ring_tmp_get(RING_WINDOW * chunk * el->size) : NULL;
     MPI_Request req[RING_WINDOW][2];
+    dist_wait_mode wait = dist_progress_mode() == DIST_PROGRESS_SPIN ? DIST_WAIT_YIELD : DIST_WAIT_PACED;
     for (size_t c = 0; c < chunks && c < RING_WINDOW; c++)
         ring_post(comm, el, send, send_len, recv, recv_len, tmp ? tmp + c * chunk * el->size : NULL, chunk, c, left,
                   right, req[c]);
@@ -156,9 +161,8 @@ static void ring_step(MPI_Comm comm, const ring_elem *el, const char *send, size
         /* Why wait here: the chunk must have arrived before we add it, and
          * its temporary buffer is reused two chunks on. Neighbours have posted
          * (or will post without waiting) the matching operations. */
-        dist_wait_bounded(2, req[w], "the ring allreduce",
-                          dist_progress_mode() == DIST_PROGRESS_SPIN ? DIST_WAIT_YIELD : DIST_WAIT_PACED);
-        if (add && off < recv_len) el->add(recv + off * el->size, t, recv_len - off < chunk ? recv_len - off : chunk);
+        dist_wait_bounded(2, req[w], "the ring allreduce", wait);
+        if (add && off < recv_len) el->add(recv + off * el->size, t, piece(recv_len, off, chunk));
         if (c + RING_WINDOW < chunks)
             ring_post(comm, el, send, send_len, recv, recv_len, t, chunk, c + RING_WINDOW, left, right, req[w]);
     }
@@ -203,15 +207,15 @@ static void ring_allreduce(MPI_Comm comm, const ring_elem *el, void *vbuf, size_
  * local rank 0 of every node (MPI_COMM_NULL elsewhere). Made by
  * dist_hier_init. */
 static MPI_Comm hier_node = MPI_COMM_NULL, hier_leaders = MPI_COMM_NULL;
-static int hier_made = 0, hier_nodes = 1, hier_local_world = 1;
+static int hier_made = 0, hier_nodes = 1, hier_local = 0, hier_local_world = 1;
 
 int dist_hier_init(void) {
     if (hier_made || dist_world() <= 1) return CNT_OK;
-    int rank = dist_rank(), local;
+    int rank = dist_rank();
     DIST_MPI_CHECK(MPI_Comm_split_type(dist_comm(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &hier_node));
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_node, MPI_ERRORS_RETURN));
-    DIST_MPI_CHECK(MPI_Comm_rank(hier_node, &local));
-    DIST_MPI_CHECK(MPI_Comm_split(dist_comm(), local == 0 ? 0 : MPI_UNDEFINED, rank, &hier_leaders));
+    DIST_MPI_CHECK(MPI_Comm_rank(hier_node, &hier_local));
+    DIST_MPI_CHECK(MPI_Comm_split(dist_comm(), hier_local == 0 ? 0 : MPI_UNDEFINED, rank, &hier_leaders));
     if (hier_leaders != MPI_COMM_NULL) DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_leaders, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_size(hier_node, &hier_local_world));
     double leaders = hier_leaders != MPI_COMM_NULL;
@@ -233,14 +237,11 @@ void dist_hier_shape(int *nodes, int *local_world) {
  * of every run gets the same bits. */
 static void hier_allreduce(const ring_elem *el, void *buf, size_t n, size_t chunk_bytes) {
     CNT_ASSERT(hier_made); /* dist_hier_init, at start-up */
-    int local, local_world;
-    DIST_MPI_CHECK(MPI_Comm_rank(hier_node, &local));
-    DIST_MPI_CHECK(MPI_Comm_size(hier_node, &local_world));
     size_t chunk = chunk_elems(el, chunk_bytes);
-    if (local == 0) {
-        for (int p = 1; p < local_world; p++) ring_step(hier_node, el, NULL, 0, buf, n, 1, chunk, p, p);
+    if (hier_local == 0) {
+        for (int p = 1; p < hier_local_world; p++) ring_step(hier_node, el, NULL, 0, buf, n, 1, chunk, p, p);
         ring_allreduce(hier_leaders, el, buf, n, chunk_bytes);
-        for (int p = 1; p < local_world; p++) ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, p, p);
+        for (int p = 1; p < hier_local_world; p++) ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, p, p);
     } else {
         ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, 0, 0);
         ring_step(hier_node, el, NULL, 0, buf, n, 0, chunk, 0, 0);

@@ -108,8 +108,8 @@ typedef enum dist_wait_mode {
      * is free from backward's threads. */
     DIST_WAIT_YIELD,
     /* A 50 us spin, sched_yield to the first millisecond, then sleeps from
-     * 10 us doubling to 50 us: the ring's chunks with dist.progress = sleep (the default). A
-     * chunk through shared memory (ranks of one node) moves only while a
+     * 10 us doubling to 50 us: the ring's chunks with dist.progress = sleep
+     * (the default). A chunk through shared memory (ranks of one node) moves only while a
      * rank polls, and completes within the millisecond; one across a
      * network takes milliseconds (1 MiB: 1.7 ms at 5 Gbit/s, 8.4 ms at 1) and
      * moves in the kernel's and Open MPI's socket buffers while the thread

@@ -26,13 +26,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-hosts=2 per_host=1 compare="dist.progress=spin dist.progress=sleep" rates="1gbit 5gbit" rounds=3 model=resnet50 shape=3x32x32 batch=16 steps=8 bucket_mb=25
+hosts=2 per_host=1 compare="dist.progress=spin dist.progress=sleep" rates="1gbit 5gbit" rounds=3
+model=resnet50 shape=3x32x32 batch=16 steps=8 bucket_mb=25
 prefix=bpg net=10.81.0 out=runs/bench-progress cnt_extra=''
 usage() { echo "bench_progress.sh: $*" >&2; sed -n '12,14p' "$0" | sed 's/^# */usage: /' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage "$1 needs a value"
     case $1 in
-        --hosts) hosts=$2 ;; --per-host) per_host=$2 ;; --compare) compare=$2 ;; --rates) rates=$2 ;; --rounds) rounds=$2 ;; --model) model=$2 ;;
+        --hosts) hosts=$2 ;; --per-host) per_host=$2 ;; --compare) compare=$2 ;; --rates) rates=$2 ;;
+        --rounds) rounds=$2 ;; --model) model=$2 ;;
         --shape) shape=$2 ;; --batch) batch=$2 ;; --steps) steps=$2 ;; --bucket-mb) bucket_mb=$2 ;;
         --prefix) prefix=$2 ;; --net) net=$2 ;; --out) out=$2 ;; --cnt) cnt_extra=$2 ;;
         *) usage "unknown option '$1'" ;;
@@ -44,7 +46,8 @@ done
 read -ra settings <<< "$compare"
 [ ${#settings[@]} -ge 1 ] || usage "--compare needs at least one setting"
 np=$((hosts * per_host))
-./trainer --version | grep -q "^mpi: built in" || { echo "bench_progress.sh: the trainer is built without MPI" >&2; exit 2; }
+./trainer --version | grep -q "^mpi: built in" ||
+    { echo "bench_progress.sh: the trainer is built without MPI" >&2; exit 2; }
 read -ra CX <<< "$cnt_extra"
 mkdir -p "$out"
 

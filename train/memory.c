@@ -155,7 +155,8 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
     describe_avail(p, avail, sizeof avail);
     return cnt_err_set("model %s with batch %d (train.batch_size %d; evaluation batch %d, train.eval_batch_size "
                        "%d) needs about %s GiB%s per rank (%s) but this node has %s: lower train.batch_size (a larger "
-                       "train.accumulate keeps the global batch) / train.eval_batch_size%s, or set train.memory_check = false to start anyway",
+                       "train.accumulate keeps the global batch) / train.eval_batch_size%s, or set "
+                       "train.memory_check = false to start anyway",
                        cfg->model_name, m->max_batch, cfg->batch_size, eval->batch, cfg->eval_batch_size,
                        gib(need, sizeof need, (double)p->need), pool_what(p), parts, avail,
                        p->ranks > 1 ? (p->kind == POOL_DEVICE ? " or give each rank its own GPU"

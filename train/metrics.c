@@ -182,12 +182,12 @@ int metrics_run(metrics *m, const metrics_run_info *in) {
     errno = 0;
     int printed = fprintf(m->f,
                           "{\"kind\":\"run\",\"model\":\"%s\",\"params\":%ld,\"mode\":\"%s\",\"ranks\":%d,\"workers\":%d,"
-                          "\"servers\":%d,\"batch\":%d,\"accumulate\":%d,\"global_batch\":%ld,\"epochs\":%d,\"steps_per_epoch\":%ld,"
-                          "\"device\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"config_hash\":\"%016llx\","
+                          "\"servers\":%d,\"batch\":%d,\"accumulate\":%d,\"global_batch\":%ld,\"epochs\":%d,"
+                          "\"steps_per_epoch\":%ld,\"device\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"config_hash\":\"%016llx\","
                           "\"started\":\"%s\",\"host\":\"%s\"}\n",
                           json_str(model, sizeof model, in->model), in->params, json_str(mode, sizeof mode, in->mode),
-                          in->ranks, in->workers, in->servers, in->batch, acc, (long)in->batch * in->workers * acc, in->epochs,
-                          in->steps_per_epoch, json_str(device, sizeof device, in->device),
+                          in->ranks, in->workers, in->servers, in->batch, acc, (long)in->batch * in->workers * acc,
+                          in->epochs, in->steps_per_epoch, json_str(device, sizeof device, in->device),
                           json_str(prec, sizeof prec, in->precision), in->threads, in->config_hash, started,
                           json_str(hostj, sizeof hostj, host));
     return finish_record(m, printed);
