@@ -143,7 +143,7 @@ MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # Programs beside the trainer (tools/*.c, built to build/tools/). bench_onednn
 # (oneDNN's convolutions against ours, docs/benchmarks.md) needs oneDNN.
-TOOL_SRC := $(filter-out tools/bench_onednn.c tools/simulate_engine.c,$(wildcard tools/*.c))
+TOOL_SRC := $(filter-out tools/bench_onednn.c,$(wildcard tools/*.c))
 ifeq ($(ONEDNN),1)
   TOOL_SRC += tools/bench_onednn.c
 endif
@@ -152,8 +152,6 @@ TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 ifeq ($(CUDA_BACKEND),1)
   TOOL_BIN += $(BUILD)/tools/cudnn_caps
 endif
-# The step simulator's engine: linked into build/tools/simulate and its test.
-SIM_ENGINE_OBJ := $(BUILD)/tools/simulate_engine.o
 
 .PHONY: all deps test test-unit test-build bench clean found
 # Test support objects are prerequisites of pattern rules only; keep them.
@@ -201,18 +199,6 @@ $(BUILD)/tools/cudnn_caps: tools/probes/cudnn_caps.c $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/tools/simulate: tools/simulate.c $(SIM_ENGINE_OBJ) $(LIB) $(BUILD)/config.sig
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(LIB) $(LDLIBS)
-
-$(BUILD)/tests/test_simulate: tests/test_simulate.c $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
-
-# Emulated compute is checked against the simulator's replay of the same profile.
-$(BUILD)/tests/test_emulate: tests/test_emulate.c $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(SIM_ENGINE_OBJ) $(TEST_SUPPORT_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
 $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)

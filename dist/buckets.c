@@ -1,7 +1,7 @@
 /*
  * dist/buckets.c - where the reducer's buckets end and when each is ready
  * (declared in dist/reducer.h): plain arithmetic, on its own so that the
- * step simulator (tools/simulate_engine.c) plans the reducer's own buckets
+ * step simulator (train/sim.c) plans the reducer's own buckets
  * without linking the reducer's communication (MPI, NCCL).
  */
 #include "dist/reducer.h"

@@ -30,6 +30,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "common/timer.h"
 #include "dist/wait.h"
 
 #if CNT_HAVE_MPI
@@ -464,3 +465,29 @@ void dist_allreduce_sum_f16(uint16_t *buf, size_t n, dist_algo algo) {
 }
 
 #endif
+
+/* Written with the collectives above, so the same with and without MPI. */
+double dist_allreduce_time_us(dist_algo algo, size_t bytes, int reps) {
+    int world = dist_world();
+    if (world <= 1) return 0;
+    size_t n = bytes / sizeof(float) ? bytes / sizeof(float) : 1;
+    float *buf = cnt_calloc(n, sizeof *buf);
+    double best = 0;
+    for (int k = 0; k < reps; k++) {
+        /* Why the barrier: the time is the sum's, not the wait for a rank
+         * still finishing the one before. */
+        dist_barrier();
+        double t0 = time_now();
+        dist_allreduce_sum(buf, n, algo);
+        double t = time_now() - t0;
+        if (k == 0 || t < best) best = t;
+    }
+    free(buf);
+    uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
+    dist_allgather_u64((uint64_t)(best * 1e9), all);
+    uint64_t slowest = 0;
+    for (int r = 0; r < world; r++)
+        if (all[r] > slowest) slowest = all[r];
+    free(all);
+    return (double)slowest * 1e-3;
+}

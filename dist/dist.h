@@ -149,6 +149,11 @@ int64_t dist_max_lagged_drain(void);
 void dist_gather_bytes(const void *buf, size_t n, void **out, size_t **counts);
 /* In-place sum over ranks of n floats of host memory. */
 void dist_allreduce_sum(float *buf, size_t n, dist_algo algo);
+/* The time of one sum over the ranks of `bytes` bytes of floats with algo,
+ * in microseconds: each rank's fastest of `reps` (each after a barrier), the
+ * slowest rank's of those. A collective (every rank, the same arguments);
+ * 0 at one rank. For dist.bucket_mb = auto's curve. */
+double dist_allreduce_time_us(dist_algo algo, size_t bytes, int reps);
 /* In-place sum over ranks of n doubles (metrics: loss sums, hit counts). */
 void dist_allreduce_sum_f64(double *buf, size_t n);
 
@@ -191,6 +196,37 @@ void dist_hier_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes);
 /* The nodes and this node's ranks as dist_hier_init found them (1 and 1
  * before it, or at one rank). */
 void dist_hier_shape(int *nodes, int *local_world);
+
+/* Sums in flight together (dist.buckets_in_flight): the ring's and the
+ * hierarchical allreduce's messages as a state machine that moves only when
+ * polled, so one thread keeps several sums moving without
+ * MPI_THREAD_MULTIPLE. An op adds in the order the blocking call above adds,
+ * so its sum has the same bits whatever else is in flight. Each op sends
+ * with its slot's tag, so two sums between the same ranks never take each
+ * other's messages. Not MPI_Allreduce: its nonblocking form was measured
+ * much slower (dist.c). */
+typedef struct dist_iallreduce dist_iallreduce;
+#define DIST_MAX_IN_FLIGHT 8
+/* An idle op for slot 0..DIST_MAX_IN_FLIGHT-1. Never fails. */
+dist_iallreduce *dist_iallreduce_create(int slot);
+/* op must not be running. NULL is fine. */
+void dist_iallreduce_free(dist_iallreduce *op);
+/* Starts the sum over every rank of buf[0, n), floats or (half) IEEE
+ * binary16 as dist_ring_allreduce_f16, with DIST_ALGO_RING or
+ * DIST_ALGO_HIER (dist_hier_init first), chunk_bytes as above; posts the
+ * first messages and returns. Every rank starts the same sums in the same
+ * order, each in an op of the same slot; the op must be idle (new, or
+ * done). buf is the op's until it is done. */
+void dist_iallreduce_start(dist_iallreduce *op, void *buf, size_t n, int half, dist_algo algo, size_t chunk_bytes);
+/* 1 once the op's sum is complete in its buffer (and for an op never
+ * started), 0 while it runs. */
+int dist_iallreduce_done(const dist_iallreduce *op);
+/* Moves the n ops on (NULL and done ones are skipped) and returns once a
+ * message of one of them completed, none is left running, or wake(ctx)
+ * (may be NULL; called between polls) returns 1. A bounded wait, paced by
+ * dist.progress as each chunk of the blocking ring's is; past the abort
+ * limit it ends the job. */
+void dist_iallreduce_wait(dist_iallreduce *const *ops, int n, int (*wake)(void *ctx), void *ctx);
 
 /* The stall watchdog (dist/watchdog.c): an arrival barrier with a timeout,
  * run by the reducer before each gradient bucket's allreduce (on its

@@ -53,6 +53,18 @@ exchange_traits exchange_traits_of(const exchange *x) { return x->traits; }
 
 int exchange_workers(const exchange *x) { return x->world; }
 
+int exchange_host_allreduce(const exchange *x, dist_algo *algo) {
+    if (x->o.mode != DIST_MODE_ALLREDUCE || x->nccl || x->world < 2) return 0;
+    *algo = dist_backend_algo(x->o.backend);
+    return 1;
+}
+
+void exchange_set_bucket(exchange *x, size_t values, double mb) {
+    CNT_ASSERT(values > 0 && x != &none);
+    x->o.reducer.bucket = values;
+    x->o.bucket_mb = mb;
+}
+
 int exchange_attach(exchange *x, net *nt) { return x->ops->attach ? x->ops->attach(x, nt) : CNT_OK; }
 
 void exchange_set_timeline(exchange *x, timeline *tl) {

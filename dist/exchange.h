@@ -151,6 +151,16 @@ int exchange_shards(int servers, const net *nt, size_t **shard_end);
 /* Ranks whose gradients are combined in each update (the workers; 1 alone). */
 int exchange_workers(const exchange *x);
 
+/* dist.bucket_mb = auto: whether this exchange sums gradients over ranks
+ * through host memory, and with which algorithm (*algo), after
+ * exchange_connect: 1 for the allreduce versions without NCCL at two or more
+ * ranks, 0 otherwise (nothing to size: one rank, NCCL, servers). */
+int exchange_host_allreduce(const exchange *x, dist_algo *algo);
+/* Before exchange_attach: every bucket after the first holds `values`
+ * gradient values (`mb` MiB, for the start-up line). The same on every
+ * rank. */
+void exchange_set_bucket(exchange *x, size_t values, double mb);
+
 /* Workers: binds to nt (finalised: its flat parameter and gradient buffers)
  * and sets its grad hook (net_set_grad_hook), so backward hands each
  * finished slice to the exchange. A collective of the workers. CNT_ERR with

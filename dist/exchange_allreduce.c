@@ -76,6 +76,14 @@ static int ar_attach(exchange *x, net *nt) {
     reducer_opts ro = x->o.reducer;
     ro.algo = dist_backend_algo(x->o.backend);
     ro.nccl = a->nccl;
+    if (ro.in_flight > 1 && (ro.nccl || ro.algo == DIST_ALGO_MPI)) {
+        /* only auto gets here: the config refuses the key with mpi and nccl named */
+        if (dist_rank() == 0)
+            log_info("dist.buckets_in_flight = %d: dist.backend = auto chose %s, which sums one bucket at a time",
+                     ro.in_flight, ro.nccl ? "NCCL" : "MPI_Allreduce");
+        ro.in_flight = 1;
+    }
+    x->o.reducer.in_flight = ro.in_flight > 1 ? ro.in_flight : 1;
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);
     net_set_grad_hook(nt, reducer_grads_ready, a->rd);
@@ -95,15 +103,17 @@ static void ar_describe(const exchange *x, int batch, char *buf, size_t len) {
         snprintf(hier, sizeof hier, "the hierarchical allreduce (%d node%s: to each node's leader, the ring between "
                  "the leaders, back)", nodes, nodes == 1 ? "" : "s");
     }
+    char flight[48] = "";
+    if (o->reducer.in_flight > 1) snprintf(flight, sizeof flight, "; %d in flight at once", o->reducer.in_flight);
     const char *comm_name = a->nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
                             : o->backend == DIST_BACKEND_RING ? "ring"
                             : o->backend == DIST_BACKEND_HIER ? hier
                                                               : "MPI_Allreduce";
     snprintf(buf, len,
              "%d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s (%g MiB, "
-             "first %g MiB) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s)",
+             "first %g MiB%s) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s)",
              world, world > 1 ? "s" : "", dist_local_world(), batch * world, comm_name, buckets,
-             buckets == 1 ? "" : "s", o->bucket_mb, o->first_bucket_mb,
+             buckets == 1 ? "" : "s", o->bucket_mb, o->first_bucket_mb, flight,
              o->reducer.overlap ? "during backward" : "after backward",
              o->reducer.compress == REDUCER_COMPRESS_FP16 ? "fp16" : "fp32",
              o->reducer.stall_warn_s > 0 || o->reducer.stall_abort_s > 0 ? "on" : "off", o->reducer.stall_warn_s,

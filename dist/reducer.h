@@ -46,7 +46,7 @@ typedef struct reducer reducer;
 typedef struct reducer_stats {
     /* comm_ms and exposed_ms describe step comm_step: this step on the MPI
      * path; on the NCCL path the previous one (0: none yet, both 0). */
-    double comm_ms;          /* sum of the allreduce times of the step's buckets */
+    double comm_ms;          /* time some bucket's allreduce ran (overlapping buckets' times count once) */
     double exposed_ms;       /* communication backward did not hide (docs/ARCHITECTURE.md) */
     long comm_step;
     int buckets;             /* buckets reduced this step */
@@ -61,7 +61,13 @@ typedef enum reducer_compress {
 typedef struct reducer_opts {
     size_t first_bucket;      /* values in the first bucket (at least 1) */
     size_t bucket;            /* values in every later bucket (at least 1) */
-    dist_algo algo;           /* MPI_Allreduce or our ring */
+    dist_algo algo;           /* MPI_Allreduce, our ring or the hierarchical allreduce */
+    /* Buckets whose sums move at once (dist.buckets_in_flight), 1 to
+     * DIST_MAX_IN_FLIGHT; 0 means 1. Above 1 only with the ring or hier
+     * (MPI_Allreduce blocks its thread) and on the MPI path. Each sum adds in
+     * the same order whatever else moves, so the results have the same bits
+     * for every value. */
+    int in_flight;
     int overlap;              /* launch buckets during backward; 0: after it */
     reducer_compress compress;
     double stall_warn_s;      /* watchdog warning after this wait; 0: off */
@@ -115,7 +121,7 @@ int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, siz
  * reducer_bucket_layout writes them), writes to ready_after[b] the first k
  * after which the gradients below ends[b] are all final, -1 when no slice
  * completes it. A pure function of its arguments; shared with the step
- * profile (train/profile.c) and the step simulator (tools/simulate_engine.c),
+ * profile (train/profile.c) and the step simulator (train/sim.c),
  * so neither re-derives the rule. Never fails. */
 void reducer_bucket_ready_after(const size_t *ends, int nb, const size_t *slice_end, int n_slices, int *ready_after);
 /* The number of buckets the buffer was cut into (at least 1). */

@@ -27,62 +27,121 @@ typedef struct reducer_mpi {
     float *host;         /* [n] host staging, from the backend's host_alloc (page-locked on a GPU) */
     uint16_t *half;      /* [n] host fp16 staging (compress = fp16), else NULL */
     dist_algo algo;
+    /* Buckets whose sums move at once: 1 for MPI_Allreduce (blocking, one at a
+     * time); with the ring or hier, bucket b runs in ops[b % in_flight]. */
+    int in_flight;
+    dist_iallreduce *ops[DIST_MAX_IN_FLIGHT];
     mpi_bucket *mb;      /* [n_buckets] */
     timeline *tl;        /* NULL, or where buckets are recorded */
 
-    /* Guards launched, done, stop and step: the training thread hands
+    /* Guards launched, done, stop, step and gen: the training thread hands
      * buckets over (launched), the communication thread reports them
-     * finished (done). */
+     * finished (done, in bucket order). launched is also read without the
+     * lock (atomically) by the thread's wake-up test while sums are moving. */
     pthread_mutex_t mu;
     pthread_cond_t work_cv;  /* the communication thread waits here for a launch */
     pthread_cond_t done_cv;  /* reducer_finish waits here for the last bucket */
     int launched, done, stop;
     long step;           /* the current step, as given to reducer_begin */
+    unsigned gen;        /* counts reducer_begin calls: the thread sees a new step by it */
+    int started;         /* communication thread only: buckets of this step started */
     pthread_t thread;
 } reducer_mpi;
+
+/* Bucket b's allreduce starts: its gradients to host memory (after its
+ * fence), fp16 when compressed, the watchdog's arrival barrier, then the
+ * sum: to its end through MPI_Allreduce, else started in its op. */
+static void bucket_start(reducer *rd, int b, long step) {
+    reducer_mpi *m = rd->state;
+    const bucket *bk = &rd->buckets[b];
+    mpi_bucket *mbk = &m->mb[b];
+    size_t len = bk->end - bk->begin;
+    mbk->t_start = time_now();
+    float *h = m->host + bk->begin;
+    /* Waits for the ops that wrote this bucket and for nothing after them
+     * (docs/ARCHITECTURE.md): backward goes on on the device. */
+    rd->be->download_fenced(h, rd->grads + bk->begin, len * sizeof(float), mbk->fence);
+    if (m->half) fp16_from_float_array(m->half + bk->begin, h, len);
+    /* Why before the allreduce: a blocking collective cannot tell who is
+     * missing; the watchdog's arrival barrier can, and warns or aborts.
+     * The phase names the bucket in the ring's bounded waits' messages. */
+    dist_watchdog_arrive(rd->wd, step, b);
+    char phase[64];
+    snprintf(phase, sizeof phase, "gradient allreduce (step %ld, bucket %d)", step, b);
+    dist_phase(phase);
+    if (m->algo == DIST_ALGO_MPI) {
+        if (m->half) dist_allreduce_sum_f16(m->half + bk->begin, len, m->algo);
+        else dist_allreduce_sum(h, len, m->algo);
+    } else {
+        void *buf = m->half ? (void *)(m->half + bk->begin) : (void *)h;
+        dist_iallreduce_start(m->ops[b % m->in_flight], buf, len, m->half != NULL, m->algo, 0);
+    }
+}
+
+/* Bucket b's sum is complete in host memory: back to the device, recorded,
+ * and reported done (buckets end in bucket order). */
+static void bucket_end(reducer *rd, int b) {
+    reducer_mpi *m = rd->state;
+    const bucket *bk = &rd->buckets[b];
+    size_t len = bk->end - bk->begin;
+    if (m->half) fp16_to_float_array(m->host + bk->begin, m->half + bk->begin, len);
+    /* Returns once the sum is on the device; nothing queued touches a
+     * finished bucket before the optimizer, issued after reducer_finish. */
+    rd->be->upload_sync(rd->grads + bk->begin, m->host + bk->begin, len * sizeof(float));
+    m->mb[b].t_end = time_now();
+    if (m->tl) reducer_record_bucket(m->tl, b, rd->buckets[b].t_ready, m->mb[b].t_start, m->mb[b].t_end);
+    /* Why the lock: done is the report finish waits on. */
+    cnt_mutex_lock(&m->mu);
+    m->done++;
+    pthread_cond_signal(&m->done_cv);
+    cnt_mutex_unlock(&m->mu);
+}
+
+/* dist_iallreduce_wait's wake-up: a launched bucket waits and a slot is free. */
+static int launch_waits(void *ctx) {
+    reducer_mpi *m = ctx;
+    return m->started - m->done < m->in_flight && __atomic_load_n(&m->launched, __ATOMIC_ACQUIRE) > m->started;
+}
 
 static void *comm_main(void *arg) {
     reducer *rd = arg;
     reducer_mpi *m = rd->state;
+    unsigned gen = 0;
     cnt_mutex_lock(&m->mu);
     for (;;) {
         while (!m->stop && m->done == m->launched) cnt_cond_wait(&m->work_cv, &m->mu);
         if (m->stop) break;
-        int b = m->done;
+        if (m->gen != gen) { /* a new step */
+            gen = m->gen;
+            m->started = 0;
+        }
+        int launched = m->launched;
         long step = m->step;
         cnt_mutex_unlock(&m->mu);
-        /* Buckets are reduced in launch order, the same order on every rank,
-         * so the ranks' collectives always match. */
-        const bucket *bk = &rd->buckets[b];
-        mpi_bucket *mbk = &m->mb[b];
-        size_t len = bk->end - bk->begin;
-        mbk->t_start = time_now();
-        float *h = m->host + bk->begin;
-        /* Waits for the ops that wrote this bucket and for nothing after them
-         * (docs/ARCHITECTURE.md): backward goes on on the device. */
-        rd->be->download_fenced(h, rd->grads + bk->begin, len * sizeof(float), mbk->fence);
-        if (m->half) fp16_from_float_array(m->half + bk->begin, h, len);
-        /* Why before the allreduce: a blocking collective cannot tell who is
-         * missing; the watchdog's arrival barrier can, and warns or aborts.
-         * The phase names the bucket in the ring's bounded waits' messages. */
-        dist_watchdog_arrive(rd->wd, step, b);
-        char phase[64];
-        snprintf(phase, sizeof phase, "gradient allreduce (step %ld, bucket %d)", step, b);
-        dist_phase(phase);
-        if (m->half) {
-            dist_allreduce_sum_f16(m->half + bk->begin, len, m->algo);
-            fp16_to_float_array(h, m->half + bk->begin, len);
+        /* Buckets start in launch order, the same order on every rank, so
+         * the ranks' collectives (and each slot's messages) always match;
+         * they end in that order too. done is written by this thread only. */
+        if (m->algo == DIST_ALGO_MPI) {
+            bucket_start(rd, m->started, step);
+            bucket_end(rd, m->started++);
         } else {
-            dist_allreduce_sum(h, len, m->algo);
+            while (m->started < launched && m->started - m->done < m->in_flight) bucket_start(rd, m->started++, step);
+            int ended = 0;
+            while (m->done < m->started && dist_iallreduce_done(m->ops[m->done % m->in_flight])) {
+                bucket_end(rd, m->done);
+                ended = 1;
+            }
+            if (!ended && m->done < m->started) {
+                if (m->started - m->done > 1) {
+                    char phase[64];
+                    snprintf(phase, sizeof phase, "gradient allreduce (step %ld, buckets %d-%d)", step, m->done,
+                             m->started - 1);
+                    dist_phase(phase);
+                }
+                dist_iallreduce_wait(m->ops, m->in_flight, launch_waits, m);
+            }
         }
-        /* Returns once the sum is on the device; nothing queued touches a
-         * finished bucket before the optimizer, issued after reducer_finish. */
-        rd->be->upload_sync(rd->grads + bk->begin, m->host + bk->begin, len * sizeof(float));
-        mbk->t_end = time_now();
-        if (m->tl) reducer_record_bucket(m->tl, b, rd->buckets[b].t_ready, mbk->t_start, mbk->t_end);
         cnt_mutex_lock(&m->mu);
-        m->done++;
-        pthread_cond_signal(&m->done_cv);
     }
     cnt_mutex_unlock(&m->mu);
     return NULL;
@@ -105,6 +164,7 @@ static void mpi_begin(reducer *rd) {
     CNT_ASSERT(m->done == m->launched);
     m->launched = m->done = 0;
     m->step = rd->step;
+    m->gen++;
     cnt_mutex_unlock(&m->mu);
 }
 
@@ -116,7 +176,7 @@ static void mpi_launch(reducer *rd, int from, int upto) {
     for (int b = from; b < upto; b++) rd->be->fence_record(m->mb[b].fence);
     /* Why the lock: launched is the hand-over; the signal wakes the thread. */
     cnt_mutex_lock(&m->mu);
-    m->launched = upto;
+    __atomic_store_n(&m->launched, upto, __ATOMIC_RELEASE); /* also read unlocked by launch_waits */
     pthread_cond_signal(&m->work_cv);
     cnt_mutex_unlock(&m->mu);
 }
@@ -141,8 +201,15 @@ static void mpi_finish(reducer *rd, double t0, reducer_stats *st) {
     cnt_mutex_unlock(&m->mu);
     double t1 = time_now();
     st->exposed_ms = 1e3 * (t1 - t_grads);
+    /* The time some bucket's allreduce ran: with several in flight their
+     * times overlap, and each moment counts once. Buckets start in order. */
     st->comm_ms = 0;
-    for (int b = 0; b < rd->n_buckets; b++) st->comm_ms += 1e3 * (m->mb[b].t_end - m->mb[b].t_start);
+    double covered = -1e300;
+    for (int b = 0; b < rd->n_buckets; b++) {
+        double from = m->mb[b].t_start > covered ? m->mb[b].t_start : covered;
+        if (m->mb[b].t_end > from) st->comm_ms += 1e3 * (m->mb[b].t_end - from);
+        if (m->mb[b].t_end > covered) covered = m->mb[b].t_end;
+    }
     st->comm_step = rd->step;
 }
 
@@ -160,6 +227,7 @@ static void mpi_free(reducer *rd) {
     pthread_cond_destroy(&m->work_cv);
     pthread_cond_destroy(&m->done_cv);
     free(m->mb);
+    for (int i = 0; i < m->in_flight; i++) dist_iallreduce_free(m->ops[i]);
     rd->be->host_free(m->host);
     free(m->half);
     free(m);
@@ -177,6 +245,10 @@ static const reducer_ops mpi_ops = {
 void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
     reducer_mpi *m = cnt_calloc(1, sizeof *m);
     m->algo = opts->algo;
+    m->in_flight = opts->in_flight > 1 ? opts->in_flight : 1;
+    CNT_ASSERT(m->in_flight <= DIST_MAX_IN_FLIGHT && (m->in_flight == 1 || m->algo != DIST_ALGO_MPI));
+    if (m->algo != DIST_ALGO_MPI)
+        for (int i = 0; i < m->in_flight; i++) m->ops[i] = dist_iallreduce_create(i);
     /* page-locked on a GPU (the backend's host_alloc), so each bucket's download is a DMA copy instead of
      * a staged one; plain memory on the CPU */
     m->host = rd->be->host_alloc(rd->n * sizeof(float));

@@ -37,12 +37,12 @@
  * Chunking. Each step's segment goes in messages of at most chunk_bytes
  * (default 1 MiB), so a huge buffer never becomes one huge message (MPI counts
  * are int) and the receive buffer stays small. For each chunk the receive is
- * posted before the send (MPI_Irecv, MPI_Isend, then wait for both), so no
+ * posted before the send (MPI_Irecv, MPI_Isend, then test both until done), so no
  * rank blocks in a send waiting for its neighbour, whatever the world size:
  * every rank posts its chunk-c receive without waiting for anything, so the
  * chunk-c messages of the whole ring can always complete. Sender and receiver
  * agree on the number of chunks because both cut the same segment. The wait
- * is bounded (dist_wait_bounded: yields for a millisecond, then short
+ * is bounded (dist_wait_polled: yields for a millisecond, then short
  * sleeps between polls, or yields throughout as MPI_Waitall does, as
  * dist.progress says; plus the stall limits),
  * so a neighbour that stops mid-allreduce ends the job instead of hanging it.
@@ -56,8 +56,15 @@
  * N ranks each element is rounded N-1 times, in ring order. Sums beyond
  * 65504 become inf.
  *
- * Threads: MPI_THREAD_SERIALIZED; one thread at a time runs this (it owns the
- * static receive buffer while it does).
+ * In flight together (dist_iallreduce, for dist.buckets_in_flight): each sum
+ * is an op, a list of parts (one ring step; a leader's receive from one
+ * local rank) that moves chunk by chunk when polled and never waits, so one
+ * thread keeps several sums moving. The blocking calls run one op to its
+ * end. An op adds in the same order whatever else moves; each slot has its
+ * own tag, so two ops' chunks between the same ranks never match each other.
+ *
+ * Threads: MPI_THREAD_SERIALIZED; one thread at a time runs this (the
+ * blocking calls share one op).
  */
 #include "dist/dist.h"
 
@@ -88,19 +95,6 @@ static size_t seg_len(size_t n, int world, int s) {
 
 static int mod(int a, int m) { return ((a % m) + m) % m; }
 
-/* The receive buffer, reused across calls and grown as needed (one chunk). */
-static void *ring_tmp = NULL;
-static size_t ring_tmp_bytes = 0;
-
-static void *ring_tmp_get(size_t bytes) {
-    if (bytes > ring_tmp_bytes) {
-        free(ring_tmp);
-        ring_tmp = cnt_malloc(bytes);
-        ring_tmp_bytes = bytes;
-    }
-    return ring_tmp;
-}
-
 /* The element type of one ring: float (sums in float) or half (sums through
  * float, rounded to half at every hop). */
 typedef struct ring_elem {
@@ -117,6 +111,9 @@ static void add_float(void *acc, const void *in, size_t n) {
 
 static void add_half(void *acc, const void *in, size_t n) { fp16_add_array(acc, in, n); }
 
+static const ring_elem elem_float = {sizeof(float), MPI_FLOAT, add_float};
+static const ring_elem elem_half = {sizeof(uint16_t), MPI_UINT16_T, add_half};
+
 /* Chunks of one ring step in flight at once: while chunk c is added, chunk
  * c+1 is on the wire, so the link does not idle for the add and for the
  * next chunk's rendezvous. */
@@ -128,46 +125,6 @@ static size_t piece(size_t len, size_t off, size_t chunk) {
     return off < len ? (len - off < chunk ? len - off : chunk) : 0;
 }
 
-/* Chunk c of a step: posts its receive (into tmp, or straight into recv
- * when not adding) and its send. */
-static void ring_post(MPI_Comm comm, const ring_elem *el, const char *send, size_t send_len, char *recv,
-                      size_t recv_len, char *tmp, size_t chunk, size_t c, int left, int right, MPI_Request req[2]) {
-    size_t off = c * chunk, rn = piece(recv_len, off, chunk), sn = piece(send_len, off, chunk);
-    req[0] = req[1] = MPI_REQUEST_NULL;
-    if (rn)
-        DIST_MPI_CHECK(MPI_Irecv(tmp ? tmp : recv + off * el->size, (int)rn, el->type, left, RING_TAG, comm, &req[0]));
-    if (sn) DIST_MPI_CHECK(MPI_Isend(send + off * el->size, (int)sn, el->type, right, RING_TAG, comm, &req[1]));
-}
-
-/* One ring step: send send_len elements at `send` to the right, receive
- * recv_len elements from the left into `recv`, chunk by chunk (chunk
- * elements, RING_WINDOW of them in flight); add them when `add`, else store
- * them directly (allgather). Messages between two ranks with one tag match
- * in the order they were posted (MPI's non-overtaking rule), so chunk c's
- * receive gets chunk c. */
-static void ring_step(MPI_Comm comm, const ring_elem *el, const char *send, size_t send_len, char *recv,
-                      size_t recv_len, int add, size_t chunk, int left, int right) {
-    size_t len = send_len > recv_len ? send_len : recv_len;
-    size_t chunks = (len + chunk - 1) / chunk;
-    char *tmp = add ? ring_tmp_get(RING_WINDOW * chunk * el->size) : NULL;
-    MPI_Request req[RING_WINDOW][2];
-    dist_wait_mode wait = dist_progress_mode() == DIST_PROGRESS_SPIN ? DIST_WAIT_YIELD : DIST_WAIT_PACED;
-    for (size_t c = 0; c < chunks && c < RING_WINDOW; c++)
-        ring_post(comm, el, send, send_len, recv, recv_len, tmp ? tmp + c * chunk * el->size : NULL, chunk, c, left,
-                  right, req[c]);
-    for (size_t c = 0; c < chunks; c++) {
-        size_t w = c % RING_WINDOW, off = c * chunk;
-        char *t = tmp ? tmp + w * chunk * el->size : NULL;
-        /* Why wait here: the chunk must have arrived before we add it, and
-         * its temporary buffer is reused two chunks on. Neighbours have posted
-         * (or will post without waiting) the matching operations. */
-        dist_wait_bounded(2, req[w], "the ring allreduce", wait);
-        if (add && off < recv_len) el->add(recv + off * el->size, t, piece(recv_len, off, chunk));
-        if (c + RING_WINDOW < chunks)
-            ring_post(comm, el, send, send_len, recv, recv_len, t, chunk, c + RING_WINDOW, left, right, req[w]);
-    }
-}
-
 /* Elements per message for chunk_bytes (0: the default). */
 static size_t chunk_elems(const ring_elem *el, size_t chunk_bytes) {
     if (chunk_bytes == 0) chunk_bytes = RING_DEFAULT_CHUNK_BYTES;
@@ -176,29 +133,55 @@ static size_t chunk_elems(const ring_elem *el, size_t chunk_bytes) {
     return chunk > RING_MAX_CHUNK_ELEMS ? RING_MAX_CHUNK_ELEMS : chunk;
 }
 
-/* The ring over the ranks of comm. */
-static void ring_allreduce(MPI_Comm comm, const ring_elem *el, void *vbuf, size_t n, size_t chunk_bytes) {
-    int world, rank;
-    DIST_MPI_CHECK(MPI_Comm_size(comm, &world));
-    DIST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-    if (world <= 1 || n == 0) return;
-    char *buf = vbuf;
-    size_t chunk = chunk_elems(el, chunk_bytes);
-    int right = mod(rank + 1, world), left = mod(rank - 1, world);
-    size_t es = el->size;
+/* One step of an allreduce: send send_len elements at `send` to `right`,
+ * receive recv_len elements from `left` into `recv`, chunk by chunk, adding
+ * them when `add` (reduce-scatter; a leader gathering its node) or storing
+ * them (allgather; the sums going back to a node). Either length may be 0. */
+typedef struct ring_part {
+    MPI_Comm comm;
+    const char *send;
+    size_t send_len;
+    char *recv;
+    size_t recv_len;
+    int add, left, right;
+} ring_part;
 
-    /* Reduce-scatter: after step k, segment (r-k-1) holds k+2 ranks' sums. */
-    for (int k = 0; k < world - 1; k++) {
-        int s = mod(rank - k, world), r = mod(rank - k - 1, world);
-        ring_step(comm, el, buf + seg_start(n, world, s) * es, seg_len(n, world, s),
-                  buf + seg_start(n, world, r) * es, seg_len(n, world, r), 1, chunk, left, right);
-    }
-    /* Allgather: rank r starts owning the complete segment (r+1). */
-    for (int k = 0; k < world - 1; k++) {
-        int s = mod(rank + 1 - k, world), r = mod(rank - k, world);
-        ring_step(comm, el, buf + seg_start(n, world, s) * es, seg_len(n, world, s),
-                  buf + seg_start(n, world, r) * es, seg_len(n, world, r), 0, chunk, left, right);
-    }
+/* An allreduce as a sequence of parts, moved on chunk by chunk when polled
+ * (op_advance), never waiting: the blocking calls run one op to its end; the
+ * reducer's communication thread keeps several moving at once, one thread
+ * calling MPI (MPI_THREAD_SERIALIZED is enough). */
+struct dist_iallreduce {
+    int tag;                 /* RING_TAG + slot: the same slot's messages on every rank */
+    int running;
+    const ring_elem *el;
+    char *buf;
+    size_t n, chunk;         /* elements; elements per message */
+    dist_algo algo;          /* RING (over dist_comm()) or HIER */
+    int part, n_parts;       /* the next part to begin; how many in all */
+    ring_part cur;           /* the part in progress */
+    size_t chunks, c;        /* its chunks; the next to complete */
+    char *tmp;               /* RING_WINDOW chunks received, to be added */
+    size_t tmp_bytes;
+    MPI_Request req[RING_WINDOW][2];
+};
+
+/* Part k of the flat ring over comm (`world` ranks, this one `rank`), of
+ * 2 x (world-1): reduce-scatter, then allgather (the file's comment). */
+static void flat_part(MPI_Comm comm, int world, int rank, const ring_elem *el, char *buf, size_t n, int k,
+                      ring_part *p) {
+    int add = k < world - 1, j = add ? k : k - (world - 1);
+    /* Reduce-scatter: after step j, segment (r-j-1) holds j+2 ranks' sums.
+     * Allgather: rank r starts owning the complete segment (r+1). */
+    int s = add ? mod(rank - j, world) : mod(rank + 1 - j, world);
+    int r = add ? mod(rank - j - 1, world) : mod(rank - j, world);
+    *p = (ring_part){comm,
+                     buf + seg_start(n, world, s) * el->size,
+                     seg_len(n, world, s),
+                     buf + seg_start(n, world, r) * el->size,
+                     seg_len(n, world, r),
+                     add,
+                     mod(rank - 1, world),
+                     mod(rank + 1, world)};
 }
 
 /* ---- hierarchical: within each node to one leader, the ring between the
@@ -207,7 +190,7 @@ static void ring_allreduce(MPI_Comm comm, const ring_elem *el, void *vbuf, size_
  * local rank 0 of every node (MPI_COMM_NULL elsewhere). Made by
  * dist_hier_init. */
 static MPI_Comm hier_node = MPI_COMM_NULL, hier_leaders = MPI_COMM_NULL;
-static int hier_made = 0, hier_nodes = 1, hier_local = 0, hier_local_world = 1;
+static int hier_made = 0, hier_nodes = 1, hier_local = 0, hier_local_world = 1, hier_leader_rank = 0;
 
 int dist_hier_init(void) {
     if (hier_made || dist_world() <= 1) return CNT_OK;
@@ -216,7 +199,10 @@ int dist_hier_init(void) {
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_node, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_rank(hier_node, &hier_local));
     DIST_MPI_CHECK(MPI_Comm_split(dist_comm(), hier_local == 0 ? 0 : MPI_UNDEFINED, rank, &hier_leaders));
-    if (hier_leaders != MPI_COMM_NULL) DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_leaders, MPI_ERRORS_RETURN));
+    if (hier_leaders != MPI_COMM_NULL) {
+        DIST_MPI_CHECK(MPI_Comm_set_errhandler(hier_leaders, MPI_ERRORS_RETURN));
+        DIST_MPI_CHECK(MPI_Comm_rank(hier_leaders, &hier_leader_rank));
+    }
     DIST_MPI_CHECK(MPI_Comm_size(hier_node, &hier_local_world));
     double leaders = hier_leaders != MPI_COMM_NULL;
     dist_allreduce_sum_f64(&leaders, 1); /* bounded */
@@ -230,44 +216,214 @@ void dist_hier_shape(int *nodes, int *local_world) {
     *local_world = hier_local_world;
 }
 
-/* Why not MPI_Reduce and MPI_Bcast: they wait inside MPI, spinning and
- * unbounded; these messages wait as the ring's do (dist.progress, the stall
- * limits), the waiting ranks of a node sleep while the leaders' ring runs,
- * and the leader adds its node's buffers in local-rank order, so every rank
- * of every run gets the same bits. */
-static void hier_allreduce(const ring_elem *el, void *buf, size_t n, size_t chunk_bytes) {
-    CNT_ASSERT(hier_made); /* dist_hier_init, at start-up */
-    size_t chunk = chunk_elems(el, chunk_bytes);
-    if (hier_local == 0) {
-        for (int p = 1; p < hier_local_world; p++) ring_step(hier_node, el, NULL, 0, buf, n, 1, chunk, p, p);
-        ring_allreduce(hier_leaders, el, buf, n, chunk_bytes);
-        for (int p = 1; p < hier_local_world; p++) ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, p, p);
-    } else {
-        ring_step(hier_node, el, buf, n, NULL, 0, 0, chunk, 0, 0);
-        ring_step(hier_node, el, NULL, 0, buf, n, 0, chunk, 0, 0);
-    }
+/* Why not MPI_Reduce and MPI_Bcast for the node's part: they wait inside
+ * MPI, spinning and unbounded; these messages wait as the ring's do
+ * (dist.progress, the stall limits), the waiting ranks of a node sleep while
+ * the leaders' ring runs, and the leader adds its node's buffers in
+ * local-rank order, so every rank of every run gets the same bits.
+ * A leader's parts: one receive-and-add from each other local rank, the
+ * leaders' ring, one send back to each; any other rank's: its send, then
+ * its receive. */
+static int hier_parts(void) {
+    if (hier_local != 0) return 2;
+    return 2 * (hier_local_world - 1) + 2 * (hier_nodes - 1);
 }
 
-static const ring_elem elem_float = {sizeof(float), MPI_FLOAT, add_float};
-static const ring_elem elem_half = {sizeof(uint16_t), MPI_UINT16_T, add_half};
+static void hier_part(const dist_iallreduce *op, int k, ring_part *p) {
+    int others = hier_local_world - 1, ring = 2 * (hier_nodes - 1);
+    if (hier_local != 0)
+        *p = k == 0 ? (ring_part){hier_node, op->buf, op->n, NULL, 0, 0, 0, 0}
+                    : (ring_part){hier_node, NULL, 0, op->buf, op->n, 0, 0, 0};
+    else if (k < others)
+        *p = (ring_part){hier_node, NULL, 0, op->buf, op->n, 1, k + 1, k + 1};
+    else if (k < others + ring)
+        flat_part(hier_leaders, hier_nodes, hier_leader_rank, op->el, op->buf, op->n, k - others, p);
+    else
+        *p = (ring_part){hier_node, op->buf, op->n, NULL, 0, 0, k - others - ring + 1, k - others - ring + 1};
+}
+
+/* Chunk c of the part in progress: posts its receive (into the window's
+ * temporary buffer when adding, else straight into place) and its send. */
+static void op_post(dist_iallreduce *op, size_t c) {
+    const ring_part *p = &op->cur;
+    const ring_elem *el = op->el;
+    size_t off = c * op->chunk, rn = piece(p->recv_len, off, op->chunk), sn = piece(p->send_len, off, op->chunk);
+    MPI_Request *req = op->req[c % RING_WINDOW];
+    req[0] = req[1] = MPI_REQUEST_NULL;
+    char *into = p->add ? op->tmp + (c % RING_WINDOW) * op->chunk * el->size : p->recv + off * el->size;
+    if (rn) DIST_MPI_CHECK(MPI_Irecv(into, (int)rn, el->type, p->left, op->tag, p->comm, &req[0]));
+    if (sn) DIST_MPI_CHECK(MPI_Isend(p->send + off * el->size, (int)sn, el->type, p->right, op->tag, p->comm, &req[1]));
+}
+
+/* Moves op on as far as its messages allow without waiting: completes each
+ * chunk that has arrived in order (adding it), posts the chunk RING_WINDOW
+ * on, and begins the next part when one ends. Messages between two ranks
+ * with one tag match in the order they were posted (MPI's non-overtaking
+ * rule), so chunk c's receive gets chunk c, and the same slot's next op
+ * cannot take this one's messages. Returns 1 when a chunk completed or the
+ * op ended. */
+static int op_advance(dist_iallreduce *op) {
+    int moved = 0;
+    while (op->running) {
+        if (op->c == op->chunks) {
+            if (op->part == op->n_parts) {
+                op->running = 0;
+                return 1;
+            }
+            if (op->algo == DIST_ALGO_HIER)
+                hier_part(op, op->part, &op->cur);
+            else
+                flat_part(dist_comm(), dist_world(), dist_rank(), op->el, op->buf, op->n, op->part, &op->cur);
+            op->part++;
+            size_t len = op->cur.send_len > op->cur.recv_len ? op->cur.send_len : op->cur.recv_len;
+            op->chunks = (len + op->chunk - 1) / op->chunk;
+            op->c = 0;
+            for (size_t c = 0; c < op->chunks && c < RING_WINDOW; c++) op_post(op, c);
+            continue;
+        }
+        /* Why test before adding: the chunk must have arrived, and its
+         * temporary buffer is reused two chunks on. Neighbours have posted
+         * (or will post without waiting) the matching operations. */
+        MPI_Request *req = op->req[op->c % RING_WINDOW];
+        int arrived = 0;
+        DIST_MPI_CHECK(MPI_Testall(2, req, &arrived, MPI_STATUSES_IGNORE));
+        if (!arrived) break;
+        const ring_part *p = &op->cur;
+        size_t off = op->c * op->chunk;
+        if (p->add && off < p->recv_len)
+            op->el->add(p->recv + off * op->el->size, op->tmp + (op->c % RING_WINDOW) * op->chunk * op->el->size,
+                        piece(p->recv_len, off, op->chunk));
+        if (op->c + RING_WINDOW < op->chunks) op_post(op, op->c + RING_WINDOW);
+        op->c++;
+        moved = 1;
+    }
+    return moved;
+}
+
+dist_iallreduce *dist_iallreduce_create(int slot) {
+    CNT_ASSERT(slot >= 0 && slot < DIST_MAX_IN_FLIGHT);
+    dist_iallreduce *op = cnt_calloc(1, sizeof *op);
+    op->tag = RING_TAG + slot;
+    return op;
+}
+
+void dist_iallreduce_free(dist_iallreduce *op) {
+    if (!op) return;
+    CNT_ASSERT(!op->running);
+    free(op->tmp);
+    free(op);
+}
+
+void dist_iallreduce_start(dist_iallreduce *op, void *buf, size_t n, int half, dist_algo algo, size_t chunk_bytes) {
+    CNT_ASSERT(!op->running && (algo == DIST_ALGO_RING || algo == DIST_ALGO_HIER));
+    CNT_ASSERT(algo != DIST_ALGO_HIER || hier_made || dist_world() <= 1); /* dist_hier_init, at start-up */
+    op->el = half ? &elem_half : &elem_float;
+    op->buf = buf;
+    op->n = n;
+    op->algo = algo;
+    op->chunk = chunk_elems(op->el, chunk_bytes);
+    op->part = 0;
+    op->n_parts = n == 0 || dist_world() <= 1 ? 0 : algo == DIST_ALGO_HIER ? hier_parts() : 2 * (dist_world() - 1);
+    op->chunks = op->c = 0;
+    size_t tmp = RING_WINDOW * op->chunk * op->el->size;
+    if (op->n_parts && tmp > op->tmp_bytes) {
+        free(op->tmp);
+        op->tmp = cnt_malloc(tmp);
+        op->tmp_bytes = tmp;
+    }
+    op->running = 1;
+    op_advance(op); /* posts the first part's first chunks */
+}
+
+int dist_iallreduce_done(const dist_iallreduce *op) { return !op->running; }
+
+typedef struct ops_wait {
+    dist_iallreduce *const *ops;
+    int n;
+    int (*wake)(void *ctx);
+    void *ctx;
+} ops_wait;
+
+static int ops_poll(void *ctx) {
+    ops_wait *w = ctx;
+    int moved = 0, running = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (!w->ops[i] || !w->ops[i]->running) continue;
+        moved |= op_advance(w->ops[i]);
+        running |= w->ops[i]->running;
+    }
+    return moved || !running || (w->wake && w->wake(w->ctx));
+}
+
+void dist_iallreduce_wait(dist_iallreduce *const *ops, int n, int (*wake)(void *ctx), void *ctx) {
+    ops_wait w = {ops, n, wake, ctx};
+    dist_wait_mode mode = dist_progress_mode() == DIST_PROGRESS_SPIN ? DIST_WAIT_YIELD : DIST_WAIT_PACED;
+    dist_wait_polled(ops_poll, &w, "the ring allreduce", mode);
+}
+
+/* The blocking calls: one op, run to its end. Slot 0: no op of the
+ * reducer's is in flight while another thread's blocking call runs (one
+ * thread calls MPI at a time, and the reducer's ops all end within its
+ * step), and slot 0's messages are matched in order anyway. */
+static dist_iallreduce *blocking_op = NULL;
+
+static void run_blocking(void *buf, size_t n, int half, dist_algo algo, size_t chunk_bytes) {
+    if (!blocking_op) blocking_op = dist_iallreduce_create(0);
+    dist_iallreduce_start(blocking_op, buf, n, half, algo, chunk_bytes);
+    while (blocking_op->running) dist_iallreduce_wait(&blocking_op, 1, NULL, NULL);
+}
 
 void dist_ring_allreduce(float *buf, size_t n, size_t chunk_bytes) {
-    ring_allreduce(dist_comm(), &elem_float, buf, n, chunk_bytes);
+    run_blocking(buf, n, 0, DIST_ALGO_RING, chunk_bytes);
 }
 
 void dist_ring_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
-    ring_allreduce(dist_comm(), &elem_half, buf, n, chunk_bytes);
+    run_blocking(buf, n, 1, DIST_ALGO_RING, chunk_bytes);
 }
 
 void dist_hier_allreduce(float *buf, size_t n, size_t chunk_bytes) {
-    if (dist_world() > 1) hier_allreduce(&elem_float, buf, n, chunk_bytes);
+    run_blocking(buf, n, 0, DIST_ALGO_HIER, chunk_bytes);
 }
 
 void dist_hier_allreduce_f16(uint16_t *buf, size_t n, size_t chunk_bytes) {
-    if (dist_world() > 1) hier_allreduce(&elem_half, buf, n, chunk_bytes);
+    run_blocking(buf, n, 1, DIST_ALGO_HIER, chunk_bytes);
 }
 
 #else /* !CNT_HAVE_MPI: a world of one holds the sum already */
+
+struct dist_iallreduce {
+    int slot;
+};
+
+dist_iallreduce *dist_iallreduce_create(int slot) {
+    CNT_ASSERT(slot >= 0 && slot < DIST_MAX_IN_FLIGHT);
+    dist_iallreduce *op = cnt_calloc(1, sizeof *op);
+    op->slot = slot;
+    return op;
+}
+
+void dist_iallreduce_free(dist_iallreduce *op) { free(op); }
+
+void dist_iallreduce_start(dist_iallreduce *op, void *buf, size_t n, int half, dist_algo algo, size_t chunk_bytes) {
+    (void)op;
+    (void)buf;
+    (void)n;
+    (void)half;
+    (void)chunk_bytes;
+    CNT_ASSERT(algo == DIST_ALGO_RING || algo == DIST_ALGO_HIER);
+}
+
+int dist_iallreduce_done(const dist_iallreduce *op) {
+    (void)op;
+    return 1;
+}
+
+void dist_iallreduce_wait(dist_iallreduce *const *ops, int n, int (*wake)(void *ctx), void *ctx) {
+    (void)ops;
+    (void)n;
+    (void)wake;
+    (void)ctx;
+}
 
 int dist_hier_init(void) { return CNT_OK; }
 

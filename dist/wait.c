@@ -205,36 +205,34 @@ void dist_wait_until(const dist_wait_site *s) {
 
 static const char *phase_name(void) { return tl_phase[0] ? tl_phase : "an unnamed phase"; }
 
-typedef struct requests {
-    int n;
-    MPI_Request *reqs;
+typedef struct polled {
+    int (*poll)(void *ctx);
+    void *ctx;
     const char *collective;
-} requests;
+} polled;
 
-static int requests_poll(void *ctx) {
-    requests *r = ctx;
-    int done = 0;
-    DIST_MPI_CHECK(MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE));
-    return done;
+static int polled_poll(void *ctx) {
+    polled *p = ctx;
+    return p->poll(p->ctx);
 }
 
-static void requests_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
-    const requests *r = ctx;
+static void polled_describe(void *ctx, dist_wait_text part, char *buf, size_t cap) {
+    const polled *p = ctx;
     if (part == DIST_WAIT_WHO)
         snprintf(buf, cap, "rank %d", dist_job_rank());
     else
-        snprintf(buf, cap, part == DIST_WAIT_LATE ? "in %s during %s" : "%s during %s completed", r->collective,
+        snprintf(buf, cap, part == DIST_WAIT_LATE ? "in %s during %s" : "%s during %s completed", p->collective,
                  phase_name());
 }
 
-void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode) {
-    requests r = {n, reqs, collective};
+void dist_wait_polled(int (*poll)(void *ctx), void *ctx, const char *collective, dist_wait_mode mode) {
+    polled p = {poll, ctx, collective};
     int max_sleep_us = mode == DIST_WAIT_YIELD ? 0 : mode == DIST_WAIT_PACED ? WAIT_PACED_MAX_SLEEP_US
                                                                                : WAIT_MAX_SLEEP_US;
     dist_wait_site s = {
-        .poll = requests_poll,
-        .describe = requests_describe,
-        .ctx = &r,
+        .poll = polled_poll,
+        .describe = polled_describe,
+        .ctx = &p,
         .warn_note = " for the other ranks",
         /* a collective cannot know who is missing; the others print nothing */
         .abort_note = ": one or more other ranks did not arrive (stopped, hung or slow; the ranks that print no "
@@ -246,6 +244,23 @@ void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wa
         .abort_s = g_abort_s,
     };
     dist_wait_until(&s);
+}
+
+typedef struct requests {
+    int n;
+    MPI_Request *reqs;
+} requests;
+
+static int requests_poll(void *ctx) {
+    requests *r = ctx;
+    int done = 0;
+    DIST_MPI_CHECK(MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE));
+    return done;
+}
+
+void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode) {
+    requests r = {n, reqs};
+    dist_wait_polled(requests_poll, &r, collective, mode);
 }
 
 #endif

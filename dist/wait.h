@@ -129,6 +129,10 @@ dist_progress dist_progress_mode(void);
  * <phase> for the other ranks" (a collective cannot know who is missing).
  * Past the abort limit it ends the job; MPI failures are fatal. */
 void dist_wait_bounded(int n, MPI_Request *reqs, const char *collective, dist_wait_mode mode);
+/* The same wait over any poll: poll(ctx) returns 1 once the wait is over
+ * (it may do work: the ring's ops post their next messages in it). The
+ * ring's sums in flight wait here (dist/ring.c). */
+void dist_wait_polled(int (*poll)(void *ctx), void *ctx, const char *collective, dist_wait_mode mode);
 #endif
 
 #endif

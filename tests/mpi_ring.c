@@ -319,6 +319,86 @@ static void test_hier(int expect_nodes) {
     }
 }
 
+/* Sums in flight together (dist.buckets_in_flight): four ops of different
+ * kinds (ring in floats, ring in halves, hier, the ring in 64-byte
+ * messages), each on fractional values whose sum depends on the order of
+ * its additions, all started before any is waited for and completed by one
+ * thread polling them: each bitwise equal to its blocking call run alone.
+ * Then again with the ops started one wait apart (the slots' messages must
+ * still match), and a small sum started after a large one ends first (they
+ * really move together). Slot 0 is reused back to back by the blocking calls
+ * in between. */
+static void test_in_flight(void) {
+    enum { OPS = 4 };
+    const size_t n[OPS] = {100003, 1000, ((size_t)1 << 18) + 7, 4099};
+    const int half[OPS] = {0, 1, 0, 0};
+    const dist_algo algo[OPS] = {DIST_ALGO_RING, DIST_ALGO_RING, DIST_ALGO_HIER, DIST_ALGO_RING};
+    const size_t chunk[OPS] = {0, 0, 64 * 1024, 64};
+    void *ref[OPS], *got[OPS];
+    dist_iallreduce *ops[OPS];
+    for (int k = 0; k < OPS; k++) {
+        size_t bytes = n[k] * (half[k] ? sizeof(uint16_t) : sizeof(float));
+        ref[k] = cnt_malloc(bytes);
+        got[k] = cnt_malloc(bytes);
+        ops[k] = dist_iallreduce_create(k);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < OPS; k++) {
+            for (size_t i = 0; i < n[k]; i++) {
+                float v = frac_of(rank_ + 3 * k, i);
+                if (half[k]) ((uint16_t *)ref[k])[i] = fp16_from_float(v);
+                else ((float *)ref[k])[i] = v;
+            }
+            memcpy(got[k], ref[k], n[k] * (half[k] ? sizeof(uint16_t) : sizeof(float)));
+            if (algo[k] == DIST_ALGO_HIER) {
+                if (half[k]) dist_hier_allreduce_f16(ref[k], n[k], chunk[k]);
+                else dist_hier_allreduce(ref[k], n[k], chunk[k]);
+            } else if (half[k]) {
+                dist_ring_allreduce_f16(ref[k], n[k], chunk[k]);
+            } else {
+                dist_ring_allreduce(ref[k], n[k], chunk[k]);
+            }
+        }
+        for (int k = 0; k < OPS; k++) {
+            dist_iallreduce_start(ops[k], got[k], n[k], half[k], algo[k], chunk[k]);
+            if (pass == 1) dist_iallreduce_wait(ops, k + 1, NULL, NULL);
+        }
+        for (;;) {
+            int running = 0;
+            for (int k = 0; k < OPS; k++) running += !dist_iallreduce_done(ops[k]);
+            if (!running) break;
+            dist_iallreduce_wait(ops, OPS, NULL, NULL);
+        }
+        int same = 1;
+        for (int k = 0; k < OPS; k++)
+            same &= memcmp(got[k], ref[k], n[k] * (half[k] ? sizeof(uint16_t) : sizeof(float))) == 0;
+        tu_mpi_check(same, "%d sums in flight (ring, ring fp16, hier, ring in 64-byte messages), started %s: each "
+                     "bitwise its blocking call's", OPS, pass ? "one wait apart" : "together");
+    }
+    /* A large sum, then a small one: the small one ends while the large one
+     * still moves. */
+    size_t big = (size_t)8 << 20, small = 7;
+    float *a = cnt_malloc(big * sizeof *a), *b = cnt_malloc(small * sizeof *b);
+    for (size_t i = 0; i < big; i++) a[i] = value_of(rank_, i);
+    for (size_t i = 0; i < small; i++) b[i] = value_of(rank_, i);
+    dist_iallreduce_start(ops[0], a, big, 0, DIST_ALGO_RING, 0);
+    dist_iallreduce_start(ops[1], b, small, 0, DIST_ALGO_RING, 0);
+    while (!dist_iallreduce_done(ops[1])) dist_iallreduce_wait(ops, 2, NULL, NULL);
+    int overtook = !dist_iallreduce_done(ops[0]) || world_ == 1;
+    while (!dist_iallreduce_done(ops[0])) dist_iallreduce_wait(ops, 1, NULL, NULL);
+    int ok = 1;
+    for (size_t i = 0; i < big; i++) ok &= a[i] == expected_of(i);
+    for (size_t i = 0; i < small; i++) ok &= b[i] == expected_of(i);
+    tu_mpi_check(overtook && ok, "in flight: a 7-float sum started after a 32 MiB one ends first; both exact");
+    free(a);
+    free(b);
+    for (int k = 0; k < OPS; k++) {
+        dist_iallreduce_free(ops[k]);
+        free(ref[k]);
+        free(got[k]);
+    }
+}
+
 static double thread_cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -419,6 +499,7 @@ int main(int argc, char **argv) {
     test_ring(((size_t)1 << 20) + 3, 4096 * 1024);  /* one message per step */
     test_progress();
     test_hier(single_node ? 1 : expect_nodes);
+    test_in_flight();
     test_allreduce_algo(DIST_ALGO_MPI, "MPI", 1000);
     test_allreduce_algo(DIST_ALGO_RING, "RING", 1000);
     test_allreduce_algo(DIST_ALGO_RING, "RING", ((size_t)1 << 20) + 3);

@@ -44,7 +44,8 @@ static const char *const all_keys[] = {
     "train.emulate_compute",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
-    "dist.overlap", "dist.progress", "dist.bucket_mb", "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
+    "dist.overlap", "dist.progress", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
+    "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume",
 };
@@ -643,6 +644,57 @@ static void test_validate(void **state) {
     assert_int_equal(config_validate(&c), CNT_OK);
 }
 
+/* dist.bucket_mb = auto (stored as 0, written back as auto, the default
+ * size in the reducer's options until the trainer chooses; needs a profile;
+ * not with servers or NCCL) and dist.buckets_in_flight (1 to 8; above 1
+ * only with ring or hier). */
+static void test_bucket_keys(void **state) {
+    (void)state;
+    config c;
+    config_defaults(&c);
+    assert_true(c.bucket_mb == 25.0f);
+    assert_int_equal(c.buckets_in_flight, 1);
+    assert_int_equal(config_reducer_opts(&c).in_flight, 1);
+    override_ok(&c, "dist.bucket_mb=auto");
+    assert_true(c.bucket_mb == 0.0f);
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "dist.bucket_mb = auto needs dist.bucket_profile = FILE");
+    override_ok(&c, "dist.bucket_profile=runs/p.json");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    assert_int_equal(config_reducer_opts(&c).bucket, (size_t)25 << 18);
+    assert_true(config_exchange_opts(&c).bucket_mb == 25.0);
+    char *ini = capture_ini(&c);
+    assert_contains(ini, "bucket_mb = auto\n");
+    assert_contains(ini, "bucket_profile = runs/p.json\n");
+    free(ini);
+    override_ok(&c, "dist.mode=ps");
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "dist.bucket_mb = auto sizes the allreduce's buckets; dist.mode = ps");
+    override_ok(&c, "dist.mode=allreduce");
+    override_ok(&c, "dist.backend=nccl");
+    override_ok(&c, "train.device=cuda");
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "dist.bucket_mb = auto times the allreduce through host memory");
+    override_ok(&c, "dist.bucket_mb=12.5");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    expect_override_error("dist.bucket_mb=0", "dist.bucket_mb", NULL); /* auto is spelled auto */
+    expect_override_error("dist.bucket_mb=automatic", "dist.bucket_mb", NULL);
+
+    config_defaults(&c);
+    override_ok(&c, "dist.buckets_in_flight=4");
+    assert_int_equal(config_validate(&c), CNT_OK); /* auto: the reducer runs 1 if auto picks MPI or NCCL */
+    override_ok(&c, "dist.backend=ring");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    assert_int_equal(config_reducer_opts(&c).in_flight, 4);
+    override_ok(&c, "dist.backend=hier");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    override_ok(&c, "dist.backend=mpi");
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "dist.buckets_in_flight = 4 needs dist.backend = ring or hier; dist.backend = mpi");
+    expect_override_error("dist.buckets_in_flight=9", "dist.buckets_in_flight", NULL);
+    expect_override_error("dist.buckets_in_flight=0", "dist.buckets_in_flight", NULL);
+}
+
 /* data.mean / data.std: auto, one number for every channel, or three. */
 static void test_norm_values(void **state) {
     (void)state;
@@ -839,6 +891,7 @@ int main(void) {
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_milestones),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_bucket_keys),
         cmocka_unit_test(test_norm_values),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_help_and_reference),

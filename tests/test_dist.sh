@@ -21,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 # How many "ok" lines tests/mpi_ring.c prints with --expect-world and
 # --single-node; update with it, so a check that silently stops running fails.
-NCHECKS=95
+NCHECKS=98
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # mpi NP SECONDS ARGS...: sets $rc, $secs; stdout in $tmp/out, stderr in $tmp/err.
 # --oversubscribe: more ranks than the machine's cores; root in containers.

@@ -205,6 +205,53 @@ check "2 ranks x batch 8 == 1 rank x batch 16: step loss and eval loss agree" sa
 check "2 ranks x 2 accumulated micro-batches of 4 == 1 rank x batch 16: the same" same_step "$tmp/one1/metrics.jsonl" \
     "$tmp/one2a/metrics.jsonl"
 
+# Buckets in flight (dist.buckets_in_flight): several buckets' allreduces move at once, each adding in its
+# own order, so 3 ranks (whose sums round differently in another order) end with the same parameters, bit
+# for bit, with 1 and with several in flight, through the ring and through hier, in 52 buckets a step.
+fl=(configs/resnet20-fashion.ini "${small[@]}" train.max_steps=4 dist.bucket_mb=0.02 dist.first_bucket_mb=0.01
+    checkpoint.every_steps=4)
+for run in ring:1 ring:4 hier:1 hier:3; do
+    be=${run%:*} f=${run#*:}
+    "${MPI[@]}" -np 3 ./trainer "${fl[@]}" dist.backend=$be dist.buckets_in_flight=$f \
+        train.out_dir="$tmp/fl-$be$f" > "$tmp/fl-$be$f.log" 2>&1
+    ./trainer --export "$(ls "$tmp/fl-$be$f"/checkpoints/ckpt-*.cnt 2> /dev/null | head -n 1)" "$tmp/fl-$be$f.st" \
+        > /dev/null 2>&1
+done
+check "3 ranks, 4 buckets in flight: the start-up line says so" \
+    grep -q "in 52 buckets (0.02 MiB, first 0.01 MiB; 4 in flight at once)" "$tmp/fl-ring4.log"
+check "3 ranks, ring: the parameters after 4 steps are the same bits with 1 and 4 buckets in flight" \
+    cmp "$tmp/fl-ring1.st" "$tmp/fl-ring4.st"
+check "3 ranks, hier: the same bits with 1 and 3 in flight" cmp "$tmp/fl-hier1.st" "$tmp/fl-hier3.st"
+check "3 ranks, hier with 3 in flight: bit-identical ranks" grep -q "parameters bit-identical on all 3 ranks" \
+    "$tmp/fl-hier3.log"
+out=$(./trainer configs/resnet20-fashion.ini dist.backend=mpi dist.buckets_in_flight=2 2>&1)
+check "buckets_in_flight = 2 with dist.backend = mpi: refused naming both keys" \
+    grep -q "dist.buckets_in_flight = 2 needs dist.backend = ring or hier; dist.backend = mpi sums one bucket" <<<"$out"
+
+# dist.bucket_mb = auto: the ranks time the allreduce at start-up, rank 0 predicts the step at each bucket
+# size from a profile of this model (tests/test_simulate.c checks the choice itself) and every rank cuts
+# the buckets it chose. ResNet-20's 1 MiB of gradients after a 0.05 MiB first bucket: one bucket of 1 MiB.
+./trainer --profile configs/resnet20-fashion.ini "$tmp/p20.json" "${small[@]}" > "$tmp/p20.log" 2>&1
+au=(configs/resnet20-fashion.ini "${small[@]}" train.max_steps=2 dist.bucket_mb=auto dist.first_bucket_mb=0.05)
+"${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.bucket_profile="$tmp/p20.json" train.out_dir="$tmp/au" > "$tmp/au.log" 2>&1
+want="dist.bucket_mb = auto: 1 MiB: predicted step [0-9.]* ms; from $tmp/p20.json's layers (profiled at batch 16,"
+want+=" run at 16) and MPI_Allreduce timed over these 2 ranks at start-up (0.0625 MiB [0-9.]* ms, .*, 64 MiB [0-9.]* ms)"
+check "bucket_mb = auto, 2 ranks: the choice, its prediction and the curve it timed, in one line" \
+    grep -q "$want" "$tmp/au.log"
+check "bucket_mb = auto: every rank cuts it (2 buckets: 0.05 MiB, then 1 MiB) and trains bit-identically" \
+    test -n "$(grep 'in 2 buckets (1 MiB, first 0.05 MiB)' "$tmp/au.log")" \
+    -a -n "$(grep 'parameters bit-identical on all 2 ranks' "$tmp/au.log")"
+out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.bucket_profile="$tmp/none.json" train.out_dir="$tmp/au2" 2>&1)
+rc=$?
+check "bucket_mb = auto, a missing profile: exit non-zero naming the key and the file" \
+    test $rc -ne 0 -a -n "$(grep "dist.bucket_mb = auto: .*$tmp/none.json" <<<"$out")"
+out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" model.name=resnet32 dist.bucket_profile="$tmp/p20.json" \
+    train.out_dir="$tmp/au3" 2>&1)
+rc=$?
+want="dist.bucket_mb = auto: the profile $tmp/p20.json is of a model with 269434 parameters (resnet20); this run's"
+check "bucket_mb = auto, another model's profile: refused naming the file and both parameter counts" \
+    test $rc -ne 0 -a -n "$(grep "$want resnet32 has" <<<"$out")"
+
 # Checkpoints: only rank 0 writes them (one file per epoch, nothing else in
 # the directory), and a 2-rank job resumes from one.
 ck=(train.device=cpu data.train_limit=512 data.test_limit=100 train.batch_size=16 train.log_every=8 train.threads=1 data.workers=1

@@ -26,7 +26,7 @@
 #include "dist/reducer.h"
 #include "model/net.h"
 #include "model/zoo.h"
-#include "tools/simulate_engine.h"
+#include "train/sim.h"
 #include "train/config.h"
 #include "train/emulate.h"
 #include "train/profile.h"

@@ -1,5 +1,5 @@
 /*
- * tests/test_simulate.c - the step simulator's engine (tools/simulate_engine.c),
+ * tests/test_simulate.c - the step simulator's engine (train/sim.c),
  * the profile reader it replays (profile_parse, train/profile.c) and the JSON
  * reader under that, on a tiny synthetic profile whose answers are
  * worked out by hand in the comments.
@@ -24,7 +24,7 @@
 
 #include "common/check.h"
 #include "common/json.h"
-#include "tools/simulate_engine.h"
+#include "train/sim.h"
 
 #define NEAR(a, b) assert_true(fabs((a) - (b)) < 1e-9)
 
@@ -228,6 +228,86 @@ static void test_other_bucket_sizes_recut(void **state) {
     NEAR(r.msgs[3].ready_ms, 5);
     NEAR(r.msgs[4].end_ms, 6.6);
     sim_result_free(&r);
+    profile_free(&p);
+}
+
+/* A large profile for the bucket choice: "fc" writes 1 MiB (262,144
+ * values) in 1 ms, then 8 convolutions write 32 MiB each in 10 ms each
+ * (backward 81 ms); 257 MiB in all. Its own cut: 1 MiB, then 32 MiB, one
+ * bucket per layer. */
+static int load_large(profile *p) {
+    char text[8192];
+    size_t first = 262144, conv = (size_t)8 << 20, len = 0;
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "{\"model\":\"large\",\"device\":\"cpu\",\"precision\":\"fp32\",\"input\":[3,32,32],"
+                            "\"classes\":10,\"batch\":16,\"params\":%zu,\"grad_bytes\":%zu,\"step_ms\":100,"
+                            "\"forward_ms\":18,\"backward_ms\":81,\"update_ms\":1,\"data_wait_ms\":0,"
+                            "\"first_bucket_values\":%zu,\"bucket_values\":%zu,\"buckets\":[",
+                            first + 8 * conv, 4 * (first + 8 * conv), first, conv);
+    for (int b = 0; b <= 8; b++) {
+        size_t begin = b ? first + (size_t)(b - 1) * conv : 0, end = first + (size_t)b * conv;
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"begin\":%zu,\"end\":%zu,\"bytes\":%zu}",
+                                b ? "," : "", begin, end, 4 * (end - begin));
+    }
+    len += (size_t)snprintf(text + len, sizeof text - len, "],\"layers\":[");
+    for (int b = 0; b <= 8; b++) {
+        size_t begin = b ? first + (size_t)(b - 1) * conv : 0, end = first + (size_t)b * conv;
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "%s{\"name\":\"l%d\",\"kind\":\"conv\",\"forward_ms\":2,\"backward_ms\":%d,"
+                                "\"grad_begin\":%zu,\"grad_end\":%zu,\"grad_bytes\":%zu,\"completes\":[%d]}",
+                                b ? "," : "", b, b ? 10 : 1, begin, end, 4 * (end - begin), b);
+    }
+    len += (size_t)snprintf(text + len, sizeof text - len, "]}");
+    assert_true(len < sizeof text);
+    return profile_parse(text, len, "large.json", p);
+}
+
+/* dist.bucket_mb = auto's choice. Bandwidth-bound (a 32 MiB bucket takes
+ * 20 ms on the wire, a layer's backward 10 ms; no latency): every size up
+ * to a layer's 32 MiB ships each layer's gradients as soon as it is done and
+ * keeps the link busy from the first convolution on, so they tie, and the
+ * largest of them is chosen; 64 MiB waits for two layers (10 ms later).
+ * Latency-bound (50 ms a message, a fast link): the fewest messages, one
+ * bucket after the first (256 MiB). One worker: nothing to exchange, every
+ * size the same, the largest tried. */
+static void test_bucket_choice(void **state) {
+    (void)state;
+    profile p;
+    assert_int_equal(load_large(&p), CNT_OK);
+    sim_cluster c = sim_cluster_default();
+    c.latency_us = 0;
+    c.bw_gbit = 8.0 * 32 * 1048576 / 20e-3 / 1e9; /* 32 MiB in 20 ms */
+    sim_bucket_choice ch;
+    assert_int_equal(sim_choose_bucket(&p, &c, 2, &ch), CNT_OK);
+    NEAR(ch.mb, 32);
+    assert_int_equal(ch.values, (size_t)8 << 20);
+    assert_int_equal(ch.tried, 10); /* 1, 2, 4, 8, 16, 25, 32, 64, 128, 256 */
+    NEAR(ch.tried_mb[ch.tried - 1], 256);
+    for (int k = 0; k < ch.tried; k++) {
+        if (ch.tried_mb[k] <= 32) assert_true(ch.tried_step_ms[k] <= ch.step_ms * (1 + SIM_BUCKET_TIE));
+        else assert_true(ch.tried_step_ms[k] > ch.step_ms + 9);
+    }
+    /* the predicted step is sim_step's at that size */
+    sim_cluster at = c;
+    at.bucket_values = ch.values;
+    sim_result r;
+    assert_int_equal(sim_step(&p, &at, 2, &r), CNT_OK);
+    NEAR(r.step_ms, ch.step_ms);
+    sim_result_free(&r);
+    char why[1024];
+    sim_bucket_choice_text(&ch, why, sizeof why);
+    assert_non_null(strstr(why, "32 MiB: predicted step "));
+    assert_non_null(strstr(why, "(against 1 MiB "));
+    assert_non_null(strstr(why, ", 256 MiB "));
+
+    c.latency_us = 50e3;
+    c.bw_gbit = 1e4;
+    assert_int_equal(sim_choose_bucket(&p, &c, 2, &ch), CNT_OK);
+    NEAR(ch.mb, 256);
+    assert_true(ch.tried_step_ms[0] > ch.step_ms + 1000); /* 1 MiB buckets: 256 messages */
+
+    assert_int_equal(sim_choose_bucket(&p, &c, 1, &ch), CNT_OK);
+    NEAR(ch.mb, 256);
     profile_free(&p);
 }
 
@@ -489,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_hierarchical),
         cmocka_unit_test(test_horovod_cycles_and_fusion),
         cmocka_unit_test(test_other_bucket_sizes_recut),
+        cmocka_unit_test(test_bucket_choice),
         cmocka_unit_test(test_retarget),
         cmocka_unit_test(test_jitter),
         cmocka_unit_test(test_curve_only_at_its_world),

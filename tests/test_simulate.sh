@@ -104,5 +104,29 @@ check "reproduce_horovod.py: exit 0, the fitted J and eta, 15 published rows and
              [ \$(sed -n '/^What-ifs/,\$p' '$tmp/hv/horovod.md' | grep -c '^| ') -eq 11 ] &&
              [ \$(wc -l <'$tmp/hv/horovod.csv') -eq 46 ]" || cat "$tmp/hv.out"
 
+# --bucket-mb auto: at each N the size the model predicts fastest (the rule: tests/test_simulate.c). On
+# ResNet-50's 94 MB at 16 workers, a slow link wants fewer, larger buckets than a fast one, where buckets
+# that start during backward pay off.
+./trainer --profile configs/resnet20-fashion.ini "$tmp/p50.json" model.name=resnet50 data.kind=synthetic \
+    data.synthetic_shape=3x32x32 data.synthetic_train=16 data.synthetic_test=8 train.device=cpu train.batch_size=2 \
+    train.threads=1 train.max_steps=2 > /dev/null 2>&1
+slow=$($sim "$tmp/p50.json" --workers 2,16 --bw 1 --speed 50 --bucket-mb auto --csv "$tmp/auto.csv" 2>&1)
+rc=$?
+fast=$($sim "$tmp/p50.json" --workers 2,16 --bw 100 --speed 50 --bucket-mb auto 2>&1)
+check "simulate --bucket-mb auto: exit 0, a bucket_mb column and one reason per worker count" \
+    test $rc -eq 0 -a "$(grep -c "^bucket_mb = auto, [0-9]* workers: [0-9.]* MiB: predicted step [0-9.]* ms (against 1 MiB" <<<"$slow")" -eq 2 \
+    -a "$(head -n 1 "$tmp/auto.csv")" = "workers,step_ms,images_per_s,efficiency,allreduce_ms,exposed_ms,messages,verdict,bucket_mb"
+check "simulate --bucket-mb auto: at 16 workers a 1 Gbit/s link gets larger buckets than a 100 Gbit/s one" \
+    python3 - "$slow" "$fast" <<'PY'
+import re, sys
+def chosen(text):
+    return float(re.search(r"^bucket_mb = auto, 16 workers: ([0-9.]+) MiB", text, re.M).group(1))
+s, f = chosen(sys.argv[1]), chosen(sys.argv[2])
+print("1 Gbit/s:", s, "MiB; 100 Gbit/s:", f, "MiB")
+assert s > f, (s, f)
+PY
+out=$($sim "$tmp/p50.json" --bucket-mb auto --horovod 5,64 2>&1)
+check "simulate --bucket-mb auto with --horovod: usage error (exit 2)" test $? -eq 2
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

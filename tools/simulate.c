@@ -5,7 +5,7 @@
  *   build/tools/simulate PROFILE.json [options]
  *
  * PROFILE.json: `trainer --profile` (train/profile.h), optionally with the
- * allreduce curve of tools/profile.sh. The step model: tools/simulate_engine.h.
+ * allreduce curve of tools/profile.sh. The step model: train/sim.h.
  *
  * Options (defaults in brackets):
  *   --workers LIST          comma-separated worker counts [1,2,4,8,16,32,64,128,256,512]
@@ -19,7 +19,11 @@
  *   --images-per-s X        one worker's measured images/s: sets the speed
  *                           (after --batch and --backward-ratio; not with --speed)
  *   --overlap on|off        allreduce during backward [on]
- *   --bucket-mb M           later buckets, MiB [the profile's]
+ *   --bucket-mb M|auto      later buckets, MiB [the profile's]; auto: at each
+ *                           N the size the model predicts fastest, as the
+ *                           trainer's dist.bucket_mb = auto chooses it
+ *                           (sim_choose_bucket; the table gains a bucket_mb
+ *                           column and each choice's reason follows it)
  *   --first-bucket-mb F     first bucket, MiB [the profile's]
  *   --fp16                  half the bytes on the wire
  *   --algo ring|hier|curve  alpha-beta ring over all workers; hierarchical
@@ -52,13 +56,14 @@
 
 #include "common/check.h"
 #include "common/timer.h"
-#include "tools/simulate_engine.h"
+#include "train/sim.h"
 
 #define MAX_WORKERS_LIST 256
 
 static void usage(FILE *f) {
     fprintf(f, "usage: simulate PROFILE.json [--workers 1,2,4,...] [--gpus-per-node G] [--bw GBIT] [--intra-bw GBIT]\n"
-               "       [--latency US] [--speed X | --images-per-s X] [--batch B] [--backward-ratio R] [--overlap on|off] [--bucket-mb M] [--first-bucket-mb F] [--fp16]\n"
+               "       [--latency US] [--speed X | --images-per-s X] [--batch B] [--backward-ratio R] [--overlap on|off] [--bucket-mb M|auto]\n"
+               "       [--first-bucket-mb F] [--fp16]\n"
                "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT] [--ps-servers K]\n"
                "       [--csv FILE] [--trace FILE] [--trace-workers N]\n");
 }
@@ -108,7 +113,7 @@ int main(int argc, char **argv) {
     const char *profile_path = NULL, *csv_path = NULL, *trace_path = NULL;
     int trace_workers = 0;
     double bucket_mb = 0, first_mb = 0, backward_ratio = 0, images_per_s = 0;
-    int batch = 0, speed_set = 0;
+    int batch = 0, speed_set = 0, bucket_auto = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -158,7 +163,8 @@ int main(int argc, char **argv) {
             }
             c.overlap = !strcmp(v, "on");
         } else if (!strcmp(a, "--bucket-mb")) {
-            bucket_mb = num_arg(a, v, 0, 1 << 20);
+            if (!strcmp(v, "auto")) bucket_auto = 1;
+            else bucket_mb = num_arg(a, v, 0, 1 << 20);
         } else if (!strcmp(a, "--first-bucket-mb")) {
             first_mb = num_arg(a, v, 0, 1 << 20);
         } else if (!strcmp(a, "--algo")) {
@@ -205,7 +211,12 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (c.ps_servers > 0 && (c.horovod_cycle_ms > 0 || c.algo != SIM_ALGO_RING || bucket_mb > 0 || first_mb > 0)) {
+    if (bucket_auto && c.horovod_cycle_ms > 0) {
+        fprintf(stderr, "simulate: --horovod replaces the buckets with Horovod's loop: not with --bucket-mb auto\n");
+        return 2;
+    }
+    if (c.ps_servers > 0 &&
+        (c.horovod_cycle_ms > 0 || c.algo != SIM_ALGO_RING || bucket_mb > 0 || first_mb > 0 || bucket_auto)) {
         fprintf(stderr, "simulate: --ps-servers replaces the allreduce: not with --horovod, --algo hier|curve or "
                         "--bucket-mb / --first-bucket-mb\n");
         return 2;
@@ -267,26 +278,41 @@ int main(int argc, char **argv) {
     if (c.horovod_cycle_ms > 0) printf(", Horovod cycle %g ms, fusion %g MB", c.horovod_cycle_ms, c.horovod_fusion_mb);
     if (c.jitter_pct > 0) printf(", jitter %g %%", c.jitter_pct);
     printf("\n");
-    printf("%7s %10s %11s %6s %13s %11s %5s  %s\n", "workers", "step_ms", "images/s", "eff", "allreduce_ms",
-           "exposed_ms", "msgs", "verdict");
-    if (csv) fprintf(csv, "workers,step_ms,images_per_s,efficiency,allreduce_ms,exposed_ms,messages,verdict\n");
+    printf("%7s %10s %11s %6s %13s %11s %5s%s  %s\n", "workers", "step_ms", "images/s", "eff", "allreduce_ms",
+           "exposed_ms", "msgs", bucket_auto ? " bucket_mb" : "", "verdict");
+    if (csv)
+        fprintf(csv, "workers,step_ms,images_per_s,efficiency,allreduce_ms,exposed_ms,messages,verdict%s\n",
+                bucket_auto ? ",bucket_mb" : "");
+    char (*why)[1024] = bucket_auto ? cnt_calloc((size_t)nw, sizeof *why) : NULL;
     int status = 0, traced = 0;
     double sim_s = 0;
     for (int k = 0; k < nw; k++) {
         sim_result r;
+        sim_cluster ck = c;
+        sim_bucket_choice ch = {0};
         double t0 = time_now();
-        int rc = sim_step(&p, &c, workers[k], &r);
+        int rc = bucket_auto ? sim_choose_bucket(&p, &c, workers[k], &ch) : CNT_OK;
+        if (rc == CNT_OK && bucket_auto) {
+            ck.bucket_values = ch.values;
+            sim_bucket_choice_text(&ch, why[k], sizeof why[k]);
+        }
+        if (rc == CNT_OK) rc = sim_step(&p, &ck, workers[k], &r);
         sim_s += time_now() - t0;
         if (rc != CNT_OK) {
             fprintf(stderr, "simulate: %d workers: %s\n", workers[k], cnt_err_msg());
             status = 1;
             break;
         }
-        printf("%7d %10.2f %11.1f %6.3f %13.2f %11.2f %5d  %s\n", r.workers, r.step_ms, r.images_per_s, r.efficiency,
-               r.comm_ms, r.exposed_ms, r.n_msgs, r.verdict);
-        if (csv)
-            fprintf(csv, "%d,%.4f,%.2f,%.5f,%.4f,%.4f,%d,\"%s\"\n", r.workers, r.step_ms, r.images_per_s, r.efficiency,
+        char col[24] = "";
+        if (bucket_auto) snprintf(col, sizeof col, " %9g", ch.mb);
+        printf("%7d %10.2f %11.1f %6.3f %13.2f %11.2f %5d%s  %s\n", r.workers, r.step_ms, r.images_per_s, r.efficiency,
+               r.comm_ms, r.exposed_ms, r.n_msgs, col, r.verdict);
+        if (csv) {
+            fprintf(csv, "%d,%.4f,%.2f,%.5f,%.4f,%.4f,%d,\"%s\"", r.workers, r.step_ms, r.images_per_s, r.efficiency,
                     r.comm_ms, r.exposed_ms, r.n_msgs, r.verdict);
+            if (bucket_auto) fprintf(csv, ",%g", ch.mb);
+            fprintf(csv, "\n");
+        }
         if (trace_path && r.workers == trace_workers && !traced) {
             traced = 1;
             if (sim_write_trace(&p, &r, trace_path) != CNT_OK) {
@@ -296,6 +322,8 @@ int main(int argc, char **argv) {
         }
         sim_result_free(&r);
     }
+    for (int k = 0; why && status == 0 && k < nw; k++) printf("bucket_mb = auto, %d workers: %s\n", workers[k], why[k]);
+    free(why);
     if (status == 0) fprintf(stderr, "simulate: %d worker counts simulated in %.3f ms\n", nw, 1e3 * sim_s);
     if (status == 0 && trace_path && !traced) {
         fprintf(stderr, "simulate: --trace-workers %d is not in --workers\n", trace_workers);

@@ -95,6 +95,7 @@ typedef struct key_def {
     size_t count_off;           /* KEY_INT_LIST: the int holding the count */
     int max_count;              /* KEY_INT_LIST: capacity of the array */
     int empty_ok;               /* KEY_STRING: "" is a valid value (it means "off") */
+    int auto_ok;                /* KEY_INT, KEY_FLOAT: "auto" is a valid value, stored as 0 (outside the range) */
 } key_def;
 
 /* offsetof() that fails to compile when the field has another type. */
@@ -381,8 +382,20 @@ static const key_def key_table[] = {
          .help = "how dist.backend = ring or hier waits for its messages: sleep (polls between sleeps of at most 50 us, "
                  "leaving the cores to backward while the network moves a bucket) or spin (polls with "
                  "sched_yield: for a communication thread with a core of its own)"),
-    K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096),
-          .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25)"),
+    K_INT("dist", "buckets_in_flight", buckets_in_flight, "1", BETWEEN(1, DIST_MAX_IN_FLIGHT),
+        .help = "dist.backend = ring or hier: how many gradient buckets' allreduces move at once, kept moving by the "
+                "one communication thread (each adds in the same order, so the results are the same bits for "
+                "every value); mpi and nccl run one bucket at a time. 1 measured fastest on a shared-core "
+                "cluster, where a second bucket slows backward more than it speeds the link (docs/scaling.md)"),
+    K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096), .auto_ok = 1,
+          .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25); auto: at start-up "
+                  "the ranks time the allreduce from 64 KiB to 64 MiB, and the step simulator picks the size it "
+                  "predicts fastest for this model and world from dist.bucket_profile's layers, logging why "
+                  "(docs/data-parallel.md)"),
+    K_STRING("dist", "bucket_profile", bucket_profile, "", .empty_ok = 1,
+           .help = "dist.bucket_mb = auto: a step profile of this model (./trainer --profile CONFIG.ini FILE, or "
+                   "tools/profile.sh), read by rank 0 for when backward completes each gradient; its batch may "
+                   "differ (times scale with it); empty: train.emulate_compute's profile when set"),
     K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),
           .help = "size of the first bucket in MiB: small, so communication starts early"),
     K_STRING("dist", "timeline", timeline, "", .empty_ok = 1,
@@ -502,7 +515,9 @@ static void allowed_text(const key_def *k, int markdown, char *buf, size_t n) {
     switch (k->type) {
     case KEY_INT:
     case KEY_LONG:
-    case KEY_FLOAT: snprintf(buf, n, "%s", range[0] ? range : "any"); break;
+    case KEY_FLOAT:
+        snprintf(buf, n, "%s%s", range[0] ? range : "any", !k->auto_ok ? "" : markdown ? ", `auto`" : ", auto");
+        break;
     case KEY_UINT64: snprintf(buf, n, "[0, 2^64-1]"); break;
     case KEY_BOOL: snprintf(buf, n, "true, false"); break;
     case KEY_STRING: snprintf(buf, n, "text, at most %d characters", CONFIG_VALUE_MAX); break;
@@ -620,10 +635,16 @@ static int not_a_choice(const key_def *k, const char *v, char *why, size_t n) {
 static void value_text(const key_def *k, const config *cfg, char *buf, size_t n) {
     const void *p = field_cptr(k, cfg);
     switch (k->type) {
-    case KEY_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case KEY_INT:
+        if (k->auto_ok && *(const int *)p == 0) snprintf(buf, n, "auto");
+        else snprintf(buf, n, "%d", *(const int *)p);
+        break;
     case KEY_LONG: snprintf(buf, n, "%ld", *(const long *)p); break;
     case KEY_UINT64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
-    case KEY_FLOAT: format_float(*(const float *)p, buf, n); break;
+    case KEY_FLOAT:
+        if (k->auto_ok && *(const float *)p == 0.0f) snprintf(buf, n, "auto");
+        else format_float(*(const float *)p, buf, n);
+        break;
     case KEY_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
     case KEY_STRING: snprintf(buf, n, "%s", (const char *)p); break;
     case KEY_ENUM: snprintf(buf, n, "%s", choice_name(k, *(const int *)p)); break;
@@ -672,7 +693,7 @@ static int check_text(const char *s, char *why, size_t n) {
 static int out_of_range(const key_def *k, const char *value, char *why, size_t n) {
     char range[RANGE_TEXT_MAX];
     range_text(k, range, sizeof range);
-    snprintf(why, n, "%s is out of range; allowed: %s", value, range);
+    snprintf(why, n, "%s is out of range; allowed: %s%s", value, range, k->auto_ok ? ", or auto" : "");
     return CNT_ERR;
 }
 
@@ -683,7 +704,7 @@ static int key_check(const key_def *k, const config *cfg, char *why, size_t n) {
     char text[64];
     switch (k->type) {
     case KEY_INT:
-        if (in_range_double(k, *(const int *)p)) return CNT_OK;
+        if (in_range_double(k, *(const int *)p) || (k->auto_ok && *(const int *)p == 0)) return CNT_OK;
         value_text(k, cfg, text, sizeof text);
         return out_of_range(k, text, why, n);
     case KEY_LONG:
@@ -698,7 +719,7 @@ static int key_check(const key_def *k, const config *cfg, char *why, size_t n) {
             snprintf(why, n, "%s is not a finite number", text);
             return CNT_ERR;
         }
-        return in_range_float(k, v) ? CNT_OK : out_of_range(k, text, why, n);
+        return in_range_float(k, v) || (k->auto_ok && v == 0.0f) ? CNT_OK : out_of_range(k, text, why, n);
     }
     case KEY_BOOL:
         if (*(const int *)p == 0 || *(const int *)p == 1) return CNT_OK;
@@ -899,10 +920,16 @@ static int key_parse(const key_def *k, const char *text, config *cfg, char *why,
     }
     int rc = CNT_OK;
     switch (k->type) {
-    case KEY_INT: rc = parse_int(text, p, why, n); break;
+    case KEY_INT:
+        if (k->auto_ok && strcmp(text, "auto") == 0) *(int *)p = 0;
+        else rc = parse_int(text, p, why, n);
+        break;
     case KEY_LONG: rc = parse_long(text, p, why, n); break;
     case KEY_UINT64: rc = parse_u64(text, p, why, n); break;
-    case KEY_FLOAT: rc = parse_float(text, p, why, n); break;
+    case KEY_FLOAT:
+        if (k->auto_ok && strcmp(text, "auto") == 0) *(float *)p = 0.0f;
+        else rc = parse_float(text, p, why, n);
+        break;
     case KEY_BOOL: rc = parse_bool(text, p, why, n); break;
     case KEY_STRING:
         rc = text[0] == '\0' && k->empty_ok ? CNT_OK : check_text(text, why, n);
@@ -927,6 +954,9 @@ static int key_parse(const key_def *k, const char *text, config *cfg, char *why,
         break;
     }
     if (rc != CNT_OK) return CNT_ERR;
+    /* a typed 0 is a number out of range, not auto (which is stored as 0) */
+    int zero = (k->type == KEY_INT && *(const int *)p == 0) || (k->type == KEY_FLOAT && *(const float *)p == 0.0f);
+    if (k->auto_ok && zero && strcmp(text, "auto") != 0) return out_of_range(k, text, why, n);
     return key_check(k, cfg, why, n);
 }
 
@@ -1244,6 +1274,22 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi, ring or hier; NCCL "
                            "sums fp32 gradients on the GPUs (dist.compress = none)",
                            config_name(cfg, &cfg->compress));
+    if (cfg->bucket_mb == 0.0f && cfg->dist_mode == DIST_MODE_PS)
+        return cnt_err_set("invalid configuration: dist.bucket_mb = auto sizes the allreduce's buckets; dist.mode = "
+                           "ps sends whole shards (set a size, or leave the key out)");
+    if (cfg->bucket_mb == 0.0f && cfg->dist_backend == DIST_BACKEND_NCCL)
+        return cnt_err_set("invalid configuration: dist.bucket_mb = auto times the allreduce through host memory; "
+                           "with dist.backend = nccl give a size (tools/simulate --bucket-mb auto on a profile "
+                           "with NCCL's curve suggests one)");
+    if (cfg->bucket_mb == 0.0f && !cfg->bucket_profile[0] && !cfg->emulate_compute[0])
+        return cnt_err_set("invalid configuration: dist.bucket_mb = auto needs dist.bucket_profile = FILE, a step "
+                           "profile of this model (./trainer --profile CONFIG.ini FILE [overrides] writes one)");
+    if (cfg->buckets_in_flight > 1 &&
+        (cfg->dist_backend == DIST_BACKEND_MPI || cfg->dist_backend == DIST_BACKEND_NCCL))
+        return cnt_err_set("invalid configuration: dist.buckets_in_flight = %d needs dist.backend = ring or hier; "
+                           "dist.backend = %s sums one bucket at a time (MPI_Allreduce blocks its thread, NCCL "
+                           "queues its buckets on one stream)",
+                           cfg->buckets_in_flight, config_name(cfg, &cfg->dist_backend));
     if (cfg->dist_mode == DIST_MODE_PS && cfg->dist_backend == DIST_BACKEND_NCCL)
         return cnt_err_set("invalid configuration: dist.mode = ps sends gradients and parameters over MPI through "
                            "host memory; dist.backend = nccl is for dist.mode = allreduce");
@@ -1409,17 +1455,19 @@ loss_scale_opts config_loss_scale_opts(const config *cfg) {
 reducer_opts config_reducer_opts(const config *cfg) {
     size_t mib = (size_t)1 << 20;
     size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float));
-    size_t bucket = (size_t)(cfg->bucket_mb * mib / sizeof(float));
+    /* auto: the default size until the trainer has chosen (train/run_buckets.c) */
+    size_t bucket = (size_t)((cfg->bucket_mb == 0.0f ? CONFIG_BUCKET_MB_DEFAULT : cfg->bucket_mb) * mib / sizeof(float));
     return (reducer_opts){.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1,
                           .algo = dist_backend_algo(cfg->dist_backend),
-                          .overlap = cfg->overlap, .compress = cfg->compress, .stall_warn_s = cfg->stall_warn_s,
+                          .in_flight = cfg->buckets_in_flight, .overlap = cfg->overlap, .compress = cfg->compress, .stall_warn_s = cfg->stall_warn_s,
                           .stall_abort_s = cfg->stall_abort_s, .nccl = NULL};
 }
 
 exchange_opts config_exchange_opts(const config *cfg) {
     exchange_opts o = {.mode = cfg->dist_mode, .backend = cfg->dist_backend, .reducer = config_reducer_opts(cfg),
                        .ps_servers = cfg->ps_servers, .ps_sync = cfg->ps_sync,
-                       .ps_max_staleness = cfg->ps_max_staleness, .bucket_mb = cfg->bucket_mb,
+                       .ps_max_staleness = cfg->ps_max_staleness,
+                       .bucket_mb = cfg->bucket_mb == 0.0f ? CONFIG_BUCKET_MB_DEFAULT : cfg->bucket_mb,
                        .first_bucket_mb = cfg->first_bucket_mb};
     snprintf(o.device, sizeof o.device, "%s", config_name(cfg, &cfg->device));
     return o;

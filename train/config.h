@@ -35,6 +35,8 @@
 
 #define CONFIG_STR 512
 #define CONFIG_MAX_MILESTONES SCHEDULE_MAX_MILESTONES
+/* dist.bucket_mb's default, and the size used with auto until the trainer has chosen. */
+#define CONFIG_BUCKET_MB_DEFAULT 25.0
 /* train.activations = auto (config_activations). */
 #define CONFIG_ACT_AUTO (-1)
 
@@ -139,8 +141,10 @@ typedef struct config {
     int ps_max_staleness;            /* asynchronous: how many steps a worker may run ahead of the slowest; -1: any */
     dist_backend dist_backend;       /* auto: decided at run time (dist/exchange_allreduce.c) */
     int overlap;                     /* bool: allreduce buckets during backward */
+    int buckets_in_flight;           /* ring and hier: buckets whose allreduces move at once */
     dist_progress progress;          /* how the ring's thread waits for the network (dist_set_progress) */
-    float bucket_mb;                 /* bucket size, MiB */
+    float bucket_mb;                 /* bucket size, MiB; 0: auto (the trainer chooses at start-up) */
+    char bucket_profile[CONFIG_STR]; /* dist.bucket_mb = auto: the step profile read; "": emulate_compute's */
     float first_bucket_mb;           /* first bucket size, MiB */
     char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */
     char timeline_steps[CONFIG_STR]; /* "A:B": the steps the timeline records; "": all */

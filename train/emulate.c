@@ -33,7 +33,7 @@ static int node_named(const net *nt, const char *name) {
 }
 
 /* Per-layer times scaled to add up to the phase's total; all 0: the total
- * spread evenly (tools/simulate_engine.c, sim_step). */
+ * spread evenly (train/sim.c, sim_step). */
 static void rescale(double *ms, int n, double total) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += ms[i];

@@ -16,7 +16,7 @@
  * `layers`, matched by name, rescaled so that the forward times add up to
  * the profile's forward_ms and the backward times to its backward_ms (timing
  * each layer apart inflates their sum). That is the rule of the simulator's
- * sim_step (tools/simulate_engine.c), so emulation and prediction replay the
+ * sim_step (train/sim.c), so emulation and prediction replay the
  * same backward; a phase whose layer times are all 0 is spread evenly over
  * the nodes, as there. The profile's forward_ms includes the loss, which an
  * emulated run also computes (batch x classes values: negligible).

@@ -134,9 +134,10 @@ void profile_print_buckets(const config *cfg, const net *nt, FILE *out) {
     int nb, *done_at;
     size_t *ends = bucket_plan(cfg, nt, &nb, &done_at);
     fprintf(out,
-            "buckets: %d (dist.first_bucket_mb = %g, dist.bucket_mb = %g); backward fills the buffer from the last "
+            "buckets: %d (dist.first_bucket_mb = %g, dist.bucket_mb = %g%s); backward fills the buffer from the last "
             "layer's parameters, and each bucket is allreduced once the backward of its last layer here is done:\n",
-            nb, cfg->first_bucket_mb, cfg->bucket_mb);
+            nb, cfg->first_bucket_mb, (double)ro.bucket * sizeof(float) / mib,
+            cfg->bucket_mb == 0.0f ? ", auto: chosen at start-up, shown at the default" : "");
     for (int b = 0; b < nb; b++) {
         size_t begin = b ? ends[b - 1] : 0;
         /* its first layer: the one whose gradient holds the bucket's first value */

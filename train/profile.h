@@ -42,7 +42,7 @@
  * Reading one back: profile_load reads and checks a profile file into a
  * `profile`, for both of its readers: emulated compute (train/emulate.c,
  * which checks it against the net it will build) and the step simulator
- * (tools/simulate_engine.c, which may move it to other hardware). It checks
+ * (train/sim.c, which may move it to other hardware). It checks
  * what a profile must be to replay: every field above that a reader uses,
  * of its type (times finite and >= 0, counts whole), grad_bytes 4 x params,
  * each layer's gradient range inside [0, params), the ranges together

@@ -10,6 +10,8 @@
  *   train/run_agree.c  agreement across ranks: the config, identical
  *                      parameters
  *   train/run_ckpt.c   checkpoints: resume and save
+ *   train/run_buckets.c  dist.bucket_mb = auto: the buckets' size, chosen
+ *                      by the step simulator at start-up
  *
  * A parameter-server rank runs none of this: train/ps_server.c.
  */
@@ -71,6 +73,11 @@ static inline long run_samples_per_step(const run *r) {
  * weights, the loaders, progress, the exchange's binding, the timeline, the
  * stepper; then the opening lines. CNT_ERR with a message naming the key. */
 int run_setup(run *r);
+/* dist.bucket_mb = auto (train/run_buckets.c), before the exchange is
+ * attached: times the allreduce on every rank, rank 0 chooses the buckets'
+ * size from dist.bucket_profile and logs why, every rank takes it. A
+ * collective. CNT_ERR with a message naming the key and the file. */
+int run_choose_buckets(run *r);
 /* The model of cfg on c x h x w images of `classes` classes, for batches up
  * to max_batch, in train.layout's choice for be; NULL with a message. */
 net *run_build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch);

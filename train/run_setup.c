@@ -413,6 +413,7 @@ int run_setup(run *r) {
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
     r->sched = config_schedule(cfg, r->world, r->steps_per_epoch);
+    if (cfg->bucket_mb == 0.0f && run_choose_buckets(r) != CNT_OK) return CNT_ERR;
     if (exchange_attach(r->x, r->nt) != CNT_OK) return cnt_err_prefix("model %s", cfg->model_name);
     if (cfg->timeline[0] && setup_timeline(r) != CNT_OK) return CNT_ERR;
     setup_stepper(r, max_batch, lo.u8);

@@ -1,8 +1,8 @@
 /*
- * tools/simulate_engine.c - the event-driven step model of tools/simulate
- * (see tools/simulate_engine.h), on a profile read by train/profile.c.
+ * train/sim.c - the event-driven step model of tools/simulate
+ * (see train/sim.h), on a profile read by train/profile.c.
  */
-#include "tools/simulate_engine.h"
+#include "train/sim.h"
 #include "common/check.h"
 #include "dist/ps.h"
 #include "dist/reducer.h"
@@ -150,7 +150,7 @@ static int horovod_send(const profile *p, const sim_cluster *c, int n, sim_resul
     return CNT_OK;
 }
 
-/* Parameter-server mode (the model in simulate_engine.h): the pushes and
+/* Parameter-server mode (the model in train/sim.h): the pushes and
  * pulls as messages; *end the time the last shard is back. */
 static int ps_messages(const profile *p, const sim_cluster *c, int n, sim_result *r, double bwd_end,
                        double update_ms, double *end) {
@@ -341,6 +341,44 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
 
     set_verdict(r, n);
     return CNT_OK;
+}
+
+int sim_choose_bucket(const profile *p, const sim_cluster *c, int n, sim_bucket_choice *ch) {
+    static const double sizes_mb[] = {1, 2, 4, 8, 16, 25, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+    memset(ch, 0, sizeof *ch);
+    size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
+    double rest_mb = p->params > first ? (double)(p->params - first) * sizeof(float) / 1048576.0 : 0;
+    sim_cluster t = *c;
+    int best = -1;
+    for (size_t k = 0; k < sizeof sizes_mb / sizeof sizes_mb[0] && ch->tried < SIM_BUCKET_MAX_TRIED; k++) {
+        t.bucket_values = (size_t)(sizes_mb[k] * 1048576.0 / sizeof(float));
+        sim_result r;
+        if (sim_step(p, &t, n, &r) != CNT_OK) return CNT_ERR;
+        ch->tried_mb[ch->tried] = sizes_mb[k];
+        ch->tried_step_ms[ch->tried] = r.step_ms;
+        if (best < 0 || r.step_ms < ch->tried_step_ms[best]) best = ch->tried;
+        ch->tried++;
+        sim_result_free(&r);
+        if (sizes_mb[k] >= rest_mb) break; /* one bucket holds the rest: larger sizes are the same cut */
+    }
+    int pick = best;
+    for (int k = 0; k < ch->tried; k++)
+        if (ch->tried_step_ms[k] <= ch->tried_step_ms[best] * (1 + SIM_BUCKET_TIE)) pick = k; /* the largest */
+    ch->mb = ch->tried_mb[pick];
+    ch->values = (size_t)(ch->mb * 1048576.0 / sizeof(float));
+    ch->step_ms = ch->tried_step_ms[pick];
+    return CNT_OK;
+}
+
+void sim_bucket_choice_text(const sim_bucket_choice *ch, char *buf, size_t cap) {
+    size_t len = (size_t)snprintf(buf, cap, "%g MiB: predicted step %.1f ms", ch->mb, ch->step_ms);
+    for (int k = 0, first = 1; k < ch->tried && len < cap; k++) {
+        if (ch->tried_mb[k] == ch->mb) continue;
+        len += (size_t)snprintf(buf + len, cap - len, "%s%g MiB %.1f", first ? " (against " : ", ", ch->tried_mb[k],
+                                ch->tried_step_ms[k]);
+        first = 0;
+    }
+    if (ch->tried > 1 && len < cap) snprintf(buf + len, cap - len, ")");
 }
 
 void sim_result_free(sim_result *r) {

@@ -1,5 +1,5 @@
 /*
- * tools/simulate_engine.h - predicts one data-parallel training step on N
+ * train/sim.h - predicts one data-parallel training step on N
  * workers from a step profile (`trainer --profile`, optionally with the
  * allreduce curve of tools/profile.sh), as read and checked by
  * profile_load (train/profile.h). Used by tools/simulate.c and
@@ -119,6 +119,30 @@ int sim_allreduce_ms(const profile *p, const sim_cluster *c, int n, double bytes
 /* Predicts the step at n workers into *r (free with sim_result_free). */
 int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r);
 void sim_result_free(sim_result *r);
+
+/* dist.bucket_mb = auto (the trainer) and tools/simulate --bucket-mb auto:
+ * the size of the later buckets (the first stays c's or the profile's) that
+ * sim_step predicts fastest for p on c at n workers. Tried: 1, 2, 4, 8, 16,
+ * 25, 32, 64, 128, ... MiB, up to the first size that holds every gradient
+ * after the first bucket (one bucket). Of the sizes whose step is within
+ * SIM_BUCKET_TIE of the fastest, the largest is chosen: what the model
+ * leaves out (each bucket's copies and arrival barrier, communication
+ * slowing backward on shared cores) costs per bucket. */
+#define SIM_BUCKET_TIE 0.01
+#define SIM_BUCKET_MAX_TRIED 16
+typedef struct sim_bucket_choice {
+    double mb;                        /* the choice, MiB */
+    size_t values;                    /* the same in gradient values */
+    double step_ms;                   /* its predicted step */
+    int tried;
+    double tried_mb[SIM_BUCKET_MAX_TRIED], tried_step_ms[SIM_BUCKET_MAX_TRIED];
+} sim_bucket_choice;
+/* CNT_ERR as sim_step (a cluster it cannot model); n == 1 chooses the one
+ * bucket (nothing to exchange). */
+int sim_choose_bucket(const profile *p, const sim_cluster *c, int n, sim_bucket_choice *ch);
+/* The choice and what it beat, for a log line: "16 MiB: predicted step 812.3
+ * ms (1 MiB 901.2, 2 MiB 877.0, ..., 64 MiB 830.5)". */
+void sim_bucket_choice_text(const sim_bucket_choice *ch, char *buf, size_t cap);
 /* Writes r's step as a Chrome trace (the event format of dist/timeline.c:
  * forward and backward layers on the train thread, "allreduce bucket k" on
  * the comm thread). CNT_ERR with a message when the file cannot be written. */
