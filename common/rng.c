@@ -22,6 +22,20 @@ uint32_t rng_u32(rng *r) {
     return (xorshifted >> rot) | (xorshifted << ((-rot) & 31));
 }
 
+void rng_advance(rng *r, uint64_t delta) {
+    /* state_{k+d} = mult^d state_k + inc (mult^(d-1) + ... + 1), by squaring (O'Neill's pcg_advance) */
+    uint64_t mult = 6364136223846793005ULL, plus = r->inc, acc_mult = 1, acc_plus = 0;
+    for (; delta; delta >>= 1) {
+        if (delta & 1) {
+            acc_mult *= mult;
+            acc_plus = acc_plus * mult + plus;
+        }
+        plus = (mult + 1) * plus;
+        mult *= mult;
+    }
+    r->state = acc_mult * r->state + acc_plus;
+}
+
 uint32_t rng_below(rng *r, uint32_t n) {
     /* Lemire-free rejection: discard the low values that would bias the modulo. */
     uint32_t threshold = (uint32_t)(-n) % n;

@@ -20,6 +20,10 @@ typedef struct rng {
 
 void rng_seed(rng *r, uint64_t seed, uint64_t stream);
 uint32_t rng_u32(rng *r);
+/* Moves r on by `delta` draws of rng_u32 in O(log delta) steps (PCG's
+ * jump-ahead): a stream can be cut into pieces that threads draw at once,
+ * each the values the one stream would give there. */
+void rng_advance(rng *r, uint64_t delta);
 /* Uniform integer in [0, n), without modulo bias. n > 0. */
 uint32_t rng_below(rng *r, uint32_t n);
 /* Uniform float in [0, 1). */

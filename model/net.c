@@ -7,11 +7,13 @@
 #include "model/net.h"
 #include "model/layer.h"
 #include "common/check.h"
+#include "common/cpus.h"
 #include "common/rng.h"
 #include "common/timer.h"
 
 #include <math.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -659,15 +661,63 @@ static float sample_init(rng *r, const param_info *pi) {
     return 0.0f;
 }
 
-void net_init_params(net *nt, uint64_t seed) {
+/* rng_u32 draws per value of an init whose draws do not depend on the
+ * values (0: none); -1 for the truncated normal, which redraws. */
+static int draws_per_value(init_kind k) {
+    switch (k) {
+    case INIT_ZERO:
+    case INIT_ONE: return 0;
+    case INIT_TORCH_DEFAULT: return 1;                /* rng_range */
+    case INIT_KAIMING_NORMAL_FAN_OUT:
+    case INIT_NORMAL: return 2;                       /* rng_normal */
+    case INIT_TRUNC_NORMAL: return -1;
+    }
+    return -1;
+}
+
+/* Values of a tensor below this are drawn by one thread. */
+#define INIT_PIECE_MIN ((size_t)1 << 18)
+
+/* One thread's piece of one tensor: values [from, to) of its stream. */
+typedef struct init_piece {
+    const param_info *pi;
+    float *out;              /* host + pi->offset */
+    uint64_t seed, stream;
+    size_t from, to;
+} init_piece;
+
+static void *init_piece_run(void *arg) {
+    init_piece *p = arg;
+    rng r;
+    rng_seed(&r, p->seed, p->stream);
+    int per = draws_per_value(p->pi->init.kind);
+    if (per > 0) rng_advance(&r, (uint64_t)per * p->from);
+    for (size_t k = p->from; k < p->to; k++) p->out[k] = sample_init(&r, p->pi);
+    return NULL;
+}
+
+/* Params (host, n_params), buffers, gradients; draw: the params from seed, else zeros. */
+static void init_state(net *nt, uint64_t seed, int threads, int draw) {
     CNT_ASSERT(nt->finalized);
-    float *host = cnt_malloc(nt->n_params * sizeof(float));
-    for (int i = 0; i < nt->n_param_tensors; i++) {
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    float *host = draw ? cnt_malloc(nt->n_params * sizeof(float)) : cnt_calloc(nt->n_params, sizeof(float));
+    init_piece pieces[64];
+    pthread_t tid[64];
+    for (int i = 0; draw && i < nt->n_param_tensors; i++) {
         const param_info *pi = &nt->param_info[i];
-        rng r;
         /* One stream per tensor: a tensor's values do not depend on the others. */
-        rng_seed(&r, seed, (uint64_t)i + 1);
-        for (size_t k = 0; k < pi->count; k++) host[pi->offset + k] = sample_init(&r, pi);
+        int n = draws_per_value(pi->init.kind) < 0 || pi->count < INIT_PIECE_MIN ? 1 : threads;
+        for (int t = 0; t < n; t++)
+            pieces[t] = (init_piece){pi, host + pi->offset, seed, (uint64_t)i + 1, pi->count * (size_t)t / (size_t)n,
+                                     pi->count * (size_t)(t + 1) / (size_t)n};
+        int started = 0;
+        for (int t = 1; t < n; t++, started++)
+            if (pthread_create(&tid[t], NULL, init_piece_run, &pieces[t]) != 0) break;
+        init_piece_run(&pieces[0]);
+        for (int t = 1; t <= started; t++) pthread_join(tid[t], NULL);
+        /* a thread that could not be started: its piece here, the same values */
+        for (int t = started + 1; t < n; t++) init_piece_run(&pieces[t]);
     }
     nt->be->upload(nt->params, host, nt->n_params * sizeof(float));
     free(host);
@@ -683,6 +733,15 @@ void net_init_params(net *nt, uint64_t seed) {
     nt->be->zero(nt->grads, nt->n_params * sizeof(float));
     nt->dropout_seed = seed ^ 0x5DEECE66DULL;
 }
+
+void net_init_params_threads(net *nt, uint64_t seed, int threads) { init_state(nt, seed, threads, 1); }
+
+void net_init_params(net *nt, uint64_t seed) {
+    cpus_mask m;
+    init_state(nt, seed, cpus_allowed(&m), 1);
+}
+
+void net_init_params_blank(net *nt, uint64_t seed) { init_state(nt, seed, 1, 0); }
 
 /* The auxiliary logits' fp32 copy: after the logits' in logits32. */
 static float *aux_logits32(const net *nt) { return nt->logits32 + (size_t)nt->max_batch * nt->classes; }

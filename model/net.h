@@ -309,8 +309,19 @@ int net_finalize(net *nt, int out, int aux_out, int max_batch);
 int net_max_batch_for(const net *nt, size_t limit, const node **layer, size_t *per_image);
 
 /* Deterministic initialisation from seed (generated on the host with the
- * project's RNG, then uploaded, so every backend starts from the same values). */
+ * project's RNG, then uploaded, so every backend starts from the same values).
+ * Each tensor has its own stream; a large one is drawn by up to `threads`
+ * threads at once (net_init_params: one per CPU the process may run on),
+ * each jumping to its piece of the stream (rng_advance), so the values are
+ * the same bits for any number of threads. A truncated normal (which
+ * redraws) is drawn by one thread. */
 void net_init_params(net *nt, uint64_t seed);
+void net_init_params_threads(net *nt, uint64_t seed, int threads);
+/* The same state without drawing: parameters zero, buffers at their initial
+ * values, gradients zero. For a rank whose parameters are about to be
+ * replaced by rank 0's (the trainer's initial broadcast), which would
+ * otherwise draw a VGG-16's 138 million values for nothing. */
+void net_init_params_blank(net *nt, uint64_t seed);
 
 /* What net_finalize(nt, ..., max_batch) allocates on the net's backend and
  * what its passes then keep there, in bytes, by part. */

@@ -677,6 +677,66 @@ static void test_init(void **state) {
     net_free(nt);
 }
 
+/* rng_advance(k) lands where k draws land; the threaded initialisation
+ * draws the same bits with 1, 3 and 7 threads, and those bits are the
+ * single stream's (recomputed here for a Kaiming-normal convolution of 2.4M
+ * values and a torch-default classifier of 512,000, both cut into pieces);
+ * net_init_params_blank leaves the parameters zero and the buffers set. */
+static void test_init_threads(void **state) {
+    (void)state;
+    const uint64_t jumps[] = {0, 1, 2, 7, 1000, 123457, (uint64_t)1 << 33};
+    for (size_t j = 0; j < sizeof jumps / sizeof jumps[0]; j++) {
+        rng a, b;
+        rng_seed(&a, 11, 3);
+        rng_seed(&b, 11, 3);
+        if (jumps[j] < 1000000)
+            for (uint64_t k = 0; k < jumps[j]; k++) rng_u32(&a);
+        else
+            for (uint64_t k = 0; k < jumps[j]; k += jumps[j] / 4) rng_advance(&a, jumps[j] / 4); /* 4 jumps = 1 */
+        rng_advance(&b, jumps[j]);
+        for (int k = 0; k < 5; k++) assert_int_equal(rng_u32(&a), rng_u32(&b));
+    }
+    int out, aux;
+    net *nt = build_ok("resnet18", 3, 32, 32, 1000, &opt_default, &out, &aux);
+    assert_int_equal(net_finalize(nt, out, aux, 1), CNT_OK);
+    size_t bytes = nt->n_params * sizeof(float);
+    float *one = cnt_malloc(bytes), *many = cnt_malloc(bytes);
+    net_init_params_threads(nt, 1234, 1);
+    nt->be->download(one, nt->params, bytes);
+    for (int threads = 3; threads <= 7; threads += 4) {
+        net_init_params_threads(nt, 1234, threads);
+        nt->be->download(many, nt->params, bytes);
+        if (memcmp(one, many, bytes) != 0) fail_msg("%d threads draw other values than 1", threads);
+    }
+    const char *names[] = {"layer4.1.conv2.weight", "fc.weight"};
+    for (int k = 0; k < 2; k++) {
+        int i = net_find_param(nt, names[k]);
+        assert_true(i >= 0);
+        const param_info *pi = &nt->param_info[i];
+        assert_true(pi->count >= (size_t)1 << 18); /* cut into pieces */
+        rng r;
+        rng_seed(&r, 1234, (uint64_t)i + 1);
+        float bound = 1.0f / sqrtf((float)pi->fan_in), std = sqrtf(2.0f / (float)pi->fan_out);
+        size_t bad = 0;
+        for (size_t v = 0; v < pi->count; v++) {
+            float want = pi->init.kind == INIT_TORCH_DEFAULT ? rng_range(&r, -bound, bound) : rng_normal(&r) * std;
+            bad += memcmp(&want, &many[pi->offset + v], sizeof want) != 0;
+        }
+        if (bad) fail_msg("%s: %zu values differ from the single stream's", names[k], bad);
+    }
+    net_init_params_blank(nt, 1234);
+    nt->be->download(many, nt->params, bytes);
+    for (size_t v = 0; v < nt->n_params; v++) assert_true(many[v] == 0.0f);
+    float *buf = cnt_malloc(nt->n_buffers * sizeof *buf);
+    nt->be->download(buf, nt->buffers, nt->n_buffers * sizeof *buf);
+    for (int i = 0; i < nt->n_buffer_tensors; i++)
+        assert_true(buf[nt->buffer_info[i].offset] == nt->buffer_info[i].init_value);
+    free(buf);
+    free(one);
+    free(many);
+    net_free(nt);
+}
+
 /* ------------------------------------------------------------------ errors */
 
 static void test_unknown_model(void **state) {
@@ -1219,6 +1279,7 @@ int main(void) {
         cmocka_unit_test(test_vgg_structure),
         cmocka_unit_test(test_inception_structure),
         cmocka_unit_test(test_init),
+        cmocka_unit_test(test_init_threads),
         cmocka_unit_test(test_unknown_model),
         cmocka_unit_test(test_input_too_small),
         cmocka_unit_test(test_resnet20_forward_backward),

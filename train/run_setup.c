@@ -216,7 +216,9 @@ static int make_model(run *r, int max_batch) {
     const dataset *d = &r->data.train;
     r->nt = run_build_model(r->be, cfg, d->c, d->h, d->w, d->classes, max_batch);
     if (!r->nt) return CNT_ERR;
-    net_init_params(r->nt, cfg->seed);
+    /* the other ranks take rank 0's parameters below: drawing their own would be wasted */
+    if (r->rank == 0 || r->world == 1) net_init_params(r->nt, cfg->seed);
+    else net_init_params_blank(r->nt, cfg->seed);
     /* again with the parameter count: ranks that read different data (another
      * class count) build different models from the same config */
     if (run_check_same_config(cfg, r->nt->n_params) != CNT_OK) return CNT_ERR;
