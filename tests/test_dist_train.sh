@@ -234,13 +234,19 @@ check "buckets_in_flight = 2 with dist.backend = mpi: refused naming both keys" 
 ./trainer --profile configs/resnet20-fashion.ini "$tmp/p20.json" "${small[@]}" > "$tmp/p20.log" 2>&1
 au=(configs/resnet20-fashion.ini "${small[@]}" train.max_steps=2 dist.bucket_mb=auto dist.first_bucket_mb=0.05)
 "${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.bucket_profile="$tmp/p20.json" train.out_dir="$tmp/au" > "$tmp/au.log" 2>&1
-want="dist.bucket_mb = auto: 1 MiB: predicted step [0-9.]* ms; from $tmp/p20.json's layers (profiled at batch 16,"
-want+=" run at 16) and MPI_Allreduce timed over these 2 ranks at start-up (0.0625 MiB [0-9.]* ms, .*, 64 MiB [0-9.]* ms)"
+want="dist.bucket_mb = auto: 1 MiB: predicted step [0-9.]* ms; from $tmp/p20.json's layers (batch 16, run at 16)"
+want+=" and MPI_Allreduce timed over these 2 ranks at start-up (0.0625 MiB [0-9.]* ms, .*, 64 MiB [0-9.]* ms)"
 check "bucket_mb = auto, 2 ranks: the choice, its prediction and the curve it timed, in one line" \
     grep -q "$want" "$tmp/au.log"
 check "bucket_mb = auto: every rank cuts it (2 buckets: 0.05 MiB, then 1 MiB) and trains bit-identically" \
     test -n "$(grep 'in 2 buckets (1 MiB, first 0.05 MiB)' "$tmp/au.log")" \
     -a -n "$(grep 'parameters bit-identical on all 2 ranks' "$tmp/au.log")"
+# without a profile file rank 0 profiles the step itself, before the model is built
+out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" train.out_dir="$tmp/au1" 2>&1)
+check "bucket_mb = auto without a profile: rank 0 profiles 3 steps at start-up, the ranks train bit-identically" \
+    test -n "$(grep "dist.bucket_mb = auto: 1 MiB: .* from the layers of 3 steps profiled on rank 0 at start-up in" \
+        <<<"$out")" \
+    -a -n "$(grep 'parameters bit-identical on all 2 ranks' <<<"$out")"
 out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.bucket_profile="$tmp/none.json" train.out_dir="$tmp/au2" 2>&1)
 rc=$?
 check "bucket_mb = auto, a missing profile: exit non-zero naming the key and the file" \

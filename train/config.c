@@ -390,12 +390,13 @@ static const key_def key_table[] = {
     K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096), .auto_ok = 1,
           .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25); auto: at start-up "
                   "the ranks time the allreduce from 64 KiB to 64 MiB, and the step simulator picks the size it "
-                  "predicts fastest for this model and world from dist.bucket_profile's layers, logging why "
-                  "(docs/data-parallel.md)"),
+                  "predicts fastest for this model and world from a profile of its layers (dist.bucket_profile), "
+                  "logging why (docs/data-parallel.md)"),
     K_STRING("dist", "bucket_profile", bucket_profile, "", .empty_ok = 1,
            .help = "dist.bucket_mb = auto: a step profile of this model (./trainer --profile CONFIG.ini FILE, or "
                    "tools/profile.sh), read by rank 0 for when backward completes each gradient; its batch may "
-                   "differ (times scale with it); empty: train.emulate_compute's profile when set"),
+                   "differ (times scale with it); empty: train.emulate_compute's profile when set, else rank 0 "
+                   "profiles 5 steps of this config at start-up"),
     K_FLOAT("dist", "first_bucket_mb", first_bucket_mb, "1", BETWEEN(0.001, 4096),
           .help = "size of the first bucket in MiB: small, so communication starts early"),
     K_STRING("dist", "timeline", timeline, "", .empty_ok = 1,
@@ -1281,9 +1282,6 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.bucket_mb = auto times the allreduce through host memory; "
                            "with dist.backend = nccl give a size (tools/simulate --bucket-mb auto on a profile "
                            "with NCCL's curve suggests one)");
-    if (cfg->bucket_mb == 0.0f && !cfg->bucket_profile[0] && !cfg->emulate_compute[0])
-        return cnt_err_set("invalid configuration: dist.bucket_mb = auto needs dist.bucket_profile = FILE, a step "
-                           "profile of this model (./trainer --profile CONFIG.ini FILE [overrides] writes one)");
     if (cfg->buckets_in_flight > 1 &&
         (cfg->dist_backend == DIST_BACKEND_MPI || cfg->dist_backend == DIST_BACKEND_NCCL))
         return cnt_err_set("invalid configuration: dist.buckets_in_flight = %d needs dist.backend = ring or hier; "

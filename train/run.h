@@ -58,6 +58,8 @@ typedef struct run {
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
     int diverged;
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
+    struct profile *bucket_prof; /* rank 0, dist.bucket_mb = auto: its profile until chosen; else NULL */
+    char bucket_prof_from[CONFIG_STR + 64]; /* where that profile came from, for the log */
     double next_wait_s;      /* the loader wait of the batch prefetched for the next micro-batch */
     int micro;               /* the micro-batch of the current step being stepped (0 without accumulation) */
 } run;
@@ -78,6 +80,11 @@ int run_setup(run *r);
  * size from dist.bucket_profile and logs why, every rank takes it. A
  * collective. CNT_ERR with a message naming the key and the file. */
 int run_choose_buckets(run *r);
+/* Before the model is built, on rank 0 with dist.bucket_mb = auto and an
+ * allreduce to size: r->bucket_prof from dist.bucket_profile or
+ * train.emulate_compute, or measured (profile_run of cfg, in memory). A
+ * no-op elsewhere. CNT_ERR with a message naming the key (the job ends). */
+int run_bucket_profile(run *r);
 /* The model of cfg on c x h x w images of `classes` classes, for batches up
  * to max_batch, in train.layout's choice for be; NULL with a message. */
 net *run_build_model(const backend *be, const config *cfg, int c, int h, int w, int classes, int max_batch);

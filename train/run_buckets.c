@@ -5,15 +5,19 @@
  * ranks and transport (docs/data-parallel.md, "Buckets sized to the
  * network").
  *
- * Every rank times the allreduce (a collective: the curve is the slowest
- * rank's); rank 0 alone reads the profile, simulates each candidate size and
- * broadcasts its choice, so every rank cuts the same buckets.
+ * Rank 0 takes the profile from dist.bucket_profile or
+ * train.emulate_compute, or measures one (`trainer --profile`'s steps, in
+ * memory) before the model is built, so the two never hold memory at once.
+ * Every rank then times the allreduce (a collective: the curve is the
+ * slowest rank's); rank 0 simulates each candidate size and broadcasts its
+ * choice, so every rank cuts the same buckets.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/timer.h"
 #include "dist/dist.h"
 #include "train/profile.h"
 #include "train/run.h"
@@ -25,6 +29,37 @@
 #define CURVE_MAX_BYTES ((size_t)64 << 20)
 #define CURVE_POINTS 6
 #define CURVE_REPS 2
+/* A measured profile: timed steps after untimed ones (medians). */
+#define PROFILE_STEPS 3
+#define PROFILE_WARMUP 2
+
+int run_bucket_profile(run *r) {
+    const config *cfg = r->cfg;
+    dist_algo algo;
+    if (r->rank != 0 || cfg->bucket_mb != 0.0f || !exchange_host_allreduce(r->x, &algo)) return CNT_OK;
+    r->bucket_prof = cnt_calloc(1, sizeof *r->bucket_prof);
+    const char *path = cfg->bucket_profile[0] ? cfg->bucket_profile : cfg->emulate_compute;
+    if (path[0]) {
+        if (profile_load(path, r->bucket_prof) != CNT_OK) return cnt_err_prefix("dist.bucket_mb = auto");
+        snprintf(r->bucket_prof_from, sizeof r->bucket_prof_from, "%s's layers", path);
+        return CNT_OK;
+    }
+    /* no file: this config's step on this rank alone, as --profile times it */
+    dist_phase("start-up: dist.bucket_mb = auto, profiling the step on rank 0");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK_ERRNO(f != NULL, "open_memstream");
+    double t0 = time_now();
+    int rc = profile_run(cfg, PROFILE_STEPS, PROFILE_WARMUP, f);
+    CHECK_ERRNO(fclose(f) == 0, "fclose (memory stream)");
+    if (rc == CNT_OK) rc = profile_parse(text, len, "the start-up profile", r->bucket_prof);
+    free(text);
+    if (rc != CNT_OK) return cnt_err_prefix("dist.bucket_mb = auto, profiling the step on rank 0");
+    snprintf(r->bucket_prof_from, sizeof r->bucket_prof_from,
+             "the layers of %d steps profiled on rank 0 at start-up in %.1f s", PROFILE_STEPS, time_now() - t0);
+    return CNT_OK;
+}
 
 /* What rank 0 sends every rank: the choice, or that it failed. */
 typedef struct bucket_choice_msg {
@@ -37,57 +72,50 @@ static const char *algo_name(dist_algo a) {
     return a == DIST_ALGO_RING ? "the ring" : a == DIST_ALGO_HIER ? "the hierarchical allreduce" : "MPI_Allreduce";
 }
 
-/* Rank 0: the profile, moved to this run's batch, with the measured curve;
- * the simulator's choice into *msg and the log line. */
+/* Rank 0: its profile (run_bucket_profile), moved to this run's batch, with
+ * the measured curve; the simulator's choice into *msg and the log line. */
 static int choose_on_rank0(const run *r, dist_algo algo, const double *bytes, const double *us,
                            bucket_choice_msg *msg) {
     const config *cfg = r->cfg;
-    const char *path = cfg->bucket_profile[0] ? cfg->bucket_profile : cfg->emulate_compute;
-    profile p;
-    if (profile_load(path, &p) != CNT_OK) return cnt_err_prefix("dist.bucket_mb = auto");
-    int status = CNT_OK;
-    if (p.params != r->nt->n_params)
-        status = cnt_err_set("dist.bucket_mb = auto: the profile %s is of a model with %zu parameters (%s); this run's "
-                             "%s has %zu: profile this config (./trainer --profile)",
-                             path, p.params, p.model, cfg->model_name, r->nt->n_params);
-    int profiled_batch = p.batch;
-    if (status == CNT_OK && p.batch != cfg->batch_size && sim_profile_retarget(&p, cfg->batch_size, 0, 0) != CNT_OK)
-        status = cnt_err_prefix("dist.bucket_mb = auto: %s", path);
-    if (status == CNT_OK) {
-        /* the curve as measured here, in the profile's ring slot, which curve mode reads with curve_ring */
-        profile_curve *cv = &p.curve_ring;
-        free(cv->bytes);
-        free(cv->us);
-        p.curve_world = r->world;
-        cv->n = CURVE_POINTS;
-        cv->bytes = cnt_malloc(CURVE_POINTS * sizeof(double));
-        cv->us = cnt_malloc(CURVE_POINTS * sizeof(double));
-        memcpy(cv->bytes, bytes, CURVE_POINTS * sizeof(double));
-        memcpy(cv->us, us, CURVE_POINTS * sizeof(double));
-        sim_cluster c = sim_cluster_default();
-        c.algo = SIM_ALGO_CURVE;
-        c.curve_ring = 1;
-        c.overlap = cfg->overlap;
-        c.fp16 = cfg->compress == REDUCER_COMPRESS_FP16;
-        c.first_bucket_values = config_reducer_opts(cfg).first_bucket;
-        sim_bucket_choice ch;
-        if (sim_choose_bucket(&p, &c, r->world, &ch) != CNT_OK) {
-            status = cnt_err_prefix("dist.bucket_mb = auto");
-        } else {
-            char why[1024], curve[256];
-            sim_bucket_choice_text(&ch, why, sizeof why);
-            size_t len = 0;
-            for (int k = 0; k < CURVE_POINTS && len < sizeof curve; k++)
-                len += (size_t)snprintf(curve + len, sizeof curve - len, "%s%g MiB %.2f ms", k ? ", " : "",
-                                        bytes[k] / 1048576.0, us[k] / 1e3);
-            log_info("dist.bucket_mb = auto: %s; from %s's layers (profiled at batch %d, run at %d) and %s timed "
-                     "over these %d ranks at start-up (%s)",
-                     why, path, profiled_batch, cfg->batch_size, algo_name(algo), r->world, curve);
-            *msg = (bucket_choice_msg){.ok = 1, .mb = ch.mb, .values = ch.values};
-        }
-    }
-    profile_free(&p);
-    return status;
+    profile *p = r->bucket_prof;
+    CNT_ASSERT(p); /* run_bucket_profile, on rank 0 */
+    if (p->params != r->nt->n_params)
+        return cnt_err_set("dist.bucket_mb = auto: the profile %s is of a model with %zu parameters (%s); this run's "
+                           "%s has %zu: profile this config (./trainer --profile)",
+                           cfg->bucket_profile[0] ? cfg->bucket_profile : cfg->emulate_compute, p->params, p->model,
+                           cfg->model_name, r->nt->n_params);
+    int profiled_batch = p->batch;
+    if (p->batch != cfg->batch_size && sim_profile_retarget(p, cfg->batch_size, 0, 0) != CNT_OK)
+        return cnt_err_prefix("dist.bucket_mb = auto: %s", r->bucket_prof_from);
+    /* the curve as measured here, in the profile's ring slot, which curve mode reads with curve_ring */
+    profile_curve *cv = &p->curve_ring;
+    free(cv->bytes);
+    free(cv->us);
+    p->curve_world = r->world;
+    cv->n = CURVE_POINTS;
+    cv->bytes = cnt_malloc(CURVE_POINTS * sizeof(double));
+    cv->us = cnt_malloc(CURVE_POINTS * sizeof(double));
+    memcpy(cv->bytes, bytes, CURVE_POINTS * sizeof(double));
+    memcpy(cv->us, us, CURVE_POINTS * sizeof(double));
+    sim_cluster c = sim_cluster_default();
+    c.algo = SIM_ALGO_CURVE;
+    c.curve_ring = 1;
+    c.overlap = cfg->overlap;
+    c.fp16 = cfg->compress == REDUCER_COMPRESS_FP16;
+    c.first_bucket_values = config_reducer_opts(cfg).first_bucket;
+    sim_bucket_choice ch;
+    if (sim_choose_bucket(p, &c, r->world, &ch) != CNT_OK) return cnt_err_prefix("dist.bucket_mb = auto");
+    char why[1024], curve[256];
+    sim_bucket_choice_text(&ch, why, sizeof why);
+    size_t len = 0;
+    for (int k = 0; k < CURVE_POINTS && len < sizeof curve; k++)
+        len += (size_t)snprintf(curve + len, sizeof curve - len, "%s%g MiB %.2f ms", k ? ", " : "",
+                                bytes[k] / 1048576.0, us[k] / 1e3);
+    log_info("dist.bucket_mb = auto: %s; from %s (batch %d, run at %d) and %s timed over these %d ranks at "
+             "start-up (%s)",
+             why, r->bucket_prof_from, profiled_batch, cfg->batch_size, algo_name(algo), r->world, curve);
+    *msg = (bucket_choice_msg){.ok = 1, .mb = ch.mb, .values = ch.values};
+    return CNT_OK;
 }
 
 int run_choose_buckets(run *r) {
@@ -109,6 +137,11 @@ int run_choose_buckets(run *r) {
     int status = r->rank == 0 ? choose_on_rank0(r, algo, bytes, us, &msg) : CNT_OK;
     dist_phase("start-up: dist.bucket_mb = auto, the choice");
     dist_broadcast(&msg, sizeof msg, 0);
+    if (r->bucket_prof) {
+        profile_free(r->bucket_prof);
+        free(r->bucket_prof);
+        r->bucket_prof = NULL;
+    }
     if (status != CNT_OK) return CNT_ERR;
     if (!msg.ok) return cnt_err_set("dist.bucket_mb = auto: rank 0 could not choose (its message says why)");
     exchange_set_bucket(r->x, (size_t)msg.values, msg.mb);

@@ -401,6 +401,7 @@ int run_setup(run *r) {
     int max_batch = lo.batch > eo.batch ? lo.batch : eo.batch;
     exchange_footprint xf = exchange_footprint_of(r->x);
     if (memory_check(cfg, r->be, &r->data, &lo, &eo, &xf) != CNT_OK) return CNT_ERR;
+    if (run_bucket_profile(r) != CNT_OK) return CNT_ERR;
     if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
     if (r->emu.n_nodes) {
         CNT_ASSERT(r->emu.n_nodes == r->nt->n_nodes); /* the same zoo_build as load_emulation's */

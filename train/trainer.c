@@ -305,6 +305,8 @@ static void run_free(run *r, int status) {
     loader_free(r->test_ld);
     net_free(r->nt);
     emulation_free(&r->emu);
+    if (r->bucket_prof) profile_free(r->bucket_prof); /* a start-up that failed before the buckets were chosen */
+    free(r->bucket_prof);
     input_free(&r->data);
     if (r->lock_fd >= 0) close(r->lock_fd);
 }
