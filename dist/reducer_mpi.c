@@ -34,7 +34,7 @@ typedef struct reducer_mpi {
     mpi_bucket *mb;      /* [n_buckets] */
     timeline *tl;        /* NULL, or where buckets are recorded */
 
-    /* Guards launched, done, stop, step and gen: the training thread hands
+    /* Guards launched, done, stop and step: the training thread hands
      * buckets over (launched), the communication thread reports them
      * finished (done, in bucket order). launched is also read without the
      * lock (atomically) by the thread's wake-up test while sums are moving. */
@@ -43,8 +43,6 @@ typedef struct reducer_mpi {
     pthread_cond_t done_cv;  /* reducer_finish waits here for the last bucket */
     int launched, done, stop;
     long step;           /* the current step, as given to reducer_begin */
-    unsigned gen;        /* counts reducer_begin calls: the thread sees a new step by it */
-    int started;         /* communication thread only: buckets of this step started */
     pthread_t thread;
 } reducer_mpi;
 
@@ -97,50 +95,59 @@ static void bucket_end(reducer *rd, int b) {
     cnt_mutex_unlock(&m->mu);
 }
 
+/* Where the communication thread is in the step: buckets started and
+ * ended, its own counts (never read by another thread), back to 0 once the
+ * step's last bucket has ended (every step ends all of them). done is the
+ * report of `ended`, under the lock: the thread never reads done unlocked,
+ * which reducer_begin resets. */
+typedef struct comm_pos {
+    reducer_mpi *m;
+    int started, ended;
+} comm_pos;
+
 /* dist_iallreduce_wait's wake-up: a launched bucket waits and a slot is free. */
 static int launch_waits(void *ctx) {
-    reducer_mpi *m = ctx;
-    return m->started - m->done < m->in_flight && __atomic_load_n(&m->launched, __ATOMIC_ACQUIRE) > m->started;
+    const comm_pos *c = ctx;
+    return c->started - c->ended < c->m->in_flight &&
+           __atomic_load_n(&c->m->launched, __ATOMIC_ACQUIRE) > c->started;
 }
 
 static void *comm_main(void *arg) {
     reducer *rd = arg;
     reducer_mpi *m = rd->state;
-    unsigned gen = 0;
+    comm_pos pos = {m, 0, 0};
     cnt_mutex_lock(&m->mu);
     for (;;) {
         while (!m->stop && m->done == m->launched) cnt_cond_wait(&m->work_cv, &m->mu);
         if (m->stop) break;
-        if (m->gen != gen) { /* a new step */
-            gen = m->gen;
-            m->started = 0;
-        }
         int launched = m->launched;
         long step = m->step;
         cnt_mutex_unlock(&m->mu);
         /* Buckets start in launch order, the same order on every rank, so
          * the ranks' collectives (and each slot's messages) always match;
-         * they end in that order too. done is written by this thread only. */
+         * they end in that order too. */
         if (m->algo == DIST_ALGO_MPI) {
-            bucket_start(rd, m->started, step);
-            bucket_end(rd, m->started++);
+            bucket_start(rd, pos.started++, step);
+            bucket_end(rd, pos.ended++);
         } else {
-            while (m->started < launched && m->started - m->done < m->in_flight) bucket_start(rd, m->started++, step);
+            while (pos.started < launched && pos.started - pos.ended < m->in_flight)
+                bucket_start(rd, pos.started++, step);
             int ended = 0;
-            while (m->done < m->started && dist_iallreduce_done(m->ops[m->done % m->in_flight])) {
-                bucket_end(rd, m->done);
+            while (pos.ended < pos.started && dist_iallreduce_done(m->ops[pos.ended % m->in_flight])) {
+                bucket_end(rd, pos.ended++);
                 ended = 1;
             }
-            if (!ended && m->done < m->started) {
-                if (m->started - m->done > 1) {
+            if (!ended && pos.ended < pos.started) {
+                if (pos.started - pos.ended > 1) {
                     char phase[64];
-                    snprintf(phase, sizeof phase, "gradient allreduce (step %ld, buckets %d-%d)", step, m->done,
-                             m->started - 1);
+                    snprintf(phase, sizeof phase, "gradient allreduce (step %ld, buckets %d-%d)", step, pos.ended,
+                             pos.started - 1);
                     dist_phase(phase);
                 }
-                dist_iallreduce_wait(m->ops, m->in_flight, launch_waits, m);
+                dist_iallreduce_wait(m->ops, m->in_flight, launch_waits, &pos);
             }
         }
+        if (pos.ended == rd->n_buckets) pos.started = pos.ended = 0; /* the step's last: the next starts at 0 */
         cnt_mutex_lock(&m->mu);
     }
     cnt_mutex_unlock(&m->mu);
@@ -164,7 +171,6 @@ static void mpi_begin(reducer *rd) {
     CNT_ASSERT(m->done == m->launched);
     m->launched = m->done = 0;
     m->step = rd->step;
-    m->gen++;
     cnt_mutex_unlock(&m->mu);
 }
 
