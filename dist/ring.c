@@ -242,6 +242,11 @@ static void hier_part(const dist_iallreduce *op, int k, ring_part *p) {
         *p = (ring_part){hier_node, op->buf, op->n, NULL, 0, 0, k - others - ring + 1, k - others - ring + 1};
 }
 
+/* Where chunk c of an adding part is received: its slot of the window. */
+static char *window_slot(const dist_iallreduce *op, size_t c) {
+    return op->tmp + (c % RING_WINDOW) * op->chunk * op->el->size;
+}
+
 /* Chunk c of the part in progress: posts its receive (into the window's
  * temporary buffer when adding, else straight into place) and its send. */
 static void op_post(dist_iallreduce *op, size_t c) {
@@ -250,7 +255,7 @@ static void op_post(dist_iallreduce *op, size_t c) {
     size_t off = c * op->chunk, rn = piece(p->recv_len, off, op->chunk), sn = piece(p->send_len, off, op->chunk);
     MPI_Request *req = op->req[c % RING_WINDOW];
     req[0] = req[1] = MPI_REQUEST_NULL;
-    char *into = p->add ? op->tmp + (c % RING_WINDOW) * op->chunk * el->size : p->recv + off * el->size;
+    char *into = p->add ? window_slot(op, c) : p->recv + off * el->size;
     if (rn) DIST_MPI_CHECK(MPI_Irecv(into, (int)rn, el->type, p->left, op->tag, p->comm, &req[0]));
     if (sn) DIST_MPI_CHECK(MPI_Isend(p->send + off * el->size, (int)sn, el->type, p->right, op->tag, p->comm, &req[1]));
 }
@@ -291,8 +296,7 @@ static int op_advance(dist_iallreduce *op) {
         const ring_part *p = &op->cur;
         size_t off = op->c * op->chunk;
         if (p->add && off < p->recv_len)
-            op->el->add(p->recv + off * op->el->size, op->tmp + (op->c % RING_WINDOW) * op->chunk * op->el->size,
-                        piece(p->recv_len, off, op->chunk));
+            op->el->add(p->recv + off * op->el->size, window_slot(op, op->c), piece(p->recv_len, off, op->chunk));
         if (op->c + RING_WINDOW < op->chunks) op_post(op, op->c + RING_WINDOW);
         op->c++;
         moved = 1;

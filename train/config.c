@@ -1450,11 +1450,15 @@ loss_scale_opts config_loss_scale_opts(const config *cfg) {
     return (loss_scale_opts){.mode = m, .scale = (double)cfg->loss_scale, .window = cfg->loss_scale_window};
 }
 
+/* dist.bucket_mb in MiB; auto: the default until the trainer has chosen (train/run_buckets.c). */
+static double bucket_mb_now(const config *cfg) {
+    return cfg->bucket_mb == 0.0f ? CONFIG_BUCKET_MB_DEFAULT : (double)cfg->bucket_mb;
+}
+
 reducer_opts config_reducer_opts(const config *cfg) {
     size_t mib = (size_t)1 << 20;
     size_t first = (size_t)(cfg->first_bucket_mb * mib / sizeof(float));
-    /* auto: the default size until the trainer has chosen (train/run_buckets.c) */
-    size_t bucket = (size_t)((cfg->bucket_mb == 0.0f ? CONFIG_BUCKET_MB_DEFAULT : cfg->bucket_mb) * mib / sizeof(float));
+    size_t bucket = (size_t)(bucket_mb_now(cfg) * mib / sizeof(float));
     return (reducer_opts){.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1,
                           .algo = dist_backend_algo(cfg->dist_backend),
                           .in_flight = cfg->buckets_in_flight, .overlap = cfg->overlap, .compress = cfg->compress, .stall_warn_s = cfg->stall_warn_s,
@@ -1465,7 +1469,7 @@ exchange_opts config_exchange_opts(const config *cfg) {
     exchange_opts o = {.mode = cfg->dist_mode, .backend = cfg->dist_backend, .reducer = config_reducer_opts(cfg),
                        .ps_servers = cfg->ps_servers, .ps_sync = cfg->ps_sync,
                        .ps_max_staleness = cfg->ps_max_staleness,
-                       .bucket_mb = cfg->bucket_mb == 0.0f ? CONFIG_BUCKET_MB_DEFAULT : cfg->bucket_mb,
+                       .bucket_mb = bucket_mb_now(cfg),
                        .first_bucket_mb = cfg->first_bucket_mb};
     snprintf(o.device, sizeof o.device, "%s", config_name(cfg, &cfg->device));
     return o;

@@ -307,30 +307,62 @@ static int run_pass(run_state *rs, int warmup, int steps, pass_times *pt) {
     return status;
 }
 
+/* The backend the config names, checked for its layout, math and activations. */
+static const backend *profile_backend(const config *cfg) {
+    const backend *be = backend_get(cfg->device);
+    if (!be) {
+        cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
+        return NULL;
+    }
+    if (backend_layout_check(cfg->layout, be) != CNT_OK) {
+        cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
+        return NULL;
+    }
+    if (backend_math_check(be, cfg->precision) != CNT_OK) {
+        cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
+        return NULL;
+    }
+    if (backend_act_check(be, config_activations(cfg, be)) != CNT_OK) {
+        cnt_err_prefix("train.activations = %s", config_name(cfg, &cfg->activations));
+        return NULL;
+    }
+    be->set_threads(cfg->threads);
+    return be;
+}
+
+static int profile_data(const config *cfg, const backend *be, const input_data *d, int steps, int warmup,
+                        FILE *out);
+
 int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     if (steps < 1 || warmup < 0) return cnt_err_set("--profile: steps must be at least 1 and warm-up at least 0");
-    const backend *be = backend_get(cfg->device);
-    if (!be) return cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
-    if (backend_layout_check(cfg->layout, be) != CNT_OK)
-        return cnt_err_prefix("train.layout = %s", config_name(cfg, &cfg->layout));
-    if (backend_math_check(be, cfg->precision) != CNT_OK)
-        return cnt_err_prefix("train.precision = %s", config_name(cfg, &cfg->precision));
-    if (backend_act_check(be, config_activations(cfg, be)) != CNT_OK)
-        return cnt_err_prefix("train.activations = %s", config_name(cfg, &cfg->activations));
-    be->set_threads(cfg->threads);
+    const backend *be = profile_backend(cfg);
+    if (!be) return CNT_ERR;
     input_data d;
     if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
+    int status = profile_data(cfg, be, &d, steps, warmup, out);
+    input_free(&d);
+    return status;
+}
+
+int profile_run_data(const config *cfg, const input_data *d, int steps, int warmup, FILE *out) {
+    if (steps < 1 || warmup < 0) return cnt_err_set("--profile: steps must be at least 1 and warm-up at least 0");
+    const backend *be = profile_backend(cfg);
+    return be ? profile_data(cfg, be, d, steps, warmup, out) : CNT_ERR;
+}
+
+/* profile_run's steps on data already loaded. */
+static int profile_data(const config *cfg, const backend *be, const input_data *d, int steps, int warmup,
+                        FILE *out) {
     loader_options lo, eo;
-    input_loader_options(cfg, &d, be, 0, 1, &lo, &eo);
-    loader *ld = loader_create(&d.train, &lo);
+    input_loader_options(cfg, d, be, 0, 1, &lo, &eo);
+    loader *ld = loader_create(&d->train, &lo);
     zoo_options zo = config_zoo_options(cfg, be);
-    net *nt = ld ? zoo_create(be, cfg->model_name, &zo, d.train.c, d.train.h, d.train.w, d.train.classes,
-                              backend_layout_choose(cfg->layout, be, cfg->precision, d.train.h, d.train.w), lo.batch)
+    net *nt = ld ? zoo_create(be, cfg->model_name, &zo, d->train.c, d->train.h, d->train.w, d->train.classes,
+                              backend_layout_choose(cfg->layout, be, cfg->precision, d->train.h, d->train.w), lo.batch)
                  : NULL;
     if (!nt) {
         if (ld) cnt_err_prefix("model '%s'", cfg->model_name);
         loader_free(ld);
-        input_free(&d);
         return CNT_ERR;
     }
     net_init_params(nt, cfg->seed);
@@ -343,7 +375,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     so.accumulate = 1;    /* one forward, backward and update: an emulated run with train.accumulate repeats
                            * the forward and backward per micro-batch */
     stepper st;
-    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, d.train.c, d.train.h * d.train.w, lo.u8);
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &lso, &so, lo.batch, d->train.c, d->train.h * d->train.w, lo.u8);
     schedule sched = config_schedule(cfg, 1, loader_steps_per_epoch(ld));
 
     /* first each node synchronised (on a GPU), then, where the backend has
@@ -357,7 +389,7 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     int status = run_pass(&rs, warmup, steps, &pa);
     if (status == CNT_OK && marks) status = run_pass(&rs, warmup, steps, &pb);
     if (status == CNT_OK) {
-        write_json(out, cfg, nt, &d.train, steps, warmup, &pa, marks ? &pb : NULL);
+        write_json(out, cfg, nt, &d->train, steps, warmup, &pa, marks ? &pb : NULL);
         if (fflush(out) != 0 || ferror(out)) status = cnt_err_set("--profile: cannot write the profile");
     }
     pass_free(&pa);
@@ -365,6 +397,5 @@ int profile_run(const config *cfg, int steps, int warmup, FILE *out) {
     stepper_free(&st);
     net_free(nt);
     loader_free(ld);
-    input_free(&d);
     return status;
 }

@@ -98,6 +98,10 @@ typedef struct profile {
 
 /* Profiles cfg's step and writes the JSON to out. */
 int profile_run(const struct config *cfg, int steps, int warmup, FILE *out);
+/* The same on data cfg's input_load already gave (read, not freed): the
+ * trainer's dist.bucket_mb = auto profiles without listing the data again. */
+struct input_data;
+int profile_run_data(const struct config *cfg, const struct input_data *d, int steps, int warmup, FILE *out);
 
 /* For --summary: the gradient's size (and on the wire with
  * dist.compress = fp16) and how the reducer cuts it into buckets

@@ -33,12 +33,17 @@
 #define PROFILE_STEPS 3
 #define PROFILE_WARMUP 2
 
+/* The profile file auto reads: dist.bucket_profile, else train.emulate_compute's ("": none, measure). */
+static const char *profile_file(const config *cfg) {
+    return cfg->bucket_profile[0] ? cfg->bucket_profile : cfg->emulate_compute;
+}
+
 int run_bucket_profile(run *r) {
     const config *cfg = r->cfg;
     dist_algo algo;
     if (r->rank != 0 || cfg->bucket_mb != 0.0f || !exchange_host_allreduce(r->x, &algo)) return CNT_OK;
     r->bucket_prof = cnt_calloc(1, sizeof *r->bucket_prof);
-    const char *path = cfg->bucket_profile[0] ? cfg->bucket_profile : cfg->emulate_compute;
+    const char *path = profile_file(cfg);
     if (path[0]) {
         if (profile_load(path, r->bucket_prof) != CNT_OK) return cnt_err_prefix("dist.bucket_mb = auto");
         snprintf(r->bucket_prof_from, sizeof r->bucket_prof_from, "%s's layers", path);
@@ -51,7 +56,7 @@ int run_bucket_profile(run *r) {
     FILE *f = open_memstream(&text, &len);
     CHECK_ERRNO(f != NULL, "open_memstream");
     double t0 = time_now();
-    int rc = profile_run(cfg, PROFILE_STEPS, PROFILE_WARMUP, f);
+    int rc = profile_run_data(cfg, &r->data, PROFILE_STEPS, PROFILE_WARMUP, f); /* r->data: loaded already */
     CHECK_ERRNO(fclose(f) == 0, "fclose (memory stream)");
     if (rc == CNT_OK) rc = profile_parse(text, len, "the start-up profile", r->bucket_prof);
     free(text);
@@ -82,8 +87,7 @@ static int choose_on_rank0(const run *r, dist_algo algo, const double *bytes, co
     if (p->params != r->nt->n_params)
         return cnt_err_set("dist.bucket_mb = auto: the profile %s is of a model with %zu parameters (%s); this run's "
                            "%s has %zu: profile this config (./trainer --profile)",
-                           cfg->bucket_profile[0] ? cfg->bucket_profile : cfg->emulate_compute, p->params, p->model,
-                           cfg->model_name, r->nt->n_params);
+                           profile_file(cfg), p->params, p->model, cfg->model_name, r->nt->n_params);
     int profiled_batch = p->batch;
     if (p->batch != cfg->batch_size && sim_profile_retarget(p, cfg->batch_size, 0, 0) != CNT_OK)
         return cnt_err_prefix("dist.bucket_mb = auto: %s", r->bucket_prof_from);
