@@ -7,7 +7,8 @@
  * The transport is decided at exchange_connect, the same way on every rank
  * (it rests on a sum over the ranks): NCCL when dist.backend names it, or
  * with auto when every rank has a GPU, the gradients travel uncompressed and
- * the build has NCCL; MPI otherwise.
+ * the build has NCCL; through host memory otherwise, by the named algorithm
+ * or, with auto, by the job's shape (dist_auto_host_backend).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ typedef struct allreduce_x {
     exchange base;
     const backend *be;
     dist_nccl *nccl;         /* NULL: gradients go through host memory */
+    char auto_why[96];       /* dist.backend = auto through host memory: the shape it chose by */
     reducer *rd;             /* from exchange_attach */
 } allreduce_x;
 
@@ -48,7 +50,8 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
     if (!nc) {
         if (named) return CNT_ERR; /* the message names dist.backend=nccl and what to do */
         if (dist_rank() == 0)
-            log_warn("dist.backend = auto: NCCL did not start (%s); using MPI through host memory", cnt_err_msg());
+            log_warn("dist.backend = auto: NCCL did not start (%s); the gradients go through host memory",
+                     cnt_err_msg());
         return CNT_OK;
     }
     *out = nc;
@@ -59,11 +62,29 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
 #endif
 }
 
+/* dist.backend = auto through host memory: the same choice on every rank,
+ * from the nodes (MPI_COMM_TYPE_SHARED) and how many hold several ranks. */
+static void choose_host_backend(allreduce_x *a) {
+    exchange_opts *o = &a->base.o;
+    if (o->backend != DIST_BACKEND_AUTO || a->nccl || dist_world() <= 1) return;
+    int lead = dist_local_rank() == 0;
+    double shape[2] = {lead, lead && dist_local_world() > 1}; /* nodes, nodes with several ranks */
+    dist_phase("start-up: gradient transport choice");
+    dist_allreduce_sum_f64(shape, 2);
+    int nodes = (int)shape[0], crowded = (int)shape[1];
+    o->backend = dist_auto_host_backend(nodes, crowded);
+    if (nodes <= 1) snprintf(a->auto_why, sizeof a->auto_why, "dist.backend = auto: one node");
+    else
+        snprintf(a->auto_why, sizeof a->auto_why, "dist.backend = auto: %d nodes, %s", nodes,
+                 crowded == 0 ? "one rank each" : crowded == nodes ? "several ranks each" : "some with several ranks");
+}
+
 static int ar_connect(exchange *x, const backend *be) {
     allreduce_x *a = of(x);
     a->be = be;
     if (choose_nccl(&x->o, be, &a->nccl) != CNT_OK) return CNT_ERR;
     x->nccl = a->nccl != NULL;
+    choose_host_backend(a);
     if (x->o.backend == DIST_BACKEND_HIER) {
         dist_phase("start-up: hierarchical allreduce's communicators");
         return dist_hier_init();
@@ -80,7 +101,7 @@ static int ar_attach(exchange *x, net *nt) {
         /* only auto gets here: the config refuses the key with mpi and nccl named */
         if (dist_rank() == 0)
             log_info("dist.buckets_in_flight = %d: dist.backend = auto chose %s, which sums one bucket at a time",
-                     ro.in_flight, ro.nccl ? "NCCL" : "MPI_Allreduce");
+                     ro.in_flight, ro.nccl ? "NCCL" : "MPI_Allreduce (one node)");
         ro.in_flight = 1;
     }
     x->o.reducer.in_flight = ro.in_flight > 1 ? ro.in_flight : 1;
@@ -105,10 +126,13 @@ static void ar_describe(const exchange *x, int batch, char *buf, size_t len) {
     }
     char flight[48] = "";
     if (o->reducer.in_flight > 1) snprintf(flight, sizeof flight, "; %d in flight at once", o->reducer.in_flight);
-    const char *comm_name = a->nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
+    const char *algo_name = a->nccl ? "NCCL (on the GPUs, its own stream; times reported one step late)"
                             : o->backend == DIST_BACKEND_RING ? "ring"
                             : o->backend == DIST_BACKEND_HIER ? hier
                                                               : "MPI_Allreduce";
+    char comm_name[320];
+    snprintf(comm_name, sizeof comm_name, "%s%s%s%s", algo_name, a->auto_why[0] ? " (" : "", a->auto_why,
+             a->auto_why[0] ? ")" : "");
     snprintf(buf, len,
              "%d rank%s (%d on this node), global batch %d; gradients allreduced with %s in %d bucket%s (%g MiB, "
              "first %g MiB%s) %s, %s on the wire; stall watchdog %s (warn %g s, abort %g s)",

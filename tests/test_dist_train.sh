@@ -65,6 +65,8 @@ for np in 2 4; do
     check "$np ranks: training exits 0" test $rc -eq 0
     check "$np ranks: start-up line names the world and the scaled lr" \
         grep -q "dist: $np ranks.*lr 0.05 per worker x $np = $(python3 -c "print($np*0.05)")" <<<"$out"
+    check "$np ranks on one node: dist.backend=auto chose MPI_Allreduce, saying why" \
+        grep -q "allreduced with MPI_Allreduce (dist.backend = auto: one node) in" <<<"$out"
     check "$np ranks: progress is logged once" test "$(grep -c 'step 8/8' <<<"$out")" -eq 1
     check "$np ranks: parameters bit-identical on every rank after the steps" \
         grep -q "parameters bit-identical on all $np ranks" <<<"$out"

@@ -8,7 +8,8 @@
  *   - the stepper's state saved for a checkpoint and restored into a fresh
  *     stepper continues exactly as the run that was not interrupted;
  *   - what each version keeps beside the net (the memory check's input),
- *     and its traits.
+ *     and its traits;
+ *   - what dist.backend = auto runs through host memory, by the job's shape.
  * Several ranks and parameter servers: tests/test_dist_train.sh,
  * tests/test_ps.sh.
  */
@@ -196,12 +197,26 @@ static void test_none_traits(void **state) {
     assert_int_equal(exchange_workers(exchange_none()), 1);
 }
 
+/* dist.backend = auto through host memory: MPI_Allreduce on one node, the
+ * ring across nodes of one rank each, the hierarchy as soon as one node holds
+ * several (the multi-host checks: tests/test_multihost.sh). */
+static void test_auto_host_backend(void **state) {
+    (void)state;
+    assert_int_equal(dist_auto_host_backend(1, 0), DIST_BACKEND_MPI);
+    assert_int_equal(dist_auto_host_backend(1, 1), DIST_BACKEND_MPI);
+    assert_int_equal(dist_auto_host_backend(2, 0), DIST_BACKEND_RING);
+    assert_int_equal(dist_auto_host_backend(4, 0), DIST_BACKEND_RING);
+    assert_int_equal(dist_auto_host_backend(2, 2), DIST_BACKEND_HIER);
+    assert_int_equal(dist_auto_host_backend(3, 1), DIST_BACKEND_HIER);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_none_equals_one_rank_allreduce),
         cmocka_unit_test(test_state_save_restore_continues_exactly),
         cmocka_unit_test(test_footprints),
         cmocka_unit_test(test_none_traits),
+        cmocka_unit_test(test_auto_host_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,11 +4,12 @@
 # with tc, mpirun launching through tools/cluster-rsh over TCP): the
 # collectives of dist/ across hosts (build/tests/mpi_ring: our ring against
 # MPI_Allreduce, bitwise); 3 hosts train with one rank per node and end with
-# bit-identical parameters, every rank's gradients crossing its shaped link;
+# bit-identical parameters, every rank's gradients crossing its shaped link,
+# through the ring that dist.backend=auto chooses across hosts;
 # dist.backend=ring and =mpi give the same losses on 2 hosts (bit for bit)
-# and both train on 3; dist.backend=hier on 2 hosts x 2 ranks sums bitwise,
-# trains with bit-identical ranks and puts 2/3 of the flat ring's bytes on
-# the links; a checkpoint written by rank 0 on host 0 resumes a
+# and both train on 3; on 2 hosts x 2 ranks auto chooses the hierarchical
+# allreduce, which sums bitwise, trains with bit-identical ranks and puts
+# 2/3 of the flat ring's bytes on the links; a checkpoint written by rank 0 on host 0 resumes a
 # 3-host run exactly; the links hold their rate; a rank killed mid-run, and a
 # host whose link goes down mid-run, end the whole job within a bound with a
 # message naming the rank or the host, leaving no process on any host (and,
@@ -116,8 +117,10 @@ t0=$(date +%s%N)
 out=$("${M[@]}" -np 3 ./trainer "${small[@]}" train.out_dir="$tmp/ref" 2>&1)
 rc=$?
 secs=$(ms_since "$t0")
-check "3 hosts, dist.backend=mpi: training exits 0 ($((secs / 1000)).$((secs % 1000 / 100)) s)" test $rc -eq 0
+check "3 hosts, dist.backend=auto: training exits 0 ($((secs / 1000)).$((secs % 1000 / 100)) s)" test $rc -eq 0
 check "3 hosts: 'dist: 3 ranks (1 on this node)'" grep -q "^dist: 3 ranks (1 on this node)" <<< "$out"
+check "3 hosts: dist.backend=auto chose the ring, saying why" \
+    grep -q "allreduced with ring (dist.backend = auto: 3 nodes, one rank each)" <<< "$out"
 check "3 hosts: parameters bit-identical on all 3 ranks" grep -q "parameters bit-identical on all 3 ranks" <<< "$out"
 for k in 0 1 2; do after[k]=$(link_bytes $k); done
 nparam=$(grep -oE '\(([0-9]+) parameters' <<< "$out" | grep -oE '[0-9]+')
@@ -142,8 +145,8 @@ done
 check "2 hosts: ring and MPI allreduce give the same 8 step losses, bit for bit" \
     diff <(steps "$tmp/two-mpi/metrics.jsonl") <(steps "$tmp/two-ring/metrics.jsonl")
 check "2 hosts: 8 step records" test "$(steps "$tmp/two-ring/metrics.jsonl" 2> /dev/null | wc -l)" -eq 8
-out=$("${M[@]}" -np 3 ./trainer "${small[@]}" dist.backend=ring train.out_dir="$tmp/ring3" 2>&1)
-check "3 hosts, dist.backend=ring: exits 0 with bit-identical parameters" \
+out=$("${M[@]}" -np 3 ./trainer "${small[@]}" dist.backend=mpi train.out_dir="$tmp/mpi3" 2>&1)
+check "3 hosts, dist.backend=mpi: exits 0 with bit-identical parameters" \
     grep -q "parameters bit-identical on all 3 ranks" <<< "$out"
 
 # 3b. The hierarchical allreduce (dist.backend = hier), 2 hosts x 2 ranks:
@@ -158,7 +161,7 @@ check "mpirun-args --shm: shared memory between the ranks of a host" grep -q -- 
 out=$("${M2[@]}" "${P2[@]}" build/tests/mpi_ring --expect-world 4 --expect-nodes 2 2>&1)
 check "mpi_ring on 2 hosts x 2 ranks: exit 0, hier finds 2 nodes, sums bitwise ($(grep -c '^ok ' <<< "$out") checks ok)" \
     grep -q "^mpi_ring: world 4, all checks passed" <<< "$out"
-for be in hier ring; do
+for be in auto ring; do # auto: hier, as the start-up line must say
     for k in 0 1; do before[k]=$(link_bytes $k); done
     "${M2[@]}" "${P2[@]}" ./trainer "${small[@]}" dist.backend=$be train.out_dir="$tmp/hier-$be" > "$tmp/hier-$be.log" 2>&1
     sent=0
@@ -172,10 +175,11 @@ for be in hier ring; do
     check "2 hosts x 2 ranks, dist.backend=$be: exits 0 with bit-identical parameters" \
         grep -q "parameters bit-identical on all 4 ranks" "$tmp/hier-$be.log"
 done
-check "2 hosts x 2 ranks: the start-up line names the hierarchy" \
-    grep -q "^dist: 4 ranks (2 on this node), .*the hierarchical allreduce (2 nodes" "$tmp/hier-hier.log"
-check "2 hosts x 2 ranks: hier sends at most 0.8x the flat ring's bytes into the links ($((sent_hier / 1000)) kB against $((sent_ring / 1000)) kB)" \
-    test "$sent_hier" -gt 0 -a $((sent_hier * 10)) -le $((sent_ring * 8))
+check "2 hosts x 2 ranks: dist.backend=auto chose the hierarchy, saying why" grep -q \
+    "^dist: 4 ranks (2 on this node), .*the hierarchical allreduce (2 nodes.*(dist.backend = auto: 2 nodes, several ranks each)" \
+    "$tmp/hier-auto.log"
+check "2 hosts x 2 ranks: hier sends at most 0.8x the flat ring's bytes into the links ($((sent_auto / 1000)) kB against $((sent_ring / 1000)) kB)" \
+    test "$sent_auto" -gt 0 -a $((sent_auto * 10)) -le $((sent_ring * 8))
 
 # 4. A checkpoint written by rank 0 on host 0 (after step 4) resumes a
 # 3-host run exactly: the losses and learning rates of the uninterrupted run.

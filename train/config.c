@@ -375,7 +375,8 @@ static const key_def key_table[] = {
          .help = "gradient allreduce: mpi (MPI_Allreduce), ring (our ring allreduce over MPI point-to-point), hier "
                  "(several ranks per node: each node's sum at one leader, our ring between the leaders, sent "
                  "back), nccl (GPU to GPU, on its own stream; needs device cuda and one GPU per rank); auto: nccl "
-                 "on GPUs when every rank has its own GPU, else mpi (through host memory)"),
+                 "on GPUs when every rank has its own GPU; else mpi on one node, ring across nodes with one rank "
+                 "each, hier across nodes when one holds several ranks"),
     K_BOOL("dist", "overlap", overlap, "true",
          .help = "allreduce each gradient bucket as soon as backward completes it; false: after backward"),
     K_ENUM("dist", "progress", progress, "sleep", .choices = dist_progresses,
