@@ -103,8 +103,21 @@ static void dist_abort_hook(int code) { abort_job(code); }
 #define TCP_LINKS_VAR "OMPI_MCA_btl_tcp_links"
 static int read_tcp_links(void);
 
+/* Open MPI's mpirun and its PMIx server (also under Slurm's srun --mpi=pmix),
+ * PMI-1/2 (srun --mpi=pmi2, MPICH's Hydra). */
+int dist_launched_by_mpi(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
 int dist_init(int *argc, char ***argv) {
     if (dist_initialised) return CNT_OK;
+    if (!dist_launched_by_mpi()) {
+        cnt_log_set_rank(0, 1); /* a world of one; dist_initialised stays 0: no MPI call is made */
+        return CNT_OK;
+    }
     if (!getenv(TCP_LINKS_VAR)) {
         if (setenv(TCP_LINKS_VAR, "2", 0) != 0) return cnt_err_set("setenv %s: out of memory", TCP_LINKS_VAR);
         g_set_tcp_links = 1;
@@ -400,6 +413,8 @@ void dist_mpi_fail_at(const char *file, int line, const char *stmt, int err) {
     cnt_fatal_at(file, line, 1, NULL, "MPI call failed: %s (error %d; built without MPI)", stmt,
                  err);
 }
+
+int dist_launched_by_mpi(void) { return 0; }
 
 int dist_init(int *argc, char ***argv) {
     (void)argc;

@@ -49,8 +49,15 @@ typedef enum dist_algo {
  * set: over one connection it moves one direction at a time, so two ranks
  * exchanging data (every allreduce at 2 ranks) got half the link's rate
  * each way (docs/multi-node.md). Other MPI libraries ignore the variable.
+ * A process that no MPI launcher started (none of the variables that
+ * mpirun, Slurm's PMI/PMIx or MPICH's Hydra give their processes:
+ * dist_launched_by_mpi) is a world of one without MPI, as in a build
+ * without it: MPI_Init would only start a singleton daemon (about 0.4 s and
+ * a process) for collectives that have nobody to talk to.
  * Returns CNT_OK, or CNT_ERR with a message. */
 int dist_init(int *argc, char ***argv);
+/* Whether an MPI launcher started this process (dist_init's test). */
+int dist_launched_by_mpi(void);
 /* Open MPI's TCP connections per pair of ranks as the library took it
  * (its btl_tcp_links control variable, read through MPI_T by dist_init,
  * before any other thread calls MPI), and in *chosen 1 when dist_init set
