@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_dist_train.sh - data-parallel training under mpirun (2 and 4
-# ranks, oversubscribed): the job trains and logs once; the learning rate is
+# ranks, oversubscribed), and one process without it (no MPI started): the
+# job trains and logs once; the learning rate is
 # scaled by the world size; one step on 2 ranks x batch B, and on 2 ranks x 2
 # accumulated micro-batches of B/2, equals one step on 1 rank x batch 2B (same
 # samples, model without batch norm or dropout);
@@ -32,6 +33,15 @@ fails=0
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 small=(train.device=cpu data.train_limit=512 data.test_limit=200 train.batch_size=16 train.epochs=1 train.max_steps=8
        train.log_every=4 train.threads=1 data.workers=1 optim.lr=0.05)
+
+# A process no MPI launcher started trains without starting MPI (no singleton daemon): an Open MPI
+# setting that makes MPI_Init fail does not touch it; under mpirun the same setting does.
+out=$(OMPI_MCA_pml=no_such_pml ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=1 \
+      train.out_dir="$tmp/nompi" 2>&1)
+check "1 process without mpirun: trains without MPI_Init (exit $?)" grep -q "^stopped (train.max_steps = 1" <<<"$out"
+out=$(OMPI_MCA_pml=no_such_pml "${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" \
+      train.max_steps=1 train.out_dir="$tmp/mpi1" 2>&1)
+check "1 rank under mpirun: MPI starts (and fails on the bad setting)" grep -qE "no_such_pml|in MPI_Init" <<<"$out"
 
 # Threads follow each rank's CPUs (sched_getaffinity) and the start-up lines say so: 2 unbound ranks
 # with train.threads = 0 each run one per CPU of the machine, more than its CPUs, and rank 0 says which
@@ -343,16 +353,31 @@ check "stall abort: rank 0's error names rank 1" \
 # phase it waited in, and ends the job within seconds (not by the timeout).
 # The stalled rank prints no such line. With rank 0 stalled at start-up,
 # rank 1 may get through the device report's gather (its part is a send)
-# and wait in the next start-up collective, hence the pattern.
+# and wait in the next start-up collective, hence the pattern. The cases run
+# at once (each job mostly waits out its stall), then are checked in order.
 # Cases: STALLED_RANK|PHASE|REPORTING_RANK|COLLECTIVE AND PHASE (regex)|EXTRA OPTIONS
+cases='1|evaluation|0|dist_allreduce_sum_f64 during evaluation|
+0|start-up|1|dist_[a-z0-9_]+ during start-up: [a-z ]+|
+1|post-epoch parameter check|0|dist_allgather_u64 during post-epoch parameter check|
+1|gradient allreduce|0|the ring allreduce during gradient allreduce \(step 1, bucket [0-9]+\)|dist.backend=ring'
+k=0
 while IFS='|' read -r sr phase rr what extra; do
-    t0=$(date +%s)
-    # shellcheck disable=SC2086 # $extra: zero or more options
-    out=$(CNT_TEST_STALL_IN="$sr:$phase:30" timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
-          -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.stall_abort_s=3 $extra \
-          train.out_dir="$tmp/bw" </dev/null 2>&1)
-    rc=$?
-    secs=$(($(date +%s) - t0))
+    k=$((k + 1))
+    (
+        t0=$(date +%s)
+        # shellcheck disable=SC2086 # $extra: zero or more options
+        CNT_TEST_STALL_IN="$sr:$phase:30" timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+            -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.stall_abort_s=3 $extra \
+            train.out_dir="$tmp/bw$k" </dev/null > "$tmp/bw$k.out" 2>&1
+        echo "$? $(($(date +%s) - t0))" > "$tmp/bw$k.rc"
+    ) &
+done <<< "$cases"
+wait
+k=0
+while IFS='|' read -r sr phase rr what extra; do
+    k=$((k + 1))
+    out=$(cat "$tmp/bw$k.out")
+    read -r rc secs < "$tmp/bw$k.rc"
     check "stall in $phase: the job ends non-zero, not by the timeout (rc=$rc, ${secs}s)" \
         test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137
     check "stall in $phase: within 30 s of start" test $secs -le 30
@@ -361,12 +386,7 @@ while IFS='|' read -r sr phase rr what extra; do
     check "stall in $phase: the stalled rank $sr reports no wait" \
         test "$(grep -c "^\[rank $sr\] error: stall:" <<<"$out")" -eq 0
     if ! grep -q "error: stall: rank" <<<"$out"; then tail -n 8 <<<"$out" | sed 's/^/    /'; fi
-done <<'CASES'
-1|evaluation|0|dist_allreduce_sum_f64 during evaluation|
-0|start-up|1|dist_[a-z0-9_]+ during start-up: [a-z ]+|
-1|post-epoch parameter check|0|dist_allgather_u64 during post-epoch parameter check|
-1|gradient allreduce|0|the ring allreduce during gradient allreduce \(step 1, bucket [0-9]+\)|dist.backend=ring
-CASES
+done <<< "$cases"
 
 # A rank stopped inside the blocking MPI_Allreduce of the gradients (after the
 # watchdog let every rank in): the other rank's deadman thread ends the job.
