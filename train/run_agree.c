@@ -32,7 +32,7 @@ char *run_config_text(const config *cfg, size_t n_params, size_t *len) {
 int run_check_params_identical(const net *nt, float *host) {
     int world = dist_world();
     nt->be->download(host, nt->params, nt->n_params * sizeof(float));
-    uint64_t h = hash_bytes(host, nt->n_params * sizeof(float));
+    uint64_t h = hash_large(host, nt->n_params * sizeof(float));
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
     dist_phase("post-epoch parameter check");
     dist_allgather_u64(h, all);
