@@ -4,7 +4,8 @@
 # parameter count or the peer refuses to run; one short call at 1 and 2 hosts
 # (ResNet-20, batch 8, 1 warm-up + 2 timed steps, links 1gbit) runs both
 # tools on the cluster, every DDP rank in its own host with cnntrain's bucket
-# sizes, and writes the table and the CSV; the call removes its cluster.
+# sizes, and writes the table (the ratio, and both tools' allreduce time not
+# hidden by backward) and the CSV; the call removes its cluster.
 # Checks that it works, not how fast: no timing is compared.
 # Run from the repository root after `make`, as root, with PyTorch in
 # $TORCH_PYTHON or /opt/torch-venv/bin/python (not a project dependency:
@@ -43,8 +44,23 @@ rc=$?
 check "peer_ddp.sh at 1 and 2 hosts: exits 0 ($(($(date +%s) - t0)) s)" test $rc -eq 0
 [ $rc -eq 0 ] || tail -n 15 <<< "$out" | sed 's/^/    /'
 check "both models have 269722 parameters" grep -q "batch 8 per rank, 269722 parameters in both" <<< "$out"
-check "table: a row for 1 host with efficiencies 1.000" grep -qE '^\| 1 \| 1gbit \| [0-9.]+ \| [0-9.]+ \| 1\.000 \| 1\.000 \|' <<< "$out"
-check "table: a row for 2 hosts with both efficiencies" grep -qE '^\| 2 \| 1gbit \| [0-9.]+ \| [0-9.]+ \| [0-9]\.[0-9]{3} \| [0-9]\.[0-9]{3} \|' <<< "$out"
+check "table: a row for 1 host with the ratio and efficiencies 1.000" \
+    grep -qE '^\| 1 \| 1gbit \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| 1\.000 \| 1\.000 \|' <<< "$out"
+check "table: a row for 2 hosts with both efficiencies and both tools' exposed allreduce" \
+    grep -qE '^\| 2 \| 1gbit \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| [0-9]\.[0-9]{3} \| [0-9]\.[0-9]{3} \| [0-9.]+ / [0-9.]+ \| [0-9.]+ \|$' <<< "$out"
+# DDP's exposed allreduce: from backward's last gradient to backward's return, one per timed step; at 1
+# host (nothing to wait for) a small part of the step, at 2 hosts more than 0 and less than the step.
+check "DDP: its exposed allreduce is measured per step, under 1/4 of the step at 1 host, in (0, step) at 2" \
+    python3 -c '
+import json, sys
+def rec(path):
+    r = [json.loads(l) for l in open(path) if l.startswith("{")][0]
+    print("    %s: exposed %s ms, step %s ms" % (path.rsplit("/", 1)[1], r["median_exposed_ms"], r["median_step_ms"]))
+    assert len(r["exposed_ms"]) == r["steps"]
+    return r["median_exposed_ms"], r["median_step_ms"]
+e1, s1 = rec(sys.argv[1])
+e2, s2 = rec(sys.argv[2])
+sys.exit(0 if 0 <= e1 < 0.25 * s1 and 0 < e2 < s2 else 1)' "$tmp/out/logs/ddp-1-1gbit-1.log" "$tmp/out/logs/ddp-2-1gbit-1.log"
 check "CSV: a header and 2 rows" test "$(wc -l < "$tmp/out/peer_ddp.csv" 2> /dev/null)" = 3
 check "cnntrain at 2 hosts: one rank on each, 2 buckets (25 MiB, first 1 MiB)" \
     grep -q "^dist: 2 ranks (1 on this node), global batch 16; gradients allreduced with ring in 2 buckets (25 MiB, first 1 MiB)" \

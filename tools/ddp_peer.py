@@ -46,10 +46,15 @@ the end of the optimizer step). Rank 0 prints one JSON line:
     {"tool":"ddp","model":...,"params":...,"world":N,"batch":B,"shape":"CxHxW",
      "bucket_mb":...,"first_bucket_mb":...,"buckets_mib":[...],"threads":T,
      "warmup":W,"steps":S,"step_ms":[...],"median_step_ms":M,"images_per_sec":I,
-     "torch":"2.x"}
+     "exposed_ms":[...],"median_exposed_ms":E,"torch":"2.x"}
 
-with I = N x B / M (all ranks' images per second) and buckets_mib DDP's
-buckets after its rebuild, in the order they are reduced. --trace FILE then
+with I = N x B / M (all ranks' images per second), buckets_mib DDP's
+buckets after its rebuild, in the order they are reduced, and E the
+allreduce time backward did not hide on rank 0: from the last parameter's
+gradient accumulated (a post-accumulate-grad hook on every parameter) to
+the return of loss.backward(), which DDP holds until every bucket's sum is
+in (cnntrain's comm_exposed_ms: from the end of backward to the last
+bucket's sum). --trace FILE then
 runs 3 more steps under torch.profiler and writes rank 0's Chrome trace.
 
 Needs PyTorch and torchvision, which are not project dependencies:
@@ -253,11 +258,27 @@ def main():
     y = torch.randint(0, a.classes, (a.batch,), generator=g)
     lossf = nn.CrossEntropyLoss()
 
+    # When backward's computation ends: each parameter's gradient, once
+    # accumulated, stamps the time; the last stamp of a step is its end.
+    # DDP's loss.backward() returns only after its final callback has waited
+    # for every bucket's allreduce, so what lies between is communication
+    # that backward did not hide: cnntrain's comm_exposed_ms, measured from
+    # the end of backward to the last bucket's sum.
+    last_grad = [0.0]
+
+    def stamp(_p):
+        last_grad[0] = time.perf_counter()
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(stamp)
+    exposed = []
+
     def step():
         # bucket views stay and are zeroed in place; else torch's default
         opt.zero_grad(set_to_none=a.no_bucket_view)
         loss = lossf(ddp(x), y)
         loss.backward()
+        exposed.append((time.perf_counter() - last_grad[0]) * 1e3)
         opt.step()
         return loss
 
@@ -265,6 +286,7 @@ def main():
         step()
     dist.barrier()
     times = []
+    exposed.clear()
     for _ in range(a.steps):
         t0 = time.perf_counter()
         loss = step()
@@ -272,6 +294,7 @@ def main():
     if not torch.isfinite(loss):
         sys.stderr.write(f"ddp_peer.py: rank {rank}: loss is {loss.item()}\n")
         return 1
+    exposed_ms = exposed[:a.steps]
     if a.trace:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -289,7 +312,9 @@ def main():
             "shape": a.shape, "bucket_mb": a.bucket_mb, "first_bucket_mb": a.first_bucket_mb,
             "buckets_mib": buckets, "threads": a.threads, "warmup": a.warmup, "steps": a.steps,
             "step_ms": [round(t, 3) for t in times], "median_step_ms": round(med, 3),
-            "images_per_sec": round(world * a.batch * 1e3 / med, 2), "torch": torch.__version__,
+            "images_per_sec": round(world * a.batch * 1e3 / med, 2),
+            "exposed_ms": [round(t, 3) for t in exposed_ms],
+            "median_exposed_ms": round(statistics.median(exposed_ms), 3), "torch": torch.__version__,
         }), flush=True)
     return 0
 

@@ -3,9 +3,12 @@
 # tools/cluster.sh: the same model (parameter for parameter), batch, image
 # size, bucket sizes, threads per rank, hosts and links, one rank per host,
 # run alternately (cnntrain, DDP, cnntrain, DDP, ...) in one call, at each
-# host count and link rate. Prints a markdown table of images/s and scaling
-# efficiency (images/s at N hosts / (N x images/s at 1 host), same tool, same
-# rate) and writes it as CSV. See docs/scaling.md, "The peer: PyTorch DDP".
+# host count and link rate. Prints a markdown table of images/s, their ratio,
+# scaling efficiency (images/s at N hosts / (N x images/s at 1 host), same
+# tool, same rate) and each tool's allreduce time not hidden by backward
+# (cnntrain's comm_exposed_ms; DDP's from its last gradient to the return
+# of backward, tools/ddp_peer.py), and writes it as CSV. See
+# docs/scaling.md, "The peer: PyTorch DDP".
 #
 #   tools/peer_ddp.sh [options]
 #
@@ -189,7 +192,7 @@ PY
 }
 
 port=29500
-# ddp_run N TAG [options]: one DDP run; prints IMG_S or fails naming its log.
+# ddp_run N TAG [options]: one DDP run; prints IMG_S EXPOSED_MS or fails naming its log.
 ddp_run() {
     local n=$1 tag=$2 log=$out/logs/ddp-$2.log
     shift 2
@@ -206,7 +209,7 @@ ddp_run() {
 import json, sys
 for l in open(sys.argv[1]):
     if l.startswith("{\"tool\": \"ddp\""):
-        print(json.loads(l)["images_per_sec"]); break
+        r = json.loads(l); print(r["images_per_sec"], r["median_exposed_ms"]); break
 else:
     sys.exit("peer_ddp.sh: no result line in " + sys.argv[1])' "$log"
 }
@@ -217,16 +220,17 @@ rows=()
 for rate in $rates; do
     "${C[@]}" shape "$rate" >> "$out/logs/cluster.log" 2>&1 || { echo "peer_ddp.sh: shape $rate failed (see $out/logs/cluster.log)" >&2; exit 1; }
     for n in $hosts; do
-        cs=() ds=() cc=() ce=()
+        cs=() ds=() cc=() ce=() de=()
         for ((r = 1; r <= rounds; r++)); do
             t0=$(date +%s)
             res=$(cnt_run "$n" "$n-$rate-$r") || exit 1
             read -r ci cm cx <<< "$res"
             t1=$(date +%s)
-            di=$(ddp_run "$n" "$n-$rate-$r") || exit 1
+            res=$(ddp_run "$n" "$n-$rate-$r") || exit 1
+            read -r di dx <<< "$res"
             t2=$(date +%s)
-            cs+=("$ci") cc+=("$cm") ce+=("$cx") ds+=("$di")
-            echo "  $n host(s), $rate, round $r: cnntrain $ci img/s (comm $cm ms, exposed $cx ms; $((t1 - t0)) s), DDP $di img/s ($((t2 - t1)) s)"
+            cs+=("$ci") cc+=("$cm") ce+=("$cx") ds+=("$di") de+=("$dx")
+            echo "  $n host(s), $rate, round $r: cnntrain $ci img/s (comm $cm ms, exposed $cx ms; $((t1 - t0)) s), DDP $di img/s (exposed $dx ms; $((t2 - t1)) s)"
         done
         if [ "$trace" -eq 1 ]; then
             cnt_run "$n" "$n-$rate-trace" dist.timeline=timeline.json > /dev/null || exit 1
@@ -234,7 +238,7 @@ for rate in $rates; do
             ddp_run "$n" "$n-$rate-trace" --trace "$out/traces/ddp-$n-$rate.json" > /dev/null || exit 1
             echo "  $n host(s), $rate: traces $out/traces/cnntrain-$n-$rate.json, $out/traces/ddp-$n-$rate.json"
         fi
-        rows+=("$n $rate $(median "${cs[@]}") $(median "${ds[@]}") $(median "${cc[@]}") $(median "${ce[@]}") $(IFS=';'; echo "${cs[*]}") $(IFS=';'; echo "${ds[*]}")")
+        rows+=("$n $rate $(median "${cs[@]}") $(median "${ds[@]}") $(median "${cc[@]}") $(median "${ce[@]}") $(median "${de[@]}") $(IFS=';'; echo "${cs[*]}") $(IFS=';'; echo "${ds[*]}")")
     done
 done
 
@@ -252,21 +256,24 @@ def eff(tool, n, rate, v):
     base = one.get((tool, rate))
     return f"{v / (int(n) * base):.3f}" if base else ""
 cols = ["hosts", "rate", "cnntrain_img_s", "ddp_img_s", "cnntrain_eff", "ddp_eff", "cnntrain_comm_ms",
-        "cnntrain_exposed_ms", "cnntrain_img_s_rounds", "ddp_img_s_rounds", "model", "shape", "batch",
-        "threads", "bucket_mb", "first_bucket_mb", "backend", "rounds"]
+        "cnntrain_exposed_ms", "ddp_exposed_ms", "cnntrain_img_s_rounds", "ddp_img_s_rounds", "model", "shape",
+        "batch", "threads", "bucket_mb", "first_bucket_mb", "backend", "rounds"]
 out = []
-for n, rate, c, d, cm, cx, cr, dr in rows:
+for n, rate, c, d, cm, cx, dx, cr, dr in rows:
     c, d = float(c), float(d)
-    out.append([n, rate, f"{c:.1f}", f"{d:.1f}", eff("c", n, rate, c), eff("d", n, rate, d), cm, cx, cr, dr,
-                model, shape, batch, threads, bmb, fbmb, backend, rounds])
+    out.append([n, rate, f"{c:.1f}", f"{d:.1f}", eff("c", n, rate, c), eff("d", n, rate, d), cm, cx,
+                f"{float(dx):.1f}", cr, dr, model, shape, batch, threads, bmb, fbmb, backend, rounds])
 with open(csv_path, "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(cols)
     w.writerows(out)
-lines = ["| hosts | rate | cnntrain images/s | DDP images/s | cnntrain efficiency | DDP efficiency | cnntrain comm / exposed ms |",
-         "|---:|---|---:|---:|---:|---:|---:|"]
+lines = ["| hosts | rate | cnntrain images/s | DDP images/s | cnntrain / DDP | cnntrain efficiency | DDP efficiency "
+         "| cnntrain comm / exposed ms | DDP exposed ms |",
+         "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
 for r in out:
-    lines.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4] or '-'} | {r[5] or '-'} | {r[6]} / {r[7]} |")
+    ratio = float(r[2]) / float(r[3]) if float(r[3]) > 0 else 0
+    lines.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {ratio:.2f}x | {r[4] or '-'} | {r[5] or '-'} "
+                 f"| {r[6]} / {r[7]} | {r[8]} |")
 open(md_path, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 print(f"\nCSV: {csv_path}")
