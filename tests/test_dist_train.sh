@@ -193,11 +193,15 @@ one=(train.device=cpu model.name=vgg11 model.dropout=0 data.kind=synthetic data.
      data.synthetic_test=32 data.augment=false train.epochs=1 train.max_steps=1 train.log_every=1 train.threads=1
      data.workers=1 optim.lr_scaling=none optim.lr=0.01 optim.warmup_epochs=0 optim.schedule=constant
      checkpoint.every_epochs=0) # no checkpoint: VGG-11's is 1 GB
-"${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=16 train.out_dir="$tmp/one1" >/dev/null 2>&1
-"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=8 train.out_dir="$tmp/one2" >/dev/null 2>&1
+# unbound, so that rank 0 draws VGG-11's 129 million initial values on both cores (the others sleep in the
+# broadcast); mpirun would bind each rank to one core
+"${MPI[@]}" --bind-to none -np 1 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=16 \
+    train.out_dir="$tmp/one1" >/dev/null 2>&1
+"${MPI[@]}" --bind-to none -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=8 \
+    train.out_dir="$tmp/one2" >/dev/null 2>&1
 # and gradient accumulation: rank r's two micro-batches of 4 are its first 8 positions, r, r+2, ...
-"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=4 train.accumulate=2 \
-    train.out_dir="$tmp/one2a" >/dev/null 2>&1
+"${MPI[@]}" --bind-to none -np 2 ./trainer configs/resnet20-fashion.ini "${one[@]}" train.batch_size=4 \
+    train.accumulate=2 train.out_dir="$tmp/one2a" >/dev/null 2>&1
 same_step() { # same_step METRICS METRICS: the first step's loss, the evaluation's loss and top-1 agree
     python3 - "$1" "$2" <<'PY'
 import json, sys

@@ -392,19 +392,19 @@ static void test_mixed_precision(void **state) {
 
     small_config(&c, d2);
     assert_int_equal(config_override(&c, "train.precision=fp16"), CNT_OK);
-    assert_int_equal(config_override(&c, "train.epochs=2"), CNT_OK);
-    assert_int_equal(config_override(&c, "train.loss_scale=1099511627776"), CNT_OK); /* 2^40 */
+    assert_int_equal(config_override(&c, "train.epochs=1"), CNT_OK); /* 64.7 % top-1 after it here */
+    assert_int_equal(config_override(&c, "train.loss_scale=1073741824"), CNT_OK); /* 2^30: the first steps overflow */
     assert_int_equal(trainer_run(&c, &r), CNT_OK);
     print_message("fp16: last loss %.4f, top-1 %.4f, loss scale %g after %ld skipped steps\n", r.last_loss, r.top1,
                   r.loss_scale, r.skipped_steps);
-    assert_int_equal(r.steps, 2 * (4096 / 32)); /* skipped steps still count */
-    assert_true(r.skipped_steps >= 10 && r.skipped_steps <= 40);
-    assert_true(r.loss_scale == ldexp(1.0, 40 - (int)r.skipped_steps)); /* halved once per skip, no growth */
-    assert_true(r.top1 > 0.65);
+    assert_int_equal(r.steps, 4096 / 32); /* skipped steps still count */
+    assert_true(r.skipped_steps >= 10 && r.skipped_steps <= 30);
+    assert_true(r.loss_scale == ldexp(1.0, 30 - (int)r.skipped_steps)); /* halved once per skip, no growth */
+    assert_true(r.top1 > 0.60);
     char path[700];
     snprintf(path, sizeof path, "%s/metrics.jsonl", d2);
     assert_true(count_lines_with(path, "\"skipped_steps\":0}") == 0); /* the first record already has skips */
-    assert_int_equal(count_lines_with(path, "\"loss_scale\":"), 2 * 128 / 32);
+    assert_int_equal(count_lines_with(path, "\"loss_scale\":"), 128 / 32);
 
     /* five skipped steps change nothing: the epoch's checkpoint holds the
      * initial parameters and batch-norm statistics and zero momentum (the
