@@ -350,8 +350,13 @@ int trainer_run(const config *cfg, train_result *res) {
 }
 
 int trainer_summary_config(const config *cfg, FILE *out) {
+    /* The data's shape and classes are all a summary needs: a synthetic set
+     * of one image each instead of data.synthetic_train's 10,000 (VGG-16's
+     * summary at 224x224 took 5.9 s, nearly all of it making images). */
+    config c = *cfg;
+    if (c.data_kind == DATA_KIND_SYNTHETIC) c.synthetic_train = c.synthetic_test = 1;
     input_data d;
-    if (input_load(cfg, &d) != CNT_OK) return CNT_ERR;
+    if (input_load(&c, &d) != CNT_OK) return CNT_ERR;
     net *nt = run_build_model(backend_cpu(), cfg, d.train.c, d.train.h, d.train.w, d.train.classes, 1);
     input_free(&d);
     if (!nt) return CNT_ERR;
