@@ -43,7 +43,7 @@ static void test_large_sees_every_byte(void **state) {
     assert_true(hash_large(b, N) != h);
     /* the length: a prefix, and a zero byte more */
     assert_true(hash_large(a, N - 1) != h);
-    assert_true(hash_large(a, 32) != hash_large(a, 33) || a[32] != 0);
+    assert_true(hash_large(a, 32) != hash_large(a, 33));
     unsigned char z[64] = {0};
     assert_true(hash_large(z, 32) != hash_large(z, 64));
     assert_true(hash_large(z, 40) != hash_large(z, 41));
