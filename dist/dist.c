@@ -38,8 +38,6 @@
 #endif
 
 static int dist_initialised = 0; /* dist_init succeeded and MPI is up */
-static int g_set_tcp_links = 0;  /* dist_init set OMPI_MCA_btl_tcp_links */
-static int g_tcp_links = -1;     /* what Open MPI took (dist_tcp_links) */
 static int dist_finalised = 0;   /* dist_finalize already ran */
 static int g_rank = 0;       /* in the job (MPI_COMM_WORLD) */
 static int g_world = 1;
@@ -56,6 +54,9 @@ int dist_local_rank(void) { return g_local_rank; }
 int dist_local_world(void) { return g_local_world; }
 
 #if CNT_HAVE_MPI
+
+static int g_set_tcp_links = 0;  /* dist_init set OMPI_MCA_btl_tcp_links */
+static int g_tcp_links = -1;     /* what Open MPI took (dist_tcp_links) */
 
 /* The fp16 sum's datatype and op (see dist_allreduce_sum_f16). */
 static MPI_Datatype half_type = MPI_DATATYPE_NULL;

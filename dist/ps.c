@@ -967,6 +967,7 @@ ps *ps_create(int servers, int max_staleness) {
     return NULL;
 }
 void ps_free(ps *p) { (void)p; }
+void ps_set_timeline(ps *p, timeline *tl) { (void)p, (void)tl; }
 int ps_workers(const ps *p) { (void)p; return 1; }
 int ps_servers(const ps *p) { (void)p; return 0; }
 int ps_server_rank(const ps *p, int k) { (void)p; return k; }
