@@ -255,16 +255,24 @@ check "resume with another model.dropout: refused naming the key (rc=$rc)" \
 # Two runs in one train.out_dir: the second is refused, naming the first
 # (which runs long enough to still hold the directory on a fast machine: 2
 # epochs of 256 images take well under a second on some; it is killed below).
-"${T[@]}" train.out_dir="$tmp/lock" train.epochs=2000 >"$tmp/lock.log" 2>&1 &
+# The refused run touches none of the running run's files (it had truncated
+# the running run's timeline part, whose trace then was not JSON).
+"${T[@]}" train.out_dir="$tmp/lock" train.epochs=2000 dist.timeline=trace.json >"$tmp/lock.log" 2>&1 &
 pid=$!
 wait_for_step "$tmp/lock.log" 1
-out=$("${T[@]}" train.out_dir="$tmp/lock" checkpoint.resume=auto 2>&1)
+out=$("${T[@]}" train.out_dir="$tmp/lock" checkpoint.resume=auto dist.timeline=trace.json 2>&1)
 rc=$?
 check "a second run in the same train.out_dir: refused (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
 check "a second run in the same train.out_dir: names the other run" \
     grep -q "train.out_dir = $tmp/lock is in use by another run (pid [0-9]* on" <<<"$out"
-pkill -KILL -P $pid
+check "a second run in the same train.out_dir: claims none of its metrics" \
+    bash -c '! grep -q "metrics so far" <<<"$1"' _ "$out"
+check "a second run in the same train.out_dir: the first run's timeline part keeps its start" \
+    grep -q '"process_name"' <(head -c 200 "$tmp/lock/trace.json.rank0.part")
+pkill -TERM -P $pid
 wait $pid 2>/dev/null
+check "a second run in the same train.out_dir: the first run's trace is JSON" \
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/lock/trace.json" 2>/dev/null
 
 # 7. Rollback: resuming an older checkpoint moves the newer ones aside (not
 # overwritten), and auto then takes the new lineage.

@@ -97,7 +97,8 @@ void run_path_in_out_dir(const config *cfg, const char *path, char *out, size_t 
  * the newest in checkpoint.dir), 0 for none. `say`: tell when auto finds no
  * checkpoint. */
 int run_resume_path(const config *cfg, char *path, size_t len, int say);
-/* Rank 0: train.out_dir/.lock, held while the process lives (r->lock_fd).
+/* Job rank 0, before anything is written in train.out_dir (trainer_run):
+ * train.out_dir/.lock, held while the process lives (r->lock_fd).
  * CNT_ERR naming the directory and the owner when another run holds it. */
 int run_lock_out_dir(run *r);
 /* Rank 0: config.ini, keeping an earlier run's that differs. */

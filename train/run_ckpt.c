@@ -111,11 +111,10 @@ static int check_resume_fits(const run *r, const char *path, const ckpt_meta *me
     return CNT_OK;
 }
 
-/* Rank 0: takes train.out_dir's lock, then reads the checkpoint
+/* Rank 0 (which holds train.out_dir's lock): reads the checkpoint
  * checkpoint.resume names (if any) into ss and meta and checks that it fits
  * this run: *found 1 with its path in path. CNT_ERR with a message. */
 static int read_checkpoint(run *r, step_state *ss, ckpt_meta *meta, char *path, size_t len, int64_t *found) {
-    if (run_lock_out_dir(r) != CNT_OK) return CNT_ERR;
     if (!run_resume_path(r->cfg, path, len, 1)) return CNT_OK;
     int has_momentum = 0;
     if (ckpt_read(path, r->nt, ss->hs.params, ss->hs.buffers, ss->hs.momentum, &has_momentum, meta) != CNT_OK) {

@@ -334,7 +334,12 @@ int trainer_run(const config *cfg, train_result *res) {
      * the timeline's, the watchdog's): ranks launched with different keys
      * would otherwise join different collectives and wait on each other. */
     exchange_opts xo = config_exchange_opts(cfg);
-    int status = run_check_same_config(cfg, 0);
+    /* Job rank 0 (always a worker) takes train.out_dir's lock before any
+     * rank writes there (a timeline part, config.ini, metrics.jsonl): a run
+     * refused by the lock must not have touched the running run's files.
+     * The others wait in the next collective until main() ends the job. */
+    int status = dist_job_rank() == 0 ? run_lock_out_dir(&r) : CNT_OK;
+    if (status == CNT_OK) status = run_check_same_config(cfg, 0);
     if (status == CNT_OK) status = exchange_create(&xo, &r.x);
     r.rank = dist_rank();
     r.world = dist_world();
