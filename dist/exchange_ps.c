@@ -95,10 +95,12 @@ static void psx_finish(exchange *x, exchange_stats *st) {
 }
 
 /* Synchronous workers meet every step; asynchronous ones do not wait for
- * each other: server 0 names the step they all stop after (dist/ps.h). */
+ * each other: server 0 names the step they all stop after (dist/ps.h). A
+ * signal a server got counts as the worker's own. */
 static int psx_agree_stop(exchange *x, long step, int signal) {
-    if (x->o.ps_sync) return exchange_agree_lagged(x, step, signal);
     ps *p = of(x)->p;
+    if (!signal) signal = ps_servers_stop(p);
+    if (x->o.ps_sync) return exchange_agree_lagged(x, step, signal);
     ps_note_stop(p, signal);
     int sig;
     long at = ps_stop_step(p, &sig);

@@ -51,9 +51,9 @@ enum { TID_SERVER0 = 2, TID_SERVE = 0, TID_IN = 1, TID_OUT = 2 };
  * learning rate's bits, the stop signal it asks for (0: none). */
 #define HEAD_LEN 5
 /* A server's answer: its version, the staleness the worker's gradient was
- * applied with, and (server 0, asynchronous) the step every worker stops
- * after and the signal (0: none). */
-#define ACK_LEN 4
+ * applied with, (server 0, asynchronous) the step every worker stops after
+ * and the signal (0: none), and a stop signal this server got (0: none). */
+#define ACK_LEN 5
 /* ps_staleness and ps_server_stats as doubles on the wire */
 #define STALE_DOUBLES (3 + PS_HIST)
 #define STATS_DOUBLES (4 + STALE_DOUBLES)
@@ -106,6 +106,7 @@ struct ps {
     int stop_signal;         /* asynchronous: the stop signal this worker asks for (ps_note_stop) */
     long stop_step;          /* and the step server 0 set for every worker to stop after; 0: none */
     int stop_agreed;         /* its signal */
+    int servers_stop;        /* a stop signal a server got and passed on (ps_servers_stop) */
     int64_t *version;        /* [servers] the version of each shard this worker's parameters are */
     MPI_Request *send_req;   /* [2 * servers]: header and shard */
     MPI_Request *recv_req;   /* [2 * servers]: parameters and answer */
@@ -427,6 +428,7 @@ void ps_finish_step(ps *p, ps_stats *st) {
         p->version[k] = p->ack[k][0];
         if (p->ack[k][1] > stale) stale = (long)p->ack[k][1];
     }
+    for (int k = 0; k < p->servers && !p->servers_stop; k++) p->servers_stop = (int)p->ack[k][4];
     if (p->ack[0][2] > 0 && !p->stop_step) { /* server 0 decides when everyone stops */
         p->stop_step = (long)p->ack[0][2];
         p->stop_agreed = (int)p->ack[0][3];
@@ -449,6 +451,8 @@ long ps_stop_step(const ps *p, int *signal) {
     *signal = p->stop_agreed;
     return p->stop_step;
 }
+
+int ps_servers_stop(const ps *p) { return p->servers_stop; }
 
 void ps_worker_fetch_state(ps *p, float *params, float *momentum) {
     CNT_ASSERT(p->rank == 0 && p->pushed == 0 && (params || momentum));
@@ -622,7 +626,9 @@ typedef struct server {
     float *params, *mom;     /* [len] the shard's parameters and momentum (zeros without momentum) */
     float *zeros;            /* [len] that stand-in */
     ps_update_fn update;
+    ps_stop_fn stop;
     void *ctx;
+    int64_t own_stop;        /* the stop signal this server got (0: none), in every answer from then on */
     ps_server_stats *st;
     worker_state *ws;        /* [W] */
     MPI_Request *sreq;       /* [2W] each answer's parameters and ack */
@@ -814,6 +820,7 @@ static void server_answer(server *s) {
         s->ack[w][1] = s->ws[w].stale;
         s->ack[w][2] = s->stop_step;
         s->ack[w][3] = s->stop_signal;
+        s->ack[w][4] = s->own_stop;
         DIST_MPI_CHECK(MPI_Isend(s->params, (int)s->len, MPI_FLOAT, w, TAG_PARAMS, p->comm, &s->sreq[2 * w]));
         DIST_MPI_CHECK(MPI_Isend(s->ack[w], ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &s->sreq[2 * w + 1]));
         s->sent_t[w] = time_now();
@@ -899,7 +906,11 @@ static void server_report_end(server *s) {
 
 /* The wait for something to do: dist_wait_until's poll is the receive
  * phase. */
-static int server_poll(void *ctx) { return server_receive(ctx); }
+static int server_poll(void *ctx) {
+    server *s = ctx;
+    if (!s->own_stop) s->own_stop = s->stop(s->ctx);
+    return server_receive(s);
+}
 
 /* The late-ranks callback: "rank R has waited T s for gradients (the newest
  * step pushed: 12) from rank(s) 0, 3": the workers that owe a push. */
@@ -924,9 +935,9 @@ static void server_describe(void *ctx, dist_wait_text part, char *buf, size_t ca
 }
 
 void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
-              void *ctx, ps_server_stats *st) {
+              ps_stop_fn stop, void *ctx, ps_server_stats *st) {
     server s = {.p = p, .k = ps_server_index(p), .W = p->workers, .S = p->max_staleness, .params = params,
-                .update = update, .ctx = ctx, .st = st};
+                .update = update, .stop = stop, .ctx = ctx, .st = st};
     CNT_ASSERT(s.k >= 0 && s.k < p->servers);
     s.b = s.k ? shard_end[s.k - 1] : 0;
     s.len = shard_end[s.k] - s.b;
@@ -984,6 +995,7 @@ void ps_finish_step(ps *p, ps_stats *st) { (void)p, (void)st; }
 void ps_worker_fetch_state(ps *p, float *params, float *momentum) { (void)p, (void)params, (void)momentum; }
 void ps_worker_sync_params(ps *p) { (void)p; }
 void ps_note_stop(ps *p, int signal) { (void)p, (void)signal; }
+int ps_servers_stop(const ps *p) { (void)p; return 0; }
 long ps_stop_step(const ps *p, int *signal) {
     (void)p;
     *signal = 0;
@@ -993,8 +1005,8 @@ void ps_worker_fetch_staleness(ps *p, ps_staleness *window) { (void)p, (void)win
 void ps_worker_bye(ps *p, ps_server_stats *st) { (void)p, (void)st; }
 void ps_server_shape(ps *p, ps_shape *shape) { (void)p, (void)shape; }
 void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
-              void *ctx, ps_server_stats *st) {
-    (void)p, (void)params, (void)momentum, (void)n, (void)shard_end, (void)update, (void)ctx, (void)st;
+              ps_stop_fn stop, void *ctx, ps_server_stats *st) {
+    (void)p, (void)params, (void)momentum, (void)n, (void)shard_end, (void)update, (void)stop, (void)ctx, (void)st;
 }
 
 #endif

@@ -150,6 +150,10 @@ typedef struct ps_server_stats ps_server_stats;
  * allreduce of the signal would make them. */
 void ps_note_stop(ps *p, int signal);
 long ps_stop_step(const ps *p, int *signal);
+/* A stop signal a server got and passed on in its answers (0: none yet):
+ * the worker treats it as its own (synchronous: the workers agree on it;
+ * asynchronous: ps_note_stop carries it to server 0). */
+int ps_servers_stop(const ps *p);
 /* Every worker, once, after its last step: tells the servers it is done.
  * Rank 0 passes st[servers] and gets each server's numbers; the others NULL. */
 void ps_worker_bye(ps *p, ps_server_stats *st);
@@ -162,6 +166,10 @@ void ps_server_shape(ps *p, ps_shape *shape);
  * the sum of the workers' gradients; apply the optimizer at lr with scale
  * (1/workers) to the shard's parameters and momentum. */
 typedef void (*ps_update_fn)(void *ctx, size_t begin, size_t end, float *grads, double lr, float scale);
+/* The stop signal (train/stop.h) this server got, 0 while none: asked
+ * between messages. The server goes on serving and passes the first signal
+ * to every worker it answers from then on (ps_servers_stop). */
+typedef int (*ps_stop_fn)(void *ctx);
 
 struct ps_server_stats {
     long steps;          /* updates applied */
@@ -175,11 +183,12 @@ struct ps_server_stats {
  * shard into params and momentum, then each step sums the pending gradient
  * shards (in worker order, into the first one's receive buffer), calls
  * update, sends the parameters back, as the mode above says; answers rank
- * 0's requests. params and momentum are host arrays of this server's shard
+ * 0's requests; asks stop (with ctx) between messages. params and
+ * momentum are host arrays of this server's shard
  * only, the values [shard_end[k-1], shard_end[k]) of the model's n (k: this
  * server; momentum NULL without momentum): a server holds its shard's
  * parameters, momentum and one receive buffer per worker, nothing more. */
 void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
-              void *ctx, ps_server_stats *st);
+              ps_stop_fn stop, void *ctx, ps_server_stats *st);
 
 #endif

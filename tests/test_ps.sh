@@ -19,6 +19,8 @@
 #     with the weights of an uninterrupted one (the servers' momentum goes
 #     into the checkpoint and back to them);
 #   - one worker with three servers (uneven shards) equals it too;
+#   - a stop signal to a server (synchronous, asynchronous) stops the job
+#     with a checkpoint and exit 75;
 #   - errors: too few ranks for dist.ps_servers, loss scaling refused (more
 #     servers than tensors: tests/test_ps.c); a stalled server is named by
 #     the workers, which end the job; a killed server ends the job with
@@ -237,6 +239,38 @@ check "SIGTERM to async worker 1: the job exits 75 (rc=$rc)" test $rc -eq 75
 check "SIGTERM to async worker 1: rank 0 says so and writes the checkpoint" \
     grep -q "stopped (SIGTERM at step [0-9]*, .*checkpoint written" "$tmp/sig.log"
 [ $rc -eq 75 ] || tail -n 8 "$tmp/sig.log" | sed 's/^/    /'
+
+# A stop signal to a server (which had ignored it: no stop, no checkpoint,
+# no message): the server says so and passes it to the workers with its
+# next answer; they stop at one step, rank 0 writes the checkpoint, the job
+# exits 75. Synchronous with SIGTERM to the only server (rank 2 of 3);
+# asynchronous with SIGUSR1 to the second of two servers (rank 3 of 4),
+# which reaches server 0 through a worker's next push. Both jobs at once.
+server_stop() { # server_stop NAME NP RANK SIGNAL ARGS...: starts the job, signals RANK, echoes its exit status
+    local name=$1 np=$2 rank=$3 sig=$4 job victim
+    shift 4
+    "${MPI[@]}" -np "$np" ./trainer configs/resnet20-fashion.ini "${slice[@]}" train.epochs=200 dist.mode=ps \
+        checkpoint.every_epochs=1 train.out_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 100); do grep -q '"kind":"step"' "$tmp/$name/metrics.jsonl" 2>/dev/null && break; sleep 0.3; done
+    victim=$(job_pid "$rank" "$job")
+    [ -n "$victim" ] && kill "-$sig" "$victim"
+    wait $job
+    echo $? >"$tmp/$name.rc"
+}
+server_stop ssync 3 2 TERM &
+server_stop sasync 4 3 USR1 dist.ps_servers=2 dist.ps_sync=false &
+wait
+for c in "ssync SIGTERM sync 1 2" "sasync SIGUSR1 async 2 3"; do
+    read -r name sig mode k rank <<<"$c"
+    rc=$(cat "$tmp/$name.rc")
+    check "$sig to $mode server $k: the job exits 75 (rc=$rc)" test "$rc" -eq 75
+    check "$sig to $mode server $k: it says so, naming its rank" \
+        grep -q "parameter server $k of $k (rank $rank): $sig: the workers stop after their next step" "$tmp/$name.log"
+    check "$sig to $mode server $k: rank 0 stops on it and writes the checkpoint" \
+        grep -q "stopped ($sig at step [0-9]*, .*checkpoint written" "$tmp/$name.log"
+    [ "$rc" -eq 75 ] || tail -n 8 "$tmp/$name.log" | sed 's/^/    /'
+done
 
 # A server that stalls: the workers name it after dist.stall_abort_s and end the job.
 out=$(CNT_TEST_STALL_IN="2:parameter server:60" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer \

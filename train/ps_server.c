@@ -9,6 +9,7 @@
 #include "dist/ps.h"
 #include "model/zoo.h"
 #include "train/optim.h"
+#include "train/stop.h"
 
 #include <stdlib.h>
 
@@ -16,11 +17,24 @@ typedef struct server_ctx {
     const net *nt;
     optimizer *opt;
     float *params; /* the shard's, from opt->base */
+    int k, servers, rank; /* for the stop line */
+    int stop;      /* the stop signal this server got and said, 0: none */
 } server_ctx;
 
 static void server_update(void *ctx, size_t begin, size_t end, float *grads, double lr, float scale) {
     server_ctx *c = ctx;
     optim_step_shard(c->opt, c->nt, c->params, grads, (float)lr, scale, begin, end);
+}
+
+/* A stop signal (train/stop.h) to a server: said once here; ps_serve passes
+ * it to the workers, which stop and checkpoint as if they had got it. */
+static int server_stop(void *ctx) {
+    server_ctx *c = ctx;
+    if (!c->stop && (c->stop = stop_pending()) != 0)
+        log_warn("parameter server %d of %d (rank %d): %s: the workers stop after their next step and rank 0 writes "
+                 "a checkpoint; serving until they have",
+                 c->k + 1, c->servers, c->rank, stop_signal_name(c->stop));
+    return c->stop;
 }
 
 /* The model rank 0 describes, laid out (offsets) without its buffers. */
@@ -64,7 +78,7 @@ int ps_server_run(const config *cfg, exchange *x) {
     optim_opts oo = config_optim_opts(cfg);
     optim_init_shard(&opt, nt, &oo, b, b + len);
     float *params = be->alloc((len ? len : 1) * sizeof(float));
-    server_ctx ctx = {nt, &opt, params};
+    server_ctx ctx = {nt, &opt, params, k, ps_servers(p), dist_job_rank(), 0};
     timeline *tl = NULL;
     if (cfg->timeline[0]) {
         /* the server's own events, sent to rank 0 at the end (dist/ps.h) */
@@ -72,7 +86,7 @@ int ps_server_run(const config *cfg, exchange *x) {
         ps_set_timeline(p, tl);
     }
     ps_server_stats st;
-    ps_serve(p, params, opt.momentum_buf, nt->n_params, shard_end, server_update, &ctx, &st);
+    ps_serve(p, params, opt.momentum_buf, nt->n_params, shard_end, server_update, server_stop, &ctx, &st);
     optim_free(&opt);
     be->free(params);
     free(shard_end);
