@@ -84,8 +84,9 @@ struct loader {
 
     /* Unreadable images, updated by workers with atomics (no lock). */
     uint8_t *known_bad; /* [ds->n] 1 once a sample failed to decode (reported then, never retried) */
-    int *bad_stamp;     /* [ds->n] epoch + 1 when counted in this epoch's skipped */
-    long skipped;       /* distinct unreadable samples met this epoch */
+    int *bad_stamp;     /* [ds->n] the pass it was last counted in (0: never) */
+    int pass;           /* loader_start_epoch_at calls: an evaluation loader starts epoch 0 every time */
+    long skipped;       /* distinct unreadable samples met this pass */
 };
 
 static void broadcast(pthread_cond_t *cv) {
@@ -319,11 +320,12 @@ static int loader_fill_general(const loader *ld, int idx, void *dst, rng *r) {
 }
 
 /* Records an unreadable sample: reported the first time, counted once per
- * epoch however often it is met (as itself or as a replacement). */
+ * pass over the data however often it is met (as itself or as a
+ * replacement). */
 static void loader_note_unreadable(loader *ld, int idx, int decoded) {
     if (decoded && !__atomic_exchange_n(&ld->known_bad[idx], 1, __ATOMIC_RELAXED))
         log_warn("data: skipping unreadable image: %s", cnt_err_msg());
-    if (__atomic_exchange_n(&ld->bad_stamp[idx], ld->epoch + 1, __ATOMIC_RELAXED) != ld->epoch + 1)
+    if (__atomic_exchange_n(&ld->bad_stamp[idx], ld->pass, __ATOMIC_RELAXED) != ld->pass)
         __atomic_add_fetch(&ld->skipped, 1, __ATOMIC_RELAXED);
 }
 
@@ -759,6 +761,7 @@ void loader_start_epoch_at(loader *ld, int epoch, int first_step) {
     ld->active = 0;
     while (ld->busy > 0) cnt_cond_wait(&ld->done_cv, &ld->mu);
     ld->epoch = epoch;
+    ld->pass++;
     loader_epoch_permutation(ld);
     for (int i = 0; i < ld->nslots; i++) ld->slots[i].ready = 0;
     __atomic_store_n(&ld->skipped, 0, __ATOMIC_RELAXED);

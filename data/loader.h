@@ -148,7 +148,8 @@ void loader_blocks_permutation(rng *r, const int *bstart, int m, int world, int 
  * receives those CPUs as a list ("0-15"). */
 int loader_thread_cpus(loader *ld, char *cpus, size_t len);
 
-/* Unreadable images met since the current epoch started (this rank). */
+/* Unreadable images met since loader_start_epoch(_at) last started a pass
+ * (this rank): each counted once however often it is met. */
 long loader_skipped(const loader *ld);
 void loader_free(loader *ld);
 

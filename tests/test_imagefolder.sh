@@ -97,11 +97,12 @@ for rem in drop:8 wrap:9; do
 done
 
 # A corrupt training image and a corrupt validation image: one warning each,
-# counted, and the run still finishes.
+# counted in every epoch (the second evaluation had counted 0), and the run
+# still finishes.
 first=$(ls "$tmp/fpng/train/3" | head -1)
 head -c 30 "$tmp/fpng/train/3/$first" >"$tmp/cut" && mv "$tmp/cut" "$tmp/fpng/train/3/$first"
 echo "not a png" >"$tmp/fpng/val/5/$(ls "$tmp/fpng/val/5" | head -1)"
-out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=25 data.root="$tmp/fpng" \
+out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" train.epochs=2 train.max_steps=50 data.root="$tmp/fpng" \
       train.out_dir="$tmp/r2" 2>&1)
 rc=$?
 check "corrupt images: training exits 0" test $rc -eq 0
@@ -109,9 +110,12 @@ check "corrupt images: the training file is named once" \
     test "$(grep -c "skipping unreadable image: $tmp/fpng/train/3/$first" <<<"$out")" -eq 1
 check "corrupt images: the validation file is named once" \
     test "$(grep -c "skipping unreadable image: $tmp/fpng/val/5/" <<<"$out")" -eq 1
-check "corrupt images: counted in the epoch summary" \
-    grep -q "epoch 1/1: 1 unreadable training image replaced, 1 unreadable test image left out" <<<"$out"
-check "corrupt images: counted in metrics.jsonl" grep -q '"skipped_images":1,"skipped_eval_images":1' "$tmp/r2/metrics.jsonl"
+for e in 1 2; do
+    check "corrupt images: counted in epoch $e's summary" \
+        grep -q "epoch $e/2: 1 unreadable training image replaced, 1 unreadable test image left out" <<<"$out"
+done
+check "corrupt images: counted in both epochs' metrics.jsonl records" \
+    test "$(grep -c '"skipped_images":1,"skipped_eval_images":1' "$tmp/r2/metrics.jsonl")" -eq 2
 
 # A validation set whose every image is unreadable evaluates nothing: an
 # error naming the set, never "test loss 0.0000, top-1 0.00%" and exit 0.
