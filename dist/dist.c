@@ -259,6 +259,17 @@ void dist_allgather_u64(uint64_t value, uint64_t *out) {
     dist_wait_bounded(1, &req, "dist_allgather_u64", DIST_WAIT_SLEEP);
 }
 
+int64_t dist_first_nonzero(int64_t value) {
+    int world = dist_world();
+    uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
+    dist_allgather_u64((uint64_t)value, all);
+    int64_t first = 0;
+    for (int q = world - 1; q >= 0; q--)
+        if (all[q]) first = (int64_t)all[q];
+    free(all);
+    return first;
+}
+
 /* The lagged maximum's exchange in flight (dist_max_lagged). */
 static MPI_Request lag_req = MPI_REQUEST_NULL;
 static int64_t lag_send, lag_recv;
@@ -452,6 +463,7 @@ void dist_broadcast(void *buf, size_t bytes, int root) {
 }
 
 void dist_allgather_u64(uint64_t value, uint64_t *out) { out[0] = value; }
+int64_t dist_first_nonzero(int64_t value) { return value; }
 
 int64_t dist_max_lagged(int64_t value) { return value; }
 int64_t dist_max_lagged_drain(void) { return 0; }

@@ -136,6 +136,10 @@ void dist_barrier(void);
 void dist_broadcast(void *buf, size_t bytes, int root);
 /* Every rank's `value` into out[0..world) on every rank. */
 void dist_allgather_u64(uint64_t value, uint64_t *out);
+/* A collective (an allgather): the value of the lowest rank whose value is
+ * not 0, on every rank; 0 when every rank's is. What ranks agree a stop
+ * signal with where no step's lagged exchange carries it. */
+int64_t dist_first_nonzero(int64_t value);
 /* A decision that may lag one call, at no wait: the maximum over ranks of
  * the values every rank passed to its previous call (0 at the first), while
  * this call's value starts on its way (MPI_Iallreduce, completed by the next

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_resume.sh - lose nothing: runs stopped every way a run can stop
 # (train.max_steps inside an epoch, kill -9 at random moments, SIGTERM and
-# SIGUSR1 at 1 and 2 ranks, a full disk, with and without gradient
-# accumulation) and resumed with
+# SIGUSR1 at 1 and 2 ranks, during a step or an evaluation or to one rank
+# at the epoch's end, a full disk, with and without gradient accumulation)
+# and resumed with
 # checkpoint.resume = auto give the losses of an uninterrupted run bit for
 # bit (CPU), and metrics.jsonl holds each step once; a resume at another
 # world size keeps the schedule and the epochs; a resume may not change the
@@ -137,6 +138,44 @@ check "SIGTERM, 1 rank: resumed inside epoch 1" grep -q "resumed from .*ckpt-000
 check "SIGTERM, 1 rank: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$tmp/st/metrics.jsonl")
 check "SIGTERM, 1 rank: each step once" each_step_once "$tmp/st/metrics.jsonl"
 
+# 3b. SIGTERM during an evaluation (rank 0 sleeps on entering epoch 1's, a
+# test-only fault): the evaluation is left, one checkpoint at the epoch's
+# last step, exit 75; the resumed run evaluates epoch 1 first. (It used to
+# finish the evaluation, train one more step and write a second checkpoint.)
+# records DIR KIND: the number of KIND records in DIR's metrics.jsonl
+records() { grep -c "\"kind\":\"$2\"" "$1/metrics.jsonl"; }
+d="$tmp/se"
+CNT_TEST_STALL_IN=0:evaluation:3 "${T[@]}" train.out_dir="$d" >"$d.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "CNT_TEST_STALL_IN: sleeping" "$d.log" && break; sleep 0.1; done
+pkill -TERM -P $pid
+wait $pid
+rc=$?
+check "SIGTERM in evaluation: exit 75 (rc=$rc)" test $rc -eq 75
+check "SIGTERM in evaluation: the last line says where" grep -q "stopped (SIGTERM during epoch 1/2's evaluation, after \
+step 16; a resume evaluates it first; checkpoint written" "$d.log"
+check "SIGTERM in evaluation: one checkpoint, at step 16 (256 samples), no other" \
+    test "$(ls "$d/checkpoints")" = "ckpt-000000-0000000256.cnt"
+check "SIGTERM in evaluation: no step after 16; epoch 1's record, no eval record" \
+    test "$(steps "$d/metrics.jsonl" | tail -n 1 | cut -d' ' -f1)" = 16 -a "$(records "$d" epoch)" -eq 1 \
+    -a "$(records "$d" eval)" -eq 0
+out=$("${T[@]}" train.out_dir="$d" checkpoint.resume=auto 2>&1)
+check "SIGTERM in evaluation: the resumed run exits 0" test $? -eq 0
+check "SIGTERM in evaluation: the resume evaluates epoch 1 first" \
+    grep -q "256 samples of epoch 1 (step 16 of its 16) and 16 steps done; the epoch's evaluation comes first" <<<"$out"
+check "SIGTERM in evaluation: epoch 1 evaluated, then its checkpoint" \
+    grep -q "epoch 1/2 (trained before the resume): test loss" <<<"$out"
+check "SIGTERM in evaluation: the epoch-end checkpoints are written" \
+    test -f "$d/checkpoints/ckpt-000001.cnt" -a -f "$d/checkpoints/ckpt-000002.cnt"
+check "SIGTERM in evaluation: losses and lrs equal the uninterrupted run's" \
+    diff "$tmp/ref.steps" <(steps "$d/metrics.jsonl")
+check "SIGTERM in evaluation: each step once" each_step_once "$d/metrics.jsonl"
+check "SIGTERM in evaluation: one epoch and one eval record an epoch" \
+    test "$(records "$d" epoch)" -eq 2 -a "$(records "$d" eval)" -eq 2
+check "SIGTERM in evaluation: epoch 1's scores equal the uninterrupted run's" \
+    test "$(grep '"kind":"eval","epoch":1' "$d/metrics.jsonl" | grep -o '"eval_loss.*')" = \
+    "$(grep '"kind":"eval","epoch":1' "$tmp/ref/metrics.jsonl" | grep -o '"eval_loss.*')"
+
 # 4. Two ranks: SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to
 # the ranks themselves (as Slurm signals its tasks) both save at one step.
 if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: built in"; then
@@ -164,6 +203,41 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: bui
         check "SIG$sig, 2 ranks: the resumed run exits 0" test $? -eq 0
         check "SIG$sig, 2 ranks: losses equal the uninterrupted 2-rank run's" \
             diff <(steps "$tmp/ref2/metrics.jsonl") <(steps "$d/metrics.jsonl")
+    done
+
+    # A stop signal to one rank at the epoch's end, while the other sleeps
+    # on entering its evaluation (2 ranks):
+    #  - rank 1 signalled during its evaluation (2,000 test images a rank,
+    #    so it still evaluates), rank 0 asleep: rank 1 leaves its shard, rank
+    #    0 (no signal) evaluates its own, and both stop at the evaluation;
+    #  - rank 0 signalled after its evaluation (50 images), waiting for rank
+    #    1 asleep: the evaluation completes, and both stop after the
+    #    epoch's checkpoint instead of one step into the next epoch.
+    # Either way one checkpoint, exit 75 and an exact resume.
+    for c in "1 0 4000 ckpt-000000-0000001024.cnt during_epoch_1/2's_evaluation,_after_step_32" \
+             "0 1 100 ckpt-000001.cnt at_step_32,_32_of_32_steps_into_epoch_1/2"; do
+        read -r victim sleeper tests ckpt said <<<"$c"
+        said=${said//_/ }
+        d="$tmp/se2-$victim"
+        CNT_TEST_STALL_IN=$sleeper:evaluation:3 "${M[@]}" -x CNT_TEST_STALL_IN "${T2[@]}" data.test_limit=$tests \
+            train.out_dir="$d" >"$d.log" 2>&1 &
+        pid=$!
+        for _ in $(seq 600); do grep -q "CNT_TEST_STALL_IN: sleeping" "$d.log" && break; sleep 0.1; done
+        for p in $(pgrep -P "$(pgrep -P $pid)"); do # the ranks, children of mpirun
+            tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && kill -TERM "$p"
+        done
+        wait $pid
+        rc=$?
+        what="SIGTERM to rank $victim while rank $sleeper sleeps in evaluation"
+        check "$what: exit 75 (rc=$rc)" test $rc -eq 75
+        check "$what: one checkpoint, $ckpt" test "$(ls "$d/checkpoints")" = "$ckpt"
+        check "$what: rank 0 says where" grep -q "stopped (SIGTERM $said" "$d.log"
+        out=$("${M[@]}" "${T2[@]}" train.out_dir="$d" checkpoint.resume=auto 2>&1)
+        check "$what: the resumed run exits 0" test $? -eq 0
+        check "$what: losses equal the uninterrupted 2-rank run's" \
+            diff <(steps "$tmp/ref2/metrics.jsonl") <(steps "$d/metrics.jsonl")
+        check "$what: each step once, one epoch and one eval record an epoch" \
+            test "$(records "$d" epoch)" -eq 2 -a "$(records "$d" eval)" -eq 2 -a "$(steps "$d/metrics.jsonl" | wc -l)" -eq 64
     done
 
     # 5. Resume at another world size: the position and the schedule are

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/check.h"
 #include "dist/dist.h"
@@ -24,17 +25,18 @@ static int true_class_rank(const float *row, int K, int label, int *nonfinite) {
     return bad ? K : better;
 }
 
-int evaluate(stepper *s, loader *ld, eval_result *er) {
+int evaluate(stepper *s, loader *ld, int (*stop)(void), eval_result *er) {
     const backend *be = s->nt->be;
     int K = s->nt->classes;
     int topk = K < 5 ? K : 5;
     float *logits = cnt_malloc((size_t)s->nt->max_batch * K * sizeof(float));
     double loss_sum = 0;
     long n_total = 0, hit1 = 0, hit5 = 0, nonfinite = 0;
+    int signal = 0;
     dist_phase("evaluation");
     loader_start_epoch(ld, 0);
     const batch *b;
-    while ((b = loader_next(ld)) != NULL) {
+    while (!(signal = stop ? stop() : 0) && (b = loader_next(ld)) != NULL) {
         if (b->n == 0) continue; /* every image of the batch was unreadable */
         const float *logits_dev = stepper_eval(s, b);
         float loss;
@@ -51,9 +53,15 @@ int evaluate(stepper *s, loader *ld, eval_result *er) {
         n_total += b->n;
     }
     free(logits);
-    /* Every rank evaluated its own shard; every sample counts once in the sums. */
+    /* Every rank evaluated its own shard; every sample counts once in the
+     * sums. A rank a stop signal stopped has not: no scores. */
     double sums[5] = {loss_sum, (double)n_total, (double)hit1, (double)hit5, (double)nonfinite};
     dist_allreduce_sum_f64(sums, 5);
+    memset(er, 0, sizeof *er);
+    if (stop) {
+        dist_phase("evaluation: stop-signal check");
+        if ((er->stopped = (int)dist_first_nonzero(signal)) != 0) return CNT_OK;
+    }
     er->nonfinite = (long)sums[4];
     er->loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     er->top1 = sums[1] > 0 ? sums[2] / sums[1] : 0;

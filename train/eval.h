@@ -18,7 +18,12 @@
 #include "train/step.h"
 
 /* A collective: every rank calls it with its own evaluation loader. CNT_ERR
- * on every rank, with a message, when no rank could read a single sample. */
-int evaluate(stepper *s, loader *ld, eval_result *er);
+ * on every rank, with a message, when no rank could read a single sample.
+ * stop (may be NULL) is asked before each batch for a stop signal
+ * (train/stop.h); a rank that gets one reads no more, and when any rank
+ * did, every rank returns CNT_OK with er->stopped set to the lowest such
+ * rank's signal and no scores: an evaluation of a few minutes does not hold
+ * up a preempted job. */
+int evaluate(stepper *s, loader *ld, int (*stop)(void), eval_result *er);
 
 #endif

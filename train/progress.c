@@ -213,7 +213,8 @@ struct metrics *progress_metrics(progress *p) { return &p->m; }
 
 void progress_epoch_trained(progress *p) { p->ep_secs = time_now() - p->ep.t0; }
 
-int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval) {
+int progress_epoch_end(progress *p, const eval_result *er, const char *no_eval, long skipped_train,
+                       long skipped_eval) {
     int e = p->epoch + 1, E = p->o.epochs;
     const tally *t = &p->ep;
     double secs = p->ep_secs;
@@ -237,7 +238,11 @@ int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, l
         snprintf(scores, sizeof scores, "test loss %.4f  top-1 %.2f%%  top-5 %.2f%%", er->loss, 100 * er->top1,
                  100 * er->top5);
     else
-        snprintf(scores, sizeof scores, "not evaluated (emulated compute)");
+        snprintf(scores, sizeof scores, "not evaluated (%s)", no_eval);
+    if (t->steps == 0) { /* resumed after a stop during this epoch's evaluation */
+        log_info("epoch %d/%d (trained before the resume): %s", e, E, scores);
+        return er ? metrics_eval(&p->m, e, p->step, er->loss, er->top1, er->top5) : CNT_OK;
+    }
     log_info("epoch %d/%d done in %.1f s (%.1f img/s, data wait %.2f ms/step = %.1f%%): %s", e, E, secs, ips, wait_ms,
              secs > 0 ? 100.0 * t->wait / secs : 0, scores);
     int rc = metrics_epoch(&p->m, e, p->step, secs, ips, wait_ms, secs > 0 ? t->wait / secs : 0, comm_ms,

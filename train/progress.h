@@ -56,6 +56,7 @@ typedef struct train_result {
 typedef struct eval_result {
     double loss, top1, top5; /* mean loss; top-1 and top-5 fractions */
     long nonfinite;          /* samples with an inf or NaN logit (counted as wrong) */
+    int stopped;             /* a stop signal ended the evaluation early: no scores (train/eval.h) */
 } eval_result;
 
 /* progress_log's result when the mean loss is not finite. */
@@ -97,9 +98,13 @@ long progress_epoch_steps(const progress *p);
 void progress_epoch_trained(progress *p);
 /* The epoch's summary: unreadable images (a collective: summed over ranks),
  * the summary and communication lines, the epoch and eval records. er NULL:
- * the epoch was not evaluated (emulated compute): no scores, no eval record.
+ * the epoch was not evaluated, for the reason no_eval says ("emulated
+ * compute"): no scores, no eval record. An epoch of no steps here (its
+ * steps were trained before a resume, which then evaluates it) writes the
+ * eval record alone: the run that trained it wrote its epoch record.
  * CNT_ERR (rank 0) when a record could not be written. */
-int progress_epoch_end(progress *p, const eval_result *er, long skipped_train, long skipped_eval);
+int progress_epoch_end(progress *p, const eval_result *er, const char *no_eval, long skipped_train,
+                       long skipped_eval);
 /* Closes metrics.jsonl, then the last line ("finished: ...", "stopped
  * (<stopped>) after ..." when the run was stopped early on purpose, or, when
  * status is not CNT_OK, "stopped after ...; <saved>", saved saying what the

@@ -55,6 +55,9 @@ typedef struct run {
     long epoch_step;         /* steps of the current epoch done */
     int save_at_epoch_end;   /* end_epoch writes a checkpoint (decided at the epoch's last step) */
     int stopped;             /* the stop signal the ranks agreed on, 0: none */
+    int stopped_in_eval;     /* it came during an evaluation, which was left unfinished */
+    int eval_first;          /* resumed from a checkpoint a stop wrote in start_epoch's evaluation: its steps
+                              * are done, the evaluation and the epoch's end come first */
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
     int diverged;
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */

@@ -151,9 +151,14 @@ static void resume_position(run *r, const ckpt_meta *meta, const char *path) {
     r->start_epoch = meta->epoch;
     r->first_epoch_step = meta->epoch_samples / per_step;
     long again = meta->epoch_samples % per_step;
-    if (r->first_epoch_step >= r->steps_per_epoch) { /* past this run's last full step of the epoch */
+    if (r->first_epoch_step > r->steps_per_epoch) { /* past this run's last full step of the epoch */
         r->start_epoch++;
         r->first_epoch_step = 0;
+        again = 0;
+    } else if (r->first_epoch_step == r->steps_per_epoch) {
+        /* every step of the epoch done (a stop during its evaluation wrote
+         * such a checkpoint): the epoch's evaluation and end come first */
+        r->eval_first = 1;
         again = 0;
     }
     char scaled[64] = "", at[160] = "";
@@ -162,7 +167,8 @@ static void resume_position(run *r, const ckpt_meta *meta, const char *path) {
     if (meta->epoch_samples > 0)
         snprintf(at, sizeof at, " and %ld samples of epoch %d (step %ld of its %ld)", meta->epoch_samples,
                  meta->epoch + 1, r->first_epoch_step, r->steps_per_epoch);
-    log_info("resumed from %s: %d epochs%s and %ld steps done%s", path, meta->epoch, at, meta->step, scaled);
+    log_info("resumed from %s: %d epochs%s and %ld steps done%s%s", path, meta->epoch, at, meta->step, scaled,
+             r->eval_first ? "; the epoch's evaluation comes first" : "");
     if (r->rank == 0) run_set_last_checkpoint(path, meta->step);
     if (meta->world > 0 && (meta->world != r->world || meta->batch != cfg->batch_size))
         log_info("resume: the checkpoint's run had %d rank%s x batch %d, this one %d x %d: the position in the "
@@ -181,7 +187,7 @@ static void plan_total_steps(run *r, int found) {
     r->total_steps = r->step + (long)(cfg->epochs - r->start_epoch) * r->steps_per_epoch - r->first_epoch_step;
     if (cfg->max_steps > 0 && cfg->max_steps < r->total_steps) r->total_steps = cfg->max_steps;
     if (r->total_steps < r->step) r->total_steps = r->step;
-    if (found && r->step >= r->total_steps && r->rank == 0)
+    if (found && r->step >= r->total_steps && !r->eval_first && r->rank == 0)
         log_warn("the checkpoint is already at step %ld: nothing left to train (train.epochs = %d, "
                  "train.max_steps = %ld)",
                  r->step, cfg->epochs, cfg->max_steps);

@@ -105,6 +105,13 @@ static int take_step(run *r, double lr, step_result *sr, double *wait_s) {
  * (exchange_agree_stop: any rank's, at the same step everywhere). 0: none. */
 static int agree_stop(const run *r) { return exchange_agree_stop(r->x, r->step, stop_pending()); }
 
+/* Whether end_epoch writes a checkpoint: `save` (this step's own reasons),
+ * or checkpoint.every_epochs says so. */
+static int save_at_epoch_end(const run *r, int epoch, int save) {
+    const config *cfg = r->cfg;
+    return save || (cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 || epoch + 1 == cfg->epochs));
+}
+
 /* The steps of one epoch: *done once the run's last step is taken, the loss
  * diverged or a stop signal came. Checkpoints inside the epoch are written
  * here (checkpoint.every_steps, the last step of a run that ends inside an
@@ -120,6 +127,8 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
     r->epoch_step = epoch == r->start_epoch ? r->first_epoch_step : 0;
     loader_start_epoch_at(r->train_ld, epoch, (int)(r->epoch_step * r->cfg->accumulate));
     progress_epoch_begin(r->pg, epoch);
+    if (r->epoch_step == r->steps_per_epoch) /* resumed with only the evaluation left (r->eval_first) */
+        r->save_at_epoch_end = save_at_epoch_end(r, epoch, ckpt_on(cfg) && r->step >= r->total_steps);
     /* batches beyond the last whole step of accumulate are not trained */
     while (r->epoch_step < r->steps_per_epoch) {
         if (r->tl) timeline_set_step(r->tl, r->step + 1);
@@ -146,9 +155,7 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         int epoch_end = r->epoch_step == r->steps_per_epoch;
         int every = cfg->ckpt_every_steps > 0 && r->step % cfg->ckpt_every_steps == 0;
         int save = ckpt_on(cfg) && (every || stop || last);
-        if (epoch_end)
-            r->save_at_epoch_end = save || (cfg->ckpt_every > 0 && ((epoch + 1) % cfg->ckpt_every == 0 ||
-                                                                   epoch + 1 == cfg->epochs));
+        if (epoch_end) r->save_at_epoch_end = save_at_epoch_end(r, epoch, save);
         if (r->step % cfg->log_every == 0 || last || save || (epoch_end && r->save_at_epoch_end)) {
             int lg = progress_log(r->pg, r->step, lr, &r->st.ls);
             if (lg == CNT_ERR) return CNT_ERR;
@@ -200,6 +207,26 @@ static int log_staleness(run *r, int epoch, const ps_staleness *all) {
                              PS_HIST);
 }
 
+/* A stop signal ended the evaluation after an epoch's steps: the run stops
+ * with a checkpoint at this step, unless it has one (a stop or
+ * train.max_steps inside the epoch wrote it) or diverged. Every step of the
+ * epoch done, the checkpoint says so, and a resume evaluates first. */
+static int stop_in_eval(run *r, int epoch, int signal) {
+    r->stopped = signal;
+    r->stopped_in_eval = 1;
+    r->save_at_epoch_end = 0;
+    int complete = r->epoch_step == r->steps_per_epoch;
+    char why[96];
+    snprintf(why, sizeof why, "%s during the evaluation%s", stop_signal_name(signal),
+             complete ? "; a resume evaluates it first" : "");
+    if (progress_epoch_end(r->pg, NULL, why, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) != CNT_OK)
+        return CNT_ERR;
+    if (r->rank == 0 && complete && !r->diverged && ckpt_on(r->cfg) &&
+        run_save_checkpoint(r, epoch, r->epoch_step * run_samples_per_step(r)) != CNT_OK)
+        return CNT_ERR;
+    return CNT_OK;
+}
+
 /* After an epoch's steps: the ranks' parameters compared, evaluation, the
  * epoch's summary, a checkpoint when due. */
 static int end_epoch(run *r, int epoch) {
@@ -222,28 +249,39 @@ static int end_epoch(run *r, int epoch) {
     eval_result er;
     int evaluated = !r->emu.n_nodes; /* an emulated net computes no logits to score */
     double t_eval = time_now();
-    if (evaluated && evaluate(&r->st, r->test_ld, &er) != CNT_OK) {
+    if (evaluated && evaluate(&r->st, r->test_ld, stop_pending, &er) != CNT_OK) {
         const char *root = r->data.test.root ? r->data.test.root : cfg->data_root;
         return cnt_err_prefix("epoch %d/%d, test set %s", epoch + 1, cfg->epochs, root);
     }
     if (r->tl && evaluated) timeline_record(r->tl, "evaluate", "eval", TIMELINE_TID_TRAIN, t_eval, time_now());
-    if (progress_epoch_end(r->pg, evaluated ? &er : NULL, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) !=
-        CNT_OK)
+    if (evaluated && er.stopped) return stop_in_eval(r, epoch, er.stopped);
+    if (progress_epoch_end(r->pg, evaluated ? &er : NULL, "emulated compute", loader_skipped(r->train_ld),
+                           loader_skipped(r->test_ld)) != CNT_OK)
         return CNT_ERR;
     int complete = r->epoch_step == r->steps_per_epoch;
-    if (r->rank == 0 && complete && r->save_at_epoch_end && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK)
-        return CNT_ERR;
+    int saved = complete && r->save_at_epoch_end;
+    if (r->rank == 0 && saved && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK) return CNT_ERR;
     r->save_at_epoch_end = 0;
+    /* A stop signal that came after this rank's evaluation or during the
+     * checkpoint stops the run here, not one step into the next epoch. */
+    if (r->stopped || r->diverged || r->step >= r->total_steps) return CNT_OK;
+    dist_phase("stop-signal check after an epoch");
+    if ((r->stopped = (int)dist_first_nonzero(stop_pending())) != 0 && !saved && complete && ckpt_on(cfg) &&
+        r->rank == 0 && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK)
+        return CNT_ERR;
     return CNT_OK;
 }
 
 static int run_train(run *r) {
     int done = 0;
-    for (int epoch = r->start_epoch; epoch < r->cfg->epochs && !done && r->step < r->total_steps; epoch++) {
+    for (int epoch = r->start_epoch;
+         epoch < r->cfg->epochs && !done && (r->step < r->total_steps || (epoch == r->start_epoch && r->eval_first));
+         epoch++) {
         if (run_epoch(r, epoch, &done) != CNT_OK) return CNT_ERR;
         /* a stop inside an epoch ends at once: its checkpoint is written, the evaluation would only delay */
         if (r->stopped && r->epoch_step < r->steps_per_epoch) break;
         if (end_epoch(r, epoch) != CNT_OK) return CNT_ERR;
+        if (r->stopped) break; /* during the evaluation */
     }
     /* the last step's stop-signal exchange, still in flight on every rank (all stop at the same step) */
     exchange_agree_stop_drain(r->x);
@@ -256,6 +294,12 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
     const config *cfg = r->cfg;
     const char *saved = ckpt_on(cfg) ? "checkpoint written; resume with checkpoint.resume = auto"
                                      : "no checkpoint (checkpoint.every_epochs and checkpoint.every_steps are 0)";
+    if (r->stopped && r->stopped_in_eval) {
+        int again = r->epoch_step == r->steps_per_epoch && !r->diverged && ckpt_on(cfg);
+        snprintf(buf, len, "%s during epoch %d/%d's evaluation, after step %ld; %s%s", stop_signal_name(r->stopped),
+                 r->epoch + 1, cfg->epochs, r->step, again ? "a resume evaluates it first; " : "", saved);
+        return buf;
+    }
     if (r->stopped) {
         snprintf(buf, len, "%s at step %ld, %ld of %ld steps into epoch %d/%d; %s", stop_signal_name(r->stopped),
                  r->step, r->epoch_step, r->steps_per_epoch, r->epoch + 1, cfg->epochs, saved);
