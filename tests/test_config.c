@@ -536,6 +536,20 @@ static void test_overrides(void **state) {
     expect_override_error("optim.milestones=10,,20", "optim.milestones", "empty item", NULL);
     /* A value that would not read back from an INI file. */
     expect_override_error("train.out_dir=runs/a ;b", "train.out_dir", "comment", NULL);
+
+    /* An over-long override is quoted shortened, so the reason still shows
+     * (it was cut off by the 2 KB message buffer). */
+    char *longer = malloc(3001);
+    assert_non_null(longer);
+    memcpy(longer, "data.root=", 10);
+    memset(longer + 10, 'a', 2990);
+    longer[3000] = '\0';
+    config_defaults(&c);
+    assert_int_equal(config_override(&c, longer), CNT_ERR);
+    assert_contains(cnt_err_msg(), "command line override 'data.root=aaaa");
+    assert_contains(cnt_err_msg(), "... (3000 characters)': data.root: value is longer than 150 characters");
+    assert_true(strlen(cnt_err_msg()) < 512);
+    free(longer);
 }
 
 static void test_milestones(void **state) {
@@ -634,6 +648,16 @@ static void test_validate(void **state) {
     c.accumulate = 0;
     assert_int_equal(config_validate(&c), CNT_ERR);
     assert_contains(cnt_err_msg(), "train.accumulate");
+
+    /* Parameter servers send fp32 shards: fp16 compression was accepted
+     * and silently ignored. */
+    config_defaults(&c);
+    override_ok(&c, "dist.mode=ps");
+    override_ok(&c, "dist.compress=fp16");
+    assert_int_equal(config_validate(&c), CNT_ERR);
+    assert_contains(cnt_err_msg(), "dist.compress = fp16 compresses the allreduce's buckets; dist.mode = ps");
+    override_ok(&c, "dist.compress=none");
+    assert_int_equal(config_validate(&c), CNT_OK);
 
     /* Input channels: 0, 1 or 3. */
     config_defaults(&c);

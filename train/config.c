@@ -409,7 +409,7 @@ static const key_def key_table[] = {
                    "(every step of a 90-epoch ImageNet run would be gigabytes per rank); empty: every step"),
     K_ENUM("dist", "compress", compress, "none", .choices = compressions,
          .help = "gradient format on the wire: none (fp32) or fp16 (half the bytes; summed in fp32, as Horovod's "
-                 "fp16 compression)"),
+                 "fp16 compression; the allreduce through host memory only, not NCCL or parameter servers)"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
                   "names the late ranks, the step and the bucket; any other collective names itself and the "
@@ -1123,10 +1123,21 @@ int config_load(config *cfg, const char *path) {
     return rc;
 }
 
-int config_override(config *cfg, const char *arg) {
-    const char *eq = strchr(arg, '=');
+/* An override as its error messages quote it: shortened when long, so the
+ * reason that follows is never cut off by the message buffer. */
+static const char *quoted_override(const char *arg, char *buf, size_t len) {
+    size_t n = strlen(arg);
+    if (n <= 200) return arg;
+    snprintf(buf, len, "%.160s... (%zu characters)", arg, n);
+    return buf;
+}
+
+int config_override(config *cfg, const char *full) {
+    char shown[224];
+    const char *arg = quoted_override(full, shown, sizeof shown);
+    const char *eq = strchr(full, '=');
     if (!eq) return cnt_err_set("command line override '%s': expected section.key=value (no '=')", arg);
-    const char *a = arg, *b = eq;
+    const char *a = full, *b = eq;
     while (a < b && isspace((unsigned char)*a)) a++;
     while (b > a && isspace((unsigned char)b[-1])) b--;
     char key[128];
@@ -1289,6 +1300,10 @@ int config_validate(const config *cfg) {
                            "dist.backend = %s sums one bucket at a time (MPI_Allreduce blocks its thread, NCCL "
                            "queues its buckets on one stream)",
                            cfg->buckets_in_flight, config_name(cfg, &cfg->dist_backend));
+    if (cfg->dist_mode == DIST_MODE_PS && cfg->compress != REDUCER_COMPRESS_NONE)
+        return cnt_err_set("invalid configuration: dist.compress = %s compresses the allreduce's buckets; dist.mode = "
+                           "ps pushes and pulls fp32 shards (dist.compress = none)",
+                           config_name(cfg, &cfg->compress));
     if (cfg->dist_mode == DIST_MODE_PS && cfg->dist_backend == DIST_BACKEND_NCCL)
         return cnt_err_set("invalid configuration: dist.mode = ps sends gradients and parameters over MPI through "
                            "host memory; dist.backend = nccl is for dist.mode = allreduce");
