@@ -52,6 +52,8 @@ int dist_job_rank(void) { return g_rank; }
 int dist_job_world(void) { return g_world; }
 int dist_local_rank(void) { return g_local_rank; }
 int dist_local_world(void) { return g_local_world; }
+static int g_local_servers = 0;
+int dist_local_servers(void) { return g_local_servers; }
 
 #if CNT_HAVE_MPI
 
@@ -222,6 +224,14 @@ int dist_split_servers(int n_servers) {
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_rank(g_comm, &g_group_rank));
     DIST_MPI_CHECK(MPI_Comm_size(g_comm, &g_group_world));
+    /* the servers of this node, for the workers' memory check (train/memory.h) */
+    MPI_Comm local;
+    MPI_Request req;
+    DIST_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &local));
+    DIST_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
+    DIST_MPI_CHECK(MPI_Iallreduce(&server, &g_local_servers, 1, MPI_INT, MPI_SUM, local, &req));
+    dist_wait_bounded(1, &req, "dist_split_servers", DIST_WAIT_SLEEP);
+    DIST_MPI_CHECK(MPI_Comm_free(&local));
     return server;
 }
 

@@ -87,6 +87,10 @@ int dist_split_servers(int n_servers);
 /* Rank among the processes on this node (MPI_COMM_TYPE_SHARED split). */
 int dist_local_rank(void);
 int dist_local_world(void);
+/* How many of this node's processes are parameter servers (set by
+ * dist_split_servers; 0 before it or without servers). Servers are the
+ * job's last ranks, so they are this node's last local ranks too. */
+int dist_local_servers(void);
 
 /* Ends every rank of the job with `code` (MPI_Abort; exit when alone). */
 void dist_abort(int code) __attribute__((noreturn));

@@ -64,12 +64,15 @@ static void psx_describe(const exchange *x, int batch, char *buf, size_t len) {
     if (o->ps_sync) snprintf(mode, sizeof mode, "synchronously");
     else if (o->ps_max_staleness < 0) snprintf(mode, sizeof mode, "asynchronously (no staleness bound)");
     else snprintf(mode, sizeof mode, "asynchronously (at most %d steps ahead of the slowest worker)", o->ps_max_staleness);
+    char ranks[48];
+    if (K == 1) snprintf(ranks, sizeof ranks, "rank %d", world);
+    else snprintf(ranks, sizeof ranks, "ranks %d-%d", world, world + K - 1);
     snprintf(buf, len,
-             "%d worker%s and %d parameter server%s (ranks %d-%d), global batch %d; gradients pushed to the servers "
-             "shard by shard during backward, parameters pulled after it, %s, over MPI through host memory; stall "
-             "limits warn %g s, abort %g s",
-             world, world == 1 ? "" : "s", K, K == 1 ? "" : "s", world, world + K - 1, batch * world, mode,
-             o->reducer.stall_warn_s, o->reducer.stall_abort_s);
+             "%d worker%s and %d parameter server%s (%s), global batch %d; gradients pushed to the servers shard by "
+             "shard during backward, parameters pulled after it, %s, over MPI through host memory; stall limits "
+             "warn %g s, abort %g s",
+             world, world == 1 ? "" : "s", K, K == 1 ? "" : "s", ranks, batch * world, mode, o->reducer.stall_warn_s,
+             o->reducer.stall_abort_s);
 }
 
 static void psx_seed(exchange *x, const ps_shape *shape, const float *params, const float *momentum) {

@@ -305,6 +305,29 @@ static void test_ps_workers_keep_no_momentum(void **state) {
     net_free(nt);
 }
 
+/* Parameter servers on a node take their own (small) share of its memory,
+ * not a worker's: 2 workers and 1 server on 23 GiB, a server needing 0.1
+ * GiB, leave each worker 11.45 GiB (a whole third each, 7.67, had refused
+ * workers of 9 GiB that fit). */
+static void test_servers_take_their_own_share(void **state) {
+    (void)state;
+    const size_t G = 1u << 30;
+    size_t avail = 23 * G, server = G / 10;
+    assert_int_equal(memory_share(avail, 3, 0, 0), avail / 3);
+    assert_int_equal(memory_share(avail, 3, 1, server), (avail - server) / 2);
+    assert_true(memory_share(avail, 3, 1, server) > 9 * G);
+    assert_int_equal(memory_share(avail, 4, 2, server), (avail - 2 * server) / 2);
+    /* servers that need more than there is leave the workers nothing */
+    assert_int_equal(memory_share(G, 2, 1, 2 * G), 0);
+    /* a node of servers only: no worker to share among */
+    assert_int_equal(memory_share(avail, 1, 1, server), 0);
+
+    /* a server holds its shard's parameters, momentum and stand-in zeros and
+     * one receive buffer per worker: (3 + W) x P / K */
+    assert_int_equal(memory_server_bytes(1000 * 4, 2, 4), (3 + 4) * 2000);
+    assert_int_equal(memory_server_bytes(1000 * 4, 3, 2), (3 + 2) * 1336);
+}
+
 static void test_hostmem_ulimit(void **state) {
     (void)state;
     hostmem m;
@@ -334,6 +357,7 @@ int main(void) {
         cmocka_unit_test(test_net_estimate_scales_with_batch),
         cmocka_unit_test(test_net_estimate_counts_kept_filters),
         cmocka_unit_test(test_check_refuses_what_cannot_fit),
+        cmocka_unit_test(test_servers_take_their_own_share),
         cmocka_unit_test(test_hostmem_ulimit),
         cmocka_unit_test(test_ps_workers_keep_no_momentum),
     };

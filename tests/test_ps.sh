@@ -271,6 +271,10 @@ for c in "ssync SIGTERM sync 1 2" "sasync SIGUSR1 async 2 3"; do
         grep -q "stopped ($sig at step [0-9]*, .*checkpoint written" "$tmp/$name.log"
     [ "$rc" -eq 75 ] || tail -n 8 "$tmp/$name.log" | sed 's/^/    /'
 done
+# The memory check gives co-located servers their own small share, not a
+# worker's (it had divided the node by every rank, servers included).
+check "memory check: 2 workers beside 1 server on this node, each worker half the rest" \
+    grep -q "memory: about .* for 2 workers beside 1 parameter server of [0-9.]* GiB" "$tmp/ssync.log"
 
 # A server that stalls: the workers name it after dist.stall_abort_s and end the job.
 out=$(CNT_TEST_STALL_IN="2:parameter server:60" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer \

@@ -26,6 +26,17 @@ static size_t loader_bytes(const dataset *ds, const loader_options *o) {
     return (size_t)(o->prefetch + 1) * o->batch * sample + (size_t)ds->n * per_sample;
 }
 
+size_t memory_server_bytes(size_t param_bytes, int servers, int workers) {
+    size_t n = param_bytes / sizeof(float), shard = (n + (size_t)servers - 1) / (size_t)servers;
+    return (3 + (size_t)workers) * shard * sizeof(float);
+}
+
+size_t memory_share(size_t avail, int ranks, int servers, size_t server_bytes) {
+    size_t taken = (size_t)servers * server_bytes;
+    if (ranks <= servers || taken >= avail) return 0;
+    return (avail - taken) / (size_t)(ranks - servers);
+}
+
 int memory_estimate(const config *cfg, const backend *be, const input_data *d, const loader_options *train,
                     const loader_options *eval, const exchange_footprint *xf, run_memory *m) {
     static const exchange_footprint alone = {.host_per_param_byte = 0, .momentum_on_worker = 1};
@@ -74,6 +85,7 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     m->device_momentum = xf->momentum_on_worker ? m->momentum : 0;
     m->device = m->net.total + m->device_momentum + m->step + m->accumulated;
     m->host = m->loader + m->host_copies;
+    if (cfg->dist_mode == DIST_MODE_PS) m->server = memory_server_bytes(P, cfg->ps_servers, world);
     return CNT_OK;
 }
 
@@ -83,11 +95,12 @@ static const char *gib(char *buf, size_t len, double bytes) {
     return buf;
 }
 
-/* Ranks of this node that share this rank's GPU (GPU local_rank % GPUs). */
+/* Workers of this node that share this rank's GPU (GPU local_rank % GPUs;
+ * parameter servers, this node's last local ranks, use none). */
 static int ranks_on_this_gpu(void) {
     char devs[4096];
     int n = backend_describe_devices(devs, sizeof devs);
-    int local = dist_local_world(), mine = dist_local_rank();
+    int local = dist_local_world() - dist_local_servers(), mine = dist_local_rank();
     if (n < 1) return 1;
     int shared = 0;
     for (int r = 0; r < local; r++) shared += r % n == mine % n;
@@ -106,19 +119,31 @@ typedef struct pool {
     pool_kind kind;
     size_t need;        /* per rank */
     size_t avail;       /* for every rank sharing it; 0: unknown */
-    int ranks;          /* ranks sharing it */
+    int ranks;          /* ranks sharing it, servers included */
     const char *bound;  /* what limits avail: "MemAvailable", "cgroup limit", "ulimit -v", "free on the GPU" */
+    int servers;        /* of which parameter servers (host memory only) */
+    size_t server;      /* what each of them needs */
 } pool;
+
+/* What each worker sharing the pool may use. */
+static size_t pool_share(const pool *p) { return memory_share(p->avail, p->ranks, p->servers, p->server); }
 
 static const char *pool_what(const pool *p) {
     return p->kind == POOL_DEVICE ? " of GPU memory" : p->kind == POOL_HOST ? " of host memory" : "";
 }
 
-/* "22.61 GiB available (MemAvailable)" and, for several ranks, " for 2 ranks (11.30 GiB each)". */
+/* "22.61 GiB available (MemAvailable)" and, for several ranks, " for 2 ranks (11.30 GiB each)"
+ * or " for 2 workers beside 1 parameter server of 0.01 GiB (11.30 GiB each)". */
 static void describe_avail(const pool *p, char *buf, size_t len) {
-    char a[32], e[32];
+    char a[32], e[32], s[32];
     if (!p->avail)
         snprintf(buf, len, "available memory unknown, not checked");
+    else if (p->servers > 0)
+        snprintf(buf, len, "%s GiB available (%s) for %d worker%s beside %d parameter server%s of %s GiB (%s GiB each "
+                 "worker)",
+                 gib(a, sizeof a, (double)p->avail), p->bound, p->ranks - p->servers,
+                 p->ranks - p->servers == 1 ? "" : "s", p->servers, p->servers == 1 ? "" : "s",
+                 gib(s, sizeof s, (double)p->server), gib(e, sizeof e, (double)pool_share(p)));
     else if (p->ranks > 1)
         snprintf(buf, len, "%s GiB available (%s) for %d ranks (%s GiB each)", gib(a, sizeof a, (double)p->avail),
                  p->bound, p->ranks, gib(e, sizeof e, (double)p->avail / p->ranks));
@@ -126,7 +151,7 @@ static void describe_avail(const pool *p, char *buf, size_t len) {
         snprintf(buf, len, "%s GiB available (%s)", gib(a, sizeof a, (double)p->avail), p->bound);
 }
 
-static int pool_fits(const pool *p) { return p->avail == 0 || p->need <= p->avail / (size_t)p->ranks; }
+static int pool_fits(const pool *p) { return p->avail == 0 || p->need <= pool_share(p); }
 
 /* Appends ", NAME X" (the first without the comma) to buf. */
 static void add_part(char *buf, size_t len, const char *name, size_t bytes) {
@@ -181,11 +206,13 @@ int memory_check(const config *cfg, const backend *be, const input_data *d, cons
     if (memory_estimate(cfg, be, d, train, eval, xf, &m) != CNT_OK) return CNT_OK;
     pool pools[2];
     int n_pools = 0;
+    int servers = dist_local_servers();
     if (cpu) {
-        pools[n_pools++] = (pool){POOL_ALL, m.device + m.host, hm.available, dist_local_world(), hm.bound};
+        pools[n_pools++] = (pool){POOL_ALL, m.device + m.host, hm.available, dist_local_world(), hm.bound, servers,
+                                  m.server};
     } else {
-        pools[n_pools++] = (pool){POOL_DEVICE, m.device, dev_free, ranks_on_this_gpu(), "free on the GPU"};
-        pools[n_pools++] = (pool){POOL_HOST, m.host, hm.available, dist_local_world(), hm.bound};
+        pools[n_pools++] = (pool){POOL_DEVICE, m.device, dev_free, ranks_on_this_gpu(), "free on the GPU", 0, 0};
+        pools[n_pools++] = (pool){POOL_HOST, m.host, hm.available, dist_local_world(), hm.bound, servers, m.server};
     }
 
     char line[1024] = "", avail[256], x[32];

@@ -45,7 +45,18 @@ typedef struct run_memory {
                               * copies of the parameters (ranks' comparison, checkpoints), evaluation logits */
     size_t device;           /* net + momentum + step + accumulated: on the backend's memory */
     size_t host;             /* loader + host_copies: host memory (the same memory as `device` on the CPU) */
+    size_t server;           /* one parameter server's host memory (memory_server_bytes); 0 without servers */
 } run_memory;
+
+/* What one parameter server holds, in bytes, for a model of param_bytes
+ * (fp32) cut into `servers` shards, with `workers` workers: its shard's
+ * parameters, momentum and stand-in zeros and one receive buffer per
+ * worker (dist/ps.h), the shard taken as an even share rounded up. */
+size_t memory_server_bytes(size_t param_bytes, int servers, int workers);
+/* What each worker on a node may use of `avail` bytes shared by `ranks`
+ * processes of which `servers` are parameter servers needing server_bytes
+ * each: the rest split among the workers; 0 when nothing is left. */
+size_t memory_share(size_t avail, int ranks, int servers, size_t server_bytes);
 
 /* Fills *m for a run of cfg on backend be (its math mode and thread count
  * already set) with data d and the loader options input_loader_options gave
@@ -61,8 +72,9 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
  * rank may use: on the CPU the host's available memory (common/hostmem.h)
  * shared by the ranks of this node (dist_local_world); on a GPU its free
  * memory shared by the ranks of this node on that GPU, and the host's for
- * the host part. Logs one line (rank 0) with the estimate and the available
- * memory. Collective when world > 1 (a barrier: every rank measures before
+ * the host part. Parameter servers on the node (dist_local_servers) take
+ * their own estimate off the host's memory first, not a worker's share.
+ * Logs one line (rank 0) with the estimate and the available memory. Collective when world > 1 (a barrier: every rank measures before
  * any allocates). When the estimate exceeds it: CNT_ERR with a message naming the
  * model, the batch, the parts, what is available and the keys to change
  * (train.batch_size, train.eval_batch_size), or with train.memory_check =
