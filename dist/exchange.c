@@ -131,6 +131,10 @@ void exchange_end(exchange *x) {
     if (x->ops->end) x->ops->end(x);
 }
 
+void exchange_trace_written(exchange *x, int written) {
+    if (x->ops->trace_written) x->ops->trace_written(x, written);
+}
+
 void exchange_free(exchange *x, int failed) {
     if (!x || x == &none) return;
     if (x->ops->free) x->ops->free(x, failed);

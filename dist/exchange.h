@@ -225,6 +225,10 @@ int exchange_epoch_end(exchange *x, ps_staleness *window);
 /* Every worker after its last step, in a run that got through: the servers
  * are told (and rank 0 logs what each did). */
 void exchange_end(exchange *x);
+/* Rank 0, after it wrote the run's trace (written 1) or could not (0):
+ * processes that sent it their events (parameter servers) keep their
+ * timeline parts until told it is written. */
+void exchange_trace_written(exchange *x, int written);
 /* Frees everything; `failed`: the run failed, so collectives no peer will
  * join may be queued (NCCL is aborted instead of waited for). NULL is fine. */
 void exchange_free(exchange *x, int failed);

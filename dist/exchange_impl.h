@@ -25,6 +25,7 @@ typedef struct exchange_ops {
     int (*agree_stop)(exchange *x, long step, int signal); /* only with several workers */
     int (*epoch_end)(exchange *x, ps_staleness *window);
     void (*end)(exchange *x);
+    void (*trace_written)(exchange *x, int written); /* rank 0, after the trace */
     void (*free)(exchange *x, int failed); /* the version's own fields; exchange.c frees the struct */
     ps *(*server)(exchange *x);            /* this rank's server link, NULL on a worker */
 } exchange_ops;

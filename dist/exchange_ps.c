@@ -49,6 +49,7 @@ static int psx_attach(exchange *x, net *nt) {
 }
 
 static void psx_set_timeline(exchange *x, timeline *tl) { ps_set_timeline(of(x)->p, tl); }
+static void psx_trace_written(exchange *x, int written) { ps_worker_trace_written(of(x)->p, written); }
 
 /* Logs each server's shard, then says how the workers use them. */
 static void psx_describe(const exchange *x, int batch, char *buf, size_t len) {
@@ -158,6 +159,7 @@ static const exchange_ops ps_ops = {
     .agree_stop = psx_agree_stop,
     .epoch_end = psx_epoch_end,
     .end = psx_end,
+    .trace_written = psx_trace_written,
     .free = psx_free,
     .server = psx_server,
 };

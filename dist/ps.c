@@ -41,7 +41,7 @@
 enum { PS_PUSH = 1, PS_STATE, PS_STATE_PARAMS, PS_STALENESS, PS_BYE };
 enum {
     TAG_SHAPE = 40, TAG_INIT_PARAMS, TAG_INIT_MOMENTUM, TAG_HEAD, TAG_GRAD, TAG_PARAMS, TAG_ACK, TAG_MOMENTUM,
-    TAG_STATE_PARAMS, TAG_STALENESS, TAG_STATS, TAG_TRACE_LEN, TAG_TRACE, TAG_CLOCK
+    TAG_STATE_PARAMS, TAG_STALENESS, TAG_STATS, TAG_TRACE_LEN, TAG_TRACE, TAG_CLOCK, TAG_TRACE_DONE
 };
 /* Round trips rank 0 times to a server's clock (dist.timeline); the fastest wins. */
 #define CLOCK_PINGS 8
@@ -116,6 +116,7 @@ struct ps {
     int pushed;              /* shards pushed this step */
     int early;
     timeline *tl;            /* dist.timeline, or NULL */
+    int traced;              /* rank 0: the servers sent their timelines and wait to hear it is written */
     double *push_t;          /* [servers] when each shard was pushed (for the timeline) */
     double *done_t;          /* [2 * servers] when each request was seen complete */
 };
@@ -588,6 +589,18 @@ void ps_worker_bye(ps *p, ps_server_stats *st) {
         timeline_add_text(p->tl, text, (size_t)len);
         free(text);
     }
+    p->traced = p->tl != NULL;
+}
+
+void ps_worker_trace_written(ps *p, int written) {
+    if (!p->traced) return;
+    p->traced = 0;
+    int64_t w = written;
+    MPI_Request *r = cnt_malloc((size_t)p->servers * sizeof *r);
+    for (int k = 0; k < p->servers; k++)
+        DIST_MPI_CHECK(MPI_Isend(&w, 1, MPI_INT64_T, ps_server_rank(p, k), TAG_TRACE_DONE, p->comm, &r[k]));
+    wait_all_named(p->servers, r, ps_server_rank(p, 0), "the servers to hear the trace is written");
+    free(r);
 }
 
 /* ---------------------------------------------------------------- server */
@@ -900,6 +913,11 @@ static void server_report_end(server *s) {
     DIST_MPI_CHECK(MPI_Isend(text, (int)n_text, MPI_CHAR, 0, TAG_TRACE, p->comm, &tr[1]));
     wait_all_named(2, tr, 0, "the timeline to be received");
     free(text);
+    /* the part on disk goes once rank 0 has the trace written, not before */
+    int64_t written = 0;
+    DIST_MPI_CHECK(MPI_Irecv(&written, 1, MPI_INT64_T, 0, TAG_TRACE_DONE, p->comm, &tr[0]));
+    wait_all_named(1, tr, 0, "rank 0 to write the trace");
+    if (written == 1) timeline_remove_part(p->tl);
 }
 
 /* ---- the loop */
@@ -1003,6 +1021,7 @@ long ps_stop_step(const ps *p, int *signal) {
 }
 void ps_worker_fetch_staleness(ps *p, ps_staleness *window) { (void)p, (void)window; }
 void ps_worker_bye(ps *p, ps_server_stats *st) { (void)p, (void)st; }
+void ps_worker_trace_written(ps *p, int written) { (void)p, (void)written; }
 void ps_server_shape(ps *p, ps_shape *shape) { (void)p, (void)shape; }
 void ps_serve(ps *p, float *params, float *momentum, size_t n, const size_t *shard_end, ps_update_fn update,
               ps_stop_fn stop, void *ctx, ps_server_stats *st) {

@@ -157,6 +157,11 @@ int ps_servers_stop(const ps *p);
 /* Every worker, once, after its last step: tells the servers it is done.
  * Rank 0 passes st[servers] and gets each server's numbers; the others NULL. */
 void ps_worker_bye(ps *p, ps_server_stats *st);
+/* Rank 0, after its goodbye brought the servers' timelines (dist.timeline)
+ * and it wrote the trace or failed to (written 0): tells every server,
+ * which removes its timeline part once the trace holds it. Nothing without
+ * a timeline. */
+void ps_worker_trace_written(ps *p, int written);
 
 /* ---- server side ---- */
 /* Receives rank 0's model shape (the first message a server gets). */

@@ -277,17 +277,29 @@ int timeline_spool(timeline *tl, const char *path, int pid, const char *process)
     return CNT_OK;
 }
 
+/* One spooled element, its "ts" moved by shift_us (0: as written). */
+static void shifted_line(text *t, const char *line, double shift_us) {
+    const char *ts = shift_us != 0 ? strstr(line, "\"ts\":") : NULL;
+    char *end;
+    double v = ts ? strtod(ts + 5, &end) : 0;
+    if (!ts || end == ts + 5) {
+        text_printf(t, ",\n%s", line);
+        return;
+    }
+    text_printf(t, ",\n%.*s%.3f%s", (int)(ts + 5 - line), line, v + shift_us, end);
+}
+
 /* The spooled events and those still in memory, as trace elements each
- * preceded by ",\n", appended to t; the spool file is closed (it stays on
- * disk until timeline_write has written the trace). */
-static int spool_read(timeline *tl, text *t) {
+ * preceded by ",\n", times counted from zero, appended to t; the spool file
+ * is closed (it stays on disk until the trace is written). */
+static int spool_read(timeline *tl, double zero, text *t) {
     cnt_mutex_lock(&tl->mu);
     spool_flush_locked(tl);
     FILE *f = tl->spool;
     tl->spool = NULL;
     if (f) fclose(f);
     if (!f) { /* spooling failed: what is in memory */
-        rank_events_locked(tl, tl->spool_pid, tl->spool_process, tl->t0, 1, t);
+        rank_events_locked(tl, tl->spool_pid, tl->spool_process, zero, 1, t);
         cnt_mutex_unlock(&tl->mu);
         return CNT_OK;
     }
@@ -297,9 +309,10 @@ static int spool_read(timeline *tl, text *t) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
+    double shift_us = 1e6 * (tl->t0 - zero);
     while ((n = getline(&line, &cap, f)) > 0) {
         if (line[n - 1] == '\n') line[--n] = '\0';
-        if (n > 0) text_printf(t, ",\n%s", line);
+        if (n > 0) shifted_line(t, line, shift_us);
     }
     free(line);
     int bad = ferror(f);
@@ -310,9 +323,18 @@ static int spool_read(timeline *tl, text *t) {
 
 char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len) {
     text t = {.p = cnt_malloc(4096), .len = 0, .cap = 4096};
-    rank_events(tl, pid, process, zero, &t);
+    if (!tl->spool) {
+        rank_events(tl, pid, process, zero, &t);
+    } else if (spool_read(tl, zero, &t) != CNT_OK) {
+        log_warn("%s", cnt_err_msg()); /* this process's part is lost to the trace, and said */
+        t.len = 0;
+    }
     *len = t.len;
     return t.p;
+}
+
+void timeline_remove_part(timeline *tl) {
+    if (tl->spool_path[0] && !tl->spool) remove(tl->spool_path);
 }
 
 void timeline_add_text(timeline *tl, const char *txt, size_t len) {
@@ -334,7 +356,7 @@ int timeline_write(timeline *tl, const char *path) {
     int spooled = tl->spool != NULL;
     if (!spooled) {
         rank_events(tl, dist_rank(), process, tl->t0, &t);
-    } else if (spool_read(tl, &t) != CNT_OK) {
+    } else if (spool_read(tl, tl->t0, &t) != CNT_OK) {
         /* this rank's part is lost to the trace; say so and go on with the others' (a collective follows) */
         log_warn("%s", cnt_err_msg());
         t.len = 0;

@@ -13,10 +13,12 @@
  *
  * Parameter servers (dist/ps.h) keep their own timeline
  * (timeline_create_local: no collective, the servers are not in the
- * workers' group); at the end each sends its events to rank 0, with its
- * times moved onto rank 0's axis by a clock offset that rank 0 measures with
- * a few round trips after its goodbye (good to half the fastest), and rank
- * 0 adds them to its file (timeline_events_text, timeline_add_text).
+ * workers' group), spooled to their own parts as workers' are; at the end
+ * each sends its events to rank 0, with its times moved onto rank 0's axis
+ * by a clock offset that rank 0 measures with a few round trips after its
+ * goodbye (good to half the fastest), rank 0 adds them to its file
+ * (timeline_events_text, timeline_add_text), and the server removes its
+ * part once rank 0 says the trace is written (timeline_remove_part).
  *
  * Clocks: each rank's zero is taken right after a barrier in timeline_create,
  * so the ranks' time axes agree to within a barrier's skew - good enough to
@@ -44,8 +46,14 @@ double timeline_zero(const timeline *tl);
 void timeline_name_thread(timeline *tl, int tid, const char *name);
 /* This process's events as trace elements (each preceded by ",\n") under
  * process id pid named `process`, times counted from zero (this process's
- * time_now() seconds). Returns a malloc'd text of *len bytes (no NUL). */
+ * time_now() seconds). Returns a malloc'd text of *len bytes (no NUL). A
+ * spooled timeline gives its part's events (under the pid and name it was
+ * spooled with) and closes the part, which stays on disk until
+ * timeline_remove_part. */
 char *timeline_events_text(timeline *tl, int pid, const char *process, double zero, size_t *len);
+/* Removes the closed spool part (timeline_events_text), once what it held
+ * is in a written trace. */
+void timeline_remove_part(timeline *tl);
 /* Rank 0: another process's timeline_events_text, written with its own. */
 void timeline_add_text(timeline *tl, const char *text, size_t len);
 /* Spools this process's events to `path` (one trace element a line: its

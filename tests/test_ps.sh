@@ -10,7 +10,9 @@
 #   - with gradient accumulation (train.accumulate = 2) 2 workers + 1 server
 #     equal 2 allreduce ranks too, loss for loss and weight for weight;
 #   - the timeline holds the workers' round trips per server and the
-#     servers' own tracks, on one time axis; the run record names the mode;
+#     servers' own tracks, on one time axis; the servers' parts go once
+#     it is written, and a killed run keeps the server's part;
+#     the run record names the mode;
 #   - asynchronous: with staleness bound 0 it equals synchronous bit for bit;
 #     unbounded, a worker that sleeps (CNT_TEST_STALL) has its next gradient
 #     applied several updates late, staleness is recorded per epoch and in
@@ -103,6 +105,25 @@ weights "$tmp/acc-ar" "$tmp/acc-ar.safetensors"
 weights "$tmp/acc-ps" "$tmp/acc-ps.safetensors"
 check "accumulate 2: ps and allreduce leave the same weights, bit for bit" \
     cmp -s "$tmp/acc-ps.safetensors" "$tmp/acc-ar.safetensors"
+
+# The servers spool their events as they serve, as workers do, and their
+# parts go once rank 0 has written the trace (servers had kept everything in
+# memory and written nothing until the end).
+check "ps timeline: no part left once the trace is written" bash -c '! ls "$1"/*.part 2>/dev/null | grep -q .' _ "$tmp/ps4"
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.mode=ps dist.timeline=tl.json \
+    train.max_steps=0 train.epochs=50 checkpoint.every_steps=0 train.out_dir="$tmp/tlk" >/dev/null 2>&1 &
+job=$!
+for _ in $(seq 1 100); do grep -q '"step":12,' "$tmp/tlk/metrics.jsonl" 2>/dev/null && break; sleep 0.2; done
+pkill -KILL -P "$(pgrep -P $job)" 2>/dev/null
+wait $job 2>/dev/null
+check "ps timeline, killed run: the server's part holds its events of 12 steps" python3 - "$tmp/tlk" <<'PY'
+import json, sys
+lines = [l for l in open(sys.argv[1] + "/tl.json.rank2.part").read().split("\n") if l.strip()]
+ev = [json.loads(l) for l in lines[:-1]]  # the last line may be cut short
+assert ev[0]["name"] == "process_name" and ev[0]["args"]["name"] == "rank 2 (parameter server 0)", ev[0]
+steps = {e["args"]["step"] for e in ev if e["ph"] == "X" and e["name"].startswith("gradient from rank")}
+assert {1, 12} <= steps, sorted(steps)
+PY
 
 # The timeline: each worker's round trip to each server on that server's track, and every server's
 # own process (gradients in, updates, parameters out), on rank 0's time axis.

@@ -9,8 +9,10 @@
 #include "dist/ps.h"
 #include "model/zoo.h"
 #include "train/optim.h"
+#include "train/run.h"
 #include "train/stop.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct server_ctx {
@@ -80,17 +82,26 @@ int ps_server_run(const config *cfg, exchange *x) {
     float *params = be->alloc((len ? len : 1) * sizeof(float));
     server_ctx ctx = {nt, &opt, params, k, ps_servers(p), dist_job_rank(), 0};
     timeline *tl = NULL;
+    int status = CNT_OK;
     if (cfg->timeline[0]) {
-        /* the server's own events, sent to rank 0 at the end (dist/ps.h) */
+        /* the server's own events, spooled to its part as it serves (a
+         * killed run keeps them), sent to rank 0 at the end (dist/ps.h) */
         tl = timeline_create_local();
+        char part[2 * CONFIG_STR + 32], process[64];
+        snprintf(process, sizeof process, "rank %d (parameter server %d)", dist_job_rank(), k);
+        status = run_timeline_part(cfg, dist_job_rank(), part, sizeof part);
+        if (status == CNT_OK && timeline_spool(tl, part, dist_job_rank(), process) != CNT_OK)
+            status = cnt_err_prefix("dist.timeline");
         ps_set_timeline(p, tl);
     }
-    ps_server_stats st;
-    ps_serve(p, params, opt.momentum_buf, nt->n_params, shard_end, server_update, server_stop, &ctx, &st);
+    if (status == CNT_OK) {
+        ps_server_stats st;
+        ps_serve(p, params, opt.momentum_buf, nt->n_params, shard_end, server_update, server_stop, &ctx, &st);
+    }
     optim_free(&opt);
     be->free(params);
     free(shard_end);
     net_free(nt);
     timeline_free(tl);
-    return CNT_OK;
+    return status;
 }

@@ -96,6 +96,10 @@ net *run_build_model(const backend *be, const config *cfg, int c, int h, int w, 
 /* A path from the config (checkpoint.dir, dist.timeline), resolved inside
  * train.out_dir when relative. */
 void run_path_in_out_dir(const config *cfg, const char *path, char *out, size_t len);
+/* dist.timeline's part for job rank `rank` (<trace>.rank<R>.part, the
+ * trace resolved in train.out_dir), its directory made: CNT_ERR naming
+ * dist.timeline when it cannot be. */
+int run_timeline_part(const config *cfg, int rank, char *part, size_t len);
 /* The checkpoint checkpoint.resume asks for: 1 with its path in path (auto:
  * the newest in checkpoint.dir), 0 for none. `say`: tell when auto finds no
  * checkpoint. */

@@ -28,6 +28,19 @@ void run_path_in_out_dir(const config *cfg, const char *path, char *out, size_t 
     else snprintf(out, len, "%s/%s", cfg->out_dir, path);
 }
 
+/* dist.timeline's part for job rank `rank` (<trace>.rank<R>.part), its
+ * directory made. CNT_ERR naming dist.timeline when it cannot be. */
+int run_timeline_part(const config *cfg, int rank, char *part, size_t len) {
+    char path[2 * CONFIG_STR + 8], dir[2 * CONFIG_STR + 8];
+    run_path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
+    snprintf(part, len, "%s.rank%d.part", path, rank);
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = '\0';
+    if (slash && slash != dir && make_dirs(dir) != CNT_OK) return cnt_err_prefix("dist.timeline");
+    return CNT_OK;
+}
+
 /* The checkpoint checkpoint.resume asks for: 1 with its path in path (auto:
  * the newest in checkpoint.dir), 0 for none. `say`: tell when auto finds no
  * checkpoint. */

@@ -334,15 +334,10 @@ static int setup_timeline(run *r) {
     long first, last;
     config_timeline_window(cfg, &first, &last); /* checked with the config */
     timeline_set_window(r->tl, first, last);
-    char path[2 * CONFIG_STR + 8], part[2 * CONFIG_STR + 32], dir[2 * CONFIG_STR + 8], process[32];
-    run_path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
-    snprintf(part, sizeof part, "%s.rank%d.part", path, r->rank);
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) *slash = '\0';
+    char part[2 * CONFIG_STR + 32], process[32];
     snprintf(process, sizeof process, "rank %d", r->rank);
-    if ((slash && slash != dir && make_dirs(dir) != CNT_OK) || timeline_spool(r->tl, part, r->rank, process) != CNT_OK)
-        return cnt_err_prefix("dist.timeline");
+    if (run_timeline_part(cfg, r->rank, part, sizeof part) != CNT_OK) return CNT_ERR;
+    if (timeline_spool(r->tl, part, r->rank, process) != CNT_OK) return cnt_err_prefix("dist.timeline");
     net_set_node_hook(r->nt, timeline_node_hook, r->tl);
     exchange_set_timeline(r->x, r->tl);
     return CNT_OK;

@@ -334,7 +334,9 @@ static int run_finish(run *r, int status, train_result *res) {
     char path[2 * CONFIG_STR + 8];
     run_path_in_out_dir(r->cfg, r->cfg->timeline, path, sizeof path);
     dist_phase("timeline gather");
-    if (timeline_write(r->tl, path) != CNT_OK) return CNT_ERR;
+    int written = timeline_write(r->tl, path) == CNT_OK;
+    if (r->rank == 0) exchange_trace_written(r->x, written); /* the servers' parts go once it is written */
+    if (!written) return CNT_ERR;
     if (r->rank == 0) log_info("timeline: %s (open in chrome://tracing or ui.perfetto.dev)", path);
     return CNT_OK;
 }
