@@ -30,12 +30,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/threads.h"
 #include "common/timer.h"
 #include "dist/fault.h"
 #include "dist/wait.h"
@@ -71,39 +71,55 @@ void dist_phase(const char *what) {
 /* ------------------------------------------------- blocking calls' deadman */
 
 /* A call that cannot be polled (the gradient sum's MPI_Allreduce: its
- * nonblocking form measured several times slower) is bounded by a monitor
+ * nonblocking form measured several times slower) is watched by a monitor
  * thread instead: dist_blocking_begin notes when the call started and what
- * it is; the thread, started at the first such call, looks once a second and,
- * when a call has been inside for the abort limit, writes one line and ends
- * the process (_exit(DIST_STALL_EXIT): the thread may not call MPI while
- * another thread is inside it; mpirun then ends the job, as for any rank that
- * dies). */
-static _Atomic long long blocking_since_ms = 0; /* 0: no blocking call in progress */
+ * it is; the thread, started at the first such call, looks once a second
+ * (or four times per dist.stall_warn_s when that is shorter): it warns at
+ * every multiple of the warn limit the call has been inside, as the polled
+ * waits do, and when the call has been inside for the abort limit it
+ * writes one line and ends the process (_exit(DIST_STALL_EXIT): the thread
+ * may not call MPI while another thread is inside it; mpirun then ends the
+ * job, as for any rank that dies). dist_blocking_end says "stall over" for
+ * a call it warned about. The state is under a mutex, so a line never pairs
+ * one call's label with another's time. */
+static pthread_mutex_t blocking_mu = PTHREAD_MUTEX_INITIALIZER;
+static double blocking_since = 0; /* time_now() the call in progress began; 0: none */
+static int blocking_warned = 0;   /* warnings said about it */
 static char blocking_what[256];
 static pthread_once_t deadman_once = PTHREAD_ONCE_INIT;
-
-static long long now_ms(void) { return (long long)(time_now() * 1e3); }
 
 static void *deadman(void *arg) {
     (void)arg;
     for (;;) {
-        struct timespec ts = {1, 0};
+        double nap = g_warn_s > 0 && g_warn_s < 4 ? g_warn_s / 4 : 1;
+        if (nap < 0.05) nap = 0.05;
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
         nanosleep(&ts, NULL);
-        long long since = atomic_load(&blocking_since_ms);
-        if (since == 0 || g_abort_s <= 0) continue;
-        double waited = (double)(now_ms() - since) / 1e3;
-        if (waited < g_abort_s) continue;
-        char line[600];
-        int n = snprintf(line, sizeof line,
-                         "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
-                         "the middle of it; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
-                         dist_job_rank(), dist_job_rank(), blocking_what, waited, g_abort_s);
-        fflush(stdout);
-        if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
-            /* nothing left to tell it to */
+        cnt_mutex_lock(&blocking_mu);
+        double waited = blocking_since > 0 ? time_now() - blocking_since : 0;
+        if (blocking_since > 0 && g_abort_s > 0 && waited >= g_abort_s) {
+            char line[600];
+            int n = snprintf(line, sizeof line,
+                             "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
+                             "the middle of it; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
+                             dist_job_rank(), dist_job_rank(), blocking_what, waited, g_abort_s);
+            fflush(stdout);
+            if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
+                /* nothing left to tell it to */
+            }
+            cnt_say_last_words();
+            _exit(DIST_STALL_EXIT);
         }
-        cnt_say_last_words();
-        _exit(DIST_STALL_EXIT);
+        int due = blocking_since > 0 && g_warn_s > 0 ? (int)(waited / g_warn_s) : 0;
+        if (due > blocking_warned) {
+            blocking_warned = due;
+            /* every rank had arrived (the watchdog's barrier before it): one stopped at or inside it */
+            log_warn("stall: rank %d has been inside %s for %.0f s: every rank had reached it (the stall watchdog), "
+                     "so one stopped or hung at or inside it and prints no such line (dist.stall_warn_s = %g; the "
+                     "job ends after dist.stall_abort_s = %g)",
+                     dist_job_rank(), blocking_what, waited, g_warn_s, g_abort_s);
+        }
+        cnt_mutex_unlock(&blocking_mu);
     }
     return NULL;
 }
@@ -116,16 +132,27 @@ static void deadman_start(void) {
 }
 
 void dist_blocking_begin(const char *call) {
-    if (g_abort_s <= 0) return;
+    if (g_abort_s <= 0 && g_warn_s <= 0) return;
     errno = pthread_once(&deadman_once, deadman_start);
     CHECK_ERRNO(errno == 0, "pthread_once (stall deadman)");
     fault_stall_in_point(call); /* tests only: CNT_TEST_STALL_IN stops a rank here, the others inside the call */
-    /* the label first, then the time that arms the check (the monitor reads them in that order) */
+    cnt_mutex_lock(&blocking_mu);
     snprintf(blocking_what, sizeof blocking_what, "%s during %s", call, tl_phase[0] ? tl_phase : "an unnamed phase");
-    atomic_store(&blocking_since_ms, now_ms());
+    blocking_since = time_now();
+    blocking_warned = 0;
+    cnt_mutex_unlock(&blocking_mu);
 }
 
-void dist_blocking_end(void) { atomic_store(&blocking_since_ms, 0); }
+void dist_blocking_end(void) {
+    if (g_abort_s <= 0 && g_warn_s <= 0) return;
+    cnt_mutex_lock(&blocking_mu);
+    if (blocking_warned > 0)
+        log_warn("stall over: rank %d left %s after %.1f s", dist_job_rank(), blocking_what,
+                 time_now() - blocking_since);
+    blocking_since = 0;
+    blocking_warned = 0;
+    cnt_mutex_unlock(&blocking_mu);
+}
 
 /* ------------------------------------------------------------ the one loop */
 

@@ -77,10 +77,12 @@ typedef struct dist_wait_site {
 void dist_wait_until(const dist_wait_site *s);
 
 /* A blocking call that cannot be polled (the gradient sum's MPI_Allreduce)
- * is bracketed by these: a monitor thread (started at the first begin) ends
- * the process with a message naming `call` and the calling thread's phase
- * when the call has not ended after dist.stall_abort_s (mpirun then ends the
- * job). One such call at a time in the process. */
+ * is bracketed by these: a monitor thread (started at the first begin)
+ * warns at every multiple of dist.stall_warn_s the call has been inside,
+ * naming `call` and the calling thread's phase, end says "stall over" after
+ * such a warning, and the thread ends the process when the call has not
+ * ended after dist.stall_abort_s (mpirun then ends the job). One such call
+ * at a time in the process. */
 void dist_blocking_begin(const char *call);
 void dist_blocking_end(void);
 /* The limits dist_set_wait_limits set (0: off), for the sites that name the

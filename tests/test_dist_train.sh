@@ -411,6 +411,22 @@ check "stall inside MPI_Allreduce: rank 0 names the call and the phase" \
     grep -qE "^\[rank 0\] error: stall: rank 0 has been inside MPI_Allreduce during gradient allreduce \(step 1, bucket [0-9]+\) for [0-9]+ s" <<<"$out"
 check "stall inside MPI_Allreduce: rank 0 says what can be resumed (nothing yet)" \
     grep -q "^\[rank 0\] stopped: no checkpoint written" <<<"$out"
+# A shorter stop inside it, under dist.stall_warn_s = 1: the waiting rank
+# warns every second while it is inside (it used to say nothing until the
+# abort), says when the call returned, and the run finishes.
+out=$(CNT_TEST_STALL_IN=1:MPI_Allreduce:3.5 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+      -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.backend=mpi dist.stall_warn_s=1 \
+      dist.stall_abort_s=30 train.out_dir="$tmp/deadwarn" 2>&1)
+rc=$?
+check "short stop inside MPI_Allreduce: the run finishes (rc=$rc)" test $rc -eq 0
+check "short stop inside MPI_Allreduce: rank 0 warns at least twice, naming the call and the phase" \
+    test "$(grep -cE "^\[rank 0\] warning: stall: rank 0 has been inside MPI_Allreduce during gradient allreduce \(step 1, \
+bucket [0-9]+\) for [0-9]+ s" <<<"$out")" -ge 2
+check "short stop inside MPI_Allreduce: rank 0 says when it returned" \
+    grep -qE "^\[rank 0\] warning: stall over: rank 0 left MPI_Allreduce during gradient allreduce \(step 1, bucket [0-9]+\) \
+after [0-9.]+ s" <<<"$out"
+check "short stop inside MPI_Allreduce: the stopped rank warns of nothing" \
+    bash -c '! grep -q "^\[rank 1\] warning: stall" <<<"$1"' _ "$out"
 # A stall after a checkpoint: the job's last words name it.
 out=$(CNT_TEST_STALL_IN=1:evaluation:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL_IN \
       ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=0 checkpoint.every_steps=4 dist.stall_abort_s=3 \
