@@ -176,6 +176,42 @@ check "SIGTERM in evaluation: epoch 1's scores equal the uninterrupted run's" \
     test "$(grep '"kind":"eval","epoch":1' "$d/metrics.jsonl" | grep -o '"eval_loss.*')" = \
     "$(grep '"kind":"eval","epoch":1' "$tmp/ref/metrics.jsonl" | grep -o '"eval_loss.*')"
 
+# 3c. SIGTERM during start-up (rank 0 sleeps on entering it): the run ends
+# before its first step, exit 75, with nothing trained and nothing new
+# written (it used to train a step and checkpoint it); a resumed run so
+# stopped leaves its checkpoints and records as they were, and resumes
+# exactly afterwards.
+# sigterm_in_startup DIR ARGS...: the run, signalled while it sleeps in start-up; echoes its exit status
+sigterm_in_startup() {
+    local d=$1 pid
+    shift
+    CNT_TEST_STALL_IN=0:start-up:3 "${T[@]}" train.out_dir="$d" "$@" >"$d.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do grep -q "CNT_TEST_STALL_IN: sleeping" "$d.log" 2>/dev/null && break; sleep 0.1; done
+    pkill -TERM -P $pid
+    wait $pid
+    echo $?
+}
+d="$tmp/su"
+rc=$(sigterm_in_startup "$d")
+check "SIGTERM in start-up: exit 75 (rc=$rc)" test "$rc" -eq 75
+check "SIGTERM in start-up: the last line says so" grep -q "stopped (SIGTERM during start-up, before step 1; nothing \
+trained, nothing new to save; start it again)" "$d.log"
+check "SIGTERM in start-up: no step, no checkpoint" \
+    test "$(records "$d" step)" -eq 0 -a -z "$(ls "$d/checkpoints" 2>/dev/null)"
+"${T[@]}" train.out_dir="$d" train.max_steps=5 >/dev/null 2>&1
+before=$(cd "$d/checkpoints" && md5sum *)
+rc=$(sigterm_in_startup "$d" checkpoint.resume=auto)
+check "SIGTERM in a resumed run's start-up: exit 75 (rc=$rc)" test "$rc" -eq 75
+check "SIGTERM in a resumed run's start-up: says so" grep -q "stopped (SIGTERM during start-up, before step 6; \
+nothing trained, nothing new to save; resume with checkpoint.resume = auto as this run did)" "$d.log"
+check "SIGTERM in a resumed run's start-up: the checkpoints as they were" \
+    test "$(cd "$d/checkpoints" && md5sum *)" = "$before"
+"${T[@]}" train.out_dir="$d" checkpoint.resume=auto >/dev/null 2>&1
+check "SIGTERM in a resumed run's start-up: the next resume gives the uninterrupted run's losses" \
+    diff "$tmp/ref.steps" <(steps "$d/metrics.jsonl")
+check "SIGTERM in a resumed run's start-up: each step once" each_step_once "$d/metrics.jsonl"
+
 # 4. Two ranks: SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to
 # the ranks themselves (as Slurm signals its tasks) both save at one step.
 if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: built in"; then

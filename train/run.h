@@ -56,6 +56,7 @@ typedef struct run {
     int save_at_epoch_end;   /* end_epoch writes a checkpoint (decided at the epoch's last step) */
     int stopped;             /* the stop signal the ranks agreed on, 0: none */
     int stopped_in_eval;     /* it came during an evaluation, which was left unfinished */
+    int stopped_at_start;    /* it came during start-up: no step was taken */
     int eval_first;          /* resumed from a checkpoint a stop wrote in start_epoch's evaluation: its steps
                               * are done, the evaluation and the epoch's end come first */
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */

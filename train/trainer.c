@@ -273,6 +273,14 @@ static int end_epoch(run *r, int epoch) {
 }
 
 static int run_train(run *r) {
+    /* A stop signal during start-up (data, model, resume: minutes on a
+     * large data set) ends the run before its first step, with nothing new
+     * to save; the ranks agree on it here. */
+    dist_phase("stop-signal check before the first step");
+    if ((r->stopped = (int)dist_first_nonzero(stop_pending())) != 0) {
+        r->stopped_at_start = 1;
+        return CNT_OK;
+    }
     int done = 0;
     for (int epoch = r->start_epoch;
          epoch < r->cfg->epochs && !done && (r->step < r->total_steps || (epoch == r->start_epoch && r->eval_first));
@@ -294,6 +302,12 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
     const config *cfg = r->cfg;
     const char *saved = ckpt_on(cfg) ? "checkpoint written; resume with checkpoint.resume = auto"
                                      : "no checkpoint (checkpoint.every_epochs and checkpoint.every_steps are 0)";
+    if (r->stopped && r->stopped_at_start) {
+        snprintf(buf, len, "%s during start-up, before step %ld; nothing trained, nothing new to save; %s",
+                 stop_signal_name(r->stopped), r->step + 1,
+                 r->step > 0 ? "resume with checkpoint.resume = auto as this run did" : "start it again");
+        return buf;
+    }
     if (r->stopped && r->stopped_in_eval) {
         int again = r->epoch_step == r->steps_per_epoch && !r->diverged && ckpt_on(cfg);
         snprintf(buf, len, "%s during epoch %d/%d's evaluation, after step %ld; %s%s", stop_signal_name(r->stopped),
