@@ -62,6 +62,12 @@ typedef struct dist_wait_site {
     double spin_s;
     long max_sleep_us;
     double yield_s;
+    /* when relax_s > 0: from relax_s seconds on, the sleeps grow to
+     * relaxed_max_sleep_us instead (a wait that long is a late rank or a
+     * slow link, where a little more latency costs nothing and the core is
+     * worth more) */
+    double relax_s;
+    long relaxed_max_sleep_us;
     /* Limits in seconds; 0 turns either off. After warn_s it warns, once for
      * each multiple of warn_s it crosses (a poll that crosses several warns
      * once); after abort_s it logs the error and ends the job with

@@ -176,6 +176,30 @@ static void test_yields_before_sleeping(void **state) {
     assert_true(time_now() - t0 >= 19 * 10e-6);
 }
 
+/* relax_s (the ring's DIST_WAIT_PACED): a wait that has gone on that long
+ * sleeps up to relaxed_max_sleep_us instead of max_sleep_us, so a long wait
+ * (a late rank, a slow link) takes little of a core. 15 polls with a 50 us
+ * cap take about 1 ms; relaxed from the start to 20 ms, the sleeps double
+ * from 10 us to 20 ms: over 60 ms. */
+static void test_relaxes_after_a_long_wait(void **state) {
+    (void)state;
+    double took[2];
+    for (int relaxed = 0; relaxed < 2; relaxed++) {
+        fake f = {.done_after = 15};
+        dist_wait_site s = fake_site(&f);
+        s.clock = NULL;
+        s.max_sleep_us = 50;
+        s.relax_s = relaxed ? 1e-9 : 60;
+        s.relaxed_max_sleep_us = 20000;
+        double t0 = time_now();
+        dist_wait_until(&s);
+        took[relaxed] = time_now() - t0;
+        assert_int_equal(f.polls, 15);
+    }
+    assert_true(took[0] < 0.06);
+    assert_true(took[1] > 0.06);
+}
+
 /* Fake time: poll k ends at 0.25 k s, and poll 10 takes 3 s more; the clock
  * starts after poll 1, so poll k has waited 0.25 (k - 1) s, 3 s more from
  * poll 10 on. Warn limit 1 s: poll 5 (1 s) and poll 9 (2 s) warn; poll 10
@@ -328,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_abort_ends_the_process),
         cmocka_unit_test(test_signal_during_sleep),
         cmocka_unit_test(test_yields_before_sleeping),
+        cmocka_unit_test(test_relaxes_after_a_long_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
