@@ -150,6 +150,54 @@ int fsync_dir(const char *dir) {
     return CNT_OK;
 }
 
+int file_keep_aside(const char *path, const char *what, char *kept, size_t len) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        return cnt_err_set("cannot look at %s '%s': %s", what, path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return cnt_err_set("%s '%s' is %s, not a regular file: refusing to replace it", what, path,
+                           file_kind_name(st.st_mode));
+    char stamp[32];
+    file_time_stamp(st.st_mtime, stamp, sizeof stamp);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot != base ? (size_t)(dot - path) : strlen(path);
+    const char *ext = dot && dot != base ? dot : "";
+    for (int k = 1; k < 1000; k++) {
+        char suffix[16] = "";
+        if (k > 1) snprintf(suffix, sizeof suffix, "-%d", k);
+        if (snprintf(kept, len, "%.*s.%s%s%s", (int)stem, path, stamp, suffix, ext) >= (int)len)
+            return cnt_err_set("%s '%s': path too long to keep it aside", what, path);
+        struct stat taken;
+        if (lstat(kept, &taken) == 0) continue;
+        if (rename(path, kept) != 0)
+            return cnt_err_set("cannot keep the earlier %s '%s' as '%s': %s", what, path, kept, strerror(errno));
+        return 1;
+    }
+    return cnt_err_set("cannot keep the earlier %s '%s': every name is taken", what, path);
+}
+
+int file_check_output(const char *path, const char *what, int n, const char *const *inputs, const char *const *roles) {
+    struct stat out;
+    if (stat(path, &out) != 0) {
+        if (errno == ENOENT) return CNT_OK;
+        return cnt_err_set("cannot write %s '%s': %s", what, path, strerror(errno));
+    }
+    if (!S_ISREG(out.st_mode))
+        return cnt_err_set("cannot write %s '%s': it is %s, not a regular file", what, path,
+                           file_kind_name(out.st_mode));
+    for (int i = 0; i < n; i++) {
+        struct stat in;
+        if (inputs[i] && stat(inputs[i], &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+            return cnt_err_set("%s '%s' is the %s this reads ('%s'): writing it would destroy it; give another path",
+                               what, path, roles[i], inputs[i]);
+    }
+    return CNT_OK;
+}
+
 int file_commit_atomic(FILE *f, int failed, const char *tmp, const char *path, const char *dir, const char *what) {
     if (!failed && fflush(f) != 0) {
         cnt_err_set("cannot write %s '%s': %s", what, tmp, strerror(errno));

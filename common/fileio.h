@@ -51,6 +51,24 @@ char *file_read_all(const char *path, const char *what, uint64_t max, size_t *le
  * an output that is a FIFO never blocks the run. */
 FILE *file_append_regular(const char *path, const char *what);
 
+/* Before writing an output the user named (--profile OUT, --export OUT,
+ * simulate's --csv and --trace): CNT_OK when path does not exist or is a
+ * regular file that is none of the n inputs; else CNT_ERR with a message
+ * naming `what`, the path and why: "it is a directory, not a regular file"
+ * (a FIFO would block the writer, a device never fills), or that it is the
+ * <role> the command reads (inputs[i], roles[i]), which writing would
+ * destroy. Inputs that do not exist are skipped. */
+int file_check_output(const char *path, const char *what, int n, const char *const *inputs, const char *const *roles);
+
+/* An earlier file at path, kept instead of overwritten: renamed to the
+ * same name with ".<stamp>" (its modification time, file_time_stamp)
+ * before the last extension ("trace.json" -> "trace.20261128-015800.json",
+ * "x.rank0.part" -> "x.rank0.<stamp>.part"), "-2", "-3", ... added when that
+ * name is taken. Returns 1 with the new name in kept, 0 when there is no
+ * file at path, CNT_ERR with a message naming `what` when it is not a
+ * regular file or cannot be renamed. */
+int file_keep_aside(const char *path, const char *what, char *kept, size_t len);
+
 /* "YYYYMMDD-HHMMSS" of t in local time, into buf (16 bytes suffice): the
  * suffix of the files a run moves aside instead of overwriting
  * (metrics.<stamp>.jsonl, config.<stamp>.ini, superseded-<stamp>/). */

@@ -4,6 +4,7 @@
  */
 #include "dist/timeline.h"
 #include "common/check.h"
+#include "common/fileio.h"
 #include "common/threads.h"
 #include "common/timer.h"
 #include "dist/dist.h"
@@ -16,6 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct tl_event {
     char name[128];
@@ -43,8 +48,10 @@ struct timeline {
     long step;
     long first, last; /* the window of steps recorded */
     /* timeline_spool: events go to this file at every step boundary */
-    FILE *spool;
+    FILE *spool;             /* open for writing and reading ("w+"): read back through it, not by name */
     char spool_path[4200];
+    dev_t spool_dev;         /* the part's identity, so only our own part is ever removed */
+    ino_t spool_ino;
     int spool_pid;
     char spool_process[64];
     int spool_meta;   /* its metadata is written */
@@ -270,11 +277,36 @@ int timeline_spool(timeline *tl, const char *path, int pid, const char *process)
     snprintf(tl->spool_path, sizeof tl->spool_path, "%s", path);
     snprintf(tl->spool_process, sizeof tl->spool_process, "%s", process);
     tl->spool_pid = pid;
-    tl->spool = fopen(path, "w");
+    tl->spool = fopen(path, "w+");
     int err = errno;
+    struct stat st;
+    if (tl->spool && fstat(fileno(tl->spool), &st) == 0) {
+        tl->spool_dev = st.st_dev;
+        tl->spool_ino = st.st_ino;
+    }
+    /* held while the part is ours: another run that finds it knows it is
+     * being written (timeline_part_in_use); released when the process ends */
+    if (tl->spool) (void)flock(fileno(tl->spool), LOCK_EX | LOCK_NB);
     cnt_mutex_unlock(&tl->mu);
     if (!tl->spool) return cnt_err_set("cannot write the timeline's part '%s': %s", path, strerror(err));
     return CNT_OK;
+}
+
+int timeline_part_in_use(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* releases the lock if taken */
+    return busy;
+}
+
+/* Removes this timeline's part, if the name still holds it (another run
+ * that moved it aside and spooled its own there keeps its own). */
+static void remove_own_part(timeline *tl) {
+    struct stat st;
+    if (tl->spool_path[0] && stat(tl->spool_path, &st) == 0 && st.st_dev == tl->spool_dev &&
+        st.st_ino == tl->spool_ino)
+        remove(tl->spool_path);
 }
 
 /* One spooled element, its "ts" moved by shift_us (0: as written). */
@@ -297,15 +329,18 @@ static int spool_read(timeline *tl, double zero, text *t) {
     spool_flush_locked(tl);
     FILE *f = tl->spool;
     tl->spool = NULL;
-    if (f) fclose(f);
     if (!f) { /* spooling failed: what is in memory */
         rank_events_locked(tl, tl->spool_pid, tl->spool_process, zero, 1, t);
         cnt_mutex_unlock(&tl->mu);
         return CNT_OK;
     }
     cnt_mutex_unlock(&tl->mu);
-    f = fopen(tl->spool_path, "r");
-    if (!f) return cnt_err_set("cannot read the timeline's part '%s': %s", tl->spool_path, strerror(errno));
+    /* through the stream it was written with: renamed or replaced, the part is still ours */
+    if (fseek(f, 0, SEEK_SET) != 0) {
+        int err = errno;
+        fclose(f);
+        return cnt_err_set("cannot read the timeline's part '%s': %s", tl->spool_path, strerror(err));
+    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -334,7 +369,7 @@ char *timeline_events_text(timeline *tl, int pid, const char *process, double ze
 }
 
 void timeline_remove_part(timeline *tl) {
-    if (tl->spool_path[0] && !tl->spool) remove(tl->spool_path);
+    if (!tl->spool) remove_own_part(tl);
 }
 
 void timeline_add_text(timeline *tl, const char *txt, size_t len) {
@@ -372,7 +407,7 @@ int timeline_write(timeline *tl, const char *path) {
     /* rank 0 says whether the trace is written; only then do the parts go */
     int64_t written = dist_rank() == 0 ? write_trace(path, all, counts) : 0;
     dist_broadcast(&written, sizeof written, 0);
-    if (written == 1 && spooled) remove(tl->spool_path);
+    if (written == 1 && spooled) remove_own_part(tl);
     return dist_rank() == 0 && written != 1 ? CNT_ERR : CNT_OK;
 }
 
@@ -414,6 +449,14 @@ static int64_t write_trace(const char *path, void *all, size_t *counts) {
         cnt_err_set("cannot write the timeline '%s': %s", tmp, strerror(err));
         return 0;
     }
+    /* an earlier run's trace (a resumed run's, say) is kept, not replaced */
+    char kept[4096 + 64];
+    int moved = file_keep_aside(path, "timeline", kept, sizeof kept);
+    if (moved == CNT_ERR) {
+        remove(tmp);
+        return 0;
+    }
+    if (moved) log_info("timeline: the earlier trace at %s moved to %s", path, kept);
     if (rename(tmp, path) != 0) {
         err = errno;
         remove(tmp);

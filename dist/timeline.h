@@ -64,6 +64,9 @@ void timeline_add_text(timeline *tl, const char *text, size_t len);
  * before any event. timeline_write removes the part once the trace is
  * written. CNT_ERR naming the file when it cannot be created. */
 int timeline_spool(timeline *tl, const char *path, int pid, const char *process);
+/* Whether the part at path is being spooled by a live process (each holds
+ * an flock on its part; where the file system has no flock, 0). */
+int timeline_part_in_use(const char *path);
 /* Records only the events of steps [first, last] (as timeline_set_step
  * says them); others are dropped as they come, so memory stays bounded.
  * Default: every step. */

@@ -313,13 +313,46 @@ for l in L:
 PY
 run $T --profile configs/resnet20-fashion.ini "$tmp/no/dir/prof.json" train.device=cpu
 check "--profile to a directory that does not exist: exit 1 naming it" \
-    test "$rc" -eq 1 -a -n "$(grep -o "cannot write '$tmp/no/dir/prof.json'" <<<"$out")"
+    test "$rc" -eq 1 -a -n "$(grep -o "cannot write the profile '$tmp/no/dir/prof.json'" <<<"$out")"
 run $T --export "$tmp/nockpt.cnt" "$tmp/x.safetensors"
 check "--export, missing checkpoint: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/nockpt.cnt" <<<"$out")"
 run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt" "$tmp/no/dir/x.safetensors"
 check "--export, unwritable output: exit 1 naming it" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/no/dir/x.safetensors" <<<"$out")"
 run $T --export "$tmp/exp/checkpoints/ckpt-000001.cnt"
 check "--export with one argument: usage, exit 2" test "$rc" -eq 2
+
+# Outputs named on the command line: never an input of the same command
+# (--profile's config, --export's checkpoint, simulate's profile: each used to
+# be destroyed), never anything but a regular file (a FIFO blocked the
+# writer), and a failed --profile leaves an earlier file whole (it was
+# truncated first, then removed).
+cp configs/resnet20-fashion.ini "$tmp/self.ini"
+sum=$(md5sum <"$tmp/self.ini")
+run timeout 20 $T --profile "$tmp/self.ini" "$tmp/self.ini" train.device=cpu
+check "--profile onto its own config: refused, exit 1, the config whole" \
+    bash -c "[ $rc -eq 1 ] && grep -q \"the profile '$tmp/self.ini' is the config this reads\" <<<\"\$1\" && \
+             [ \"\$(md5sum <'$tmp/self.ini')\" = '$sum' ]" _ "$out"
+ck="$tmp/exp/checkpoints/ckpt-000001.cnt"
+sum=$(md5sum <"$ck")
+run timeout 20 $T --export "$ck" "$ck"
+check "--export onto its own checkpoint: refused, exit 1, the checkpoint whole" \
+    bash -c "[ $rc -eq 1 ] && grep -q \"is the checkpoint this reads\" <<<\"\$1\" && [ \"\$(md5sum <'$ck')\" = '$sum' ]" _ "$out"
+mkfifo "$tmp/out.fifo"
+run timeout 20 $T --profile configs/resnet20-fashion.ini "$tmp/out.fifo" train.device=cpu
+check "--profile into a FIFO: refused at once naming it" \
+    test "$rc" -eq 1 -a -n "$(grep -o "cannot write the profile '$tmp/out.fifo': it is a FIFO (named pipe)" <<<"$out")"
+run timeout 20 $T --export "$ck" "$tmp"
+check "--export into a directory: refused naming it" \
+    test "$rc" -eq 1 -a -n "$(grep -o "cannot write the export '$tmp': it is a directory" <<<"$out")"
+echo "an earlier profile" >"$tmp/old.json"
+run timeout 20 $T --profile configs/resnet20-fashion.ini "$tmp/old.json" train.device=cpu data.root="$tmp/nodata"
+check "a failed --profile: exit 1, the earlier file whole" \
+    test "$rc" -eq 1 -a "$(cat "$tmp/old.json")" = "an earlier profile"
+if [ -x build/tools/simulate ]; then
+    run timeout 20 build/tools/simulate "$tmp/prof.json" --workers 2 --csv "$tmp/prof.json"
+    check "simulate --csv onto its own profile: refused, the profile whole" \
+        bash -c "[ $rc -ne 0 ] && grep -q 'is the profile this reads' <<<\"\$1\" && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '$tmp/prof.json'" _ "$out"
+fi
 
 # Inputs that are not regular files: a FIFO (whose open waits for a writer
 # forever), a directory or a device given as the config file, a data file,

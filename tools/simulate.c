@@ -55,6 +55,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 #include "common/timer.h"
 #include "train/sim.h"
 
@@ -244,6 +245,13 @@ int main(int argc, char **argv) {
             if (workers[k] > trace_workers) trace_workers = workers[k];
     }
 
+    const char *in[1] = {profile_path}, *role[1] = {"profile"};
+    if ((csv_path && file_check_output(csv_path, "the CSV", 1, in, role) != CNT_OK) ||
+        (trace_path && file_check_output(trace_path, "the trace", 1, in, role) != CNT_OK)) {
+        fprintf(stderr, "simulate: %s\n", cnt_err_msg());
+        profile_free(&p);
+        return 1;
+    }
     FILE *csv = NULL;
     if (csv_path && !(csv = fopen(csv_path, "w"))) {
         fprintf(stderr, "simulate: cannot write '%s': %s\n", csv_path, strerror(errno));

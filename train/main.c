@@ -15,6 +15,7 @@
  */
 #include "common/check.h"
 #include "common/cpus.h"
+#include "common/fileio.h"
 #include "dist/dist.h"
 #include "model/backend.h"
 #include "model/zoo.h"
@@ -272,17 +273,26 @@ static int cmd_profile(int argc, char **argv) {
     config cfg;
     load_config(&cfg, argv[2], argc, argv, 4);
     int steps = cfg.max_steps > 0 ? (int)(cfg.max_steps < 100000 ? cfg.max_steps : 100000) : 20;
-    FILE *f = fopen(argv[3], "w");
+    /* through OUT.tmp and a rename: a failed profile leaves an earlier OUT whole */
+    const char *out = argv[3], *in[1] = {argv[2]}, *role[1] = {"config"};
+    if (file_check_output(out, "the profile", 1, in, role) != CNT_OK) return failed();
+    char tmp[4096], dir[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp) {
+        fprintf(stderr, "trainer: --profile: path too long: '%s'\n", out);
+        return 1;
+    }
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    FILE *f = fopen(tmp, "w");
     if (!f) {
-        fprintf(stderr, "trainer: --profile: cannot write '%s': %s\n", argv[3], strerror(errno));
+        fprintf(stderr, "trainer: --profile: cannot write the profile '%s': %s\n", out, strerror(errno));
         return 1;
     }
     int rc = profile_run(&cfg, steps, 3, f);
-    if (fclose(f) != 0 && rc == CNT_OK) rc = cnt_err_set("--profile: cannot write '%s': %s", argv[3], strerror(errno));
-    if (rc != CNT_OK) {
-        remove(argv[3]);
-        return failed();
-    }
+    if (file_commit_atomic(f, rc != CNT_OK, tmp, out, dir, "profile") != CNT_OK) return failed();
     printf("profile of %d steps of %s written to %s\n", steps, cfg.model_name, argv[3]);
     return 0;
 }
@@ -294,6 +304,8 @@ static int cmd_export(int argc, char **argv) {
         return 2;
     }
     int n_tensors = 0;
+    const char *in[1] = {argv[2]}, *role[1] = {"checkpoint"};
+    if (file_check_output(argv[3], "the export", 1, in, role) != CNT_OK) return failed();
     if (weights_export(argv[2], argv[3], &n_tensors) != CNT_OK) return failed();
     printf("exported %d tensors from %s to %s\n", n_tensors, argv[2], argv[3]);
     return 0;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "common/check.h"
 #include "common/fileio.h"
 #include "dist/dist.h"
+#include "dist/timeline.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -28,16 +30,53 @@ void run_path_in_out_dir(const config *cfg, const char *path, char *out, size_t 
     else snprintf(out, len, "%s/%s", cfg->out_dir, path);
 }
 
+/* Whether the trace at path (its directory exists) would be one of the
+ * run's own files in train.out_dir: the same directory and name. */
+static const char *own_file(const config *cfg, const char *path) {
+    static const char *const own[] = {"metrics.jsonl", "config.ini", ".lock"};
+    char dir[2 * CONFIG_STR + 8], real_dir[PATH_MAX], real_out[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (slash == dir) dir[1] = '\0';
+    else if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    if (!realpath(dir, real_dir) || !realpath(cfg->out_dir, real_out) || strcmp(real_dir, real_out) != 0) return NULL;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(base, own[i]) == 0) return own[i];
+    return NULL;
+}
+
 /* dist.timeline's part for job rank `rank` (<trace>.rank<R>.part), its
- * directory made. CNT_ERR naming dist.timeline when it cannot be. */
+ * directory made; an earlier run's part there (a killed run's events) is
+ * kept aside, not truncated. Rank 0 also refuses a trace path that is not
+ * a regular file or is one of the run's own files. CNT_ERR naming
+ * dist.timeline. */
 int run_timeline_part(const config *cfg, int rank, char *part, size_t len) {
-    char path[2 * CONFIG_STR + 8], dir[2 * CONFIG_STR + 8];
+    char path[2 * CONFIG_STR + 8], dir[2 * CONFIG_STR + 8], kept[2 * CONFIG_STR + 64];
     run_path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
     snprintf(part, len, "%s.rank%d.part", path, rank);
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) *slash = '\0';
     if (slash && slash != dir && make_dirs(dir) != CNT_OK) return cnt_err_prefix("dist.timeline");
+    if (rank == 0) {
+        struct stat st;
+        const char *clash = own_file(cfg, path);
+        if (clash)
+            return cnt_err_set("dist.timeline = %s is this run's %s in train.out_dir: give the trace another name",
+                               cfg->timeline, clash);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return cnt_err_set("dist.timeline = %s: '%s' is %s, not a regular file", cfg->timeline, path,
+                               file_kind_name(st.st_mode));
+    }
+    if (timeline_part_in_use(part))
+        return cnt_err_set("dist.timeline = %s: its part '%s' is being written by another run: give this run "
+                           "another dist.timeline",
+                           cfg->timeline, part);
+    int moved = file_keep_aside(part, "timeline part", kept, sizeof kept);
+    if (moved == CNT_ERR) return cnt_err_prefix("dist.timeline");
+    if (moved) log_warn("dist.timeline: an earlier run's part %s (a run that did not finish) moved to %s", part, kept);
     return CNT_OK;
 }
 
@@ -118,8 +157,19 @@ int run_lock_out_dir(run *r) {
     char path[CONFIG_STR + 16];
     snprintf(path, sizeof path, "%s/.lock", cfg->out_dir);
     if (make_dirs(cfg->out_dir) != CNT_OK) return cnt_err_prefix("train.out_dir");
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0) return cnt_err_set("cannot create the lock file '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return cnt_err_set("cannot look at the lock file '%s': %s", path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return cnt_err_set("the lock file '%s' is %s, not a regular file: remove it", path,
+                           file_kind_name(st.st_mode));
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         char owner[128] = "";

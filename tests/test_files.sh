@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# tests/test_files.sh - the files a run writes beside its checkpoints, against
+# the rule in docs/faults.md ("Every file a run writes"): an earlier run's file
+# is kept, never silently replaced; something that is not a regular file is
+# refused, never written through; a file another run is writing stays that
+# run's; a run's own files are never its outputs' targets.
+#   - the timeline: a killed run's parts are moved aside by the next run (they
+#     were truncated), an earlier trace is kept beside the new one (it was
+#     replaced); dist.timeline naming metrics.jsonl or a FIFO is refused; a
+#     second run sharing one absolute dist.timeline is refused while the
+#     first writes its part;
+#   - the lock file that is a FIFO, and checkpoint.dir that is a regular
+#     file, are refused naming them.
+# (metrics.jsonl and config.ini: tests/test_resume.sh; outputs named on the
+# command line: tests/test_cli.sh.) Run from the repository root after `make`.
+set -u
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+fails=0
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
+T=(timeout 120 ./trainer configs/resnet20-fashion.ini train.device=cpu data.train_limit=256 data.test_limit=100
+   train.batch_size=16 train.epochs=2 train.log_every=1 train.threads=1 data.workers=1 optim.lr=0.05)
+
+# trace_steps FILE: the steps of rank 0's "X" events in a trace, as "first last count-of-distinct"
+trace_steps() {
+    python3 - "$1" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+s = sorted({e["args"]["step"] for e in ev if e.get("ph") == "X" and e["pid"] == 0 and e["name"].startswith("fwd")})
+print(s[0], s[-1], len(s))
+PY
+}
+
+# 1. A killed run's part, then a run in the same directory: the part is moved
+# aside whole (it used to be truncated), and the new run writes its trace.
+d="$tmp/k"
+"${T[@]}" train.out_dir="$d" train.epochs=200 dist.timeline=trace.json >"$d.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q "step 5/" "$d.log" 2>/dev/null && break; sleep 0.1; done
+pkill -KILL -P $pid
+wait $pid 2>/dev/null
+size=$(stat -c %s "$d/trace.json.rank0.part" 2>/dev/null || echo 0)
+check "killed run: its part holds events" test "$size" -gt 1000
+out=$("${T[@]}" train.out_dir="$d" train.max_steps=3 dist.timeline=trace.json 2>&1)
+check "the next run: exit 0, its trace written" bash -c "[ $? -eq 0 ] && grep -q 'timeline: $d/trace.json' <<<\"\$1\"" _ "$out"
+kept=$(ls "$d" | grep -E '^trace\.json\.rank0\.[0-9]{8}-[0-9]{6}\.part$')
+check "the next run: the killed run's part kept aside, whole, and said" \
+    bash -c "[ -n '$kept' ] && [ \"\$(stat -c %s '$d/$kept')\" -eq $size ] && grep -q 'earlier run.s part .* moved to $d/$kept' <<<\"\$1\"" _ "$out"
+check "the next run: no part of its own left" test ! -e "$d/trace.json.rank0.part"
+
+# 2. An earlier trace: kept beside the new one (it used to be replaced).
+first=$(md5sum <"$d/trace.json")
+out=$("${T[@]}" train.out_dir="$d" train.max_steps=2 dist.timeline=trace.json 2>&1)
+old=$(ls "$d" | grep -E '^trace\.[0-9]{8}-[0-9]{6}(-[0-9]+)?\.json$' | head -n 1)
+check "an earlier trace: kept as trace.<time>.json, said" \
+    bash -c "[ -n '$old' ] && [ \"\$(md5sum <'$d/$old')\" = '$first' ] && grep -q 'earlier trace at $d/trace.json moved to $d/$old' <<<\"\$1\"" _ "$out"
+check "an earlier trace: the new one holds the new run's 2 steps" test "$(trace_steps "$d/trace.json")" = "1 2 2"
+
+# 3. dist.timeline naming one of the run's own files, or a FIFO: refused at
+# once, naming the key; nothing of the run's is touched.
+sum=$(md5sum <"$d/metrics.jsonl")
+out=$("${T[@]}" train.out_dir="$d" train.max_steps=1 dist.timeline=metrics.jsonl 2>&1)
+rc=$?
+check "dist.timeline = metrics.jsonl: refused (rc=$rc), naming the key" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'dist.timeline = metrics.jsonl is this run.s metrics.jsonl in train.out_dir' <<<\"\$1\"" _ "$out"
+check "dist.timeline = metrics.jsonl: metrics.jsonl untouched" test "$(md5sum <"$d/metrics.jsonl")" = "$sum"
+mkfifo "$tmp/pipe.json"
+out=$("${T[@]}" train.out_dir="$tmp/f" train.max_steps=1 dist.timeline="$tmp/pipe.json" 2>&1)
+rc=$?
+check "dist.timeline is a FIFO: refused at once (rc=$rc), naming it" \
+    bash -c "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q \"'$tmp/pipe.json' is a FIFO (named pipe), not a regular file\" <<<\"\$1\"" _ "$out"
+
+# 4. Two runs (two out_dirs) sharing one absolute dist.timeline: the second
+# is refused while the first writes its part (it had taken the part over),
+# and the first's trace holds its own 40 steps, its part gone.
+shared="$tmp/shared/trace.json"
+"${T[@]}" train.out_dir="$tmp/a" train.max_steps=40 train.epochs=3 dist.timeline="$shared" >"$tmp/a.log" 2>&1 &
+pa=$!
+for _ in $(seq 300); do grep -q "step 3/" "$tmp/a.log" 2>/dev/null && break; sleep 0.1; done
+out=$("${T[@]}" train.out_dir="$tmp/b" train.max_steps=6 dist.timeline="$shared" 2>&1)
+rb=$?
+wait $pa
+ra=$?
+check "shared dist.timeline: the second run refused while the first writes (rc=$rb), naming the key" \
+    bash -c "[ $rb -ne 0 ] && grep -q 'dist.timeline = $shared: its part .* is being written by another run' <<<\"\$1\"" _ "$out"
+check "shared dist.timeline: the first run exits 0 ($ra), its trace its own 40 steps" \
+    test $ra -eq 0 -a "$(trace_steps "$shared")" = "1 40 40"
+check "shared dist.timeline: no part left" bash -c '! ls "$1"/*.part 2>/dev/null | grep -q .' _ "$tmp/shared"
+
+# 5. The lock file that is a FIFO: refused at once, naming it (flock on a
+# FIFO would have taken it).
+mkdir -p "$tmp/l" && mkfifo "$tmp/l/.lock"
+out=$("${T[@]}" train.out_dir="$tmp/l" train.max_steps=1 2>&1)
+rc=$?
+check "the lock file is a FIFO: refused (rc=$rc), naming it" \
+    bash -c "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q \"lock file '$tmp/l/.lock' is a FIFO\" <<<\"\$1\"" _ "$out"
+
+# 6. checkpoint.dir that is a regular file: refused, naming it.
+mkdir -p "$tmp/c" && echo "not a directory" >"$tmp/c/ckfile"
+out=$("${T[@]}" train.out_dir="$tmp/c" train.max_steps=1 checkpoint.dir=ckfile 2>&1)
+rc=$?
+check "checkpoint.dir is a regular file: refused (rc=$rc), naming it" \
+    bash -c "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q '$tmp/c/ckfile' <<<\"\$1\"" _ "$out"
+check "checkpoint.dir is a regular file: the file untouched" test "$(cat "$tmp/c/ckfile")" = "not a directory"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all file checks passed"
