@@ -419,12 +419,11 @@ out=$(CNT_TEST_STALL_IN=1:MPI_Allreduce:3.5 timeout 60 mpirun --allow-run-as-roo
       dist.stall_abort_s=30 train.out_dir="$tmp/deadwarn" 2>&1)
 rc=$?
 check "short stop inside MPI_Allreduce: the run finishes (rc=$rc)" test $rc -eq 0
+inside="MPI_Allreduce during gradient allreduce \(step 1, bucket [0-9]+\)"
 check "short stop inside MPI_Allreduce: rank 0 warns at least twice, naming the call and the phase" \
-    test "$(grep -cE "^\[rank 0\] warning: stall: rank 0 has been inside MPI_Allreduce during gradient allreduce \(step 1, \
-bucket [0-9]+\) for [0-9]+ s" <<<"$out")" -ge 2
+    test "$(grep -cE "^\[rank 0\] warning: stall: rank 0 has been inside $inside for [0-9]+ s" <<<"$out")" -ge 2
 check "short stop inside MPI_Allreduce: rank 0 says when it returned" \
-    grep -qE "^\[rank 0\] warning: stall over: rank 0 left MPI_Allreduce during gradient allreduce \(step 1, bucket [0-9]+\) \
-after [0-9.]+ s" <<<"$out"
+    grep -qE "^\[rank 0\] warning: stall over: rank 0 left $inside after [0-9.]+ s" <<<"$out"
 check "short stop inside MPI_Allreduce: the stopped rank warns of nothing" \
     bash -c '! grep -q "^\[rank 1\] warning: stall" <<<"$1"' _ "$out"
 # A stall after a checkpoint: the job's last words name it.

@@ -250,15 +250,17 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: bui
     #    1 asleep: the evaluation completes, and both stop after the
     #    epoch's checkpoint instead of one step into the next epoch.
     # Either way one checkpoint, exit 75 and an exact resume.
-    for c in "1 0 4000 ckpt-000000-0000001024.cnt during_epoch_1/2's_evaluation,_after_step_32" \
-             "0 1 100 ckpt-000001.cnt at_step_32,_32_of_32_steps_into_epoch_1/2"; do
-        read -r victim sleeper tests ckpt said <<<"$c"
+    # (rank 0 is signalled 1 s into rank 1's 3 s sleep: its own 50 images are long done)
+    for c in "1 0 4000 0 ckpt-000000-0000001024.cnt during_epoch_1/2's_evaluation,_after_step_32" \
+             "0 1 100 1 ckpt-000001.cnt at_step_32,_32_of_32_steps_into_epoch_1/2"; do
+        read -r victim sleeper tests delay ckpt said <<<"$c"
         said=${said//_/ }
         d="$tmp/se2-$victim"
         CNT_TEST_STALL_IN=$sleeper:evaluation:3 "${M[@]}" -x CNT_TEST_STALL_IN "${T2[@]}" data.test_limit=$tests \
             train.out_dir="$d" >"$d.log" 2>&1 &
         pid=$!
         for _ in $(seq 600); do grep -q "CNT_TEST_STALL_IN: sleeping" "$d.log" && break; sleep 0.1; done
+        sleep "$delay"
         for p in $(pgrep -P "$(pgrep -P $pid)"); do # the ranks, children of mpirun
             tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && kill -TERM "$p"
         done
