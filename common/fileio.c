@@ -180,12 +180,14 @@ int file_keep_aside(const char *path, const char *what, char *kept, size_t len) 
     return cnt_err_set("cannot keep the earlier %s '%s': every name is taken", what, path);
 }
 
-int file_check_output(const char *path, const char *what, int n, const char *const *inputs, const char *const *roles) {
+int file_check_output(const char *path, const char *what, int stream, int n, const char *const *inputs,
+                      const char *const *roles) {
     struct stat out;
     if (stat(path, &out) != 0) {
         if (errno == ENOENT) return CNT_OK;
         return cnt_err_set("cannot write %s '%s': %s", what, path, strerror(errno));
     }
+    if (stream && (S_ISFIFO(out.st_mode) || S_ISCHR(out.st_mode))) return CNT_OK;
     if (!S_ISREG(out.st_mode))
         return cnt_err_set("cannot write %s '%s': it is %s, not a regular file", what, path,
                            file_kind_name(out.st_mode));

@@ -53,12 +53,15 @@ FILE *file_append_regular(const char *path, const char *what);
 
 /* Before writing an output the user named (--profile OUT, --export OUT,
  * simulate's --csv and --trace): CNT_OK when path does not exist or is a
- * regular file that is none of the n inputs; else CNT_ERR with a message
- * naming `what`, the path and why: "it is a directory, not a regular file"
- * (a FIFO would block the writer, a device never fills), or that it is the
- * <role> the command reads (inputs[i], roles[i]), which writing would
- * destroy. Inputs that do not exist are skipped. */
-int file_check_output(const char *path, const char *what, int n, const char *const *inputs, const char *const *roles);
+ * regular file that is none of the n inputs, or, for an output written as
+ * a stream (stream 1: simulate's CSV and trace), a pipe or a character
+ * device (/dev/stdout, /dev/null); else CNT_ERR with a message naming
+ * `what`, the path and why: "it is a directory, not a regular file" (an
+ * output replaced through a rename would replace the FIFO or device), or
+ * that it is the <role> the command reads (inputs[i], roles[i]), which
+ * writing would destroy. Inputs that do not exist are skipped. */
+int file_check_output(const char *path, const char *what, int stream, int n, const char *const *inputs,
+                      const char *const *roles);
 
 /* An earlier file at path, kept instead of overwritten: renamed to the
  * same name with ".<stamp>" (its modification time, file_time_stamp)

@@ -355,6 +355,9 @@ if [ -x build/tools/simulate ]; then
         test $rc -ne 0 -a -n "$(grep -o 'is the profile this reads' <<<"$out")"
     check "simulate --csv onto its own profile: the profile whole" \
         python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/prof.json"
+    # a stream is not a file to replace: the CSV goes to a pipe (tools/validate_cluster.py reads it so)
+    run timeout 20 build/tools/simulate "$tmp/prof.json" --workers 2 --csv /dev/stdout
+    check "simulate --csv /dev/stdout: the CSV on stdout" test $rc -eq 0 -a -n "$(grep -o '^workers,step_ms' <<<"$out")"
 fi
 
 # Inputs that are not regular files: a FIFO (whose open waits for a writer

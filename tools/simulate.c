@@ -246,8 +246,8 @@ int main(int argc, char **argv) {
     }
 
     const char *in[1] = {profile_path}, *role[1] = {"profile"};
-    if ((csv_path && file_check_output(csv_path, "the CSV", 1, in, role) != CNT_OK) ||
-        (trace_path && file_check_output(trace_path, "the trace", 1, in, role) != CNT_OK)) {
+    if ((csv_path && file_check_output(csv_path, "the CSV", 1, 1, in, role) != CNT_OK) ||
+        (trace_path && file_check_output(trace_path, "the trace", 1, 1, in, role) != CNT_OK)) {
         fprintf(stderr, "simulate: %s\n", cnt_err_msg());
         profile_free(&p);
         return 1;

@@ -275,7 +275,7 @@ static int cmd_profile(int argc, char **argv) {
     int steps = cfg.max_steps > 0 ? (int)(cfg.max_steps < 100000 ? cfg.max_steps : 100000) : 20;
     /* through OUT.tmp and a rename: a failed profile leaves an earlier OUT whole */
     const char *out = argv[3], *in[1] = {argv[2]}, *role[1] = {"config"};
-    if (file_check_output(out, "the profile", 1, in, role) != CNT_OK) return failed();
+    if (file_check_output(out, "the profile", 0, 1, in, role) != CNT_OK) return failed();
     char tmp[4096], dir[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp) {
         fprintf(stderr, "trainer: --profile: path too long: '%s'\n", out);
@@ -305,7 +305,7 @@ static int cmd_export(int argc, char **argv) {
     }
     int n_tensors = 0;
     const char *in[1] = {argv[2]}, *role[1] = {"checkpoint"};
-    if (file_check_output(argv[3], "the export", 1, in, role) != CNT_OK) return failed();
+    if (file_check_output(argv[3], "the export", 0, 1, in, role) != CNT_OK) return failed();
     if (weights_export(argv[2], argv[3], &n_tensors) != CNT_OK) return failed();
     printf("exported %d tensors from %s to %s\n", n_tensors, argv[2], argv[3]);
     return 0;
