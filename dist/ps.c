@@ -192,8 +192,8 @@ static void name_rank(char *buf, size_t cap, size_t *o, int rank) {
 /* A wait on requests of named ranks (wait_all_named_at). */
 typedef struct named_wait {
     int n;
-    MPI_Request *reqs;   /* [n]: request i waits on job rank first_rank + i */
-    int first_rank;
+    MPI_Request *reqs;   /* [n]: request i waits on job rank first_rank + i / per */
+    int first_rank, per;
     const char *what;    /* what is waited for: "the parameters of step 12" */
     double *done;        /* [n] when each completed; NULL: not noted */
 } named_wait;
@@ -223,17 +223,22 @@ static void named_describe(void *ctx, dist_wait_text part, char *buf, size_t cap
     } else {
         char who[256] = "";
         size_t o = 0;
-        for (int i = 0; i < w->n; i++)
-            if (w->reqs[i] != MPI_REQUEST_NULL) name_rank(who, sizeof who, &o, w->first_rank + i);
+        int last = -1;
+        for (int i = 0; i < w->n; i++) {
+            int rank = w->first_rank + i / w->per;
+            if (w->reqs[i] != MPI_REQUEST_NULL && rank != last) name_rank(who, sizeof who, &o, rank);
+            if (w->reqs[i] != MPI_REQUEST_NULL) last = rank;
+        }
         snprintf(buf, cap, "for %s from rank(s) %s", w->what, who);
     }
 }
 
 /* Completes every request in reqs[0 .. n) (request i waits on job rank
- * first_rank + i), naming the ranks still missing past the limits
- * (dist_wait_limits); done not NULL: when each completed. */
-static void wait_all_named_at(int n, MPI_Request *reqs, int first_rank, const char *what, double *done) {
-    named_wait w = {n, reqs, first_rank, what, done};
+ * first_rank + i / per: `per` requests a rank), naming the ranks still
+ * missing past the limits (dist_wait_limits); done not NULL: when each
+ * completed. */
+static void wait_all_named_at(int n, MPI_Request *reqs, int first_rank, int per, const char *what, double *done) {
+    named_wait w = {n, reqs, first_rank, per, what, done};
     dist_wait_site s = {.poll = named_poll,
                         .describe = named_describe,
                         .ctx = &w,
@@ -244,9 +249,14 @@ static void wait_all_named_at(int n, MPI_Request *reqs, int first_rank, const ch
     dist_wait_until(&s);
 }
 
-/* The same, without noting when each request completed. */
+/* The same, one request a rank, without noting when each completed. */
 static void wait_all_named(int n, MPI_Request *reqs, int first_rank, const char *what) {
-    wait_all_named_at(n, reqs, first_rank, what, NULL);
+    wait_all_named_at(n, reqs, first_rank, 1, what, NULL);
+}
+
+/* Every request in reqs[0 .. n), all of them on job rank `rank`. */
+static void wait_rank(int n, MPI_Request *reqs, int rank, const char *what) {
+    wait_all_named_at(n, reqs, rank, n, what, NULL);
 }
 
 /* A shard travels as one message, and MPI's counts are ints. */
@@ -335,7 +345,7 @@ void ps_worker_init_servers(ps *p, const ps_shape *shape, const float *params, c
         DIST_MPI_CHECK(MPI_Isend(m + b, (int)len, MPI_FLOAT, to, TAG_INIT_MOMENTUM, p->comm, &r[3 * k + 2]));
     }
     for (int k = 0; k < p->servers; k++)
-        wait_all_named(3, &r[3 * k], ps_server_rank(p, k), "the initial parameters to be received");
+        wait_rank(3, &r[3 * k], ps_server_rank(p, k), "the initial parameters to be received");
     free(r);
     free(zeros);
 }
@@ -408,11 +418,11 @@ void ps_finish_step(ps *p, ps_stats *st) {
     /* request i of the 2K waits on server i mod K */
     for (int half = 0; half < 2; half++) {
         snprintf(what, sizeof what, half ? "the answers of step %ld" : "the parameters of step %ld", p->step);
-        wait_all_named_at(p->servers, p->recv_req + half * p->servers, ps_server_rank(p, 0), what,
+        wait_all_named_at(p->servers, p->recv_req + half * p->servers, ps_server_rank(p, 0), 1, what,
                           p->tl ? p->done_t + half * p->servers : NULL);
     }
     snprintf(what, sizeof what, "the gradients of step %ld to be received", p->step);
-    for (int k = 0; k < p->servers; k++) wait_all_named(2, &p->send_req[2 * k], ps_server_rank(p, k), what);
+    for (int k = 0; k < p->servers; k++) wait_rank(2, &p->send_req[2 * k], ps_server_rank(p, k), what);
     p->be->upload(p->params_dev, p->host_params, p->n * sizeof(float));
     if (p->tl) {
         /* each shard's round trip on its server's track: push, the server's wait and update, pull (the
@@ -475,7 +485,7 @@ void ps_worker_fetch_state(ps *p, float *params, float *momentum) {
             DIST_MPI_CHECK(MPI_Irecv(ver[k], ACK_LEN, MPI_INT64_T, from, TAG_ACK, p->comm, &r[nr++]));
         }
     }
-    if (nr) wait_all_named(nr, r, ps_server_rank(p, 0), "the servers' parameters");
+    if (nr) wait_all_named_at(nr, r, ps_server_rank(p, 0), 2, "the servers' parameters", NULL);
     if (params)
         for (int k = 0; k < K; k++) p->version[k] = ver[k][0];
     free(ver);
@@ -523,7 +533,7 @@ static void clock_ping(ps *p, int k) {
         MPI_Request r[2];
         DIST_MPI_CHECK(MPI_Irecv(&ts, 1, MPI_DOUBLE, to, TAG_CLOCK, p->comm, &r[0]));
         DIST_MPI_CHECK(MPI_Isend(&t0, 1, MPI_DOUBLE, to, TAG_CLOCK, p->comm, &r[1]));
-        wait_all_named(2, r, to, "the server's clock");
+        wait_rank(2, r, to, "the server's clock");
         double t1 = time_now();
         if (best_rtt < 0 || t1 - t0 < best_rtt) {
             best_rtt = t1 - t0;
@@ -669,7 +679,7 @@ static void server_open(server *s, float *momentum) {
     MPI_Request init[2];
     DIST_MPI_CHECK(MPI_Irecv(s->params, (int)len, MPI_FLOAT, 0, TAG_INIT_PARAMS, p->comm, &init[0]));
     DIST_MPI_CHECK(MPI_Irecv(s->mom, (int)len, MPI_FLOAT, 0, TAG_INIT_MOMENTUM, p->comm, &init[1]));
-    wait_all_named(2, init, 0, "the initial parameters");
+    wait_rank(2, init, 0, "the initial parameters");
     if (!momentum) memset(s->zeros, 0, len * sizeof(float));
 
     s->ws = cnt_calloc((size_t)W, sizeof *s->ws);
@@ -844,7 +854,7 @@ static void server_answer(server *s) {
     for (int w = 0; w < s->W; w++) {
         if (!s->answerable[w]) continue;
         snprintf(what, sizeof what, "the parameters of step %ld to be received", s->ws[w].step);
-        wait_all_named(2, &s->sreq[2 * w], w, what);
+        wait_rank(2, &s->sreq[2 * w], w, what);
         if (p->tl) {
             char name[64];
             snprintf(name, sizeof name, "parameters to rank %d", w);
@@ -872,7 +882,7 @@ static void server_report(server *s, int w, int64_t kind) {
             DIST_MPI_CHECK(MPI_Isend(s->params, len, MPI_FLOAT, w, TAG_STATE_PARAMS, p->comm, &r[nr++]));
             DIST_MPI_CHECK(MPI_Isend(v, ACK_LEN, MPI_INT64_T, w, TAG_ACK, p->comm, &r[nr++]));
         }
-        wait_all_named(nr, r, w, "the state to be received");
+        wait_rank(nr, r, w, "the state to be received");
     } else if (kind == PS_STALENESS) {
         double v[STALE_DOUBLES];
         stale_pack(&s->window, v);
@@ -911,7 +921,7 @@ static void server_report_end(server *s) {
     MPI_Request tr[2];
     DIST_MPI_CHECK(MPI_Isend(&text_len, 1, MPI_UINT64_T, 0, TAG_TRACE_LEN, p->comm, &tr[0]));
     DIST_MPI_CHECK(MPI_Isend(text, (int)n_text, MPI_CHAR, 0, TAG_TRACE, p->comm, &tr[1]));
-    wait_all_named(2, tr, 0, "the timeline to be received");
+    wait_rank(2, tr, 0, "the timeline to be received");
     free(text);
     /* the part on disk goes once rank 0 has the trace written, not before */
     int64_t written = 0;
