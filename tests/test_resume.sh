@@ -212,6 +212,27 @@ check "SIGTERM in a resumed run's start-up: the next resume gives the uninterrup
     diff "$tmp/ref.steps" <(steps "$d/metrics.jsonl")
 check "SIGTERM in a resumed run's start-up: each step once" each_step_once "$d/metrics.jsonl"
 
+# 3d. SIGTERM while rank 0 writes a step checkpoint (it sleeps on entering
+# the first, at step 5): the run stops on that checkpoint, exit 75, no
+# further step or checkpoint (it trained step 6 and wrote a second one),
+# and resumes exactly.
+d="$tmp/sc"
+CNT_TEST_STALL_IN=0:checkpoint:3 "${T[@]}" train.out_dir="$d" checkpoint.every_steps=5 >"$d.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "CNT_TEST_STALL_IN: sleeping" "$d.log" 2>/dev/null && break; sleep 0.1; done
+pkill -TERM -P $pid
+wait $pid
+rc=$?
+check "SIGTERM in a checkpoint write: exit 75 (rc=$rc)" test $rc -eq 75
+check "SIGTERM in a checkpoint write: stopped at step 5" \
+    grep -q "stopped (SIGTERM at step 5, 5 of 16 steps into epoch 1/2; checkpoint written" "$d.log"
+check "SIGTERM in a checkpoint write: that checkpoint only, no step after it" \
+    test "$(ls "$d/checkpoints")" = "ckpt-000000-0000000080.cnt" -a "$(steps "$d/metrics.jsonl" | tail -n 1 | cut -d' ' -f1)" = 5
+out=$("${T[@]}" train.out_dir="$d" checkpoint.every_steps=5 checkpoint.resume=auto 2>&1)
+check "SIGTERM in a checkpoint write: the resumed run exits 0" test $? -eq 0
+check "SIGTERM in a checkpoint write: losses and lrs equal the uninterrupted run's" \
+    diff "$tmp/ref.steps" <(steps "$d/metrics.jsonl")
+
 # 4. Two ranks: SIGUSR1 to mpirun (forwarded to every rank) and SIGTERM to
 # the ranks themselves (as Slurm signals its tasks) both save at one step.
 if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q "^mpi: built in"; then

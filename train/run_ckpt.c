@@ -275,6 +275,7 @@ int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     meta->skipped_in_a_row = ss.skipped_in_a_row;
     char dir[2 * CONFIG_STR + 8], path[3 * CONFIG_STR];
     run_path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+    dist_phase("checkpoint write"); /* rank 0 alone: named for CNT_TEST_STALL_IN and the stall lines */
     double t_ckpt = time_now();
     int status = ckpt_write(dir, r->nt, ss.hs.params, ss.hs.buffers, ss.hs.momentum, meta, cfg->ckpt_keep, path,
                             sizeof path);

@@ -167,6 +167,13 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         }
         long samples = r->epoch_step * run_samples_per_step(r);
         if (save && !epoch_end && r->rank == 0 && run_save_checkpoint(r, epoch, samples) != CNT_OK) return CNT_ERR;
+        if (save && !epoch_end && !stop && !last) {
+            /* A stop signal that came while the checkpoint was written stops
+             * the run on it, not a step and a checkpoint later: the ranks
+             * agree once a checkpoint (every rank saves at the same steps). */
+            dist_phase("stop-signal check after a checkpoint");
+            stop = (int)dist_first_nonzero(stop_pending());
+        }
         if (stop) {
             r->stopped = stop;
             *done = 1;
