@@ -10,7 +10,10 @@
 #     second run sharing one absolute dist.timeline is refused while the
 #     first writes its part;
 #   - the lock file that is a FIFO, and checkpoint.dir that is a regular
-#     file, are refused naming them.
+#     file, are refused naming them;
+#   - where flock is not supported (forced), the lock is a file with the
+#     owner's pid, host and start time: a second run refused, a stale lock
+#     of this host taken over, another host's refused, the file removed.
 # (metrics.jsonl and config.ini: tests/test_resume.sh; outputs named on the
 # command line: tests/test_cli.sh.) Run from the repository root after `make`.
 set -u
@@ -100,7 +103,43 @@ rc=$?
 check "the lock file is a FIFO: refused (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
 check "the lock file is a FIFO: named" grep -q "lock file '$tmp/l/.lock' is a FIFO" <<<"$out"
 
-# 6. checkpoint.dir that is a regular file: refused, naming it.
+# 6. Where flock is not supported (forced here: CNT_TEST_NO_FLOCK), the
+# lock is the file .lock.run with the owner's pid, host and start time: a
+# second run is refused naming the first; a lock left by a process of this
+# host that no longer runs is stale (removed, said, taken); another host's
+# is refused; the file goes when the run ends. (It had failed outright.)
+d="$tmp/nf"
+CNT_TEST_NO_FLOCK=1 "${T[@]}" train.out_dir="$d" train.epochs=2000 >"$d.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q "step 2/" "$d.log" 2>/dev/null && break; sleep 0.1; done
+check "no flock: the run says how it locks" grep -q "lock: flock is not supported on $d's file system .*: the lock \
+is the file $d/.lock.run" "$d.log"
+out=$(CNT_TEST_NO_FLOCK=1 "${T[@]}" train.out_dir="$d" train.max_steps=1 2>&1)
+rc=$?
+check "no flock: a second run refused (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+check "no flock: ... naming the first" grep -q "in use by another run (pid [0-9]* on $(hostname) start [0-9]*; lock \
+$d/.lock.run" <<<"$out"
+pkill -TERM -P $pid
+wait $pid
+rc=$?
+check "no flock: the first run stops (rc=$rc) and removes its lock file" test $rc -eq 75 -a ! -e "$d/.lock.run"
+echo "pid 999999999 on $(hostname) start 1" >"$d/.lock.run"
+out=$(CNT_TEST_NO_FLOCK=1 "${T[@]}" train.out_dir="$d" train.max_steps=1 2>&1)
+rc=$?
+check "no flock: a stale lock of this host is taken over (rc=$rc)" test $rc -eq 0 -a ! -e "$d/.lock.run"
+check "no flock: ... and said" grep -q "lock: $d/.lock.run was left by pid 999999999 on $(hostname) start 1, which \
+no longer runs on this host: removed" <<<"$out"
+echo "pid 1 on another-host start 5" >"$d/.lock.run"
+out=$(CNT_TEST_NO_FLOCK=1 "${T[@]}" train.out_dir="$d" train.max_steps=1 2>&1)
+rc=$?
+check "no flock: another host's lock refused (rc=$rc), naming it" \
+    grep -q "in use by another run (pid 1 on another-host start 5" <<<"$out"
+check "no flock: another host's lock left as it was" test "$(cat "$d/.lock.run")" = "pid 1 on another-host start 5"
+rm -f "$d/.lock.run"
+"${T[@]}" train.out_dir="$d" train.max_steps=1 >/dev/null 2>&1
+check "with flock (a local file system): no lock file" test ! -e "$d/.lock.run"
+
+# 7. checkpoint.dir that is a regular file: refused, naming it.
 mkdir -p "$tmp/c" && echo "not a directory" >"$tmp/c/ckfile"
 out=$("${T[@]}" train.out_dir="$tmp/c" train.max_steps=1 checkpoint.dir=ckfile 2>&1)
 rc=$?

@@ -60,6 +60,7 @@ typedef struct run {
     int eval_first;          /* resumed from a checkpoint a stop wrote in start_epoch's evaluation: its steps
                               * are done, the evaluation and the epoch's end come first */
     int lock_fd;             /* rank 0: train.out_dir/.lock, held (flock) while the run lives; -1: none */
+    char lock_file[CONFIG_STR + 16]; /* rank 0: train.out_dir/.lock.run where the lock is a file; "": none */
     int diverged;
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
     struct profile *bucket_prof; /* rank 0, dist.bucket_mb = auto: its profile until chosen; else NULL */
@@ -109,6 +110,8 @@ int run_resume_path(const config *cfg, char *path, size_t len, int say);
  * train.out_dir/.lock, held while the process lives (r->lock_fd).
  * CNT_ERR naming the directory and the owner when another run holds it. */
 int run_lock_out_dir(run *r);
+/* Releases it (the lock file removed). */
+void run_unlock_out_dir(run *r);
 /* Rank 0: config.ini, keeping an earlier run's that differs. */
 int run_write_config_ini(const config *cfg);
 /* metrics.jsonl's "run" record (rank 0). */

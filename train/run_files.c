@@ -9,11 +9,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -148,10 +150,97 @@ void run_set_last_checkpoint(const char *path, long step) {
     cnt_set_last_words(text);
 }
 
+/* This process's start time in clock ticks since boot (/proc/<pid>/stat's
+ * 22nd field), for telling a live lock owner from a reused pid; 0 when it
+ * cannot be read. */
+static unsigned long long process_start(long pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    unsigned long long start = 0;
+    if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                    &start) != 1)
+        start = 0;
+    return start;
+}
+
+/* A file system whose flock may hold on this node only (Lustre mounted
+ * with localflock, some NFS setups) or not at all: the lock file is taken
+ * there too. */
+static const char *network_fs(const char *dir) {
+    struct statfs sf;
+    if (statfs(dir, &sf) != 0) return NULL;
+    switch ((unsigned long)sf.f_type) {
+    case 0x6969UL: return "NFS";
+    case 0x0BD00BD0UL: return "Lustre";
+    case 0x47504653UL: return "GPFS";
+    case 0x19830326UL: return "BeeGFS";
+    case 0xFF534D42UL: case 0xFE534D42UL: return "SMB";
+    case 0x00C36400UL: return "CephFS";
+    default: return NULL;
+    }
+}
+
+/* The lock as a file, where flock cannot be trusted: train.out_dir/.lock.run
+ * made with O_EXCL, holding "pid P on HOST start S". One left by a process
+ * of this host that no longer runs (its pid gone, or reused: another start
+ * time) is stale: removed, said, and taken. One of another host is
+ * refused: its liveness cannot be checked from here. */
+static int lock_by_file(run *r, const char *why) {
+    const config *cfg = r->cfg;
+    char path[CONFIG_STR + 16], host[64] = "?", me[192];
+    snprintf(path, sizeof path, "%s/.lock.run", cfg->out_dir);
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(me, sizeof me, "pid %ld on %s start %llu\n", (long)getpid(), host, process_start(getpid()));
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd >= 0) {
+            int ok = write(fd, me, (size_t)len) == len && fsync(fd) == 0;
+            close(fd);
+            if (!ok) {
+                unlink(path);
+                return cnt_err_set("cannot write the lock file '%s': %s", path, strerror(errno));
+            }
+            snprintf(r->lock_file, sizeof r->lock_file, "%s", path);
+            log_info("lock: %s: the lock is the file %s (this run's pid and host)", why, path);
+            return CNT_OK;
+        }
+        if (errno != EEXIST) return cnt_err_set("cannot create the lock file '%s': %s", path, strerror(errno));
+        FILE *f = file_open_regular(path, "lock file", NULL);
+        if (!f) return CNT_ERR;
+        char owner[192] = "", who[64] = "";
+        long pid = 0;
+        unsigned long long start = 0;
+        if (!fgets(owner, sizeof owner, f)) owner[0] = '\0';
+        fclose(f);
+        owner[strcspn(owner, "\n")] = '\0';
+        int parsed = sscanf(owner, "pid %ld on %63s start %llu", &pid, who, &start) == 3;
+        int stale = parsed && strcmp(who, host) == 0 && pid > 0 &&
+                    ((kill((pid_t)pid, 0) != 0 && errno == ESRCH) || (start && process_start(pid) != start));
+        if (!stale)
+            return cnt_err_set("train.out_dir = %s is in use by another run (%s; lock %s, a file because %s): "
+                               "give this run another train.out_dir, stop that one first, or remove the file if that "
+                               "run is gone",
+                               cfg->out_dir, owner[0] ? owner : "owner unknown", path, why);
+        log_warn("lock: %s was left by %s, which no longer runs on this host: removed", path, owner);
+        if (unlink(path) != 0 && errno != ENOENT)
+            return cnt_err_set("cannot remove the stale lock file '%s': %s", path, strerror(errno));
+    }
+    return cnt_err_set("cannot take the lock file '%s': another run took it first", path);
+}
+
 /* Rank 0 takes train.out_dir/.lock (flock, exclusive, released when the
  * process ends however it ends): two runs writing one directory would cut
  * each other's metrics and overwrite each other's checkpoints. The file
- * holds the owner's pid and host, for the message the second run gives. */
+ * holds the owner's pid and host, for the message the second run gives.
+ * Where flock is not supported, or the directory is on a network file
+ * system where it may hold on one node only, the lock file .lock.run is
+ * taken (as well), removed when the run ends (run_unlock_out_dir). */
 int run_lock_out_dir(run *r) {
     const config *cfg = r->cfg;
     char path[CONFIG_STR + 16];
@@ -170,8 +259,12 @@ int run_lock_out_dir(run *r) {
         return cnt_err_set("the lock file '%s' is %s, not a regular file: remove it", path,
                            file_kind_name(st.st_mode));
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int err = errno;
+    /* CNT_TEST_NO_FLOCK (tests only): behave as on a file system without flock */
+    int forced = getenv("CNT_TEST_NO_FLOCK") != NULL;
+    int rc = forced ? -1 : flock(fd, LOCK_EX | LOCK_NB), err = forced ? ENOSYS : errno;
+    int unsupported = rc != 0 && (err == ENOSYS || err == ENOTSUP || err == EOPNOTSUPP || err == ENOLCK ||
+                                  err == EINVAL);
+    if (rc != 0 && !unsupported) {
         char owner[128] = "";
         ssize_t n = pread(fd, owner, sizeof owner - 1, 0);
         owner[n > 0 ? n : 0] = '\0';
@@ -183,6 +276,17 @@ int run_lock_out_dir(run *r) {
                                cfg->out_dir, owner[0] ? owner : "owner unknown", path);
         return cnt_err_set("cannot lock '%s': %s", path, strerror(err));
     }
+    const char *fs = network_fs(cfg->out_dir);
+    if (unsupported || fs) {
+        char why[CONFIG_STR + 160];
+        if (unsupported) snprintf(why, sizeof why, "flock is not supported on %s's file system (%s)", cfg->out_dir,
+                                  strerror(err));
+        else snprintf(why, sizeof why, "%s is on %s, where flock may hold on this node only", cfg->out_dir, fs);
+        if (lock_by_file(r, why) != CNT_OK) {
+            close(fd);
+            return CNT_ERR;
+        }
+    }
     char me[160], host[64] = "?";
     gethostname(host, sizeof host - 1);
     int len = snprintf(me, sizeof me, "pid %ld on %s\n", (long)getpid(), host);
@@ -190,6 +294,13 @@ int run_lock_out_dir(run *r) {
         log_warn("cannot record this run in the lock file '%s': %s", path, strerror(errno));
     r->lock_fd = fd;
     return CNT_OK;
+}
+
+void run_unlock_out_dir(run *r) {
+    if (r->lock_file[0]) unlink(r->lock_file);
+    r->lock_file[0] = '\0';
+    if (r->lock_fd >= 0) close(r->lock_fd);
+    r->lock_fd = -1;
 }
 
 /* metrics.jsonl's "run" record (rank 0; train/metrics.h). */

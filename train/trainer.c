@@ -375,7 +375,7 @@ static void run_free(run *r, int status) {
     if (r->bucket_prof) profile_free(r->bucket_prof); /* a start-up that failed before the buckets were chosen */
     free(r->bucket_prof);
     input_free(&r->data);
-    if (r->lock_fd >= 0) close(r->lock_fd);
+    run_unlock_out_dir(r);
 }
 
 /* The worker's run, once the exchange exists. */
