@@ -44,7 +44,8 @@ run $T configs/resnet20-fashion.ini data.root="$tmp/nodata" train.out_dir="$tmp/
 check "missing data: exit 1 naming the path" test "$rc" -eq 1 -a -n "$(grep -o "$tmp/nodata" <<<"$out")"
 
 run $T configs/resnet20-fashion.ini model.name=resnet21 train.out_dir="$tmp/out"
-check "unknown model: exit 1 listing the zoo" test "$rc" -eq 1 -a -n "$(grep -o 'resnet21.*resnet18' <<<"$out")"
+check "unknown model: exit 2 (a config error), naming the key and listing the zoo, before any start-up line" \
+    test "$rc" -eq 2 -a -n "$(grep -o "model.name = 'resnet21'.*resnet18" <<<"$out")" -a -z "$(grep '^device:' <<<"$out")"
 
 run $T --bogus
 check "unknown option: exit 2" test "$rc" -eq 2

@@ -774,7 +774,7 @@ static void test_round_trip(void **state) {
     config_defaults(&c);
     round_trip(&c);
 
-    strcpy(c.model_name, "wide_resnet16_8");
+    strcpy(c.model_name, "vgg19_bn");
     c.zero_init_residual = 1;
     c.aux_logits = 0;
     c.dropout = 0.3f;

@@ -43,6 +43,7 @@
 
 #include "common/check.h"
 #include "common/fileio.h"
+#include "model/zoo.h"
 
 /* Longest string value, so that "key = value" fits inih's line buffer. */
 #define CONFIG_VALUE_MAX 150
@@ -1257,6 +1258,9 @@ int config_timeline_window(const config *cfg, long *first, long *last) {
 }
 
 int config_validate(const config *cfg) {
+    if (!zoo_has(cfg->model_name))
+        return cnt_err_set("invalid configuration: model.name = '%s' is not a model of the zoo (available: %s)",
+                           cfg->model_name, zoo_names());
     char why[512];
     for (int i = 0; i < N_KEYS; i++) {
         const key_def *k = &key_table[i];
