@@ -130,6 +130,8 @@ pkill -TERM -P $pid # the trainer (child of timeout)
 wait $pid
 rc=$?
 check "SIGTERM, 1 rank: exit 75 (rc=$rc)" test $rc -eq 75
+check "SIGTERM, 1 rank: acknowledged at once" grep -q "^SIGTERM: stopping at the next step boundary, with a checkpoint" \
+    "$tmp/st.log"
 check "SIGTERM, 1 rank: says so and that the checkpoint is written" \
     grep -q "stopped (SIGTERM at step [0-9]*, .*checkpoint written; resume with checkpoint.resume = auto)" "$tmp/st.log"
 out=$("${T[@]}" train.out_dir="$tmp/st" checkpoint.resume=auto 2>&1)

@@ -3,7 +3,9 @@
  * Kubernetes and cloud preemption stop jobs), SIGINT (Ctrl-C) and SIGUSR1
  * (Slurm's --signal, Open MPI's mpirun forwards it to every rank).
  *
- * stop_install's handler only records the signal; the trainer asks
+ * stop_install's handler records the signal and, on job rank 0, says at
+ * once that it was heard (one write(2) of a line stop_install made: "SIGINT:
+ * stopping at the next step boundary, ..."); the trainer asks
  * stop_pending at each step boundary, the ranks agree (exchange_agree_stop), the
  * state is saved and the run ends with TRAINER_EXIT_STOPPED. A second signal
  * of those three, before the run got there, ends the process at once the
