@@ -207,6 +207,13 @@ int progress_log(progress *p, long step, double lr, const loss_scaler *ls) {
     return CNT_OK;
 }
 
+void progress_first_step(progress *p, long step, double step_s, int log_every) {
+    if (step != p->first_step + 1) return;
+    log_info("epoch %d/%d  step %ld/%ld: the first step of this run took %.2f s; a progress line every %d steps "
+             "(train.log_every)",
+             p->epoch + 1, p->o.epochs, step, p->o.total_steps, step_s, log_every);
+}
+
 long progress_epoch_steps(const progress *p) { return p->ep.steps; }
 
 struct metrics *progress_metrics(progress *p) { return &p->m; }

@@ -94,6 +94,11 @@ void progress_step(progress *p, long step, const step_result *r, const float *lo
 int progress_log(progress *p, long step, double lr, const loss_scaler *ls);
 /* Steps taken in the current epoch so far. */
 long progress_epoch_steps(const progress *p);
+/* Rank 0, after a step that progress_log does not log: when it is this
+ * run's first (a fresh or a resumed run), one line that training has begun
+ * and how long the step took, so that a large train.log_every leaves no
+ * long silence at the start. No record, no collective. */
+void progress_first_step(progress *p, long step, double step_s, int log_every);
 /* The epoch's training is over: its time stops here (before the evaluation). */
 void progress_epoch_trained(progress *p);
 /* The epoch's summary: unreadable images (a collective: summed over ranks),

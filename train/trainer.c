@@ -156,7 +156,9 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         int every = cfg->ckpt_every_steps > 0 && r->step % cfg->ckpt_every_steps == 0;
         int save = ckpt_on(cfg) && (every || stop || last);
         if (epoch_end) r->save_at_epoch_end = save_at_epoch_end(r, epoch, save);
-        if (r->step % cfg->log_every == 0 || last || save || (epoch_end && r->save_at_epoch_end)) {
+        int log_now = r->step % cfg->log_every == 0 || last || save || (epoch_end && r->save_at_epoch_end);
+        if (!log_now) progress_first_step(r->pg, r->step, t2 - t0, cfg->log_every);
+        if (log_now) {
             int lg = progress_log(r->pg, r->step, lr, &r->st.ls);
             if (lg == CNT_ERR) return CNT_ERR;
             if (lg == PROGRESS_DIVERGED) {
