@@ -27,7 +27,7 @@ BUILD := build
 
 DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev libcmocka-dev \
   libdnnl-dev libstb-dev libjpeg-dev libinih-dev libjansson-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 \
-  python3-matplotlib
+  python3-matplotlib slurm-wlm munge
 
 # ---------------------------------------------------------------- probes
 # Results are cached in build/probe.mk; `make clean` (or `make deps`, which
