@@ -74,9 +74,10 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
  * memory shared by the ranks of this node on that GPU, and the host's for
  * the host part. Parameter servers on the node (dist_local_servers) take
  * their own estimate off the host's memory first, not a worker's share.
- * Logs one line (rank 0) with the estimate and the available memory. Collective when world > 1 (a barrier: every rank measures before
- * any allocates). When the estimate exceeds it: CNT_ERR with a message naming the
- * model, the batch, the parts, what is available and the keys to change
+ * Logs one line (rank 0) with the estimate and the available memory.
+ * Collective when world > 1 (a barrier: every rank measures before any
+ * allocates). When the estimate exceeds it: CNT_ERR with a message naming
+ * the model, the batch, the parts, what is available and the keys to change
  * (train.batch_size, train.eval_batch_size), or with train.memory_check =
  * false a warning and CNT_OK. Memory that cannot be measured is said and not
  * checked. A model that cannot be built gives CNT_OK without a line: the
