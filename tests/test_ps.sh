@@ -22,7 +22,8 @@
 #     into the checkpoint and back to them);
 #   - one worker with three servers (uneven shards) equals it too;
 #   - a stop signal to a server (synchronous, asynchronous) stops the job
-#     with a checkpoint and exit 75;
+#     with a checkpoint and exit 75, also when it comes during evaluation
+#     (then two steps later), and the job resumes exactly;
 #   - errors: too few ranks for dist.ps_servers, loss scaling refused (more
 #     servers than tensors: tests/test_ps.c); a stalled server is named by
 #     the workers, which end the job; a killed server ends the job with
@@ -296,6 +297,30 @@ done
 # worker's (it had divided the node by every rank, servers included).
 check "memory check: 2 workers beside 1 server on this node, each worker half the rest" \
     grep -q "memory: about .* for 2 workers beside 1 parameter server of [0-9.]* GiB" "$tmp/ssync.log"
+
+# SIGTERM to the (synchronous) server while the workers evaluate (rank 0
+# sleeps on entering epoch 1's evaluation): the server passes it on with
+# its answer to step 17 and the workers agree on it a step later, so they
+# stop after step 18 with one checkpoint there, exit 75; the resumed job
+# gives the uninterrupted job's losses.
+ev=("${slice[@]}" train.log_every=1 checkpoint.every_epochs=1)
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${ev[@]}" dist.mode=ps train.out_dir="$tmp/evref" \
+    >/dev/null 2>&1
+CNT_TEST_STALL_IN=0:evaluation:3 "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer configs/resnet20-fashion.ini \
+    "${ev[@]}" dist.mode=ps train.out_dir="$tmp/ev" >"$tmp/ev.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do grep -q "CNT_TEST_STALL_IN: sleeping" "$tmp/ev.log" 2>/dev/null && break; sleep 0.1; done
+victim=$(job_pid 2 "$job")
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $job
+rc=$?
+check "SIGTERM to the server during evaluation: exit 75 (rc=$rc)" test $rc -eq 75
+check "SIGTERM to the server during evaluation: the workers stop after step 18, with its checkpoint" \
+    grep -q "stopped (SIGTERM at step 18, 2 of 16 steps into epoch 2/2; checkpoint written" "$tmp/ev.log"
+"${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${ev[@]}" dist.mode=ps checkpoint.resume=auto \
+    train.out_dir="$tmp/ev" >>"$tmp/ev.log" 2>&1
+check "SIGTERM to the server during evaluation: the resumed job's losses are the uninterrupted job's" \
+    test -n "$(losses "$tmp/evref")" -a "$(losses "$tmp/ev")" = "$(losses "$tmp/evref")"
 
 # A server that stalls: the workers name it after dist.stall_abort_s and end the job.
 out=$(CNT_TEST_STALL_IN="2:parameter server:60" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer \
