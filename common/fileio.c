@@ -150,6 +150,14 @@ int fsync_dir(const char *dir) {
     return CNT_OK;
 }
 
+int file_dir_of(const char *path, char *dir, size_t len) {
+    const char *slash = strrchr(path, '/');
+    int n = slash ? snprintf(dir, len, "%.*s", slash == path ? 1 : (int)(slash - path), path)
+                  : snprintf(dir, len, ".");
+    if (n < 0 || (size_t)n >= len) return cnt_err_set("path too long: '%s'", path);
+    return CNT_OK;
+}
+
 int file_keep_aside(const char *path, const char *what, char *kept, size_t len) {
     struct stat st;
     if (lstat(path, &st) != 0) {

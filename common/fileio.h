@@ -72,6 +72,11 @@ int file_check_output(const char *path, const char *what, int stream, int n, con
  * regular file or cannot be renamed. */
 int file_keep_aside(const char *path, const char *what, char *kept, size_t len);
 
+/* The directory holding path, into dir: what comes before its last '/'
+ * ("/" for a file at the root, "." for a bare name). CNT_ERR with a message
+ * naming path when it does not fit in len bytes. */
+int file_dir_of(const char *path, char *dir, size_t len);
+
 /* "YYYYMMDD-HHMMSS" of t in local time, into buf (16 bytes suffice): the
  * suffix of the files a run moves aside instead of overwriting
  * (metrics.<stamp>.jsonl, config.<stamp>.ini, superseded-<stamp>/). */

@@ -226,8 +226,9 @@ static void named_describe(void *ctx, dist_wait_text part, char *buf, size_t cap
         int last = -1;
         for (int i = 0; i < w->n; i++) {
             int rank = w->first_rank + i / w->per;
-            if (w->reqs[i] != MPI_REQUEST_NULL && rank != last) name_rank(who, sizeof who, &o, rank);
-            if (w->reqs[i] != MPI_REQUEST_NULL) last = rank;
+            if (w->reqs[i] == MPI_REQUEST_NULL || rank == last) continue; /* done, or named already */
+            name_rank(who, sizeof who, &o, rank);
+            last = rank;
         }
         snprintf(buf, cap, "for %s from rank(s) %s", w->what, who);
     }

@@ -5,7 +5,7 @@
  * a message that would not fit instead of overrunning. log_warn and
  * log_error write each line, rank prefix included, with one write: mpirun
  * forwards every write of every rank as it comes, so a line in pieces can be
- * cut apart by another rank's output.
+ * cut apart by another rank's output. common/fileio.h's file_dir_of.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +21,7 @@
 
 #include "common/check.h"
 #include "common/cpus.h"
+#include "common/fileio.h"
 #include "common/threads.h"
 #include "common/timer.h"
 
@@ -128,6 +129,22 @@ static void test_cond_timedwait(void **state) {
     pthread_mutex_destroy(&mu);
 }
 
+/* common/fileio.h's file_dir_of: the part before the last '/', "/" for a
+ * file at the root, "." for a bare name; a directory that does not fit is
+ * an error naming the path, never a cut one. */
+static void test_file_dir_of(void **state) {
+    (void)state;
+    char dir[16];
+    assert_int_equal(file_dir_of("runs/a/trace.json", dir, sizeof dir), CNT_OK);
+    assert_string_equal(dir, "runs/a");
+    assert_int_equal(file_dir_of("/trace.json", dir, sizeof dir), CNT_OK);
+    assert_string_equal(dir, "/");
+    assert_int_equal(file_dir_of("trace.json", dir, sizeof dir), CNT_OK);
+    assert_string_equal(dir, ".");
+    assert_int_equal(file_dir_of("/a/very/long/directory/x", dir, sizeof dir), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "/a/very/long/directory/x"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpus_format),
@@ -135,6 +152,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_log_line_is_one_write),
+        cmocka_unit_test(test_file_dir_of),
     };
     return cmocka_run_group_tests_name("check", tests, NULL, NULL);
 }

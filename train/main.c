@@ -277,15 +277,10 @@ static int cmd_profile(int argc, char **argv) {
     const char *out = argv[3], *in[1] = {argv[2]}, *role[1] = {"config"};
     if (file_check_output(out, "the profile", 0, 1, in, role) != CNT_OK) return failed();
     char tmp[4096], dir[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp) {
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp || file_dir_of(out, dir, sizeof dir) != CNT_OK) {
         fprintf(stderr, "trainer: --profile: path too long: '%s'\n", out);
         return 1;
     }
-    snprintf(dir, sizeof dir, "%s", out);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
     FILE *f = fopen(tmp, "w");
     if (!f) {
         fprintf(stderr, "trainer: --profile: cannot write the profile '%s': %s\n", out, strerror(errno));

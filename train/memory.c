@@ -146,7 +146,7 @@ static void describe_avail(const pool *p, char *buf, size_t len) {
                  gib(s, sizeof s, (double)p->server), gib(e, sizeof e, (double)pool_share(p)));
     else if (p->ranks > 1)
         snprintf(buf, len, "%s GiB available (%s) for %d ranks (%s GiB each)", gib(a, sizeof a, (double)p->avail),
-                 p->bound, p->ranks, gib(e, sizeof e, (double)p->avail / p->ranks));
+                 p->bound, p->ranks, gib(e, sizeof e, (double)pool_share(p)));
     else
         snprintf(buf, len, "%s GiB available (%s)", gib(a, sizeof a, (double)p->avail), p->bound);
 }

@@ -32,17 +32,11 @@ void run_path_in_out_dir(const config *cfg, const char *path, char *out, size_t 
     else snprintf(out, len, "%s/%s", cfg->out_dir, path);
 }
 
-/* Whether the trace at path (its directory exists) would be one of the
+/* Whether a file named base in dir (which exists) would be one of the
  * run's own files in train.out_dir: the same directory and name. */
-static const char *own_file(const config *cfg, const char *path) {
+static const char *own_file(const config *cfg, const char *dir, const char *base) {
     static const char *const own[] = {"metrics.jsonl", "config.ini", ".lock"};
-    char dir[2 * CONFIG_STR + 8], real_dir[PATH_MAX], real_out[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
+    char real_dir[PATH_MAX], real_out[PATH_MAX];
     if (!realpath(dir, real_dir) || !realpath(cfg->out_dir, real_out) || strcmp(real_dir, real_out) != 0) return NULL;
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (strcmp(base, own[i]) == 0) return own[i];
@@ -58,13 +52,11 @@ int run_timeline_part(const config *cfg, int rank, char *part, size_t len) {
     char path[2 * CONFIG_STR + 8], dir[2 * CONFIG_STR + 8], kept[2 * CONFIG_STR + 64];
     run_path_in_out_dir(cfg, cfg->timeline, path, sizeof path);
     snprintf(part, len, "%s.rank%d.part", path, rank);
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) *slash = '\0';
-    if (slash && slash != dir && make_dirs(dir) != CNT_OK) return cnt_err_prefix("dist.timeline");
+    if (file_dir_of(path, dir, sizeof dir) != CNT_OK || make_dirs(dir) != CNT_OK)
+        return cnt_err_prefix("dist.timeline");
     if (rank == 0) {
         struct stat st;
-        const char *clash = own_file(cfg, path);
+        const char *base = strrchr(path, '/'), *clash = own_file(cfg, dir, base ? base + 1 : path);
         if (clash)
             return cnt_err_set("dist.timeline = %s is this run's %s in train.out_dir: give the trace another name",
                                cfg->timeline, clash);

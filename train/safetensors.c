@@ -148,12 +148,7 @@ int safetensors_write(const char *path, const net *nt, const float *params, cons
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     if (!*base) return cnt_err_set("cannot write safetensors file '%s': the path names a directory", path);
-    if (slash) {
-        if ((size_t)(slash - path) >= sizeof dir) return cnt_err_set("safetensors path too long: '%s'", path);
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    } else {
-        snprintf(dir, sizeof dir, ".");
-    }
+    if (file_dir_of(path, dir, sizeof dir) != CNT_OK) return cnt_err_set("safetensors path too long: '%s'", path);
     if (snprintf(tmp, sizeof tmp, "%.*s.%s.tmp", (int)(base - path), path, base) >= (int)sizeof tmp)
         return cnt_err_set("safetensors path too long: '%s'", path);
 

@@ -105,6 +105,14 @@ static int take_step(run *r, double lr, step_result *sr, double *wait_s) {
  * (exchange_agree_stop: any rank's, at the same step everywhere). 0: none. */
 static int agree_stop(const run *r) { return exchange_agree_stop(r->x, r->step, stop_pending()); }
 
+/* A stop signal agreed on now, outside the steps' lagged exchange (start-up,
+ * after a checkpoint or an epoch): the lowest rank's, 0 for none. A
+ * collective, named `phase` for the stall lines. */
+static int agree_stop_now(const char *phase) {
+    dist_phase(phase);
+    return (int)dist_first_nonzero(stop_pending());
+}
+
 /* Whether end_epoch writes a checkpoint: `save` (this step's own reasons),
  * or checkpoint.every_epochs says so. */
 static int save_at_epoch_end(const run *r, int epoch, int save) {
@@ -173,8 +181,7 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
             /* A stop signal that came while the checkpoint was written stops
              * the run on it, not a step and a checkpoint later: the ranks
              * agree once a checkpoint (every rank saves at the same steps). */
-            dist_phase("stop-signal check after a checkpoint");
-            stop = (int)dist_first_nonzero(stop_pending());
+            stop = agree_stop_now("stop-signal check after a checkpoint");
         }
         if (stop) {
             r->stopped = stop;
@@ -216,10 +223,16 @@ static int log_staleness(run *r, int epoch, const ps_staleness *all) {
                              PS_HIST);
 }
 
-/* A stop signal ended the evaluation after an epoch's steps: the run stops
- * with a checkpoint at this step, unless it has one (a stop or
- * train.max_steps inside the epoch wrote it) or diverged. Every step of the
- * epoch done, the checkpoint says so, and a resume evaluates first. */
+/* Whether a stop during this epoch's evaluation writes a checkpoint whose
+ * position says every step is done, which a resume evaluates first: the
+ * epoch's steps all done, not diverged, checkpoints on. (Otherwise a stop
+ * or train.max_steps inside the epoch wrote one already, or none is due.) */
+static int eval_stop_saves(const run *r) {
+    return r->epoch_step == r->steps_per_epoch && !r->diverged && ckpt_on(r->cfg);
+}
+
+/* A stop signal ended the evaluation after an epoch's steps: the run stops,
+ * with a checkpoint at this step when eval_stop_saves. */
 static int stop_in_eval(run *r, int epoch, int signal) {
     r->stopped = signal;
     r->stopped_in_eval = 1;
@@ -230,7 +243,7 @@ static int stop_in_eval(run *r, int epoch, int signal) {
              complete ? "; a resume evaluates it first" : "");
     if (progress_epoch_end(r->pg, NULL, why, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) != CNT_OK)
         return CNT_ERR;
-    if (r->rank == 0 && complete && !r->diverged && ckpt_on(r->cfg) &&
+    if (r->rank == 0 && eval_stop_saves(r) &&
         run_save_checkpoint(r, epoch, r->epoch_step * run_samples_per_step(r)) != CNT_OK)
         return CNT_ERR;
     return CNT_OK;
@@ -274,8 +287,7 @@ static int end_epoch(run *r, int epoch) {
     /* A stop signal that came after this rank's evaluation or during the
      * checkpoint stops the run here, not one step into the next epoch. */
     if (r->stopped || r->diverged || r->step >= r->total_steps) return CNT_OK;
-    dist_phase("stop-signal check after an epoch");
-    if ((r->stopped = (int)dist_first_nonzero(stop_pending())) != 0 && !saved && complete && ckpt_on(cfg) &&
+    if ((r->stopped = agree_stop_now("stop-signal check after an epoch")) != 0 && !saved && complete && ckpt_on(cfg) &&
         r->rank == 0 && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK)
         return CNT_ERR;
     return CNT_OK;
@@ -285,8 +297,7 @@ static int run_train(run *r) {
     /* A stop signal during start-up (data, model, resume: minutes on a
      * large data set) ends the run before its first step, with nothing new
      * to save; the ranks agree on it here. */
-    dist_phase("stop-signal check before the first step");
-    if ((r->stopped = (int)dist_first_nonzero(stop_pending())) != 0) {
+    if ((r->stopped = agree_stop_now("stop-signal check before the first step")) != 0) {
         r->stopped_at_start = 1;
         return CNT_OK;
     }
@@ -318,9 +329,8 @@ static const char *how_stopped(const run *r, char *buf, size_t len) {
         return buf;
     }
     if (r->stopped && r->stopped_in_eval) {
-        int again = r->epoch_step == r->steps_per_epoch && !r->diverged && ckpt_on(cfg);
         snprintf(buf, len, "%s during epoch %d/%d's evaluation, after step %ld; %s%s", stop_signal_name(r->stopped),
-                 r->epoch + 1, cfg->epochs, r->step, again ? "a resume evaluates it first; " : "", saved);
+                 r->epoch + 1, cfg->epochs, r->step, eval_stop_saves(r) ? "a resume evaluates it first; " : "", saved);
         return buf;
     }
     if (r->stopped) {
