@@ -89,8 +89,8 @@ void exchange_fetch_state(exchange *x, float *params, float *momentum) {
 }
 
 void exchange_begin(exchange *x, long step, double lr) {
+    fault_stall_point(step); /* tests only: CNT_TEST_STALL (dist/fault.h), in a world of one too */
     if (!x->ops->begin) return;
-    fault_stall_point(step); /* tests only: CNT_TEST_STALL (dist/fault.h) */
     x->ops->begin(x, step, lr);
 }
 

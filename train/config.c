@@ -310,6 +310,9 @@ static const key_def key_table[] = {
         .help = "optimizer steps between progress lines"),
     K_STRING("train", "out_dir", out_dir, "runs/default",
            .help = "directory for metrics.jsonl, checkpoints and the effective config"),
+    K_BOOL("train", "tensorboard", tensorboard, "false",
+         .help = "also write metrics.jsonl's records as TensorBoard scalars into out_dir (events.out.tfevents.*, "
+                 "flushed as written): watch a running job with tensorboard --logdir OUT_DIR"),
     K_INT("train", "threads", threads, "0", BETWEEN(0, 1024),
         .help = "CPU compute threads per rank; 0: one per CPU this rank may run on (its affinity: mpirun binds "
                 "each rank to one core by default when it starts 2 ranks or fewer; the start-up lines say what "

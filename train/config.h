@@ -112,6 +112,7 @@ typedef struct config {
     uint64_t seed;
     int log_every;                   /* steps between progress lines */
     char out_dir[CONFIG_STR];        /* metrics.jsonl and the effective config go here */
+    int tensorboard;                 /* bool: TensorBoard event files in out_dir too (train/tensorboard.h) */
     int threads;                     /* CPU compute threads, 0: all cores */
     float label_smoothing;
     float aux_weight;                /* weight of the auxiliary loss (inception_v3) */

@@ -128,6 +128,7 @@ static int cut_records(metrics *m, const char *path, const char *dir, long until
 
 int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) {
     m->f = NULL;
+    m->tb.f = NULL;
     m->t_base = m->t0 = m->images = 0;
     if (make_dirs(dir) != CNT_OK) return CNT_ERR;
     if (snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", dir) >= (int)sizeof m->path)
@@ -146,6 +147,12 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) 
     }
     m->f = file_append_regular(m->path, "metrics file");
     if (!m->f) return CNT_ERR;
+    return CNT_OK;
+}
+
+int metrics_open_tensorboard(metrics *m, const char *dir, long until_step) {
+    if (tb_open(&m->tb, dir, until_step < 0 ? 1 : until_step + 1, until_step < 0) != CNT_OK) return CNT_ERR;
+    log_info("TensorBoard: events in %s (watch with: tensorboard --logdir %s)", m->tb.path, dir);
     return CNT_OK;
 }
 
@@ -228,7 +235,27 @@ int metrics_step(metrics *m, int epoch, long step, double loss, double lr, doubl
                           "\"loss_scale\":%.17g,\"skipped_steps\":%ld%s}\n",
                           epoch, step, run_time(m), m->images, json_loss(l, sizeof l, loss), lr, img_per_sec, step_ms, data_wait_ms, comm_ms,
                           comm_exposed_ms, loss_scale, skipped_steps, extra);
-    return finish_record(m, printed);
+    int rc = finish_record(m, printed);
+    tb_scalar v[14] = {{"train/loss", loss},
+                       {"train/lr", lr},
+                       {"train/img_per_sec", img_per_sec},
+                       {"train/step_ms", step_ms},
+                       {"train/data_wait_ms", data_wait_ms},
+                       {"train/comm_ms", comm_ms},
+                       {"train/comm_exposed_ms", comm_exposed_ms},
+                       {"train/loss_scale", loss_scale},
+                       {"train/skipped_steps", (double)skipped_steps}};
+    int n = 9;
+    if (ps) {
+        v[n++] = (tb_scalar){"ps/push_mb", ps->push_mb};
+        v[n++] = (tb_scalar){"ps/pull_mb", ps->pull_mb};
+        v[n++] = (tb_scalar){"ps/wait_ms", ps->wait_ms};
+        if (ps->async) {
+            v[n++] = (tb_scalar){"ps/stale_mean", ps->stale_mean};
+            v[n++] = (tb_scalar){"ps/stale_max", ps->stale_max};
+        }
+    }
+    return rc == CNT_OK ? tb_write(&m->tb, step, v, n, NULL) : rc;
 }
 
 int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, double top5) {
@@ -238,7 +265,9 @@ int metrics_eval(metrics *m, int epoch, long step, double loss, double top1, dou
     int printed =
         fprintf(m->f, "{\"kind\":\"eval\",\"epoch\":%d,\"step\":%ld,\"time\":%.3f,\"images\":%.0f,\"eval_loss\":%s,\"top1\":%.6f,\"top5\":%.6f}\n",
                 epoch, step, run_time(m), m->images, json_loss(l, sizeof l, loss), top1, top5);
-    return finish_record(m, printed);
+    int rc = finish_record(m, printed);
+    tb_scalar v[] = {{"eval/loss", loss}, {"eval/top1", top1}, {"eval/top5", top5}};
+    return rc == CNT_OK ? tb_write(&m->tb, step, v, 3, NULL) : rc;
 }
 
 int metrics_staleness(metrics *m, int epoch, long step, double mean, double max, double applied, const double *hist,
@@ -253,7 +282,19 @@ int metrics_staleness(metrics *m, int epoch, long step, double mean, double max,
                           "{\"kind\":\"staleness\",\"epoch\":%d,\"step\":%ld,\"time\":%.3f,\"mean\":%.4f,\"max\":%.0f,"
                           "\"applied\":%.0f,\"hist\":[%s]}\n",
                           epoch, step, run_time(m), mean, max, applied, h);
-    return finish_record(m, printed);
+    int rc = finish_record(m, printed);
+    /* the histogram: bucket i holds staleness i (up to limit i, above i - 1),
+     * the last i or more (its squares counted as i's) */
+    double limit[64], sq = 0, lo = -1;
+    int nb = n < 64 ? n : 64;
+    for (int i = 0; i < nb; i++) {
+        limit[i] = i == nb - 1 && max > i ? max : i;
+        sq += (double)i * i * hist[i];
+        if (lo < 0 && hist[i] > 0) lo = i;
+    }
+    tb_histogram hg = {"ps/staleness", lo < 0 ? 0 : lo, max, applied, mean * applied, sq, limit, hist, nb};
+    tb_scalar v[] = {{"ps/staleness_mean", mean}, {"ps/staleness_max", max}};
+    return rc == CNT_OK ? tb_write(&m->tb, step, v, 2, nb > 0 ? &hg : NULL) : rc;
 }
 
 int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_per_sec, double data_wait_ms,
@@ -267,7 +308,16 @@ int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_p
                           "\"skipped_images\":%ld,\"skipped_eval_images\":%ld}\n",
                           epoch, step, run_time(m), m->images, seconds, img_per_sec, data_wait_ms, data_wait_frac, comm_ms, comm_exposed_ms,
                           skipped_train, skipped_eval);
-    return finish_record(m, printed);
+    int rc = finish_record(m, printed);
+    tb_scalar v[] = {{"epoch/seconds", seconds},
+                     {"epoch/img_per_sec", img_per_sec},
+                     {"epoch/data_wait_ms", data_wait_ms},
+                     {"epoch/data_wait_frac", data_wait_frac},
+                     {"epoch/comm_ms", comm_ms},
+                     {"epoch/comm_exposed_ms", comm_exposed_ms},
+                     {"epoch/skipped_images", (double)skipped_train},
+                     {"epoch/skipped_eval_images", (double)skipped_eval}};
+    return rc == CNT_OK ? tb_write(&m->tb, step, v, 8, NULL) : rc;
 }
 
 int metrics_resume(metrics *m, long step, int epoch, long epoch_samples, int world, int batch) {
@@ -281,8 +331,9 @@ int metrics_resume(metrics *m, long step, int epoch, long epoch_samples, int wor
 }
 
 int metrics_close(metrics *m) {
-    if (!m->f) return CNT_OK;
-    int rc = fclose(m->f) == 0 ? CNT_OK : cnt_err_set("cannot write '%s': %s", m->path, strerror(errno));
+    int rc = tb_close(&m->tb);
+    if (!m->f) return rc;
+    if (fclose(m->f) != 0 && rc == CNT_OK) rc = cnt_err_set("cannot write '%s': %s", m->path, strerror(errno));
     m->f = NULL;
     return rc;
 }

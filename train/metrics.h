@@ -55,14 +55,29 @@
  * `epoch` is 1-based in records (the epoch being trained or just finished),
  * `step` counts optimizer steps from 1. Every line is flushed as written, so
  * the file can be followed while a run is in progress.
+ *
+ * With train.tensorboard = true every record but "run" and "resume" is also
+ * an event in out_dir's TensorBoard file (train/tensorboard.h), at the same
+ * step, its numbers as scalars named by the record's kind and field:
+ * train/loss, train/lr, train/img_per_sec, train/step_ms, train/data_wait_ms,
+ * train/comm_ms, train/comm_exposed_ms, train/loss_scale, train/skipped_steps
+ * (ps/push_mb, ps/pull_mb, ps/wait_ms, ps/stale_mean, ps/stale_max with
+ * servers); eval/loss, eval/top1, eval/top5; epoch/seconds,
+ * epoch/img_per_sec, epoch/data_wait_ms, epoch/data_wait_frac, epoch/comm_ms,
+ * epoch/comm_exposed_ms, epoch/skipped_images, epoch/skipped_eval_images;
+ * ps/staleness_mean, ps/staleness_max and the histogram ps/staleness. A
+ * non-finite loss stays inf or NaN there.
  */
 #ifndef CNT_METRICS_H
 #define CNT_METRICS_H
 
 #include <stdio.h>
 
+#include "train/tensorboard.h"
+
 typedef struct metrics {
     FILE *f;
+    tb_writer tb;            /* the same records as TensorBoard scalars (metrics_open_tensorboard) */
     char path[4096];
     double t_base;           /* "time" when this run's clock started: the resumed record's last */
     double t0;               /* time_now() then; 0: not started */
@@ -94,6 +109,10 @@ typedef struct metrics_run_info {
  * for a record of the wrong shape) and leaves the file as it was.
  * CNT_ERR with a message naming the path on failure. */
 int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
+
+/* After metrics_open (the same until_step): the TensorBoard event file in
+ * dir. CNT_ERR naming the file when it cannot be written. */
+int metrics_open_tensorboard(metrics *m, const char *dir, long until_step);
 
 /* The "run" record (see above). */
 int metrics_run(metrics *m, const metrics_run_info *info);
@@ -132,7 +151,7 @@ int metrics_epoch(metrics *m, int epoch, long step, double seconds, double img_p
                   double data_wait_frac, double comm_ms, double comm_exposed_ms, long skipped_train,
                   long skipped_eval);
 int metrics_resume(metrics *m, long step, int epoch, long epoch_samples, int world, int batch);
-/* Closes the file: CNT_ERR naming it when the last bytes could not be written. */
+/* Closes the files: CNT_ERR naming one whose last bytes could not be written. */
 int metrics_close(metrics *m);
 
 /* mkdir -p. CNT_ERR with a message naming the path on failure. */

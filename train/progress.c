@@ -87,7 +87,8 @@ progress *progress_create(const progress_opts *o) {
 int progress_open(progress *p, long until_step, int keep_beyond) {
     /* Only rank 0 writes files: one run directory, no races between ranks. */
     if (dist_rank() != 0) return CNT_OK;
-    return metrics_open(&p->m, p->o.out_dir, until_step, keep_beyond);
+    if (metrics_open(&p->m, p->o.out_dir, until_step, keep_beyond) != CNT_OK) return CNT_ERR;
+    return p->o.tensorboard ? metrics_open_tensorboard(&p->m, p->o.out_dir, until_step) : CNT_OK;
 }
 
 int progress_resumed(progress *p, long step, int epoch, long epoch_samples, int world, int batch_size) {

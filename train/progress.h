@@ -35,6 +35,7 @@ typedef struct progress_opts {
     double wait_warn;        /* data.wait_warn: the share of a window's time waiting for batches that is
                               * warned about (once an epoch; 0: never) */
     int workers;             /* data.workers, named by that warning */
+    int tensorboard;         /* train.tensorboard: the records as TensorBoard events too */
 } progress_opts;
 
 /* The result of a whole run (trainer_run). */
@@ -67,7 +68,8 @@ void progress_free(progress *p);
 
 /* Rank 0 creates out_dir and opens metrics.jsonl (train/metrics.h
  * metrics_open: until_step < 0 for a fresh run, else the step of the
- * checkpoint the run resumed from). CNT_ERR with a message naming the path
+ * checkpoint the run resumed from), and with opts.tensorboard a TensorBoard
+ * event file (train/tensorboard.h). CNT_ERR with a message naming the path
  * when rank 0 cannot write there. Other ranks: CNT_OK, nothing done. */
 int progress_open(progress *p, long until_step, int keep_beyond);
 /* The "resume" record (rank 0). CNT_ERR when it cannot be written. */

@@ -406,7 +406,7 @@ int run_setup(run *r) {
     progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
                         .epochs = cfg->epochs, .total_steps = r->total_steps, .xt = exchange_traits_of(r->x),
                         .fp16 = cfg->precision == BACKEND_MATH_FP16, .wait_warn = cfg->wait_warn,
-                        .workers = cfg->workers};
+                        .workers = cfg->workers, .tensorboard = cfg->tensorboard};
     r->pg = progress_create(&po);
     /* The schedule spans every configured epoch; train.max_steps only stops
      * early, so a stopped run resumes onto the same schedule. */
