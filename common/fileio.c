@@ -4,6 +4,7 @@
  */
 #include "common/fileio.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -231,4 +232,16 @@ int file_commit_atomic(FILE *f, int failed, const char *tmp, const char *path, c
         return CNT_ERR;
     }
     return fsync_dir(dir);
+}
+
+void file_library_line(char *buf, size_t len, const char *name, const char *version, const void *addr) {
+    Dl_info info;
+    size_t used = strlen(buf);
+    const char *file = dladdr(addr, &info) && info.dli_fname && info.dli_fname[0] == '/' ? info.dli_fname : NULL;
+    /* the program itself is named by its own path in dli_fname too */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (file && n > 0 && (self[n] = '\0', strcmp(self, file) == 0)) file = NULL;
+    if (used < len)
+        snprintf(buf + used, len - used, "  %s %s: %s\n", name, version, file ? file : "linked into the program");
 }

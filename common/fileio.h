@@ -97,4 +97,9 @@ int file_commit_atomic(FILE *f, int failed, const char *tmp, const char *path, c
 /* fsync of a directory, so a rename inside it is durable. CNT_ERR naming it. */
 int fsync_dir(const char *dir);
 
+/* `--version`'s list of libraries: appends to buf (NUL-terminated, len in
+ * all) the line "  <name> <version>: <the file the library holding addr was
+ * loaded from>" ("linked into the program" when it is not a shared library). */
+void file_library_line(char *buf, size_t len, const char *name, const char *version, const void *addr);
+
 #endif

@@ -16,6 +16,7 @@
 #include <jpeglib.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 
 #if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER < 1005000
 #error "libjpeg-turbo 1.5 or later (jpeg_crop_scanline, jpeg_skip_scanlines) is required: run `make deps`"
@@ -193,4 +194,12 @@ int jpeg_decode_window(const char *path, const uint8_t *buf, size_t len, int sca
     free(hold.pix);
     free(hold.conv);
     return rc;
+}
+
+#define CNT_STR_(x) #x
+#define CNT_STR(x) CNT_STR_(x)
+void jpeg_libraries(char *buf, size_t len) {
+    /* the library tells no version at run time; LIBJPEG_TURBO_VERSION is a bare 2.1.5 in jconfig.h */
+    file_library_line(buf, len, "libjpeg-turbo", "(built with " CNT_STR(LIBJPEG_TURBO_VERSION) ")",
+                      (const void *)jpeg_std_error);
 }

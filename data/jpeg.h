@@ -27,6 +27,9 @@
 /* Whether the bytes start like a JPEG file (SOI then a marker). */
 int jpeg_is_jpeg(const uint8_t *buf, size_t len);
 
+/* `trainer --version`: libjpeg-turbo's line (built with, its file), appended to buf. */
+void jpeg_libraries(char *buf, size_t len);
+
 /* The image's size from its header; CNT_ERR (message names path) when the
  * header does not parse. */
 int jpeg_read_size(const char *path, const uint8_t *buf, size_t len, int *w, int *h);

@@ -29,12 +29,16 @@
 #include <time.h>
 
 #include "common/check.h"
+#include "common/fileio.h"
 #include "common/half.h"
 #include "common/timer.h"
 #include "dist/wait.h"
 
 #if CNT_HAVE_MPI
 #include <mpi.h>
+#endif
+#if CNT_HAVE_NCCL
+#include "dist/nccl.h"
 #endif
 
 static int dist_initialised = 0; /* dist_init succeeded and MPI is up */
@@ -54,6 +58,23 @@ int dist_local_rank(void) { return g_local_rank; }
 int dist_local_world(void) { return g_local_world; }
 static int g_local_servers = 0;
 int dist_local_servers(void) { return g_local_servers; }
+
+void dist_libraries(char *buf, size_t len) {
+    (void)buf, (void)len; /* nothing to say without MPI */
+#if CNT_HAVE_MPI
+    /* one of the few calls MPI allows before MPI_Init; its first line ("Open MPI v4.1.4, package: ...") */
+    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    if (MPI_Get_library_version(ver, &n) != MPI_SUCCESS) snprintf(ver, sizeof ver, "(version unknown)");
+    ver[strcspn(ver, ",\n")] = '\0';
+    char built[64];
+    snprintf(built, sizeof built, "(built with mpi.h of MPI %d.%d)", MPI_VERSION, MPI_SUBVERSION);
+    file_library_line(buf, len, ver, built, (const void *)MPI_Init);
+#endif
+#if CNT_HAVE_NCCL
+    dist_nccl_libraries(buf, len);
+#endif
+}
 
 #if CNT_HAVE_MPI
 

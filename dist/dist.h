@@ -56,6 +56,11 @@ typedef enum dist_algo {
  * a process) for collectives that have nobody to talk to.
  * Returns CNT_OK, or CNT_ERR with a message. */
 int dist_init(int *argc, char ***argv);
+
+/* `trainer --version`: the MPI library's and NCCL's lines (the version
+ * loaded, what it was built with, the file), appended to buf. Callable
+ * without dist_init. */
+void dist_libraries(char *buf, size_t len);
 /* Whether an MPI launcher started this process (dist_init's test). */
 int dist_launched_by_mpi(void);
 /* Open MPI's TCP connections per pair of ranks as the library took it

@@ -18,6 +18,7 @@
 
 #include "common/check.h"
 #include "common/cuda_check.h"
+#include "common/fileio.h"
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "dist/wait.h"
@@ -388,6 +389,15 @@ void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_
     }
     out->start_s = sl->start_s;
     out->end_s = sl->end_s;
+}
+
+void dist_nccl_libraries(char *buf, size_t len) {
+    int v = 0; /* 2.9 and later: major*10000 + minor*100 + patch */
+    if (ncclGetVersion(&v) != ncclSuccess) v = 0;
+    char ver[96];
+    snprintf(ver, sizeof ver, "%d.%d.%d (built with %d.%d.%d)", v / 10000, v / 100 % 100, v % 100, NCCL_MAJOR,
+             NCCL_MINOR, NCCL_PATCH);
+    file_library_line(buf, len, "NCCL", ver, (const void *)ncclGetVersion);
 }
 
 #endif /* CNT_HAVE_NCCL */

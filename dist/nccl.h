@@ -112,4 +112,7 @@ typedef struct dist_nccl_round {
 void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_s, const char *what,
                           dist_nccl_round *out);
 
+/* dist_libraries' NCCL line (the version loaded, built with, its file). */
+void dist_nccl_libraries(char *buf, size_t len);
+
 #endif

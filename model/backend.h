@@ -524,6 +524,10 @@ const backend *backend_get_for_rank(backend_device device, int local_rank);
 int backend_describe_devices(char *buf, size_t len);
 /* Space-separated names of the backends compiled into this binary. */
 const char *backend_list_built(void);
+/* `trainer --version`: a line per compute library built in (OpenBLAS, oneDNN,
+ * the CUDA runtime, cuDNN, cuBLAS) appended to buf: the version loaded, the
+ * headers' version built with, the file it was loaded from. Needs no GPU. */
+void backend_libraries(char *buf, size_t len);
 
 /* ---- the context and the optional ops (model/backend.c) ---- */
 

@@ -33,6 +33,7 @@
 #include "model/backend_impl.h"
 #include "common/check.h"
 #include "common/cpus.h"
+#include "common/fileio.h"
 #include "common/half.h"
 #include "common/hostmem.h"
 #include "common/rng.h"
@@ -1721,3 +1722,15 @@ static const backend cpu_backend = {
 };
 
 const backend *backend_cpu_openblas(void) { return &cpu_backend; }
+
+void backend_cpu_libraries(char *buf, size_t len) {
+    /* "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... Prescott MAX_THREADS=64": the version, then how it was built
+     * (the core named there is the build's baseline); the kernels it picked for this CPU: its core name */
+    const char *cfg = openblas_get_config();
+    char ver[64];
+    snprintf(ver, sizeof ver, "%s", strncmp(cfg, "OpenBLAS ", 9) == 0 ? cfg + 9 : cfg);
+    ver[strcspn(ver, " ")] = '\0';
+    char text[160];
+    snprintf(text, sizeof text, "%s (kernels for %s)", ver, openblas_get_corename());
+    file_library_line(buf, len, "OpenBLAS", text, (const void *)cblas_sgemm);
+}

@@ -71,6 +71,7 @@
 
 #include "common/check.h"
 #include "common/cuda_check.h"
+#include "common/fileio.h"
 #include "model/cuda_kernels.h"
 
 /* A convolution shape and what cuDNN chose for it in one math mode. */
@@ -1450,6 +1451,34 @@ int backend_cuda_describe(char *buf, size_t len) {
         used += (size_t)w;
     }
     return n;
+}
+
+/* Versions as major*10000 + minor*100 + patch (cuDNN 9, cuBLAS), or the
+ * runtime's major*1000 + minor*10. */
+static void version_text(char *buf, size_t len, long loaded, long built, int runtime) {
+    if (runtime)
+        snprintf(buf, len, "%ld.%ld (built with %ld.%ld)", loaded / 1000, loaded % 1000 / 10, built / 1000,
+                 built % 1000 / 10);
+    else
+        snprintf(buf, len, "%ld.%ld.%ld (built with %ld.%ld.%ld)", loaded / 10000, loaded / 100 % 100, loaded % 100,
+                 built / 10000, built / 100 % 100, built % 100);
+}
+
+void backend_cuda_libraries(char *buf, size_t len) {
+    char ver[96];
+    int rt = 0; /* the runtime's own version: no driver or GPU needed */
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    version_text(ver, sizeof ver, rt, CUDART_VERSION, 1);
+    file_library_line(buf, len, "CUDA runtime", ver, (const void *)cudaRuntimeGetVersion);
+    version_text(ver, sizeof ver, (long)cudnnGetVersion(), CUDNN_VERSION, 0);
+    file_library_line(buf, len, "cuDNN", ver, (const void *)cudnnGetVersion);
+    int major = 0, minor = 0, patch = 0;
+    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+        major = minor = patch = 0;
+    version_text(ver, sizeof ver, major * 10000L + minor * 100 + patch, CUBLAS_VERSION, 0);
+    file_library_line(buf, len, "cuBLAS", ver, (const void *)cublasGetProperty);
 }
 
 /* The backend on device local_rank % devices, created on the first call; NULL

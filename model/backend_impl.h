@@ -57,5 +57,9 @@ const backend *backend_cpu16(const backend *fp32);
 /* model/backend_cuda.c (built with CNT_HAVE_CUDA_BACKEND). */
 const backend *backend_cuda(int local_rank); /* NULL when no device is usable (reason in cnt_err_msg) */
 int backend_cuda_describe(char *buf, size_t len);
+/* backend_libraries' lines of each part. */
+void backend_cpu_libraries(char *buf, size_t len);
+void backend_onednn_libraries(char *buf, size_t len);
+void backend_cuda_libraries(char *buf, size_t len);
 
 #endif

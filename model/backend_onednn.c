@@ -51,6 +51,7 @@
 #include "model/backend.h"
 #include "model/backend_impl.h"
 #include "common/check.h"
+#include "common/fileio.h"
 #include "model/pool_rules.h"
 
 #include <dnnl.h>
@@ -927,4 +928,12 @@ const backend *backend_cpu_onednn(void) {
     dn_backend.conv_describe = dn_conv_describe;
     plain = base;
     return &dn_backend;
+}
+
+void backend_onednn_libraries(char *buf, size_t len) {
+    const dnnl_version_t *v = dnnl_version();
+    char ver[96];
+    snprintf(ver, sizeof ver, "%d.%d.%d (built with %d.%d.%d)", v->major, v->minor, v->patch, DNNL_VERSION_MAJOR,
+             DNNL_VERSION_MINOR, DNNL_VERSION_PATCH);
+    file_library_line(buf, len, "oneDNN", ver, (const void *)dnnl_version);
 }

@@ -90,6 +90,16 @@ const backend *backend_get_for_rank(backend_device device, int local_rank) {
 
 const backend *backend_get(backend_device device) { return backend_get_for_rank(device, 0); }
 
+void backend_libraries(char *buf, size_t len) {
+    backend_cpu_libraries(buf, len);
+#if CNT_HAVE_ONEDNN
+    backend_onednn_libraries(buf, len);
+#endif
+#if CNT_HAVE_CUDA_BACKEND
+    backend_cuda_libraries(buf, len);
+#endif
+}
+
 int backend_describe_devices(char *buf, size_t len) {
 #if CNT_HAVE_CUDA_BACKEND
     return backend_cuda_describe(buf, len);

@@ -17,6 +17,7 @@
 #include "common/cpus.h"
 #include "common/fileio.h"
 #include "dist/dist.h"
+#include "data/jpeg.h"
 #include "model/backend.h"
 #include "model/zoo.h"
 #include "train/bench.h"
@@ -156,6 +157,12 @@ static int cmd_version(int argc, char **argv) {
     (void)argc, (void)argv;
     printf("cnntrain %s\nbackends: %s\nmpi: %s\nnccl: %s\n", CNT_VERSION, backend_list_built(),
            CNT_HAVE_MPI ? "built in" : "not built in", CNT_HAVE_NCCL ? "built in" : "not built in");
+    /* which copy of each library this binary runs with: on a cluster, the module or wheel it came from */
+    char libs[4096] = "";
+    backend_libraries(libs, sizeof libs);
+    dist_libraries(libs, sizeof libs);
+    jpeg_libraries(libs, sizeof libs);
+    printf("libraries (the version loaded, the headers built with, the file):\n%s", libs);
     return 0;
 }
 
