@@ -10,7 +10,11 @@
 #     the ranks with exit 75, the script requeues the job, and the requeued
 #     job resumes from the checkpoint and finishes: one log with both runs
 #     (--open-mode=append), the job COMPLETED after one restart, metrics.jsonl
-#     with each step once and the losses of an uninterrupted srun run.
+#     with each step once and the losses of an uninterrupted srun run;
+#   - docs/multi-node.md's mpirun script, scaled the same way: the USR1 sent
+#     to the batch shell alone (what --signal=B:USR1 does) is passed to
+#     mpirun by the script's trap and to the ranks by mpirun; mpirun exits
+#     75, the job requeues, resumes and finishes with the same losses.
 # Prints "SKIPPED: ..." (exit 0) without root, Slurm, munge or MPI, or when
 # the daemons do not come up. Run from the repository root after `make`.
 set -u
@@ -113,33 +117,67 @@ check "the scaled script keeps the README's srun, requeue and append lines" \
     test "$(grep -c -e '^srun --mpi=pmix' -e 'scontrol requeue "$SLURM_JOB_ID"' -e '--open-mode=append' \
             -e 'SRUN_CPUS_PER_TASK' <<<"$scaled")" -eq 4
 echo "$scaled" >"$tmp/job.sh"
-job=$(sbatch --parsable "$tmp/job.sh" 2>&1) # from the repository root, as a user would
-check "sbatch accepts it (job ${job})" test -n "$job" -a -z "${job//[0-9]/}"
-log="$tmp/r101-$job.out"
-for _ in $(seq 600); do grep -q "step 6/" "$log" 2>/dev/null && break; sleep 0.1; done
-scancel --signal=USR1 "$job" 2>/dev/null # as --signal=USR1@300 would, at the time limit
-state=
-for _ in $(seq 360); do
-    state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-    restarts=$(scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
-    [ "$state" = COMPLETED ] || [ "$state" = FAILED ] || [ "$state" = CANCELLED ] && break
-    [ ! -e "$log" ] && [ "$state" = PENDING ] && [ $SECONDS -gt 60 ] && break # never started: say so, do not wait
-    if [ "$state" = PENDING ] && [ "${restarts:-0}" -eq 1 ] && [ -z "${nudged:-}" ]; then
-        scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 && nudged=1
-    fi
-    sleep 0.5
-done
-check "the job: COMPLETED after one restart (state $state, restarts ${restarts:-?})" \
-    test "$state" = COMPLETED -a "${restarts:-0}" -eq 1
-check "the first run: stopped by SIGUSR1 with a checkpoint" \
-    grep -q "stopped (SIGUSR1 at step [0-9]*, .*checkpoint written" "$log"
+# submit SCRIPT NAME SCANCEL-OPTION: sbatch the script (from the repository
+# root, as a user would), wait for step 6 in its log, send USR1 as Slurm does
+# at --signal's time (SCANCEL-OPTION --batch: to the batch shell alone, what
+# B: does), help the requeued job start at once, and check how it ended.
+submit() {
+    local file=$1 name=$2 opt=$3 job log state= restarts= nudged=
+    job=$(sbatch --parsable "$file" 2>&1)
+    check "$name: sbatch accepts it (job ${job})" test -n "$job" -a -z "${job//[0-9]/}"
+    log=$(sed -n 's/^#SBATCH .*--output=\([^ ]*\).*/\1/p' "$file" | sed "s/%x/$(sed -n 's/.*--job-name=\([^ ]*\).*/\1/p' "$file")/; s/%j/$job/")
+    for _ in $(seq 600); do grep -q "step 6/" "$log" 2>/dev/null && break; sleep 0.1; done
+    scancel $opt --signal=USR1 "$job" 2>/dev/null
+    for _ in $(seq 360); do
+        state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+        restarts=$(scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
+        [ "$state" = COMPLETED ] || [ "$state" = FAILED ] || [ "$state" = CANCELLED ] && break
+        [ ! -e "$log" ] && [ "$state" = PENDING ] && [ $SECONDS -gt 60 ] && break # never started: say so, do not wait
+        if [ "$state" = PENDING ] && [ "${restarts:-0}" -eq 1 ] && [ -z "$nudged" ]; then
+            scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 && nudged=1
+        fi
+        sleep 0.5
+    done
+    check "$name: the job COMPLETED after one restart (state $state, restarts ${restarts:-?})" \
+        test "$state" = COMPLETED -a "${restarts:-0}" -eq 1
+    check "$name: the first run stopped by SIGUSR1 with a checkpoint" \
+        grep -q "stopped (SIGUSR1 at step [0-9]*, .*checkpoint written" "$log"
+    [ "$state" = COMPLETED ] || tail -n 20 "$log" 2>/dev/null | sed 's/^/    /'
+    submitted_log=$log
+}
+submit "$tmp/job.sh" "srun script" ""
+log=$submitted_log
 check "the requeued run: resumed from that checkpoint, in the same log (--open-mode=append)" \
     grep -q "resumed from $tmp/job/checkpoints/ckpt-" "$log"
 check "the requeued run: finished" grep -q "^finished: 48 steps" "$log"
 check "the job's metrics: each of the 48 steps once, the uninterrupted run's losses" \
     bash -c '[ "$(wc -l <"$1")" -eq 48 ] && diff -q "$1" "$2" >/dev/null' _ "$tmp/ref.steps" \
     <(steps "$tmp/job/metrics.jsonl")
-[ "$state" = COMPLETED ] || tail -n 20 "$log" 2>/dev/null | sed 's/^/    /'
+
+# 3. docs/multi-node.md's mpirun script, scaled the same way. The signal goes
+# to the batch shell alone (scancel --batch, as --signal=B:USR1 does); the
+# script passes it to mpirun, mpirun to the ranks, mpirun exits 75, requeue.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # the test runs as root; sbatch exports these
+mscript=$(sed -n '/<!-- slurm-mpirun-script:begin -->/,/<!-- slurm-mpirun-script:end -->/p' docs/multi-node.md |
+          sed '1,2d;$d' | sed '$d')
+check "docs/multi-node.md holds the mpirun script" grep -q "^mpirun --map-by" <<<"$mscript"
+mscaled=$(sed -e 's/--nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --cpus-per-task=8/--nodes=1 --ntasks-per-node=2 --cpus-per-task=1/' \
+              -e "s|--output=%x-%j.out|--output=$tmp/%x-%j.out --job-name=r101m|" \
+              -e 's| -x NCCL_SOCKET_IFNAME=eth0||' \
+              -e "s|configs/resnet101.ini data.root=/data/imagenet|${small[*]} checkpoint.resume=auto|" \
+              -e "s|train.out_dir=/shared/runs/r101|train.out_dir=$tmp/mjob|" <<<"$mscript")
+check "the scaled mpirun script keeps the doc's B: signal, trap, second wait and requeue lines" \
+    test "$(grep -c -e '--signal=B:USR1@300' -e "^trap 'kill -USR1 \$pid' USR1" -e '{ wait \$pid; rc=\$?; }' \
+            -e 'scontrol requeue "$SLURM_JOB_ID"' <<<"$mscaled")" -eq 4
+echo "$mscaled" >"$tmp/mjob.sh"
+submit "$tmp/mjob.sh" "mpirun script" --batch
+log=$submitted_log
+check "mpirun script: mpirun started both ranks on the allocation's slots" grep -q "^dist: 2 ranks (2 on this node)" "$log"
+check "mpirun script: the requeued run resumed in the same log and finished" \
+    bash -c 'grep -q "resumed from $1/mjob/checkpoints/ckpt-" "$2" && grep -q "^finished: 48 steps" "$2"' _ "$tmp" "$log"
+check "mpirun script: each of the 48 steps once, the uninterrupted run's losses" \
+    bash -c '[ "$(wc -l <"$1")" -eq 48 ] && diff -q "$1" "$2" >/dev/null' _ "$tmp/ref.steps" \
+    <(steps "$tmp/mjob/metrics.jsonl")
 
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed"
