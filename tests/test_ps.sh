@@ -23,7 +23,9 @@
 #   - one worker with three servers (uneven shards) equals it too;
 #   - a stop signal to a server (synchronous, asynchronous) stops the job
 #     with a checkpoint and exit 75, also when it comes during evaluation
-#     (then two steps later), and the job resumes exactly;
+#     (then two steps later), and the job resumes exactly; asynchronous: a
+#     worker or the server signalled in start-up or in evaluation stops
+#     once with exit 75, and the job resumes to the end;
 #   - errors: too few ranks for dist.ps_servers, loss scaling refused (more
 #     servers than tensors: tests/test_ps.c); a stalled server is named by
 #     the workers, which end the job; a killed server ends the job with
@@ -321,6 +323,51 @@ check "SIGTERM to the server during evaluation: the workers stop after step 18, 
     train.out_dir="$tmp/ev" >>"$tmp/ev.log" 2>&1
 check "SIGTERM to the server during evaluation: the resumed job's losses are the uninterrupted job's" \
     test -n "$(losses "$tmp/evref")" -a "$(losses "$tmp/ev")" = "$(losses "$tmp/evref")"
+
+# Asynchronous servers, every role in the phases a signal can catch it in:
+# a worker or the server signalled while a rank sleeps in start-up or in
+# evaluation (CNT_TEST_STALL_IN). Each job exits 75 with one stop line: a
+# worker in start-up before step 1 with nothing to save; otherwise at a step,
+# with its checkpoint. The resumed job (asynchronous updates differ run to
+# run, so not the same losses) finishes with each step once in metrics.jsonl.
+async_stop() { # async_stop NAME STALL_RANK PHASE SIGNAL_RANK: echoes the job's and the resume's exit status
+    local name=$1 job victim rc
+    CNT_TEST_STALL_IN="$2:$3:4" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer configs/resnet20-fashion.ini \
+        "${ev[@]}" dist.mode=ps dist.ps_sync=false train.out_dir="$tmp/$name" >"$tmp/$name.log" 2>&1 &
+    job=$!
+    for _ in $(seq 300); do grep -q "CNT_TEST_STALL_IN: sleeping" "$tmp/$name.log" 2>/dev/null && break; sleep 0.1; done
+    victim=$(job_pid "$4" "$job")
+    [ -n "$victim" ] && kill -TERM "$victim"
+    wait $job
+    rc=$?
+    "${MPI[@]}" -np 3 ./trainer configs/resnet20-fashion.ini "${ev[@]}" dist.mode=ps dist.ps_sync=false \
+        checkpoint.resume=auto train.out_dir="$tmp/$name" >"$tmp/$name.resumed.log" 2>&1
+    echo "$rc $?" >"$tmp/$name.rc"
+}
+async_stop aws 1 start-up 1 &
+async_stop ass 2 start-up 2 &
+wait
+async_stop awe 0 evaluation 1 &
+async_stop ase 0 evaluation 2 &
+wait
+for c in "aws worker start-up" "ass server start-up" "awe worker evaluation" "ase server evaluation"; do
+    read -r name role phase <<<"$c"
+    read -r rc rrc <"$tmp/$name.rc"
+    what="async: SIGTERM to the $role in $phase"
+    check "$what: exit 75 (rc=$rc)" test "$rc" -eq 75
+    if [ "$name" = aws ]; then
+        check "$what: stopped before step 1, nothing to save" \
+            grep -q "stopped (SIGTERM during start-up, before step 1; nothing trained" "$tmp/$name.log"
+    else
+        check "$what: stopped at a step with its checkpoint" \
+            grep -qE "stopped \(SIGTERM at step [0-9]+, .*checkpoint written" "$tmp/$name.log"
+    fi
+    check "$what: one stop line" test "$(grep -c "^stopped (SIGTERM" "$tmp/$name.log")" -eq 1
+    [ "$rc" -eq 75 ] || tail -n 8 "$tmp/$name.log" | sed 's/^/    /'
+    check "$what: the resumed job finishes (rc=$rrc), each of the 32 steps once in metrics.jsonl" \
+        test "$rrc" -eq 0 -a "$(grep '"kind":"step"' "$tmp/$name/metrics.jsonl" | grep -o '"step":[0-9]*' |
+                                 cut -d: -f2 | paste -sd' ')" = "$(seq -s' ' 1 32)"
+done
 
 # A server that stalls: the workers name it after dist.stall_abort_s and end the job.
 out=$(CNT_TEST_STALL_IN="2:parameter server:60" "${MPI[@]}" -x CNT_TEST_STALL_IN -np 3 ./trainer \

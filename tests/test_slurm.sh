@@ -221,7 +221,8 @@ two_nodes() {
     mount --rbind /sys/fs/cgroup "$tmp/cgroup" && cgroup_bound=1
     sed -e "s/^ClusterName=.*/ClusterName=cnttest2/" -e "s|^SlurmctldHost=.*|SlurmctldHost=ctl($cnet.254)|" \
         -e "s|^StateSaveLocation=.*|StateSaveLocation=$tmp/state2|" \
-        -e "s|^SlurmdSpoolDir=.*|SlurmdSpoolDir=$tmp/spool/%n|" -e "s|^SlurmdPidFile=.*|SlurmdPidFile=$tmp/slurmd-%n.pid|" \
+        -e "s|^SlurmdSpoolDir=.*|SlurmdSpoolDir=$tmp/spool/%n|" \
+        -e "s|^SlurmdPidFile=.*|SlurmdPidFile=$tmp/slurmd-%n.pid|" \
         -e "s|^SlurmdLogFile=.*|SlurmdLogFile=$tmp/slurmd-%n.log|" \
         -e "s|^SlurmctldPort=.*|SlurmctldPort=$((port + 2))|" -e "s|^SlurmdPort=.*|SlurmdPort=$((port + 3))|" \
         -e "/^NodeName=/d" -e "/^PartitionName=/d" "$tmp/slurm.conf" >"$tmp/slurm2.conf"
