@@ -16,7 +16,7 @@
 # Run from the repository root after `make`, with TensorBoard in $TB_PYTHON or
 # /opt/tb-venv/bin/python (not a project dependency: python3 -m venv
 # /opt/tb-venv && /opt/tb-venv/bin/pip install tensorboard). Prints
-# "SKIPPED: ..." (and exits 0) without it. Takes about 40 s.
+# "SKIPPED: ..." (and exits 0) without it. Takes about 15 s.
 set -u
 skip() { echo "SKIPPED: $*"; exit 0; }
 py=${TB_PYTHON:-/opt/tb-venv/bin/python}
