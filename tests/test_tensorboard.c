@@ -4,7 +4,7 @@
  * from the writer: TFRecord framing (length, masked CRC-32C of the length,
  * the bytes, their masked CRC-32C), then the Event protocol buffer's fields
  * (wall_time, step, file_version, session_log, summary with tag and
- * simple_value or histo). Also: CRC-32C's check value, a buffer too small,
+ * simple_value, histo, or a text plugin's string tensor). Also: CRC-32C's check value, a buffer too small,
  * a write to a full device naming the file, and the files' placement (a
  * fresh run moves an earlier run's event files into earlier-STAMP/, a
  * resumed run keeps them and names its own file after theirs).
@@ -127,6 +127,8 @@ typedef struct decoded {
     char tag[16][48];
     float value[16];
     char histo_tag[48];
+    char text_tag[48], plugin[16], text[256]; /* a text value: its tag, metadata's plugin name, the string */
+    int dtype, shape_dims;
     double histo[5];          /* min, max, num, sum, sum_squares */
     double limit[32], count[32];
     int n_limit, n_count;
@@ -166,6 +168,30 @@ static void decode_value(const uint8_t *p, const uint8_t *end, decoded *d) {
             assert_int_equal(f.wire, 2);
             strcpy(d->histo_tag, tag);
             decode_histo(f.p, f.p + f.len, d);
+        } else if (f.no == 9) { /* metadata { plugin_data 1 { plugin_name 1 } } */
+            const uint8_t *q = f.p, *qe = f.p + f.len;
+            field m, pd;
+            assert_true(next_field(&q, qe, &m));
+            assert_int_equal(m.no, 1);
+            const uint8_t *r = m.p, *re = m.p + m.len;
+            assert_true(next_field(&r, re, &pd));
+            assert_int_equal(pd.no, 1);
+            assert_true(pd.len < sizeof d->plugin);
+            memcpy(d->plugin, pd.p, pd.len);
+            d->plugin[pd.len] = '\0';
+        } else if (f.no == 8) { /* tensor { dtype 1, tensor_shape 2, string_val 8 } */
+            strcpy(d->text_tag, tag);
+            const uint8_t *q = f.p, *qe = f.p + f.len;
+            field t;
+            while (next_field(&q, qe, &t)) {
+                if (t.no == 1) d->dtype = (int)t.v;
+                else if (t.no == 2) d->shape_dims = (int)t.len; /* an empty shape: a scalar */
+                else if (t.no == 8) {
+                    assert_true(t.len < sizeof d->text);
+                    memcpy(d->text, t.p, t.len);
+                    d->text[t.len] = '\0';
+                } else fail_msg("unexpected TensorProto field %d", t.no);
+            }
         } else {
             fail_msg("unexpected Summary.Value field %d", f.no);
         }
@@ -277,6 +303,26 @@ static void test_version_start_histogram(void **state) {
     for (int i = 0; i < 3; i++) assert_true(d.limit[i] == limit[i] && d.count[i] == count[i]);
 }
 
+static void test_text_event(void **state) {
+    (void)state;
+    uint8_t buf[512];
+    size_t len, whole;
+    decoded d;
+    const char *md = "config.ini of this run:\n\n    [train]\n    lr = 0.1\n";
+    size_t n = tb_text_record(buf, sizeof buf, 7.25, 12, "config", md);
+    assert_true(n > 16);
+    const uint8_t *ev = tfrecord(buf, n, &len, &whole);
+    assert_int_equal(whole, n);
+    decode_event(ev, len, &d);
+    assert_int_equal(d.step, 12);
+    assert_string_equal(d.text_tag, "config");
+    assert_string_equal(d.plugin, "text"); /* TensorBoard's Text tab */
+    assert_int_equal(d.dtype, 7);          /* DT_STRING */
+    assert_int_equal(d.shape_dims, 0);     /* a scalar */
+    assert_string_equal(d.text, md);
+    assert_int_equal(tb_text_record(buf, n - 1, 7.25, 12, "config", md), 0);
+}
+
 /* The records of one file, decoded (at most max). */
 static int read_events(const char *path, decoded *out, int max) {
     FILE *f = fopen(path, "rb");
@@ -363,6 +409,7 @@ int main(void) {
         cmocka_unit_test(test_crc32c),
         cmocka_unit_test(test_scalar_event),
         cmocka_unit_test(test_version_start_histogram),
+        cmocka_unit_test(test_text_event),
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_full_device),
     };

@@ -4,6 +4,7 @@
 # TensorBoard server loads a log folder with):
 #   - every step, eval and epoch record of metrics.jsonl is there as scalars
 #     at the same steps with the same values (float32), and nothing else;
+#     config.ini is there verbatim as text (the Text tab);
 #   - watched live: while rank 0 stalls mid-run (CNT_TEST_STALL), the steps
 #     it logged so far are already readable;
 #   - killed (SIGKILL) past its last checkpoint and resumed, the curve holds
@@ -36,6 +37,7 @@ T=(timeout 120 ./trainer configs/resnet20-fashion.ini train.device=cpu data.trai
 #   steps DIR TAG: the steps of TAG, space-separated
 #   runs DIR: the runs the server's multiplexer finds under DIR, and their train/loss step counts
 #   histo DIR TAG: per event "step:num:counts"
+#   text DIR TAG: per event its step on a line, then the text
 tb() {
     "$py" - "$@" 2>>"$tmp/tb.err" <<'PY' # its logging (the purge at a resume, say) apart
 import json, math, os, sys
@@ -52,6 +54,10 @@ elif what == "histo":
     for e in acc(d).Histograms(sys.argv[3]):
         h = e.histogram_value
         print("%d:%g:%s" % (e.step, h.num, ",".join("%g" % c for c in h.bucket)))
+elif what == "text":
+    for e in acc(d).Tensors(sys.argv[3]):
+        print(e.step)
+        print(e.tensor_proto.string_val[0].decode(), end="")
 elif what == "runs":
     m = pem.EventMultiplexer()
     m.AddRunsFromDirectory(d)
@@ -117,6 +123,11 @@ check "TensorBoard reads every step, eval and epoch number of metrics.jsonl, at 
     grep -q "^ok [0-9][0-9][0-9]" <<<"$res"
 check "train/loss every 2 steps: 2 .. 32" test "$(tb steps "$d" train/loss)" = "$(seq -s' ' 2 2 32)"
 check "eval/top1 after each epoch (steps 16 and 32)" test "$(tb steps "$d" eval/top1)" = "16 32"
+tb text "$d" config >"$tmp/config.txt"
+check "the Text tab: config.ini verbatim at step 1 (a code block: every line indented 4 spaces)" \
+    bash -c '[ "$(head -n 3 "$1")" = "$(printf "1\nconfig.ini of this run:\n")" ] &&
+             ! tail -n +4 "$1" | grep -qv "^    " && diff <(tail -n +4 "$1" | sed "s/^    //") "$2" >/dev/null' \
+    _ "$tmp/config.txt" "$d/config.ini"
 
 # 2. Live, then killed past its checkpoint and resumed.
 d="$tmp/b"

@@ -66,7 +66,8 @@
  * epoch/img_per_sec, epoch/data_wait_ms, epoch/data_wait_frac, epoch/comm_ms,
  * epoch/comm_exposed_ms, epoch/skipped_images, epoch/skipped_eval_images;
  * ps/staleness_mean, ps/staleness_max and the histogram ps/staleness. A
- * non-finite loss stays inf or NaN there.
+ * non-finite loss stays inf or NaN there. (The run's config.ini goes there
+ * too, as text: progress_config.)
  */
 #ifndef CNT_METRICS_H
 #define CNT_METRICS_H

@@ -91,6 +91,24 @@ int progress_open(progress *p, long until_step, int keep_beyond) {
     return p->o.tensorboard ? metrics_open_tensorboard(&p->m, p->o.out_dir, until_step) : CNT_OK;
 }
 
+int progress_config(progress *p, long step, const char *ini) {
+    if (!p->m.tb.f) return CNT_OK;
+    /* markdown: every line indented 4 spaces is a code block, shown as written */
+    size_t n = strlen(ini), lines = 1;
+    for (size_t i = 0; i < n; i++) lines += ini[i] == '\n';
+    char *md = cnt_malloc(n + 4 * lines + 64), *o = md;
+    o += sprintf(o, "config.ini of this run:\n\n");
+    for (const char *line = ini; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        o += sprintf(o, "    %.*s\n", (int)len, line);
+        line += len + (end != NULL);
+    }
+    int rc = tb_text(&p->m.tb, step, "config", md);
+    free(md);
+    return rc;
+}
+
 int progress_resumed(progress *p, long step, int epoch, long epoch_samples, int world, int batch_size) {
     return metrics_resume(&p->m, step, epoch, epoch_samples, world, batch_size);
 }

@@ -72,6 +72,10 @@ void progress_free(progress *p);
  * event file (train/tensorboard.h). CNT_ERR with a message naming the path
  * when rank 0 cannot write there. Other ranks: CNT_OK, nothing done. */
 int progress_open(progress *p, long until_step, int keep_beyond);
+/* Rank 0, with opts.tensorboard: the effective configuration (config.ini's
+ * text) as TensorBoard text "config" at step, shown verbatim in the Text
+ * tab beside the curves. CNT_ERR when it cannot be written. */
+int progress_config(progress *p, long step, const char *ini);
 /* The "resume" record (rank 0). CNT_ERR when it cannot be written. */
 int progress_resumed(progress *p, long step, int epoch, long epoch_samples, int world, int batch_size);
 

@@ -158,6 +158,39 @@ static void summary_msg(pb *b, const void *arg) {
     if (s->h) put_message(b, 1, histo_value_msg, s->h);
 }
 
+/* A text: Summary.Value { tag 1, metadata 9 { plugin_data 1 { plugin_name 1
+ * = "text" } }, tensor 8 { dtype 1 = DT_STRING (7), tensor_shape 2 = {} (a
+ * scalar), string_val 8 } }. */
+typedef struct text_arg {
+    const char *tag, *text;
+} text_arg;
+
+static void plugin_data_msg(pb *b, const void *arg) {
+    (void)arg;
+    put_string(b, 1, "text");
+}
+
+static void text_metadata_msg(pb *b, const void *arg) { put_message(b, 1, plugin_data_msg, arg); }
+
+static void empty_msg(pb *b, const void *arg) { (void)b, (void)arg; }
+
+static void string_tensor_msg(pb *b, const void *arg) {
+    const text_arg *t = arg;
+    put_key(b, 1, WIRE_VARINT);
+    put_varint(b, 7);
+    put_message(b, 2, empty_msg, NULL);
+    put_string(b, 8, t->text);
+}
+
+static void text_value_msg(pb *b, const void *arg) {
+    const text_arg *t = arg;
+    put_string(b, 1, t->tag);
+    put_message(b, 9, text_metadata_msg, NULL);
+    put_message(b, 8, string_tensor_msg, t);
+}
+
+static void text_summary_msg(pb *b, const void *arg) { put_message(b, 1, text_value_msg, arg); }
+
 /* SessionLog: status 1 = START. */
 static void session_start_msg(pb *b, const void *arg) {
     (void)arg;
@@ -166,28 +199,52 @@ static void session_start_msg(pb *b, const void *arg) {
 }
 
 /* Event: wall_time 1, step 2, then file_version 3, summary 5 or session_log 7. */
-static void event(pb *b, double wall_time, long step, int version, int session_start, const summary_arg *s) {
-    put_double(b, 1, wall_time);
+typedef struct event_arg {
+    double wall_time;
+    long step;
+    int version, session_start;
+    pb_fn summary;           /* with its argument: the summary message, when neither of the above */
+    const void *summary_arg;
+} event_arg;
+
+static void event_msg(pb *b, const void *arg) {
+    const event_arg *e = arg;
+    put_double(b, 1, e->wall_time);
     put_key(b, 2, WIRE_VARINT);
-    put_varint(b, (uint64_t)step);
-    if (version) put_string(b, 3, "brain.Event:2");
-    else if (session_start) put_message(b, 7, session_start_msg, NULL);
-    else put_message(b, 5, summary_msg, s);
+    put_varint(b, (uint64_t)e->step);
+    if (e->version) put_string(b, 3, "brain.Event:2");
+    else if (e->session_start) put_message(b, 7, session_start_msg, NULL);
+    else put_message(b, 5, e->summary, e->summary_arg);
+}
+
+/* The event as one TFRecord: its length, the length's masked CRC, the
+ * event, its masked CRC. The bytes it takes (also when cap is too small). */
+static size_t framed(uint8_t *buf, size_t cap, const event_arg *e) {
+    pb measure = {0};
+    event_msg(&measure, e);
+    size_t len = measure.n, total = 8 + 4 + len + 4;
+    if (total > cap) return total;
+    pb b = {buf, 0, cap};
+    put_le(&b, len, 8);
+    put_le(&b, masked_crc(buf, 8), 4);
+    event_msg(&b, e);
+    put_le(&b, masked_crc(buf + 12, len), 4);
+    return b.n;
 }
 
 size_t tb_record(uint8_t *buf, size_t cap, double wall_time, long step, int version, int session_start,
                  const tb_scalar *v, int n, const tb_histogram *h) {
     summary_arg s = {v, n, h};
-    pb measure = {0};
-    event(&measure, wall_time, step, version, session_start, &s);
-    size_t len = measure.n, total = 8 + 4 + len + 4;
-    if (total > cap) return 0;
-    pb b = {buf, 0, cap};
-    put_le(&b, len, 8);
-    put_le(&b, masked_crc(buf, 8), 4);
-    event(&b, wall_time, step, version, session_start, &s);
-    put_le(&b, masked_crc(buf + 12, len), 4);
-    return b.n;
+    event_arg e = {wall_time, step, version, session_start, summary_msg, &s};
+    size_t total = framed(buf, cap, &e);
+    return total <= cap ? total : 0;
+}
+
+size_t tb_text_record(uint8_t *buf, size_t cap, double wall_time, long step, const char *tag, const char *text) {
+    text_arg t = {tag, text};
+    event_arg e = {wall_time, step, 0, 0, text_summary_msg, &t};
+    size_t total = framed(buf, cap, &e);
+    return total <= cap ? total : 0;
 }
 
 /* ---------------------------------------------------------------- files */
@@ -262,6 +319,17 @@ static int write_record(tb_writer *w, const uint8_t *buf, size_t n) {
     return cnt_err_set("cannot write '%s': %s (checkpoints are not affected)", w->path, strerror(err));
 }
 
+/* One event, framed and written (a buffer on the stack when it fits). */
+static int write_event(tb_writer *w, const event_arg *e) {
+    uint8_t stack[2048], *buf = stack;
+    size_t n = framed(NULL, 0, e);
+    if (n > sizeof stack) buf = cnt_malloc(n);
+    framed(buf, n, e);
+    int rc = write_record(w, buf, n);
+    if (buf != stack) free(buf);
+    return rc;
+}
+
 int tb_open(tb_writer *w, const char *dir, long first_step, int fresh) {
     w->f = NULL;
     time_t newest;
@@ -287,12 +355,10 @@ int tb_open(tb_writer *w, const char *dir, long first_step, int fresh) {
         close(fd);
         return cnt_err_set("cannot write '%s': %s", w->path, strerror(errno));
     }
-    uint8_t buf[128];
     double now = wall_now();
-    size_t n = tb_record(buf, sizeof buf, now, 0, 1, 0, NULL, 0, NULL);
-    int rc = write_record(w, buf, n);
-    n = tb_record(buf, sizeof buf, now, first_step, 0, 1, NULL, 0, NULL);
-    if (rc == CNT_OK) rc = write_record(w, buf, n);
+    event_arg version = {now, 0, 1, 0, NULL, NULL}, start = {now, first_step, 0, 1, NULL, NULL};
+    int rc = write_event(w, &version);
+    if (rc == CNT_OK) rc = write_event(w, &start);
     if (rc != CNT_OK) {
         fclose(w->f);
         w->f = NULL;
@@ -302,16 +368,16 @@ int tb_open(tb_writer *w, const char *dir, long first_step, int fresh) {
 
 int tb_write(tb_writer *w, long step, const tb_scalar *v, int n, const tb_histogram *h) {
     if (!w->f) return CNT_OK;
-    double now = wall_now();
-    pb measure = {0};
     summary_arg s = {v, n, h};
-    event(&measure, now, step, 0, 0, &s);
-    size_t cap = 8 + 4 + measure.n + 4;
-    uint8_t stack[2048], *buf = cap <= sizeof stack ? stack : cnt_malloc(cap);
-    size_t len = tb_record(buf, cap, now, step, 0, 0, v, n, h);
-    int rc = write_record(w, buf, len);
-    if (buf != stack) free(buf);
-    return rc;
+    event_arg e = {wall_now(), step, 0, 0, summary_msg, &s};
+    return write_event(w, &e);
+}
+
+int tb_text(tb_writer *w, long step, const char *tag, const char *markdown) {
+    if (!w->f) return CNT_OK;
+    text_arg t = {tag, markdown};
+    event_arg e = {wall_now(), step, 0, 0, text_summary_msg, &t};
+    return write_event(w, &e);
 }
 
 int tb_close(tb_writer *w) {

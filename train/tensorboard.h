@@ -7,7 +7,8 @@
  * length, its masked CRC-32C, the bytes, their masked CRC-32C), each an
  * `Event` protocol buffer (tensorboard/compat/proto/event.proto): wall_time,
  * step, and one of file_version ("brain.Event:2", the first record),
- * session_log (START) or summary (tag/simple_value pairs, or a histogram).
+ * session_log (START) or summary (tag/simple_value pairs, a histogram, or
+ * a text: a string tensor with the text plugin's metadata).
  * The encoder here writes only those fields; TensorBoard's own reader is
  * the test (tests/test_tensorboard.sh).
  *
@@ -61,6 +62,9 @@ int tb_open(tb_writer *w, const char *dir, long first_step, int fresh);
 /* One event at step: the n scalars and, when h is not NULL, a histogram.
  * Nothing is written and CNT_OK returned when w is not open. */
 int tb_write(tb_writer *w, long step, const tb_scalar *v, int n, const tb_histogram *h);
+/* One event at step holding text under tag for TensorBoard's Text tab
+ * (a string tensor of the text plugin; markdown). Nothing without a file. */
+int tb_text(tb_writer *w, long step, const char *tag, const char *markdown);
 /* CNT_ERR naming the file when its last bytes could not be written. */
 int tb_close(tb_writer *w);
 
@@ -71,5 +75,7 @@ int tb_close(tb_writer *w);
 uint32_t tb_crc32c(const void *p, size_t n);
 size_t tb_record(uint8_t *buf, size_t cap, double wall_time, long step, int version, int session_start,
                  const tb_scalar *v, int n, const tb_histogram *h);
+/* The same for a text event (tb_text's). */
+size_t tb_text_record(uint8_t *buf, size_t cap, double wall_time, long step, const char *tag, const char *text);
 
 #endif
