@@ -112,8 +112,9 @@ int run_resume_path(const config *cfg, char *path, size_t len, int say);
 int run_lock_out_dir(run *r);
 /* Releases it (the lock file removed). */
 void run_unlock_out_dir(run *r);
-/* Rank 0: config.ini, keeping an earlier run's that differs. */
-int run_write_config_ini(const config *cfg);
+/* Rank 0: config.ini holding text (len bytes, run_config_text's), keeping
+ * an earlier run's that differs. */
+int run_write_config_ini(const config *cfg, const char *text, size_t len);
 /* metrics.jsonl's "run" record (rank 0). */
 int run_write_record(run *r);
 /* Rank 0: what a resume would start from, kept as the process's last words. */

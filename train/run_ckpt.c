@@ -216,11 +216,11 @@ static int resume_files(run *r, int found, const ckpt_meta *meta) {
     if (rc == CNT_OK && found)
         rc = progress_resumed(r->pg, r->step, r->start_epoch + 1, r->first_epoch_step * run_samples_per_step(r),
                               r->world, cfg->batch_size);
-    if (rc == CNT_OK && r->rank == 0) rc = run_write_config_ini(cfg);
-    if (rc == CNT_OK && r->rank == 0 && cfg->tensorboard) {
+    if (rc == CNT_OK && r->rank == 0) {
         size_t len;
         char *ini = run_config_text(cfg, 0, &len);
-        rc = progress_config(r->pg, r->step + 1, ini);
+        rc = run_write_config_ini(cfg, ini, len);
+        if (rc == CNT_OK) rc = progress_config(r->pg, r->step + 1, ini); /* nothing without train.tensorboard */
         free(ini);
     }
     if (rc == CNT_OK && r->rank == 0 && !found) cnt_set_last_words("no checkpoint written");

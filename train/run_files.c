@@ -93,18 +93,14 @@ int run_resume_path(const config *cfg, char *path, size_t len, int say) {
 /* config.ini in train.out_dir: this run's effective config. An earlier
  * run's that differs is kept as config.YYYYMMDD-HHMMSS.ini (its time), so
  * every run's config survives a resume. Rank 0. */
-int run_write_config_ini(const config *cfg) {
+int run_write_config_ini(const config *cfg, const char *text, size_t len) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 40];
     snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    size_t len;
-    char *text = run_config_text(cfg, 0, &len);
     struct stat lst;
     FILE *old = NULL;
-    if (lstat(path, &lst) == 0 && !(old = file_open_regular(path, "config record", NULL))) {
-        free(text);
+    if (lstat(path, &lst) == 0 && !(old = file_open_regular(path, "config record", NULL)))
         return CNT_ERR; /* not a regular file: named */
-    }
     if (old) {
         char *prev = cnt_malloc(len + 2);
         size_t n = fread(prev, 1, len + 1, old);
@@ -119,18 +115,11 @@ int run_write_config_ini(const config *cfg) {
         }
         free(prev);
         fclose(old);
-        if (same) {
-            free(text);
-            return CNT_OK;
-        }
+        if (same) return CNT_OK;
     }
     FILE *f = fopen(tmp, "w");
-    if (!f) {
-        free(text);
-        return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
-    }
+    if (!f) return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
     int failed = fwrite(text, 1, len, f) != len ? cnt_err_set("cannot write '%s': %s", tmp, strerror(errno)) : 0;
-    free(text);
     return file_commit_atomic(f, failed, tmp, path, cfg->out_dir, "config");
 }
 
