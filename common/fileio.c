@@ -234,6 +234,12 @@ int file_commit_atomic(FILE *f, int failed, const char *tmp, const char *path, c
     return fsync_dir(dir);
 }
 
+int file_flush_record(FILE *f, int written, const char *path) {
+    if (written && fflush(f) == 0 && !ferror(f)) return CNT_OK;
+    int err = errno ? errno : EIO;
+    return cnt_err_set("cannot write '%s': %s (checkpoints are not affected)", path, strerror(err));
+}
+
 void file_library_line(char *buf, size_t len, const char *name, const char *version, const void *addr) {
     Dl_info info;
     size_t used = strlen(buf);
@@ -244,4 +250,9 @@ void file_library_line(char *buf, size_t len, const char *name, const char *vers
     if (file && n > 0 && (self[n] = '\0', strcmp(self, file) == 0)) file = NULL;
     if (used < len)
         snprintf(buf + used, len - used, "  %s %s: %s\n", name, version, file ? file : "linked into the program");
+}
+
+void file_version_text(char *buf, size_t len, long loaded, long built) {
+    snprintf(buf, len, "%ld.%ld.%ld (built with %ld.%ld.%ld)", loaded / 10000, loaded / 100 % 100, loaded % 100,
+             built / 10000, built / 100 % 100, built % 100);
 }

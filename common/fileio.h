@@ -97,9 +97,21 @@ int file_commit_atomic(FILE *f, int failed, const char *tmp, const char *path, c
 /* fsync of a directory, so a rename inside it is durable. CNT_ERR naming it. */
 int fsync_dir(const char *dir);
 
+/* The end of one record appended to a log that is followed as it grows
+ * (metrics.jsonl, TensorBoard's events): written is whether its writes
+ * succeeded (errno set by a failed one, 0 before them); the stream is
+ * flushed. CNT_ERR "cannot write '<path>': <reason> (checkpoints are not
+ * affected)" when a write, the flush or the stream failed (EIO when errno
+ * gives no reason). */
+int file_flush_record(FILE *f, int written, const char *path);
+
 /* `--version`'s list of libraries: appends to buf (NUL-terminated, len in
  * all) the line "  <name> <version>: <the file the library holding addr was
  * loaded from>" ("linked into the program" when it is not a shared library). */
 void file_library_line(char *buf, size_t len, const char *name, const char *version, const void *addr);
+/* Its version text "X.Y.Z (built with A.B.C)" from the version loaded and
+ * the headers' one, each coded major*10000 + minor*100 + patch (as cuDNN 9,
+ * cuBLAS and NCCL 2.9+ code theirs). */
+void file_version_text(char *buf, size_t len, long loaded, long built);
 
 #endif

@@ -395,8 +395,7 @@ void dist_nccl_libraries(char *buf, size_t len) {
     int v = 0; /* 2.9 and later: major*10000 + minor*100 + patch */
     if (ncclGetVersion(&v) != ncclSuccess) v = 0;
     char ver[96];
-    snprintf(ver, sizeof ver, "%d.%d.%d (built with %d.%d.%d)", v / 10000, v / 100 % 100, v % 100, NCCL_MAJOR,
-             NCCL_MINOR, NCCL_PATCH);
+    file_version_text(ver, sizeof ver, v, NCCL_MAJOR * 10000L + NCCL_MINOR * 100 + NCCL_PATCH);
     file_library_line(buf, len, "NCCL", ver, (const void *)ncclGetVersion);
 }
 

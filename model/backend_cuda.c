@@ -1453,31 +1453,21 @@ int backend_cuda_describe(char *buf, size_t len) {
     return n;
 }
 
-/* Versions as major*10000 + minor*100 + patch (cuDNN 9, cuBLAS), or the
- * runtime's major*1000 + minor*10. */
-static void version_text(char *buf, size_t len, long loaded, long built, int runtime) {
-    if (runtime)
-        snprintf(buf, len, "%ld.%ld (built with %ld.%ld)", loaded / 1000, loaded % 1000 / 10, built / 1000,
-                 built % 1000 / 10);
-    else
-        snprintf(buf, len, "%ld.%ld.%ld (built with %ld.%ld.%ld)", loaded / 10000, loaded / 100 % 100, loaded % 100,
-                 built / 10000, built / 100 % 100, built % 100);
-}
-
 void backend_cuda_libraries(char *buf, size_t len) {
     char ver[96];
-    int rt = 0; /* the runtime's own version: no driver or GPU needed */
+    int rt = 0; /* the runtime's own version (major*1000 + minor*10): no driver or GPU needed */
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
-    version_text(ver, sizeof ver, rt, CUDART_VERSION, 1);
+    snprintf(ver, sizeof ver, "%d.%d (built with %d.%d)", rt / 1000, rt % 1000 / 10, CUDART_VERSION / 1000,
+             CUDART_VERSION % 1000 / 10);
     file_library_line(buf, len, "CUDA runtime", ver, (const void *)cudaRuntimeGetVersion);
-    version_text(ver, sizeof ver, (long)cudnnGetVersion(), CUDNN_VERSION, 0);
+    file_version_text(ver, sizeof ver, (long)cudnnGetVersion(), CUDNN_VERSION);
     file_library_line(buf, len, "cuDNN", ver, (const void *)cudnnGetVersion);
     int major = 0, minor = 0, patch = 0;
     if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
         cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
         cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
         major = minor = patch = 0;
-    version_text(ver, sizeof ver, major * 10000L + minor * 100 + patch, CUBLAS_VERSION, 0);
+    file_version_text(ver, sizeof ver, major * 10000L + minor * 100 + patch, CUBLAS_VERSION);
     file_library_line(buf, len, "cuBLAS", ver, (const void *)cublasGetProperty);
 }
 

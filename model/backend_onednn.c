@@ -933,7 +933,7 @@ const backend *backend_cpu_onednn(void) {
 void backend_onednn_libraries(char *buf, size_t len) {
     const dnnl_version_t *v = dnnl_version();
     char ver[96];
-    snprintf(ver, sizeof ver, "%d.%d.%d (built with %d.%d.%d)", v->major, v->minor, v->patch, DNNL_VERSION_MAJOR,
-             DNNL_VERSION_MINOR, DNNL_VERSION_PATCH);
+    file_version_text(ver, sizeof ver, v->major * 10000L + v->minor * 100 + v->patch,
+                      DNNL_VERSION_MAJOR * 10000L + DNNL_VERSION_MINOR * 100 + DNNL_VERSION_PATCH);
     file_library_line(buf, len, "oneDNN", ver, (const void *)dnnl_version);
 }

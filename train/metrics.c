@@ -202,11 +202,7 @@ int metrics_run(metrics *m, const metrics_run_info *in) {
 
 /* The end of every record: flushed, and a failure of the writes or of the
  * flush reported with the file's name. */
-static int finish_record(metrics *m, int printed) {
-    if (printed >= 0 && fflush(m->f) == 0 && !ferror(m->f)) return CNT_OK;
-    int err = errno ? errno : EIO;
-    return cnt_err_set("cannot write '%s': %s (checkpoints are not affected)", m->path, strerror(err));
-}
+static int finish_record(metrics *m, int printed) { return file_flush_record(m->f, printed >= 0, m->path); }
 
 /* A loss as JSON: JSON has no inf or NaN, so a non-finite value is null. */
 static const char *json_loss(char *buf, size_t len, double v) {

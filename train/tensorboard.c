@@ -311,21 +311,14 @@ static int move_earlier(const char *dir, time_t newest, int count) {
     return rc;
 }
 
-/* The whole record, written and flushed; a failure names the file. */
-static int write_record(tb_writer *w, const uint8_t *buf, size_t n) {
-    errno = 0;
-    if (fwrite(buf, 1, n, w->f) == n && fflush(w->f) == 0 && !ferror(w->f)) return CNT_OK;
-    int err = errno ? errno : EIO;
-    return cnt_err_set("cannot write '%s': %s (checkpoints are not affected)", w->path, strerror(err));
-}
-
 /* One event, framed and written (a buffer on the stack when it fits). */
 static int write_event(tb_writer *w, const event_arg *e) {
     uint8_t stack[2048], *buf = stack;
     size_t n = framed(NULL, 0, e);
     if (n > sizeof stack) buf = cnt_malloc(n);
     framed(buf, n, e);
-    int rc = write_record(w, buf, n);
+    errno = 0;
+    int rc = file_flush_record(w->f, fwrite(buf, 1, n, w->f) == n, w->path);
     if (buf != stack) free(buf);
     return rc;
 }
