@@ -42,10 +42,10 @@ DEB_PACKAGES := build-essential pkg-config zlib1g-dev libopenblas-openmp-dev lib
   python3-matplotlib slurm-wlm munge
 
 # ---------------------------------------------------------------- where the libraries are
-# dep_flags ROOT LIB PKG DEFAULT: the compile and link flags of one library:
-# from its prefix ROOT (include/, and lib64/ or lib/ holding libLIB.so; NVIDIA's
+# dep_flags ROOT LIB PKG: the compile and link flags of one library: from its
+# prefix ROOT (include/, and lib64/ or lib/ holding libLIB.so; NVIDIA's
 # wheels ship only libLIB.so.N, linked by that name), else pkg-config's for
-# PKG, else DEFAULT (the compiler's own paths when empty, and -lLIB).
+# PKG, else -lLIB (the compiler's own paths).
 lib_dir = $(if $(wildcard $(1)/lib64/lib$(2).so* $(1)/lib64/lib$(2).a),$(1)/lib64,$(1)/lib)
 lib_flag = $(if $(wildcard $(1)/lib$(2).so $(1)/lib$(2).a),-l$(2),$(if $(wildcard $(1)/lib$(2).so.*),\
   -l:$(notdir $(firstword $(wildcard $(1)/lib$(2).so.*))),-l$(2)))
@@ -53,7 +53,7 @@ root_flags = -I$(1)/include -L$(call lib_dir,$(1),$(2)) -Wl,-rpath,$(call lib_di
   $(call lib_flag,$(call lib_dir,$(1),$(2)),$(2))
 pc_flags = $(if $(1),$(shell pkg-config --exists $(1) 2>/dev/null && pkg-config --cflags --libs $(1)))
 with_rpath = $(strip $(1) $(foreach d,$(patsubst -L%,%,$(filter -L%,$(1))),-Wl,-rpath,$(d)))
-dep_flags = $(strip $(if $(1),$(call root_flags,$(1),$(2)),$(or $(call with_rpath,$(call pc_flags,$(3))),$(4) -l$(2))))
+dep_flags = $(strip $(if $(1),$(call root_flags,$(1),$(2)),$(or $(call with_rpath,$(call pc_flags,$(3))),-l$(2))))
 # Debian's OpenMP build of OpenBLAS (what `make deps` installs) before pkg-config's choice.
 DEB_OPENBLAS := $(wildcard /usr/include/x86_64-linux-gnu/openblas-openmp)
 # OPENBLAS_LIB: the library's name (RHEL's OpenMP build is openblaso).
@@ -75,7 +75,7 @@ STB_FLAGS := $(if $(STB_ROOT),$(if $(wildcard $(STB_ROOT)/lib*/libstb.*),$(call 
 # NVIDIA's libraries: the toolkit's, unless CUDNN_HOME / NCCL_HOME name another (a wheel's nvidia/cudnn).
 CUDNN_FLAGS := $(if $(CUDNN_HOME),$(call root_flags,$(CUDNN_HOME),cudnn),-lcudnn)
 NCCL_FLAGS := $(if $(NCCL_HOME),$(call root_flags,$(NCCL_HOME),nccl),-lnccl)
-# Every library's flags in one list, in this order: a prefix named on purpose before the toolkit's.
+# A list of libraries' flags split into the compiler's (-I) and the linker's, each in the list's order.
 dep_cflags = $(filter -I%,$(1))
 dep_libs = $(filter-out -I%,$(1))
 
