@@ -61,6 +61,25 @@ done
 check "fp16 run scales the loss dynamically" grep -q '^loss scaling: dynamic' "$tmp/fp16.log"
 check "bf16 on a GPU: train.layout = auto chose nhwc" grep -q '^layout: nhwc (train.layout = auto)' "$tmp/bf16.log"
 
+# 16-bit activations (train.activations): every activation and activation
+# gradient stored in the precision's type on the GPU, as the CPU's reference
+# stores them by default; same weights and batch, so the first loss is the
+# CPU's but for rounding order (a 16-bit value may round the other way)
+./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cpu train.precision=bf16 train.max_steps=1 \
+    train.out_dir="$tmp/cpu16" >"$tmp/cpu16.log" 2>&1
+check "CPU bf16 reference step stores bf16 activations" grep -q '^activations: bf16' "$tmp/cpu16.log"
+c16=$(first_loss "$tmp/cpu16.log")
+for p in bf16 fp16; do
+    ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=$p train.activations=$p \
+        train.epochs=2 train.out_dir="$tmp/a16-$p" >"$tmp/a16-$p.log" 2>&1
+    check "$p with $p activations on the GPU: exit 0" test $? -eq 0
+    check "$p with $p activations: the log says so" grep -q "^activations: $p" "$tmp/a16-$p.log"
+    acc=$(top1 "$tmp/a16-$p.log")
+    check "$p with $p activations learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
+done
+g=$(first_loss "$tmp/a16-bf16.log")
+check "bf16 activations: first loss the CPU's within 1e-2 (gpu $g, cpu $c16)" close_to "$g" "$c16" 1e-2
+
 # NHWC in fp32: the first loss is the CPU's (same weights and batch; only
 # where values live and the order of sums change), and the run learns
 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.layout=nhwc train.epochs=2 \
@@ -102,7 +121,8 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
     "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.max_steps=20 \
         train.log_every=10 train.out_dir="$tmp/mpi" >"$tmp/mpi.log" 2>&1
     check "$np ranks on $gpus GPU(s) through MPI: exit 0" test $? -eq 0
-    check "$np ranks on $gpus GPU(s): the log says they share and use MPI" grep -q 'share.*MPI through host memory' "$tmp/mpi.log"
+    check "$np ranks on $gpus GPU(s): the log says they share and use MPI" \
+        grep -q 'share one GPU.*the gradients go through host memory' "$tmp/mpi.log"
     check "$np ranks on $gpus GPU(s): gradients with MPI_Allreduce" grep -q 'allreduced with MPI_Allreduce' "$tmp/mpi.log"
     check "$np ranks on $gpus GPU(s): parameters bit-identical" grep -q "parameters bit-identical on all $np ranks" "$tmp/mpi.log"
     # the dynamic loss scale started far too high: the ranks skip the same
@@ -145,12 +165,12 @@ else
 fi
 
 ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=tf32 classes=1000 >"$tmp/bench.log" 2>&1
-check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32).* img/s' "$tmp/bench.log"
+check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32, fp32 activations).* img/s' "$tmp/bench.log"
 ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
-check "--bench bf16 on the GPU: exit 0 with img/s" grep -q 'on cuda (bf16).* img/s' "$tmp/bench16.log"
+check "--bench bf16 on the GPU: exit 0 with img/s" grep -q 'on cuda (bf16, fp32 activations).* img/s' "$tmp/bench16.log"
 ./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc classes=1000 >"$tmp/benchvgg.log" 2>&1
 check "--bench vgg11 nhwc on the GPU (the flatten transpose): exit 0 with img/s" \
-    grep -q 'on cuda (tf32) nhwc.* img/s' "$tmp/benchvgg.log"
+    grep -q 'on cuda (tf32, fp32 activations) nhwc.* img/s' "$tmp/benchvgg.log"
 
 if [ $fails -ne 0 ]; then
     for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done

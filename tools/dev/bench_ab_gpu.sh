@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/dev/bench_ab_gpu.sh - a change's GPU speed in one call: the trainer
 # before the change (OLD), after it (NEW) and PyTorch eager, each row's
-# measurements alternating (old, new, torch, torch with cuDNN's graph API
-# off; then again), medians over ROUNDS, as a markdown table for
+# measurements alternating (old, new, torch, and with TORCH_NO_V8=1 torch
+# with cuDNN's graph API off; then again), medians over ROUNDS, as a markdown table for
 # docs/benchmarks.md. Rows are printed as they finish, so a run cut short by
 # its time limit still leaves the rows it completed.
 #
@@ -10,7 +10,10 @@
 #   defaults: "resnet50" "64 128 256" "bf16 tf32" "nhwc"
 #   env: ROUNDS (default 2), BENCH_STEPS (timed steps, default 20), NEW_ACT16
 #        (1: NEW's bf16 and fp16 rows store activations in that type,
-#        --bench's activations=; default 0, NEW as configured), DEVICE
+#        --bench's activations=; default 0, NEW as configured), TORCH_NO_V8
+#        (1: the "torch, no v8" column; default 0: on an H200 it ran at 291
+#        img/s against 2401 with the graph API, ResNet-50 bf16 batch 64, and
+#        took most of a 200 s A/B on its own), DEVICE
 #        (default cuda; cpu to try the script here), PYTHON (default
 #        python3; the torch columns say "n/a" where it has no torch)
 #
@@ -82,7 +85,8 @@ for m in $models; do
                     o+=("$(ours "$old" "$m" "$shape" "$b" "$p" "$l")")
                     n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}")")
                     t+=("$(torch "$m" "$shape" "$b" "$p" "$l")")
-                    v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
+                    [ "${TORCH_NO_V8:-0}" = 1 ] &&
+                        v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
                 done
                 mo=$(median "${o[@]}") mn=$(median "${n[@]}") mt=$(median "${t[@]}") mv=$(median "${v[@]}")
                 echo "| $m | $b | $p | $l | ${mo:-failed} | ${mn:-failed} | ${mt:-n/a} | ${mv:-n/a} |" \

@@ -9,7 +9,7 @@
 #        no second build): its trainer, built the same way, goes in the kit
 #        for tools/dev/gpu_check.sh's A/B (tools/dev/bench_ab_gpu.sh)
 #   then on the GPU machine, in the checkout, with .devkit carried:
-#   source tools/dev/device_env.sh && make test
+#   tools/dev/gpu_check.sh (or: source tools/dev/device_env.sh, then run build/tests/... directly)
 #
 # Writes .devkit/ (ignored by git):
 #   kit.tar.xz      the trainer and build/ (test binaries, tools, probes; no objects;
@@ -34,6 +34,9 @@ kit=$repo/.devkit
 src=$(mktemp -d) bsrc=$(mktemp -d)
 trap 'rm -rf "$src" "$bsrc"' EXIT
 git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"
+# nvJPEG that `make deps` fetched (ignored by git): the build links it by its
+# path in the copy, and the library collection below carries it to that path
+[ -d deps/nvjpeg ] && mkdir -p "$src/deps" && cp -a deps/nvjpeg "$src/deps/"
 echo "device_kit: building in $src (OPT=-O3 -march=x86-64-v3)"
 make -C "$src" -s -j"$(nproc)" OPT="-O3 -march=x86-64-v3" test-build
 base=${KIT_BASE-HEAD~1}
