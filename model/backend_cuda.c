@@ -123,6 +123,11 @@ static struct {
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
+    int bn16_refused;          /* cuDNN refused batch norm on 16-bit activations: widened since (bn_widened) */
+    cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
+    void *bn_reserve;          /* what that forward writes for cuDNN's fused backward (unused: bn_fused) */
+    size_t bn_reserve_n;
+    int bn_fused_refused;      /* cuDNN refused the fused forward: composed since */
     size_t bn_stage_n;
     /* conv_bwd_data's `paired`: whether H16_OP1 holds the 16-bit copy of
      * pair_dy (pair_n values in mode pair_math), left by conv_bwd_filter */
@@ -270,8 +275,10 @@ static const void *h16_from(int math, int slot, size_t n, const float *x) {
  * Convolutions, GEMMs, bias, the elementwise ops, channel slices and layout
  * conversions read and write them natively (cuDNN and cuBLAS with 16-bit
  * tensors, our kernels templated on the type). Batch norm and pooling run
- * their fp32 kernels on widened copies (a32_*), rounding what they write
- * once: the contract's numbers, at the cost of a conversion each way. They
+ * pooling's kernels too; batch norm is cuDNN's on 16-bit tensors with fp32
+ * parameters and statistics (as PyTorch's autocast runs it), except where it
+ * runs fp32 code on widened copies (a32_*, rounding what it writes once: the
+ * contract's numbers, at the cost of a conversion each way; bn_widened). They
  * go with the same type's math mode (train.activations is validated so). */
 static int act16(const backend_ctx *ctx) {
     if (ctx->act == BACKEND_DTYPE_FP32) return 0;
@@ -846,7 +853,7 @@ static void cuda_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const vo
  * the NCHW descriptor in both layouts (the same bytes; the same kernels). */
 static void bn_desc(const backend_ctx *ctx, int N, int C, int HW) {
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_x, nhwc_spatial(ctx, HW) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                           CUDNN_DATA_FLOAT, N, C, HW, 1));
+                                           act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(g.bn_param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, C, 1, 1));
 }
 
@@ -871,6 +878,34 @@ static void bn_desc(const backend_ctx *ctx, int N, int C, int HW) {
  * run one at a time); the plain calls measured 6.4x slower on ResNet-50
  * in NHWC (docs/benchmarks.md). bn_desc() first. */
 static int aligned32(const void *p) { return ((uintptr_t)p & 31) == 0; }
+
+/* Batch norm on 16-bit activations runs as fp32 on widened copies (a32_*)
+ * where there is no cuDNN call for it: one value per channel (N*HW == 1, our
+ * own kernels, fp32 only), or after this cuDNN refused a 16-bit call. */
+static int bn_widened(const backend_ctx *ctx, int N, int HW) {
+    return act16(ctx) && ((size_t)N * HW == 1 || g.bn16_refused);
+}
+
+/* Status st of the batch-norm call `what` (file:line): 0 on success; 1 when
+ * it was on 16-bit activations and this cuDNN does not support them (from
+ * then on batch norm takes the widened copies, bn_widened; said once: the
+ * caller then does the call's work that way); any other failure ends the
+ * process as CUDNN_CHECK does. */
+static int bn16_refused(const backend_ctx *ctx, cudnnStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUDNN_STATUS_SUCCESS) return 0;
+    if (act16(ctx) && (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM)) {
+        if (!g.bn16_refused)
+            log_warn("cuDNN %zu refused batch norm on %s activations (%s: %s): batch norm widens them to fp32 "
+                     "and back from now on, which costs a conversion each way (said once)",
+                     cudnnGetVersion(), ctx->act == BACKEND_DTYPE_BF16 ? "bf16" : "fp16", what,
+                     cudnnGetErrorString(st));
+        g.bn16_refused = 1;
+        return 1;
+    }
+    cnt_fatal_at(file, line, 1, NULL, "%s: cuDNN error %d: %s", what, (int)st, cudnnGetErrorString(st));
+    return 1;
+}
+#define BN16_REFUSED(ctx, call) bn16_refused((ctx), (call), #call, __FILE__, __LINE__)
 
 /* The most per-channel vectors one Ex call takes (the forward's six), each
  * stand-in 256-byte aligned in g.bn_stage. */
@@ -902,17 +937,18 @@ static int bn_ex(const backend_ctx *ctx, int C, int HW, const void *const *acts,
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t reserve = 0;
-    CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, NULL, g.bn_x, &reserve));
+    if (BN16_REFUSED(ctx, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, NULL, g.bn_x,
+                                                                              &reserve)))
+        return 0;
     if (reserve) {
         bn_plain_said(C, "cuDNN asks for reserve space in SPATIAL_PERSISTENT mode");
         return 0;
     }
-    if (backward)
-        CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, NULL,
-                                                                      g.bn_x, g.bn_param, NULL, ws));
-    else
-        CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x,
-                                                                             g.bn_param, NULL, ws));
+    if (backward ? BN16_REFUSED(ctx, cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                                         g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, NULL, g.bn_x, g.bn_param, NULL, ws))
+                 : BN16_REFUSED(ctx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                                         g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, g.bn_param, NULL, ws)))
+        return 0;
     if (*ws) ws_reserve(*ws);
     /* before any stand-in is handed out: growing frees the old buffer */
     grow((void **)&g.bn_stage, &g.bn_stage_n, BN_VECS * bn_vec_stride(C), sizeof(float));
@@ -939,7 +975,7 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
                               float eps, float *save_mean, float *save_invstd) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
-    if (act16(ctx)) {
+    if (bn_widened(ctx, N, HW)) {
         backend_ctx c = ctx_f32(ctx);
         size_t n = (size_t)N * C * HW;
         float *yt = a32_out(ctx, A32_OUT, n, y, 0);
@@ -962,20 +998,24 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
         const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
         float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
         float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
-        CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
-            g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, g.bn_x, x, NULL,
-            NULL, g.bn_x, y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, NULL,
-            ws ? g.ws : NULL, ws, NULL, 0));
-        bn_vec_back(C, running_mean, rm);
-        bn_vec_back(C, running_var, rv);
-        bn_vec_back(C, save_mean, sm);
-        bn_vec_back(C, save_invstd, si);
-        return;
+        if (!BN16_REFUSED(ctx, cudnnBatchNormalizationForwardTrainingEx(
+                                   g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one,
+                                   &k_zero, g.bn_x, x, NULL, NULL, g.bn_x, y, g.bn_param, gm, bt, (double)momentum,
+                                   rm, rv, (double)eps, sm, si, NULL, ws ? g.ws : NULL, ws, NULL, 0))) {
+            bn_vec_back(C, running_mean, rm);
+            bn_vec_back(C, running_var, rv);
+            bn_vec_back(C, save_mean, sm);
+            bn_vec_back(C, save_invstd, si);
+            return;
+        }
     }
-    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x, x,
-                                                       g.bn_x, y, g.bn_param, gamma, beta, (double)momentum,
-                                                       running_mean, running_var, (double)eps, save_mean,
-                                                       save_invstd));
+    if (bn_widened(ctx, N, HW) ||
+        BN16_REFUSED(ctx, cudnnBatchNormalizationForwardTraining(
+                              g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x, x, g.bn_x, y, g.bn_param,
+                              gamma, beta, (double)momentum, running_mean, running_var, (double)eps, save_mean,
+                              save_invstd)))
+        cuda_bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+                          save_invstd); /* refused in 16 bits: widened now */
 }
 
 static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
@@ -984,7 +1024,7 @@ static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, cons
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (N == 0) return;
-    if (act16(ctx)) {
+    if (act16(ctx) && g.bn16_refused) { /* cuDNN's inference call has no N*HW == 1 limit */
         backend_ctx c = ctx_f32(ctx);
         size_t n = (size_t)N * C * HW;
         float *yt = a32_out(ctx, A32_OUT, n, y, 0);
@@ -993,9 +1033,10 @@ static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, cons
         return;
     }
     bn_desc(ctx, N, C, HW);
-    CUDNN_CHECK(cudnnBatchNormalizationForwardInference(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x,
-                                                        x, g.bn_x, y, g.bn_param, gamma, beta, running_mean,
-                                                        running_var, (double)eps));
+    if (BN16_REFUSED(ctx, cudnnBatchNormalizationForwardInference(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero,
+                                                                  g.bn_x, x, g.bn_x, y, g.bn_param, gamma, beta,
+                                                                  running_mean, running_var, (double)eps)))
+        cuda_bn_fwd_infer(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, eps); /* widened now */
 }
 
 static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *dy,
@@ -1003,7 +1044,7 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
                         float *dgamma, float *dbeta, int accumulate_dx) {
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
-    if (act16(ctx)) {
+    if (bn_widened(ctx, N, HW)) {
         backend_ctx c = ctx_f32(ctx);
         size_t n = (size_t)N * C * HW;
         float *dxt = a32_out(ctx, A32_OUT, n, dx, accumulate_dx);
@@ -1025,18 +1066,109 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
     if (!accumulate_dx && bn_ex(ctx, C, HW, acts, 3, 1, &ws)) {
         const float *gm = bn_vec(0, C, gamma, 1), *sm = bn_vec(1, C, save_mean, 1), *si = bn_vec(2, C, save_invstd, 1);
         float *dg = bn_vec(3, C, dgamma, 0), *db = bn_vec(4, C, dbeta, 0);
-        CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-            g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, &k_one, &k_zero,
-            g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x, dx, g.bn_param, gm, NULL, dg, db, (double)eps, sm,
-            si, NULL, ws ? g.ws : NULL, ws, NULL, 0));
-        bn_vec_back(C, dgamma, dg);
-        bn_vec_back(C, dbeta, db);
-        return;
+        if (!BN16_REFUSED(ctx, cudnnBatchNormalizationBackwardEx(
+                                   g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one,
+                                   &k_zero, &k_one, &k_zero, g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x,
+                                   dx, g.bn_param, gm, NULL, dg, db, (double)eps, sm, si, NULL, ws ? g.ws : NULL,
+                                   ws, NULL, 0))) {
+            bn_vec_back(C, dgamma, dg);
+            bn_vec_back(C, dbeta, db);
+            return;
+        }
     }
-    CUDNN_CHECK(cudnnBatchNormalizationBackward(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one,
-                                                accumulate_dx ? &k_one : &k_zero, &k_one, &k_zero, g.bn_x, x, g.bn_x,
-                                                dy, g.bn_x, dx, g.bn_param, gamma, dgamma, dbeta,
-                                                (double)eps, save_mean, save_invstd));
+    /* the old dx blended in fp32 and the sum rounded once (beta = 1), as the contract asks */
+    if (bn_widened(ctx, N, HW) ||
+        BN16_REFUSED(ctx, cudnnBatchNormalizationBackward(g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one,
+                                                          accumulate_dx ? &k_one : &k_zero, &k_one, &k_zero, g.bn_x,
+                                                          x, g.bn_x, dy, g.bn_x, dx, g.bn_param, gamma, dgamma,
+                                                          dbeta, (double)eps, save_mean, save_invstd)))
+        cuda_bn_bwd(ctx, N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
+                    accumulate_dx); /* widened now */
+}
+
+/* Batch norm with the add and ReLU after it in one cuDNN call
+ * (bn_act_fwd_train): CUDNN_BATCHNORM_OPS_BN_ACTIVATION, or with z
+ * BN_ADD_ACTIVATION, in the SPATIAL_PERSISTENT mode of bn_ex and under its
+ * rules (NHWC, C a multiple of 8, 32-byte aligned activations). One pass over
+ * memory instead of two or three, each value computed in fp32 and rounded
+ * once (the contract's fused numbers). The call also writes a reserve space
+ * (the ReLU's mask, for cuDNN's fused backward); the interface keeps nothing
+ * between the passes, so it goes to scratch and backward recomputes the mask
+ * from y (backend_bn_act_bwd's composition). A cuDNN that refuses the fused
+ * operations is said once and composed from then on. */
+static int bn_fused_refused(cudnnStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUDNN_STATUS_SUCCESS) return 0;
+    if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) {
+        if (!g.bn_fused_refused)
+            log_warn("cuDNN %zu refused batch norm fused with ReLU (%s: %s): batch norm, the residual add and "
+                     "ReLU run one after another from now on (said once)",
+                     cudnnGetVersion(), what, cudnnGetErrorString(st));
+        g.bn_fused_refused = 1;
+        return 1;
+    }
+    cnt_fatal_at(file, line, 1, NULL, "%s: cuDNN error %d: %s", what, (int)st, cudnnGetErrorString(st));
+    return 1;
+}
+#define BN_FUSED_REFUSED(call) bn_fused_refused((call), #call, __FILE__, __LINE__)
+
+/* Whether the fused forward `ops` runs on the activations acts[0, n): if so
+ * *ws (reserved) and *reserve (allocated in g.bn_reserve) are what it needs,
+ * and bn_vec's stand-ins for C channels are allocated. bn_desc() first. */
+static int bn_fused(const backend_ctx *ctx, int N, int C, int HW, const void *const *acts, int n,
+                    cudnnBatchNormOps_t ops, size_t *ws, size_t *reserve) {
+    if (g.bn_fused_refused || bn_widened(ctx, N, HW) || (size_t)N * HW == 1 || !nhwc_spatial(ctx, HW) || C % 8)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!aligned32(acts[i])) return 0;
+    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    const cudnnTensorDescriptor_t zd = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? g.bn_x : NULL;
+    if (BN_FUSED_REFUSED(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, g.relu, g.bn_x,
+                                                                              reserve)) ||
+        BN_FUSED_REFUSED(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, zd,
+                                                                                  g.bn_x, g.bn_param, g.relu, ws)))
+        return 0;
+    if (*ws) ws_reserve(*ws);
+    if (*reserve) grow(&g.bn_reserve, &g.bn_reserve_n, *reserve, 1);
+    grow((void **)&g.bn_stage, &g.bn_stage_n, BN_VECS * bn_vec_stride(C), sizeof(float));
+    return 1;
+}
+
+static void cuda_relu_fwd(const backend_ctx *ctx, size_t n, const void *x, void *y);
+static void cuda_add(const backend_ctx *ctx, size_t n, const void *a, const void *b, void *y);
+
+static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
+                                  int relu, const float *gamma, const float *beta, void *y, float *running_mean,
+                                  float *running_var, float momentum, float eps, float *save_mean,
+                                  float *save_invstd) {
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
+    CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if (relu) { /* cuDNN fuses the add only with an activation */
+        const cudnnBatchNormOps_t ops = z ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+        const void *acts[] = {x, y, z};
+        size_t ws = 0, reserve = 0;
+        bn_desc(ctx, N, C, HW);
+        if (bn_fused(ctx, N, C, HW, acts, z ? 3 : 2, ops, &ws, &reserve)) {
+            const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
+            float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
+            float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
+            if (!BN_FUSED_REFUSED(cudnnBatchNormalizationForwardTrainingEx(
+                    g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, g.bn_x, x, z ? g.bn_x : NULL,
+                    z, g.bn_x, y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, g.relu,
+                    ws ? g.ws : NULL, ws, reserve ? g.bn_reserve : NULL, reserve))) {
+                bn_vec_back(C, running_mean, rm);
+                bn_vec_back(C, running_var, rv);
+                bn_vec_back(C, save_mean, sm);
+                bn_vec_back(C, save_invstd, si);
+                return;
+            }
+        }
+    }
+    /* the composition, as backend_bn_act_fwd_train runs it */
+    cuda_bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
+                      save_invstd);
+    size_t n = (size_t)N * C * HW;
+    if (z) cuda_add(ctx, n, y, z, y);
+    if (relu) cuda_relu_fwd(ctx, n, y, y);
 }
 
 /* ----------------------------------------------------------------- pooling */
@@ -1048,14 +1180,10 @@ static void pool_check(const pool_params *p) {
                    p->pad_w >= 0);
 }
 
-static size_t pool_in_count(const pool_params *p) { return (size_t)p->N * p->C * p->H * p->W; }
-static size_t pool_out_count(const pool_params *p) { return (size_t)p->N * p->C * p->P * p->Q; }
 
 static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
     pool_check(p);
-    float *yt = a32_out(ctx, A32_OUT, pool_out_count(p), y, 0);
-    CUDA_CHECK(cuk_pool_fwd(g.stream, p, a32_in(ctx, A32_X, pool_in_count(p), x), yt, layout_nhwc(ctx)));
-    a32_back(ctx, yt, y, pool_out_count(p));
+    CUDA_CHECK(cuk_pool_fwd(g.stream, ctx->act, p, x, y, layout_nhwc(ctx)));
 }
 
 static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
@@ -1067,10 +1195,7 @@ static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const vo
         size_t outputs = (size_t)p->N * p->C * p->P * p->Q; /* ints: two per double of scratch */
         arg = (int *)scratch_get((outputs + 1) / 2);
     }
-    float *dxt = a32_out(ctx, A32_OUT, pool_in_count(p), dx, accumulate);
-    CUDA_CHECK(cuk_pool_bwd(g.stream, p, a32_in(ctx, A32_X, pool_in_count(p), x),
-                            a32_in(ctx, A32_DY, pool_out_count(p), dy), dxt, accumulate, layout_nhwc(ctx), arg));
-    a32_back(ctx, dxt, dx, pool_in_count(p));
+    CUDA_CHECK(cuk_pool_bwd(g.stream, ctx->act, p, x, dy, dx, accumulate, layout_nhwc(ctx), arg));
 }
 
 /* -------------------------------------------------------------------- gemm */
@@ -1378,6 +1503,7 @@ static const backend cuda_backend = {
     .bn_fwd_train = cuda_bn_fwd_train,
     .bn_fwd_infer = cuda_bn_fwd_infer,
     .bn_bwd = cuda_bn_bwd,
+    .bn_act_fwd_train = cuda_bn_act_fwd_train,
     .pool_fwd = cuda_pool_fwd,
     .pool_bwd = cuda_pool_bwd,
     .gemm = cuda_gemm,
@@ -1505,6 +1631,9 @@ const backend *backend_cuda(int local_rank) {
     g.cublas_tf32 = 0;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_param));
+    CUDNN_CHECK(cudnnCreateActivationDescriptor(&g.relu));
+    /* NaN passes through, as relu_fwd's `x < 0 ? 0 : x` */
+    CUDNN_CHECK(cudnnSetActivationDescriptor(g.relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
     /* cuDNN's fastest algorithms may want large workspaces: allow a tenth of
      * the card, at most 4 GiB (PyTorch lets them take what is free). */
     g.ws_limit = prop.totalGlobalMem / 10;

@@ -235,20 +235,25 @@ __global__ void bias_bwd_final_k(int C, int G, const double *partial, float *db)
  * One thread per value, by the rules in model/pool_rules.h (shared with the
  * host test tests/test_pool_rules.c), in either layout: t runs over the
  * tensor in memory order, so in NHWC a warp takes neighbouring channels. */
-__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, float *y, int nhwc) {
+/* Activations of type T (`type`, its backend_dtype, for pr_ld), each value
+ * computed in float and stored once. */
+template <typename T>
+__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const T *x, int type, T *y, int nhwc) {
     size_t total = (size_t)p.N * p.C * p.P * p.Q;
-    GRID_STRIDE(t, total) y[t] = pr_fwd_one(&p, ra, ca, x, t, nhwc);
+    GRID_STRIDE(t, total) st(y, t, pr_fwd_one(&p, ra, ca, x, type, t, nhwc));
 }
 
-__global__ void pool_argmax_k(pool_params p, pr_axis ra, pr_axis ca, const float *x, int *arg, int nhwc) {
+template <typename T>
+__global__ void pool_argmax_k(pool_params p, pr_axis ra, pr_axis ca, const T *x, int type, int *arg, int nhwc) {
     size_t total = (size_t)p.N * p.C * p.P * p.Q;
-    GRID_STRIDE(t, total) arg[t] = pr_argmax_one(&p, ra, ca, x, t, nhwc);
+    GRID_STRIDE(t, total) arg[t] = pr_argmax_one(&p, ra, ca, x, type, t, nhwc);
 }
 
-__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const int *arg, const float *dy, float *dx, int acc,
+template <typename T>
+__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const int *arg, const T *dy, int type, T *dx, int acc,
                            int nhwc) {
     size_t total = (size_t)p.N * p.C * p.H * p.W;
-    GRID_STRIDE(t, total) dx[t] = pr_bwd_one(&p, ra, ca, arg, dy, t, acc ? dx[t] : 0.0f, nhwc);
+    GRID_STRIDE(t, total) st(dx, t, pr_bwd_one(&p, ra, ca, arg, dy, type, t, acc ? ld(dx, t) : 0.0f, nhwc));
 }
 
 /* ---------------------------------------------------------- layout transpose
@@ -579,23 +584,27 @@ cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const v
     return cudaGetLastError();
 }
 
-cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y, int nhwc) {
+cudaError_t cuk_pool_fwd(cudaStream_t s, int type, const pool_params *p, const void *x, void *y, int nhwc) {
     size_t total = (size_t)p->N * p->C * p->P * p->Q;
-    if (total) pool_fwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, y, nhwc);
+    if (total)
+        WITH_TYPE(type, pool_fwd_k<T><<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), (const T *)x,
+                                                                          type, (T *)y, nhwc));
     return cudaGetLastError();
 }
 
-cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
+cudaError_t cuk_pool_bwd(cudaStream_t s, int type, const pool_params *p, const void *x, const void *dy, void *dx,
                          int accumulate, int nhwc, int *arg) {
     size_t total = (size_t)p->N * p->C * p->H * p->W, outputs = (size_t)p->N * p->C * p->P * p->Q;
     if (!total) return cudaGetLastError();
     if (p->mode == POOL_MODE_MAX) {
         if (!outputs) return cudaGetLastError();
-        pool_argmax_k<<<grid_for(outputs), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), x, arg, nhwc);
+        WITH_TYPE(type, pool_argmax_k<T><<<grid_for(outputs), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p),
+                                                                               (const T *)x, type, arg, nhwc));
     } else {
         arg = NULL;
     }
-    pool_bwd_k<<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), arg, dy, dx, accumulate, nhwc);
+    WITH_TYPE(type, pool_bwd_k<T><<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), arg, (const T *)dy,
+                                                                      type, (T *)dx, accumulate, nhwc));
     return cudaGetLastError();
 }
 

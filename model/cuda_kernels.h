@@ -57,12 +57,13 @@ size_t cuk_bias_bwd_scratch(int N, int C, int HW);
  * (two passes, no atomics) */
 cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const void *dy, float *db,
                          double *partial, int nhwc);
-/* x, y, dx, dy all in the layout `nhwc` says; the values (and, for the same
- * layout, the bits) are those of the CPU backend's NCHW rules */
-cudaError_t cuk_pool_fwd(cudaStream_t s, const pool_params *p, const float *x, float *y, int nhwc);
+/* x, y, dx, dy all of backend_dtype `type` and in the layout `nhwc` says;
+ * the values (and, for the same layout, the bits) are those of the CPU
+ * backend's NCHW rules, each computed in fp32 and rounded once to the type */
+cudaError_t cuk_pool_fwd(cudaStream_t s, int type, const pool_params *p, const void *x, void *y, int nhwc);
 /* Max pooling first writes each output's first maximum (pr_argmax_one) to
  * arg, N*C*P*Q ints of scratch (unused by the other modes, may be NULL) */
-cudaError_t cuk_pool_bwd(cudaStream_t s, const pool_params *p, const float *x, const float *dy, float *dx,
+cudaError_t cuk_pool_bwd(cudaStream_t s, int type, const pool_params *p, const void *x, const void *dy, void *dx,
                          int accumulate, int nhwc, int *arg);
 /* Layout conversion of N images of C x HW values (backend.h's
  * convert_layout with NHWC): with to_nhwc dst[(n*HW + i)*C + c] (+)= src[(n*C + c)*HW

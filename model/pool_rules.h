@@ -16,13 +16,18 @@
  * pass before the gather (rescanning every window that holds an input made
  * ResNet-50's stem max-pool backward 11 times its forward). Both layouts of
  * model/backend.h (set_layout) go through the same code: a plane's elements
- * are read through its row and column strides (pr_plane).
+ * are read through its row and column strides (pr_plane). Activations of
+ * every type of backend_dtype are read widened (pr_ld, exactly), each value
+ * computed in fp32 as in fp32 storage; the caller rounds it once into its
+ * type, as the CPU backend's 16-bit ops do (model/backend.h's contract).
  */
 #ifndef CNT_POOL_RULES_H
 #define CNT_POOL_RULES_H
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "model/backend.h"
 
@@ -80,6 +85,32 @@ PR_FN void pr_candidates(pool_mode mode, pr_axis a, int h, int *first, int *last
 }
 
 /* Whether v replaces best as the window's maximum. */
+/* The float with bits u. */
+PR_FN float pr_bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* An IEEE half widened, exactly (common/half.h's fp16_to_float, which the
+ * device cannot call): a NaN comes out quiet. */
+PR_FN float pr_half_float(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return pr_bits_float(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+    if (e == 0) { /* zero or subnormal: m * 2^-24, exact in a float */
+        float v = (float)m * 0x1p-24f;
+        return s ? -v : v;
+    }
+    return pr_bits_float(s | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Activation i of a tensor of `type` (backend_dtype) as a float, exactly. */
+PR_FN float pr_ld(const void *a, size_t i, int type) {
+    if (type == BACKEND_DTYPE_FP32) return ((const float *)a)[i];
+    uint16_t h = ((const uint16_t *)a)[i];
+    return type == BACKEND_DTYPE_BF16 ? pr_bits_float((uint32_t)h << 16) : pr_half_float(h);
+}
+
 PR_FN int pr_take(float v, float best) { return (v > best) | ((v != v) & (best == best)); }
 
 /* Where one (n, c) plane of pooling's input (H x W) and output (P x Q) lie
@@ -130,14 +161,16 @@ PR_FN void pr_split(size_t t, int C, int A, int B, int nhwc, size_t *n, size_t *
     }
 }
 
-/* The window's maximum; *bi = the index (h*W + w) of its first maximum. xp
- * is the plane's first element, sh and sw its row and column strides. */
-PR_FN float pr_window_max(const float *xp, size_t sh, size_t sw, int W, int h0, int h1, int w0, int w1, int *bi) {
+/* The window's maximum; *bi = the index (h*W + w) of its first maximum. x
+ * (of `type`) holds the plane from offset x0, sh and sw its row and column
+ * strides. */
+PR_FN float pr_window_max(const void *x, int type, size_t x0, size_t sh, size_t sw, int W, int h0, int h1, int w0,
+                          int w1, int *bi) {
     float b = -INFINITY;
     int idx = h0 * W + w0;
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
-            float v = xp[(size_t)h * sh + (size_t)w * sw];
+            float v = pr_ld(x, x0 + (size_t)h * sh + (size_t)w * sw, type);
             if (pr_take(v, b)) {
                 b = v;
                 idx = h * W + w;
@@ -165,42 +198,41 @@ PR_FN void pr_out_of(const pool_params *p, pr_axis ra, pr_axis ca, size_t t, int
 
 /* Output value t: a flat index into [N, C, P, Q], or with nhwc into
  * [N, P, Q, C] (channels innermost, so neighbouring threads take
- * neighbouring channels). */
-PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
+ * neighbouring channels); x of `type`. */
+PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const void *x, int type, size_t t, int nhwc) {
     pr_out w;
     pr_out_of(p, ra, ca, t, nhwc, &w);
-    const float *xp = x + w.pl.x0;
     if (p->mode == POOL_MODE_MAX) {
         int bi;
-        return pr_window_max(xp, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
+        return pr_window_max(x, type, w.pl.x0, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
     }
     float s = 0.0f;
     for (int h = w.h0; h < w.h1; h++)
-        for (int c = w.w0; c < w.w1; c++) s += xp[(size_t)h * w.pl.xsh + (size_t)c * w.pl.xsw];
+        for (int c = w.w0; c < w.w1; c++) s += pr_ld(x, w.pl.x0 + (size_t)h * w.pl.xsh + (size_t)c * w.pl.xsw, type);
     return s / (float)(w.cr * w.cc);
 }
 
 /* Max pooling's output t (indexed as in pr_fwd_one): the index h*W + w,
  * within its plane, of its window's first maximum. */
-PR_FN int pr_argmax_one(const pool_params *p, pr_axis ra, pr_axis ca, const float *x, size_t t, int nhwc) {
+PR_FN int pr_argmax_one(const pool_params *p, pr_axis ra, pr_axis ca, const void *x, int type, size_t t, int nhwc) {
     pr_out w;
     pr_out_of(p, ra, ca, t, nhwc, &w);
     int bi;
-    pr_window_max(x + w.pl.x0, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
+    pr_window_max(x, type, w.pl.x0, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
     return bi;
 }
 
 /* Input gradient t: a flat index into [N, C, H, W], or with nhwc into
- * [N, H, W, C]; starting from g0 (0, or the value there when accumulating).
+ * [N, H, W, C]; starting from g0 (0, or the value there when accumulating);
+ * dy of `type`.
  * Max pooling reads each output's first maximum from arg (pr_argmax_one of
  * every output, laid out as dy); the other modes take arg NULL. */
-PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const int *arg, const float *dy, size_t t,
-                       float g0, int nhwc) {
+PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const int *arg, const void *dy, int type,
+                       size_t t, float g0, int nhwc) {
     size_t n, c;
     int h, w;
     pr_split(t, p->C, p->H, p->W, nhwc, &n, &c, &h, &w);
     pr_plane pl = pr_plane_of(p, n, c, nhwc);
-    const float *gp = dy + pl.g0;
     float g = g0;
     int i0, i1, j0, j1;
     pr_candidates(p->mode, ra, h, &i0, &i1);
@@ -214,7 +246,7 @@ PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const int *
             pr_window(p->mode, ca, j, &w0, &w1, &cc);
             if (w < w0 || w >= w1) continue;
             size_t o = (size_t)i * pl.gsh + (size_t)j * pl.gsw;
-            float gv = gp[o];
+            float gv = pr_ld(dy, pl.g0 + o, type);
             if (p->mode == POOL_MODE_MAX) {
                 if (arg[pl.g0 + o] == h * p->W + w) g += gv;
             } else {

@@ -2279,6 +2279,102 @@ static void act16_reduce_run(int math) {
     for (size_t k = 0; k < sizeof d32 / sizeof d32[0]; k++) dual_free(d32[k]);
 }
 
+/* ---------------------------------------------------------------- batch norm + add + ReLU
+ * backend_bn_act_fwd_train: the CUDA backend's fused forward (one cuDNN call,
+ * CUDNN_BATCHNORM_OPS_BN_ACTIVATION or BN_ADD_ACTIVATION, in NHWC with C a
+ * multiple of 8; its composition elsewhere) against the CPU's fused op, for
+ * every combination of the add and ReLU, in fp32 (BN_RTOL, as bn_fwd_train)
+ * and with 16-bit activations (2 ulps of the type plus 1e-3: both sides
+ * round once, from statistics that differ in their last bits). Then the
+ * backward (bn_act_bwd, composed on the GPU) from the same y. */
+static void bn_act_run(int math) {
+    const int a16 = math != BACKEND_MATH_FP32;
+    const int N = 4, C = 16, HW = 81;
+    const size_t n = (size_t)N * C * HW;
+    rng r;
+    rng_seed(&r, 170, (uint64_t)(math * 4 + cur_layout));
+    for (int withz = 0; withz < 2; withz++)
+        for (int relu = 0; relu < 2; relu++) {
+            /* the activations: 16-bit values, or floats, on both sides */
+            dual16 x16 = {{NULL, NULL}, 0}, z16 = x16, y16 = x16, dy16 = x16, dx16 = x16, dz16 = x16;
+            dual x = {0}, z = {0}, y = {0}, dy = {0}, dx = {0}, dz = {0};
+            void *xp[2], *zp[2], *yp[2], *dyp[2], *dxp[2], *dzp[2];
+            if (a16) {
+                x16 = dual16_normal(&r, math, n, 1, 2), z16 = dual16_normal(&r, math, n, 0, 1);
+                y16 = dual16_normal(&r, math, n, 0, 1), dy16 = dual16_normal(&r, math, n, 0, 1);
+                dx16 = dual16_normal(&r, math, n, 0, 1), dz16 = dual16_normal(&r, math, n, 0, 1);
+            } else {
+                x = dual_normal(&r, n, 1, 2), z = dual_normal(&r, n, 0, 1), y = dual_normal(&r, n, 0, 1);
+                dy = dual_normal(&r, n, 0, 1), dx = dual_normal(&r, n, 0, 1), dz = dual_normal(&r, n, 0, 1);
+            }
+            for (int s = CPU; s <= GPU; s++) {
+                xp[s] = a16 ? x16.p[s] : x.p[s], zp[s] = a16 ? z16.p[s] : z.p[s], yp[s] = a16 ? y16.p[s] : y.p[s];
+                dyp[s] = a16 ? dy16.p[s] : dy.p[s], dxp[s] = a16 ? dx16.p[s] : dx.p[s];
+                dzp[s] = a16 ? dz16.p[s] : dz.p[s];
+            }
+            dual gamma = dual_uniform(&r, (size_t)C, 0.5f, 1.5f), beta = dual_uniform(&r, (size_t)C, -0.5f, 0.5f);
+            dual rm = dual_uniform(&r, (size_t)C, -1, 1), rv = dual_uniform(&r, (size_t)C, 0.5f, 2);
+            dual sm = dual_uniform(&r, (size_t)C, -1, 1), si = dual_uniform(&r, (size_t)C, -1, 1);
+            dual dg = dual_uniform(&r, (size_t)C, -1, 1), db = dual_uniform(&r, (size_t)C, -1, 1);
+            for (int s = CPU; s <= GPU; s++)
+                backend_bn_act_fwd_train(be[s], &ctx[s], N, C, HW, xp[s], withz ? zp[s] : NULL, relu, gamma.p[s],
+                                         beta.p[s], yp[s], rm.p[s], rv.p[s], 0.1f, 1e-5f, sm.p[s], si.p[s]);
+            char what[160];
+            snprintf(what, sizeof what, "bn_act_fwd_train y, add %d, relu %d", withz, relu);
+            if (a16) {
+                expect16(what, &y16, math, 2 * ulps2(math), 1e-3);
+            } else {
+                snprintf(what, sizeof what, "bn_act_fwd_train y %s, add %d, relu %d", cur_layout_name(), withz,
+                         relu);
+                expect_close(what, &y, BN_RTOL, BN_RTOL);
+                dual_sync_from_cpu(&y);
+            }
+            expect_close("bn_act_fwd_train save_mean", &sm, BN_RTOL, 1e-4 * 3);
+            expect_close("bn_act_fwd_train save_invstd", &si, BN_RTOL, 0.0);
+            expect_close("bn_act_fwd_train running_mean", &rm, BN_RTOL, 1e-4 * 4);
+            expect_close("bn_act_fwd_train running_var", &rv, BN_RTOL, 0.0);
+            dual_sync_from_cpu(&sm);
+            dual_sync_from_cpu(&si);
+            for (int s = CPU; s <= GPU; s++)
+                backend_bn_act_bwd(be[s], &ctx[s], N, C, HW, xp[s], yp[s], dyp[s], relu, gamma.p[s], sm.p[s],
+                                   si.p[s], 1e-5f, dxp[s], dg.p[s], db.p[s], 0, withz ? dzp[s] : NULL, 1);
+            snprintf(what, sizeof what, "bn_act_bwd dx, add %d, relu %d", withz, relu);
+            if (a16) {
+                expect16(what, &dx16, math, 2 * ulps2(math), 1e-2);
+                if (withz) expect16("bn_act_bwd dz accumulate", &dz16, math, 2 * ulps2(math), 0);
+            } else {
+                expect_close(what, &dx, BN_RTOL, BN_RTOL * 2);
+                if (withz) expect_close("bn_act_bwd dz accumulate", &dz, 0, 0);
+            }
+            expect_close("bn_act_bwd dgamma", &dg, BN_RTOL, atol_of(&PREC_FP32, (size_t)N * HW, 4.0) + 1e-3);
+            expect_close("bn_act_bwd dbeta", &db, BN_RTOL, atol_of(&PREC_FP32, (size_t)N * HW, 1.0) + 1e-3);
+            if (a16) {
+                dual16 *d16[] = {&x16, &z16, &y16, &dy16, &dx16, &dz16};
+                for (size_t k = 0; k < sizeof d16 / sizeof d16[0]; k++) dual16_free(d16[k]);
+            } else {
+                dual *d[] = {&x, &z, &y, &dy, &dx, &dz};
+                for (size_t k = 0; k < sizeof d / sizeof d[0]; k++) dual_free(d[k]);
+            }
+            dual *d32[] = {&gamma, &beta, &rm, &rv, &sm, &si, &dg, &db};
+            for (size_t k = 0; k < sizeof d32 / sizeof d32[0]; k++) dual_free(d32[k]);
+        }
+}
+
+static void test_bn_act_fused(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++) {
+        set_layout_both(layout);
+        set_math_both(BACKEND_MATH_FP32);
+        for (int s = CPU; s <= GPU; s++) ctx[s].act = BACKEND_DTYPE_FP32;
+        bn_act_run(BACKEND_MATH_FP32);
+        for (int math = BACKEND_MATH_BF16; math <= BACKEND_MATH_FP16; math++) {
+            set_act_both(math);
+            bn_act_run(math);
+        }
+    }
+}
+
 static void test_act16_ops(void **state) {
     (void)state;
     NEED_GPU();
@@ -2411,6 +2507,7 @@ int main(void) {
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),
         cmocka_unit_test_setup(test_act16_ops, fp32_math),
+        cmocka_unit_test_setup(test_bn_act_fused, fp32_math),
         cmocka_unit_test_setup(test_act16_resnet20, fp32_math),
     };
     /* CNT_TEST_FILTER=NAME runs only the tests NAME matches (cmocka's

@@ -8,6 +8,7 @@
  * This checks the window and candidate-range arithmetic the GPU runs, on a
  * machine without a GPU.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "common/half.h"
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/pool_rules.h"
@@ -55,56 +57,99 @@ static void fill(float *v, size_t n, rng *r, int values) {
     }
 }
 
+/* Activations of backend_dtype `type`: n values stored (rounded once), the
+ * stored bits of value v or of element i, and a type's name. */
+static void *stored(const float *v, size_t n, int type) {
+    if (type == BACKEND_DTYPE_FP32) {
+        float *a = malloc((n ? n : 1) * sizeof *a);
+        memcpy(a, v, n * sizeof *a);
+        return a;
+    }
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = type == BACKEND_DTYPE_BF16 ? bf16_from_float(v[i]) : fp16_from_float(v[i]);
+    return h;
+}
+
+static uint32_t bits_of(float v, int type) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if (type == BACKEND_DTYPE_BF16) return bf16_from_float(v);
+    if (type == BACKEND_DTYPE_FP16) return fp16_from_float(v);
+    return u;
+}
+
+static uint32_t bits_at(const void *a, size_t i, int type) {
+    if (type != BACKEND_DTYPE_FP32) return ((const uint16_t *)a)[i];
+    uint32_t u;
+    memcpy(&u, (const float *)a + i, sizeof u);
+    return u;
+}
+
+static const char *type_name(int type) {
+    return type == BACKEND_DTYPE_BF16 ? "bf16" : type == BACKEND_DTYPE_FP16 ? "fp16" : "fp32";
+}
+
 /* pool_rules.h against the CPU backend, both in layout `layout` (the CPU's
- * NHWC is its NCHW kernels between transposes, so bitwise the same values). */
-static void check_geom_layout(const tu_pool_case *g, int values, int accumulate, int layout) {
+ * NHWC is its NCHW kernels between transposes, so bitwise the same values)
+ * and with activations of `type`: with 16-bit ones the CPU computes in fp32
+ * from the widened values and rounds once, which pr_* (reading through
+ * pr_ld) then rounded once must equal bit for bit. */
+static void check_geom_layout(const tu_pool_case *g, int values, int accumulate, int layout, int type) {
     const backend *cpu = backend_cpu();
     int nhwc = layout == BACKEND_LAYOUT_NHWC;
-    const backend_ctx ctx = {.layout = (backend_layout)layout};
+    backend_ctx ctx = {.layout = (backend_layout)layout, .act = (backend_dtype)type};
+    if (type == BACKEND_DTYPE_BF16) ctx.math = BACKEND_MATH_BF16;
+    if (type == BACKEND_DTYPE_FP16) ctx.math = BACKEND_MATH_FP16;
     pool_params p = tu_pool_params(g);
     size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
-    float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
-    float *y_cpu = malloc(ny * sizeof(float)), *dx_cpu = malloc(nx * sizeof(float)), *dx0 = malloc(nx * sizeof(float));
+    float *xf = malloc((nx ? nx : 1) * sizeof *xf), *dyf = malloc((ny ? ny : 1) * sizeof *dyf);
+    float *dx0f = malloc((nx ? nx : 1) * sizeof *dx0f);
     rng r;
     rng_seed(&r, 11, (uint64_t)(values * 2 + accumulate));
-    fill(x, nx, &r, values);
-    for (size_t i = 0; i < ny; i++) dy[i] = values == 0 ? rng_normal(&r) : (float)((int)rng_below(&r, 7) - 3);
-    for (size_t i = 0; i < nx; i++) dx0[i] = accumulate ? rng_normal(&r) : 0.0f;
-    memcpy(dx_cpu, dx0, nx * sizeof(float));
+    fill(xf, nx, &r, values);
+    for (size_t i = 0; i < ny; i++) dyf[i] = values == 0 ? rng_normal(&r) : (float)((int)rng_below(&r, 7) - 3);
+    for (size_t i = 0; i < nx; i++) dx0f[i] = accumulate ? rng_normal(&r) : 0.0f;
+    void *x = stored(xf, nx, type), *dy = stored(dyf, ny, type), *dx0 = stored(dx0f, nx, type);
+    void *y_cpu = stored(dyf, ny, type), *dx_cpu = stored(dx0f, nx, type); /* overwritten; dx from dx0 */
     cpu->pool_fwd(&ctx, &p, x, y_cpu);
     cpu->pool_bwd(&ctx, &p, x, y_cpu, dy, dx_cpu, accumulate);
     pr_axis ra = pr_rows(&p), ca = pr_cols(&p);
     for (size_t t = 0; t < ny; t++) {
-        float v = pr_fwd_one(&p, ra, ca, x, t, nhwc);
-        if (memcmp(&v, &y_cpu[t], sizeof v) != 0)
-            fail_msg("%s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d: output %zu is %.9g, CPU %.9g",
-                     nhwc ? "nhwc" : "nchw", g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t,
-                     (double)v, (double)y_cpu[t]);
+        float v = pr_fwd_one(&p, ra, ca, x, type, t, nhwc);
+        if (bits_of(v, type) != bits_at(y_cpu, t, type))
+            fail_msg("%s %s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d: output %zu is %.9g "
+                     "(bits 0x%x), CPU's bits 0x%x",
+                     nhwc ? "nhwc" : "nchw", type_name(type), g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w,
+                     p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t, (double)v, bits_of(v, type), bits_at(y_cpu, t, type));
     }
     /* the GPU's two passes: each output's first maximum, then the gather */
     int *arg = NULL;
     if (p.mode == POOL_MODE_MAX) {
         arg = malloc((ny ? ny : 1) * sizeof *arg);
-        for (size_t t = 0; t < ny; t++) arg[t] = pr_argmax_one(&p, ra, ca, x, t, nhwc);
+        for (size_t t = 0; t < ny; t++) arg[t] = pr_argmax_one(&p, ra, ca, x, type, t, nhwc);
     }
     for (size_t t = 0; t < nx; t++) {
-        float v = pr_bwd_one(&p, ra, ca, arg, dy, t, dx0[t], nhwc);
-        if (memcmp(&v, &dx_cpu[t], sizeof v) != 0)
-            fail_msg("%s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d, values %d, accumulate %d: "
-                     "input gradient %zu is %.9g, CPU %.9g",
-                     nhwc ? "nhwc" : "nchw", g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q,
-                     values, accumulate, t, (double)v, (double)dx_cpu[t]);
+        float v = pr_bwd_one(&p, ra, ca, arg, dy, type, t, pr_ld(dx0, t, type), nhwc);
+        if (bits_of(v, type) != bits_at(dx_cpu, t, type))
+            fail_msg("%s %s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d, values %d, accumulate "
+                     "%d: input gradient %zu is %.9g (bits 0x%x), CPU's bits 0x%x",
+                     nhwc ? "nhwc" : "nchw", type_name(type), g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w,
+                     p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, values, accumulate, t, (double)v, bits_of(v, type),
+                     bits_at(dx_cpu, t, type));
     }
     free(arg);
+    free(xf);
+    free(dyf);
+    free(dx0f);
     free(x);
     free(dy);
+    free(dx0);
     free(y_cpu);
     free(dx_cpu);
-    free(dx0);
 }
 
 static void check_geom(const tu_pool_case *g, int values, int accumulate) {
-    check_geom_layout(g, values, accumulate, BACKEND_LAYOUT_NCHW);
+    check_geom_layout(g, values, accumulate, BACKEND_LAYOUT_NCHW, BACKEND_DTYPE_FP32);
 }
 
 static void test_every_geometry_bitwise(void **state) {
@@ -113,7 +158,39 @@ static void test_every_geometry_bitwise(void **state) {
         for (int values = 0; values < 3; values++)
             for (int acc = 0; acc < 2; acc++)
                 for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++)
-                    check_geom_layout(&geoms[i], values, acc, layout);
+                    check_geom_layout(&geoms[i], values, acc, layout, BACKEND_DTYPE_FP32);
+}
+
+/* 16-bit activations (the CUDA backend's pooling reads and writes them
+ * natively): every geometry, value set, accumulation and layout in bf16 and
+ * fp16, against the CPU backend's 16-bit ops, bit for bit. */
+static void test_every_geometry_16bit(void **state) {
+    (void)state;
+    for (int type = BACKEND_DTYPE_BF16; type <= BACKEND_DTYPE_FP16; type++)
+        for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++)
+            for (int values = 0; values < 3; values++)
+                for (int acc = 0; acc < 2; acc++)
+                    for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++)
+                        check_geom_layout(&geoms[i], values, acc, layout, type);
+}
+
+/* pr_ld widens exactly: every bf16 and every fp16 value gives common/half.h's
+ * float (NaNs: a NaN, sign kept). */
+static void test_widen_every_16bit_value(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h <= 0xffff; h++) {
+        uint16_t v = (uint16_t)h;
+        float want[2] = {bf16_to_float(v), fp16_to_float(v)}, got[2];
+        got[0] = pr_ld(&v, 0, BACKEND_DTYPE_BF16);
+        got[1] = pr_ld(&v, 0, BACKEND_DTYPE_FP16);
+        for (int k = 0; k < 2; k++) {
+            int nan = want[k] != want[k];
+            if (nan ? !(got[k] != got[k]) || signbit(got[k]) != signbit(want[k])
+                    : memcmp(&got[k], &want[k], sizeof(float)) != 0)
+                fail_msg("%s 0x%04x widened to %.9g, common/half.h says %.9g", k ? "fp16" : "bf16", h,
+                         (double)got[k], (double)want[k]);
+        }
+    }
 }
 
 /* Every (H, k, stride, pad, ceil) that torch accepts up to small sizes: the
@@ -149,6 +226,8 @@ static void test_exhaustive_small(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_geometry_bitwise),
+        cmocka_unit_test(test_every_geometry_16bit),
+        cmocka_unit_test(test_widen_every_16bit_value),
         cmocka_unit_test(test_exhaustive_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -125,6 +125,7 @@ if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
         bn_no_copy_back) CNT_TEST_FILTER=test_bn_nhwc_unaligned timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         fcache_no_forget) CNT_TEST_FILTER=test_conv_filter_cache timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         act16_*) CNT_TEST_FILTER=test_act16_ops timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
+        bn_fused_*) CNT_TEST_FILTER=test_bn_act_fused timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         *) timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         esac
         rc=$?

@@ -23,10 +23,15 @@ mutants=(
     'fcache_no_forget|model/backend_cuda.c|s/        same = same \&\& e->epoch == ctx->weights_epoch;/        (void)0;/|build/tests/test_backend_gpu'
     # NHWC batch norm's aligned stand-ins not copied back (test_backend_gpu, test_bn_nhwc_unaligned)
     'bn_no_copy_back|model/backend_cuda.c|s/if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s,/if (0) CUDA_CHECK(cudaMemcpyAsync(v, s,/|build/tests/test_backend_gpu'
-    # 16-bit activations: a convolution widening its 16-bit output over itself, a pool's result not
-    # rounded back (test_backend_gpu, test_act16_ops)
+    # 16-bit activations: a convolution widening its 16-bit output over itself, pooling reading 16-bit
+    # values as floats, batch norm's cuDNN descriptor saying fp32 for 16-bit data (test_backend_gpu,
+    # test_act16_ops)
     'act16_conv_widens|model/backend_cuda.c|s/    if (math_reduced(math) \&\& !a16) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));/    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));/|build/tests/test_backend_gpu'
-    'act16_pool_not_back|model/backend_cuda.c|s/    a32_back(ctx, yt, y, pool_out_count(p));/    (void)yt;/|build/tests/test_backend_gpu'
+    'act16_pool_reads_fp32|model/cuda_kernels.cu|s/^\( *\)type, (T \*)y, nhwc));/\1BACKEND_DTYPE_FP32, (T *)y, nhwc));/|build/tests/test_backend_gpu'
+    # batch norm's fused forward blending the old y in (beta 1): caught only when the fused cuDNN call runs
+    # (test_backend_gpu, test_bn_act_fused; not caught means cuDNN refused it and the composition ran)
+    'bn_fused_blends_y|model/backend_cuda.c|s/ops, \&k_one, \&k_zero, g.bn_x, x, z ? g.bn_x : NULL,/ops, \&k_one, \&k_one, g.bn_x, x, z ? g.bn_x : NULL,/|build/tests/test_backend_gpu'
+    'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
 src=$(mktemp -d)
