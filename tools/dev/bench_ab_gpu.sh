@@ -13,7 +13,10 @@
 #        --bench's activations=; default 0, NEW as configured), TORCH_NO_V8
 #        (1: the "torch, no v8" column; default 0: on an H200 it ran at 291
 #        img/s against 2401 with the graph API, ResNet-50 bf16 batch 64, and
-#        took most of a 200 s A/B on its own), DEVICE
+#        took most of a 200 s A/B on its own), NEW_VARIANTS (more columns:
+#        NEW with other --bench options, "LABEL:KEY=VALUE[,KEY=VALUE]" each,
+#        space-separated, after NEW's own options, e.g. "act32:activations=fp32
+#        nofuse:fuse=false"; measured in every round beside the others), DEVICE
 #        (default cuda; cpu to try the script here), PYTHON (default
 #        python3; the torch columns say "n/a" where it has no torch)
 #
@@ -67,10 +70,17 @@ ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf 
 echo "device: $("$new" --devices | grep -m1 -E "^$device" || echo "$device")"
 [ "$have_torch" = 1 ] && echo "torch: $("$py" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
 echo "old: $old ($("$old" --version | head -1)); new: $new ($("$new" --version | head -1))"
-echo "command: tools/dev/bench_ab_gpu.sh $old $new \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (ROUNDS=$rounds BENCH_STEPS=$steps NEW_ACT16=${NEW_ACT16:-0}: new stores 16-bit activations in the bf16/fp16 rows when 1)"
+echo "command: tools/dev/bench_ab_gpu.sh $old $new \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (ROUNDS=$rounds BENCH_STEPS=$steps NEW_ACT16=${NEW_ACT16:-0}: new stores 16-bit activations in the bf16/fp16 rows when 1;" \
+    "NEW_VARIANTS=\"${NEW_VARIANTS:-}\")"
 echo
-echo "| model | batch | precision | layout | old img/s | new img/s | torch img/s | torch, no v8 img/s | new/old | new/torch |"
-echo "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+variants=(${NEW_VARIANTS:-})
+vhead="" vrule=""
+for va in "${variants[@]}"; do
+    vhead="$vhead new, ${va%%:*} img/s |" vrule="$vrule ---: |"
+done
+echo "| model | batch | precision | layout | old img/s | new img/s |$vhead torch img/s | torch, no v8 img/s |" \
+    "new/old | new/torch |"
+echo "| --- | ---: | --- | --- | ---: | ---: |$vrule ---: | ---: | ---: | ---: |"
 for m in $models; do
     shape=3x224x224
     [ "$m" = inception_v3 ] && shape=3x299x299
@@ -79,19 +89,32 @@ for m in $models; do
         for p in $precisions; do
             for l in $layouts; do
                 o=() n=() t=() v=()
+                declare -A vr=()
                 for _ in $(seq "$rounds"); do
                     new_act=()
                     [ "${NEW_ACT16:-0}" = 1 ] && [ "$p" = bf16 -o "$p" = fp16 ] && new_act=(activations="$p")
                     o+=("$(ours "$old" "$m" "$shape" "$b" "$p" "$l")")
                     n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}")")
+                    for va in "${variants[@]}"; do
+                        IFS=, read -r -a vopts <<<"${va#*:}"
+                        vr[$va]="${vr[$va]:-} $(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}" "${vopts[@]}")"
+                    done
                     t+=("$(torch "$m" "$shape" "$b" "$p" "$l")")
                     [ "${TORCH_NO_V8:-0}" = 1 ] &&
                         v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
                 done
-                mo=$(median "${o[@]}") mn=$(median "${n[@]}") mt=$(median "${t[@]}") mv=$(median "${v[@]}")
-                echo "| $m | $b | $p | $l | ${mo:-failed} | ${mn:-failed} | ${mt:-n/a} | ${mv:-n/a} |" \
+                mo=$(median "${o[@]}" </dev/null) mn=$(median "${n[@]}" </dev/null) mt=$(median "${t[@]}" </dev/null)
+                mv=$(median "${v[@]}" </dev/null)
+                vcols="" vrounds=""
+                for va in "${variants[@]}"; do
+                    # shellcheck disable=SC2086 # the rounds, one word each
+                    mvar=$(median ${vr[$va]} </dev/null)
+                    vcols="$vcols ${mvar:-failed} |" vrounds="$vrounds; new, ${va%%:*}${vr[$va]}"
+                done
+                echo "| $m | $b | $p | $l | ${mo:-failed} | ${mn:-failed} |$vcols ${mt:-n/a} | ${mv:-n/a} |" \
                     "$(ratio "$mn" "$mo") | $(ratio "$mn" "$mt") |"
-                echo "    rounds: old ${o[*]:-}; new ${n[*]:-}; torch ${t[*]:-}; torch no v8 ${v[*]:-}" >&2
+                echo "    rounds: old ${o[*]:-}; new ${n[*]:-}$vrounds; torch ${t[*]:-}; torch no v8 ${v[*]:-}" >&2
+                unset vr
             done
         done
     done
