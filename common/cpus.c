@@ -3,6 +3,9 @@
  */
 #include "common/cpus.h"
 
+#include <ctype.h>
+#include <errno.h>
+
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -94,4 +97,63 @@ void cpus_format(const cpus_mask *m, char *buf, size_t len) {
         o += (size_t)k;
         c = e;
     }
+}
+
+int cpus_parse(const char *list, cpus_mask *m) {
+    memset(m, 0, sizeof *m);
+    const char *p = list;
+    int any = 0;
+    while (*p && *p != '\n') {
+        if (!isdigit((unsigned char)*p)) goto bad;
+        errno = 0;
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        p = end;
+        if (*p == '-') {
+            if (!isdigit((unsigned char)p[1])) goto bad;
+            hi = strtol(p + 1, &end, 10);
+            p = end;
+        }
+        if (errno || lo < 0 || hi < lo || hi >= CPUS_MAX) goto bad;
+        for (long c = lo; c <= hi; c++) m->bits[c / 8] |= (unsigned char)(1u << (c % 8));
+        any = 1;
+        if (*p == ',') {
+            p++;
+            if (!isdigit((unsigned char)*p)) goto bad;
+        } else if (*p && *p != '\n') {
+            goto bad;
+        }
+    }
+    if (*p == '\n' && p[1]) goto bad;
+    return any ? cpus_count(m) : 0;
+bad:
+    memset(m, 0, sizeof *m);
+    return -1;
+}
+
+int cpus_and(cpus_mask *out, const cpus_mask *a, const cpus_mask *b) {
+    for (size_t i = 0; i < sizeof out->bits; i++) out->bits[i] = a->bits[i] & b->bits[i];
+    return cpus_count(out);
+}
+
+int cpus_of_pci(const char *sysfs, const char *bus_id, cpus_mask *m) {
+    memset(m, 0, sizeof *m);
+    /* sysfs names devices DDDD:BB:DD.F in lower case; NVML's ids carry an
+     * 8-digit domain */
+    char id[32];
+    size_t n = 0;
+    const char *colon = strchr(bus_id, ':');
+    if (!colon || strlen(bus_id) >= sizeof id) return 0;
+    if (colon - bus_id > 4) bus_id = colon - 4;
+    for (const char *q = bus_id; *q && n + 1 < sizeof id; q++) id[n++] = (char)tolower((unsigned char)*q);
+    id[n] = 0;
+    char path[512], text[4096];
+    snprintf(path, sizeof path, "%s/bus/pci/devices/%s/local_cpulist", sysfs, id);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = 0;
+    int c = cpus_parse(text, m);
+    return c > 0 ? c : 0;
 }

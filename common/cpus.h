@@ -35,4 +35,17 @@ int cpus_process(cpus_mask *m);
 /* Binds the calling thread to m's CPUs: 0, or the errno of the failure. */
 int cpus_bind_thread(const cpus_mask *m);
 
+/* m = the CPUs of a list as sysfs and cpuset write them ("0-3,8,10-11",
+ * a trailing newline allowed): their number, or -1 (m empty) where the
+ * text is not such a list or names a CPU at or past CPUS_MAX. */
+int cpus_parse(const char *list, cpus_mask *m);
+/* out = a & b (out may be either): the count. */
+int cpus_and(cpus_mask *out, const cpus_mask *a, const cpus_mask *b);
+/* m = the CPUs local to PCI device bus_id (as cudaDeviceGetPCIBusId writes
+ * it, "0000:1B:00.0", or with NVML's 8-digit domain): sysfs's
+ * SYSFS/bus/pci/devices/0000:1b:00.0/local_cpulist, the CPUs of the
+ * device's NUMA node. The count, or 0 (m empty) where the file cannot be
+ * read or holds no list: the caller then has nothing to narrow by. */
+int cpus_of_pci(const char *sysfs, const char *bus_id, cpus_mask *m);
+
 #endif

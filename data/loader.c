@@ -611,10 +611,11 @@ static void loader_fill_batch(loader *ld, int s, loader_slot *slot) {
 
 static void *loader_worker(void *arg) {
     loader *ld = arg;
-    /* On the process's CPUs, not the creating thread's: OpenMP may have
-     * pinned that one to a single CPU, which this thread would inherit. */
+    /* On the process's CPUs (or the GPU's NUMA node's among them), not the
+     * creating thread's: OpenMP may have pinned that one to a single CPU,
+     * which this thread would inherit. */
     int err = cpus_bind_thread(&ld->cpus);
-    if (err) log_warn("data: a loader thread could not bind itself to the process's CPUs: %s", strerror(err));
+    if (err) log_warn("data: a loader thread could not bind itself to its CPUs: %s", strerror(err));
     int mine = cpus_allowed(NULL);
     cnt_mutex_lock(&ld->mu);
     ld->started++;
@@ -722,7 +723,10 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
         ld->slots[i].b.hw = ds->h * ds->w;
         ld->slots[i].b.labels = cnt_malloc((size_t)opt->batch * sizeof(int32_t));
     }
-    cpus_process(&ld->cpus);
+    if (opt->have_cpus && cpus_count(&opt->cpus) > 0)
+        ld->cpus = opt->cpus;
+    else
+        cpus_process(&ld->cpus);
     cnt_mutex_init(&ld->mu);
     cnt_cond_init(&ld->work_cv);
     cnt_cond_init(&ld->done_cv);

@@ -70,6 +70,7 @@
 #define CNT_LOADER_H
 
 #include <stdint.h>
+#include "common/cpus.h"
 #include "common/rng.h"
 #include "data/dataset.h"
 
@@ -101,6 +102,9 @@ typedef struct loader_options {
     struct gpu_jpeg *gpu_jpeg; /* data.decoder = nvjpeg (file-backed sets): JPEGs decoded on the GPU
                                   (data/gpu_jpeg.h, at full size: jpeg_scaling does not apply), the rest
                                   on the CPU; NULL: all on the CPU. Must outlive the loader */
+    int have_cpus;         /* 1: the worker threads run on `cpus` (input_loader_options: the GPU's NUMA
+                              node); 0: on the process's CPUs (cpus_process) */
+    cpus_mask cpus;
 } loader_options;
 
 typedef struct batch {
@@ -143,7 +147,7 @@ void loader_blocks_permutation(rng *r, const int *bstart, int m, int world, int 
                                int *order, int *scratch);
 
 /* The fewest CPUs any of the loader's threads may run on (each binds
- * itself to the process's CPUs, cpus_process, when it starts), waiting up
+ * itself to its CPUs, loader_options.cpus or cpus_process, when it starts), waiting up
  * to 10 s for all of them to start (-1 then); cpus (len bytes, may be NULL)
  * receives those CPUs as a list ("0-15"). */
 int loader_thread_cpus(loader *ld, char *cpus, size_t len);

@@ -51,6 +51,14 @@ size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const
 }
 
 
+int backend_pci_bus_id(const backend *be, char *buf, size_t len) {
+    if (!len) return 0;
+    buf[0] = '\0';
+    if (be->pci_bus_id && be->pci_bus_id(buf, len)) return 1;
+    buf[0] = '\0';
+    return 0;
+}
+
 void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
     if (!len) return;
     buf[0] = '\0';

@@ -207,6 +207,10 @@ typedef struct backend {
     /* One line for logs: which device, e.g. "cuda:1 NVIDIA H100 80GB HBM3
      * (79.1 GiB, compute 9.0)" or "cpu (16 threads)". */
     void (*describe)(char *buf, size_t len);
+    /* Optional (NULL: none; call it through backend_pci_bus_id): the
+     * device's PCI bus id, "0000:1B:00.0" (cudaDeviceGetPCIBusId), into buf;
+     * 1, or 0 where it has none. */
+    int (*pci_bus_id)(char *buf, size_t len);
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);              /* zero-filled; fatal on failure */
@@ -550,6 +554,9 @@ const char *backend_dtype_name(backend_dtype t);
 backend_dtype backend_act_choose(const backend *be, backend_math math);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
+/* be->pci_bus_id: 1 with the id in buf, or 0 ("" in buf) where the backend
+ * has no PCI device. */
+int backend_pci_bus_id(const backend *be, char *buf, size_t len);
 /* be->conv_describe, or the backend's name where it has none. */
 void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv_params *p, char *buf, size_t len);
 /* be->bn_act_*, or where the backend lacks them the composition that

@@ -1426,6 +1426,11 @@ static void cuda_upload_sync(void *dst, const void *host_src, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
+static int cuda_pci_bus_id(char *buf, size_t len) {
+    if (len > (size_t)INT_MAX) len = INT_MAX;
+    return cudaDeviceGetPCIBusId(buf, (int)len, g.device) == cudaSuccess && buf[0];
+}
+
 static void cuda_describe(char *buf, size_t len) {
     struct cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, g.device));
@@ -1492,6 +1497,7 @@ static const backend cuda_backend = {
     .conv_fwd = cuda_conv_fwd,
     .conv_filter_kept = cuda_conv_filter_kept,
     .conv_describe = cuda_conv_describe,
+    .pci_bus_id = cuda_pci_bus_id,
     .mark_create = cuda_mark_create,
     .mark_destroy = cuda_mark_destroy,
     .mark_record = cuda_mark_record,

@@ -109,6 +109,66 @@ static void test_cpus_format(void **state) {
     assert_true(n >= 1 && n == cpus_count(&mine) && n <= cpus_online());
 }
 
+/* cpus_parse: what sysfs and cpusets write, and what they never write. */
+static void test_cpus_parse(void **state) {
+    (void)state;
+    cpus_mask m;
+    char buf[64];
+    assert_int_equal(cpus_parse("0-3,8,10-11,1023\n", &m), 8);
+    cpus_format(&m, buf, sizeof buf);
+    assert_string_equal(buf, "0-3,8,10-11,1023");
+    assert_int_equal(cpus_parse("5", &m), 1);
+    assert_int_equal(cpus_parse("", &m), 0);
+    assert_int_equal(cpus_parse("\n", &m), 0);
+    const char *bad[] = {"1024", "3-1", "0-", "-2", "0,,1", "0,", "a", "0 1", "1-2-3", "0\n1", "0-1023x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (cpus_parse(bad[i], &m) != -1) fail_msg("cpus_parse took '%s'", bad[i]);
+        assert_int_equal(cpus_count(&m), 0);
+    }
+    cpus_mask a, b;
+    cpus_parse("0-7,16", &a);
+    cpus_parse("4-11,16-17", &b);
+    assert_int_equal(cpus_and(&a, &a, &b), 5);
+    cpus_format(&a, buf, sizeof buf);
+    assert_string_equal(buf, "4-7,16");
+}
+
+/* cpus_of_pci: a GPU's local CPUs from a sysfs tree (here a made-up one):
+ * the bus id as CUDA writes it (upper case) and as NVML does (8-digit
+ * domain) both find the lower-case directory; a missing device or file, or
+ * a file that is no list, gives 0. */
+static void test_cpus_of_pci(void **state) {
+    (void)state;
+    char root[] = "/tmp/cnt_sysfs_XXXXXX", dir[256], path[300];
+    assert_non_null(mkdtemp(root));
+    snprintf(dir, sizeof dir, "%s/bus/pci/devices/0000:1b:00.0", root);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s/bus/pci/devices/0000:3d:00.0'", dir, root);
+    assert_int_equal(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/local_cpulist", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("0-15,64-79\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/bus/pci/devices/0000:3d:00.0/local_cpulist", root);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("ff,ffff\n", f); /* a mask, not a list (local_cpus): refused */
+    fclose(f);
+    cpus_mask m;
+    char buf[64];
+    assert_int_equal(cpus_of_pci(root, "0000:1B:00.0", &m), 32);
+    cpus_format(&m, buf, sizeof buf);
+    assert_string_equal(buf, "0-15,64-79");
+    assert_int_equal(cpus_of_pci(root, "00000000:1B:00.0", &m), 32);
+    assert_int_equal(cpus_of_pci(root, "0000:3D:00.0", &m), 0);
+    assert_int_equal(cpus_of_pci(root, "0000:99:00.0", &m), 0);
+    assert_int_equal(cpus_of_pci(root, "garbage", &m), 0);
+    assert_int_equal(cpus_count(&m), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* cnt_cond_timedwait: unsignalled, it returns 1 after about its time, also
  * across a second boundary (0.35 s three times from any start). */
 static void test_cond_timedwait(void **state) {
@@ -148,6 +208,8 @@ static void test_file_dir_of(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpus_format),
+        cmocka_unit_test(test_cpus_parse),
+        cmocka_unit_test(test_cpus_of_pci),
         cmocka_unit_test(test_cond_timedwait),
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),

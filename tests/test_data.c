@@ -35,6 +35,7 @@
 #include "common/cpus.h"
 #include "data/loader.h"
 #include "model/backend.h"
+#include "train/input.h"
 
 #define FASHION_ROOT "/usr/share/datasets/fashion-mnist"
 
@@ -856,6 +857,92 @@ static void test_loader_threads_on_process_cpus(void **state) {
     dataset_free(&ds);
 }
 
+/* On a GPU the loader threads run on the CPUs of the GPU's NUMA node among
+ * the process's (input_loader_cpus): a made-up backend with a PCI device and
+ * a made-up sysfs tree whose local_cpulist says, in turn, one of the
+ * process's CPUs (narrowed, and the loader's threads bind there), all of
+ * them and more (unchanged), CPUs the process may not use (unchanged, said
+ * as outside), and nothing (unchanged). The CPU backend has no PCI device. */
+static const char *fake_bus = "0000:1B:00.0";
+static int fake_pci_bus_id(char *buf, size_t len) {
+    snprintf(buf, len, "%s", fake_bus);
+    return 1;
+}
+
+static void write_cpulist(const char *root, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/bus/pci/devices/0000:1b:00.0/local_cpulist", root);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_loader_threads_on_gpu_numa_node(void **state) {
+    (void)state;
+    cpus_mask all, m;
+    int n = cpus_process(&all);
+    if (n < 2) {
+        print_message("this process may run on one CPU: nothing to narrow\n");
+        skip();
+    }
+    int first = -1, last = -1;
+    for (int c = 0; c < CPUS_MAX; c++)
+        if ((all.bits[c / 8] >> (c % 8)) & 1) {
+            if (first < 0) first = c;
+            last = c;
+        }
+    char root[] = "/tmp/cnt_numa_XXXXXX", cmd[300], text[64], why[512], list[64];
+    assert_non_null(mkdtemp(root));
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/bus/pci/devices/0000:1b:00.0'", root);
+    assert_int_equal(system(cmd), 0);
+    backend gpu = *backend_cpu();
+    gpu.pci_bus_id = fake_pci_bus_id;
+    int outside = -1;
+
+    snprintf(text, sizeof text, "%d\n", last); /* one of the process's CPUs */
+    write_cpulist(root, text);
+    assert_int_equal(input_loader_cpus(&gpu, root, &m, &outside, why, sizeof why), 1);
+    assert_int_equal(outside, 0);
+    assert_int_equal(cpus_count(&m), 1);
+    assert_true((m.bits[last / 8] >> (last % 8)) & 1);
+    assert_non_null(strstr(why, "NUMA node of its GPU (PCI 0000:1B:00.0)"));
+    dataset ds = make_dataset(32, 1, 4, 4, 3);
+    loader_options o = plain_options(8, 0, 1);
+    o.workers = 2;
+    o.have_cpus = 1;
+    o.cpus = m;
+    loader *ld = loader_create(&ds, &o);
+    assert_non_null(ld);
+    assert_int_equal(loader_thread_cpus(ld, list, sizeof list), 1);
+    snprintf(text, sizeof text, "%d", last);
+    assert_string_equal(list, text);
+    loader_free(ld);
+    dataset_free(&ds);
+
+    snprintf(text, sizeof text, "%d-%d\n", first, last + 8); /* all of them and more */
+    write_cpulist(root, text);
+    assert_int_equal(input_loader_cpus(&gpu, root, &m, &outside, why, sizeof why), 0);
+    assert_int_equal(outside, 0);
+    assert_non_null(strstr(why, "on the NUMA node of its GPU"));
+
+    snprintf(text, sizeof text, "%d\n", CPUS_MAX - 1); /* none the process may use */
+    write_cpulist(root, text);
+    assert_int_equal(input_loader_cpus(&gpu, root, &m, &outside, why, sizeof why), 0);
+    assert_int_equal(outside, 1);
+    assert_non_null(strstr(why, "none of them on the NUMA node"));
+
+    write_cpulist(root, ""); /* no NUMA information */
+    assert_int_equal(input_loader_cpus(&gpu, root, &m, &outside, why, sizeof why), 0);
+    assert_int_equal(outside, 0);
+    assert_non_null(strstr(why, "no NUMA node known"));
+
+    assert_int_equal(input_loader_cpus(backend_cpu(), root, &m, &outside, why, sizeof why), 0);
+    assert_true(strncmp(why, "the process's CPUs ", 19) == 0 && !strstr(why, "NUMA"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_restart_and_free_mid_epoch(void **state) {
     (void)state;
     alarm(20); /* a hang ends the process with SIGALRM: a failure, never a pass */
@@ -924,6 +1011,7 @@ int main(void) {
         cmocka_unit_test(test_augment_reproducible),
         cmocka_unit_test(test_u8_batches_equal_float),
         cmocka_unit_test(test_loader_threads_on_process_cpus),
+        cmocka_unit_test(test_loader_threads_on_gpu_numa_node),
         cmocka_unit_test(test_restart_and_free_mid_epoch),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

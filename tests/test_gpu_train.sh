@@ -30,6 +30,7 @@ small=(data.train_limit=4096 data.test_limit=1000 train.batch_size=32 train.epoc
 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.out_dir="$tmp/gpu" >"$tmp/gpu.log" 2>&1
 check "GPU run exits 0" test $? -eq 0
 check "GPU run says which GPU" grep -q '^device: cuda:[0-9]' "$tmp/gpu.log"
+check "GPU run says which CPUs the loader threads run on" grep -q '^data: loader threads on .*CPUs' "$tmp/gpu.log"
 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cpu train.max_steps=1 train.out_dir="$tmp/cpu" \
     >"$tmp/cpu.log" 2>&1
 check "CPU reference step exits 0" test $? -eq 0

@@ -3,6 +3,7 @@
  */
 #include "train/input.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -250,6 +251,41 @@ int input_open_decoder(const config *cfg, input_data *d, int device) {
     return CNT_OK;
 }
 
+int input_loader_cpus(const backend *be, const char *sysfs, cpus_mask *m, int *outside, char *why, size_t len) {
+    char bus[64], mine[128], nodecpus[128];
+    cpus_mask proc, local;
+    if (outside) *outside = 0;
+    if (why && len) why[0] = '\0';
+    cpus_process(&proc);
+    cpus_format(&proc, mine, sizeof mine);
+    if (!backend_pci_bus_id(be, bus, sizeof bus)) {
+        if (why) snprintf(why, len, "the process's CPUs %s", mine);
+        return 0;
+    }
+    if (!cpus_of_pci(sysfs, bus, &local)) {
+        if (why) snprintf(why, len, "the process's CPUs %s (no NUMA node known for the GPU at PCI %s)", mine, bus);
+        return 0;
+    }
+    cpus_format(&local, nodecpus, sizeof nodecpus);
+    int both = cpus_and(m, &proc, &local), all = cpus_count(&proc);
+    if (both == 0) {
+        if (outside) *outside = 1;
+        if (why)
+            snprintf(why, len, "the process's CPUs %s, none of them on the NUMA node of its GPU (PCI %s: CPUs %s)",
+                     mine, bus, nodecpus);
+        return 0;
+    }
+    if (both == all) {
+        if (why) snprintf(why, len, "the process's CPUs %s, on the NUMA node of its GPU (PCI %s)", mine, bus);
+        return 0;
+    }
+    char got[128];
+    cpus_format(m, got, sizeof got);
+    if (why)
+        snprintf(why, len, "CPUs %s, those of the process's %s on the NUMA node of its GPU (PCI %s)", got, mine, bus);
+    return 1;
+}
+
 void input_loader_options(const config *cfg, const input_data *d, const backend *be, int rank, int world,
                           loader_options *train, loader_options *eval) {
     loader_options lo = {.batch = cfg->batch_size, .rank = rank, .world = world, .seed = cfg->seed, .shuffle = 1,
@@ -261,6 +297,7 @@ void input_loader_options(const config *cfg, const input_data *d, const backend 
                          .gpu_jpeg = d->gpu_jpeg};
     memcpy(lo.mean, d->mean, sizeof lo.mean);
     memcpy(lo.std, d->std, sizeof lo.std);
+    if (be) lo.have_cpus = input_loader_cpus(be, "/sys", &lo.cpus, NULL, NULL, 0);
     *train = lo;
     *eval = lo;
     eval->batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;

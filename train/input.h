@@ -43,4 +43,14 @@ int input_open_decoder(const config *cfg, input_data *d, int device);
 void input_loader_options(const config *cfg, const input_data *d, const backend *be, int rank, int world,
                           loader_options *train, loader_options *eval);
 
+/* The CPUs the loader threads of a rank on be's device run on (an 8-GPU node
+ * has two or more NUMA nodes, each GPU local to one): the process's CPUs
+ * narrowed to the device's NUMA node (cpus_of_pci under sysfs, normally
+ * "/sys"). 1 with *m set where that is some but not all of the process's;
+ * 0 where it is not (no PCI device, no NUMA information, the process's CPUs
+ * lie within the node or outside it). why (len bytes, may be NULL) says
+ * which, as a clause for the log; *outside is 1 in the last case (the rank
+ * was bound away from its GPU, by mpirun or a scheduler). */
+int input_loader_cpus(const backend *be, const char *sysfs, cpus_mask *m, int *outside, char *why, size_t len);
+
 #endif

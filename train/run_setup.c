@@ -376,6 +376,23 @@ static int setup_loaders(run *r, const loader_options *lo, const loader_options 
     return CNT_OK;
 }
 
+/* On a GPU: which CPUs the loader threads run on (input_loader_cpus: the
+ * GPU's NUMA node where that narrows the process's), or a warning where the
+ * rank may run on none of them. */
+static void log_loader_cpus(const run *r) {
+    char bus[64], why[512];
+    if (!backend_pci_bus_id(r->be, bus, sizeof bus)) return;
+    cpus_mask m;
+    int outside;
+    input_loader_cpus(r->be, "/sys", &m, &outside, why, sizeof why);
+    if (outside)
+        log_warn("data: loader threads on %s: every batch crosses between NUMA nodes; start each rank on CPUs of "
+                 "its GPU's node (mpirun --map-by numa, or --bind-to none, or the scheduler's GPU binding)",
+                 why);
+    else
+        log_info("data: loader threads on %s", why);
+}
+
 /* The stepper over the net and the exchange, as --bench builds it too. */
 static void setup_stepper(run *r, int max_batch, int u8) {
     const config *cfg = r->cfg;
@@ -403,6 +420,7 @@ int run_setup(run *r) {
         net_set_emulation(r->nt, r->emu.forward_ms, r->emu.backward_ms);
     }
     if (setup_loaders(r, &lo, &eo) != CNT_OK) return CNT_ERR;
+    log_loader_cpus(r);
     progress_opts po = {.be = r->be, .out_dir = cfg->out_dir, .world = r->world, .batch = cfg->batch_size,
                         .epochs = cfg->epochs, .total_steps = r->total_steps, .xt = exchange_traits_of(r->x),
                         .fp16 = cfg->precision == BACKEND_MATH_FP16, .wait_warn = cfg->wait_warn,
