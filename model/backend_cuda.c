@@ -140,21 +140,32 @@ static struct {
     int fc_n, fc_cap;
 } g;
 
-/* Threads other than the one that chose the device (the communication
- * thread) must select it before their first CUDA call: the current device is
- * per thread. */
+/* The current device is per thread, and a thread that never selected this
+ * rank's GPU runs on device 0: another rank's GPU on a node of several,
+ * which one GPU cannot show (device 0 is everyone's there). So every entry
+ * point of this backend calls on_device() first: a thread's first call
+ * selects the rank's GPU, and every later one checks that nothing selected
+ * another since (a library call, a thread of ours that set one itself). */
 static _Thread_local int tls_device_set;
 
-static void ensure_device(void) {
-    if (tls_device_set) return;
-    CUDA_CHECK(cudaSetDevice(g.device));
-    tls_device_set = 1;
+static void on_device(void) {
+    if (!tls_device_set) {
+        CUDA_CHECK(cudaSetDevice(g.device));
+        tls_device_set = 1;
+        return;
+    }
+    int d = -1;
+    CUDA_CHECK(cudaGetDevice(&d));
+    if (d != g.device)
+        cnt_fatal("CUDA backend: called on a thread whose current device is cuda:%d, not this rank's cuda:%d "
+                  "(something selected another GPU on this thread)",
+                  d, g.device);
 }
 
 /* ------------------------------------------------------------------ memory */
 
 static void *cuda_alloc(size_t bytes) {
-    ensure_device();
+    on_device();
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
@@ -172,8 +183,8 @@ static void *cuda_alloc(size_t bytes) {
 }
 
 static void cuda_free(void *ptr) {
+    on_device();
     if (!ptr) return;
-    ensure_device();
     /* queued ops may still use it */
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
     CUDA_CHECK(cudaFree(ptr));
@@ -182,25 +193,30 @@ static void cuda_free(void *ptr) {
 /* The host buffers passed to upload are pageable: cudaMemcpyAsync stages them
  * before it returns, so the caller may reuse the buffer at once. */
 static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
+    on_device();
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g.stream));
 }
 
 static void cuda_download(void *host_dst, const void *src, size_t bytes) {
+    on_device();
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes) {
+    on_device();
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
 }
 
 static void cuda_zero(void *dst, size_t bytes) {
+    on_device();
     if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, g.stream));
 }
 
 static void cuda_sync(void) {
+    on_device();
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
     /* a kernel fault shows up here if no later call reported it */
     CUDA_CHECK(cudaGetLastError());
@@ -620,6 +636,7 @@ static void describe_pass(char *buf, size_t len, size_t *o, const char *pass, in
 
 /* What conv_* chose for this shape (the plan's cudnnFind results). */
 static void cuda_conv_describe(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
+    on_device();
     const conv_plan *pl = plan_find(ctx, p);
     if (!pl) {
         snprintf(buf, len, "cuDNN: not run in this mode and layout");
@@ -667,6 +684,7 @@ static int filter_reshaped(const backend_ctx *ctx) { return layout_nhwc(ctx) || 
 
 /* conv_filter_kept (backend.h): what fcache_make keeps for a filter of p. */
 static size_t cuda_conv_filter_kept(const backend_ctx *ctx, const conv_params *p) {
+    on_device();
     if (!filter_reshaped(ctx)) return 0;
     return conv_w_count(p) * (math_reduced(ctx->math) ? 2 : 4);
 }
@@ -731,6 +749,7 @@ static void pair_clear(void) {
  * output themselves: only the filter is narrowed, and an accumulating data
  * pass lets cuDNN add (beta 1), rounding once. */
 static void cuda_conv_fwd(const backend_ctx *ctx, const conv_params *p, const void *x, const float *w, void *y) {
+    on_device();
     pair_clear();
     if (p->N == 0) return;
     const int math = ctx->math, a16 = act16(ctx);
@@ -758,6 +777,7 @@ static void cuda_conv_fwd(const backend_ctx *ctx, const conv_params *p, const vo
  * in between (a forward convolution, a GEMM) has cleared the pair. */
 static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w,
                                void *dx, int accumulate, int paired) {
+    on_device();
     const int math = ctx->math, a16 = act16(ctx);
     paired = paired && g.pair_ready && g.pair_dy == dy && g.pair_n == conv_out_count(p) && g.pair_math == math;
     pair_clear();
@@ -797,6 +817,7 @@ static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, con
  * a paired data pass. */
 static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, const void *x, const void *dy,
                                  float *dw) {
+    on_device();
     pair_clear();
     if (p->N == 0) {
         cuda_zero(dw, conv_w_count(p) * sizeof(float));
@@ -835,11 +856,13 @@ static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, c
 static int nhwc_spatial(const backend_ctx *ctx, int HW) { return layout_nhwc(ctx) && HW > 1; }
 
 static void cuda_bias_fwd(const backend_ctx *ctx, int N, int C, int HW, const float *b, void *y) {
+    on_device();
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
     CUDA_CHECK(cuk_bias_fwd(g.stream, ctx->act, N, C, HW, b, y, nhwc_spatial(ctx, HW)));
 }
 
 static void cuda_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *dy, float *db) {
+    on_device();
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 1);
     double *partial = scratch_get(cuk_bias_bwd_scratch(N, C, HW));
     CUDA_CHECK(cuk_bias_bwd(g.stream, ctx->act, N, C, HW, dy, db, partial, nhwc_spatial(ctx, HW)));
@@ -973,6 +996,7 @@ static void bn_vec_back(int C, float *v, const float *s) {
 static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
                               const float *beta, void *y, float *running_mean, float *running_var, float momentum,
                               float eps, float *save_mean, float *save_invstd) {
+    on_device();
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (bn_widened(ctx, N, HW)) {
@@ -1021,6 +1045,7 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
 static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
                               const float *beta, void *y, const float *running_mean, const float *running_var,
                               float eps) {
+    on_device();
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (N == 0) return;
@@ -1042,6 +1067,7 @@ static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, cons
 static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *dy,
                         const float *gamma, const float *save_mean, const float *save_invstd, float eps, void *dx,
                         float *dgamma, float *dbeta, int accumulate_dx) {
+    on_device();
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (bn_widened(ctx, N, HW)) {
@@ -1140,6 +1166,7 @@ static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, 
                                   int relu, const float *gamma, const float *beta, void *y, float *running_mean,
                                   float *running_var, float momentum, float eps, float *save_mean,
                                   float *save_invstd) {
+    on_device();
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (relu) { /* cuDNN fuses the add only with an activation */
@@ -1182,12 +1209,14 @@ static void pool_check(const pool_params *p) {
 
 
 static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
+    on_device();
     pool_check(p);
     CUDA_CHECK(cuk_pool_fwd(g.stream, ctx->act, p, x, y, layout_nhwc(ctx)));
 }
 
 static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
                           const void *dy, void *dx, int accumulate) {
+    on_device();
     (void)y; /* as on the CPU: the maximum's position is found from x */
     pool_check(p);
     int *arg = NULL;
@@ -1236,6 +1265,7 @@ static void cublas_math(int math) {
  * call with the operands swapped, no transposes in memory. */
 static void cuda_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
                       const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc, unsigned act) {
+    on_device();
     CNT_ASSERT(M >= 0 && N >= 0 && K >= 0);
     pair_clear(); /* gemm_reduced rounds into H16_OP0 and H16_OP1 */
     if (M == 0 || N == 0) return;
@@ -1251,32 +1281,39 @@ static void cuda_gemm(const backend_ctx *ctx, int trans_a, int trans_b, int M, i
 /* ------------------------------------------------------------- elementwise */
 
 static void cuda_relu_fwd(const backend_ctx *ctx, size_t n, const void *x, void *y) {
+    on_device();
     CUDA_CHECK(cuk_relu_fwd(g.stream, ctx->act, n, x, y));
 }
 
 static void cuda_relu_bwd(const backend_ctx *ctx, size_t n, const void *y, const void *dy, void *dx, int accumulate) {
+    on_device();
     CUDA_CHECK(cuk_relu_bwd(g.stream, ctx->act, n, y, dy, dx, accumulate));
 }
 
 static void cuda_add(const backend_ctx *ctx, size_t n, const void *a, const void *b, void *y) {
+    on_device();
     CUDA_CHECK(cuk_add(g.stream, ctx->act, n, a, b, y));
 }
 
 static void cuda_axpy(size_t n, float alpha, const float *x, float *y, int accumulate) {
+    on_device();
     CUDA_CHECK(cuk_axpy(g.stream, n, alpha, x, y, accumulate));
 }
 
 static void cuda_mul(const backend_ctx *ctx, size_t n, const void *a, const float *b, void *y, int accumulate) {
+    on_device();
     CUDA_CHECK(cuk_mul(g.stream, ctx->act, n, a, b, y, accumulate));
 }
 
 static void cuda_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
+    on_device();
     CNT_ASSERT(p >= 0.0f && p < 1.0f);
     CUDA_CHECK(cuk_dropout_mask(g.stream, n, p, seed, mask));
 }
 
 static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const void *src, int src_C,
                               int src_off, void *dst, int dst_C, int dst_off, int accumulate) {
+    on_device();
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
     CNT_ASSERT(src_off >= 0 && src_off + C <= src_C && dst_off >= 0 && dst_off + C <= dst_C);
     CUDA_CHECK(cuk_channel_copy(g.stream, ctx->act, N, C, HW, src, src_C, src_off, dst, dst_C, dst_off, accumulate,
@@ -1284,11 +1321,13 @@ static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, cons
 }
 
 static void cuda_normalize_u8(int N, int C, int HW, const uint8_t *x, const float *lut, float *y) {
+    on_device();
     CUDA_CHECK(cuk_normalize_u8(g.stream, N, C, HW, x, lut, y));
 }
 
 static void cuda_softmax_xent(int N, int K, const float *logits, const int *labels, float smoothing, float *loss,
                               float *dlogits) {
+    on_device();
     CNT_ASSERT(N >= 1 && K >= 1);
     double *row_loss = scratch_get((size_t)N);
     CUDA_CHECK(cuk_softmax_xent(g.stream, N, K, logits, labels, smoothing, loss, dlogits, row_loss));
@@ -1296,12 +1335,14 @@ static void cuda_softmax_xent(int N, int K, const float *logits, const int *labe
 
 static void cuda_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
                             float weight_decay, int nesterov, float grad_scale) {
+    on_device();
     CNT_ASSERT(momentum == 0.0f || momentum_buf != NULL);
     CUDA_CHECK(cuk_sgd_update(g.stream, n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
                               grad_scale));
 }
 
 static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
+    on_device();
     CUDA_CHECK(cuk_find_nonfinite(g.stream, n, x, found));
 }
 
@@ -1309,6 +1350,7 @@ static void cuda_set_threads(int n) { (void)n; }
 
 /* math_check (backend.h): cuDNN has bf16 convolutions from compute 8.0 on. */
 static int cuda_math_check(int math) {
+    on_device();
     if (math == BACKEND_MATH_BF16 && g.cc_major < 8)
         return cnt_err_set("cuda:%d (compute %d.x) has no bf16 convolutions in cuDNN: bf16 needs compute 8.0 "
                            "(Ampere) or later; use train.precision = fp16 (or fp32) on this GPU",
@@ -1318,6 +1360,7 @@ static int cuda_math_check(int math) {
 
 static void cuda_convert_layout(int N, int C, int HW, const void *src, int src_type, void *dst, int dst_type,
                                 int layout, int to_layout, int accumulate) {
+    on_device();
     CNT_ASSERT(layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC);
     if (src_type != BACKEND_DTYPE_FP32 || dst_type != BACKEND_DTYPE_FP32) { /* with a type conversion */
         CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
@@ -1343,7 +1386,7 @@ static void cuda_convert_layout(int N, int C, int HW, const void *src, int src_t
 static void *cuda_native_stream(void) { return (void *)g.stream; }
 
 static void *cuda_fence_create(void) {
-    ensure_device();
+    on_device();
     cudaEvent_t ev;
     CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     return (void *)ev;
@@ -1351,18 +1394,21 @@ static void *cuda_fence_create(void) {
 
 /* Timing marks: events with timing on (fences have it off, which is cheaper). */
 static void *cuda_mark_create(void) {
+    on_device();
     cudaEvent_t ev;
     CUDA_CHECK(cudaEventCreate(&ev));
     return ev;
 }
 
 static void cuda_mark_destroy(void *mark) {
+    on_device();
     if (mark) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)mark));
 }
 
-static void cuda_mark_record(void *mark) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)mark, g.stream)); }
+static void cuda_mark_record(void *mark) { on_device(); CUDA_CHECK(cudaEventRecord((cudaEvent_t)mark, g.stream)); }
 
 static double cuda_mark_elapsed_ms(void *a, void *b) {
+    on_device();
     float ms = 0.0f;
     CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b));
     CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
@@ -1370,26 +1416,27 @@ static double cuda_mark_elapsed_ms(void *a, void *b) {
 }
 
 static void cuda_fence_destroy(void *fence) {
+    on_device();
     if (fence) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)fence));
 }
 
-static void cuda_fence_record(void *fence) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)fence, g.stream)); }
+static void cuda_fence_record(void *fence) { on_device(); CUDA_CHECK(cudaEventRecord((cudaEvent_t)fence, g.stream)); }
 
 /* On the calling thread's own stream (cudaStreamPerThread), which waits for the
  * fence on the device: the copy neither waits for compute ops queued after the
  * fence nor makes them wait. */
 static void cuda_download_fenced(void *host_dst, const void *src, size_t bytes, void *fence) {
-    ensure_device();
+    on_device();
     if (!bytes) return;
     CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, (cudaEvent_t)fence, 0));
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
-static void cuda_fence_wait(void *fence) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)fence)); }
+static void cuda_fence_wait(void *fence) { on_device(); CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)fence)); }
 
 static void *cuda_host_alloc(size_t bytes) {
-    ensure_device();
+    on_device();
     void *p = NULL;
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess)
@@ -1400,8 +1447,8 @@ static void *cuda_host_alloc(size_t bytes) {
 }
 
 static void cuda_host_free(void *ptr) {
+    on_device();
     if (!ptr) return;
-    ensure_device();
     /* a queued copy may still read it */
     CUDA_CHECK(cudaStreamSynchronize(g.copy_stream));
     CUDA_CHECK(cudaFreeHost(ptr));
@@ -1411,6 +1458,7 @@ static void cuda_host_free(void *ptr) {
  * DMA runs beside compute, and the compute stream waits for `done` before its
  * next op: the input of step t+1 arrives while step t computes. */
 static void cuda_upload_async(void *dst, const void *host_src, size_t bytes, void *after, void *done) {
+    on_device();
     if (after) CUDA_CHECK(cudaStreamWaitEvent(g.copy_stream, (cudaEvent_t)after, 0));
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g.copy_stream));
     if (done) {
@@ -1420,7 +1468,7 @@ static void cuda_upload_async(void *dst, const void *host_src, size_t bytes, voi
 }
 
 static void cuda_upload_sync(void *dst, const void *host_src, size_t bytes) {
-    ensure_device();
+    on_device();
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
@@ -1441,7 +1489,7 @@ static void cuda_describe(char *buf, size_t len) {
 /* ------------------------------------------------------- memory planning */
 
 static void cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
-    ensure_device();
+    on_device();
     *free_bytes = *total_bytes = 0;
     if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
         cudaGetLastError(); /* not sticky: the caller only learns nothing */
@@ -1456,6 +1504,7 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
  * workspace is left out: ws_for_find takes the limit or half of what is
  * free, whichever is less, so it adapts to what the net left. */
 static size_t cuda_conv_workspace(const backend_ctx *ctx, const conv_params *p) {
+    on_device();
     size_t w = conv_w_count(p), in = conv_in_count(p), out = conv_out_count(p);
     size_t bytes = layout_nhwc(ctx) ? w * sizeof(float) : 0;
     if (act16(ctx)) {
@@ -1473,6 +1522,7 @@ static size_t cuda_conv_workspace(const backend_ctx *ctx, const conv_params *p) 
 }
 
 static size_t cuda_gemm_workspace(const backend_ctx *ctx, int M, int N, int K, unsigned act) {
+    on_device();
     if (!math_reduced(ctx->math)) return 0;
     if (!act16(ctx)) act = 0; /* fp32 activations get a 16-bit copy like the weights */
     /* H16_OP0, H16_OP1: the operands that are not 16-bit activations */

@@ -152,6 +152,24 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             check "2 ranks as two NCCL hosts: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl2h.log"
             check "2 ranks as two NCCL hosts: parameters bit-identical" \
                 grep -q "parameters bit-identical on all 2 ranks" "$tmp/nccl2h.log"
+            # a node's 8 GPUs as far as one GPU can show them: 8 ranks as 8
+            # NCCL hosts train as the MPI backend does, up to the order of
+            # the sums (so the losses agree closely, not bit for bit)
+            eight=("${small[@]}" train.device=cuda train.max_steps=20 train.log_every=20)
+            "${MPI[@]}" -np 8 -x NCCL_SOCKET_IFNAME=lo bash -c 'NCCL_HOSTID=cnt-test8-$OMPI_COMM_WORLD_RANK exec "$@"' \
+                trainer ./trainer configs/resnet20-fashion.ini "${eight[@]}" dist.backend=nccl \
+                train.out_dir="$tmp/nccl8" >"$tmp/nccl8.log" 2>&1
+            check "8 ranks as 8 NCCL hosts on one GPU: exit 0" test $? -eq 0
+            check "8 ranks as 8 NCCL hosts: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl8.log"
+            check "8 ranks as 8 NCCL hosts: parameters bit-identical" \
+                grep -q "parameters bit-identical on all 8 ranks" "$tmp/nccl8.log"
+            "${MPI[@]}" -np 8 ./trainer configs/resnet20-fashion.ini "${eight[@]}" dist.backend=mpi \
+                train.out_dir="$tmp/mpi8" >"$tmp/mpi8.log" 2>&1
+            check "8 ranks through MPI on one GPU: exit 0" test $? -eq 0
+            l8n=$(grep -m1 -oE 'step 20/[0-9]+  loss [0-9.]+' "$tmp/nccl8.log" | awk '{print $4}')
+            l8m=$(grep -m1 -oE 'step 20/[0-9]+  loss [0-9.]+' "$tmp/mpi8.log" | awk '{print $4}')
+            check "8 ranks: NCCL's loss at step 20 is MPI's within 2e-3 (nccl $l8n, mpi $l8m)" \
+                close_to "$l8n" "$l8m" 2e-3
         fi
         "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
             train.max_steps=5 train.out_dir="$tmp/nccl2" >"$tmp/nccl2.log" 2>&1
