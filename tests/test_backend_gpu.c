@@ -2147,6 +2147,16 @@ static void act16_exact_run(int math) {
     expect16("add", &y, math, 0, 0);
     for (int s = CPU; s <= GPU; s++) be[s]->add(&ctx[s], n, a.p[s], y.p[s], y.p[s]);
     expect16("add in place", &y, math, 0, 0);
+    /* at a 2-byte offset: the kernels' one-value-at-a-time path (aligned
+     * pointers go 16 bytes at a time) */
+    for (int s = CPU; s <= GPU; s++) be[s]->relu_fwd(&ctx[s], n - 1, (uint16_t *)a.p[s] + 1, (uint16_t *)y.p[s] + 1);
+    expect16("relu_fwd at a 2-byte offset", &y, math, 0, 0);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->relu_bwd(&ctx[s], n - 1, (uint16_t *)y.p[s] + 1, (uint16_t *)b.p[s] + 1, (uint16_t *)a.p[s] + 1, 1);
+    expect16("relu_bwd accumulate at a 2-byte offset", &a, math, 0, 0);
+    for (int s = CPU; s <= GPU; s++)
+        be[s]->add(&ctx[s], n - 1, (uint16_t *)a.p[s] + 1, (uint16_t *)b.p[s] + 1, (uint16_t *)y.p[s] + 1);
+    expect16("add at a 2-byte offset", &y, math, 0, 0);
     float *mask[2];
     for (int s = CPU; s <= GPU; s++) {
         mask[s] = be[s]->alloc(n * sizeof(float));

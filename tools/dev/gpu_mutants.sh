@@ -31,6 +31,9 @@ mutants=(
     # batch norm's fused forward blending the old y in (beta 1): caught only when the fused cuDNN call runs
     # (test_backend_gpu, test_bn_act_fused; not caught means cuDNN refused it and the composition ran)
     'bn_fused_blends_y|model/backend_cuda.c|s/ops, \&k_one, \&k_zero, g.bn_x, x, z ? g.bn_x : NULL,/ops, \&k_one, \&k_one, g.bn_x, x, z ? g.bn_x : NULL,/|build/tests/test_backend_gpu'
+    # the vectorised elementwise kernels' last values (n % 4 floats, n % 8 16-bit ones) left out
+    # (test_backend_gpu, test_relu)
+    'vec_relu_tail_short|model/cuda_kernels.cu|s/    GRID_STRIDE(t, n - nv) { size_t i = nv + t; st(y, i, relu_of(ld(x, i))); }/    GRID_STRIDE(t, n - nv - (n > nv)) { size_t i = nv + t; st(y, i, relu_of(ld(x, i))); }/|build/tests/test_backend_gpu'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
