@@ -2,8 +2,9 @@
 # tools/dev/gpu_check.sh - a lent GPU machine's whole visit in one command: set up
 # the kit (tools/dev/device_env.sh); first cuDNN's capabilities (build/tools/cudnn_caps,
 # seconds) and the A/B (tools/dev/bench_ab_gpu.sh:
-# the kit's trainer.base, this trainer and PyTorch alternating) when the kit
-# has a base; then the GPU tests one by one, each under a time limit, then
+# the kit's trainer.base, or without one this trainer as configured, then
+# this trainer, its NEW_VARIANTS and PyTorch alternating); then the GPU
+# tests one by one, each under a time limit, then
 # the throughput table (tools/bench_gpu.sh) while time is left. Everything
 # printed also goes to $OUT/gpu_check.log (or ./gpu-check/gpu_check.log
 # where OUT is unset).
@@ -16,7 +17,8 @@
 #        BENCH_STEPS (default 20), GPU_AB ("MODELS|BATCHES|PRECISIONS|LAYOUTS" of the A/B,
 #        default "resnet50|64 256|bf16 tf32|nhwc"; "none" skips it), GPU_AB_SECONDS (its
 #        limit, default 240), GPU_AB_ACT16 (1, the default: the new trainer's
-#        bf16 rows store bf16 activations; 0: as configured), ROUNDS (the A/B's, default 2), GPU_PROFILE
+#        bf16 rows store bf16 activations; 0: as configured), NEW_VARIANTS (more
+#        columns, bench_ab_gpu.sh's), ROUNDS (the A/B's, default 2), GPU_PROFILE
 #        ("MODEL|BATCH|PRECISIONS|LAYOUT" of the profiles written to $OUT after
 #        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them)
 #
@@ -46,13 +48,20 @@ if [ -x build/tools/cudnn_caps ] && [ $# -eq 0 ]; then
     echo "=== cudnn_caps: exit ${PIPESTATUS[0]} at $((SECONDS - t0))s"
 fi
 # The A/B first: the measurement with its baseline, while the budget is whole.
+# Without a base in the kit (KIT_BASE=none) "old" is this trainer as
+# configured, so the bf16 rows compare its fp32 activations (auto on a GPU)
+# with its bf16 ones (GPU_AB_ACT16=1, the default).
 ab=${GPU_AB:-"resnet50|64 256|bf16 tf32|nhwc"}
-if [ "$ab" != none ] && [ -f .devkit/trainer.base.xz ] && [ $# -eq 0 ]; then
-    xz -dc .devkit/trainer.base.xz >/tmp/trainer.base && chmod +x /tmp/trainer.base
+if [ "$ab" != none ] && [ $# -eq 0 ]; then
+    old=./trainer old_name="this trainer as configured (no base in the kit)"
+    if [ -f .devkit/trainer.base.xz ]; then
+        xz -dc .devkit/trainer.base.xz >/tmp/trainer.base && chmod +x /tmp/trainer.base
+        old=/tmp/trainer.base old_name=$(cat .devkit/trainer.base.rev 2>/dev/null)
+    fi
     IFS='|' read -r m b p l <<<"$ab"
     lim=${GPU_AB_SECONDS:-240}
-    echo "=== A/B against $(cat .devkit/trainer.base.rev 2>/dev/null) (limit ${lim}s)"
-    NEW_ACT16=${GPU_AB_ACT16:-1} timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh /tmp/trainer.base ./trainer "$m" "$b" "$p" "$l"
+    echo "=== A/B against $old_name (limit ${lim}s; NEW_VARIANTS=\"${NEW_VARIANTS:-}\")"
+    NEW_ACT16=${GPU_AB_ACT16:-1} timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh "$old" ./trainer "$m" "$b" "$p" "$l"
     echo "=== A/B: exit $? at $((SECONDS - t0))s"
 fi
 # Step profiles: each layer's time and, in "runs", the algorithm cuDNN gave
