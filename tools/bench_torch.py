@@ -4,7 +4,7 @@ model on random data, the reference for `trainer --bench` (tools/bench_gpu.sh).
 
     python3 tools/bench_torch.py MODEL CxHxW BATCH STEPS [--device cuda|cpu]
                                  [--precision fp32|tf32|bf16|fp16] [--layout nchw|nhwc]
-                                 [--classes N] [--warmup N] [--threads T]
+                                 [--classes N] [--warmup N] [--threads T] [--profile OUT.txt]
 
 Does per step what the trainer does: forward in training mode, softmax
 cross-entropy (plus 0.4 x the auxiliary head's loss for inception_v3), backward,
@@ -16,6 +16,15 @@ forward under torch.autocast (fp32 master weights, as train.precision = bf16 /
 fp16), fp16 with a GradScaler (dynamic loss scaling, as ours). Prints one line:
 
     torch MODEL CxHxW batch B on DEVICE (PRECISION, LAYOUT): X img/s
+
+--profile OUT.txt then runs 5 more steps under torch.profiler and writes its
+table of operators (by their time on the device, top 40) to OUT.txt, and
+prints whether the device or the host set the pace:
+
+    torch profile: step X ms, device busy Y ms (Z%): bound by the host|device
+
+(busy: the sum of the kernels' own times per step, overlaps not removed, so
+an upper bound; under 80% of the step the host is what the GPU waits for).
 """
 import argparse
 import os
@@ -41,6 +50,7 @@ def main():
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    ap.add_argument("--profile", default="", help="write torch.profiler's operator table here")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -101,6 +111,41 @@ def main():
     dt = time.perf_counter() - t0
     print(f"torch {a.model} {a.shape} batch {a.batch} on {a.device} ({a.precision}, {a.layout}): "
           f"{a.batch * a.steps / dt:.1f} img/s", flush=True)
+    if a.profile:
+        profile(step, sync, dev, a.profile)
+
+
+def profile(step, sync, dev, path, steps=5):
+    """steps more steps under torch.profiler: the operator table to path, and
+    the device's busy time against the step's."""
+    from torch.profiler import ProfilerActivity
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    sync()
+    with torch.profiler.profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = (time.perf_counter() - t0) / steps
+    ka = prof.key_averages()
+    # torch 2.4 renamed the CUDA columns to device ones; either may be there
+    col = "self_device_time_total"
+    if len(ka) and not hasattr(ka[0], col):
+        col = "self_cuda_time_total"
+    # the kernels' own events only (the operators that launch them carry
+    # their time too)
+    from torch.autograd import DeviceType
+    busy_us = sum(getattr(e, col, 0.0) or 0.0 for e in ka
+                  if getattr(e, "device_type", None) == DeviceType.CUDA) / steps
+    with open(path, "w") as f:
+        f.write(ka.table(sort_by=col if dev.type == "cuda" else "self_cpu_time_total", row_limit=40))
+    if dev.type == "cuda":
+        share = 100.0 * busy_us / 1e3 / (wall * 1e3) if wall > 0 else 0.0
+        pace = "the host" if share < 80.0 else "the device"
+        print(f"torch profile: step {wall * 1e3:.2f} ms, device busy {busy_us / 1e3:.2f} ms ({share:.0f}%): "
+              f"bound by {pace}; operators in {path}", flush=True)
+    else:
+        print(f"torch profile: step {wall * 1e3:.2f} ms on the CPU; operators in {path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@
 #        bf16 rows store bf16 activations; 0: as configured), NEW_VARIANTS (more
 #        columns, bench_ab_gpu.sh's), ROUNDS (the A/B's, default 2), GPU_PROFILE
 #        ("MODEL|BATCH|PRECISIONS|LAYOUT" of the profiles written to $OUT after
-#        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them)
+#        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them),
+#        GPU_TORCH_PROFILE ("MODEL|BATCHES|PRECISIONS|LAYOUT" of PyTorch's runs under its
+#        profiler, after the A/B, default "resnet50|64 256|bf16|nhwc"; "none" skips them)
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU, nvJPEG
@@ -63,6 +65,20 @@ if [ "$ab" != none ] && [ $# -eq 0 ]; then
     echo "=== A/B against $old_name (limit ${lim}s; NEW_VARIANTS=\"${NEW_VARIANTS:-}\")"
     NEW_ACT16=${GPU_AB_ACT16:-1} timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh "$old" ./trainer "$m" "$b" "$p" "$l"
     echo "=== A/B: exit $? at $((SECONDS - t0))s"
+fi
+# PyTorch under its profiler (tools/bench_torch.py --profile): whether the
+# host or the GPU sets its pace at each batch (the issue's question before
+# any ratio at batch 64 is trusted), and its operators' table to $OUT.
+tprof=${GPU_TORCH_PROFILE:-"resnet50|64 256|bf16|nhwc"}
+if [ "$tprof" != none ] && [ $# -eq 0 ] && python3 -c 'import torch' 2>/dev/null; then
+    IFS='|' read -r m bs ps l <<<"$tprof"
+    for p in $ps; do
+        for b in $bs; do
+            echo "=== torch profile $m $p $l batch $b (at $((SECONDS - t0))s)"
+            timeout -k 5 90 python3 tools/bench_torch.py "$m" 3x224x224 "$b" 20 --device cuda --precision "$p" \
+                --layout "$l" --profile "$out/torch-profile-$m-$p-$l-$b.txt" 2>&1 | tail -2
+        done
+    done
 fi
 # Step profiles: each layer's time and, in "runs", the algorithm cuDNN gave
 # each convolution, so two machines' profiles compare algorithm by algorithm.
