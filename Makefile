@@ -213,7 +213,7 @@ endif
 LIB_SRC := $(wildcard common/*.c model/*.c data/*.c dist/*.c train/*.c)
 LIB_SRC := $(filter-out train/main.c,$(LIB_SRC))
 # The CUDA backend's sources: host code in C (gcc), kernels in .cu (nvcc).
-CUDA_SRC := model/backend_cuda.c
+CUDA_SRC := model/backend_cuda.c model/cudnn_graph.c
 CU_SRC := $(wildcard model/*.cu)
 # The oneDNN part of the CPU backend (the blocked layout).
 ONEDNN_SRC := model/backend_onednn.c

@@ -171,6 +171,11 @@ static inline size_t backend_dtype_size(backend_dtype t) { return t == BACKEND_D
  * calls, so contexts may alternate from one op to the next. All zero is the
  * default context: NCHW, fp32, no promise about weights. It is small and
  * passed by pointer, so a field added later changes no op's signature. */
+/* How a backend runs its convolutions where it has a choice (the CUDA
+ * backend: cuDNN's legacy calls, or its backend "graph" API with the
+ * engines timed per shape: model/cudnn_graph.h). Others ignore it. */
+typedef enum backend_conv_api { BACKEND_CONV_API_LEGACY = 0, BACKEND_CONV_API_GRAPH = 1 } backend_conv_api;
+
 typedef struct backend_ctx {
     backend_layout layout; /* of the activations; never BACKEND_LAYOUT_AUTO (BLOCKED where block_c > 0) */
     backend_math math;     /* of convolutions and GEMMs */
@@ -189,6 +194,7 @@ typedef struct backend_ctx {
      * memory check counts; measured on an H200 at up to 4% of a
      * ResNet-50/101 step: docs/benchmarks.md). */
     uint64_t weights_epoch;
+    backend_conv_api conv_api; /* train.conv_api; LEGACY (0) unless asked for */
 } backend_ctx;
 
 typedef struct backend {

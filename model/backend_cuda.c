@@ -73,6 +73,7 @@
 #include "common/cuda_check.h"
 #include "common/fileio.h"
 #include "model/cuda_kernels.h"
+#include "model/cudnn_graph.h"
 
 /* A convolution shape and what cuDNN chose for it in one math mode. */
 typedef struct conv_plan {
@@ -88,6 +89,10 @@ typedef struct conv_plan {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
     size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+    /* train.conv_api = graph: per pass (cg_pass) and output blend (beta 0, 1)
+     * the graph API's plan, NULL until made or where none qualifies */
+    cg_plan *graph[3][2];
+    unsigned char graph_tried[3][2];
     struct conv_plan *next;
 } conv_plan;
 
@@ -123,6 +128,8 @@ static struct {
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
+    void *cg_scratch;          /* where the graph API's candidate plans write while timed */
+    size_t cg_scratch_n;
     int bn16_refused;          /* cuDNN refused batch norm on 16-bit activations: widened since (bn_widened) */
     cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
     void *bn_reserve;          /* what that forward writes for cuDNN's fused backward (unused: bn_fused) */
@@ -634,7 +641,55 @@ static void describe_pass(char *buf, size_t len, size_t *o, const char *pass, in
     *o = w < 0 ? len : *o + (size_t)w;
 }
 
-/* What conv_* chose for this shape (the plan's cudnnFind results). */
+/* ---- train.conv_api = graph: the graph API's plans (model/cudnn_graph.h) ---- */
+
+static void *ws_grown(size_t bytes) {
+    ws_reserve(bytes);
+    return g.ws;
+}
+
+static void say_graph_fallback(const conv_plan *pl, cg_pass pass, const char *why) {
+    static const char *names[] = {"forward", "data gradient", "weight gradient"};
+    const conv_params *p = &pl->key;
+    log_warn("train.conv_api = graph: no graph-API plan for the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, "
+             "pad %d, %s): %s; that pass takes the legacy call",
+             names[pass], p->N, p->C, p->H, p->W, p->K, p->C, p->R, p->S, p->stride_h, p->pad_h,
+             math_name(pl->math), why);
+}
+
+/* Pass `pass` of pl, output blend beta (0 or 1), on x, w, y in cg_pass's
+ * roles, through the graph API when ctx asks for it (backend_ctx.conv_api):
+ * its plan is made at the first call of that pass and blend (timed on these
+ * buffers, the output slot in scratch) and run; 1 when it ran, 0 where the
+ * caller's legacy call is to run instead (not asked for, a pointer not
+ * 16-byte aligned, or no plan qualified: said once per pass and plan). */
+static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int beta, const void *x, const void *w,
+                      const void *y) {
+    if (ctx->conv_api != BACKEND_CONV_API_GRAPH || !cg_aligned(x, w, y)) return 0;
+    const conv_params *p = &pl->key;
+    if (!pl->graph_tried[pass][beta]) {
+        pl->graph_tried[pass][beta] = 1;
+        cg_conv cv = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->R, .s = p->S, .p = p->P,
+                      .q = p->Q, .pad_h = p->pad_h, .pad_w = p->pad_w, .stride_h = p->stride_h,
+                      .stride_w = p->stride_w, .nhwc = pl->layout == BACKEND_LAYOUT_NHWC,
+                      .type = conv_data_type(pl->math), .math = pl->math};
+        size_t out = pass == CG_FWD ? conv_out_count(p) : pass == CG_BWD_DATA ? conv_in_count(p) : conv_w_count(p);
+        size_t esize = cv.type == CUDNN_DATA_FLOAT ? 4 : 2;
+        cg_env env = {.handle = g.cudnn, .stream = g.stream, .ws_limit = g.ws_limit, .workspace = ws_grown,
+                      .scratch_out = grow(&g.cg_scratch, &g.cg_scratch_n, out * esize, 1)};
+        char why[256];
+        pl->graph[pass][beta] = cg_plan_make(&env, &cv, pass, (float)beta, x, w, y, why, sizeof why);
+        if (!pl->graph[pass][beta]) say_graph_fallback(pl, pass, why);
+    }
+    const cg_plan *gp = pl->graph[pass][beta];
+    if (!gp) return 0;
+    ws_reserve(cg_plan_workspace(gp));
+    cg_execute(g.cudnn, gp, x, w, y, g.ws);
+    return 1;
+}
+
+/* What conv_* chose for this shape (the plan's cudnnFind results, and the
+ * graph API's plans where train.conv_api = graph made them). */
 static void cuda_conv_describe(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len) {
     on_device();
     const conv_plan *pl = plan_find(ctx, p);
@@ -650,6 +705,15 @@ static void cuda_conv_describe(const backend_ctx *ctx, const conv_params *p, cha
                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data_math, pl->bwd_data_ws);
     describe_pass(buf, len, &o, "filter", pl->have_bwd_filter, (int)pl->bwd_filter, bwd_filter_algo_names,
                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, pl->bwd_filter_math, pl->bwd_filter_ws);
+    static const char *passes[] = {"fwd", "data", "filter"};
+    for (int k = 0; k < 3; k++)
+        for (int b = 0; b < 2; b++) {
+            if (!pl->graph[k][b] || o + 1 >= len) continue;
+            char d[160];
+            cg_describe(pl->graph[k][b], d, sizeof d);
+            int n = snprintf(buf + o, len - o, "%s%s%s: %s", o ? "; " : "", passes[k], b ? " (adding)" : "", d);
+            if (n > 0) o += (size_t)n < len - o ? (size_t)n : len - o - 1;
+        }
 }
 
 
@@ -763,11 +827,13 @@ static void cuda_conv_fwd(const backend_ctx *ctx, const conv_params *p, const vo
         if (!kept) wv = h16_from(math, H16_OP1, conv_w_count(p), wl);
         if (!a16) ys = h16_get(H16_OUT, conv_out_count(p));
     }
-    if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
-    ws_reserve(pl->fwd_ws);
-    conv_set_math(pl, pl->fwd_math);
-    CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, xs, pl->w, wv, pl->conv, pl->fwd, g.ws, pl->fwd_ws,
-                                        &k_zero, pl->y, ys));
+    if (!graph_conv(ctx, pl, CG_FWD, 0, xs, wv, ys)) {
+        if (!pl->have_fwd) plan_fwd(pl, xs, wv, ys);
+        ws_reserve(pl->fwd_ws);
+        conv_set_math(pl, pl->fwd_math);
+        CUDNN_CHECK(cudnnConvolutionForward(g.cudnn, &k_one, pl->x, xs, pl->w, wv, pl->conv, pl->fwd, g.ws,
+                                            pl->fwd_ws, &k_zero, pl->y, ys));
+    }
     if (math_reduced(math) && !a16) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));
 }
 
@@ -801,11 +867,13 @@ static void cuda_conv_bwd_data(const backend_ctx *ctx, const conv_params *p, con
         dxs = h16_get(H16_OUT, conv_in_count(p));
         beta_one = 0; /* the widening adds instead */
     }
-    if (!pl->have_bwd_data) plan_bwd_data(pl, dys, wv, dxs, beta_one);
-    ws_reserve(pl->bwd_data_ws);
-    conv_set_math(pl, pl->bwd_data_math);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, wv, pl->y, dys, pl->conv, pl->bwd_data, g.ws,
-                                             pl->bwd_data_ws, beta_one ? &k_one : &k_zero, pl->x, dxs));
+    if (!graph_conv(ctx, pl, CG_BWD_DATA, beta_one, dxs, wv, dys)) {
+        if (!pl->have_bwd_data) plan_bwd_data(pl, dys, wv, dxs, beta_one);
+        ws_reserve(pl->bwd_data_ws);
+        conv_set_math(pl, pl->bwd_data_math);
+        CUDNN_CHECK(cudnnConvolutionBackwardData(g.cudnn, &k_one, pl->w, wv, pl->y, dys, pl->conv, pl->bwd_data,
+                                                 g.ws, pl->bwd_data_ws, beta_one ? &k_one : &k_zero, pl->x, dxs));
+    }
     if (math_reduced(math) && !a16) CUDA_CHECK(cuk_widen(g.stream, math, conv_in_count(p), dxs, dx, accumulate));
 }
 
@@ -834,11 +902,13 @@ static void cuda_conv_bwd_filter(const backend_ctx *ctx, const conv_params *p, c
         if (!a16) dys = h16_from(math, H16_OP1, conv_out_count(p), dy);
         dws = h16_get(H16_OUT, conv_w_count(p));
     }
-    if (!pl->have_bwd_filter) plan_bwd_filter(pl, xs, dys, dws);
-    ws_reserve(pl->bwd_filter_ws);
-    conv_set_math(pl, pl->bwd_filter_math);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, xs, pl->y, dys, pl->conv, pl->bwd_filter, g.ws,
-                                               pl->bwd_filter_ws, &k_zero, pl->w, dws));
+    if (!graph_conv(ctx, pl, CG_BWD_FILTER, 0, xs, dws, dys)) {
+        if (!pl->have_bwd_filter) plan_bwd_filter(pl, xs, dys, dws);
+        ws_reserve(pl->bwd_filter_ws);
+        conv_set_math(pl, pl->bwd_filter_math);
+        CUDNN_CHECK(cudnnConvolutionBackwardFilter(g.cudnn, &k_one, pl->x, xs, pl->y, dys, pl->conv, pl->bwd_filter,
+                                                   g.ws, pl->bwd_filter_ws, &k_zero, pl->w, dws));
+    }
     if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_w_count(p), dws, dwl, 0));
     if (nhwc) CUDA_CHECK(cuk_transpose_layout(g.stream, p->K, p->C, p->R * p->S, dwl, dw, 0, 0));
     if (math_reduced(math) && !a16) { /* H16_OP1 keeps this dy's 16-bit copy for a paired data pass */

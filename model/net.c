@@ -511,6 +511,11 @@ void net_set_activations(net *nt, backend_dtype type) {
     nt->ctx.act = type;
 }
 
+void net_set_conv_api(net *nt, backend_conv_api api) {
+    CNT_ASSERT(api == BACKEND_CONV_API_LEGACY || api == BACKEND_CONV_API_GRAPH);
+    nt->ctx.conv_api = api;
+}
+
 void net_set_math(net *nt, int math) {
     CNT_ASSERT(math == BACKEND_MATH_FP32 || math == BACKEND_MATH_TF32 || math == BACKEND_MATH_BF16 ||
                math == BACKEND_MATH_FP16);

@@ -269,6 +269,9 @@ void net_set_math(net *nt, int math);
  * follows it). A programming error (CNT_ASSERT) after net_finalize or for a
  * type the backend does not store (backend_act_check, the caller's to ask). */
 void net_set_activations(net *nt, backend_dtype type);
+/* How the backend runs the net's convolutions (backend_ctx.conv_api); any
+ * time, as net_set_math. */
+void net_set_conv_api(net *nt, backend_conv_api api);
 
 /* Whether outputs and gradients share memory by lifetime (1, the default)
  * or each keeps its own for the net's life (0: what a backward reads that its

@@ -447,7 +447,8 @@ void zoo_imagenet_shape(const char *name, int *c, int *h, int *w) {
  * after any failure; a net that already has nodes, a net whose creation failed
  * and a dropout probability of 1 or more are CNT_ERR too. */
 int zoo_build(net *nt, const char *name, const zoo_options *opt, int *out, int *aux_out) {
-    static const zoo_options defaults = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    static const zoo_options defaults = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32,
+                                         BACKEND_CONV_API_LEGACY};
     if (out) *out = -1;
     if (aux_out) *aux_out = -1;
     const zoo_entry *e = zoo_find(name);
@@ -480,6 +481,7 @@ net *zoo_create(const backend *be, const char *name, const zoo_options *zo, int 
     if (zo) net_set_math(nt, zo->math);
     if (zo) net_set_fusion(nt, !zo->no_fusion);
     if (zo) net_set_activations(nt, zo->activations);
+    if (zo) net_set_conv_api(nt, zo->conv_api);
     int out = -1, aux = -1;
     if (zoo_build(nt, name, zo, &out, &aux) != CNT_OK || net_finalize(nt, out, aux, max_batch) != CNT_OK) {
         net_free(nt); /* leaves the message */

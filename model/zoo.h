@@ -26,6 +26,8 @@ typedef struct zoo_options {
                              * sets; 0: batch norms fused with the add and ReLU after them */
     backend_dtype activations; /* what activations are stored in (net_set_activations), which zoo_create
                                 * sets; 0: fp32 */
+    backend_conv_api conv_api; /* how the backend runs convolutions (net_set_conv_api), which zoo_create
+                                * sets; 0: legacy */
 } zoo_options;
 
 /* Builds `name` into nt (created with the data's input shape and classes).

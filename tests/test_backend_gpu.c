@@ -707,6 +707,37 @@ static void test_conv_nhwc_bf16(void **state) {
     conv_nhwc_reduced(&PREC_BF16);
 }
 
+/* train.conv_api = graph (model/cudnn_graph.h): every convolution case in
+ * both layouts, in fp32 (which must stay fp32: an engine with TF32 tensor
+ * cores fails its tolerance), tf32 and bf16, through the graph API's timed
+ * plans, held to the CPU as the legacy calls are; each pass of one shape
+ * must then say it ran a graph plan (else the legacy calls answered and
+ * this test would prove nothing). */
+static void test_conv_graph_api(void **state) {
+    (void)state;
+    NEED_GPU();
+    ctx[GPU].conv_api = BACKEND_CONV_API_GRAPH;
+    for (int layout = BACKEND_LAYOUT_NCHW; layout <= BACKEND_LAYOUT_NHWC; layout++) {
+        set_layout_both(layout);
+        conv_all_cases(&PREC_FP32);
+        ctx[GPU].math = BACKEND_MATH_TF32;
+        conv_all_cases(&PREC_TF32);
+        ctx[GPU].math = BACKEND_MATH_FP32;
+        set_math_both(BACKEND_MATH_BF16);
+        conv_all_cases(&PREC_BF16);
+        conv_params p = conv_case_params(1);
+        char buf[1024];
+        backend_conv_describe(be[GPU], &ctx[GPU], &p, buf, sizeof buf);
+        print_message("conv case 1, bf16 %s, graph API: %s\n", cur_layout_name(), buf);
+        const char *passes[] = {"fwd: graph engine", "data: graph engine", "filter: graph engine"};
+        for (int k = 0; k < 3; k++)
+            if (!strstr(buf, passes[k])) fail_msg("no '%s' in conv case 1's description: %s", passes[k], buf);
+        set_math_both(BACKEND_MATH_FP32);
+    }
+    ctx[GPU].conv_api = BACKEND_CONV_API_LEGACY;
+    set_layout_both(BACKEND_LAYOUT_NCHW);
+}
+
 static void test_conv_nhwc_fp16(void **state) {
     (void)state;
     NEED_GPU();
@@ -1849,7 +1880,7 @@ static void test_fences_and_sync_transfers(void **state) {
 
 static net *build_resnet20(const backend *b, int layout) {
     net *nt = net_create(b, 3, 32, 32, NET_CLASSES);
-    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    const zoo_options opt = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     int out, aux;
     if (zoo_build(nt, "resnet20", &opt, &out, &aux) != CNT_OK)
         fail_msg("resnet20 on the %s backend: %s", b->name, cnt_err_msg());
@@ -2493,6 +2524,7 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_nhwc_bf16, fp32_math),
         cmocka_unit_test_setup(test_conv_nhwc_fp16, fp32_math),
         cmocka_unit_test_setup(test_conv_filter_cache, fp32_math),
+        cmocka_unit_test_setup(test_conv_graph_api, fp32_math),
         cmocka_unit_test_setup(test_reduced_overflow, fp32_math),
         cmocka_unit_test_setup(test_find_nonfinite, fp32_math),
         cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),

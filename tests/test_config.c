@@ -37,7 +37,8 @@ static const char *const all_keys[] = {
     "data.std", "data.workers", "data.wait_warn", "data.remainder", "data.read_order", "data.block_mb",
     "data.shuffle_blocks",
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
-    "train.device", "train.precision", "train.layout", "train.activations", "train.fuse", "train.loss_scaling",
+    "train.device", "train.precision", "train.layout", "train.activations", "train.conv_api", "train.fuse",
+    "train.loss_scaling",
     "train.loss_scale", "train.loss_scale_window",
     "train.epochs", "train.max_steps", "train.batch_size", "train.accumulate", "train.eval_batch_size", "train.seed",
     "train.log_every", "train.out_dir", "train.tensorboard", "train.threads", "train.label_smoothing",
@@ -885,6 +886,20 @@ static void test_help_and_reference(void **state) {
 
 /* optim.lr_scaling = linear: the rate times the global batch's multiple of
  * one rank's micro-batch (world x train.accumulate); none: optim.lr. */
+/* train.conv_api: legacy by default, graph when asked, carried into the
+ * zoo's options (and from there into the net's context: test_zoo), and a
+ * value it does not take refused naming the choices. */
+static void test_conv_api(void **state) {
+    (void)state;
+    config cfg;
+    config_defaults(&cfg);
+    assert_int_equal(cfg.conv_api, BACKEND_CONV_API_LEGACY);
+    assert_int_equal(config_zoo_options(&cfg, NULL).conv_api, BACKEND_CONV_API_LEGACY);
+    assert_int_equal(config_override(&cfg, "train.conv_api=graph"), CNT_OK);
+    assert_int_equal(config_zoo_options(&cfg, NULL).conv_api, BACKEND_CONV_API_GRAPH);
+    expect_override_error("train.conv_api=v8", "legacy", "graph", NULL);
+}
+
 static void test_lr_scaling(void **state) {
     (void)state;
     config c;
@@ -905,6 +920,7 @@ int main(void) {
         cmocka_unit_test(test_bool_spellings),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_fifo_refused),
+        cmocka_unit_test(test_conv_api),
         cmocka_unit_test(test_unknown_section),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_duplicate_key),

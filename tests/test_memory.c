@@ -77,7 +77,7 @@ static size_t read_status(const char *key) {
 static void test_net_estimate_scales_with_batch(void **state) {
     (void)state;
     const backend *be = backend_cpu();
-    zoo_options zo = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    zoo_options zo = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     int out, aux;
     net *nt = net_create(be, 3, 32, 32, 10);
     assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
@@ -118,7 +118,7 @@ static void test_net_estimate_counts_kept_filters(void **state) {
     (void)state;
     backend kb = *backend_cpu();
     kb.conv_filter_kept = kept_16bit;
-    zoo_options zo = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    zoo_options zo = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     int out, aux;
     net *plain = net_create(backend_cpu(), 3, 32, 32, 10), *keeping = net_create(&kb, 3, 32, 32, 10);
     assert_int_equal(zoo_build(plain, "resnet20", &zo, &out, &aux), CNT_OK);
@@ -286,7 +286,7 @@ static void test_ps_workers_keep_no_momentum(void **state) {
 
     net *nt = net_create(backend_cpu(), 3, 32, 32, 10);
     int out, aux;
-    zoo_options zo = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    zoo_options zo = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     assert_int_equal(zoo_build(nt, "resnet20", &zo, &out, &aux), CNT_OK);
     assert_int_equal(net_finalize(nt, out, aux, 8), CNT_OK);
     optim_opts oo = config_optim_opts(&cfg);

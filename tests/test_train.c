@@ -176,7 +176,7 @@ typedef struct ckpt_arrays {
 static void read_ckpt_of(const char *path, const char *model, int c, int hw, ckpt_arrays *a) {
     net *nt = net_create(backend_cpu(), c, hw, hw, 10);
     int out, aux;
-    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     assert_int_equal(zoo_build(nt, model, &zo, &out, &aux), CNT_OK);
     assert_int_equal(net_finalize(nt, out, aux, 1), CNT_OK);
     a->n_params = nt->n_params;
@@ -426,7 +426,7 @@ static void test_mixed_precision(void **state) {
     read_ckpt(ck, &got);
     net *fresh = net_create(backend_cpu(), 1, 28, 28, 10);
     int out, aux;
-    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     assert_int_equal(zoo_build(fresh, "resnet20", &zo, &out, &aux), CNT_OK);
     assert_int_equal(net_finalize(fresh, out, aux, 1), CNT_OK);
     net_init_params(fresh, c.seed);

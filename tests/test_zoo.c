@@ -32,9 +32,9 @@
 #include "model/zoo.h"
 #include "tests/support/testutil.h"
 
-static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
-static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
-static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+static const zoo_options opt_default = {0, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
+static const zoo_options opt_zero_init = {1, 0, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
+static const zoo_options opt_aux = {0, 1, -1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
 
 /* Builds `name` for a c x h x w input with `classes` classes; fails the test on error. */
 /* Not a zoo model: residual adds whose inputs the planner may or may not let
@@ -517,7 +517,7 @@ static void test_vgg_structure(void **state) {
     net_free(nt);
 
     /* 32x32 ends the features at 1x1; the adaptive pool still yields 7x7. */
-    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    const zoo_options opt_p = {0, 0, 0.25f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     nt = build_ok("vgg11", 3, 32, 32, 10, &opt_p, &out, &aux);
     assert_node(nt, "features.20", "pool", 512, 1, 1);
     assert_node(nt, "avgpool", "pool", 512, 7, 7);
@@ -779,7 +779,7 @@ static void test_input_too_small(void **state) {
     net_free(nt);
 
     /* The same errors through zoo_build's other checks: bad dropout, a used net. */
-    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    const zoo_options bad_p = {0, 0, 1.0f, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     msg = build_fail("vgg11", 3, 224, 224, 10, &bad_p);
     assert_contains(msg, "vgg11");
     assert_contains(msg, "dropout");
@@ -1082,6 +1082,68 @@ static void test_conv_bwd_data_paired(void **state) {
     recorded_free(&rn);
 }
 
+/* --------------------------------------------------- the convolution API */
+
+/* train.conv_api reaches the backend: zoo_create's options set the net's
+ * context (net_set_conv_api), which every convolution pass of a training
+ * step carries (backend_ctx.conv_api; the CUDA backend's graph API reads it
+ * there). Counted by a recording copy of the CPU backend, for both values:
+ * a pass that saw another value than the net's is counted wrong. */
+static backend api_be;
+static backend_conv_api api_want;
+static int api_passes, api_wrong;
+
+static void api_note(const backend_ctx *ctx) {
+    api_passes++;
+    api_wrong += ctx->conv_api != api_want;
+}
+
+static void api_fwd(const backend_ctx *ctx, const conv_params *p, const void *x, const float *w, void *y) {
+    api_note(ctx);
+    backend_cpu()->conv_fwd(ctx, p, x, w, y);
+}
+
+static void api_data(const backend_ctx *ctx, const conv_params *p, const void *dy, const float *w, void *dx,
+                     int accumulate, int paired) {
+    api_note(ctx);
+    backend_cpu()->conv_bwd_data(ctx, p, dy, w, dx, accumulate, paired);
+}
+
+static void api_filter(const backend_ctx *ctx, const conv_params *p, const void *x, const void *dy, float *dw) {
+    api_note(ctx);
+    backend_cpu()->conv_bwd_filter(ctx, p, x, dy, dw);
+}
+
+static void test_conv_api_reaches_every_pass(void **state) {
+    (void)state;
+    api_be = *backend_cpu();
+    api_be.conv_fwd = api_fwd;
+    api_be.conv_bwd_data = api_data;
+    api_be.conv_bwd_filter = api_filter;
+    for (int k = 0; k < 2; k++) {
+        api_want = k ? BACKEND_CONV_API_GRAPH : BACKEND_CONV_API_LEGACY;
+        api_passes = api_wrong = 0;
+        zoo_options zo = opt_default;
+        zo.conv_api = api_want;
+        net *nt = zoo_create(&api_be, "resnet20", &zo, 3, 32, 32, 10, BACKEND_LAYOUT_NCHW, 2);
+        assert_non_null(nt);
+        net_init_params(nt, 1);
+        int convs = 0;
+        for (int i = 0; i < nt->n_nodes; i++) convs += strcmp(nt->nodes[i].ops->kind, "conv") == 0;
+        size_t nx = 2 * 3 * 32 * 32, nl = 2 * 10;
+        float *x = api_be.alloc(nx * sizeof(float)), *dl = api_be.alloc(nl * sizeof(float));
+        net_forward(nt, x, 2, 1);
+        net_backward(nt, dl, NULL);
+        print_message("conv_api %d: %d convolution passes, %d with another API\n", (int)api_want, api_passes,
+                      api_wrong);
+        assert_int_equal(api_passes, 3 * convs - 1); /* the stem has no data pass */
+        assert_int_equal(api_wrong, 0);
+        api_be.free(x);
+        api_be.free(dl);
+        net_free(nt);
+    }
+}
+
 /* --------------------------------------------------- the weights epoch */
 
 /* The CPU backend with the weights epoch (backend_ctx.weights_epoch) each
@@ -1245,7 +1307,7 @@ static void test_vgg16_gradient_order(void **state) {
  * name; an input too small) for the caller to prefix. */
 static void test_zoo_create(void **state) {
     (void)state;
-    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32};
+    zoo_options zo = {0, 1, -1, BACKEND_MATH_FP32, 0, BACKEND_DTYPE_FP32, BACKEND_CONV_API_LEGACY};
     net *nt = zoo_create(backend_cpu(), "resnet20", &zo, 1, 28, 28, 10, BACKEND_LAYOUT_NCHW, 4);
     assert_non_null(nt);
     assert_true(nt->n_params == 269434);
@@ -1287,6 +1349,7 @@ int main(void) {
         cmocka_unit_test(test_shared_memory_changes_nothing),
         cmocka_unit_test(test_passed_dy_sharing),
         cmocka_unit_test(test_conv_bwd_data_paired),
+        cmocka_unit_test(test_conv_api_reaches_every_pass),
         cmocka_unit_test(test_weights_epoch_bracket),
         cmocka_unit_test(test_vgg16_gradient_order),
         cmocka_unit_test(test_zoo_create),

@@ -101,6 +101,7 @@ typedef struct config {
     backend_layout layout;           /* auto: backend_layout_choose */
     int activations;                 /* CONFIG_ACT_AUTO or a backend_dtype: config_activations */
     int fuse;                        /* bool: batch norm + add + ReLU in one op (net_set_fusion) */
+    backend_conv_api conv_api;       /* how a GPU runs convolutions (net_set_conv_api) */
     loss_scale_mode loss_scaling;    /* auto: config_loss_scale_opts */
     float loss_scale;                /* static scale, or the dynamic scale's start */
     int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */

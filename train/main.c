@@ -101,18 +101,19 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
 }
 
 /* One `--bench` key=value option into cfg: device, precision, layout,
- * activations and fuse are train.device, train.precision, train.layout,
- * train.activations and train.fuse (the config's table parses them),
- * classes a count. Prints why and returns CNT_ERR. */
+ * activations, fuse and conv_api are train.device, train.precision,
+ * train.layout, train.activations, train.fuse and train.conv_api (the
+ * config's table parses them), classes a count. Prints why and returns
+ * CNT_ERR. */
 static int parse_bench_option(const char *arg, config *cfg) {
-    static const char *const keys[] = {"device", "precision", "layout", "activations", "fuse"};
+    static const char *const keys[] = {"device", "precision", "layout", "activations", "fuse", "conv_api"};
     const char *eq = strchr(arg, '=');
     if (!eq) {
         fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", arg);
         return CNT_ERR;
     }
     size_t kl = (size_t)(eq - arg);
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 6; k++) {
         if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
         char setting[256];
         snprintf(setting, sizeof setting, "train.%s", arg);
@@ -128,7 +129,7 @@ static int parse_bench_option(const char *arg, config *cfg) {
     }
     fprintf(stderr,
             "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, activations=%s, "
-            "fuse=true|false, classes=N)\n",
+            "fuse=true|false, conv_api=legacy|graph, classes=N)\n",
             arg, choices[0], choices[1], choices[2], choices[3]);
     return CNT_ERR;
 }

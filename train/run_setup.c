@@ -145,6 +145,11 @@ static const backend *choose_device(const config *cfg) {
                            "bf16 or fp16 (the precision's type) takes them"
                          : "");
     }
+    if (cfg->conv_api == BACKEND_CONV_API_GRAPH)
+        log_info("convolutions: %s (train.conv_api = graph)",
+                 cpu ? "the CPU backend ignores the choice" :
+                       "cuDNN's graph API, every engine its heuristics offer for a shape timed at its first step and "
+                       "the fastest kept (a pass with no such plan takes the legacy call, with a warning)");
     return be;
 }
 

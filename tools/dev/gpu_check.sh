@@ -152,6 +152,7 @@ if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
         act16_*) CNT_TEST_FILTER=test_act16_ops timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         bn_fused_*) CNT_TEST_FILTER=test_bn_act_fused timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         vec_*) CNT_TEST_FILTER=test_relu timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
+        graph_*) CNT_TEST_FILTER=test_conv_graph_api timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         *) timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
         esac
         rc=$?

@@ -34,6 +34,9 @@ mutants=(
     # the vectorised elementwise kernels' last values (n % 4 floats, n % 8 16-bit ones) left out
     # (test_backend_gpu, test_relu)
     'vec_relu_tail_short|model/cuda_kernels.cu|s/    GRID_STRIDE(t, n - nv) { size_t i = nv + t; st(y, i, relu_of(ld(x, i))); }/    GRID_STRIDE(t, n - nv - (n > nv)) { size_t i = nv + t; st(y, i, relu_of(ld(x, i))); }/|build/tests/test_backend_gpu'
+    # the graph API's operations given alpha as beta: every output adds to its old contents
+    # (test_backend_gpu, test_conv_graph_api; not caught means no graph plan ran)
+    'graph_beta_one|model/cudnn_graph.c|s/    TRY(st, set_attr(op, a\[5\], CUDNN_TYPE_FLOAT, 1, \&beta));/    TRY(st, set_attr(op, a[5], CUDNN_TYPE_FLOAT, 1, \&alpha));/|build/tests/test_backend_gpu'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
