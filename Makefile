@@ -299,9 +299,9 @@ $(BUILD)/tools/%: tools/%.c $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(BUILD)/tools/cudnn_caps: tools/probes/cudnn_caps.c $(BUILD)/config.sig
+$(BUILD)/tools/cudnn_caps: tools/probes/cudnn_caps.c $(LIB) $(BUILD)/config.sig
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 
 $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig

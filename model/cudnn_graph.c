@@ -218,12 +218,15 @@ static float time_plan(const cg_env *env, cudnnBackendDescriptor_t plan, size_t 
     return best;
 }
 
-cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, const void *x, const void *w,
-                      const void *y, char *why, size_t len) {
-    if (why && len) why[0] = '\0';
-    cudnnBackendDescriptor_t graph = NULL, heur = NULL, cfgs[CG_MAX_CONFIGS] = {NULL};
+/* The heuristics' engine configurations (mode A, best first) for cv's
+ * pass with blend beta: *got of them in cfgs[CG_MAX_CONFIGS] (destroy each
+ * with destroy()); the first failure's status. */
+static cudnnStatus_t list_configs(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, float beta,
+                                  cudnnBackendDescriptor_t *cfgs, int64_t *got) {
+    cudnnBackendDescriptor_t graph = NULL, heur = NULL;
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    cudnnStatus_t st = make_graph(env->handle, cv, pass, beta, &graph);
+    *got = 0;
+    cudnnStatus_t st = make_graph(h, cv, pass, beta, &graph);
     TRY(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
     TRY(st, set_attr(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
     TRY(st, set_attr(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
@@ -236,14 +239,43 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
     if (offered > CG_MAX_CONFIGS) offered = CG_MAX_CONFIGS;
     for (int64_t i = 0; i < offered; i++)
         TRY(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]));
-    int64_t got = 0;
     if (offered > 0)
         TRY(st, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, offered,
-                                         &got, cfgs));
-    if (st != CUDNN_STATUS_SUCCESS) {
-        if (why) snprintf(why, len, "cuDNN could not describe it: %s", cudnnGetErrorString(st));
-        got = 0;
+                                         got, cfgs));
+    /* what was made but not filled goes now */
+    for (int64_t i = st == CUDNN_STATUS_SUCCESS ? *got : 0; i < offered; i++) destroy(&cfgs[i]);
+    if (st != CUDNN_STATUS_SUCCESS) *got = 0;
+    destroy(&heur);
+    destroy(&graph);
+    return st;
+}
+
+cudnnStatus_t cg_count(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, int *offered, int *qualified) {
+    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL};
+    int64_t got = 0;
+    *offered = *qualified = 0;
+    cudnnStatus_t st = list_configs(h, cv, pass, 0.0f, cfgs, &got);
+    for (int64_t i = 0; i < got; i++) {
+        int64_t engine, ws;
+        if (qualifies(cfgs[i], cv->math, &engine)) {
+            cudnnBackendDescriptor_t plan = finalise(cfgs[i], &ws);
+            *qualified += plan != NULL;
+            destroy(&plan);
+        }
+        destroy(&cfgs[i]);
     }
+    *offered = (int)got;
+    return st;
+}
+
+cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, const void *x, const void *w,
+                      const void *y, char *why, size_t len) {
+    if (why && len) why[0] = '\0';
+    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL};
+    int64_t got = 0;
+    cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got);
+    if (st != CUDNN_STATUS_SUCCESS && why)
+        snprintf(why, len, "cuDNN could not describe it: %s", cudnnGetErrorString(st));
     /* timing writes the pass's output into scratch */
     const void *tx = pass == CG_BWD_DATA ? env->scratch_out : x, *tw = pass == CG_BWD_FILTER ? env->scratch_out : w;
     const void *ty = pass == CG_FWD ? env->scratch_out : y;
@@ -251,8 +283,8 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
     int qualified = 0;
     for (int64_t i = 0; i < got; i++) {
         int64_t engine = -1, ws = 0;
-        if (!qualifies(cfgs[i], cv->math, &engine)) continue;
-        cudnnBackendDescriptor_t plan = finalise(cfgs[i], &ws);
+        cudnnBackendDescriptor_t plan = qualifies(cfgs[i], cv->math, &engine) ? finalise(cfgs[i], &ws) : NULL;
+        destroy(&cfgs[i]);
         if (!plan) continue;
         qualified++;
         float ms = ws >= 0 && (size_t)ws <= env->ws_limit ? time_plan(env, plan, (size_t)ws, tx, tw, ty) : -1.0f;
@@ -271,9 +303,6 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
         snprintf(why, len, "none of the %lld engine configurations cuDNN offered ran here (%d qualified)",
                  (long long)got, qualified);
     }
-    for (int64_t i = 0; i < offered; i++) destroy(&cfgs[i]);
-    destroy(&heur);
-    destroy(&graph);
     return best;
 }
 

@@ -67,6 +67,11 @@ typedef struct cg_env {
  * with the reason in why (len bytes). */
 cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, const void *x, const void *w,
                       const void *y, char *why, size_t len);
+/* For probes (tools/probes/cudnn_caps): how many engine configurations the
+ * heuristics offer for cv's pass (*offered) and how many of them cv's math
+ * mode admits and cuDNN finalises (*qualified); the first failure's status
+ * (counts 0 then). Runs nothing. */
+cudnnStatus_t cg_count(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, int *offered, int *qualified);
 /* The workspace the plan needs. */
 size_t cg_plan_workspace(const cg_plan *pl);
 /* Runs the plan on x, w, y (roles as cg_pass says) with workspace ws (at

@@ -11,9 +11,11 @@
  *     workspace query answered;
  *   - the plain SPATIAL calls on the same tensors (what model/backend_cuda.c
  *     falls back to);
- *   - the graph API (cudnn_graph.h): how many engine configurations its
- *     heuristics (mode A) offer for a 3x3 convolution forward of each data
- *     type in NHWC with fp32 accumulation; 0 or an error means none.
+ *   - the graph API (cudnn_graph.h), through the builder train.conv_api =
+ *     graph runs (model/cudnn_graph.c): how many engine configurations its
+ *     heuristics (mode A) offer for each pass of a 3x3 convolution of each
+ *     data type in NHWC with fp32 accumulation, and how many of them the
+ *     math mode admits and cuDNN finalises; 0 or an error means none.
  *
  *   build/tools/cudnn_caps [DEVICE]
  *
@@ -28,6 +30,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "model/backend.h"
+#include "model/cudnn_graph.h"
 
 #define CUDA_OR_EXIT(call)                                                                                   \
     do {                                                                                                     \
@@ -122,72 +127,26 @@ static cudnnStatus_t bn_run(cudnnHandle_t h, cudnnDataType_t t, size_t tsize, cu
     return st;
 }
 
-/* ---- the graph API ---- */
+/* ---- the graph API: model/cudnn_graph.c's own graph builder (cg_count), so
+ * these lines also check the code train.conv_api = graph runs ---- */
 
-static cudnnStatus_t set_attr(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-                              cudnnBackendAttributeType_t type, int64_t count, const void *value) {
-    return cudnnBackendSetAttribute(d, name, type, count, value);
-}
-
-/* A finalized tensor descriptor [N, C, H, W] in NHWC strides. */
-static cudnnStatus_t graph_tensor(cudnnBackendDescriptor_t *d, cudnnDataType_t t, const int64_t *dims, int64_t uid) {
-    int64_t strides[4] = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]}, align = 16;
-    cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, d);
-    TRY(st, set_attr(*d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t));
-    TRY(st, set_attr(*d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
-    TRY(st, set_attr(*d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
-    TRY(st, set_attr(*d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
-    TRY(st, set_attr(*d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
-    TRY(st, cudnnBackendFinalize(*d));
-    return st;
-}
-
-/* Engine configurations the heuristics offer for y = conv3x3(x, w) of type t,
- * [32, 64, 28, 28] -> [32, 64, 28, 28], fp32 accumulation; *count = 0 when none. */
-static cudnnStatus_t graph_conv_engines(cudnnHandle_t h, cudnnDataType_t t, int64_t *count) {
-    const int64_t xd[4] = {32, 64, 28, 28}, wd[4] = {64, 64, 3, 3}, yd[4] = {32, 64, 28, 28};
-    const int64_t two = 2, pad[2] = {1, 1}, one2[2] = {1, 1};
-    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
-    const float alpha = 1.0f, beta = 0.0f;
-    cudnnBackendDescriptor_t x = NULL, w = NULL, y = NULL, conv = NULL, op = NULL, graph = NULL, heur = NULL;
-    *count = 0;
-    cudnnStatus_t st = graph_tensor(&x, t, xd, 1);
-    TRY(st, graph_tensor(&w, t, wd, 2));
-    TRY(st, graph_tensor(&y, t, yd, 3));
-    TRY(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, one2));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, one2));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
-    TRY(st, set_attr(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
-    TRY(st, cudnnBackendFinalize(conv));
-    TRY(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op));
-    TRY(st, set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    TRY(st, set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
-    TRY(st, set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    TRY(st, set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
-    TRY(st, set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
-    TRY(st, set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
-    TRY(st, cudnnBackendFinalize(op));
-    TRY(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph));
-    TRY(st, set_attr(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
-    TRY(st, set_attr(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-    TRY(st, cudnnBackendFinalize(graph));
-    TRY(st, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
-    TRY(st, set_attr(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
-    TRY(st, set_attr(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode));
-    TRY(st, cudnnBackendFinalize(heur));
-    /* with no array given, the attribute's element count comes back */
-    TRY(st, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, count,
-                                     NULL));
-    cudnnBackendDescriptor_t all[] = {heur, graph, op, conv, y, w, x};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i]) cudnnBackendDestroyDescriptor(all[i]);
-    return st;
+/* Each pass of a 3x3 convolution [32, 64, 28, 28] -> [32, 64, 28, 28] in
+ * NHWC of type t, in math mode `math`: the heuristics' engine
+ * configurations, and those the mode admits and cuDNN finalises. */
+static void graph_counts(cudnnHandle_t h, const char *type_name, cudnnDataType_t t, int math, const char *math_name) {
+    static const char *passes[] = {"forward", "data gradient", "weight gradient"};
+    cg_conv cv = {.n = 32, .c = 64, .h = 28, .w = 28, .k = 64, .r = 3, .s = 3, .p = 28, .q = 28, .pad_h = 1,
+                  .pad_w = 1, .stride_h = 1, .stride_w = 1, .nhwc = 1, .type = t, .math = math};
+    for (int k = 0; k < 3; k++) {
+        int offered = 0, qualified = 0;
+        cudnnStatus_t st = cg_count(h, &cv, (cg_pass)k, &offered, &qualified);
+        char what[96];
+        snprintf(what, sizeof what, "graph API: 3x3 convolution %s, NHWC, %s math", passes[k], math_name);
+        if (st == CUDNN_STATUS_SUCCESS)
+            printf("%-58s %-5s %d engine configurations, %d qualify\n", what, type_name, offered, qualified);
+        else
+            answer(what, type_name, st);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -224,13 +183,13 @@ int main(int argc, char **argv) {
             }
         answer("batch norm, NHWC plain SPATIAL, forward and backward", types[k].name,
                bn_run(h, types[k].type, types[k].size, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, 1, 0));
-        int64_t engines = 0;
-        st = graph_conv_engines(h, types[k].type, &engines);
-        if (st == CUDNN_STATUS_SUCCESS)
-            printf("%-58s %-5s %lld engine configurations\n", "graph API: 3x3 convolution forward, NHWC",
-                   types[k].name, (long long)engines);
-        else
-            answer("graph API: 3x3 convolution forward, NHWC", types[k].name, st);
+        if (types[k].type == CUDNN_DATA_FLOAT) {
+            graph_counts(h, types[k].name, types[k].type, BACKEND_MATH_FP32, "fp32");
+            graph_counts(h, types[k].name, types[k].type, BACKEND_MATH_TF32, "tf32");
+        } else {
+            graph_counts(h, types[k].name, types[k].type,
+                         types[k].type == CUDNN_DATA_HALF ? BACKEND_MATH_FP16 : BACKEND_MATH_BF16, types[k].name);
+        }
     }
     cudnnDestroy(h);
     return 0;
