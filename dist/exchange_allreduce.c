@@ -54,6 +54,10 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
                      cnt_err_msg());
         return CNT_OK;
     }
+    if (dist_rank() == 0)
+        log_info("dist: NCCL took %.0f MiB of GPU memory on rank 0 for its buffers (connected at start-up, so the "
+                 "memory check sees them)",
+                 (double)dist_nccl_own_bytes(nc) / 1048576.0);
     *out = nc;
     return CNT_OK;
 #else

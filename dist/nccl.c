@@ -47,6 +47,7 @@ struct dist_nccl {
     long next_round;       /* the round being queued (opened by its first allreduce) */
     long last_closed;      /* -1: none */
     round_slot slots[ROUND_SLOTS];
+    size_t own_bytes;      /* GPU memory NCCL took by the end of dist_nccl_create */
 };
 
 /* ------------------------------------------------------------ creation */
@@ -142,6 +143,8 @@ static void judge(const peer_info *p, int world, char *msg, size_t cap) {
     }
 }
 
+static void warm_up(dist_nccl *c);
+
 dist_nccl *dist_nccl_create(void) {
     int rank = dist_rank(), world = dist_world();
     peer_info me;
@@ -172,6 +175,8 @@ dist_nccl *dist_nccl_create(void) {
 
     dist_nccl *c = cnt_calloc(1, sizeof *c);
     c->device = me.device;
+    size_t free_before = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     /* Blocking: returns once every rank has joined (or fails, fatally). */
     NCCL_CHECK(ncclCommInitRank(&c->comm, world, v.id, rank));
     /* At the device's highest priority: an allreduce queued while backward
@@ -194,8 +199,14 @@ dist_nccl *dist_nccl_create(void) {
         CUDA_CHECK(cudaEventCreate(&c->slots[s].mark));
     }
     c->last_closed = -1;
+    warm_up(c);
+    size_t free_after = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+    c->own_bytes = free_before > free_after ? free_before - free_after : 0;
     return c;
 }
+
+size_t dist_nccl_own_bytes(const dist_nccl *c) { return c ? c->own_bytes : 0; }
 
 void dist_nccl_free(dist_nccl *c) {
     if (!c) return;
@@ -342,6 +353,47 @@ static void round_describe(void *ctx, dist_wait_text part, char *buf, size_t cap
         snprintf(buf, cap, "rank %d", dist_job_rank());
     else
         snprintf(buf, cap, part == DIST_WAIT_LATE ? "for %s to finish on the GPU" : "%s finished on the GPU", w->what);
+}
+
+/* dist_wait_until's poll for the warm-up: 1 once the event is done. */
+static int warm_poll(void *ctx) {
+    round_wait *w = ctx;
+    if (event_done(w->last)) return 1;
+    check_async_error(w->c, w->what);
+    return 0;
+}
+
+/* NCCL connects to its peers at the first collective of each algorithm and
+ * protocol (NCCL_RUNTIME_CONNECT, the default since 2.22), allocating its
+ * buffers on the GPU then: after the start-up memory check, which reads the
+ * free memory to decide whether the run fits. Two sums now, one value (the
+ * LL protocol, as the small last bucket uses) and 32 MiB (SIMPLE, as a
+ * gradient bucket of the default 25 MiB), make those buffers before the
+ * check, so the free memory it reads already leaves them out; what they
+ * took is dist_nccl_own_bytes. Waited for like a round (bounded). */
+static void warm_up(dist_nccl *c) {
+    const size_t n = (size_t)8 << 20; /* floats: 32 MiB */
+    float *buf = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&buf, n * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(float), c->stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, c->comm, c->stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
+    CUDA_CHECK(cudaEventRecord(c->done, c->stream));
+    double warn_s, abort_s;
+    dist_wait_limits(&warn_s, &abort_s);
+    round_wait w = {c, c->done, c->done, "NCCL's warm-up allreduce at start-up"};
+    dist_wait_site s = {.poll = warm_poll,
+                        .describe = round_describe,
+                        .ctx = &w,
+                        .warn_note = " (NCCL reports no error): a peer rank or the network may be stuck",
+                        .abort_note = ": a peer rank (its process or its GPU) or the network is stuck",
+                        .spin_polls = 16,
+                        .max_sleep_us = 1000,
+                        .warn_s = warn_s,
+                        .abort_s = abort_s};
+    dist_wait_until(&s);
+    check_async_error(c, w.what);
+    CUDA_CHECK(cudaFree(buf));
 }
 
 void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_s, const char *what,

@@ -57,8 +57,15 @@ typedef struct dist_nccl dist_nccl;
  * creates the communication stream (non-blocking) and events. Returns NULL
  * with a message (cnt_err_msg) on every rank when a rank has no usable device
  * or two ranks share a GPU; CUDA or NCCL failures after that are fatal (the
- * whole job ends). */
+ * whole job ends). Before it returns, two warm-up allreduces (one value, 32
+ * MiB; waited for within the stall limits) make NCCL connect and allocate
+ * its buffers, which it would otherwise do at the first step, after the
+ * start-up memory check had read the free memory without them. */
 dist_nccl *dist_nccl_create(void);
+/* The GPU memory the communicator took by then: its buffers, as the free
+ * memory fell from before ncclCommInitRank to after the warm-up (another
+ * process on the GPU may move it; 0 where the free memory grew). */
+size_t dist_nccl_own_bytes(const dist_nccl *c);
 /* Waits for everything queued on the communication stream, then finalises
  * and destroys the communicator. Every rank calls it (NCCL's finalisation
  * waits for the peers). NULL is fine. */

@@ -142,6 +142,8 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             train.max_steps=20 train.log_every=10 train.out_dir="$tmp/nccl1" >"$tmp/nccl1.log" 2>&1
         check "1 rank, dist.backend=nccl: exit 0" test $? -eq 0
         check "1 rank, dist.backend=nccl: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl1.log"
+        check "1 rank, dist.backend=nccl: says the memory NCCL's buffers took" \
+            grep -qE '^dist: NCCL took [0-9]+ MiB of GPU memory' "$tmp/nccl1.log"
         if [ "$gpus" -eq 1 ]; then
             # two ranks on the one GPU that NCCL takes for two hosts (each its
             # own NCCL_HOSTID): real allreduces, over its socket transport
