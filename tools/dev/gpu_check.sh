@@ -21,6 +21,7 @@
 #        columns, bench_ab_gpu.sh's), ROUNDS (the A/B's, default 2), GPU_PROFILE
 #        ("MODEL|BATCH|PRECISIONS|LAYOUT" of the profiles written to $OUT after
 #        the A/B, default "resnet50|64|bf16 tf32|nhwc"; "none" skips them),
+#        GPU_TESTS ("none": neither the tests nor the mutants, for a call that only measures),
 #        GPU_TORCH_PROFILE ("MODEL|BATCHES|PRECISIONS|LAYOUT" of PyTorch's runs under its
 #        profiler, after the A/B, default "resnet50|64 256|bf16|nhwc"; "none" skips them)
 #
@@ -105,6 +106,7 @@ nvjpeg_bench='d=/tmp/cnt_nvjpeg; [ -d $d ] || build/tools/to_imagefolder synthet
     configs/resnet50.ini data.root=$d data.decoder=$dec train.batch_size=64 2>&1 | sed "s/^/$dec: /"; done'
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
     tests/test_gpu_train.sh build/tests/test_image "$nvjpeg_bench")
+[ "${GPU_TESTS:-all}" = none ] && [ $# -eq 0 ] && tests=() # a measuring call: no tests, no mutants
 failed=()
 for t in "${tests[@]}"; do
     left=$((budget - (SECONDS - t0)))
@@ -128,7 +130,7 @@ for t in "${tests[@]}"; do
 done
 # The mutants of tools/dev/gpu_mutants.sh: each must fail (a test that passes
 # without the fence or event wait it guards does not guard it).
-if [ -d .devkit/mutants ] && [ $# -eq 0 ]; then
+if [ -d .devkit/mutants ] && [ $# -eq 0 ] && [ "${GPU_TESTS:-all}" != none ]; then
     gpus=$(./trainer --devices | grep -c '^cuda:[0-9]')
     for f in .devkit/mutants/*.xz; do
         name=$(basename "$f" .xz)
