@@ -88,6 +88,7 @@ static MPI_Op half_sum_op = MPI_OP_NULL;
 /* The communicator of every collective: MPI_COMM_WORLD, or this rank's group
  * after dist_split_servers. */
 static MPI_Comm g_comm = MPI_COMM_NULL;
+static MPI_Win g_beats_win = MPI_WIN_NULL; /* the node's dist_beat slots (dist/wait.h) */
 
 MPI_Comm dist_comm(void) { return g_comm == MPI_COMM_NULL ? MPI_COMM_WORLD : g_comm; }
 
@@ -178,6 +179,17 @@ int dist_init(int *argc, char ***argv) {
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_rank(local, &g_local_rank));
     DIST_MPI_CHECK(MPI_Comm_size(local, &g_local_world));
+    /* The node's shared slots for the blocking calls' monitor (dist/wait.h):
+     * one per local rank, contiguous from local rank 0's (the default layout),
+     * read and written with atomics, never through MPI after this. */
+    dist_beat *mine = NULL, *all = NULL;
+    MPI_Aint size = 0;
+    int disp = 0;
+    DIST_MPI_CHECK(MPI_Win_allocate_shared((MPI_Aint)sizeof(dist_beat), (int)sizeof(dist_beat), MPI_INFO_NULL, local,
+                                           &mine, &g_beats_win));
+    DIST_MPI_CHECK(MPI_Win_shared_query(g_beats_win, 0, &size, &disp, &all));
+    memset(mine, 0, sizeof *mine);
+    dist_beats_attach(all, g_local_world, g_local_rank);
     DIST_MPI_CHECK(MPI_Comm_free(&local));
     return CNT_OK;
 }
@@ -219,6 +231,8 @@ void dist_finalize(void) {
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
     dist_wait_bounded(1, &req, "dist_finalize", DIST_WAIT_SLEEP);
+    dist_beats_attach(NULL, 0, 0); /* the monitor lets go of the slots before they go */
+    if (g_beats_win != MPI_WIN_NULL) DIST_MPI_CHECK(MPI_Win_free(&g_beats_win));
     if (g_comm != MPI_COMM_NULL) DIST_MPI_CHECK(MPI_Comm_free(&g_comm));
     if (half_sum_op != MPI_OP_NULL) DIST_MPI_CHECK(MPI_Op_free(&half_sum_op));
     if (half_type != MPI_DATATYPE_NULL) DIST_MPI_CHECK(MPI_Type_free(&half_type));

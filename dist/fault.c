@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 /* One fault, armed by the environment variable `var` = RANK:STEP:VALUE. */
@@ -100,7 +101,7 @@ void fault_stall_in_point(const char *phase) {
     if (stall_in.rank != dist_job_rank() || strncmp(phase, stall_in.phase, strlen(stall_in.phase)) != 0) return;
     if (atomic_exchange(&stall_in.fired, 1)) return;
     log_warn("CNT_TEST_STALL_IN: sleeping %g s on entering '%s', before its first collective (test-only fault "
-             "injection)",
-             stall_in.seconds, phase);
+             "injection; pid %ld)",
+             stall_in.seconds, phase, (long)getpid());
     sleep_s(stall_in.seconds);
 }

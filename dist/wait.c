@@ -87,6 +87,55 @@ static double blocking_since = 0; /* time_now() the call in progress began; 0: n
 static int blocking_warned = 0;   /* warnings said about it */
 static char blocking_what[256];
 static pthread_once_t deadman_once = PTHREAD_ONCE_INIT;
+/* The node's shared slots (dist_beats_attach), under blocking_mu; NULL: none. */
+static dist_beat *beats;
+static int beats_n, beats_mine;
+
+void dist_beats_attach(dist_beat *slots, int n, int mine) {
+    cnt_mutex_lock(&blocking_mu);
+    beats = slots;
+    beats_n = slots ? n : 0;
+    beats_mine = mine;
+    if (slots) __atomic_store_n(&slots[mine].job_rank, (int64_t)dist_job_rank(), __ATOMIC_RELEASE);
+    cnt_mutex_unlock(&blocking_mu);
+}
+
+static int64_t now_ns(void) { return (int64_t)(time_now() * 1e9); }
+
+/* Who on this node keeps the call from finishing, into buf (len bytes):
+ * "; on this node rank 1 has not entered it, its process alive" (or "has
+ * given no sign of life for 5 s: its process is stopped or gone"), or ""
+ * where every other rank of the node is inside it and alive (the late one
+ * is on another node, or in the MPI library itself). stale_s: a monitor
+ * silent that long has stopped. Under blocking_mu. */
+static void beats_describe(char *buf, size_t len, double stale_s) {
+    buf[0] = '\0';
+    if (!beats || len < 2) return;
+    const dist_beat *me = &beats[beats_mine];
+    int64_t my_seq = __atomic_load_n(&me->seq, __ATOMIC_ACQUIRE), now = now_ns();
+    size_t o = 0;
+    int named = 0;
+    for (int i = 0; i < beats_n && o + 1 < len; i++) {
+        if (i == beats_mine) continue;
+        const dist_beat *b = &beats[i];
+        int64_t rank = __atomic_load_n(&b->job_rank, __ATOMIC_ACQUIRE);
+        int64_t seq = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE);
+        int64_t inside = __atomic_load_n(&b->inside_ns, __ATOMIC_ACQUIRE);
+        int64_t beat = __atomic_load_n(&b->beat_ns, __ATOMIC_ACQUIRE);
+        double silent = beat > 0 ? (double)(now - beat) * 1e-9 : 0;
+        int n = 0;
+        const char *lead = named ? ", " : "; on this node ";
+        if (beat > 0 && silent >= stale_s)
+            n = snprintf(buf + o, len - o, "%srank %lld has given no sign of life for %.0f s: its process is stopped "
+                         "or gone", lead, (long long)rank, silent);
+        else if (seq < my_seq || (seq == my_seq && inside == 0))
+            n = snprintf(buf + o, len - o, "%srank %lld has not entered it, its process alive", lead, (long long)rank);
+        if (n > 0) {
+            named = 1;
+            o += (size_t)n < len - o ? (size_t)n : len - o - 1;
+        }
+    }
+}
 
 static void *deadman(void *arg) {
     (void)arg;
@@ -96,13 +145,17 @@ static void *deadman(void *arg) {
         struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
         nanosleep(&ts, NULL);
         cnt_mutex_lock(&blocking_mu);
+        if (beats) __atomic_store_n(&beats[beats_mine].beat_ns, now_ns(), __ATOMIC_RELEASE);
         double waited = blocking_since > 0 ? time_now() - blocking_since : 0;
+        /* a neighbour's monitor silent for 3 of its naps and a second is stopped */
+        char late[512] = "";
+        if (blocking_since > 0) beats_describe(late, sizeof late, 3 * nap + 1);
         if (blocking_since > 0 && g_abort_s > 0 && waited >= g_abort_s) {
             char line[600];
             int n = snprintf(line, sizeof line,
                              "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
-                             "the middle of it; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
-                             dist_job_rank(), dist_job_rank(), blocking_what, waited, g_abort_s);
+                             "the middle of it%s; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
+                             dist_job_rank(), dist_job_rank(), blocking_what, waited, late, g_abort_s);
             fflush(stdout);
             if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
                 /* nothing left to tell it to */
@@ -115,9 +168,9 @@ static void *deadman(void *arg) {
             blocking_warned = due;
             /* every rank had arrived (the watchdog's barrier before it): one stopped at or inside it */
             log_warn("stall: rank %d has been inside %s for %.0f s: every rank had reached it (the stall watchdog), "
-                     "so one stopped or hung at or inside it and prints no such line (dist.stall_warn_s = %g; the "
+                     "so one stopped or hung at or inside it and prints no such line%s (dist.stall_warn_s = %g; the "
                      "job ends after dist.stall_abort_s = %g)",
-                     dist_job_rank(), blocking_what, waited, g_warn_s, g_abort_s);
+                     dist_job_rank(), blocking_what, waited, late, g_warn_s, g_abort_s);
         }
         cnt_mutex_unlock(&blocking_mu);
     }
@@ -140,12 +193,20 @@ void dist_blocking_begin(const char *call) {
     snprintf(blocking_what, sizeof blocking_what, "%s during %s", call, tl_phase[0] ? tl_phase : "an unnamed phase");
     blocking_since = time_now();
     blocking_warned = 0;
+    if (beats) {
+        dist_beat *b = &beats[beats_mine];
+        __atomic_store_n(&b->beat_ns, now_ns(), __ATOMIC_RELEASE);
+        __atomic_store_n(&b->inside_ns, now_ns(), __ATOMIC_RELEASE);
+        __atomic_add_fetch(&b->seq, 1, __ATOMIC_ACQ_REL);
+    }
     cnt_mutex_unlock(&blocking_mu);
+    fault_stall_in_point("inside the call"); /* tests only: a rank stopped inside it (its monitor with it) */
 }
 
 void dist_blocking_end(void) {
     if (g_abort_s <= 0 && g_warn_s <= 0) return;
     cnt_mutex_lock(&blocking_mu);
+    if (beats) __atomic_store_n(&beats[beats_mine].inside_ns, 0, __ATOMIC_RELEASE);
     if (blocking_warned > 0)
         log_warn("stall over: rank %d left %s after %.1f s", dist_job_rank(), blocking_what,
                  time_now() - blocking_since);

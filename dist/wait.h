@@ -14,6 +14,7 @@
 #define CNT_DIST_WAIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dist/dist.h"
 
@@ -91,6 +92,24 @@ void dist_wait_until(const dist_wait_site *s);
  * at a time in the process. */
 void dist_blocking_begin(const char *call);
 void dist_blocking_end(void);
+
+/* What the ranks of one node tell each other about those calls, in memory
+ * they share (dist_init allocates it: MPI_Win_allocate_shared over the
+ * node): per rank, its job rank, how many blocking calls it has entered,
+ * since when it is inside one (0: not inside), and its monitor thread's
+ * last sign of life. A rank's monitor reads its neighbours' slots when it
+ * warns, so the line names the late rank when it is on this node: one that
+ * has not entered the call (alive), or one whose monitor stopped beating
+ * (the process is stopped or gone: a rank stopped inside the call). Slot
+ * `mine` of `n` is this rank's; NULL detaches (before the memory goes). */
+typedef struct dist_beat {
+    int64_t job_rank;
+    int64_t seq;       /* blocking calls entered */
+    int64_t inside_ns; /* time_now() in ns when it entered the current one; 0: not inside */
+    int64_t beat_ns;   /* its monitor thread's last beat; 0: no monitor yet */
+    int64_t pad[4];    /* a cache line each */
+} dist_beat;
+void dist_beats_attach(dist_beat *slots, int n, int mine);
 /* The limits dist_set_wait_limits set (0: off), for the sites that name the
  * ranks they wait for (dist/ps.c). */
 void dist_wait_limits(double *warn_s, double *abort_s);

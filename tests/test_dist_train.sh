@@ -426,6 +426,32 @@ check "short stop inside MPI_Allreduce: rank 0 says when it returned" \
     grep -qE "^\[rank 0\] warning: stall over: rank 0 left $inside after [0-9.]+ s" <<<"$out"
 check "short stop inside MPI_Allreduce: the stopped rank warns of nothing" \
     bash -c '! grep -q "^\[rank 1\] warning: stall" <<<"$1"' _ "$out"
+check "short stop before MPI_Allreduce: rank 0 names rank 1 (on this node, not entered, alive)" \
+    grep -qE "^\[rank 0\] warning: stall: rank 0 has been inside $inside .*; on this node rank 1 has not entered it, its process alive" <<<"$out"
+# A rank stopped (SIGSTOP) inside MPI_Allreduce: its monitor thread stops
+# with it, so the waiting rank's warnings name it from the node's shared
+# slots (dist/wait.h) as giving no sign of life; after SIGCONT the run
+# finishes.
+log="$tmp/sigstop.log"
+CNT_TEST_STALL_IN="1:inside the call:6" timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini "${small[@]}" dist.backend=mpi dist.stall_warn_s=1 \
+    dist.stall_abort_s=30 train.out_dir="$tmp/sigstop" >"$log" 2>&1 &
+job=$!
+pid=""
+for _ in $(seq 300); do
+    pid=$(grep -oE "CNT_TEST_STALL_IN: sleeping .*pid [0-9]+" "$log" 2>/dev/null | grep -oE "[0-9]+$")
+    [ -n "$pid" ] && break
+    sleep 0.1
+done
+[ -n "$pid" ] && kill -STOP "$pid"
+sleep 4
+[ -n "$pid" ] && kill -CONT "$pid"
+wait "$job"
+rc=$?
+check "rank stopped inside MPI_Allreduce: the run finishes after SIGCONT (rc=$rc, pid ${pid:-not found})" \
+    test $rc -eq 0 -a -n "$pid"
+check "rank stopped inside MPI_Allreduce: rank 0 names rank 1 as giving no sign of life" \
+    grep -qE "^\[rank 0\] warning: stall: .*; on this node rank 1 has given no sign of life for [0-9]+ s: its process is stopped or gone" "$log"
 # A stall after a checkpoint: the job's last words name it.
 out=$(CNT_TEST_STALL_IN=1:evaluation:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL_IN \
       ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=0 checkpoint.every_steps=4 dist.stall_abort_s=3 \
