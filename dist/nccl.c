@@ -372,12 +372,30 @@ static int warm_poll(void *ctx) {
  * check, so the free memory it reads already leaves them out; what they
  * took is dist_nccl_own_bytes. Waited for like a round (bounded). */
 static void warm_up(dist_nccl *c) {
-    const size_t n = (size_t)8 << 20; /* floats: 32 MiB */
+    size_t n = (size_t)8 << 20; /* floats: 32 MiB */
     float *buf = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&buf, n * sizeof(float)));
+    if (cudaMalloc((void **)&buf, n * sizeof(float)) != cudaSuccess) {
+        /* a GPU that full fails the memory check next anyway; the large sum
+         * only warms up, so it is left out rather than ending the job here.
+         * Every rank still queues the same collectives: the count is agreed
+         * below, before any is queued. */
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    double lacking = n == 0; /* ranks without the 32 MiB */
+    dist_phase("start-up: NCCL warm-up");
+    dist_allreduce_sum_f64(&lacking, 1);
+    if (lacking > 0 && buf) {
+        CUDA_CHECK(cudaFree(buf));
+        buf = NULL;
+    }
+    if (!buf) {
+        n = 1;
+        CUDA_CHECK(cudaMalloc((void **)&buf, sizeof(float)));
+    }
     CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(float), c->stream));
     NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, c->comm, c->stream));
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
+    if (n > 1) NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
     CUDA_CHECK(cudaEventRecord(c->done, c->stream));
     double warn_s, abort_s;
     dist_wait_limits(&warn_s, &abort_s);

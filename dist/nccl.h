@@ -58,7 +58,8 @@ typedef struct dist_nccl dist_nccl;
  * with a message (cnt_err_msg) on every rank when a rank has no usable device
  * or two ranks share a GPU; CUDA or NCCL failures after that are fatal (the
  * whole job ends). Before it returns, two warm-up allreduces (one value, 32
- * MiB; waited for within the stall limits) make NCCL connect and allocate
+ * MiB, or the one value alone on every rank when a rank cannot allocate the
+ * 32 MiB; waited for within the stall limits) make NCCL connect and allocate
  * its buffers, which it would otherwise do at the first step, after the
  * start-up memory check had read the free memory without them. */
 dist_nccl *dist_nccl_create(void);
