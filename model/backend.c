@@ -51,6 +51,20 @@ size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const
 }
 
 
+size_t backend_plans_export(const backend *be, char *buf, size_t len) {
+    if (len) buf[0] = '\0';
+    return be->plans_export ? be->plans_export(buf, len) : 0;
+}
+
+int backend_plans_import(const backend *be, const char *text, char *why, size_t len) {
+    if (why && len) why[0] = '\0';
+    if (!be->plans_import) {
+        if (why) snprintf(why, len, "the %s backend keeps no convolution plans", be->name);
+        return -1;
+    }
+    return be->plans_import(text, why, len);
+}
+
 int backend_pci_bus_id(const backend *be, char *buf, size_t len) {
     if (!len) return 0;
     buf[0] = '\0';

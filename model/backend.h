@@ -259,6 +259,20 @@ typedef struct backend {
      * Optional (NULL: backend_conv_describe says the backend's name).
      * Allocates nothing that stays; never fails. */
     void (*conv_describe)(const backend_ctx *ctx, const conv_params *p, char *buf, size_t len);
+    /* Optional (NULL: the backend chooses nothing worth keeping; call them
+     * through backend_plans_*): the algorithms its convolutions chose so
+     * far (the CUDA backend: cuDNN's legacy algorithm, math type and
+     * workspace per shape, mode, layout and pass), as text, a first line
+     * naming what they were chosen on (device, compute capability, cuDNN)
+     * and a line per shape; into buf (len bytes), returning the length the
+     * whole text needs, as snprintf. plans_import takes such text: its
+     * choices are used for those shapes from then on instead of a search
+     * (ones already made are replaced, so every rank can run rank 0's);
+     * returns how many it took, or -1 with the reason in why (len bytes)
+     * and nothing taken where the text was made on another device or
+     * library version, or does not parse. */
+    size_t (*plans_export)(char *buf, size_t len);
+    int (*plans_import)(const char *text, char *why, size_t len);
 
     /* ---- per-channel bias on [N, C, HW] (HW = 1 for linear layers), in ctx's layout ---- */
     void (*bias_fwd)(const backend_ctx *ctx, int N, int C, int HW, const float *b, void *y); /* y += b[c] */
@@ -560,6 +574,10 @@ const char *backend_dtype_name(backend_dtype t);
 backend_dtype backend_act_choose(const backend *be, backend_math math);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
+/* be->plans_export: the length of the text (0, "" in buf, where the backend
+ * has no such op); be->plans_import, or -1 with a reason where it has none. */
+size_t backend_plans_export(const backend *be, char *buf, size_t len);
+int backend_plans_import(const backend *be, const char *text, char *why, size_t len);
 /* be->pci_bus_id: 1 with the id in buf, or 0 ("" in buf) where the backend
  * has no PCI device. */
 int backend_pci_bus_id(const backend *be, char *buf, size_t len);

@@ -108,7 +108,8 @@ enum { A32_X, A32_DY, A32_OUT, A32_SLOTS };
 static struct {
     int ready;
     int device;
-    int cc_major;              /* compute capability */
+    int cc_major, cc_minor;    /* compute capability */
+    char dev_name[256];        /* cudaDeviceProp.name */
     cudaStream_t stream;       /* the compute stream */
     cudaStream_t copy_stream;  /* input uploads (upload_async) */
     cudnnHandle_t cudnn;
@@ -600,6 +601,122 @@ static const float k_one = 1.0f, k_zero = 0.0f;
 
 /* The plan of shape p in ctx's mode and layout if one was made, else NULL
  * (plan_get without making one). */
+/* ---- plans_export / plans_import (backend.h): the legacy calls' choices as
+ * text. The first line names what they were chosen on; a line per plan:
+ * the shape (N C H W K R S stride_h stride_w pad_h pad_w P Q), the math
+ * mode and layout, then per pass (fwd, data, filter) whether it chose,
+ * the algorithm, its cudnnMathType_t and its workspace in bytes. The graph
+ * API's plans are not in it (they are made again). ---- */
+static void plans_header(char *buf, size_t len) {
+    snprintf(buf, len, "cnntrain conv plans v1; device %s; compute %d.%d; cuDNN %zu\n", g.dev_name, g.cc_major,
+             g.cc_minor, cudnnGetVersion());
+}
+
+static size_t cuda_plans_export(char *buf, size_t len) {
+    on_device();
+    char line[512];
+    size_t o = 0;
+    plans_header(line, sizeof line);
+#define PLANS_PUT(text)                                                          \
+    do {                                                                         \
+        size_t n_ = strlen(text);                                                \
+        if (o < len) snprintf(buf + o, len - o, "%s", text);                     \
+        o += n_;                                                                 \
+    } while (0)
+    PLANS_PUT(line);
+    for (int b = 0; b < PLAN_BUCKETS; b++)
+        for (const conv_plan *pl = g.plans[b]; pl; pl = pl->next) {
+            if (!pl->have_fwd && !pl->have_bwd_data && !pl->have_bwd_filter) continue;
+            const conv_params *p = &pl->key;
+            snprintf(line, sizeof line,
+                     "%d %d %d %d %d %d %d %d %d %d %d %d %d math %d layout %d fwd %d %d %d %zu data %d %d %d %zu "
+                     "filter %d %d %d %zu\n",
+                     p->N, p->C, p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P,
+                     p->Q, pl->math, pl->layout, pl->have_fwd, (int)pl->fwd, (int)pl->fwd_math, pl->fwd_ws,
+                     pl->have_bwd_data, (int)pl->bwd_data, (int)pl->bwd_data_math, pl->bwd_data_ws,
+                     pl->have_bwd_filter, (int)pl->bwd_filter, (int)pl->bwd_filter_math, pl->bwd_filter_ws);
+            PLANS_PUT(line);
+        }
+#undef PLANS_PUT
+    return o;
+}
+
+/* One pass of an imported line, checked: whether it chose, an algorithm
+ * below `count`, a math type cuDNN has, a workspace within the limit. */
+static int plan_pass_ok(int have, int algo, int count, int math, size_t ws) {
+    return (have == 0 || have == 1) && algo >= 0 && algo < count && math >= 0 && math <= 3 && ws <= g.ws_limit;
+}
+
+static int cuda_plans_import(const char *text, char *why, size_t len) {
+    on_device();
+    char head[512];
+    plans_header(head, sizeof head);
+    size_t hl = strlen(head);
+    if (strncmp(text, head, hl) != 0) {
+        const char *nl = strchr(text, '\n');
+        if (why)
+            snprintf(why, len, "they were chosen on '%.*s', this is '%.*s'", nl ? (int)(nl - text) : 80, text,
+                     (int)hl - 1, head);
+        return -1;
+    }
+    /* every line checked before any is taken: a bad file changes nothing */
+    for (int take = 0; take < 2; take++) {
+        int n = 0, lineno = 1;
+        for (const char *l = text + hl; *l; lineno++) {
+            const char *nl = strchr(l, '\n');
+            conv_params p;
+            memset(&p, 0, sizeof p);
+            int math, layout, h[3], a[3], m[3], used = 0;
+            size_t ws[3];
+            int got = sscanf(l,
+                             "%d %d %d %d %d %d %d %d %d %d %d %d %d math %d layout %d fwd %d %d %d %zu data %d %d "
+                             "%d %zu filter %d %d %d %zu%n",
+                             &p.N, &p.C, &p.H, &p.W, &p.K, &p.R, &p.S, &p.stride_h, &p.stride_w, &p.pad_h, &p.pad_w,
+                             &p.P, &p.Q, &math, &layout, &h[0], &a[0], &m[0], &ws[0], &h[1], &a[1], &m[1], &ws[1],
+                             &h[2], &a[2], &m[2], &ws[2], &used);
+            conv_params q = p;
+            int ok = got == 27 && (l[used] == '\n' || l[used] == '\0') && p.N > 0 && p.C > 0 && p.K > 0 &&
+                     p.R > 0 && p.S > 0 && p.stride_h > 0 && p.stride_w > 0 && p.pad_h >= 0 && p.pad_w >= 0 &&
+                     conv_params_init(&q) == CNT_OK && q.P == p.P && q.Q == p.Q && math >= BACKEND_MATH_FP32 &&
+                     math <= BACKEND_MATH_FP16 && (layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC) &&
+                     plan_pass_ok(h[0], a[0], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, m[0], ws[0]) &&
+                     plan_pass_ok(h[1], a[1], CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, m[1], ws[1]) &&
+                     plan_pass_ok(h[2], a[2], CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, m[2], ws[2]);
+            if (!ok) {
+                if (why) snprintf(why, len, "line %d does not parse as a plan of this version", lineno + 1);
+                return -1;
+            }
+            if (take) {
+                backend_ctx c = {.layout = (backend_layout)layout, .math = (backend_math)math};
+                conv_plan *pl = plan_get(&c, &p);
+                if (h[0]) {
+                    pl->fwd = (cudnnConvolutionFwdAlgo_t)a[0];
+                    pl->fwd_math = (cudnnMathType_t)m[0];
+                    pl->fwd_ws = ws[0];
+                    pl->have_fwd = 1;
+                }
+                if (h[1]) {
+                    pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a[1];
+                    pl->bwd_data_math = (cudnnMathType_t)m[1];
+                    pl->bwd_data_ws = ws[1];
+                    pl->have_bwd_data = 1;
+                }
+                if (h[2]) {
+                    pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a[2];
+                    pl->bwd_filter_math = (cudnnMathType_t)m[2];
+                    pl->bwd_filter_ws = ws[2];
+                    pl->have_bwd_filter = 1;
+                }
+            }
+            n++;
+            if (!nl) break;
+            l = nl + 1;
+        }
+        if (take) return n;
+    }
+    return 0;
+}
+
 static const conv_plan *plan_find(const backend_ctx *ctx, const conv_params *p) {
     conv_params key;
     memset(&key, 0, sizeof key);
@@ -1618,6 +1735,8 @@ static const backend cuda_backend = {
     .conv_filter_kept = cuda_conv_filter_kept,
     .conv_describe = cuda_conv_describe,
     .pci_bus_id = cuda_pci_bus_id,
+    .plans_export = cuda_plans_export,
+    .plans_import = cuda_plans_import,
     .mark_create = cuda_mark_create,
     .mark_destroy = cuda_mark_destroy,
     .mark_record = cuda_mark_record,
@@ -1747,6 +1866,8 @@ const backend *backend_cuda(int local_rank) {
         return NULL;
     }
     g.cc_major = prop.major;
+    g.cc_minor = prop.minor;
+    snprintf(g.dev_name, sizeof g.dev_name, "%s", prop.name);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&g.copy_stream, cudaStreamNonBlocking));
     CUDNN_CHECK(cudnnCreate(&g.cudnn));

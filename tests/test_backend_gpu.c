@@ -738,6 +738,35 @@ static void test_conv_graph_api(void **state) {
     set_layout_both(BACKEND_LAYOUT_NCHW);
 }
 
+/* plans_export / plans_import (train/plans.h keeps them in out_dir): what
+ * one search chose comes back as the same text through an import, an
+ * import of a text made elsewhere or with a broken line takes nothing, and
+ * the cases still compute right with the imported choices. */
+static void test_conv_plans_text(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int i = 0; i < N_CONV_CASES; i++) conv_fwd_case(i, &PREC_FP32);
+    size_t need = backend_plans_export(be[GPU], NULL, 0);
+    char *text = cnt_malloc(need + 1), *again = cnt_malloc(need + 1);
+    assert_int_equal(backend_plans_export(be[GPU], text, need + 1), need);
+    assert_true(strncmp(text, "cnntrain conv plans v1; device ", 31) == 0);
+    char why[256];
+    int n = backend_plans_import(be[GPU], text, why, sizeof why);
+    if (n < 1) fail_msg("its own plans not taken (%d): %s", n, why);
+    assert_int_equal(backend_plans_export(be[GPU], again, need + 1), need);
+    assert_string_equal(again, text); /* taken as they were */
+    char *other = cnt_malloc(need + 16);
+    snprintf(other, need + 16, "X%s", text);
+    assert_int_equal(backend_plans_import(be[GPU], other, why, sizeof why), -1);
+    snprintf(other, need + 16, "%s1 2 3\n", text); /* a broken last line */
+    assert_int_equal(backend_plans_import(be[GPU], other, why, sizeof why), -1);
+    print_message("a broken line: %s\n", why);
+    for (int i = 0; i < N_CONV_CASES; i++) conv_fwd_case(i, &PREC_FP32);
+    free(other);
+    free(again);
+    free(text);
+}
+
 static void test_conv_nhwc_fp16(void **state) {
     (void)state;
     NEED_GPU();
@@ -2525,6 +2554,7 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_nhwc_fp16, fp32_math),
         cmocka_unit_test_setup(test_conv_filter_cache, fp32_math),
         cmocka_unit_test_setup(test_conv_graph_api, fp32_math),
+        cmocka_unit_test_setup(test_conv_plans_text, fp32_math),
         cmocka_unit_test_setup(test_reduced_overflow, fp32_math),
         cmocka_unit_test_setup(test_find_nonfinite, fp32_math),
         cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),

@@ -31,6 +31,14 @@ small=(data.train_limit=4096 data.test_limit=1000 train.batch_size=32 train.epoc
 check "GPU run exits 0" test $? -eq 0
 check "GPU run says which GPU" grep -q '^device: cuda:[0-9]' "$tmp/gpu.log"
 check "GPU run says which CPUs the loader threads run on" grep -q '^data: loader threads on .*CPUs' "$tmp/gpu.log"
+# cuDNN's choices kept in out_dir (train/plans.h): written by the run, taken
+# by the next run that starts in a directory holding them
+check "GPU run keeps its convolution plans" grep -q '^cnntrain conv plans v1; device ' "$tmp/gpu/conv_plans.txt"
+mkdir -p "$tmp/plans2" && cp "$tmp/gpu/conv_plans.txt" "$tmp/plans2/"
+./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.max_steps=2 train.out_dir="$tmp/plans2" \
+    >"$tmp/plans2.log" 2>&1
+check "a run in a directory with plans takes them" grep -qE '^convolution plans: [1-9][0-9]* shapes? taken from' \
+    "$tmp/plans2.log"
 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cpu train.max_steps=1 train.out_dir="$tmp/cpu" \
     >"$tmp/cpu.log" 2>&1
 check "CPU reference step exits 0" test $? -eq 0

@@ -49,6 +49,7 @@ typedef struct run {
     host_state peers;        /* world > 1: parameters for the ranks' comparison, buffers for rank 0's */
     long steps_per_epoch, total_steps; /* optimizer steps, each of train.accumulate loader batches */
     long step;               /* optimizer steps taken, a resumed run's included */
+    int plans_shared;        /* rank 0's convolution plans went to every rank (train/plans.h) */
     int start_epoch;
     long first_epoch_step;   /* where start_epoch begins: a resume inside an epoch */
     int epoch;               /* the current epoch, 0-based */

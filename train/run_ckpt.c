@@ -16,6 +16,7 @@
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "train/checkpoint.h"
+#include "train/plans.h"
 
 /* One line of config.ini's text: a "key = value" line (key and value
  * trimmed of spaces, not NUL-terminated) in `section`, or any other line
@@ -256,6 +257,7 @@ int run_resume(run *r) {
 
 int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     const config *cfg = r->cfg;
+    plans_share(r->be, cfg->out_dir, 0); /* rank 0 only: the plans chosen since, evaluation's too */
     step_state ss;
     stepper_state_alloc(&r->st, &ss);
     stepper_save(&r->st, &ss);

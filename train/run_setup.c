@@ -20,6 +20,7 @@
 #include "model/zoo.h"
 #include "train/memory.h"
 #include "train/metrics.h"
+#include "train/plans.h"
 #include "train/weights.h"
 
 /* train.layout for h x w input images; auto: see backend_layout_choose. */
@@ -420,6 +421,7 @@ int run_setup(run *r) {
     if (memory_check(cfg, r->be, &r->data, &lo, &eo, &xf) != CNT_OK) return CNT_ERR;
     if (run_bucket_profile(r) != CNT_OK) return CNT_ERR;
     if (make_model(r, max_batch) != CNT_OK) return CNT_ERR;
+    plans_restore(r->be, cfg->out_dir);
     if (r->emu.n_nodes) {
         CNT_ASSERT(r->emu.n_nodes == r->nt->n_nodes); /* the same zoo_build as load_emulation's */
         net_set_emulation(r->nt, r->emu.forward_ms, r->emu.backward_ms);

@@ -36,6 +36,7 @@
 #include "model/zoo.h"
 #include "train/eval.h"
 #include "train/metrics.h"
+#include "train/plans.h"
 #include "train/profile.h"
 #include "train/ps_server.h"
 #include "train/run.h"
@@ -158,6 +159,10 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         r->step++;
         r->epoch_step++;
         progress_step(r->pg, r->step, &sr, r->st.loss, sr.n, wait, t2 - t0);
+        if (!r->plans_shared) { /* every rank's first step of this run chose its own */
+            plans_share(r->be, cfg->out_dir, 1);
+            r->plans_shared = 1;
+        }
         int last = r->step >= r->total_steps;
         int stop = agree_stop(r);
         int epoch_end = r->epoch_step == r->steps_per_epoch;
