@@ -355,12 +355,22 @@ static void round_describe(void *ctx, dist_wait_text part, char *buf, size_t cap
         snprintf(buf, cap, part == DIST_WAIT_LATE ? "for %s to finish on the GPU" : "%s finished on the GPU", w->what);
 }
 
-/* dist_wait_until's poll for the warm-up: 1 once the event is done. */
-static int warm_poll(void *ctx) {
-    round_wait *w = ctx;
-    if (event_done(w->last)) return 1;
+/* Waits, bounded, until both of w's events are done, then checks NCCL's
+ * asynchronous error. A short spin, then sleeps growing to 250 us: usually
+ * the events have long completed; when not, the host has nothing better to
+ * do than wait, and should leave the cores to the data loaders. */
+static void wait_events(round_wait *w, double warn_s, double abort_s) {
+    dist_wait_site s = {.poll = round_poll,
+                        .describe = round_describe,
+                        .ctx = w,
+                        .warn_note = " (NCCL reports no error): a peer rank or the network may be stuck",
+                        .abort_note = ": a peer rank (its process or its GPU) or the network is stuck",
+                        .spin_polls = 16,
+                        .max_sleep_us = 250,
+                        .warn_s = warn_s,
+                        .abort_s = abort_s};
+    dist_wait_until(&s);
     check_async_error(w->c, w->what);
-    return 0;
 }
 
 /* NCCL connects to its peers at the first collective of each algorithm and
@@ -400,17 +410,7 @@ static void warm_up(dist_nccl *c) {
     double warn_s, abort_s;
     dist_wait_limits(&warn_s, &abort_s);
     round_wait w = {c, c->done, c->done, "NCCL's warm-up allreduce at start-up"};
-    dist_wait_site s = {.poll = warm_poll,
-                        .describe = round_describe,
-                        .ctx = &w,
-                        .warn_note = " (NCCL reports no error): a peer rank or the network may be stuck",
-                        .abort_note = ": a peer rank (its process or its GPU) or the network is stuck",
-                        .spin_polls = 16,
-                        .max_sleep_us = 1000,
-                        .warn_s = warn_s,
-                        .abort_s = abort_s};
-    dist_wait_until(&s);
-    check_async_error(c, w.what);
+    wait_events(&w, warn_s, abort_s);
     CUDA_CHECK(cudaFree(buf));
 }
 
@@ -423,21 +423,8 @@ void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_
     /* The end of the last allreduce (the communication stream runs them in
      * order) and the join's mark on the compute stream. */
     round_wait w = {c, sl->count ? sl->end[sl->count - 1] : c->done, sl->mark, what};
-    /* A short spin, then sleeps growing to 250 us: usually the round has
-     * long finished; when it has not, the host has nothing better to do than
-     * wait, and should leave the cores to the data loaders. */
-    dist_wait_site s = {.poll = round_poll,
-                        .describe = round_describe,
-                        .ctx = &w,
-                        .warn_note = " (NCCL reports no error): a peer rank or the network may be stuck",
-                        .abort_note = ": a peer rank (its process or its GPU) or the network is stuck",
-                        .spin_polls = 16,
-                        .max_sleep_us = 250,
-                        .warn_s = warn_s,
-                        .abort_s = abort_s};
-    dist_wait_until(&s);
+    wait_events(&w, warn_s, abort_s);
     cudaEvent_t last = w.last;
-    check_async_error(c, what);
     out->count = sl->count;
     out->comm_ms = 0;
     out->exposed_ms = 0;

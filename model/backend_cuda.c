@@ -129,14 +129,14 @@ static struct {
     conv_plan *plans[PLAN_BUCKETS];
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
-    void *cg_scratch;          /* where the graph API's candidate plans write while timed */
-    size_t cg_scratch_n;
+    size_t bn_stage_n;
     int bn16_refused;          /* cuDNN refused batch norm on 16-bit activations: widened since (bn_widened) */
     cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
     void *bn_reserve;          /* what that forward writes for cuDNN's fused backward (unused: bn_fused) */
     size_t bn_reserve_n;
     int bn_fused_refused;      /* cuDNN refused the fused forward: composed since */
-    size_t bn_stage_n;
+    void *cg_scratch;          /* where the graph API's candidate plans write while timed */
+    size_t cg_scratch_n;
     /* conv_bwd_data's `paired`: whether H16_OP1 holds the 16-bit copy of
      * pair_dy (pair_n values in mode pair_math), left by conv_bwd_filter */
     const float *pair_dy;
@@ -599,8 +599,6 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
 
 static const float k_one = 1.0f, k_zero = 0.0f;
 
-/* The plan of shape p in ctx's mode and layout if one was made, else NULL
- * (plan_get without making one). */
 /* ---- plans_export / plans_import (backend.h): the legacy calls' choices as
  * text. The first line names what they were chosen on; a line per plan:
  * the shape (N C H W K R S stride_h stride_w pad_h pad_w P Q), the math
@@ -717,6 +715,8 @@ static int cuda_plans_import(const char *text, char *why, size_t len) {
     return 0;
 }
 
+/* The plan of shape p in ctx's mode and layout if one was made, else NULL
+ * (plan_get without making one). */
 static const conv_plan *plan_find(const backend_ctx *ctx, const conv_params *p) {
     conv_params key;
     memset(&key, 0, sizeof key);
@@ -1097,25 +1097,31 @@ static int bn_widened(const backend_ctx *ctx, int N, int HW) {
 }
 
 /* Status st of the batch-norm call `what` (file:line): 0 on success; 1 when
- * it was on 16-bit activations and this cuDNN does not support them (from
- * then on batch norm takes the widened copies, bn_widened; said once: the
- * caller then does the call's work that way); any other failure ends the
- * process as CUDNN_CHECK does. */
-static int bn16_refused(const backend_ctx *ctx, cudnnStatus_t st, const char *what, const char *file, int line) {
+ * the call may be refused (may_refuse) and this cuDNN does not support it:
+ * *flag is set, and the first refusal says what was refused and what runs
+ * instead from then on (the caller then does the call's work that way); any
+ * other failure ends the process as CUDNN_CHECK does. */
+static int bn_refused(cudnnStatus_t st, int may_refuse, int *flag, const char *refused, const char *instead,
+                      const char *what, const char *file, int line) {
     if (st == CUDNN_STATUS_SUCCESS) return 0;
-    if (act16(ctx) && (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM)) {
-        if (!g.bn16_refused)
-            log_warn("cuDNN %zu refused batch norm on %s activations (%s: %s): batch norm widens them to fp32 "
-                     "and back from now on, which costs a conversion each way (said once)",
-                     cudnnGetVersion(), ctx->act == BACKEND_DTYPE_BF16 ? "bf16" : "fp16", what,
-                     cudnnGetErrorString(st));
-        g.bn16_refused = 1;
+    if (may_refuse && (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM)) {
+        if (!*flag)
+            log_warn("cuDNN %zu refused %s (%s: %s): %s from now on (said once)", cudnnGetVersion(), refused, what,
+                     cudnnGetErrorString(st), instead);
+        *flag = 1;
         return 1;
     }
     cnt_fatal_at(file, line, 1, NULL, "%s: cuDNN error %d: %s", what, (int)st, cudnnGetErrorString(st));
     return 1;
 }
-#define BN16_REFUSED(ctx, call) bn16_refused((ctx), (call), #call, __FILE__, __LINE__)
+/* On 16-bit activations (the calls cuDNN may not take in 16 bits): batch
+ * norm then takes the widened copies, bn_widened. */
+#define BN16_REFUSED(ctx, call)                                                                                 \
+    bn_refused((call), act16(ctx), &g.bn16_refused,                                                            \
+               (ctx)->act == BACKEND_DTYPE_BF16 ? "batch norm on bf16 activations"                              \
+                                                : "batch norm on fp16 activations",                             \
+               "batch norm widens them to fp32 and back, which costs a conversion each way", #call, __FILE__, \
+               __LINE__)
 
 /* The most per-channel vectors one Ex call takes (the forward's six), each
  * stand-in 256-byte aligned in g.bn_stage. */
@@ -1180,6 +1186,31 @@ static void bn_vec_back(int C, float *v, const float *s) {
     if (s != v) CUDA_CHECK(cudaMemcpyAsync(v, s, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
 }
 
+/* cudnnBatchNormalizationForwardTrainingEx in SPATIAL_PERSISTENT mode with
+ * ops (with z, the ReLU and the reserve space where ops fuse them), the
+ * per-channel vectors through bn_vec's stand-ins, those it writes copied
+ * back once it succeeded; its status, which the caller judges (a refusal
+ * changed nothing). bn_desc(), then bn_ex() or bn_fused(), first. */
+static cudnnStatus_t bn_fwd_ex(cudnnBatchNormOps_t ops, int C, const void *x, const void *z, void *y,
+                               const float *gamma, const float *beta, float *running_mean, float *running_var,
+                               float momentum, float eps, float *save_mean, float *save_invstd, size_t ws,
+                               size_t reserve) {
+    const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
+    float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
+    float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
+    const int fused = ops != CUDNN_BATCHNORM_OPS_BN;
+    cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
+        g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, g.bn_x, x, z ? g.bn_x : NULL, z, g.bn_x,
+        y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, fused ? g.relu : NULL,
+        ws ? g.ws : NULL, ws, reserve ? g.bn_reserve : NULL, reserve);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    bn_vec_back(C, running_mean, rm);
+    bn_vec_back(C, running_var, rv);
+    bn_vec_back(C, save_mean, sm);
+    bn_vec_back(C, save_invstd, si);
+    return st;
+}
+
 static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const float *gamma,
                               const float *beta, void *y, float *running_mean, float *running_var, float momentum,
                               float eps, float *save_mean, float *save_invstd) {
@@ -1205,21 +1236,10 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
      * the variance unbiased; save_invstd = 1/sqrt(var + eps), var biased. */
     size_t ws = 0;
     const void *acts[] = {x, y};
-    if (bn_ex(ctx, C, HW, acts, 2, 0, &ws)) {
-        const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
-        float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
-        float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
-        if (!BN16_REFUSED(ctx, cudnnBatchNormalizationForwardTrainingEx(
-                                   g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one,
-                                   &k_zero, g.bn_x, x, NULL, NULL, g.bn_x, y, g.bn_param, gm, bt, (double)momentum,
-                                   rm, rv, (double)eps, sm, si, NULL, ws ? g.ws : NULL, ws, NULL, 0))) {
-            bn_vec_back(C, running_mean, rm);
-            bn_vec_back(C, running_var, rv);
-            bn_vec_back(C, save_mean, sm);
-            bn_vec_back(C, save_invstd, si);
-            return;
-        }
-    }
+    if (bn_ex(ctx, C, HW, acts, 2, 0, &ws) &&
+        !BN16_REFUSED(ctx, bn_fwd_ex(CUDNN_BATCHNORM_OPS_BN, C, x, NULL, y, gamma, beta, running_mean, running_var,
+                                     momentum, eps, save_mean, save_invstd, ws, 0)))
+        return;
     if (bn_widened(ctx, N, HW) ||
         BN16_REFUSED(ctx, cudnnBatchNormalizationForwardTraining(
                               g.cudnn, CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, g.bn_x, x, g.bn_x, y, g.bn_param,
@@ -1309,20 +1329,9 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
  * between the passes, so it goes to scratch and backward recomputes the mask
  * from y (backend_bn_act_bwd's composition). A cuDNN that refuses the fused
  * operations is said once and composed from then on. */
-static int bn_fused_refused(cudnnStatus_t st, const char *what, const char *file, int line) {
-    if (st == CUDNN_STATUS_SUCCESS) return 0;
-    if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) {
-        if (!g.bn_fused_refused)
-            log_warn("cuDNN %zu refused batch norm fused with ReLU (%s: %s): batch norm, the residual add and "
-                     "ReLU run one after another from now on (said once)",
-                     cudnnGetVersion(), what, cudnnGetErrorString(st));
-        g.bn_fused_refused = 1;
-        return 1;
-    }
-    cnt_fatal_at(file, line, 1, NULL, "%s: cuDNN error %d: %s", what, (int)st, cudnnGetErrorString(st));
-    return 1;
-}
-#define BN_FUSED_REFUSED(call) bn_fused_refused((call), #call, __FILE__, __LINE__)
+#define BN_FUSED_REFUSED(call)                                                                                  \
+    bn_refused((call), 1, &g.bn_fused_refused, "batch norm fused with ReLU",                                    \
+               "batch norm, the residual add and ReLU run one after another", #call, __FILE__, __LINE__)
 
 /* Whether the fused forward `ops` runs on the activations acts[0, n): if so
  * *ws (reserved) and *reserve (allocated in g.bn_reserve) are what it needs,
@@ -1361,21 +1370,10 @@ static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, 
         const void *acts[] = {x, y, z};
         size_t ws = 0, reserve = 0;
         bn_desc(ctx, N, C, HW);
-        if (bn_fused(ctx, N, C, HW, acts, z ? 3 : 2, ops, &ws, &reserve)) {
-            const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
-            float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
-            float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
-            if (!BN_FUSED_REFUSED(cudnnBatchNormalizationForwardTrainingEx(
-                    g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, g.bn_x, x, z ? g.bn_x : NULL,
-                    z, g.bn_x, y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, g.relu,
-                    ws ? g.ws : NULL, ws, reserve ? g.bn_reserve : NULL, reserve))) {
-                bn_vec_back(C, running_mean, rm);
-                bn_vec_back(C, running_var, rv);
-                bn_vec_back(C, save_mean, sm);
-                bn_vec_back(C, save_invstd, si);
-                return;
-            }
-        }
+        if (bn_fused(ctx, N, C, HW, acts, z ? 3 : 2, ops, &ws, &reserve) &&
+            !BN_FUSED_REFUSED(bn_fwd_ex(ops, C, x, z, y, gamma, beta, running_mean, running_var, momentum, eps,
+                                        save_mean, save_invstd, ws, reserve)))
+            return;
     }
     /* the composition, as backend_bn_act_fwd_train runs it */
     cuda_bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
