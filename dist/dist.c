@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/fileio.h"
@@ -127,6 +129,7 @@ static void dist_abort_hook(int code) { abort_job(code); }
  * dist_init in dist/dist.h. */
 #define TCP_LINKS_VAR "OMPI_MCA_btl_tcp_links"
 static int read_tcp_links(void);
+static void beats_init(MPI_Comm local);
 
 /* Open MPI's mpirun and its PMIx server (also under Slurm's srun --mpi=pmix),
  * PMI-1/2 (srun --mpi=pmi2, MPICH's Hydra). */
@@ -179,19 +182,114 @@ int dist_init(int *argc, char ***argv) {
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_rank(local, &g_local_rank));
     DIST_MPI_CHECK(MPI_Comm_size(local, &g_local_world));
-    /* The node's shared slots for the blocking calls' monitor (dist/wait.h):
-     * one per local rank, contiguous from local rank 0's (the default layout),
-     * read and written with atomics, never through MPI after this. */
-    dist_beat *mine = NULL, *all = NULL;
-    MPI_Aint size = 0;
-    int disp = 0;
-    DIST_MPI_CHECK(MPI_Win_allocate_shared((MPI_Aint)sizeof(dist_beat), (int)sizeof(dist_beat), MPI_INFO_NULL, local,
-                                           &mine, &g_beats_win));
-    DIST_MPI_CHECK(MPI_Win_shared_query(g_beats_win, 0, &size, &disp, &all));
-    memset(mine, 0, sizeof *mine);
-    dist_beats_attach(all, g_local_world, g_local_rank);
+    beats_init(local);
     DIST_MPI_CHECK(MPI_Comm_free(&local));
     return CNT_OK;
+}
+
+/* What a rank tells every other at dist_init for the stall messages' table
+ * and relay (dist/wait.h, dist/beats.c). */
+#define BEAT_ADDRS 4
+typedef struct beat_card {
+    uint64_t token;           /* rank 0's random number: the job's */
+    int32_t node;             /* the job rank of its node's first rank */
+    uint16_t port;            /* a node's first rank: its relay socket's port; 0: none */
+    uint16_t naddr;           /* ... and its host's addresses */
+    uint32_t addr[BEAT_ADDRS];
+    char host[64];            /* ... and its host name */
+} beat_card;
+
+static int *g_node_of;             /* [world] */
+static beat_card *g_cards;         /* [world] */
+static const char **g_host_of;     /* [world] into g_cards */
+static struct sockaddr_in *g_dest; /* the other nodes' first ranks */
+
+static uint64_t job_token(void) {
+    uint64_t t = 0;
+    if (getrandom(&t, sizeof t, 0) != (ssize_t)sizeof t || t == 0)
+        t = ((uint64_t)getpid() << 32) ^ (uint64_t)(time_now() * 1e9); /* not secret: it tells jobs apart */
+    return t;
+}
+
+/* The table of slots, one per rank of the job, shared by the ranks of the
+ * node (allocated by its first rank, zeroed before any rank writes), and
+ * the relay between nodes: every rank learns every node's first rank, and
+ * where it listens. Then the monitor has it (dist_beats_attach). */
+static void beats_init(MPI_Comm local) {
+    MPI_Request req;
+    int first = g_rank;
+    DIST_MPI_CHECK(MPI_Iallreduce(&g_rank, &first, 1, MPI_INT, MPI_MIN, local, &req));
+    dist_wait_bounded(1, &req, "dist_init", DIST_WAIT_SLEEP);
+    size_t bytes = (size_t)g_world * sizeof(dist_beat);
+    dist_beat *base = NULL, *all = NULL;
+    MPI_Aint size = 0;
+    int disp = 0;
+    DIST_MPI_CHECK(MPI_Win_allocate_shared(g_local_rank == 0 ? (MPI_Aint)bytes : 0, (int)sizeof(dist_beat),
+                                           MPI_INFO_NULL, local, &base, &g_beats_win));
+    DIST_MPI_CHECK(MPI_Win_shared_query(g_beats_win, 0, &size, &disp, &all));
+    if (g_local_rank == 0) memset(all, 0, bytes);
+    DIST_MPI_CHECK(MPI_Ibarrier(local, &req)); /* zeroed before anyone writes its slot */
+    dist_wait_bounded(1, &req, "dist_init", DIST_WAIT_SLEEP);
+
+    beat_card mine;
+    memset(&mine, 0, sizeof mine);
+    mine.node = first;
+    uint16_t port = 0;
+    int fd = dist_beats_socket(&port); /* every rank sends; only a node's first rank is sent to */
+    if (g_local_rank == 0) {
+        if (fd >= 0) {
+            mine.port = port;
+            mine.naddr = (uint16_t)dist_beats_addresses(mine.addr, BEAT_ADDRS);
+        }
+        /* the launcher's name for the node (what mpirun's own messages say), else the kernel's */
+        const char *name = getenv("PMIX_HOSTNAME");
+        if (!name || !*name) name = getenv("SLURMD_NODENAME");
+        if (name && *name)
+            snprintf(mine.host, sizeof mine.host, "%s", name);
+        else if (gethostname(mine.host, sizeof mine.host - 1) != 0)
+            snprintf(mine.host, sizeof mine.host, "rank %d's node", g_rank);
+    }
+    if (g_rank == 0) mine.token = job_token();
+    g_cards = cnt_malloc((size_t)g_world * sizeof *g_cards);
+    DIST_MPI_CHECK(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, g_cards, (int)sizeof mine, MPI_BYTE,
+                                  MPI_COMM_WORLD, &req));
+    dist_wait_bounded(1, &req, "dist_init", DIST_WAIT_SLEEP);
+
+    g_node_of = cnt_malloc((size_t)g_world * sizeof *g_node_of);
+    g_host_of = cnt_malloc((size_t)g_world * sizeof *g_host_of);
+    int nodes = 0, n_dest = 0;
+    for (int r = 0; r < g_world; r++) {
+        g_node_of[r] = g_cards[r].node;
+        g_host_of[r] = g_cards[g_cards[r].node].host;
+        nodes += g_cards[r].node == r;
+        if (g_cards[r].node == r && r != first) n_dest += g_cards[r].port ? g_cards[r].naddr : 0;
+    }
+    g_dest = cnt_calloc((size_t)(n_dest ? n_dest : 1), sizeof *g_dest);
+    n_dest = 0;
+    for (int r = 0; r < g_world; r++) {
+        const beat_card *c = &g_cards[r];
+        if (c->node != r || r == first || c->port == 0) continue;
+        for (int i = 0; i < c->naddr && i < BEAT_ADDRS; i++)
+            g_dest[n_dest++] = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(c->port),
+                                                    .sin_addr.s_addr = c->addr[i]};
+    }
+    if (nodes > 1 && g_local_rank == 0 && mine.naddr == 0)
+        log_warn("stall messages: no UDP socket or IPv4 address on %s for the other nodes' beats; a rank of another "
+                 "node that stops inside a blocking call will not be named", mine.host);
+    dist_beats t = {
+        .slots = all,
+        .world = g_world,
+        .mine = g_rank,
+        .node_of = g_node_of,
+        .host = g_host_of,
+        .fd = nodes > 1 ? fd : -1,
+        .receiver = g_local_rank == 0,
+        .dest = g_dest,
+        .n_dest = n_dest,
+        .token = g_cards[0].token,
+    };
+    if (nodes == 1 && fd >= 0) close(fd);
+    dist_beats_attach(&t);
 }
 
 /* Open MPI's btl_tcp_links as the library took it, through MPI_T; -1 where
@@ -231,8 +329,12 @@ void dist_finalize(void) {
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
     dist_wait_bounded(1, &req, "dist_finalize", DIST_WAIT_SLEEP);
-    dist_beats_attach(NULL, 0, 0); /* the monitor lets go of the slots before they go */
+    dist_beats_attach(NULL); /* the monitor lets go of the table before it goes */
     if (g_beats_win != MPI_WIN_NULL) DIST_MPI_CHECK(MPI_Win_free(&g_beats_win));
+    free(g_node_of);
+    free(g_host_of);
+    free(g_cards);
+    free(g_dest);
     if (g_comm != MPI_COMM_NULL) DIST_MPI_CHECK(MPI_Comm_free(&g_comm));
     if (half_sum_op != MPI_OP_NULL) DIST_MPI_CHECK(MPI_Op_free(&half_sum_op));
     if (half_type != MPI_DATATYPE_NULL) DIST_MPI_CHECK(MPI_Type_free(&half_type));
@@ -259,6 +361,7 @@ int dist_split_servers(int n_servers) {
     DIST_MPI_CHECK(MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN));
     DIST_MPI_CHECK(MPI_Comm_rank(g_comm, &g_group_rank));
     DIST_MPI_CHECK(MPI_Comm_size(g_comm, &g_group_world));
+    dist_beats_set_group(server); /* the stall messages compare a rank with its own group only */
     /* the servers of this node, for the workers' memory check (train/memory.h) */
     MPI_Comm local;
     MPI_Request req;

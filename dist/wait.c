@@ -30,7 +30,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,85 +75,93 @@ void dist_phase(const char *what) {
 /* A call that cannot be polled (the gradient sum's MPI_Allreduce: its
  * nonblocking form measured several times slower) is watched by a monitor
  * thread instead: dist_blocking_begin notes when the call started and what
- * it is; the thread, started at the first such call, looks once a second
- * (or four times per dist.stall_warn_s when that is shorter): it warns at
- * every multiple of the warn limit the call has been inside, as the polled
- * waits do, and when the call has been inside for the abort limit it
- * writes one line and ends the process (_exit(DIST_STALL_EXIT): the thread
- * may not call MPI while another thread is inside it; mpirun then ends the
- * job, as for any rank that dies). dist_blocking_end says "stall over" for
- * a call it warned about. The state is under a mutex, so a line never pairs
- * one call's label with another's time. */
+ * it is; the thread, started when the table is attached (or at the first
+ * such call), looks once a second (or four times per dist.stall_warn_s when
+ * that is shorter): it beats (its slot in the node's table, and a datagram
+ * to every other node), takes the other nodes' datagrams, warns at every
+ * multiple of the warn limit the call has been inside, as the polled waits
+ * do, naming the late ranks the table shows, and when the call has been
+ * inside for the abort limit it writes one line and ends the process
+ * (_exit(DIST_STALL_EXIT): the thread may not call MPI while another thread
+ * is inside it; mpirun then ends the job, as for any rank that dies).
+ * dist_blocking_end says "stall over" for a call it warned about. The state
+ * is under a mutex, so a line never pairs one call's label with another's
+ * time.
+ *
+ * Why the throttle: Open MPI polls inside a blocking collective, so a rank
+ * waiting there for a stopped rank spins a core for as long as the stall
+ * lasts (up to dist.stall_abort_s: 30 minutes by default). The monitor
+ * cannot make MPI sleep, but it can make the thread inside it sleep: a
+ * signal whose handler sleeps DIST_THROTTLE_PAUSE_MS, sent again a
+ * millisecond after the handler returns, leaves MPI about 1 ms of polling in
+ * each period (about 5% of a core). Only while the table names a late rank:
+ * a call that is merely long (a slow link, a large bucket) keeps its speed.
+ * Signals are nothing new to an MPI library (profilers interrupt it
+ * thousands of times a second); the handler touches nothing but errno and
+ * the clock. */
 static pthread_mutex_t blocking_mu = PTHREAD_MUTEX_INITIALIZER;
 static double blocking_since = 0; /* time_now() the call in progress began; 0: none */
 static int blocking_warned = 0;   /* warnings said about it */
 static char blocking_what[256];
+static pthread_t blocking_thread; /* the thread inside it */
 static pthread_once_t deadman_once = PTHREAD_ONCE_INIT;
-/* The node's shared slots (dist_beats_attach), under blocking_mu; NULL: none. */
-static dist_beat *beats;
-static int beats_n, beats_mine;
-
-void dist_beats_attach(dist_beat *slots, int n, int mine) {
-    cnt_mutex_lock(&blocking_mu);
-    beats = slots;
-    beats_n = slots ? n : 0;
-    beats_mine = mine;
-    if (slots) __atomic_store_n(&slots[mine].job_rank, (int64_t)dist_job_rank(), __ATOMIC_RELEASE);
-    cnt_mutex_unlock(&blocking_mu);
-}
+/* The table (dist_beats_attach), under blocking_mu; slots NULL: none. */
+static dist_beats beats = {.fd = -1};
 
 static int64_t now_ns(void) { return (int64_t)(time_now() * 1e9); }
 
-/* Who on this node keeps the call from finishing, into buf (len bytes):
- * "; on this node rank 1 has not entered it, its process alive" (or "has
- * given no sign of life for 5 s: its process is stopped or gone"), or ""
- * where every other rank of the node is inside it and alive (the late one
- * is on another node, or in the MPI library itself). stale_s: a monitor
- * silent that long has stopped. Under blocking_mu. */
-static void beats_describe(char *buf, size_t len, double stale_s) {
-    buf[0] = '\0';
-    if (!beats || len < 2) return;
-    const dist_beat *me = &beats[beats_mine];
-    int64_t my_seq = __atomic_load_n(&me->seq, __ATOMIC_ACQUIRE), now = now_ns();
-    size_t o = 0;
-    int named = 0;
-    for (int i = 0; i < beats_n && o + 1 < len; i++) {
-        if (i == beats_mine) continue;
-        const dist_beat *b = &beats[i];
-        int64_t rank = __atomic_load_n(&b->job_rank, __ATOMIC_ACQUIRE);
-        int64_t seq = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE);
-        int64_t inside = __atomic_load_n(&b->inside_ns, __ATOMIC_ACQUIRE);
-        int64_t beat = __atomic_load_n(&b->beat_ns, __ATOMIC_ACQUIRE);
-        double silent = beat > 0 ? (double)(now - beat) * 1e-9 : 0;
-        int n = 0;
-        const char *lead = named ? ", " : "; on this node ";
-        if (beat > 0 && silent >= stale_s)
-            n = snprintf(buf + o, len - o, "%srank %lld has given no sign of life for %.0f s: its process is stopped "
-                         "or gone", lead, (long long)rank, silent);
-        else if (seq < my_seq || (seq == my_seq && inside == 0))
-            n = snprintf(buf + o, len - o, "%srank %lld has not entered it, its process alive", lead, (long long)rank);
-        if (n > 0) {
-            named = 1;
-            o += (size_t)n < len - o ? (size_t)n : len - o - 1;
-        }
+/* The monitor's period: a second, or a quarter of the warn limit when that
+ * is shorter (at least 50 ms). */
+static double beat_period(void) {
+    double nap = g_warn_s > 0 && g_warn_s < 4 ? g_warn_s / 4 : 1;
+    return nap < 0.05 ? 0.05 : nap;
+}
+
+/* A rank whose monitor has been silent for 3 of its periods and a second
+ * is stopped (a live one beats every period; a datagram is taken at most a
+ * period late). */
+static double stale_after(void) { return 3 * beat_period() + 1; }
+
+static int throttle_signal(void) { return SIGRTMIN + 4; }
+
+static void throttle_pause(int sig) {
+    (void)sig;
+    int saved = errno;
+    struct timespec ts = {0, DIST_THROTTLE_PAUSE_MS * 1000000L};
+    nanosleep(&ts, NULL); /* async-signal-safe; an interruption only ends the pause early */
+    errno = saved;
+}
+
+static void sleep_s_whole(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
 
 static void *deadman(void *arg) {
     (void)arg;
-    for (;;) {
-        double nap = g_warn_s > 0 && g_warn_s < 4 ? g_warn_s / 4 : 1;
-        if (nap < 0.05) nap = 0.05;
-        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-        nanosleep(&ts, NULL);
+    double last_beat = 0;
+    int throttling = 0;
+    for (int first = 1;; first = 0) {
+        double period = beat_period();
+        /* the first beat at once: a rank that stops early has been heard of */
+        if (!first) sleep_s_whole(throttling ? (DIST_THROTTLE_PAUSE_MS + 1) * 1e-3 : period);
         cnt_mutex_lock(&blocking_mu);
-        if (beats) __atomic_store_n(&beats[beats_mine].beat_ns, now_ns(), __ATOMIC_RELEASE);
-        double waited = blocking_since > 0 ? time_now() - blocking_since : 0;
-        /* a neighbour's monitor silent for 3 of its naps and a second is stopped */
-        char late[512] = "";
-        if (blocking_since > 0) beats_describe(late, sizeof late, 3 * nap + 1);
+        double now = time_now();
+        int64_t ns = (int64_t)(now * 1e9);
+        if (beats.slots) {
+            __atomic_store_n(&beats.slots[beats.mine].beat_ns, ns, __ATOMIC_RELEASE);
+            dist_beats_drain(&beats, ns);
+            if (now - last_beat >= period) {
+                dist_beats_send(&beats, ns);
+                last_beat = now;
+            }
+        }
+        double waited = blocking_since > 0 ? now - blocking_since : 0;
+        char late[1024] = "";
+        int named = blocking_since > 0 ? dist_beats_describe(&beats, late, sizeof late, ns, stale_after(), 1) : 0;
         if (blocking_since > 0 && g_abort_s > 0 && waited >= g_abort_s) {
-            char line[600];
+            char line[1200];
             int n = snprintf(line, sizeof line,
                              "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
                              "the middle of it%s; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
@@ -172,29 +182,72 @@ static void *deadman(void *arg) {
                      "job ends after dist.stall_abort_s = %g)",
                      dist_job_rank(), blocking_what, waited, late, g_warn_s, g_abort_s);
         }
+        throttling = named > 0 && waited >= DIST_THROTTLE_AFTER_S;
+        if (throttling) pthread_kill(blocking_thread, throttle_signal()); /* the thread is inside: it cannot end */
         cnt_mutex_unlock(&blocking_mu);
     }
     return NULL;
 }
 
 static void deadman_start(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = throttle_pause;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    CHECK_ERRNO(sigaction(throttle_signal(), &sa, NULL) == 0, "sigaction (stall throttle)");
     pthread_t t;
     errno = pthread_create(&t, NULL, deadman, NULL);
     CHECK_ERRNO(errno == 0, "pthread_create (stall deadman)");
     pthread_detach(t);
 }
 
-void dist_blocking_begin(const char *call) {
-    if (g_abort_s <= 0 && g_warn_s <= 0) return;
+static void deadman_once_start(void) {
     errno = pthread_once(&deadman_once, deadman_start);
     CHECK_ERRNO(errno == 0, "pthread_once (stall deadman)");
+}
+
+void dist_beats_attach(const dist_beats *t) {
+    cnt_mutex_lock(&blocking_mu);
+    if (t) {
+        beats = *t;
+        /* this rank's slot: known from now on, its group the workers' until dist_split_servers says */
+        __atomic_store_n(&beats.slots[beats.mine].group, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&beats.slots[beats.mine].beat_ns, now_ns(), __ATOMIC_RELEASE);
+    } else {
+        /* the socket is not closed (the process's end closes it): no
+         * descriptor number is reused under a monitor about to read it */
+        memset(&beats, 0, sizeof beats);
+        beats.fd = -1;
+    }
+    int start = t && t->world > 1;
+    cnt_mutex_unlock(&blocking_mu);
+    if (start) deadman_once_start();
+}
+
+void dist_beats_set_group(int group) {
+    cnt_mutex_lock(&blocking_mu);
+    if (beats.slots) __atomic_store_n(&beats.slots[beats.mine].group, (int64_t)group + 1, __ATOMIC_RELEASE);
+    cnt_mutex_unlock(&blocking_mu);
+}
+
+void dist_beats_note(char *buf, size_t cap) {
+    cnt_mutex_lock(&blocking_mu);
+    dist_beats_describe(&beats, buf, cap, now_ns(), stale_after(), 0);
+    cnt_mutex_unlock(&blocking_mu);
+}
+
+void dist_blocking_begin(const char *call) {
+    if (g_abort_s <= 0 && g_warn_s <= 0) return;
+    deadman_once_start();
     fault_stall_in_point(call); /* tests only: CNT_TEST_STALL_IN stops a rank here, the others inside the call */
     cnt_mutex_lock(&blocking_mu);
     snprintf(blocking_what, sizeof blocking_what, "%s during %s", call, tl_phase[0] ? tl_phase : "an unnamed phase");
     blocking_since = time_now();
     blocking_warned = 0;
-    if (beats) {
-        dist_beat *b = &beats[beats_mine];
+    blocking_thread = pthread_self();
+    if (beats.slots) {
+        dist_beat *b = &beats.slots[beats.mine];
         __atomic_store_n(&b->beat_ns, now_ns(), __ATOMIC_RELEASE);
         __atomic_store_n(&b->inside_ns, now_ns(), __ATOMIC_RELEASE);
         __atomic_add_fetch(&b->seq, 1, __ATOMIC_ACQ_REL);
@@ -206,7 +259,7 @@ void dist_blocking_begin(const char *call) {
 void dist_blocking_end(void) {
     if (g_abort_s <= 0 && g_warn_s <= 0) return;
     cnt_mutex_lock(&blocking_mu);
-    if (beats) __atomic_store_n(&beats[beats_mine].inside_ns, 0, __ATOMIC_RELEASE);
+    if (beats.slots) __atomic_store_n(&beats.slots[beats.mine].inside_ns, 0, __ATOMIC_RELEASE);
     if (blocking_warned > 0)
         log_warn("stall over: rank %d left %s after %.1f s", dist_job_rank(), blocking_what,
                  time_now() - blocking_since);
@@ -315,9 +368,13 @@ static void polled_describe(void *ctx, dist_wait_text part, char *buf, size_t ca
     const polled *p = ctx;
     if (part == DIST_WAIT_WHO)
         snprintf(buf, cap, "rank %d", dist_job_rank());
-    else
-        snprintf(buf, cap, part == DIST_WAIT_LATE ? "in %s during %s" : "%s during %s completed", p->collective,
-                 phase_name());
+    else if (part == DIST_WAIT_OVER)
+        snprintf(buf, cap, "%s during %s completed", p->collective, phase_name());
+    else {
+        /* a collective cannot know who is missing, but the table knows who is stopped */
+        int n = snprintf(buf, cap, "in %s during %s for the other ranks", p->collective, phase_name());
+        if (n > 0 && (size_t)n < cap) dist_beats_note(buf + n, cap - (size_t)n);
+    }
 }
 
 void dist_wait_polled(int (*poll)(void *ctx), void *ctx, const char *collective, dist_wait_mode mode) {
@@ -328,10 +385,10 @@ void dist_wait_polled(int (*poll)(void *ctx), void *ctx, const char *collective,
         .poll = polled_poll,
         .describe = polled_describe,
         .ctx = &p,
-        .warn_note = " for the other ranks",
+        .warn_note = "",
         /* a collective cannot know who is missing; the others print nothing */
-        .abort_note = ": one or more other ranks did not arrive (stopped, hung or slow; the ranks that print no "
-                      "such line are the late ones)",
+        .abort_note = ": one or more did not arrive (stopped, hung or slow; the ranks that print no such line "
+                      "are the late ones)",
         .spin_s = WAIT_SPIN_S,
         .yield_s = mode == DIST_WAIT_PACED ? WAIT_PACED_YIELD_S : 0,
         .max_sleep_us = max_sleep_us,

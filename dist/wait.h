@@ -13,6 +13,7 @@
 #ifndef CNT_DIST_WAIT_H
 #define CNT_DIST_WAIT_H
 
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,32 +85,94 @@ typedef struct dist_wait_site {
 void dist_wait_until(const dist_wait_site *s);
 
 /* A blocking call that cannot be polled (the gradient sum's MPI_Allreduce)
- * is bracketed by these: a monitor thread (started at the first begin)
- * warns at every multiple of dist.stall_warn_s the call has been inside,
- * naming `call` and the calling thread's phase, end says "stall over" after
- * such a warning, and the thread ends the process when the call has not
- * ended after dist.stall_abort_s (mpirun then ends the job). One such call
- * at a time in the process. */
+ * is bracketed by these: a monitor thread (started at dist_beats_attach or
+ * the first begin) warns at every multiple of dist.stall_warn_s the call has
+ * been inside, naming `call`, the calling thread's phase and the late ranks
+ * the table names (below); end says "stall over" after such a warning, and
+ * the thread ends the process when the call has not ended after
+ * dist.stall_abort_s (mpirun then ends the job). While the table names a
+ * late rank and the call has been inside for DIST_THROTTLE_AFTER_S, the
+ * monitor keeps the calling thread paused (a signal whose handler sleeps)
+ * for all but about 1 ms of every DIST_THROTTLE_PAUSE_MS, so a rank waiting
+ * for a stopped one does not spin a core inside MPI; once no late rank is
+ * named (it came back) the call runs at full speed again within a beat.
+ * One such call at a time in the process. */
+#define DIST_THROTTLE_AFTER_S 2.0
+#define DIST_THROTTLE_PAUSE_MS 20
 void dist_blocking_begin(const char *call);
 void dist_blocking_end(void);
 
-/* What the ranks of one node tell each other about those calls, in memory
- * they share (dist_init allocates it: MPI_Win_allocate_shared over the
- * node): per rank, its job rank, how many blocking calls it has entered,
- * since when it is inside one (0: not inside), and its monitor thread's
- * last sign of life. A rank's monitor reads its neighbours' slots when it
- * warns, so the line names the late rank when it is on this node: one that
- * has not entered the call (alive), or one whose monitor stopped beating
- * (the process is stopped or gone: a rank stopped inside the call). Slot
- * `mine` of `n` is this rank's; NULL detaches (before the memory goes). */
+/* What the ranks tell each other about those calls, and whether they are
+ * alive (dist/beats.c): a table of slots, one per rank of the job (indexed by
+ * job rank), that the ranks of a node share (dist_init allocates it:
+ * MPI_Win_allocate_shared over the node, then atomics only). A rank writes
+ * its own slot; the slots of the ranks of other nodes are written by its
+ * node's first rank from the UDP datagrams each rank sends the other nodes
+ * once per beat (the relay). The monitor thread reads the table when it
+ * warns, so the line names a late rank: one that has not entered the call
+ * (alive), or one that has given no sign of life for a while (its process is
+ * stopped or gone, or, on another node, its node cannot be reached). A slot
+ * nothing was heard from is not used. */
 typedef struct dist_beat {
-    int64_t job_rank;
     int64_t seq;       /* blocking calls entered */
-    int64_t inside_ns; /* time_now() in ns when it entered the current one; 0: not inside */
-    int64_t beat_ns;   /* its monitor thread's last beat; 0: no monitor yet */
+    int64_t inside_ns; /* when it entered the current one (ns, this node's monotonic clock); 0: not inside */
+    int64_t beat_ns;   /* its last sign of life, this node's clock: its monitor's beat, or its datagram taken */
+    int64_t group;     /* 1 + its group (dist_split_servers: 0 workers, 1 servers); 0: nothing heard yet */
     int64_t pad[4];    /* a cache line each */
 } dist_beat;
-void dist_beats_attach(dist_beat *slots, int n, int mine);
+
+/* The table and the relay, as dist_init makes them (what the monitor reads). */
+typedef struct dist_beats {
+    dist_beat *slots;             /* [world], shared by the node's ranks; NULL: none */
+    int world, mine;              /* job ranks: how many, and this one */
+    const int *node_of;           /* [world] each rank's node (its first rank's job rank); NULL: one node */
+    const char *const *host;      /* [world] each rank's host name, for the lines; NULL: none */
+    int fd;                       /* the relay's UDP socket; -1: no relay (one node, or none could be made) */
+    int receiver;                 /* this rank takes its node's datagrams (its node's first rank) */
+    const struct sockaddr_in *dest; /* [n_dest] every address of every other node's first rank */
+    int n_dest;
+    uint64_t token;               /* the job's: datagrams without it are not ours */
+} dist_beats;
+
+/* Hands the table to the monitor thread (copied; the arrays it points to
+ * must live until detached), and starts that thread when the job has more
+ * than one rank, so every rank beats from start-up. NULL detaches (before
+ * the memory goes; the socket stays open until the process ends). */
+void dist_beats_attach(const dist_beats *t);
+/* This rank's group, after dist_split_servers (0 workers, 1 servers). */
+void dist_beats_set_group(int group);
+/* For the other waits' lines (dist_wait_polled's sites, the watchdog): the
+ * ranks of this rank's group that have given no sign of life for a while,
+ * as "; on this node rank 1 has given no sign of life for 5 s: ..." into buf
+ * ("" when none). Reads the table under the monitor's lock. */
+void dist_beats_note(char *buf, size_t cap);
+
+/* The pieces (dist/beats.c), public for tests/test_wait.c. */
+/* Names the late ranks of this rank's group into buf, "; <where> rank R has
+ * ..." for each: silent for stale_s or more ("given no sign of life"), or,
+ * when in_call, behind this rank's blocking call (fewer calls entered, or
+ * the same number and not inside: "has not entered it"). Returns how many it
+ * named. */
+int dist_beats_describe(const dist_beats *t, char *buf, size_t len, int64_t now_ns, double stale_s, int in_call);
+/* This rank's slot as a datagram into out (cap bytes); its length, 0 when
+ * it does not fit or there is no table. */
+size_t dist_beat_pack(const dist_beats *t, int64_t now_ns, unsigned char *out, size_t cap);
+/* Writes what a datagram says into the table, with now_ns as that rank's
+ * beat; 1 if taken, 0 if dropped (not ours: length, magic, version, token;
+ * or a rank out of range, of this node, or not of the node it says). */
+int dist_beat_take(const dist_beats *t, const unsigned char *msg, size_t len, int64_t now_ns);
+/* A UDP socket on every address, any port (nonblocking): its descriptor and
+ * *port, or -1. */
+int dist_beats_socket(uint16_t *port);
+/* This host's IPv4 addresses that are up and not loopback (network byte
+ * order), at most max; how many. */
+int dist_beats_addresses(uint32_t *addr, int max);
+/* Sends this rank's slot to every destination (best effort). */
+void dist_beats_send(const dist_beats *t, int64_t now_ns);
+/* Takes every datagram waiting on the socket (the receiver only); how many
+ * were taken. */
+int dist_beats_drain(const dist_beats *t, int64_t now_ns);
+
 /* The limits dist_set_wait_limits set (0: off), for the sites that name the
  * ranks they wait for (dist/ps.c). */
 void dist_wait_limits(double *warn_s, double *abort_s);

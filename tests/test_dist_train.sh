@@ -390,7 +390,7 @@ while IFS='|' read -r sr phase rr what extra; do
         test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137
     check "stall in $phase: within 30 s of start" test $secs -le 30
     check "stall in $phase: rank $rr names the collective and the phase, and ends the job" \
-        grep -qE "^\[rank $rr\] error: stall: rank $rr has waited [0-9]+ s in $what: one or more other ranks did not arrive.*dist.stall_abort_s = 3" <<<"$out"
+        grep -qE "^\[rank $rr\] error: stall: rank $rr has waited [0-9]+ s in $what for the other ranks: one or more did not arrive.*dist.stall_abort_s = 3" <<<"$out"
     check "stall in $phase: the stalled rank $sr reports no wait" \
         test "$(grep -c "^\[rank $sr\] error: stall:" <<<"$out")" -eq 0
     if ! grep -q "error: stall: rank" <<<"$out"; then tail -n 8 <<<"$out" | sed 's/^/    /'; fi
@@ -430,7 +430,8 @@ check "short stop before MPI_Allreduce: rank 0 names rank 1 (on this node, not e
     grep -qE "^\[rank 0\] warning: stall: rank 0 has been inside $inside .*; on this node rank 1 has not entered it, its process alive" <<<"$out"
 # A rank stopped (SIGSTOP) inside MPI_Allreduce: its monitor thread stops
 # with it, so the waiting rank's warnings name it from the node's shared
-# slots (dist/wait.h) as giving no sign of life; after SIGCONT the run
+# slots (dist/wait.h) as giving no sign of life, and the waiting rank's
+# thread inside MPI is throttled instead of spinning; after SIGCONT the run
 # finishes.
 log="$tmp/sigstop.log"
 CNT_TEST_STALL_IN="1:inside the call:6" timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
@@ -443,15 +444,27 @@ for _ in $(seq 300); do
     [ -n "$pid" ] && break
     sleep 0.1
 done
+r0=""
+for p in $(pgrep -x trainer); do
+    [ "$p" != "$pid" ] && grep -qa "$tmp/sigstop" "/proc/$p/cmdline" 2> /dev/null && r0=$p
+done
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2> /dev/null || echo 0; }
 [ -n "$pid" ] && kill -STOP "$pid"
-sleep 4
+sleep 2.5
+a=$(cpu_ticks "${r0:-0}")
+sleep 1.5
+b=$(cpu_ticks "${r0:-0}")
 [ -n "$pid" ] && kill -CONT "$pid"
 wait "$job"
 rc=$?
+tps=$(getconf CLK_TCK)
 check "rank stopped inside MPI_Allreduce: the run finishes after SIGCONT (rc=$rc, pid ${pid:-not found})" \
     test $rc -eq 0 -a -n "$pid"
 check "rank stopped inside MPI_Allreduce: rank 0 names rank 1 as giving no sign of life" \
     grep -qE "^\[rank 0\] warning: stall: .*; on this node rank 1 has given no sign of life for [0-9]+ s: its process is stopped or gone" "$log"
+# ... and does not spin a core meanwhile (its monitor throttles the thread inside MPI: dist/wait.h)
+check "rank stopped inside MPI_Allreduce: rank 0 (pid ${r0:-not found}) used $((b - a)) of $((3 * tps / 2)) ticks of a core in 1.5 s (< 30%)" \
+    test -n "$r0" -a $((100 * (b - a))) -lt $((30 * 3 * tps / 2))
 # A stall after a checkpoint: the job's last words name it.
 out=$(CNT_TEST_STALL_IN=1:evaluation:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL_IN \
       ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=0 checkpoint.every_steps=4 dist.stall_abort_s=3 \
@@ -469,6 +482,8 @@ check "short stall in evaluation: rank 0 warns, naming the collective and the ph
     grep -qE "^\[rank 0\] warning: stall: rank 0 has waited [12] s in dist_allreduce_sum_f64 during evaluation for the other ranks" <<<"$out"
 check "short stall in evaluation: rank 0 reports the stall over" \
     grep -q "^\[rank 0\] warning: stall over: dist_allreduce_sum_f64 during evaluation completed after" <<<"$out"
+check "short stall in evaluation: rank 1 is asleep, not stopped, and is not called stopped" \
+    test "$(grep -c "no sign of life" <<<"$out")" -eq 0
 if [ $rc -ne 0 ]; then tail -n 20 <<<"$out" | sed 's/^/    /'; fi
 
 # Warm-up: from 0 by default; optim.warmup_start=lr (Goyal et al.) starts at

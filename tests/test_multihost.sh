@@ -10,7 +10,9 @@
 # and both train on 3; on 2 hosts x 2 ranks auto chooses the hierarchical
 # allreduce, which sums bitwise, trains with bit-identical ranks and puts
 # 2/3 of the flat ring's bytes on the links; a checkpoint written by rank 0 on host 0 resumes a
-# 3-host run exactly; the links hold their rate; a rank killed mid-run, and a
+# 3-host run exactly; the links hold their rate; a rank stopped inside a
+# blocking MPI_Allreduce on another host is named by the others, which do
+# not spin meanwhile, and the run goes on after it; a rank killed mid-run, and a
 # host whose link goes down mid-run, end the whole job within a bound with a
 # message naming the rank or the host, leaving no process on any host (and,
 # without Open MPI's out-of-band keepalive, the stall watchdog still ends the
@@ -239,6 +241,45 @@ check "kill: mpirun names rank 2 and host $prefix-h2" \
     grep -q "rank 2 with PID ${pid:-x} on node $prefix-h2 exited on signal 9" "$tmp/kill.log"
 check "kill: no process left on any host within 10 s" wait_no_procs 10
 [ -z "$(procs_on_hosts)" ] || echo "    left: $(procs_on_hosts)"
+
+# 6b. A rank stopped (SIGSTOP) inside the blocking MPI_Allreduce on host 2:
+# the ranks of hosts 0 and 1 cannot see it in their node's memory, but its
+# datagrams stop (dist/beats.c), so their warnings name it, on its host, as
+# giving no sign of life; meanwhile the thread inside MPI is throttled (rank
+# 0 uses a small share of a core, where Open MPI alone spins a whole one),
+# and after SIGCONT the run finishes.
+log="$tmp/sigstop.log"
+CNT_TEST_STALL_IN="2:inside the call:8" "${M[@]}" -np 3 -x CNT_TEST_STALL_IN ./trainer "${small[@]}" \
+    dist.backend=mpi dist.stall_warn_s=1 dist.stall_abort_s=40 train.out_dir="$tmp/sigstop" < /dev/null > "$log" 2>&1 &
+mp=$!
+pid=""
+for _ in $(seq 300); do
+    pid=$(grep -oE "CNT_TEST_STALL_IN: sleeping .*pid [0-9]+" "$log" 2> /dev/null | grep -oE "[0-9]+$")
+    [ -n "$pid" ] && break
+    sleep 0.1
+done
+r0=$(ip netns pids "$prefix-h0" | xargs -r ps -o pid=,comm= -p | awk '$2 == "trainer" {print $1}')
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2> /dev/null || echo 0; }
+[ -n "$pid" ] && kill -STOP "$pid"
+sleep 3.5
+a=$(cpu_ticks "${r0:-0}")
+sleep 2
+b=$(cpu_ticks "${r0:-0}")
+[ -n "$pid" ] && kill -CONT "$pid"
+wait "$mp"
+rc=$?
+mp=
+tps=$(getconf CLK_TCK)
+check "stopped inside MPI_Allreduce on $prefix-h2: the run finishes after SIGCONT (rc=$rc, pid ${pid:-not found})" \
+    test $rc -eq 0 -a -n "$pid"
+for r in 0 1; do
+    check "stopped inside MPI_Allreduce on $prefix-h2: rank $r names rank 2 on its host as giving no sign of life" \
+        grep -qE "^\[rank $r\] warning: stall: rank $r has been inside MPI_Allreduce .*; on [^ ]+ rank 2 has given no sign of life for [0-9]+ s: its process is stopped or gone, or its node cannot be reached" "$log"
+done
+grep -m1 -oE "^\[rank 0\] warning: stall: .*; on [^ ]+ rank 2 has given no sign of life for [0-9]+ s" "$log" | sed 's/^/    /' ||
+    grep -E "stall|STALL" "$log" | head -n 6 | cut -c1-300 | sed 's/^/    /'
+check "stopped inside MPI_Allreduce: rank 0 (pid ${r0:-not found}) used $((b - a)) of $((2 * tps)) ticks of a core in 2 s (< 30%)" \
+    test -n "$r0" -a $((100 * (b - a))) -lt $((30 * 2 * tps))
 
 # 7. Host 2's link goes down mid-run. Every rank ends itself or is ended
 # within dist.stall_abort_s (10 s) and a few seconds: ranks 0 and 1 by the

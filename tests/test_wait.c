@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -343,6 +344,198 @@ static void test_signal_during_sleep(void **state) {
     assert_true(late >= 0);
 }
 
+
+/* ------------------------------------------------ the table and the relay */
+
+/* 4 ranks on 2 nodes (0, 1 on "alpha", whose first rank is 0; 2, 3 on
+ * "beta"), seen from rank 0. */
+static const int four_nodes[4] = {0, 0, 2, 2};
+static const char *const four_hosts[4] = {"alpha", "alpha", "beta", "beta"};
+
+static dist_beats four_table(dist_beat *slots, int mine) {
+    memset(slots, 0, 4 * sizeof *slots);
+    dist_beats t = {.slots = slots, .world = 4, .mine = mine, .node_of = four_nodes, .host = four_hosts, .fd = -1,
+                    .token = 0x5eedULL};
+    return t;
+}
+
+static const int64_t S = 1000000000; /* ns */
+
+static void test_describe_names_late_ranks(void **state) {
+    (void)state;
+    dist_beat slots[4];
+    dist_beats t = four_table(slots, 0);
+    int64_t now = 100 * S;
+    slots[0] = (dist_beat){.seq = 3, .inside_ns = 95 * S, .beat_ns = now, .group = 1};
+    slots[1] = (dist_beat){.seq = 3, .inside_ns = 95 * S, .beat_ns = now - S / 2, .group = 1}; /* inside, alive */
+    slots[2] = (dist_beat){.seq = 3, .inside_ns = 95 * S, .beat_ns = now - 10 * S, .group = 1}; /* silent 10 s */
+    slots[3] = (dist_beat){.seq = 2, .inside_ns = 0, .beat_ns = now - S, .group = 1};           /* behind */
+    char buf[1024];
+    assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 1), 2);
+    assert_string_equal(buf, "; on beta rank 2 has given no sign of life for 10 s: its process is stopped or gone, or "
+                             "its node cannot be reached; on beta rank 3 has not entered it, its process alive");
+    /* outside a blocking call only silence counts */
+    assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 0), 1);
+    assert_string_equal(buf, "; on beta rank 2 has given no sign of life for 10 s: its process is stopped or gone, or "
+                             "its node cannot be reached");
+    /* a rank of this node: no talk of reaching it; the same number of calls but not inside: not entered */
+    slots[1].beat_ns = now - 5 * S;
+    slots[3] = (dist_beat){.seq = 3, .inside_ns = 0, .beat_ns = now, .group = 1};
+    assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 1), 3);
+    assert_string_equal(buf, "; on this node rank 1 has given no sign of life for 5 s: its process is stopped or gone"
+                             "; on beta rank 2 has given no sign of life for 10 s: its process is stopped or gone, or "
+                             "its node cannot be reached; on beta rank 3 has not entered it, its process alive");
+    /* nothing heard (group 0), or the other group (servers): never named */
+    slots[1].group = 0;
+    slots[2].group = 2;
+    slots[3].group = 2;
+    assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 1), 0);
+    assert_string_equal(buf, "");
+    /* a small buffer is cut, never overrun */
+    slots[2].group = 1;
+    char small[16];
+    assert_int_equal(dist_beats_describe(&t, small, sizeof small, now, 4.0, 1), 1);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
+static void test_datagram_round_trip(void **state) {
+    (void)state;
+    dist_beat from_slots[4], to_slots[4];
+    dist_beats from = four_table(from_slots, 3), to = four_table(to_slots, 0);
+    from_slots[3] = (dist_beat){.seq = 7, .inside_ns = 40 * S, .beat_ns = 41 * S, .group = 2};
+    unsigned char msg[128];
+    size_t n = dist_beat_pack(&from, 42 * S, msg, sizeof msg); /* inside for 2 s on its clock */
+    assert_true(n > 0 && n <= sizeof msg);
+    assert_int_equal(dist_beat_pack(&from, 42 * S, msg, n - 1), 0);
+    /* the receiver's clock is another: ages carry over, times do not */
+    assert_int_equal(dist_beat_take(&to, msg, n, 500 * S), 1);
+    assert_int_equal(to_slots[3].seq, 7);
+    assert_int_equal(to_slots[3].group, 2);
+    assert_true(to_slots[3].inside_ns == 498 * S);
+    assert_true(to_slots[3].beat_ns == 500 * S);
+    /* not inside: inside_ns 0 */
+    from_slots[3].inside_ns = 0;
+    n = dist_beat_pack(&from, 43 * S, msg, sizeof msg);
+    assert_int_equal(dist_beat_take(&to, msg, n, 501 * S), 1);
+    assert_true(to_slots[3].inside_ns == 0);
+
+    /* dropped, and the slot untouched: a length, a token, a rank of the
+     * receiver's own node, a rank out of range, a node that is not the rank's */
+    dist_beat before = to_slots[3];
+    assert_int_equal(dist_beat_take(&to, msg, n - 1, 600 * S), 0);
+    unsigned char bad[128];
+    dist_beats other_job = from;
+    other_job.token = 0xbadULL;
+    assert_int_equal(dist_beat_take(&to, bad, dist_beat_pack(&other_job, 43 * S, bad, sizeof bad), 600 * S), 0);
+    dist_beat mine_slots[4];
+    dist_beats same_node = four_table(mine_slots, 1); /* rank 1 is on the receiver's node */
+    mine_slots[1] = (dist_beat){.seq = 9, .beat_ns = 1, .group = 1};
+    assert_int_equal(dist_beat_take(&to, bad, dist_beat_pack(&same_node, 43 * S, bad, sizeof bad), 600 * S), 0);
+    dist_beats out_of_range = from;
+    out_of_range.mine = 4;
+    int nodes5[5] = {0, 0, 2, 2, 2};
+    out_of_range.node_of = nodes5;
+    dist_beat slots5[5] = {0};
+    out_of_range.slots = slots5;
+    slots5[4].group = 1;
+    assert_int_equal(dist_beat_take(&to, bad, dist_beat_pack(&out_of_range, 43 * S, bad, sizeof bad), 600 * S), 0);
+    dist_beats wrong_node = from;
+    int nodes_wrong[4] = {0, 0, 2, 1};
+    wrong_node.node_of = nodes_wrong;
+    assert_int_equal(dist_beat_take(&to, bad, dist_beat_pack(&wrong_node, 43 * S, bad, sizeof bad), 600 * S), 0);
+    assert_memory_equal(&to_slots[3], &before, sizeof before);
+    assert_int_equal(to_slots[1].seq, 0);
+}
+
+/* Over a real UDP socket on the loopback: what one rank sends, the other's
+ * first rank takes. */
+static void test_relay_over_udp(void **state) {
+    (void)state;
+    uint16_t port_to = 0, port_from = 0;
+    int fd_to = dist_beats_socket(&port_to), fd_from = dist_beats_socket(&port_from);
+    assert_true(fd_to >= 0 && fd_from >= 0 && port_to != 0);
+    uint32_t addrs[4];
+    int naddr = dist_beats_addresses(addrs, 4);
+    assert_true(naddr >= 0 && naddr <= 4);
+    dist_beat from_slots[4], to_slots[4];
+    dist_beats from = four_table(from_slots, 2), to = four_table(to_slots, 1);
+    struct sockaddr_in dest = {.sin_family = AF_INET, .sin_port = htons(port_to), .sin_addr.s_addr = htonl(0x7f000001)};
+    from.fd = fd_from;
+    from.dest = &dest;
+    from.n_dest = 1;
+    to.fd = fd_to;
+    to.receiver = 1;
+    from_slots[2] = (dist_beat){.seq = 5, .beat_ns = 1, .group = 1};
+    dist_beats_send(&from, 10 * S);
+    int taken = 0;
+    for (int i = 0; i < 200 && !taken; i++) {
+        taken = dist_beats_drain(&to, 20 * S);
+        if (!taken) usleep(5000);
+    }
+    assert_int_equal(taken, 1);
+    assert_int_equal(to_slots[2].seq, 5);
+    assert_true(to_slots[2].beat_ns == 20 * S);
+    /* not the receiver: takes nothing */
+    to.receiver = 0;
+    dist_beats_send(&from, 11 * S);
+    usleep(20000);
+    assert_int_equal(dist_beats_drain(&to, 30 * S), 0);
+    close(fd_to);
+    close(fd_from);
+}
+
+/* The throttle: a thread inside a blocking call while the table names a late
+ * rank (rank 1, silent since long ago) runs a small share of the time once
+ * the call has been inside DIST_THROTTLE_AFTER_S; here it spins on the clock
+ * as Open MPI does. Its CPU time from 2.6 s to 4 s inside: well under half
+ * (about 5%; without the throttle, all of it). */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_throttle_inside_a_stalled_call(void **state) {
+    (void)state;
+    static dist_beat slots[2];
+    memset(slots, 0, sizeof slots);
+    slots[1] = (dist_beat){.seq = 0, .beat_ns = 1, .group = 1}; /* heard from once, at the clock's start */
+    dist_beats t = {.slots = slots, .world = 2, .mine = 0, .fd = -1};
+    dist_set_wait_limits(60, 0);
+    capture_begin();
+    dist_beats_attach(&t);
+    dist_blocking_begin("a fake call");
+    double t0 = time_now(), cpu0 = 0, wall0 = 0;
+    while (time_now() - t0 < 4.0) {
+        if (wall0 == 0 && time_now() - t0 >= DIST_THROTTLE_AFTER_S + 0.6) {
+            wall0 = time_now();
+            cpu0 = thread_cpu_s();
+        }
+    }
+    double share = (thread_cpu_s() - cpu0) / (time_now() - wall0);
+    dist_blocking_end();
+    dist_beats_attach(NULL);
+    capture_end();
+    print_message("    the thread inside ran %.0f%% of the time while throttled\n", 100 * share);
+    assert_true(share < 0.4);
+    /* once nothing is named, no throttle: the same spin runs all the time */
+    dist_beats_attach(&t);
+    slots[1].group = 0;
+    dist_blocking_begin("a fake call");
+    t0 = time_now();
+    while (time_now() - t0 < DIST_THROTTLE_AFTER_S + 0.6) {
+    }
+    cpu0 = thread_cpu_s();
+    wall0 = time_now();
+    while (time_now() - wall0 < 0.8) {
+    }
+    share = (thread_cpu_s() - cpu0) / (time_now() - wall0);
+    dist_blocking_end();
+    dist_beats_attach(NULL);
+    print_message("    ... and %.0f%% with no late rank named\n", 100 * share);
+    assert_true(share > 0.5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_over_at_once),
@@ -353,6 +546,10 @@ int main(void) {
         cmocka_unit_test(test_signal_during_sleep),
         cmocka_unit_test(test_yields_before_sleeping),
         cmocka_unit_test(test_relaxes_after_a_long_wait),
+        cmocka_unit_test(test_describe_names_late_ranks),
+        cmocka_unit_test(test_datagram_round_trip),
+        cmocka_unit_test(test_relay_over_udp),
+        cmocka_unit_test(test_throttle_inside_a_stalled_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
