@@ -15,3 +15,23 @@ close_to() {
     [[ "$1" =~ $num && "$2" =~ $num ]] || return 1
     awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= r * b) }'
 }
+# injected_pid LOG: the pid that LOG's CNT_TEST_STALL_IN line names (a rank
+# asleep at its fault point, dist/fault.h), waiting up to 30 s for the line;
+# nothing when it never comes.
+injected_pid() {
+    local i pid
+    for ((i = 0; i < 300; i++)); do
+        pid=$(grep -oE "CNT_TEST_STALL_IN: sleeping .*pid [0-9]+" "$1" 2> /dev/null | grep -oE "[0-9]+$")
+        [ -n "$pid" ] && { echo "$pid"; return; }
+        sleep 0.1
+    done
+}
+# cpu_percent PID SECONDS: how much of one core (whole percent) PID used in
+# the next SECONDS; 999 when it cannot be read.
+cpu_percent() {
+    local a b
+    a=$(awk '{print $14 + $15}' "/proc/$1/stat" 2> /dev/null) || { echo 999; return; }
+    sleep "$2"
+    b=$(awk '{print $14 + $15}' "/proc/$1/stat" 2> /dev/null) || { echo 999; return; }
+    awk -v d=$((b - a)) -v s="$2" -v t="$(getconf CLK_TCK)" 'BEGIN { printf "%d\n", 100 * d / (s * t) }'
+}
