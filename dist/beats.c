@@ -48,7 +48,7 @@ typedef struct beat_msg {
     int64_t rank, node;    /* the sender's job rank and node (the job rank of its node's first rank) */
     int64_t seq, group;    /* as in dist_beat */
     int64_t inside_age_ns; /* how long it has been inside its blocking call; -1: not inside */
-    int64_t pad;
+    int64_t waiting;       /* as in dist_beat */
 } beat_msg;
 
 static int node_of(const dist_beats *t, int r) { return t->node_of ? t->node_of[r] : 0; }
@@ -66,6 +66,7 @@ size_t dist_beat_pack(const dist_beats *t, int64_t now_ns, unsigned char *out, s
         .seq = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE),
         .group = __atomic_load_n(&b->group, __ATOMIC_ACQUIRE),
         .inside_age_ns = inside > 0 ? (now_ns > inside ? now_ns - inside : 0) : -1,
+        .waiting = __atomic_load_n(&b->waiting, __ATOMIC_ACQUIRE),
     };
     memcpy(out, &m, sizeof m);
     return sizeof m;
@@ -86,6 +87,7 @@ int dist_beat_take(const dist_beats *t, const unsigned char *msg, size_t len, in
     __atomic_store_n(&b->seq, m.seq, __ATOMIC_RELEASE);
     __atomic_store_n(&b->inside_ns, inside, __ATOMIC_RELEASE);
     __atomic_store_n(&b->group, m.group, __ATOMIC_RELEASE);
+    __atomic_store_n(&b->waiting, m.waiting, __ATOMIC_RELEASE);
     __atomic_store_n(&b->beat_ns, now_ns, __ATOMIC_RELEASE);
     return 1;
 }
@@ -105,6 +107,7 @@ int dist_beats_describe(const dist_beats *t, char *buf, size_t len, int64_t now_
         int64_t seq = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE);
         int64_t inside = __atomic_load_n(&b->inside_ns, __ATOMIC_ACQUIRE);
         int64_t beat = __atomic_load_n(&b->beat_ns, __ATOMIC_ACQUIRE);
+        int64_t waiting = __atomic_load_n(&b->waiting, __ATOMIC_ACQUIRE);
         /* Unknown (nothing heard yet), or of the other group (servers and
          * workers make different calls). */
         if (group == 0 || beat <= 0 || group != my_group) continue;
@@ -121,6 +124,9 @@ int dist_beats_describe(const dist_beats *t, char *buf, size_t len, int64_t now_
                          "or gone%s", where, r, silent, here ? "" : ", or its node cannot be reached");
         else if (in_call && (seq < my_seq || (seq == my_seq && inside == 0)))
             n = snprintf(buf + o, len - o, "; %s rank %d has not entered it, its process alive", where, r);
+        else if (!in_call && waiting == 0 && inside == 0)
+            n = snprintf(buf + o, len - o, "; %s rank %d is alive and waits in no collective (computing, loading "
+                         "data, or stuck outside the collectives)", where, r);
         if (n > 0) {
             named++;
             o += (size_t)n < len - o ? (size_t)n : len - o - 1;

@@ -237,6 +237,14 @@ void dist_beats_note(char *buf, size_t cap) {
     cnt_mutex_unlock(&blocking_mu);
 }
 
+/* A wait of DIST_WAITING_AFTER_S or more begins (+1) or ends (-1) on
+ * this rank: for the others' lines (dist/wait.h). */
+static void beats_waiting(int delta) {
+    cnt_mutex_lock(&blocking_mu);
+    if (beats.slots) __atomic_add_fetch(&beats.slots[beats.mine].waiting, delta, __ATOMIC_ACQ_REL);
+    cnt_mutex_unlock(&blocking_mu);
+}
+
 void dist_blocking_begin(const char *call) {
     if (g_abort_s <= 0 && g_warn_s <= 0) return;
     deadman_once_start();
@@ -303,8 +311,13 @@ void dist_wait_until(const dist_wait_site *s) {
     double t0 = now(), next_warn = s->warn_s;
     long sleep_us = s->max_sleep_us < 10 ? s->max_sleep_us : 10;
     int warned = 0, polls = 1; /* polls counts up to spin_polls only: a wait of hours would overflow it */
+    int marked = 0;            /* this wait counts in the rank's slot (beats_waiting) */
     while (!s->poll(s->ctx)) {
         double waited = now() - t0;
+        if (!marked && waited >= DIST_WAITING_AFTER_S) {
+            beats_waiting(1);
+            marked = 1;
+        }
         if (s->abort_s > 0 && waited >= s->abort_s) stall_line(s, waited, 1);
         if (s->warn_s > 0 && waited >= next_warn) {
             stall_line(s, waited, 0);
@@ -326,6 +339,7 @@ void dist_wait_until(const dist_wait_site *s) {
         long cap = s->relax_s > 0 && waited >= s->relax_s ? s->relaxed_max_sleep_us : s->max_sleep_us;
         sleep_us = sleep_us * 2 < cap ? sleep_us * 2 : cap;
     }
+    if (marked) beats_waiting(-1);
     if (warned) {
         char over[512];
         over[0] = '\0';

@@ -112,13 +112,17 @@ void dist_blocking_end(void);
  * warns, so the line names a late rank: one that has not entered the call
  * (alive), or one that has given no sign of life for a while (its process is
  * stopped or gone, or, on another node, its node cannot be reached). A slot
- * nothing was heard from is not used. */
+ * nothing was heard from is not used. The other waits' lines also name the
+ * ranks that are alive but wait in nothing: in a stall, the ranks ahead end
+ * up waiting in some collective, and the late one is busy elsewhere. */
+#define DIST_WAITING_AFTER_S 0.2
 typedef struct dist_beat {
     int64_t seq;       /* blocking calls entered */
     int64_t inside_ns; /* when it entered the current one (ns, this node's monotonic clock); 0: not inside */
     int64_t beat_ns;   /* its last sign of life, this node's clock: its monitor's beat, or its datagram taken */
     int64_t group;     /* 1 + its group (dist_split_servers: 0 workers, 1 servers); 0: nothing heard yet */
-    int64_t pad[4];    /* a cache line each */
+    int64_t waiting;   /* its threads in a wait (dist_wait_until) of DIST_WAITING_AFTER_S or more */
+    int64_t pad[3];    /* a cache line each */
 } dist_beat;
 
 /* The table and the relay, as dist_init makes them (what the monitor reads). */
@@ -143,16 +147,18 @@ void dist_beats_attach(const dist_beats *t);
 void dist_beats_set_group(int group);
 /* For the other waits' lines (dist_wait_polled's sites, the watchdog): the
  * ranks of this rank's group that have given no sign of life for a while,
- * as "; on this node rank 1 has given no sign of life for 5 s: ..." into buf
- * ("" when none). Reads the table under the monitor's lock. */
+ * or are alive and wait in nothing, as "; on this node rank 1 has given no
+ * sign of life for 5 s: ..." into buf ("" when none). Reads the table under
+ * the monitor's lock. */
 void dist_beats_note(char *buf, size_t cap);
 
 /* The pieces (dist/beats.c), public for tests/test_wait.c. */
 /* Names the late ranks of this rank's group into buf, "; <where> rank R has
- * ..." for each: silent for stale_s or more ("given no sign of life"), or,
- * when in_call, behind this rank's blocking call (fewer calls entered, or
- * the same number and not inside: "has not entered it"). Returns how many it
- * named. */
+ * ..." for each: silent for stale_s or more ("given no sign of life"); when
+ * in_call, behind this rank's blocking call (fewer calls entered, or the
+ * same number and not inside: "has not entered it"); otherwise alive and in
+ * no wait and no blocking call ("is alive and waits in no collective").
+ * Returns how many it named. */
 int dist_beats_describe(const dist_beats *t, char *buf, size_t len, int64_t now_ns, double stale_s, int in_call);
 /* This rank's slot as a datagram into out (cap bytes); its length, 0 when
  * it does not fit or there is no table. */

@@ -390,7 +390,9 @@ while IFS='|' read -r sr phase rr what extra; do
         test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137
     check "stall in $phase: within 30 s of start" test $secs -le 30
     check "stall in $phase: rank $rr names the collective and the phase, and ends the job" \
-        grep -qE "^\[rank $rr\] error: stall: rank $rr has waited [0-9]+ s in $what for the other ranks: one or more did not arrive.*dist.stall_abort_s = 3" <<<"$out"
+        grep -qE "^\[rank $rr\] error: stall: rank $rr has waited [0-9]+ s in $what for the other ranks.*: one or more did not arrive.*dist.stall_abort_s = 3" <<<"$out"
+    check "stall in $phase: rank $rr names the asleep rank $sr as alive and waiting in no collective" \
+        grep -qE "^\[rank $rr\] error: stall: .*; on this node rank $sr is alive and waits in no collective" <<<"$out"
     check "stall in $phase: the stalled rank $sr reports no wait" \
         test "$(grep -c "^\[rank $sr\] error: stall:" <<<"$out")" -eq 0
     if ! grep -q "error: stall: rank" <<<"$out"; then tail -n 8 <<<"$out" | sed 's/^/    /'; fi
@@ -464,8 +466,11 @@ check "stall in evaluation after step checkpoints: rank 0 names the last one" \
     grep -q "^\[rank 0\] stopped: last checkpoint $tmp/lastwords/checkpoints/ckpt-000000-0000000[0-9]*.cnt (step [0-9]*)" <<<"$out"
 
 # A stall shorter than the abort limit: warnings every dist.stall_warn_s,
-# then "stall over", and the run finishes.
-out=$(CNT_TEST_STALL_IN=1:evaluation:2.5 "${MPI[@]}" -np 2 -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini \
+# then "stall over", and the run finishes. Three ranks, rank 2 asleep on
+# entering evaluation: rank 0's warning names it as alive and waiting in no
+# collective (the node's table, dist/wait.h), not as stopped, and not rank 1,
+# which waits in the same collective as rank 0.
+out=$(CNT_TEST_STALL_IN=2:evaluation:2.5 "${MPI[@]}" -np 3 -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini \
       "${small[@]}" dist.stall_warn_s=1 dist.stall_abort_s=20 train.out_dir="$tmp/bww" 2>&1)
 rc=$?
 check "short stall in evaluation: the run finishes (exit 0)" test $rc -eq 0
@@ -473,7 +478,11 @@ check "short stall in evaluation: rank 0 warns, naming the collective and the ph
     grep -qE "^\[rank 0\] warning: stall: rank 0 has waited [12] s in dist_allreduce_sum_f64 during evaluation for the other ranks" <<<"$out"
 check "short stall in evaluation: rank 0 reports the stall over" \
     grep -q "^\[rank 0\] warning: stall over: dist_allreduce_sum_f64 during evaluation completed after" <<<"$out"
-check "short stall in evaluation: rank 1 is asleep, not stopped, and is not called stopped" \
+check "short stall in evaluation: rank 0 names rank 2 as alive and waiting in no collective" \
+    grep -qE "^\[rank 0\] warning: stall: .*; on this node rank 2 is alive and waits in no collective" <<<"$out"
+check "short stall in evaluation: rank 0 does not name rank 1, which waits too" \
+    test "$(grep "^\[rank 0\] warning: stall: " <<<"$out" | grep -c "rank 1 ")" -eq 0
+check "short stall in evaluation: rank 2 is asleep, not stopped, and is not called stopped" \
     test "$(grep -c "no sign of life" <<<"$out")" -eq 0
 if [ $rc -ne 0 ]; then tail -n 20 <<<"$out" | sed 's/^/    /'; fi
 

@@ -374,10 +374,17 @@ static void test_describe_names_late_ranks(void **state) {
     assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 1), 2);
     assert_string_equal(buf, "; on beta rank 2 has given no sign of life for 10 s: its process is stopped or gone, or "
                              "its node cannot be reached; on beta rank 3 has not entered it, its process alive");
-    /* outside a blocking call only silence counts */
+    /* outside a blocking call: silence, and a rank alive in no wait and no
+     * blocking call (rank 3 until it waits; rank 1 is inside a call) */
+    assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 0), 2);
+    assert_string_equal(buf, "; on beta rank 2 has given no sign of life for 10 s: its process is stopped or gone, or "
+                             "its node cannot be reached; on beta rank 3 is alive and waits in no collective "
+                             "(computing, loading data, or stuck outside the collectives)");
+    slots[3].waiting = 1;
     assert_int_equal(dist_beats_describe(&t, buf, sizeof buf, now, 4.0, 0), 1);
     assert_string_equal(buf, "; on beta rank 2 has given no sign of life for 10 s: its process is stopped or gone, or "
                              "its node cannot be reached");
+    slots[3].waiting = 0;
     /* a rank of this node: no talk of reaching it; the same number of calls but not inside: not entered */
     slots[1].beat_ns = now - 5 * S;
     slots[3] = (dist_beat){.seq = 3, .inside_ns = 0, .beat_ns = now, .group = 1};
@@ -402,7 +409,7 @@ static void test_datagram_round_trip(void **state) {
     (void)state;
     dist_beat from_slots[4], to_slots[4];
     dist_beats from = four_table(from_slots, 3), to = four_table(to_slots, 0);
-    from_slots[3] = (dist_beat){.seq = 7, .inside_ns = 40 * S, .beat_ns = 41 * S, .group = 2};
+    from_slots[3] = (dist_beat){.seq = 7, .inside_ns = 40 * S, .beat_ns = 41 * S, .group = 2, .waiting = 2};
     unsigned char msg[128];
     size_t n = dist_beat_pack(&from, 42 * S, msg, sizeof msg); /* inside for 2 s on its clock */
     assert_true(n > 0 && n <= sizeof msg);
@@ -411,6 +418,7 @@ static void test_datagram_round_trip(void **state) {
     assert_int_equal(dist_beat_take(&to, msg, n, 500 * S), 1);
     assert_int_equal(to_slots[3].seq, 7);
     assert_int_equal(to_slots[3].group, 2);
+    assert_int_equal(to_slots[3].waiting, 2);
     assert_true(to_slots[3].inside_ns == 498 * S);
     assert_true(to_slots[3].beat_ns == 500 * S);
     /* not inside: inside_ns 0 */
@@ -484,6 +492,39 @@ static void test_relay_over_udp(void **state) {
     close(fd_from);
 }
 
+/* A wait that lasts counts in the rank's slot while it lasts (what the
+ * others' lines read: a rank that waits is not the late one); a short one
+ * never does. */
+static dist_beat *marked_slot;
+typedef struct marked_ctx {
+    double until;
+    int64_t seen_max;
+} marked_ctx;
+
+static int marked_poll(void *ctx) {
+    marked_ctx *m = ctx;
+    int64_t w = __atomic_load_n(&marked_slot->waiting, __ATOMIC_ACQUIRE);
+    if (w > m->seen_max) m->seen_max = w;
+    return time_now() >= m->until;
+}
+
+static void test_a_long_wait_counts_in_the_slot(void **state) {
+    (void)state;
+    static dist_beat slots[1];
+    memset(slots, 0, sizeof slots);
+    dist_beats t = {.slots = slots, .world = 1, .mine = 0, .fd = -1};
+    dist_beats_attach(&t);
+    marked_slot = &slots[0];
+    for (int lasting = 0; lasting < 2; lasting++) {
+        marked_ctx m = {.until = time_now() + (lasting ? DIST_WAITING_AFTER_S + 0.15 : DIST_WAITING_AFTER_S / 4)};
+        dist_wait_site s = {.poll = marked_poll, .describe = timed_describe, .ctx = &m, .max_sleep_us = 1000};
+        dist_wait_until(&s);
+        assert_int_equal(m.seen_max, lasting);
+        assert_int_equal(slots[0].waiting, 0);
+    }
+    dist_beats_attach(NULL);
+}
+
 /* The throttle: a thread inside a blocking call while the table names a late
  * rank (rank 1, silent since long ago) runs a small share of the time once
  * the call has been inside DIST_THROTTLE_AFTER_S; here it spins on the clock
@@ -549,6 +590,7 @@ int main(void) {
         cmocka_unit_test(test_describe_names_late_ranks),
         cmocka_unit_test(test_datagram_round_trip),
         cmocka_unit_test(test_relay_over_udp),
+        cmocka_unit_test(test_a_long_wait_counts_in_the_slot),
         cmocka_unit_test(test_throttle_inside_a_stalled_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -422,8 +422,9 @@ static const key_def key_table[] = {
                  "fp16 compression; the allreduce through host memory only, not NCCL or parameter servers)"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
-                  "names the late ranks, the step and the bucket; any other collective names itself and the "
-                  "phase: start-up, evaluation, ...), and again at every multiple; 0: off"),
+                  "names the late ranks, the step and the bucket; any other collective names itself, the "
+                  "phase (start-up, evaluation, ...) and the ranks that are stopped or wait in nothing), "
+                  "and again at every multiple; 0: off"),
     K_FLOAT("dist", "stall_abort_s", stall_abort_s, "1800", BETWEEN(0, 86400),
           .help = "end the job when any collective (gradient allreduce, start-up, evaluation, checks, "
                   "broadcasts) has waited this many seconds for the other ranks (default 30 minutes, as "
