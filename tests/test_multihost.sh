@@ -211,6 +211,16 @@ check "shaping: ring busbw ${shaped:-?} GB/s at 100mbit (<= 0.0125), ${free:-?} 
     python3 -c 'import sys; s, f = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (0 < s <= 0.0125 and f >= 4 * s))' \
     "${shaped:-0}" "${free:-0}"
 
+# The MTU of every link and the bridge (tools/cluster.sh mtu), and back;
+# out of range refused as a usage error.
+"${C[@]}" mtu 9000 > /dev/null
+mtus=$(for k in 0 1 2; do ip -n "$prefix-h$k" -o link show dev eth0 | grep -o 'mtu [0-9]*'; ip -o link show dev "$prefix-v$k" | grep -o 'mtu [0-9]*'; done; ip -o link show dev "${prefix}br" | grep -o 'mtu [0-9]*')
+"${C[@]}" mtu 1500 > /dev/null
+"${C[@]}" mtu 100 > /dev/null 2>&1
+rc=$?
+check "mtu: 9000 on both ends of every link and on the bridge, then 1500 again; 100 refused (rc=$rc)" \
+    test "$(sort -u <<< "$mtus")" = "mtu 9000" -a "$(ip -n "$prefix-h0" -o link show dev eth0 | grep -o 'mtu [0-9]*')" = "mtu 1500" -a $rc -eq 2
+
 # long_run NAME [MPIRUN-ARGS...]: starts a long 3-host run in the background
 # (pid in $mp, log in $tmp/NAME.log) and waits for its third step.
 long=(configs/resnet20-fashion.ini train.device=cpu data.train_limit=9600 data.test_limit=96 train.batch_size=16
