@@ -122,8 +122,8 @@ void dist_set_wait_limits(double warn_s, double abort_s);
  * backward; DIST_PROGRESS_SPIN polls with sched_yield, never sleeping (the
  * lowest latency where the communication has a core of its own). Messages
  * move in the kernel and in Open MPI's TCP buffers while the thread sleeps:
- * a 50 us sleep is far shorter than the time a 1 MiB chunk takes on the
- * wire. MPI_Allreduce (dist.backend = mpi) waits inside Open MPI, by its own
+ * a 50 us sleep is far shorter than the time a 256 KiB chunk takes on the
+ * wire (2 ms at 1 Gbit/s, 0.4 ms at 5). MPI_Allreduce (dist.backend = mpi) waits inside Open MPI, by its own
  * rules, whichever is set. Process-wide; the default is SLEEP. Call it
  * before starting threads that use dist/, as dist_set_wait_limits. */
 typedef enum dist_progress { DIST_PROGRESS_SLEEP, DIST_PROGRESS_SPIN } dist_progress;

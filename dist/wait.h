@@ -207,7 +207,7 @@ typedef enum dist_wait_mode {
      * 10 us doubling to 50 us: the ring's chunks with dist.progress = sleep
      * (the default). A chunk through shared memory (ranks of one node) moves only while a
      * rank polls, and completes within the millisecond; one across a
-     * network takes milliseconds (1 MiB: 1.7 ms at 5 Gbit/s, 8.4 ms at 1) and
+     * network takes milliseconds (256 KiB: 0.4 ms at 5 Gbit/s, 2.1 ms at 1) and
      * moves in the kernel's and Open MPI's socket buffers while the thread
      * sleeps, so the rest of its wait leaves the cores to backward
      * (docs/scaling.md measures it). */

@@ -494,7 +494,7 @@ int main(int argc, char **argv) {
         test_ring(sizes[i], 64); /* 16 floats per message */
     }
     test_ring(((size_t)1 << 16) + 5, 64);
-    test_ring(((size_t)1 << 20) + 3, 0);            /* default 1 MiB chunks */
+    test_ring(((size_t)1 << 20) + 3, 0);            /* default 256 KiB chunks */
     test_ring(((size_t)1 << 20) + 3, 64 * 1024);    /* many chunks per step */
     test_ring(((size_t)1 << 20) + 3, 4096 * 1024);  /* one message per step */
     test_progress();
