@@ -132,8 +132,12 @@ static void throttle_pause(int sig) {
     errno = saved;
 }
 
-static void sleep_s_whole(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+/* Sleeps us microseconds. Why the loop: a signal (the trainer's SIGTERM,
+ * SIGUSR1 handlers) ends nanosleep early with EINTR; going on with what is
+ * left keeps the pause a pause, where returning would turn a stream of
+ * signals into a spin. */
+static void sleep_us_whole(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -145,7 +149,7 @@ static void *deadman(void *arg) {
     for (int first = 1;; first = 0) {
         double period = beat_period();
         /* the first beat at once: a rank that stops early has been heard of */
-        if (!first) sleep_s_whole(throttling ? (DIST_THROTTLE_PAUSE_MS + 1) * 1e-3 : period);
+        if (!first) sleep_us_whole(throttling ? (DIST_THROTTLE_PAUSE_MS + 1) * 1000L : (long)(period * 1e6));
         cnt_mutex_lock(&blocking_mu);
         double now = time_now();
         int64_t ns = (int64_t)(now * 1e9);
@@ -293,16 +297,6 @@ static void stall_line(const dist_wait_site *s, double waited, int aborting) {
               "legitimately take longer)",
               who, waited, late, note, s->abort_s);
     dist_abort(DIST_STALL_EXIT);
-}
-
-/* Sleeps us microseconds. Why the loop: a signal (the trainer's SIGTERM,
- * SIGUSR1 handlers) ends nanosleep early with EINTR; going on with what is
- * left keeps the pause a pause, where returning would turn a stream of
- * signals into a spin. */
-static void sleep_us_whole(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 void dist_wait_until(const dist_wait_site *s) {
