@@ -5,6 +5,8 @@
 #include "common/check.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <time.h>
 
 void cnt_mutex_init(pthread_mutex_t *mu) {
@@ -42,4 +44,13 @@ int cnt_cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) 
     if (errno == ETIMEDOUT) return 1;
     CHECK_ERRNO(errno == 0, "pthread_cond_timedwait");
     return 0;
+}
+
+void cnt_thread_name(pthread_t t, const char *fmt, ...) {
+    char name[16]; /* the kernel's TASK_COMM_LEN, its NUL included */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    (void)pthread_setname_np(t, name);
 }

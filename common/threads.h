@@ -1,6 +1,6 @@
 /*
  * common/threads.h - checked pthread locking shared by the loader, the
- * gradient reducer and the timeline.
+ * gradient reducer and the timeline, and thread names.
  *
  * A failure of these calls means a broken program (an uninitialised or
  * destroyed mutex), not a user error: each ends the process through
@@ -21,5 +21,9 @@ void cnt_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu);
 /* The same for at most `seconds` (>= 0; cv made by cnt_cond_init): 1 when
  * that time passed, 0 when woken (callers recheck their condition). */
 int cnt_cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds);
+/* Names thread t (printf-style; cut to Linux's 15 characters) for the tools
+ * that show threads (top -H, ps -L, gdb, perf): "cnt-comm", "cnt-stall",
+ * "cnt-train-0", ... Best effort: a name is not worth failing a run over. */
+void cnt_thread_name(pthread_t t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -734,6 +734,7 @@ loader *loader_create(const dataset *ds, const loader_options *opt) {
     for (int i = 0; i < opt->workers; i++) {
         errno = pthread_create(&ld->threads[i], NULL, loader_worker, ld);
         CHECK_ERRNO(errno == 0, "pthread_create (data loader worker)");
+        cnt_thread_name(ld->threads[i], "cnt-%s-%d", opt->drop_last ? "train" : "eval", i);
     }
     return ld;
 }

@@ -269,4 +269,5 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
     /* Last: the thread reads rd->state. */
     errno = pthread_create(&m->thread, NULL, comm_main, rd);
     CHECK_ERRNO(errno == 0, "pthread_create (communication thread)");
+    cnt_thread_name(m->thread, "cnt-comm");
 }

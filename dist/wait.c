@@ -203,6 +203,7 @@ static void deadman_start(void) {
     pthread_t t;
     errno = pthread_create(&t, NULL, deadman, NULL);
     CHECK_ERRNO(errno == 0, "pthread_create (stall deadman)");
+    cnt_thread_name(t, "cnt-stall");
     pthread_detach(t);
 }
 

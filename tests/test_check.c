@@ -189,6 +189,19 @@ static void test_cond_timedwait(void **state) {
     pthread_mutex_destroy(&mu);
 }
 
+/* cnt_thread_name: the name reads back, formatted, and one past Linux's 15
+ * characters is cut instead of refused (pthread_setname_np refuses it). */
+static void test_thread_name(void **state) {
+    (void)state;
+    char got[32];
+    cnt_thread_name(pthread_self(), "cnt-%s-%d", "train", 3);
+    assert_int_equal(pthread_getname_np(pthread_self(), got, sizeof got), 0);
+    assert_string_equal(got, "cnt-train-3");
+    cnt_thread_name(pthread_self(), "cnt-a-very-long-thread-name");
+    assert_int_equal(pthread_getname_np(pthread_self(), got, sizeof got), 0);
+    assert_string_equal(got, "cnt-a-very-long");
+}
+
 /* common/fileio.h's file_dir_of: the part before the last '/', "/" for a
  * file at the root, "." for a bare name; a directory that does not fit is
  * an error naming the path, never a cut one. */
@@ -211,6 +224,7 @@ int main(void) {
         cmocka_unit_test(test_cpus_parse),
         cmocka_unit_test(test_cpus_of_pci),
         cmocka_unit_test(test_cond_timedwait),
+        cmocka_unit_test(test_thread_name),
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_log_line_is_one_write),

@@ -448,6 +448,7 @@ done
 [ -n "$pid" ] && kill -STOP "$pid"
 sleep 2.5
 share=$(cpu_percent "${r0:-0}" 1.5)
+threads=$(cat /proc/"${r0:-0}"/task/*/comm 2> /dev/null | sort -u | tr '\n' ' ')
 [ -n "$pid" ] && kill -CONT "$pid"
 wait "$job"
 rc=$?
@@ -458,6 +459,9 @@ check "rank stopped inside MPI_Allreduce: rank 0 names rank 1 as giving no sign 
 # ... and does not spin a core meanwhile (its monitor throttles the thread inside MPI: dist/wait.h)
 check "rank stopped inside MPI_Allreduce: rank 0 (pid ${r0:-not found}) used ${share}% of a core for 1.5 s (< 30%)" \
     test -n "$r0" -a "$share" -lt 30
+# ... whose threads say what they are (top -H, ps -L): the one inside MPI, its monitor, the loader's
+check "rank 0's threads are named: cnt-comm, cnt-stall, cnt-train-0 among: $threads" \
+    eval 'grep -q "cnt-comm " <<< "$threads" && grep -q "cnt-stall " <<< "$threads" && grep -q "cnt-train-0 " <<< "$threads"'
 # A stall after a checkpoint: the job's last words name it.
 out=$(CNT_TEST_STALL_IN=1:evaluation:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL_IN \
       ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=0 checkpoint.every_steps=4 dist.stall_abort_s=3 \
