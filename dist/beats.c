@@ -112,21 +112,17 @@ int dist_beats_describe(const dist_beats *t, char *buf, size_t len, int64_t now_
          * workers make different calls). */
         if (group == 0 || beat <= 0 || group != my_group) continue;
         int here = node_of(t, r) == node_of(t, t->mine);
-        char where[96];
-        if (here)
-            snprintf(where, sizeof where, "on this node");
-        else
-            snprintf(where, sizeof where, "on %s", t->host && t->host[r] ? t->host[r] : "another node");
+        const char *on = here ? "this node" : t->host && t->host[r] ? t->host[r] : "another node";
         double silent = (double)(now_ns - beat) * 1e-9;
         int n = 0;
         if (silent >= stale_s)
-            n = snprintf(buf + o, len - o, "; %s rank %d has given no sign of life for %.0f s: its process is stopped "
-                         "or gone%s", where, r, silent, here ? "" : ", or its node cannot be reached");
+            n = snprintf(buf + o, len - o, "; on %s rank %d has given no sign of life for %.0f s: its process is "
+                         "stopped or gone%s", on, r, silent, here ? "" : ", or its node cannot be reached");
         else if (in_call && (seq < my_seq || (seq == my_seq && inside == 0)))
-            n = snprintf(buf + o, len - o, "; %s rank %d has not entered it, its process alive", where, r);
+            n = snprintf(buf + o, len - o, "; on %s rank %d has not entered it, its process alive", on, r);
         else if (!in_call && waiting == 0 && inside == 0)
-            n = snprintf(buf + o, len - o, "; %s rank %d is alive and waits in no collective (computing, loading "
-                         "data, or stuck outside the collectives)", where, r);
+            n = snprintf(buf + o, len - o, "; on %s rank %d is alive and waits in no collective (computing, loading "
+                         "data, or stuck outside the collectives)", on, r);
         if (n > 0) {
             named++;
             o += (size_t)n < len - o ? (size_t)n : len - o - 1;

@@ -237,8 +237,10 @@ void dist_beats_set_group(int group) {
 }
 
 void dist_beats_note(char *buf, size_t cap) {
+    size_t n = strnlen(buf, cap);
+    if (n + 1 >= cap) return;
     cnt_mutex_lock(&blocking_mu);
-    dist_beats_describe(&beats, buf, cap, now_ns(), stale_after(), 0);
+    dist_beats_describe(&beats, buf + n, cap - n, now_ns(), stale_after(), 0);
     cnt_mutex_unlock(&blocking_mu);
 }
 
@@ -261,8 +263,9 @@ void dist_blocking_begin(const char *call) {
     blocking_thread = pthread_self();
     if (beats.slots) {
         dist_beat *b = &beats.slots[beats.mine];
-        __atomic_store_n(&b->beat_ns, now_ns(), __ATOMIC_RELEASE);
-        __atomic_store_n(&b->inside_ns, now_ns(), __ATOMIC_RELEASE);
+        int64_t ns = (int64_t)(blocking_since * 1e9);
+        __atomic_store_n(&b->beat_ns, ns, __ATOMIC_RELEASE);
+        __atomic_store_n(&b->inside_ns, ns, __ATOMIC_RELEASE);
         __atomic_add_fetch(&b->seq, 1, __ATOMIC_ACQ_REL);
     }
     cnt_mutex_unlock(&blocking_mu);
@@ -380,9 +383,9 @@ static void polled_describe(void *ctx, dist_wait_text part, char *buf, size_t ca
     else if (part == DIST_WAIT_OVER)
         snprintf(buf, cap, "%s during %s completed", p->collective, phase_name());
     else {
-        /* a collective cannot know who is missing, but the table knows who is stopped */
-        int n = snprintf(buf, cap, "in %s during %s for the other ranks", p->collective, phase_name());
-        if (n > 0 && (size_t)n < cap) dist_beats_note(buf + n, cap - (size_t)n);
+        /* a collective cannot know who is missing, but the table knows who is stopped or elsewhere */
+        snprintf(buf, cap, "in %s during %s for the other ranks", p->collective, phase_name());
+        dist_beats_note(buf, cap);
     }
 }
 

@@ -145,11 +145,12 @@ typedef struct dist_beats {
 void dist_beats_attach(const dist_beats *t);
 /* This rank's group, after dist_split_servers (0 workers, 1 servers). */
 void dist_beats_set_group(int group);
-/* For the other waits' lines (dist_wait_polled's sites, the watchdog): the
- * ranks of this rank's group that have given no sign of life for a while,
- * or are alive and wait in nothing, as "; on this node rank 1 has given no
- * sign of life for 5 s: ..." into buf ("" when none). Reads the table under
- * the monitor's lock. */
+/* For the other waits' lines (dist_wait_polled's sites, the watchdog):
+ * appends to the text in buf (cap bytes in all) the ranks of this rank's
+ * group that have given no sign of life for a while, or are alive and wait
+ * in nothing, as "; on this node rank 1 has given no sign of life for 5 s:
+ * ..." (nothing when none, or no room). Reads the table under the
+ * monitor's lock. */
 void dist_beats_note(char *buf, size_t cap);
 
 /* The pieces (dist/beats.c), public for tests/test_wait.c. */

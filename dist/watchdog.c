@@ -145,9 +145,9 @@ static void arrived_describe(void *ctx, dist_wait_text part, char *buf, size_t c
     if (part == DIST_WAIT_LATE) {
         char who[1024];
         int missing = describe_missing(wd, who, sizeof who);
-        int n = snprintf(buf, cap, "for rank%s %s", missing > 1 ? "s" : "", who);
+        snprintf(buf, cap, "for rank%s %s", missing > 1 ? "s" : "", who);
         /* whether a late one is alive (slow) or stopped: the node's table and the relay (dist/wait.h) */
-        if (n > 0 && (size_t)n < cap) dist_beats_note(buf + n, cap - (size_t)n);
+        dist_beats_note(buf, cap);
         return;
     }
     snprintf(buf, cap, "step %lld bucket %lld%s", (long long)wd->msg[0], (long long)wd->msg[1],
