@@ -58,6 +58,11 @@ int dist_job_rank(void) { return g_rank; }
 int dist_job_world(void) { return g_world; }
 int dist_local_rank(void) { return g_local_rank; }
 int dist_local_world(void) { return g_local_world; }
+static int g_nodes = 1, g_crowded = 0; /* dist_nodes: set by beats_init */
+int dist_nodes(int *crowded) {
+    if (crowded) *crowded = g_crowded;
+    return g_nodes;
+}
 static int g_local_servers = 0;
 int dist_local_servers(void) { return g_local_servers; }
 
@@ -258,12 +263,20 @@ static void beats_init(MPI_Comm local) {
     g_node_of = cnt_malloc((size_t)g_world * sizeof *g_node_of);
     g_host_of = cnt_malloc((size_t)g_world * sizeof *g_host_of);
     int nodes = 0, n_dest = 0;
+    unsigned char *shared = cnt_calloc((size_t)g_world, 1); /* [node] it has a rank besides its first */
     for (int r = 0; r < g_world; r++) {
-        g_node_of[r] = g_cards[r].node;
-        g_host_of[r] = g_cards[g_cards[r].node].host;
-        nodes += g_cards[r].node == r;
-        if (g_cards[r].node == r && r != first) n_dest += g_cards[r].port ? g_cards[r].naddr : 0;
+        int node = g_cards[r].node;
+        g_node_of[r] = node;
+        g_host_of[r] = g_cards[node].host;
+        nodes += node == r;
+        if (node != r && !shared[node]) {
+            shared[node] = 1;
+            g_crowded++;
+        }
+        if (node == r && r != first) n_dest += g_cards[r].port ? g_cards[r].naddr : 0;
     }
+    free(shared);
+    g_nodes = nodes;
     g_dest = cnt_calloc((size_t)(n_dest ? n_dest : 1), sizeof *g_dest);
     n_dest = 0;
     for (int r = 0; r < g_world; r++) {

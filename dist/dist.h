@@ -92,6 +92,10 @@ int dist_split_servers(int n_servers);
 /* Rank among the processes on this node (MPI_COMM_TYPE_SHARED split). */
 int dist_local_rank(void);
 int dist_local_world(void);
+/* The job's nodes (MPI_COMM_TYPE_SHARED splits of all its ranks, servers
+ * included), and in *crowded how many of them run several ranks; learnt at
+ * dist_init (1 and 0 in a world of one), no collective. */
+int dist_nodes(int *crowded);
 /* How many of this node's processes are parameter servers (set by
  * dist_split_servers; 0 before it or without servers). Servers are the
  * job's last ranks, so they are this node's last local ranks too. */

@@ -71,11 +71,8 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
 static void choose_host_backend(allreduce_x *a) {
     exchange_opts *o = &a->base.o;
     if (o->backend != DIST_BACKEND_AUTO || a->nccl || dist_world() <= 1) return;
-    int lead = dist_local_rank() == 0;
-    double shape[2] = {lead, lead && dist_local_world() > 1}; /* nodes, nodes with several ranks */
-    dist_phase("start-up: gradient transport choice");
-    dist_allreduce_sum_f64(shape, 2);
-    int nodes = (int)shape[0], crowded = (int)shape[1];
+    /* the job's shape, as dist_init learnt it: with an allreduce exchange every rank is a worker */
+    int crowded, nodes = dist_nodes(&crowded);
     o->backend = dist_auto_host_backend(nodes, crowded);
     if (nodes <= 1) snprintf(a->auto_why, sizeof a->auto_why, "dist.backend = auto: one node");
     else
