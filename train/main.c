@@ -113,7 +113,7 @@ static int parse_bench_option(const char *arg, config *cfg) {
         return CNT_ERR;
     }
     size_t kl = (size_t)(eq - arg);
-    for (int k = 0; k < 6; k++) {
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
         char setting[256];
         snprintf(setting, sizeof setting, "train.%s", arg);
@@ -122,15 +122,16 @@ static int parse_bench_option(const char *arg, config *cfg) {
     }
     if (kl == 7 && strncmp(arg, "classes", kl) == 0)
         return parse_count(eq + 1, "classes (at least 2)", 2, &cfg->synthetic_classes);
-    char choices[4][128], key[32];
-    for (int k = 0; k < 4; k++) {
+    char choices[6][128], key[32];
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        if (strcmp(keys[k], "fuse") == 0) continue; /* a boolean, not one of a list */
         snprintf(key, sizeof key, "train.%s", keys[k]);
         config_choices(key, "|", choices[k], sizeof choices[k]);
     }
     fprintf(stderr,
             "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, activations=%s, "
-            "fuse=true|false, conv_api=legacy|graph, classes=N)\n",
-            arg, choices[0], choices[1], choices[2], choices[3]);
+            "fuse=true|false, conv_api=%s, classes=N)\n",
+            arg, choices[0], choices[1], choices[2], choices[3], choices[5]);
     return CNT_ERR;
 }
 

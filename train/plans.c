@@ -41,9 +41,12 @@ static void take(const backend *be, const char *text, const char *whence) {
         log_info("convolution plans: %d shape%s taken %s", n, n == 1 ? "" : "s", whence);
 }
 
+/* out_dir's plans file into path (4096 bytes). */
+static void plans_path(char *path, const char *out_dir) { snprintf(path, 4096, "%s/%s", out_dir, PLANS_FILE); }
+
 void plans_restore(const backend *be, const char *out_dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", out_dir, PLANS_FILE);
+    plans_path(path, out_dir);
     char *text = NULL;
     uint64_t len = 0;
     struct stat st;
@@ -79,7 +82,7 @@ static void write_file(const char *path, const char *dir, const char *text, size
 
 void plans_share(const backend *be, const char *out_dir, int to_ranks) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", out_dir, PLANS_FILE);
+    plans_path(path, out_dir);
     char *text = NULL;
     uint64_t len = 0;
     if (dist_rank() == 0 && be->plans_export) {
