@@ -83,10 +83,11 @@ void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv
 void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
                               const void *z, int relu, const float *gamma, const float *beta, void *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                              float *save_invstd) {
+                              float *save_invstd, bn_keep *keep) {
+    if (keep) keep->written = 0;
     if (be->bn_act_fwd_train) {
         be->bn_act_fwd_train(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps,
-                             save_mean, save_invstd);
+                             save_mean, save_invstd, keep);
         return;
     }
     be->bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
@@ -110,14 +111,22 @@ void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, 
 }
 
 void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
-                        const void *y, void *dy, int relu, const float *gamma, const float *save_mean,
-                        const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
-                        int accumulate_dx, void *dz, int accumulate_dz) {
+                        const void *y, void *dy, int relu, const float *gamma, const float *beta,
+                        const float *save_mean, const float *save_invstd, float eps, void *dx, float *dgamma,
+                        float *dbeta, int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
     if (be->bn_act_bwd) {
-        be->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
-                       accumulate_dx, dz, accumulate_dz);
+        be->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, beta, save_mean, save_invstd, eps, dx, dgamma, dbeta,
+                       accumulate_dx, dz, accumulate_dz, keep);
         return;
     }
+    backend_bn_act_bwd_composed(be, ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma,
+                                dbeta, accumulate_dx, dz, accumulate_dz);
+}
+
+void backend_bn_act_bwd_composed(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
+                                 const void *y, void *dy, int relu, const float *gamma, const float *save_mean,
+                                 const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
+                                 int accumulate_dx, void *dz, int accumulate_dz) {
     size_t n = (size_t)N * C * HW;
     const void *g = dy;
     if (relu && dz && !accumulate_dz) {
@@ -129,4 +138,8 @@ void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C,
         else if (dz && dz != dy) be->copy(dz, dy, n * backend_dtype_size(ctx->act));
     }
     be->bn_bwd(ctx, N, C, HW, x, g, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta, accumulate_dx);
+}
+
+size_t backend_bn_act_keep_bytes(const backend *be, const backend_ctx *ctx, int N, int C, int HW, int add, int relu) {
+    return be->bn_act_keep_bytes ? be->bn_act_keep_bytes(ctx, N, C, HW, add, relu) : 0;
 }

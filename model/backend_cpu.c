@@ -1451,7 +1451,9 @@ static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const voi
 
 static void lay_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
                                  int relu, const float *gamma, const float *beta, void *y, float *running_mean,
-                                 float *running_var, float momentum, float eps, float *save_mean, float *save_invstd) {
+                                 float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
+                                 bn_keep *keep) {
+    (void)keep; /* the backward recomputes the mask from y */
     if (!nhwc(ctx) || HW == 1) {
         cpu_bn_fwd_train(N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
                          save_invstd);
@@ -1469,7 +1471,7 @@ static void lay_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const
                              const float *beta, void *y, float *running_mean, float *running_var, float momentum,
                              float eps, float *save_mean, float *save_invstd) {
     lay_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps,
-                         save_mean, save_invstd);
+                         save_mean, save_invstd, NULL);
 }
 
 static void lay_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
@@ -1514,9 +1516,12 @@ static void lay_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const f
 }
 
 static void lay_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
-                           int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
-                           void *dx, float *dgamma, float *dbeta, int accumulate_dx, void *dz, int accumulate_dz) {
+                           int relu, const float *gamma, const float *beta, const float *save_mean,
+                           const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
+                           int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
     (void)eps; /* in save_invstd already */
+    (void)beta;
+    (void)keep;
     lay_bn_bwd_any(ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx, dz,
                    accumulate_dz);
 }

@@ -164,17 +164,18 @@ static void a_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const void 
 
 static void a_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
                                const float *gamma, const float *beta, void *y, float *running_mean,
-                               float *running_var, float momentum, float eps, float *save_mean, float *save_invstd) {
+                               float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
+                               bn_keep *keep) {
     if (!is16(ctx)) {
         backend_bn_act_fwd_train(base, ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum,
-                                 eps, save_mean, save_invstd);
+                                 eps, save_mean, save_invstd, keep);
         return;
     }
     backend_ctx c = f32(ctx);
     size_t n = (size_t)N * C * HW;
     float *yt = result(ctx, SLOT_Y, y, n, 0);
     backend_bn_act_fwd_train(base, &c, N, C, HW, widen(ctx, SLOT_X, x, n), widen(ctx, SLOT_Z, z, n), relu, gamma,
-                             beta, yt, running_mean, running_var, momentum, eps, save_mean, save_invstd);
+                             beta, yt, running_mean, running_var, momentum, eps, save_mean, save_invstd, keep);
     narrow(ctx, yt, y, n);
 }
 
@@ -187,7 +188,7 @@ static void a_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const v
         return;
     }
     a_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
-                       save_invstd);
+                       save_invstd, NULL);
 }
 
 static void a_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
@@ -216,11 +217,12 @@ static void a_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const v
 }
 
 static void a_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
-                         int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
-                         void *dx, float *dgamma, float *dbeta, int accumulate_dx, void *dz, int accumulate_dz) {
+                         int relu, const float *gamma, const float *beta, const float *save_mean,
+                         const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
+                         int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
     if (!is16(ctx)) {
-        backend_bn_act_bwd(base, ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
-                           accumulate_dx, dz, accumulate_dz);
+        backend_bn_act_bwd(base, ctx, N, C, HW, x, y, dy, relu, gamma, beta, save_mean, save_invstd, eps, dx, dgamma,
+                           dbeta, accumulate_dx, dz, accumulate_dz, keep);
         return;
     }
     backend_ctx c = f32(ctx);
@@ -230,8 +232,8 @@ static void a_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const voi
     float *dzt = dz == dy ? dyt : result(ctx, SLOT_DZ, dz, n, accumulate_dz);
     float *dxt = result(ctx, SLOT_DX, dx, n, accumulate_dx);
     backend_bn_act_bwd(base, &c, N, C, HW, widen(ctx, SLOT_X, x, n), relu ? widen(ctx, SLOT_Y, y, n) : NULL, dyt,
-                       relu, gamma, save_mean, save_invstd, eps, dxt, dgamma, dbeta, accumulate_dx, dzt,
-                       accumulate_dz);
+                       relu, gamma, beta, save_mean, save_invstd, eps, dxt, dgamma, dbeta, accumulate_dx, dzt,
+                       accumulate_dz, keep);
     narrow(ctx, dxt, dx, n);
     narrow(ctx, dzt, dz, n); /* dy's contents are undefined afterwards, so only dz's are written back */
 }

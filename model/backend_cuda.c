@@ -132,7 +132,7 @@ static struct {
     size_t bn_stage_n;
     int bn16_refused;          /* cuDNN refused batch norm on 16-bit activations: widened since (bn_widened) */
     cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
-    void *bn_reserve;          /* what that forward writes for cuDNN's fused backward (unused: bn_fused) */
+    void *bn_reserve;          /* that forward's reserve space where no bn_keep takes it (then unread) */
     size_t bn_reserve_n;
     int bn_fused_refused;      /* cuDNN refused the fused forward: composed since */
     void *cg_scratch;          /* where the graph API's candidate plans write while timed */
@@ -1079,9 +1079,9 @@ static void bn_desc(const backend_ctx *ctx, int N, int C, int HW) {
  *   parameter gradients) that is not 32-byte aligned goes through an aligned
  *   stand-in (bn_vec): copied in where the call reads it, copied back where
  *   it writes it, on the same stream (C floats each);
- * - the mode needs no reserve space (the buffer the Ex forward hands its
- *   backward, which this interface has no place for; cuDNN asks for none
- *   without a fused activation);
+ * - the plain operation (OPS_BN) needs no reserve space (the buffer the Ex
+ *   forward hands its backward; cuDNN asks for none without a fused
+ *   activation, and the fused ones below keep theirs in the layer's bn_keep);
  * - the data gradient is not added to (beta = 0, PyTorch's only use).
  * Elsewhere the plain calls, and a warning, once, naming the reason. The
  * workspace is cuDNN's convolution workspace, grown to fit (ops on one stream
@@ -1194,7 +1194,7 @@ static void bn_vec_back(int C, float *v, const float *s) {
 static cudnnStatus_t bn_fwd_ex(cudnnBatchNormOps_t ops, int C, const void *x, const void *z, void *y,
                                const float *gamma, const float *beta, float *running_mean, float *running_var,
                                float momentum, float eps, float *save_mean, float *save_invstd, size_t ws,
-                               size_t reserve) {
+                               void *reserve_p, size_t reserve) {
     const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
     float *rm = bn_vec(2, C, running_mean, 1), *rv = bn_vec(3, C, running_var, 1);
     float *sm = bn_vec(4, C, save_mean, 0), *si = bn_vec(5, C, save_invstd, 0);
@@ -1202,7 +1202,7 @@ static cudnnStatus_t bn_fwd_ex(cudnnBatchNormOps_t ops, int C, const void *x, co
     cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
         g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, g.bn_x, x, z ? g.bn_x : NULL, z, g.bn_x,
         y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, fused ? g.relu : NULL,
-        ws ? g.ws : NULL, ws, reserve ? g.bn_reserve : NULL, reserve);
+        ws ? g.ws : NULL, ws, reserve ? reserve_p : NULL, reserve);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     bn_vec_back(C, running_mean, rm);
     bn_vec_back(C, running_var, rv);
@@ -1238,7 +1238,7 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
     const void *acts[] = {x, y};
     if (bn_ex(ctx, C, HW, acts, 2, 0, &ws) &&
         !BN16_REFUSED(ctx, bn_fwd_ex(CUDNN_BATCHNORM_OPS_BN, C, x, NULL, y, gamma, beta, running_mean, running_var,
-                                     momentum, eps, save_mean, save_invstd, ws, 0)))
+                                     momentum, eps, save_mean, save_invstd, ws, NULL, 0)))
         return;
     if (bn_widened(ctx, N, HW) ||
         BN16_REFUSED(ctx, cudnnBatchNormalizationForwardTraining(
@@ -1319,61 +1319,93 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
                     accumulate_dx); /* widened now */
 }
 
-/* Batch norm with the add and ReLU after it in one cuDNN call
- * (bn_act_fwd_train): CUDNN_BATCHNORM_OPS_BN_ACTIVATION, or with z
- * BN_ADD_ACTIVATION, in the SPATIAL_PERSISTENT mode of bn_ex and under its
+/* Batch norm with the add and ReLU after it in one cuDNN call each way
+ * (bn_act_fwd_train, bn_act_bwd): CUDNN_BATCHNORM_OPS_BN_ACTIVATION, or with
+ * z BN_ADD_ACTIVATION, in the SPATIAL_PERSISTENT mode of bn_ex and under its
  * rules (NHWC, C a multiple of 8, 32-byte aligned activations). One pass over
  * memory instead of two or three, each value computed in fp32 and rounded
- * once (the contract's fused numbers). The call also writes a reserve space
- * (the ReLU's mask, for cuDNN's fused backward); the interface keeps nothing
- * between the passes, so it goes to scratch and backward recomputes the mask
- * from y (backend_bn_act_bwd's composition). A cuDNN that refuses the fused
- * operations is said once and composed from then on. */
+ * once (the contract's fused numbers). The forward writes a reserve space
+ * (the ReLU's mask) that the fused backward reads: into the group's bn_keep
+ * where the layer gave one large enough (cuda_bn_act_keep_bytes), which marks
+ * it written; else into scratch, and the backward is composed (relu_bwd,
+ * the add's gradient, bn_bwd: backend_bn_act_bwd_composed), recomputing the
+ * mask from y. A cuDNN that refuses the fused operations is said once and
+ * composed from then on. */
 #define BN_FUSED_REFUSED(call)                                                                                  \
     bn_refused((call), 1, &g.bn_fused_refused, "batch norm fused with ReLU",                                    \
                "batch norm, the residual add and ReLU run one after another", #call, __FILE__, __LINE__)
 
-/* Whether the fused forward `ops` runs on the activations acts[0, n): if so
- * *ws (reserved) and *reserve (allocated in g.bn_reserve) are what it needs,
- * and bn_vec's stand-ins for C channels are allocated. bn_desc() first. */
+static cudnnBatchNormOps_t bn_fused_ops(int add) {
+    return add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+}
+
+/* Whether the fused operations can run on [N, C, HW] in ctx, pointers aside
+ * (bn_fused checks those). */
+static int bn_fusable(const backend_ctx *ctx, int N, int C, int HW) {
+    return !g.bn_fused_refused && !bn_widened(ctx, N, HW) && (size_t)N * HW > 1 && nhwc_spatial(ctx, HW) && C % 8 == 0;
+}
+
+/* Whether the fused pass (the forward, or with backward the backward) `ops`
+ * runs on the activations acts[0, n): if so *ws (reserved) is the workspace
+ * and *reserve the reserve space's bytes it needs, and bn_vec's stand-ins for
+ * C channels are allocated. bn_desc() first. */
 static int bn_fused(const backend_ctx *ctx, int N, int C, int HW, const void *const *acts, int n,
-                    cudnnBatchNormOps_t ops, size_t *ws, size_t *reserve) {
-    if (g.bn_fused_refused || bn_widened(ctx, N, HW) || (size_t)N * HW == 1 || !nhwc_spatial(ctx, HW) || C % 8)
-        return 0;
+                    cudnnBatchNormOps_t ops, int backward, size_t *ws, size_t *reserve) {
+    if (!bn_fusable(ctx, N, C, HW)) return 0;
     for (int i = 0; i < n; i++)
         if (!aligned32(acts[i])) return 0;
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     const cudnnTensorDescriptor_t zd = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? g.bn_x : NULL;
     if (BN_FUSED_REFUSED(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, g.relu, g.bn_x,
-                                                                              reserve)) ||
-        BN_FUSED_REFUSED(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g.cudnn, mode, ops, g.bn_x, zd,
-                                                                                  g.bn_x, g.bn_param, g.relu, ws)))
+                                                                              reserve)))
+        return 0;
+    if (backward ? BN_FUSED_REFUSED(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                       g.cudnn, mode, ops, g.bn_x, g.bn_x, g.bn_x, zd, g.bn_x, g.bn_param, g.relu, ws))
+                 : BN_FUSED_REFUSED(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                       g.cudnn, mode, ops, g.bn_x, zd, g.bn_x, g.bn_param, g.relu, ws)))
         return 0;
     if (*ws) ws_reserve(*ws);
-    if (*reserve) grow(&g.bn_reserve, &g.bn_reserve_n, *reserve, 1);
     grow((void **)&g.bn_stage, &g.bn_stage_n, BN_VECS * bn_vec_stride(C), sizeof(float));
     return 1;
 }
 
+static size_t cuda_bn_act_keep_bytes(const backend_ctx *ctx, int N, int C, int HW, int add, int relu) {
+    on_device();
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
+    if (!relu || !bn_fusable(ctx, N, C, HW)) return 0; /* cuDNN fuses the add only with an activation */
+    bn_desc(ctx, N, C, HW);
+    size_t reserve = 0;
+    if (BN_FUSED_REFUSED(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+            g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_fused_ops(add), g.relu, g.bn_x, &reserve)))
+        return 0;
+    return reserve;
+}
+
+static const backend cuda_backend;
 static void cuda_relu_fwd(const backend_ctx *ctx, size_t n, const void *x, void *y);
 static void cuda_add(const backend_ctx *ctx, size_t n, const void *a, const void *b, void *y);
 
 static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
                                   int relu, const float *gamma, const float *beta, void *y, float *running_mean,
                                   float *running_var, float momentum, float eps, float *save_mean,
-                                  float *save_invstd) {
+                                  float *save_invstd, bn_keep *keep) {
     on_device();
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
-    if (relu) { /* cuDNN fuses the add only with an activation */
-        const cudnnBatchNormOps_t ops = z ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    if (relu) {
+        const cudnnBatchNormOps_t ops = bn_fused_ops(z != NULL);
         const void *acts[] = {x, y, z};
         size_t ws = 0, reserve = 0;
         bn_desc(ctx, N, C, HW);
-        if (bn_fused(ctx, N, C, HW, acts, z ? 3 : 2, ops, &ws, &reserve) &&
-            !BN_FUSED_REFUSED(bn_fwd_ex(ops, C, x, z, y, gamma, beta, running_mean, running_var, momentum, eps,
-                                        save_mean, save_invstd, ws, reserve)))
-            return;
+        if (bn_fused(ctx, N, C, HW, acts, z ? 3 : 2, ops, 0, &ws, &reserve)) {
+            const int kept = keep && keep->p && reserve && reserve <= keep->bytes;
+            if (reserve && !kept) grow(&g.bn_reserve, &g.bn_reserve_n, reserve, 1);
+            if (!BN_FUSED_REFUSED(bn_fwd_ex(ops, C, x, z, y, gamma, beta, running_mean, running_var, momentum, eps,
+                                            save_mean, save_invstd, ws, kept ? keep->p : g.bn_reserve, reserve))) {
+                if (kept) keep->written = 1;
+                return;
+            }
+        }
     }
     /* the composition, as backend_bn_act_fwd_train runs it */
     cuda_bn_fwd_train(ctx, N, C, HW, x, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
@@ -1381,6 +1413,41 @@ static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, 
     size_t n = (size_t)N * C * HW;
     if (z) cuda_add(ctx, n, y, z, y);
     if (relu) cuda_relu_fwd(ctx, n, y, y);
+}
+
+/* dz = g (not added to) and dx = bn_bwd(g) in one cuDNN call, reading the
+ * mask the forward kept; dz may be dy itself (the add's gradient in place):
+ * each value of dz is then written with the g computed from the same value
+ * of dy, and g's mask applied to g again is g, so whichever of the two a read
+ * sees, the call computes the same sums. */
+static void cuda_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
+                            int relu, const float *gamma, const float *beta, const float *save_mean,
+                            const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
+                            int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
+    on_device();
+    CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
+    CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
+    if (relu && keep && keep->written && !accumulate_dx && !(dz && accumulate_dz)) {
+        const cudnnBatchNormOps_t ops = bn_fused_ops(dz != NULL);
+        const void *acts[] = {x, y, dy, dx, dz};
+        size_t ws = 0, reserve = 0;
+        bn_desc(ctx, N, C, HW);
+        if (bn_fused(ctx, N, C, HW, acts, dz ? 5 : 4, ops, 1, &ws, &reserve) && reserve <= keep->bytes) {
+            const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
+            const float *sm = bn_vec(2, C, save_mean, 1), *si = bn_vec(3, C, save_invstd, 1);
+            float *dg = bn_vec(4, C, dgamma, 0), *db = bn_vec(5, C, dbeta, 0);
+            if (!BN_FUSED_REFUSED(cudnnBatchNormalizationBackwardEx(
+                    g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, &k_one, &k_zero, g.bn_x, x,
+                    g.bn_x, y, g.bn_x, dy, dz ? g.bn_x : NULL, dz, g.bn_x, dx, g.bn_param, gm, bt, dg, db,
+                    (double)eps, sm, si, g.relu, ws ? g.ws : NULL, ws, keep->p, reserve))) {
+                bn_vec_back(C, dgamma, dg);
+                bn_vec_back(C, dbeta, db);
+                return;
+            }
+        }
+    }
+    backend_bn_act_bwd_composed(&cuda_backend, ctx, N, C, HW, x, y, dy, relu, gamma, save_mean, save_invstd, eps, dx,
+                                dgamma, dbeta, accumulate_dx, dz, accumulate_dz);
 }
 
 /* ----------------------------------------------------------------- pooling */
@@ -1747,6 +1814,8 @@ static const backend cuda_backend = {
     .bn_fwd_infer = cuda_bn_fwd_infer,
     .bn_bwd = cuda_bn_bwd,
     .bn_act_fwd_train = cuda_bn_act_fwd_train,
+    .bn_act_bwd = cuda_bn_act_bwd,
+    .bn_act_keep_bytes = cuda_bn_act_keep_bytes,
     .pool_fwd = cuda_pool_fwd,
     .pool_bwd = cuda_pool_bwd,
     .gemm = cuda_gemm,

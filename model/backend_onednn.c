@@ -462,14 +462,14 @@ static void dn_bn_apply_block(int HW, const float *xp, const float *zp, int relu
 static void dn_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *zv,
                                 int relu, const float *gamma, const float *beta, void *yv, float *running_mean,
                                 float *running_var, float momentum, float eps, float *save_mean,
-                                float *save_invstd) {
+                                float *save_invstd, bn_keep *keep) {
     const float *x = xv;
     const float *z = zv;
     float *y = yv;
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
         plain->bn_act_fwd_train(&pc, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps,
-                                save_mean, save_invstd);
+                                save_mean, save_invstd, keep);
         return;
     }
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
@@ -520,7 +520,7 @@ static void dn_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const 
     const float *x = xv;
     float *y = yv;
     dn_bn_act_fwd_train(ctx, N, C, HW, x, NULL, 0, gamma, beta, y, running_mean, running_var, momentum, eps,
-                        save_mean, save_invstd);
+                        save_mean, save_invstd, NULL);
 }
 
 static void dn_bn_act_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *zv,
@@ -568,8 +568,8 @@ static void dn_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const fl
     if (chan_plain(ctx, C, HW)) {
         backend_ctx pc = plain_ctx(ctx);
         if (relu || dz) /* the OpenBLAS table's leaves dy as it was */
-            plain->bn_act_bwd(&pc, N, C, HW, x, y, (float *)dy, relu, gamma, save_mean, save_invstd, eps, dx, dgamma,
-                              dbeta, accumulate_dx, dz, accumulate_dz);
+            plain->bn_act_bwd(&pc, N, C, HW, x, y, (float *)dy, relu, gamma, NULL, save_mean, save_invstd, eps, dx,
+                              dgamma, dbeta, accumulate_dx, dz, accumulate_dz, NULL);
         else
             plain->bn_bwd(&pc, N, C, HW, x, dy, gamma, save_mean, save_invstd, eps, dx, dgamma, dbeta,
                           accumulate_dx);
@@ -642,8 +642,11 @@ static void dn_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const fl
 }
 
 static void dn_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *yv, void *dyv,
-                          int relu, const float *gamma, const float *save_mean, const float *save_invstd, float eps,
-                          void *dxv, float *dgamma, float *dbeta, int accumulate_dx, void *dzv, int accumulate_dz) {
+                          int relu, const float *gamma, const float *beta, const float *save_mean,
+                          const float *save_invstd, float eps, void *dxv, float *dgamma, float *dbeta,
+                          int accumulate_dx, void *dzv, int accumulate_dz, const bn_keep *keep) {
+    (void)beta; /* the mask is recomputed from y: nothing kept */
+    (void)keep;
     const float *x = xv;
     const float *y = yv;
     float *dy = dyv;

@@ -19,7 +19,12 @@ typedef struct bn_state {
     float eps;
     float *save_mean;   /* [C] device: batch mean of the last training forward */
     float *save_invstd; /* [C] device: 1/sqrt(batch var + eps) */
+    bn_keep keep;       /* a fused group's: what its training forward keeps for its backward (p NULL: nothing) */
 } bn_state;
+
+size_t layer_bn_keep_bytes(const net *nt, const node *nd, int add, int relu, int max_batch) {
+    return backend_bn_act_keep_bytes(nt->be, &nt->ctx, max_batch, nd->C, nd->H * nd->W, add, relu);
+}
 
 /* What a fused group (struct node's fuse_*) hands the fused op: the node
  * whose y and dy hold its result, and the add's other input (its index in
@@ -46,7 +51,7 @@ static void bn_forward(net *nt, node *nd, int training) {
     if (training)
         backend_bn_act_fwd_train(nt->be, &nt->ctx, nt->batch, nd->C, HW, x, z, relu, layer_param(nt, nd, 0),
                                  layer_param(nt, nd, 1), y, layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1),
-                                 BN_MOMENTUM, s->eps, s->save_mean, s->save_invstd);
+                                 BN_MOMENTUM, s->eps, s->save_mean, s->save_invstd, &s->keep);
     else
         backend_bn_act_fwd_infer(nt->be, &nt->ctx, nt->batch, nd->C, HW, x, z, relu, layer_param(nt, nd, 0),
                                  layer_param(nt, nd, 1), y, layer_buffer(nt, nd, 0), layer_buffer(nt, nd, 1),
@@ -71,8 +76,9 @@ static void bn_backward(net *nt, node *nd) {
     /* One op writes dgamma, dbeta and dx (and the residual's gradient); the
      * weight gradients are complete when it returns, so the hook follows it. */
     backend_bn_act_bwd(nt->be, &nt->ctx, nt->batch, nd->C, nd->H * nd->W, x, y, dy, relu, layer_param(nt, nd, 0),
-                       s->save_mean, s->save_invstd, s->eps, layer_in_grad(nt, nd, 0), layer_param_grad(nt, nd, 0),
-                       layer_param_grad(nt, nd, 1), nd->accumulate[0], dz, acc_dz);
+                       layer_param(nt, nd, 1), s->save_mean, s->save_invstd, s->eps, layer_in_grad(nt, nd, 0),
+                       layer_param_grad(nt, nd, 0), layer_param_grad(nt, nd, 1), nd->accumulate[0], dz, acc_dz,
+                       &s->keep);
     layer_grads_ready(nt, nd);
 }
 
@@ -90,14 +96,21 @@ static void bn_setup(net *nt, node *nd) {
     bn_state *s = nd->state;
     s->save_mean = nt->be->alloc((size_t)nd->C * sizeof(float));
     s->save_invstd = nt->be->alloc((size_t)nd->C * sizeof(float));
+    /* net_memory_estimate counts it (layer_bn_keep_bytes) */
+    s->keep = (bn_keep){NULL, 0, 0};
+    if (nd->fuse_relu >= 0) s->keep.bytes = layer_bn_keep_bytes(nt, nd, nd->fuse_add >= 0, 1, nt->max_batch);
+    if (s->keep.bytes) s->keep.p = nt->be->alloc(s->keep.bytes);
 }
 
 static void bn_free(net *nt, node *nd) {
     bn_state *s = nd->state;
     nt->be->free(s->save_mean);
     nt->be->free(s->save_invstd);
+    if (s->keep.p) nt->be->free(s->keep.p);
 }
 
+/* Without the fused group's bn_keep, which depends on the fusion plan:
+ * net_memory_estimate adds layer_bn_keep_bytes. */
 static size_t bn_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
     (void)kept; /* nothing kept */
     (void)nt;

@@ -634,16 +634,18 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
     int out = nt->finalized ? nt->output : -1, aux = nt->finalized ? nt->aux_output : -1;
     int *fz = plan_fusion(nt, out, aux);
     size_t pool = plan_activations(nt, max_batch, out, aux, fz, off);
-    free(fz);
     free(off);
     m->activations += (pool ? pool : 1) * a; /* outputs and gradients, sharing memory */
     for (int i = 0; i < nt->n_nodes; i++) {
         const node *nd = &nt->nodes[i];
         size_t ws = 0, kept = 0;
         if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws, &kept);
+        if (fz[3 * i + 1] >= 0) /* a batch norm fused with its ReLU: what its forward keeps (bn_setup) */
+            m->activations += layer_bn_keep_bytes(nt, nd, fz[3 * i] >= 0, 1, max_batch);
         if (ws > m->workspace) m->workspace = ws;
         m->kept += kept;
     }
+    free(fz);
     m->total = m->params + m->grads + m->buffers + m->activations + m->workspace + m->kept;
 }
 

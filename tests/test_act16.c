@@ -213,7 +213,7 @@ static void test_bias_and_bn(void **state) {
         for (int relu = 0; relu < 2; relu++) {
             for (int w = 0; w < 2; w++)
                 be->bn_act_fwd_train(&ctx[w], N, C, HW, x.d[w], z.d[w], relu, gamma, beta, y.d[w], mean[w], var[w],
-                                     0.1f, 1e-5f, sm[w], si[w]);
+                                     0.1f, 1e-5f, sm[w], si[w], NULL);
             expect_rounded(relu ? "bn_act_fwd_train + z, relu" : "bn_act_fwd_train + z", &y);
             for (int w = 0; w < 2; w++)
                 be->bn_act_fwd_infer(&ctx[w], N, C, HW, x.d[w], z.d[w], relu, gamma, beta, y.d[w], mean[w], var[w],
@@ -232,8 +232,8 @@ static void test_bias_and_bn(void **state) {
             for (int mode = 0; mode < 3; mode++) {
                 pair g = pair_new(&r, n, 0.0), dz = pair_new(&r, n, 0.0);
                 for (int w = 0; w < 2; w++)
-                    be->bn_act_bwd(&ctx[w], N, C, HW, x.d[w], y.d[w], g.d[w], 1, gamma, sm[w], si[w], 1e-5f,
-                                   dx.d[w], dg[w], dbeta[w], acc, mode == 2 ? g.d[w] : dz.d[w], mode == 1);
+                    be->bn_act_bwd(&ctx[w], N, C, HW, x.d[w], y.d[w], g.d[w], 1, gamma, beta, sm[w], si[w], 1e-5f,
+                                   dx.d[w], dg[w], dbeta[w], acc, mode == 2 ? g.d[w] : dz.d[w], mode == 1, NULL);
                 char what[96];
                 snprintf(what, sizeof what, "bn_act_bwd relu, dx acc %d, dz %s", acc,
                          mode == 0 ? "apart" : mode == 1 ? "accumulate" : "in dy");

@@ -2356,11 +2356,31 @@ static void act16_reduce_run(int math) {
  * every combination of the add and ReLU, in fp32 (BN_RTOL, as bn_fwd_train)
  * and with 16-bit activations (2 ulps of the type plus 1e-3: both sides
  * round once, from statistics that differ in their last bits). Then the
- * backward (bn_act_bwd, composed on the GPU) from the same y. */
+ * backward from the same y, three ways where there is an add: the residual's
+ * gradient apart, added to, and in dy itself. Where the forward fused the
+ * ReLU it must have kept its mask in the bn_keep the test gives the GPU
+ * side, and the backward then runs cuDNN's fused backward on it (dz apart
+ * or in dy); elsewhere the composition. dz is dy with the ReLU's mask, the
+ * same bits on both sides (the mask is the GPU forward's own: a value of
+ * bn(x) + z that straddles 0 between the two sides' statistics would show
+ * here as one element off by its dy). */
+
+/* n bytes of each side's copy of a tensor (p[CPU] and p[GPU]): saved from the
+ * CPU's, and put back into both. */
+static void *bytes_save(void *const *p, size_t n) {
+    void *h = cnt_malloc(n ? n : 1);
+    be[CPU]->download(h, p[CPU], n);
+    return h;
+}
+
+static void bytes_restore(void *const *p, const void *h, size_t n) {
+    for (int s = CPU; s <= GPU; s++) be[s]->upload(p[s], h, n);
+}
+
 static void bn_act_run(int math) {
     const int a16 = math != BACKEND_MATH_FP32;
     const int N = 4, C = 16, HW = 81;
-    const size_t n = (size_t)N * C * HW;
+    const size_t n = (size_t)N * C * HW, bytes = n * (a16 ? sizeof(uint16_t) : sizeof(float));
     rng r;
     rng_seed(&r, 170, (uint64_t)(math * 4 + cur_layout));
     for (int withz = 0; withz < 2; withz++)
@@ -2382,14 +2402,24 @@ static void bn_act_run(int math) {
                 dyp[s] = a16 ? dy16.p[s] : dy.p[s], dxp[s] = a16 ? dx16.p[s] : dx.p[s];
                 dzp[s] = a16 ? dz16.p[s] : dz.p[s];
             }
+            void *hdy = bytes_save(dyp, bytes), *hdx = bytes_save(dxp, bytes), *hdz = bytes_save(dzp, bytes);
             dual gamma = dual_uniform(&r, (size_t)C, 0.5f, 1.5f), beta = dual_uniform(&r, (size_t)C, -0.5f, 0.5f);
             dual rm = dual_uniform(&r, (size_t)C, -1, 1), rv = dual_uniform(&r, (size_t)C, 0.5f, 2);
             dual sm = dual_uniform(&r, (size_t)C, -1, 1), si = dual_uniform(&r, (size_t)C, -1, 1);
             dual dg = dual_uniform(&r, (size_t)C, -1, 1), db = dual_uniform(&r, (size_t)C, -1, 1);
+            const size_t kb = backend_bn_act_keep_bytes(be[GPU], &ctx[GPU], N, C, HW, withz, relu);
+            bn_keep keep = {kb ? be[GPU]->alloc(kb) : NULL, kb, 1}; /* written: the forward must clear it */
             for (int s = CPU; s <= GPU; s++)
                 backend_bn_act_fwd_train(be[s], &ctx[s], N, C, HW, xp[s], withz ? zp[s] : NULL, relu, gamma.p[s],
-                                         beta.p[s], yp[s], rm.p[s], rv.p[s], 0.1f, 1e-5f, sm.p[s], si.p[s]);
+                                         beta.p[s], yp[s], rm.p[s], rv.p[s], 0.1f, 1e-5f, sm.p[s], si.p[s],
+                                         s == GPU ? &keep : NULL);
             char what[160];
+            snprintf(what, sizeof what, "bn_act_fwd_train keeps the mask, add %d, relu %d, %s", withz, relu,
+                     cur_layout_name());
+            const int fuses = relu && cur_layout == BACKEND_LAYOUT_NHWC; /* C = 16: a multiple of 8 */
+            if (fuses != (kb > 0) || fuses != keep.written)
+                fail_msg("%s: %zu bytes to keep, written %d; want %s", what, kb, keep.written,
+                         fuses ? "some, written 1" : "none, written 0");
             snprintf(what, sizeof what, "bn_act_fwd_train y, add %d, relu %d", withz, relu);
             if (a16) {
                 expect16(what, &y16, math, 2 * ulps2(math), 1e-3);
@@ -2405,19 +2435,32 @@ static void bn_act_run(int math) {
             expect_close("bn_act_fwd_train running_var", &rv, BN_RTOL, 0.0);
             dual_sync_from_cpu(&sm);
             dual_sync_from_cpu(&si);
-            for (int s = CPU; s <= GPU; s++)
-                backend_bn_act_bwd(be[s], &ctx[s], N, C, HW, xp[s], yp[s], dyp[s], relu, gamma.p[s], sm.p[s],
-                                   si.p[s], 1e-5f, dxp[s], dg.p[s], db.p[s], 0, withz ? dzp[s] : NULL, 1);
-            snprintf(what, sizeof what, "bn_act_bwd dx, add %d, relu %d", withz, relu);
-            if (a16) {
-                expect16(what, &dx16, math, 2 * ulps2(math), 1e-2);
-                if (withz) expect16("bn_act_bwd dz accumulate", &dz16, math, 2 * ulps2(math), 0);
-            } else {
-                expect_close(what, &dx, BN_RTOL, BN_RTOL * 2);
-                if (withz) expect_close("bn_act_bwd dz accumulate", &dz, 0, 0);
+            static const char *const modes[] = {"dz apart", "dz accumulate", "dz in dy"};
+            for (int mode = 0; mode < (withz ? 3 : 1); mode++) {
+                bytes_restore(dyp, hdy, bytes);
+                bytes_restore(dxp, hdx, bytes);
+                bytes_restore(dzp, hdz, bytes);
+                for (int s = CPU; s <= GPU; s++)
+                    backend_bn_act_bwd(be[s], &ctx[s], N, C, HW, xp[s], yp[s], dyp[s], relu, gamma.p[s], beta.p[s],
+                                       sm.p[s], si.p[s], 1e-5f, dxp[s], dg.p[s], db.p[s], 0,
+                                       !withz ? NULL : mode == 2 ? dyp[s] : dzp[s], mode == 1,
+                                       s == GPU ? &keep : NULL);
+                snprintf(what, sizeof what, "bn_act_bwd dx, add %d, relu %d, %s", withz, relu, modes[mode]);
+                if (a16) {
+                    expect16(what, &dx16, math, 2 * ulps2(math), 1e-2);
+                    if (withz) expect16(modes[mode], mode == 2 ? &dy16 : &dz16, math, mode == 1 ? 2 * ulps2(math) : 0,
+                                        0);
+                } else {
+                    expect_close(what, &dx, BN_RTOL, BN_RTOL * 2);
+                    if (withz) expect_close(modes[mode], mode == 2 ? &dy : &dz, 0, 0);
+                }
+                expect_close("bn_act_bwd dgamma", &dg, BN_RTOL, atol_of(&PREC_FP32, (size_t)N * HW, 4.0) + 1e-3);
+                expect_close("bn_act_bwd dbeta", &db, BN_RTOL, atol_of(&PREC_FP32, (size_t)N * HW, 1.0) + 1e-3);
             }
-            expect_close("bn_act_bwd dgamma", &dg, BN_RTOL, atol_of(&PREC_FP32, (size_t)N * HW, 4.0) + 1e-3);
-            expect_close("bn_act_bwd dbeta", &db, BN_RTOL, atol_of(&PREC_FP32, (size_t)N * HW, 1.0) + 1e-3);
+            if (keep.p) be[GPU]->free(keep.p);
+            free(hdy);
+            free(hdx);
+            free(hdz);
             if (a16) {
                 dual16 *d16[] = {&x16, &z16, &y16, &dy16, &dx16, &dz16};
                 for (size_t k = 0; k < sizeof d16 / sizeof d16[0]; k++) dual16_free(d16[k]);

@@ -87,10 +87,10 @@ static void fused_case(const backend *be, int layout, int N, int C, int HW, int 
         dg[s] = be->alloc((size_t)C * sizeof(float));
         db[s] = be->alloc((size_t)C * sizeof(float));
         backend_bn_act_fwd_train(side[s], &ctx, N, C, HW, x, z, relu, gamma, beta, y[s], rm[s], rv[s], 0.1f, 1e-5f,
-                                 sm[s], si[s]);
+                                 sm[s], si[s], NULL);
         backend_bn_act_fwd_infer(side[s], &ctx, N, C, HW, x, z, relu, gamma, beta, yi[s], rm[s], rv[s], 1e-3f);
-        backend_bn_act_bwd(side[s], &ctx, N, C, HW, x, y[s], dy[s], relu, gamma, sm[s], si[s], 1e-5f, dx[s], dg[s],
-                           db[s], acc_dx, in_place ? dy[s] : dz[s], acc_dz);
+        backend_bn_act_bwd(side[s], &ctx, N, C, HW, x, y[s], dy[s], relu, gamma, beta, sm[s], si[s], 1e-5f, dx[s],
+                           dg[s], db[s], acc_dx, in_place ? dy[s] : dz[s], acc_dz, NULL);
         if (in_place) dz[s] = dy[s];
     }
     char what[160];
@@ -149,8 +149,7 @@ typedef struct run {
 #define BATCH 4
 #define CLASSES 10
 
-static void run_init(run *r, const char *model, int side, int layout, int fuse, int sharing) {
-    const backend *be = backend_cpu();
+static void run_init_on(run *r, const backend *be, const char *model, int side, int layout, int fuse, int sharing) {
     r->nt = net_create(be, 3, side, side, CLASSES);
     net_set_layout(r->nt, layout);
     net_set_fusion(r->nt, fuse);
@@ -167,6 +166,10 @@ static void run_init(run *r, const char *model, int side, int layout, int fuse, 
     be->upload(r->labels, lab, sizeof lab);
     r->loss = be->alloc(sizeof(float));
     r->dlogits = be->alloc((size_t)BATCH * CLASSES * sizeof(float));
+}
+
+static void run_init(run *r, const char *model, int side, int layout, int fuse, int sharing) {
+    run_init_on(r, backend_cpu(), model, side, layout, fuse, sharing);
 }
 
 static void run_free(run *r) {
@@ -282,6 +285,125 @@ static void test_resnet18_fused_equals_unfused(void **state) {
     net_case("resnet18", 32, BACKEND_LAYOUT_NCHW, 1, 17);
 }
 
+/* ---------------------------------------------------------------- what a fused forward keeps */
+
+/* A backend that keeps something between a fused group's training forward
+ * and its backward, as the CUDA backend keeps cuDNN's ReLU mask
+ * (bn_act_keep_bytes): the CPU's, whose ops it calls, with a stamp written
+ * over all of each bn_keep it is given and checked by the backward. */
+#define KEEP_MAX 64
+static struct {
+    int max_batch;                   /* the net's */
+    int write;                       /* whether the forwards write their keep */
+    unsigned char stamp;             /* the last forward's */
+    const void *p[KEEP_MAX];         /* each bn_keep seen, and its forward's stamp */
+    unsigned char stamp_of[KEEP_MAX];
+    int n, fwd, bwd;                 /* bn_keeps seen; forwards and backwards with a ReLU */
+    char err[256];                   /* the first broken promise */
+} kt;
+
+static size_t kt_bytes(const backend_ctx *ctx, int N, int C, int HW, int add, int relu) {
+    (void)ctx;
+    return relu ? ((size_t)N * C * HW + 7) / 8 + 32 * (size_t)add : 0; /* a bit a value, as cuDNN's mask */
+}
+
+static void kt_fail(const char *what) {
+    if (!kt.err[0]) snprintf(kt.err, sizeof kt.err, "%s", what);
+}
+
+static int kt_slot(const void *p) {
+    for (int i = 0; i < kt.n; i++)
+        if (kt.p[i] == p) return i;
+    if (kt.n == KEEP_MAX) return -1;
+    kt.p[kt.n] = p;
+    return kt.n++;
+}
+
+static void kt_fwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
+                   const float *gamma, const float *beta, void *y, float *running_mean, float *running_var,
+                   float momentum, float eps, float *save_mean, float *save_invstd, bn_keep *keep) {
+    backend_cpu()->bn_act_fwd_train(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum,
+                                    eps, save_mean, save_invstd, keep);
+    if (!relu) return;
+    kt.fwd++;
+    if (!keep || !keep->p) return kt_fail("a fused batch norm with a ReLU was given nothing to keep");
+    if (keep->bytes != kt_bytes(ctx, kt.max_batch, C, HW, z != NULL, 1))
+        return kt_fail("a bn_keep is not of the backend's size at the net's largest batch");
+    if (keep->written) return kt_fail("a forward was handed a bn_keep marked written");
+    if (!kt.write) return;
+    int i = kt_slot(keep->p);
+    if (i < 0) return kt_fail("more bn_keeps than the test holds");
+    kt.stamp_of[i] = ++kt.stamp;
+    memset(keep->p, kt.stamp, keep->bytes);
+    keep->written = 1;
+}
+
+static void kt_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy, int relu,
+                   const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
+                   float eps, void *dx, float *dgamma, float *dbeta, int accumulate_dx, void *dz, int accumulate_dz,
+                   const bn_keep *keep) {
+    if (relu) {
+        kt.bwd++;
+        if (!keep || !keep->p) {
+            kt_fail("a fused backward with a ReLU was given no bn_keep");
+        } else if (keep->written != kt.write) {
+            kt_fail(kt.write ? "a backward's bn_keep is not marked written" : "a stale bn_keep reached a backward");
+        } else if (keep->written) {
+            int i = kt_slot(keep->p);
+            const unsigned char *b = keep->p;
+            for (size_t k = 0; k < keep->bytes; k++)
+                if (i < 0 || b[k] != kt.stamp_of[i]) {
+                    kt_fail("a backward's bn_keep holds another forward's bytes");
+                    break;
+                }
+        }
+    }
+    backend_cpu()->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, beta, save_mean, save_invstd, eps, dx, dgamma,
+                              dbeta, accumulate_dx, dz, accumulate_dz, keep);
+}
+
+static void test_fused_forward_keeps_for_its_backward(void **state) {
+    (void)state;
+    backend kb = *backend_cpu();
+    kb.bn_act_fwd_train = kt_fwd;
+    kb.bn_act_bwd = kt_bwd;
+    kb.bn_act_keep_bytes = kt_bytes;
+    memset(&kt, 0, sizeof kt);
+    kt.max_batch = BATCH;
+    run k, c;
+    run_init_on(&k, &kb, "resnet20", 12, BACKEND_LAYOUT_NCHW, 1, 1);
+    run_init(&c, "resnet20", 12, BACKEND_LAYOUT_NCHW, 1, 1);
+    /* written, then (a step whose forwards keep nothing) not: the same numbers as the CPU's */
+    for (int step = 0; step < 2; step++) {
+        kt.write = step == 0;
+        kt.fwd = kt.bwd = 0;
+        run_step(&k);
+        run_step(&c);
+        if (kt.err[0]) fail_msg("step %d: %s", step, kt.err);
+        assert_int_equal(kt.fwd, 19); /* every group of ResNet-20 ends in a ReLU */
+        assert_int_equal(kt.bwd, 19);
+        expect_bitwise(k.nt->be, "loss", k.loss, c.loss, 1);
+        expect_bitwise(k.nt->be, "gradients", k.nt->grads, c.nt->grads, k.nt->n_params);
+    }
+    assert_int_equal(kt.n, 19); /* one bn_keep each */
+    /* the estimate counts each group's bn_keep, at the batch asked for */
+    for (int batch = BATCH; batch <= 4 * BATCH; batch *= 4) {
+        size_t want = 0;
+        for (int i = 0; i < k.nt->n_nodes; i++) {
+            const node *nd = &k.nt->nodes[i];
+            if (nd->fuse_relu >= 0) want += kt_bytes(&k.nt->ctx, batch, nd->C, nd->H * nd->W, nd->fuse_add >= 0, 1);
+        }
+        net_memory km, cm;
+        net_memory_estimate(k.nt, batch, &km);
+        net_memory_estimate(c.nt, batch, &cm);
+        assert_true(want > 0);
+        assert_int_equal(km.activations, cm.activations + want);
+        assert_int_equal(km.total, cm.total + want);
+    }
+    run_free(&k);
+    run_free(&c);
+}
+
 /* ---------------------------------------------------------------- the plan */
 
 /* What the plan must leave alone: a batch norm with two consumers, one whose
@@ -373,6 +495,7 @@ int main(void) {
         cmocka_unit_test(test_fused_ops_equal_composition),
         cmocka_unit_test(test_resnet20_fused_equals_unfused),
         cmocka_unit_test(test_resnet18_fused_equals_unfused),
+        cmocka_unit_test(test_fused_forward_keeps_for_its_backward),
         cmocka_unit_test(test_fusion_plan),
     };
     return cmocka_run_group_tests_name("fusion", tests, NULL, NULL);

@@ -31,7 +31,11 @@ mutants=(
     # batch norm's fused forward followed by the composition as well, which updates the running statistics
     # a second time: caught only when the fused cuDNN call runs (test_backend_gpu, test_bn_act_fused; not
     # caught means cuDNN refused it and the composition ran alone)
-    'bn_fused_twice|model/backend_cuda.c|/save_mean, save_invstd, ws, reserve)))/{n;s/return;/(void)0;/}|build/tests/test_backend_gpu'
+    'bn_fused_twice|model/backend_cuda.c|/save_mean, save_invstd, ws, kept ? keep->p : g.bn_reserve, reserve)))/{n;n;s/return;/(void)0;/}|build/tests/test_backend_gpu'
+    # the fused forward keeping the ReLU's mask without saying so (the backward composes), and the fused
+    # backward told there is no add (dz left unwritten) (test_backend_gpu, test_bn_act_fused)
+    'bn_keep_unmarked|model/backend_cuda.c|s/                if (kept) keep->written = 1;/                (void)kept;/|build/tests/test_backend_gpu'
+    'bn_bwd_fused_no_dz|model/backend_cuda.c|s/        const cudnnBatchNormOps_t ops = bn_fused_ops(dz != NULL);/        const cudnnBatchNormOps_t ops = bn_fused_ops(0);/|build/tests/test_backend_gpu'
     # the vectorised elementwise kernels' last values (n % 4 floats, n % 8 16-bit ones) left out
     # (test_backend_gpu, test_relu)
     'vec_relu_tail_short|model/cuda_kernels.cu|s/    GRID_STRIDE(t, n - nv) { size_t i = nv + t; st(y, i, relu_of(ld(x, i))); }/    GRID_STRIDE(t, n - nv - (n > nv)) { size_t i = nv + t; st(y, i, relu_of(ld(x, i))); }/|build/tests/test_backend_gpu'
