@@ -7,7 +7,10 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 void cnt_mutex_init(pthread_mutex_t *mu) {
     errno = pthread_mutex_init(mu, NULL);
@@ -53,4 +56,12 @@ void cnt_thread_name(pthread_t t, const char *fmt, ...) {
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     (void)pthread_setname_np(t, name);
+}
+
+int cnt_thread_nice(int delta) {
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    if (now == -1 && errno) return -1;
+    return setpriority(PRIO_PROCESS, tid, now + delta) == 0 ? 0 : -1; /* the kernel clamps to -20..19 */
 }

@@ -25,5 +25,11 @@ int cnt_cond_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds);
  * that show threads (top -H, ps -L, gdb, perf): "cnt-comm", "cnt-stall",
  * "cnt-train-0", ... Best effort: a name is not worth failing a run over. */
 void cnt_thread_name(pthread_t t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Moves the calling thread's nice value (Linux: per thread) by delta, within
+ * -20..19, from what it inherited: a negative delta runs it ahead of the
+ * process's other threads on a shared core. 0, or -1 with errno (EACCES
+ * where lowering it needs CAP_SYS_NICE or a high enough RLIMIT_NICE, `ulimit
+ * -e`), the thread left as it was. */
+int cnt_thread_nice(int delta);
 
 #endif

@@ -69,6 +69,13 @@ typedef struct reducer_opts {
      * for every value. */
     int in_flight;
     int overlap;              /* launch buckets during backward; 0: after it */
+    /* dist.comm_nice: the communication thread's nice value moved by this
+     * (<= 0; cnt_thread_nice) where it waits by sleeping (algo ring or hier
+     * with DIST_PROGRESS_SLEEP): it then wakes ahead of backward's threads
+     * when a chunk arrives, and the link does not idle on a shared core.
+     * Not with MPI_Allreduce or spinning, whose thread would keep a core
+     * from backward; refused (no privilege): said once, and the run goes on. */
+    int comm_nice;
     reducer_compress compress;
     double stall_warn_s;      /* watchdog warning after this wait; 0: off */
     double stall_abort_s;     /* watchdog ends the job after this wait; 0: off */

@@ -11,12 +11,15 @@
 #include "common/half.h"
 #include "common/threads.h"
 #include "common/timer.h"
+#include "dist/dist.h"
+#include "dist/wait.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct mpi_bucket {
     void *fence;             /* marks the ops that wrote the bucket */
@@ -43,6 +46,7 @@ typedef struct reducer_mpi {
     pthread_cond_t done_cv;  /* reducer_finish waits here for the last bucket */
     int launched, done, stop;
     long step;           /* the current step, as given to reducer_begin */
+    int nice;            /* reducer_opts.comm_nice where it applies, else 0 */
     pthread_t thread;
 } reducer_mpi;
 
@@ -116,6 +120,10 @@ static void *comm_main(void *arg) {
     reducer *rd = arg;
     reducer_mpi *m = rd->state;
     comm_pos pos = {m, 0, 0};
+    if (m->nice && cnt_thread_nice(m->nice) != 0 && dist_rank() == 0)
+        log_warn("dist.comm_nice = %d: the communication thread keeps the process's priority (%s: lowering a nice "
+                 "value needs CAP_SYS_NICE or `ulimit -e` of at least %d); buckets allreduced during backward may "
+                 "move slower on shared cores", m->nice, strerror(errno), 20 - m->nice);
     cnt_mutex_lock(&m->mu);
     for (;;) {
         while (!m->stop && m->done == m->launched) cnt_cond_wait(&m->work_cv, &m->mu);
@@ -252,6 +260,8 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
     reducer_mpi *m = cnt_calloc(1, sizeof *m);
     m->algo = opts->algo;
     m->in_flight = opts->in_flight > 1 ? opts->in_flight : 1;
+    CNT_ASSERT(opts->comm_nice <= 0);
+    m->nice = m->algo != DIST_ALGO_MPI && dist_progress_mode() == DIST_PROGRESS_SLEEP ? opts->comm_nice : 0;
     CNT_ASSERT(m->in_flight <= DIST_MAX_IN_FLIGHT && (m->in_flight == 1 || m->algo != DIST_ALGO_MPI));
     if (m->algo != DIST_ALGO_MPI)
         for (int i = 0; i < m->in_flight; i++) m->ops[i] = dist_iallreduce_create(i);

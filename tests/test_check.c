@@ -16,7 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -205,6 +210,53 @@ static void test_thread_name(void **state) {
 /* common/fileio.h's file_dir_of: the part before the last '/', "/" for a
  * file at the root, "." for a bare name; a directory that does not fit is
  * an error naming the path, never a cut one. */
+/* cnt_thread_nice, in a child process (its nice values die with it), from
+ * a thread that is not the main one, as the communication thread: it moves
+ * only that thread, clamps at 19, and where lowering is not allowed (as an
+ * unprivileged user: a root test drops to uid 65534 first) fails with
+ * EACCES and leaves the thread as it was. */
+static int nice_of(pid_t tid) {
+    errno = 0;
+    int v = getpriority(PRIO_PROCESS, (id_t)tid);
+    return errno ? 99 : v;
+}
+
+static pid_t nice_main;
+
+static void *nice_checks(void *arg) {
+    int *bad = arg;
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    int base = nice_of(me);
+    if (geteuid() == 0) { /* privileged: lowering works; then as nobody, it must not */
+        *bad |= cnt_thread_nice(-3) != 0 || nice_of(me) != base - 3 || nice_of(nice_main) != base ? 1 : 0;
+        *bad |= cnt_thread_nice(3) != 0 || nice_of(me) != base ? 2 : 0;
+        if (setresuid(65534, 65534, 65534) != 0) *bad |= 64;
+    }
+    errno = 0;
+    *bad |= cnt_thread_nice(-1) != -1 || errno != EACCES || nice_of(me) != base ? 4 : 0;
+    *bad |= cnt_thread_nice(100) != 0 || nice_of(me) != 19 || nice_of(nice_main) != base ? 8 : 0;
+    return NULL;
+}
+
+static void test_thread_nice(void **state) {
+    (void)state;
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        int bad = 0;
+        pthread_t t;
+        nice_main = (pid_t)syscall(SYS_gettid);
+        if (pthread_create(&t, NULL, nice_checks, &bad) != 0 || pthread_join(t, NULL) != 0) _exit(90);
+        _exit(bad);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st)) fail_msg("cnt_thread_nice: check bits %d failed (1: lower, 2: raise back, 4: refused "
+                                  "as unprivileged, 8: clamp at 19; 1 and 8 also: the main thread moved; 64, "
+                                  "90: set-up)", WEXITSTATUS(st));
+}
+
 static void test_file_dir_of(void **state) {
     (void)state;
     char dir[16];
@@ -225,6 +277,7 @@ int main(void) {
         cmocka_unit_test(test_cpus_of_pci),
         cmocka_unit_test(test_cond_timedwait),
         cmocka_unit_test(test_thread_name),
+        cmocka_unit_test(test_thread_nice),
         cmocka_unit_test(test_prefix_and_suffix),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_log_line_is_one_write),

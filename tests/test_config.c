@@ -46,7 +46,7 @@ static const char *const all_keys[] = {
     "train.emulate_compute",
     "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
-    "dist.overlap", "dist.progress", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
+    "dist.overlap", "dist.progress", "dist.comm_nice", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
     "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume",
@@ -717,6 +717,10 @@ static void test_bucket_keys(void **state) {
     assert_int_equal(config_validate(&c), CNT_ERR);
     assert_contains(cnt_err_msg(), "dist.buckets_in_flight = 4 needs dist.backend = ring or hier; dist.backend = mpi");
     expect_override_error("dist.buckets_in_flight=9", "dist.buckets_in_flight", NULL);
+    /* dist.comm_nice: -10 unless set, -20 to 0 (lowered only) */
+    assert_int_equal(c.comm_nice, -10);
+    expect_override_error("dist.comm_nice=1", "dist.comm_nice", NULL);
+    expect_override_error("dist.comm_nice=-21", "dist.comm_nice", NULL);
     expect_override_error("dist.buckets_in_flight=0", "dist.buckets_in_flight", NULL);
 }
 

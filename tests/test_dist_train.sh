@@ -449,6 +449,7 @@ done
 sleep 2.5
 share=$(cpu_percent "${r0:-0}" 1.5)
 threads=$(cat /proc/"${r0:-0}"/task/*/comm 2> /dev/null | sort -u | tr '\n' ' ')
+mpi_nice=$(thread_nice "${r0:-0}" cnt-comm)
 [ -n "$pid" ] && kill -CONT "$pid"
 wait "$job"
 rc=$?
@@ -462,6 +463,25 @@ check "rank stopped inside MPI_Allreduce: rank 0 (pid ${r0:-not found}) used ${s
 # ... whose threads say what they are (top -H, ps -L): the one inside MPI, its monitor, the loader's
 check "rank 0's threads are named: cnt-comm, cnt-stall, cnt-train-0 among: $threads" \
     eval 'grep -q "cnt-comm " <<< "$threads" && grep -q "cnt-stall " <<< "$threads" && grep -q "cnt-train-0 " <<< "$threads"'
+# ... whose communication thread keeps the process's priority with MPI_Allreduce, which spins inside
+# Open MPI (a raised thread would keep a core from backward); with the ring, which sleeps between
+# polls, it runs dist.comm_nice (-10) below the process's, so that it wakes ahead of backward.
+check "dist.backend = mpi: rank 0's cnt-comm thread keeps nice 0 (${mpi_nice:-no such thread})" test "${mpi_nice:-x}" = 0
+log="$tmp/nice.log"
+CNT_TEST_STALL_IN="1:evaluation:3" "${MPI[@]}" -np 2 -x CNT_TEST_STALL_IN ./trainer configs/resnet20-fashion.ini \
+    "${small[@]}" train.max_steps=2 dist.backend=ring train.out_dir="$tmp/nice" >"$log" 2>&1 &
+job=$!
+pid=$(injected_pid "$log")
+r0=""
+for p in $(pgrep -x trainer); do
+    [ "$p" != "$pid" ] && grep -qa "$tmp/nice" "/proc/$p/cmdline" 2> /dev/null && r0=$p
+done
+nice0=$(thread_nice "${r0:-0}" cnt-comm)
+nice1=$(thread_nice "${pid:-0}" cnt-comm)
+wait "$job"
+rc=$?
+check "dist.backend = ring: both ranks' cnt-comm threads run at nice -10 (${nice0:-none}, ${nice1:-none}; rc=$rc)" \
+    test "${nice0:-x}" = -10 -a "${nice1:-x}" = -10 -a $rc -eq 0
 # A stall after a checkpoint: the job's last words name it.
 out=$(CNT_TEST_STALL_IN=1:evaluation:30 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x CNT_TEST_STALL_IN \
       ./trainer configs/resnet20-fashion.ini "${small[@]}" train.max_steps=0 checkpoint.every_steps=4 dist.stall_abort_s=3 \

@@ -145,6 +145,7 @@ typedef struct config {
     int overlap;                     /* bool: allreduce buckets during backward */
     int buckets_in_flight;           /* ring and hier: buckets whose allreduces move at once */
     dist_progress progress;          /* how the ring's thread waits for the network (dist_set_progress) */
+    int comm_nice;                   /* the communication thread's nice below the process's (reducer_opts) */
     float bucket_mb;                 /* bucket size, MiB; 0: auto (the trainer chooses at start-up) */
     char bucket_profile[CONFIG_STR]; /* dist.bucket_mb = auto: the step profile read; "": emulate_compute's */
     float first_bucket_mb;           /* first bucket size, MiB */

@@ -26,6 +26,17 @@ injected_pid() {
         sleep 0.1
     done
 }
+# thread_nice PID NAME: the nice value of PID's first thread named NAME
+# (/proc/PID/task/*/comm; the 19th field of its stat); nothing when none.
+thread_nice() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        if [ "$(cat "$t/comm" 2> /dev/null)" = "$2" ]; then
+            sed 's/^.*) //' "$t/stat" | awk '{print $17}'
+            return
+        fi
+    done
+}
 # cpu_percent PID SECONDS: how much of one core (whole percent) PID used in
 # the next SECONDS; 999 when it cannot be read.
 cpu_percent() {
