@@ -33,6 +33,11 @@
  * instead of the ring's default (what training uses), to see what chunking
  * costs or saves.
  *
+ * --comm-nice N (default -10) runs the ring and hier rows at nice N below the
+ * process's and MPI_Allreduce's at the process's, as the trainer runs its
+ * communication thread (dist.comm_nice): what the ring gets on cores that a
+ * second job also wants.
+ *
  * Output: a header, then an aligned table (or a Markdown one with --markdown),
  * on rank 0. Exit status: 0, 1 when a result is wrong, 2 for a bad option.
  * Built without MPI, or run without mpirun, the world is one rank: the
@@ -48,6 +53,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/threads.h"
 #include "common/timer.h"
 #include "dist/dist.h"
 
@@ -66,6 +72,7 @@ typedef struct bench_opts {
     uint64_t ring_chunk;           /* 0: DIST_ALGO_RING as training runs it; else
                                       dist_ring_allreduce with this chunk size */
     dist_progress progress;        /* how the ring waits (dist.progress) */
+    int comm_nice;                 /* the ring's and hier's nice below the process's (dist.comm_nice) */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -81,6 +88,9 @@ static void usage(FILE *f) {
             "                   (default both)\n"
             "  --ring-chunk B   ring message size (default 0: dist/ring.c's own, what training uses)\n"
             "  --progress P     how the ring waits between polls: sleep (default) or spin (dist.progress)\n"
+            "  --comm-nice N    run ring and hier at nice N below the process's, -20..0 (default -10, as\n"
+            "                   dist.comm_nice gives the trainer's communication thread; 0 with spin);\n"
+            "                   MPI_Allreduce at the process's, as in training\n"
             "  --markdown       print a Markdown table (for docs/benchmarks.md)\n"
             "  -h, --help       this text\n",
             MIN_TIMED_ITERS);
@@ -129,10 +139,27 @@ static int parse_seconds(const char *opt, const char *s, double *out) {
     return CNT_OK;
 }
 
+/* Runs the calling thread at `nice` below the process's nice value (0: at
+ * the process's), as the trainer runs its communication thread
+ * (dist.comm_nice): moved only when it changes. A refusal (no CAP_SYS_NICE
+ * or ulimit -e) is said once by rank 0, and the rows run where they are. */
+static void at_priority(int nice, int rank) {
+    static int now, refused;
+    if (nice == now || refused) return;
+    if (cnt_thread_nice(nice - now) == 0) {
+        now = nice;
+    } else {
+        refused = 1;
+        if (rank == 0)
+            printf("note: --comm-nice %d refused (%s): every row runs at the process's priority\n", nice,
+                   strerror(errno));
+    }
+}
+
 /* Fills *o from argv. Returns CNT_OK, 1 for --help, or CNT_ERR with a message. */
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.min_bytes = 1 << 10, .max_bytes = (uint64_t)256 << 20, .factor = 4,
-                      .iters_time = 0.2, .warmup = 3, .run_mpi = 1, .run_ring = 1};
+                      .iters_time = 0.2, .warmup = 3, .run_mpi = 1, .run_ring = 1, .comm_nice = -10};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
@@ -143,7 +170,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         int takes_value = !strcmp(a, "--min-bytes") || !strcmp(a, "--max-bytes") ||
                           !strcmp(a, "--factor") || !strcmp(a, "--iters-time") ||
                           !strcmp(a, "--warmup") || !strcmp(a, "--algo") ||
-                          !strcmp(a, "--ring-chunk") || !strcmp(a, "--progress");
+                          !strcmp(a, "--ring-chunk") || !strcmp(a, "--progress") || !strcmp(a, "--comm-nice");
         if (!takes_value) return cnt_err_set("unknown option '%s'", a);
         if (i + 1 >= argc) return cnt_err_set("%s needs a value", a);
         const char *v = argv[++i];
@@ -157,6 +184,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             if (!strcmp(v, "0")) o->ring_chunk = 0;
             else rc = parse_bytes(a, v, &o->ring_chunk);
         }
+        else if (!strcmp(a, "--comm-nice")) rc = parse_int(a, v, -20, 0, &o->comm_nice);
         else if (!strcmp(a, "--progress")) {
             if (!strcmp(v, "sleep")) o->progress = DIST_PROGRESS_SLEEP;
             else if (!strcmp(v, "spin")) o->progress = DIST_PROGRESS_SPIN;
@@ -263,6 +291,7 @@ int main(int argc, char **argv) {
     }
     g_ring_chunk = (size_t)o.ring_chunk;
     dist_set_progress(o.progress);
+    if (o.progress == DIST_PROGRESS_SPIN) o.comm_nice = 0; /* as the trainer: a spinning thread is not raised */
 
     if (rank == 0) {
         char host[256] = "?";
@@ -274,6 +303,8 @@ int main(int argc, char **argv) {
                world, dist_local_world(), host, o.iters_time, MIN_TIMED_ITERS, o.warmup);
         if (o.ring_chunk && o.run_ring)
             printf("ring: messages of at most %llu bytes (--ring-chunk)\n", (unsigned long long)o.ring_chunk);
+        if (o.run_ring || o.run_hier)
+            printf("ring and hier: at nice %d below the process's (--comm-nice, as dist.comm_nice)\n", o.comm_nice);
         if (world == 1)
             printf("note: a world of one rank: the allreduce is a no-op and busbw is 0; run it "
                    "under mpirun with more than one rank (tools/bench_allreduce.sh)\n");
@@ -299,6 +330,7 @@ int main(int argc, char **argv) {
         size_t n = (size_t)(bytes / sizeof(float));
         for (int a = 0; a < 3; a++) {
             if (!on[a]) continue;
+            at_priority(algos[a] != DIST_ALGO_MPI ? o.comm_nice : 0, rank);
             memset(buf, 0, n * sizeof(float));
             (void)time_ops(buf, n, algos[a], o.warmup);
             /* Grow the count until one timed batch lasts about --iters-time.
