@@ -441,10 +441,7 @@ CNT_TEST_STALL_IN="1:inside the call:6" timeout 60 mpirun --allow-run-as-root --
     dist.stall_abort_s=30 train.out_dir="$tmp/sigstop" >"$log" 2>&1 &
 job=$!
 pid=$(injected_pid "$log")
-r0=""
-for p in $(pgrep -x trainer); do
-    [ "$p" != "$pid" ] && grep -qa "$tmp/sigstop" "/proc/$p/cmdline" 2> /dev/null && r0=$p
-done
+r0=$(trainer_pid "$tmp/sigstop" "$pid")
 [ -n "$pid" ] && kill -STOP "$pid"
 sleep 2.5
 share=$(cpu_percent "${r0:-0}" 1.5)
@@ -472,10 +469,7 @@ CNT_TEST_STALL_IN="1:evaluation:3" "${MPI[@]}" -np 2 -x CNT_TEST_STALL_IN ./trai
     "${small[@]}" train.max_steps=2 dist.backend=ring train.out_dir="$tmp/nice" >"$log" 2>&1 &
 job=$!
 pid=$(injected_pid "$log")
-r0=""
-for p in $(pgrep -x trainer); do
-    [ "$p" != "$pid" ] && grep -qa "$tmp/nice" "/proc/$p/cmdline" 2> /dev/null && r0=$p
-done
+r0=$(trainer_pid "$tmp/nice" "$pid")
 nice0=$(thread_nice "${r0:-0}" cnt-comm)
 nice1=$(thread_nice "${pid:-0}" cnt-comm)
 wait "$job"

@@ -26,6 +26,15 @@ injected_pid() {
         sleep 0.1
     done
 }
+# trainer_pid TEXT [EXCEPT]: a trainer process whose command line holds TEXT
+# (its train.out_dir, say), other than pid EXCEPT; nothing when none.
+trainer_pid() {
+    local p found=""
+    for p in $(pgrep -x trainer); do
+        [ "$p" != "${2:-}" ] && grep -qaF "$1" "/proc/$p/cmdline" 2> /dev/null && found=$p
+    done
+    echo "$found"
+}
 # thread_nice PID NAME: the nice value of PID's first thread named NAME
 # (/proc/PID/task/*/comm; the 19th field of its stat); nothing when none.
 thread_nice() {
