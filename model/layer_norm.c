@@ -22,8 +22,8 @@ typedef struct bn_state {
     bn_keep keep;       /* a fused group's: what its training forward keeps for its backward (p NULL: nothing) */
 } bn_state;
 
-size_t layer_bn_keep_bytes(const net *nt, const node *nd, int add, int relu, int max_batch) {
-    return backend_bn_act_keep_bytes(nt->be, &nt->ctx, max_batch, nd->C, nd->H * nd->W, add, relu);
+size_t layer_bn_keep_bytes(const net *nt, const node *nd, int add, int max_batch) {
+    return backend_bn_act_keep_bytes(nt->be, &nt->ctx, max_batch, nd->C, nd->H * nd->W, add, 1);
 }
 
 /* What a fused group (struct node's fuse_*) hands the fused op: the node
@@ -98,7 +98,7 @@ static void bn_setup(net *nt, node *nd) {
     s->save_invstd = nt->be->alloc((size_t)nd->C * sizeof(float));
     /* net_memory_estimate counts it (layer_bn_keep_bytes) */
     s->keep = (bn_keep){NULL, 0, 0};
-    if (nd->fuse_relu >= 0) s->keep.bytes = layer_bn_keep_bytes(nt, nd, nd->fuse_add >= 0, 1, nt->max_batch);
+    if (nd->fuse_relu >= 0) s->keep.bytes = layer_bn_keep_bytes(nt, nd, nd->fuse_add >= 0, nt->max_batch);
     if (s->keep.bytes) s->keep.p = nt->be->alloc(s->keep.bytes);
 }
 

@@ -641,7 +641,7 @@ void net_memory_estimate(const net *nt, int max_batch, net_memory *m) {
         size_t ws = 0, kept = 0;
         if (nd->ops->memory) m->activations += nd->ops->memory(nt, nd, max_batch, &ws, &kept);
         if (fz[3 * i + 1] >= 0) /* a batch norm fused with its ReLU: what its forward keeps (bn_setup) */
-            m->activations += layer_bn_keep_bytes(nt, nd, fz[3 * i] >= 0, 1, max_batch);
+            m->activations += layer_bn_keep_bytes(nt, nd, fz[3 * i] >= 0, max_batch);
         if (ws > m->workspace) m->workspace = ws;
         m->kept += kept;
     }
