@@ -83,7 +83,7 @@ void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv
 void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
                               const void *z, int relu, const float *gamma, const float *beta, void *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                              float *save_invstd, bn_keep *keep) {
+                              float *save_invstd, fwd_keep *keep) {
     if (keep) keep->written = 0;
     if (be->bn_act_fwd_train) {
         be->bn_act_fwd_train(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps,
@@ -113,7 +113,7 @@ void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, 
 void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
                         const void *y, void *dy, int relu, const float *gamma, const float *beta,
                         const float *save_mean, const float *save_invstd, float eps, void *dx, float *dgamma,
-                        float *dbeta, int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
+                        float *dbeta, int accumulate_dx, void *dz, int accumulate_dz, const fwd_keep *keep) {
     if (be->bn_act_bwd) {
         be->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, beta, save_mean, save_invstd, eps, dx, dgamma, dbeta,
                        accumulate_dx, dz, accumulate_dz, keep);
@@ -142,4 +142,14 @@ void backend_bn_act_bwd_composed(const backend *be, const backend_ctx *ctx, int 
 
 size_t backend_bn_act_keep_bytes(const backend *be, const backend_ctx *ctx, int N, int C, int HW, int add, int relu) {
     return be->bn_act_keep_bytes ? be->bn_act_keep_bytes(ctx, N, C, HW, add, relu) : 0;
+}
+
+void backend_pool_fwd_train(const backend *be, const backend_ctx *ctx, const pool_params *p, const void *x, void *y,
+                            fwd_keep *keep) {
+    if (keep) keep->written = 0;
+    be->pool_fwd(ctx, p, x, y, keep);
+}
+
+size_t backend_pool_keep_bytes(const backend *be, const backend_ctx *ctx, const pool_params *p) {
+    return be->pool_keep_bytes ? be->pool_keep_bytes(ctx, p) : 0;
 }

@@ -72,17 +72,19 @@ typedef enum pool_mode {
     POOL_MODE_ADAPTIVE_AVG      /* torch adaptive_avg_pool2d to P x Q; R, S, stride, pad unused */
 } pool_mode;
 
-/* What the training forward of a batch norm fused with its ReLU keeps for
- * the backward of the same batch (bn_act_fwd_train, bn_act_bwd): cuDNN's
- * fused forward writes the ReLU's mask into a "reserve space" that its fused
- * backward reads. Memory the caller owns (one per fused batch norm, sized by
- * backend_bn_act_keep_bytes at the net's largest batch), so that nothing is
- * held by the backend between a forward and its backward. */
-typedef struct bn_keep {
+/* What an op's training forward keeps for the backward of the same batch,
+ * in memory the caller owns (one per op, sized by the op's *_keep_bytes at
+ * the net's largest batch), so that nothing is held by the backend between
+ * a forward and its backward. Two ops keep: a batch norm fused with its ReLU
+ * (bn_act_fwd_train, bn_act_bwd: cuDNN's fused forward writes the ReLU's
+ * mask into a "reserve space" that its fused backward reads) and max
+ * pooling (pool_fwd, pool_bwd: the CUDA kernels' position of each window's
+ * maximum, which the backward would otherwise search for again). */
+typedef struct fwd_keep {
     void *p;      /* device memory of `bytes`; NULL: nothing can be kept */
     size_t bytes;
     int written;  /* set by the forward: 1 when it wrote p for this batch's backward, else 0 */
-} bn_keep;
+} fwd_keep;
 
 typedef struct pool_params {
     pool_mode mode;
@@ -316,13 +318,13 @@ typedef struct backend {
      * Forward: y = act(bn(x) + z), bn as bn_fwd_train / bn_fwd_infer (the
      * statistics, running averages and save_* alike), + z where z is not
      * NULL, then ReLU (relu_fwd's rule) where relu is 1. y may not overlap
-     * x or z. keep (may be NULL) is the group's bn_keep: the training
+     * x or z. keep (may be NULL) is the group's fwd_keep: the training
      * forward may write it and then sets keep->written (its callers clear
      * it first). */
     void (*bn_act_fwd_train)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
                              const float *gamma, const float *beta, void *y, float *running_mean,
                              float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
-                             bn_keep *keep);
+                             fwd_keep *keep);
     void (*bn_act_fwd_infer)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
                              const float *gamma, const float *beta, void *y, const float *running_mean,
                              const float *running_var, float eps);
@@ -333,25 +335,34 @@ typedef struct backend {
      * dz may be dy itself when accumulate_dz is 0 (the net's planner lets
      * them share memory: the add's gradient in place, not copied); dx and
      * dz overlap nothing else of x, y, dy. beta is the forward's (cuDNN's
-     * fused backward reads it); keep (may be NULL) the bn_keep the training
+     * fused backward reads it); keep (may be NULL) the fwd_keep the training
      * forward of this x and y was given, read only where keep->written. */
     void (*bn_act_bwd)(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
                        int relu, const float *gamma, const float *beta, const float *save_mean,
                        const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta, int accumulate_dx,
-                       void *dz, int accumulate_dz, const bn_keep *keep);
+                       void *dz, int accumulate_dz, const fwd_keep *keep);
     /* Optional (NULL: 0; call it through backend_bn_act_keep_bytes): the
-     * bytes of bn_keep that bn_act_fwd_train would write for a group of N
+     * bytes of fwd_keep that bn_act_fwd_train would write for a group of N
      * images (add: z given; relu as the op's), 0 where it keeps nothing
      * (then its backward recomputes the mask from y). The most any N up to
      * this one needs. */
     size_t (*bn_act_keep_bytes)(const backend_ctx *ctx, int N, int C, int HW, int add, int relu);
 
     /* ---- pooling, in ctx's layout ---- */
-    void (*pool_fwd)(const backend_ctx *ctx, const pool_params *p, const void *x, void *y);
+    /* keep (may be NULL; training forwards only, and through
+     * backend_pool_fwd_train, which clears keep->written): the forward may
+     * write what its backward needs into it and then sets keep->written. */
+    void (*pool_fwd)(const backend_ctx *ctx, const pool_params *p, const void *x, void *y, fwd_keep *keep);
     /* dx (+)= gradient; x and y are the forward's input and output (max pooling
-     * routes each dy to the first maximum of its window, scanning r then s). */
+     * routes each dy to the first maximum of its window, scanning r then s);
+     * keep (may be NULL) the fwd_keep this x's training forward was given,
+     * read only where keep->written. */
     void (*pool_bwd)(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
-                     const void *dy, void *dx, int accumulate);
+                     const void *dy, void *dx, int accumulate, const fwd_keep *keep);
+    /* Optional (NULL: 0; call it through backend_pool_keep_bytes): the bytes
+     * of fwd_keep pool_fwd would write for p (p->N images), 0 where it keeps
+     * nothing (then pool_bwd finds what it needs from x). */
+    size_t (*pool_keep_bytes)(const backend_ctx *ctx, const pool_params *p);
 
     /* ---- GEMM, row-major: C = alpha * op(A) * op(B) + beta * C ----
      * op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda/ldb/ldc are row strides
@@ -614,14 +625,14 @@ void backend_conv_describe(const backend *be, const backend_ctx *ctx, const conv
 void backend_bn_act_fwd_train(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
                               const void *z, int relu, const float *gamma, const float *beta, void *y,
                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                              float *save_invstd, bn_keep *keep);
+                              float *save_invstd, fwd_keep *keep);
 void backend_bn_act_fwd_infer(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
                               const void *z, int relu, const float *gamma, const float *beta, void *y,
                               const float *running_mean, const float *running_var, float eps);
 void backend_bn_act_bwd(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
                         const void *y, void *dy, int relu, const float *gamma, const float *beta,
                         const float *save_mean, const float *save_invstd, float eps, void *dx, float *dgamma,
-                        float *dbeta, int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep);
+                        float *dbeta, int accumulate_dx, void *dz, int accumulate_dz, const fwd_keep *keep);
 /* The composition alone (backend_bn_act_bwd without be->bn_act_bwd), for a
  * backend whose fused backward cannot run on its arguments. */
 void backend_bn_act_bwd_composed(const backend *be, const backend_ctx *ctx, int N, int C, int HW, const void *x,
@@ -630,5 +641,11 @@ void backend_bn_act_bwd_composed(const backend *be, const backend_ctx *ctx, int 
                                  int accumulate_dx, void *dz, int accumulate_dz);
 /* be->bn_act_keep_bytes, or 0. Never fails. */
 size_t backend_bn_act_keep_bytes(const backend *be, const backend_ctx *ctx, int N, int C, int HW, int add, int relu);
+/* be->pool_fwd with keep->written cleared first (keep may be NULL); a
+ * training forward's call. */
+void backend_pool_fwd_train(const backend *be, const backend_ctx *ctx, const pool_params *p, const void *x, void *y,
+                            fwd_keep *keep);
+/* be->pool_keep_bytes, or 0. Never fails. */
+size_t backend_pool_keep_bytes(const backend *be, const backend_ctx *ctx, const pool_params *p);
 
 #endif

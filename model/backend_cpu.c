@@ -1452,7 +1452,7 @@ static void lay_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const voi
 static void lay_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
                                  int relu, const float *gamma, const float *beta, void *y, float *running_mean,
                                  float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
-                                 bn_keep *keep) {
+                                 fwd_keep *keep) {
     (void)keep; /* the backward recomputes the mask from y */
     if (!nhwc(ctx) || HW == 1) {
         cpu_bn_fwd_train(N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum, eps, save_mean,
@@ -1518,7 +1518,7 @@ static void lay_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const f
 static void lay_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
                            int relu, const float *gamma, const float *beta, const float *save_mean,
                            const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
-                           int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
+                           int accumulate_dx, void *dz, int accumulate_dz, const fwd_keep *keep) {
     (void)eps; /* in save_invstd already */
     (void)beta;
     (void)keep;
@@ -1534,7 +1534,9 @@ static void lay_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void 
                    NULL, 0);
 }
 
-static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
+/* keep: nothing kept (pool_bwd finds each maximum from x) */
+static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y, fwd_keep *keep) {
+    (void)keep;
     if (!nhwc(ctx)) {
         cpu_pool_fwd(p, x, y);
         return;
@@ -1546,7 +1548,8 @@ static void lay_pool_fwd(const backend_ctx *ctx, const pool_params *p, const voi
 }
 
 static void lay_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
-                         const void *dy, void *dx, int accumulate) {
+                         const void *dy, void *dx, int accumulate, const fwd_keep *keep) {
+    (void)keep;
     if (!nhwc(ctx)) {
         cpu_pool_bwd(p, x, y, dy, dx, accumulate);
         return;

@@ -165,7 +165,7 @@ static void a_bias_bwd(const backend_ctx *ctx, int N, int C, int HW, const void 
 static void a_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
                                const float *gamma, const float *beta, void *y, float *running_mean,
                                float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
-                               bn_keep *keep) {
+                               fwd_keep *keep) {
     if (!is16(ctx)) {
         backend_bn_act_fwd_train(base, ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum,
                                  eps, save_mean, save_invstd, keep);
@@ -219,7 +219,7 @@ static void a_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, const v
 static void a_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
                          int relu, const float *gamma, const float *beta, const float *save_mean,
                          const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
-                         int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
+                         int accumulate_dx, void *dz, int accumulate_dz, const fwd_keep *keep) {
     if (!is16(ctx)) {
         backend_bn_act_bwd(base, ctx, N, C, HW, x, y, dy, relu, gamma, beta, save_mean, save_invstd, eps, dx, dgamma,
                            dbeta, accumulate_dx, dz, accumulate_dz, keep);
@@ -255,29 +255,29 @@ static void a_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x
 
 /* ---------------------------------------------------------------- pooling */
 
-static void a_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
+static void a_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y, fwd_keep *keep) {
     if (!is16(ctx)) {
-        base->pool_fwd(ctx, p, x, y);
+        base->pool_fwd(ctx, p, x, y, keep);
         return;
     }
     backend_ctx c = f32(ctx);
     size_t nx = (size_t)p->N * p->C * p->H * p->W, ny = (size_t)p->N * p->C * p->P * p->Q;
     float *yt = result(ctx, SLOT_Y, y, ny, 0);
-    base->pool_fwd(&c, p, widen(ctx, SLOT_X, x, nx), yt);
+    base->pool_fwd(&c, p, widen(ctx, SLOT_X, x, nx), yt, keep); /* what is kept of x is kept of it widened */
     narrow(ctx, yt, y, ny);
 }
 
 static void a_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y, const void *dy,
-                       void *dx, int accumulate) {
+                       void *dx, int accumulate, const fwd_keep *keep) {
     if (!is16(ctx)) {
-        base->pool_bwd(ctx, p, x, y, dy, dx, accumulate);
+        base->pool_bwd(ctx, p, x, y, dy, dx, accumulate, keep);
         return;
     }
     backend_ctx c = f32(ctx);
     size_t nx = (size_t)p->N * p->C * p->H * p->W, ny = (size_t)p->N * p->C * p->P * p->Q;
     float *dxt = result(ctx, SLOT_DX, dx, nx, accumulate);
     base->pool_bwd(&c, p, widen(ctx, SLOT_X, x, nx), widen(ctx, SLOT_Y, y, ny), widen(ctx, SLOT_DY, dy, ny), dxt,
-                   accumulate);
+                   accumulate, keep);
     narrow(ctx, dxt, dx, nx);
 }
 

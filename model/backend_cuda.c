@@ -132,7 +132,7 @@ static struct {
     size_t bn_stage_n;
     int bn16_refused;          /* cuDNN refused batch norm on 16-bit activations: widened since (bn_widened) */
     cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
-    void *bn_reserve;          /* that forward's reserve space where no bn_keep takes it (then unread) */
+    void *bn_reserve;          /* that forward's reserve space where no fwd_keep takes it (then unread) */
     size_t bn_reserve_n;
     int bn_fused_refused;      /* cuDNN refused the fused forward: composed since */
     void *cg_scratch;          /* where the graph API's candidate plans write while timed */
@@ -1081,7 +1081,7 @@ static void bn_desc(const backend_ctx *ctx, int N, int C, int HW) {
  *   it writes it, on the same stream (C floats each);
  * - the plain operation (OPS_BN) needs no reserve space (the buffer the Ex
  *   forward hands its backward; cuDNN asks for none without a fused
- *   activation, and the fused ones below keep theirs in the layer's bn_keep);
+ *   activation, and the fused ones below keep theirs in the layer's fwd_keep);
  * - the data gradient is not added to (beta = 0, PyTorch's only use).
  * Elsewhere the plain calls, and a warning, once, naming the reason. The
  * workspace is cuDNN's convolution workspace, grown to fit (ops on one stream
@@ -1325,7 +1325,7 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
  * rules (NHWC, C a multiple of 8, 32-byte aligned activations). One pass over
  * memory instead of two or three, each value computed in fp32 and rounded
  * once (the contract's fused numbers). The forward writes a reserve space
- * (the ReLU's mask) that the fused backward reads: into the group's bn_keep
+ * (the ReLU's mask) that the fused backward reads: into the group's fwd_keep
  * where the layer gave one large enough (cuda_bn_act_keep_bytes), which marks
  * it written; else into scratch, and the backward is composed (relu_bwd,
  * the add's gradient, bn_bwd: backend_bn_act_bwd_composed), recomputing the
@@ -1388,7 +1388,7 @@ static void cuda_add(const backend_ctx *ctx, size_t n, const void *a, const void
 static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z,
                                   int relu, const float *gamma, const float *beta, void *y, float *running_mean,
                                   float *running_var, float momentum, float eps, float *save_mean,
-                                  float *save_invstd, bn_keep *keep) {
+                                  float *save_invstd, fwd_keep *keep) {
     on_device();
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
@@ -1423,7 +1423,7 @@ static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, 
 static void cuda_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy,
                             int relu, const float *gamma, const float *beta, const float *save_mean,
                             const float *save_invstd, float eps, void *dx, float *dgamma, float *dbeta,
-                            int accumulate_dx, void *dz, int accumulate_dz, const bn_keep *keep) {
+                            int accumulate_dx, void *dz, int accumulate_dz, const fwd_keep *keep) {
     on_device();
     CNT_ASSERT(N >= 1 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
@@ -1460,23 +1460,32 @@ static void pool_check(const pool_params *p) {
 }
 
 
-static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y) {
+/* keep: max pooling's training forward writes each maximum's position
+ * (cuk_pool_fwd's arg) where the fwd_keep holds them, so that its backward
+ * does not search the windows again. */
+static void cuda_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y, fwd_keep *keep) {
     on_device();
     pool_check(p);
-    CUDA_CHECK(cuk_pool_fwd(g.stream, ctx->act, p, x, y, layout_nhwc(ctx)));
+    size_t need = cuk_pool_arg_bytes(p);
+    void *arg = keep && keep->p && need && need <= keep->bytes ? keep->p : NULL;
+    CUDA_CHECK(cuk_pool_fwd(g.stream, ctx->act, p, x, y, layout_nhwc(ctx), arg));
+    if (arg) keep->written = 1;
 }
 
 static void cuda_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y,
-                          const void *dy, void *dx, int accumulate) {
+                          const void *dy, void *dx, int accumulate, const fwd_keep *keep) {
     on_device();
-    (void)y; /* as on the CPU: the maximum's position is found from x */
+    (void)y; /* as on the CPU: the maximum's position is found from x, or kept by the forward */
     pool_check(p);
-    int *arg = NULL;
-    if (p->mode == POOL_MODE_MAX) {
-        size_t outputs = (size_t)p->N * p->C * p->P * p->Q; /* ints: two per double of scratch */
-        arg = (int *)scratch_get((outputs + 1) / 2);
-    }
-    CUDA_CHECK(cuk_pool_bwd(g.stream, ctx->act, p, x, dy, dx, accumulate, layout_nhwc(ctx), arg));
+    size_t need = cuk_pool_arg_bytes(p);
+    const void *kept = keep && keep->written && need <= keep->bytes ? keep->p : NULL;
+    void *scratch = need && !kept ? scratch_get((need + sizeof(double) - 1) / sizeof(double)) : NULL;
+    CUDA_CHECK(cuk_pool_bwd(g.stream, ctx->act, p, x, dy, dx, accumulate, layout_nhwc(ctx), kept, scratch));
+}
+
+static size_t cuda_pool_keep_bytes(const backend_ctx *ctx, const pool_params *p) {
+    (void)ctx;
+    return cuk_pool_arg_bytes(p);
 }
 
 /* -------------------------------------------------------------------- gemm */
@@ -1818,6 +1827,7 @@ static const backend cuda_backend = {
     .bn_act_keep_bytes = cuda_bn_act_keep_bytes,
     .pool_fwd = cuda_pool_fwd,
     .pool_bwd = cuda_pool_bwd,
+    .pool_keep_bytes = cuda_pool_keep_bytes,
     .gemm = cuda_gemm,
     .relu_fwd = cuda_relu_fwd,
     .relu_bwd = cuda_relu_bwd,

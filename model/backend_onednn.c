@@ -462,7 +462,7 @@ static void dn_bn_apply_block(int HW, const float *xp, const float *zp, int relu
 static void dn_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *zv,
                                 int relu, const float *gamma, const float *beta, void *yv, float *running_mean,
                                 float *running_var, float momentum, float eps, float *save_mean,
-                                float *save_invstd, bn_keep *keep) {
+                                float *save_invstd, fwd_keep *keep) {
     const float *x = xv;
     const float *z = zv;
     float *y = yv;
@@ -644,7 +644,7 @@ static void dn_bn_bwd_any(const backend_ctx *ctx, int N, int C, int HW, const fl
 static void dn_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *xv, const void *yv, void *dyv,
                           int relu, const float *gamma, const float *beta, const float *save_mean,
                           const float *save_invstd, float eps, void *dxv, float *dgamma, float *dbeta,
-                          int accumulate_dx, void *dzv, int accumulate_dz, const bn_keep *keep) {
+                          int accumulate_dx, void *dzv, int accumulate_dz, const fwd_keep *keep) {
     (void)beta; /* the mask is recomputed from y: nothing kept */
     (void)keep;
     const float *x = xv;
@@ -693,12 +693,12 @@ static void blk_window_max(const float *xp, int W, int h0, int h1, int w0, int w
         }
 }
 
-static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *xv, void *yv) {
+static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void *xv, void *yv, fwd_keep *keep) {
     const float *x = xv;
     float *y = yv;
     if (!blocked(ctx) || !is_blk(p->C)) {
         backend_ctx pc = plain_ctx(ctx);
-        plain->pool_fwd(&pc, p, x, y);
+        plain->pool_fwd(&pc, p, x, y, keep);
         return;
     }
     CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);
@@ -737,14 +737,14 @@ static void dn_pool_fwd(const backend_ctx *ctx, const pool_params *p, const void
 }
 
 static void dn_pool_bwd(const backend_ctx *ctx, const pool_params *p, const void *xv, const void *yv,
-                        const void *dyv, void *dxv, int accumulate) {
+                        const void *dyv, void *dxv, int accumulate, const fwd_keep *keep) {
     const float *x = xv;
     const float *y = yv;
     const float *dy = dyv;
     float *dx = dxv;
     if (!blocked(ctx) || !is_blk(p->C)) {
         backend_ctx pc = plain_ctx(ctx);
-        plain->pool_bwd(&pc, p, x, y, dy, dx, accumulate);
+        plain->pool_bwd(&pc, p, x, y, dy, dx, accumulate, keep);
         return;
     }
     CNT_ASSERT(p->N >= 0 && p->C >= 1 && p->H >= 1 && p->W >= 1 && p->P >= 1 && p->Q >= 1);

@@ -292,21 +292,29 @@ __global__ void bias_bwd_final_k(int C, int G, const double *partial, float *db)
  * tensor in memory order, so in NHWC a warp takes neighbouring channels. */
 /* Activations of type T (`type`, its backend_dtype, for pr_ld), each value
  * computed in float and stored once. */
+/* With arg (max pooling's training forward), each output's maximum's
+ * position too, pr_arg_bytes(&p) each. */
 template <typename T>
-__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const T *x, int type, T *y, int nhwc) {
+__global__ void pool_fwd_k(pool_params p, pr_axis ra, pr_axis ca, const T *x, int type, T *y, int nhwc, void *arg) {
     size_t total = (size_t)p.N * p.C * p.P * p.Q;
-    GRID_STRIDE(t, total) st(y, t, pr_fwd_one(&p, ra, ca, x, type, t, nhwc));
+    int ab = pr_arg_bytes(&p);
+    GRID_STRIDE(t, total) {
+        int at = 0;
+        st(y, t, pr_fwd_one(&p, ra, ca, x, type, t, nhwc, &at));
+        if (arg) pr_arg_put(arg, ab, t, at);
+    }
 }
 
 template <typename T>
-__global__ void pool_argmax_k(pool_params p, pr_axis ra, pr_axis ca, const T *x, int type, int *arg, int nhwc) {
+__global__ void pool_argmax_k(pool_params p, pr_axis ra, pr_axis ca, const T *x, int type, void *arg, int nhwc) {
     size_t total = (size_t)p.N * p.C * p.P * p.Q;
-    GRID_STRIDE(t, total) arg[t] = pr_argmax_one(&p, ra, ca, x, type, t, nhwc);
+    int ab = pr_arg_bytes(&p);
+    GRID_STRIDE(t, total) pr_arg_put(arg, ab, t, pr_argmax_one(&p, ra, ca, x, type, t, nhwc));
 }
 
 template <typename T>
-__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const int *arg, const T *dy, int type, T *dx, int acc,
-                           int nhwc) {
+__global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const void *arg, const T *dy, int type, T *dx,
+                           int acc, int nhwc) {
     size_t total = (size_t)p.N * p.C * p.H * p.W;
     GRID_STRIDE(t, total) st(dx, t, pr_bwd_one(&p, ra, ca, arg, dy, type, t, acc ? ld(dx, t) : 0.0f, nhwc));
 }
@@ -643,24 +651,33 @@ cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const v
     return cudaGetLastError();
 }
 
-cudaError_t cuk_pool_fwd(cudaStream_t s, int type, const pool_params *p, const void *x, void *y, int nhwc) {
+cudaError_t cuk_pool_fwd(cudaStream_t s, int type, const pool_params *p, const void *x, void *y, int nhwc,
+                         void *arg) {
     size_t total = (size_t)p->N * p->C * p->P * p->Q;
+    if (p->mode != POOL_MODE_MAX) arg = NULL;
     if (total)
         WITH_TYPE(type, pool_fwd_k<T><<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), (const T *)x,
-                                                                          type, (T *)y, nhwc));
+                                                                          type, (T *)y, nhwc, arg));
     return cudaGetLastError();
 }
 
+size_t cuk_pool_arg_bytes(const pool_params *p) {
+    return p->mode == POOL_MODE_MAX ? (size_t)p->N * p->C * p->P * p->Q * (size_t)pr_arg_bytes(p) : 0;
+}
+
 cudaError_t cuk_pool_bwd(cudaStream_t s, int type, const pool_params *p, const void *x, const void *dy, void *dx,
-                         int accumulate, int nhwc, int *arg) {
+                         int accumulate, int nhwc, const void *kept, void *scratch) {
     size_t total = (size_t)p->N * p->C * p->H * p->W, outputs = (size_t)p->N * p->C * p->P * p->Q;
     if (!total) return cudaGetLastError();
+    const void *arg = NULL;
     if (p->mode == POOL_MODE_MAX) {
         if (!outputs) return cudaGetLastError();
-        WITH_TYPE(type, pool_argmax_k<T><<<grid_for(outputs), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p),
-                                                                               (const T *)x, type, arg, nhwc));
-    } else {
-        arg = NULL;
+        arg = kept;
+        if (!arg) {
+            WITH_TYPE(type, pool_argmax_k<T><<<grid_for(outputs), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p),
+                                                                                   (const T *)x, type, scratch, nhwc));
+            arg = scratch;
+        }
     }
     WITH_TYPE(type, pool_bwd_k<T><<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), arg, (const T *)dy,
                                                                       type, (T *)dx, accumulate, nhwc));

@@ -60,11 +60,18 @@ cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const v
 /* x, y, dx, dy all of backend_dtype `type` and in the layout `nhwc` says;
  * the values (and, for the same layout, the bits) are those of the CPU
  * backend's NCHW rules, each computed in fp32 and rounded once to the type */
-cudaError_t cuk_pool_fwd(cudaStream_t s, int type, const pool_params *p, const void *x, void *y, int nhwc);
-/* Max pooling first writes each output's first maximum (pr_argmax_one) to
- * arg, N*C*P*Q ints of scratch (unused by the other modes, may be NULL) */
+/* With arg (may be NULL; max pooling only), the position of each output's
+ * first maximum too (model/pool_rules.h), cuk_pool_arg_bytes(p) of it. */
+cudaError_t cuk_pool_fwd(cudaStream_t s, int type, const pool_params *p, const void *x, void *y, int nhwc,
+                         void *arg);
+/* The bytes of max pooling's positions of maxima for p (p->N images); 0 for
+ * the other modes. */
+size_t cuk_pool_arg_bytes(const pool_params *p);
+/* Max pooling reads the positions of the maxima from kept (cuk_pool_fwd's
+ * arg for this x) or, where kept is NULL, first finds them (pr_argmax_one)
+ * into scratch (cuk_pool_arg_bytes(p)); the other modes read neither. */
 cudaError_t cuk_pool_bwd(cudaStream_t s, int type, const pool_params *p, const void *x, const void *dy, void *dx,
-                         int accumulate, int nhwc, int *arg);
+                         int accumulate, int nhwc, const void *kept, void *scratch);
 /* Layout conversion of N images of C x HW values (backend.h's
  * convert_layout with NHWC): with to_nhwc dst[(n*HW + i)*C + c] (+)= src[(n*C + c)*HW
  * + i], else dst[(n*C + c)*HW + i] (+)= src[(n*HW + i)*C + c]. Also turns

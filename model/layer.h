@@ -51,7 +51,7 @@ void layer_grads_ready(net *nt, const node *nd);
 size_t layer_out_count(const net *nt, const node *nd);
 /* Bytes of one activation value in nt (4 in fp32, 2 in bf16 or fp16). */
 size_t layer_act_size(const net *nt);
-/* The bytes of bn_keep a batch norm (nd) fused with a ReLU, and with the
+/* The bytes of fwd_keep a batch norm (nd) fused with a ReLU, and with the
  * residual add where add, holds for batches of max_batch: the backend's
  * bn_act_keep_bytes (a group without a ReLU keeps nothing). Allocated at
  * net_finalize, counted by net_memory_estimate. */

@@ -223,7 +223,7 @@ static void shortcut_forward(net *nt, node *nd, int training) {
     shortcut_state *s = nd->state;
     int PQ = nd->H * nd->W;
     s->sub.N = nt->batch;
-    nt->be->pool_fwd(&nt->ctx, &s->sub, layer_in(nt, nd, 0), s->tmp);
+    nt->be->pool_fwd(&nt->ctx, &s->sub, layer_in(nt, nd, 0), s->tmp, NULL); /* 1x1: nothing worth keeping */
     nt->be->zero(nd->y, layer_out_count(nt, nd) * layer_act_size(nt));
     nt->be->channel_copy(&nt->ctx, nt->batch, s->in_c, PQ, s->tmp, s->in_c, 0, nd->y, nd->C, s->offset, 0);
 }
@@ -234,7 +234,7 @@ static void shortcut_backward(net *nt, node *nd) {
     s->sub.N = nt->batch;
     nt->be->channel_copy(&nt->ctx, nt->batch, s->in_c, PQ, nd->dy, nd->C, s->offset, s->tmp_grad, s->in_c, 0, 0);
     nt->be->pool_bwd(&nt->ctx, &s->sub, layer_in(nt, nd, 0), s->tmp, s->tmp_grad, layer_in_grad(nt, nd, 0),
-                     nd->accumulate[0]);
+                     nd->accumulate[0], NULL);
 }
 
 static void shortcut_describe(const node *nd, char *buf, size_t len) {

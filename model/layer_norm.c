@@ -19,7 +19,7 @@ typedef struct bn_state {
     float eps;
     float *save_mean;   /* [C] device: batch mean of the last training forward */
     float *save_invstd; /* [C] device: 1/sqrt(batch var + eps) */
-    bn_keep keep;       /* a fused group's: what its training forward keeps for its backward (p NULL: nothing) */
+    fwd_keep keep;       /* a fused group's: what its training forward keeps for its backward (p NULL: nothing) */
 } bn_state;
 
 size_t layer_bn_keep_bytes(const net *nt, const node *nd, int add, int max_batch) {
@@ -97,7 +97,7 @@ static void bn_setup(net *nt, node *nd) {
     s->save_mean = nt->be->alloc((size_t)nd->C * sizeof(float));
     s->save_invstd = nt->be->alloc((size_t)nd->C * sizeof(float));
     /* net_memory_estimate counts it (layer_bn_keep_bytes) */
-    s->keep = (bn_keep){NULL, 0, 0};
+    s->keep = (fwd_keep){NULL, 0, 0};
     if (nd->fuse_relu >= 0) s->keep.bytes = layer_bn_keep_bytes(nt, nd, nd->fuse_add >= 0, nt->max_batch);
     if (s->keep.bytes) s->keep.p = nt->be->alloc(s->keep.bytes);
 }
@@ -109,7 +109,7 @@ static void bn_free(net *nt, node *nd) {
     if (s->keep.p) nt->be->free(s->keep.p);
 }
 
-/* Without the fused group's bn_keep, which depends on the fusion plan:
+/* Without the fused group's fwd_keep, which depends on the fusion plan:
  * net_memory_estimate adds layer_bn_keep_bytes. */
 static size_t bn_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
     (void)kept; /* nothing kept */

@@ -11,19 +11,48 @@
 
 typedef struct pool_state {
     pool_params p; /* N is set per call */
+    fwd_keep keep; /* what the training forward keeps for its backward (p NULL: nothing) */
 } pool_state;
 
 static void pool_forward(net *nt, node *nd, int training) {
-    (void)training;
     pool_state *s = nd->state;
     s->p.N = nt->batch;
-    nt->be->pool_fwd(&nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y);
+    if (training)
+        backend_pool_fwd_train(nt->be, &nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y, &s->keep);
+    else
+        nt->be->pool_fwd(&nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y, NULL);
 }
 
 static void pool_backward(net *nt, node *nd) {
     pool_state *s = nd->state;
     s->p.N = nt->batch;
-    nt->be->pool_bwd(&nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0]);
+    nt->be->pool_bwd(&nt->ctx, &s->p, layer_in(nt, nd, 0), nd->y, nd->dy, layer_in_grad(nt, nd, 0), nd->accumulate[0],
+                     &s->keep);
+}
+
+/* The fwd_keep's bytes at max_batch images. */
+static size_t pool_keep_bytes(const net *nt, const node *nd, int max_batch) {
+    const pool_state *s = nd->state;
+    pool_params p = s->p;
+    p.N = max_batch;
+    return backend_pool_keep_bytes(nt->be, &nt->ctx, &p);
+}
+
+static void pool_setup(net *nt, node *nd) {
+    pool_state *s = nd->state;
+    s->keep = (fwd_keep){NULL, pool_keep_bytes(nt, nd, nt->max_batch), 0};
+    if (s->keep.bytes) s->keep.p = nt->be->alloc(s->keep.bytes);
+}
+
+static void pool_free(net *nt, node *nd) {
+    pool_state *s = nd->state;
+    if (s->keep.p) nt->be->free(s->keep.p);
+}
+
+static size_t pool_memory(const net *nt, const node *nd, int max_batch, size_t *workspace, size_t *kept) {
+    (void)kept; /* nothing of the weights */
+    *workspace = 0;
+    return pool_keep_bytes(nt, nd, max_batch); /* pool_setup's */
 }
 
 static double pool_flops(const net *nt, const node *nd) {
@@ -55,6 +84,9 @@ static const layer_ops pool_ops = {
     .backward_reads = LAYER_READS_INPUTS | LAYER_READS_OUTPUT, /* pool_bwd takes x and y (max: the argmax) */
     .forward = pool_forward,
     .backward = pool_backward,
+    .setup = pool_setup,
+    .free_state = pool_free,
+    .memory = pool_memory,
     .flops = pool_flops,
     .describe = pool_describe,
 };

@@ -336,7 +336,7 @@ typedef struct net_memory {
                          * memory by lifetime: net_finalize), the
                          * input's gradient (and its NHWC copy), the layers' own batch-sized buffers (dropout
                          * masks, the option-A shortcut's subsample, NHWC flatten copies, a fused batch
-                         * norm's bn_keep) */
+                         * norm's fwd_keep) */
     size_t workspace;   /* the backend's scratch for the most demanding layer (shared by all layers) */
     size_t kept;        /* the forms of the convolution filters the backend keeps for the backward
                          * (backend_ctx.weights_epoch; one per convolution, whatever the batch) */

@@ -12,9 +12,13 @@
  * window holds it, which is the order in which the CPU backend scatters, so
  * the sums agree bit for bit and no atomics are needed. Max pooling sends each
  * output's gradient to its window's first maximum (rows, then columns; a NaN
- * wins and the first NaN stays), found once per output by pr_argmax_one in a
- * pass before the gather (rescanning every window that holds an input made
- * ResNet-50's stem max-pool backward 11 times its forward). Both layouts of
+ * wins and the first NaN stays), found once per output (rescanning every
+ * window that holds an input made ResNet-50's stem max-pool backward 11
+ * times its forward): by the training forward, which keeps it (pr_fwd_one's
+ * *at, model/backend.h's fwd_keep), or by pr_argmax_one in a pass before the
+ * gather. A maximum's position is its offset in the unclipped window,
+ * (h - i*stride_h + pad_h) * S + (w - j*stride_w + pad_w), below R*S, so a
+ * byte holds it for windows of up to 256 values (pr_arg_bytes). Both layouts of
  * model/backend.h (set_layout) go through the same code: a plane's elements
  * are read through its row and column strides (pr_plane). Activations of
  * every type of backend_dtype are read widened (pr_ld, exactly), each value
@@ -144,6 +148,24 @@ PR_FN pr_plane pr_plane_of(const pool_params *p, size_t n, size_t c, int nhwc) {
 /* Splits t, a flat index into [N, C, A, B] (or, with nhwc, [N, A, B, C]),
  * into its coordinates (n, c, a, b). */
 PR_FN void pr_split(size_t t, int C, int A, int B, int nhwc, size_t *n, size_t *c, int *a, int *b) {
+    if (t <= UINT32_MAX) { /* every quotient and remainder fits: 32-bit division, several times faster on a GPU */
+        uint32_t r = (uint32_t)t;
+        if (nhwc) {
+            *c = r % (uint32_t)C;
+            r /= (uint32_t)C;
+        }
+        *b = (int)(r % (uint32_t)B);
+        r /= (uint32_t)B;
+        *a = (int)(r % (uint32_t)A);
+        r /= (uint32_t)A;
+        if (nhwc) {
+            *n = r;
+        } else {
+            *c = r % (uint32_t)C;
+            *n = r / (uint32_t)C;
+        }
+        return;
+    }
     size_t r = t;
     if (nhwc) {
         *c = r % (size_t)C;
@@ -161,36 +183,61 @@ PR_FN void pr_split(size_t t, int C, int A, int B, int nhwc, size_t *n, size_t *
     }
 }
 
-/* The window's maximum; *bi = the index (h*W + w) of its first maximum. x
- * (of `type`) holds the plane from offset x0, sh and sw its row and column
- * strides. */
-PR_FN float pr_window_max(const void *x, int type, size_t x0, size_t sh, size_t sw, int W, int h0, int h1, int w0,
-                          int w1, int *bi) {
+/* The window's maximum; *bi = the position of its first maximum in the
+ * unclipped window that starts at row hs, column ws, S wide. x (of `type`)
+ * holds the plane from offset x0, sh and sw its row and column strides. */
+PR_FN float pr_window_max(const void *x, int type, size_t x0, size_t sh, size_t sw, int h0, int h1, int w0, int w1,
+                          int hs, int ws, int S, int *bi) {
     float b = -INFINITY;
-    int idx = h0 * W + w0;
+    int hb = h0, wb = w0;
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
             float v = pr_ld(x, x0 + (size_t)h * sh + (size_t)w * sw, type);
             if (pr_take(v, b)) {
                 b = v;
-                idx = h * W + w;
+                hb = h;
+                wb = w;
             }
         }
-    *bi = idx;
+    *bi = (hb - hs) * S + (wb - ws);
     return b;
 }
 
+/* Where output i's window starts along axis a, before clipping (max and
+ * average pooling). */
+PR_FN int pr_start(pr_axis a, int i) { return i * a.stride - a.pad; }
+
+/* The bytes that hold one maximum's position for windows of p: 1 up to 256
+ * values, else 4 (an int). */
+PR_FN int pr_arg_bytes(const pool_params *p) { return p->R * p->S <= 256 ? 1 : 4; }
+
+/* The position of output o's maximum in arg, held in `bytes` (pr_arg_bytes) each. */
+PR_FN int pr_arg_at(const void *arg, int bytes, size_t o) {
+    return bytes == 1 ? (int)((const uint8_t *)arg)[o] : ((const int *)arg)[o];
+}
+
+PR_FN void pr_arg_put(void *arg, int bytes, size_t o, int v) {
+    if (bytes == 1)
+        ((uint8_t *)arg)[o] = (uint8_t)v;
+    else
+        ((int *)arg)[o] = v;
+}
+
 /* Output t's plane and window: rows [h0, h1) and columns [w0, w1) of the
- * input, cr x cc the averaging divisor (pr_window). */
+ * input, cr x cc the averaging divisor (pr_window); (i, j) the output's
+ * row and column. */
 typedef struct pr_out {
     pr_plane pl;
     int h0, h1, cr, w0, w1, cc;
+    int i, j;
 } pr_out;
 
 PR_FN void pr_out_of(const pool_params *p, pr_axis ra, pr_axis ca, size_t t, int nhwc, pr_out *o) {
     size_t n, c;
     int i, j;
     pr_split(t, p->C, p->P, p->Q, nhwc, &n, &c, &i, &j);
+    o->i = i;
+    o->j = j;
     o->pl = pr_plane_of(p, n, c, nhwc);
     pr_window(p->mode, ra, i, &o->h0, &o->h1, &o->cr);
     pr_window(p->mode, ca, j, &o->w0, &o->w1, &o->cc);
@@ -198,13 +245,19 @@ PR_FN void pr_out_of(const pool_params *p, pr_axis ra, pr_axis ca, size_t t, int
 
 /* Output value t: a flat index into [N, C, P, Q], or with nhwc into
  * [N, P, Q, C] (channels innermost, so neighbouring threads take
- * neighbouring channels); x of `type`. */
-PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const void *x, int type, size_t t, int nhwc) {
+ * neighbouring channels); x of `type`. Max pooling also sets *at (where at
+ * is not NULL) to the position of the window's first maximum, as
+ * pr_argmax_one finds it. */
+PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const void *x, int type, size_t t, int nhwc,
+                       int *at) {
     pr_out w;
     pr_out_of(p, ra, ca, t, nhwc, &w);
     if (p->mode == POOL_MODE_MAX) {
         int bi;
-        return pr_window_max(x, type, w.pl.x0, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
+        float m = pr_window_max(x, type, w.pl.x0, w.pl.xsh, w.pl.xsw, w.h0, w.h1, w.w0, w.w1, pr_start(ra, w.i),
+                                pr_start(ca, w.j), p->S, &bi);
+        if (at) *at = bi;
+        return m;
     }
     float s = 0.0f;
     for (int h = w.h0; h < w.h1; h++)
@@ -212,13 +265,11 @@ PR_FN float pr_fwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const void 
     return s / (float)(w.cr * w.cc);
 }
 
-/* Max pooling's output t (indexed as in pr_fwd_one): the index h*W + w,
- * within its plane, of its window's first maximum. */
+/* Max pooling's output t (indexed as in pr_fwd_one): the position of its
+ * window's first maximum in the unclipped window (the header's rule). */
 PR_FN int pr_argmax_one(const pool_params *p, pr_axis ra, pr_axis ca, const void *x, int type, size_t t, int nhwc) {
-    pr_out w;
-    pr_out_of(p, ra, ca, t, nhwc, &w);
-    int bi;
-    pr_window_max(x, type, w.pl.x0, w.pl.xsh, w.pl.xsw, p->W, w.h0, w.h1, w.w0, w.w1, &bi);
+    int bi = 0;
+    pr_fwd_one(p, ra, ca, x, type, t, nhwc, &bi);
     return bi;
 }
 
@@ -226,15 +277,16 @@ PR_FN int pr_argmax_one(const pool_params *p, pr_axis ra, pr_axis ca, const void
  * [N, H, W, C]; starting from g0 (0, or the value there when accumulating);
  * dy of `type`.
  * Max pooling reads each output's first maximum from arg (pr_argmax_one of
- * every output, laid out as dy); the other modes take arg NULL. */
-PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const int *arg, const void *dy, int type,
+ * every output, laid out as dy, pr_arg_bytes(p) each); the other modes take
+ * arg NULL. */
+PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const void *arg, const void *dy, int type,
                        size_t t, float g0, int nhwc) {
     size_t n, c;
     int h, w;
     pr_split(t, p->C, p->H, p->W, nhwc, &n, &c, &h, &w);
     pr_plane pl = pr_plane_of(p, n, c, nhwc);
     float g = g0;
-    int i0, i1, j0, j1;
+    int i0, i1, j0, j1, ab = pr_arg_bytes(p);
     pr_candidates(p->mode, ra, h, &i0, &i1);
     pr_candidates(p->mode, ca, w, &j0, &j1);
     for (int i = i0; i <= i1; i++) {
@@ -245,12 +297,12 @@ PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const int *
             int w0, w1, cc;
             pr_window(p->mode, ca, j, &w0, &w1, &cc);
             if (w < w0 || w >= w1) continue;
-            size_t o = (size_t)i * pl.gsh + (size_t)j * pl.gsw;
-            float gv = pr_ld(dy, pl.g0 + o, type);
-            if (p->mode == POOL_MODE_MAX) {
-                if (arg[pl.g0 + o] == h * p->W + w) g += gv;
+            size_t o = pl.g0 + (size_t)i * pl.gsh + (size_t)j * pl.gsw;
+            if (p->mode == POOL_MODE_MAX) { /* dy read only where this input is the maximum */
+                int at = (h - pr_start(ra, i)) * p->S + (w - pr_start(ca, j));
+                if (pr_arg_at(arg, ab, o) == at) g += pr_ld(dy, o, type);
             } else {
-                g += gv / (float)(cr * cc);
+                g += pr_ld(dy, o, type) / (float)(cr * cc);
             }
         }
     }

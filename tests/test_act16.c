@@ -271,11 +271,11 @@ static void test_pool(void **state) {
             pool_params p = tu_pool_params(&cases[k]);
             size_t nx = (size_t)p.N * p.C * p.H * p.W, ny = (size_t)p.N * p.C * p.P * p.Q;
             pair x = pair_new(&r, nx, 0.0), y = pair_new(&r, ny, 0.0), dy = pair_new(&r, ny, 0.0);
-            for (int w = 0; w < 2; w++) be->pool_fwd(&ctx[w], &p, x.d[w], y.d[w]);
+            for (int w = 0; w < 2; w++) be->pool_fwd(&ctx[w], &p, x.d[w], y.d[w], NULL);
             expect_rounded("pool_fwd", &y);
             for (int acc = 0; acc < 2; acc++) {
                 pair dx = pair_new(&r, nx, 0.0);
-                for (int w = 0; w < 2; w++) be->pool_bwd(&ctx[w], &p, x.d[w], y.d[w], dy.d[w], dx.d[w], acc);
+                for (int w = 0; w < 2; w++) be->pool_bwd(&ctx[w], &p, x.d[w], y.d[w], dy.d[w], dx.d[w], acc, NULL);
                 expect_rounded(acc ? "pool_bwd accumulate" : "pool_bwd", &dx);
                 pair_free(&dx);
             }

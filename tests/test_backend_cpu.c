@@ -545,7 +545,7 @@ static void test_pool_fwd(void **state) {
         pair x = pool_input(&r, (size_t)p.N * p.C * p.H * p.W, i % 2);
         pair y = pair_uniform(&r, (size_t)p.N * p.C * p.P * p.Q, -1.0, 1.0);
         ref_pool_fwd(&p, x.h, y.h);
-        be->pool_fwd(&ctx, &p, x.d, y.d);
+        be->pool_fwd(&ctx, &p, x.d, y.d, NULL);
         char what[192];
         pool_label(what, sizeof what, "pool_fwd", &p, 0);
         expect(what, &y, RTOL, tu_atol_f32((size_t)(p.R * p.S > 0 ? p.R * p.S : p.H * p.W), 1.0));
@@ -567,9 +567,9 @@ static void test_pool_bwd(void **state) {
             pair dy = pair_uniform(&r, ny, -1.0, 1.0);
             pair dx = pair_uniform(&r, nx, -1.0, 1.0);
             ref_pool_fwd(&p, x.h, y.h);
-            be->pool_fwd(&ctx, &p, x.d, y.d); /* the backend's own forward output, as a layer would pass it */
+            be->pool_fwd(&ctx, &p, x.d, y.d, NULL); /* the backend's own forward output, as a layer would pass it */
             ref_pool_bwd(&p, x.h, y.h, dy.h, dx.h, acc);
-            be->pool_bwd(&ctx, &p, x.d, y.d, dy.d, dx.d, acc);
+            be->pool_bwd(&ctx, &p, x.d, y.d, dy.d, dx.d, acc, NULL);
             char what[192];
             pool_label(what, sizeof what, "pool_bwd", &p, acc);
             /* each dx sums at most one contribution per overlapping window */
@@ -1660,12 +1660,12 @@ static void layout_pool_case(const pool_params *p, int i) {
     free(h);
     twin y = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0); /* overwritten */
     char what[192];
-    IN_EVERY_LAYOUT(be->pool_fwd(&ctx, p, x.d[L], y.d[L]));
+    IN_EVERY_LAYOUT(be->pool_fwd(&ctx, p, x.d[L], y.d[L], NULL));
     pool_label(what, sizeof what, "pool_fwd", p, 0);
     twin_expect(what, &y, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : HW), 1.0), BACKEND_MATH_FP32);
     for (int acc = 0; acc <= 1; acc++) {
         twin dy = twin_uniform(&r, p->N, p->C, PQ, -1.0, 1.0), dx = twin_uniform(&r, p->N, p->C, HW, -1.0, 1.0);
-        IN_EVERY_LAYOUT(be->pool_bwd(&ctx, p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc));
+        IN_EVERY_LAYOUT(be->pool_bwd(&ctx, p, x.d[L], y.d[L], dy.d[L], dx.d[L], acc, NULL));
         pool_label(what, sizeof what, "pool_bwd", p, acc);
         twin_expect(what, &dx, RTOL, tu_atol_f32((size_t)(p->R * p->S > 0 ? p->R * p->S : PQ), 1.0),
                     BACKEND_MATH_FP32);

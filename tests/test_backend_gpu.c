@@ -1349,6 +1349,7 @@ static const tu_pool_case pool_cases[] = {
     {POOL_MODE_MAX, 2, 3, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0},            /* ceil_mode */
     {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},            /* ceil_mode + pad */
     {POOL_MODE_MAX, 2, 2, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0},            /* 3x3/1 pad 1: heavy overlap */
+    {POOL_MODE_MAX, 1, 2, 20, 19, 17, 16, 1, 2, 0, 1, 0, 0, 0},         /* 272 positions: an int each, not a byte */
     {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception branch pool */
     {POOL_MODE_AVG_EXCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0},
     {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
@@ -1382,31 +1383,59 @@ static void pool_label(char *buf, size_t len, const char *op, const pool_params 
 /* Forward and backward (accumulate 0 and 1) of one pooling geometry on input x
  * (given as host floats). Max pooling selects values and its backward adds
  * integer dy values, so both must be exactly equal: the GPU must pick the same
- * (first) maximum as the CPU, whatever the order it sums overlapping windows in. */
+ * (first) maximum as the CPU, whatever the order it sums overlapping windows in.
+ * The GPU's side runs twice: as a training forward handed a fwd_keep (max
+ * pooling must keep its maxima's positions there, pool_keep_bytes, and mark
+ * it written; the backward reads them), then with that keep marked unwritten
+ * and filled with 0xff bytes, which its backward must not read. */
 static void pool_case_run(const pool_params *p, const float *xh, const char *input, uint64_t seed) {
     size_t nx = (size_t)p->N * p->C * p->H * p->W, ny = (size_t)p->N * p->C * p->P * p->Q;
     int is_max = p->mode == POOL_MODE_MAX;
     double rtol = is_max ? 0.0 : POOL_AVG_RTOL, atol = is_max ? 0.0 : POOL_AVG_ATOL;
-    for (int acc = 0; acc <= 1; acc++) {
-        rng r;
-        rng_seed(&r, seed, (uint64_t)acc);
-        dual x = dual_of(xh, nx);
-        dual y = dual_uniform(&r, ny, -1.0f, 1.0f); /* overwritten */
-        dual dy = is_max ? dual_ints(&r, ny, -4, 4) : dual_uniform(&r, ny, -1.0f, 1.0f);
-        dual dx = is_max ? dual_ints(&r, nx, -4, 4) : dual_uniform(&r, nx, -1.0f, 1.0f);
-        char what[224];
-        for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(&ctx[s], p, x.p[s], y.p[s]);
-        pool_label(what, sizeof what, "pool_fwd", p, 0, input);
-        expect_close(what, &y, rtol, atol);
-        /* each side's backward gets its own forward output, as a layer passes it */
-        for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], p, x.p[s], y.p[s], dy.p[s], dx.p[s], acc);
-        pool_label(what, sizeof what, "pool_bwd", p, acc, input);
-        expect_close(what, &dx, rtol, atol);
-        dual_free(&x);
-        dual_free(&y);
-        dual_free(&dy);
-        dual_free(&dx);
+    fwd_keep keep = {NULL, backend_pool_keep_bytes(be[GPU], &ctx[GPU], p), 0};
+    if (is_max) assert_true(keep.bytes >= ny); /* a byte or more a position */
+    else assert_int_equal(keep.bytes, 0);
+    unsigned char *junk = NULL;
+    if (keep.bytes) {
+        keep.p = be[GPU]->alloc(keep.bytes);
+        junk = malloc(keep.bytes);
+        memset(junk, 0xff, keep.bytes);
     }
+    for (int kept = 1; kept >= 0; kept--)
+        for (int acc = 0; acc <= 1; acc++) {
+            rng r;
+            rng_seed(&r, seed, (uint64_t)acc);
+            dual x = dual_of(xh, nx);
+            dual y = dual_uniform(&r, ny, -1.0f, 1.0f); /* overwritten */
+            dual dy = is_max ? dual_ints(&r, ny, -4, 4) : dual_uniform(&r, ny, -1.0f, 1.0f);
+            dual dx = is_max ? dual_ints(&r, nx, -4, 4) : dual_uniform(&r, nx, -1.0f, 1.0f);
+            char what[224];
+            be[CPU]->pool_fwd(&ctx[CPU], p, x.p[CPU], y.p[CPU], NULL);
+            if (kept) {
+                keep.written = 7; /* backend_pool_fwd_train clears it */
+                backend_pool_fwd_train(be[GPU], &ctx[GPU], p, x.p[GPU], y.p[GPU], &keep);
+                if (keep.written != is_max)
+                    fail_msg("%s: pool_fwd %s its fwd_keep written", input, keep.written ? "marked" : "did not mark");
+            } else {
+                be[GPU]->pool_fwd(&ctx[GPU], p, x.p[GPU], y.p[GPU], NULL);
+                if (keep.p) be[GPU]->upload(keep.p, junk, keep.bytes);
+                keep.written = 0;
+            }
+            pool_label(what, sizeof what, kept ? "pool_fwd keeping" : "pool_fwd", p, 0, input);
+            expect_close(what, &y, rtol, atol);
+            /* each side's backward gets its own forward output, as a layer passes it */
+            be[CPU]->pool_bwd(&ctx[CPU], p, x.p[CPU], y.p[CPU], dy.p[CPU], dx.p[CPU], acc, NULL);
+            be[GPU]->pool_bwd(&ctx[GPU], p, x.p[GPU], y.p[GPU], dy.p[GPU], dx.p[GPU], acc, &keep);
+            pool_label(what, sizeof what, kept ? "pool_bwd from what was kept" : "pool_bwd with nothing kept", p, acc,
+                       input);
+            expect_close(what, &dx, rtol, atol);
+            dual_free(&x);
+            dual_free(&y);
+            dual_free(&dy);
+            dual_free(&dx);
+        }
+    if (keep.p) be[GPU]->free(keep.p);
+    free(junk);
 }
 
 /* In the current layout: in NHWC the GPU's kernels index the same windows
@@ -2339,9 +2368,9 @@ static void act16_reduce_run(int math) {
     pool_params pp = tu_pool_params(&(tu_pool_case){POOL_MODE_MAX, N, C, 9, 9, 3, 3, 2, 2, 1, 1, 0, 0, 0});
     size_t np = (size_t)N * C * pp.P * pp.Q;
     dual16 py = dual16_normal(&r, math, np, 0, 1);
-    for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(&ctx[s], &pp, bx.p[s], py.p[s]);
+    for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(&ctx[s], &pp, bx.p[s], py.p[s], NULL);
     expect16("max pool fwd", &py, math, 0, 0);
-    for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], &pp, bx.p[s], py.p[s], py.p[s], bdx.p[s], 1);
+    for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], &pp, bx.p[s], py.p[s], py.p[s], bdx.p[s], 1, NULL);
     expect16("max pool bwd accumulate", &bdx, math, 0, 0);
     dual16 *d16[] = {&bx, &by, &bdy, &bdx, &py};
     for (size_t k = 0; k < sizeof d16 / sizeof d16[0]; k++) dual16_free(d16[k]);
@@ -2358,7 +2387,7 @@ static void act16_reduce_run(int math) {
  * round once, from statistics that differ in their last bits). Then the
  * backward from the same y, three ways where there is an add: the residual's
  * gradient apart, added to, and in dy itself. Where the forward fused the
- * ReLU it must have kept its mask in the bn_keep the test gives the GPU
+ * ReLU it must have kept its mask in the fwd_keep the test gives the GPU
  * side, and the backward then runs cuDNN's fused backward on it (dz apart
  * or in dy); elsewhere the composition. dz is dy with the ReLU's mask, the
  * same bits on both sides (the mask is the GPU forward's own: a value of
@@ -2408,7 +2437,7 @@ static void bn_act_run(int math) {
             dual sm = dual_uniform(&r, (size_t)C, -1, 1), si = dual_uniform(&r, (size_t)C, -1, 1);
             dual dg = dual_uniform(&r, (size_t)C, -1, 1), db = dual_uniform(&r, (size_t)C, -1, 1);
             const size_t kb = backend_bn_act_keep_bytes(be[GPU], &ctx[GPU], N, C, HW, withz, relu);
-            bn_keep keep = {kb ? be[GPU]->alloc(kb) : NULL, kb, 1}; /* written: the forward must clear it */
+            fwd_keep keep = {kb ? be[GPU]->alloc(kb) : NULL, kb, 1}; /* written: the forward must clear it */
             for (int s = CPU; s <= GPU; s++)
                 backend_bn_act_fwd_train(be[s], &ctx[s], N, C, HW, xp[s], withz ? zp[s] : NULL, relu, gamma.p[s],
                                          beta.p[s], yp[s], rm.p[s], rv.p[s], 0.1f, 1e-5f, sm.p[s], si.p[s],

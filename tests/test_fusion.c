@@ -9,7 +9,9 @@
  * without the add and the ReLU, overwriting and accumulating; whole nets
  * (CIFAR ResNet-20, whose option-A shortcut comes before bn2, and
  * ResNet-18, whose downsampling batch norm computes the add) fused against
- * unfused through two training steps and an evaluation; and which nodes the
+ * unfused through two training steps and an evaluation; what a forward
+ * keeps for its backward (the fused batch norm's ReLU mask, max pooling's
+ * positions of the maxima), through a made-up backend; and which nodes the
  * plan fuses, including the patterns it must leave alone.
  */
 #include <setjmp.h>
@@ -290,13 +292,13 @@ static void test_resnet18_fused_equals_unfused(void **state) {
 /* A backend that keeps something between a fused group's training forward
  * and its backward, as the CUDA backend keeps cuDNN's ReLU mask
  * (bn_act_keep_bytes): the CPU's, whose ops it calls, with a stamp written
- * over all of each bn_keep it is given and checked by the backward. */
+ * over all of each fwd_keep it is given and checked by the backward. */
 #define KEEP_MAX 64
 static struct {
     int max_batch;                   /* the net's */
     int write;                       /* whether the forwards write their keep */
     unsigned char stamp;             /* the last forward's */
-    const void *p[KEEP_MAX];         /* each bn_keep seen, and its forward's stamp */
+    const void *p[KEEP_MAX];         /* each fwd_keep seen, and its forward's stamp */
     unsigned char stamp_of[KEEP_MAX];
     int n, fwd, bwd;                 /* bn_keeps seen; forwards and backwards with a ReLU */
     char err[256];                   /* the first broken promise */
@@ -319,47 +321,88 @@ static int kt_slot(const void *p) {
     return kt.n++;
 }
 
+/* A forward's part: stamps all of keep (where the test has forwards write)
+ * and marks it written. */
+static void kt_stamp(fwd_keep *keep) {
+    if (!kt.write) return;
+    int i = kt_slot(keep->p);
+    if (i < 0) return kt_fail("more fwd_keeps than the test holds");
+    kt.stamp_of[i] = ++kt.stamp;
+    memset(keep->p, kt.stamp, keep->bytes);
+    keep->written = 1;
+}
+
+/* A backward's part: keep is marked as the step's forwards left it and,
+ * where written, holds its own forward's stamp. */
+static void kt_check(const fwd_keep *keep, const char *op) {
+    const char *why = NULL;
+    if (!keep || !keep->p) why = "was given no fwd_keep";
+    else if (keep->written != kt.write) why = kt.write ? "got a fwd_keep not marked written"
+                                                       : "got a fwd_keep marked written by an earlier step";
+    else if (keep->written) {
+        int i = kt_slot(keep->p);
+        const unsigned char *b = keep->p;
+        for (size_t k = 0; k < keep->bytes && !why; k++)
+            if (i < 0 || b[k] != kt.stamp_of[i]) why = "got a fwd_keep holding another forward's bytes";
+    }
+    if (!why) return;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s's backward %s", op, why);
+    kt_fail(msg);
+}
+
 static void kt_fwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *z, int relu,
                    const float *gamma, const float *beta, void *y, float *running_mean, float *running_var,
-                   float momentum, float eps, float *save_mean, float *save_invstd, bn_keep *keep) {
+                   float momentum, float eps, float *save_mean, float *save_invstd, fwd_keep *keep) {
     backend_cpu()->bn_act_fwd_train(ctx, N, C, HW, x, z, relu, gamma, beta, y, running_mean, running_var, momentum,
                                     eps, save_mean, save_invstd, keep);
     if (!relu) return;
     kt.fwd++;
     if (!keep || !keep->p) return kt_fail("a fused batch norm with a ReLU was given nothing to keep");
     if (keep->bytes != kt_bytes(ctx, kt.max_batch, C, HW, z != NULL, 1))
-        return kt_fail("a bn_keep is not of the backend's size at the net's largest batch");
-    if (keep->written) return kt_fail("a forward was handed a bn_keep marked written");
-    if (!kt.write) return;
-    int i = kt_slot(keep->p);
-    if (i < 0) return kt_fail("more bn_keeps than the test holds");
-    kt.stamp_of[i] = ++kt.stamp;
-    memset(keep->p, kt.stamp, keep->bytes);
-    keep->written = 1;
+        return kt_fail("a fwd_keep is not of the backend's size at the net's largest batch");
+    if (keep->written) return kt_fail("a forward was handed a fwd_keep marked written");
+    kt_stamp(keep);
 }
 
 static void kt_bwd(const backend_ctx *ctx, int N, int C, int HW, const void *x, const void *y, void *dy, int relu,
                    const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
                    float eps, void *dx, float *dgamma, float *dbeta, int accumulate_dx, void *dz, int accumulate_dz,
-                   const bn_keep *keep) {
+                   const fwd_keep *keep) {
     if (relu) {
         kt.bwd++;
-        if (!keep || !keep->p) {
-            kt_fail("a fused backward with a ReLU was given no bn_keep");
-        } else if (keep->written != kt.write) {
-            kt_fail(kt.write ? "a backward's bn_keep is not marked written" : "a stale bn_keep reached a backward");
-        } else if (keep->written) {
-            int i = kt_slot(keep->p);
-            const unsigned char *b = keep->p;
-            for (size_t k = 0; k < keep->bytes; k++)
-                if (i < 0 || b[k] != kt.stamp_of[i]) {
-                    kt_fail("a backward's bn_keep holds another forward's bytes");
-                    break;
-                }
-        }
+        kt_check(keep, "a batch norm fused with its ReLU");
     }
     backend_cpu()->bn_act_bwd(ctx, N, C, HW, x, y, dy, relu, gamma, beta, save_mean, save_invstd, eps, dx, dgamma,
                               dbeta, accumulate_dx, dz, accumulate_dz, keep);
+}
+
+/* Two steps of k (on the made-up backend) and c (the CPU's): the first with
+ * forwards that keep, the second (a step whose forwards keep nothing)
+ * without; each step *fwd and *bwd (the made-up ops' counts, reset here)
+ * reach `ops`, and k's loss and gradients are c's bit for bit. */
+static void keep_steps(run *k, run *c, int *fwd, int *bwd, int ops) {
+    for (int step = 0; step < 2; step++) {
+        kt.write = step == 0;
+        *fwd = *bwd = 0;
+        run_step(k);
+        run_step(c);
+        if (kt.err[0]) fail_msg("step %d: %s", step, kt.err);
+        assert_int_equal(*fwd, ops);
+        assert_int_equal(*bwd, ops);
+        expect_bitwise(k->nt->be, "loss", k->loss, c->loss, 1);
+        expect_bitwise(k->nt->be, "gradients", k->nt->grads, c->nt->grads, k->nt->n_params);
+    }
+}
+
+/* k's memory estimate at `batch` is c's plus `kept` bytes of activations. */
+static void expect_estimate_adds(const run *k, const run *c, int batch, size_t kept) {
+    net_memory km, cm;
+    net_memory_estimate(k->nt, batch, &km);
+    net_memory_estimate(c->nt, batch, &cm);
+    assert_true(kept > 0);
+    assert_int_equal(km.activations, cm.activations + kept);
+    assert_int_equal(km.total, cm.total + kept);
 }
 
 static void test_fused_forward_keeps_for_its_backward(void **state) {
@@ -373,32 +416,89 @@ static void test_fused_forward_keeps_for_its_backward(void **state) {
     run k, c;
     run_init_on(&k, &kb, "resnet20", 12, BACKEND_LAYOUT_NCHW, 1, 1);
     run_init(&c, "resnet20", 12, BACKEND_LAYOUT_NCHW, 1, 1);
-    /* written, then (a step whose forwards keep nothing) not: the same numbers as the CPU's */
-    for (int step = 0; step < 2; step++) {
-        kt.write = step == 0;
-        kt.fwd = kt.bwd = 0;
-        run_step(&k);
-        run_step(&c);
-        if (kt.err[0]) fail_msg("step %d: %s", step, kt.err);
-        assert_int_equal(kt.fwd, 19); /* every group of ResNet-20 ends in a ReLU */
-        assert_int_equal(kt.bwd, 19);
-        expect_bitwise(k.nt->be, "loss", k.loss, c.loss, 1);
-        expect_bitwise(k.nt->be, "gradients", k.nt->grads, c.nt->grads, k.nt->n_params);
-    }
-    assert_int_equal(kt.n, 19); /* one bn_keep each */
-    /* the estimate counts each group's bn_keep, at the batch asked for */
+    keep_steps(&k, &c, &kt.fwd, &kt.bwd, 19); /* every group of ResNet-20 ends in a ReLU */
+    assert_int_equal(kt.n, 19); /* one fwd_keep each */
+    /* the estimate counts each group's fwd_keep, at the batch asked for */
     for (int batch = BATCH; batch <= 4 * BATCH; batch *= 4) {
         size_t want = 0;
         for (int i = 0; i < k.nt->n_nodes; i++) {
             const node *nd = &k.nt->nodes[i];
             if (nd->fuse_relu >= 0) want += kt_bytes(&k.nt->ctx, batch, nd->C, nd->H * nd->W, nd->fuse_add >= 0, 1);
         }
-        net_memory km, cm;
-        net_memory_estimate(k.nt, batch, &km);
-        net_memory_estimate(c.nt, batch, &cm);
-        assert_true(want > 0);
-        assert_int_equal(km.activations, cm.activations + want);
-        assert_int_equal(km.total, cm.total + want);
+        expect_estimate_adds(&k, &c, batch, want);
+    }
+    run_free(&k);
+    run_free(&c);
+}
+
+/* Max pooling keeps too (the CUDA backend: each window's maximum's
+ * position, pool_keep_bytes): the same made-up backend's pool ops stamp and
+ * check each fwd_keep they are given as the batch norm's above do. */
+static size_t kp_bytes(const backend_ctx *ctx, const pool_params *p) {
+    (void)ctx;
+    return p->mode == POOL_MODE_MAX ? (size_t)p->N * p->C * p->P * p->Q + 16 : 0;
+}
+
+static struct {
+    int fwd, bwd, eval; /* max pooling's training forwards and backwards, and evaluation forwards */
+} kp;
+
+static void kp_fwd(const backend_ctx *ctx, const pool_params *p, const void *x, void *y, fwd_keep *keep) {
+    backend_cpu()->pool_fwd(ctx, p, x, y, keep);
+    if (!keep) {
+        kp.eval++;
+        return;
+    }
+    if (keep->written) return kt_fail("a pool's forward was handed a fwd_keep marked written");
+    pool_params big = *p;
+    big.N = kt.max_batch;
+    if (keep->bytes != kp_bytes(ctx, &big) || (keep->p == NULL) != (keep->bytes == 0))
+        return kt_fail("a pool's fwd_keep is not of the backend's size at the net's largest batch");
+    if (p->mode != POOL_MODE_MAX) return;
+    kp.fwd++;
+    kt_stamp(keep);
+}
+
+static void kp_bwd(const backend_ctx *ctx, const pool_params *p, const void *x, const void *y, const void *dy,
+                   void *dx, int accumulate, const fwd_keep *keep) {
+    if (p->mode == POOL_MODE_MAX) {
+        kp.bwd++;
+        kt_check(keep, "a max pool");
+    }
+    backend_cpu()->pool_bwd(ctx, p, x, y, dy, dx, accumulate, keep);
+}
+
+/* ResNet-18: its stem's max pool keeps (its adaptive average pool does
+ * not); an evaluation forward is handed nothing to keep; the estimate
+ * counts what is kept at the batch asked for. */
+static void test_pool_forward_keeps_for_its_backward(void **state) {
+    (void)state;
+    backend kb = *backend_cpu();
+    kb.pool_fwd = kp_fwd;
+    kb.pool_bwd = kp_bwd;
+    kb.pool_keep_bytes = kp_bytes;
+    memset(&kt, 0, sizeof kt);
+    memset(&kp, 0, sizeof kp);
+    kt.max_batch = BATCH;
+    run k, c;
+    run_init_on(&k, &kb, "resnet18", 32, BACKEND_LAYOUT_NCHW, 1, 1);
+    run_init(&c, "resnet18", 32, BACKEND_LAYOUT_NCHW, 1, 1);
+    keep_steps(&k, &c, &kp.fwd, &kp.bwd, 1);
+    assert_int_equal(kp.eval, 0);
+    net_forward(k.nt, k.x, BATCH, 0);
+    assert_int_equal(kp.eval, 2); /* the stem's max pool and the adaptive average pool */
+    if (kt.err[0]) fail_msg("evaluation: %s", kt.err);
+    for (int batch = BATCH; batch <= 4 * BATCH; batch *= 4) {
+        size_t want = 0;
+        for (int i = 0; i < k.nt->n_nodes; i++) {
+            const node *nd = &k.nt->nodes[i];
+            char what[64] = "";
+            if (strcmp(nd->ops->kind, "pool") == 0) nd->ops->describe(nd, what, sizeof what);
+            if (strncmp(what, "max ", 4) != 0) continue; /* the average pool keeps nothing */
+            pool_params p = {.mode = POOL_MODE_MAX, .N = batch, .C = nd->C, .P = nd->H, .Q = nd->W};
+            want += kp_bytes(NULL, &p);
+        }
+        expect_estimate_adds(&k, &c, batch, want);
     }
     run_free(&k);
     run_free(&c);
@@ -496,6 +596,7 @@ int main(void) {
         cmocka_unit_test(test_resnet20_fused_equals_unfused),
         cmocka_unit_test(test_resnet18_fused_equals_unfused),
         cmocka_unit_test(test_fused_forward_keeps_for_its_backward),
+        cmocka_unit_test(test_pool_forward_keeps_for_its_backward),
         cmocka_unit_test(test_fusion_plan),
     };
     return cmocka_run_group_tests_name("fusion", tests, NULL, NULL);

@@ -34,6 +34,8 @@ static const tu_pool_case geoms[] = {
     {POOL_MODE_MAX, 2, 2, 35, 35, 3, 3, 2, 2, 0, 0, 0, 0, 0}, /* Inception 35 -> 17 */
     {POOL_MODE_MAX, 1, 3, 6, 11, 3, 2, 1, 3, 1, 1, 1, 0, 0},  /* uneven */
     {POOL_MODE_MAX, 1, 1, 5, 5, 5, 5, 1, 1, 2, 2, 0, 0, 0},   /* windows much larger than stride */
+    {POOL_MODE_MAX, 1, 2, 21, 20, 16, 16, 3, 2, 1, 0, 1, 0, 0}, /* 256 positions: the most a byte holds */
+    {POOL_MODE_MAX, 1, 2, 20, 19, 17, 16, 1, 2, 0, 1, 0, 0, 0}, /* 272 positions: an int each */
     {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception branch pool */
     {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 7, 9, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil clips to the padded input */
     {POOL_MODE_AVG_EXCLUDE_PAD, 2, 3, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0},
@@ -111,23 +113,34 @@ static void check_geom_layout(const tu_pool_case *g, int values, int accumulate,
     for (size_t i = 0; i < nx; i++) dx0f[i] = accumulate ? rng_normal(&r) : 0.0f;
     void *x = stored(xf, nx, type), *dy = stored(dyf, ny, type), *dx0 = stored(dx0f, nx, type);
     void *y_cpu = stored(dyf, ny, type), *dx_cpu = stored(dx0f, nx, type); /* overwritten; dx from dx0 */
-    cpu->pool_fwd(&ctx, &p, x, y_cpu);
-    cpu->pool_bwd(&ctx, &p, x, y_cpu, dy, dx_cpu, accumulate);
+    cpu->pool_fwd(&ctx, &p, x, y_cpu, NULL);
+    cpu->pool_bwd(&ctx, &p, x, y_cpu, dy, dx_cpu, accumulate, NULL);
     pr_axis ra = pr_rows(&p), ca = pr_cols(&p);
+    /* max pooling: the positions of the maxima, as the training forward keeps
+     * them (pr_fwd_one's at, stored as the CUDA kernel stores them) and as
+     * the backward finds them without (pr_argmax_one) */
+    int ab = pr_arg_bytes(&p);
+    void *kept = calloc(ny ? ny : 1, (size_t)ab), *found = calloc(ny ? ny : 1, (size_t)ab);
     for (size_t t = 0; t < ny; t++) {
-        float v = pr_fwd_one(&p, ra, ca, x, type, t, nhwc);
+        int at = -1;
+        float v = pr_fwd_one(&p, ra, ca, x, type, t, nhwc, p.mode == POOL_MODE_MAX ? &at : NULL);
+        if (p.mode == POOL_MODE_MAX) {
+            if (at < 0 || at >= p.R * p.S) fail_msg("output %zu: its maximum's position %d is not below R*S", t, at);
+            pr_arg_put(kept, ab, t, at);
+            pr_arg_put(found, ab, t, pr_argmax_one(&p, ra, ca, x, type, t, nhwc));
+            if (pr_arg_at(kept, ab, t) != at) fail_msg("output %zu: position %d stored in %d bytes", t, at, ab);
+            if (pr_arg_at(found, ab, t) != at)
+                fail_msg("output %zu: the forward keeps position %d, pr_argmax_one finds %d", t, at,
+                         pr_arg_at(found, ab, t));
+        }
         if (bits_of(v, type) != bits_at(y_cpu, t, type))
             fail_msg("%s %s mode %d %dx%d R%dxS%d stride %d,%d pad %d,%d ceil %d -> %dx%d: output %zu is %.9g "
                      "(bits 0x%x), CPU's bits 0x%x",
                      nhwc ? "nhwc" : "nchw", type_name(type), g->mode, p.H, p.W, p.R, p.S, p.stride_h, p.stride_w,
                      p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, t, (double)v, bits_of(v, type), bits_at(y_cpu, t, type));
     }
-    /* the GPU's two passes: each output's first maximum, then the gather */
-    int *arg = NULL;
-    if (p.mode == POOL_MODE_MAX) {
-        arg = malloc((ny ? ny : 1) * sizeof *arg);
-        for (size_t t = 0; t < ny; t++) arg[t] = pr_argmax_one(&p, ra, ca, x, type, t, nhwc);
-    }
+    /* the gather from the positions kept (both are the same bytes: checked above) */
+    const void *arg = p.mode == POOL_MODE_MAX ? kept : NULL;
     for (size_t t = 0; t < nx; t++) {
         float v = pr_bwd_one(&p, ra, ca, arg, dy, type, t, pr_ld(dx0, t, type), nhwc);
         if (bits_of(v, type) != bits_at(dx_cpu, t, type))
@@ -137,7 +150,8 @@ static void check_geom_layout(const tu_pool_case *g, int values, int accumulate,
                      p.pad_h, p.pad_w, p.ceil_mode, p.P, p.Q, values, accumulate, t, (double)v, bits_of(v, type),
                      bits_at(dx_cpu, t, type));
     }
-    free(arg);
+    free(kept);
+    free(found);
     free(xf);
     free(dyf);
     free(dx0f);
@@ -223,12 +237,35 @@ static void test_exhaustive_small(void **state) {
     assert_true(checked > 500);
 }
 
+/* pr_split's two paths (32-bit arithmetic up to UINT32_MAX, 64-bit beyond):
+ * the coordinates of flat indices on both sides of 2^32, in both layouts,
+ * each in range and composing back into its index. */
+static void test_split_beyond_32_bits(void **state) {
+    (void)state;
+    const int C = 2048, A = 112, B = 112; /* a ResNet stem's [N, 2048, 112, 112] would pass 2^32 at N = 167 */
+    const size_t around[] = {0, 1, (size_t)UINT32_MAX - 1, UINT32_MAX, (size_t)UINT32_MAX + 1,
+                             (size_t)UINT32_MAX + 12345, (size_t)3 << 33};
+    for (int nhwc = 0; nhwc <= 1; nhwc++)
+        for (size_t k = 0; k < sizeof around / sizeof around[0]; k++)
+            for (size_t d = 0; d < 3; d++) {
+                size_t t = around[k] + d * 977, n, c;
+                int a, b;
+                pr_split(t, C, A, B, nhwc, &n, &c, &a, &b);
+                assert_true(c < (size_t)C && a >= 0 && a < A && b >= 0 && b < B);
+                size_t back = nhwc ? ((n * A + (size_t)a) * B + (size_t)b) * C + c
+                                   : ((n * C + c) * A + (size_t)a) * B + (size_t)b;
+                if (back != t) fail_msg("%s: %zu split into n %zu c %zu a %d b %d, which is %zu", nhwc ? "nhwc" : "nchw",
+                                        t, n, c, a, b, back);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_geometry_bitwise),
         cmocka_unit_test(test_every_geometry_16bit),
         cmocka_unit_test(test_widen_every_16bit_value),
         cmocka_unit_test(test_exhaustive_small),
+        cmocka_unit_test(test_split_beyond_32_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

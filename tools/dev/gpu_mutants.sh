@@ -27,7 +27,7 @@ mutants=(
     # values as floats, batch norm's cuDNN descriptor saying fp32 for 16-bit data (test_backend_gpu,
     # test_act16_ops)
     'act16_conv_widens|model/backend_cuda.c|s/    if (math_reduced(math) \&\& !a16) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));/    if (math_reduced(math)) CUDA_CHECK(cuk_widen(g.stream, math, conv_out_count(p), ys, y, 0));/|build/tests/test_backend_gpu'
-    'act16_pool_reads_fp32|model/cuda_kernels.cu|s/^\( *\)type, (T \*)y, nhwc));/\1BACKEND_DTYPE_FP32, (T *)y, nhwc));/|build/tests/test_backend_gpu'
+    'act16_pool_reads_fp32|model/cuda_kernels.cu|s/^\( *\)type, (T \*)y, nhwc, arg));/\1BACKEND_DTYPE_FP32, (T *)y, nhwc, arg));/|build/tests/test_backend_gpu'
     # batch norm's fused forward followed by the composition as well, which updates the running statistics
     # a second time: caught only when the fused cuDNN call runs (test_backend_gpu, test_bn_act_fused; not
     # caught means cuDNN refused it and the composition ran alone)
@@ -42,6 +42,10 @@ mutants=(
     # the graph API's operations given alpha as beta: every output adds to its old contents
     # (test_backend_gpu, test_conv_graph_api; not caught means no graph plan ran)
     'graph_beta_one|model/cudnn_graph.c|s/    TRY(st, set_attr(op, a\[5\], CUDNN_TYPE_FLOAT, 1, \&beta));/    TRY(st, set_attr(op, a[5], CUDNN_TYPE_FLOAT, 1, \&alpha));/|build/tests/test_backend_gpu'
+    # max pooling's kept positions of the maxima: the forward not saying it kept them, the backward reading
+    # a keep its forward did not write (test_backend_gpu, test_pool_fwd_bwd)
+    'pool_keep_unmarked|model/backend_cuda.c|s/    if (arg) keep->written = 1;/    (void)0;/|build/tests/test_backend_gpu'
+    'pool_keep_read_unwritten|model/backend_cuda.c|s/keep \&\& keep->written \&\& need <= keep->bytes/keep \&\& keep->p \&\& need <= keep->bytes/|build/tests/test_backend_gpu'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
