@@ -74,6 +74,7 @@
 #include "common/fileio.h"
 #include "model/cuda_kernels.h"
 #include "model/cudnn_graph.h"
+#include "model/plan_line.h"
 
 /* A convolution shape and what cuDNN chose for it in one math mode. */
 typedef struct conv_plan {
@@ -93,6 +94,11 @@ typedef struct conv_plan {
      * the graph API's plan, NULL until made or where none qualifies */
     cg_plan *graph[3][2];
     unsigned char graph_tried[3][2];
+    /* a graph plan chosen elsewhere (plans_import: an earlier run's file or
+     * rank 0), taken without a search at that pass's first call */
+    unsigned char graph_picked[3][2];
+    int graph_index[3][2];
+    int64_t graph_engine[3][2];
     struct conv_plan *next;
 } conv_plan;
 
@@ -599,15 +605,26 @@ static void plan_bwd_filter(conv_plan *pl, const void *x, const void *dy, void *
 
 static const float k_one = 1.0f, k_zero = 0.0f;
 
-/* ---- plans_export / plans_import (backend.h): the legacy calls' choices as
- * text. The first line names what they were chosen on; a line per plan:
- * the shape (N C H W K R S stride_h stride_w pad_h pad_w P Q), the math
- * mode and layout, then per pass (fwd, data, filter) whether it chose,
- * the algorithm, its cudnnMathType_t and its workspace in bytes. The graph
- * API's plans are not in it (they are made again). ---- */
+/* ---- plans_export / plans_import (backend.h): what was chosen, as text.
+ * The first line names what it was chosen on; a line per plan
+ * (model/plan_line.h): the legacy calls' choices per pass and the graph
+ * API's configuration per pass and blend. ---- */
 static void plans_header(char *buf, size_t len) {
-    snprintf(buf, len, "cnntrain conv plans v1; device %s; compute %d.%d; cuDNN %zu\n", g.dev_name, g.cc_major,
+    snprintf(buf, len, "cnntrain conv plans v2; device %s; compute %d.%d; cuDNN %zu\n", g.dev_name, g.cc_major,
              g.cc_minor, cudnnGetVersion());
+}
+
+/* pl's graph choice for pass k and blend b into *index and *engine (-1 -1:
+ * none): the plan made, else one imported and not yet taken. */
+static void graph_choice(const conv_plan *pl, int k, int b, int *index, int64_t *engine) {
+    *index = -1;
+    *engine = -1;
+    if (pl->graph[k][b]) {
+        cg_plan_choice(pl->graph[k][b], index, engine);
+    } else if (pl->graph_picked[k][b] && !pl->graph_tried[k][b]) {
+        *index = pl->graph_index[k][b];
+        *engine = pl->graph_engine[k][b];
+    }
 }
 
 static size_t cuda_plans_export(char *buf, size_t len) {
@@ -624,25 +641,45 @@ static size_t cuda_plans_export(char *buf, size_t len) {
     PLANS_PUT(line);
     for (int b = 0; b < PLAN_BUCKETS; b++)
         for (const conv_plan *pl = g.plans[b]; pl; pl = pl->next) {
-            if (!pl->have_fwd && !pl->have_bwd_data && !pl->have_bwd_filter) continue;
-            const conv_params *p = &pl->key;
-            snprintf(line, sizeof line,
-                     "%d %d %d %d %d %d %d %d %d %d %d %d %d math %d layout %d fwd %d %d %d %zu data %d %d %d %zu "
-                     "filter %d %d %d %zu\n",
-                     p->N, p->C, p->H, p->W, p->K, p->R, p->S, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->P,
-                     p->Q, pl->math, pl->layout, pl->have_fwd, (int)pl->fwd, (int)pl->fwd_math, pl->fwd_ws,
-                     pl->have_bwd_data, (int)pl->bwd_data, (int)pl->bwd_data_math, pl->bwd_data_ws,
-                     pl->have_bwd_filter, (int)pl->bwd_filter, (int)pl->bwd_filter_math, pl->bwd_filter_ws);
+            plan_line l = {.p = pl->key, .math = pl->math, .layout = pl->layout,
+                           .have = {pl->have_fwd, pl->have_bwd_data, pl->have_bwd_filter},
+                           .algo = {(int)pl->fwd, (int)pl->bwd_data, (int)pl->bwd_filter},
+                           .math_type = {(int)pl->fwd_math, (int)pl->bwd_data_math, (int)pl->bwd_filter_math},
+                           .ws = {pl->fwd_ws, pl->bwd_data_ws, pl->bwd_filter_ws}};
+            int any = l.have[0] || l.have[1] || l.have[2];
+            for (int k = 0; k < 3; k++)
+                for (int bl = 0; bl < 2; bl++) {
+                    graph_choice(pl, k, bl, &l.graph_index[k][bl], &l.graph_engine[k][bl]);
+                    any |= l.graph_index[k][bl] >= 0;
+                }
+            if (!any) continue;
+            plan_line_format(&l, line, sizeof line);
             PLANS_PUT(line);
         }
 #undef PLANS_PUT
     return o;
 }
 
-/* One pass of an imported line, checked: whether it chose, an algorithm
- * below `count`, a math type cuDNN has, a workspace within the limit. */
-static int plan_pass_ok(int have, int algo, int count, int math, size_t ws) {
-    return (have == 0 || have == 1) && algo >= 0 && algo < count && math >= 0 && math <= 3 && ws <= g.ws_limit;
+/* One pass of an imported line, checked: an algorithm below `count`, a math
+ * type cuDNN has, a workspace within the limit. */
+static int plan_pass_ok(int algo, int count, int math, size_t ws) {
+    return algo >= 0 && algo < count && math >= 0 && math <= 3 && ws <= g.ws_limit;
+}
+
+/* An imported graph choice for pass k and blend b of pl: a plan made here
+ * that differs from it goes, and the choice is taken at that pass's next
+ * call (so every rank runs rank 0's plans). */
+static void graph_pick(conv_plan *pl, int k, int b, int index, int64_t engine) {
+    int have_index;
+    int64_t have_engine;
+    graph_choice(pl, k, b, &have_index, &have_engine);
+    if (have_index == index && have_engine == engine) return;
+    cg_plan_free(pl->graph[k][b]);
+    pl->graph[k][b] = NULL;
+    pl->graph_tried[k][b] = 0;
+    pl->graph_picked[k][b] = 1;
+    pl->graph_index[k][b] = index;
+    pl->graph_engine[k][b] = engine;
 }
 
 static int cuda_plans_import(const char *text, char *why, size_t len) {
@@ -660,55 +697,45 @@ static int cuda_plans_import(const char *text, char *why, size_t len) {
     /* every line checked before any is taken: a bad file changes nothing */
     for (int take = 0; take < 2; take++) {
         int n = 0, lineno = 1;
-        for (const char *l = text + hl; *l; lineno++) {
-            const char *nl = strchr(l, '\n');
-            conv_params p;
-            memset(&p, 0, sizeof p);
-            int math, layout, h[3], a[3], m[3], used = 0;
-            size_t ws[3];
-            int got = sscanf(l,
-                             "%d %d %d %d %d %d %d %d %d %d %d %d %d math %d layout %d fwd %d %d %d %zu data %d %d "
-                             "%d %zu filter %d %d %d %zu%n",
-                             &p.N, &p.C, &p.H, &p.W, &p.K, &p.R, &p.S, &p.stride_h, &p.stride_w, &p.pad_h, &p.pad_w,
-                             &p.P, &p.Q, &math, &layout, &h[0], &a[0], &m[0], &ws[0], &h[1], &a[1], &m[1], &ws[1],
-                             &h[2], &a[2], &m[2], &ws[2], &used);
-            conv_params q = p;
-            int ok = got == 27 && (l[used] == '\n' || l[used] == '\0') && p.N > 0 && p.C > 0 && p.K > 0 &&
-                     p.R > 0 && p.S > 0 && p.stride_h > 0 && p.stride_w > 0 && p.pad_h >= 0 && p.pad_w >= 0 &&
-                     conv_params_init(&q) == CNT_OK && q.P == p.P && q.Q == p.Q && math >= BACKEND_MATH_FP32 &&
-                     math <= BACKEND_MATH_FP16 && (layout == BACKEND_LAYOUT_NCHW || layout == BACKEND_LAYOUT_NHWC) &&
-                     plan_pass_ok(h[0], a[0], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, m[0], ws[0]) &&
-                     plan_pass_ok(h[1], a[1], CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, m[1], ws[1]) &&
-                     plan_pass_ok(h[2], a[2], CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, m[2], ws[2]);
+        for (const char *t = text + hl; *t; lineno++) {
+            const char *nl = strchr(t, '\n');
+            plan_line l;
+            int ok = plan_line_parse(t, &l) &&
+                     plan_pass_ok(l.algo[0], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, l.math_type[0], l.ws[0]) &&
+                     plan_pass_ok(l.algo[1], CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, l.math_type[1], l.ws[1]) &&
+                     plan_pass_ok(l.algo[2], CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, l.math_type[2], l.ws[2]);
             if (!ok) {
                 if (why) snprintf(why, len, "line %d does not parse as a plan of this version", lineno + 1);
                 return -1;
             }
             if (take) {
-                backend_ctx c = {.layout = (backend_layout)layout, .math = (backend_math)math};
-                conv_plan *pl = plan_get(&c, &p);
-                if (h[0]) {
-                    pl->fwd = (cudnnConvolutionFwdAlgo_t)a[0];
-                    pl->fwd_math = (cudnnMathType_t)m[0];
-                    pl->fwd_ws = ws[0];
+                backend_ctx c = {.layout = (backend_layout)l.layout, .math = (backend_math)l.math};
+                conv_plan *pl = plan_get(&c, &l.p);
+                if (l.have[0]) {
+                    pl->fwd = (cudnnConvolutionFwdAlgo_t)l.algo[0];
+                    pl->fwd_math = (cudnnMathType_t)l.math_type[0];
+                    pl->fwd_ws = l.ws[0];
                     pl->have_fwd = 1;
                 }
-                if (h[1]) {
-                    pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a[1];
-                    pl->bwd_data_math = (cudnnMathType_t)m[1];
-                    pl->bwd_data_ws = ws[1];
+                if (l.have[1]) {
+                    pl->bwd_data = (cudnnConvolutionBwdDataAlgo_t)l.algo[1];
+                    pl->bwd_data_math = (cudnnMathType_t)l.math_type[1];
+                    pl->bwd_data_ws = l.ws[1];
                     pl->have_bwd_data = 1;
                 }
-                if (h[2]) {
-                    pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a[2];
-                    pl->bwd_filter_math = (cudnnMathType_t)m[2];
-                    pl->bwd_filter_ws = ws[2];
+                if (l.have[2]) {
+                    pl->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)l.algo[2];
+                    pl->bwd_filter_math = (cudnnMathType_t)l.math_type[2];
+                    pl->bwd_filter_ws = l.ws[2];
                     pl->have_bwd_filter = 1;
                 }
+                for (int k = 0; k < 3; k++)
+                    for (int b = 0; b < 2; b++)
+                        if (l.graph_index[k][b] >= 0) graph_pick(pl, k, b, l.graph_index[k][b], l.graph_engine[k][b]);
             }
             n++;
             if (!nl) break;
-            l = nl + 1;
+            t = nl + 1;
         }
         if (take) return n;
     }
@@ -765,19 +792,21 @@ static void *ws_grown(size_t bytes) {
     return g.ws;
 }
 
-static void say_graph_fallback(const conv_plan *pl, cg_pass pass, const char *why) {
+/* One warning about the graph plan of pl's pass: "train.conv_api = graph:
+ * <what> the <pass> of conv <shape> <...>: <why>; <then>". */
+static void say_graph(const conv_plan *pl, cg_pass pass, const char *what, const char *why, const char *then) {
     static const char *names[] = {"forward", "data gradient", "weight gradient"};
     const conv_params *p = &pl->key;
-    log_warn("train.conv_api = graph: no graph-API plan for the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, "
-             "pad %d, %s): %s; that pass takes the legacy call",
-             names[pass], p->N, p->C, p->H, p->W, p->K, p->C, p->R, p->S, p->stride_h, p->pad_h,
-             math_name(pl->math), why);
+    log_warn("train.conv_api = graph: %s the %s of conv %dx%dx%dx%d * %dx%dx%dx%d (stride %d, pad %d, %s): %s; %s",
+             what, names[pass], p->N, p->C, p->H, p->W, p->K, p->C, p->R, p->S, p->stride_h, p->pad_h,
+             math_name(pl->math), why, then);
 }
 
 /* Pass `pass` of pl, output blend beta (0 or 1), on x, w, y in cg_pass's
  * roles, through the graph API when ctx asks for it (backend_ctx.conv_api):
- * its plan is made at the first call of that pass and blend (timed on these
- * buffers, the output slot in scratch) and run; 1 when it ran, 0 where the
+ * at the first call of that pass and blend its plan is taken from the
+ * choice plans_import kept, or else (or where that choice no longer holds)
+ * made (timed on these buffers, the output slot in scratch); then run; 1 when it ran, 0 where the
  * caller's legacy call is to run instead (not asked for, a pointer not
  * 16-byte aligned, or no plan qualified: said once per pass and plan). */
 static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int beta, const void *x, const void *w,
@@ -795,8 +824,15 @@ static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int b
         cg_env env = {.handle = g.cudnn, .stream = g.stream, .ws_limit = g.ws_limit, .workspace = ws_grown,
                       .scratch_out = grow(&g.cg_scratch, &g.cg_scratch_n, out * esize, 1)};
         char why[256];
-        pl->graph[pass][beta] = cg_plan_make(&env, &cv, pass, (float)beta, x, w, y, why, sizeof why);
-        if (!pl->graph[pass][beta]) say_graph_fallback(pl, pass, why);
+        if (pl->graph_picked[pass][beta]) {
+            pl->graph[pass][beta] = cg_plan_take(&env, &cv, pass, (float)beta, pl->graph_index[pass][beta],
+                                                 pl->graph_engine[pass][beta], why, sizeof why);
+            if (!pl->graph[pass][beta])
+                say_graph(pl, pass, "cannot take the kept plan for", why, "searching again");
+        }
+        if (!pl->graph[pass][beta])
+            pl->graph[pass][beta] = cg_plan_make(&env, &cv, pass, (float)beta, x, w, y, why, sizeof why);
+        if (!pl->graph[pass][beta]) say_graph(pl, pass, "no graph-API plan for", why, "that pass takes the legacy call");
     }
     const cg_plan *gp = pl->graph[pass][beta];
     if (!gp) return 0;

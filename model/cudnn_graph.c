@@ -29,8 +29,10 @@ struct cg_plan {
     cg_pass pass;
     int64_t ws;
     int64_t engine;         /* CUDNN_ATTR_ENGINE_GLOBAL_INDEX */
-    int offered, qualified; /* configurations: the heuristics', those the math mode admits and cuDNN finalised */
-    float ms;               /* its timed run */
+    int index;              /* its configuration's place in the heuristics' list */
+    int offered, qualified; /* configurations: the heuristics', those the math mode admits and cuDNN finalised
+                             * (taken by cg_plan_take: qualified 0) */
+    float ms;               /* its timed run (taken: -1, not timed) */
 };
 
 static cudnnStatus_t set_attr(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
@@ -294,7 +296,7 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
         }
         if (!best) best = cnt_calloc(1, sizeof *best);
         else destroy(&best->plan);
-        *best = (cg_plan){.plan = plan, .pass = pass, .ws = ws, .engine = engine, .ms = ms};
+        *best = (cg_plan){.plan = plan, .pass = pass, .ws = ws, .engine = engine, .index = (int)i, .ms = ms};
     }
     if (best) {
         best->offered = (int)got;
@@ -304,6 +306,41 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
                  (long long)got, qualified);
     }
     return best;
+}
+
+cg_plan *cg_plan_take(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, int index, int64_t engine,
+                      char *why, size_t len) {
+    if (why && len) why[0] = '\0';
+    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL};
+    int64_t got = 0, at = -1, ws = 0;
+    cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got);
+    cudnnBackendDescriptor_t plan = NULL;
+    if (st != CUDNN_STATUS_SUCCESS) {
+        if (why) snprintf(why, len, "cuDNN could not describe it: %s", cudnnGetErrorString(st));
+    } else if (index < 0 || index >= got) {
+        if (why) snprintf(why, len, "cuDNN's heuristics offer %lld configurations, not %d", (long long)got, index + 1);
+    } else if (!qualifies(cfgs[index], cv->math, &at) || at != engine) {
+        if (why)
+            snprintf(why, len, "configuration %d is engine %lld%s, not engine %lld", index, (long long)at,
+                     at == engine ? " of numerics this math mode rules out" : "", (long long)engine);
+    } else if (!(plan = finalise(cfgs[index], &ws))) {
+        if (why) snprintf(why, len, "cuDNN refuses configuration %d (engine %lld) here", index, (long long)engine);
+    } else if (ws < 0 || (size_t)ws > env->ws_limit) {
+        if (why) snprintf(why, len, "engine %lld wants %lld bytes of workspace, over the limit", (long long)engine,
+                          (long long)ws);
+        destroy(&plan);
+    }
+    for (int64_t i = 0; i < got; i++) destroy(&cfgs[i]);
+    if (!plan) return NULL;
+    cg_plan *pl = cnt_calloc(1, sizeof *pl);
+    *pl = (cg_plan){.plan = plan, .pass = pass, .ws = ws, .engine = engine, .index = index, .offered = (int)got,
+                    .ms = -1.0f};
+    return pl;
+}
+
+void cg_plan_choice(const cg_plan *pl, int *index, int64_t *engine) {
+    *index = pl->index;
+    *engine = pl->engine;
 }
 
 size_t cg_plan_workspace(const cg_plan *pl) { return (size_t)pl->ws; }
@@ -318,6 +355,12 @@ void cg_execute(cudnnHandle_t h, const cg_plan *pl, const void *x, const void *w
 }
 
 void cg_describe(const cg_plan *pl, char *buf, size_t len) {
+    if (pl->ms < 0.0f) {
+        snprintf(buf, len, "graph engine %lld (configuration %d of %d offered, as the plans file says), workspace "
+                 "%.1f MiB",
+                 (long long)pl->engine, pl->index, pl->offered, (double)pl->ws / 1048576.0);
+        return;
+    }
     snprintf(buf, len, "graph engine %lld (fastest of %d qualifying, %d offered), %.3f ms when chosen, workspace "
              "%.1f MiB",
              (long long)pl->engine, pl->qualified, pl->offered, (double)pl->ms, (double)pl->ws / 1048576.0);

@@ -67,6 +67,16 @@ typedef struct cg_env {
  * with the reason in why (len bytes). */
 cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, const void *x, const void *w,
                       const void *y, char *why, size_t len);
+/* The plan cg_plan_make chose on an earlier run or another rank, made again
+ * without timing: configuration `index` of the heuristics' list for cv's
+ * pass and blend, which must be engine `engine`, admitted by the math mode,
+ * finalised by cuDNN and within the workspace limit; NULL otherwise, with
+ * the reason in why (the caller then searches with cg_plan_make). */
+cg_plan *cg_plan_take(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, int index, int64_t engine,
+                      char *why, size_t len);
+/* What identifies pl for cg_plan_take: its configuration's place in the
+ * heuristics' list and its engine's global index. */
+void cg_plan_choice(const cg_plan *pl, int *index, int64_t *engine);
 /* For probes (tools/probes/cudnn_caps): how many engine configurations the
  * heuristics offer for cv's pass (*offered) and how many of them cv's math
  * mode admits and cuDNN finalises (*qualified); the first failure's status

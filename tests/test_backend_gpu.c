@@ -61,6 +61,7 @@
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/net.h"
+#include "model/plan_line.h"
 #include "model/zoo.h"
 #include "tests/support/testutil.h"
 
@@ -749,7 +750,7 @@ static void test_conv_plans_text(void **state) {
     size_t need = backend_plans_export(be[GPU], NULL, 0);
     char *text = cnt_malloc(need + 1), *again = cnt_malloc(need + 1);
     assert_int_equal(backend_plans_export(be[GPU], text, need + 1), need);
-    assert_true(strncmp(text, "cnntrain conv plans v1; device ", 31) == 0);
+    assert_true(strncmp(text, "cnntrain conv plans v2; device ", 31) == 0);
     char why[256];
     int n = backend_plans_import(be[GPU], text, why, sizeof why);
     if (n < 1) fail_msg("its own plans not taken (%d): %s", n, why);
@@ -765,6 +766,59 @@ static void test_conv_plans_text(void **state) {
     free(other);
     free(again);
     free(text);
+}
+
+/* The graph API's choices in the plans text (model/plan_line.h): a kept
+ * choice is taken without a search (conv_describe says "as the plans file
+ * says") and computes right; a kept choice that no longer holds (its engine
+ * is not at its place in the heuristics' list) is searched again, with a
+ * warning, and the text then holds the new choice. */
+static void test_conv_graph_plans_kept(void **state) {
+    (void)state;
+    NEED_GPU();
+    ctx[GPU].conv_api = BACKEND_CONV_API_GRAPH;
+    conv_all_cases(&PREC_FP32);
+    size_t need = backend_plans_export(be[GPU], NULL, 0);
+    char *text = cnt_malloc(need + 1);
+    assert_int_equal(backend_plans_export(be[GPU], text, need + 1), need);
+    /* the first line whose forward (beta 0) has a graph plan */
+    const char *body = strchr(text, '\n');
+    assert_non_null(body);
+    plan_line l;
+    int found = 0;
+    for (const char *t = body + 1; *t && !found; t = strchr(t, '\n') ? strchr(t, '\n') + 1 : t + strlen(t))
+        found = plan_line_parse(t, &l) && l.graph_index[0][0] >= 0 && l.math == BACKEND_MATH_FP32;
+    if (!found) fail_msg("no graph plan for a forward in the text:\n%s", text);
+    int64_t engine = l.graph_engine[0][0];
+    char bogus[1024], line[512], why[256], buf[1024];
+    l.graph_engine[0][0] = 999999; /* no such engine at that place */
+    plan_line_format(&l, line, sizeof line);
+    snprintf(bogus, sizeof bogus, "%.*s%s", (int)(body + 1 - text), text, line);
+    backend_ctx c = ctx[GPU];
+    c.math = (backend_math)l.math;
+    c.layout = (backend_layout)l.layout;
+    /* a stale choice, then the good one: the good one is taken at the next call */
+    assert_int_equal(backend_plans_import(be[GPU], bogus, why, sizeof why), 1);
+    int n = backend_plans_import(be[GPU], text, why, sizeof why);
+    if (n < 1) fail_msg("its own plans not taken (%d): %s", n, why);
+    conv_all_cases(&PREC_FP32);
+    backend_conv_describe(be[GPU], &c, &l.p, buf, sizeof buf);
+    print_message("taken: %s\n", buf);
+    if (!strstr(buf, "as the plans file says")) fail_msg("the kept forward plan was not taken: %s", buf);
+    /* the stale choice alone: searched again (a warning), correct, and replaced in the text */
+    assert_int_equal(backend_plans_import(be[GPU], bogus, why, sizeof why), 1);
+    conv_all_cases(&PREC_FP32);
+    backend_conv_describe(be[GPU], &c, &l.p, buf, sizeof buf);
+    print_message("searched again: %s\n", buf);
+    if (!strstr(buf, "fwd: graph engine") || strstr(buf, "fwd: graph engine 999999"))
+        fail_msg("the stale forward plan was not searched again: %s", buf);
+    char *after = cnt_malloc(need + 64);
+    backend_plans_export(be[GPU], after, need + 64);
+    if (strstr(after, " 999999 ")) fail_msg("the stale choice stayed in the text:\n%s", after);
+    print_message("kept engine %lld\n", (long long)engine);
+    free(after);
+    free(text);
+    ctx[GPU].conv_api = BACKEND_CONV_API_LEGACY;
 }
 
 static void test_conv_nhwc_fp16(void **state) {
@@ -2627,6 +2681,7 @@ int main(void) {
         cmocka_unit_test_setup(test_conv_filter_cache, fp32_math),
         cmocka_unit_test_setup(test_conv_graph_api, fp32_math),
         cmocka_unit_test_setup(test_conv_plans_text, fp32_math),
+        cmocka_unit_test_setup(test_conv_graph_plans_kept, fp32_math),
         cmocka_unit_test_setup(test_reduced_overflow, fp32_math),
         cmocka_unit_test_setup(test_find_nonfinite, fp32_math),
         cmocka_unit_test_setup(test_bias_fwd_bwd, fp32_math),

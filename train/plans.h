@@ -1,6 +1,7 @@
 /*
  * train/plans.h - the convolution plans a GPU backend chose (cuDNN's
- * algorithm per shape: model/backend.h's plans_export), made the same on
+ * algorithms and graph-API engine configurations per shape: model/backend.h's
+ * plans_export, a line each as model/plan_line.h), made the same on
  * every rank and kept in the run's out_dir, as conv_plans.txt:
  *
  *   - at start (plans_restore) rank 0 reads the file, every rank takes its
