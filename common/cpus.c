@@ -144,7 +144,7 @@ int cpus_of_pci(const char *sysfs, const char *bus_id, cpus_mask *m) {
     size_t n = 0;
     const char *colon = strchr(bus_id, ':');
     if (!colon || strlen(bus_id) >= sizeof id) return 0;
-    if (colon - bus_id > 4) bus_id = colon - 4;
+    while (colon - bus_id > 4 && *bus_id == '0') bus_id++; /* 0000xxxx -> xxxx; a wider domain keeps its digits */
     for (const char *q = bus_id; *q && n + 1 < sizeof id; q++) id[n++] = (char)tolower((unsigned char)*q);
     id[n] = 0;
     char path[512], text[4096];

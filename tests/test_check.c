@@ -140,7 +140,8 @@ static void test_cpus_parse(void **state) {
 
 /* cpus_of_pci: a GPU's local CPUs from a sysfs tree (here a made-up one):
  * the bus id as CUDA writes it (upper case) and as NVML does (8-digit
- * domain) both find the lower-case directory; a missing device or file, or
+ * domain) both find the lower-case directory, and a domain wider than 16
+ * bits keeps its digits; a missing device or file, or
  * a file that is no list, gives 0. */
 static void test_cpus_of_pci(void **state) {
     (void)state;
@@ -166,6 +167,9 @@ static void test_cpus_of_pci(void **state) {
     cpus_format(&m, buf, sizeof buf);
     assert_string_equal(buf, "0-15,64-79");
     assert_int_equal(cpus_of_pci(root, "00000000:1B:00.0", &m), 32);
+    /* a domain past 16 bits (VMD) is not cut to its last 4 digits, which would name 0000:1b:00.0 */
+    assert_int_equal(cpus_of_pci(root, "10000:1B:00.0", &m), 0);
+    assert_int_equal(cpus_of_pci(root, "00010000:1B:00.0", &m), 0);
     assert_int_equal(cpus_of_pci(root, "0000:3D:00.0", &m), 0);
     assert_int_equal(cpus_of_pci(root, "0000:99:00.0", &m), 0);
     assert_int_equal(cpus_of_pci(root, "garbage", &m), 0);
