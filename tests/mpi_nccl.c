@@ -97,7 +97,7 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
     float *src = be->alloc(n * sizeof(float)), *grads = be->alloc(n * sizeof(float));
     float *out = be->alloc(n * sizeof(float));
     reducer_opts ro = {.first_bucket = L.first, .bucket = L.bucket, .algo = DIST_ALGO_MPI, .overlap = overlap,
-                       .compress = REDUCER_COMPRESS_NONE, .stall_warn_s = 60, .stall_abort_s = 0, .nccl = nc};
+                       .compress = REDUCER_COMPRESS_NONE, .stall_warn_s = 10, .stall_abort_s = 60, .nccl = nc};
     reducer *rd = reducer_create(be, grads, n, &ro);
     if (tl) reducer_set_timeline(rd, tl);
     int nb = reducer_bucket_count(rd);
@@ -123,6 +123,8 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
         reducer_finish(rd, &st);
         /* the optimizer's place: an op issued after reducer_finish */
         be->copy(out, grads, n * sizeof(float));
+        /* a stuck allreduce ends the test here, named, within the limits (a copy would wait unbounded) */
+        reducer_wait_sums(rd);
         be->download(got, out, n * sizeof(float));
 
         memcpy(want, src_h, n * sizeof(float));
@@ -258,6 +260,7 @@ int main(int argc, char **argv) {
     }
     rank_ = dist_rank();
     world_ = dist_world();
+    dist_set_wait_limits(10, 60); /* a hang is a named failure in a minute, not the harness's timeout */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick_ = 1;

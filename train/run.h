@@ -50,6 +50,7 @@ typedef struct run {
     long steps_per_epoch, total_steps; /* optimizer steps, each of train.accumulate loader batches */
     long step;               /* optimizer steps taken, a resumed run's included */
     int plans_shared;        /* rank 0's convolution plans went to every rank (train/plans.h) */
+    long first_step;         /* r->step when this run's training began (a resume's is not 0) */
     int start_epoch;
     long first_epoch_step;   /* where start_epoch begins: a resume inside an epoch */
     int epoch;               /* the current epoch, 0-based */

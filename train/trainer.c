@@ -158,6 +158,12 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         double t2 = time_now();
         r->step++;
         r->epoch_step++;
+        /* The host reads the device after the first step (its loss), at a
+         * progress line, a checkpoint and an epoch's end: with NCCL the
+         * compute stream waits for this step's sums, so the sums are waited
+         * for first, under the stall limits, not inside an unbounded copy. */
+        int epoch_end = r->epoch_step == r->steps_per_epoch;
+        if (r->step == r->first_step + 1) exchange_wait_sums(r->x);
         progress_step(r->pg, r->step, &sr, r->st.loss, sr.n, wait, t2 - t0);
         if (!r->plans_shared) { /* every rank's first step of this run chose its own */
             plans_share(r->be, cfg->out_dir, 1);
@@ -165,11 +171,11 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
         }
         int last = r->step >= r->total_steps;
         int stop = agree_stop(r);
-        int epoch_end = r->epoch_step == r->steps_per_epoch;
         int every = cfg->ckpt_every_steps > 0 && r->step % cfg->ckpt_every_steps == 0;
         int save = ckpt_on(cfg) && (every || stop || last);
         if (epoch_end) r->save_at_epoch_end = save_at_epoch_end(r, epoch, save);
         int log_now = r->step % cfg->log_every == 0 || last || save || (epoch_end && r->save_at_epoch_end);
+        if (log_now || epoch_end || stop) exchange_wait_sums(r->x);
         if (!log_now) progress_first_step(r->pg, r->step, t2 - t0, cfg->log_every);
         if (log_now) {
             int lg = progress_log(r->pg, r->step, lr, &r->st.ls);
@@ -402,6 +408,7 @@ static int run_worker(run *r, train_result *res) {
     if (status == CNT_OK) status = run_resume(r);
     if (status == CNT_OK) stepper_seed(&r->st);
     if (r->pg) {
+        r->first_step = r->step;
         progress_start(r->pg, r->step, r->st.ls.skipped, r->total_steps);
         if (status == CNT_OK) status = run_train(r);
         /* the servers serve until every worker has said so (a failed run ends the job instead: main) */
