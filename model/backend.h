@@ -83,7 +83,8 @@ typedef enum pool_mode {
 typedef struct fwd_keep {
     void *p;      /* device memory of `bytes`; NULL: nothing can be kept */
     size_t bytes;
-    int written;  /* set by the forward: 1 when it wrote p for this batch's backward, else 0 */
+    int written;  /* set by the forward: 1 when this batch's backward may use what it kept (p written, or
+                   * nothing needed keeping), else 0 */
 } fwd_keep;
 
 typedef struct pool_params {

@@ -140,7 +140,8 @@ static struct {
     cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
     void *bn_reserve;          /* that forward's reserve space where no fwd_keep takes it (then unread) */
     size_t bn_reserve_n;
-    int bn_fused_refused;      /* cuDNN refused the fused forward: composed since */
+    int bn_fused_refused[3];   /* by backend_dtype: cuDNN refused the fused ops on it: composed since */
+    int bn_ex_refused;         /* cuDNN refused the SPATIAL_PERSISTENT Ex calls: plain SPATIAL since */
     void *cg_scratch;          /* where the graph API's candidate plans write while timed */
     size_t cg_scratch_n;
     /* conv_bwd_data's `paired`: whether H16_OP1 holds the 16-bit copy of
@@ -674,6 +675,7 @@ static void graph_pick(conv_plan *pl, int k, int b, int index, int64_t engine) {
     int64_t have_engine;
     graph_choice(pl, k, b, &have_index, &have_engine);
     if (have_index == index && have_engine == engine) return;
+    if (pl->graph[k][b]) CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* its kernels may still be queued */
     cg_plan_free(pl->graph[k][b]);
     pl->graph[k][b] = NULL;
     pl->graph_tried[k][b] = 0;
@@ -826,12 +828,18 @@ static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int b
         char why[256];
         if (pl->graph_picked[pass][beta]) {
             pl->graph[pass][beta] = cg_plan_take(&env, &cv, pass, (float)beta, pl->graph_index[pass][beta],
-                                                 pl->graph_engine[pass][beta], why, sizeof why);
+                                                 pl->graph_engine[pass][beta], x, w, y, why, sizeof why);
             if (!pl->graph[pass][beta])
                 say_graph(pl, pass, "cannot take the kept plan for", why, "searching again");
         }
-        if (!pl->graph[pass][beta])
+        if (!pl->graph[pass][beta]) {
+            /* a candidate's workspace must not take what training needs: at most half of what is free */
+            size_t free_b = 0, total_b = 0;
+            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+            size_t cap = free_b / 2 + g.ws_bytes;
+            if (cap < env.ws_limit) env.ws_limit = cap;
             pl->graph[pass][beta] = cg_plan_make(&env, &cv, pass, (float)beta, x, w, y, why, sizeof why);
+        }
         if (!pl->graph[pass][beta]) say_graph(pl, pass, "no graph-API plan for", why, "that pass takes the legacy call");
     }
     const cg_plan *gp = pl->graph[pass][beta];
@@ -1140,7 +1148,9 @@ static int bn_widened(const backend_ctx *ctx, int N, int HW) {
 static int bn_refused(cudnnStatus_t st, int may_refuse, int *flag, const char *refused, const char *instead,
                       const char *what, const char *file, int line) {
     if (st == CUDNN_STATUS_SUCCESS) return 0;
-    if (may_refuse && (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM)) {
+    /* cuDNN 9 refines statuses within categories (NOT_SUPPORTED_SHAPE = 3002, ...) */
+    const int cat = CUDNN_STATUS_CATEGORY((int)st);
+    if (may_refuse && (cat == CUDNN_STATUS_NOT_SUPPORTED || cat == CUDNN_STATUS_BAD_PARAM)) {
         if (!*flag)
             log_warn("cuDNN %zu refused %s (%s: %s): %s from now on (said once)", cudnnGetVersion(), refused, what,
                      cudnnGetErrorString(st), instead);
@@ -1159,6 +1169,13 @@ static int bn_refused(cudnnStatus_t st, int may_refuse, int *flag, const char *r
                "batch norm widens them to fp32 and back, which costs a conversion each way", #call, __FILE__, \
                __LINE__)
 
+/* The SPATIAL_PERSISTENT Ex calls, in any activation type: a refusal (a
+ * shape or type its persistent kernels do not take) sends batch norm to the
+ * plain SPATIAL calls from then on. */
+#define BN_EX_REFUSED(call)                                                                                     \
+    bn_refused((call), 1, &g.bn_ex_refused, "batch norm's NHWC kernels (SPATIAL_PERSISTENT, the Ex calls)",     \
+               "batch norm takes the plain SPATIAL calls", #call, __FILE__, __LINE__)
+
 /* The most per-channel vectors one Ex call takes (the forward's six), each
  * stand-in 256-byte aligned in g.bn_stage. */
 #define BN_VECS 6
@@ -1176,7 +1193,7 @@ static void bn_plain_said(int C, const char *why) {
  * is the workspace it needs, reserved, and bn_vec's stand-ins for C channels
  * are allocated. */
 static int bn_ex(const backend_ctx *ctx, int C, int HW, const void *const *acts, int n, int backward, size_t *ws) {
-    if (!nhwc_spatial(ctx, HW)) return 0;
+    if (!nhwc_spatial(ctx, HW) || g.bn_ex_refused) return 0;
     if (C % 8 != 0) {
         bn_plain_said(C, "C is not a multiple of 8");
         return 0;
@@ -1189,19 +1206,22 @@ static int bn_ex(const backend_ctx *ctx, int C, int HW, const void *const *acts,
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t reserve = 0;
-    if (BN16_REFUSED(ctx, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, NULL, g.bn_x,
-                                                                              &reserve)))
+    if (BN_EX_REFUSED(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, NULL, g.bn_x,
+                                                                           &reserve)))
         return 0;
     if (reserve) {
         bn_plain_said(C, "cuDNN asks for reserve space in SPATIAL_PERSISTENT mode");
         return 0;
     }
-    if (backward ? BN16_REFUSED(ctx, cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-                                         g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, NULL, g.bn_x, g.bn_param, NULL, ws))
-                 : BN16_REFUSED(ctx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-                                         g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, g.bn_param, NULL, ws)))
+    /* yDesc given even without an activation, as PyTorch's query does */
+    if (backward ? BN_EX_REFUSED(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                                     g.cudnn, mode, ops, g.bn_x, g.bn_x, g.bn_x, NULL, g.bn_x, g.bn_param, NULL, ws))
+                 : BN_EX_REFUSED(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                                     g.cudnn, mode, ops, g.bn_x, NULL, g.bn_x, g.bn_param, NULL, ws)))
         return 0;
-    if (*ws) ws_reserve(*ws);
+    /* never a NULL workspace: cuDNN then runs the non-extended function
+     * (without the fused add and ReLU) */
+    ws_reserve(*ws ? *ws : 1);
     /* before any stand-in is handed out: growing frees the old buffer */
     grow((void **)&g.bn_stage, &g.bn_stage_n, BN_VECS * bn_vec_stride(C), sizeof(float));
     return 1;
@@ -1238,7 +1258,7 @@ static cudnnStatus_t bn_fwd_ex(cudnnBatchNormOps_t ops, int C, const void *x, co
     cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
         g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, g.bn_x, x, z ? g.bn_x : NULL, z, g.bn_x,
         y, g.bn_param, gm, bt, (double)momentum, rm, rv, (double)eps, sm, si, fused ? g.relu : NULL,
-        ws ? g.ws : NULL, ws, reserve ? reserve_p : NULL, reserve);
+        g.ws, ws, reserve ? reserve_p : NULL, reserve);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     bn_vec_back(C, running_mean, rm);
     bn_vec_back(C, running_var, rv);
@@ -1273,8 +1293,8 @@ static void cuda_bn_fwd_train(const backend_ctx *ctx, int N, int C, int HW, cons
     size_t ws = 0;
     const void *acts[] = {x, y};
     if (bn_ex(ctx, C, HW, acts, 2, 0, &ws) &&
-        !BN16_REFUSED(ctx, bn_fwd_ex(CUDNN_BATCHNORM_OPS_BN, C, x, NULL, y, gamma, beta, running_mean, running_var,
-                                     momentum, eps, save_mean, save_invstd, ws, NULL, 0)))
+        !BN_EX_REFUSED(bn_fwd_ex(CUDNN_BATCHNORM_OPS_BN, C, x, NULL, y, gamma, beta, running_mean, running_var,
+                                 momentum, eps, save_mean, save_invstd, ws, NULL, 0)))
         return;
     if (bn_widened(ctx, N, HW) ||
         BN16_REFUSED(ctx, cudnnBatchNormalizationForwardTraining(
@@ -1335,11 +1355,10 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
     if (!accumulate_dx && bn_ex(ctx, C, HW, acts, 3, 1, &ws)) {
         const float *gm = bn_vec(0, C, gamma, 1), *sm = bn_vec(1, C, save_mean, 1), *si = bn_vec(2, C, save_invstd, 1);
         float *dg = bn_vec(3, C, dgamma, 0), *db = bn_vec(4, C, dbeta, 0);
-        if (!BN16_REFUSED(ctx, cudnnBatchNormalizationBackwardEx(
-                                   g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one,
-                                   &k_zero, &k_one, &k_zero, g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x,
-                                   dx, g.bn_param, gm, NULL, dg, db, (double)eps, sm, si, NULL, ws ? g.ws : NULL,
-                                   ws, NULL, 0))) {
+        if (!BN_EX_REFUSED(cudnnBatchNormalizationBackwardEx(
+                g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &k_one, &k_zero, &k_one, &k_zero,
+                g.bn_x, x, NULL, NULL, g.bn_x, dy, NULL, NULL, g.bn_x, dx, g.bn_param, gm, NULL, dg, db, (double)eps,
+                sm, si, NULL, g.ws, ws, NULL, 0))) {
             bn_vec_back(C, dgamma, dg);
             bn_vec_back(C, dbeta, db);
             return;
@@ -1367,9 +1386,13 @@ static void cuda_bn_bwd(const backend_ctx *ctx, int N, int C, int HW, const void
  * the add's gradient, bn_bwd: backend_bn_act_bwd_composed), recomputing the
  * mask from y. A cuDNN that refuses the fused operations is said once and
  * composed from then on. */
-#define BN_FUSED_REFUSED(call)                                                                                  \
-    bn_refused((call), 1, &g.bn_fused_refused, "batch norm fused with ReLU",                                    \
-               "batch norm, the residual add and ReLU run one after another", #call, __FILE__, __LINE__)
+#define BN_FUSED_REFUSED(ctx, call)                                                                             \
+    bn_refused((call), 1, &g.bn_fused_refused[(ctx)->act],                                                      \
+               (ctx)->act == BACKEND_DTYPE_BF16   ? "batch norm fused with ReLU on bf16 activations"            \
+               : (ctx)->act == BACKEND_DTYPE_FP16 ? "batch norm fused with ReLU on fp16 activations"            \
+                                                  : "batch norm fused with ReLU on fp32 activations",           \
+               "batch norm, the residual add and ReLU run one after another in that type", #call, __FILE__,     \
+               __LINE__)
 
 static cudnnBatchNormOps_t bn_fused_ops(int add) {
     return add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
@@ -1378,7 +1401,7 @@ static cudnnBatchNormOps_t bn_fused_ops(int add) {
 /* Whether the fused operations can run on [N, C, HW] in ctx, pointers aside
  * (bn_fused checks those). */
 static int bn_fusable(const backend_ctx *ctx, int N, int C, int HW) {
-    return !g.bn_fused_refused && !bn_widened(ctx, N, HW) && (size_t)N * HW > 1 && nhwc_spatial(ctx, HW) && C % 8 == 0;
+    return !g.bn_fused_refused[ctx->act] && !bn_widened(ctx, N, HW) && (size_t)N * HW > 1 && nhwc_spatial(ctx, HW) && C % 8 == 0;
 }
 
 /* Whether the fused pass (the forward, or with backward the backward) `ops`
@@ -1392,15 +1415,15 @@ static int bn_fused(const backend_ctx *ctx, int N, int C, int HW, const void *co
         if (!aligned32(acts[i])) return 0;
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     const cudnnTensorDescriptor_t zd = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? g.bn_x : NULL;
-    if (BN_FUSED_REFUSED(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, g.relu, g.bn_x,
-                                                                              reserve)))
+    if (BN_FUSED_REFUSED(ctx, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g.cudnn, mode, ops, g.relu, g.bn_x,
+                                                                                   reserve)))
         return 0;
-    if (backward ? BN_FUSED_REFUSED(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+    if (backward ? BN_FUSED_REFUSED(ctx, cudnnGetBatchNormalizationBackwardExWorkspaceSize(
                        g.cudnn, mode, ops, g.bn_x, g.bn_x, g.bn_x, zd, g.bn_x, g.bn_param, g.relu, ws))
-                 : BN_FUSED_REFUSED(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                 : BN_FUSED_REFUSED(ctx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
                        g.cudnn, mode, ops, g.bn_x, zd, g.bn_x, g.bn_param, g.relu, ws)))
         return 0;
-    if (*ws) ws_reserve(*ws);
+    ws_reserve(*ws ? *ws : 1); /* never NULL: see bn_ex */
     grow((void **)&g.bn_stage, &g.bn_stage_n, BN_VECS * bn_vec_stride(C), sizeof(float));
     return 1;
 }
@@ -1411,7 +1434,7 @@ static size_t cuda_bn_act_keep_bytes(const backend_ctx *ctx, int N, int C, int H
     if (!relu || !bn_fusable(ctx, N, C, HW)) return 0; /* cuDNN fuses the add only with an activation */
     bn_desc(ctx, N, C, HW);
     size_t reserve = 0;
-    if (BN_FUSED_REFUSED(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+    if (BN_FUSED_REFUSED(ctx, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
             g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_fused_ops(add), g.relu, g.bn_x, &reserve)))
         return 0;
     return reserve;
@@ -1434,10 +1457,12 @@ static void cuda_bn_act_fwd_train(const backend_ctx *ctx, int N, int C, int HW, 
         size_t ws = 0, reserve = 0;
         bn_desc(ctx, N, C, HW);
         if (bn_fused(ctx, N, C, HW, acts, z ? 3 : 2, ops, 0, &ws, &reserve)) {
-            const int kept = keep && keep->p && reserve && reserve <= keep->bytes;
+            /* kept: the fused backward may follow (with no reserve asked for, it needs none) */
+            const int kept = keep && (reserve == 0 || (keep->p && reserve <= keep->bytes));
             if (reserve && !kept) grow(&g.bn_reserve, &g.bn_reserve_n, reserve, 1);
-            if (!BN_FUSED_REFUSED(bn_fwd_ex(ops, C, x, z, y, gamma, beta, running_mean, running_var, momentum, eps,
-                                            save_mean, save_invstd, ws, kept ? keep->p : g.bn_reserve, reserve))) {
+            if (!BN_FUSED_REFUSED(ctx, bn_fwd_ex(ops, C, x, z, y, gamma, beta, running_mean, running_var, momentum,
+                                                 eps, save_mean, save_invstd, ws, kept ? keep->p : g.bn_reserve,
+                                                 reserve))) {
                 if (kept) keep->written = 1;
                 return;
             }
@@ -1472,10 +1497,10 @@ static void cuda_bn_act_bwd(const backend_ctx *ctx, int N, int C, int HW, const 
             const float *gm = bn_vec(0, C, gamma, 1), *bt = bn_vec(1, C, beta, 1);
             const float *sm = bn_vec(2, C, save_mean, 1), *si = bn_vec(3, C, save_invstd, 1);
             float *dg = bn_vec(4, C, dgamma, 0), *db = bn_vec(5, C, dbeta, 0);
-            if (!BN_FUSED_REFUSED(cudnnBatchNormalizationBackwardEx(
+            if (!BN_FUSED_REFUSED(ctx, cudnnBatchNormalizationBackwardEx(
                     g.cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &k_one, &k_zero, &k_one, &k_zero, g.bn_x, x,
                     g.bn_x, y, g.bn_x, dy, dz ? g.bn_x : NULL, dz, g.bn_x, dx, g.bn_param, gm, bt, dg, db,
-                    (double)eps, sm, si, g.relu, ws ? g.ws : NULL, ws, keep->p, reserve))) {
+                    (double)eps, sm, si, g.relu, g.ws, ws, reserve ? keep->p : NULL, reserve))) {
                 bn_vec_back(C, dgamma, dg);
                 bn_vec_back(C, dbeta, db);
                 return;
@@ -1773,7 +1798,11 @@ static void cuda_upload_sync(void *dst, const void *host_src, size_t bytes) {
 
 static int cuda_pci_bus_id(char *buf, size_t len) {
     if (len > (size_t)INT_MAX) len = INT_MAX;
-    return cudaDeviceGetPCIBusId(buf, (int)len, g.device) == cudaSuccess && buf[0];
+    if (cudaDeviceGetPCIBusId(buf, (int)len, g.device) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not the next launch's error */
+        return 0;
+    }
+    return buf[0] != 0;
 }
 
 static void cuda_describe(char *buf, size_t len) {

@@ -139,7 +139,8 @@ static cudnnStatus_t make_graph(cudnnHandle_t h, const cg_conv *cv, cg_pass pass
 }
 
 /* Whether engine configuration cfg qualifies in math mode `math` by its
- * engine's numerical notes (see the header); *engine: its global index. */
+ * engine's numerical and behaviour notes (see the header); *engine: its
+ * global index. */
 static int qualifies(cudnnBackendDescriptor_t cfg, int math, int64_t *engine) {
     cudnnBackendDescriptor_t eng = NULL;
     cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng);
@@ -149,10 +150,17 @@ static int qualifies(cudnnBackendDescriptor_t cfg, int math, int64_t *engine) {
     int64_t n = 0;
     TRY(st, cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                      CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+    cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    int64_t nb = 0;
+    TRY(st, cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                     CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &nb, behaviour));
     *engine = -1;
     TRY(st, cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, engine));
     destroy(&eng);
     if (st != CUDNN_STATUS_SUCCESS) return 0;
+    /* compiled at finalisation (NVRTC): seconds each, for every shape of every run */
+    for (int64_t i = 0; i < nb && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+        if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return 0;
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
         if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
             notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
@@ -197,7 +205,10 @@ static cudnnBackendDescriptor_t finalise(cudnnBackendDescriptor_t cfg, int64_t *
 static float time_plan(const cg_env *env, cudnnBackendDescriptor_t plan, size_t ws, const void *x, const void *w,
                        const void *y) {
     void *wsp = ws ? env->workspace(ws) : NULL;
-    if (run(env->handle, plan, x, w, y, wsp) != CUDNN_STATUS_SUCCESS) return -1.0f;
+    if (run(env->handle, plan, x, w, y, wsp) != CUDNN_STATUS_SUCCESS) {
+        (void)cudaGetLastError(); /* a failed launch's error is this candidate's, not the next call's */
+        return -1.0f;
+    }
     cudaEvent_t a, b;
     CUDA_CHECK(cudaEventCreate(&a));
     CUDA_CHECK(cudaEventCreate(&b));
@@ -208,6 +219,7 @@ static float time_plan(const cg_env *env, cudnnBackendDescriptor_t plan, size_t 
         CUDA_CHECK(cudaEventRecord(b, env->stream));
         CUDA_CHECK(cudaEventSynchronize(b));
         if (st != CUDNN_STATUS_SUCCESS) {
+            (void)cudaGetLastError();
             best = -1.0f;
             break;
         }
@@ -222,9 +234,12 @@ static float time_plan(const cg_env *env, cudnnBackendDescriptor_t plan, size_t 
 
 /* The heuristics' engine configurations (mode A, best first) for cv's
  * pass with blend beta: *got of them in cfgs[CG_MAX_CONFIGS] (destroy each
- * with destroy()); the first failure's status. */
+ * with destroy()), and their operation graph in *graph_out, which the caller
+ * destroys once it has finalised what it wants of them (no documentation
+ * says plans may be finalised after their graph is gone); the first
+ * failure's status. */
 static cudnnStatus_t list_configs(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, float beta,
-                                  cudnnBackendDescriptor_t *cfgs, int64_t *got) {
+                                  cudnnBackendDescriptor_t *cfgs, int64_t *got, cudnnBackendDescriptor_t *graph_out) {
     cudnnBackendDescriptor_t graph = NULL, heur = NULL;
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     *got = 0;
@@ -248,15 +263,26 @@ static cudnnStatus_t list_configs(cudnnHandle_t h, const cg_conv *cv, cg_pass pa
     for (int64_t i = st == CUDNN_STATUS_SUCCESS ? *got : 0; i < offered; i++) destroy(&cfgs[i]);
     if (st != CUDNN_STATUS_SUCCESS) *got = 0;
     destroy(&heur);
-    destroy(&graph);
+    if (st == CUDNN_STATUS_SUCCESS) *graph_out = graph;
+    else destroy(&graph);
     return st;
 }
 
+/* Whether cfg says (cuDNN 9.2 on) that it needs more workspace than limit,
+ * so that it is not finalised for nothing; 0 where it does not say. */
+static int over_limit(cudnnBackendDescriptor_t cfg, size_t limit) {
+    int64_t ws = -1, got = 0;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &ws) !=
+        CUDNN_STATUS_SUCCESS)
+        return 0;
+    return got == 1 && ws > 0 && (uint64_t)ws > (uint64_t)limit;
+}
+
 cudnnStatus_t cg_count(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, int *offered, int *qualified) {
-    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL};
+    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL}, graph = NULL;
     int64_t got = 0;
     *offered = *qualified = 0;
-    cudnnStatus_t st = list_configs(h, cv, pass, 0.0f, cfgs, &got);
+    cudnnStatus_t st = list_configs(h, cv, pass, 0.0f, cfgs, &got, &graph);
     for (int64_t i = 0; i < got; i++) {
         int64_t engine, ws;
         if (qualifies(cfgs[i], cv->math, &engine)) {
@@ -266,6 +292,7 @@ cudnnStatus_t cg_count(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, int *of
         }
         destroy(&cfgs[i]);
     }
+    destroy(&graph);
     *offered = (int)got;
     return st;
 }
@@ -273,9 +300,9 @@ cudnnStatus_t cg_count(cudnnHandle_t h, const cg_conv *cv, cg_pass pass, int *of
 cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, const void *x, const void *w,
                       const void *y, char *why, size_t len) {
     if (why && len) why[0] = '\0';
-    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL};
+    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL}, graph = NULL;
     int64_t got = 0;
-    cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got);
+    cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got, &graph);
     if (st != CUDNN_STATUS_SUCCESS && why)
         snprintf(why, len, "cuDNN could not describe it: %s", cudnnGetErrorString(st));
     /* timing writes the pass's output into scratch */
@@ -285,6 +312,10 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
     int qualified = 0;
     for (int64_t i = 0; i < got; i++) {
         int64_t engine = -1, ws = 0;
+        if (over_limit(cfgs[i], env->ws_limit)) {
+            destroy(&cfgs[i]);
+            continue;
+        }
         cudnnBackendDescriptor_t plan = qualifies(cfgs[i], cv->math, &engine) ? finalise(cfgs[i], &ws) : NULL;
         destroy(&cfgs[i]);
         if (!plan) continue;
@@ -298,6 +329,7 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
         else destroy(&best->plan);
         *best = (cg_plan){.plan = plan, .pass = pass, .ws = ws, .engine = engine, .index = (int)i, .ms = ms};
     }
+    destroy(&graph);
     if (best) {
         best->offered = (int)got;
         best->qualified = qualified;
@@ -309,11 +341,11 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
 }
 
 cg_plan *cg_plan_take(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, int index, int64_t engine,
-                      char *why, size_t len) {
+                      const void *x, const void *w, const void *y, char *why, size_t len) {
     if (why && len) why[0] = '\0';
-    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL};
+    cudnnBackendDescriptor_t cfgs[CG_MAX_CONFIGS] = {NULL}, graph = NULL;
     int64_t got = 0, at = -1, ws = 0;
-    cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got);
+    cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got, &graph);
     cudnnBackendDescriptor_t plan = NULL;
     if (st != CUDNN_STATUS_SUCCESS) {
         if (why) snprintf(why, len, "cuDNN could not describe it: %s", cudnnGetErrorString(st));
@@ -322,15 +354,26 @@ cg_plan *cg_plan_take(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
     } else if (!qualifies(cfgs[index], cv->math, &at) || at != engine) {
         if (why)
             snprintf(why, len, "configuration %d is engine %lld%s, not engine %lld", index, (long long)at,
-                     at == engine ? " of numerics this math mode rules out" : "", (long long)engine);
+                     at == engine ? " of notes this run rules out" : "", (long long)engine);
     } else if (!(plan = finalise(cfgs[index], &ws))) {
         if (why) snprintf(why, len, "cuDNN refuses configuration %d (engine %lld) here", index, (long long)engine);
     } else if (ws < 0 || (size_t)ws > env->ws_limit) {
         if (why) snprintf(why, len, "engine %lld wants %lld bytes of workspace, over the limit", (long long)engine,
                           (long long)ws);
         destroy(&plan);
+    } else {
+        /* one run before it is trusted (a failure of a chosen plan is fatal later), its output in scratch */
+        const void *tx = pass == CG_BWD_DATA ? env->scratch_out : x, *tw = pass == CG_BWD_FILTER ? env->scratch_out : w;
+        const void *ty = pass == CG_FWD ? env->scratch_out : y;
+        st = run(env->handle, plan, tx, tw, ty, ws ? env->workspace((size_t)ws) : NULL);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            (void)cudaGetLastError();
+            if (why) snprintf(why, len, "engine %lld failed a trial run: %s", (long long)engine, cudnnGetErrorString(st));
+            destroy(&plan);
+        }
     }
     for (int64_t i = 0; i < got; i++) destroy(&cfgs[i]);
+    destroy(&graph);
     if (!plan) return NULL;
     cg_plan *pl = cnt_calloc(1, sizeof *pl);
     *pl = (cg_plan){.plan = plan, .pass = pass, .ws = ws, .engine = engine, .index = index, .offered = (int)got,

@@ -9,6 +9,10 @@
  * run. This is what PyTorch's cudnn.benchmark does through cudnn-frontend;
  * the legacy calls (cudnnFind*Ex) see a subset of these engines.
  *
+ * Engines compiled at finalisation (behaviour note RUNTIME_COMPILATION,
+ * through NVRTC: seconds each, for every shape, every run) are left out, as
+ * are configurations that say they need more workspace than the limit.
+ *
  * Math modes (model/backend.h), by the engines' numerical notes: every mode
  * drops DOWN_CONVERT_INPUTS (fp32 data computed in fp16) and
  * REDUCED_PRECISION_REDUCTION (16-bit accumulation); BACKEND_MATH_FP32 also
@@ -69,11 +73,13 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
                       const void *y, char *why, size_t len);
 /* The plan cg_plan_make chose on an earlier run or another rank, made again
  * without timing: configuration `index` of the heuristics' list for cv's
- * pass and blend, which must be engine `engine`, admitted by the math mode,
- * finalised by cuDNN and within the workspace limit; NULL otherwise, with
- * the reason in why (the caller then searches with cg_plan_make). */
+ * pass and blend, which must be engine `engine`, admitted by the rules
+ * above, finalised by cuDNN, within the workspace limit, and run once on x,
+ * w, y (as cg_plan_make's timing: the output slot in env->scratch_out);
+ * NULL otherwise, with the reason in why (the caller then searches with
+ * cg_plan_make). */
 cg_plan *cg_plan_take(const cg_env *env, const cg_conv *cv, cg_pass pass, float beta, int index, int64_t engine,
-                      char *why, size_t len);
+                      const void *x, const void *w, const void *y, char *why, size_t len);
 /* What identifies pl for cg_plan_take: its configuration's place in the
  * heuristics' list and its engine's global index. */
 void cg_plan_choice(const cg_plan *pl, int *index, int64_t *engine);

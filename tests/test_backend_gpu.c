@@ -2460,9 +2460,11 @@ static void bytes_restore(void *const *p, const void *h, size_t n) {
     for (int s = CPU; s <= GPU; s++) be[s]->upload(p[s], h, n);
 }
 
-static void bn_act_run(int math) {
+/* One geometry: N images of C channels of HW values, the fwd_keep sized
+ * for keep_n >= N images (a layer's keep is sized at the net's largest
+ * batch; an evaluation's last batch is smaller). */
+static void bn_act_run(int math, int N, int C, int HW, int keep_n) {
     const int a16 = math != BACKEND_MATH_FP32;
-    const int N = 4, C = 16, HW = 81;
     const size_t n = (size_t)N * C * HW, bytes = n * (a16 ? sizeof(uint16_t) : sizeof(float));
     rng r;
     rng_seed(&r, 170, (uint64_t)(math * 4 + cur_layout));
@@ -2490,19 +2492,24 @@ static void bn_act_run(int math) {
             dual rm = dual_uniform(&r, (size_t)C, -1, 1), rv = dual_uniform(&r, (size_t)C, 0.5f, 2);
             dual sm = dual_uniform(&r, (size_t)C, -1, 1), si = dual_uniform(&r, (size_t)C, -1, 1);
             dual dg = dual_uniform(&r, (size_t)C, -1, 1), db = dual_uniform(&r, (size_t)C, -1, 1);
-            const size_t kb = backend_bn_act_keep_bytes(be[GPU], &ctx[GPU], N, C, HW, withz, relu);
+            const size_t kb = backend_bn_act_keep_bytes(be[GPU], &ctx[GPU], keep_n, C, HW, withz, relu);
             fwd_keep keep = {kb ? be[GPU]->alloc(kb) : NULL, kb, 1}; /* written: the forward must clear it */
             for (int s = CPU; s <= GPU; s++)
                 backend_bn_act_fwd_train(be[s], &ctx[s], N, C, HW, xp[s], withz ? zp[s] : NULL, relu, gamma.p[s],
                                          beta.p[s], yp[s], rm.p[s], rv.p[s], 0.1f, 1e-5f, sm.p[s], si.p[s],
                                          s == GPU ? &keep : NULL);
             char what[160];
-            snprintf(what, sizeof what, "bn_act_fwd_train keeps the mask, add %d, relu %d, %s", withz, relu,
-                     cur_layout_name());
-            const int fuses = relu && cur_layout == BACKEND_LAYOUT_NHWC; /* C = 16: a multiple of 8 */
-            if (fuses != (kb > 0) || fuses != keep.written)
-                fail_msg("%s: %zu bytes to keep, written %d; want %s", what, kb, keep.written,
-                         fuses ? "some, written 1" : "none, written 0");
+            snprintf(what, sizeof what, "bn_act_fwd_train keeps the mask, add %d, relu %d, %s, %s, N %d C %d HW %d",
+                     withz, relu, cur_layout_name(), math == BACKEND_MATH_FP32 ? "fp32" : a16 ? "16-bit" : "?", N,
+                     C, HW);
+            /* cuDNN fuses only NHWC with a ReLU (C a multiple of 8 here); fp16 there always (TensorFlow,
+             * Apex and PyTorch rely on it), fp32 and bf16 where this cuDNN takes them (a refusal is said once) */
+            const int may_fuse = relu && cur_layout == BACKEND_LAYOUT_NHWC;
+            if (!may_fuse && (kb > 0 || keep.written))
+                fail_msg("%s: %zu bytes to keep, written %d; want none", what, kb, keep.written);
+            if (may_fuse && math == BACKEND_MATH_FP16 && !keep.written)
+                fail_msg("%s: the fused fp16 forward did not run (%zu bytes to keep)", what, kb);
+            if (may_fuse && !keep.written) print_message("%s: not fused in this type here\n", what);
             snprintf(what, sizeof what, "bn_act_fwd_train y, add %d, relu %d", withz, relu);
             if (a16) {
                 expect16(what, &y16, math, 2 * ulps2(math), 1e-3);
@@ -2563,10 +2570,11 @@ static void test_bn_act_fused(void **state) {
         set_layout_both(layout);
         set_math_both(BACKEND_MATH_FP32);
         for (int s = CPU; s <= GPU; s++) ctx[s].act = BACKEND_DTYPE_FP32;
-        bn_act_run(BACKEND_MATH_FP32);
+        bn_act_run(BACKEND_MATH_FP32, 4, 16, 81, 4);
         for (int math = BACKEND_MATH_BF16; math <= BACKEND_MATH_FP16; math++) {
             set_act_both(math);
-            bn_act_run(math);
+            bn_act_run(math, 4, 16, 81, 4);
+            bn_act_run(math, 2, 2048, 49, 4); /* ResNet-50's last stage, a batch below the keep's */
         }
     }
 }

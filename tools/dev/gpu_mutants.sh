@@ -31,7 +31,7 @@ mutants=(
     # batch norm's fused forward followed by the composition as well, which updates the running statistics
     # a second time: caught only when the fused cuDNN call runs (test_backend_gpu, test_bn_act_fused; not
     # caught means cuDNN refused it and the composition ran alone)
-    'bn_fused_twice|model/backend_cuda.c|/save_mean, save_invstd, ws, kept ? keep->p : g.bn_reserve, reserve)))/{n;n;s/return;/(void)0;/}|build/tests/test_backend_gpu'
+    'bn_fused_twice|model/backend_cuda.c|/eps, save_mean, save_invstd, ws, kept ? keep->p : g.bn_reserve,$/{n;n;n;s/return;/(void)0;/}|build/tests/test_backend_gpu'
     # the fused forward keeping the ReLU's mask without saying so (the backward composes), and the fused
     # backward told there is no add (dz left unwritten) (test_backend_gpu, test_bn_act_fused)
     'bn_keep_unmarked|model/backend_cuda.c|s/                if (kept) keep->written = 1;/                (void)kept;/|build/tests/test_backend_gpu'
