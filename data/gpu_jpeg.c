@@ -27,6 +27,7 @@ typedef struct state state;
 struct gpu_jpeg {
     int reference;            /* 1: libjpeg-turbo on the CPU (gpu_jpeg_create_reference) */
     long refused;             /* atomics */
+    long notes;               /* refusals said so far (atomic; the first few are) */
     char what[96];
 #if CNT_HAVE_NVJPEG
     int device, hardware;
@@ -119,7 +120,13 @@ gpu_jpeg *gpu_jpeg_create(int device) {
     }
     gpu_jpeg *g = cnt_calloc(1, sizeof *g);
     g->device = device;
-    nvjpegStatus_t s = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_DEFAULT, &g->h);
+    /* chroma upsampled with interpolation, as libjpeg-turbo's default ("fancy") upsampling does */
+    const unsigned flags = NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION;
+    /* CNT_NVJPEG_BACKEND=hybrid: the hybrid decoder even where engines exist (tests run both paths) */
+    const char *want = getenv("CNT_NVJPEG_BACKEND");
+    const int hybrid_only = want && strcmp(want, "hybrid") == 0;
+    nvjpegStatus_t s = hybrid_only ? NVJPEG_STATUS_ARCH_MISMATCH
+                                   : nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &g->h);
     unsigned engines = 0, cores = 0;
     if (s == NVJPEG_STATUS_SUCCESS && nvjpegGetHardwareDecoderInfo(g->h, &engines, &cores) == NVJPEG_STATUS_SUCCESS &&
         engines > 0) {
@@ -128,14 +135,17 @@ gpu_jpeg *gpu_jpeg_create(int device) {
                  cores, device);
     } else {
         if (s == NVJPEG_STATUS_SUCCESS) nvjpegDestroy(g->h);
-        s = nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, NVJPEG_FLAGS_DEFAULT, &g->h);
+        g->h = NULL;
+        s = nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, flags, &g->h);
         if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecoderCreate(g->h, NVJPEG_BACKEND_DEFAULT, &g->dec);
         if (s != NVJPEG_STATUS_SUCCESS) {
+            if (g->h) nvjpegDestroy(g->h);
             free(g);
             cnt_err_set("nvJPEG: cannot start on GPU %d: nvJPEG error %d: %s", device, (int)s, nvjpeg_status_name(s));
             return NULL;
         }
-        snprintf(g->what, sizeof g->what, "nvJPEG hybrid decoder on GPU %d (no hardware decoder)", device);
+        snprintf(g->what, sizeof g->what, "nvJPEG hybrid decoder on GPU %d (%s)", device,
+                 hybrid_only ? "CNT_NVJPEG_BACKEND=hybrid" : "no hardware decoder");
     }
     cnt_mutex_init(&g->mu);
     return g;
@@ -190,44 +200,104 @@ static void reserve(gpu_jpeg *g, state *s, int n, size_t bytes) {
     CUDA_CHECK(cudaMallocHost((void **)&s->host, s->cap_bytes));
 }
 
-/* Job j's parameters: output format and window. 1 when the decoder takes it. */
-static int prepare(gpu_jpeg *g, state *s, gpu_jpeg_job *job, nvjpegDecodeParams_t p) {
-    nvjpegOutputFormat_t fmt = job->c == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
-    if (nvjpegDecodeParamsSetOutputFormat(p, fmt) != NVJPEG_STATUS_SUCCESS ||
-        nvjpegDecodeParamsSetROI(p, job->x0, job->y0, job->x1 - job->x0, job->y1 - job->y0) != NVJPEG_STATUS_SUCCESS)
-        return 0;
-    int unsupported = 1; /* nvJPEG's convention: 0 when supported */
-    if (g->hardware) {
-        if (nvjpegJpegStreamParseHeader(g->h, job->bytes, job->len, s->jstream) != NVJPEG_STATUS_SUCCESS ||
-            nvjpegDecodeBatchedSupportedEx(g->h, s->jstream, p, &unsupported) != NVJPEG_STATUS_SUCCESS)
-            return 0;
-    } else {
-        if (nvjpegJpegStreamParse(g->h, job->bytes, job->len, 0, 0, s->jstream) != NVJPEG_STATUS_SUCCESS ||
-            nvjpegDecoderJpegSupported(g->dec, s->jstream, p, &unsupported) != NVJPEG_STATUS_SUCCESS)
-            return 0;
-    }
-    return unsupported == 0;
+/* The first few refusals are said, with the call and nvJPEG's status, so a
+ * run whose every file goes to the CPU says why. */
+static void note(gpu_jpeg *g, const char *what, int status) {
+    long k = __atomic_add_fetch(&g->notes, 1, __ATOMIC_RELAXED);
+    if (k <= 8)
+        log_warn("nvJPEG (%s): %s%s%s: decoded on the CPU instead%s", g->what, what, status >= 0 ? ": " : "",
+                 status >= 0 ? nvjpeg_status_name((nvjpegStatus_t)status) : "", k == 8 ? " (said 8 times)" : "");
+}
+
+/* The region decoded for a job: its window and up to 16 pixels (one iMCU)
+ * more on each side, the left and top edges on a 16-pixel boundary, inside
+ * the image: chroma upsampled across a region's edge differs from the
+ * whole image's (jpeg.c keeps the same margin). */
+static void region(const gpu_jpeg_job *j, int *x0, int *y0, int *x1, int *y1) {
+    *x0 = j->x0 > 16 ? (j->x0 - 16) & ~15 : 0;
+    *y0 = j->y0 > 16 ? (j->y0 - 16) & ~15 : 0;
+    *x1 = j->x1 + 16 < j->w ? j->x1 + 16 : j->w;
+    *y1 = j->y1 + 16 < j->h ? j->y1 + 16 : j->h;
 }
 
 static size_t window_bytes(const gpu_jpeg_job *j) {
-    return (size_t)(j->x1 - j->x0) * (size_t)(j->y1 - j->y0) * (size_t)j->c;
+    int x0, y0, x1, y1;
+    region(j, &x0, &y0, &x1, &y1);
+    return (size_t)(x1 - x0) * (size_t)(y1 - y0) * (size_t)j->c;
 }
 
-/* The decoupled API, image by image: 1 when it decoded into dst. */
+/* Whether the file ends in an end-of-image marker (trailing zero bytes
+ * allowed): nvJPEG may decode a truncated file with filler where the CPU
+ * decoder refuses it, so such files go to the CPU. */
+static int ends_whole(const uint8_t *b, size_t len) {
+    while (len > 2 && b[len - 1] == 0) len--;
+    return len >= 4 && b[len - 2] == 0xFF && b[len - 1] == 0xD9;
+}
+
+/* Job j's parameters: output format and region. 1 when the decoder takes it. */
+static int prepare(gpu_jpeg *g, state *s, gpu_jpeg_job *job, nvjpegDecodeParams_t p) {
+    if (job->c != 1 && job->c != 3) return note(g, "only 1 or 3 channels are decoded here", -1), 0;
+    if (!ends_whole(job->bytes, job->len)) return note(g, "no end-of-image marker (truncated?)", -1), 0;
+    int x0, y0, x1, y1;
+    region(job, &x0, &y0, &x1, &y1);
+    nvjpegOutputFormat_t fmt = job->c == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+    nvjpegStatus_t st = nvjpegDecodeParamsSetOutputFormat(p, fmt);
+    if (st == NVJPEG_STATUS_SUCCESS) st = nvjpegDecodeParamsSetROI(p, x0, y0, x1 - x0, y1 - y0);
+    if (st != NVJPEG_STATUS_SUCCESS) return note(g, "nvjpegDecodeParamsSet*", (int)st), 0;
+    int unsupported = 1; /* nvJPEG's convention: 0 when supported */
+    if (g->hardware) {
+        st = nvjpegJpegStreamParseHeader(g->h, job->bytes, job->len, s->jstream);
+        if (st != NVJPEG_STATUS_SUCCESS) return note(g, "nvjpegJpegStreamParseHeader", (int)st), 0;
+    } else {
+        st = nvjpegJpegStreamParse(g->h, job->bytes, job->len, 0, 0, s->jstream);
+        if (st != NVJPEG_STATUS_SUCCESS) return note(g, "nvjpegJpegStreamParse", (int)st), 0;
+    }
+    /* CMYK and other component counts: the CPU path's conversions */
+    unsigned comps = 0;
+    st = nvjpegJpegStreamGetComponentsNum(s->jstream, &comps);
+    if (st != NVJPEG_STATUS_SUCCESS || (comps != 1 && comps != 3))
+        return note(g, "a file with neither 1 nor 3 components", st != NVJPEG_STATUS_SUCCESS ? (int)st : -1), 0;
+    st = g->hardware ? nvjpegDecodeBatchedSupportedEx(g->h, s->jstream, p, &unsupported)
+                     : nvjpegDecoderJpegSupported(g->dec, s->jstream, p, &unsupported);
+    if (st != NVJPEG_STATUS_SUCCESS) return note(g, g->hardware ? "nvjpegDecodeBatchedSupportedEx"
+                                                                 : "nvjpegDecoderJpegSupported", (int)st), 0;
+    if (unsupported) note(g, g->hardware ? "the hardware decoder does not take this file or region"
+                                         : "the hybrid decoder does not take this file", -1);
+    return unsupported == 0;
+}
+
+/* The decoupled API, image by image: 1 when it decoded into dst. The state's
+ * one pinned buffer is written by the host stage and read by the previous
+ * image's transfer, which is asynchronous: that transfer ends first. */
 static int decode_one(gpu_jpeg *g, state *s, gpu_jpeg_job *job, nvjpegDecodeParams_t p, nvjpegImage_t *dst) {
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
     /* prepare() parsed this job's stream last; parse again: a batch's later
      * jobs have been parsed since. */
-    return nvjpegJpegStreamParse(g->h, job->bytes, job->len, 0, 0, s->jstream) == NVJPEG_STATUS_SUCCESS &&
-           nvjpegDecodeJpegHost(g->h, g->dec, s->js, p, s->jstream) == NVJPEG_STATUS_SUCCESS &&
-           nvjpegDecodeJpegTransferToDevice(g->h, g->dec, s->js, s->jstream, s->stream) == NVJPEG_STATUS_SUCCESS &&
-           nvjpegDecodeJpegDevice(g->h, g->dec, s->js, dst, s->stream) == NVJPEG_STATUS_SUCCESS;
+    const char *what = "nvjpegJpegStreamParse";
+    nvjpegStatus_t st = nvjpegJpegStreamParse(g->h, job->bytes, job->len, 0, 0, s->jstream);
+    if (st == NVJPEG_STATUS_SUCCESS) {
+        what = "nvjpegDecodeJpegHost";
+        st = nvjpegDecodeJpegHost(g->h, g->dec, s->js, p, s->jstream);
+    }
+    if (st == NVJPEG_STATUS_SUCCESS) {
+        what = "nvjpegDecodeJpegTransferToDevice";
+        st = nvjpegDecodeJpegTransferToDevice(g->h, g->dec, s->js, s->jstream, s->stream);
+    }
+    if (st == NVJPEG_STATUS_SUCCESS) {
+        what = "nvjpegDecodeJpegDevice";
+        st = nvjpegDecodeJpegDevice(g->h, g->dec, s->js, dst, s->stream);
+    }
+    if (st != NVJPEG_STATUS_SUCCESS) note(g, what, (int)st);
+    return st == NVJPEG_STATUS_SUCCESS;
 }
 
-/* The hardware decoder on the m jobs in `take`: 1 when the batch decoded. */
+/* The hardware decoder on the m jobs in `take` (all of one output format):
+ * 1 when the batch decoded. */
 static int decode_batch(gpu_jpeg *g, state *s, gpu_jpeg_job *jobs, const int *take, int m, nvjpegImage_t *dst) {
     nvjpegOutputFormat_t fmt = jobs[take[0]].c == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
     if (s->batch != m || s->batch_fmt != fmt) {
-        if (nvjpegDecodeBatchedInitialize(g->h, s->js, m, 1, fmt) != NVJPEG_STATUS_SUCCESS) return 0;
+        nvjpegStatus_t st = nvjpegDecodeBatchedInitialize(g->h, s->js, m, 1, fmt);
+        if (st != NVJPEG_STATUS_SUCCESS) return note(g, "nvjpegDecodeBatchedInitialize", (int)st), 0;
         s->batch = m;
         s->batch_fmt = fmt;
     }
@@ -243,7 +313,11 @@ static int decode_batch(gpu_jpeg *g, state *s, gpu_jpeg_job *jobs, const int *ta
     free(data);
     free(lens);
     free(params);
-    if (st != NVJPEG_STATUS_SUCCESS) s->batch = 0; /* a failed batch needs a fresh initialisation */
+    if (st != NVJPEG_STATUS_SUCCESS) {
+        s->batch = 0; /* a failed batch needs a fresh initialisation */
+        note(g, m > 1 ? "nvjpegDecodeBatchedEx (the batch's files are tried one by one)" : "nvjpegDecodeBatchedEx",
+             (int)st);
+    }
     return st == NVJPEG_STATUS_SUCCESS;
 }
 
@@ -266,16 +340,37 @@ void gpu_jpeg_decode(gpu_jpeg *g, gpu_jpeg_job *jobs, int n) {
         jobs[j].ok = 0;
         memset(&jobs[j].win, 0, sizeof jobs[j].win);
         if (!prepare(g, s, &jobs[j], s->params[j])) continue;
+        int x0, y0, x1, y1;
+        region(&jobs[j], &x0, &y0, &x1, &y1);
         at[j] = total;
         dst[m].channel[0] = s->dev + total;
-        dst[m].pitch[0] = (size_t)(jobs[j].x1 - jobs[j].x0) * (size_t)jobs[j].c;
+        dst[m].pitch[0] = (size_t)(x1 - x0) * (size_t)jobs[j].c;
         total += window_bytes(&jobs[j]);
         take[m++] = j;
     }
     int done = 0;
     if (m > 0 && g->hardware) {
-        done = decode_batch(g, s, jobs, take, m, dst);
-        for (int k = 0; k < m; k++) jobs[take[k]].ok = done;
+        /* one output format a batch: the grey jobs, then the colour ones */
+        int *part = cnt_malloc((size_t)m * sizeof *part);
+        nvjpegImage_t *pdst = cnt_malloc((size_t)m * sizeof *pdst);
+        for (int c = 1; c <= 3; c += 2) {
+            int pm = 0;
+            for (int k = 0; k < m; k++)
+                if (jobs[take[k]].c == c) {
+                    part[pm] = take[k];
+                    pdst[pm++] = dst[k];
+                }
+            if (!pm) continue;
+            if (decode_batch(g, s, jobs, part, pm, pdst)) {
+                for (int k = 0; k < pm; k++) jobs[part[k]].ok = 1;
+                done = 1;
+            } else if (pm > 1) { /* one bad file fails the batch: the others one by one */
+                for (int k = 0; k < pm; k++) done |= jobs[part[k]].ok = decode_batch(g, s, jobs, &part[k], 1,
+                                                                                     &pdst[k]);
+            }
+        }
+        free(part);
+        free(pdst);
     } else {
         for (int k = 0; k < m; k++) done |= jobs[take[k]].ok = decode_one(g, s, &jobs[take[k]], s->params[take[k]],
                                                                           &dst[k]);
@@ -290,14 +385,16 @@ void gpu_jpeg_decode(gpu_jpeg *g, gpu_jpeg_job *jobs, int n) {
             __atomic_add_fetch(&g->refused, 1, __ATOMIC_RELAXED);
             continue;
         }
+        int x0, y0, x1, y1;
+        region(job, &x0, &y0, &x1, &y1);
         size_t b = window_bytes(job);
         job->win.pix = cnt_malloc(b);
         memcpy(job->win.pix, s->host + at[j], b);
-        job->win.stride = (size_t)(job->x1 - job->x0) * (size_t)job->c;
-        job->win.x0 = job->x0;
-        job->win.y0 = job->y0;
-        job->win.w = job->x1 - job->x0;
-        job->win.h = job->y1 - job->y0;
+        job->win.stride = (size_t)(x1 - x0) * (size_t)job->c;
+        job->win.x0 = x0;
+        job->win.y0 = y0;
+        job->win.w = x1 - x0;
+        job->win.h = y1 - y0;
         job->win.sw = job->w;
         job->win.sh = job->h;
     }

@@ -38,15 +38,21 @@ typedef struct gpu_jpeg_job {
     int w, h;              /* the image's size (win.sw, win.sh) */
     int x0, y0, x1, y1;    /* the window: full-size columns [x0, x1), rows [y0, y1), inside the image */
     int ok;                /* out: 1 when decoded into win, 0 when refused (decode it on the CPU) */
-    jpeg_window win;       /* out: the window's pixels at scale 1 (win.pix malloc'ed; the caller frees it) */
+    jpeg_window win;       /* out: pixels at scale 1 of a region holding the window, up to 16 pixels wider on
+                            * each side (win.x0, .y0, .w, .h say where; win.pix malloc'ed; the caller frees it) */
 } gpu_jpeg_job;
 
 /* 1 when this build has nvJPEG (CNT_HAVE_NVJPEG). */
 int gpu_jpeg_built(void);
 
-/* nvJPEG on CUDA device `device` (-1: the calling thread's current one).
- * NULL with a message when the build has no nvJPEG or nvJPEG cannot start
- * on the device. */
+/* nvJPEG on CUDA device `device` (-1: the calling thread's current one):
+ * its hardware decoder where the GPU has one, else the hybrid decoder
+ * (always the hybrid one with CNT_NVJPEG_BACKEND=hybrid in the environment,
+ * for tests). Files it refuses (the first few said, with nvJPEG's status)
+ * are left for the CPU: CMYK and other component counts, files without an
+ * end-of-image marker, what nvJPEG says it does not support. NULL with a
+ * message when the build has no nvJPEG or nvJPEG cannot start on the
+ * device. */
 gpu_jpeg *gpu_jpeg_create(int device);
 
 /* The reference decoder: the same interface and contract, decoding with

@@ -42,7 +42,8 @@ mkdir -p "$out"
 exec > >(tee "$out/gpu_check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
 t0=$SECONDS
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+# compute mode: Exclusive_Process would refuse test_nccl.sh's second rank on the one GPU
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_mode --format=csv,noheader || true
 # shellcheck source=tools/dev/device_env.sh
 source tools/dev/device_env.sh || { echo "gpu_check: the kit did not set up"; exit 1; }
 # What this cuDNN offers the 16-bit and fused paths (seconds): which batch-norm
@@ -99,7 +100,8 @@ if [ "$prof" != none ] && [ $# -eq 0 ]; then
 fi
 tests=("$@")
 # nvJPEG (data.decoder = nvjpeg, never run before): its windows against
-# libjpeg-turbo's (test_image's test_nvjpeg_within_tolerance), then the
+# libjpeg-turbo's (test_image's test_nvjpeg_within_tolerance), with the
+# hardware decoder where the GPU has one and again with the hybrid one, then the
 # loader's images/s decoding on the GPU beside the CPU's, on 500x375 JPEGs.
 # On CPUs 0-3 (rows for 1, 2 and 4 workers, 3 s each): the whole machine's
 # rows took 151 s with the set's making.
@@ -107,7 +109,8 @@ nvjpeg_bench='d=/tmp/cnt_nvjpeg; [ -d $d ] || build/tools/to_imagefolder synthet
     --val 100 --format jpg >/dev/null; for dec in cpu nvjpeg; do taskset -c 0-3 ./trainer --bench-data \
     configs/resnet50.ini data.root=$d data.decoder=$dec train.batch_size=64 2>&1 | sed "s/^/$dec: /"; done'
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
-    tests/test_gpu_train.sh build/tests/test_image "$nvjpeg_bench")
+    tests/test_gpu_train.sh build/tests/test_image "CNT_NVJPEG_BACKEND=hybrid build/tests/test_image"
+    "$nvjpeg_bench")
 [ "${GPU_TESTS:-all}" = none ] && [ $# -eq 0 ] && tests=() # a measuring call: no tests, no mutants
 failed=()
 for t in "${tests[@]}"; do
