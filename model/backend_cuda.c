@@ -546,18 +546,26 @@ static void plan_bwd_data(conv_plan *pl, const void *dy, const void *w, void *dx
     cudnnConvolutionBwdDataAlgoPerf_t perf[FIND_MAX];
     found_algo rows[FIND_MAX];
     int got = 0, algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    /* The search writes its output: when dx holds a gradient to add to, it
+     * writes a scratch copy instead, of dx's type, made before the search's
+     * workspace takes half of what is free; where it cannot be had, no
+     * search (the heuristic below chooses). */
+    void *out = dx;
+    int can_find = 1;
+    if (accumulate) {
+        size_t es = conv_data_type(pl->math) == CUDNN_DATA_FLOAT ? sizeof(float) : 2;
+        if (cudaMalloc(&out, conv_in_count(&pl->key) * es) != cudaSuccess) {
+            (void)cudaGetLastError();
+            out = NULL;
+            can_find = 0;
+        }
+    }
     size_t ws = ws_for_find();
     conv_set_math(pl, search_math(pl));
-    /* The search writes its output: when dx holds a gradient to add to, it
-     * writes a scratch copy instead. */
-    void *out = dx;
-    if (accumulate) {
-        const conv_params *p = &pl->key;
-        CUDA_CHECK(cudaMalloc(&out, (size_t)p->N * p->C * p->H * p->W * sizeof(float)));
-    }
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(g.cudnn, pl->w, w, pl->y, dy, pl->conv, pl->x, out,
-                                                            FIND_MAX, &got, perf, g.ws, ws));
-    if (accumulate) {
+    if (can_find)
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(g.cudnn, pl->w, w, pl->y, dy, pl->conv, pl->x, out,
+                                                                FIND_MAX, &got, perf, g.ws, ws));
+    if (accumulate && out) {
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
         CUDA_CHECK(cudaFree(out));
     }
@@ -702,10 +710,12 @@ static int cuda_plans_import(const char *text, char *why, size_t len) {
         for (const char *t = text + hl; *t; lineno++) {
             const char *nl = strchr(t, '\n');
             plan_line l;
-            int ok = plan_line_parse(t, &l) &&
-                     plan_pass_ok(l.algo[0], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, l.math_type[0], l.ws[0]) &&
-                     plan_pass_ok(l.algo[1], CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, l.math_type[1], l.ws[1]) &&
-                     plan_pass_ok(l.algo[2], CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, l.math_type[2], l.ws[2]);
+            int ok = plan_line_parse(t, &l);
+            for (int k = 0; k < 3 && ok; k++) /* the rules a search here would follow */
+                ok = !l.have[k] || math_allowed(l.math, (cudnnMathType_t)l.math_type[k]);
+            ok = ok && plan_pass_ok(l.algo[0], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, l.math_type[0], l.ws[0]) &&
+                 plan_pass_ok(l.algo[1], CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, l.math_type[1], l.ws[1]) &&
+                 plan_pass_ok(l.algo[2], CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, l.math_type[2], l.ws[2]);
             if (!ok) {
                 if (why) snprintf(why, len, "line %d does not parse as a plan of this version", lineno + 1);
                 return -1;
@@ -1576,10 +1586,15 @@ static void gemm_reduced(int math, int trans_a, int trans_b, int M, int N, int K
  * changes: TF32 tensor ops in TF32; cuBLAS's DEFAULT math otherwise, which is
  * fp32 for cublasSgemm and uses tensor cores for the 16-bit operands of
  * cublasGemmEx (fp32 accumulation, CUBLAS_COMPUTE_32F). */
+/* Either way with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: a
+ * 16-bit C (16-bit activations) is summed in fp32 and rounded once, as
+ * model/backend.h's contract asks, not split-K reduced in 16 bits. */
+#define CNT_CUBLAS_NO_RPR CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
 static void cublas_math(int math) {
     int tf32 = math == BACKEND_MATH_TF32;
     if (tf32 == g.cublas_tf32) return;
-    CUBLAS_CHECK(cublasSetMathMode(g.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetMathMode(
+        g.cublas, (cublasMath_t)((tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) | CNT_CUBLAS_NO_RPR)));
     g.cublas_tf32 = tf32;
 }
 
@@ -1844,6 +1859,9 @@ static size_t cuda_conv_workspace(const backend_ctx *ctx, const conv_params *p) 
          * filter or dy; H16_OUT: y, dx or dw */
         bytes += 2 * (max2(max2(in, out), w) + max2(w, out) + max2(max2(in, out), w));
     }
+    /* the graph API's search: each candidate writes the pass's output (y, dx or dw) into cg_scratch */
+    if (ctx->conv_api == BACKEND_CONV_API_GRAPH)
+        bytes += max2(max2(in, out), w) * (math_reduced(ctx->math) ? 2 : sizeof(float));
     return bytes;
 }
 
@@ -2016,7 +2034,7 @@ const backend *backend_cuda(int local_rank) {
     CUDNN_CHECK(cudnnSetStream(g.cudnn, g.stream));
     CUBLAS_CHECK(cublasCreate(&g.cublas));
     CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
-    CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CNT_CUBLAS_NO_RPR)));
     g.cublas_tf32 = 0;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_param));
