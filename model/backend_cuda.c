@@ -136,7 +136,7 @@ static struct {
     cudnnTensorDescriptor_t bn_x, bn_param; /* reset by every batch-norm call */
     float *bn_stage;           /* aligned stand-ins for their misaligned per-channel vectors (bn_vec) */
     size_t bn_stage_n;
-    int bn16_refused;          /* cuDNN refused batch norm on 16-bit activations: widened since (bn_widened) */
+    int bn16_refused[3];       /* by backend_dtype: cuDNN refused batch norm on it: widened since (bn_widened) */
     cudnnActivationDescriptor_t relu; /* the ReLU of batch norm's fused forward */
     void *bn_reserve;          /* that forward's reserve space where no fwd_keep takes it (then unread) */
     size_t bn_reserve_n;
@@ -850,7 +850,8 @@ static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int b
             if (cap < env.ws_limit) env.ws_limit = cap;
             pl->graph[pass][beta] = cg_plan_make(&env, &cv, pass, (float)beta, x, w, y, why, sizeof why);
         }
-        if (!pl->graph[pass][beta]) say_graph(pl, pass, "no graph-API plan for", why, "that pass takes the legacy call");
+        if (!pl->graph[pass][beta])
+            say_graph(pl, pass, "no graph-API plan for", why, "that pass takes the legacy call");
     }
     const cg_plan *gp = pl->graph[pass][beta];
     if (!gp) return 0;
@@ -1147,7 +1148,7 @@ static int aligned32(const void *p) { return ((uintptr_t)p & 31) == 0; }
  * where there is no cuDNN call for it: one value per channel (N*HW == 1, our
  * own kernels, fp32 only), or after this cuDNN refused a 16-bit call. */
 static int bn_widened(const backend_ctx *ctx, int N, int HW) {
-    return act16(ctx) && ((size_t)N * HW == 1 || g.bn16_refused);
+    return act16(ctx) && ((size_t)N * HW == 1 || g.bn16_refused[ctx->act]);
 }
 
 /* Status st of the batch-norm call `what` (file:line): 0 on success; 1 when
@@ -1173,7 +1174,7 @@ static int bn_refused(cudnnStatus_t st, int may_refuse, int *flag, const char *r
 /* On 16-bit activations (the calls cuDNN may not take in 16 bits): batch
  * norm then takes the widened copies, bn_widened. */
 #define BN16_REFUSED(ctx, call)                                                                                 \
-    bn_refused((call), act16(ctx), &g.bn16_refused,                                                            \
+    bn_refused((call), act16(ctx), &g.bn16_refused[(ctx)->act],                                                \
                (ctx)->act == BACKEND_DTYPE_BF16 ? "batch norm on bf16 activations"                              \
                                                 : "batch norm on fp16 activations",                             \
                "batch norm widens them to fp32 and back, which costs a conversion each way", #call, __FILE__, \
@@ -1322,7 +1323,7 @@ static void cuda_bn_fwd_infer(const backend_ctx *ctx, int N, int C, int HW, cons
     CNT_ASSERT(N >= 0 && C >= 1 && HW >= 1);
     CNT_ASSERT(eps >= CUDNN_BN_MIN_EPSILON);
     if (N == 0) return;
-    if (act16(ctx) && g.bn16_refused) { /* cuDNN's inference call has no N*HW == 1 limit */
+    if (act16(ctx) && g.bn16_refused[ctx->act]) { /* cuDNN's inference call has no N*HW == 1 limit */
         backend_ctx c = ctx_f32(ctx);
         size_t n = (size_t)N * C * HW;
         float *yt = a32_out(ctx, A32_OUT, n, y, 0);
@@ -1411,7 +1412,8 @@ static cudnnBatchNormOps_t bn_fused_ops(int add) {
 /* Whether the fused operations can run on [N, C, HW] in ctx, pointers aside
  * (bn_fused checks those). */
 static int bn_fusable(const backend_ctx *ctx, int N, int C, int HW) {
-    return !g.bn_fused_refused[ctx->act] && !bn_widened(ctx, N, HW) && (size_t)N * HW > 1 && nhwc_spatial(ctx, HW) && C % 8 == 0;
+    return !g.bn_fused_refused[ctx->act] && !bn_widened(ctx, N, HW) && (size_t)N * HW > 1 && nhwc_spatial(ctx, HW) &&
+           C % 8 == 0;
 }
 
 /* Whether the fused pass (the forward, or with backward the backward) `ops`

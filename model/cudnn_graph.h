@@ -17,7 +17,7 @@
  * drops DOWN_CONVERT_INPUTS (fp32 data computed in fp16) and
  * REDUCED_PRECISION_REDUCTION (16-bit accumulation); BACKEND_MATH_FP32 also
  * drops TENSOR_CORE (which TF32 engines carry), as the legacy path admits
- * only FMA kernels there.
+ * only FMA kernels there, and WINOGRAD_TILE_13x13 (errors far above fp32's).
  *
  * Internal to model/ (the CUDA backend's); compiled with it only. Not
  * thread-safe: the backend's compute thread only. Every cuDNN failure while

@@ -24,22 +24,26 @@ source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 # the first step's loss, from the progress line of step 1
 first_loss() { grep -m1 -oE 'step 1/[0-9]+  loss [0-9.]+' "$1" | awk '{print $4}'; }
 top1() { grep -oE 'finished: .*test top-1 [0-9.]+%' "$1" | grep -oE '[0-9.]+%$' | tr -d %; }
+# every run under a limit: a hang costs minutes of a lent GPU's budget, not all of it
+T=(timeout -k 5 240)
 small=(data.train_limit=4096 data.test_limit=1000 train.batch_size=32 train.epochs=3 optim.lr=0.05
        optim.warmup_epochs=0.5 train.log_every=1 data.workers=2)
+rn20=(configs/resnet20-fashion.ini "${small[@]}")
 
-./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.out_dir="$tmp/gpu" >"$tmp/gpu.log" 2>&1
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.out_dir="$tmp/gpu" >"$tmp/gpu.log" 2>&1
 check "GPU run exits 0" test $? -eq 0
 check "GPU run says which GPU" grep -q '^device: cuda:[0-9]' "$tmp/gpu.log"
-check "GPU run says which CPUs the loader threads run on" grep -q '^data: loader threads on .*CPUs' "$tmp/gpu.log"
+check "GPU run says which CPUs the loader threads run on" \
+    grep -qE '^(warning: )?data: loader threads on .*CPUs' "$tmp/gpu.log"
 # cuDNN's choices kept in out_dir (train/plans.h): written by the run, taken
 # by the next run that starts in a directory holding them
-check "GPU run keeps its convolution plans" grep -q '^cnntrain conv plans v1; device ' "$tmp/gpu/conv_plans.txt"
+check "GPU run keeps its convolution plans" grep -q '^cnntrain conv plans v2; device ' "$tmp/gpu/conv_plans.txt"
 mkdir -p "$tmp/plans2" && cp "$tmp/gpu/conv_plans.txt" "$tmp/plans2/"
-./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.max_steps=2 train.out_dir="$tmp/plans2" \
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.max_steps=2 train.out_dir="$tmp/plans2" \
     >"$tmp/plans2.log" 2>&1
 check "a run in a directory with plans takes them" grep -qE '^convolution plans: [1-9][0-9]* shapes? taken from' \
     "$tmp/plans2.log"
-./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cpu train.max_steps=1 train.out_dir="$tmp/cpu" \
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cpu train.max_steps=1 train.out_dir="$tmp/cpu" \
     >"$tmp/cpu.log" 2>&1
 check "CPU reference step exits 0" test $? -eq 0
 g=$(first_loss "$tmp/gpu.log")
@@ -51,7 +55,7 @@ acc=$(top1 "$tmp/gpu.log")
 # the CPU reaches 70% with these settings (tests/test_train.c)
 check "GPU run learns: test top-1 ${acc:-?}% > 70%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 70) }'
 
-./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=tf32 train.max_steps=200 \
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=tf32 train.max_steps=200 \
     train.log_every=50 train.out_dir="$tmp/tf32" >"$tmp/tf32.log" 2>&1
 check "tf32 run exits 0" test $? -eq 0
 check "tf32 run says tf32" grep -q '^precision: tf32' "$tmp/tf32.log"
@@ -60,7 +64,7 @@ check "tf32 on 28x28 images: train.layout = auto chose nchw" \
 
 # mixed precision: the CPU's emulation reaches 65% in 2 epochs (tests/test_train.c)
 for p in bf16 fp16; do
-    ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=$p train.epochs=2 \
+    "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=$p train.epochs=2 \
         train.log_every=32 train.out_dir="$tmp/$p" >"$tmp/$p.log" 2>&1
     check "$p run exits 0" test $? -eq 0
     check "$p run says $p mixed on tensor cores" grep -q "^precision: $p mixed: .*on tensor cores" "$tmp/$p.log"
@@ -74,12 +78,12 @@ check "bf16 on a GPU: train.layout = auto chose nhwc" grep -q '^layout: nhwc (tr
 # gradient stored in the precision's type on the GPU, as the CPU's reference
 # stores them by default; same weights and batch, so the first loss is the
 # CPU's but for rounding order (a 16-bit value may round the other way)
-./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cpu train.precision=bf16 train.max_steps=1 \
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cpu train.precision=bf16 train.max_steps=1 \
     train.out_dir="$tmp/cpu16" >"$tmp/cpu16.log" 2>&1
 check "CPU bf16 reference step stores bf16 activations" grep -q '^activations: bf16' "$tmp/cpu16.log"
 c16=$(first_loss "$tmp/cpu16.log")
 for p in bf16 fp16; do
-    ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.precision=$p train.activations=$p \
+    "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=$p train.activations=$p \
         train.epochs=2 train.out_dir="$tmp/a16-$p" >"$tmp/a16-$p.log" 2>&1
     check "$p with $p activations on the GPU: exit 0" test $? -eq 0
     check "$p with $p activations: the log says so" grep -q "^activations: $p" "$tmp/a16-$p.log"
@@ -91,7 +95,7 @@ check "bf16 activations: first loss the CPU's within 1e-2 (gpu $g, cpu $c16)" cl
 
 # NHWC in fp32: the first loss is the CPU's (same weights and batch; only
 # where values live and the order of sums change), and the run learns
-./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda train.layout=nhwc train.epochs=2 \
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.layout=nhwc train.epochs=2 \
     train.out_dir="$tmp/nhwc" >"$tmp/nhwc.log" 2>&1
 check "nhwc run exits 0" test $? -eq 0
 g=$(first_loss "$tmp/nhwc.log")
@@ -115,7 +119,7 @@ done
 skip=(data.train_limit=160 train.epochs=1 optim.warmup_epochs=0 train.precision=fp16 train.loss_scaling=static
       train.loss_scale=1099511627776)
 for d in cuda cpu; do
-    ./trainer configs/resnet20-fashion.ini "${small[@]}" "${skip[@]}" train.device=$d train.out_dir="$tmp/skip-$d" \
+    "${T[@]}" ./trainer "${rn20[@]}" "${skip[@]}" train.device=$d train.out_dir="$tmp/skip-$d" \
         >"$tmp/skip-$d.log" 2>&1
     check "fp16 at scale 2^40 on $d: exit 0" test $? -eq 0
     check "fp16 at scale 2^40 on $d: all 5 steps skipped" grep -q '"skipped_steps":5[,}]' "$tmp/skip-$d/metrics.jsonl"
@@ -193,11 +197,12 @@ else
     echo "note: no MPI in this build; multi-rank GPU checks not run"
 fi
 
-./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=tf32 classes=1000 >"$tmp/bench.log" 2>&1
+"${T[@]}" ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=tf32 classes=1000 >"$tmp/bench.log" 2>&1
 check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32, fp32 activations).* img/s' "$tmp/bench.log"
-./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
+"${T[@]}" ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
 check "--bench bf16 on the GPU: exit 0 with img/s" grep -q 'on cuda (bf16, fp32 activations).* img/s' "$tmp/bench16.log"
-./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc classes=1000 >"$tmp/benchvgg.log" 2>&1
+"${T[@]}" ./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc classes=1000 \
+    >"$tmp/benchvgg.log" 2>&1
 check "--bench vgg11 nhwc on the GPU (the flatten transpose): exit 0 with img/s" \
     grep -q 'on cuda (tf32, fp32 activations) nhwc.* img/s' "$tmp/benchvgg.log"
 

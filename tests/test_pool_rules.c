@@ -254,8 +254,9 @@ static void test_split_beyond_32_bits(void **state) {
                 assert_true(c < (size_t)C && a >= 0 && a < A && b >= 0 && b < B);
                 size_t back = nhwc ? ((n * A + (size_t)a) * B + (size_t)b) * C + c
                                    : ((n * C + c) * A + (size_t)a) * B + (size_t)b;
-                if (back != t) fail_msg("%s: %zu split into n %zu c %zu a %d b %d, which is %zu", nhwc ? "nhwc" : "nchw",
-                                        t, n, c, a, b, back);
+                if (back != t)
+                    fail_msg("%s: %zu split into n %zu c %zu a %d b %d, which is %zu", nhwc ? "nhwc" : "nchw", t, n, c,
+                             a, b, back);
             }
 }
 
