@@ -177,8 +177,12 @@ dist_nccl *dist_nccl_create(void) {
     c->device = me.device;
     size_t free_before = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-    /* Blocking: returns once every rank has joined (or fails, fatally). */
+    /* Blocking: returns once every rank has joined (or fails, fatally);
+     * bounded by the stall limits, naming the call (a rank that never
+     * joins would otherwise hold every other one here for ever). */
+    dist_blocking_begin("ncclCommInitRank");
     NCCL_CHECK(ncclCommInitRank(&c->comm, world, v.id, rank));
+    dist_blocking_end();
     /* At the device's highest priority: an allreduce queued while backward
      * still fills the GPU gets its blocks scheduled ahead of the backward
      * kernels waiting beside it, so the exchange overlaps instead of
@@ -213,7 +217,9 @@ void dist_nccl_free(dist_nccl *c) {
     /* Why wait first: the events and the communicator must outlive every
      * operation queued on them. */
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    dist_blocking_begin("ncclCommFinalize"); /* waits for the peers: bounded as ncclCommInitRank */
     NCCL_CHECK(ncclCommFinalize(c->comm));
+    dist_blocking_end();
     NCCL_CHECK(ncclCommDestroy(c->comm));
     for (int s = 0; s < ROUND_SLOTS; s++) {
         round_slot *sl = &c->slots[s];
@@ -304,9 +310,14 @@ long dist_nccl_join(dist_nccl *c, void *compute_stream) {
 static void check_async_error(dist_nccl *c, const char *what) {
     ncclResult_t ae = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(c->comm, &ae));
-    if (ae != ncclSuccess && ae != ncclInProgress)
+    if (ae != ncclSuccess && ae != ncclInProgress) {
+        const char *last = ncclGetLastError(c->comm);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", last ? last : "");
+        (void)ncclCommAbort(c->comm); /* what is still running on the device stops (NCCL's error handling) */
         cnt_fatal("NCCL reported an asynchronous error while waiting for %s: %s (%s)", what,
-                  ncclGetErrorString(ae), ncclGetLastError(c->comm));
+                  ncclGetErrorString(ae), msg);
+    }
 }
 
 /* 1 once ev has completed (or was never recorded), 0 while pending. */

@@ -83,8 +83,9 @@ typedef enum pool_mode {
 typedef struct fwd_keep {
     void *p;      /* device memory of `bytes`; NULL: nothing can be kept */
     size_t bytes;
-    int written;  /* set by the forward: 1 when this batch's backward may use what it kept (p written, or
-                   * nothing needed keeping), else 0 */
+    int written;  /* set by the forward: 1 when this batch's backward may take what it kept instead of
+                   * finding it again (p written; or a fused batch norm whose cuDNN call keeps nothing,
+                   * p then unread), else 0 (an op that keeps nothing leaves it 0) */
 } fwd_keep;
 
 typedef struct pool_params {
