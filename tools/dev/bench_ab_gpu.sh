@@ -90,18 +90,27 @@ for m in $models; do
             for l in $layouts; do
                 o=() n=() t=() v=()
                 declare -A vr=()
-                for _ in $(seq "$rounds"); do
+                for r in $(seq "$rounds"); do
                     new_act=()
                     [ "${NEW_ACT16:-0}" = 1 ] && [ "$p" = bf16 -o "$p" = fp16 ] && new_act=(activations="$p")
+                    # each measurement said as it is made (to stderr): a row the time limit cuts off
+                    # still leaves its numbers in the log
                     o+=("$(ours "$old" "$m" "$shape" "$b" "$p" "$l")")
+                    echo "    $m $b $p $l round $r: old ${o[-1]:-failed}" >&2
                     n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}")")
+                    echo "    $m $b $p $l round $r: new ${n[-1]:-failed}" >&2
                     for va in "${variants[@]}"; do
                         IFS=, read -r -a vopts <<<"${va#*:}"
-                        vr[$va]="${vr[$va]:-} $(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}" "${vopts[@]}")"
+                        got=$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}" "${vopts[@]}")
+                        vr[$va]="${vr[$va]:-} $got"
+                        echo "    $m $b $p $l round $r: new, ${va%%:*} ${got:-failed}" >&2
                     done
                     t+=("$(torch "$m" "$shape" "$b" "$p" "$l")")
-                    [ "${TORCH_NO_V8:-0}" = 1 ] &&
+                    echo "    $m $b $p $l round $r: torch ${t[-1]:-n/a}" >&2
+                    if [ "${TORCH_NO_V8:-0}" = 1 ]; then
                         v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
+                        echo "    $m $b $p $l round $r: torch no v8 ${v[-1]:-n/a}" >&2
+                    fi
                 done
                 mo=$(median "${o[@]}" </dev/null) mn=$(median "${n[@]}" </dev/null) mt=$(median "${t[@]}" </dev/null)
                 mv=$(median "${v[@]}" </dev/null)

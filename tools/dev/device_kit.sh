@@ -33,7 +33,7 @@ kit=$repo/.devkit
 # processor is another. This checkout's own build is left alone.
 src=$(mktemp -d) bsrc=$(mktemp -d)
 trap 'rm -rf "$src" "$bsrc"' EXIT
-git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C "$src"
+git ls-files -co --exclude-standard -z | xargs -0 tar --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$src"
 # nvJPEG that `make deps` fetched (ignored by git): the build links it by its
 # path in the copy, and the library collection below carries it to that path
 [ -d deps/nvjpeg ] && mkdir -p "$src/deps" && cp -a deps/nvjpeg "$src/deps/"

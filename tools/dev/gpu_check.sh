@@ -25,7 +25,11 @@
 #        GPU_ACCURACY (1: the quick start in fp32 and in bf16 with bf16 activations, after the
 #        tests; the accuracy goal of issue 30),
 #        GPU_TORCH_PROFILE ("MODEL|BATCHES|PRECISIONS|LAYOUT" of PyTorch's runs under its
-#        profiler, after the A/B, default "resnet50|64 256|bf16|nhwc"; "none" skips them)
+#        profiler, after the A/B, default "resnet50|64 256|bf16|nhwc"; "none" skips them),
+#        GPU_CAPS ("none" skips cudnn_caps)
+# Every phase's limit is cut to what is left of GPU_CHECK_SECONDS (cap), and
+# a phase with less than 15 s left is not started, so the call ends inside
+# its budget with its summary line. Without a usable GPU it stops at once.
 #
 # TESTS default to every GPU test: the backend against the CPU, the stager,
 # the NCCL reducer under mpirun, the trainer end to end on the GPU, nvJPEG
@@ -42,15 +46,28 @@ mkdir -p "$out"
 exec > >(tee "$out/gpu_check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
 t0=$SECONDS
+# cap N: N seconds, or what is left of the budget where that is less (0:
+# not enough left to start; `timeout 0` would mean no limit at all)
+cap() {
+    local left=$((budget - (SECONDS - t0)))
+    if [ "$left" -lt 15 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
 # compute mode: Exclusive_Process would refuse test_nccl.sh's second rank on the one GPU
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_mode --format=csv,noheader || true
 # shellcheck source=tools/dev/device_env.sh
 source tools/dev/device_env.sh || { echo "gpu_check: the kit did not set up"; exit 1; }
+# Without a usable GPU every GPU test skips and passes: stop instead, saying why
+gpus=$(./trainer --devices 2>&1 | grep -c '^cuda:[0-9]')
+if [ "$gpus" -lt 1 ]; then
+    echo "gpu_check: no usable GPU; stopping. ./trainer --devices says:"
+    ./trainer --devices 2>&1 | sed 's/^/    /'
+    exit 1
+fi
 # What this cuDNN offers the 16-bit and fused paths (seconds): which batch-norm
 # fusions run per data type, how many graph-API engines a convolution gets.
-if [ -x build/tools/cudnn_caps ] && [ $# -eq 0 ]; then
+if [ -x build/tools/cudnn_caps ] && [ $# -eq 0 ] && [ "${GPU_CAPS:-all}" != none ] && [ "$(cap 60)" -gt 0 ]; then
     echo "=== cudnn_caps"
-    timeout -k 5 60 build/tools/cudnn_caps | tee "$out/cudnn_caps.txt"
+    timeout -k 5 "$(cap 60)" build/tools/cudnn_caps | tee "$out/cudnn_caps.txt"
     echo "=== cudnn_caps: exit ${PIPESTATUS[0]} at $((SECONDS - t0))s"
 fi
 # The A/B first: the measurement with its baseline, while the budget is whole.
@@ -65,10 +82,14 @@ if [ "$ab" != none ] && [ $# -eq 0 ]; then
         old=/tmp/trainer.base old_name=$(cat .devkit/trainer.base.rev 2>/dev/null)
     fi
     IFS='|' read -r m b p l <<<"$ab"
-    lim=${GPU_AB_SECONDS:-240}
-    echo "=== A/B against $old_name (limit ${lim}s; NEW_VARIANTS=\"${NEW_VARIANTS:-}\")"
-    NEW_ACT16=${GPU_AB_ACT16:-1} timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh "$old" ./trainer "$m" "$b" "$p" "$l"
-    echo "=== A/B: exit $? at $((SECONDS - t0))s"
+    lim=$(cap "${GPU_AB_SECONDS:-240}")
+    if [ "$lim" -gt 0 ]; then
+        echo "=== A/B against $old_name (limit ${lim}s; NEW_VARIANTS=\"${NEW_VARIANTS:-}\")"
+        NEW_ACT16=${GPU_AB_ACT16:-1} timeout -k 5 "$lim" tools/dev/bench_ab_gpu.sh "$old" ./trainer "$m" "$b" "$p" "$l"
+        echo "=== A/B: exit $? at $((SECONDS - t0))s"
+    else
+        echo "=== A/B: not run, the budget is spent"
+    fi
 fi
 # PyTorch under its profiler (tools/bench_torch.py --profile): whether the
 # host or the GPU sets its pace at each batch (the issue's question before
@@ -78,9 +99,13 @@ if [ "$tprof" != none ] && [ $# -eq 0 ] && python3 -c 'import torch' 2>/dev/null
     IFS='|' read -r m bs ps l <<<"$tprof"
     for p in $ps; do
         for b in $bs; do
+            lim=$(cap 90)
+            [ "$lim" -gt 0 ] || { echo "=== torch profile $m $p $l batch $b: not run, the budget is spent"; continue; }
             echo "=== torch profile $m $p $l batch $b (at $((SECONDS - t0))s)"
-            timeout -k 5 90 python3 tools/bench_torch.py "$m" 3x224x224 "$b" 20 --device cuda --precision "$p" \
-                --layout "$l" --profile "$out/torch-profile-$m-$p-$l-$b.txt" 2>&1 | tail -2
+            # its img/s line and the profile's (the profiler's own warnings left out)
+            PYTHONWARNINGS=ignore timeout -k 5 "$lim" python3 tools/bench_torch.py "$m" 3x224x224 "$b" 20 \
+                --device cuda --precision "$p" --layout "$l" --profile "$out/torch-profile-$m-$p-$l-$b.txt" 2>&1 |
+                grep -E 'img/s|^torch profile|Error|error' | tail -4
         done
     done
 fi
@@ -91,23 +116,27 @@ if [ "$prof" != none ] && [ $# -eq 0 ]; then
     IFS='|' read -r m b ps l <<<"$prof"
     for p in $ps; do
         f="$out/profile-$m-$p-$l-$b.json"
+        lim=$(cap 120)
+        [ "$lim" -gt 0 ] || { echo "=== profile $m $p $l batch $b: not run, the budget is spent"; continue; }
         echo "=== profile $m $p $l batch $b -> $f (at $((SECONDS - t0))s)"
         cfg=(configs/resnet50.ini model.name="$m") # the ImageNet-shaped settings, another model
         [ -f "configs/$m.ini" ] && cfg=("configs/$m.ini")
-        timeout -k 5 120 ./trainer --profile "${cfg[0]}" "$f" "${cfg[@]:1}" data.kind=synthetic train.device=cuda \
+        timeout -k 5 "$lim" ./trainer --profile "${cfg[0]}" "$f" "${cfg[@]:1}" data.kind=synthetic train.device=cuda \
             train.batch_size="$b" train.max_steps=10 train.precision="$p" train.layout="$l" | tail -1
     done
 fi
 tests=("$@")
+rm -f /tmp/gpu_failing_tests
 # nvJPEG (data.decoder = nvjpeg, never run before): its windows against
 # libjpeg-turbo's (test_image's test_nvjpeg_within_tolerance), with the
 # hardware decoder where the GPU has one and again with the hybrid one, then the
 # loader's images/s decoding on the GPU beside the CPU's, on 500x375 JPEGs.
 # On CPUs 0-3 (rows for 1, 2 and 4 workers, 3 s each): the whole machine's
 # rows took 151 s with the set's making.
-nvjpeg_bench='d=/tmp/cnt_nvjpeg; [ -d $d ] || build/tools/to_imagefolder synthetic $d --classes 10 --train 600 \
-    --val 100 --format jpg >/dev/null; for dec in cpu nvjpeg; do taskset -c 0-3 ./trainer --bench-data \
-    configs/resnet50.ini data.root=$d data.decoder=$dec train.batch_size=64 2>&1 | sed "s/^/$dec: /"; done'
+nvjpeg_bench='set -o pipefail; rc=0; d=/tmp/cnt_nvjpeg; [ -d $d ] || build/tools/to_imagefolder synthetic $d \
+    --classes 10 --train 600 --val 100 --format jpg >/dev/null; for dec in cpu nvjpeg; do taskset -c 0-3 \
+    ./trainer --bench-data configs/resnet50.ini data.root=$d data.decoder=$dec train.batch_size=64 2>&1 |
+    sed "s/^/$dec: /" || rc=1; done; exit $rc'
 [ ${#tests[@]} -gt 0 ] || tests=(build/tests/test_backend_gpu build/tests/test_stager tests/test_nccl.sh
     tests/test_gpu_train.sh build/tests/test_image "CNT_NVJPEG_BACKEND=hybrid build/tests/test_image"
     "$nvjpeg_bench")
@@ -123,55 +152,67 @@ for t in "${tests[@]}"; do
     echo "=== $t (limit ${left}s, at $((SECONDS - t0))s)"
     s=$SECONDS
     if [[ "$t" == *.sh ]]; then
-        timeout -k 5 "$left" bash "$t"
+        timeout -k 5 "$left" bash "$t" 2>&1 | tee /tmp/gpu_test.out
     elif [ -f "$t" ] && [ -x "$t" ]; then
-        timeout -k 5 "$left" "$t"
+        timeout -k 5 "$left" "$t" 2>&1 | tee /tmp/gpu_test.out
     else
-        timeout -k 5 "$left" bash -c "$t"
+        timeout -k 5 "$left" bash -c "$t" 2>&1 | tee /tmp/gpu_test.out
     fi
-    rc=$?
+    rc=${PIPESTATUS[0]}
     echo "=== $t: exit $rc in $((SECONDS - s))s"
     [ "$rc" -eq 0 ] || failed+=("$t (exit $rc)")
+    # the cmocka tests that fail as built: a mutant guarded by one of them proves nothing
+    grep -oE '^\[  FAILED  \] test_[a-z0-9_]+' /tmp/gpu_test.out | awk '{print $4}' >>/tmp/gpu_failing_tests
 done
 # The mutants of tools/dev/gpu_mutants.sh: each must fail (a test that passes
 # without the fence or event wait it guards does not guard it).
-if [ -d .devkit/mutants ] && [ $# -eq 0 ] && [ "${GPU_TESTS:-all}" != none ]; then
-    gpus=$(./trainer --devices | grep -c '^cuda:[0-9]')
-    for f in .devkit/mutants/*.xz; do
-        name=$(basename "$f" .xz)
-        bin=/tmp/gpu_mutant_$name
-        xz -dc "$f" >"$bin" && chmod +x "$bin"
-        left=$((budget - (SECONDS - t0)))
-        [ "$left" -ge 20 ] || { echo "=== mutant $name: not run, the budget is spent"; failed+=("mutant $name (not run)"); continue; }
-        case "$name" in
-        nccl_*)
+if [ -f .devkit/mutants.tar.xz ] && [ $# -eq 0 ] && [ "${GPU_TESTS:-all}" != none ]; then
+    mdir=/tmp/gpu_mutants
+    rm -rf "$mdir" && mkdir -p "$mdir" && xz -dc .devkit/mutants.tar.xz | tar -xf - -C "$mdir"
+    # each line: NAME PROGRAM FILTER (the cmocka test that guards the line; - runs the program whole)
+    while read -r name prog filter; do
+        bin=$mdir/$name
+        [ -x "$bin" ] || { echo "=== mutant $name: not in the archive"; failed+=("mutant $name (missing)"); continue; }
+        if [ "$filter" != - ] && grep -qx "$filter" /tmp/gpu_failing_tests 2>/dev/null; then
+            echo "=== mutant $name: not run, $filter fails without it"
+            failed+=("mutant $name (its test fails as built)")
+            continue
+        fi
+        lim=$(cap 120)
+        if [ "$lim" -eq 0 ]; then
+            echo "=== mutant $name: not run, the budget is spent"
+            failed+=("mutant $name (not run)")
+            continue
+        fi
+        case "$prog" in
+        mpi_nccl)
             # 2 ranks on a one-GPU node as two NCCL hosts (tests/test_nccl.sh)
             if [ "$gpus" -ge 2 ]; then
-                timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin" >/tmp/mutant.out 2>&1
+                timeout -k 5 "$lim" mpirun --allow-run-as-root --oversubscribe -np 2 "$bin" >/tmp/mutant.out 2>&1
             else
-                timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_SOCKET_IFNAME=lo \
-                    bash -c 'NCCL_HOSTID=cnt-mutant-$OMPI_COMM_WORLD_RANK exec "$0" --quick' "$bin" >/tmp/mutant.out 2>&1
+                timeout -k 5 "$lim" mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_SOCKET_IFNAME=lo \
+                    bash -c 'NCCL_HOSTID=cnt-mutant-$OMPI_COMM_WORLD_RANK exec "$0" --quick' "$bin" \
+                    >/tmp/mutant.out 2>&1
             fi
             ;;
-        # test_backend_gpu's mutants run the one test that guards the line
-        bn_no_copy_back) CNT_TEST_FILTER=test_bn_nhwc_unaligned timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        fcache_no_forget) CNT_TEST_FILTER=test_conv_filter_cache timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        act16_*) CNT_TEST_FILTER=test_act16_ops timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        bn_fused_*) CNT_TEST_FILTER=test_bn_act_fused timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        vec_*) CNT_TEST_FILTER=test_relu timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        graph_*) CNT_TEST_FILTER=test_conv_graph_api timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
-        *) timeout -k 5 120 "$bin" >/tmp/mutant.out 2>&1 ;;
+        *)
+            if [ "$filter" = - ]; then
+                timeout -k 5 "$lim" "$bin" >/tmp/mutant.out 2>&1
+            else # the one test that guards the line
+                CNT_TEST_FILTER=$filter timeout -k 5 "$lim" "$bin" >/tmp/mutant.out 2>&1
+            fi
+            ;;
         esac
         rc=$?
         grep -m3 -E '^(FAIL|round |\[  (FAILED|ERROR) )' /tmp/mutant.out | sed 's/^/    /'
         if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
-            echo "=== mutant $name: caught (exit $rc)"
+            echo "=== mutant $name ($filter): caught (exit $rc)"
         else
-            echo "=== mutant $name: NOT caught (exit $rc): its test passes without what it guards"
+            echo "=== mutant $name ($filter): NOT caught (exit $rc): its test passes without what it guards"
             failed+=("mutant $name (not caught)")
         fi
         rm -f "$bin"
-    done
+    done <"$mdir/mutants.list"
 fi
 
 # The goal "bf16 training on the GPU reaches the quick start's fp32 accuracy
@@ -200,5 +241,6 @@ if [ "$bench" != none ] && [ "$left" -ge 30 ]; then
 elif [ "$bench" != none ]; then
     echo "=== bench: not run, ${left}s left"
 fi
-echo "gpu_check: ${#failed[@]} failed${failed:+: ${failed[*]}} (${#tests[@]} test(s), then the mutants; $((SECONDS - t0))s)"
+echo "gpu_check: ${#failed[@]} failed${failed:+: ${failed[*]}}" \
+    "(${#tests[@]} test(s), then the mutants; $((SECONDS - t0))s)"
 [ ${#failed[@]} -eq 0 ]
