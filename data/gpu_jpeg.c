@@ -186,17 +186,22 @@ static void release(gpu_jpeg *g, state *s) {
     cnt_mutex_unlock(&g->mu);
 }
 
-/* Room for n images' parameters and `bytes` of windows. */
+/* Room for n images' parameters and `bytes` of windows. The device buffer
+ * is stream-ordered (cudaMallocAsync, cudaFreeAsync on the state's
+ * stream): cudaFree waits for the whole device, and a loader thread doing
+ * that while NCCL's kernels wait for other ranks can hang them (NVIDIA/nccl
+ * #194). Both buffers grow by half again, so a run grows them a few times. */
 static void reserve(gpu_jpeg *g, state *s, int n, size_t bytes) {
     for (; s->cap_params < n; s->cap_params++) {
         s->params = cnt_realloc(s->params, (size_t)(s->cap_params + 1) * sizeof *s->params);
         NVJPEG_CHECK(nvjpegDecodeParamsCreate(g->h, &s->params[s->cap_params]));
     }
     if (bytes <= s->cap_bytes) return;
-    if (s->dev) CUDA_CHECK(cudaFree(s->dev));
+    CUDA_CHECK(cudaStreamSynchronize(s->stream)); /* the host buffer's last copy is done */
+    if (s->dev) CUDA_CHECK(cudaFreeAsync(s->dev, s->stream));
     if (s->host) CUDA_CHECK(cudaFreeHost(s->host));
-    s->cap_bytes = bytes + bytes / 4;
-    CUDA_CHECK(cudaMalloc((void **)&s->dev, s->cap_bytes));
+    s->cap_bytes = bytes + bytes / 2;
+    CUDA_CHECK(cudaMallocAsync((void **)&s->dev, s->cap_bytes, s->stream));
     CUDA_CHECK(cudaMallocHost((void **)&s->host, s->cap_bytes));
 }
 
@@ -419,7 +424,8 @@ void gpu_jpeg_free(gpu_jpeg *g) {
         NVJPEG_CHECK(nvjpegJpegStateDestroy(s->js));
         if (s->pinned_buf) NVJPEG_CHECK(nvjpegBufferPinnedDestroy(s->pinned_buf));
         if (s->device_buf) NVJPEG_CHECK(nvjpegBufferDeviceDestroy(s->device_buf));
-        if (s->dev) CUDA_CHECK(cudaFree(s->dev));
+        if (s->dev) CUDA_CHECK(cudaFreeAsync(s->dev, s->stream));
+        CUDA_CHECK(cudaStreamSynchronize(s->stream));
         if (s->host) CUDA_CHECK(cudaFreeHost(s->host));
         CUDA_CHECK(cudaStreamDestroy(s->stream));
         free(s);
