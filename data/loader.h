@@ -100,8 +100,8 @@ typedef struct loader_options {
     uint64_t block_bytes;  /* blocks: a block is a run of images back to back in one shard, this many bytes */
     int window_blocks;     /* blocks: a rank shuffles its images within windows of this many blocks */
     struct gpu_jpeg *gpu_jpeg; /* data.decoder = nvjpeg (file-backed sets): JPEGs decoded on the GPU
-                                  (data/gpu_jpeg.h, at full size: jpeg_scaling does not apply), the rest
-                                  on the CPU; NULL: all on the CPU. Must outlive the loader */
+                                  (data/gpu_jpeg.h, at full size), the rest (and what it refuses) on the
+                                  CPU, with jpeg_scaling; NULL: all on the CPU. Must outlive the loader */
     int have_cpus;         /* 1: the worker threads run on `cpus` (input_loader_options: the GPU's NUMA
                               node); 0: on the process's CPUs (cpus_process) */
     cpus_mask cpus;

@@ -221,8 +221,8 @@ static const key_def key_table[] = {
                  "faster; false decodes at full size, as torchvision does"),
     K_ENUM("data", "decoder", decoder, "auto", .choices = decoders,
          .help = "who decodes JPEGs (imagefolder, shards): cpu (libjpeg-turbo in the loader threads), nvjpeg "
-                 "(the rank's GPU: its hardware decoder where it has one; full size, so data.jpeg_scaling does not "
-                 "apply; other formats and what nvJPEG refuses on the CPU; not yet run on a GPU); auto: cpu"),
+                 "(the rank's GPU: its hardware decoder where it has one, at full size; other formats and what "
+                 "nvJPEG refuses on the CPU, with data.jpeg_scaling; not yet run on a GPU); auto: cpu"),
     K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
         .help = "padding in pixels on each side before the random crop (crop = pad)"),
     K_FLOAT("data", "min_scale", min_scale, "0.08", BETWEEN(0.01, 1),
