@@ -170,7 +170,8 @@ if [ -f .devkit/mutants.tar.xz ] && [ $# -eq 0 ] && [ "${GPU_TESTS:-all}" != non
     mdir=/tmp/gpu_mutants
     rm -rf "$mdir" && mkdir -p "$mdir" && xz -dc .devkit/mutants.tar.xz | tar -xf - -C "$mdir"
     # each line: NAME PROGRAM FILTER (the cmocka test that guards the line; - runs the program whole)
-    while read -r name prog filter; do
+    # the list on fd 3: mpirun (and anything else in the loop) reads stdin, which would eat the list
+    while read -r name prog filter <&3; do
         bin=$mdir/$name
         [ -x "$bin" ] || { echo "=== mutant $name: not in the archive"; failed+=("mutant $name (missing)"); continue; }
         if [ "$filter" != - ] && grep -qx "$filter" /tmp/gpu_failing_tests 2>/dev/null; then
@@ -212,7 +213,7 @@ if [ -f .devkit/mutants.tar.xz ] && [ $# -eq 0 ] && [ "${GPU_TESTS:-all}" != non
             failed+=("mutant $name (not caught)")
         fi
         rm -f "$bin"
-    done <"$mdir/mutants.list"
+    done 3<"$mdir/mutants.list"
 fi
 
 # The goal "bf16 training on the GPU reaches the quick start's fp32 accuracy
