@@ -146,42 +146,34 @@ PR_FN pr_plane pr_plane_of(const pool_params *p, size_t n, size_t c, int nhwc) {
 }
 
 /* Splits t, a flat index into [N, C, A, B] (or, with nhwc, [N, A, B, C]),
- * into its coordinates (n, c, a, b). */
+ * into its coordinates (n, c, a, b): in 32-bit arithmetic where t fits (then
+ * every quotient and remainder does; division several times faster on a
+ * GPU), else in size_t, by the one body below. */
+#define PR_SPLIT_IN(T)                  \
+    do {                                \
+        T r = (T)t;                     \
+        if (nhwc) {                     \
+            *c = r % (T)C;              \
+            r /= (T)C;                  \
+        }                               \
+        *b = (int)(r % (T)B);           \
+        r /= (T)B;                      \
+        *a = (int)(r % (T)A);           \
+        r /= (T)A;                      \
+        if (nhwc) {                     \
+            *n = r;                     \
+        } else {                        \
+            *c = r % (T)C;              \
+            *n = r / (T)C;              \
+        }                               \
+    } while (0)
 PR_FN void pr_split(size_t t, int C, int A, int B, int nhwc, size_t *n, size_t *c, int *a, int *b) {
-    if (t <= UINT32_MAX) { /* every quotient and remainder fits: 32-bit division, several times faster on a GPU */
-        uint32_t r = (uint32_t)t;
-        if (nhwc) {
-            *c = r % (uint32_t)C;
-            r /= (uint32_t)C;
-        }
-        *b = (int)(r % (uint32_t)B);
-        r /= (uint32_t)B;
-        *a = (int)(r % (uint32_t)A);
-        r /= (uint32_t)A;
-        if (nhwc) {
-            *n = r;
-        } else {
-            *c = r % (uint32_t)C;
-            *n = r / (uint32_t)C;
-        }
-        return;
-    }
-    size_t r = t;
-    if (nhwc) {
-        *c = r % (size_t)C;
-        r /= (size_t)C;
-    }
-    *b = (int)(r % (size_t)B);
-    r /= (size_t)B;
-    *a = (int)(r % (size_t)A);
-    r /= (size_t)A;
-    if (nhwc) {
-        *n = r;
-    } else {
-        *c = r % (size_t)C;
-        *n = r / (size_t)C;
-    }
+    if (t <= UINT32_MAX)
+        PR_SPLIT_IN(uint32_t);
+    else
+        PR_SPLIT_IN(size_t);
 }
+#undef PR_SPLIT_IN
 
 /* The window's maximum; *bi = the position of its first maximum in the
  * unclipped window that starts at row hs, column ws, S wide. x (of `type`)
