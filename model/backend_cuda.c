@@ -120,7 +120,7 @@ static struct {
     cudaStream_t copy_stream;  /* input uploads (upload_async) */
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
-    int cublas_tf32;           /* the cuBLAS handle's math mode is TF32 tensor ops (cublas_math) */
+    int cublas_tf32;           /* the cuBLAS handle's math mode is TF32 tensor ops (cublas_math); -1: unset */
     void *ws;                  /* cuDNN workspace */
     size_t ws_bytes;
     size_t ws_limit;           /* largest workspace an algorithm may ask for */
@@ -439,16 +439,22 @@ static void conv_set_math(conv_plan *pl, cudnnMathType_t m) {
  * 16-bit data or NHWC). */
 #define FIND_MAX 16
 
-/* The workspace the search may use: the limit, or half the free memory if
- * that is less; grown once, kept for the chosen algorithms. */
-static size_t ws_for_find(void) {
-    /* the search reads the layer's inputs: the ops that write them first */
-    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+/* The most workspace a search may take: the limit, or half the free memory
+ * if that is less, and never less than what the workspace already holds. */
+static size_t ws_search_limit(void) {
     if (g.ws_bytes >= g.ws_limit) return g.ws_bytes;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     size_t want = g.ws_limit < free_b / 2 ? g.ws_limit : free_b / 2;
-    if (want > g.ws_bytes) ws_reserve(want);
+    return want > g.ws_bytes ? want : g.ws_bytes;
+}
+
+/* The workspace the legacy search uses (ws_search_limit), grown once, kept
+ * for the chosen algorithms. */
+static size_t ws_for_find(void) {
+    /* the search reads the layer's inputs: the ops that write them first */
+    CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    ws_reserve(ws_search_limit());
     return g.ws_bytes;
 }
 
@@ -843,11 +849,9 @@ static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int b
                 say_graph(pl, pass, "cannot take the kept plan for", why, "searching again");
         }
         if (!pl->graph[pass][beta]) {
-            /* a candidate's workspace must not take what training needs: at most half of what is free */
-            size_t free_b = 0, total_b = 0;
-            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-            size_t cap = free_b / 2 + g.ws_bytes;
-            if (cap < env.ws_limit) env.ws_limit = cap;
+            /* a candidate's workspace must not take what training needs: the legacy search's rule */
+            size_t lim = ws_search_limit();
+            if (lim < env.ws_limit) env.ws_limit = lim;
             pl->graph[pass][beta] = cg_plan_make(&env, &cv, pass, (float)beta, x, w, y, why, sizeof why);
         }
         if (!pl->graph[pass][beta])
@@ -1585,18 +1589,18 @@ static void gemm_reduced(int math, int trans_a, int trans_b, int M, int N, int K
 }
 
 /* The cuBLAS handle's math mode for our math mode `math`, set when it
- * changes: TF32 tensor ops in TF32; cuBLAS's DEFAULT math otherwise, which is
- * fp32 for cublasSgemm and uses tensor cores for the 16-bit operands of
- * cublasGemmEx (fp32 accumulation, CUBLAS_COMPUTE_32F). */
-/* Either way with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: a
- * 16-bit C (16-bit activations) is summed in fp32 and rounded once, as
- * model/backend.h's contract asks, not split-K reduced in 16 bits. */
-#define CNT_CUBLAS_NO_RPR CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
+ * changes (g.cublas_tf32 -1: not set yet): TF32 tensor ops in TF32; cuBLAS's
+ * DEFAULT math otherwise, which is fp32 for cublasSgemm and uses tensor
+ * cores for the 16-bit operands of cublasGemmEx (fp32 accumulation,
+ * CUBLAS_COMPUTE_32F). Either way with
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: a 16-bit C (16-bit
+ * activations) is summed in fp32 and rounded once, as model/backend.h's
+ * contract asks, not split-K reduced in 16 bits. */
 static void cublas_math(int math) {
     int tf32 = math == BACKEND_MATH_TF32;
     if (tf32 == g.cublas_tf32) return;
-    CUBLAS_CHECK(cublasSetMathMode(
-        g.cublas, (cublasMath_t)((tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) | CNT_CUBLAS_NO_RPR)));
+    cublasMath_t mode = tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, (cublasMath_t)(mode | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     g.cublas_tf32 = tf32;
 }
 
@@ -2036,8 +2040,8 @@ const backend *backend_cuda(int local_rank) {
     CUDNN_CHECK(cudnnSetStream(g.cudnn, g.stream));
     CUBLAS_CHECK(cublasCreate(&g.cublas));
     CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
-    CUBLAS_CHECK(cublasSetMathMode(g.cublas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CNT_CUBLAS_NO_RPR)));
-    g.cublas_tf32 = 0;
+    g.cublas_tf32 = -1;
+    cublas_math(BACKEND_MATH_FP32);
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_param));
     CUDNN_CHECK(cudnnCreateActivationDescriptor(&g.relu));

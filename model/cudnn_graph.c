@@ -185,7 +185,19 @@ static cudnnStatus_t run(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const v
     TRY(st, cudnnBackendFinalize(vp));
     TRY(st, cudnnBackendExecute(h, plan, vp));
     destroy(&vp);
+    /* a failed launch's CUDA error is this run's, not the next call's (a
+     * candidate that fails is dropped; cg_execute's failure is fatal anyway) */
+    if (st != CUDNN_STATUS_SUCCESS) (void)cudaGetLastError();
     return st;
+}
+
+/* The pointers a search's runs take: x, w, y with the pass's output slot
+ * (y forward, x for the data gradient, w for the filter's) replaced by
+ * env->scratch_out, so nothing the caller holds is written. */
+static void trial_slots(const cg_env *env, cg_pass pass, const void **x, const void **w, const void **y) {
+    if (pass == CG_FWD) *y = env->scratch_out;
+    if (pass == CG_BWD_DATA) *x = env->scratch_out;
+    if (pass == CG_BWD_FILTER) *w = env->scratch_out;
 }
 
 /* A finalised execution plan of cfg and its workspace; NULL where cuDNN
@@ -207,10 +219,7 @@ static cudnnBackendDescriptor_t finalise(cudnnBackendDescriptor_t cfg, int64_t *
 static float time_plan(const cg_env *env, cudnnBackendDescriptor_t plan, size_t ws, const void *x, const void *w,
                        const void *y) {
     void *wsp = ws ? env->workspace(ws) : NULL;
-    if (run(env->handle, plan, x, w, y, wsp) != CUDNN_STATUS_SUCCESS) {
-        (void)cudaGetLastError(); /* a failed launch's error is this candidate's, not the next call's */
-        return -1.0f;
-    }
+    if (run(env->handle, plan, x, w, y, wsp) != CUDNN_STATUS_SUCCESS) return -1.0f;
     cudaEvent_t a, b;
     CUDA_CHECK(cudaEventCreate(&a));
     CUDA_CHECK(cudaEventCreate(&b));
@@ -221,7 +230,6 @@ static float time_plan(const cg_env *env, cudnnBackendDescriptor_t plan, size_t 
         CUDA_CHECK(cudaEventRecord(b, env->stream));
         CUDA_CHECK(cudaEventSynchronize(b));
         if (st != CUDNN_STATUS_SUCCESS) {
-            (void)cudaGetLastError();
             best = -1.0f;
             break;
         }
@@ -307,9 +315,8 @@ cg_plan *cg_plan_make(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
     cudnnStatus_t st = list_configs(env->handle, cv, pass, beta, cfgs, &got, &graph);
     if (st != CUDNN_STATUS_SUCCESS && why)
         snprintf(why, len, "cuDNN could not describe it: %s", cudnnGetErrorString(st));
-    /* timing writes the pass's output into scratch */
-    const void *tx = pass == CG_BWD_DATA ? env->scratch_out : x, *tw = pass == CG_BWD_FILTER ? env->scratch_out : w;
-    const void *ty = pass == CG_FWD ? env->scratch_out : y;
+    const void *tx = x, *tw = w, *ty = y;
+    trial_slots(env, pass, &tx, &tw, &ty);
     cg_plan *best = NULL;
     int qualified = 0;
     for (int64_t i = 0; i < got; i++) {
@@ -364,12 +371,10 @@ cg_plan *cg_plan_take(const cg_env *env, const cg_conv *cv, cg_pass pass, float 
                           (long long)ws);
         destroy(&plan);
     } else {
-        /* one run before it is trusted (a failure of a chosen plan is fatal later), its output in scratch */
-        const void *tx = pass == CG_BWD_DATA ? env->scratch_out : x, *tw = pass == CG_BWD_FILTER ? env->scratch_out : w;
-        const void *ty = pass == CG_FWD ? env->scratch_out : y;
-        st = run(env->handle, plan, tx, tw, ty, ws ? env->workspace((size_t)ws) : NULL);
+        /* one run before it is trusted (a failure of a chosen plan is fatal later) */
+        trial_slots(env, pass, &x, &w, &y);
+        st = run(env->handle, plan, x, w, y, ws ? env->workspace((size_t)ws) : NULL);
         if (st != CUDNN_STATUS_SUCCESS) {
-            (void)cudaGetLastError();
             if (why)
                 snprintf(why, len, "engine %lld failed a trial run: %s", (long long)engine, cudnnGetErrorString(st));
             destroy(&plan);
