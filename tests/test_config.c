@@ -890,18 +890,29 @@ static void test_help_and_reference(void **state) {
 
 /* optim.lr_scaling = linear: the rate times the global batch's multiple of
  * one rank's micro-batch (world x train.accumulate); none: optim.lr. */
-/* train.conv_api: legacy by default, graph when asked, carried into the
- * zoo's options (and from there into the net's context: test_zoo), and a
- * value it does not take refused naming the choices. */
+/* train.conv_api: auto by default, which is what the backend runs fastest
+ * (its conv_api_auto: graph for CUDA) and legacy for a net only described;
+ * legacy and graph when asked, whatever the backend prefers; carried into
+ * the zoo's options (and from there into the net's context: test_zoo), and
+ * a value it does not take refused naming the choices. */
 static void test_conv_api(void **state) {
     (void)state;
+    backend prefers_graph = *backend_cpu(), prefers_legacy = *backend_cpu();
+    prefers_graph.conv_api_auto = BACKEND_CONV_API_GRAPH;
+    prefers_legacy.conv_api_auto = BACKEND_CONV_API_LEGACY;
     config cfg;
     config_defaults(&cfg);
-    assert_int_equal(cfg.conv_api, BACKEND_CONV_API_LEGACY);
+    assert_int_equal(cfg.conv_api, CONFIG_CONV_API_AUTO);
     assert_int_equal(config_zoo_options(&cfg, NULL).conv_api, BACKEND_CONV_API_LEGACY);
+    assert_int_equal(config_zoo_options(&cfg, &prefers_graph).conv_api, BACKEND_CONV_API_GRAPH);
+    assert_int_equal(config_zoo_options(&cfg, &prefers_legacy).conv_api, BACKEND_CONV_API_LEGACY);
+    assert_int_equal(config_conv_api(&cfg, backend_cpu()), BACKEND_CONV_API_LEGACY); /* one way only */
     assert_int_equal(config_override(&cfg, "train.conv_api=graph"), CNT_OK);
     assert_int_equal(config_zoo_options(&cfg, NULL).conv_api, BACKEND_CONV_API_GRAPH);
-    expect_override_error("train.conv_api=v8", "legacy", "graph", NULL);
+    assert_int_equal(config_zoo_options(&cfg, &prefers_legacy).conv_api, BACKEND_CONV_API_GRAPH);
+    assert_int_equal(config_override(&cfg, "train.conv_api=legacy"), CNT_OK);
+    assert_int_equal(config_zoo_options(&cfg, &prefers_graph).conv_api, BACKEND_CONV_API_LEGACY);
+    expect_override_error("train.conv_api=v8", "auto", "legacy", "graph", NULL);
 }
 
 static void test_lr_scaling(void **state) {

@@ -35,6 +35,8 @@ check "GPU run exits 0" test $? -eq 0
 check "GPU run says which GPU" grep -q '^device: cuda:[0-9]' "$tmp/gpu.log"
 check "GPU run says which CPUs the loader threads run on" \
     grep -qE '^(warning: )?data: loader threads on .*CPUs' "$tmp/gpu.log"
+check "GPU run: train.conv_api = auto takes cuDNN's graph API" \
+    grep -q "^convolutions: cuDNN's graph API (train.conv_api = auto)" "$tmp/gpu.log"
 # cuDNN's choices kept in out_dir (train/plans.h): written by the run, taken
 # by the next run that starts in a directory holding them
 check "GPU run keeps its convolution plans" grep -q '^cnntrain conv plans v2; device ' "$tmp/gpu/conv_plans.txt"
@@ -62,36 +64,45 @@ check "tf32 run says tf32" grep -q '^precision: tf32' "$tmp/tf32.log"
 check "tf32 on 28x28 images: train.layout = auto chose nchw" \
     grep -q '^layout: nchw (train.layout = auto): tf32 on 28x28 images' "$tmp/tf32.log"
 
-# mixed precision: the CPU's emulation reaches 65% in 2 epochs (tests/test_train.c)
+# mixed precision: the CPU's emulation reaches 65% in 2 epochs
+# (tests/test_train.c); train.activations = auto stores the precision's
+# 16-bit type on a GPU too
 for p in bf16 fp16; do
     "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=$p train.epochs=2 \
         train.log_every=32 train.out_dir="$tmp/$p" >"$tmp/$p.log" 2>&1
     check "$p run exits 0" test $? -eq 0
     check "$p run says $p mixed on tensor cores" grep -q "^precision: $p mixed: .*on tensor cores" "$tmp/$p.log"
+    check "$p run: train.activations = auto stores $p" \
+        grep -q "^activations: $p (train.activations = auto)" "$tmp/$p.log"
     acc=$(top1 "$tmp/$p.log")
     check "$p run learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
 done
 check "fp16 run scales the loss dynamically" grep -q '^loss scaling: dynamic' "$tmp/fp16.log"
 check "bf16 on a GPU: train.layout = auto chose nhwc" grep -q '^layout: nhwc (train.layout = auto)' "$tmp/bf16.log"
 
-# 16-bit activations (train.activations): every activation and activation
+# 16-bit activations (the runs above): every activation and activation
 # gradient stored in the precision's type on the GPU, as the CPU's reference
-# stores them by default; same weights and batch, so the first loss is the
-# CPU's but for rounding order (a 16-bit value may round the other way)
+# stores them; same weights and batch, so the first loss is the CPU's but for
+# rounding order (a 16-bit value may round the other way)
 "${T[@]}" ./trainer "${rn20[@]}" train.device=cpu train.precision=bf16 train.max_steps=1 \
     train.out_dir="$tmp/cpu16" >"$tmp/cpu16.log" 2>&1
 check "CPU bf16 reference step stores bf16 activations" grep -q '^activations: bf16' "$tmp/cpu16.log"
 c16=$(first_loss "$tmp/cpu16.log")
-for p in bf16 fp16; do
-    "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=$p train.activations=$p \
-        train.epochs=2 train.out_dir="$tmp/a16-$p" >"$tmp/a16-$p.log" 2>&1
-    check "$p with $p activations on the GPU: exit 0" test $? -eq 0
-    check "$p with $p activations: the log says so" grep -q "^activations: $p" "$tmp/a16-$p.log"
-    acc=$(top1 "$tmp/a16-$p.log")
-    check "$p with $p activations learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
-done
-g=$(first_loss "$tmp/a16-bf16.log")
+g=$(first_loss "$tmp/bf16.log")
 check "bf16 activations: first loss the CPU's within 1e-2 (gpu $g, cpu $c16)" close_to "$g" "$c16" 1e-2
+# what auto took before a GPU measured the others faster, still asked for by
+# name: fp32 activations with 16-bit math, convolutions by the legacy calls
+for p in bf16 fp16; do
+    "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=$p train.activations=fp32 \
+        train.conv_api=legacy train.epochs=2 train.out_dir="$tmp/a32-$p" >"$tmp/a32-$p.log" 2>&1
+    check "$p with fp32 activations, legacy convolutions: exit 0" test $? -eq 0
+    check "$p with fp32 activations: the log says so" grep -q "^activations: fp32 (train.activations = fp32)" \
+        "$tmp/a32-$p.log"
+    check "$p with legacy convolutions: the log says so" \
+        grep -q "^convolutions: cuDNN's legacy calls (train.conv_api = legacy)" "$tmp/a32-$p.log"
+    acc=$(top1 "$tmp/a32-$p.log")
+    check "$p with fp32 activations learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
+done
 
 # NHWC in fp32: the first loss is the CPU's (same weights and batch; only
 # where values live and the order of sums change), and the run learns
@@ -168,8 +179,15 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
                 grep -q "parameters bit-identical on all 2 ranks" "$tmp/nccl2h.log"
             # a node's 8 GPUs as far as one GPU can show them: 8 ranks as 8
             # NCCL hosts train as the MPI backend does, up to the order of
-            # the sums (so the losses agree closely, not bit for bit)
-            eight=("${small[@]}" train.device=cuda train.max_steps=20 train.log_every=20)
+            # the sums (so the losses agree closely, not bit for bit). At
+            # one rank's lr: with it scaled 8x (0.4) the loss rose to 3.7 by
+            # step 16 and the two runs' rounding grew apart to 0.04 by step
+            # 20 (H200, 2026-11-28); at 0.05 they were 1.3602 and 1.3621 (the
+            # sums' order, and cuDNN's timed choices differing between the
+            # two runs), and a mean taken twice or not at all changes the
+            # rate 8x, far outside 1e-2 (a bucket not reduced at all makes the
+            # ranks' parameters differ: the check above)
+            eight=("${small[@]}" train.device=cuda train.max_steps=20 train.log_every=20 optim.lr_scaling=none)
             "${MPI[@]}" -np 8 -x NCCL_SOCKET_IFNAME=lo bash -c 'NCCL_HOSTID=cnt-test8-$OMPI_COMM_WORLD_RANK exec "$@"' \
                 trainer ./trainer configs/resnet20-fashion.ini "${eight[@]}" dist.backend=nccl \
                 train.out_dir="$tmp/nccl8" >"$tmp/nccl8.log" 2>&1
@@ -182,8 +200,8 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             check "8 ranks through MPI on one GPU: exit 0" test $? -eq 0
             l8n=$(grep -m1 -oE 'step 20/[0-9]+  loss [0-9.]+' "$tmp/nccl8.log" | awk '{print $4}')
             l8m=$(grep -m1 -oE 'step 20/[0-9]+  loss [0-9.]+' "$tmp/mpi8.log" | awk '{print $4}')
-            check "8 ranks: NCCL's loss at step 20 is MPI's within 2e-3 (nccl $l8n, mpi $l8m)" \
-                close_to "$l8n" "$l8m" 2e-3
+            check "8 ranks: NCCL's loss at step 20 is MPI's within 1e-2 (nccl $l8n, mpi $l8m)" \
+                close_to "$l8n" "$l8m" 1e-2
         fi
         "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
             train.max_steps=5 train.out_dir="$tmp/nccl2" >"$tmp/nccl2.log" 2>&1
@@ -198,13 +216,15 @@ else
 fi
 
 "${T[@]}" ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=tf32 classes=1000 >"$tmp/bench.log" 2>&1
-check "--bench on the GPU: exit 0 with img/s" grep -q 'on cuda (tf32, fp32 activations).* img/s' "$tmp/bench.log"
+check "--bench on the GPU: exit 0 with img/s" \
+    grep -q 'on cuda (tf32, fp32 activations).*, graph-API convolutions.* img/s' "$tmp/bench.log"
 "${T[@]}" ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
-check "--bench bf16 on the GPU: exit 0 with img/s" grep -q 'on cuda (bf16, fp32 activations).* img/s' "$tmp/bench16.log"
-"${T[@]}" ./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc classes=1000 \
-    >"$tmp/benchvgg.log" 2>&1
+check "--bench bf16 on the GPU: exit 0 with img/s" \
+    grep -q 'on cuda (bf16, bf16 activations).*, graph-API convolutions.* img/s' "$tmp/bench16.log"
+"${T[@]}" ./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc conv_api=legacy \
+    classes=1000 >"$tmp/benchvgg.log" 2>&1
 check "--bench vgg11 nhwc on the GPU (the flatten transpose): exit 0 with img/s" \
-    grep -q 'on cuda (tf32, fp32 activations) nhwc.* img/s' "$tmp/benchvgg.log"
+    grep -q 'on cuda (tf32, fp32 activations) nhwc, legacy convolutions.* img/s' "$tmp/benchvgg.log"
 
 if [ $fails -ne 0 ]; then
     for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done

@@ -133,7 +133,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->threads > 0) snprintf(threads, sizeof threads, "%d", cfg->threads);
     else snprintf(threads, sizeof threads, "all");
     /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
-    char prec_note[96] = "";
+    char prec_note[128] = "";
     if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
         snprintf(prec_note, sizeof prec_note, " (%s%s, %s activations)", config_name(cfg, &cfg->precision),
                  gpu ? "" : ", emulated", backend_dtype_name(nt->ctx.act));
@@ -144,6 +144,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     else if (nt->ctx.layout == BACKEND_LAYOUT_NHWC)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), " nhwc%s",
                  gpu ? "" : " (transposed)");
+    /* the convolutions' API where a GPU has two (an A/B's columns differ in it) */
+    if (gpu)
+        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), ", %s convolutions",
+                 nt->ctx.conv_api == BACKEND_CONV_API_GRAPH ? "graph-API" : "legacy");
     bench_result br;
     br.fwd_ms = 1e3 * fwd / steps;
     br.bwd_ms = 1e3 * bwd / steps;

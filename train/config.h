@@ -39,6 +39,8 @@
 #define CONFIG_BUCKET_MB_DEFAULT 25.0
 /* train.activations = auto (config_activations). */
 #define CONFIG_ACT_AUTO (-1)
+/* train.conv_api = auto: what the backend runs fastest (config_conv_api) */
+#define CONFIG_CONV_API_AUTO (-1)
 
 /* Enumerated keys are stored as enums, parsed once by the key table; where a
  * module owns the concept its enum is used (backend_math, backend_layout,
@@ -101,7 +103,7 @@ typedef struct config {
     backend_layout layout;           /* auto: backend_layout_choose */
     int activations;                 /* CONFIG_ACT_AUTO or a backend_dtype: config_activations */
     int fuse;                        /* bool: batch norm + add + ReLU in one op (net_set_fusion) */
-    backend_conv_api conv_api;       /* how a GPU runs convolutions (net_set_conv_api) */
+    int conv_api;                    /* CONFIG_CONV_API_AUTO or a backend_conv_api: config_conv_api */
     loss_scale_mode loss_scaling;    /* auto: config_loss_scale_opts */
     float loss_scale;                /* static scale, or the dynamic scale's start */
     int loss_scale_window;           /* dynamic: overflow-free steps before the scale doubles */
@@ -226,6 +228,9 @@ zoo_options config_zoo_options(const config *cfg, const backend *be);
  * 16-bit type of train.precision where be stores it (backend_act_choose),
  * else fp32. */
 backend_dtype config_activations(const config *cfg, const backend *be);
+/* train.conv_api on backend be: the API asked for, and for auto be's
+ * (backend_conv_api_choose; legacy where be is NULL). */
+backend_conv_api config_conv_api(const config *cfg, const backend *be);
 /* The step's loss options (train.label_smoothing, train.aux_weight). */
 step_opts config_step_opts(const config *cfg);
 /* data.crop: LOADER_CROP_PAD or LOADER_CROP_RESIZED; auto is the resized

@@ -142,15 +142,20 @@ static const backend *choose_device(const config *cfg) {
         else
             log_info("activations: fp32 (train.activations = %s)%s", config_name(cfg, &cfg->activations),
                      cfg->activations == CONFIG_ACT_AUTO
-                         ? ": this backend's 16-bit activations are not yet measured faster; train.activations = "
-                           "bf16 or fp16 (the precision's type) takes them"
+                         ? ": this backend keeps fp32 activations unless train.activations = bf16 or fp16 (the "
+                           "precision's type) asks for 16-bit ones"
                          : "");
     }
-    if (cfg->conv_api == BACKEND_CONV_API_GRAPH)
-        log_info("convolutions: %s (train.conv_api = graph)",
-                 cpu ? "the CPU backend ignores the choice" :
-                       "cuDNN's graph API, every engine its heuristics offer for a shape timed at its first step and "
-                       "the fastest kept (a pass with no such plan takes the legacy call, with a warning)");
+    if (cpu) {
+        if (cfg->conv_api == BACKEND_CONV_API_GRAPH)
+            log_info("convolutions: the CPU backend ignores train.conv_api = graph");
+    } else if (config_conv_api(cfg, be) == BACKEND_CONV_API_GRAPH) {
+        log_info("convolutions: cuDNN's graph API (train.conv_api = %s): every engine its heuristics offer for a "
+                 "shape timed at its first step and the fastest kept (a pass with no such plan takes the legacy "
+                 "call, with a warning)", config_name(cfg, &cfg->conv_api));
+    } else {
+        log_info("convolutions: cuDNN's legacy calls (train.conv_api = %s)", config_name(cfg, &cfg->conv_api));
+    }
     return be;
 }
 
