@@ -319,6 +319,28 @@ __global__ void pool_bwd_k(pool_params p, pr_axis ra, pr_axis ca, const void *ar
     GRID_STRIDE(t, total) st(dx, t, pr_bwd_one(&p, ra, ca, arg, dy, type, t, acc ? ld(dx, t) : 0.0f, nhwc));
 }
 
+/* Max pooling whose windows tile the input (pr_tiles): one thread per
+ * output writes its window's R*S input gradients from the kept maximum
+ * (arg), each as pr_bwd_one would gather it. In NHWC a warp's threads take
+ * neighbouring channels, so each of the window's stores is one contiguous
+ * run. */
+template <typename T>
+__global__ void pool_bwd_tile_k(pool_params p, pr_axis ra, pr_axis ca, const void *arg, const T *dy, T *dx, int acc,
+                                int nhwc) {
+    size_t total = (size_t)p.N * p.C * p.P * p.Q;
+    int ab = pr_arg_bytes(&p);
+    GRID_STRIDE(t, total) {
+        pr_tile w = pr_tile_of(&p, ra, ca, t, nhwc);
+        int at = pr_arg_at(arg, ab, t);
+        float d = ld(dy, t);
+        for (int a = 0; a < p.R; a++)
+            for (int b = 0; b < p.S; b++) {
+                size_t i = w.x0 + (size_t)a * w.sh + (size_t)b * w.sw;
+                st(dx, i, pr_tile_grad(a * p.S + b, at, d, acc ? ld(dx, i) : 0.0f));
+            }
+    }
+}
+
 /* ---------------------------------------------------------- layout transpose
  * N independent row-major [rows, cols] matrices, each transposed into
  * [cols, rows]: dst[(n*cols + j)*rows + i] (+)= src[(n*rows + i)*cols + j].
@@ -677,6 +699,11 @@ cudaError_t cuk_pool_bwd(cudaStream_t s, int type, const pool_params *p, const v
             WITH_TYPE(type, pool_argmax_k<T><<<grid_for(outputs), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p),
                                                                                    (const T *)x, type, scratch, nhwc));
             arg = scratch;
+        }
+        if (pr_tiles(p)) { /* each input in one window: by output, a tenth of the index arithmetic */
+            WITH_TYPE(type, pool_bwd_tile_k<T><<<grid_for(outputs), kThreads, 0, s>>>(
+                                *p, pr_rows(p), pr_cols(p), arg, (const T *)dy, (T *)dx, accumulate, nhwc));
+            return cudaGetLastError();
         }
     }
     WITH_TYPE(type, pool_bwd_k<T><<<grid_for(total), kThreads, 0, s>>>(*p, pr_rows(p), pr_cols(p), arg, (const T *)dy,

@@ -18,7 +18,11 @@
  * *at, model/backend.h's fwd_keep), or by pr_argmax_one in a pass before the
  * gather. A maximum's position is its offset in the unclipped window,
  * (h - i*stride_h + pad_h) * S + (w - j*stride_w + pad_w), below R*S, so a
- * byte holds it for windows of up to 256 values (pr_arg_bytes). Both layouts of
+ * byte holds it for windows of up to 256 values (pr_arg_bytes). Where the
+ * windows tile the input (pr_tiles: VGG's 2x2 stride 2), each input is in
+ * one window and the backward goes by output instead, one thread writing its
+ * window's gradients (pr_tile_of, pr_tile_grad), the same values as the
+ * gather with a tenth of its index arithmetic. Both layouts of
  * model/backend.h (set_layout) go through the same code: a plane's elements
  * are read through its row and column strides (pr_plane). Activations of
  * every type of backend_dtype are read widened (pr_ld, exactly), each value
@@ -298,6 +302,44 @@ PR_FN float pr_bwd_one(const pool_params *p, pr_axis ra, pr_axis ca, const void 
             }
         }
     }
+    return g;
+}
+
+/* Whether p's windows tile its input: max pooling with windows as large as
+ * their strides, no padding, and the outputs' windows covering the input
+ * exactly (VGG's 2x2 stride 2 on even sizes). Then every input lies in one
+ * window, and the backward can go by output instead (pr_tile_of,
+ * pr_tile_grad): one thread writes its window's R*S input gradients, with a
+ * tenth of the index arithmetic of gathering each input's (the divisions of
+ * pr_split and pr_candidates, which bound the gather on a GPU). */
+PR_FN int pr_tiles(const pool_params *p) {
+    return p->mode == POOL_MODE_MAX && p->R == p->stride_h && p->S == p->stride_w && p->pad_h == 0 &&
+           p->pad_w == 0 && p->H == p->P * p->R && p->W == p->Q * p->S;
+}
+
+/* Where output t's window lies when p tiles (pr_tiles): input gradient
+ * x0 + a*sh + b*sw is its window's element (a, b), position a*S + b. */
+typedef struct pr_tile {
+    size_t x0, sh, sw;
+} pr_tile;
+
+PR_FN pr_tile pr_tile_of(const pool_params *p, pr_axis ra, pr_axis ca, size_t t, int nhwc) {
+    pr_out w;
+    pr_out_of(p, ra, ca, t, nhwc, &w);
+    pr_tile r;
+    r.x0 = w.pl.x0 + (size_t)w.h0 * w.pl.xsh + (size_t)w.w0 * w.pl.xsw;
+    r.sh = w.pl.xsh;
+    r.sw = w.pl.xsw;
+    return r;
+}
+
+/* The gradient of the input at position k of a tiling window whose kept
+ * maximum is at `at` and whose output gradient is dy_t, starting from g0:
+ * what pr_bwd_one computes for that input (g0, plus dy_t at the maximum:
+ * added, not assigned, so that 0 + -0 is +0 there too). */
+PR_FN float pr_tile_grad(int k, int at, float dy_t, float g0) {
+    float g = g0;
+    if (k == at) g += dy_t;
     return g;
 }
 

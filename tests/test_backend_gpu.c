@@ -1417,6 +1417,8 @@ static void test_bn_nhwc_unaligned(void **state) {
 static const tu_pool_case pool_cases[] = {
     {POOL_MODE_MAX, 2, 3, 16, 16, 3, 3, 2, 2, 1, 1, 0, 0, 0},          /* ResNet stem */
     {POOL_MODE_MAX, 2, 4, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0},            /* VGG 2x2 on odd sizes */
+    {POOL_MODE_MAX, 2, 40, 8, 10, 2, 2, 2, 2, 0, 0, 0, 0, 0},          /* VGG 2x2, tiling: backward by output */
+    {POOL_MODE_MAX, 2, 3, 9, 6, 3, 2, 3, 2, 0, 0, 1, 0, 0},            /* tiling, rectangular, ceil_mode */
     {POOL_MODE_MAX, 1, 3, 15, 15, 3, 3, 2, 2, 0, 0, 0, 0, 0},          /* Inception 3x3/2, batch 1 */
     {POOL_MODE_MAX, 2, 3, 8, 9, 3, 3, 2, 2, 0, 0, 1, 0, 0},            /* ceil_mode */
     {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},            /* ceil_mode + pad */
@@ -1544,6 +1546,7 @@ static void pool_ties_run(void) {
         {POOL_MODE_MAX, 2, 2, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0},   /* stride 1: every value in 9 windows */
         {POOL_MODE_MAX, 1, 3, 15, 15, 3, 3, 2, 2, 0, 0, 0, 0, 0}, /* Inception 3x3/2 */
         {POOL_MODE_MAX, 3, 2, 9, 8, 3, 2, 2, 1, 1, 1, 1, 0, 0},   /* rectangular window, mixed strides */
+        {POOL_MODE_MAX, 2, 3, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},   /* VGG 2x2, tiling: backward by output */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pool_params p = tu_pool_params(&cases[i]);

@@ -31,6 +31,7 @@ static const tu_pool_case geoms[] = {
     {POOL_MODE_MAX, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},   /* ceil_mode */
     {POOL_MODE_MAX, 1, 2, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},   /* VGG */
     {POOL_MODE_MAX, 1, 2, 9, 9, 2, 2, 2, 2, 0, 0, 1, 0, 0},   /* ceil, last window partial */
+    {POOL_MODE_MAX, 2, 3, 9, 6, 3, 2, 3, 2, 0, 0, 0, 0, 0},   /* tiling windows, rectangular */
     {POOL_MODE_MAX, 2, 2, 35, 35, 3, 3, 2, 2, 0, 0, 0, 0, 0}, /* Inception 35 -> 17 */
     {POOL_MODE_MAX, 1, 3, 6, 11, 3, 2, 1, 3, 1, 1, 1, 0, 0},  /* uneven */
     {POOL_MODE_MAX, 1, 1, 5, 5, 5, 5, 1, 1, 2, 2, 0, 0, 0},   /* windows much larger than stride */
@@ -237,6 +238,116 @@ static void test_exhaustive_small(void **state) {
     assert_true(checked > 500);
 }
 
+/* One tiling geometry (pr_tiles) in one layout, type, input kind and blend:
+ * the backward by output (pr_tile_of, pr_tile_grad: what pool_bwd_tile_k
+ * runs) writes every input gradient exactly once, bit for bit the gather's
+ * (pr_bwd_one, itself checked against the CPU above). */
+static void check_tiled(const pool_params *p, int nhwc, int type, int values, int acc) {
+    size_t nx = (size_t)p->N * p->C * p->H * p->W, ny = (size_t)p->N * p->C * p->P * p->Q;
+    float *xf = malloc(nx * sizeof *xf), *dyf = malloc(ny * sizeof *dyf), *dx0f = malloc(nx * sizeof *dx0f);
+    rng r;
+    rng_seed(&r, 21, (uint64_t)(values * 2 + acc));
+    fill(xf, nx, &r, values);
+    for (size_t i = 0; i < ny; i++) dyf[i] = rng_normal(&r);
+    dyf[0] = -0.0f; /* a gather adds it to 0: +0, not -0 */
+    for (size_t i = 0; i < nx; i++) dx0f[i] = acc ? rng_normal(&r) : 0.0f;
+    void *x = stored(xf, nx, type), *dy = stored(dyf, ny, type), *dx0 = stored(dx0f, nx, type);
+    pr_axis ra = pr_rows(p), ca = pr_cols(p);
+    int ab = pr_arg_bytes(p);
+    unsigned char *arg = calloc(ny, (size_t)ab);
+    for (size_t t = 0; t < ny; t++) {
+        int at = -1;
+        pr_fwd_one(p, ra, ca, x, type, t, nhwc, &at);
+        pr_arg_put(arg, ab, t, at);
+    }
+    uint32_t *got = calloc(nx, sizeof *got);
+    int *writes = calloc(nx, sizeof *writes);
+    for (size_t t = 0; t < ny; t++) {
+        pr_tile w = pr_tile_of(p, ra, ca, t, nhwc);
+        int at = pr_arg_at(arg, ab, t);
+        float d = pr_ld(dy, t, type);
+        for (int a = 0; a < p->R; a++)
+            for (int b = 0; b < p->S; b++) {
+                size_t i = w.x0 + (size_t)a * w.sh + (size_t)b * w.sw;
+                if (i >= nx) fail_msg("output %zu: window element (%d, %d) at input %zu of %zu", t, a, b, i, nx);
+                writes[i]++;
+                got[i] = bits_of(pr_tile_grad(a * p->S + b, at, d, acc ? pr_ld(dx0, i, type) : 0.0f), type);
+            }
+    }
+    for (size_t i = 0; i < nx; i++) {
+        uint32_t want = bits_of(pr_bwd_one(p, ra, ca, arg, dy, type, i, acc ? pr_ld(dx0, i, type) : 0.0f, nhwc), type);
+        if (writes[i] != 1 || got[i] != want)
+            fail_msg("%s %s %dx%d window %dx%d, values %d, accumulate %d: input %zu written %d times, bits 0x%x, "
+                     "the gather's 0x%x",
+                     nhwc ? "nhwc" : "nchw", type_name(type), p->H, p->W, p->R, p->S, values, acc, i, writes[i],
+                     got[i], want);
+    }
+    free(got);
+    free(writes);
+    free(arg);
+    free(xf);
+    free(dyf);
+    free(dx0f);
+    free(x);
+    free(dy);
+    free(dx0);
+}
+
+/* pr_tiles: true exactly for max pooling with windows as large as their
+ * strides, unpadded, whose windows cover the input (sizes multiples of the
+ * window, ceil_mode then changing nothing); for every such geometry up to
+ * small sizes, the backward by output equals the gather (check_tiled); and
+ * false for the others, which keep the gather. */
+static void test_tiled_backward(void **state) {
+    (void)state;
+    int tiled = 0, refused = 0;
+    for (int H = 1; H <= 9; H++)
+        for (int W = 1; W <= 6; W++)
+            for (int kh = 1; kh <= 4; kh++)
+                for (int kw = 1; kw <= 3; kw++)
+                    for (int ceil = 0; ceil <= 1; ceil++) {
+                        pool_params p;
+                        memset(&p, 0, sizeof p);
+                        p.mode = POOL_MODE_MAX;
+                        p.N = 2, p.C = 3, p.H = H, p.W = W, p.R = kh, p.S = kw, p.stride_h = kh, p.stride_w = kw;
+                        p.ceil_mode = ceil;
+                        if (pool_params_init(&p) != 0) continue;
+                        int want = H % kh == 0 && W % kw == 0;
+                        if (pr_tiles(&p) != want)
+                            fail_msg("%dx%d window %dx%d ceil %d -> %dx%d: pr_tiles says %d", H, W, kh, kw, ceil, p.P,
+                                     p.Q, pr_tiles(&p));
+                        if (!want) {
+                            refused++;
+                            continue;
+                        }
+                        for (int nhwc = 0; nhwc <= 1; nhwc++)
+                            for (int type = BACKEND_DTYPE_FP32; type <= BACKEND_DTYPE_FP16; type++)
+                                for (int values = 0; values <= 2; values++)
+                                    for (int acc = 0; acc <= 1; acc++) check_tiled(&p, nhwc, type, values, acc);
+                        tiled++;
+                    }
+    /* the others: padding, windows wider than their strides, averages */
+    const tu_pool_case others[] = {
+        {POOL_MODE_MAX, 1, 1, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0, 0},
+        {POOL_MODE_MAX, 1, 1, 6, 6, 3, 3, 3, 3, 1, 1, 0, 0, 0}, /* 2 x 3 = 6 outputs' rows, but shifted by the pad */
+        {POOL_MODE_MAX, 1, 1, 6, 6, 3, 3, 3, 3, 0, 1, 0, 0, 0},
+        {POOL_MODE_MAX, 1, 1, 6, 6, 3, 3, 3, 3, 1, 0, 0, 0, 0},
+        {POOL_MODE_MAX, 1, 1, 9, 9, 3, 3, 2, 2, 0, 0, 0, 0, 0},
+        {POOL_MODE_MAX, 1, 1, 8, 8, 2, 2, 1, 1, 0, 0, 0, 0, 0},
+        {POOL_MODE_AVG_INCLUDE_PAD, 1, 1, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},
+        {POOL_MODE_AVG_EXCLUDE_PAD, 1, 1, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0, 0},
+        {POOL_MODE_ADAPTIVE_AVG, 1, 1, 8, 8, 0, 0, 0, 0, 0, 0, 0, 4, 4},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        pool_params p = tu_pool_params(&others[i]);
+        if (pr_tiles(&p)) fail_msg("geometry %zu of the others: pr_tiles says it tiles", i);
+        refused++;
+    }
+    print_message("%d tiling geometries backward by output as by input; %d others left to the gather\n", tiled,
+                  refused);
+    assert_true(tiled >= 50 && refused >= 100);
+}
+
 /* pr_split's two paths (32-bit arithmetic up to UINT32_MAX, 64-bit beyond):
  * the coordinates of flat indices on both sides of 2^32, in both layouts,
  * each in range and composing back into its index. */
@@ -267,6 +378,7 @@ int main(void) {
         cmocka_unit_test(test_widen_every_16bit_value),
         cmocka_unit_test(test_exhaustive_small),
         cmocka_unit_test(test_split_beyond_32_bits),
+        cmocka_unit_test(test_tiled_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,9 @@ mutants=(
     # a kept graph-API choice taken without checking that its engine is still at its place in the
     # heuristics' list (test_backend_gpu, test_conv_graph_plans_kept)
     'graph_take_any_engine|model/cudnn_graph.c|s/    } else if (!qualifies(cfgs\[index\], cv->math, \&at) .. at != engine) {/    } else if (!qualifies(cfgs[index], cv->math, \&at)) {/|build/tests/test_backend_gpu|test_conv_graph_plans_kept'
+    # max pooling's backward by output where windows tile the input: the gradient sent to each window's
+    # first element instead of its maximum (test_backend_gpu, test_pool_fwd_bwd: its VGG rows)
+    'pool_tile_first_element|model/cuda_kernels.cu|s/                st(dx, i, pr_tile_grad(a \* p.S + b, at, d, acc ? ld(dx, i) : 0.0f));/                st(dx, i, pr_tile_grad(a * p.S + b, 0, d, acc ? ld(dx, i) : 0.0f));/|build/tests/test_backend_gpu|test_pool_fwd_bwd'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu|test_act16_ops'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
