@@ -192,13 +192,31 @@ __global__ void channel_copy_nhwc_k(int N, int C, int HW, const T *src, int src_
     }
 }
 
-template <typename T> __global__ void bias_fwd_k(int N, int C, int HW, const float *b, T *y) {
-    size_t total = (size_t)N * C * HW;
-    GRID_STRIDE(t, total) st(y, t, __fadd_rn(ld(y, t), b[(t / (size_t)HW) % (size_t)C]));
+/* Bias forward without a division per value (a 64-bit modulo each cost
+ * more than the value's load and store): NCHW, a block row per plane (n, c)
+ * at a time, its channel found once; NHWC (and any layout with HW = 1, the
+ * same bytes), thread (x, y) of a 32 x kBiasFwdRows block keeps channel
+ * blockIdx.x * 32 + x and walks the rows, so a warp adds to 32 neighbouring
+ * channels of one row. */
+constexpr int kBiasFwdRows = 8;
+
+template <typename T> __global__ void bias_fwd_k(size_t planes, int C, int HW, const float *b, T *y) {
+    for (size_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+        const float bc = b[pl % (size_t)C];
+        T *plane = y + pl * (size_t)HW;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < HW; i += gridDim.x * blockDim.x)
+            st(plane, (size_t)i, __fadd_rn(ld(plane, (size_t)i), bc));
+    }
 }
 
-template <typename T> __global__ void bias_fwd_nhwc_k(size_t total, int C, const float *b, T *y) {
-    GRID_STRIDE(t, total) st(y, t, __fadd_rn(ld(y, t), b[t % (size_t)C]));
+template <typename T> __global__ void bias_fwd_nhwc_k(size_t rows, int C, const float *b, T *y) {
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    if (c >= C) return;
+    const float bc = b[c];
+    for (size_t r = (size_t)blockIdx.y * kBiasFwdRows + threadIdx.y; r < rows; r += (size_t)gridDim.y * kBiasFwdRows) {
+        size_t i = r * (size_t)C + (size_t)c;
+        st(y, i, __fadd_rn(ld(y, i), bc));
+    }
 }
 
 /* Sum of v over the block, in a fixed tree order; the result is valid in thread 0. */
@@ -611,8 +629,22 @@ cudaError_t cuk_channel_copy(cudaStream_t s, int type, int N, int C, int HW, con
 cudaError_t cuk_bias_fwd(cudaStream_t s, int type, int N, int C, int HW, const float *b, void *y, int nhwc) {
     size_t total = (size_t)N * C * HW;
     if (!total) return cudaGetLastError();
-    if (nhwc) WITH_TYPE(type, bias_fwd_nhwc_k<T><<<grid_for(total), kThreads, 0, s>>>(total, C, b, (T *)y));
-    else WITH_TYPE(type, bias_fwd_k<T><<<grid_for(total), kThreads, 0, s>>>(N, C, HW, b, (T *)y));
+    if (nhwc || HW == 1) {
+        size_t rows = (size_t)N * HW, gx = ((size_t)C + 31) / 32;
+        if (gx > 65535) return cudaErrorInvalidValue; /* over two million channels */
+        size_t gy = (rows + kBiasFwdRows - 1) / kBiasFwdRows, cap = 16384 / gx; /* enough blocks to fill a GPU */
+        if (cap < 1) cap = 1;
+        if (gy > cap) gy = cap;
+        dim3 grid((unsigned)gx, (unsigned)gy), block(32, kBiasFwdRows);
+        WITH_TYPE(type, bias_fwd_nhwc_k<T><<<grid, block, 0, s>>>(rows, C, b, (T *)y));
+    } else {
+        size_t planes = (size_t)N * C;
+        unsigned threads = HW >= kThreads ? kThreads : (unsigned)((HW + 31) / 32 * 32);
+        size_t gx = ((size_t)HW + threads - 1) / threads;
+        if (gx > 64) gx = 64;
+        dim3 grid((unsigned)gx, (unsigned)(planes < 65535 ? planes : 65535));
+        WITH_TYPE(type, bias_fwd_k<T><<<grid, threads, 0, s>>>(planes, C, HW, b, (T *)y));
+    }
     return cudaGetLastError();
 }
 

@@ -1153,9 +1153,11 @@ static void test_find_nonfinite(void **state) {
 static void bias_run(void) {
     /* N, C, HW: HW = 1 is a linear layer's bias; N*HW = 48000 splits each
      * channel's sum over two blocks (and 37 channels leave a partial group of
-     * 32 in NHWC); C = 1 with HW > 1 */
-    static const int shapes[][3] = {{8, 10, 1}, {7, 3, 1},     {3, 16, 49}, {2, 64, 196},
-                                    {5, 7, 33}, {1, 1, 1},     {3, 1, 50},  {16, 37, 3000}};
+     * 32 in NHWC); C = 1 with HW > 1; the forward's NHWC kernel walking its
+     * rows more than once (80,000 rows of 2 groups of 32 channels: past its
+     * 8,192 x 8 threads), its NCHW kernel its planes (70,400 past 65,535) */
+    static const int shapes[][3] = {{8, 10, 1}, {7, 3, 1},     {3, 16, 49},     {2, 64, 196},  {5, 7, 33},
+                                    {1, 1, 1},  {3, 1, 50},    {16, 37, 3000},  {4, 40, 20000}, {1100, 64, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
         rng r;

@@ -57,6 +57,9 @@ mutants=(
     # max pooling's backward by output where windows tile the input: the gradient sent to each window's
     # first element instead of its maximum (test_backend_gpu, test_pool_fwd_bwd: its VGG rows)
     'pool_tile_first_element|model/cuda_kernels.cu|s/                st(dx, i, pr_tile_grad(a \* p.S + b, at, d, acc ? ld(dx, i) : 0.0f));/                st(dx, i, pr_tile_grad(a * p.S + b, 0, d, acc ? ld(dx, i) : 0.0f));/|build/tests/test_backend_gpu|test_pool_fwd_bwd'
+    # the bias forward's NHWC kernel adding channel 0's bias everywhere (test_backend_gpu,
+    # test_bias_fwd_bwd_nhwc)
+    'bias_nhwc_one_channel|model/cuda_kernels.cu|s/    const float bc = b\[c\];/    const float bc = b[0];/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu|test_act16_ops'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
