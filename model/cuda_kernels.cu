@@ -36,6 +36,19 @@ unsigned grid_for(size_t n) {
 #define GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+/* t / d, and t % d into *r: in 32 bits where both fit (a 64-bit division is
+ * emulated, several times the cost), the same quotient and remainder. */
+__device__ __forceinline__ size_t divmod(size_t t, size_t d, size_t *r) {
+    if (t <= UINT32_MAX && d <= UINT32_MAX) {
+        uint32_t q = (uint32_t)t / (uint32_t)d;
+        *r = (size_t)((uint32_t)t - q * (uint32_t)d);
+        return q;
+    }
+    size_t q = t / d;
+    *r = t - q * d;
+    return q;
+}
+
 /* ------------------------------------------- reduced-precision copies
  * The 16-bit types of BACKEND_MATH_FP16 (__half) and BACKEND_MATH_BF16
  * (__nv_bfloat16). narrow_to rounds to nearest even (fp16 beyond +-65504
@@ -146,9 +159,8 @@ __global__ void axpy_k(size_t n, float alpha, const float *x, float *y, int acc)
  * coalesced (the bytes a warp reads are C apart, within a few cache lines). */
 __global__ void normalize_u8_k(size_t total, int C, size_t HW, const uint8_t *x, const float *lut, float *y) {
     GRID_STRIDE(i, total) {
-        size_t p = i % HW, nc = i / HW;
-        int c = (int)(nc % (size_t)C);
-        size_t n = nc / (size_t)C;
+        size_t p, cc, nc = divmod(i, HW, &p), n = divmod(nc, (size_t)C, &cc);
+        int c = (int)cc;
         y[i] = __ldg(lut + (size_t)c * 256 + x[(n * HW + p) * (size_t)C + (size_t)c]);
     }
 }
@@ -170,8 +182,7 @@ __global__ void channel_copy_k(int N, int C, int HW, const T *src, int src_C, in
                                int dst_off, int acc) {
     size_t total = (size_t)N * C * HW;
     GRID_STRIDE(t, total) {
-        size_t i = t % (size_t)HW, nc = t / (size_t)HW;
-        size_t c = nc % (size_t)C, n = nc / (size_t)C;
+        size_t i, c, nc = divmod(t, (size_t)HW, &i), n = divmod(nc, (size_t)C, &c);
         float v = ld(src, (n * src_C + src_off + c) * HW + i);
         size_t d = (n * dst_C + dst_off + c) * HW + i;
         st(dst, d, acc ? __fadd_rn(ld(dst, d), v) : v);
@@ -185,7 +196,7 @@ __global__ void channel_copy_nhwc_k(int N, int C, int HW, const T *src, int src_
                                     int dst_off, int acc) {
     size_t total = (size_t)N * HW * C;
     GRID_STRIDE(t, total) {
-        size_t c = t % (size_t)C, ni = t / (size_t)C;
+        size_t c, ni = divmod(t, (size_t)C, &c);
         float v = ld(src, ni * (size_t)src_C + (size_t)src_off + c);
         size_t d = ni * (size_t)dst_C + (size_t)dst_off + c;
         st(dst, d, acc ? __fadd_rn(ld(dst, d), v) : v);
@@ -263,7 +274,7 @@ template <typename T> __global__ void bias_bwd_partial_k(int N, int C, int HW, i
     size_t per = (m + G - 1) / G, j0 = (size_t)g * per, j1 = j0 + per < m ? j0 + per : m;
     double s = 0.0;
     for (size_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-        size_t n = j / (size_t)HW, i = j % (size_t)HW;
+        size_t i, n = divmod(j, (size_t)HW, &i);
         s += ld(dy, (n * C + c) * HW + i);
     }
     s = block_sum(s, sh);
