@@ -223,7 +223,8 @@ static const key_def key_table[] = {
     K_ENUM("data", "decoder", decoder, "auto", .choices = decoders,
          .help = "who decodes JPEGs (imagefolder, shards): cpu (libjpeg-turbo in the loader threads), nvjpeg "
                  "(the rank's GPU: its hardware decoder where it has one, at full size; other formats and what "
-                 "nvJPEG refuses on the CPU, with data.jpeg_scaling; not yet run on a GPU); auto: cpu"),
+                 "nvJPEG refuses on the CPU, with data.jpeg_scaling; on an H200 slower than as many CPU cores for the train "
+                 "transform); auto: cpu"),
     K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
         .help = "padding in pixels on each side before the random crop (crop = pad)"),
     K_FLOAT("data", "min_scale", min_scale, "0.08", BETWEEN(0.01, 1),
