@@ -2340,6 +2340,19 @@ static void act16_exact_run(int math) {
     dual bias = dual_normal(&r, (size_t)C, 0, 1);
     for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(&ctx[s], N, C, HW, bias.p[s], t.p[s]);
     expect16("bias_fwd", &t, math, 0, 0);
+    /* the bias gradient from 16-bit dy: in NHWC 16 bytes (8 channels) a load; and over 24,000 rows of 64
+     * channels, split over 93 slices */
+    for (int big = 0; big < 2; big++) {
+        int bn = big ? 8 : N, bc = big ? 64 : C, bhw = big ? 3000 : HW;
+        dual16 d = dual16_normal(&r, math, (size_t)bn * bc * bhw, 0, 1);
+        dual db = dual_normal(&r, (size_t)bc, 0, 1); /* overwritten */
+        for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(&ctx[s], bn, bc, bhw, d.p[s], db.p[s]);
+        char what[64];
+        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d from 16 bits", bn, bc, bhw);
+        expect_close(what, &db, PREC_FP32.rtol_sum, atol_of(&PREC_FP32, (size_t)bn * bhw, 4.0));
+        dual16_free(&d);
+        dual_free(&db);
+    }
     for (int acc = 0; acc < 2; acc++) {
         for (int s = CPU; s <= GPU; s++) be[s]->channel_copy(&ctx[s], N, C, HW, t.p[s], C, 0, u.p[s], 40, 8, acc);
         expect16(acc ? "channel_copy into channels 8..31 of 40, accumulate" : "channel_copy into channels 8..31 of 40",

@@ -60,6 +60,9 @@ mutants=(
     # the bias forward's NHWC kernel adding channel 0's bias everywhere (test_backend_gpu,
     # test_bias_fwd_bwd_nhwc)
     'bias_nhwc_one_channel|model/cuda_kernels.cu|s/    const float bc = b\[c\];/    const float bc = b[0];/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
+    # the vectorised NHWC bias gradient adding all of a vector's channels into its first (test_backend_gpu,
+    # test_bias_fwd_bwd_nhwc: its fp32 rows of 16 and 64 channels)
+    'bias_bwd_vec_one_lane|model/cuda_kernels.cu|s/            for (int k = 0; k < V; k++) s\[k\] += (double)widen(a.e\[k\]);/            for (int k = 0; k < V; k++) s[0] += (double)widen(a.e[k]);/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu|test_act16_ops'
 )
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
