@@ -215,8 +215,9 @@ template <typename T> __global__ void bias_fwd_k(size_t planes, int C, int HW, c
     for (size_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
         const float bc = b[pl % (size_t)C];
         T *plane = y + pl * (size_t)HW;
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < HW; i += gridDim.x * blockDim.x)
-            st(plane, (size_t)i, __fadd_rn(ld(plane, (size_t)i), bc));
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)HW;
+             i += (size_t)gridDim.x * blockDim.x)
+            st(plane, i, __fadd_rn(ld(plane, i), bc));
     }
 }
 
@@ -256,8 +257,8 @@ __device__ float block_max(float v, float *sh) {
 }
 
 /* Bias gradient in two passes: block (c, g) sums the g-th of G equal slices of
- * channel c's N*HW values into partial[c*G + g]; then one thread per channel
- * adds its G partials in order. A channel of a large convolution thus spreads
+ * channel c's N*HW values into partial[c*G + g]; then a block per channel
+ * adds its G partials (bias_bwd_final_k: strided, then a fixed tree). A channel of a large convolution thus spreads
  * over G blocks instead of one, and the sum order is fixed by the shape. */
 int bias_splits(int N, int HW) {
     size_t m = (size_t)N * HW;
@@ -696,8 +697,7 @@ cudaError_t cuk_bias_fwd(cudaStream_t s, int type, int N, int C, int HW, const f
     size_t total = (size_t)N * C * HW;
     if (!total) return cudaGetLastError();
     if (nhwc || HW == 1) {
-        size_t rows = (size_t)N * HW, gx = ((size_t)C + 31) / 32;
-        if (gx > 65535) return cudaErrorInvalidValue; /* over two million channels */
+        size_t rows = (size_t)N * HW, gx = ((size_t)C + 31) / 32; /* gridDim.x: up to 2^31 - 1 */
         size_t gy = (rows + kBiasFwdRows - 1) / kBiasFwdRows, cap = 16384 / gx; /* enough blocks to fill a GPU */
         if (cap < 1) cap = 1;
         if (gy > cap) gy = cap;

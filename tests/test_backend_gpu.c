@@ -1155,9 +1155,12 @@ static void bias_run(void) {
      * channel's sum over two blocks (and 37 channels leave a partial group of
      * 32 in NHWC); C = 1 with HW > 1; the forward's NHWC kernel walking its
      * rows more than once (80,000 rows of 2 groups of 32 channels: past its
-     * 8,192 x 8 threads), its NCHW kernel its planes (70,400 past 65,535) */
+     * 8,192 x 8 threads), its NCHW kernel its planes (70,400 past 65,535);
+     * the NHWC gradient's vector blocks across channels (160 = 40 vectors of
+     * 4: a block of 32 and a partial one) */
     static const int shapes[][3] = {{8, 10, 1}, {7, 3, 1},     {3, 16, 49},     {2, 64, 196},  {5, 7, 33},
-                                    {1, 1, 1},  {3, 1, 50},    {16, 37, 3000},  {4, 40, 20000}, {1100, 64, 2}};
+                                    {1, 1, 1},  {3, 1, 50},    {16, 37, 3000},  {4, 40, 20000}, {1100, 64, 2},
+                                    {2, 160, 300}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int N = shapes[i][0], C = shapes[i][1], HW = shapes[i][2];
         rng r;
@@ -2340,10 +2343,10 @@ static void act16_exact_run(int math) {
     dual bias = dual_normal(&r, (size_t)C, 0, 1);
     for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(&ctx[s], N, C, HW, bias.p[s], t.p[s]);
     expect16("bias_fwd", &t, math, 0, 0);
-    /* the bias gradient from 16-bit dy: in NHWC 16 bytes (8 channels) a load; and over 24,000 rows of 64
-     * channels, split over 93 slices */
+    /* the bias gradient from 16-bit dy: in NHWC 16 bytes (8 channels) a load; and over 24,000 rows of 328
+     * channels (41 vectors: a block of 32 and a partial one), split over 93 slices */
     for (int big = 0; big < 2; big++) {
-        int bn = big ? 8 : N, bc = big ? 64 : C, bhw = big ? 3000 : HW;
+        int bn = big ? 8 : N, bc = big ? 328 : C, bhw = big ? 3000 : HW;
         dual16 d = dual16_normal(&r, math, (size_t)bn * bc * bhw, 0, 1);
         dual db = dual_normal(&r, (size_t)bc, 0, 1); /* overwritten */
         for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(&ctx[s], bn, bc, bhw, d.p[s], db.p[s]);
@@ -2462,6 +2465,16 @@ static void act16_reduce_run(int math) {
     expect16("max pool fwd", &py, math, 0, 0);
     for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], &pp, bx.p[s], py.p[s], py.p[s], bdx.p[s], 1, NULL);
     expect16("max pool bwd accumulate", &bdx, math, 0, 0);
+    /* windows that tile the 9x9 input (3x3 stride 3): the backward by output (pool_bwd_tile_k) */
+    pool_params tp = tu_pool_params(&(tu_pool_case){POOL_MODE_MAX, N, C, 9, 9, 3, 3, 3, 3, 0, 0, 0, 0, 0});
+    dual16 ty = dual16_normal(&r, math, (size_t)N * C * tp.P * tp.Q, 0, 1);
+    for (int s = CPU; s <= GPU; s++) be[s]->pool_fwd(&ctx[s], &tp, bx.p[s], ty.p[s], NULL);
+    expect16("max pool fwd, tiling windows", &ty, math, 0, 0);
+    for (int acc = 0; acc < 2; acc++) {
+        for (int s = CPU; s <= GPU; s++) be[s]->pool_bwd(&ctx[s], &tp, bx.p[s], ty.p[s], ty.p[s], bdx.p[s], acc, NULL);
+        expect16(acc ? "max pool bwd, tiling windows, accumulate" : "max pool bwd, tiling windows", &bdx, math, 0, 0);
+    }
+    dual16_free(&ty);
     dual16 *d16[] = {&bx, &by, &bdy, &bdx, &py};
     for (size_t k = 0; k < sizeof d16 / sizeof d16[0]; k++) dual16_free(d16[k]);
     dual *d32[] = {&gamma, &beta, &rm, &rv, &sm, &si, &dg, &db};
