@@ -426,9 +426,12 @@ typedef struct backend {
      *   buf = momentum * buf + g          (buf starts at zero)
      *   step = nesterov ? g + momentum * buf : buf
      *   param -= lr * step
-     * With momentum == 0 buf is untouched (it may be NULL) and step = g. */
+     * With momentum == 0 buf is untouched (it may be NULL) and step = g.
+     * lr_at: NULL, or a device float holding the rate, read when the update
+     * runs instead of lr (a recorded step, capture_begin, reads the rate of
+     * each replay). */
     void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
-                       float momentum, float weight_decay, int nesterov, float grad_scale);
+                       float momentum, float weight_decay, int nesterov, float grad_scale, const float *lr_at);
 
     /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
     void (*set_threads)(int n);

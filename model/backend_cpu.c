@@ -1269,7 +1269,8 @@ static void cpu_softmax_xent(int N, int K, const float *logits, const int *label
 /* --------------------------------------------------------------- optimizer */
 
 static void cpu_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                           float weight_decay, int nesterov, float grad_scale) {
+                           float weight_decay, int nesterov, float grad_scale, const float *lr_at) {
+    if (lr_at) lr = *lr_at; /* device memory is host memory here */
     if (momentum == 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) param[i] -= lr * (grad_scale * grad[i] + weight_decay * param[i]);

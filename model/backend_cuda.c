@@ -1677,11 +1677,11 @@ static void cuda_softmax_xent(int N, int K, const float *logits, const int *labe
 }
 
 static void cuda_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                            float weight_decay, int nesterov, float grad_scale) {
+                            float weight_decay, int nesterov, float grad_scale, const float *lr_at) {
     on_device();
     CNT_ASSERT(momentum == 0.0f || momentum_buf != NULL);
     CUDA_CHECK(cuk_sgd_update(g.stream, n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
-                              grad_scale));
+                              grad_scale, lr_at));
 }
 
 static void cuda_find_nonfinite(size_t n, const float *x, float *found) {

@@ -563,7 +563,8 @@ __device__ __forceinline__ void sgd_one(size_t i, float *param, const float *gra
 }
 
 __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, float lr, float momentum, float wd,
-                      int nesterov, float grad_scale) {
+                      int nesterov, float grad_scale, const float *lr_at) {
+    if (lr_at) lr = *lr_at;
     GRID_STRIDE(i, n) sgd_one(i, param, grad, buf, lr, momentum, wd, nesterov, grad_scale);
 }
 
@@ -827,10 +828,11 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, 
 }
 
 cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
-                           float lr, float momentum, float weight_decay, int nesterov, float grad_scale) {
+                           float lr, float momentum, float weight_decay, int nesterov, float grad_scale,
+                           const float *lr_at) {
     if (n)
         sgd_k<<<grid_for(n), kThreads, 0, s>>>(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
-                                               grad_scale);
+                                               grad_scale, lr_at);
     return cudaGetLastError();
 }
 

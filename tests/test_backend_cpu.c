@@ -768,8 +768,11 @@ static void test_softmax_xent(void **state) {
 
 /* ---------------------------------------------------------------- optimizer */
 
+/* Odd steps take the rate from a device float (lr_at), the lr argument
+ * then a NaN that must not be read. */
 static void test_sgd_update(void **state) {
     (void)state;
+    float *lr_at = be->alloc(sizeof(float));
     static const struct {
         double lr, momentum, wd;
         int nesterov;
@@ -793,8 +796,11 @@ static void test_sgd_update(void **state) {
             memcpy(old, param.h, n * sizeof(double));
             ref_sgd_update(n, param.h, grad.h, buf.h, cases[i].lr, cases[i].momentum, cases[i].wd,
                            cases[i].nesterov, cases[i].grad_scale);
-            be->sgd_update(n, param.d, grad.d, buf.d, (float)cases[i].lr, (float)cases[i].momentum,
-                           (float)cases[i].wd, cases[i].nesterov, (float)cases[i].grad_scale);
+            float lr = (float)cases[i].lr;
+            if (step % 2) be->upload(lr_at, &lr, sizeof lr);
+            be->sgd_update(n, param.d, grad.d, buf.d, step % 2 ? NAN : lr, (float)cases[i].momentum,
+                           (float)cases[i].wd, cases[i].nesterov, (float)cases[i].grad_scale,
+                           step % 2 ? lr_at : NULL);
             /* the change of each parameter (small next to the parameter, so compared on its own;
              * atol: the final rounding of a parameter near 1 to float) */
             tu_dev_to_double(be, param.d, got, n);
@@ -817,6 +823,7 @@ static void test_sgd_update(void **state) {
     free(old);
     free(want);
     free(got);
+    be->free(lr_at);
 }
 
 /* ---------------------------------------------------------------- optional ops */

@@ -1870,10 +1870,17 @@ static void test_sgd_update(void **state) {
             dual_sync_from_cpu(&param);
             dual_sync_from_cpu(&buf);
             float *old = download(CPU, param.p[CPU], total);
+            /* the GPU reads the rate from a device float (lr_at), its lr argument a NaN, in every other case */
+            float *lr_at = NULL;
+            if (i % 2) {
+                lr_at = be[GPU]->alloc(sizeof(float));
+                be[GPU]->upload(lr_at, &cases[i].lr, sizeof(float));
+            }
             for (int s = CPU; s <= GPU; s++)
                 be[s]->sgd_update(n, param.p[s] + off, grad.p[s] + off, cases[i].null_buf ? NULL : buf.p[s] + off,
-                                  cases[i].lr, cases[i].momentum, cases[i].wd, cases[i].nesterov,
-                                  cases[i].grad_scale);
+                                  s == GPU && lr_at ? NAN : cases[i].lr, cases[i].momentum, cases[i].wd,
+                                  cases[i].nesterov, cases[i].grad_scale, s == GPU ? lr_at : NULL);
+            if (lr_at) be[GPU]->free(lr_at);
             /* The same operations rounded alike on both sides (see the top of
              * this file): the new parameters must be the CPU's bit for bit.
              * The change is compared first, for a readable message. */
@@ -2163,7 +2170,7 @@ static void resnet20_train_step(int layout) {
     float *mom[2];
     for (int s = CPU; s <= GPU; s++) {
         mom[s] = be[s]->alloc(np * sizeof(float));
-        be[s]->sgd_update(np, nt[s]->params, nt[s]->grads, mom[s], 0.1f, 0.9f, 5e-4f, 0, 1.0f);
+        be[s]->sgd_update(np, nt[s]->params, nt[s]->grads, mom[s], 0.1f, 0.9f, 5e-4f, 0, 1.0f, NULL);
     }
     float *p1c = download(CPU, nt[CPU]->params, np), *p1g = download(GPU, nt[GPU]->params, np);
     for (int t = nt[CPU]->n_param_tensors - 1; t >= 0; t--) {

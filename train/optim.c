@@ -72,7 +72,7 @@ void optim_step_shard(optimizer *opt, const net *nt, float *params, float *grads
     for (int r = 0; r < k; r++) {
         size_t lo = opt->r_lo[r];
         opt->be->sgd_update(opt->r_hi[r] - lo, params + lo, grads + lo, opt->momentum_buf ? opt->momentum_buf + lo : NULL,
-                            lr, opt->o.momentum, opt->r_wd[r], opt->o.nesterov, grad_scale);
+                            lr, opt->o.momentum, opt->r_wd[r], opt->o.nesterov, grad_scale, opt->lr_at);
     }
 }
 

@@ -37,6 +37,10 @@ typedef struct optimizer {
     /* the ranges of one update (optim_ranges), host arrays of n_param_tensors */
     size_t *r_lo, *r_hi;
     float *r_wd;
+    /* NULL, or a device float the updates read the rate from instead of
+     * their lr argument (sgd_update's lr_at): whoever sets it writes the
+     * step's rate there first (a recorded step: train/step.c) */
+    const float *lr_at;
 } optimizer;
 
 /* Allocates the momentum buffer for nt. Never fails (allocation failures
