@@ -433,6 +433,25 @@ typedef struct backend {
     void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
                        float momentum, float weight_decay, int nesterov, float grad_scale, const float *lr_at);
 
+    /* ---- recorded steps (optional, all or none; NULL: every op runs as it
+     * is called, the CPU's way) ----
+     * capture_begin: from here the ops' device work is recorded instead of
+     * run; no op before capture_end may wait for the device, allocate or free
+     * (an op that would is fatal, saying so). capture_end: the recording as a
+     * replayable graph, or NULL with the reason in why. graph_launch: the
+     * graph's work again, queued in order with every other op, on the same
+     * buffers and with the same arguments (what changes between replays must
+     * be read from device memory: sgd_update's lr_at). graph_free: once the
+     * work queued has finished. memory_epoch: a count that changes whenever
+     * the backend frees or replaces a buffer a recording may point at (its
+     * scratch, the convolutions' workspace): a graph recorded under another
+     * count must not be launched (record it again). */
+    void (*capture_begin)(void);
+    void *(*capture_end)(char *why, size_t len);
+    void (*graph_launch)(void *graph);
+    void (*graph_free)(void *graph);
+    uint64_t (*memory_epoch)(void);
+
     /* ---- threads (CPU); no-op elsewhere. n <= 0 means all cores. ---- */
     void (*set_threads)(int n);
 

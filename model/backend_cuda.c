@@ -114,6 +114,8 @@ enum { A32_X, A32_DY, A32_OUT, A32_SLOTS };
 static struct {
     int ready;
     int device;
+    int capturing;             /* between capture_begin and capture_end */
+    uint64_t mem_epoch;        /* memory_epoch: bumped by every free and every buffer grown */
     int cc_major, cc_minor;    /* compute capability */
     char dev_name[256];        /* cudaDeviceProp.name */
     cudaStream_t stream;       /* the compute stream */
@@ -181,6 +183,9 @@ static void on_device(void) {
 
 static void *cuda_alloc(size_t bytes) {
     on_device();
+    if (g.capturing)
+        cnt_fatal("cuda: %zu bytes allocated while train.cuda_graph records the step: set train.cuda_graph = false",
+                  bytes);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
@@ -200,6 +205,9 @@ static void *cuda_alloc(size_t bytes) {
 static void cuda_free(void *ptr) {
     on_device();
     if (!ptr) return;
+    if (g.capturing)
+        cnt_fatal("cuda: a buffer freed while train.cuda_graph records the step: set train.cuda_graph = false");
+    g.mem_epoch++;
     /* queued ops may still use it */
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
     CUDA_CHECK(cudaFree(ptr));
@@ -242,6 +250,10 @@ static void cuda_sync(void) {
  * buffer (queued ops may still use it). */
 static void *grow(void **buf, size_t *cap, size_t n, size_t size) {
     if (n > *cap) {
+        if (g.capturing)
+            cnt_fatal("cuda: the step recorded for train.cuda_graph needed a scratch buffer of %zu bytes, more than the "
+                      "eager steps before it (%zu): set train.cuda_graph = false", n * size, *cap * size);
+        g.mem_epoch++;
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
         CUDA_CHECK(cudaFree(*buf));
         *buf = NULL;
@@ -1684,6 +1696,54 @@ static void cuda_sgd_update(size_t n, float *param, const float *grad, float *mo
                               grad_scale, lr_at));
 }
 
+/* ---- recorded steps (train.cuda_graph): stream capture of g.stream ---- */
+
+static void cuda_capture_begin(void) {
+    on_device();
+    CNT_ASSERT(!g.capturing);
+    /* thread-local: another thread's CUDA calls (a loader's upload on the
+     * copy stream) neither break the recording nor are recorded */
+    CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
+    g.capturing = 1;
+}
+
+static void *cuda_capture_end(char *why, size_t len) {
+    on_device();
+    CNT_ASSERT(g.capturing);
+    g.capturing = 0;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g.stream, &graph);
+    if (e != cudaSuccess) {
+        snprintf(why, len, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        if (graph) (void)cudaGraphDestroy(graph);
+        return NULL;
+    }
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    CUDA_CHECK(cudaGraphDestroy(graph)); /* the instance keeps what it needs */
+    if (e != cudaSuccess) {
+        snprintf(why, len, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return exec;
+}
+
+static void cuda_graph_launch(void *graph) {
+    on_device();
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, g.stream));
+}
+
+static void cuda_graph_free(void *graph) {
+    on_device();
+    if (!graph) return;
+    CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* a replay may still run */
+    CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
+static uint64_t cuda_memory_epoch(void) { return g.mem_epoch; }
+
 static void cuda_find_nonfinite(size_t n, const float *x, float *found) {
     on_device();
     CUDA_CHECK(cuk_find_nonfinite(g.stream, n, x, found));
@@ -1933,6 +1993,11 @@ static const backend cuda_backend = {
     .normalize_u8 = cuda_normalize_u8,
     .softmax_xent = cuda_softmax_xent,
     .sgd_update = cuda_sgd_update,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .memory_epoch = cuda_memory_epoch,
     .set_threads = cuda_set_threads,
     .find_nonfinite = cuda_find_nonfinite,
     .math_check = cuda_math_check,

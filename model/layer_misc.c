@@ -196,6 +196,12 @@ static const layer_ops dropout_ops = {
     .memory = dropout_memory,
 };
 
+int net_dropout_active(const net *nt) {
+    for (int i = 0; i < nt->n_nodes; i++)
+        if (nt->nodes[i].ops == &dropout_ops && ((const dropout_state *)nt->nodes[i].state)->p > 0.0f) return 1;
+    return 0;
+}
+
 int net_dropout(net *nt, int in, const char *name, float p) {
     if (layer_check_input(nt, in, name) != CNT_OK) return CNT_ERR;
     if (!(p >= 0.0f && p < 1.0f)) {

@@ -387,6 +387,10 @@ void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int back
  * while a node hook is set (a profile places its start marks there); NULL:
  * not called. net_set_node_hook leaves it as it is. */
 void net_set_node_begin_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward));
+/* Whether a training forward draws dropout masks (a dropout node with p >
+ * 0), each step's from a seed the host counts (dropout_seed): a recorded
+ * step (train.cuda_graph) would replay one mask. */
+int net_dropout_active(const net *nt);
 /* Emulated compute (train.emulate_compute, train/emulate.h): from now on
  * net_forward and net_backward compute nothing (no layer runs, no input
  * transpose, no dlogits copy); node i takes forward_ms[i] and backward_ms[i]

@@ -38,6 +38,7 @@ static const char *const all_keys[] = {
     "data.shuffle_blocks",
     "data.prefetch", "data.synthetic_shape", "data.synthetic_classes", "data.synthetic_train", "data.synthetic_test",
     "train.device", "train.precision", "train.layout", "train.activations", "train.conv_api", "train.fuse",
+    "train.cuda_graph",
     "train.loss_scaling",
     "train.loss_scale", "train.loss_scale_window",
     "train.epochs", "train.max_steps", "train.batch_size", "train.accumulate", "train.eval_batch_size", "train.seed",

@@ -104,6 +104,25 @@ for p in bf16 fp16; do
     check "$p with fp32 activations learns: test top-1 ${acc:-?}% > 65%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 65) }'
 done
 
+# train.cuda_graph: two eager steps, then each full step one launch of its
+# recording (tests/test_step_graph.c checks the stepper's side on the CPU);
+# the first loss is the eager run's (the recording starts at step 3), and it
+# learns as the eager run does
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.cuda_graph=true train.out_dir="$tmp/graph" \
+    >"$tmp/graph.log" 2>&1
+check "cuda_graph run exits 0" test $? -eq 0
+check "cuda_graph run: the log says the steps are recorded" grep -q '^cuda graph: each full training step recorded' \
+    "$tmp/graph.log"
+g=$(first_loss "$tmp/graph.log")
+e=$(first_loss "$tmp/gpu.log")
+check "cuda_graph run: first loss the eager run's within 1e-4 (graph $g, eager $e)" close_to "$g" "$e" 1e-4
+acc=$(top1 "$tmp/graph.log")
+check "cuda_graph run learns: test top-1 ${acc:-?}% > 70%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 70) }'
+"${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.cuda_graph=true train.precision=fp16 train.max_steps=3 \
+    train.out_dir="$tmp/graph16" >"$tmp/graph16.log" 2>&1
+check "cuda_graph with fp16's loss scaling: refused with a warning, the run goes on" \
+    grep -q '^warning: train.cuda_graph = true: not used, every step runs op by op: loss scaling' "$tmp/graph16.log"
+
 # NHWC in fp32: the first loss is the CPU's (same weights and batch; only
 # where values live and the order of sums change), and the run learns
 "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.layout=nhwc train.epochs=2 \
@@ -221,6 +240,10 @@ check "--bench on the GPU: exit 0 with img/s" \
 "${T[@]}" ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 classes=1000 >"$tmp/bench16.log" 2>&1
 check "--bench bf16 on the GPU: exit 0 with img/s" \
     grep -q 'on cuda (bf16, bf16 activations).*, graph-API convolutions.* img/s' "$tmp/bench16.log"
+"${T[@]}" ./trainer --bench resnet50 3x224x224 32 5 device=cuda precision=bf16 cuda_graph=true classes=1000 \
+    >"$tmp/benchgraph.log" 2>&1
+check "--bench bf16 with cuda_graph=true: exit 0, recorded, with img/s" \
+    grep -q 'on cuda (bf16, bf16 activations).*, recorded step.* img/s' "$tmp/benchgraph.log"
 "${T[@]}" ./trainer --bench vgg11 3x224x224 8 3 device=cuda precision=tf32 layout=nhwc conv_api=legacy \
     classes=1000 >"$tmp/benchvgg.log" 2>&1
 check "--bench vgg11 nhwc on the GPU (the flatten transpose): exit 0 with img/s" \

@@ -148,6 +148,9 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (gpu)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), ", %s convolutions",
                  nt->ctx.conv_api == BACKEND_CONV_API_GRAPH ? "graph-API" : "legacy");
+    /* train.cuda_graph: pass 1's steps replayed a recording (pass 2 runs op by op) */
+    if (s.replayed)
+        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), ", recorded step");
     bench_result br;
     br.fwd_ms = 1e3 * fwd / steps;
     br.bwd_ms = 1e3 * bwd / steps;

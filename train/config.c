@@ -293,6 +293,11 @@ static const key_def key_table[] = {
          .help = "run each batch norm together with the residual add and ReLU right after it, in one op: one "
                  "pass over memory instead of three, and no tensors between them; the same numbers (false: "
                  "each layer its own op, to compare)"),
+    K_BOOL("train", "cuda_graph", cuda_graph, "false",
+         .help = "on a GPU, record a training step's device work once (after two eager steps) and replay it: one "
+                 "launch a step instead of one per op, for steps too short to hide the host's launch time. One "
+                 "rank only, without dropout, loss scaling (fp16), train.accumulate or dist.timeline; elsewhere "
+                 "the start-up log says why it is not used. Written, not yet run on a GPU, so not the default"),
     K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
          .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "
                  "gradients hold inf/NaN: dynamic (halve on overflow, double after train.loss_scale_window clean "
@@ -1534,7 +1539,7 @@ backend_conv_api config_conv_api(const config *cfg, const backend *be) {
 
 step_opts config_step_opts(const config *cfg) {
     return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight,
-                       .accumulate = cfg->accumulate};
+                       .accumulate = cfg->accumulate, .cuda_graph = cfg->cuda_graph};
 }
 
 int config_crop(const config *cfg) {

@@ -103,6 +103,7 @@ typedef struct config {
     backend_layout layout;           /* auto: backend_layout_choose */
     int activations;                 /* CONFIG_ACT_AUTO or a backend_dtype: config_activations */
     int fuse;                        /* bool: batch norm + add + ReLU in one op (net_set_fusion) */
+    int cuda_graph;                  /* bool: record the step and replay it (step_opts.cuda_graph) */
     int conv_api;                    /* CONFIG_CONV_API_AUTO or a backend_conv_api: config_conv_api */
     loss_scale_mode loss_scaling;    /* auto: config_loss_scale_opts */
     float loss_scale;                /* static scale, or the dynamic scale's start */

@@ -101,12 +101,14 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
 }
 
 /* One `--bench` key=value option into cfg: device, precision, layout,
- * activations, fuse and conv_api are train.device, train.precision,
- * train.layout, train.activations, train.fuse and train.conv_api (the
- * config's table parses them), classes a count. Prints why and returns
+ * activations, fuse, conv_api and cuda_graph are train.device,
+ * train.precision, train.layout, train.activations, train.fuse,
+ * train.conv_api and train.cuda_graph (the config's table parses them),
+ * classes a count. Prints why and returns
  * CNT_ERR. */
 static int parse_bench_option(const char *arg, config *cfg) {
-    static const char *const keys[] = {"device", "precision", "layout", "activations", "fuse", "conv_api"};
+    static const char *const keys[] = {"device", "precision", "layout", "activations", "fuse", "conv_api",
+                                       "cuda_graph"};
     const char *eq = strchr(arg, '=');
     if (!eq) {
         fprintf(stderr, "trainer: --bench: '%s' after a key=value option; expected key=value\n", arg);
@@ -122,15 +124,15 @@ static int parse_bench_option(const char *arg, config *cfg) {
     }
     if (kl == 7 && strncmp(arg, "classes", kl) == 0)
         return parse_count(eq + 1, "classes (at least 2)", 2, &cfg->synthetic_classes);
-    char choices[6][128], key[32];
+    char choices[7][128], key[32];
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        if (strcmp(keys[k], "fuse") == 0) continue; /* a boolean, not one of a list */
+        if (strcmp(keys[k], "fuse") == 0 || strcmp(keys[k], "cuda_graph") == 0) continue; /* booleans */
         snprintf(key, sizeof key, "train.%s", keys[k]);
         config_choices(key, "|", choices[k], sizeof choices[k]);
     }
     fprintf(stderr,
             "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, activations=%s, "
-            "fuse=true|false, conv_api=%s, classes=N)\n",
+            "fuse=true|false, conv_api=%s, cuda_graph=true|false, classes=N)\n",
             arg, choices[0], choices[1], choices[2], choices[3], choices[5]);
     return CNT_ERR;
 }

@@ -414,6 +414,11 @@ static void setup_stepper(run *r, int max_batch, int u8) {
     so.emulate_update_ms = r->emu.update_ms;
     const dataset *d = &r->data.train;
     stepper_init(&r->st, r->nt, r->x, r->tl, &oo, &lso, &so, max_batch, d->c, d->h * d->w, u8);
+    if (r->st.graph_on)
+        log_info("cuda graph: each full training step recorded after %d eager steps and replayed as one launch "
+                 "(train.cuda_graph = true)", STEP_GRAPH_WARM);
+    else if (cfg->cuda_graph)
+        log_warn("train.cuda_graph = true: not used, every step runs op by op: %s", r->st.graph_why);
 }
 
 int run_setup(run *r) {

@@ -11,6 +11,36 @@
 #include "common/timer.h"
 #include "dist/dist.h"
 
+/* train.cuda_graph: whether this run's steps can be recorded and replayed
+ * (what a replay would get wrong otherwise, or the backend cannot do), into
+ * s->graph_why; if so, the device rate the update reads from then on. */
+static void graph_setup(stepper *s) {
+    const net *nt = s->nt;
+    const backend *be = nt->be;
+    const char *why = NULL;
+    if (!be->capture_begin)
+        why = "this backend runs each op as it is called";
+    else if (s->x != exchange_none())
+        why = "with more than one rank (or dist.backend = nccl) the exchange's host calls are not recorded yet";
+    else if (s->o.accumulate > 1)
+        why = "train.accumulate > 1";
+    else if (loss_scaler_active(&s->ls))
+        why = "loss scaling checks the gradients for inf/NaN on the host in mid-step";
+    else if (net_dropout_active(nt))
+        why = "dropout draws each step's mask from a seed the host counts";
+    else if (s->tl)
+        why = "dist.timeline records each layer from the host";
+    else if (s->o.emulate)
+        why = "train.emulate_compute";
+    if (why) {
+        snprintf(s->graph_why, sizeof s->graph_why, "%s", why);
+        return;
+    }
+    s->graph_on = 1;
+    s->lr_dev = be->alloc(sizeof(float));
+    s->opt.lr_at = s->lr_dev;
+}
+
 void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
                   const step_opts *so, int max_batch, int c, int hw, int u8) {
     const backend *be = nt->be;
@@ -45,6 +75,7 @@ void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_op
         s->grad_kept = be->alloc(nt->n_params * sizeof(float));
         s->loss_sum = be->alloc(sizeof(float));
     }
+    if (s->o.cuda_graph) graph_setup(s);
 }
 
 void stepper_free(stepper *s) {
@@ -62,6 +93,9 @@ void stepper_free(stepper *s) {
     be->free(s->grad_kept);
     be->free(s->loss_sum);
     free(s->seed_momentum);
+    for (int k = 0; k < 2; k++)
+        if (s->graphs[k].graph) be->graph_free(s->graphs[k].graph);
+    be->free(s->lr_dev);
     memset(s, 0, sizeof *s);
 }
 
@@ -185,10 +219,98 @@ void stepper_accumulate(stepper *s, const batch *b) {
     micro_step(s, b, 0, 0, 0.0, &s->pending);
 }
 
+/* The recorded step of s's input slot x (with labels) and batch size n, if
+ * one is current (recorded under the backend's present memory epoch); else
+ * the entry to record it into: that slot's stale one, an empty one, or the
+ * other slot's (its owner records again when it comes back). */
+static struct step_graph *graph_for(stepper *s, const float *x, const int32_t *labels, int n, int *current) {
+    uint64_t epoch = s->nt->be->memory_epoch();
+    struct step_graph *same = NULL, *empty = NULL;
+    for (int k = 0; k < 2; k++) {
+        struct step_graph *g = &s->graphs[k];
+        if (!g->graph) {
+            if (!empty) empty = g;
+        } else if (g->x == x && g->labels == labels) {
+            same = g;
+        }
+    }
+    *current = same && same->n == n && same->epoch == epoch;
+    return same ? same : empty ? empty : &s->graphs[0];
+}
+
+/* train.cuda_graph: the step on batch b as one launch of its recording, made
+ * now where none is current (the recording only queues nothing; its launch
+ * runs this step). Forward, loss, backward and update as stepper_run's eager
+ * path runs them for one rank without loss scaling or accumulation
+ * (graph_setup's conditions); the rate is written to lr_dev first. The
+ * phase times are the host's time to queue, all in forward_s. */
+static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
+    net *nt = s->nt;
+    const backend *be = nt->be;
+    memset(r, 0, sizeof *r);
+    float *x;
+    int32_t *labels;
+    int n = take_batch(s, b, &x, &labels);
+    r->n = n;
+    double t = time_now();
+    float l = (float)lr;
+    be->upload(s->lr_dev, &l, sizeof l); /* before the launch, in stream order */
+    int current;
+    struct step_graph *g = graph_for(s, x, labels, n, &current);
+    if (!current) {
+        if (g->graph) be->graph_free(g->graph);
+        g->graph = NULL;
+        be->capture_begin();
+        /* as the eager path with one worker, K = 1 and the scale at 1 (graph_setup) */
+        float scale = (float)s->ls.scale;
+        forward_loss(s, x, labels, n, scale);
+        net_backward(nt, s->dlogits, s->dlogits_aux);
+        optim_step(&s->opt, nt, l, (float)(1.0 / (double)scale));
+        char why[256] = "";
+        g->graph = be->capture_end(why, sizeof why);
+        if (!g->graph) {
+            stager_release(s->st);
+            return cnt_err_set("train.cuda_graph: the step could not be recorded (%s); set train.cuda_graph = false",
+                               why);
+        }
+        g->x = x;
+        g->labels = labels;
+        g->n = n;
+        g->epoch = be->memory_epoch();
+        s->recorded++;
+    } else {
+        s->replayed++;
+    }
+    be->graph_launch(g->graph);
+    stager_release(s->st); /* the launch was the last reader of the batch */
+    r->forward_s = time_now() - t;
+    stage_next(s);
+    r->applied = r->loss_counts = 1;
+    return CNT_OK;
+}
+
+/* Whether this step (on batch b, or the staged one) goes through
+ * graph_step: recording is on, the batch is full (an epoch's last, smaller
+ * batch runs eagerly rather than be recorded for one use), the eager steps
+ * are done, and nothing would run host code inside the step (a profile's
+ * layer hooks, the exchange's gradient hook, phase waits). */
+static int graph_now(stepper *s, const batch *b) {
+    if (!s->graph_on || s->o.sync_phases || s->nt->node_hook || s->nt->grad_hook) return 0;
+    int n = s->staged ? s->staged_n : b->n;
+    if (!s->graph_batch) s->graph_batch = n; /* the run's first batch: a full one */
+    if (n != s->graph_batch) return 0;
+    if (s->graph_warm < STEP_GRAPH_WARM) {
+        s->graph_warm++;
+        return 0;
+    }
+    return 1;
+}
+
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r) {
     net *nt = s->nt;
     const backend *be = nt->be;
     CNT_ASSERT(s->micro == s->o.accumulate - 1); /* every micro-batch before this one taken */
+    if (graph_now(s, b)) return graph_step(s, b, lr, r);
     if (s->micro > 0) *r = s->pending;
     else memset(r, 0, sizeof *r);
     float scale = (float)s->ls.scale;
@@ -223,6 +345,10 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     }
     /* Sums over ranks of S-times gradients: the update divides both out. */
     double workers = exchange_workers(s->x);
+    if (s->lr_dev) { /* the update reads the rate there (train.cuda_graph) */
+        float l = (float)lr;
+        be->upload(s->lr_dev, &l, sizeof l);
+    }
     if (r->applied) optim_step(&s->opt, nt, (float)lr, (float)(1.0 / (workers * (double)scale)));
     r->update_s = phase_end(s, "optimizer", "optimizer", t);
 

@@ -64,6 +64,8 @@ typedef struct step_opts {
                          * the loss scale stay as they are; no inf/NaN check) */
     double emulate_update_ms;
     int accumulate;     /* micro-batches per optimizer step (train.accumulate); 0 or 1: none */
+    int cuda_graph;     /* train.cuda_graph: record the step's device work and replay it (stepper_init
+                         * says where it cannot: stepper.graph_why) */
 } step_opts;
 
 /* Where the next step's batch comes from (stepper_set_prefetch): a host
@@ -109,7 +111,30 @@ typedef struct stepper {
     step_result pending;     /* their times and images, which stepper_run reports with the last */
     float *seed_momentum;    /* rank 0, where the exchange keeps the state: a checkpoint's momentum for
                               * stepper_seed (host); NULL: zeros */
+    /* train.cuda_graph (step_opts.cuda_graph): after STEP_GRAPH_WARM eager
+     * steps, the device work of a step (forward, loss, backward, update) is
+     * recorded (backend capture_begin/capture_end) once per input slot of
+     * the stager and batch size, and each later step on that slot is one
+     * graph_launch; the rate is read from lr_dev, written before each step */
+    int graph_on;            /* asked for and possible here */
+    char graph_why[192];     /* asked for and not possible here: why ("" otherwise) */
+    int graph_warm;          /* eager steps taken so far, up to STEP_GRAPH_WARM */
+    int graph_batch;         /* the batch size recorded: the run's first (a full one); others run eagerly */
+    float *lr_dev;           /* [1] device: the rate the update reads (optimizer.lr_at); NULL when off */
+    struct step_graph {
+        void *graph;         /* the backend's; NULL: none */
+        const float *x;      /* the input slot, labels and batch size it was recorded on */
+        const int32_t *labels;
+        int n;
+        uint64_t epoch;      /* the backend's memory_epoch then */
+    } graphs[2];
+    long recorded, replayed; /* steps recorded and steps replayed */
 } stepper;
+
+/* Eager steps before the first recording: the first chooses the
+ * convolutions' algorithms and grows the buffers, the second runs as every
+ * later step will. */
+#define STEP_GRAPH_WARM 2
 
 /* The training state a checkpoint holds besides the position in the data:
  * what stepper_state_alloc sizes, stepper_save fills and stepper_restore

@@ -1,0 +1,314 @@
+/*
+ * tests/test_step_graph.c - the recorded step (train.cuda_graph,
+ * train/step.h) on the host, through a backend that is the CPU's with
+ * recording ops that count what the stepper asks of them:
+ *   - two eager steps, then one recording per stager slot, then one launch
+ *     a step; the rate each launch reads from the device is that step's;
+ *   - nothing allocates, frees, waits for the device or downloads between
+ *     capture_begin and capture_end (a GPU's recording would fail there);
+ *   - the recorded region is the eager step's work: the CPU runs the ops as
+ *     they are recorded, so after the recording steps the parameters are,
+ *     bit for bit, those of a run without recording;
+ *   - a new memory epoch records again; a smaller batch runs eagerly; a
+ *     layer hook runs eagerly; a failed recording is an error naming the
+ *     key;
+ *   - where it cannot be used (a backend without recording, accumulation,
+ *     loss scaling, dropout) stepper_init says why and nothing is recorded.
+ * On a GPU: tests/test_gpu_train.sh (not yet run there).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/rng.h"
+#include "dist/exchange.h"
+#include "model/net.h"
+#include "train/step.h"
+
+enum { C = 3, H = 12, W = 12, CLASSES = 10, B = 6, STEPS = 8 };
+
+static const optim_opts oo = {.momentum = 0.9f, .weight_decay = 5e-4f};
+static const loss_scale_opts no_scaling = {.mode = LOSS_SCALE_NONE, .scale = 1.0};
+
+/* What the fake backend's ops saw. */
+static struct {
+    int capturing;
+    int begins, ends, launches, frees;
+    int forbidden; /* alloc, free, sync or download while capturing */
+    int fail;      /* capture_end refuses */
+    uint64_t epoch;
+    const float *lr_dev;
+    float lr_at_launch[64];
+    char tokens[4];
+} fk;
+
+static backend fake;
+
+static void *fake_alloc(size_t bytes) {
+    fk.forbidden += fk.capturing;
+    return backend_cpu()->alloc(bytes);
+}
+static void fake_free(void *p) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->free(p);
+}
+static void fake_sync(void) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->sync();
+}
+static void fake_download(void *dst, const void *src, size_t bytes) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->download(dst, src, bytes);
+}
+static void fake_capture_begin(void) {
+    assert_false(fk.capturing);
+    fk.capturing = 1;
+    fk.begins++;
+}
+static void *fake_capture_end(char *why, size_t len) {
+    assert_true(fk.capturing);
+    fk.capturing = 0;
+    fk.ends++;
+    if (fk.fail) {
+        snprintf(why, len, "refused by the test");
+        return NULL;
+    }
+    return &fk.tokens[fk.ends % 4];
+}
+static void fake_graph_launch(void *graph) {
+    assert_non_null(graph);
+    assert_true(fk.launches < 64);
+    fk.lr_at_launch[fk.launches++] = *fk.lr_dev; /* device memory is host memory */
+}
+static void fake_graph_free(void *graph) {
+    assert_non_null(graph);
+    fk.frees++;
+}
+static uint64_t fake_memory_epoch(void) { return fk.epoch; }
+
+static const backend *recording_backend(void) {
+    fake = *backend_cpu();
+    fake.name = "fake";
+    fake.alloc = fake_alloc;
+    fake.free = fake_free;
+    fake.sync = fake_sync;
+    fake.download = fake_download;
+    fake.capture_begin = fake_capture_begin;
+    fake.capture_end = fake_capture_end;
+    fake.graph_launch = fake_graph_launch;
+    fake.graph_free = fake_graph_free;
+    fake.memory_epoch = fake_memory_epoch;
+    memset(&fk, 0, sizeof fk);
+    return &fake;
+}
+
+/* conv (bias) - relu - max-pool - conv - relu - average - linear, and a
+ * dropout before the linear layer with p = dropout (0: none). */
+static net *small_net(const backend *be, float dropout) {
+    net *nt = net_create(be, C, H, W, CLASSES);
+    int c1 = net_conv(nt, NET_INPUT, "conv1", 8, 3, 1, 1, 1);
+    int r1 = net_relu(nt, c1, "relu1");
+    int p1 = net_maxpool(nt, r1, "pool1", 2, 2, 0, 0);
+    int c2 = net_conv(nt, p1, "conv2", 16, 3, 1, 1, 0);
+    int r2 = net_relu(nt, c2, "relu2");
+    int a = net_adaptive_avgpool(nt, r2, "avg", 1, 1);
+    if (dropout > 0) a = net_dropout(nt, a, "drop", dropout);
+    int fc = net_linear(nt, a, "fc", CLASSES, 1);
+    assert_int_equal(net_finalize(nt, fc, -1, B), CNT_OK);
+    net_init_params(nt, 5);
+    return nt;
+}
+
+typedef struct images {
+    float x[(STEPS + 4) * B * C * H * W];
+    int32_t labels[(STEPS + 4) * B];
+} images;
+
+static images *make_images(void) {
+    images *im = cnt_calloc(1, sizeof *im);
+    rng r;
+    rng_seed(&r, 21, 1);
+    for (size_t i = 0; i < sizeof im->x / sizeof im->x[0]; i++) im->x[i] = rng_uniform(&r) * 2 - 1;
+    for (size_t i = 0; i < sizeof im->labels / sizeof im->labels[0]; i++)
+        im->labels[i] = (int32_t)rng_below(&r, CLASSES);
+    return im;
+}
+
+static batch slice(images *im, int step, int n) {
+    return (batch){.n = n, .x = im->x + (size_t)step * B * C * H * W, .labels = im->labels + step * B};
+}
+
+static double rate(int step) { return 0.01 * (step + 1); }
+
+/* steps steps of full batches on nt (recording or not), the parameters into params */
+static void train(net *nt, int graph, images *im, int steps, float *params) {
+    step_opts so = {.cuda_graph = graph};
+    stepper st;
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &no_scaling, &so, B, C, H * W, 0);
+    if (graph) {
+        assert_true(st.graph_on);
+        fk.lr_dev = st.lr_dev;
+    }
+    for (int s = 0; s < steps; s++) {
+        batch b = slice(im, s, B);
+        step_result r;
+        assert_int_equal(stepper_run(&st, &b, s + 1, rate(s), &r), CNT_OK);
+        assert_true(r.applied);
+        assert_int_equal(r.n, B);
+    }
+    backend_cpu()->download(params, nt->params, nt->n_params * sizeof(float));
+    stepper_free(&st);
+}
+
+/* Two eager steps, a recording on each of the stager's two slots (steps 3
+ * and 4), then launches only; each launch reads its step's rate. */
+static void test_records_then_replays(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *nt = small_net(recording_backend(), 0);
+    float *p = cnt_malloc(nt->n_params * sizeof(float));
+    train(nt, 1, im, STEPS, p);
+    assert_int_equal(fk.begins, 2);
+    assert_int_equal(fk.ends, 2);
+    assert_int_equal(fk.launches, STEPS - STEP_GRAPH_WARM);
+    assert_int_equal(fk.forbidden, 0);
+    for (int k = 0; k < fk.launches; k++)
+        if (fk.lr_at_launch[k] != (float)rate(STEP_GRAPH_WARM + k))
+            fail_msg("launch %d (step %d) read the rate %g, not %g", k, STEP_GRAPH_WARM + k + 1,
+                     (double)fk.lr_at_launch[k], rate(STEP_GRAPH_WARM + k));
+    assert_int_equal(fk.frees, 2); /* stepper_free: both recordings */
+    net_free(nt);
+    free(p);
+    free(im);
+}
+
+/* The CPU runs the recorded ops as they are recorded (a GPU only records
+ * them): so up to the recordings (steps 3 and 4) a recording run's
+ * parameters must be those of a run without, bit for bit: the same work,
+ * the same rate (read from the device), the same scale. */
+static void test_recorded_work_is_the_step(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *eager = small_net(backend_cpu(), 0);
+    net *rec = small_net(recording_backend(), 0);
+    size_t n = eager->n_params;
+    float *pe = cnt_malloc(n * sizeof(float)), *pr = cnt_malloc(n * sizeof(float));
+    train(eager, 0, im, STEP_GRAPH_WARM + 2, pe);
+    train(rec, 1, im, STEP_GRAPH_WARM + 2, pr);
+    assert_int_equal(fk.begins, 2);
+    assert_int_equal(memcmp(pe, pr, n * sizeof(float)), 0);
+    net_free(eager);
+    net_free(rec);
+    free(pe);
+    free(pr);
+    free(im);
+}
+
+/* A new memory epoch (the backend replaced a buffer a recording may point
+ * at) records again; a smaller batch runs eagerly, as does a step with a
+ * layer hook (a profile's); a failed recording is an error naming the key. */
+static void hook(void *ctx, const node *nd, int backward, double t0, double t1) {
+    (void)nd, (void)backward, (void)t0, (void)t1;
+    (*(int *)ctx)++;
+}
+
+static void test_records_again_or_runs_eagerly(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *nt = small_net(recording_backend(), 0);
+    step_opts so = {.cuda_graph = 1};
+    stepper st;
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &no_scaling, &so, B, C, H * W, 0);
+    fk.lr_dev = st.lr_dev;
+    step_result r;
+    int s = 0;
+    for (; s < 6; s++) {
+        batch b = slice(im, s, B);
+        assert_int_equal(stepper_run(&st, &b, s + 1, rate(s), &r), CNT_OK);
+    }
+    assert_int_equal(fk.begins, 2);
+    assert_int_equal(fk.launches, 4);
+    fk.epoch++;
+    batch b = slice(im, s, B);
+    s++;
+    assert_int_equal(stepper_run(&st, &b, s, rate(s), &r), CNT_OK);
+    assert_int_equal(fk.begins, 3); /* this slot's recording was stale */
+    assert_int_equal(fk.frees, 1);
+    assert_int_equal(fk.launches, 5);
+    b = slice(im, s, B - 1); /* an epoch's last batch */
+    s++;
+    assert_int_equal(stepper_run(&st, &b, s, rate(s), &r), CNT_OK);
+    assert_int_equal(r.n, B - 1);
+    assert_int_equal(fk.begins, 3);
+    assert_int_equal(fk.launches, 5);
+    int calls = 0;
+    net_set_node_hook(nt, hook, &calls);
+    b = slice(im, s, B);
+    s++;
+    assert_int_equal(stepper_run(&st, &b, s, rate(s), &r), CNT_OK);
+    assert_true(calls > 0);
+    assert_int_equal(fk.launches, 5);
+    net_set_node_hook(nt, NULL, NULL);
+    assert_int_equal(fk.forbidden, 0);
+    fk.fail = 1;
+    fk.epoch++;
+    b = slice(im, s, B);
+    s++;
+    assert_int_equal(stepper_run(&st, &b, s, rate(s), &r), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "train.cuda_graph: the step could not be recorded (refused by the test)"));
+    stepper_free(&st);
+    net_free(nt);
+    free(im);
+}
+
+/* Where a replay would differ from the eager step, or the backend cannot
+ * record: off, with the reason, and nothing recorded. */
+static void expect_off(net *nt, const step_opts *so, const loss_scale_opts *lso, const char *why) {
+    stepper st;
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, lso, so, B, C, H * W, 0);
+    assert_false(st.graph_on);
+    assert_null(st.lr_dev);
+    if (!strstr(st.graph_why, why)) fail_msg("graph_why is '%s', expected it to say '%s'", st.graph_why, why);
+    stepper_free(&st);
+}
+
+static void test_where_it_cannot(void **state) {
+    (void)state;
+    step_opts on = {.cuda_graph = 1}, acc = {.cuda_graph = 1, .accumulate = 2};
+    loss_scale_opts fixed = {.mode = LOSS_SCALE_STATIC, .scale = 128.0};
+    net *cpu = small_net(backend_cpu(), 0);
+    expect_off(cpu, &on, &no_scaling, "runs each op as it is called");
+    net_free(cpu);
+    net *nt = small_net(recording_backend(), 0);
+    expect_off(nt, &acc, &no_scaling, "train.accumulate > 1");
+    expect_off(nt, &on, &fixed, "loss scaling");
+    step_opts off = {0};
+    stepper st;
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &no_scaling, &off, B, C, H * W, 0);
+    assert_false(st.graph_on);
+    assert_string_equal(st.graph_why, ""); /* not asked for */
+    stepper_free(&st);
+    net_free(nt);
+    net *dropped = small_net(recording_backend(), 0.5f);
+    expect_off(dropped, &on, &no_scaling, "dropout");
+    net_free(dropped);
+    assert_int_equal(fk.begins, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_records_then_replays),
+        cmocka_unit_test(test_recorded_work_is_the_step),
+        cmocka_unit_test(test_records_again_or_runs_eagerly),
+        cmocka_unit_test(test_where_it_cannot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
