@@ -115,6 +115,7 @@ static struct {
     int ready;
     int device;
     int capturing;             /* between capture_begin and capture_end */
+    void *cublas_ws;           /* cuBLAS's workspace, ours from the first recording on (NULL: cuBLAS's own) */
     uint64_t mem_epoch;        /* memory_epoch: bumped by every free and every buffer grown */
     int cc_major, cc_minor;    /* compute capability */
     char dev_name[256];        /* cudaDeviceProp.name */
@@ -1701,6 +1702,14 @@ static void cuda_sgd_update(size_t n, float *param, const float *grad, float *mo
 static void cuda_capture_begin(void) {
     on_device();
     CNT_ASSERT(!g.capturing);
+    if (!g.cublas_ws) {
+        /* cuBLAS may allocate its workspace when a call needs it, which a
+         * recording must not: it gets one of its own first (32 MiB, NVIDIA's
+         * figure for Hopper; the process keeps it) */
+        const size_t bytes = (size_t)32 << 20;
+        CUDA_CHECK(cudaMalloc(&g.cublas_ws, bytes));
+        CUBLAS_CHECK(cublasSetWorkspace(g.cublas, g.cublas_ws, bytes));
+    }
     /* thread-local: another thread's CUDA calls (a loader's upload on the
      * copy stream) neither break the recording nor are recorded */
     CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
