@@ -239,8 +239,8 @@ static struct step_graph *graph_for(stepper *s, const float *x, const int32_t *l
 }
 
 /* train.cuda_graph: the step on batch b as one launch of its recording, made
- * now where none is current (the recording only queues nothing; its launch
- * runs this step). Forward, loss, backward and update as stepper_run's eager
+ * now where none is current (recording runs nothing on a GPU: the launch
+ * after it runs this step). Forward, loss, backward and update as stepper_run's eager
  * path runs them for one rank without loss scaling or accumulation
  * (graph_setup's conditions); the rate is written to lr_dev first. The
  * phase times are the host's time to queue, all in forward_s. */
