@@ -87,6 +87,11 @@ PR_FN void pr_candidates(pool_mode mode, pr_axis a, int h, int *first, int *last
     }
     /* i*stride - pad <= h < i*stride - pad + k */
     int num = h + a.pad - a.k + 1;
+    if (a.stride == 1) { /* the same without the divisions (Inception's 3x3 average pools) */
+        *first = num <= 0 ? 0 : num;
+        *last = h + a.pad > a.out - 1 ? a.out - 1 : h + a.pad;
+        return;
+    }
     *first = num <= 0 ? 0 : (num + a.stride - 1) / a.stride;
     int l = (h + a.pad) / a.stride;
     *last = l > a.out - 1 ? a.out - 1 : l;
