@@ -415,6 +415,15 @@ run $T configs/resnet50.ini data.kind=synthetic train.batch_size=2 train.eval_ba
 check "configs/resnet50.ini trains a step on synthetic data" \
     bash -c "[ $rc -eq 0 ] && grep -q 'step 1/1' <<<\"\$1\"" _ "$out"
 
+# train.cuda_graph on a backend that cannot record: a warning saying why, and the run goes on op by op
+out=$($T configs/resnet20-fashion.ini train.device=cpu train.cuda_graph=true train.max_steps=1 train.batch_size=16 \
+    data.train_limit=64 data.test_limit=16 data.workers=1 train.out_dir="$tmp/cg" 2>&1)
+rc=$?
+check "train.cuda_graph = true on the CPU: exit 0" test $rc -eq 0
+check "train.cuda_graph = true on the CPU: a warning says why it is not used" grep -q \
+    "^warning: train.cuda_graph = true: not used, every step runs op by op: this backend runs each op as it is called" \
+    <<<"$out"
+
 # docs/usage.md embeds the reference generated from the parser's table (tools/dev/update_config_reference.sh).
 $T --config-reference md > "$tmp/ref.md"
 check "docs/usage.md holds the current config reference" python3 - "$tmp/ref.md" docs/usage.md <<'PY'
