@@ -46,8 +46,6 @@ backend_dtype backend_act_choose(const backend *be, backend_math math) {
     return be->act_auto & (1u << t) ? t : BACKEND_DTYPE_FP32;
 }
 
-backend_conv_api backend_conv_api_choose(const backend *be) { return be->conv_api_auto; }
-
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p) {
     return be->conv_filter_kept ? be->conv_filter_kept(ctx, p) : 0;
 }

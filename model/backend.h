@@ -227,8 +227,8 @@ typedef struct backend {
      * stores; a GPU's once measured faster than fp32 activations. */
     unsigned act_auto;
     /* How train.conv_api = auto runs its convolutions (backend_ctx.conv_api,
-     * backend_conv_api_choose): a GPU's faster API where measured; LEGACY
-     * for a backend with one way only. */
+     * config_conv_api): a GPU's faster API where measured; LEGACY for a
+     * backend with one way only. */
     backend_conv_api conv_api_auto;
     /* One line for logs: which device, e.g. "cuda:1 NVIDIA H100 80GB HBM3
      * (79.1 GiB, compute 9.0)" or "cpu (16 threads)". */
@@ -635,8 +635,6 @@ const char *backend_dtype_name(backend_dtype t);
  * where be takes it by default (act_auto), fp32 otherwise. The one place
  * that rule lives. */
 backend_dtype backend_act_choose(const backend *be, backend_math math);
-/* train.conv_api = auto on be: be->conv_api_auto. */
-backend_conv_api backend_conv_api_choose(const backend *be);
 /* be->conv_filter_kept, or 0 where the backend keeps nothing. Never fails. */
 size_t backend_conv_filter_kept(const backend *be, const backend_ctx *ctx, const conv_params *p);
 /* be->plans_export: the length of the text (0, "" in buf, where the backend

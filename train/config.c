@@ -223,8 +223,8 @@ static const key_def key_table[] = {
     K_ENUM("data", "decoder", decoder, "auto", .choices = decoders,
          .help = "who decodes JPEGs (imagefolder, shards): cpu (libjpeg-turbo in the loader threads), nvjpeg "
                  "(the rank's GPU: its hardware decoder where it has one, at full size; other formats and what "
-                 "nvJPEG refuses on the CPU, with data.jpeg_scaling; on an H200 slower than as many CPU cores for the train "
-                 "transform); auto: cpu"),
+                 "nvJPEG refuses on the CPU, with data.jpeg_scaling; on an H200 slower than as many CPU cores for "
+                 "the train transform); auto: cpu"),
     K_INT("data", "pad", pad, "4", BETWEEN(0, 64),
         .help = "padding in pixels on each side before the random crop (crop = pad)"),
     K_FLOAT("data", "min_scale", min_scale, "0.08", BETWEEN(0.01, 1),
@@ -1534,7 +1534,7 @@ backend_dtype config_activations(const config *cfg, const backend *be) {
 
 backend_conv_api config_conv_api(const config *cfg, const backend *be) {
     if (cfg->conv_api != CONFIG_CONV_API_AUTO) return (backend_conv_api)cfg->conv_api;
-    return be ? backend_conv_api_choose(be) : BACKEND_CONV_API_LEGACY;
+    return be ? be->conv_api_auto : BACKEND_CONV_API_LEGACY;
 }
 
 step_opts config_step_opts(const config *cfg) {

@@ -230,7 +230,7 @@ zoo_options config_zoo_options(const config *cfg, const backend *be);
  * else fp32. */
 backend_dtype config_activations(const config *cfg, const backend *be);
 /* train.conv_api on backend be: the API asked for, and for auto be's
- * (backend_conv_api_choose; legacy where be is NULL). */
+ * (its conv_api_auto; legacy where be is NULL). */
 backend_conv_api config_conv_api(const config *cfg, const backend *be);
 /* The step's loss options (train.label_smoothing, train.aux_weight). */
 step_opts config_step_opts(const config *cfg);

@@ -242,7 +242,7 @@ static struct step_graph *graph_for(stepper *s, const float *x, const int32_t *l
  * now where none is current (recording runs nothing on a GPU: the launch
  * after it runs this step). Forward, loss, backward and update as stepper_run's eager
  * path runs them for one rank without loss scaling or accumulation
- * (graph_setup's conditions); the rate is written to lr_dev first. The
+ * (graph_setup's conditions); stepper_run has written the rate to lr_dev. The
  * phase times are the host's time to queue, all in forward_s. */
 static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
     net *nt = s->nt;
@@ -253,8 +253,7 @@ static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
     int n = take_batch(s, b, &x, &labels);
     r->n = n;
     double t = time_now();
-    float l = (float)lr;
-    be->upload(s->lr_dev, &l, sizeof l); /* before the launch, in stream order */
+    float l = (float)lr; /* in lr_dev already (stepper_run) */
     int current;
     struct step_graph *g = graph_for(s, x, labels, n, &current);
     if (!current) {
@@ -310,6 +309,10 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     net *nt = s->nt;
     const backend *be = nt->be;
     CNT_ASSERT(s->micro == s->o.accumulate - 1); /* every micro-batch before this one taken */
+    if (s->lr_dev) { /* train.cuda_graph: the update reads the rate there, recorded or not (stream order) */
+        float l = (float)lr;
+        be->upload(s->lr_dev, &l, sizeof l);
+    }
     if (graph_now(s, b)) return graph_step(s, b, lr, r);
     if (s->micro > 0) *r = s->pending;
     else memset(r, 0, sizeof *r);
@@ -345,10 +348,6 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     }
     /* Sums over ranks of S-times gradients: the update divides both out. */
     double workers = exchange_workers(s->x);
-    if (s->lr_dev) { /* the update reads the rate there (train.cuda_graph) */
-        float l = (float)lr;
-        be->upload(s->lr_dev, &l, sizeof l);
-    }
     if (r->applied) optim_step(&s->opt, nt, (float)lr, (float)(1.0 / (workers * (double)scale)));
     r->update_s = phase_end(s, "optimizer", "optimizer", t);
 
