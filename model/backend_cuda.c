@@ -252,8 +252,8 @@ static void cuda_sync(void) {
 static void *grow(void **buf, size_t *cap, size_t n, size_t size) {
     if (n > *cap) {
         if (g.capturing)
-            cnt_fatal("cuda: the step recorded for train.cuda_graph needed a scratch buffer of %zu bytes, more than the "
-                      "eager steps before it (%zu): set train.cuda_graph = false", n * size, *cap * size);
+            cnt_fatal("cuda: the step recorded for train.cuda_graph needed a scratch buffer of %zu bytes, more "
+                      "than the eager steps before it (%zu): set train.cuda_graph = false", n * size, *cap * size);
         g.mem_epoch++;
         CUDA_CHECK(cudaStreamSynchronize(g.stream));
         CUDA_CHECK(cudaFree(*buf));

@@ -258,8 +258,9 @@ __device__ float block_max(float v, float *sh) {
 
 /* Bias gradient in two passes: block (c, g) sums the g-th of G equal slices of
  * channel c's N*HW values into partial[c*G + g]; then a block per channel
- * adds its G partials (bias_bwd_final_k: strided, then a fixed tree). A channel of a large convolution thus spreads
- * over G blocks instead of one, and the sum order is fixed by the shape. */
+ * adds its G partials (bias_bwd_final_k: strided, then a fixed tree). A
+ * channel of a large convolution thus spreads over G blocks instead of one,
+ * and the sum order is fixed by the shape. */
 int bias_splits(int N, int HW) {
     size_t m = (size_t)N * HW;
     size_t g = m / 16384;
