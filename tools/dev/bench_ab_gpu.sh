@@ -27,7 +27,9 @@
 # TORCH_CUDNN_V8_API_DISABLED=1, which makes PyTorch use cuDNN's legacy
 # convolution calls (ours today) instead of its graph API: the difference is
 # what the graph API is worth to PyTorch on this card. Ratios: new/old and
-# new/torch.
+# new/torch. The peak device memory of new and of torch (tools/gpu_peak.sh,
+# the same nvidia-smi polling for both; medians over the rounds, MiB over the
+# idle GPU's) ends each row.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ $# -lt 2 ]; then
@@ -65,6 +67,9 @@ torch() { # MODEL SHAPE BATCH PRECISION LAYOUT [ENV...]
         2>&1 | grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1
 }
 source tools/median.sh # median V...
+source tools/gpu_peak.sh # gpu_peak_run PEAKFILE CMD...
+peakf=$(mktemp)
+trap 'rm -f "$peakf"' EXIT
 ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 echo "device: $("$new" --devices | grep -m1 -E "^$device" || echo "$device")"
@@ -79,8 +84,8 @@ for va in "${variants[@]}"; do
     vhead="$vhead new, ${va%%:*} img/s |" vrule="$vrule ---: |"
 done
 echo "| model | batch | precision | layout | old img/s | new img/s |$vhead torch img/s | torch, no v8 img/s |" \
-    "new/old | new/torch |"
-echo "| --- | ---: | --- | --- | ---: | ---: |$vrule ---: | ---: | ---: | ---: |"
+    "new/old | new/torch | new peak MiB | torch peak MiB |"
+echo "| --- | ---: | --- | --- | ---: | ---: |$vrule ---: | ---: | ---: | ---: | ---: | ---: |"
 for m in $models; do
     shape=3x224x224
     [ "$m" = inception_v3 ] && shape=3x299x299
@@ -88,7 +93,7 @@ for m in $models; do
     for b in $batches; do
         for p in $precisions; do
             for l in $layouts; do
-                o=() n=() t=() v=()
+                o=() n=() t=() v=() nm=() tm=()
                 declare -A vr=()
                 for r in $(seq "$rounds"); do
                     new_act=()
@@ -97,23 +102,26 @@ for m in $models; do
                     # still leaves its numbers in the log
                     o+=("$(ours "$old" "$m" "$shape" "$b" "$p" "$l")")
                     echo "    $m $b $p $l round $r: old ${o[-1]:-failed}" >&2
-                    n+=("$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}")")
-                    echo "    $m $b $p $l round $r: new ${n[-1]:-failed}" >&2
+                    n+=("$(gpu_peak_run "$peakf" ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}")")
+                    nm+=("$(cat "$peakf")")
+                    echo "    $m $b $p $l round $r: new ${n[-1]:-failed} (peak ${nm[-1]:-n/a} MiB)" >&2
                     for va in "${variants[@]}"; do
                         IFS=, read -r -a vopts <<<"${va#*:}"
                         got=$(ours "$new" "$m" "$shape" "$b" "$p" "$l" "${new_act[@]}" "${vopts[@]}")
                         vr[$va]="${vr[$va]:-} $got"
                         echo "    $m $b $p $l round $r: new, ${va%%:*} ${got:-failed}" >&2
                     done
-                    t+=("$(torch "$m" "$shape" "$b" "$p" "$l")")
-                    echo "    $m $b $p $l round $r: torch ${t[-1]:-n/a}" >&2
+                    t+=("$(gpu_peak_run "$peakf" torch "$m" "$shape" "$b" "$p" "$l")")
+                    tm+=("$(cat "$peakf")")
+                    echo "    $m $b $p $l round $r: torch ${t[-1]:-n/a} (peak ${tm[-1]:-n/a} MiB)" >&2
                     if [ "${TORCH_NO_V8:-0}" = 1 ]; then
                         v+=("$(torch "$m" "$shape" "$b" "$p" "$l" TORCH_CUDNN_V8_API_DISABLED=1)")
                         echo "    $m $b $p $l round $r: torch no v8 ${v[-1]:-n/a}" >&2
                     fi
                 done
                 mo=$(median "${o[@]}" </dev/null) mn=$(median "${n[@]}" </dev/null) mt=$(median "${t[@]}" </dev/null)
-                mv=$(median "${v[@]}" </dev/null)
+                mv=$(median "${v[@]}" </dev/null) mnm=$(median "${nm[@]}" </dev/null)
+                mtm=$(median "${tm[@]}" </dev/null)
                 vcols="" vrounds=""
                 for va in "${variants[@]}"; do
                     # shellcheck disable=SC2086 # the rounds, one word each
@@ -121,7 +129,7 @@ for m in $models; do
                     vcols="$vcols ${mvar:-failed} |" vrounds="$vrounds; new, ${va%%:*}${vr[$va]}"
                 done
                 echo "| $m | $b | $p | $l | ${mo:-failed} | ${mn:-failed} |$vcols ${mt:-n/a} | ${mv:-n/a} |" \
-                    "$(ratio "$mn" "$mo") | $(ratio "$mn" "$mt") |"
+                    "$(ratio "$mn" "$mo") | $(ratio "$mn" "$mt") | ${mnm:-n/a} | ${mtm:-n/a} |"
                 echo "    rounds: old ${o[*]:-}; new ${n[*]:-}$vrounds; torch ${t[*]:-}; torch no v8 ${v[*]:-}" >&2
                 unset vr
             done
