@@ -24,4 +24,13 @@ RNG_HASH_FN float rng_hash_uniform_inline(uint64_t seed, uint64_t counter) {
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
 
+/* The seed of one dropout node's mask in one training step: the net's step
+ * seed (net->dropout_seed, advanced by every training forward) mixed with
+ * the node's index, so that every node and every step draws its own mask.
+ * Host and device compute it alike: a recorded step (train.cuda_graph)
+ * reads the step seed from device memory at each replay. */
+RNG_HASH_FN uint64_t rng_hash_dropout_seed(uint64_t step_seed, uint64_t node_index) {
+    return step_seed * 0x100000001B3ULL + node_index;
+}
+
 #endif

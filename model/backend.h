@@ -394,6 +394,12 @@ typedef struct backend {
     /* mask[i] = (rng_hash_uniform(seed, i) >= p) ? 1.0f/(1.0f-p) : 0 ; 0 <= p < 1;
      * computed in float exactly so: every backend gives the same bits. */
     void (*dropout_mask)(size_t n, float p, uint64_t seed, float *mask);
+    /* Optional (NULL: masks only from a host seed): dropout_mask with the
+     * seed rng_hash_dropout_seed(*step_at, node_index), *step_at read when the op
+     * runs (in stream order), so a recorded step draws each replay's mask
+     * from the value the host wrote before launching it; step_at is device
+     * memory. The same bits as dropout_mask with that seed. */
+    void (*dropout_mask_at)(size_t n, float p, const uint64_t *step_at, uint64_t node_index, float *mask);
 
     /* ---- channel slices, for concat and channel padding ----
      * For each n < N: dst[n, dst_off : dst_off+C, :] (+)= src[n, src_off : src_off+C, :]

@@ -37,6 +37,7 @@
 #include "common/half.h"
 #include "common/hostmem.h"
 #include "common/rng.h"
+#include "common/rng_hash.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -1203,6 +1204,10 @@ static void cpu_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
     }
 }
 
+static void cpu_dropout_mask_at(size_t n, float p, const uint64_t *step_at, uint64_t node_index, float *mask) {
+    cpu_dropout_mask(n, p, rng_hash_dropout_seed(*step_at, node_index), mask);
+}
+
 static void cpu_channel_copy(int N, int C, int HW, const float *src, int src_C, int src_off, float *dst, int dst_C,
                              int dst_off, int accumulate) {
     CNT_ASSERT(N >= 0 && C >= 0 && HW >= 0);
@@ -1706,6 +1711,7 @@ static const backend cpu_backend = {
     .axpy = cpu_axpy,
     .mul = cpu_mul,
     .dropout_mask = cpu_dropout_mask,
+    .dropout_mask_at = cpu_dropout_mask_at,
     .channel_copy = lay_channel_copy,
     .normalize_u8 = cpu_normalize_u8,
     .softmax_xent = cpu_softmax_xent,

@@ -1667,6 +1667,12 @@ static void cuda_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
     CUDA_CHECK(cuk_dropout_mask(g.stream, n, p, seed, mask));
 }
 
+static void cuda_dropout_mask_at(size_t n, float p, const uint64_t *step_at, uint64_t node_index, float *mask) {
+    on_device();
+    CNT_ASSERT(p >= 0.0f && p < 1.0f && step_at);
+    CUDA_CHECK(cuk_dropout_mask_at(g.stream, n, p, step_at, node_index, mask));
+}
+
 static void cuda_channel_copy(const backend_ctx *ctx, int N, int C, int HW, const void *src, int src_C,
                               int src_off, void *dst, int dst_C, int dst_off, int accumulate) {
     on_device();
@@ -1998,6 +2004,7 @@ static const backend cuda_backend = {
     .axpy = cuda_axpy,
     .mul = cuda_mul,
     .dropout_mask = cuda_dropout_mask,
+    .dropout_mask_at = cuda_dropout_mask_at,
     .channel_copy = cuda_channel_copy,
     .normalize_u8 = cuda_normalize_u8,
     .softmax_xent = cuda_softmax_xent,

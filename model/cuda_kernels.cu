@@ -177,6 +177,14 @@ __global__ void dropout_mask_k(size_t n, float p, float keep, uint64_t seed, flo
     GRID_STRIDE(i, n) mask[i] = rng_hash_uniform_inline(seed, i) >= p ? keep : 0.0f;
 }
 
+/* The step's seed read here, not passed by value: a recorded step's replays
+ * each read the value the host wrote before launching it. */
+__global__ void dropout_mask_at_k(size_t n, float p, float keep, const uint64_t *step_at, uint64_t node_index,
+                                  float *mask) {
+    uint64_t seed = rng_hash_dropout_seed(*step_at, node_index);
+    GRID_STRIDE(i, n) mask[i] = rng_hash_uniform_inline(seed, i) >= p ? keep : 0.0f;
+}
+
 template <typename T>
 __global__ void channel_copy_k(int N, int C, int HW, const T *src, int src_C, int src_off, T *dst, int dst_C,
                                int dst_off, int acc) {
@@ -679,6 +687,12 @@ cudaError_t cuk_mul(cudaStream_t s, int type, size_t n, const void *a, const flo
 
 cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask) {
     if (n) dropout_mask_k<<<grid_for(n), kThreads, 0, s>>>(n, p, 1.0f / (1.0f - p), seed, mask);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_dropout_mask_at(cudaStream_t s, size_t n, float p, const uint64_t *step_at, uint64_t node_index,
+                                float *mask) {
+    if (n) dropout_mask_at_k<<<grid_for(n), kThreads, 0, s>>>(n, p, 1.0f / (1.0f - p), step_at, node_index, mask);
     return cudaGetLastError();
 }
 

@@ -37,6 +37,9 @@ cudaError_t cuk_add(cudaStream_t s, int type, size_t n, const void *a, const voi
 cudaError_t cuk_mul(cudaStream_t s, int type, size_t n, const void *a, const float *b, void *y, int accumulate);
 cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y, int accumulate);
 cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask);
+/* The same, its seed rng_hash_dropout_seed(*step_at, node_index) read on the device. */
+cudaError_t cuk_dropout_mask_at(cudaStream_t s, size_t n, float p, const uint64_t *step_at, uint64_t node_index,
+                                float *mask);
 /* ---- layout-sensitive ops ----
  * `nhwc` 0: tensors [N, C, HW] (NCHW); 1: [N, HW, C] (NHWC, channels
  * innermost), element (n, c, i) at (n*HW + i)*C + c. With HW == 1 the two are

@@ -4,6 +4,7 @@
  */
 #include "model/layer.h"
 #include "common/check.h"
+#include "common/rng_hash.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -140,15 +141,17 @@ static void dropout_forward(net *nt, node *nd, int training) {
         nt->be->copy(nd->y, layer_in(nt, nd, 0), n * layer_act_size(nt));
         return;
     }
-    /* Mask from (step seed, node): the same on every backend and reproducible. */
-    uint64_t seed = nt->dropout_seed * 0x100000001B3ULL + (uint64_t)(nd - nt->nodes);
-    if (s->mask_nchw) {
-        nt->be->dropout_mask(n, s->p, seed, s->mask_nchw);
+    /* Mask from (step seed, node): the same on every backend and reproducible;
+     * the step seed from the device word where a recorded step replays */
+    uint64_t node_index = (uint64_t)(nd - nt->nodes);
+    float *drawn = s->mask_nchw ? s->mask_nchw : s->mask;
+    if (nt->dropout_seed_at)
+        nt->be->dropout_mask_at(n, s->p, nt->dropout_seed_at, node_index, drawn);
+    else
+        nt->be->dropout_mask(n, s->p, rng_hash_dropout_seed(nt->dropout_seed, node_index), drawn);
+    if (s->mask_nchw)
         nt->be->convert_layout(nt->batch, nd->C, nd->H * nd->W, s->mask_nchw, BACKEND_DTYPE_FP32, s->mask,
                                BACKEND_DTYPE_FP32, nt->ctx.layout, 1, 0);
-    } else {
-        nt->be->dropout_mask(n, s->p, seed, s->mask);
-    }
     nt->be->mul(&nt->ctx, n, layer_in(nt, nd, 0), s->mask, nd->y, 0);
 }
 
@@ -200,6 +203,18 @@ int net_dropout_active(const net *nt) {
     for (int i = 0; i < nt->n_nodes; i++)
         if (nt->nodes[i].ops == &dropout_ops && ((const dropout_state *)nt->nodes[i].state)->p > 0.0f) return 1;
     return 0;
+}
+
+int net_dropout_seed_on_device(net *nt) {
+    if (!nt->be->dropout_mask_at) return 0;
+    if (!nt->dropout_seed_at) nt->dropout_seed_at = nt->be->alloc(sizeof *nt->dropout_seed_at);
+    return 1;
+}
+
+void net_dropout_seed_upload(net *nt) {
+    if (!nt->dropout_seed_at) return;
+    uint64_t next = nt->dropout_seed + 1; /* net_forward advances it before the layers run */
+    nt->be->upload(nt->dropout_seed_at, &next, sizeof next);
 }
 
 int net_dropout(net *nt, int in, const char *name, float p) {

@@ -47,6 +47,7 @@ void net_free(net *nt) {
     nt->be->free(nt->input_grad);
     nt->be->free(nt->input_conv);
     nt->be->free(nt->logits32);
+    nt->be->free(nt->dropout_seed_at);
     free(nt->nodes);
     free(nt->param_info);
     free(nt->buffer_info);

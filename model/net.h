@@ -190,6 +190,8 @@ struct net {
     int output;                       /* index of the node producing the logits */
     int aux_output;                   /* Inception's auxiliary logits node, or -1 */
     uint64_t dropout_seed;            /* advanced every training forward */
+    uint64_t *dropout_seed_at;        /* device, or NULL: the step seed dropout masks read there
+                                       * (net_dropout_seed_on_device) instead of dropout_seed */
     int no_sharing;                   /* net_set_memory_sharing(nt, 0): every y and dy has memory of its own */
     int no_fusion;                    /* net_set_fusion(nt, 0): every node runs its own op */
     int failed;                       /* a builder call failed; later ones fail too */
@@ -388,9 +390,20 @@ void net_set_node_hook(net *nt, void (*hook)(void *ctx, const node *nd, int back
  * not called. net_set_node_hook leaves it as it is. */
 void net_set_node_begin_hook(net *nt, void (*hook)(void *ctx, const node *nd, int backward));
 /* Whether a training forward draws dropout masks (a dropout node with p >
- * 0), each step's from a seed the host counts (dropout_seed): a recorded
- * step (train.cuda_graph) would replay one mask. */
+ * 0), each step's from a seed the host counts (dropout_seed). */
 int net_dropout_active(const net *nt);
+/* For a recorded step (train.cuda_graph), whose replays must each draw
+ * their own masks: from now on dropout masks take the step seed from a
+ * device word (the backend's dropout_mask_at) rather than from the host's
+ * dropout_seed by value; the caller writes the word before every training
+ * forward with net_dropout_seed_upload, outside any recording. The host
+ * still counts dropout_seed (checkpoints keep it). Returns 1, or 0 with
+ * nothing changed where the backend has no dropout_mask_at. */
+int net_dropout_seed_on_device(net *nt);
+/* Writes the seed the next training forward takes (dropout_seed + 1: each
+ * training forward advances it first) to the device word, in stream order;
+ * nothing without one. */
+void net_dropout_seed_upload(net *nt);
 /* Emulated compute (train.emulate_compute, train/emulate.h): from now on
  * net_forward and net_backward compute nothing (no layer runs, no input
  * transpose, no dlogits copy); node i takes forward_ms[i] and backward_ms[i]

@@ -29,6 +29,7 @@
 #include "common/check.h"
 #include "common/half.h"
 #include "common/rng.h"
+#include "common/rng_hash.h"
 #include "model/backend.h"
 #include "tests/support/ref.h"
 #include "tests/support/testutil.h"
@@ -703,6 +704,44 @@ static void test_dropout_mask(void **state) {
             expect(what, &mask, 3e-7, 0.0);
             pair_free(&mask);
         }
+}
+
+/* dropout_mask_at (a recorded step's masks): the mask of the seed
+ * rng_hash_dropout_seed(*step_at, node), bit for bit, with the word read when
+ * the op runs; the seed's formula is the one every dropout mask since the
+ * first has used (a change would change every run's masks). */
+static void test_dropout_mask_at(void **state) {
+    (void)state;
+    assert_true(rng_hash_dropout_seed(5, 3) == 5 * 0x100000001B3ULL + 3);
+    assert_true(rng_hash_dropout_seed(0xFFFFFFFF00000001ULL, 7) == 0xFFFFFFFF00000001ULL * 0x100000001B3ULL + 7);
+    static const uint64_t steps[] = {1, 2, 0x9E3779B97F4A7C15ULL};
+    const size_t n = 4099;
+    uint64_t *word = be->alloc(sizeof *word);
+    float *at = be->alloc(n * sizeof(float)), *by_value = be->alloc(n * sizeof(float));
+    float *h_at = malloc(n * sizeof(float)), *h_value = malloc(n * sizeof(float)), *h_first = malloc(n * sizeof(float));
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++)
+        for (uint64_t node = 0; node < 3; node++) {
+            be->upload(word, &steps[k], sizeof steps[k]);
+            be->dropout_mask_at(n, 0.4f, word, node, at);
+            be->dropout_mask(n, 0.4f, rng_hash_dropout_seed(steps[k], node), by_value);
+            be->download(h_at, at, n * sizeof(float));
+            be->download(h_value, by_value, n * sizeof(float));
+            char what[96];
+            snprintf(what, sizeof what, "dropout_mask_at step 0x%llx node %llu", (unsigned long long)steps[k],
+                     (unsigned long long)node);
+            tu_assert_bitwise_equal_f(what, h_value, h_at, n);
+            if (k == 0 && node == 0) memcpy(h_first, h_at, n * sizeof(float));
+        }
+    /* and the masks of other seeds differ (a constant mask would pass the above only by luck) */
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += (h_first[i] == 0.0f) != (h_at[i] == 0.0f);
+    assert_true(differ > n / 4);
+    free(h_at);
+    free(h_value);
+    free(h_first);
+    be->free(word);
+    be->free(at);
+    be->free(by_value);
 }
 
 static void test_channel_copy(void **state) {
@@ -1768,6 +1807,7 @@ int main(void) {
         cmocka_unit_test_setup(test_relu, all_threads),
         cmocka_unit_test_setup(test_add_axpy_mul, all_threads),
         cmocka_unit_test_setup(test_dropout_mask, all_threads),
+        cmocka_unit_test_setup(test_dropout_mask_at, all_threads),
         cmocka_unit_test_setup(test_channel_copy, all_threads),
         cmocka_unit_test_setup(test_softmax_xent, all_threads),
         cmocka_unit_test_setup(test_sgd_update, all_threads),

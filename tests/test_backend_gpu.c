@@ -1659,8 +1659,10 @@ static void test_add_axpy_mul(void **state) {
 
 /* The mask comes from the stateless rng_hash_uniform(seed, i), so a GPU must
  * draw exactly the CPU's mask: the same elements dropped and the same kept
- * value 1/(1-p), bit for bit. Seeds with high bits set catch a kernel that
- * truncates the seed or the counter to 32 bits. */
+ * value 1/(1-p), bit for bit; and so must dropout_mask_at, whose step seed
+ * a kernel reads from a device word (a recorded step's masks). Seeds with
+ * high bits set catch a kernel that truncates the seed or the counter to 32
+ * bits. */
 static void test_dropout_mask_bitwise(void **state) {
     (void)state;
     NEED_GPU();
@@ -1689,6 +1691,21 @@ static void test_dropout_mask_bitwise(void **state) {
                              (double)g[first]);
                 char what[96];
                 snprintf(what, sizeof what, "dropout_mask p %g seed 0x%llx n %zu (cpu vs gpu)", (double)ps[i],
+                         (unsigned long long)seeds[k], n);
+                tu_assert_bitwise_equal_f(what, c, g, n);
+                free(c);
+                free(g);
+                /* dropout_mask_at: the step seed read from a device word (a recorded step's) */
+                for (int s = CPU; s <= GPU; s++) {
+                    uint64_t *word = be[s]->alloc(sizeof *word);
+                    be[s]->upload(word, &seeds[k], sizeof seeds[k]);
+                    be[s]->dropout_mask_at(n, ps[i], word, 3 + k, mask.p[s]);
+                    be[s]->sync();
+                    be[s]->free(word);
+                }
+                c = download(CPU, mask.p[CPU], n);
+                g = download(GPU, mask.p[GPU], n);
+                snprintf(what, sizeof what, "dropout_mask_at p %g step 0x%llx n %zu (cpu vs gpu)", (double)ps[i],
                          (unsigned long long)seeds[k], n);
                 tu_assert_bitwise_equal_f(what, c, g, n);
                 free(c);

@@ -4,16 +4,21 @@
  * recording ops that count what the stepper asks of them:
  *   - two eager steps, then one recording per stager slot, then one launch
  *     a step; the rate each launch reads from the device is that step's;
- *   - nothing allocates, frees, waits for the device or downloads between
- *     capture_begin and capture_end (a GPU's recording would fail there);
+ *   - nothing allocates, frees, waits for the device, downloads or draws a
+ *     dropout mask from a seed passed by value between capture_begin and
+ *     capture_end (a GPU's recording would fail there, or replay one mask);
  *   - the recorded region is the eager step's work: the CPU runs the ops as
  *     they are recorded, so after the recording steps the parameters are,
  *     bit for bit, those of a run without recording;
+ *   - with dropout, each launch reads its own step's seed from the device
+ *     (the one an eager step's masks take), and the recordings draw the
+ *     eager steps' masks, bit for bit;
  *   - a new memory epoch records again; a smaller batch runs eagerly; a
  *     layer hook runs eagerly; a failed recording is an error naming the
  *     key;
  *   - where it cannot be used (a backend without recording, accumulation,
- *     loss scaling, dropout) stepper_init says why and nothing is recorded.
+ *     loss scaling, dropout without device seeds) stepper_init says why and
+ *     nothing is recorded.
  * On a GPU: tests/test_gpu_train.sh (not yet run there).
  */
 #include <setjmp.h>
@@ -42,11 +47,13 @@ static const loss_scale_opts no_scaling = {.mode = LOSS_SCALE_NONE, .scale = 1.0
 static struct {
     int capturing;
     int begins, ends, launches, frees;
-    int forbidden; /* alloc, free, sync or download while capturing */
+    int forbidden; /* alloc, free, sync, download or a by-value dropout seed while capturing */
     int fail;      /* capture_end refuses */
     uint64_t epoch;
     const float *lr_dev;
     float lr_at_launch[64];
+    const net *nt;               /* its dropout_seed_at, where set */
+    uint64_t seed_at_launch[64]; /* what the masks of each launch would read */
     char tokens[4];
 } fk;
 
@@ -68,6 +75,11 @@ static void fake_download(void *dst, const void *src, size_t bytes) {
     fk.forbidden += fk.capturing;
     backend_cpu()->download(dst, src, bytes);
 }
+/* a mask from a seed passed by value, recorded, would be every replay's mask */
+static void fake_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->dropout_mask(n, p, seed, mask);
+}
 static void fake_capture_begin(void) {
     assert_false(fk.capturing);
     fk.capturing = 1;
@@ -86,6 +98,7 @@ static void *fake_capture_end(char *why, size_t len) {
 static void fake_graph_launch(void *graph) {
     assert_non_null(graph);
     assert_true(fk.launches < 64);
+    if (fk.nt && fk.nt->dropout_seed_at) fk.seed_at_launch[fk.launches] = *fk.nt->dropout_seed_at;
     fk.lr_at_launch[fk.launches++] = *fk.lr_dev; /* device memory is host memory */
 }
 static void fake_graph_free(void *graph) {
@@ -101,6 +114,7 @@ static const backend *recording_backend(void) {
     fake.free = fake_free;
     fake.sync = fake_sync;
     fake.download = fake_download;
+    fake.dropout_mask = fake_dropout_mask;
     fake.capture_begin = fake_capture_begin;
     fake.capture_end = fake_capture_end;
     fake.graph_launch = fake_graph_launch;
@@ -156,6 +170,7 @@ static void train(net *nt, int graph, images *im, int steps, float *params) {
     if (graph) {
         assert_true(st.graph_on);
         fk.lr_dev = st.lr_dev;
+        fk.nt = nt;
     }
     for (int s = 0; s < steps; s++) {
         batch b = slice(im, s, B);
@@ -205,6 +220,45 @@ static void test_recorded_work_is_the_step(void **state) {
     train(rec, 1, im, STEP_GRAPH_WARM + 2, pr);
     assert_int_equal(fk.begins, 2);
     assert_int_equal(memcmp(pe, pr, n * sizeof(float)), 0);
+    net_free(eager);
+    net_free(rec);
+    free(pe);
+    free(pr);
+    free(im);
+}
+
+/* Dropout: each step draws its own masks, so a replay must not reuse the
+ * recorded step's. The recorded forward reads the step seed from a device
+ * word that stepper_run writes before every step: the recordings (steps 3
+ * and 4, run as they are recorded here) equal the eager run's steps bit for
+ * bit, masks included, and each later launch finds in the word the seed the
+ * eager run's step of the same number took (dropout_seed after it, the host's
+ * count, equal too). */
+static void test_dropout_replays_draw_their_masks(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *eager = small_net(backend_cpu(), 0.5f);
+    net *rec = small_net(recording_backend(), 0.5f);
+    size_t n = eager->n_params;
+    float *pe = cnt_malloc(n * sizeof(float)), *pr = cnt_malloc(n * sizeof(float));
+    uint64_t seed0 = eager->dropout_seed;
+    train(eager, 0, im, STEP_GRAPH_WARM + 2, pe);
+    train(rec, 1, im, STEPS, pr);
+    assert_non_null(rec->dropout_seed_at);
+    assert_int_equal(fk.begins, 2);
+    assert_int_equal(fk.launches, STEPS - STEP_GRAPH_WARM);
+    assert_int_equal(fk.forbidden, 0);
+    /* the fake's launches run nothing, so rec's parameters hold the work of
+     * the two eager steps and the two recordings: the eager run's four */
+    assert_int_equal(memcmp(pe, pr, n * sizeof(float)), 0);
+    /* the eager run's step k (1-based) drew from seed0 + k; so must launch j (step STEP_GRAPH_WARM + 1 + j) */
+    for (int j = 0; j < STEPS - STEP_GRAPH_WARM; j++) {
+        uint64_t want = seed0 + (uint64_t)(STEP_GRAPH_WARM + 1 + j);
+        if (fk.seed_at_launch[j] != want)
+            fail_msg("launch %d (step %d) found the seed %llu, not %llu", j, STEP_GRAPH_WARM + 1 + j,
+                     (unsigned long long)fk.seed_at_launch[j], (unsigned long long)want);
+    }
+    assert_true(rec->dropout_seed == seed0 + STEPS); /* the host counted the replays' forwards too */
     net_free(eager);
     net_free(rec);
     free(pe);
@@ -298,7 +352,9 @@ static void test_where_it_cannot(void **state) {
     stepper_free(&st);
     net_free(nt);
     net *dropped = small_net(recording_backend(), 0.5f);
+    fake.dropout_mask_at = NULL; /* a backend that takes dropout seeds by value only */
     expect_off(dropped, &on, &no_scaling, "dropout");
+    assert_null(dropped->dropout_seed_at);
     net_free(dropped);
     assert_int_equal(fk.begins, 0);
 }
@@ -307,6 +363,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records_then_replays),
         cmocka_unit_test(test_recorded_work_is_the_step),
+        cmocka_unit_test(test_dropout_replays_draw_their_masks),
         cmocka_unit_test(test_records_again_or_runs_eagerly),
         cmocka_unit_test(test_where_it_cannot),
     };

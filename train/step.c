@@ -26,8 +26,8 @@ static void graph_setup(stepper *s) {
         why = "train.accumulate > 1";
     else if (loss_scaler_active(&s->ls))
         why = "loss scaling checks the gradients for inf/NaN on the host in mid-step";
-    else if (net_dropout_active(nt))
-        why = "dropout draws each step's mask from a seed the host counts";
+    else if (net_dropout_active(nt) && !be->dropout_mask_at)
+        why = "this backend draws dropout masks only from a seed the host passes";
     else if (s->tl)
         why = "dist.timeline records each layer from the host";
     else if (s->o.emulate)
@@ -39,6 +39,9 @@ static void graph_setup(stepper *s) {
     s->graph_on = 1;
     s->lr_dev = be->alloc(sizeof(float));
     s->opt.lr_at = s->lr_dev;
+    /* each replay's masks from the seed stepper_run writes before it (the
+     * backend has dropout_mask_at: checked above) */
+    if (net_dropout_active(nt)) net_dropout_seed_on_device(s->nt);
 }
 
 void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_opts *oo, const loss_scale_opts *lso,
@@ -279,6 +282,7 @@ static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
         s->recorded++;
     } else {
         s->replayed++;
+        nt->dropout_seed++; /* what the recorded forward's net_forward did (its masks read it: stepper_run) */
     }
     be->graph_launch(g->graph);
     stager_release(s->st); /* the launch was the last reader of the batch */
@@ -312,6 +316,7 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
     if (s->lr_dev) { /* train.cuda_graph: the update reads the rate there, recorded or not (stream order) */
         float l = (float)lr;
         be->upload(s->lr_dev, &l, sizeof l);
+        net_dropout_seed_upload(nt); /* and dropout masks this step's seed (nothing without dropout) */
     }
     if (graph_now(s, b)) return graph_step(s, b, lr, r);
     if (s->micro > 0) *r = s->pending;
