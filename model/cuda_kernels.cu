@@ -221,7 +221,9 @@ constexpr int kBiasFwdRows = 8;
 
 template <typename T> __global__ void bias_fwd_k(size_t planes, int C, int HW, const float *b, T *y) {
     for (size_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
-        const float bc = b[pl % (size_t)C];
+        size_t c;
+        (void)divmod(pl, (size_t)C, &c); /* once a plane, in 32 bits where it fits */
+        const float bc = b[c];
         T *plane = y + pl * (size_t)HW;
         for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)HW;
              i += (size_t)gridDim.x * blockDim.x)
@@ -268,7 +270,8 @@ __device__ float block_max(float v, float *sh) {
  * channel c's N*HW values into partial[c*G + g]; then a block per channel
  * adds its G partials (bias_bwd_final_k: strided, then a fixed tree). A
  * channel of a large convolution thus spreads over G blocks instead of one,
- * and the sum order is fixed by the shape. */
+ * and the sum order is fixed by the shape and, in NHWC, by whether dy allows
+ * 16-byte loads (a net's activations always do: 64-byte aligned). */
 int bias_splits(int N, int HW) {
     size_t m = (size_t)N * HW;
     size_t g = m / 16384;
@@ -779,7 +782,8 @@ cudaError_t cuk_bias_bwd(cudaStream_t s, int type, int N, int C, int HW, const v
                          int nhwc) {
     if (C == 0) return cudaGetLastError();
     int G = bias_splits(N, HW);
-    int V = type == BACKEND_DTYPE_FP32 ? 4 : 8; /* kVec<T> */
+    int V = 0; /* the kernel's vector of values */
+    WITH_TYPE(type, V = kVec<T>);
     if (nhwc && C % V == 0 && aligned16(dy, NULL, NULL)) {
         G = bias_nhwc_splits(N, HW);
         int vecs = C / V, lanes = vecs < 32 ? vecs : 32;

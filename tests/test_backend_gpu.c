@@ -1181,6 +1181,19 @@ static void bias_run(void) {
         dual_free(&y);
         dual_free(&db);
     }
+    /* dy one float past a 16-byte boundary (a tensor inside a larger buffer):
+     * NHWC's gradient takes its scalar kernel, where a 16-byte load would fault */
+    const int N = 3, C = 16, HW = 49;
+    rng r;
+    rng_seed(&r, 520, 1);
+    dual y = dual_uniform(&r, (size_t)N * C * HW + 1, -1.0f, 1.0f);
+    dual db = dual_uniform(&r, (size_t)C, -1.0f, 1.0f); /* overwritten */
+    for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(&ctx[s], N, C, HW, y.p[s] + 1, db.p[s]);
+    char what[96];
+    snprintf(what, sizeof what, "bias_bwd %s N%d C%d HW%d, dy 4 bytes off 16", cur_layout_name(), N, C, HW);
+    expect_close(what, &db, PREC_FP32.rtol_sum, atol_of(&PREC_FP32, (size_t)N * HW, 2.0));
+    dual_free(&y);
+    dual_free(&db);
 }
 
 static void test_bias_fwd_bwd(void **state) {
@@ -1429,6 +1442,7 @@ static const tu_pool_case pool_cases[] = {
     {POOL_MODE_MAX, 2, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 0, 0},            /* ceil_mode + pad */
     {POOL_MODE_MAX, 2, 2, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0},            /* 3x3/1 pad 1: heavy overlap */
     {POOL_MODE_MAX, 1, 2, 20, 19, 17, 16, 1, 2, 0, 1, 0, 0, 0},         /* 272 positions: an int each, not a byte */
+    {POOL_MODE_MAX, 1, 2, 34, 32, 17, 16, 17, 16, 0, 0, 0, 0, 0},       /* 272 positions, tiling: by output, ints */
     {POOL_MODE_AVG_INCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0}, /* Inception branch pool */
     {POOL_MODE_AVG_EXCLUDE_PAD, 2, 3, 8, 7, 3, 3, 1, 1, 1, 1, 0, 0, 0},
     {POOL_MODE_AVG_INCLUDE_PAD, 1, 2, 9, 8, 3, 3, 2, 2, 1, 1, 1, 0, 0}, /* ceil_mode + pad */
@@ -2367,15 +2381,20 @@ static void act16_exact_run(int math) {
     dual bias = dual_normal(&r, (size_t)C, 0, 1);
     for (int s = CPU; s <= GPU; s++) be[s]->bias_fwd(&ctx[s], N, C, HW, bias.p[s], t.p[s]);
     expect16("bias_fwd", &t, math, 0, 0);
-    /* the bias gradient from 16-bit dy: in NHWC 16 bytes (8 channels) a load; and over 24,000 rows of 328
-     * channels (41 vectors: a block of 32 and a partial one), split over 93 slices */
-    for (int big = 0; big < 2; big++) {
-        int bn = big ? 8 : N, bc = big ? 328 : C, bhw = big ? 3000 : HW;
-        dual16 d = dual16_normal(&r, math, (size_t)bn * bc * bhw, 0, 1);
+    /* the bias gradient from 16-bit dy: in NHWC 16 bytes (8 channels) a load; over 24,000 rows of 328
+     * channels (41 vectors: a block of 32 and a partial one), split over 93 slices; 12 channels (not
+     * whole vectors of 8: the scalar kernel, though 4-float vectors would divide them); and dy one value
+     * past a 16-byte boundary (the scalar kernel: a vector load there faults) */
+    static const int bcases[][4] = {{3, 24, 49, 0}, {8, 328, 3000, 0}, {3, 12, 49, 0}, {3, 24, 49, 1}};
+    for (size_t k = 0; k < sizeof bcases / sizeof bcases[0]; k++) {
+        int bn = bcases[k][0], bc = bcases[k][1], bhw = bcases[k][2], off = bcases[k][3];
+        dual16 d = dual16_normal(&r, math, (size_t)bn * bc * bhw + (size_t)off, 0, 1);
         dual db = dual_normal(&r, (size_t)bc, 0, 1); /* overwritten */
-        for (int s = CPU; s <= GPU; s++) be[s]->bias_bwd(&ctx[s], bn, bc, bhw, d.p[s], db.p[s]);
-        char what[64];
-        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d from 16 bits", bn, bc, bhw);
+        for (int s = CPU; s <= GPU; s++)
+            be[s]->bias_bwd(&ctx[s], bn, bc, bhw, (uint16_t *)d.p[s] + off, db.p[s]);
+        char what[80];
+        snprintf(what, sizeof what, "bias_bwd N%d C%d HW%d from 16 bits%s", bn, bc, bhw,
+                 off ? ", 2 bytes off 16" : "");
         expect_close(what, &db, PREC_FP32.rtol_sum, atol_of(&PREC_FP32, (size_t)bn * bhw, 4.0));
         dual16_free(&d);
         dual_free(&db);

@@ -326,6 +326,20 @@ static void test_tiled_backward(void **state) {
                                     for (int acc = 0; acc <= 1; acc++) check_tiled(&p, nhwc, type, values, acc);
                         tiled++;
                     }
+    /* windows of more than 256 positions keep an int each, not a byte: 17x16 tiling 34x32 and 17x32 */
+    for (int rows = 1; rows <= 2; rows++) {
+        pool_params p;
+        memset(&p, 0, sizeof p);
+        p.mode = POOL_MODE_MAX;
+        p.N = 1, p.C = 2, p.H = 17 * rows, p.W = 32, p.R = 17, p.S = 16, p.stride_h = 17, p.stride_w = 16;
+        assert_int_equal(pool_params_init(&p), 0);
+        assert_true(pr_tiles(&p));
+        for (int nhwc = 0; nhwc <= 1; nhwc++)
+            for (int type = BACKEND_DTYPE_FP32; type <= BACKEND_DTYPE_FP16; type++)
+                for (int values = 0; values <= 2; values++)
+                    for (int acc = 0; acc <= 1; acc++) check_tiled(&p, nhwc, type, values, acc);
+        tiled++;
+    }
     /* the others: padding, windows wider than their strides, averages */
     const tu_pool_case others[] = {
         {POOL_MODE_MAX, 1, 1, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0, 0},
