@@ -115,7 +115,7 @@ static struct {
     int ready;
     int device;
     int capturing;             /* between capture_begin and capture_end */
-    void *cublas_ws;           /* cuBLAS's workspace, ours from the first recording on (NULL: cuBLAS's own) */
+    void *cublas_ws;           /* cuBLAS's workspace (32 MiB), set at the backend's start */
     uint64_t mem_epoch;        /* memory_epoch: bumped by every free and every buffer grown */
     int cc_major, cc_minor;    /* compute capability */
     char dev_name[256];        /* cudaDeviceProp.name */
@@ -219,7 +219,10 @@ static void cuda_free(void *ptr) {
 static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
     on_device();
     if (!bytes) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g.stream));
+    /* a few bytes (a step's rate and dropout seed, written before each
+     * step): a kernel's argument, nothing staged and no wait for the stream */
+    if (bytes <= CUK_SMALL_UPLOAD) CUDA_CHECK(cuk_upload_small(g.stream, dst, host_src, bytes));
+    else CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g.stream));
 }
 
 static void cuda_download(void *host_dst, const void *src, size_t bytes) {
@@ -452,6 +455,16 @@ static void conv_set_math(conv_plan *pl, cudnnMathType_t m) {
  * 16-bit data or NHWC). */
 #define FIND_MAX 16
 
+/* A recorded step (train.cuda_graph) is the eager steps' work, whose
+ * algorithms were chosen then: a search (it waits for the stream, reads the
+ * free memory, allocates and times) reached while recording means a pass the
+ * eager steps did not run, which a recording cannot hold. */
+static void no_search_while_recording(const char *what) {
+    if (g.capturing)
+        cnt_fatal("cuda: %s while train.cuda_graph records the step (a convolution the eager steps before it did "
+                  "not run): set train.cuda_graph = false", what);
+}
+
 /* The most workspace a search may take: the limit, or half the free memory
  * if that is less, and never less than what the workspace already holds. */
 static size_t ws_search_limit(void) {
@@ -465,6 +478,7 @@ static size_t ws_search_limit(void) {
 /* The workspace the legacy search uses (ws_search_limit), grown once, kept
  * for the chosen algorithms. */
 static size_t ws_for_find(void) {
+    no_search_while_recording("a cuDNN algorithm search");
     /* the search reads the layer's inputs: the ops that write them first */
     CUDA_CHECK(cudaStreamSynchronize(g.stream));
     ws_reserve(ws_search_limit());
@@ -571,6 +585,7 @@ static void plan_bwd_data(conv_plan *pl, const void *dy, const void *w, void *dx
      * search (the heuristic below chooses). */
     void *out = dx;
     int can_find = 1;
+    no_search_while_recording("a cuDNN algorithm search");
     if (accumulate) {
         size_t es = conv_data_type(pl->math) == CUDNN_DATA_FLOAT ? sizeof(float) : 2;
         if (cudaMalloc(&out, conv_in_count(&pl->key) * es) != cudaSuccess) {
@@ -845,6 +860,7 @@ static int graph_conv(const backend_ctx *ctx, conv_plan *pl, cg_pass pass, int b
     if (ctx->conv_api != BACKEND_CONV_API_GRAPH || !cg_aligned(x, w, y)) return 0;
     const conv_params *p = &pl->key;
     if (!pl->graph_tried[pass][beta]) {
+        no_search_while_recording("a graph-API plan search");
         pl->graph_tried[pass][beta] = 1;
         cg_conv cv = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->R, .s = p->S, .p = p->P,
                       .q = p->Q, .pad_h = p->pad_h, .pad_w = p->pad_w, .stride_h = p->stride_h,
@@ -1707,15 +1723,7 @@ static void cuda_sgd_update(size_t n, float *param, const float *grad, float *mo
 
 static void cuda_capture_begin(void) {
     on_device();
-    CNT_ASSERT(!g.capturing);
-    if (!g.cublas_ws) {
-        /* cuBLAS may allocate its workspace when a call needs it, which a
-         * recording must not: it gets one of its own first (32 MiB, NVIDIA's
-         * figure for Hopper; the process keeps it) */
-        const size_t bytes = (size_t)32 << 20;
-        CUDA_CHECK(cudaMalloc(&g.cublas_ws, bytes));
-        CUBLAS_CHECK(cublasSetWorkspace(g.cublas, g.cublas_ws, bytes));
-    }
+    CNT_ASSERT(!g.capturing && g.cublas_ws); /* cuBLAS allocates nothing while recording (backend start) */
     /* thread-local: another thread's CUDA calls (a loader's upload on the
      * copy stream) neither break the recording nor are recorded */
     CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
@@ -2126,6 +2134,16 @@ const backend *backend_cuda(int local_rank) {
     CUDNN_CHECK(cudnnSetStream(g.cudnn, g.stream));
     CUBLAS_CHECK(cublasCreate(&g.cublas));
     CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
+    /* cuBLAS's workspace, ours from the start (32 MiB, NVIDIA's figure for
+     * Hopper; the process keeps it): cuBLAS would otherwise allocate one when
+     * a call needs it, which a recorded step (train.cuda_graph) must not, and
+     * its kernels depend on the workspace's size, so every step, eager or
+     * recorded, sees the same one. After cublasSetStream, which resets it. */
+    {
+        const size_t bytes = (size_t)32 << 20;
+        CUDA_CHECK(cudaMalloc(&g.cublas_ws, bytes));
+        CUBLAS_CHECK(cublasSetWorkspace(g.cublas, g.cublas_ws, bytes));
+    }
     g.cublas_tf32 = -1;
     cublas_math(BACKEND_MATH_FP32);
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));

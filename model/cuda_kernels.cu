@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <string.h>
 
 namespace {
 
@@ -171,6 +172,14 @@ template <typename T> __global__ void mul_k(size_t n, const T *a, const float *b
         float v = __fmul_rn(ld(a, i), b[i]);
         st(y, i, acc ? __fadd_rn(ld(y, i), v) : v);
     }
+}
+
+struct small_bytes {
+    unsigned char b[CUK_SMALL_UPLOAD];
+};
+
+__global__ void upload_small_k(unsigned char *dst, small_bytes v, unsigned n) {
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) dst[i] = v.b[i];
 }
 
 __global__ void dropout_mask_k(size_t n, float p, float keep, uint64_t seed, float *mask) {
@@ -685,6 +694,14 @@ cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, floa
 
 cudaError_t cuk_mul(cudaStream_t s, int type, size_t n, const void *a, const float *b, void *y, int accumulate) {
     if (n) WITH_TYPE(type, mul_k<T><<<grid_for(n), kThreads, 0, s>>>(n, (const T *)a, b, (T *)y, accumulate));
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_upload_small(cudaStream_t s, void *dst, const void *src, size_t n) {
+    if (n == 0 || n > CUK_SMALL_UPLOAD) return n ? cudaErrorInvalidValue : cudaGetLastError();
+    small_bytes v;
+    memcpy(v.b, src, n);
+    upload_small_k<<<1, CUK_SMALL_UPLOAD, 0, s>>>((unsigned char *)dst, v, (unsigned)n);
     return cudaGetLastError();
 }
 

@@ -36,6 +36,13 @@ cudaError_t cuk_relu_bwd(cudaStream_t s, int type, size_t n, const void *y, cons
 cudaError_t cuk_add(cudaStream_t s, int type, size_t n, const void *a, const void *b, void *y);
 cudaError_t cuk_mul(cudaStream_t s, int type, size_t n, const void *a, const float *b, void *y, int accumulate);
 cudaError_t cuk_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y, int accumulate);
+/* dst[0, n) = src[0, n), n <= CUK_SMALL_UPLOAD bytes from host memory, as a
+ * kernel's argument: in stream order, with nothing staged (a pageable
+ * cudaMemcpyAsync may wait for the stream to stage its copy); src may be
+ * reused at once. For the values a step writes before it runs (its rate,
+ * its dropout seed). */
+#define CUK_SMALL_UPLOAD 64
+cudaError_t cuk_upload_small(cudaStream_t s, void *dst, const void *src, size_t n);
 cudaError_t cuk_dropout_mask(cudaStream_t s, size_t n, float p, uint64_t seed, float *mask);
 /* The same, its seed rng_hash_dropout_seed(*step_at, node_index) read on the device. */
 cudaError_t cuk_dropout_mask_at(cudaStream_t s, size_t n, float p, const uint64_t *step_at, uint64_t node_index,

@@ -211,6 +211,11 @@ int net_dropout_seed_on_device(net *nt) {
     return 1;
 }
 
+void net_dropout_seed_on_host(net *nt) {
+    nt->be->free(nt->dropout_seed_at);
+    nt->dropout_seed_at = NULL;
+}
+
 void net_dropout_seed_upload(net *nt) {
     if (!nt->dropout_seed_at) return;
     uint64_t next = nt->dropout_seed + 1; /* net_forward advances it before the layers run */

@@ -400,6 +400,9 @@ int net_dropout_active(const net *nt);
  * still counts dropout_seed (checkpoints keep it). Returns 1, or 0 with
  * nothing changed where the backend has no dropout_mask_at. */
 int net_dropout_seed_on_device(net *nt);
+/* Back to host seeds passed by value (the device word freed): for a net that
+ * outlives the recorded steps, whose later forwards nobody writes a seed for. */
+void net_dropout_seed_on_host(net *nt);
 /* Writes the seed the next training forward takes (dropout_seed + 1: each
  * training forward advances it first) to the device word, in stream order;
  * nothing without one. */

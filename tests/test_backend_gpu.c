@@ -1671,6 +1671,47 @@ static void test_add_axpy_mul(void **state) {
             }
 }
 
+/* upload of a few bytes (a step's rate and dropout seed) goes as a kernel's
+ * argument: every size up to that path's limit and just past it, at every
+ * byte offset within a word, lands where it should and nowhere else; and it
+ * is in stream order: a copy queued between two uploads to the same place
+ * sees the first, and the host's buffer may change at once. */
+static void test_upload_small(void **state) {
+    (void)state;
+    NEED_GPU();
+    const backend *g = be[GPU];
+    enum { CAP = 96 };
+    unsigned char *dev = g->alloc(CAP), *snap = g->alloc(CAP);
+    unsigned char src[CAP], got[CAP], want[CAP];
+    for (size_t n = 1; n <= 65; n++)
+        for (size_t off = 0; off < 4; off++) {
+            memset(want, 0xA5, CAP);
+            g->upload(dev, want, CAP); /* a large upload: the other path */
+            for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(n * 7 + i * 13 + off);
+            g->upload(dev + off, src, n);
+            memcpy(want + off, src, n);
+            memset(src, 0, sizeof src); /* the host's bytes may change once upload returns */
+            g->download(got, dev, CAP);
+            if (memcmp(got, want, CAP) != 0) {
+                size_t i = 0;
+                while (got[i] == want[i]) i++;
+                fail_msg("upload of %zu bytes at offset %zu: byte %zu is 0x%02x, expected 0x%02x", n, off, i, got[i],
+                         want[i]);
+            }
+        }
+    float first = 0.25f, second = 0.5f, seen = 0, now = 0;
+    g->upload(dev, &first, sizeof first);
+    g->copy(snap, dev, sizeof first);
+    g->upload(dev, &second, sizeof second);
+    g->download(&seen, snap, sizeof seen);
+    g->download(&now, dev, sizeof now);
+    if (seen != first || now != second)
+        fail_msg("upload, copy, upload: the copy saw %g (expected %g), the value is %g (expected %g)", (double)seen,
+                 (double)first, (double)now, (double)second);
+    g->free(dev);
+    g->free(snap);
+}
+
 /* The mask comes from the stateless rng_hash_uniform(seed, i), so a GPU must
  * draw exactly the CPU's mask: the same elements dropped and the same kept
  * value 1/(1-p), bit for bit; and so must dropout_mask_at, whose step seed
@@ -2808,6 +2849,7 @@ int main(void) {
         cmocka_unit_test_setup(test_relu, fp32_math),
         cmocka_unit_test_setup(test_add_axpy_mul, fp32_math),
         cmocka_unit_test_setup(test_dropout_mask_bitwise, fp32_math),
+        cmocka_unit_test(test_upload_small),
         cmocka_unit_test_setup(test_channel_copy, fp32_math),
         cmocka_unit_test_setup(test_channel_copy_nhwc, fp32_math),
         cmocka_unit_test_setup(test_convert_layout, fp32_math),

@@ -118,6 +118,37 @@ e=$(first_loss "$tmp/gpu.log")
 check "cuda_graph run: first loss the eager run's within 1e-4 (graph $g, eager $e)" close_to "$g" "$e" 1e-4
 acc=$(top1 "$tmp/graph.log")
 check "cuda_graph run learns: test top-1 ${acc:-?}% > 70%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 70) }'
+launched=$(grep -oE '^cuda graph: [0-9]+ steps were one launch' "$tmp/graph.log" | grep -oE '[0-9]+')
+check "cuda_graph run: ${launched:-no} steps were launches of a recording (of 384; 2 ran op by op first)" \
+    test "${launched:-0}" -ge 380
+# Step by step against the same run op by op, while the rate changes every
+# step (warm-up) and, in VGG-11, dropout draws new masks every step: a replay
+# that kept its recording's rate or masks would drift from step 4 on by far
+# more than the order of sums does (cuDNN may time other algorithms in
+# either run).
+step_losses() { grep '"kind":"step"' "$1/metrics.jsonl" | grep -oE '"step":[0-9]+|"loss":[0-9.eE+-]+' | cut -d: -f2 |
+    paste -d' ' - -; }
+same_losses() { # same_losses DIR_A DIR_B RTOL: the same steps, each loss within RTOL
+    paste -d' ' <(step_losses "$1") <(step_losses "$2") | awk -v r="$3" 'NF == 4 && $1 == $3 {
+        n++; d = $2 - $4; if (d < 0) d = -d; if (d > r * $4) bad++ } END { exit !(n >= 8 && !bad) }'
+}
+cmp_run=(train.device=cuda train.max_steps=20 train.log_every=1 optim.warmup_epochs=0.5 checkpoint.every_epochs=0)
+for g in false true; do
+    "${T[@]}" ./trainer "${rn20[@]}" "${cmp_run[@]}" train.cuda_graph=$g train.out_dir="$tmp/cmp-$g" \
+        >"$tmp/cmp-$g.log" 2>&1
+done
+check "cuda_graph: ResNet-20's 20 losses, the rate rising every step, the op-by-op run's within 2e-3" \
+    same_losses "$tmp/cmp-true" "$tmp/cmp-false" 2e-3
+vgg=(configs/resnet20-fashion.ini model.name=vgg11 model.dropout=0.5 data.kind=synthetic data.synthetic_shape=3x32x32
+     data.synthetic_train=512 data.synthetic_test=64 train.batch_size=32 train.epochs=1 optim.lr=0.01)
+for g in false true; do
+    "${T[@]}" ./trainer "${vgg[@]}" "${cmp_run[@]}" train.max_steps=12 train.cuda_graph=$g \
+        train.out_dir="$tmp/vgg-$g" >"$tmp/vgg-$g.log" 2>&1
+done
+check "cuda_graph with dropout (VGG-11): recorded, not refused" grep -q '^cuda graph: [0-9]* steps were one launch' \
+    "$tmp/vgg-true.log"
+check "cuda_graph with dropout (VGG-11): 12 losses, each replay's masks new, the op-by-op run's within 2e-3" \
+    same_losses "$tmp/vgg-true" "$tmp/vgg-false" 2e-3
 "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.cuda_graph=true train.precision=fp16 train.max_steps=3 \
     train.out_dir="$tmp/graph16" >"$tmp/graph16.log" 2>&1
 check "cuda_graph with fp16's loss scaling: refused with a warning, the run goes on" \

@@ -4,9 +4,11 @@
  * recording ops that count what the stepper asks of them:
  *   - two eager steps, then one recording per stager slot, then one launch
  *     a step; the rate each launch reads from the device is that step's;
- *   - nothing allocates, frees, waits for the device, downloads or draws a
- *     dropout mask from a seed passed by value between capture_begin and
- *     capture_end (a GPU's recording would fail there, or replay one mask);
+ *   - nothing allocates, frees, waits for the device, downloads, uploads,
+ *     records or waits for a fence, reads the free memory, draws a dropout
+ *     mask from a seed passed by value or updates at a rate passed by value
+ *     between capture_begin and capture_end (a GPU's recording would fail
+ *     there, or replay one value);
  *   - the recorded region is the eager step's work: the CPU runs the ops as
  *     they are recorded, so after the recording steps the parameters are,
  *     bit for bit, those of a run without recording;
@@ -47,7 +49,7 @@ static const loss_scale_opts no_scaling = {.mode = LOSS_SCALE_NONE, .scale = 1.0
 static struct {
     int capturing;
     int begins, ends, launches, frees;
-    int forbidden; /* alloc, free, sync, download or a by-value dropout seed while capturing */
+    int forbidden; /* what a recording may not hold, done while capturing (above) */
     int fail;      /* capture_end refuses */
     uint64_t epoch;
     const float *lr_dev;
@@ -79,6 +81,41 @@ static void fake_download(void *dst, const void *src, size_t bytes) {
 static void fake_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
     fk.forbidden += fk.capturing;
     backend_cpu()->dropout_mask(n, p, seed, mask);
+}
+/* and an update with its rate by value, every replay's rate */
+static void fake_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
+                            float weight_decay, int nesterov, float grad_scale, const float *lr_at) {
+    fk.forbidden += fk.capturing && !lr_at;
+    backend_cpu()->sgd_update(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov, grad_scale, lr_at);
+}
+/* host copies, fences and memory queries are the host's, not the step's: none while recording */
+static void fake_upload(void *dst, const void *src, size_t bytes) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->upload(dst, src, bytes);
+}
+static void fake_upload_sync(void *dst, const void *src, size_t bytes) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->upload_sync(dst, src, bytes);
+}
+static void fake_fence_record(void *fence) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->fence_record(fence);
+}
+static void fake_fence_wait(void *fence) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->fence_wait(fence);
+}
+static void fake_upload_async(void *dst, const void *src, size_t bytes, void *after, void *done) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->upload_async(dst, src, bytes, after, done);
+}
+static void *fake_host_alloc(size_t bytes) {
+    fk.forbidden += fk.capturing;
+    return backend_cpu()->host_alloc(bytes);
+}
+static void fake_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    fk.forbidden += fk.capturing;
+    backend_cpu()->mem_info(free_bytes, total_bytes);
 }
 static void fake_capture_begin(void) {
     assert_false(fk.capturing);
@@ -115,6 +152,14 @@ static const backend *recording_backend(void) {
     fake.sync = fake_sync;
     fake.download = fake_download;
     fake.dropout_mask = fake_dropout_mask;
+    fake.sgd_update = fake_sgd_update;
+    fake.upload = fake_upload;
+    fake.upload_sync = fake_upload_sync;
+    if (fake.fence_record) fake.fence_record = fake_fence_record;
+    if (fake.fence_wait) fake.fence_wait = fake_fence_wait;
+    if (fake.mem_info) fake.mem_info = fake_mem_info;
+    if (fake.upload_async) fake.upload_async = fake_upload_async;
+    if (fake.host_alloc) fake.host_alloc = fake_host_alloc;
     fake.capture_begin = fake_capture_begin;
     fake.capture_end = fake_capture_end;
     fake.graph_launch = fake_graph_launch;
@@ -244,7 +289,6 @@ static void test_dropout_replays_draw_their_masks(void **state) {
     uint64_t seed0 = eager->dropout_seed;
     train(eager, 0, im, STEP_GRAPH_WARM + 2, pe);
     train(rec, 1, im, STEPS, pr);
-    assert_non_null(rec->dropout_seed_at);
     assert_int_equal(fk.begins, 2);
     assert_int_equal(fk.launches, STEPS - STEP_GRAPH_WARM);
     assert_int_equal(fk.forbidden, 0);
@@ -259,6 +303,7 @@ static void test_dropout_replays_draw_their_masks(void **state) {
                      (unsigned long long)fk.seed_at_launch[j], (unsigned long long)want);
     }
     assert_true(rec->dropout_seed == seed0 + STEPS); /* the host counted the replays' forwards too */
+    assert_null(rec->dropout_seed_at);                /* train() freed its stepper: host seeds again */
     net_free(eager);
     net_free(rec);
     free(pe);
@@ -323,6 +368,32 @@ static void test_records_again_or_runs_eagerly(void **state) {
     free(im);
 }
 
+/* A run whose first batch is short (resumed at an epoch's last batch)
+ * records the configured batch size, not the first batch's: the short one
+ * runs eagerly, then the full ones warm up, record and replay. */
+static void test_records_the_configured_batch(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *nt = small_net(recording_backend(), 0);
+    step_opts so = {.cuda_graph = 1, .batch = B};
+    stepper st;
+    stepper_init(&st, nt, exchange_none(), NULL, &oo, &no_scaling, &so, B, C, H * W, 0);
+    fk.lr_dev = st.lr_dev;
+    step_result r;
+    batch b = slice(im, 0, B - 1);
+    assert_int_equal(stepper_run(&st, &b, 1, rate(0), &r), CNT_OK);
+    for (int s = 1; s < STEPS; s++) {
+        b = slice(im, s, B);
+        assert_int_equal(stepper_run(&st, &b, s + 1, rate(s), &r), CNT_OK);
+    }
+    assert_int_equal(st.graph_batch, B);
+    assert_int_equal(fk.begins, 2);
+    assert_int_equal(fk.launches, STEPS - 1 - STEP_GRAPH_WARM);
+    stepper_free(&st);
+    net_free(nt);
+    free(im);
+}
+
 /* Where a replay would differ from the eager step, or the backend cannot
  * record: off, with the reason, and nothing recorded. */
 static void expect_off(net *nt, const step_opts *so, const loss_scale_opts *lso, const char *why) {
@@ -365,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_recorded_work_is_the_step),
         cmocka_unit_test(test_dropout_replays_draw_their_masks),
         cmocka_unit_test(test_records_again_or_runs_eagerly),
+        cmocka_unit_test(test_records_the_configured_batch),
         cmocka_unit_test(test_where_it_cannot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

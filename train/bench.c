@@ -114,6 +114,10 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
      * returns, so the phase times of this pass are exact too. */
     long step = 0;
     double fwd = 0, bwd = 0, upd = 0;
+    /* a recorded step (train.cuda_graph): the eager steps and a recording on
+     * each of the stager's two slots before the clock starts, so that every
+     * timed step is a launch, as in training */
+    if (s.graph_on && warmup < STEP_GRAPH_WARM + 2) warmup = STEP_GRAPH_WARM + 2;
     time_steps(&s, &b, &step, lr, warmup, &fwd, &bwd, &upd);
     be->sync();
     double total = time_now();
@@ -133,7 +137,7 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (cfg->threads > 0) snprintf(threads, sizeof threads, "%d", cfg->threads);
     else snprintf(threads, sizeof threads, "all");
     /* the math a run used: tf32 is fp32 on the CPU; bf16 and fp16 are emulated there */
-    char prec_note[128] = "";
+    char prec_note[192] = "";
     if (cfg->precision != BACKEND_MATH_FP32 && (gpu || cfg->precision != BACKEND_MATH_TF32))
         snprintf(prec_note, sizeof prec_note, " (%s%s, %s activations)", config_name(cfg, &cfg->precision),
                  gpu ? "" : ", emulated", backend_dtype_name(nt->ctx.act));
@@ -150,7 +154,8 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
                  nt->ctx.conv_api == BACKEND_CONV_API_GRAPH ? "graph-API" : "legacy");
     /* train.cuda_graph: pass 1's steps replayed a recording (pass 2 runs op by op) */
     if (s.replayed)
-        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), ", recorded step");
+        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note),
+                 ", recorded step (%ld recordings, %ld replays)", s.recorded, s.replayed);
     bench_result br;
     br.fwd_ms = 1e3 * fwd / steps;
     br.bwd_ms = 1e3 * bwd / steps;

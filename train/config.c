@@ -1540,7 +1540,7 @@ backend_conv_api config_conv_api(const config *cfg, const backend *be) {
 
 step_opts config_step_opts(const config *cfg) {
     return (step_opts){.label_smoothing = cfg->label_smoothing, .aux_weight = cfg->aux_weight,
-                       .accumulate = cfg->accumulate, .cuda_graph = cfg->cuda_graph};
+                       .accumulate = cfg->accumulate, .cuda_graph = cfg->cuda_graph, .batch = cfg->batch_size};
 }
 
 int config_crop(const config *cfg) {

@@ -99,6 +99,7 @@ void stepper_free(stepper *s) {
     for (int k = 0; k < 2; k++)
         if (s->graphs[k].graph) be->graph_free(s->graphs[k].graph);
     be->free(s->lr_dev);
+    if (s->graph_on) net_dropout_seed_on_host(s->nt); /* the net outlives the steps that wrote the seed */
     memset(s, 0, sizeof *s);
 }
 
@@ -300,7 +301,9 @@ static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
 static int graph_now(stepper *s, const batch *b) {
     if (!s->graph_on || s->o.sync_phases || s->nt->node_hook || s->nt->grad_hook) return 0;
     int n = s->staged ? s->staged_n : b->n;
-    if (!s->graph_batch) s->graph_batch = n; /* the run's first batch: a full one */
+    /* a full batch: train.batch_size (a run resumed at an epoch's last, short
+     * batch must not record that size), or the run's first */
+    if (!s->graph_batch) s->graph_batch = s->o.batch > 0 ? s->o.batch : n;
     if (n != s->graph_batch) return 0;
     if (s->graph_warm < STEP_GRAPH_WARM) {
         s->graph_warm++;

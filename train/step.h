@@ -66,6 +66,8 @@ typedef struct step_opts {
     int accumulate;     /* micro-batches per optimizer step (train.accumulate); 0 or 1: none */
     int cuda_graph;     /* train.cuda_graph: record the step's device work and replay it (stepper_init
                          * says where it cannot: stepper.graph_why) */
+    int batch;          /* a full training batch (train.batch_size): the size cuda_graph records at,
+                         * others run op by op; 0: the size of the run's first batch */
 } step_opts;
 
 /* Where the next step's batch comes from (stepper_set_prefetch): a host
@@ -119,7 +121,7 @@ typedef struct stepper {
     int graph_on;            /* asked for and possible here */
     char graph_why[192];     /* asked for and not possible here: why ("" otherwise) */
     int graph_warm;          /* eager steps taken so far, up to STEP_GRAPH_WARM */
-    int graph_batch;         /* the batch size recorded: the run's first (a full one); others run eagerly */
+    int graph_batch;         /* the batch size recorded (o.batch, or the run's first); others run eagerly */
     float *lr_dev;           /* [1] device: the rate the update reads (optimizer.lr_at); NULL when off */
     struct step_graph {
         void *graph;         /* the backend's; NULL: none */

@@ -368,6 +368,10 @@ static int run_finish(run *r, int status, train_result *res) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", cnt_last_words());
     cnt_set_last_words(NULL);
+    /* train.cuda_graph: whether the recording was used, not only set up */
+    if (r->st.graph_on)
+        log_info("cuda graph: %ld steps were one launch of a recording (%ld recording%s made); the others ran op by op",
+                 r->st.replayed + r->st.recorded, r->st.recorded, r->st.recorded == 1 ? "" : "s");
     char why[512];
     status = progress_finish(r->pg, status, r->step, &r->st.ls, status == CNT_OK ? how_stopped(r, why, sizeof why) : NULL,
                              saved[0] ? saved : NULL, res);
