@@ -101,6 +101,20 @@ void exchange_finish(exchange *x, exchange_stats *st) {
     if (x->ops->finish) x->ops->finish(x, st);
 }
 
+const char *exchange_record_why(const exchange *x) { return x->ops->record_why ? x->ops->record_why(x) : NULL; }
+
+void exchange_record(exchange *x, int set) {
+    if (x->ops->record) x->ops->record(x, set);
+}
+
+void exchange_replayed(exchange *x, long step, int set, exchange_stats *st) {
+    fault_stall_point(step); /* as exchange_begin: a recorded step's exchange began in the launch */
+    exchange_stats unused;
+    if (!st) st = &unused;
+    memset(st, 0, sizeof *st);
+    if (x->ops->replayed) x->ops->replayed(x, step, set, st);
+}
+
 void exchange_wait_sums(exchange *x) {
     if (x->ops->wait_sums) x->ops->wait_sums(x);
 }

@@ -205,6 +205,18 @@ void exchange_begin(exchange *x, long step, double lr);
  * servers' new parameters in the net's parameters (st->updated). st may be
  * NULL. */
 void exchange_finish(exchange *x, exchange_stats *st);
+/* Recorded steps (train.cuda_graph). exchange_record_why: NULL where the
+ * exchange's device work can be recorded with the step's (no exchange, or
+ * the allreduce through NCCL), else why not, for the start-up log.
+ * exchange_record(x, k) before the capture of a step that calls
+ * exchange_begin, backward and exchange_finish as usual, k in [0, 2);
+ * exchange_record(x, -1) after it. exchange_replayed(x, step, k, st) after
+ * each launch of recording k for step `step`: the host's part of what the
+ * recorded exchange did (the stall watchdog's arrivals, the wait for the
+ * step before, its times in *st, as exchange_finish). */
+const char *exchange_record_why(const exchange *x);
+void exchange_record(exchange *x, int set);
+void exchange_replayed(exchange *x, long step, int set, exchange_stats *st);
 /* After exchange_finish, before a host decision on the sums (loss scaling's
  * inf/NaN check): returns once they are complete on the device. */
 void exchange_wait_sums(exchange *x);

@@ -155,6 +155,19 @@ static void ar_finish(exchange *x, exchange_stats *st) { reducer_finish(of(x)->r
 
 static void ar_wait_sums(exchange *x) { reducer_wait_sums(of(x)->rd); }
 
+static const char *ar_record_why(const exchange *x) {
+    /* known from exchange_connect on: the stepper asks before exchange_attach */
+    if (((const allreduce_x *)x)->nccl) return NULL;
+    return "with more than one rank the gradients go through host memory, summed by the host (dist.backend = nccl "
+           "records NCCL's allreduces with the step)";
+}
+
+static void ar_record(exchange *x, int set) { reducer_record(of(x)->rd, set); }
+
+static void ar_replayed(exchange *x, long step, int set, exchange_stats *st) {
+    reducer_replayed(of(x)->rd, step, set, &st->rs);
+}
+
 static void ar_free(exchange *x, int failed) {
     allreduce_x *a = of(x);
     reducer_free(a->rd);
@@ -176,6 +189,9 @@ static const exchange_ops allreduce_ops = {
     .begin = ar_begin,
     .finish = ar_finish,
     .wait_sums = ar_wait_sums,
+    .record_why = ar_record_why,
+    .record = ar_record,
+    .replayed = ar_replayed,
     .agree_stop = exchange_agree_lagged,
     .free = ar_free,
 };

@@ -22,6 +22,11 @@ typedef struct exchange_ops {
     void (*begin)(exchange *x, long step, double lr);
     void (*finish)(exchange *x, exchange_stats *st);
     void (*wait_sums)(exchange *x);
+    /* recorded steps (exchange_record_why); record_why NULL only where
+     * nothing is exchanged (exchange_none), every version says */
+    const char *(*record_why)(const exchange *x);
+    void (*record)(exchange *x, int set);
+    void (*replayed)(exchange *x, long step, int set, exchange_stats *st);
     int (*agree_stop)(exchange *x, long step, int signal); /* only with several workers */
     int (*epoch_end)(exchange *x, ps_staleness *window);
     void (*end)(exchange *x);

@@ -148,6 +148,11 @@ static void psx_free(exchange *x, int failed) {
 
 static ps *psx_server(exchange *x) { return of(x)->server ? of(x)->p : NULL; }
 
+static const char *psx_record_why(const exchange *x) {
+    (void)x;
+    return "dist.mode = ps: the workers push and pull through the host";
+}
+
 static const exchange_ops ps_ops = {
     .attach = psx_attach,
     .set_timeline = psx_set_timeline,
@@ -156,6 +161,7 @@ static const exchange_ops ps_ops = {
     .fetch_state = psx_fetch_state,
     .begin = psx_begin,
     .finish = psx_finish,
+    .record_why = psx_record_why,
     .agree_stop = psx_agree_stop,
     .epoch_end = psx_epoch_end,
     .end = psx_end,

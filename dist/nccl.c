@@ -27,13 +27,20 @@
  * and the one before it (which the reducer reads). */
 #define ROUND_SLOTS 3
 
-typedef struct round_slot {
-    long round;            /* which round uses this slot; -1: none yet */
-    int closed;            /* dist_nccl_join has closed it */
+/* The events a round's allreduces record: an eager round's own (slot
+ * round % ROUND_SLOTS), or a recording's, which every replay of that
+ * recorded step records again (as event-record nodes of its graph). */
+typedef struct round_events {
     int count, cap;        /* allreduces queued; events created */
     cudaEvent_t *start, *end;   /* [cap] timing events on the communication stream */
     cudaEvent_t mark;      /* on the compute stream, where the join's wait begins */
     double *start_s, *end_s;    /* [cap] filled by dist_nccl_round_wait */
+} round_events;
+
+typedef struct round_slot {
+    long round;            /* which round uses this slot; -1: none yet */
+    int closed;            /* dist_nccl_join (or dist_nccl_replay) has closed it */
+    round_events *ev;      /* whose events it records */
 } round_slot;
 
 struct dist_nccl {
@@ -47,6 +54,9 @@ struct dist_nccl {
     long next_round;       /* the round being queued (opened by its first allreduce) */
     long last_closed;      /* -1: none */
     round_slot slots[ROUND_SLOTS];
+    round_events own[ROUND_SLOTS];                /* eager rounds' */
+    round_events recorded[DIST_NCCL_RECORDINGS]; /* recorded steps' */
+    int recording;         /* the set being recorded (dist_nccl_record); -1: none */
     size_t own_bytes;      /* GPU memory NCCL took by the end of dist_nccl_create */
 };
 
@@ -200,9 +210,11 @@ dist_nccl *dist_nccl_create(void) {
     c->anchor_s = time_now();
     for (int s = 0; s < ROUND_SLOTS; s++) {
         c->slots[s].round = -1;
-        CUDA_CHECK(cudaEventCreate(&c->slots[s].mark));
+        CUDA_CHECK(cudaEventCreate(&c->own[s].mark));
     }
+    for (int k = 0; k < DIST_NCCL_RECORDINGS; k++) CUDA_CHECK(cudaEventCreate(&c->recorded[k].mark));
     c->last_closed = -1;
+    c->recording = -1;
     warm_up(c);
     size_t free_after = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
@@ -221,17 +233,17 @@ void dist_nccl_free(dist_nccl *c) {
     NCCL_CHECK(ncclCommFinalize(c->comm));
     dist_blocking_end();
     NCCL_CHECK(ncclCommDestroy(c->comm));
-    for (int s = 0; s < ROUND_SLOTS; s++) {
-        round_slot *sl = &c->slots[s];
-        for (int k = 0; k < sl->cap; k++) {
-            CUDA_CHECK(cudaEventDestroy(sl->start[k]));
-            CUDA_CHECK(cudaEventDestroy(sl->end[k]));
+    for (int s = 0; s < ROUND_SLOTS + DIST_NCCL_RECORDINGS; s++) {
+        round_events *ev = s < ROUND_SLOTS ? &c->own[s] : &c->recorded[s - ROUND_SLOTS];
+        for (int k = 0; k < ev->cap; k++) {
+            CUDA_CHECK(cudaEventDestroy(ev->start[k]));
+            CUDA_CHECK(cudaEventDestroy(ev->end[k]));
         }
-        CUDA_CHECK(cudaEventDestroy(sl->mark));
-        free(sl->start);
-        free(sl->end);
-        free(sl->start_s);
-        free(sl->end_s);
+        CUDA_CHECK(cudaEventDestroy(ev->mark));
+        free(ev->start);
+        free(ev->end);
+        free(ev->start_s);
+        free(ev->end_s);
     }
     CUDA_CHECK(cudaEventDestroy(c->ready));
     CUDA_CHECK(cudaEventDestroy(c->done));
@@ -245,62 +257,93 @@ void dist_nccl_abort(dist_nccl *c) {
     /* No waits: a peer may never join the collectives still queued. The
      * process is about to end; its streams and events go with it. */
     (void)ncclCommAbort(c->comm);
-    for (int s = 0; s < ROUND_SLOTS; s++) {
-        free(c->slots[s].start);
-        free(c->slots[s].end);
-        free(c->slots[s].start_s);
-        free(c->slots[s].end_s);
+    for (int s = 0; s < ROUND_SLOTS + DIST_NCCL_RECORDINGS; s++) {
+        round_events *ev = s < ROUND_SLOTS ? &c->own[s] : &c->recorded[s - ROUND_SLOTS];
+        free(ev->start);
+        free(ev->end);
+        free(ev->start_s);
+        free(ev->end_s);
     }
     free(c);
 }
 
 /* ------------------------------------------------------------ queueing */
 
-/* The slot of the round being queued, opened (reset) by its first use. */
+/* The slot of the round being queued, opened (reset) by its first use:
+ * with events of its own, or a recording's while one is made. */
 static round_slot *open_slot(dist_nccl *c) {
     round_slot *sl = &c->slots[c->next_round % ROUND_SLOTS];
     if (sl->round != c->next_round) {
         sl->round = c->next_round;
         sl->closed = 0;
-        sl->count = 0;
+        sl->ev = c->recording >= 0 ? &c->recorded[c->recording] : &c->own[c->next_round % ROUND_SLOTS];
+        sl->ev->count = 0;
     }
     return sl;
+}
+
+/* A timing event: while a step is recorded, an event-record node of its
+ * graph (cudaEventRecordExternal), which each replay records again; a plain
+ * record there would only order the capture and leave the event unrecorded. */
+static void record_timing(const dist_nccl *c, cudaEvent_t ev, cudaStream_t s) {
+    if (c->recording >= 0) CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));
+    else CUDA_CHECK(cudaEventRecord(ev, s));
 }
 
 void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n) {
     CNT_ASSERT(c && buf && n > 0);
     cudaStream_t cs = (cudaStream_t)compute_stream;
-    round_slot *sl = open_slot(c);
-    if (sl->count == sl->cap) {
-        int cap = sl->cap ? 2 * sl->cap : 8;
-        sl->start = cnt_realloc(sl->start, (size_t)cap * sizeof *sl->start);
-        sl->end = cnt_realloc(sl->end, (size_t)cap * sizeof *sl->end);
-        sl->start_s = cnt_realloc(sl->start_s, (size_t)cap * sizeof *sl->start_s);
-        sl->end_s = cnt_realloc(sl->end_s, (size_t)cap * sizeof *sl->end_s);
-        for (int k = sl->cap; k < cap; k++) {
-            CUDA_CHECK(cudaEventCreate(&sl->start[k]));
-            CUDA_CHECK(cudaEventCreate(&sl->end[k]));
+    round_events *ev = open_slot(c)->ev;
+    if (ev->count == ev->cap) {
+        int cap = ev->cap ? 2 * ev->cap : 8;
+        ev->start = cnt_realloc(ev->start, (size_t)cap * sizeof *ev->start);
+        ev->end = cnt_realloc(ev->end, (size_t)cap * sizeof *ev->end);
+        ev->start_s = cnt_realloc(ev->start_s, (size_t)cap * sizeof *ev->start_s);
+        ev->end_s = cnt_realloc(ev->end_s, (size_t)cap * sizeof *ev->end_s);
+        for (int k = ev->cap; k < cap; k++) {
+            CUDA_CHECK(cudaEventCreate(&ev->start[k]));
+            CUDA_CHECK(cudaEventCreate(&ev->end[k]));
         }
-        sl->cap = cap;
+        ev->cap = cap;
     }
-    int k = sl->count++;
+    int k = ev->count++;
     /* One `ready` event serves every call: cudaStreamWaitEvent waits for the
-     * record made just before it, and a later record does not change that. */
+     * record made just before it, and a later record does not change that.
+     * (While recording, the two order the capture: the communication stream
+     * joins it here and leaves it at the join's `done`.) */
     CUDA_CHECK(cudaEventRecord(c->ready, cs));
     CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));
-    CUDA_CHECK(cudaEventRecord(sl->start[k], c->stream));
+    record_timing(c, ev->start[k], c->stream);
     NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
-    CUDA_CHECK(cudaEventRecord(sl->end[k], c->stream));
+    record_timing(c, ev->end[k], c->stream);
 }
 
 long dist_nccl_join(dist_nccl *c, void *compute_stream) {
     CNT_ASSERT(c);
     cudaStream_t cs = (cudaStream_t)compute_stream;
     round_slot *sl = open_slot(c);
-    CUDA_CHECK(cudaEventRecord(sl->mark, cs));
+    record_timing(c, sl->ev->mark, cs);
     CUDA_CHECK(cudaEventRecord(c->done, c->stream));
     CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));
     sl->closed = 1;
+    c->last_closed = c->next_round++;
+    return c->last_closed;
+}
+
+void dist_nccl_record(dist_nccl *c, int set) {
+    CNT_ASSERT(c && set >= -1 && set < DIST_NCCL_RECORDINGS);
+    /* a round is recorded whole: from its first allreduce to its join */
+    CNT_ASSERT(c->slots[c->next_round % ROUND_SLOTS].round != c->next_round);
+    c->recording = set;
+}
+
+long dist_nccl_replay(dist_nccl *c, int set) {
+    CNT_ASSERT(c && set >= 0 && set < DIST_NCCL_RECORDINGS && c->recording < 0);
+    CNT_ASSERT(c->slots[c->next_round % ROUND_SLOTS].round != c->next_round); /* no round open */
+    round_slot *sl = &c->slots[c->next_round % ROUND_SLOTS];
+    sl->round = c->next_round;
+    sl->closed = 1;
+    sl->ev = &c->recorded[set]; /* its count: the recording's */
     c->last_closed = c->next_round++;
     return c->last_closed;
 }
@@ -431,32 +474,33 @@ void dist_nccl_round_wait(dist_nccl *c, long round, double warn_s, double abort_
     round_slot *sl = &c->slots[round % ROUND_SLOTS];
     /* A slot is reused when round + ROUND_SLOTS opens. */
     CNT_ASSERT(sl->round == round && sl->closed);
+    round_events *ev = sl->ev;
     /* The end of the last allreduce (the communication stream runs them in
      * order) and the join's mark on the compute stream. */
-    round_wait w = {c, sl->count ? sl->end[sl->count - 1] : c->done, sl->mark, what};
+    round_wait w = {c, ev->count ? ev->end[ev->count - 1] : c->done, ev->mark, what};
     wait_events(&w, warn_s, abort_s);
     cudaEvent_t last = w.last;
-    out->count = sl->count;
+    out->count = ev->count;
     out->comm_ms = 0;
     out->exposed_ms = 0;
-    if (sl->count > 0) {
+    if (ev->count > 0) {
         /* Why relative to the round's first start: cudaEventElapsedTime is a
          * float of milliseconds, exact to its resolution over a step but not
          * over hours; only the round's offset from the anchor takes the
          * coarse path. */
-        cudaEvent_t first = sl->start[0];
+        cudaEvent_t first = ev->start[0];
         double base_s = c->anchor_s + 1e-3 * elapsed_ms(c->anchor, first);
-        for (int k = 0; k < sl->count; k++) {
-            double a = k ? elapsed_ms(first, sl->start[k]) : 0.0, b = elapsed_ms(first, sl->end[k]);
-            sl->start_s[k] = base_s + 1e-3 * a;
-            sl->end_s[k] = base_s + 1e-3 * b;
+        for (int k = 0; k < ev->count; k++) {
+            double a = k ? elapsed_ms(first, ev->start[k]) : 0.0, b = elapsed_ms(first, ev->end[k]);
+            ev->start_s[k] = base_s + 1e-3 * a;
+            ev->end_s[k] = base_s + 1e-3 * b;
             out->comm_ms += b - a;
         }
-        double ex = elapsed_ms(sl->mark, last);
+        double ex = elapsed_ms(ev->mark, last);
         out->exposed_ms = ex > 0 ? ex : 0;
     }
-    out->start_s = sl->start_s;
-    out->end_s = sl->end_s;
+    out->start_s = ev->start_s;
+    out->end_s = ev->end_s;
 }
 
 void dist_nccl_libraries(char *buf, size_t len) {

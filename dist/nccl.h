@@ -89,6 +89,22 @@ void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, s
  * Closes the current round (possibly empty) and returns its number. */
 long dist_nccl_join(dist_nccl *c, void *compute_stream);
 
+/* Recorded steps (train.cuda_graph). dist_nccl_record(c, k), k in [0,
+ * DIST_NCCL_RECORDINGS), with no round open: the next round (its allreduces
+ * and its join, made while the compute stream is being captured) records
+ * its timing events as event-record nodes of the graph and into recording
+ * k's own events, which every replay of that graph records again;
+ * dist_nccl_record(c, -1) after the join ends it. dist_nccl_replay(c, k),
+ * once the graph of recording k is launched, with no round open: closes a
+ * round on recording k's events and returns its number, to be read by
+ * dist_nccl_round_wait as any round. Recording k's events are those of its
+ * newest launch: read a replay's round before its graph is launched again
+ * (the stepper alternates two recordings, and the reducer reads each round
+ * one step later). */
+#define DIST_NCCL_RECORDINGS 2
+void dist_nccl_record(dist_nccl *c, int set);
+long dist_nccl_replay(dist_nccl *c, int set);
+
 /* The times of one closed round, on the device. */
 typedef struct dist_nccl_round {
     int count;             /* allreduces in the round */

@@ -86,6 +86,21 @@ void reducer_finish(reducer *rd, reducer_stats *st) {
     if (st) *st = s;
 }
 
+void reducer_record(reducer *rd, int set) {
+    CNT_ASSERT(rd->ops->record);
+    rd->ops->record(rd, set);
+}
+
+void reducer_replayed(reducer *rd, long step, int set, reducer_stats *st) {
+    CNT_ASSERT(rd->ops->replayed);
+    rd->step = step;
+    rd->ready_upto = rd->n;
+    rd->next_launch = rd->n_buckets;
+    reducer_stats s = {.buckets = rd->n_buckets}; /* .early: the strategy's, as recorded */
+    rd->ops->replayed(rd, set, &s);
+    if (st) *st = s;
+}
+
 void reducer_wait_sums(reducer *rd) {
     if (rd->ops->wait_sums) rd->ops->wait_sums(rd);
 }

@@ -111,6 +111,19 @@ void reducer_finish(reducer *rd, reducer_stats *st);
  * peer that never joins ends the job instead of hanging it); their times then
  * come with the next reducer_finish as usual. */
 void reducer_wait_sums(reducer *rd);
+/* Recorded steps (train.cuda_graph; the NCCL path only).
+ * reducer_record(rd, k) before a step's device work is captured, k in
+ * [0, 2): waits for the previous step's allreduces (the wait reducer_finish
+ * would make, which a capture cannot hold), then the step's begin, launches
+ * and finish, made while capturing, queue its allreduces into the recording
+ * with timing events that each replay records again; reducer_record(rd, -1)
+ * once the capture has ended. reducer_replayed(rd, step, k, st) once the
+ * graph of recording k has been launched for step `step`: the host's part
+ * of what the recorded begin, launches and finish did (each bucket's
+ * arrival at the stall watchdog, the round's accounting, the wait for the
+ * step before and its times in *st, as reducer_finish). */
+void reducer_record(reducer *rd, int set);
+void reducer_replayed(reducer *rd, long step, int set, reducer_stats *st);
 /* The cut of a gradient buffer of n values into buckets, as reducer_create
  * makes it (the first first_bucket values, then bucket_size each, the last
  * possibly shorter): returns the number of buckets and, when ends is not

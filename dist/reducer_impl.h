@@ -38,6 +38,10 @@ typedef struct reducer_ops {
     /* reducer_wait_sums after reducer_finish. May be NULL (nothing to wait for). */
     void (*wait_sums)(reducer *rd);
     void (*set_timeline)(reducer *rd, timeline *tl);
+    /* Recorded steps (reducer_record, reducer_replayed); both NULL where
+     * the strategy's work is the host's (the MPI path). */
+    void (*record)(reducer *rd, int set);
+    void (*replayed)(reducer *rd, int set, reducer_stats *st);
     /* Stops what the strategy runs and frees rd->state; reducer.c frees the rest. */
     void (*free)(reducer *rd);
 } reducer_ops;

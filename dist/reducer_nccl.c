@@ -25,6 +25,8 @@ typedef struct reducer_nccl {
     int have_prev;       /* prev_* hold a read round not yet reported */
     double prev_comm_ms, prev_exposed_ms;
     long prev_step;
+    int recording;       /* the recording being made (reducer_record); -1: none */
+    int early[DIST_NCCL_RECORDINGS]; /* each recording's buckets launched during backward */
 } reducer_nccl;
 
 /* Queues buckets [from, upto) on the communication stream after the compute
@@ -58,13 +60,13 @@ static void nccl_read_pending(reducer *rd) {
     c->pending_round = -1;
 }
 
-static void nccl_finish(reducer *rd, double t0, reducer_stats *st) {
-    (void)t0;
+/* The step's round is queued (or launched, replayed): the previous step's
+ * times into *st, and this one's pending. */
+static void nccl_round_queued(reducer *rd, long round, reducer_stats *st) {
     reducer_nccl *c = rd->state;
-    /* The optimizer ops issued after this return run after the sums. */
-    long round = dist_nccl_join(c->nccl, c->stream);
     /* Why here: this step's backward is still queued on the device, so the
-     * wait for the previous step's allreduces leaves it no idle time. */
+     * wait for the previous step's allreduces leaves it no idle time (while
+     * recording, reducer_record waited for it: nothing pending here) */
     nccl_read_pending(rd);
     st->comm_ms = c->have_prev ? c->prev_comm_ms : 0;
     st->exposed_ms = c->have_prev ? c->prev_exposed_ms : 0;
@@ -72,6 +74,34 @@ static void nccl_finish(reducer *rd, double t0, reducer_stats *st) {
     c->have_prev = 0;
     c->pending_round = round;
     c->pending_step = rd->step;
+}
+
+static void nccl_finish(reducer *rd, double t0, reducer_stats *st) {
+    (void)t0;
+    reducer_nccl *c = rd->state;
+    /* The optimizer ops issued after this return run after the sums. */
+    long round = dist_nccl_join(c->nccl, c->stream);
+    if (c->recording >= 0) c->early[c->recording] = st->early;
+    nccl_round_queued(rd, round, st);
+}
+
+static void nccl_record(reducer *rd, int set) {
+    reducer_nccl *c = rd->state;
+    /* the host waits of reducer_finish cannot be recorded: the previous
+     * step's round is read now, before the capture begins */
+    if (set >= 0) nccl_read_pending(rd);
+    dist_nccl_record(c->nccl, set);
+    c->recording = set;
+}
+
+static void nccl_replayed(reducer *rd, int set, reducer_stats *st) {
+    reducer_nccl *c = rd->state;
+    /* what the recorded step's launches said to the watchdog, bucket by
+     * bucket: every rank arrives at each of this step's buckets, or the
+     * stall names who did not */
+    for (int b = 0; b < rd->n_buckets; b++) dist_watchdog_arrive(rd->wd, rd->step, b);
+    st->early = c->early[set];
+    nccl_round_queued(rd, dist_nccl_replay(c->nccl, set), st);
 }
 
 static void nccl_set_timeline(reducer *rd, timeline *tl) {
@@ -89,6 +119,8 @@ static const reducer_ops nccl_ops = {
     .finish = nccl_finish,
     .wait_sums = nccl_read_pending,
     .set_timeline = nccl_set_timeline,
+    .record = nccl_record,
+    .replayed = nccl_replayed,
     .free = nccl_free,
 };
 
@@ -104,6 +136,7 @@ void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
     c->stall_warn_s = opts->stall_warn_s;
     c->stall_abort_s = opts->stall_abort_s;
     c->pending_round = -1;
+    c->recording = -1;
     rd->ops = &nccl_ops;
     rd->state = c;
 }

@@ -227,6 +227,26 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             check "2 ranks as two NCCL hosts: gradients through NCCL" grep -q 'allreduced with NCCL' "$tmp/nccl2h.log"
             check "2 ranks as two NCCL hosts: parameters bit-identical" \
                 grep -q "parameters bit-identical on all 2 ranks" "$tmp/nccl2h.log"
+            # the recorded step with NCCL's allreduces in it (train.cuda_graph):
+            # against the same two hosts op by op, step by step while the rate
+            # rises; replays keep the ranks bit-identical and report their
+            # allreduces' times (event-record nodes of the graph)
+            for g in false true; do
+                "${MPI[@]}" -np 2 -x NCCL_SOCKET_IFNAME=lo \
+                    bash -c 'NCCL_HOSTID=cnt-test-graph-$OMPI_COMM_WORLD_RANK exec "$@"' trainer ./trainer \
+                    configs/resnet20-fashion.ini "${small[@]}" "${cmp_run[@]}" dist.backend=nccl train.cuda_graph=$g \
+                    train.out_dir="$tmp/ncclg-$g" >"$tmp/ncclg-$g.log" 2>&1
+            done
+            check "2 NCCL hosts, cuda_graph: exit 0" test -s "$tmp/ncclg-true/metrics.jsonl"
+            check "2 NCCL hosts, cuda_graph: steps replayed a recording" \
+                grep -qE '^cuda graph: (1[0-9]|20) steps were one launch' "$tmp/ncclg-true.log"
+            check "2 NCCL hosts, cuda_graph: parameters bit-identical" \
+                grep -q "parameters bit-identical on all 2 ranks" "$tmp/ncclg-true.log"
+            check "2 NCCL hosts, cuda_graph: 20 losses the op-by-op run's within 2e-3" \
+                same_losses "$tmp/ncclg-true" "$tmp/ncclg-false" 2e-3
+            comm=$(grep '"step":18,' "$tmp/ncclg-true/metrics.jsonl" | grep -oE '"comm_ms":[0-9.]+' | cut -d: -f2)
+            check "2 NCCL hosts, cuda_graph: a replayed step's allreduces timed (comm_ms ${comm:-?} > 0)" \
+                awk -v c="${comm:-0}" 'BEGIN { exit !(c > 0) }'
             # a node's 8 GPUs as far as one GPU can show them: 8 ranks as 8
             # NCCL hosts train as the MPI backend does, up to the order of
             # the sums (so the losses agree closely, not bit for bit). At

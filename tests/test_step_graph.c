@@ -37,6 +37,7 @@
 #include "common/check.h"
 #include "common/rng.h"
 #include "dist/exchange.h"
+#include "dist/exchange_impl.h"
 #include "model/net.h"
 #include "train/step.h"
 
@@ -55,6 +56,7 @@ static struct {
     const float *lr_dev;
     float lr_at_launch[64];
     const net *nt;               /* its dropout_seed_at, where set */
+    const void *last_graph;      /* what the last launch ran */
     uint64_t seed_at_launch[64]; /* what the masks of each launch would read */
     char tokens[4];
 } fk;
@@ -137,6 +139,7 @@ static void fake_graph_launch(void *graph) {
     assert_true(fk.launches < 64);
     if (fk.nt && fk.nt->dropout_seed_at) fk.seed_at_launch[fk.launches] = *fk.nt->dropout_seed_at;
     fk.lr_at_launch[fk.launches++] = *fk.lr_dev; /* device memory is host memory */
+    fk.last_graph = graph;
 }
 static void fake_graph_free(void *graph) {
     assert_non_null(graph);
@@ -368,6 +371,134 @@ static void test_records_again_or_runs_eagerly(void **state) {
     free(im);
 }
 
+/* An exchange whose device work is recorded with the step (NCCL's, with
+ * several ranks), faked: it sums nothing (one process) but divides as two
+ * workers would, and counts what the stepper asks of it. */
+static struct {
+    int records[2], record_ends;  /* exchange_record(k), exchange_record(-1) */
+    int bad_order;                /* a record while capturing, a begin/finish/hook outside a step's work */
+    int begins, finishes, hooks_capturing, hooks_eager;
+    int replayed, replay_set_wrong, replay_step_wrong;
+    long last_step;
+    const stepper *st;            /* whose recordings the launches run */
+    int in_step;                  /* between begin and finish */
+    const char *why;              /* what record_why says (NULL: recordable) */
+} fx;
+
+static void fx_hook(void *ctx, size_t offset, size_t count) {
+    (void)ctx, (void)offset, (void)count;
+    if (!fx.in_step) fx.bad_order++;
+    if (fk.capturing) fx.hooks_capturing++;
+    else fx.hooks_eager++;
+}
+static const char *fx_record_why(const exchange *x) {
+    (void)x;
+    return fx.why;
+}
+static void fx_record(exchange *x, int set) {
+    (void)x;
+    if (fk.capturing) fx.bad_order++; /* its host waits come before the capture, its end after */
+    if (set >= 0) fx.records[set]++;
+    else fx.record_ends++;
+}
+static void fx_begin(exchange *x, long step, double lr) {
+    (void)x, (void)lr;
+    fx.begins++;
+    fx.in_step = 1;
+    fx.last_step = step;
+}
+static void fx_finish(exchange *x, exchange_stats *st) {
+    (void)x, (void)st;
+    if (!fx.in_step) fx.bad_order++;
+    fx.finishes++;
+    fx.in_step = 0;
+}
+static void fx_replayed(exchange *x, long step, int set, exchange_stats *st) {
+    (void)x, (void)st;
+    if (fk.capturing) fx.bad_order++;
+    fx.replayed++;
+    if (step != fx.last_step + 1) fx.replay_step_wrong++;
+    fx.last_step = step;
+    /* the recording the launch just before ran */
+    if (set < 0 || set > 1 || fx.st->graphs[set].graph != fk.last_graph) fx.replay_set_wrong++;
+}
+static const exchange_ops fx_ops = {.begin = fx_begin, .finish = fx_finish, .record_why = fx_record_why,
+                                    .record = fx_record, .replayed = fx_replayed};
+
+static exchange *fake_exchange(net *nt) {
+    static exchange x;
+    memset(&x, 0, sizeof x);
+    memset(&fx, 0, sizeof fx);
+    x.ops = &fx_ops;
+    x.world = 2;
+    x.traits.mode_name = "allreduce";
+    x.traits.reduces = 1;
+    net_set_grad_hook(nt, fx_hook, NULL);
+    return &x;
+}
+
+/* With an exchange that records (NCCL's): the recordings hold its begin,
+ * backward's hooks and its finish, with the exchange's host waits before
+ * the capture (exchange_record(k)) and its end after; every later launch is
+ * followed by exchange_replayed with that step's number and the recording
+ * it ran; the recorded work (the update divided by 2 workers) equals the
+ * eager step's with the same exchange, bit for bit. One that cannot record
+ * leaves the steps op by op, saying why. */
+static void test_exchange_recorded_with_the_step(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *eager = small_net(backend_cpu(), 0);
+    exchange *xe = fake_exchange(eager);
+    size_t n = eager->n_params;
+    float *pe = cnt_malloc(n * sizeof(float)), *pr = cnt_malloc(n * sizeof(float));
+    step_opts off = {0}, on = {.cuda_graph = 1};
+    stepper st;
+    stepper_init(&st, eager, xe, NULL, &oo, &no_scaling, &off, B, C, H * W, 0);
+    step_result r;
+    for (int s = 0; s < STEP_GRAPH_WARM + 2; s++) {
+        batch b = slice(im, s, B);
+        assert_int_equal(stepper_run(&st, &b, s + 1, rate(s), &r), CNT_OK);
+    }
+    backend_cpu()->download(pe, eager->params, n * sizeof(float));
+    stepper_free(&st);
+
+    net *rec = small_net(recording_backend(), 0);
+    exchange *x = fake_exchange(rec);
+    stepper_init(&st, rec, x, NULL, &oo, &no_scaling, &on, B, C, H * W, 0);
+    assert_true(st.graph_on);
+    assert_true(st.graph_x);
+    fk.lr_dev = st.lr_dev;
+    fx.st = &st;
+    for (int s = 0; s < STEPS; s++) {
+        batch b = slice(im, s, B);
+        assert_int_equal(stepper_run(&st, &b, s + 1, rate(s), &r), CNT_OK);
+        if (s == STEP_GRAPH_WARM + 1) backend_cpu()->download(pr, rec->params, n * sizeof(float));
+    }
+    assert_int_equal(fx.bad_order, 0);
+    assert_int_equal(fk.forbidden, 0);
+    assert_int_equal(fx.records[0] + fx.records[1], 2);
+    assert_int_equal(fx.record_ends, 2);
+    assert_int_equal(fx.begins, STEP_GRAPH_WARM + 2); /* the eager steps and the recordings */
+    assert_int_equal(fx.finishes, fx.begins);
+    assert_true(fx.hooks_capturing > 0 && fx.hooks_eager > 0);
+    assert_int_equal(fx.replayed, STEPS - STEP_GRAPH_WARM - 2);
+    assert_int_equal(fx.replay_step_wrong, 0);
+    assert_int_equal(fx.replay_set_wrong, 0);
+    assert_int_equal(memcmp(pe, pr, n * sizeof(float)), 0);
+    stepper_free(&st);
+
+    fx.why = "this one sums on the host";
+    stepper_init(&st, rec, x, NULL, &oo, &no_scaling, &on, B, C, H * W, 0);
+    assert_false(st.graph_on);
+    assert_string_equal(st.graph_why, "this one sums on the host");
+    stepper_free(&st);
+    net_free(eager);
+    net_free(rec);
+    free(pe);
+    free(pr);
+    free(im);
+}
+
 /* A run whose first batch is short (resumed at an epoch's last batch)
  * records the configured batch size, not the first batch's: the short one
  * runs eagerly, then the full ones warm up, record and replay. */
@@ -437,6 +568,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_replays_draw_their_masks),
         cmocka_unit_test(test_records_again_or_runs_eagerly),
         cmocka_unit_test(test_records_the_configured_batch),
+        cmocka_unit_test(test_exchange_recorded_with_the_step),
         cmocka_unit_test(test_where_it_cannot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

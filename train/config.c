@@ -296,8 +296,8 @@ static const key_def key_table[] = {
     K_BOOL("train", "cuda_graph", cuda_graph, "false",
          .help = "on a GPU, record a training step's device work once (after two eager steps) and replay it: one "
                  "launch a step instead of one per op, for steps too short to hide the host's launch time. One "
-                 "rank only, without loss scaling (fp16), train.accumulate or dist.timeline (dropout masks take each "
-                 "replay's seed from the device); elsewhere "
+                 "rank, or several through NCCL (its allreduces recorded too), without loss scaling (fp16), "
+                 "train.accumulate or dist.timeline; elsewhere "
                  "the start-up log says why it is not used. Written, not yet run on a GPU, so not the default"),
     K_ENUM("train", "loss_scaling", loss_scaling, "auto", .choices = loss_scalings,
          .help = "multiply the loss gradient by a scale and divide the update by it, skipping steps whose "

@@ -17,11 +17,11 @@
 static void graph_setup(stepper *s) {
     const net *nt = s->nt;
     const backend *be = nt->be;
-    const char *why = NULL;
+    const char *why = NULL, *xwhy = exchange_record_why(s->x);
     if (!be->capture_begin)
         why = "this backend runs each op as it is called";
-    else if (s->x != exchange_none())
-        why = "with more than one rank (or dist.backend = nccl) the exchange's host calls are not recorded yet";
+    else if (xwhy)
+        why = xwhy;
     else if (s->o.accumulate > 1)
         why = "train.accumulate > 1";
     else if (loss_scaler_active(&s->ls))
@@ -37,6 +37,7 @@ static void graph_setup(stepper *s) {
         return;
     }
     s->graph_on = 1;
+    s->graph_x = s->x != exchange_none(); /* NCCL's allreduces recorded with the step */
     s->lr_dev = be->alloc(sizeof(float));
     s->opt.lr_at = s->lr_dev;
     /* each replay's masks from the seed stepper_run writes before it (the
@@ -244,11 +245,14 @@ static struct step_graph *graph_for(stepper *s, const float *x, const int32_t *l
 
 /* train.cuda_graph: the step on batch b as one launch of its recording, made
  * now where none is current (recording runs nothing on a GPU: the launch
- * after it runs this step). Forward, loss, backward and update as stepper_run's eager
- * path runs them for one rank without loss scaling or accumulation
- * (graph_setup's conditions); stepper_run has written the rate to lr_dev. The
- * phase times are the host's time to queue, all in forward_s. */
-static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
+ * after it runs this step). Forward, loss, the exchange, backward and update
+ * as stepper_run's eager path runs them without loss scaling or
+ * accumulation (graph_setup's conditions); with several ranks the exchange's
+ * NCCL allreduces are in the recording, and each replay does the exchange's
+ * host part after its launch (exchange_replayed). stepper_run has written
+ * the rate to lr_dev. The phase times are the host's time to queue, all in
+ * forward_s. */
+static int graph_step(stepper *s, const batch *b, long step_number, double lr, step_result *r) {
     net *nt = s->nt;
     const backend *be = nt->be;
     memset(r, 0, sizeof *r);
@@ -260,17 +264,23 @@ static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
     float l = (float)lr; /* in lr_dev already (stepper_run) */
     int current;
     struct step_graph *g = graph_for(s, x, labels, n, &current);
+    int set = (int)(g - s->graphs); /* the exchange's events of this recording */
     if (!current) {
         if (g->graph) be->graph_free(g->graph);
         g->graph = NULL;
+        exchange_record(s->x, set); /* its host waits first: a recording cannot hold them */
         be->capture_begin();
-        /* as the eager path with one worker, K = 1 and the scale at 1 (graph_setup) */
+        /* as the eager path with K = 1 and the scale at 1 (graph_setup); the
+         * exchange's hook queues NCCL's allreduces into the recording */
         float scale = (float)s->ls.scale;
         forward_loss(s, x, labels, n, scale);
+        exchange_begin(s->x, step_number, lr);
         net_backward(nt, s->dlogits, s->dlogits_aux);
-        optim_step(&s->opt, nt, l, (float)(1.0 / (double)scale));
+        exchange_finish(s->x, &r->xs);
+        optim_step(&s->opt, nt, l, (float)(1.0 / (exchange_workers(s->x) * (double)scale)));
         char why[256] = "";
         g->graph = be->capture_end(why, sizeof why);
+        exchange_record(s->x, -1);
         if (!g->graph) {
             stager_release(s->st);
             return cnt_err_set("train.cuda_graph: the step could not be recorded (%s); set train.cuda_graph = false",
@@ -281,11 +291,13 @@ static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
         g->n = n;
         g->epoch = be->memory_epoch();
         s->recorded++;
+        be->graph_launch(g->graph);
     } else {
         s->replayed++;
         nt->dropout_seed++; /* what the recorded forward's net_forward did (its masks read it: stepper_run) */
+        be->graph_launch(g->graph);
+        exchange_replayed(s->x, step_number, set, &r->xs); /* what the recorded exchange did on the host */
     }
-    be->graph_launch(g->graph);
     stager_release(s->st); /* the launch was the last reader of the batch */
     r->forward_s = time_now() - t;
     stage_next(s);
@@ -297,9 +309,10 @@ static int graph_step(stepper *s, const batch *b, double lr, step_result *r) {
  * graph_step: recording is on, the batch is full (an epoch's last, smaller
  * batch runs eagerly rather than be recorded for one use), the eager steps
  * are done, and nothing would run host code inside the step (a profile's
- * layer hooks, the exchange's gradient hook, phase waits). */
+ * layer hooks, phase waits, a gradient hook that is not the exchange's). */
 static int graph_now(stepper *s, const batch *b) {
-    if (!s->graph_on || s->o.sync_phases || s->nt->node_hook || s->nt->grad_hook) return 0;
+    /* a grad hook other than the exchange's (which records its work) is host code in backward */
+    if (!s->graph_on || s->o.sync_phases || s->nt->node_hook || (s->nt->grad_hook && !s->graph_x)) return 0;
     int n = s->staged ? s->staged_n : b->n;
     /* a full batch: train.batch_size (a run resumed at an epoch's last, short
      * batch must not record that size), or the run's first */
@@ -321,7 +334,7 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
         be->upload(s->lr_dev, &l, sizeof l);
         net_dropout_seed_upload(nt); /* and dropout masks this step's seed (nothing without dropout) */
     }
-    if (graph_now(s, b)) return graph_step(s, b, lr, r);
+    if (graph_now(s, b)) return graph_step(s, b, step_number, lr, r);
     if (s->micro > 0) *r = s->pending;
     else memset(r, 0, sizeof *r);
     float scale = (float)s->ls.scale;

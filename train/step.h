@@ -119,6 +119,7 @@ typedef struct stepper {
      * the stager and batch size, and each later step on that slot is one
      * graph_launch; the rate is read from lr_dev, written before each step */
     int graph_on;            /* asked for and possible here */
+    int graph_x;             /* ... with an exchange whose device work is recorded with the step (NCCL) */
     char graph_why[192];     /* asked for and not possible here: why ("" otherwise) */
     int graph_warm;          /* eager steps taken so far, up to STEP_GRAPH_WARM */
     int graph_batch;         /* the batch size recorded (o.batch, or the run's first); others run eagerly */
