@@ -20,7 +20,11 @@
  * reducer's stats (buckets, early, comm_step one step late on NCCL), the
  * dist_nccl round times (count, order, on the host clock), and the timeline
  * getting every bucket of both steps when reducer_set_timeline(rd, NULL)
- * flushes the last one.
+ * flushes the last one. And a recorded round (train.cuda_graph): a copy
+ * and K allreduces captured into a CUDA graph under dist_nccl_record, the
+ * graph launched and then replayed on new values, each replay's round
+ * (dist_nccl_replay) timed on its own events after the recording's, the
+ * sums right each time, and an eager round between replays still working.
  *
  * --quick runs fewer sizes (for NCCL over its socket transport, which
  * test_nccl.sh uses to give two ranks on one GPU real allreduces).
@@ -212,6 +216,86 @@ static void test_rounds(const backend *be, dist_nccl *nc) {
     free(got);
 }
 
+/* Checks round rd: K allreduces, positive times, in order, later than after_s; their end into *end_s. */
+static int round_ok(dist_nccl *nc, long round, int K, double after_s, double *end_s, double *ms) {
+    dist_nccl_round rr;
+    dist_nccl_round_wait(nc, round, 60, 0, "test round", &rr);
+    int ok = rr.count == K && rr.comm_ms > 0;
+    for (int k = 0; ok && k < rr.count; k++) {
+        ok &= rr.start_s[k] <= rr.end_s[k] && rr.start_s[k] > after_s;
+        if (k) ok &= rr.start_s[k] >= rr.end_s[k - 1] - 1e-5;
+    }
+    *end_s = rr.count ? rr.end_s[rr.count - 1] : after_s;
+    *ms = rr.comm_ms;
+    return ok;
+}
+
+/* buf (device, n values) holds the sum over ranks of int_value(r, i, step). */
+static int sums_ok(const backend *be, const float *buf, size_t n, long step) {
+    float *got = cnt_malloc(n * sizeof(float));
+    be->download(got, buf, n * sizeof(float));
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int r = 0; r < world_; r++) s += int_value(r, i, step);
+        ok &= got[i] == (float)s;
+    }
+    free(got);
+    return ok;
+}
+
+static void test_recorded_rounds(const backend *be, dist_nccl *nc) {
+    if (!be->capture_begin) return;
+    enum { K = 3 };
+    size_t n = (size_t)1 << 18, bytes = K * n * sizeof(float);
+    float *buf = be->alloc(bytes), *src = be->alloc(bytes), *h = cnt_malloc(bytes);
+    void *stream = be->native_stream();
+    for (size_t i = 0; i < K * n; i++) h[i] = int_value(rank_, i, 0);
+    be->upload(src, h, bytes);
+    dist_nccl_record(nc, 1);
+    be->capture_begin();
+    be->copy(buf, src, bytes); /* each launch sums this launch's values */
+    for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n);
+    long r = dist_nccl_join(nc, stream);
+    char why[256] = "";
+    void *graph = be->capture_end(why, sizeof why);
+    dist_nccl_record(nc, -1);
+    tu_mpi_check(graph != NULL, "dist_nccl_record: a copy and %d allreduces captured into a graph%s%s", K,
+                 why[0] ? ": " : "", why);
+    if (!graph) {
+        be->free(buf);
+        be->free(src);
+        free(h);
+        return;
+    }
+    double end_s = time_now() - 60, ms = 0;
+    be->graph_launch(graph);
+    int ok = round_ok(nc, r, K, end_s, &end_s, &ms) && sums_ok(be, buf, K * n, 0);
+    tu_mpi_check(ok, "recorded round: the first launch sums and times its %d allreduces (%.3f ms)", K, ms);
+    for (long step = 1; step <= 3; step++) {
+        for (size_t i = 0; i < K * n; i++) h[i] = int_value(rank_, i, step);
+        be->upload(src, h, bytes);
+        be->graph_launch(graph);
+        long rr = dist_nccl_replay(nc, 1);
+        ok = rr == r + step && round_ok(nc, rr, K, end_s, &end_s, &ms) && sums_ok(be, buf, K * n, step);
+        tu_mpi_check(ok, "replay %ld: round %ld, its own times after the last (%.3f ms), the new values' sums", step,
+                     rr, ms);
+        if (step == 2) { /* an eager round between replays */
+            for (size_t i = 0; i < K * n; i++) h[i] = int_value(rank_, i, 9);
+            be->upload(buf, h, bytes);
+            for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n);
+            long re = dist_nccl_join(nc, stream);
+            ok = re == rr + 1 && round_ok(nc, re, K, end_s, &end_s, &ms) && sums_ok(be, buf, K * n, 9);
+            tu_mpi_check(ok, "an eager round between replays: its own events, after the replay's, summed");
+            r++; /* the next replay's round comes after this one */
+        }
+    }
+    be->graph_free(graph);
+    be->free(buf);
+    be->free(src);
+    free(h);
+}
+
 static void test_timeline(const backend *be, dist_nccl *nc, const busy *w) {
     timeline *tl = timeline_create(); /* a collective */
     layout L = {100003, 4000, 30000}; /* 5 buckets */
@@ -229,6 +313,7 @@ static void run_all(const backend *be, dist_nccl *nc) {
     w.c = be->alloc((size_t)w.dim * w.dim * sizeof(float));
 
     test_rounds(be, nc);
+    test_recorded_rounds(be, nc);
     size_t full[] = {1, 7, 1000, 65536 + 3, ((size_t)1 << 22) + 5}, few[] = {7, 65536 + 3, ((size_t)1 << 20) + 5};
     size_t *sizes = quick_ ? few : full, count = quick_ ? sizeof few / sizeof *few : sizeof full / sizeof *full;
     for (size_t s = 0; s < count; s++) {

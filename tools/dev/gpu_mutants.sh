@@ -60,6 +60,9 @@ mutants=(
     # the bias forward's NHWC kernel adding channel 0's bias everywhere (test_backend_gpu,
     # test_bias_fwd_bwd_nhwc)
     'bias_nhwc_one_channel|model/cuda_kernels.cu|s/    const float bc = b\[c\];/    const float bc = b[0];/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
+    # a recorded round's timing events recorded as plain records, which only order the capture: no replay
+    # records them (tests/mpi_nccl.c, test_recorded_rounds)
+    'nccl_record_internal|dist/nccl.c|s/    if (c->recording >= 0) CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));/    if (0) CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));/|build/tests/mpi_nccl|-'
     # the vectorised NHWC bias gradient adding all of a vector's channels into its first (test_backend_gpu,
     # test_bias_fwd_bwd_nhwc: its fp32 rows of 16 and 64 channels)
     'bias_bwd_vec_one_lane|model/cuda_kernels.cu|s/            for (int k = 0; k < V; k++) s\[k\] += (double)widen(a.e\[k\]);/            for (int k = 0; k < V; k++) s[0] += (double)widen(a.e[k]);/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
