@@ -57,6 +57,7 @@ struct dist_nccl {
     round_events own[ROUND_SLOTS];                /* eager rounds' */
     round_events recorded[DIST_NCCL_RECORDINGS]; /* recorded steps' */
     int recording;         /* the set being recorded (dist_nccl_record); -1: none */
+    int any_recorded;      /* a recording was made: graphs may hold collectives of this communicator */
     size_t own_bytes;      /* GPU memory NCCL took by the end of dist_nccl_create */
 };
 
@@ -255,7 +256,10 @@ void dist_nccl_free(dist_nccl *c) {
 void dist_nccl_abort(dist_nccl *c) {
     if (!c) return;
     /* No waits: a peer may never join the collectives still queued. The
-     * process is about to end; its streams and events go with it. */
+     * process is about to end; its streams and events go with it. (The
+     * recorded steps' graphs were destroyed first, stepper_drop_recordings:
+     * the abort stops their collectives, they complete, and NCCL's wait for
+     * them ends.) */
     (void)ncclCommAbort(c->comm);
     for (int s = 0; s < ROUND_SLOTS + DIST_NCCL_RECORDINGS; s++) {
         round_events *ev = s < ROUND_SLOTS ? &c->own[s] : &c->recorded[s - ROUND_SLOTS];
@@ -335,6 +339,7 @@ void dist_nccl_record(dist_nccl *c, int set) {
     /* a round is recorded whole: from its first allreduce to its join */
     CNT_ASSERT(c->slots[c->next_round % ROUND_SLOTS].round != c->next_round);
     c->recording = set;
+    if (set >= 0) c->any_recorded = 1;
 }
 
 long dist_nccl_replay(dist_nccl *c, int set) {
@@ -357,7 +362,10 @@ static void check_async_error(dist_nccl *c, const char *what) {
         const char *last = ncclGetLastError(c->comm);
         char msg[512];
         snprintf(msg, sizeof msg, "%s", last ? last : "");
-        (void)ncclCommAbort(c->comm); /* what is still running on the device stops (NCCL's error handling) */
+        /* what is still running on the device stops (NCCL's error handling);
+         * not while recorded steps may hold collectives: the abort would wait
+         * for their graphs to be destroyed, and the job ends here anyway */
+        if (!c->any_recorded) (void)ncclCommAbort(c->comm);
         cnt_fatal("NCCL reported an asynchronous error while waiting for %s: %s (%s)", what,
                   ncclGetErrorString(ae), msg);
     }

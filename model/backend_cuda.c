@@ -1743,7 +1743,9 @@ static void *cuda_capture_end(char *why, size_t len) {
         return NULL;
     }
     cudaGraphExec_t exec = NULL;
-    e = cudaGraphInstantiate(&exec, graph, 0);
+    /* the nodes keep their streams' priorities (the NCCL stream's is the
+     * device's highest), which a launch otherwise replaces by its stream's */
+    e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     CUDA_CHECK(cudaGraphDestroy(graph)); /* the instance keeps what it needs */
     if (e != cudaSuccess) {
         snprintf(why, len, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
@@ -1761,7 +1763,9 @@ static void cuda_graph_launch(void *graph) {
 static void cuda_graph_free(void *graph) {
     on_device();
     if (!graph) return;
-    CUDA_CHECK(cudaStreamSynchronize(g.stream)); /* a replay may still run */
+    /* no wait: an instance still running is freed when it completes (CUDA's
+     * rule), and a wait here could be unbounded (a replay's NCCL collective
+     * whose peer died, which only the communicator's abort ends) */
     CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
 }
 

@@ -136,6 +136,7 @@ cmp_run=(train.device=cuda train.max_steps=20 train.log_every=1 optim.warmup_epo
 for g in false true; do
     "${T[@]}" ./trainer "${rn20[@]}" "${cmp_run[@]}" train.cuda_graph=$g train.out_dir="$tmp/cmp-$g" \
         >"$tmp/cmp-$g.log" 2>&1
+    check "ResNet-20, 20 steps, cuda_graph=$g: exit 0" test $? -eq 0
 done
 check "cuda_graph: ResNet-20's 20 losses, the rate rising every step, the op-by-op run's within 2e-3" \
     same_losses "$tmp/cmp-true" "$tmp/cmp-false" 2e-3
@@ -144,6 +145,7 @@ vgg=(configs/resnet20-fashion.ini model.name=vgg11 model.dropout=0.5 data.kind=s
 for g in false true; do
     "${T[@]}" ./trainer "${vgg[@]}" "${cmp_run[@]}" train.max_steps=12 train.cuda_graph=$g \
         train.out_dir="$tmp/vgg-$g" >"$tmp/vgg-$g.log" 2>&1
+    check "VGG-11 with dropout, 12 steps, cuda_graph=$g: exit 0" test $? -eq 0
 done
 check "cuda_graph with dropout (VGG-11): recorded, not refused" grep -q '^cuda graph: [0-9]* steps were one launch' \
     "$tmp/vgg-true.log"
@@ -231,17 +233,25 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             # against the same two hosts op by op, step by step while the rate
             # rises; replays keep the ranks bit-identical and report their
             # allreduces' times (event-record nodes of the graph)
+            # 2 epochs of 10 steps (data.train_limit 640 over 2 ranks of 32): an
+            # evaluation between them, and the end of a run that holds
+            # recordings (NCCL's finalisation waits for them to be freed); a
+            # hang is a stall abort in a minute, not the whole budget
+            ncclg=("${small[@]}" "${cmp_run[@]}" data.train_limit=640 train.epochs=2 dist.backend=nccl
+                   dist.stall_warn_s=20 dist.stall_abort_s=60)
             for g in false true; do
                 "${MPI[@]}" -np 2 -x NCCL_SOCKET_IFNAME=lo \
                     bash -c 'NCCL_HOSTID=cnt-test-graph-$OMPI_COMM_WORLD_RANK exec "$@"' trainer ./trainer \
-                    configs/resnet20-fashion.ini "${small[@]}" "${cmp_run[@]}" dist.backend=nccl train.cuda_graph=$g \
+                    configs/resnet20-fashion.ini "${ncclg[@]}" train.cuda_graph=$g \
                     train.out_dir="$tmp/ncclg-$g" >"$tmp/ncclg-$g.log" 2>&1
+                eval "rc_$g=\$?"
             done
-            check "2 NCCL hosts, cuda_graph: exit 0" test -s "$tmp/ncclg-true/metrics.jsonl"
+            check "2 NCCL hosts op by op: exit 0 (rc=$rc_false)" test "$rc_false" -eq 0
+            check "2 NCCL hosts, cuda_graph: exit 0, not a stall or a hang at the end (rc=$rc_true)" test "$rc_true" -eq 0
             check "2 NCCL hosts, cuda_graph: steps replayed a recording" \
-                grep -qE '^cuda graph: (1[0-9]|20) steps were one launch' "$tmp/ncclg-true.log"
-            check "2 NCCL hosts, cuda_graph: parameters bit-identical" \
-                grep -q "parameters bit-identical on all 2 ranks" "$tmp/ncclg-true.log"
+                grep -qE '^cuda graph: 1[0-9] steps were one launch' "$tmp/ncclg-true.log"
+            check "2 NCCL hosts, cuda_graph: parameters bit-identical after each epoch" \
+                test "$(grep -c "parameters bit-identical on all 2 ranks" "$tmp/ncclg-true.log")" -eq 2
             check "2 NCCL hosts, cuda_graph: 20 losses the op-by-op run's within 2e-3" \
                 same_losses "$tmp/ncclg-true" "$tmp/ncclg-false" 2e-3
             comm=$(grep '"step":18,' "$tmp/ncclg-true/metrics.jsonl" | grep -oE '"comm_ms":[0-9.]+' | cut -d: -f2)

@@ -437,13 +437,29 @@ static exchange *fake_exchange(net *nt) {
     return &x;
 }
 
+/* The next step's batch, staged during backward (training's prefetch). */
+static struct {
+    images *im;
+    int next;
+    batch b;
+} pf;
+static const batch *prefetch_next(void *ctx) {
+    (void)ctx;
+    if (pf.next >= STEPS) return NULL;
+    pf.b = slice(pf.im, pf.next, B);
+    pf.next++;
+    return &pf.b;
+}
+
 /* With an exchange that records (NCCL's): the recordings hold its begin,
  * backward's hooks and its finish, with the exchange's host waits before
  * the capture (exchange_record(k)) and its end after; every later launch is
  * followed by exchange_replayed with that step's number and the recording
  * it ran; the recorded work (the update divided by 2 workers) equals the
  * eager step's with the same exchange, bit for bit. One that cannot record
- * leaves the steps op by op, saying why. */
+ * leaves the steps op by op, saying why. With such an exchange the ranks
+ * agree each step on what runs, which needs the batch staged (training's
+ * prefetch): the first, unstaged step runs op by op. */
 static void test_exchange_recorded_with_the_step(void **state) {
     (void)state;
     images *im = make_images();
@@ -469,9 +485,12 @@ static void test_exchange_recorded_with_the_step(void **state) {
     assert_true(st.graph_x);
     fk.lr_dev = st.lr_dev;
     fx.st = &st;
+    pf.im = im;
+    pf.next = 1;
+    stepper_set_prefetch(&st, prefetch_next, NULL);
     for (int s = 0; s < STEPS; s++) {
         batch b = slice(im, s, B);
-        assert_int_equal(stepper_run(&st, &b, s + 1, rate(s), &r), CNT_OK);
+        assert_int_equal(stepper_run(&st, s == 0 ? &b : NULL, s + 1, rate(s), &r), CNT_OK);
         if (s == STEP_GRAPH_WARM + 1) backend_cpu()->download(pr, rec->params, n * sizeof(float));
     }
     assert_int_equal(fx.bad_order, 0);
@@ -496,6 +515,61 @@ static void test_exchange_recorded_with_the_step(void **state) {
     net_free(rec);
     free(pe);
     free(pr);
+    free(im);
+}
+
+/* The ranks agree each step (NCCL's rule: a collective is captured on every
+ * rank or on none). A scripted peer: at step 6 it must record again (its
+ * memory epoch moved), so this rank records too though its recording is
+ * current; at step 7 it runs op by op (a short batch), so this rank does too,
+ * and its exchange runs eagerly. */
+static int peer_step;
+static void peer_votes(double *v, size_t n) {
+    assert_int_equal(n, 2);
+    peer_step++;
+    if (peer_step == 6) v[1] += 1; /* the peer records */
+    if (peer_step == 7) v[0] += 1; /* the peer runs op by op */
+}
+
+static void test_ranks_agree_on_each_step(void **state) {
+    (void)state;
+    images *im = make_images();
+    net *nt = small_net(recording_backend(), 0);
+    exchange *x = fake_exchange(nt);
+    step_opts on = {.cuda_graph = 1};
+    stepper st;
+    stepper_init(&st, nt, x, NULL, &oo, &no_scaling, &on, B, C, H * W, 0);
+    assert_true(st.graph_x);
+    st.graph_vote = peer_votes;
+    peer_step = 0;
+    fk.lr_dev = st.lr_dev;
+    fx.st = &st;
+    pf.im = im;
+    pf.next = 1;
+    stepper_set_prefetch(&st, prefetch_next, NULL);
+    step_result r;
+    int begins_at[STEPS + 1], launches_at[STEPS + 1], ex_at[STEPS + 1];
+    for (int s = 0; s < STEPS; s++) {
+        batch b = slice(im, s, B);
+        assert_int_equal(stepper_run(&st, s == 0 ? &b : NULL, s + 1, rate(s), &r), CNT_OK);
+        begins_at[s + 1] = fk.begins;
+        launches_at[s + 1] = fk.launches;
+        ex_at[s + 1] = fx.begins;
+    }
+    /* steps 3 and 4 record, 5 replays, 6 records again (the peer), 7 op by op (the peer), 8 replays */
+    assert_int_equal(begins_at[4], 2);
+    assert_int_equal(begins_at[5], 2);
+    assert_int_equal(begins_at[6], 3);
+    assert_int_equal(launches_at[6], launches_at[5] + 1);
+    assert_int_equal(launches_at[7], launches_at[6]);  /* op by op: no launch */
+    assert_int_equal(ex_at[7], ex_at[6] + 1);          /* ... and the exchange eagerly */
+    assert_int_equal(begins_at[8], 3);
+    assert_int_equal(launches_at[8], launches_at[7] + 1);
+    assert_int_equal(peer_step, STEPS);                 /* a vote every step */
+    assert_int_equal(fx.bad_order, 0);
+    assert_int_equal(fk.forbidden, 0);
+    stepper_free(&st);
+    net_free(nt);
     free(im);
 }
 
@@ -569,6 +643,7 @@ int main(void) {
         cmocka_unit_test(test_records_again_or_runs_eagerly),
         cmocka_unit_test(test_records_the_configured_batch),
         cmocka_unit_test(test_exchange_recorded_with_the_step),
+        cmocka_unit_test(test_ranks_agree_on_each_step),
         cmocka_unit_test(test_where_it_cannot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,6 +38,8 @@ static void graph_setup(stepper *s) {
     }
     s->graph_on = 1;
     s->graph_x = s->x != exchange_none(); /* NCCL's allreduces recorded with the step */
+    s->graph_vote = dist_allreduce_sum_f64;
+    s->graph_last_set = -1;
     s->lr_dev = be->alloc(sizeof(float));
     s->opt.lr_at = s->lr_dev;
     /* each replay's masks from the seed stepper_run writes before it (the
@@ -82,6 +84,13 @@ void stepper_init(stepper *s, net *nt, exchange *x, timeline *tl, const optim_op
     if (s->o.cuda_graph) graph_setup(s);
 }
 
+void stepper_drop_recordings(stepper *s) {
+    if (!s->nt) return;
+    for (int k = 0; k < 2; k++)
+        if (s->graphs[k].graph) s->nt->be->graph_free(s->graphs[k].graph);
+    memset(s->graphs, 0, sizeof s->graphs);
+}
+
 void stepper_free(stepper *s) {
     if (!s->nt) return;
     const backend *be = s->nt->be;
@@ -97,8 +106,7 @@ void stepper_free(stepper *s) {
     be->free(s->grad_kept);
     be->free(s->loss_sum);
     free(s->seed_momentum);
-    for (int k = 0; k < 2; k++)
-        if (s->graphs[k].graph) be->graph_free(s->graphs[k].graph);
+    stepper_drop_recordings(s);
     be->free(s->lr_dev);
     if (s->graph_on) net_dropout_seed_on_host(s->nt); /* the net outlives the steps that wrote the seed */
     memset(s, 0, sizeof *s);
@@ -265,6 +273,13 @@ static int graph_step(stepper *s, const batch *b, long step_number, double lr, s
     int current;
     struct step_graph *g = graph_for(s, x, labels, n, &current);
     int set = (int)(g - s->graphs); /* the exchange's events of this recording */
+    if (s->graph_rerecord) current = 0; /* another rank records (graph_agreed) */
+    /* a recording's NCCL round is read one step later, before its events
+     * are recorded again: so never the same recording twice in a row. It
+     * holds by construction: with an exchange only staged batches launch
+     * (graph_agreed), each step stages one batch, and the stager's two slots
+     * alternate, so consecutive launches are of the two slots' recordings. */
+    CNT_ASSERT(!s->graph_x || set != s->graph_last_set);
     if (!current) {
         if (g->graph) be->graph_free(g->graph);
         g->graph = NULL;
@@ -282,6 +297,11 @@ static int graph_step(stepper *s, const batch *b, long step_number, double lr, s
         g->graph = be->capture_end(why, sizeof why);
         exchange_record(s->x, -1);
         if (!g->graph) {
+            /* with several ranks the others recorded and launch: their
+             * collectives would wait for this rank until the stall limit */
+            if (s->graph_x)
+                cnt_fatal("train.cuda_graph: rank %d could not record step %ld (%s); set train.cuda_graph = false",
+                          dist_rank(), step_number, why);
             stager_release(s->st);
             return cnt_err_set("train.cuda_graph: the step could not be recorded (%s); set train.cuda_graph = false",
                                why);
@@ -298,6 +318,7 @@ static int graph_step(stepper *s, const batch *b, long step_number, double lr, s
         be->graph_launch(g->graph);
         exchange_replayed(s->x, step_number, set, &r->xs); /* what the recorded exchange did on the host */
     }
+    s->graph_last_set = set;
     stager_release(s->st); /* the launch was the last reader of the batch */
     r->forward_s = time_now() - t;
     stage_next(s);
@@ -310,9 +331,9 @@ static int graph_step(stepper *s, const batch *b, long step_number, double lr, s
  * batch runs eagerly rather than be recorded for one use), the eager steps
  * are done, and nothing would run host code inside the step (a profile's
  * layer hooks, phase waits, a gradient hook that is not the exchange's). */
-static int graph_now(stepper *s, const batch *b) {
+static int graph_here(stepper *s, const batch *b) {
     /* a grad hook other than the exchange's (which records its work) is host code in backward */
-    if (!s->graph_on || s->o.sync_phases || s->nt->node_hook || (s->nt->grad_hook && !s->graph_x)) return 0;
+    if (s->o.sync_phases || s->nt->node_hook || (s->nt->grad_hook && !s->graph_x)) return 0;
     int n = s->staged ? s->staged_n : b->n;
     /* a full batch: train.batch_size (a run resumed at an epoch's last, short
      * batch must not record that size), or the run's first */
@@ -325,6 +346,28 @@ static int graph_now(stepper *s, const batch *b) {
     return 1;
 }
 
+/* With NCCL's collectives in the recordings, whether a step's are
+ * recorded, replayed or run op by op must be the same on every rank (NCCL's
+ * rule for captured collectives), while what decides it is each rank's own
+ * (its batch's size, its backend's memory epoch): the ranks agree, op by op
+ * if any rank would, recording again if any rank must. A staged batch only
+ * (the slot it is in is known); training stages every batch after the
+ * first. */
+static int graph_agreed(stepper *s, const batch *b) {
+    int here = graph_here(s, b) && s->staged, current = 0;
+    if (here) graph_for(s, s->staged_x, s->staged_labels, s->staged_n, &current);
+    double v[2] = {!here, here && !current};
+    dist_phase("train.cuda_graph: whether this step is a recording's launch");
+    s->graph_vote(v, 2);
+    s->graph_rerecord = v[1] > 0;
+    return v[0] == 0;
+}
+
+static int graph_now(stepper *s, const batch *b) {
+    if (!s->graph_on) return 0;
+    return s->graph_x ? graph_agreed(s, b) : graph_here(s, b);
+}
+
 int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_result *r) {
     net *nt = s->nt;
     const backend *be = nt->be;
@@ -335,6 +378,7 @@ int stepper_run(stepper *s, const batch *b, long step_number, double lr, step_re
         net_dropout_seed_upload(nt); /* and dropout masks this step's seed (nothing without dropout) */
     }
     if (graph_now(s, b)) return graph_step(s, b, step_number, lr, r);
+    s->graph_last_set = -1; /* this step's round is its own */
     if (s->micro > 0) *r = s->pending;
     else memset(r, 0, sizeof *r);
     float scale = (float)s->ls.scale;

@@ -120,6 +120,10 @@ typedef struct stepper {
      * graph_launch; the rate is read from lr_dev, written before each step */
     int graph_on;            /* asked for and possible here */
     int graph_x;             /* ... with an exchange whose device work is recorded with the step (NCCL) */
+    int graph_rerecord;      /* graph_x: some rank records this step, so every rank does */
+    int graph_last_set;      /* the recording the last step launched; -1: it ran op by op */
+    void (*graph_vote)(double *votes, size_t n); /* graph_x: the ranks' sum of each step's votes
+                                                  * (dist_allreduce_sum_f64; a test's fake peers) */
     char graph_why[192];     /* asked for and not possible here: why ("" otherwise) */
     int graph_warm;          /* eager steps taken so far, up to STEP_GRAPH_WARM */
     int graph_batch;         /* the batch size recorded (o.batch, or the run's first); others run eagerly */
@@ -192,6 +196,10 @@ void stepper_drop_staged(stepper *s);
  * No batch may be staged (stepper_drop_staged). */
 const float *stepper_eval(stepper *s, const batch *b);
 void stepper_free(stepper *s);
+/* The recorded steps (train.cuda_graph) freed, before the exchange is: a
+ * recording holds its NCCL collectives, and NCCL's finalisation waits until
+ * none does. Later steps would record again. NULL-safe on a zeroed stepper. */
+void stepper_drop_recordings(stepper *s);
 
 /* Host arrays for the state on this rank: parameters and buffers always;
  * momentum when the optimizer has momentum, on rank 0 where the exchange

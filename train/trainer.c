@@ -391,6 +391,9 @@ static int run_finish(run *r, int status, train_result *res) {
 
 static void run_free(run *r, int status) {
     progress_free(r->pg);
+    /* before the exchange: NCCL's finalisation waits until no recording
+     * holds its collectives, which the recordings' destruction releases */
+    stepper_drop_recordings(&r->st);
     exchange_free(r->x, status != CNT_OK); /* its communication thread records into the timeline */
     timeline_free(r->tl);
     stepper_free(&r->st);
