@@ -234,8 +234,10 @@ void stepper_accumulate(stepper *s, const batch *b) {
 
 /* The recorded step of s's input slot x (with labels) and batch size n, if
  * one is current (recorded under the backend's present memory epoch); else
- * the entry to record it into: that slot's stale one, an empty one, or the
- * other slot's (its owner records again when it comes back). */
+ * the entry to record it into: that slot's stale one, an empty one, or one
+ * of another slot's, not the one the last step launched (its NCCL round is
+ * read after this step is queued; the other slot's owner records again when
+ * it comes back). */
 static struct step_graph *graph_for(stepper *s, const float *x, const int32_t *labels, int n, int *current) {
     uint64_t epoch = s->nt->be->memory_epoch();
     struct step_graph *same = NULL, *empty = NULL;
@@ -248,7 +250,7 @@ static struct step_graph *graph_for(stepper *s, const float *x, const int32_t *l
         }
     }
     *current = same && same->n == n && same->epoch == epoch;
-    return same ? same : empty ? empty : &s->graphs[0];
+    return same ? same : empty ? empty : &s->graphs[s->graph_last_set == 0];
 }
 
 /* train.cuda_graph: the step on batch b as one launch of its recording, made
