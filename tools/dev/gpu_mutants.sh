@@ -59,7 +59,7 @@ mutants=(
     'pool_tile_first_element|model/cuda_kernels.cu|s/                st(dx, i, pr_tile_grad(a \* p.S + b, at, d, acc ? ld(dx, i) : 0.0f));/                st(dx, i, pr_tile_grad(a * p.S + b, 0, d, acc ? ld(dx, i) : 0.0f));/|build/tests/test_backend_gpu|test_pool_fwd_bwd'
     # the bias forward's NHWC kernel adding channel 0's bias everywhere (test_backend_gpu,
     # test_bias_fwd_bwd_nhwc)
-    'bias_nhwc_one_channel|model/cuda_kernels.cu|s/    const float bc = b\[c\];/    const float bc = b[0];/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
+    'bias_nhwc_one_channel|model/cuda_kernels.cu|s/^    const float bc = b\[c\];/    const float bc = b[0];/|build/tests/test_backend_gpu|test_bias_fwd_bwd_nhwc'
     # a recorded round's timing events recorded as plain records, which only order the capture: no replay
     # records them (tests/mpi_nccl.c, test_recorded_rounds)
     'nccl_record_internal|dist/nccl.c|s/    if (c->recording >= 0) CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));/    if (0) CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));/|build/tests/mpi_nccl|-'
