@@ -5,6 +5,9 @@
 # ordering it guards does not guard it. tools/dev/device_kit.sh calls this last.
 #
 #   tools/dev/gpu_mutants.sh        # writes .devkit/mutants.tar.xz (carried with the kit)
+#   tools/dev/gpu_mutants.sh --check [ROOT]   # only checks that each edit changes exactly
+#                                   # one line of ROOT's files (default: this tree), no build
+#                                   # (tests/test_gpu_mutants.sh, in make test)
 #
 # Each mutant: a name, the file edited, a sed expression that must change
 # exactly one line of it (no '|' in it: the fields are split on '|'), the
@@ -76,6 +79,40 @@ mutants=(
     'bias_bwd_vec_of_four|model/cuda_kernels.cu|s/    WITH_TYPE(type, V = kVec<T>);/    V = 4;/|build/tests/test_backend_gpu|test_act16_ops'
     'act16_bn_fp32_desc|model/backend_cuda.c|s/act16(ctx) ? conv_data_type(ctx->math) : CUDNN_DATA_FLOAT, N, C, HW, 1));/CUDNN_DATA_FLOAT, N, C, HW, 1));/|build/tests/test_backend_gpu|test_act16_ops'
 )
+# the edit of mutant NAME to PATH (in place, the original left in PATH.orig), which must change
+# exactly one line, or a message naming FILE and exit 1
+edit() { # edit NAME PATH EXPR FILE
+    local orig
+    orig=$(mktemp)
+    cp "$2" "$orig"
+    sed -i "$3" "$2"
+    changed=$(diff "$orig" "$2" | grep -c '^<' || true)
+    cp "$orig" "$2.orig"
+    rm -f "$orig"
+    if [ "$changed" -ne 1 ]; then
+        echo "gpu_mutants: $1: the edit changed $changed lines of $4, not 1 (the code moved on?)" >&2
+        exit 1
+    fi
+}
+fields() { # fields MUTANT: sets name file expr prog filter, or a message and exit 1
+    IFS='|' read -r name file expr prog filter <<<"$1"
+    if [ -z "$filter" ]; then
+        echo "gpu_mutants: $name: no test filter field (the sed expression has a '|'?)" >&2
+        exit 1
+    fi
+}
+if [ "${1:-}" = --check ]; then
+    root=${2:-$PWD}
+    chk=$(mktemp -d)
+    trap 'rm -rf "$chk"' EXIT
+    for m in "${mutants[@]}"; do
+        fields "$m"
+        cp "$root/$file" "$chk/f"
+        edit "$name" "$chk/f" "$expr" "$file"
+    done
+    echo "gpu_mutants: ${#mutants[@]} mutants, each edit changes one line"
+    exit 0
+fi
 opt="-O3 -march=x86-64-v3" # as tools/dev/device_kit.sh: any x86-64-v3 host
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
@@ -86,18 +123,8 @@ mkdir -p "$out"
 make -C "$src" -s -j"$(nproc)" OPT="$opt" build/tests/test_stager build/tests/mpi_nccl \
     build/tests/test_backend_gpu
 for m in "${mutants[@]}"; do
-    IFS='|' read -r name file expr prog filter <<<"$m"
-    if [ -z "$filter" ]; then
-        echo "gpu_mutants: $name: no test filter field (the sed expression has a '|'?)" >&2
-        exit 1
-    fi
-    cp "$src/$file" "$src/$file.orig"
-    sed -i "$expr" "$src/$file"
-    changed=$(diff "$src/$file.orig" "$src/$file" | grep -c '^<' || true)
-    if [ "$changed" -ne 1 ]; then
-        echo "gpu_mutants: $name: the edit changed $changed lines of $file, not 1 (the code moved on?)" >&2
-        exit 1
-    fi
+    fields "$m"
+    edit "$name" "$src/$file" "$expr" "$file"
     make -C "$src" -s OPT="$opt" "$prog"
     cp "$src/$prog" "$out/$name"
     echo "$name $(basename "$prog") $filter" >>"$out/mutants.list"
