@@ -61,6 +61,11 @@ struct dist_nccl {
     size_t own_bytes;      /* GPU memory NCCL took by the end of dist_nccl_create */
 };
 
+/* Event set s of ROUND_SLOTS + DIST_NCCL_RECORDINGS: the eager slots', then the recordings'. */
+static round_events *event_set(dist_nccl *c, int s) {
+    return s < ROUND_SLOTS ? &c->own[s] : &c->recorded[s - ROUND_SLOTS];
+}
+
 /* ------------------------------------------------------------ creation */
 
 /* What each rank tells rank 0 about its GPU. Fixed-size, NUL-terminated
@@ -209,11 +214,8 @@ dist_nccl *dist_nccl_create(void) {
     CUDA_CHECK(cudaEventRecord(c->anchor, c->stream));
     CUDA_CHECK(cudaEventSynchronize(c->anchor));
     c->anchor_s = time_now();
-    for (int s = 0; s < ROUND_SLOTS; s++) {
-        c->slots[s].round = -1;
-        CUDA_CHECK(cudaEventCreate(&c->own[s].mark));
-    }
-    for (int k = 0; k < DIST_NCCL_RECORDINGS; k++) CUDA_CHECK(cudaEventCreate(&c->recorded[k].mark));
+    for (int s = 0; s < ROUND_SLOTS; s++) c->slots[s].round = -1;
+    for (int s = 0; s < ROUND_SLOTS + DIST_NCCL_RECORDINGS; s++) CUDA_CHECK(cudaEventCreate(&event_set(c, s)->mark));
     c->last_closed = -1;
     c->recording = -1;
     warm_up(c);
@@ -235,7 +237,7 @@ void dist_nccl_free(dist_nccl *c) {
     dist_blocking_end();
     NCCL_CHECK(ncclCommDestroy(c->comm));
     for (int s = 0; s < ROUND_SLOTS + DIST_NCCL_RECORDINGS; s++) {
-        round_events *ev = s < ROUND_SLOTS ? &c->own[s] : &c->recorded[s - ROUND_SLOTS];
+        round_events *ev = event_set(c, s);
         for (int k = 0; k < ev->cap; k++) {
             CUDA_CHECK(cudaEventDestroy(ev->start[k]));
             CUDA_CHECK(cudaEventDestroy(ev->end[k]));
@@ -262,7 +264,7 @@ void dist_nccl_abort(dist_nccl *c) {
      * them ends.) */
     (void)ncclCommAbort(c->comm);
     for (int s = 0; s < ROUND_SLOTS + DIST_NCCL_RECORDINGS; s++) {
-        round_events *ev = s < ROUND_SLOTS ? &c->own[s] : &c->recorded[s - ROUND_SLOTS];
+        round_events *ev = event_set(c, s);
         free(ev->start);
         free(ev->end);
         free(ev->start_s);

@@ -93,9 +93,7 @@ void reducer_record(reducer *rd, int set) {
 
 void reducer_replayed(reducer *rd, long step, int set, reducer_stats *st) {
     CNT_ASSERT(rd->ops->replayed);
-    rd->step = step;
-    rd->ready_upto = rd->n;
-    rd->next_launch = rd->n_buckets;
+    rd->step = step; /* the step the strategy's arrivals and round are of */
     reducer_stats s = {.buckets = rd->n_buckets}; /* .early: the strategy's, as recorded */
     rd->ops->replayed(rd, set, &s);
     if (st) *st = s;

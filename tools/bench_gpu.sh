@@ -26,7 +26,7 @@ if [ -z "$gpu" ]; then
     ./trainer --devices >&2
     exit 1
 fi
-ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+source tools/median.sh # ratio A B
 echo "GPU: $gpu"
 echo "torch: $($py -c 'import torch, torchvision; print(torch.__version__, "torchvision", torchvision.__version__, "cuDNN", torch.backends.cudnn.version())')"
 echo "command: tools/bench_gpu.sh \"$models\" \"$batches\" \"$precisions\" \"$layouts\" (BENCH_STEPS=$steps)"

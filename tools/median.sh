@@ -9,3 +9,6 @@ median() {
         awk '$1 ~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/ { print $1 }' | sort -g |
         awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+# ratio A B: A / B to two decimals, "n/a" unless both are positive numbers
+# (a failed run's ""): the tables' ratio columns.
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }

@@ -66,11 +66,10 @@ torch() { # MODEL SHAPE BATCH PRECISION LAYOUT [ENV...]
     env "$@" "$py" tools/bench_torch.py "$m" "$s" "$b" "$steps" --device "$device" --precision "$p" --layout "$l" \
         2>&1 | grep -oE '[0-9.]+ img/s' | head -1 | cut -d' ' -f1
 }
-source tools/median.sh # median V...
+source tools/median.sh # median V..., ratio A B
 source tools/gpu_peak.sh # gpu_peak_run PEAKFILE CMD...
 peakf=$(mktemp)
 trap 'rm -f "$peakf"' EXIT
-ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 echo "device: $("$new" --devices | grep -m1 -E "^$device" || echo "$device")"
 [ "$have_torch" = 1 ] && echo "torch: $("$py" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"

@@ -82,13 +82,9 @@ mutants=(
 # the edit of mutant NAME to PATH (in place, the original left in PATH.orig), which must change
 # exactly one line, or a message naming FILE and exit 1
 edit() { # edit NAME PATH EXPR FILE
-    local orig
-    orig=$(mktemp)
-    cp "$2" "$orig"
+    cp "$2" "$2.orig"
     sed -i "$3" "$2"
-    changed=$(diff "$orig" "$2" | grep -c '^<' || true)
-    cp "$orig" "$2.orig"
-    rm -f "$orig"
+    changed=$(diff "$2.orig" "$2" | grep -c '^<' || true)
     if [ "$changed" -ne 1 ]; then
         echo "gpu_mutants: $1: the edit changed $changed lines of $4, not 1 (the code moved on?)" >&2
         exit 1
