@@ -67,17 +67,34 @@ static const char *records =
     "{\"kind\":\"step\",\"epoch\":1,\"step\":6,\"time\":5,\"images\":192,\"loss\":2.1}\n"
     "{\"kind\":\"step\",\"epoch\":1,\"step\":8,\"time\":7,\"images\":256,\"loss\":2.0}\n";
 
+/* Counts the files matching dir/pattern; the first one's text into *first
+ * (NULL: not wanted). */
+static int side_files(const char *dir, const char *pattern, char **first) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, pattern);
+    glob_t g;
+    if (glob(path, 0, NULL, &g) != 0) return 0;
+    int n = (int)g.gl_pathc;
+    if (first) *first = slurp(g.gl_pathv[0]);
+    globfree(&g);
+    return n;
+}
+
+/* A resume (rollback 0) and a rollback (1) at step 4: the records up to it
+ * stay, the rest (steps 6 and 8) move to metrics.redone-<stamp>.jsonl (the
+ * steps the resume redoes) or metrics.superseded-<stamp>.jsonl; the last
+ * line, cut short by a kill, is no record. Nothing is lost either way. */
 static void test_cut_at_a_step(void **state) {
     (void)state;
     char dir[128], path[160];
-    for (int keep = 0; keep <= 1; keep++) {
-        snprintf(dir, sizeof dir, "%s/cut%d", root, keep);
+    for (int rollback = 0; rollback <= 1; rollback++) {
+        snprintf(dir, sizeof dir, "%s/cut%d", root, rollback);
         assert_int_equal(make_dirs(dir), CNT_OK);
         char text[2048];
         snprintf(text, sizeof text, "%s{\"kind\":\"step\",\"step\":9,\"ti", records); /* cut short by a kill */
         write_records(dir, text);
         metrics m;
-        if (metrics_open(&m, dir, 4, keep) != CNT_OK) fail_msg("%s", cnt_err_msg());
+        if (metrics_open(&m, dir, 4, rollback) != CNT_OK) fail_msg("%s", cnt_err_msg());
         assert_true(m.t_base == 3.5 && m.images == 128);
         assert_int_equal(metrics_close(&m), CNT_OK);
         snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -89,18 +106,45 @@ static void test_cut_at_a_step(void **state) {
         assert_null(strstr(kept, "\"step\":6,"));
         assert_null(strstr(kept, "\"step\":9"));
         free(kept);
-        snprintf(path, sizeof path, "%s/metrics.superseded-*.jsonl", dir);
-        glob_t g;
-        int found = glob(path, 0, NULL, &g) == 0;
-        assert_int_equal(found, keep);
-        if (found) {
-            char *moved = slurp(g.gl_pathv[0]);
-            assert_non_null(strstr(moved, "\"step\":6,"));
-            assert_non_null(strstr(moved, "\"step\":8,"));
-            assert_null(strstr(moved, "\"step\":4,"));
-            free(moved);
-            globfree(&g);
+        const char *side = rollback ? "metrics.superseded-*.jsonl" : "metrics.redone-*.jsonl";
+        const char *other = rollback ? "metrics.redone-*.jsonl" : "metrics.superseded-*.jsonl";
+        char *moved = NULL;
+        if (side_files(dir, side, &moved) != 1) fail_msg("rollback %d: no single %s in %s", rollback, side, dir);
+        assert_non_null(strstr(moved, "\"step\":6,"));
+        assert_non_null(strstr(moved, "\"step\":8,"));
+        assert_null(strstr(moved, "\"step\":4,"));
+        assert_null(strstr(moved, "\"step\":9"));
+        free(moved);
+        assert_int_equal(side_files(dir, other, NULL), 0);
+    }
+}
+
+/* Three resumes and three rollbacks in a row, within a second or two (one
+ * stamp): each cut keeps its own side file, none overwrites another's. */
+static void test_cuts_in_one_second(void **state) {
+    (void)state;
+    char dir[128];
+    for (int rollback = 0; rollback <= 1; rollback++) {
+        snprintf(dir, sizeof dir, "%s/again%d", root, rollback);
+        assert_int_equal(make_dirs(dir), CNT_OK);
+        for (int k = 0; k < 3; k++) {
+            write_records(dir, records);
+            metrics m;
+            if (metrics_open(&m, dir, 4, rollback) != CNT_OK) fail_msg("%s", cnt_err_msg());
+            assert_int_equal(metrics_close(&m), CNT_OK);
         }
+        const char *side = rollback ? "metrics.superseded-*.jsonl" : "metrics.redone-*.jsonl";
+        assert_int_equal(side_files(dir, side, NULL), 3);
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", dir, side);
+        glob_t g;
+        assert_int_equal(glob(path, 0, NULL, &g), 0);
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            char *moved = slurp(g.gl_pathv[i]);
+            if (!strstr(moved, "\"step\":6,") || !strstr(moved, "\"step\":8,")) fail_msg("%s: lost", g.gl_pathv[i]);
+            free(moved);
+        }
+        globfree(&g);
     }
 }
 
@@ -136,9 +180,7 @@ static void test_bad_record_refused(void **state) {
         assert_string_equal(after, text);
         free(after);
         char side[192];
-        snprintf(side, sizeof side, "%s/metrics.superseded-*.jsonl", dir);
-        glob_t g;
-        assert_int_not_equal(glob(side, 0, NULL, &g), 0);
+        assert_int_equal(side_files(dir, "metrics.superseded-*.jsonl", NULL), 0);
         snprintf(side, sizeof side, "%s/metrics.jsonl.tmp", dir);
         assert_null(fopen(side, "r"));
     }
@@ -147,6 +189,7 @@ static void test_bad_record_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_at_a_step),
+        cmocka_unit_test(test_cuts_in_one_second),
         cmocka_unit_test(test_bad_record_refused),
     };
     return cmocka_run_group_tests_name("metrics", tests, setup, teardown);

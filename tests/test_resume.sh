@@ -107,6 +107,19 @@ done
 check "kill -9 loop: a run got to the end (exit ${rc:-none} after $try tries)" test "$done_" -eq 1 -a "${rc:-1}" -eq 0
 check "kill -9 loop: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$dir/metrics.jsonl")
 check "kill -9 loop: each step once in metrics.jsonl" each_step_once "$dir/metrics.jsonl"
+# the killed runs' records past their checkpoints are kept: each resume that
+# says it moved N records after step S has them, all past S, in its own file
+redone_ok=1 redone_files=0
+for ((k = 2; k <= try; k++)); do
+    said=$(grep -o 'metrics.jsonl: [0-9]* records\? after step [0-9]* .* moved to [^ ]*' "$tmp/k9.$k.log") || continue
+    n=$(cut -d' ' -f2 <<<"$said") s=$(cut -d' ' -f6 <<<"$said") f=${said##* }
+    redone_files=$((redone_files + 1))
+    case "$f" in "$dir"/metrics.redone-*.jsonl) ;; *) redone_ok=0 ;; esac
+    [ -f "$f" ] && [ "$(wc -l <"$f")" -eq "$n" ] && steps "$f" | awk -v s="$s" '$1 <= s {bad = 1} END {exit bad}' ||
+        redone_ok=0
+done
+check "kill -9 loop: the records past each checkpoint kept ($redone_files files, $(ls "$dir" | grep -c '^metrics\.redone-') there)" \
+    test "$redone_ok" -eq 1 -a "$(ls "$dir" | grep -c '^metrics\.redone-')" -eq "$redone_files"
 # each resume started at most $every steps before the last step the killed run logged
 for ((k = 2; k <= try; k++)); do
     from=$(grep -o 'and [0-9]* steps done' "$tmp/k9.$k.log" | tr -dc 0-9)
@@ -139,6 +152,33 @@ check "SIGTERM, 1 rank: the resumed run exits 0" test $? -eq 0
 check "SIGTERM, 1 rank: resumed inside epoch 1" grep -q "resumed from .*ckpt-000000-[0-9]*.cnt" <<<"$out"
 check "SIGTERM, 1 rank: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$tmp/st/metrics.jsonl")
 check "SIGTERM, 1 rank: each step once" each_step_once "$tmp/st/metrics.jsonl"
+
+# 3a. kill -9 after step 12 with a checkpoint every 10 steps: the resume
+# starts at step 10 and keeps the killed run's records past it (steps 11, 12
+# and any it got to) in metrics.redone-<time>.jsonl, equal to the
+# uninterrupted run's; metrics.jsonl holds each step once.
+"${T[@]}" train.out_dir="$tmp/rd" checkpoint.every_steps=10 >"$tmp/rd.log" 2>&1 &
+pid=$!
+wait_for_step "$tmp/rd.log" 12
+pkill -KILL -P $pid
+wait $pid 2>/dev/null
+out=$("${T[@]}" train.out_dir="$tmp/rd" checkpoint.resume=auto checkpoint.every_steps=10 2>&1)
+check "kill -9 past a checkpoint: the resumed run exits 0" test $? -eq 0
+said=$(grep -o 'metrics.jsonl: [0-9]* records after step 10 .* moved to [^ ]*' <<<"$out")
+rd=${said##* }
+check "kill -9 past a checkpoint: the records after step 10 said to be kept (${said:-nothing said})" \
+    test -n "$said" -a -f "$rd"
+case "$rd" in "$tmp/rd"/metrics.redone-*.jsonl) ok=1 ;; *) ok=0 ;; esac
+check "kill -9 past a checkpoint: kept in metrics.redone-<time>.jsonl ($rd)" test $ok -eq 1
+# kept_equal FILE: FILE's steps begin 11, 12 and equal the reference's
+kept_equal() {
+    test "$(steps "$1" | head -n 2 | cut -d' ' -f1 | paste -sd' ')" = "11 12" &&
+        diff <(steps "$1") <(awk '$1 > 10' "$tmp/ref.steps" | head -n "$(steps "$1" | wc -l)")
+}
+check "kill -9 past a checkpoint: the kept steps begin 11, 12 and equal the uninterrupted run's" kept_equal "$rd"
+check "kill -9 past a checkpoint: metrics.jsonl equals the uninterrupted run's" \
+    diff "$tmp/ref.steps" <(steps "$tmp/rd/metrics.jsonl")
+check "kill -9 past a checkpoint: each step once in metrics.jsonl" each_step_once "$tmp/rd/metrics.jsonl"
 
 # 3b. SIGTERM during an evaluation (rank 0 sleeps on entering epoch 1's, a
 # test-only fault): the evaluation is left, one checkpoint at the epoch's

@@ -6,6 +6,7 @@
 #include "train/metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,12 +60,33 @@ static int read_record(const char *path, long no, const char *line, size_t len, 
     return rc;
 }
 
+/* Opens a new side file dir/metrics.<kind>-<stamp>.jsonl into *f, its name
+ * into side: "-2", "-3", ... added when the name is taken (two cuts in one
+ * second keep two files). CNT_ERR naming the file. */
+static int open_side(const char *dir, const char *kind, FILE **f, char *side, size_t len) {
+    char stamp[32];
+    file_time_stamp(time(NULL), stamp, sizeof stamp);
+    for (int k = 1; k < 1000; k++) {
+        int w = k == 1 ? snprintf(side, len, "%s/metrics.%s-%s.jsonl", dir, kind, stamp)
+                       : snprintf(side, len, "%s/metrics.%s-%s-%d.jsonl", dir, kind, stamp, k);
+        if (w < 0 || (size_t)w >= len) return cnt_err_set("path too long: %s/metrics.%s-%s.jsonl", dir, kind, stamp);
+        int fd = open(side, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno == EEXIST) continue;
+        if (fd < 0 || !(*f = fdopen(fd, "w"))) {
+            if (fd >= 0) close(fd);
+            return cnt_err_set("cannot write '%s': %s", side, strerror(errno));
+        }
+        return CNT_OK;
+    }
+    return cnt_err_set("cannot write '%s': a thousand earlier files of that name this second", side);
+}
+
 /* Copies the records of in (path) whose step is at most until_step to out
  * (tmp), carrying m's clock and image count on from them, and the others,
- * counted in *cut, to the side file when keep_beyond (*beyond, opened at
- * side on the first). Returns CNT_OK, or CNT_ERR with the message set. */
+ * counted in *cut, to the side file (*beyond, opened in dir on the first,
+ * its name in side). Returns CNT_OK, or CNT_ERR with the message set. */
 static int copy_records(metrics *m, FILE *in, const char *path, FILE *out, const char *tmp, FILE **beyond,
-                        const char *side, long until_step, int keep_beyond, long *cut) {
+                        const char *dir, const char *kind, char *side, size_t side_len, long until_step, long *cut) {
     int failed = CNT_OK;
     char *line = NULL;
     size_t cap = 0;
@@ -82,10 +104,10 @@ static int copy_records(metrics *m, FILE *in, const char *path, FILE *out, const
             /* the clock and the image count go on from the last kept record's */
             if (t > m->t_base) m->t_base = t;
             if (im > m->images) m->images = im;
-        } else if (++*cut, keep_beyond) {
-            if (!*beyond && !(*beyond = fopen(side, "w")))
-                failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
-            else if (fputs(line, *beyond) < 0)
+        } else {
+            ++*cut;
+            if (!*beyond) failed = open_side(dir, kind, beyond, side, side_len);
+            if (failed == CNT_OK && fputs(line, *beyond) < 0)
                 failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
         }
     }
@@ -95,38 +117,37 @@ static int copy_records(metrics *m, FILE *in, const char *path, FILE *out, const
 }
 
 /* Keeps the records of path up to until_step (see metrics_open). */
-static int cut_records(metrics *m, const char *path, const char *dir, long until_step, int keep_beyond) {
+static int cut_records(metrics *m, const char *path, const char *dir, long until_step, int rollback) {
     struct stat st;
     if (lstat(path, &st) != 0 && errno == ENOENT) return CNT_OK;
     FILE *in = file_open_regular(path, "metrics file", NULL);
     if (!in) return CNT_ERR;
-    char tmp[4200], side[4200], stamp[32];
+    char tmp[4200], side[4200] = "";
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    file_time_stamp(time(NULL), stamp, sizeof stamp);
-    snprintf(side, sizeof side, "%s/metrics.superseded-%s.jsonl", dir, stamp);
     FILE *out = fopen(tmp, "w"), *beyond = NULL;
     if (!out) {
         fclose(in);
         return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
     }
     long cut = 0;
-    int failed = copy_records(m, in, path, out, tmp, &beyond, side, until_step, keep_beyond, &cut);
+    int failed = copy_records(m, in, path, out, tmp, &beyond, dir, rollback ? "superseded" : "redone", side,
+                              sizeof side, until_step, &cut);
     fclose(in);
     if (beyond && fclose(beyond) != 0 && failed == CNT_OK)
         failed = cnt_err_set("cannot write '%s': %s", side, strerror(errno));
     if (failed != CNT_OK && beyond) unlink(side); /* the file stays whole: nothing has moved */
     if (file_commit_atomic(out, failed, tmp, path, dir, "metrics record") != CNT_OK) return CNT_ERR;
-    if (cut > 0 && keep_beyond)
+    if (cut > 0 && rollback)
         log_info("metrics.jsonl: %ld record%s after step %ld, of the run this one supersedes, moved to %s", cut,
                  cut == 1 ? "" : "s", until_step, side);
     else if (cut > 0)
-        log_info("metrics.jsonl: %ld record%s after step %ld (the interrupted run's, past its last checkpoint) "
-                 "removed: those steps are redone",
-                 cut, cut == 1 ? "" : "s", until_step);
+        log_info("metrics.jsonl: %ld record%s after step %ld (the interrupted run's, past its last checkpoint: "
+                 "steps this run redoes) moved to %s",
+                 cut, cut == 1 ? "" : "s", until_step, side);
     return CNT_OK;
 }
 
-int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) {
+int metrics_open(metrics *m, const char *dir, long until_step, int rollback) {
     m->f = NULL;
     m->tb.f = NULL;
     m->t_base = m->t0 = m->images = 0;
@@ -142,7 +163,7 @@ int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond) 
         if (rename(m->path, old) != 0)
             return cnt_err_set("cannot move the earlier run's '%s' to '%s': %s", m->path, old, strerror(errno));
         log_info("metrics.jsonl: the earlier run's records moved to %s (this run starts from scratch)", old);
-    } else if (until_step >= 0 && cut_records(m, m->path, dir, until_step, keep_beyond) != CNT_OK) {
+    } else if (until_step >= 0 && cut_records(m, m->path, dir, until_step, rollback) != CNT_OK) {
         return CNT_ERR;
     }
     m->f = file_append_regular(m->path, "metrics file");

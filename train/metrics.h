@@ -99,17 +99,20 @@ typedef struct metrics_run_info {
  * until_step < 0 (a fresh run): an existing non-empty file is first renamed
  * to metrics.YYYYMMDD-HHMMSS.jsonl (its last change), so no earlier run's
  * record is lost. until_step >= 0 (a resumed run): the records whose "step"
- * is at most until_step (and any without a step) are kept, the rest are cut
- * (into metrics.superseded-YYYYMMDD-HHMMSS.jsonl when keep_beyond, else
- * dropped), the file is rewritten atomically, and new records are appended.
- * What happened is logged (log_info) when anything was moved or cut. Each
+ * is at most until_step (and any without a step) are kept, the rest move
+ * to a side file, metrics.superseded-YYYYMMDD-HHMMSS.jsonl when rollback
+ * (this run starts before a newer run's checkpoints), else
+ * metrics.redone-YYYYMMDD-HHMMSS.jsonl (the interrupted run's steps past its
+ * checkpoint, which this run does again), "-2", "-3", ... added to a name
+ * taken; the file is rewritten atomically, and new records are appended.
+ * What happened is logged (log_info) when anything was moved. Each
  * record is read with the one JSON parser (common/json.h): a line that is
  * not a JSON object (a record cut short by a kill, the last line without its
  * newline, is dropped instead), or whose "step" is not a whole number or
  * "time" / "images" not a number, fails with "PATH:LINE:COL: what" (PATH:LINE
  * for a record of the wrong shape) and leaves the file as it was.
  * CNT_ERR with a message naming the path on failure. */
-int metrics_open(metrics *m, const char *dir, long until_step, int keep_beyond);
+int metrics_open(metrics *m, const char *dir, long until_step, int rollback);
 
 /* After metrics_open (the same until_step): the TensorBoard event file in
  * dir. CNT_ERR naming the file when it cannot be written. */

@@ -84,10 +84,10 @@ progress *progress_create(const progress_opts *o) {
     return p;
 }
 
-int progress_open(progress *p, long until_step, int keep_beyond) {
+int progress_open(progress *p, long until_step, int rollback) {
     /* Only rank 0 writes files: one run directory, no races between ranks. */
     if (dist_rank() != 0) return CNT_OK;
-    if (metrics_open(&p->m, p->o.out_dir, until_step, keep_beyond) != CNT_OK) return CNT_ERR;
+    if (metrics_open(&p->m, p->o.out_dir, until_step, rollback) != CNT_OK) return CNT_ERR;
     return p->o.tensorboard ? metrics_open_tensorboard(&p->m, p->o.out_dir, until_step) : CNT_OK;
 }
 

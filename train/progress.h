@@ -68,10 +68,11 @@ void progress_free(progress *p);
 
 /* Rank 0 creates out_dir and opens metrics.jsonl (train/metrics.h
  * metrics_open: until_step < 0 for a fresh run, else the step of the
- * checkpoint the run resumed from), and with opts.tensorboard a TensorBoard
+ * checkpoint the run resumed from; rollback: it starts before a newer run's
+ * checkpoints), and with opts.tensorboard a TensorBoard
  * event file (train/tensorboard.h). CNT_ERR with a message naming the path
  * when rank 0 cannot write there. Other ranks: CNT_OK, nothing done. */
-int progress_open(progress *p, long until_step, int keep_beyond);
+int progress_open(progress *p, long until_step, int rollback);
 /* Rank 0, with opts.tensorboard: the effective configuration (config.ini's
  * text) as TensorBoard text "config" at step, shown verbatim in the Text
  * tab beside the curves. CNT_ERR when it cannot be written. */
