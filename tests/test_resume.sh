@@ -227,6 +227,7 @@ check "SIGTERM in evaluation: epoch 1's scores equal the uninterrupted run's" \
 sigterm_in_startup() {
     local d=$1 pid
     shift
+    rm -f "$d.log" # an earlier call's "sleeping" line must not be read as this run's (a loaded machine forks late)
     CNT_TEST_STALL_IN=0:start-up:3 "${T[@]}" train.out_dir="$d" "$@" >"$d.log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do grep -q "CNT_TEST_STALL_IN: sleeping" "$d.log" 2>/dev/null && break; sleep 0.1; done
