@@ -312,9 +312,24 @@ $(BUILD)/tests/mpi_%: tests/mpi_%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.s
 # Everything `make test` runs, built and not run (tools/dev/device_kit.sh packs it).
 test-build: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
 
+# Side by side (tests/run_tests.sh --side-by-side): tests that leave a core
+# idle, two at a time, in two groups. First test_resume's single-threaded
+# runs, then the unit tests that take about one core, beside the scripts
+# that wait on Slurm's scheduler and on shaped links; then test_dist_train
+# (ranks asleep in its stall cases) beside the scripts that sleep through
+# emulated compute or check files, not times. Alone, after them: test_train
+# (its OpenMP threads on every core), test_wait (it times its waits), and
+# the rest (test_ps compares its ranks' clocks to 5 ms).
+TEST_GROUP1_A := tests/test_resume.sh $(filter-out $(BUILD)/tests/test_train $(BUILD)/tests/test_wait,$(TEST_BIN))
+TEST_GROUP1_B := tests/test_slurm.sh tests/test_multihost.sh
+TEST_GROUP2_A := tests/test_dist_train.sh
+TEST_GROUP2_B := $(addprefix tests/test_,bench_ps.sh emulate.sh dist.sh imagefolder.sh files.sh validate.sh shards.sh \
+  simulate.sh plots.sh)
+TEST_SIDE := $(TEST_GROUP1_A) $(TEST_GROUP1_B) $(TEST_GROUP2_A) $(TEST_GROUP2_B)
 test: test-build
 	@./trainer --devices | tests/gpu_line.sh
-	@tests/run_tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
+	@tests/run_tests.sh --side-by-side "$(TEST_GROUP1_A)" "$(TEST_GROUP1_B)" \
+	  --side-by-side "$(TEST_GROUP2_A)" "$(TEST_GROUP2_B)" $(filter-out $(TEST_SIDE),$(TEST_BIN) $(TEST_SCRIPTS))
 
 # The cmocka unit tests alone (no mpirun, no namespaces): a few minutes.
 test-unit: test-build

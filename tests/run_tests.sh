@@ -2,6 +2,8 @@
 # tests/run_tests.sh - run every test binary and integration script given on
 # the command line, show their output, and end with one line "N passed, N failed".
 #
+#   tests/run_tests.sh [--side-by-side "A1 A2 ..." "B1 B2 ..."]... TEST...
+#
 # cmocka binaries: each test case counts (read from cmocka's summary lines
 # "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s), listed below:").
 # Scripts (tests/*.sh): each counts as one test, passed when it exits 0.
@@ -11,45 +13,115 @@
 # skipped ("SKIPPED (part): ..." says a part was left out; the rest counts).
 # Each test's wall time follows it ("--- T: S s"), and the slowest five are
 # listed before the summary (the CI budget is 15 minutes).
+#
+# --side-by-side: the A list and the B list run at the same time, each in
+# its order, before the TESTs, which run one at a time (several groups: one
+# after another). It is for tests that leave a core idle (a single-threaded
+# run, waits on a scheduler or a shaped link) beside each other; a test
+# whose checks time something tightly, or that keeps every core busy with
+# spinning threads (OpenMP), runs alone.
+# Side by side, each test's output is shown whole when it ends (with
+# "[side by side]" on its time line); alone, as it goes.
 set -u
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+seq_no=0
+
+# run_one T LIVE: runs T, its output shown as it goes (LIVE 1) or whole at its
+# end (0, under a lock, so two lanes never interleave), and its counts
+# "passed failed skipped seconds" in $results/<n>.res (<n>: $seq_no).
+run_one() {
+    local t=$1 live=$2 n=$seq_no out rc p=0 f=0 s=0 start=$SECONDS
+    out="$results/$n.out"
+    if [ "$live" -eq 1 ]; then
+        echo "=== $t"
+        if [[ "$t" == *.sh ]]; then bash "$t" 2>&1 | tee "$out"; else "$t" 2>&1 | tee "$out"; fi
+        rc=${PIPESTATUS[0]}
+    else
+        if [[ "$t" == *.sh ]]; then bash "$t" >"$out" 2>&1; else "$t" >"$out" 2>&1; fi
+        rc=$?
+    fi
+    if [[ "$t" == *.sh ]]; then
+        # skipped: exited 0 saying "SKIPPED: why"; a part skipped ("SKIPPED (part): ...") skips nothing else,
+        # and a script that fails has failed, whatever it printed
+        if [ "$rc" -eq 0 ] && grep -q '^SKIPPED:' "$out"; then s=1; elif [ "$rc" -eq 0 ]; then p=1; else f=1; fi
+    else
+        p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out" | awk '{s+=$4} END {print s+0}')
+        f=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$out" | awk '{s+=$4} END {print s+0}')
+        s=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out" | awk '{s+=$4} END {print s+0}')
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+            f=1
+            echo "!!! $t exited with status $rc without a cmocka failure summary" >>"$out"
+            [ "$live" -eq 1 ] && tail -n 1 "$out"
+        fi
+    fi
+    local secs=$((SECONDS - start)) note=""
+    [ "$live" -eq 1 ] || note=" [side by side]"
+    if [ "$live" -eq 1 ]; then
+        echo "--- $t: $secs s"
+    else
+        {
+            flock 9
+            echo "=== $t"
+            cat "$out"
+            echo "--- $t: $secs s$note"
+        } 9>"$results/lock"
+    fi
+    # a failure is a failure even when the counts say nothing (a crash after the summary)
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    echo "$p $f $s $secs $t" >"$results/$n.res"
+    rm -f "$out"
+}
+
+# run_lane N TEST...: the tests one after another, output whole at each end.
+run_lane() {
+    local lane=$1 k=0
+    shift
+    for t in "$@"; do
+        seq_no="$lane.$((k++))"
+        run_one "$t" 0
+    done
+}
+
+group=0
+while [ "${1:-}" = "--side-by-side" ]; do
+    if [ $# -lt 3 ]; then
+        echo "run_tests.sh: --side-by-side needs two lists (\"A1 A2 ...\" \"B1 B2 ...\")" >&2
+        exit 2
+    fi
+    read -r -a lane_a <<<"$2"
+    read -r -a lane_b <<<"$3"
+    shift 3
+    group=$((group + 1))
+    echo "=== side by side: (${lane_a[*]}) beside (${lane_b[*]})"
+    start=$SECONDS
+    run_lane "a$group" "${lane_a[@]}" &
+    pa=$!
+    run_lane "b$group" "${lane_b[@]}" &
+    pb=$!
+    wait $pa $pb
+    echo "--- side by side: $((SECONDS - start)) s"
+done
+k=0
+for t in "$@"; do
+    seq_no="c.$((k++))"
+    run_one "$t" 1
+done
+
 passed=0
 failed=0
 skipped=0
 failures=()
-times=$(mktemp)
-for t in "$@"; do
-    echo "=== $t"
-    start=$SECONDS
-    out=$(mktemp)
-    if [[ "$t" == *.sh ]]; then
-        bash "$t" 2>&1 | tee "$out"
-        rc=${PIPESTATUS[0]}
-        # skipped: exited 0 saying "SKIPPED: why"; a part skipped ("SKIPPED (part): ...") skips nothing else,
-        # and a script that fails has failed, whatever it printed
-        if [ "$rc" -eq 0 ] && grep -q '^SKIPPED:' "$out"; then
-            skipped=$((skipped + 1))
-        elif [ "$rc" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$t"); fi
-    else
-        "$t" 2>&1 | tee "$out"
-        rc=${PIPESTATUS[0]}
-        p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out" | awk '{s+=$4} END {print s+0}')
-        f=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$out" | awk '{s+=$4} END {print s+0}')
-        s=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out" | awk '{s+=$4} END {print s+0}')
-        passed=$((passed + p))
-        failed=$((failed + f))
-        skipped=$((skipped + s))
-        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-            failed=$((failed + 1))
-            echo "!!! $t exited with status $rc without a cmocka failure summary"
-        fi
-        if [ "$rc" -ne 0 ]; then failures+=("$t"); fi
-    fi
-    rm -f "$out"
-    echo "--- $t: $((SECONDS - start)) s"
-    echo "$((SECONDS - start)) $t" >> "$times"
+for r in "$results"/*.res; do
+    [ -e "$r" ] || continue
+    read -r p f s secs t <"$r"
+    passed=$((passed + p))
+    failed=$((failed + f))
+    skipped=$((skipped + s))
+    if [ "$f" -gt 0 ]; then failures+=("$t"); fi
 done
-echo "slowest: $(sort -rn "$times" | head -5 | awk '{ printf "%s%s %d s", (NR > 1 ? ", " : ""), $2, $1 }')"
-rm -f "$times"
+echo "slowest: $(cat "$results"/*.res 2>/dev/null | sort -k4 -rn | head -5 |
+    awk '{ printf "%s%s %d s", (NR > 1 ? ", " : ""), $5, $4 }')"
 if [ ${#failures[@]} -gt 0 ]; then
     echo "failing: ${failures[*]}"
 fi
