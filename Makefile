@@ -319,11 +319,12 @@ test-build: trainer $(TOOL_BIN) $(TEST_BIN) $(MPI_TEST_BIN)
 # (ranks asleep in its stall cases) beside the scripts that sleep through
 # emulated compute or check files, not times. Alone, after them: test_train
 # (its OpenMP threads on every core), test_wait (it times its waits), and
-# the rest (test_ps compares its ranks' clocks to 5 ms).
+# the rest (test_ps compares its ranks' clocks to 5 ms; test_dist, a spinning
+# rank's share of a core to a sleeping one's).
 TEST_GROUP1_A := tests/test_resume.sh $(filter-out $(BUILD)/tests/test_train $(BUILD)/tests/test_wait,$(TEST_BIN))
 TEST_GROUP1_B := tests/test_slurm.sh tests/test_multihost.sh
 TEST_GROUP2_A := tests/test_dist_train.sh
-TEST_GROUP2_B := $(addprefix tests/test_,bench_ps.sh emulate.sh dist.sh imagefolder.sh files.sh validate.sh shards.sh \
+TEST_GROUP2_B := $(addprefix tests/test_,bench_ps.sh emulate.sh imagefolder.sh files.sh validate.sh shards.sh \
   simulate.sh plots.sh)
 TEST_SIDE := $(TEST_GROUP1_A) $(TEST_GROUP1_B) $(TEST_GROUP2_A) $(TEST_GROUP2_B)
 test: test-build
