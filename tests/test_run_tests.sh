@@ -4,7 +4,8 @@
 # that print cmocka's summary lines, crash after passing, or exit non-zero
 # without a summary; run one at a time and in side-by-side groups. Every
 # count reaches the last line "N passed, N failed" and the exit status, and
-# each test's output is shown once, whole, whichever lane ran it.
+# each test's output is shown once, whole, whichever lane ran it; a lane
+# that ends early fails the tests it did not finish.
 set -u
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -27,6 +28,7 @@ fake unit_ok 'echo "[==========] 3 test(s) run."; echo "[  PASSED  ] 3 test(s)."
 fake unit_bad 'echo "[  PASSED  ] 2 test(s)."; echo "[  FAILED  ] 1 test(s), listed below:"; exit 1'
 fake unit_crash 'echo "[  PASSED  ] 4 test(s)."; exit 139'
 fake unit_none 'echo "no summary"; exit 3'
+fake killer.sh 'kill -9 $PPID; sleep 1' # ends the lane that runs it
 
 # run ARGS...: the runner's output in $tmp/out, its exit status in $rc
 run() {
@@ -79,6 +81,13 @@ check "side by side: the lanes ran at once (two 2 s sleeps and a 0.3 s one in ${
 check "side by side: lane tests marked, the one after not" \
     bash -c 'grep -q "^--- .*/slow.sh: [0-9]* s \[side by side\]$" "$1" && grep -q "^--- .*/unit_ok: [0-9]* s$" "$1"' _ \
     "$tmp/out"
+
+# A lane that ends early: its test and the ones after it have no result, and count as failed.
+run --side-by-side "$tmp/killer.sh $tmp/pass.sh" "$tmp/slow2.sh"
+check "a lane ended early: its tests count as failed (rc=$rc): $(tail -n 1 "$tmp/out")" \
+    test "$(tail -n 1 "$tmp/out")" = "1 passed, 2 failed" -a $rc -ne 0
+check "a lane ended early: each test without a result named" \
+    test "$(grep -c '^!!! .*: no result (its lane ended before it finished)$' "$tmp/out")" -eq 2
 
 # A passing run exits 0; a group needs two lists.
 run --side-by-side "$tmp/pass.sh" "$tmp/unit_ok" "$tmp/part.sh"
