@@ -25,13 +25,12 @@
 set -u
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
-seq_no=0
 
-# run_one T LIVE: runs T, its output shown as it goes (LIVE 1) or whole at its
-# end (0, under a lock, so two lanes never interleave), and its counts
-# "passed failed skipped seconds" in $results/<n>.res (<n>: $seq_no).
+# run_one T LIVE N: runs T, its output shown as it goes (LIVE 1) or whole at
+# its end (0, under a lock, so two lanes never interleave), and its counts
+# "passed failed skipped seconds T" in $results/N.res.
 run_one() {
-    local t=$1 live=$2 n=$seq_no out rc p=0 f=0 s=0 start=$SECONDS
+    local t=$1 live=$2 n=$3 out rc p=0 f=0 s=0 start=$SECONDS
     out="$results/$n.out"
     if [ "$live" -eq 1 ]; then
         echo "=== $t"
@@ -78,14 +77,12 @@ expect() {
     for t in "$@"; do echo "$lane.$((k++)) $t" >>"$results/expected"; done
 }
 
-# run_lane N TEST...: the tests one after another, output whole at each end.
+# run_lane LANE LIVE TEST...: the tests one after another (run_one's LIVE),
+# results numbered as expect numbers them.
 run_lane() {
-    local lane=$1 k=0
-    shift
-    for t in "$@"; do
-        seq_no="$lane.$((k++))"
-        run_one "$t" 0
-    done
+    local lane=$1 live=$2 k=0
+    shift 2
+    for t in "$@"; do run_one "$t" "$live" "$lane.$((k++))"; done
 }
 
 group=0
@@ -102,19 +99,15 @@ while [ "${1:-}" = "--side-by-side" ]; do
     expect "b$group" "${lane_b[@]}"
     echo "=== side by side: (${lane_a[*]}) beside (${lane_b[*]})"
     start=$SECONDS
-    run_lane "a$group" "${lane_a[@]}" &
+    run_lane "a$group" 0 "${lane_a[@]}" &
     pa=$!
-    run_lane "b$group" "${lane_b[@]}" &
+    run_lane "b$group" 0 "${lane_b[@]}" &
     pb=$!
     wait $pa $pb
     echo "--- side by side: $((SECONDS - start)) s"
 done
 expect c "$@"
-k=0
-for t in "$@"; do
-    seq_no="c.$((k++))"
-    run_one "$t" 1
-done
+run_lane c 1 "$@"
 
 passed=0
 failed=0
