@@ -159,6 +159,32 @@ int file_dir_of(const char *path, char *dir, size_t len) {
     return CNT_OK;
 }
 
+int file_claim_name(const char *stem, const char *ext, char *name, size_t len, int (*claim)(const char *, void *),
+                    void *ctx) {
+    for (int k = 1; k < 1000; k++) {
+        int w = k == 1 ? snprintf(name, len, "%s%s", stem, ext) : snprintf(name, len, "%s-%d%s", stem, k, ext);
+        if (w < 0 || (size_t)w >= len) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if (claim(name, ctx) == 0) return 0;
+        if (errno != EEXIST) return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* file_claim_name's claim for file_keep_aside: renames ctx (a path) to name
+ * unless something is there. */
+static int claim_by_rename(const char *name, void *ctx) {
+    struct stat taken;
+    if (lstat(name, &taken) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename((const char *)ctx, name);
+}
+
 int file_keep_aside(const char *path, const char *what, char *kept, size_t len) {
     struct stat st;
     if (lstat(path, &st) != 0) {
@@ -168,25 +194,20 @@ int file_keep_aside(const char *path, const char *what, char *kept, size_t len) 
     if (!S_ISREG(st.st_mode))
         return cnt_err_set("%s '%s' is %s, not a regular file: refusing to replace it", what, path,
                            file_kind_name(st.st_mode));
-    char stamp[32];
+    char stamp[32], stem[4200];
     file_time_stamp(st.st_mtime, stamp, sizeof stamp);
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     const char *dot = strrchr(base, '.');
-    size_t stem = dot && dot != base ? (size_t)(dot - path) : strlen(path);
+    size_t n = dot && dot != base ? (size_t)(dot - path) : strlen(path);
     const char *ext = dot && dot != base ? dot : "";
-    for (int k = 1; k < 1000; k++) {
-        char suffix[16] = "";
-        if (k > 1) snprintf(suffix, sizeof suffix, "-%d", k);
-        if (snprintf(kept, len, "%.*s.%s%s%s", (int)stem, path, stamp, suffix, ext) >= (int)len)
-            return cnt_err_set("%s '%s': path too long to keep it aside", what, path);
-        struct stat taken;
-        if (lstat(kept, &taken) == 0) continue;
-        if (rename(path, kept) != 0)
-            return cnt_err_set("cannot keep the earlier %s '%s' as '%s': %s", what, path, kept, strerror(errno));
-        return 1;
-    }
-    return cnt_err_set("cannot keep the earlier %s '%s': every name is taken", what, path);
+    int w = snprintf(stem, sizeof stem, "%.*s.%s", (int)n, path, stamp);
+    int e = w < 0 || (size_t)w >= sizeof stem ? ENAMETOOLONG : 0;
+    if (!e && file_claim_name(stem, ext, kept, len, claim_by_rename, (void *)path) == 0) return 1;
+    if (!e) e = errno;
+    if (e == ENAMETOOLONG) return cnt_err_set("%s '%s': path too long to keep it aside", what, path);
+    if (e == EEXIST) return cnt_err_set("cannot keep the earlier %s '%s': every name is taken", what, path);
+    return cnt_err_set("cannot keep the earlier %s '%s' as '%s': %s", what, path, kept, strerror(e));
 }
 
 int file_check_output(const char *path, const char *what, int stream, int n, const char *const *inputs,

@@ -72,6 +72,16 @@ int file_check_output(const char *path, const char *what, int stream, int n, con
  * regular file or cannot be renamed. */
 int file_keep_aside(const char *path, const char *what, char *kept, size_t len);
 
+/* Takes the first free name of stem + ext, then stem-2 + ext, stem-3 + ext,
+ * ... (up to -999): claim(name, ctx) returns 0 when it took the name, -1
+ * with errno EEXIST when the name is taken (the next is tried), or -1 with
+ * another errno to stop. Returns 0 with the name taken in name, or -1 with
+ * errno ENAMETOOLONG (a name does not fit in len bytes), EEXIST (every
+ * name taken; name holds the last) or claim's. The one loop behind the
+ * files and folders kept beside each other within a second. */
+int file_claim_name(const char *stem, const char *ext, char *name, size_t len, int (*claim)(const char *, void *),
+                    void *ctx);
+
 /* The directory holding path, into dir: what comes before its last '/'
  * ("/" for a file at the root, "." for a bare name). CNT_ERR with a message
  * naming path when it does not fit in len bytes. */

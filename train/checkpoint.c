@@ -602,6 +602,12 @@ int ckpt_find_latest(const char *dir, char *path_out, size_t path_len) {
     return CNT_OK;
 }
 
+/* file_claim_name's claim for ckpt_supersede: the folder, made. */
+static int claim_by_mkdir(const char *name, void *ctx) {
+    (void)ctx;
+    return mkdir(name, 0777);
+}
+
 int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, char *moved_to, size_t len) {
     *moved = 0;
     struct stat st;
@@ -616,21 +622,18 @@ int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, c
         free(all);
         return CNT_OK;
     }
-    char stamp[32], sub[CKPT_PATH_MAX];
-    time_t now = time(NULL);
-    file_time_stamp(now, stamp, sizeof stamp);
+    char stamp[32], stem[CKPT_PATH_MAX], sub[CKPT_PATH_MAX];
+    file_time_stamp(time(NULL), stamp, sizeof stamp);
     /* two runs started in the same second: a suffix keeps them apart */
-    int w = snprintf(sub, sizeof sub, "%s/superseded-%s", dir, stamp);
-    for (int k = 2; w > 0 && (size_t)w < sizeof sub && access(sub, F_OK) == 0; k++)
-        w = snprintf(sub, sizeof sub, "%s/superseded-%s-%d", dir, stamp, k);
-    if (w < 0 || (size_t)w >= sizeof sub || (size_t)w >= len) {
+    int w = snprintf(stem, sizeof stem, "%s/superseded-%s", dir, stamp);
+    int e = w < 0 || (size_t)w >= sizeof stem ? ENAMETOOLONG : 0;
+    if (!e && file_claim_name(stem, "", sub, len < sizeof sub ? len : sizeof sub, claim_by_mkdir, NULL) != 0) e = errno;
+    if (e == ENAMETOOLONG) {
         free(all);
         return cnt_err_set("checkpoint directory path too long: '%s'", dir);
     }
     int rc = CNT_OK;
-    if (mkdir(sub, 0777) != 0) {
-        rc = cnt_err_set("cannot create '%s' to move superseded checkpoints into: %s", sub, strerror(errno));
-    }
+    if (e) rc = cnt_err_set("cannot create '%s' to move superseded checkpoints into: %s", sub, strerror(e));
     for (int i = first; i < n && rc == CNT_OK; i++) {
         char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
         if (ckpt_name(from, sizeof from, dir, "", all[i], "") != CNT_OK ||

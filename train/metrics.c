@@ -60,25 +60,32 @@ static int read_record(const char *path, long no, const char *line, size_t len, 
     return rc;
 }
 
+/* file_claim_name's claim for open_side: creates name, its stream in *ctx. */
+static int claim_by_create(const char *name, void *ctx) {
+    int fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) return -1;
+    if (!(*(FILE **)ctx = fdopen(fd, "w"))) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
 /* Opens a new side file dir/metrics.<kind>-<stamp>.jsonl into *f, its name
  * into side: "-2", "-3", ... added when the name is taken (two cuts in one
  * second keep two files). CNT_ERR naming the file. */
 static int open_side(const char *dir, const char *kind, FILE **f, char *side, size_t len) {
-    char stamp[32];
+    char stamp[32], stem[4200];
     file_time_stamp(time(NULL), stamp, sizeof stamp);
-    for (int k = 1; k < 1000; k++) {
-        int w = k == 1 ? snprintf(side, len, "%s/metrics.%s-%s.jsonl", dir, kind, stamp)
-                       : snprintf(side, len, "%s/metrics.%s-%s-%d.jsonl", dir, kind, stamp, k);
-        if (w < 0 || (size_t)w >= len) return cnt_err_set("path too long: %s/metrics.%s-%s.jsonl", dir, kind, stamp);
-        int fd = open(side, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno == EEXIST) continue;
-        if (fd < 0 || !(*f = fdopen(fd, "w"))) {
-            if (fd >= 0) close(fd);
-            return cnt_err_set("cannot write '%s': %s", side, strerror(errno));
-        }
-        return CNT_OK;
-    }
-    return cnt_err_set("cannot write '%s': a thousand earlier files of that name this second", side);
+    int w = snprintf(stem, sizeof stem, "%s/metrics.%s-%s", dir, kind, stamp);
+    int e = w < 0 || (size_t)w >= sizeof stem ? ENAMETOOLONG : 0;
+    if (!e && file_claim_name(stem, ".jsonl", side, len, claim_by_create, f) == 0) return CNT_OK;
+    if (!e) e = errno;
+    if (e == ENAMETOOLONG) return cnt_err_set("path too long: %s/metrics.%s-%s.jsonl", dir, kind, stamp);
+    if (e == EEXIST) return cnt_err_set("cannot write '%s': a thousand earlier files of that name this second", side);
+    return cnt_err_set("cannot write '%s': %s", side, strerror(e));
 }
 
 /* Copies the records of in (path) whose step is at most until_step to out
