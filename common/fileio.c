@@ -174,6 +174,15 @@ int file_claim_name(const char *stem, const char *ext, char *name, size_t len, i
     return -1;
 }
 
+static int claim_by_mkdir(const char *name, void *ctx) {
+    (void)ctx;
+    return mkdir(name, 0777);
+}
+
+int file_claim_dir(const char *stem, char *name, size_t len) {
+    return file_claim_name(stem, "", name, len, claim_by_mkdir, NULL);
+}
+
 /* file_claim_name's claim for file_keep_aside: renames ctx (a path) to name
  * unless something is there. */
 static int claim_by_rename(const char *name, void *ctx) {

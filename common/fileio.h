@@ -82,6 +82,12 @@ int file_keep_aside(const char *path, const char *what, char *kept, size_t len);
 int file_claim_name(const char *stem, const char *ext, char *name, size_t len, int (*claim)(const char *, void *),
                     void *ctx);
 
+/* A new directory at the first free name of stem, stem-2, stem-3, ...
+ * (file_claim_name, created with mkdir), its name into name: the folder of
+ * one run's files moved aside, never shared with another's. 0, or -1 with
+ * errno as file_claim_name's. */
+int file_claim_dir(const char *stem, char *name, size_t len);
+
 /* The directory holding path, into dir: what comes before its last '/'
  * ("/" for a file at the root, "." for a bare name). CNT_ERR with a message
  * naming path when it does not fit in len bytes. */

@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "train/metrics.h"
@@ -148,6 +151,57 @@ static void test_cuts_in_one_second(void **state) {
     }
 }
 
+/* Fresh runs (until_step -1) in a row whose earlier metrics.jsonl all
+ * share one modification second: each moves aside to its own name
+ * (metrics.<stamp>.jsonl, then -2, -3), none overwrites another's; a
+ * metrics.jsonl that is not a regular file is refused by name. */
+static void test_fresh_runs_in_one_second(void **state) {
+    (void)state;
+    char dir[128], path[192];
+    snprintf(dir, sizeof dir, "%s/fresh", root);
+    assert_int_equal(make_dirs(dir), CNT_OK);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    struct timeval same[2] = {{1700000000, 0}, {1700000000, 0}};
+    for (int k = 0; k < 3; k++) {
+        char text[64];
+        snprintf(text, sizeof text, "{\"kind\":\"run\",\"run\":%d}\n", k);
+        write_records(dir, text);
+        assert_int_equal(utimes(path, same), 0);
+        metrics m;
+        if (metrics_open(&m, dir, -1, 0) != CNT_OK) fail_msg("run %d: %s", k, cnt_err_msg());
+        assert_int_equal(metrics_close(&m), CNT_OK);
+    }
+    assert_int_equal(side_files(dir, "metrics.2023*.jsonl", NULL), 3);
+    for (int k = 0; k < 3; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "\"run\":%d}", k);
+        int found = 0;
+        char pattern[256];
+        snprintf(pattern, sizeof pattern, "%s/metrics.2023*.jsonl", dir);
+        glob_t g;
+        assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            char *moved = slurp(g.gl_pathv[i]);
+            found += strstr(moved, want) != NULL;
+            free(moved);
+        }
+        globfree(&g);
+        if (found != 1) fail_msg("run %d's records kept %d times", k, found);
+    }
+    /* a directory where metrics.jsonl belongs: refused, named, left alone */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0777), 0);
+    char inside[256];
+    snprintf(inside, sizeof inside, "%s/keep", path);
+    FILE *f = fopen(inside, "w");
+    assert_non_null(f);
+    fclose(f);
+    metrics m;
+    assert_int_equal(metrics_open(&m, dir, -1, 0), CNT_ERR);
+    if (!strstr(cnt_err_msg(), path)) fail_msg("'%s' lacks '%s'", cnt_err_msg(), path);
+    assert_non_null(fopen(inside, "r"));
+}
+
 /* A line that is not a JSON object, or whose step is not a whole number:
  * CNT_ERR naming the file, the line and the column; the file untouched, and
  * the side file that the record before it (step 7) had started removed. */
@@ -190,6 +244,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_at_a_step),
         cmocka_unit_test(test_cuts_in_one_second),
+        cmocka_unit_test(test_fresh_runs_in_one_second),
         cmocka_unit_test(test_bad_record_refused),
     };
     return cmocka_run_group_tests_name("metrics", tests, setup, teardown);

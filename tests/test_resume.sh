@@ -469,6 +469,23 @@ check "rollback: auto picks the new lineage" grep -q "resumed from $d/checkpoint
 out=$("${T[@]}" train.out_dir="$d" train.max_steps=2 2>&1)
 check "fresh start over an earlier run: its checkpoints moved aside" grep -q "beyond this run's starting point (a fresh start)" <<<"$out"
 check "fresh start over an earlier run: its metrics kept as metrics.<time>.jsonl" grep -q "earlier run's records moved to $d/metrics\.[0-9-]*\.jsonl" <<<"$out"
+# Two fresh starts within one second: the earlier run's metrics.jsonl and
+# config.ini are stamped with a second whose names are already taken; each
+# goes to the next free name (-2), nothing is overwritten.
+stamp=$(date -d @1700000000 +%Y%m%d-%H%M%S)
+echo taken >"$d/metrics.$stamp.jsonl"
+echo taken >"$d/config.$stamp.ini"
+cp "$d/metrics.jsonl" "$tmp/fresh-metrics"
+cp "$d/config.ini" "$tmp/fresh-config"
+touch -d @1700000000 "$d/metrics.jsonl" "$d/config.ini"
+out=$("${T[@]}" train.out_dir="$d" train.max_steps=1 2>&1)
+check "fresh start within one second: exit 0" test $? -eq 0
+check "fresh start within one second: metrics.$stamp.jsonl untouched" test "$(cat "$d/metrics.$stamp.jsonl")" = taken
+check "fresh start within one second: config.$stamp.ini untouched" test "$(cat "$d/config.$stamp.ini")" = taken
+check "fresh start within one second: the earlier metrics kept as metrics.$stamp-2.jsonl" \
+    cmp "$tmp/fresh-metrics" "$d/metrics.$stamp-2.jsonl"
+check "fresh start within one second: the earlier config kept as config.$stamp-2.ini" \
+    cmp "$tmp/fresh-config" "$d/config.$stamp-2.ini"
 
 # A run that fails says what it can resume from. 1024 images (64 steps an
 # epoch): it diverges inside an epoch (at step 24 here), where the next

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 
 #include "common/check.h"
@@ -381,7 +382,11 @@ static void test_files(void **state) {
     assert_int_equal(read_events(w.path, d, 8), 2);
     assert_int_equal(d[1].step, 2);
 
-    /* a fresh run: both move into earlier-STAMP/, its own file alone in dir */
+    /* a fresh run: both move into earlier-STAMP/ (STAMP: the newest file's
+     * modification time, set here), its own file alone in dir */
+    struct timeval same[2] = {{1700000000, 0}, {1700000000, 0}};
+    assert_int_equal(utimes(first, same), 0);
+    assert_int_equal(utimes(w.path, same), 0);
     assert_int_equal(tb_open(&w, dir, 1, 1), CNT_OK);
     assert_int_equal(tb_close(&w), CNT_OK);
     assert_int_equal(count_glob(pat, NULL, 0), 1);
@@ -389,6 +394,15 @@ static void test_files(void **state) {
     assert_int_equal(count_glob(pat, side, sizeof side), 1);
     snprintf(pat, sizeof pat, "%s/events.out.tfevents.*", side);
     assert_int_equal(count_glob(pat, NULL, 0), 2);
+
+    /* another fresh run whose earlier file has the same second: a folder of
+     * its own (earlier-STAMP-2/), the first one's two files left alone */
+    assert_int_equal(utimes(w.path, same), 0);
+    assert_int_equal(tb_open(&w, dir, 1, 1), CNT_OK);
+    assert_int_equal(tb_close(&w), CNT_OK);
+    assert_int_equal(count_glob(pat, NULL, 0), 2);
+    snprintf(pat, sizeof pat, "%s-2/events.out.tfevents.*", side);
+    assert_int_equal(count_glob(pat, NULL, 0), 1);
 }
 
 static void test_full_device(void **state) {

@@ -602,12 +602,6 @@ int ckpt_find_latest(const char *dir, char *path_out, size_t path_len) {
     return CNT_OK;
 }
 
-/* file_claim_name's claim for ckpt_supersede: the folder, made. */
-static int claim_by_mkdir(const char *name, void *ctx) {
-    (void)ctx;
-    return mkdir(name, 0777);
-}
-
 int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, char *moved_to, size_t len) {
     *moved = 0;
     struct stat st;
@@ -627,7 +621,7 @@ int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, c
     /* two runs started in the same second: a suffix keeps them apart */
     int w = snprintf(stem, sizeof stem, "%s/superseded-%s", dir, stamp);
     int e = w < 0 || (size_t)w >= sizeof stem ? ENAMETOOLONG : 0;
-    if (!e && file_claim_name(stem, "", sub, len < sizeof sub ? len : sizeof sub, claim_by_mkdir, NULL) != 0) e = errno;
+    if (!e && file_claim_dir(stem, sub, len < sizeof sub ? len : sizeof sub) != 0) e = errno;
     if (e == ENAMETOOLONG) {
         free(all);
         return cnt_err_set("checkpoint directory path too long: '%s'", dir);

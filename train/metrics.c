@@ -163,13 +163,12 @@ int metrics_open(metrics *m, const char *dir, long until_step, int rollback) {
         return cnt_err_set("path too long: %s/metrics.jsonl", dir);
     struct stat st;
     if (until_step < 0 && stat(m->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-        /* a fresh run: the earlier run's record moves aside, named by its last change */
-        char stamp[32], old[4200];
-        file_time_stamp(st.st_mtime, stamp, sizeof stamp);
-        snprintf(old, sizeof old, "%s/metrics.%s.jsonl", dir, stamp);
-        if (rename(m->path, old) != 0)
-            return cnt_err_set("cannot move the earlier run's '%s' to '%s': %s", m->path, old, strerror(errno));
-        log_info("metrics.jsonl: the earlier run's records moved to %s (this run starts from scratch)", old);
+        /* a fresh run: the earlier run's record moves aside, named by its
+         * last change (-2, -3, ... when runs end within one second) */
+        char old[sizeof m->path + 64];
+        int kept = file_keep_aside(m->path, "run's metrics record", old, sizeof old);
+        if (kept < 0) return CNT_ERR;
+        if (kept) log_info("metrics.jsonl: the earlier run's records moved to %s (this run starts from scratch)", old);
     } else if (until_step >= 0 && cut_records(m, m->path, dir, until_step, rollback) != CNT_OK) {
         return CNT_ERR;
     }

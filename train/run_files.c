@@ -91,8 +91,9 @@ int run_resume_path(const config *cfg, char *path, size_t len, int say) {
 }
 
 /* config.ini in train.out_dir: this run's effective config. An earlier
- * run's that differs is kept as config.YYYYMMDD-HHMMSS.ini (its time), so
- * every run's config survives a resume. Rank 0. */
+ * run's that differs is kept as config.YYYYMMDD-HHMMSS.ini (its time; -2,
+ * -3, ... when taken), so every run's config survives a resume; CNT_ERR,
+ * named, when it cannot be kept. Rank 0. */
 int run_write_config_ini(const config *cfg, const char *text, size_t len) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 40];
     snprintf(path, sizeof path, "%s/config.ini", cfg->out_dir);
@@ -104,18 +105,13 @@ int run_write_config_ini(const config *cfg, const char *text, size_t len) {
     if (old) {
         char *prev = cnt_malloc(len + 2);
         size_t n = fread(prev, 1, len + 1, old);
-        struct stat st;
         int same = n == len && memcmp(prev, text, len) == 0;
-        if (!same && fstat(fileno(old), &st) == 0) {
-            char stamp[32], kept[CONFIG_STR + 48];
-            file_time_stamp(st.st_mtime, stamp, sizeof stamp);
-            snprintf(kept, sizeof kept, "%s/config.%s.ini", cfg->out_dir, stamp);
-            if (rename(path, kept) != 0) log_warn("cannot keep the earlier run's %s as %s: %s", path, kept,
-                                                  strerror(errno));
-        }
         free(prev);
         fclose(old);
         if (same) return CNT_OK;
+        /* -2, -3, ... when runs start within one second; refused rather than overwritten */
+        char kept[CONFIG_STR + 64];
+        if (file_keep_aside(path, "run's config record", kept, sizeof kept) < 0) return CNT_ERR;
     }
     FILE *f = fopen(tmp, "w");
     if (!f) return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));

@@ -285,11 +285,12 @@ static int scan_events(const char *dir, time_t *newest, long *last_stamp) {
 
 /* A fresh run: the earlier run's event files into dir/earlier-STAMP/. */
 static int move_earlier(const char *dir, time_t newest, int count) {
-    char stamp[32], side[4300];
+    char stamp[32], stem[4200], side[4300];
     file_time_stamp(newest, stamp, sizeof stamp);
-    snprintf(side, sizeof side, "%s/earlier-%s", dir, stamp);
-    if (mkdir(side, 0777) != 0 && errno != EEXIST)
-        return cnt_err_set("cannot create directory '%s' for the earlier run's TensorBoard files: %s", side,
+    int w = snprintf(stem, sizeof stem, "%s/earlier-%s", dir, stamp);
+    if (w < 0 || (size_t)w >= sizeof stem) return cnt_err_set("path too long: '%s/earlier-%s'", dir, stamp);
+    if (file_claim_dir(stem, side, sizeof side) != 0) /* a folder of its own: -2, -3, ... within one second */
+        return cnt_err_set("cannot create directory '%s' for the earlier run's TensorBoard files: %s", stem,
                            strerror(errno));
     DIR *d = opendir(dir);
     if (!d) return cnt_err_set("cannot read directory '%s': %s", dir, strerror(errno));
