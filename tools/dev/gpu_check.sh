@@ -26,7 +26,10 @@
 #        tests; the accuracy goal of issue 30),
 #        GPU_TORCH_PROFILE ("MODEL|BATCHES|PRECISIONS|LAYOUT" of PyTorch's runs under its
 #        profiler, after the A/B, default "resnet50|64 256|bf16|nhwc"; "none" skips them),
-#        GPU_CAPS ("none" skips cudnn_caps)
+#        GPU_CAPS ("none" skips cudnn_caps),
+#        GPU_JPEG_TRAIN ("MODEL|BATCH|PRECISION|LAYOUT": issue 31's training from JPEGs against
+#        synthetic data, tools/bench_jpeg_train.py, after the tests; default none), GPU_JPEG_TRAIN_SECONDS
+#        (its limit, default 200)
 # Every phase's limit is cut to what is left of GPU_CHECK_SECONDS (cap), and
 # a phase with less than 15 s left is not started, so the call ends inside
 # its budget with its summary line. Without a usable GPU it stops at once.
@@ -230,6 +233,32 @@ if [ "${GPU_ACCURACY:-0}" = 1 ] && [ $# -eq 0 ]; then
         timeout -k 5 "$left" ./trainer configs/resnet20-fashion.ini train.device=cuda train.precision="$p" \
             train.activations="$a" train.out_dir="/tmp/gpu-accuracy-$p" 2>&1 | grep -E '^(data:|finished|stopped)'
     done
+fi
+
+# Issue 31's goal "ResNet-50 trained from JPEGs at 90% or more of its
+# synthetic-data images/s, with the machine's cores": tools/bench_jpeg_train.py
+# on 500x375 JPEGs (to_imagefolder's smooth synthetic pictures, 640 files
+# hard-linked 6 times: the 60 steps of batch 64 end no epoch), decoded on the
+# CPU (data.workers = all CPUs but 2) and by nvJPEG, beside data.kind =
+# synthetic, 2 rounds; the table to $OUT/jpeg-train.md. When GPU_JPEG_TRAIN
+# is "MODEL|BATCH|PRECISION|LAYOUT" (e.g. "resnet50|64|bf16|nhwc"; default none).
+jt=${GPU_JPEG_TRAIN:-none}
+if [ "$jt" != none ] && [ $# -eq 0 ]; then
+    IFS='|' read -r m b p l <<<"$jt"
+    lim=$(cap "${GPU_JPEG_TRAIN_SECONDS:-200}")
+    if [ "$lim" -gt 0 ]; then
+        echo "=== training from JPEGs against synthetic data: $m batch $b $p $l (limit ${lim}s, at $((SECONDS - t0))s)"
+        d=/tmp/cnt_jpeg_train
+        if [ ! -d $d ]; then
+            build/tools/to_imagefolder synthetic $d --classes 10 --train 640 --val 64 --format jpg >/dev/null &&
+                for f in $d/train/*/*.jpg; do for k in 2 3 4 5 6; do ln "$f" "${f%.jpg}-$k.jpg"; done; done
+        fi
+        timeout -k 5 "$lim" python3 tools/bench_jpeg_train.py $d --rounds 2 --out "$out/jpeg-train.md" \
+            model.name="$m" train.device=cuda train.batch_size="$b" train.precision="$p" train.layout="$l"
+        echo "=== training from JPEGs: exit $? at $((SECONDS - t0))s"
+    else
+        echo "=== training from JPEGs: not run, the budget is spent"
+    fi
 fi
 
 bench=${GPU_BENCH:-"resnet50|64|tf32 bf16|nchw nhwc"}
