@@ -28,6 +28,26 @@
 #include "train/trainer.h"
 #include "tests/support/testutil.h"
 
+/* Every directory a test writes lives under one mkdtemp root, removed at the end. */
+static char root[] = "/tmp/cnt_train_XXXXXX";
+
+static int make_root(void **state) {
+    (void)state;
+    return mkdtemp(root) ? 0 : -1;
+}
+
+static int remove_root(void **state) {
+    (void)state;
+    tu_remove_tree(root);
+    return 0;
+}
+
+/* A new directory under the root, its path into d (160 bytes); NULL on failure. */
+static char *tmp_dir(char *d) {
+    snprintf(d, 160, "%s/XXXXXX", root);
+    return mkdtemp(d);
+}
+
 static void small_config(config *cfg, const char *out_dir) {
     config_defaults(cfg);
     assert_int_equal(config_override(cfg, "model.name=resnet20"), CNT_OK);
@@ -57,8 +77,8 @@ static int count_lines_with(const char *path, const char *needle) {
 
 static void test_learns_fashion_mnist(void **state) {
     (void)state;
-    char dir[] = "/tmp/cnt_train_XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[160];
+    assert_non_null(tmp_dir(dir));
     config cfg;
     small_config(&cfg, dir);
     train_result r;
@@ -85,9 +105,9 @@ static void test_learns_fashion_mnist(void **state) {
 
 static void test_same_seed_same_losses(void **state) {
     (void)state;
-    char d1[] = "/tmp/cnt_train_XXXXXX", d2[] = "/tmp/cnt_train_XXXXXX";
-    assert_non_null(mkdtemp(d1));
-    assert_non_null(mkdtemp(d2));
+    char d1[160], d2[160];
+    assert_non_null(tmp_dir(d1));
+    assert_non_null(tmp_dir(d2));
     config c1, c2;
     small_config(&c1, d1);
     small_config(&c2, d2);
@@ -130,8 +150,8 @@ static void test_same_seed_same_losses(void **state) {
 
     /* another seed gives other losses */
     config c3;
-    char d3[] = "/tmp/cnt_train_XXXXXX";
-    assert_non_null(mkdtemp(d3));
+    char d3[160];
+    assert_non_null(tmp_dir(d3));
     small_config(&c3, d3);
     assert_int_equal(config_override(&c3, "train.max_steps=20"), CNT_OK);
     assert_int_equal(config_override(&c3, "train.seed=7"), CNT_OK);
@@ -143,18 +163,20 @@ static void test_same_seed_same_losses(void **state) {
 static void test_setup_errors(void **state) {
     (void)state;
     config cfg;
-    small_config(&cfg, "/tmp/cnt_train_errors");
+    char errors_dir[160];
+    assert_non_null(tmp_dir(errors_dir));
+    small_config(&cfg, errors_dir);
     assert_int_equal(config_override(&cfg, "data.root=/nonexistent/fmnist"), CNT_OK);
     assert_int_equal(trainer_run(&cfg, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "/nonexistent/fmnist"));
 
-    small_config(&cfg, "/tmp/cnt_train_errors");
+    small_config(&cfg, errors_dir);
     assert_int_equal(config_override(&cfg, "model.name=resnet21"), CNT_OK);
     assert_int_equal(trainer_run(&cfg, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "resnet21"));
 
     /* VGG's five poolings do not fit 28x28 */
-    small_config(&cfg, "/tmp/cnt_train_errors");
+    small_config(&cfg, errors_dir);
     assert_int_equal(config_override(&cfg, "model.name=vgg11"), CNT_OK);
     assert_int_equal(trainer_run(&cfg, NULL), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "vgg11"));
@@ -255,9 +277,9 @@ static void resume_case(const char *const *extra, size_t n_extra, const char *re
 
 static void test_resume_equals_continuous(void **state) {
     (void)state;
-    char da[] = "/tmp/cnt_resume_XXXXXX", db[] = "/tmp/cnt_resume_XXXXXX";
-    assert_non_null(mkdtemp(da));
-    assert_non_null(mkdtemp(db));
+    char da[160], db[160];
+    assert_non_null(tmp_dir(da));
+    assert_non_null(tmp_dir(db));
     char pa[700], pb[700];
     /* resumed in the other layout: checkpoints do not depend on it, and on the
      * CPU NHWC computes bitwise what NCHW does */
@@ -266,9 +288,9 @@ static void test_resume_equals_continuous(void **state) {
 
     /* the CPU's blocked layout (oneDNN) is as deterministic */
     if (backend_cpu()->block_c > 0) {
-        char ba[] = "/tmp/cnt_resume_XXXXXX", bb[] = "/tmp/cnt_resume_XXXXXX";
-        assert_non_null(mkdtemp(ba));
-        assert_non_null(mkdtemp(bb));
+        char ba[160], bb[160];
+        assert_non_null(tmp_dir(ba));
+        assert_non_null(tmp_dir(bb));
         const char *blocked[] = {"train.layout=blocked"};
         char xa[700], xb[700];
         resume_case(blocked, 1, NULL, ba, bb, xa, xb, sizeof xa);
@@ -279,9 +301,9 @@ static void test_resume_equals_continuous(void **state) {
     /* fp16 with dynamic loss scaling: the scale (started too high, so steps
      * are skipped in the first epoch, and doubled every 5 clean steps) goes on
      * from the checkpoint, so the resumed run skips the same steps */
-    char ha[] = "/tmp/cnt_resume_XXXXXX", hb[] = "/tmp/cnt_resume_XXXXXX";
-    assert_non_null(mkdtemp(ha));
-    assert_non_null(mkdtemp(hb));
+    char ha[160], hb[160];
+    assert_non_null(tmp_dir(ha));
+    assert_non_null(tmp_dir(hb));
     const char *fp16[] = {"train.precision=fp16", "train.loss_scale=1099511627776",
                           "train.loss_scale_window=5"};
     char qa[700], qb[700];
@@ -326,8 +348,8 @@ static void layout_trains_as_nchw(const char *layout, double rtol, double rtol16
     for (int k = 0; k < 2; k++) {
         train_result r[2];
         for (int l = 0; l < 2; l++) {
-            char d[] = "/tmp/cnt_train_XXXXXX";
-            assert_non_null(mkdtemp(d));
+            char d[160];
+            assert_non_null(tmp_dir(d));
             config c;
             small_config(&c, d);
             assert_int_equal(config_override(&c, "train.max_steps=6"), CNT_OK);
@@ -367,12 +389,11 @@ static void test_layout_blocked(void **state) {
  * nothing. */
 static void test_mixed_precision(void **state) {
     (void)state;
-    char d0[] = "/tmp/cnt_train_XXXXXX", d1[] = "/tmp/cnt_train_XXXXXX", d2[] = "/tmp/cnt_train_XXXXXX",
-         d3[] = "/tmp/cnt_train_XXXXXX";
-    assert_non_null(mkdtemp(d0));
-    assert_non_null(mkdtemp(d1));
-    assert_non_null(mkdtemp(d2));
-    assert_non_null(mkdtemp(d3));
+    char d0[160], d1[160], d2[160], d3[160];
+    assert_non_null(tmp_dir(d0));
+    assert_non_null(tmp_dir(d1));
+    assert_non_null(tmp_dir(d2));
+    assert_non_null(tmp_dir(d3));
     config c;
     train_result r32, r;
     small_config(&c, d0);
@@ -409,8 +430,8 @@ static void test_mixed_precision(void **state) {
     /* five skipped steps change nothing: the epoch's checkpoint holds the
      * initial parameters and batch-norm statistics and zero momentum (the
      * forwards of skipped steps updated the statistics; they are restored) */
-    char d4[] = "/tmp/cnt_train_XXXXXX";
-    assert_non_null(mkdtemp(d4));
+    char d4[160];
+    assert_non_null(tmp_dir(d4));
     small_config(&c, d4);
     assert_int_equal(config_override(&c, "train.precision=fp16"), CNT_OK);
     assert_int_equal(config_override(&c, "train.loss_scaling=static"), CNT_OK);
@@ -468,8 +489,8 @@ static void bench_step_case(const char *model, int c, int hw, int batch_size, co
     assert_int_equal(bench_run(&cfg, 1, 0, &br, devnull), CNT_OK);
     fclose(devnull);
 
-    char dir[] = "/tmp/cnt_bench_XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[160];
+    assert_non_null(tmp_dir(dir));
     char o[600];
     snprintf(o, sizeof o, "train.out_dir=%s", dir);
     assert_int_equal(config_override(&cfg, o), CNT_OK);
@@ -511,5 +532,5 @@ int main(void) {
         cmocka_unit_test(test_mixed_precision),
         cmocka_unit_test(test_bench_step_is_training_step),
     };
-    return cmocka_run_group_tests_name("train", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("train", tests, make_root, remove_root);
 }
