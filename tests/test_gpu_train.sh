@@ -147,8 +147,14 @@ for g in false true; do
         train.out_dir="$tmp/vgg-$g" >"$tmp/vgg-$g.log" 2>&1
     check "VGG-11 with dropout, 12 steps, cuda_graph=$g: exit 0" test $? -eq 0
 done
-check "cuda_graph with dropout (VGG-11): recorded, not refused" grep -q '^cuda graph: [0-9]* steps were one launch' \
-    "$tmp/vgg-true.log"
+# launches of a recording, not only its line: "0 steps were one launch" would
+# compare two op-by-op runs below
+launched=$(grep -oE '^cuda graph: [0-9]+ steps were one launch' "$tmp/cmp-true.log" | grep -oE '[0-9]+')
+check "cuda_graph: ${launched:-no} of ResNet-20's 20 steps were launches of a recording (at least 16)" \
+    test "${launched:-0}" -ge 16
+launched=$(grep -oE '^cuda graph: [0-9]+ steps were one launch' "$tmp/vgg-true.log" | grep -oE '[0-9]+')
+check "cuda_graph with dropout (VGG-11): recorded, not refused: ${launched:-no} of 12 steps launches (at least 8)" \
+    test "${launched:-0}" -ge 8
 check "cuda_graph with dropout (VGG-11): 12 losses, each replay's masks new, the op-by-op run's within 2e-3" \
     same_losses "$tmp/vgg-true" "$tmp/vgg-false" 2e-3
 "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.cuda_graph=true train.precision=fp16 train.max_steps=3 \
