@@ -63,6 +63,7 @@ int evaluate(stepper *s, loader *ld, int (*stop)(void), eval_result *er) {
         if ((er->stopped = (int)dist_first_nonzero(signal)) != 0) return CNT_OK;
     }
     er->nonfinite = (long)sums[4];
+    er->images = (long)sums[1];
     er->loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     er->top1 = sums[1] > 0 ? sums[2] / sums[1] : 0;
     er->top5 = sums[1] > 0 ? sums[3] / sums[1] : 0;

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/cpus.h"
 #include "common/fileio.h"
+#include "common/timer.h"
 #include "dist/dist.h"
 #include "data/jpeg.h"
 #include "model/backend.h"
@@ -46,6 +47,8 @@ static void usage(FILE *out) {
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
             "       trainer --profile CONFIG.ini OUT.json [section.key=value ...]   (one step, layer by layer, as JSON)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
+            "       trainer --eval CONFIG.ini WEIGHTS [section.key=value ...]\n"
+            "                                        (a checkpoint or .safetensors scored on the test set)\n"
             "       trainer --devices                (backends built in, GPUs usable here)\n"
             "       trainer --config-reference [md]  (every config key: type, default, allowed values, meaning)\n"
             "       trainer --help | --version\n");
@@ -69,6 +72,8 @@ static void print_help(void) {
            "                                                 3 workers and a parameter server\n"
            "  ./trainer --export runs/resnet20-fashion/checkpoints/ckpt-000015.cnt w.safetensors\n"
            "                                                 weights for PyTorch (torchvision's names)\n"
+           "  ./trainer --eval configs/resnet20-fashion.ini runs/resnet20-fashion/checkpoints/ckpt-000015.cnt\n"
+           "                                                 a checkpoint's test loss, top-1 and top-5\n"
            "  python3 tools/plot_metrics.py runs/resnet20-fashion   training curves (curves.png)\n"
            "\n");
     /* the zoo's names, wrapped */
@@ -317,6 +322,70 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+/* --eval CONFIG.ini WEIGHTS [overrides]: WEIGHTS is the one argument after
+ * CONFIG without '=' (so it may come before, between or after the
+ * overrides). In one process or as a rank of a job. */
+static int cmd_eval(int argc, char **argv) {
+    const char *weights = NULL;
+    char **rest = cnt_malloc((size_t)argc * sizeof *rest);
+    int n = 0;
+    for (int i = 3; i < argc; i++) {
+        if (strchr(argv[i], '=') || weights) rest[n++] = argv[i];
+        else weights = argv[i];
+    }
+    if (argc < 4 || !weights) {
+        free(rest);
+        usage(stderr);
+        return 2;
+    }
+    config cfg;
+    char *args[] = {argv[0], argv[1], argv[2]};
+    char **all = cnt_malloc((size_t)(3 + n) * sizeof *all);
+    memcpy(all, args, sizeof args);
+    memcpy(all + 3, rest, (size_t)n * sizeof *rest);
+    load_config(&cfg, argv[2], 3 + n, all, 3);
+    free(all);
+    free(rest);
+    /* before any rank reads it: a missing or unreadable file is said at once, on every rank */
+    FILE *f = file_open_regular(weights, "weights file", NULL);
+    if (!f) return failed();
+    fclose(f);
+    if (dist_init(&argc, &argv) != CNT_OK) return failed();
+    dist_set_wait_limits(cfg.stall_warn_s, cfg.stall_abort_s);
+    dist_set_progress(cfg.progress);
+    eval_result er;
+    long skipped = 0;
+    double t0 = time_now();
+    if (trainer_eval(&cfg, weights, &er, &skipped) != CNT_OK) {
+        log_error("%s", cnt_err_msg());
+        if (dist_job_world() > 1) dist_abort(1); /* the other ranks may wait in a collective */
+        return 1;
+    }
+    double secs = time_now() - t0;
+    int rank0 = dist_rank() == 0;
+    long skipped_all = skipped;
+    dist_phase("eval: unreadable images count");
+    if (dist_world() > 1) {
+        double s = (double)skipped;
+        dist_allreduce_sum_f64(&s, 1);
+        skipped_all = (long)s;
+    }
+    dist_finalize();
+    if (er.stopped) {
+        log_info("eval: stopped by %s before the test set's end: no scores", stop_signal_name(er.stopped));
+        return TRAINER_EXIT_STOPPED;
+    }
+    char also[160] = "";
+    int o = 0;
+    if (skipped_all) o += snprintf(also + o, sizeof also - o, "; %ld unreadable, skipped", skipped_all);
+    if (er.nonfinite) snprintf(also + o, sizeof also - (size_t)o, "; %ld with inf or NaN logits, counted wrong",
+                               er.nonfinite);
+    if (rank0)
+        printf("eval: %s: %ld test images, top-1 %.2f%%, top-5 %.2f%%, loss %.4f (%.1f s%s)\n", weights, er.images,
+               100 * er.top1, 100 * er.top5, er.loss, secs, also);
+    return 0;
+}
+
 /* CONFIG.ini [overrides]: training, in one process or as a rank of a job. */
 static int cmd_train(int argc, char **argv) {
     config cfg;
@@ -349,6 +418,7 @@ static const struct {
     {"--bench-data", cmd_bench_data},
     {"--profile", cmd_profile},
     {"--export", cmd_export},
+    {"--eval", cmd_eval},
 };
 
 int main(int argc, char **argv) {

@@ -56,6 +56,7 @@ typedef struct train_result {
 /* An evaluation over the whole test set (train/eval.h). */
 typedef struct eval_result {
     double loss, top1, top5; /* mean loss; top-1 and top-5 fractions */
+    long images;             /* test samples scored, every rank's */
     long nonfinite;          /* samples with an inf or NaN logit (counted as wrong) */
     int stopped;             /* a stop signal ended the evaluation early: no scores (train/eval.h) */
 } eval_result;

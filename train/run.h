@@ -77,6 +77,11 @@ static inline long run_samples_per_step(const run *r) {
 }
 
 /* ---- train/run_setup.c ---- */
+/* train.device: this rank's backend (a GPU: local rank % the node's GPUs),
+ * its threads set and its precision, activations and convolution API
+ * checked, said in the log (rank 0 says every rank's: a collective). NULL
+ * with a message naming the key. */
+const backend *run_choose_device(const config *cfg);
 /* Everything the steps need, in the order the ranks must meet: the device,
  * the transport, the data, the memory check, the model on rank 0's
  * weights, the loaders, progress, the exchange's binding, the timeline, the

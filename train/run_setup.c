@@ -78,7 +78,7 @@ static void timeline_node_hook(void *ctx, const node *nd, int backward, double t
 /* train.device: the backend of this rank (GPU local_rank % GPUs of its node),
  * said in one line (rank 0 prints every rank's), with the reason when auto
  * falls back to the CPU. */
-static const backend *choose_device(const config *cfg) {
+const backend *run_choose_device(const config *cfg) {
     const backend *be = backend_get_for_rank(cfg->device, dist_local_rank());
     if (!be) {
         cnt_err_prefix("train.device = %s", config_name(cfg, &cfg->device));
@@ -358,7 +358,7 @@ static int setup_timeline(run *r) {
  * with emulated compute, the profile. */
 static int setup_device_and_data(run *r) {
     const config *cfg = r->cfg;
-    if (!(r->be = choose_device(cfg)) || exchange_connect(r->x, r->be) != CNT_OK) return CNT_ERR;
+    if (!(r->be = run_choose_device(cfg)) || exchange_connect(r->x, r->be) != CNT_OK) return CNT_ERR;
     if (r->be->is_cpu) report_threads(cfg, r->world);
     if (input_load(cfg, &r->data) != CNT_OK) return CNT_ERR;
     if (cfg->decoder == DATA_DECODER_NVJPEG && r->be->is_cpu)

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tests/test_eval.sh - trainer --eval CONFIG WEIGHTS: a checkpoint, or its
+# safetensors export, scored on the config's test set gives the scores the
+# training run's last evaluation logged (the same weights, batch-norm
+# statistics and test images), in one process and in two ranks under
+# mpirun; it writes nothing in train.out_dir (so it runs beside the run that
+# holds its lock); the refusals (no file, a checkpoint of another model, a
+# safetensors file of another class count, a file of neither kind, bad
+# arguments) exit non-zero naming the file or the key.
+# Run from the repository root after `make`.
+set -u
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fails=0
+source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
+run() { out=$("$@" 2>&1); rc=$?; }
+C=(configs/resnet20-fashion.ini data.train_limit=256 data.test_limit=200 train.batch_size=32 train.epochs=1
+   train.threads=1 data.workers=1 train.eval_batch_size=50)
+
+timeout 300 ./trainer "${C[@]}" train.out_dir="$tmp/run" >"$tmp/run.log" 2>&1
+check "the training run: exit 0, a checkpoint" test $? -eq 0 -a -f "$tmp/run/checkpoints/ckpt-000001.cnt"
+ckpt=$tmp/run/checkpoints/ckpt-000001.cnt
+# the run's last evaluation: "top-1 X%, top-5 Y%" as --eval prints it, and the loss
+read -r want want_loss < <(python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if "\"eval\"" in l][-1]
+print("top-1_{:.2f}%,_top-5_{:.2f}% {}".format(100 * r["top1"], 100 * r["top5"], r["eval_loss"]))' "$tmp/run/metrics.jsonl")
+want=${want//_/ }
+# the loss an --eval line printed
+loss_of() { grep -oE '^eval: .*loss [0-9.]+' <<<"$1" | grep -oE '[0-9.]+$'; }
+
+# The run's own out_dir stays untouched: --eval writes nothing there.
+before=$(cd "$tmp/run" && find . -type f -printf '%p %s %T@\n' | sort | md5sum)
+run timeout 120 ./trainer --eval "${C[@]}" "$ckpt" train.out_dir="$tmp/run"
+check "--eval of the checkpoint: exit 0 (rc=$rc)" test $rc -eq 0
+[ $rc -eq 0 ] || tail -n 5 <<<"$out" | sed 's/^/    /'
+check "--eval of the checkpoint: the training run's last top-1 and top-5 ($want)" \
+    grep -qF "eval: $ckpt: 200 test images, $want, loss " <<<"$out"
+check "--eval of the checkpoint: its loss $(loss_of "$out"), the run's $want_loss" close_to "$(loss_of "$out")" "$want_loss" 1e-3
+check "--eval wrote nothing in train.out_dir" \
+    test "$(cd "$tmp/run" && find . -type f -printf '%p %s %T@\n' | sort | md5sum)" = "$before"
+run timeout 120 ./trainer --eval "${C[@]}" "$ckpt" train.out_dir="$tmp/none"
+check "--eval does not create train.out_dir" test $rc -eq 0 -a ! -e "$tmp/none"
+
+./trainer --export "$ckpt" "$tmp/w.safetensors" >/dev/null 2>&1
+run timeout 120 ./trainer --eval "${C[@]}" "$tmp/w.safetensors"
+check "--eval of the safetensors export: the same top-1 and top-5 (rc=$rc)" \
+    grep -qF "eval: $tmp/w.safetensors: 200 test images, $want, loss " <<<"$out"
+check "--eval of the safetensors export: its loss $(loss_of "$out"), the run's $want_loss" \
+    close_to "$(loss_of "$out")" "$want_loss" 1e-3
+
+# Two ranks, each scoring its half: the same counts; the loss a mean of sums
+# taken in another order; losses printed with 4 decimals, so within 1e-3.
+run timeout 180 mpirun --oversubscribe --bind-to none -np 2 ./trainer --eval "${C[@]}" "$ckpt"
+check "--eval in two ranks: exit 0 (rc=$rc), one result line" \
+    test $rc -eq 0 -a "$(grep -c '^eval: .* test images, top-1' <<<"$out")" -eq 1
+check "--eval in two ranks: top-1 and top-5 the one-process run's" grep -qF "200 test images, $want, loss " <<<"$out"
+check "--eval in two ranks: loss $(loss_of "$out"), the run's $want_loss" close_to "$(loss_of "$out")" "$want_loss" 1e-3
+
+# Refusals.
+run ./trainer --eval "${C[@]}" "$tmp/missing.cnt"
+check "a missing file: exit 1 naming it" bash -c '[ $1 -eq 1 ] && grep -q "$2" <<<"$3"' _ $rc "$tmp/missing.cnt" "$out"
+run timeout 120 ./trainer --eval "${C[@]}" model.name=resnet32 "$ckpt"
+check "a checkpoint of another model: exit 1, the mismatch named ($(grep -o 'resnet20' <<<"$out" | head -1))" \
+    bash -c '[ $1 -eq 1 ] && grep -q "ckpt-000001.cnt" <<<"$2" && grep -q resnet20 <<<"$2"' _ $rc "$out"
+run timeout 120 ./trainer --eval "${C[@]}" data.kind=synthetic data.synthetic_shape=1x28x28 data.synthetic_classes=7 \
+    data.synthetic_test=64 "$tmp/w.safetensors"
+check "a safetensors file of another class count: exit 1, the classifier named" \
+    bash -c '[ $1 -eq 1 ] && grep -q "w.safetensors" <<<"$2" && grep -q "fc" <<<"$2"' _ $rc "$out"
+head -c 4096 /dev/urandom >"$tmp/noise.bin"
+run ./trainer --eval "${C[@]}" "$tmp/noise.bin"
+check "a file of neither kind: exit 1 naming it" \
+    bash -c '[ $1 -eq 1 ] && grep -q "noise.bin" <<<"$2"' _ $rc "$out"
+run ./trainer --eval configs/resnet20-fashion.ini
+check "--eval without WEIGHTS: usage, exit 2" test $rc -eq 2
+run ./trainer --eval configs/resnet20-fashion.ini "$ckpt" optim.nokey=1
+check "--eval with an unknown key: exit 2 naming it" \
+    bash -c '[ $1 -eq 2 ] && grep -q "optim.nokey" <<<"$2"' _ $rc "$out"
+
+[ "$fails" -eq 0 ] && echo "all eval checks passed"
+exit "$fails"
