@@ -8,7 +8,8 @@
 # through MPI (the log says why not NCCL) with bit-identical parameters; one
 # rank runs the NCCL path, and on a one-GPU node two ranks that NCCL takes for
 # two hosts train through it with bit-identical parameters; two ranks asking for NCCL on one GPU are refused
-# with a message; --bench runs on the GPU. Run from the repository root after
+# with a message; --bench runs on the GPU; --eval scores a checkpoint there
+# as the run did. Run from the repository root after
 # `make`.
 set -u
 devs=$(./trainer --devices)
@@ -56,6 +57,13 @@ check "first loss equal on GPU and CPU within 1e-4 (gpu $g, cpu $c)" \
 acc=$(top1 "$tmp/gpu.log")
 # the CPU reaches 70% with these settings (tests/test_train.c)
 check "GPU run learns: test top-1 ${acc:-?}% > 70%" awk -v a="${acc:-0}" 'BEGIN { exit !(a > 70) }'
+# --eval of the run's last checkpoint on the GPU: the run's own last top-1
+# (cuDNN may choose other algorithms in another process: within 0.2 points)
+last=$(ls "$tmp"/gpu/checkpoints/ckpt-*.cnt 2>/dev/null | tail -1)
+"${T[@]}" ./trainer --eval "${rn20[@]}" train.device=cuda "${last:-none}" >"$tmp/eval.log" 2>&1
+ev=$(grep -oE '^eval: .*: 1000 test images, top-1 [0-9.]+%' "$tmp/eval.log" | grep -oE '[0-9.]+%$' | tr -d %)
+check "--eval of the last checkpoint on the GPU: top-1 ${ev:-?}%, the run's ${acc:-?}% within 0.2" \
+    awk -v a="${ev:-0}" -v b="${acc:--1}" 'BEGIN { d = a - b; exit !(d <= 0.2 && d >= -0.2) }'
 
 "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.precision=tf32 train.max_steps=200 \
     train.log_every=50 train.out_dir="$tmp/tf32" >"$tmp/tf32.log" 2>&1
