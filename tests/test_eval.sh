@@ -6,7 +6,8 @@
 # mpirun; it writes nothing in train.out_dir (so it runs beside the run that
 # holds its lock); the refusals (no file, a checkpoint of another model, a
 # safetensors file of another class count, a file of neither kind, bad
-# arguments) exit non-zero naming the file or the key.
+# arguments, a result that cannot be written) exit non-zero naming the file
+# or the key.
 # Run from the repository root after `make`.
 set -u
 tmp=$(mktemp -d)
@@ -72,6 +73,10 @@ head -c 4096 /dev/urandom >"$tmp/noise.bin"
 run ./trainer --eval "${C[@]}" "$tmp/noise.bin"
 check "a file of neither kind: exit 1 naming it" \
     bash -c '[ $1 -eq 1 ] && grep -q "noise.bin" <<<"$2"' _ $rc "$out"
+err=$(timeout 120 ./trainer --eval "${C[@]}" "$ckpt" 2>&1 >/dev/full)
+rc=$?
+check "the result line on a full device: exit 1 (rc=$rc), said on stderr" \
+    bash -c '[ $1 -eq 1 ] && grep -q "No space left on device" <<<"$2"' _ $rc "$err"
 run ./trainer --eval configs/resnet20-fashion.ini
 check "--eval without WEIGHTS: usage, exit 2" test $rc -eq 2
 run ./trainer --eval configs/resnet20-fashion.ini "$ckpt" optim.nokey=1

@@ -152,6 +152,11 @@ check "data.image_size/channels do not apply to other kinds (synthetic 3x32x32 f
 # JPEG tree at another size, RGB, ImageNet-style resized crop.
 $tool synthetic "$tmp/jpg" --classes 4 --train 64 --val 16 --size 60x45 >/dev/null
 check "to_imagefolder synthetic: 64 JPEGs" test "$(find "$tmp/jpg/train" -name '*.jpg' | wc -l)" -eq 64
+# its images are made in parallel, each from its own stream: the same files on 1 thread and on 3
+OMP_NUM_THREADS=1 $tool synthetic "$tmp/syn1" --classes 3 --train 24 --val 6 --size 40x30 >/dev/null
+OMP_NUM_THREADS=3 $tool synthetic "$tmp/syn3" --classes 3 --train 24 --val 6 --size 40x30 >/dev/null
+check "to_imagefolder synthetic: the same 30 files on 1 thread and on 3" \
+    bash -c 'diff -r "$1" "$2" >/dev/null && [ "$(find "$1" -name "*.jpg" | wc -l)" -eq 30 ]' _ "$tmp/syn1" "$tmp/syn3"
 out=$(./trainer configs/resnet20-fashion.ini "${small[@]}" data.root="$tmp/jpg" data.image_size=32 data.channels=3 \
       data.crop=resized train.out_dir="$tmp/r7" 2>&1)
 rc=$?

@@ -105,37 +105,54 @@ static int write_dataset(const dataset *ds, const char *out, const char *split, 
 
 /* Smooth random images: a class colour, a few random low-frequency waves and
  * a little noise, so JPEG sizes and decode times are like photographs rather
- * than like white noise. */
+ * than like white noise. Image i draws from its own stream of the seed, so
+ * the files are the same whatever the number of threads (OpenMP: one image
+ * each at a time; OMP_NUM_THREADS chooses how many). */
 static int write_synthetic(const char *out, const char *split, int n, uint64_t stream, const options *o) {
     char dir[4096];
     if (make_split_dir(out, split, dir, sizeof dir) != CNT_OK) return CNT_ERR;
     int w = o->width, h = o->height, lw = digits(o->classes - 1), iw = digits(n - 1);
-    uint8_t *img = cnt_malloc((size_t)w * (size_t)h * 3);
-    rng r;
-    rng_seed(&r, o->seed, stream);
-    for (int i = 0; i < n; i++) {
-        int label = i % o->classes;
-        float base[3], fx[3], fy[3], ph[3];
-        for (int ch = 0; ch < 3; ch++) {
-            base[ch] = 64.0f + 128.0f * rng_hash_uniform((uint64_t)label, (uint64_t)ch);
-            fx[ch] = rng_range(&r, 0.5f, 6.0f) * 6.2831853f / (float)w;
-            fy[ch] = rng_range(&r, 0.5f, 6.0f) * 6.2831853f / (float)h;
-            ph[ch] = rng_range(&r, 0.0f, 6.2831853f);
-        }
-        for (int y = 0; y < h; y++)
-            for (int x = 0; x < w; x++)
-                for (int ch = 0; ch < 3; ch++) {
-                    float v = base[ch] + 50.0f * sinf(fx[ch] * (float)x + fy[ch] * (float)y + ph[ch]) +
-                              8.0f * rng_normal(&r);
-                    img[((size_t)y * (size_t)w + (size_t)x) * 3 + (size_t)ch] =
-                        (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    char first_error[1024] = "";
+    int failed = 0;
+#pragma omp parallel
+    {
+        uint8_t *img = cnt_malloc((size_t)w * (size_t)h * 3);
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            rng r;
+            rng_seed(&r, o->seed, (stream << 32) | (uint64_t)i);
+            int label = i % o->classes;
+            float base[3], fx[3], fy[3], ph[3];
+            for (int ch = 0; ch < 3; ch++) {
+                base[ch] = 64.0f + 128.0f * rng_hash_uniform((uint64_t)label, (uint64_t)ch);
+                fx[ch] = rng_range(&r, 0.5f, 6.0f) * 6.2831853f / (float)w;
+                fy[ch] = rng_range(&r, 0.5f, 6.0f) * 6.2831853f / (float)h;
+                ph[ch] = rng_range(&r, 0.0f, 6.2831853f);
+            }
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++)
+                    for (int ch = 0; ch < 3; ch++) {
+                        float v = base[ch] + 50.0f * sinf(fx[ch] * (float)x + fy[ch] * (float)y + ph[ch]) +
+                                  8.0f * rng_normal(&r);
+                        img[((size_t)y * (size_t)w + (size_t)x) * 3 + (size_t)ch] =
+                            (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+                    }
+            if (write_image(dir, o, label, lw, i, iw, img, w, h, 3) != CNT_OK) {
+#pragma omp critical(to_imagefolder_error)
+                {
+                    if (!failed) snprintf(first_error, sizeof first_error, "%s", cnt_err_msg()); /* this thread's */
+#pragma omp atomic write
+                    failed = 1;
                 }
-        if (write_image(dir, o, label, lw, i, iw, img, w, h, 3) != CNT_OK) {
-            free(img);
-            return CNT_ERR;
+            }
         }
+        free(img);
     }
-    free(img);
+    if (failed) return cnt_err_set("%s", first_error);
     printf("%s: %d images of %dx%d in %d classes\n", dir, n, w, h, o->classes);
     return CNT_OK;
 }

@@ -383,6 +383,10 @@ static int cmd_eval(int argc, char **argv) {
     if (rank0)
         printf("eval: %s: %ld test images, top-1 %.2f%%, top-5 %.2f%%, loss %.4f (%.1f s%s)\n", weights, er.images,
                100 * er.top1, 100 * er.top5, er.loss, secs, also);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* the result is the command's whole point */
+        fprintf(stderr, "trainer: --eval: cannot write the result: %s\n", strerror(errno));
+        return 1;
+    }
     return 0;
 }
 
