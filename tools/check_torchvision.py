@@ -20,6 +20,10 @@ learning rate of 1e-30, so a step changes no weight), and the exported
 result must hold every learnable tensor unchanged (bit for bit, but for
 zeros, which such a step may move by about 1e-30).
 
+And `trainer --eval` of torchvision's file, unchanged: its loss and top-1 on
+the validation images must be those torchvision's model gets on them (the
+weights read as torchvision wrote them, nothing trained in between).
+
 Needs PyTorch, torchvision and safetensors (not project dependencies):
     python3 -m venv venv && venv/bin/pip install torch torchvision safetensors
     venv/bin/python tools/check_torchvision.py [--models resnet18,vgg11_bn,...]
@@ -101,6 +105,42 @@ def check(model_name, work, trainer, tool, tol):
     return ok
 
 
+def eval_args(model_name, data, side):
+    """The trainer's data and model keys for these PNG folders, as check() trains with them."""
+    return [f"model.name={model_name}", "model.dropout=0", "data.kind=imagefolder", f"data.root={data}",
+            f"data.image_size={side}", "data.channels=3", "data.crop=pad", "data.mean=" + ",".join(map(str, MEAN)),
+            "data.std=" + ",".join(map(str, STD)), "train.batch_size=8", "train.eval_batch_size=8"]
+
+
+def check_eval(model_name, work, trainer, tool, tol):
+    """trainer --eval of torchvision's own (initial) weights against torchvision's evaluation of them."""
+    side = SIDES.get(model_name, 64)
+    data = os.path.join(work, f"data-{model_name}")
+    src = os.path.join(work, f"{model_name}-torchvision.safetensors")  # written by check_init_from
+    kwargs = {"num_classes": 4}
+    if model_name == "inception_v3":
+        kwargs.update(aux_logits=True, init_weights=True, transform_input=False)
+    model = getattr(torchvision.models, model_name)(**kwargs)
+    model.load_state_dict(load_file(src), strict=True)
+    model.eval()
+    classes = sorted(os.listdir(os.path.join(data, "val")))
+    loss, top1 = torch_eval(model, os.path.join(data, "val"), classes)
+    out = run([trainer, "--eval", "configs/resnet20-fashion.ini", src] + eval_args(model_name, data, side))
+    line = [l for l in out.splitlines() if l.startswith("eval: ") and " test images, top-1 " in l]
+    if not line:
+        print(f"{model_name:14s} --eval: no result line\n{out}")
+        return False
+    # "eval: FILE: N test images, top-1 X%, top-5 Y%, loss Z (T s)"
+    fields = line[0].rsplit(": ", 1)[1]
+    ours_top1 = float(fields.split("top-1 ")[1].split("%")[0]) / 100
+    ours_loss = float(fields.split("loss ")[1].split(" ")[0])
+    # the line prints the loss with 4 decimals
+    ok = abs(ours_loss - loss) <= max(tol * abs(loss), 5e-5) and abs(ours_top1 - top1) < 5e-5
+    print(f"{model_name:14s} --eval of torchvision's weights: loss {ours_loss:.4f} top-1 {ours_top1:.4f}   "
+          f"torchvision loss {loss:.4f} top-1 {top1:.4f}  {'ok' if ok else 'MISMATCH'}")
+    return ok
+
+
 def check_init_from(model_name, work, trainer, tool):
     side = SIDES.get(model_name, 64)
     data = os.path.join(work, f"data-{model_name}")
@@ -147,6 +187,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         results = [check(m, work, args.trainer, args.tool, args.tol) for m in args.models.split(",")]
         results += [check_init_from(m, work, args.trainer, args.tool) for m in args.models.split(",")]
+        results += [check_eval(m, work, args.trainer, args.tool, args.tol) for m in args.models.split(",")]
     sys.exit(0 if all(results) else 1)
 
 
