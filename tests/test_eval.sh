@@ -59,6 +59,42 @@ check "--eval in two ranks: exit 0 (rc=$rc), one result line" \
 check "--eval in two ranks: top-1 and top-5 the one-process run's" grep -qF "200 test images, $want, loss " <<<"$out"
 check "--eval in two ranks: loss $(loss_of "$out"), the run's $want_loss" close_to "$(loss_of "$out")" "$want_loss" 1e-3
 
+# An image folder, as ImageNet's val/ is scored: with data.mean and data.std
+# given (the training run logs what it estimated), --eval lists only the test
+# folder, so it runs where the training folder is absent; with them left to
+# auto it needs the training folder to estimate them, and says so.
+./build/tools/to_imagefolder idx /usr/share/datasets/fashion-mnist "$tmp/f" --limit 64 >/dev/null 2>&1
+F=(configs/resnet20-fashion.ini data.kind=imagefolder data.root="$tmp/f" train.batch_size=32 train.epochs=1
+   train.threads=1 data.workers=1 train.eval_batch_size=50)
+timeout 300 ./trainer "${F[@]}" train.out_dir="$tmp/frun" >"$tmp/frun.log" 2>&1
+check "the image-folder run: exit 0, a checkpoint" test $? -eq 0 -a -f "$tmp/frun/checkpoints/ckpt-000001.cnt"
+norm=$(grep -oE 'data\.mean=[^ ]+ data\.std=[^ ]+' "$tmp/frun.log")
+check "the run logs the mean and std it estimated, as keys to give ($norm)" test -n "$norm"
+fwant=$(grep -oE 'top-1 [0-9.]+%' "$tmp/frun.log" | tail -1)
+mv "$tmp/f/train" "$tmp/f/train.away"
+run timeout 120 ./trainer --eval "${F[@]}" $norm "$tmp/frun/checkpoints/ckpt-000001.cnt"
+check "--eval, no training folder, data.mean and data.std given: exit 0 (rc=$rc)" test $rc -eq 0
+[ $rc -eq 0 ] || tail -n 5 <<<"$out" | sed 's/^/    /'
+check "--eval, no training folder: the run's last $fwant" grep -qF "test images, $fwant, top-5" <<<"$out"
+check "--eval, no training folder: only the test folder listed" grep -qF "listed only $tmp/f/val" <<<"$out"
+run timeout 120 mpirun --oversubscribe --bind-to none -np 2 ./trainer --eval "${F[@]}" $norm \
+    "$tmp/frun/checkpoints/ckpt-000001.cnt"
+check "--eval, no training folder, two ranks: the run's last $fwant (rc=$rc)" \
+    grep -qF "test images, $fwant, top-5" <<<"$out"
+run timeout 120 ./trainer --eval "${F[@]}" "$tmp/frun/checkpoints/ckpt-000001.cnt"
+check "--eval, no training folder, data.mean = auto: exit 1 naming data.mean and the folder" \
+    bash -c '[ $1 -eq 1 ] && grep -q "data.mean" <<<"$2" && grep -q "$3" <<<"$2"' _ $rc "$out" "$tmp/f/train"
+# the same from a shard set of the test folder alone (data.kind = shards)
+./build/tools/make_shards "$tmp/f/val" "$tmp/s/val" >/dev/null 2>&1
+run timeout 120 ./trainer --eval "${F[@]}" data.kind=shards data.root="$tmp/s" $norm \
+    "$tmp/frun/checkpoints/ckpt-000001.cnt"
+check "--eval of a shard set, no training set: the run's last $fwant (rc=$rc)" \
+    bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -qF "opened only the shard set" <<<"$2"' _ "$fwant" "$out"
+mv "$tmp/f/train.away" "$tmp/f/train"
+run timeout 120 ./trainer --eval "${F[@]}" "$tmp/frun/checkpoints/ckpt-000001.cnt"
+check "--eval, data.mean = auto, the training folder there: the run's last $fwant (rc=$rc)" \
+    grep -qF "test images, $fwant, top-5" <<<"$out"
+
 # Refusals.
 run ./trainer --eval "${C[@]}" "$tmp/missing.cnt"
 check "a missing file: exit 1 naming it" bash -c '[ $1 -eq 1 ] && grep -q "$2" <<<"$3"' _ $rc "$tmp/missing.cnt" "$out"

@@ -68,7 +68,7 @@ int trainer_eval(const config *cfg, const char *weights, eval_result *er, long *
     /* the ranks agree on the config first: they meet in the same collectives */
     int rc = run_check_same_config(cfg, 0);
     if (rc == CNT_OK && !(be = run_choose_device(cfg))) rc = CNT_ERR;
-    if (rc == CNT_OK) rc = input_load(cfg, &data);
+    if (rc == CNT_OK) rc = input_load_test(cfg, &data);
     if (rc == CNT_OK && cfg->decoder == DATA_DECODER_NVJPEG && be->is_cpu)
         rc = cnt_err_set("data.decoder = nvjpeg decodes on the rank's GPU, and this rank runs on the CPU "
                          "(train.device = %s); use data.decoder = cpu or auto",
@@ -78,7 +78,9 @@ int trainer_eval(const config *cfg, const char *weights, eval_result *er, long *
     if (rc == CNT_OK) {
         input_loader_options(cfg, &data, be, rank, world, &lo, &eo);
         const dataset *d = &data.test;
-        if (!(nt = run_build_model(be, cfg, d->c, d->h, d->w, data.train.classes, eo.batch))) rc = CNT_ERR;
+        /* the training set's classes, as the training run built the model; the test set's where it was not read */
+        int classes = data.train.classes ? data.train.classes : d->classes;
+        if (!(nt = run_build_model(be, cfg, d->c, d->h, d->w, classes, eo.batch))) rc = CNT_ERR;
     }
     if (rc == CNT_OK) rc = run_check_same_config(cfg, nt->n_params);
     if (rc == CNT_OK) {

@@ -53,9 +53,10 @@ static void folder_path(char *out, size_t n, const char *given, const char *root
         snprintf(out, n, "%s/%s", root, sub);
 }
 
-/* Rank 0 lists both trees (and checks their classes agree), then broadcasts
- * the listings; every rank returns the same sets or the same failure. */
-static int list_folders(const config *cfg, input_data *d) {
+/* Rank 0 lists both trees (and checks their classes agree), or the test tree
+ * alone (with_train 0), then broadcasts the listings; every rank returns the
+ * same sets or the same failure. */
+static int list_folders(const config *cfg, input_data *d, int with_train) {
     char train_root[CONFIG_STR + 16], val_root[CONFIG_STR + 16];
     folder_path(train_root, sizeof train_root, cfg->train_root, cfg->data_root, "train");
     folder_path(val_root, sizeof val_root, cfg->val_root, cfg->data_root, "val");
@@ -64,19 +65,25 @@ static int list_folders(const config *cfg, input_data *d) {
     int rc = CNT_OK;
     if (dist_rank() == 0) {
         double t0 = time_now();
-        rc = dataset_list_imagefolder(&d->train, train_root);
+        if (with_train) rc = dataset_list_imagefolder(&d->train, train_root);
         if (rc == CNT_OK) rc = dataset_list_imagefolder(&d->test, val_root);
-        if (rc != CNT_OK && access(d->train.root ? val_root : train_root, F_OK) != 0) {
-            rc = cnt_err_suffix("; set data.root to the folder holding train/ and val/ (or data.train_root and "
-                                "data.val_root), or use data.kind=synthetic for a run without data");
+        if (rc != CNT_OK && access(with_train && !d->train.root ? train_root : val_root, F_OK) != 0) {
+            rc = cnt_err_suffix("; set data.root to the folder holding %s (or %s), or use data.kind=synthetic for "
+                                "a run without data",
+                                with_train ? "train/ and val/" : "val/", with_train ? "data.train_root and "
+                                "data.val_root" : "data.val_root");
         }
-        if (rc == CNT_OK) rc = dataset_same_classes(&d->train, &d->test);
+        if (rc == CNT_OK && with_train) rc = dataset_same_classes(&d->train, &d->test);
         if (rc == CNT_OK) {
-            log_info("data: listed %s (%d images in %d classes) and %s (%d images) in %.2f s", train_root,
-                     d->train.n, d->train.classes, val_root, d->test.n, time_now() - t0);
+            if (with_train)
+                log_info("data: listed %s (%d images in %d classes) and %s (%d images) in %.2f s", train_root,
+                         d->train.n, d->train.classes, val_root, d->test.n, time_now() - t0);
+            else
+                log_info("data: listed only %s (%d images in %d classes) in %.2f s", val_root, d->test.n,
+                         d->test.classes, time_now() - t0);
             if (dist_world() > 1) {
-                size_t l0, l1;
-                packed[0] = dataset_pack(&d->train, &l0);
+                size_t l0 = 0, l1;
+                if (with_train) packed[0] = dataset_pack(&d->train, &l0);
                 packed[1] = dataset_pack(&d->test, &l1);
                 lens[0] = (int64_t)l0;
                 lens[1] = (int64_t)l1;
@@ -86,17 +93,18 @@ static int list_folders(const config *cfg, input_data *d) {
     if (dist_world() == 1) return rc;
     dist_phase("start-up: image folder listing");
     dist_broadcast(lens, sizeof lens, 0);
-    if (lens[0] < 0) {
+    if (lens[1] < 0) {
         if (dist_rank() == 0) return rc;
+        if (!with_train) return cnt_err_set("rank 0 could not list the image folder %s (its message says why)", val_root);
         return cnt_err_set("rank 0 could not list the image folders %s and %s (its message says why)", train_root,
                            val_root);
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = with_train ? 0 : 1; i < 2; i++) {
         if (dist_rank() != 0) packed[i] = cnt_malloc((size_t)lens[i]);
         dist_broadcast(packed[i], (size_t)lens[i], 0);
     }
     if (dist_rank() != 0) {
-        rc = dataset_unpack(&d->train, packed[0], (size_t)lens[0]);
+        if (with_train) rc = dataset_unpack(&d->train, packed[0], (size_t)lens[0]);
         if (rc == CNT_OK) rc = dataset_unpack(&d->test, packed[1], (size_t)lens[1]);
     }
     free(packed[0]);
@@ -104,20 +112,20 @@ static int list_folders(const config *cfg, input_data *d) {
     return rc;
 }
 
-/* Every rank opens both shard sets itself (one sequential read of each
- * index, no listing to broadcast); then the ranks compare, so that all fail
- * together, naming the rank that could not open them, or that sees another
- * copy of the data (a different set id). */
-static int open_shard_sets(const config *cfg, input_data *d) {
+/* Every rank opens both shard sets itself, or the test set alone (with_train
+ * 0): one sequential read of each index, no listing to broadcast; then the
+ * ranks compare, so that all fail together, naming the rank that could not
+ * open them, or that sees another copy of the data (a different set id). */
+static int open_shard_sets(const config *cfg, input_data *d, int with_train) {
     char train_root[CONFIG_STR + 16], val_root[CONFIG_STR + 16];
     folder_path(train_root, sizeof train_root, cfg->train_root, cfg->data_root, "train");
     folder_path(val_root, sizeof val_root, cfg->val_root, cfg->data_root, "val");
     double t0 = time_now();
     uint64_t ids[2] = {0, 0};
-    int rc = dataset_open_shards(&d->train, train_root, &ids[0]);
+    int rc = with_train ? dataset_open_shards(&d->train, train_root, &ids[0]) : CNT_OK;
     if (rc == CNT_OK) rc = dataset_open_shards(&d->test, val_root, &ids[1]);
     if (rc != CNT_OK) {
-        const char *failed = d->train.root ? val_root : train_root;
+        const char *failed = with_train && !d->train.root ? train_root : val_root;
         char index[CONFIG_STR + 32];
         snprintf(index, sizeof index, "%s/%s", failed, SHARDS_INDEX);
         if (access(failed, F_OK) != 0)
@@ -127,7 +135,7 @@ static int open_shard_sets(const config *cfg, input_data *d) {
             cnt_err_suffix("; %s is not a shard set: build/tools/make_shards packs an image folder into one, and "
                            "data.kind=imagefolder reads image folders", failed);
     }
-    if (rc == CNT_OK) rc = dataset_same_classes(&d->train, &d->test);
+    if (rc == CNT_OK && with_train) rc = dataset_same_classes(&d->train, &d->test);
     int world = dist_world();
     if (world > 1) {
         dist_phase("start-up: opening the shard sets");
@@ -146,10 +154,13 @@ static int open_shard_sets(const config *cfg, input_data *d) {
         }
         free(all);
     }
-    if (rc == CNT_OK)
+    if (rc == CNT_OK && with_train)
         log_info("data: opened the shard sets %s (%d images in %d classes, %d shards) and %s (%d images) in %.2f s",
                  train_root, d->train.n, d->train.classes, shards_count(&d->train), val_root, d->test.n,
                  time_now() - t0);
+    else if (rc == CNT_OK)
+        log_info("data: opened only the shard set %s (%d images in %d classes, %d shards) in %.2f s", val_root,
+                 d->test.n, d->test.classes, shards_count(&d->test), time_now() - t0);
     return rc;
 }
 
@@ -163,9 +174,17 @@ static int folder_stats(const config *cfg, input_data *d) {
         int threads = cfg->workers > 2 ? cfg->workers : 2;
         if (dataset_estimate_stats(&d->train, STATS_IMAGES, threads, v, v + 3, &unreadable) == CNT_OK) {
             v[6] = 1;
-            log_info("data: mean/std estimated from %d images in %.2f s%s", d->train.n < STATS_IMAGES ? d->train.n
-                                                                                                     : STATS_IMAGES,
-                     time_now() - t0, unreadable ? " (some unreadable ones left out)" : "");
+            /* as keys, for --eval without the training set or a run that should not estimate again */
+            char keys[2][64];
+            for (int k = 0; k < 2; k++) {
+                int o = 0;
+                for (int c = 0; c < d->train.c && c < 3; c++)
+                    o += snprintf(keys[k] + o, sizeof keys[k] - (size_t)o, "%s%.6g", c ? "," : "",
+                                  (double)v[3 * k + c]);
+            }
+            log_info("data: mean/std estimated from %d images in %.2f s%s: data.mean=%s data.std=%s",
+                     d->train.n < STATS_IMAGES ? d->train.n : STATS_IMAGES, time_now() - t0,
+                     unreadable ? " (some unreadable ones left out)" : "", keys[0], keys[1]);
         }
     }
     dist_phase("start-up: data statistics");
@@ -179,12 +198,22 @@ static int folder_stats(const config *cfg, input_data *d) {
     return CNT_OK;
 }
 
-int input_load(const config *cfg, input_data *d) {
+/* input_load, and with test_only input_load_test: a file-backed set's
+ * training split is left out unless mean or std is auto. */
+static int load(const config *cfg, input_data *d, int test_only) {
     memset(d, 0, sizeof *d);
     int folder = config_file_backed(cfg);
+    float mean[3], std[3];
+    int mean_auto, std_auto;
+    if (config_norm_values(cfg, 0, mean, &mean_auto) != CNT_OK || config_norm_values(cfg, 1, std, &std_auto) != CNT_OK)
+        return CNT_ERR;
+    int with_train = !(test_only && folder && !mean_auto && !std_auto);
     int rc;
     if (folder) {
-        rc = cfg->data_kind == DATA_KIND_SHARDS ? open_shard_sets(cfg, d) : list_folders(cfg, d);
+        rc = cfg->data_kind == DATA_KIND_SHARDS ? open_shard_sets(cfg, d, with_train) : list_folders(cfg, d, with_train);
+        if (rc != CNT_OK && test_only && with_train && !d->train.root)
+            cnt_err_suffix(" (data.mean or data.std is auto: they are estimated from the training set; give both, as "
+                           "the training run logged them, to score without it)");
         if (rc == CNT_OK) {
             /* 0: the side torchvision trains the model at (299 for inception_v3) */
             int zc, zh, zw;
@@ -211,12 +240,6 @@ int input_load(const config *cfg, input_data *d) {
     dataset_truncate(&d->train, cfg->train_limit);
     dataset_truncate(&d->test, cfg->test_limit);
 
-    float mean[3], std[3];
-    int mean_auto, std_auto;
-    if (config_norm_values(cfg, 0, mean, &mean_auto) != CNT_OK || config_norm_values(cfg, 1, std, &std_auto) != CNT_OK) {
-        input_free(d);
-        return CNT_ERR;
-    }
     if (mean_auto || std_auto) {
         /* Normalise with the training set's own statistics. */
         if (folder) {
@@ -235,6 +258,10 @@ int input_load(const config *cfg, input_data *d) {
     d->crop = config_crop(cfg);
     return CNT_OK;
 }
+
+int input_load(const config *cfg, input_data *d) { return load(cfg, d, 0); }
+
+int input_load_test(const config *cfg, input_data *d) { return load(cfg, d, 1); }
 
 void input_free(input_data *d) {
     dataset_free(&d->train);

@@ -27,6 +27,11 @@ typedef struct input_data {
 } input_data;
 
 int input_load(const config *cfg, input_data *d);
+/* The same for scoring weights (trainer --eval): an image folder's or shard
+ * set's training split is neither listed nor required (d->train stays empty)
+ * unless data.mean or data.std is auto, whose estimate needs it (d->train.classes
+ * is then 0: the model's class count is the test split's). */
+int input_load_test(const config *cfg, input_data *d);
 void input_free(input_data *d);
 
 /* data.decoder: with nvjpeg (and a file-backed set), opens nvJPEG on CUDA
