@@ -89,7 +89,8 @@ check "--eval, no training folder, data.mean = auto: exit 1 naming data.mean and
 run timeout 120 ./trainer --eval "${F[@]}" data.kind=shards data.root="$tmp/s" $norm \
     "$tmp/frun/checkpoints/ckpt-000001.cnt"
 check "--eval of a shard set, no training set: the run's last $fwant (rc=$rc)" \
-    bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -qF "opened only the shard set" <<<"$2"' _ "$fwant" "$out"
+    bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -qF "opened only the shard set" <<<"$2"' \
+    _ "$fwant" "$out"
 mv "$tmp/f/train.away" "$tmp/f/train"
 run timeout 120 ./trainer --eval "${F[@]}" "$tmp/frun/checkpoints/ckpt-000001.cnt"
 check "--eval, data.mean = auto, the training folder there: the run's last $fwant (rc=$rc)" \

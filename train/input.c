@@ -95,7 +95,8 @@ static int list_folders(const config *cfg, input_data *d, int with_train) {
     dist_broadcast(lens, sizeof lens, 0);
     if (lens[1] < 0) {
         if (dist_rank() == 0) return rc;
-        if (!with_train) return cnt_err_set("rank 0 could not list the image folder %s (its message says why)", val_root);
+        if (!with_train)
+            return cnt_err_set("rank 0 could not list the image folder %s (its message says why)", val_root);
         return cnt_err_set("rank 0 could not list the image folders %s and %s (its message says why)", train_root,
                            val_root);
     }
@@ -210,7 +211,8 @@ static int load(const config *cfg, input_data *d, int test_only) {
     int with_train = !(test_only && folder && !mean_auto && !std_auto);
     int rc;
     if (folder) {
-        rc = cfg->data_kind == DATA_KIND_SHARDS ? open_shard_sets(cfg, d, with_train) : list_folders(cfg, d, with_train);
+        rc = cfg->data_kind == DATA_KIND_SHARDS ? open_shard_sets(cfg, d, with_train)
+                                                : list_folders(cfg, d, with_train);
         if (rc != CNT_OK && test_only && with_train && !d->train.root)
             cnt_err_suffix(" (data.mean or data.std is auto: they are estimated from the training set; give both, as "
                            "the training run logged them, to score without it)");
