@@ -3,6 +3,7 @@
 #   make deps     install the Debian packages the project needs (idempotent)
 #   make          build ./trainer (prints what optional parts were found)
 #   make test     build and run every test; ends with "N passed, N failed"
+#   make test-sanitize  the unit tests under AddressSanitizer and UBSan (build-san/)
 #   make bench    CPU training throughput (docs/benchmarks.md)
 #   make clean
 #
@@ -27,7 +28,8 @@
 SHELL := /bin/bash
 # One job per CPU unless -j is given (make -j1 builds serially): `make test`
 # on a fresh 2-core machine (CI) compiles in 50 s instead of 90.
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# (A sub-make, as test-sanitize runs, shares its parent's jobs.)
+ifeq ($(filter -j%,$(MAKEFLAGS))$(filter-out 0,$(MAKELEVEL)),)
 MAKEFLAGS += -j$(shell nproc)
 endif
 CC ?= gcc
@@ -249,7 +251,7 @@ ifeq ($(CUDA_BACKEND),1)
   TOOL_BIN += $(BUILD)/tools/cudnn_caps
 endif
 
-.PHONY: all deps test test-unit test-build bench clean found install
+.PHONY: all deps test test-unit test-build test-sanitize sanitized-tests bench clean found install
 $(TEST_SUPPORT_OBJ): CFLAGS += $(call dep_cflags,$(CMOCKA_FLAGS))
 # Test support objects are prerequisites of pattern rules only; keep them.
 .SECONDARY: $(TEST_SUPPORT_OBJ)
@@ -336,6 +338,15 @@ test: test-build
 test-unit: test-build
 	@tests/run_tests.sh $(TEST_BIN)
 
+# The cmocka unit tests built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (leaks included, every report fatal) in build-san/, beside the normal build;
+# the CPU code only (CUDA=0). About 10 minutes on 2 cores (docs/testing.md).
+SAN_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+test-sanitize:
+	@$(MAKE) --no-print-directory BUILD=build-san CUDA=0 OPT="$(SAN_OPT)" sanitized-tests
+sanitized-tests: $(TEST_BIN)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 tests/run_tests.sh $(TEST_BIN)
+
 bench: trainer
 	@tools/bench_cpu.sh
 
@@ -361,6 +372,6 @@ install: all
 	@echo "installed in $(INSTALL_DIR): $(INSTALL_DIR)/bin/trainer $(INSTALL_DIR)/share/cnntrain/configs/..."
 
 clean:
-	rm -rf $(BUILD) trainer
+	rm -rf $(BUILD) build-san trainer
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
