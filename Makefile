@@ -3,7 +3,7 @@
 #   make deps     install the Debian packages the project needs (idempotent)
 #   make          build ./trainer (prints what optional parts were found)
 #   make test     build and run every test; ends with "N passed, N failed"
-#   make test-sanitize  the unit tests under AddressSanitizer and UBSan (build-san/)
+#   make test-sanitize [SAN=thread]  tests under AddressSanitizer and UBSan, or ThreadSanitizer
 #   make bench    CPU training throughput (docs/benchmarks.md)
 #   make clean
 #
@@ -338,14 +338,32 @@ test: test-build
 test-unit: test-build
 	@tests/run_tests.sh $(TEST_BIN)
 
-# The cmocka unit tests built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (leaks included, every report fatal) in build-san/, beside the normal build;
-# the CPU code only (CUDA=0). About 10 minutes on 2 cores (docs/testing.md).
-SAN_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# The tests under a sanitizer, built in build-san-$(SAN)/ beside the normal
+# build, CPU code only (CUDA=0), then tests/san_dist.sh (mpi_ring and the
+# trainer in 2 ranks: the threads of a distributed run). SAN=address
+# (default): AddressSanitizer and UndefinedBehaviorSanitizer, leaks included,
+# every report fatal, on every cmocka unit test; SAN=thread:
+# ThreadSanitizer, on the unit tests that start threads (loaders, the
+# exchange, the stager, the stall monitor, parallel initialisation). About
+# 12 and 6 minutes on 2 cores (docs/testing.md).
+SAN ?= address
+SAN_FLAGS_address := -fsanitize=address,undefined -fno-sanitize-recover=all
+SAN_FLAGS_thread := -fsanitize=thread
+SAN_TESTS_address = $(TEST_BIN)
+SAN_TESTS_thread = $(addprefix $(BUILD)/tests/test_,data image imagefolder shards reducer exchange stager wait net \
+  accumulate)
+SAN_OPTIONS := ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp \
+  UBSAN_OPTIONS=print_stacktrace=1 TSAN_OPTIONS='suppressions=$(CURDIR)/tests/support/sanitizers.supp \
+  halt_on_error=0 exitcode=66'
 test-sanitize:
-	@$(MAKE) --no-print-directory BUILD=build-san CUDA=0 OPT="$(SAN_OPT)" sanitized-tests
-sanitized-tests: $(TEST_BIN)
-	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 tests/run_tests.sh $(TEST_BIN)
+	$(if $(SAN_FLAGS_$(SAN)),,$(error SAN=$(SAN): address or thread))
+	@$(MAKE) --no-print-directory BUILD=build-san-$(SAN) CUDA=0 SAN=$(SAN) OPT="-O1 -g -fno-omit-frame-pointer \
+	  $(SAN_FLAGS_$(SAN))" sanitized-tests
+sanitized-tests: $(SAN_TESTS_$(SAN)) $(MPI_TEST_BIN) $(BUILD)/trainer
+	@$(SAN_OPTIONS) OMP_NUM_THREADS=1 CNT_SAN_BUILD=$(BUILD) tests/run_tests.sh $(SAN_TESTS_$(SAN)) tests/san_dist.sh
+# the trainer as the sanitized tests build it (./trainer stays the normal build's)
+$(BUILD)/trainer: $(BUILD)/train/main.o $(LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 bench: trainer
 	@tools/bench_cpu.sh
@@ -372,6 +390,6 @@ install: all
 	@echo "installed in $(INSTALL_DIR): $(INSTALL_DIR)/bin/trainer $(INSTALL_DIR)/share/cnntrain/configs/..."
 
 clean:
-	rm -rf $(BUILD) build-san trainer
+	rm -rf $(BUILD) build-san-* trainer
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -117,8 +117,9 @@ void dist_abort(int code) __attribute__((noreturn));
  *   no such line; they are the ones the others wait for.
  * 0 turns either limit off. Process-wide, for every thread; the defaults
  * until set are dist.stall_warn_s and dist.stall_abort_s's (60 s and 1800 s).
- * Call it before starting threads that use dist/ (plain variables, read
- * without a lock): the trainer does, from its config, right after dist_init. */
+ * Safe while other threads run (stored atomically: the stall monitor that
+ * dist_init starts reads them). The trainer sets them from its config right
+ * after dist_init. */
 void dist_set_wait_limits(double warn_s, double abort_s);
 /* How the ring allreduce's thread waits for its messages (dist.progress):
  * DIST_PROGRESS_SLEEP polls between short sleeps (10 us doubling to 50 us),
@@ -129,7 +130,8 @@ void dist_set_wait_limits(double warn_s, double abort_s);
  * a 50 us sleep is far shorter than the time a 256 KiB chunk takes on the
  * wire (2 ms at 1 Gbit/s, 0.4 ms at 5). MPI_Allreduce (dist.backend = mpi) waits inside Open MPI, by its own
  * rules, whichever is set. Process-wide; the default is SLEEP. Call it
- * before starting threads that use dist/, as dist_set_wait_limits. */
+ * before starting the exchange (a communication thread reads it when it
+ * starts); stored atomically, as dist_set_wait_limits. */
 typedef enum dist_progress { DIST_PROGRESS_SLEEP, DIST_PROGRESS_SPIN } dist_progress;
 void dist_set_progress(dist_progress p);
 /* Names what the calling thread is doing ("evaluation", "start-up:

@@ -43,26 +43,43 @@
 #include "dist/wait.h"
 
 /* dist.stall_warn_s and dist.stall_abort_s's defaults (train/config.c), so a
- * program that never calls dist_set_wait_limits is bounded the same way. */
+ * program that never calls dist_set_wait_limits is bounded the same way.
+ * Why atomic: the stall monitor's thread (deadman) reads them, and the
+ * trainer sets them after dist_init has started it. Read them through
+ * warn_limit() and abort_limit(). */
 static double g_warn_s = 60, g_abort_s = 1800;
+
+static double warn_limit(void) {
+    double v;
+    __atomic_load(&g_warn_s, &v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static double abort_limit(void) {
+    double v;
+    __atomic_load(&g_abort_s, &v, __ATOMIC_RELAXED);
+    return v;
+}
 
 /* What this thread is doing, for the messages; "" until named. */
 static _Thread_local char tl_phase[128];
 
 static dist_progress g_progress = DIST_PROGRESS_SLEEP;
 
-void dist_set_progress(dist_progress p) { g_progress = p; }
+/* atomic as the limits: a communication thread reads it */
+void dist_set_progress(dist_progress p) { __atomic_store_n(&g_progress, p, __ATOMIC_RELAXED); }
 
-dist_progress dist_progress_mode(void) { return g_progress; }
+dist_progress dist_progress_mode(void) { return __atomic_load_n(&g_progress, __ATOMIC_RELAXED); }
 
 void dist_set_wait_limits(double warn_s, double abort_s) {
-    g_warn_s = warn_s > 0 ? warn_s : 0;
-    g_abort_s = abort_s > 0 ? abort_s : 0;
+    double w = warn_s > 0 ? warn_s : 0, a = abort_s > 0 ? abort_s : 0;
+    __atomic_store(&g_warn_s, &w, __ATOMIC_RELAXED);
+    __atomic_store(&g_abort_s, &a, __ATOMIC_RELAXED);
 }
 
 void dist_wait_limits(double *warn_s, double *abort_s) {
-    *warn_s = g_warn_s;
-    *abort_s = g_abort_s;
+    *warn_s = warn_limit();
+    *abort_s = abort_limit();
 }
 
 void dist_phase(const char *what) {
@@ -113,7 +130,8 @@ static int64_t now_ns(void) { return (int64_t)(time_now() * 1e9); }
 /* The monitor's period: a second, or a quarter of the warn limit when that
  * is shorter (at least 50 ms). */
 static double beat_period(void) {
-    double nap = g_warn_s > 0 && g_warn_s < 4 ? g_warn_s / 4 : 1;
+    double warn_s = warn_limit();
+    double nap = warn_s > 0 && warn_s < 4 ? warn_s / 4 : 1;
     return nap < 0.05 ? 0.05 : nap;
 }
 
@@ -164,12 +182,13 @@ static void *deadman(void *arg) {
         double waited = blocking_since > 0 ? now - blocking_since : 0;
         char late[1024] = "";
         int named = blocking_since > 0 ? dist_beats_describe(&beats, late, sizeof late, ns, stale_after(), 1) : 0;
-        if (blocking_since > 0 && g_abort_s > 0 && waited >= g_abort_s) {
+        double warn_s = warn_limit(), abort_s = abort_limit();
+        if (blocking_since > 0 && abort_s > 0 && waited >= abort_s) {
             char line[1200];
             int n = snprintf(line, sizeof line,
                              "[rank %d] error: stall: rank %d has been inside %s for %.0f s: a rank stopped or hung in "
                              "the middle of it%s; ending this rank, and with it the job (dist.stall_abort_s = %g)\n",
-                             dist_job_rank(), dist_job_rank(), blocking_what, waited, late, g_abort_s);
+                             dist_job_rank(), dist_job_rank(), blocking_what, waited, late, abort_s);
             fflush(stdout);
             if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
                 /* nothing left to tell it to */
@@ -177,14 +196,14 @@ static void *deadman(void *arg) {
             cnt_say_last_words();
             _exit(DIST_STALL_EXIT);
         }
-        int due = blocking_since > 0 && g_warn_s > 0 ? (int)(waited / g_warn_s) : 0;
+        int due = blocking_since > 0 && warn_s > 0 ? (int)(waited / warn_s) : 0;
         if (due > blocking_warned) {
             blocking_warned = due;
             /* every rank had arrived (the watchdog's barrier before it): one stopped at or inside it */
             log_warn("stall: rank %d has been inside %s for %.0f s: every rank had reached it (the stall watchdog), "
                      "so one stopped or hung at or inside it and prints no such line%s (dist.stall_warn_s = %g; the "
                      "job ends after dist.stall_abort_s = %g)",
-                     dist_job_rank(), blocking_what, waited, late, g_warn_s, g_abort_s);
+                     dist_job_rank(), blocking_what, waited, late, warn_s, abort_s);
         }
         throttling = named > 0 && waited >= DIST_THROTTLE_AFTER_S;
         if (throttling) pthread_kill(blocking_thread, throttle_signal()); /* the thread is inside: it cannot end */
@@ -253,7 +272,7 @@ static void beats_waiting(int delta) {
 }
 
 void dist_blocking_begin(const char *call) {
-    if (g_abort_s <= 0 && g_warn_s <= 0) return;
+    if (abort_limit() <= 0 && warn_limit() <= 0) return;
     deadman_once_start();
     fault_stall_in_point(call); /* tests only: CNT_TEST_STALL_IN stops a rank here, the others inside the call */
     cnt_mutex_lock(&blocking_mu);
@@ -273,7 +292,7 @@ void dist_blocking_begin(const char *call) {
 }
 
 void dist_blocking_end(void) {
-    if (g_abort_s <= 0 && g_warn_s <= 0) return;
+    if (abort_limit() <= 0 && warn_limit() <= 0) return;
     cnt_mutex_lock(&blocking_mu);
     if (beats.slots) __atomic_store_n(&beats.slots[beats.mine].inside_ns, 0, __ATOMIC_RELEASE);
     if (blocking_warned > 0)
@@ -406,8 +425,8 @@ void dist_wait_polled(int (*poll)(void *ctx), void *ctx, const char *collective,
         .max_sleep_us = max_sleep_us,
         .relax_s = mode == DIST_WAIT_PACED ? WAIT_PACED_RELAX_S : 0,
         .relaxed_max_sleep_us = WAIT_PACED_RELAXED_US,
-        .warn_s = g_warn_s,
-        .abort_s = g_abort_s,
+        .warn_s = warn_limit(),
+        .abort_s = abort_limit(),
     };
     dist_wait_until(&s);
 }
