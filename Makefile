@@ -352,14 +352,15 @@ SAN_FLAGS_thread := -fsanitize=thread
 SAN_TESTS_address = $(TEST_BIN)
 SAN_TESTS_thread = $(addprefix $(BUILD)/tests/test_,data image imagefolder shards reducer exchange stager wait net \
   accumulate)
+# (history_size=7: the earlier access's stack restored, which the suppressions need)
 SAN_OPTIONS := ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1 TSAN_OPTIONS='suppressions=$(CURDIR)/tests/support/sanitizers.supp \
-  halt_on_error=0 exitcode=66'
+  halt_on_error=0 exitcode=66 history_size=7'
 test-sanitize:
 	$(if $(SAN_FLAGS_$(SAN)),,$(error SAN=$(SAN): address or thread))
 	@$(MAKE) --no-print-directory BUILD=build-san-$(SAN) CUDA=0 SAN=$(SAN) OPT="-O1 -g -fno-omit-frame-pointer \
 	  $(SAN_FLAGS_$(SAN))" sanitized-tests
-sanitized-tests: $(SAN_TESTS_$(SAN)) $(MPI_TEST_BIN) $(BUILD)/trainer
+sanitized-tests: $(SAN_TESTS_$(SAN)) $(MPI_TEST_BIN) $(BUILD)/trainer $(BUILD)/tools/to_imagefolder
 	@$(SAN_OPTIONS) OMP_NUM_THREADS=1 CNT_SAN_BUILD=$(BUILD) tests/run_tests.sh $(SAN_TESTS_$(SAN)) tests/san_dist.sh
 # the trainer as the sanitized tests build it (./trainer stays the normal build's)
 $(BUILD)/trainer: $(BUILD)/train/main.o $(LIB)

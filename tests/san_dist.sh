@@ -4,8 +4,10 @@
 # buckets in flight and its watchdog under mpirun (tests/mpi_ring), and the
 # trainer in 2 ranks, whose loader threads, communication thread and stall
 # monitor run beside its steps: with the ring (2 buckets in flight,
-# checkpoints), MPI_Allreduce with fp16 compression, and a parameter
-# server. Each run must exit 0 with no sanitizer report on stderr.
+# checkpoints), MPI_Allreduce with fp16 compression, a parameter server,
+# the hierarchical allreduce (with the timeline and TensorBoard files), and
+# from a folder of JPEGs. Each run must exit 0 with no sanitizer report on
+# stderr.
 # Run by tests/run_tests.sh from `make test-sanitize`: CNT_SAN_BUILD names
 # the sanitized build folder (its trainer and tests/mpi_ring).
 set -u
@@ -46,5 +48,12 @@ san "trainer, ring, 2 buckets in flight, checkpoints" 900 "$B/trainer" "${C[@]}"
 san "trainer, MPI_Allreduce, fp16 compression" 900 "$B/trainer" "${C[@]}" dist.backend=mpi dist.compress=fp16 \
     train.out_dir="$tmp/mpi"
 san "trainer, a parameter server" 900 "$B/trainer" "${C[@]}" dist.mode=ps dist.ps_servers=1 train.out_dir="$tmp/ps"
+san "trainer, hierarchical allreduce, timeline, TensorBoard" 900 "$B/trainer" "${C[@]}" dist.backend=hier \
+    dist.timeline="$tmp/hier/timeline.json" train.tensorboard=true train.out_dir="$tmp/hier"
+# JPEGs decoded by the loader's threads, resized and cropped on the way
+"$B/tools/to_imagefolder" synthetic "$tmp/jpg" --classes 4 --train 96 --val 32 --size 60x45 > /dev/null 2>&1
+check "to_imagefolder synthetic: exit 0" test $? -eq 0
+san "trainer, a JPEG folder, 2 loader threads" 900 "$B/trainer" "${C[@]}" data.kind=imagefolder data.root="$tmp/jpg" \
+    data.image_size=32 data.channels=3 data.crop=resized train.batch_size=16 train.out_dir="$tmp/jpgrun"
 [ "$fails" -eq 0 ] && echo "all sanitized distributed runs passed"
 exit "$fails"
