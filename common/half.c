@@ -19,6 +19,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define FP16_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define FP16_X86 0
@@ -120,7 +121,10 @@ static int cpu_f16c(void) {
     static int known = -1; /* benign race: every thread computes the same value */
     if (known < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+        /* F16C from cpuid itself: clang's __builtin_cpu_supports has no "f16c" */
+        unsigned a, b, c, d;
+        int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+        known = __builtin_cpu_supports("avx") && f16c;
     }
     return known;
 }

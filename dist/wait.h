@@ -184,6 +184,9 @@ int dist_beats_drain(const dist_beats *t, int64_t now_ns);
  * ranks they wait for (dist/ps.c). */
 void dist_wait_limits(double *warn_s, double *abort_s);
 
+/* dist.progress as dist_set_progress set it. */
+dist_progress dist_progress_mode(void);
+
 #if CNT_HAVE_MPI
 #include <mpi.h>
 
@@ -214,9 +217,6 @@ typedef enum dist_wait_mode {
      * (docs/scaling.md measures it). */
     DIST_WAIT_PACED
 } dist_wait_mode;
-
-/* dist.progress as dist_set_progress set it. */
-dist_progress dist_progress_mode(void);
 
 /* Completes the n requests at reqs (MPI_REQUEST_NULL entries are fine) by
  * polling MPI_Testall in dist_wait_until, pausing as `mode` says, under the
