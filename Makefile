@@ -4,6 +4,7 @@
 #   make          build ./trainer (prints what optional parts were found)
 #   make test     build and run every test; ends with "N passed, N failed"
 #   make test-sanitize [SAN=thread]  tests under AddressSanitizer and UBSan, or ThreadSanitizer
+#   make fuzz     the file readers under libFuzzer (clang)
 #   make bench    CPU training throughput (docs/benchmarks.md)
 #   make clean
 #
@@ -251,7 +252,7 @@ ifeq ($(CUDA_BACKEND),1)
   TOOL_BIN += $(BUILD)/tools/cudnn_caps
 endif
 
-.PHONY: all deps test test-unit test-build test-sanitize sanitized-tests bench clean found install
+.PHONY: all deps test test-unit test-build test-sanitize sanitized-tests fuzz fuzzers bench clean found install
 $(TEST_SUPPORT_OBJ): CFLAGS += $(call dep_cflags,$(CMOCKA_FLAGS))
 # Test support objects are prerequisites of pattern rules only; keep them.
 .SECONDARY: $(TEST_SUPPORT_OBJ)
@@ -366,6 +367,24 @@ sanitized-tests: $(SAN_TESTS_$(SAN)) $(MPI_TEST_BIN) $(BUILD)/trainer $(BUILD)/t
 $(BUILD)/trainer: $(BUILD)/train/main.o $(LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The file readers under libFuzzer (tests/fuzz_readers.c: images, safetensors,
+# checkpoints, profiles, shard indexes, listings, configs, IDX files) with
+# AddressSanitizer and UBSan, built by clang in build-fuzz/; FUZZ_SECONDS
+# (default 60) each, from seeds the tools and a short run write
+# (tests/run_fuzz.sh). Needs clang (Debian's clang package).
+FUZZ_TARGETS := image safetensors checkpoint profile shards listing config idx
+FUZZ_SECONDS ?= 60
+fuzz:
+	@$(MAKE) --no-print-directory CC=clang BUILD=build-fuzz CUDA=0 MPI=0 OPT="-O1 -g -fno-omit-frame-pointer \
+	  -fsanitize=address,undefined,fuzzer-no-link" fuzzers
+FUZZ_BIN = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+fuzzers: $(FUZZ_BIN) $(BUILD)/trainer $(BUILD)/tools/to_imagefolder $(BUILD)/tools/make_shards
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run_fuzz.sh $(BUILD) $(FUZZ_TARGETS)
+# (a static pattern: the .d files beside the programs are not programs)
+$(FUZZ_BIN): $(BUILD)/fuzz/%: tests/fuzz_readers.c $(LIB) $(BUILD)/config.sig
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -DFUZZ_$*=1 -o $@ $< $(LIB) $(LDLIBS)
+
 bench: trainer
 	@tools/bench_cpu.sh
 
@@ -391,6 +410,6 @@ install: all
 	@echo "installed in $(INSTALL_DIR): $(INSTALL_DIR)/bin/trainer $(INSTALL_DIR)/share/cnntrain/configs/..."
 
 clean:
-	rm -rf $(BUILD) build-san-* trainer
+	rm -rf $(BUILD) build-san-* build-fuzz trainer
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
