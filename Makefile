@@ -328,7 +328,7 @@ TEST_GROUP1_A := tests/test_resume.sh $(filter-out $(BUILD)/tests/test_train $(B
 TEST_GROUP1_B := tests/test_slurm.sh tests/test_multihost.sh
 TEST_GROUP2_A := tests/test_dist_train.sh
 TEST_GROUP2_B := $(addprefix tests/test_,bench_ps.sh emulate.sh imagefolder.sh files.sh validate.sh shards.sh \
-  simulate.sh plots.sh bench_jpeg_train.sh)
+  simulate.sh plots.sh bench_jpeg_train.sh best.sh)
 TEST_SIDE := $(TEST_GROUP1_A) $(TEST_GROUP1_B) $(TEST_GROUP2_A) $(TEST_GROUP2_B)
 test: test-build
 	@./trainer --devices | tests/gpu_line.sh

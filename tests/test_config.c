@@ -50,7 +50,8 @@ static const char *const all_keys[] = {
     "dist.overlap", "dist.progress", "dist.comm_nice", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
     "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
-    "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume",
+    "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.keep_best",
+    "checkpoint.resume",
 };
 #define N_ALL_KEYS ((int)(sizeof all_keys / sizeof all_keys[0]))
 

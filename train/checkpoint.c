@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #include "common/check.h"
 #include "common/fileio.h"
+#include "common/json.h"
 #include "train/metrics.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -602,6 +604,124 @@ int ckpt_find_latest(const char *dir, char *path_out, size_t path_len) {
     return CNT_OK;
 }
 
+/* ---------------------------------------------------------------- the best */
+
+#define BEST_JSON "best.json"
+#define BEST_CNT "best.cnt"
+
+/* path (a best.json) into *b, or CNT_ERR naming it. */
+static int best_parse(const char *path, ckpt_best *b) {
+    FILE *f = fopen(path, "r");
+    if (!f) return cnt_err_set("cannot read '%s': %s", path, strerror(errno));
+    char text[1024];
+    size_t n = fread(text, 1, sizeof text, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err) return cnt_err_set("cannot read '%s'", path);
+    const char *what = "not what checkpoint.keep_best writes (epoch, step, top1, top5, loss, checkpoint)";
+    if (n == sizeof text) return cnt_err_set("%s: %s", path, what);
+    json_t *j;
+    if (json_parse(text, n, path, &j) != CNT_OK) return CNT_ERR;
+    json_t *e = json_object_get(j, "epoch"), *st = json_object_get(j, "step"), *t1 = json_object_get(j, "top1"),
+           *t5 = json_object_get(j, "top5"), *l = json_object_get(j, "loss"), *c = json_object_get(j, "checkpoint");
+    const char *name = json_is_string(c) ? json_string_value(c) : NULL;
+    int ok = json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) <= CKPT_MAX_EPOCH &&
+             json_is_integer(st) && json_integer_value(st) >= 0 && json_is_number(t1) && json_is_number(t5) &&
+             (json_is_number(l) || json_is_null(l)) && name && name[0] && strlen(name) < sizeof b->checkpoint &&
+             !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+    if (ok) {
+        memset(b, 0, sizeof *b);
+        b->epoch = (int)json_integer_value(e);
+        b->step = (long)json_integer_value(st);
+        b->top1 = json_number_value(t1);
+        b->top5 = json_number_value(t5);
+        b->loss = json_is_null(l) ? NAN : json_number_value(l);
+        snprintf(b->checkpoint, sizeof b->checkpoint, "%s", name);
+    }
+    json_decref(j);
+    return ok ? CNT_OK : cnt_err_set("%s: %s", path, what);
+}
+
+/* dir/best.cnt made a link to `from` (a temporary link renamed over it). */
+static int best_link(const char *dir, const char *from) {
+    char cnt[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
+    snprintf(cnt, sizeof cnt, "%s/" BEST_CNT, dir);
+    snprintf(tmp, sizeof tmp, "%s/." BEST_CNT ".tmp", dir);
+    unlink(tmp);
+    if (link(from, tmp) != 0)
+        return cnt_err_set("cannot link '%s' to '%s' (checkpoint.keep_best needs hard links): %s", from, tmp,
+                           strerror(errno));
+    if (rename(tmp, cnt) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return cnt_err_set("cannot rename '%s' to '%s': %s", tmp, cnt, strerror(e));
+    }
+    unlink(tmp); /* still there when best.cnt was this file already: rename then does nothing */
+    return fsync_dir(dir);
+}
+
+int ckpt_best_keep(const char *dir, const char *ckpt_path, const ckpt_best *in) {
+    const char *base = strrchr(ckpt_path, '/');
+    base = base ? base + 1 : ckpt_path;
+    if (strlen(base) >= sizeof in->checkpoint) return cnt_err_set("checkpoint name too long: '%s'", ckpt_path);
+    char json[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], loss[32];
+    snprintf(json, sizeof json, "%s/" BEST_JSON, dir);
+    snprintf(tmp, sizeof tmp, "%s/." BEST_JSON ".tmp", dir);
+    if (isfinite(in->loss))
+        snprintf(loss, sizeof loss, "%.6g", in->loss);
+    else
+        snprintf(loss, sizeof loss, "null");
+    FILE *f = fopen(tmp, "w");
+    if (!f) return cnt_err_set("cannot write '%s': %s", tmp, strerror(errno));
+    int failed = fprintf(f, "{\"epoch\": %d, \"step\": %ld, \"top1\": %.6f, \"top5\": %.6f, \"loss\": %s, "
+                            "\"checkpoint\": \"%s\"}\n",
+                         in->epoch, in->step, in->top1, in->top5, loss, base) < 0
+                     ? cnt_err_set("cannot write '%s': %s", tmp, strerror(errno))
+                     : 0;
+    if (file_commit_atomic(f, failed, tmp, json, dir, "best checkpoint's record") != CNT_OK) return CNT_ERR;
+    return best_link(dir, ckpt_path);
+}
+
+int ckpt_best_read(const char *dir, ckpt_best *b, int *found) {
+    *found = 0;
+    memset(b, 0, sizeof *b);
+    char json[CKPT_PATH_MAX], cnt[CKPT_PATH_MAX], named[CKPT_PATH_MAX];
+    snprintf(json, sizeof json, "%s/" BEST_JSON, dir);
+    snprintf(cnt, sizeof cnt, "%s/" BEST_CNT, dir);
+    struct stat sj, sn, sc;
+    if (lstat(json, &sj) != 0) {
+        if (errno == ENOENT) return CNT_OK;
+        return cnt_err_set("cannot read '%s': %s", json, strerror(errno));
+    }
+    if (best_parse(json, b) != CNT_OK)
+        return cnt_err_suffix(" (checkpoint.keep_best: move it away, or set checkpoint.keep_best = false)");
+    *found = 1;
+    snprintf(named, sizeof named, "%s/%s", dir, b->checkpoint);
+    if (stat(named, &sn) == 0 && (stat(cnt, &sc) != 0 || sc.st_ino != sn.st_ino || sc.st_dev != sn.st_dev)) {
+        log_warn("checkpoint.keep_best: %s is not %s, which %s names (a run stopped between the two): linked again",
+                 cnt, named, json);
+        return best_link(dir, named);
+    }
+    return CNT_OK;
+}
+
+/* Whether ckpt_supersede moves best.json and best.cnt for a run starting at
+ * (epoch, epoch_samples): the best is further into the data (or unknown, and
+ * the run a fresh start), or best.json cannot be read. */
+static int best_superseded(const char *dir, int epoch, long epoch_samples) {
+    char json[CKPT_PATH_MAX], cnt[CKPT_PATH_MAX];
+    snprintf(json, sizeof json, "%s/" BEST_JSON, dir);
+    snprintf(cnt, sizeof cnt, "%s/" BEST_CNT, dir);
+    struct stat st;
+    if (lstat(json, &st) != 0) return lstat(cnt, &st) == 0 && epoch == 0 && epoch_samples == 0;
+    ckpt_best b;
+    if (best_parse(json, &b) != CNT_OK) {
+        log_warn("%s (moved aside with what this run supersedes)", cnt_err_msg());
+        return 1;
+    }
+    return b.epoch > epoch;
+}
+
 int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, char *moved_to, size_t len) {
     *moved = 0;
     struct stat st;
@@ -612,7 +732,8 @@ int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, c
     ckpt_pos start = {epoch, epoch_samples};
     int first = 0;
     while (first < n && cmp_pos(&all[first], &start) <= 0) first++;
-    if (first == n) {
+    int best = best_superseded(dir, epoch, epoch_samples);
+    if (first == n && !best) {
         free(all);
         return CNT_OK;
     }
@@ -640,6 +761,19 @@ int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, c
         }
     }
     free(all);
+    /* best.cnt first: best.json left without it is mended by ckpt_best_read's link or moved by the next run */
+    const char *names[2] = {BEST_CNT, BEST_JSON};
+    for (int i = 0; best && i < 2 && rc == CNT_OK; i++) {
+        char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
+        int fw = snprintf(from, sizeof from, "%s/%s", dir, names[i]);
+        int tw = snprintf(to, sizeof to, "%s/%s", sub, names[i]);
+        if (fw < 0 || (size_t)fw >= sizeof from || tw < 0 || (size_t)tw >= sizeof to)
+            rc = cnt_err_set("checkpoint directory path too long: '%s'", dir);
+        else if (rename(from, to) == 0)
+            log_info("checkpoint.dir: %s moved to %s with what this run supersedes", from, sub);
+        else if (errno != ENOENT)
+            rc = cnt_err_set("cannot move superseded '%s' to '%s': %s", from, to, strerror(errno));
+    }
     if (rc == CNT_OK) rc = fsync_dir(dir);
     snprintf(moved_to, len, "%s", sub);
     return rc;

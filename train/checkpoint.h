@@ -155,10 +155,38 @@ int ckpt_find_latest(const char *dir, char *path_out, size_t path_len);
  * every checkpoint of dir further into the data than that into
  * dir/superseded-YYYYMMDD-HHMMSS/ (created; renames, so nothing is copied or
  * lost), so the run neither overwrites them nor has a later resume = auto
- * pick them over its own. *moved gets how many, and the subdirectory's path
- * goes to moved_to when any moved. A missing dir moves nothing.
+ * pick them over its own; so do best.cnt and best.json (ckpt_best_keep) when
+ * their epoch is past the start, or when best.json cannot be read (each
+ * logged). *moved gets how many ckpt-* files moved, and the subdirectory's
+ * path goes to moved_to when anything moved. A missing dir moves nothing.
  * Errors: CNT_ERR naming the file or directory that could not be listed,
  * created or renamed (what moved before stays moved). */
 int ckpt_supersede(const char *dir, int epoch, long epoch_samples, int *moved, char *moved_to, size_t len);
+
+/* checkpoint.keep_best: the checkpoint of the best evaluation so far, kept
+ * as dir/best.cnt, a hard link to the epoch's own checkpoint file (so
+ * pruning that one to `keep` leaves it, and nothing is copied), described
+ * by dir/best.json:
+ *   {"epoch": E, "step": S, "top1": T1, "top5": T5, "loss": L, "checkpoint": "ckpt-EEEEEE.cnt"}
+ * (top1 and top5 as fractions, the checkpoint's file name in dir). */
+typedef struct ckpt_best {
+    int epoch;             /* epochs completed at the evaluation */
+    long step;
+    double top1, top5, loss;
+    char checkpoint[64];   /* the file in dir it was linked from */
+} ckpt_best;
+
+/* Makes ckpt_path (a checkpoint in dir) the best: best.json first (temporary
+ * file, fsync, rename), then best.cnt (a temporary link renamed over it),
+ * then an fsync of dir. A crash between the two leaves best.json ahead of
+ * best.cnt, which ckpt_best_read mends. Errors: CNT_ERR naming the file. */
+int ckpt_best_keep(const char *dir, const char *ckpt_path, const ckpt_best *b);
+
+/* Reads dir/best.json into *b; *found = 0 when there is none. Where best.cnt
+ * is missing or another file than the checkpoint best.json names while that
+ * checkpoint is still in dir (a crash between ckpt_best_keep's two steps), it
+ * links it again and says so (log_warn). Errors: CNT_ERR naming best.json
+ * (unreadable, not the JSON above) or the link that failed. */
+int ckpt_best_read(const char *dir, ckpt_best *b, int *found);
 
 #endif

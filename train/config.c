@@ -455,7 +455,11 @@ static const key_def key_table[] = {
          .help = "also write a checkpoint every N optimizer steps, inside epochs too (a resumed run goes on from "
                  "that exact step: same batches, same losses); 0: at epoch ends only"),
     K_INT("checkpoint", "keep", ckpt_keep, "3", AT_LEAST(0),
-        .help = "checkpoints kept in checkpoint.dir, oldest deleted first; 0 keeps all"),
+        .help = "checkpoints kept in checkpoint.dir, oldest deleted first; 0 keeps all (best.cnt is not counted)"),
+    K_BOOL("checkpoint", "keep_best", ckpt_keep_best, "false",
+         .help = "keep the checkpoint of the best test top-1 so far as checkpoint.dir/best.cnt (a hard link to "
+                 "that epoch's checkpoint, which is written for it when not due) with best.json saying its "
+                 "epoch and scores; needs checkpoints on (checkpoint.every_epochs or every_steps)"),
     K_STRING("checkpoint", "resume", ckpt_resume, "none",
            .help = "none; auto: the newest checkpoint in checkpoint.dir if there is one; or a checkpoint file"),
 };

@@ -163,6 +163,7 @@ typedef struct config {
     int ckpt_every;                  /* epochs between checkpoints, 0: never */
     long ckpt_every_steps;           /* steps between checkpoints (inside epochs too), 0: never */
     int ckpt_keep;                   /* 0: keep all */
+    int ckpt_keep_best;              /* best.cnt: the best test top-1's checkpoint (train/checkpoint.h) */
     char ckpt_resume[CONFIG_STR];    /* "none", "auto" or a path: config_resume */
 } config;
 

@@ -211,6 +211,14 @@ static int resume_files(run *r, int found, const ckpt_meta *meta) {
                      "neither overwrites %s nor a later checkpoint.resume = auto picks %s; resume %s by path",
                      moved, moved == 1 ? "" : "s", found ? "the checkpoint it resumes" : "a fresh start", to,
                      moved == 1 ? "it" : "them", moved == 1 ? "it" : "them", moved == 1 ? "it" : "one");
+        ckpt_best b;
+        int have = 0;
+        if (rc == CNT_OK && cfg->ckpt_keep_best && ckpt_best_read(dir, &b, &have) != CNT_OK) rc = CNT_ERR;
+        if (rc == CNT_OK && have) {
+            r->best_top1 = b.top1;
+            log_info("checkpoint: the best test top-1 so far, %.2f%% after epoch %d, is %s/best.cnt", 100 * b.top1,
+                     b.epoch, dir);
+        }
     }
     if (rc == CNT_OK) rc = progress_open(r->pg, found ? meta->step : -1, moved > 0);
     if (rc == CNT_OK) rc = run_write_record(r);
@@ -226,6 +234,22 @@ static int resume_files(run *r, int found, const ckpt_meta *meta) {
     }
     if (rc == CNT_OK && r->rank == 0 && !found) cnt_set_last_words("no checkpoint written");
     return rc;
+}
+
+void run_keep_best(run *r, int epochs_done, const eval_result *er) {
+    const config *cfg = r->cfg;
+    char dir[2 * CONFIG_STR + 8];
+    run_path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
+    ckpt_best b = {.epoch = epochs_done, .step = r->step, .top1 = er->top1, .top5 = er->top5, .loss = er->loss};
+    if (ckpt_best_keep(dir, r->last_ckpt, &b) != CNT_OK) {
+        log_warn("checkpoint.keep_best: %s; the best checkpoint is not kept this time", cnt_err_msg());
+        return;
+    }
+    char before[48] = "the first kept";
+    if (r->best_top1 >= 0) snprintf(before, sizeof before, "%.2f%% before", 100 * r->best_top1);
+    log_info("checkpoint: best test top-1 so far (%.2f%% after epoch %d, %s): %s/best.cnt", 100 * er->top1,
+             epochs_done, before, dir);
+    r->best_top1 = er->top1;
 }
 
 /* A missing or bad checkpoint on rank 0 is an error (CNT_ERR on rank 0; the
@@ -291,6 +315,7 @@ int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     if (status == CNT_OK) {
         log_info("checkpoint: %s (step %ld)", path, r->step);
         run_set_last_checkpoint(path, r->step);
+        snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     }
     host_state_free(&ss.hs);
     free(meta);

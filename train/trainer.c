@@ -292,8 +292,13 @@ static int end_epoch(run *r, int epoch) {
                            loader_skipped(r->test_ld)) != CNT_OK)
         return CNT_ERR;
     int complete = r->epoch_step == r->steps_per_epoch;
-    int saved = complete && r->save_at_epoch_end;
+    /* checkpoint.keep_best: a better test top-1 than any kept is saved, due or not (rank 0 decides: it alone
+     * writes, and knows the best so far) */
+    int best = r->rank == 0 && cfg->ckpt_keep_best && ckpt_on(cfg) && evaluated && complete && !r->diverged &&
+               er.top1 > r->best_top1;
+    int saved = complete && (r->save_at_epoch_end || best);
     if (r->rank == 0 && saved && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK) return CNT_ERR;
+    if (best) run_keep_best(r, epoch + 1, &er);
     r->save_at_epoch_end = 0;
     /* A stop signal that came after this rank's evaluation or during the
      * checkpoint stops the run here, not one step into the next epoch. */
@@ -426,7 +431,7 @@ static int run_worker(run *r, train_result *res) {
 }
 
 int trainer_run(const config *cfg, train_result *res) {
-    run r = {.cfg = cfg, .lock_fd = -1};
+    run r = {.cfg = cfg, .lock_fd = -1, .best_top1 = -1};
     stop_install();
     /* First of all, before any collective that a key decides (the exchange's,
      * the timeline's, the watchdog's): ranks launched with different keys
