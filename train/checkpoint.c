@@ -611,17 +611,13 @@ int ckpt_find_latest(const char *dir, char *path_out, size_t path_len) {
 
 /* path (a best.json) into *b, or CNT_ERR naming it. */
 static int best_parse(const char *path, ckpt_best *b) {
-    FILE *f = fopen(path, "r");
-    if (!f) return cnt_err_set("cannot read '%s': %s", path, strerror(errno));
-    char text[1024];
-    size_t n = fread(text, 1, sizeof text, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err) return cnt_err_set("cannot read '%s'", path);
-    const char *what = "not what checkpoint.keep_best writes (epoch, step, top1, top5, loss, checkpoint)";
-    if (n == sizeof text) return cnt_err_set("%s: %s", path, what);
+    size_t n;
+    char *text = file_read_all(path, "best checkpoint's record", 1023, &n);
+    if (!text) return CNT_ERR;
     json_t *j;
-    if (json_parse(text, n, path, &j) != CNT_OK) return CNT_ERR;
+    int parsed = json_parse(text, n, path, &j);
+    free(text);
+    if (parsed != CNT_OK) return CNT_ERR;
     json_t *e = json_object_get(j, "epoch"), *st = json_object_get(j, "step"), *t1 = json_object_get(j, "top1"),
            *t5 = json_object_get(j, "top5"), *l = json_object_get(j, "loss"), *c = json_object_get(j, "checkpoint");
     const char *name = json_is_string(c) ? json_string_value(c) : NULL;
@@ -639,7 +635,9 @@ static int best_parse(const char *path, ckpt_best *b) {
         snprintf(b->checkpoint, sizeof b->checkpoint, "%s", name);
     }
     json_decref(j);
-    return ok ? CNT_OK : cnt_err_set("%s: %s", path, what);
+    return ok ? CNT_OK
+              : cnt_err_set("%s: not what checkpoint.keep_best writes (epoch, step, top1, top5, loss, checkpoint)",
+                            path);
 }
 
 /* dir/best.cnt made a link to `from` (a temporary link renamed over it). */
@@ -660,10 +658,12 @@ static int best_link(const char *dir, const char *from) {
     return fsync_dir(dir);
 }
 
-int ckpt_best_keep(const char *dir, const char *ckpt_path, const ckpt_best *in) {
-    const char *base = strrchr(ckpt_path, '/');
-    base = base ? base + 1 : ckpt_path;
-    if (strlen(base) >= sizeof in->checkpoint) return cnt_err_set("checkpoint name too long: '%s'", ckpt_path);
+int ckpt_best_keep(const char *dir, const ckpt_best *in) {
+    /* the epoch's own checkpoint: the best is scored at an epoch's end */
+    char ckpt_path[CKPT_PATH_MAX];
+    if (ckpt_name(ckpt_path, sizeof ckpt_path, dir, "", (ckpt_pos){in->epoch, 0}, "") != CNT_OK)
+        return cnt_err_set("checkpoint directory path too long: '%s'", dir);
+    const char *base = strrchr(ckpt_path, '/') + 1;
     char json[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], loss[32];
     snprintf(json, sizeof json, "%s/" BEST_JSON, dir);
     snprintf(tmp, sizeof tmp, "%s/." BEST_JSON ".tmp", dir);

@@ -176,11 +176,13 @@ typedef struct ckpt_best {
     char checkpoint[64];   /* the file in dir it was linked from */
 } ckpt_best;
 
-/* Makes ckpt_path (a checkpoint in dir) the best: best.json first (temporary
- * file, fsync, rename), then best.cnt (a temporary link renamed over it),
- * then an fsync of dir. A crash between the two leaves best.json ahead of
- * best.cnt, which ckpt_best_read mends. Errors: CNT_ERR naming the file. */
-int ckpt_best_keep(const char *dir, const char *ckpt_path, const ckpt_best *b);
+/* Makes dir's checkpoint after b->epoch whole epochs (ckpt-EEEEEE.cnt,
+ * written before) the best, b its scores (b->checkpoint is ignored: the
+ * file's name is recorded): best.json first (temporary file, fsync,
+ * rename), then best.cnt (a temporary link renamed over it), then an fsync
+ * of dir. A crash between the two leaves best.json ahead of best.cnt, which
+ * ckpt_best_read mends. Errors: CNT_ERR naming the file. */
+int ckpt_best_keep(const char *dir, const ckpt_best *b);
 
 /* Reads dir/best.json into *b; *found = 0 when there is none. Where best.cnt
  * is missing or another file than the checkpoint best.json names while that

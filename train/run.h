@@ -65,7 +65,6 @@ typedef struct run {
     char lock_file[CONFIG_STR + 16]; /* rank 0: train.out_dir/.lock.run where the lock is a file; "": none */
     int diverged;
     double best_top1;        /* rank 0, checkpoint.keep_best: the best test top-1 kept so far; -1: none */
-    char last_ckpt[3 * CONFIG_STR]; /* rank 0: the checkpoint run_save_checkpoint wrote last */
     emulation emu;           /* train.emulate_compute: the profile's times; n_nodes 0: real compute */
     struct profile *bucket_prof; /* rank 0, dist.bucket_mb = auto: its profile until chosen; else NULL */
     char bucket_prof_from[CONFIG_STR + 64]; /* where that profile came from, for the log */
@@ -128,8 +127,8 @@ int run_write_config_ini(const config *cfg, const char *text, size_t len);
 int run_write_record(run *r);
 /* Rank 0: what a resume would start from, kept as the process's last words. */
 void run_set_last_checkpoint(const char *path, long step);
-/* Rank 0, checkpoint.keep_best: the checkpoint run_save_checkpoint just
- * wrote after `epochs_done` epochs becomes best.cnt, er its scores
+/* Rank 0, checkpoint.keep_best: the checkpoint run_save_checkpoint wrote
+ * after `epochs_done` epochs becomes best.cnt, er its scores
  * (ckpt_best_keep). A failure is a warning (the run goes on; the epoch's
  * checkpoint is written), and the best is not moved. */
 void run_keep_best(run *r, int epochs_done, const eval_result *er);

@@ -241,7 +241,7 @@ void run_keep_best(run *r, int epochs_done, const eval_result *er) {
     char dir[2 * CONFIG_STR + 8];
     run_path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
     ckpt_best b = {.epoch = epochs_done, .step = r->step, .top1 = er->top1, .top5 = er->top5, .loss = er->loss};
-    if (ckpt_best_keep(dir, r->last_ckpt, &b) != CNT_OK) {
+    if (ckpt_best_keep(dir, &b) != CNT_OK) {
         log_warn("checkpoint.keep_best: %s; the best checkpoint is not kept this time", cnt_err_msg());
         return;
     }
@@ -315,7 +315,6 @@ int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     if (status == CNT_OK) {
         log_info("checkpoint: %s (step %ld)", path, r->step);
         run_set_last_checkpoint(path, r->step);
-        snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     }
     host_state_free(&ss.hs);
     free(meta);
