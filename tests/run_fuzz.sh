@@ -53,6 +53,8 @@ if [ -n "$need" ]; then
     fi
     "$B/trainer" --profile configs/resnet20-fashion.ini "$seeds/p.json" train.batch_size=8 train.threads=1 \
         >/dev/null 2>&1 && seed profile "$seeds/p.json"
+    # an IDX pair (its first byte says where the images end) and a listing as
+    # dataset_pack writes it (data/imagefolder.c): 3 images in 2 classes
     python3 - "$seeds" <<'PY'
 import struct, sys, os
 d = sys.argv[1]
@@ -62,19 +64,12 @@ img = struct.pack(">IIII", 0x803, n, h, w) + bytes(range(n * h * w))
 lab = struct.pack(">II", 0x801, n) + bytes([0, 1, 2])
 with open(d + "/gen/idx", "wb") as f:
     f.write(bytes([int(256 * (1 + len(img)) / (1 + len(img) + len(lab)))]) + img + lab)
-PY
-    seed idx "$seeds/gen/idx"
-    # a listing as dataset_pack writes it (data/imagefolder.c): 3 images in 2 classes
-    python3 - "$seeds" <<'PY'
-import struct, sys, os
-d = sys.argv[1]
-os.makedirs(d + "/gen", exist_ok=True)
 root, names = b"/data/set", b"a/0.jpg\0a/1.jpg\0b/2.png\0"
-offs = [0, 8, 16]
-body = root + names + struct.pack("<3i", 0, 0, 1) + struct.pack("<3Q", *offs) + struct.pack("<2Q", 0, 16)
+body = root + names + struct.pack("<3i", 0, 0, 1) + struct.pack("<3Q", 0, 8, 16) + struct.pack("<2Q", 0, 16)
 with open(d + "/gen/listing", "wb") as f:
     f.write(b"CNTLIST1" + struct.pack("<4Q", 3, 2, len(names), len(root)) + body)
 PY
+    seed idx "$seeds/gen/idx"
     seed listing "$seeds/gen/listing"
     for t in $need; do mkdir -p "$corpus/$t"; [ -d "$seeds/$t" ] && cp "$seeds/$t"/* "$corpus/$t/"; done
 fi
