@@ -435,9 +435,24 @@ typedef struct backend {
      * With momentum == 0 buf is untouched (it may be NULL) and step = g.
      * lr_at: NULL, or a device float holding the rate, read when the update
      * runs instead of lr (a recorded step, capture_begin, reads the rate of
-     * each replay). */
+     * each replay). scale_at: NULL, or a device float s (LARS's trust ratio,
+     * lars_trust) that multiplies g: g = s * (grad_scale * grad +
+     * weight_decay * param), rounded once more. */
     void (*sgd_update)(size_t n, float *param, const float *grad, float *momentum_buf, float lr,
-                       float momentum, float weight_decay, int nesterov, float grad_scale, const float *lr_at);
+                       float momentum, float weight_decay, int nesterov, float grad_scale, const float *lr_at,
+                       const float *scale_at);
+    /* out[0] = sum of a[i]^2, out[1] = sum of b[i]^2 over i < n (out: two
+     * device floats), each accumulated in double in an order fixed by n
+     * alone, then rounded to float: the same values give the same bits on
+     * every call, on every rank and with any number of threads. */
+    void (*sumsq2)(size_t n, const float *a, const float *b, float *out);
+    /* LARS's trust ratios (You et al. 2017) of k tensors from their sumsq2
+     * pairs (sums[2r]: the parameters', sums[2r + 1]: the gradient's, before
+     * grad_scale), in double, rounded to float:
+     *   w = sqrt(sums[2r]), g = grad_scale * sqrt(sums[2r + 1])
+     *   trust[r] = w > 0 && g > 0 ? eta * w / (g + weight_decay * w) : 1
+     * sums and trust are device arrays of 2k and k floats. */
+    void (*lars_trust)(int k, const float *sums, float eta, float weight_decay, float grad_scale, float *trust);
 
     /* ---- recorded steps (optional, all or none; NULL: every op runs as it
      * is called, the CPU's way) ----

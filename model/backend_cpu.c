@@ -1274,18 +1274,21 @@ static void cpu_softmax_xent(int N, int K, const float *logits, const int *label
 /* --------------------------------------------------------------- optimizer */
 
 static void cpu_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                           float weight_decay, int nesterov, float grad_scale, const float *lr_at) {
+                           float weight_decay, int nesterov, float grad_scale, const float *lr_at,
+                           const float *scale_at) {
     if (lr_at) lr = *lr_at; /* device memory is host memory here */
+    /* LARS's trust ratio, 1 without it: a product with 1 is exact, the same bits as none */
+    const float s = scale_at ? *scale_at : 1.0f;
     if (momentum == 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) param[i] -= lr * (grad_scale * grad[i] + weight_decay * param[i]);
+        for (size_t i = 0; i < n; i++) param[i] -= lr * (s * (grad_scale * grad[i] + weight_decay * param[i]));
         return;
     }
     CNT_ASSERT(momentum_buf != NULL);
     if (nesterov) {
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float g = grad_scale * grad[i] + weight_decay * param[i];
+            float g = s * (grad_scale * grad[i] + weight_decay * param[i]);
             float b = momentum * momentum_buf[i] + g;
             momentum_buf[i] = b;
             param[i] -= lr * (g + momentum * b);
@@ -1293,11 +1296,49 @@ static void cpu_sgd_update(size_t n, float *param, const float *grad, float *mom
     } else {
 #pragma omp parallel for simd schedule(static) if (n >= CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float g = grad_scale * grad[i] + weight_decay * param[i];
+            float g = s * (grad_scale * grad[i] + weight_decay * param[i]);
             float b = momentum * momentum_buf[i] + g;
             momentum_buf[i] = b;
             param[i] -= lr * b;
         }
+    }
+}
+
+/* Chunks of at least this many values, at most SUMSQ_CHUNKS of them: their
+ * partial sums in a fixed order whatever the number of threads. */
+#define SUMSQ_MIN_CHUNK 16384
+#define SUMSQ_CHUNKS 1024
+
+static void cpu_sumsq2(size_t n, const float *a, const float *b, float *out) {
+    size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    if (chunk < SUMSQ_MIN_CHUNK) chunk = SUMSQ_MIN_CHUNK;
+    long chunks = (long)((n + chunk - 1) / chunk);
+    double part[2 * SUMSQ_CHUNKS];
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (long c = 0; c < chunks; c++) {
+        size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        double sa = 0.0, sb = 0.0;
+#pragma omp simd reduction(+ : sa, sb)
+        for (size_t i = lo; i < hi; i++) {
+            sa += (double)a[i] * a[i];
+            sb += (double)b[i] * b[i];
+        }
+        part[2 * c] = sa;
+        part[2 * c + 1] = sb;
+    }
+    double sa = 0.0, sb = 0.0;
+    for (long c = 0; c < chunks; c++) {
+        sa += part[2 * c];
+        sb += part[2 * c + 1];
+    }
+    out[0] = (float)sa;
+    out[1] = (float)sb;
+}
+
+static void cpu_lars_trust(int k, const float *sums, float eta, float weight_decay, float grad_scale, float *trust) {
+    for (int r = 0; r < k; r++) {
+        double w = sqrt((double)sums[2 * r]), g = (double)grad_scale * sqrt((double)sums[2 * r + 1]);
+        trust[r] = w > 0.0 && g > 0.0 ? (float)(eta * w / (g + (double)weight_decay * w)) : 1.0f;
     }
 }
 
@@ -1716,6 +1757,8 @@ static const backend cpu_backend = {
     .normalize_u8 = cpu_normalize_u8,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
+    .sumsq2 = cpu_sumsq2,
+    .lars_trust = cpu_lars_trust,
     .set_threads = cpu_set_threads,
     .find_nonfinite = cpu_find_nonfinite,
     .convert_layout = cpu_convert_layout,

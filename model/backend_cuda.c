@@ -128,6 +128,8 @@ static struct {
     size_t ws_bytes;
     size_t ws_limit;           /* largest workspace an algorithm may ask for */
     double *scratch;           /* our kernels' reductions */
+    double *sumsq_partial;     /* sumsq2's partial sums (2 * CUK_SUMSQ2_BLOCKS), set at the start: a recorded
+                                * step may call it before any eager step has (its first steps skipped) */
     size_t scratch_n;
     float *fscratch;           /* NHWC convolutions: the filter (or its gradient) as [K, R, S, C] */
     size_t fscratch_n;
@@ -1712,11 +1714,23 @@ static void cuda_softmax_xent(int N, int K, const float *logits, const int *labe
 }
 
 static void cuda_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                            float weight_decay, int nesterov, float grad_scale, const float *lr_at) {
+                            float weight_decay, int nesterov, float grad_scale, const float *lr_at,
+                            const float *scale_at) {
     on_device();
     CNT_ASSERT(momentum == 0.0f || momentum_buf != NULL);
     CUDA_CHECK(cuk_sgd_update(g.stream, n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
-                              grad_scale, lr_at));
+                              grad_scale, lr_at, scale_at));
+}
+
+static void cuda_sumsq2(size_t n, const float *a, const float *b, float *out) {
+    on_device();
+    CUDA_CHECK(cuk_sumsq2(g.stream, n, a, b, out, g.sumsq_partial));
+}
+
+static void cuda_lars_trust(int k, const float *sums, float eta, float weight_decay, float grad_scale,
+                            float *trust) {
+    on_device();
+    CUDA_CHECK(cuk_lars_trust(g.stream, k, sums, eta, weight_decay, grad_scale, trust));
 }
 
 /* ---- recorded steps (train.cuda_graph): stream capture of g.stream ---- */
@@ -2021,6 +2035,8 @@ static const backend cuda_backend = {
     .normalize_u8 = cuda_normalize_u8,
     .softmax_xent = cuda_softmax_xent,
     .sgd_update = cuda_sgd_update,
+    .sumsq2 = cuda_sumsq2,
+    .lars_trust = cuda_lars_trust,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
@@ -2148,6 +2164,7 @@ const backend *backend_cuda(int local_rank) {
         CUDA_CHECK(cudaMalloc(&g.cublas_ws, bytes));
         CUBLAS_CHECK(cublasSetWorkspace(g.cublas, g.cublas_ws, bytes));
     }
+    CUDA_CHECK(cudaMalloc((void **)&g.sumsq_partial, 2 * CUK_SUMSQ2_BLOCKS * sizeof(double)));
     g.cublas_tf32 = -1;
     cublas_math(BACKEND_MATH_FP32);
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&g.bn_x));

@@ -570,10 +570,11 @@ __global__ void bn_single_bwd_k(int C, const float *dy, float *dx, float *dgamma
 /* --------------------------------------------------------------- optimizer */
 
 /* One value's update: the CPU backend's expressions, one rounding per
- * operation (see axpy_k). */
+ * operation (see axpy_k); sc is LARS's trust ratio, 1 without it (a
+ * product with 1 is exact: the same bits as no product). */
 __device__ __forceinline__ void sgd_one(size_t i, float *param, const float *grad, float *buf, float lr,
-                                        float momentum, float wd, int nesterov, float grad_scale) {
-    float g = __fadd_rn(__fmul_rn(grad_scale, grad[i]), __fmul_rn(wd, param[i]));
+                                        float momentum, float wd, int nesterov, float grad_scale, float sc) {
+    float g = __fmul_rn(sc, __fadd_rn(__fmul_rn(grad_scale, grad[i]), __fmul_rn(wd, param[i])));
     if (momentum == 0.0f) {
         param[i] = __fsub_rn(param[i], __fmul_rn(lr, g));
         return;
@@ -584,9 +585,48 @@ __device__ __forceinline__ void sgd_one(size_t i, float *param, const float *gra
 }
 
 __global__ void sgd_k(size_t n, float *param, const float *grad, float *buf, float lr, float momentum, float wd,
-                      int nesterov, float grad_scale, const float *lr_at) {
+                      int nesterov, float grad_scale, const float *lr_at, const float *scale_at) {
     if (lr_at) lr = *lr_at;
-    GRID_STRIDE(i, n) sgd_one(i, param, grad, buf, lr, momentum, wd, nesterov, grad_scale);
+    const float sc = scale_at ? *scale_at : 1.0f;
+    GRID_STRIDE(i, n) sgd_one(i, param, grad, buf, lr, momentum, wd, nesterov, grad_scale, sc);
+}
+
+/* sumsq2: block b of G sums the squares of its equal slice of a and b in
+ * double, in block_sum's fixed tree; sumsq2_final_k adds the G pairs in
+ * order. G depends on n alone, so the bits do too. */
+__global__ void sumsq2_partial_k(size_t n, int G, const float *a, const float *b, double *partial) {
+    __shared__ double sh[kThreads];
+    size_t per = (n + G - 1) / G, j0 = (size_t)blockIdx.x * per, j1 = j0 + per < n ? j0 + per : n;
+    double sa = 0.0, sb = 0.0;
+    for (size_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        double x = a[j], y = b[j];
+        sa += x * x;
+        sb += y * y;
+    }
+    sa = block_sum(sa, sh);
+    sb = block_sum(sb, sh);
+    if (threadIdx.x == 0) {
+        partial[2 * blockIdx.x] = sa;
+        partial[2 * blockIdx.x + 1] = sb;
+    }
+}
+
+__global__ void sumsq2_final_k(int G, const double *partial, float *out) {
+    if (threadIdx.x != 0) return;
+    double sa = 0.0, sb = 0.0;
+    for (int k = 0; k < G; k++) {
+        sa += partial[2 * k];
+        sb += partial[2 * k + 1];
+    }
+    out[0] = (float)sa;
+    out[1] = (float)sb;
+}
+
+__global__ void lars_trust_k(int k, const float *sums, float eta, float wd, float grad_scale, float *trust) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= k) return;
+    double w = sqrt((double)sums[2 * r]), g = (double)grad_scale * sqrt((double)sums[2 * r + 1]);
+    trust[r] = w > 0.0 && g > 0.0 ? (float)((double)eta * w / (g + (double)wd * w)) : 1.0f;
 }
 
 template <typename T> __global__ void narrow_k(size_t n, const float *x, T *h) {
@@ -865,10 +905,28 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, 
 
 cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
                            float lr, float momentum, float weight_decay, int nesterov, float grad_scale,
-                           const float *lr_at) {
+                           const float *lr_at, const float *scale_at) {
     if (n)
         sgd_k<<<grid_for(n), kThreads, 0, s>>>(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov,
-                                               grad_scale, lr_at);
+                                               grad_scale, lr_at, scale_at);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_sumsq2(cudaStream_t s, size_t n, const float *a, const float *b, float *out, double *partial) {
+    /* one block per 64 K values, at most CUK_SUMSQ2_BLOCKS */
+    size_t G = (n + 65535) / 65536;
+    if (G < 1) G = 1;
+    if (G > CUK_SUMSQ2_BLOCKS) G = CUK_SUMSQ2_BLOCKS;
+    sumsq2_partial_k<<<(unsigned)G, kThreads, 0, s>>>(n, (int)G, a, b, partial);
+    sumsq2_final_k<<<1, 32, 0, s>>>((int)G, partial, out);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_lars_trust(cudaStream_t s, int k, const float *sums, float eta, float weight_decay,
+                           float grad_scale, float *trust) {
+    if (k > 0)
+        lars_trust_k<<<(unsigned)((k + kThreads - 1) / kThreads), kThreads, 0, s>>>(k, sums, eta, weight_decay,
+                                                                                    grad_scale, trust);
     return cudaGetLastError();
 }
 

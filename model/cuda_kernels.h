@@ -100,10 +100,17 @@ cudaError_t cuk_convert_layout(cudaStream_t s, int N, int C, int HW, const void 
 cudaError_t cuk_normalize_u8(cudaStream_t s, int N, int C, int HW, const uint8_t *x, const float *lut, float *y);
 cudaError_t cuk_softmax_xent(cudaStream_t s, int N, int K, const float *logits, const int *labels,
                              float smoothing, float *loss, float *dlogits, double *row_loss);
-/* lr_at: NULL, or a device float the kernel reads the rate from instead of lr */
+/* lr_at: NULL, or a device float the kernel reads the rate from instead of
+ * lr; scale_at: NULL, or a device float multiplying the step (LARS) */
 cudaError_t cuk_sgd_update(cudaStream_t s, size_t n, float *param, const float *grad, float *momentum_buf,
                            float lr, float momentum, float weight_decay, int nesterov, float grad_scale,
-                           const float *lr_at);
+                           const float *lr_at, const float *scale_at);
+/* model/backend.h's sumsq2; partial: device scratch of 2 * CUK_SUMSQ2_BLOCKS doubles */
+#define CUK_SUMSQ2_BLOCKS 512
+cudaError_t cuk_sumsq2(cudaStream_t s, size_t n, const float *a, const float *b, float *out, double *partial);
+/* model/backend.h's lars_trust */
+cudaError_t cuk_lars_trust(cudaStream_t s, int k, const float *sums, float eta, float weight_decay,
+                           float grad_scale, float *trust);
 
 /* ---- 16-bit copies for the reduced-precision math modes ----
  * `math` is BACKEND_MATH_FP16 (IEEE half) or BACKEND_MATH_BF16 (bfloat16);

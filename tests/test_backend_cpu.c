@@ -808,10 +808,13 @@ static void test_softmax_xent(void **state) {
 /* ---------------------------------------------------------------- optimizer */
 
 /* Odd steps take the rate from a device float (lr_at), the lr argument
- * then a NaN that must not be read. */
+ * then a NaN that must not be read; step 2 scales the step by a trust ratio
+ * (scale_at: LARS), which the reference folds into grad_scale and wd. */
 static void test_sgd_update(void **state) {
     (void)state;
-    float *lr_at = be->alloc(sizeof(float));
+    float *lr_at = be->alloc(sizeof(float)), *scale_at = be->alloc(sizeof(float));
+    const float trust = 0.37f;
+    be->upload(scale_at, &trust, sizeof trust);
     static const struct {
         double lr, momentum, wd;
         int nesterov;
@@ -833,13 +836,14 @@ static void test_sgd_update(void **state) {
             tu_dev_to_double(be, param.d, param.h, n);
             tu_dev_to_double(be, buf.d, buf.h, n);
             memcpy(old, param.h, n * sizeof(double));
-            ref_sgd_update(n, param.h, grad.h, buf.h, cases[i].lr, cases[i].momentum, cases[i].wd,
-                           cases[i].nesterov, cases[i].grad_scale);
+            double sc = step == 2 ? trust : 1.0;
+            ref_sgd_update(n, param.h, grad.h, buf.h, cases[i].lr, cases[i].momentum, sc * cases[i].wd,
+                           cases[i].nesterov, sc * cases[i].grad_scale);
             float lr = (float)cases[i].lr;
             if (step % 2) be->upload(lr_at, &lr, sizeof lr);
             be->sgd_update(n, param.d, grad.d, buf.d, step % 2 ? NAN : lr, (float)cases[i].momentum,
                            (float)cases[i].wd, cases[i].nesterov, (float)cases[i].grad_scale,
-                           step % 2 ? lr_at : NULL);
+                           step % 2 ? lr_at : NULL, step == 2 ? scale_at : NULL);
             /* the change of each parameter (small next to the parameter, so compared on its own;
              * atol: the final rounding of a parameter near 1 to float) */
             tu_dev_to_double(be, param.d, got, n);
@@ -863,6 +867,69 @@ static void test_sgd_update(void **state) {
     free(want);
     free(got);
     be->free(lr_at);
+    be->free(scale_at);
+}
+
+/* sumsq2 against a sum in long double, for sizes around its chunking
+ * (16384 values, at most 1024 chunks), and the same bits with 1 thread as
+ * with all: every rank must compute the same trust ratios. */
+static void test_sumsq2(void **state) {
+    (void)state;
+    static const size_t sizes[] = {0, 1, 7, 16383, 16384, 16385, 100003, (size_t)1 << 20, 17000000};
+    float *out = be->alloc(2 * sizeof(float));
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        size_t n = sizes[t];
+        rng r;
+        rng_seed(&r, 15000 + t, 1);
+        pair a = pair_normal(&r, n ? n : 1, 0.0, 1.0), b = pair_uniform(&r, n ? n : 1, -3.0, 3.0);
+        long double wa = 0, wb = 0; /* a.h and b.h: the device's values, exactly */
+        for (size_t i = 0; i < n; i++) {
+            wa += (long double)a.h[i] * a.h[i];
+            wb += (long double)b.h[i] * b.h[i];
+        }
+        float got[2], one[2];
+        be->sumsq2(n, a.d, b.d, out);
+        be->download(got, out, sizeof got);
+        char what[96];
+        snprintf(what, sizeof what, "sumsq2 n %zu", n);
+        double want2[2] = {(double)wa, (double)wb}, got2[2] = {got[0], got[1]};
+        tu_assert_close(what, want2, got2, 2, 2e-7, 0.0); /* one rounding to float, and double's sums */
+        be->set_threads(1);
+        be->sumsq2(n, a.d, b.d, out);
+        be->download(one, out, sizeof one);
+        be->set_threads(0);
+        snprintf(what, sizeof what, "sumsq2 n %zu: 1 thread against all", n);
+        if (memcmp(one, got, sizeof got) != 0)
+            fail_msg("%s: %a %a against %a %a", what, (double)one[0], (double)one[1], (double)got[0], (double)got[1]);
+        pair_free(&a);
+        pair_free(&b);
+    }
+    be->free(out);
+}
+
+/* lars_trust against the formula in double, with the cases that give 1: a
+ * zero weight norm (a tensor initialised to zero) or a zero gradient. */
+static void test_lars_trust(void **state) {
+    (void)state;
+    const float eta = 0.001f, wd = 5e-4f, gs = 0.125f;
+    const float sums[] = {4.0f, 9.0f, 0.0f, 1.0f, 2.5f, 0.0f, 1e-6f, 1e4f, 3e3f, 1e-8f, 0.0f, 0.0f};
+    const int k = (int)(sizeof sums / sizeof sums[0] / 2);
+    float *sd = be->alloc(sizeof sums), *td = be->alloc((size_t)k * sizeof(float));
+    be->upload(sd, sums, sizeof sums);
+    be->lars_trust(k, sd, eta, wd, gs, td);
+    float got[6];
+    be->download(got, td, (size_t)k * sizeof(float));
+    for (int r = 0; r < k; r++) {
+        double w = sqrt((double)sums[2 * r]), g = gs * sqrt((double)sums[2 * r + 1]);
+        double want = w > 0 && g > 0 ? eta * w / (g + wd * w) : 1.0;
+        char what[64];
+        snprintf(what, sizeof what, "lars_trust tensor %d", r);
+        double gd = got[r];
+        tu_assert_close(what, &want, &gd, 1, 1e-7, 0.0);
+    }
+    assert_true(got[1] == 1.0f && got[2] == 1.0f && got[5] == 1.0f);
+    be->free(sd);
+    be->free(td);
 }
 
 /* ---------------------------------------------------------------- optional ops */
@@ -1811,6 +1878,8 @@ int main(void) {
         cmocka_unit_test_setup(test_channel_copy, all_threads),
         cmocka_unit_test_setup(test_softmax_xent, all_threads),
         cmocka_unit_test_setup(test_sgd_update, all_threads),
+        cmocka_unit_test_setup(test_sumsq2, all_threads),
+        cmocka_unit_test_setup(test_lars_trust, all_threads),
         cmocka_unit_test_setup(test_optional_ops, all_threads),
         cmocka_unit_test_setup(test_conv_describe, all_threads),
         cmocka_unit_test_setup(test_determinism, all_threads),

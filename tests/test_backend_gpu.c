@@ -1942,17 +1942,26 @@ static void test_sgd_update(void **state) {
             dual_sync_from_cpu(&param);
             dual_sync_from_cpu(&buf);
             float *old = download(CPU, param.p[CPU], total);
-            /* the GPU reads the rate from a device float (lr_at), its lr argument a NaN, in every other case */
-            float *lr_at = NULL;
+            /* the GPU reads the rate from a device float (lr_at), its lr argument a NaN, in every other case;
+             * step 1 scales the step by a trust ratio (scale_at: LARS) on both sides */
+            float *lr_at = NULL, *scale_at[2] = {NULL, NULL};
             if (i % 2) {
                 lr_at = be[GPU]->alloc(sizeof(float));
                 be[GPU]->upload(lr_at, &cases[i].lr, sizeof(float));
             }
+            if (step == 1) {
+                const float trust = 0.37f;
+                for (int s = CPU; s <= GPU; s++) {
+                    scale_at[s] = be[s]->alloc(sizeof(float));
+                    be[s]->upload(scale_at[s], &trust, sizeof trust);
+                }
+            }
             for (int s = CPU; s <= GPU; s++)
                 be[s]->sgd_update(n, param.p[s] + off, grad.p[s] + off, cases[i].null_buf ? NULL : buf.p[s] + off,
                                   s == GPU && lr_at ? NAN : cases[i].lr, cases[i].momentum, cases[i].wd,
-                                  cases[i].nesterov, cases[i].grad_scale, s == GPU ? lr_at : NULL);
+                                  cases[i].nesterov, cases[i].grad_scale, s == GPU ? lr_at : NULL, scale_at[s]);
             if (lr_at) be[GPU]->free(lr_at);
+            for (int s = CPU; s <= GPU; s++) be[s]->free(scale_at[s]);
             /* The same operations rounded alike on both sides (see the top of
              * this file): the new parameters must be the CPU's bit for bit.
              * The change is compared first, for a readable message. */
@@ -1980,6 +1989,55 @@ static void test_sgd_update(void **state) {
         }
         dual_free(&param);
         dual_free(&buf);
+    }
+}
+
+/* LARS's two ops: sumsq2's sums (both sides accumulate in double, in
+ * different orders, then round to float: within 1e-6), with sizes around
+ * the GPU's blocks (64 K values each, at most 512) and an offset pointer;
+ * the GPU's sums bit for bit the same on a second call (every rank must
+ * compute the same trust ratios); lars_trust from the same sums, with the
+ * zero cases that give 1. */
+static void test_lars_ops(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const size_t sizes[] = {0, 1, 1000, 65536, 65537, 3000001, 40000003};
+    float *out[2];
+    for (int s = CPU; s <= GPU; s++) out[s] = be[s]->alloc(8 * sizeof(float));
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        size_t n = sizes[t];
+        rng r;
+        rng_seed(&r, 2400 + t, 1);
+        dual a = dual_normal(&r, n + 1, 0.0f, 1.0f), b = dual_uniform(&r, n + 1, -2.0f, 2.0f);
+        for (int s = CPU; s <= GPU; s++) be[s]->sumsq2(n, a.p[s] + 1, b.p[s] + 1, out[s]);
+        be[GPU]->sumsq2(n, a.p[GPU] + 1, b.p[GPU] + 1, out[GPU] + 2);
+        float *c = download(CPU, out[CPU], 2), *g = download(GPU, out[GPU], 4);
+        char what[64];
+        snprintf(what, sizeof what, "sumsq2 n %zu", n);
+        double want[2] = {c[0], c[1]};
+        tu_assert_close_f(what, want, g, 2, 1e-6, 0.0);
+        snprintf(what, sizeof what, "sumsq2 n %zu, called twice", n);
+        tu_assert_bitwise_equal_f(what, g, g + 2, 2);
+        free(c);
+        free(g);
+        dual_free(&a);
+        dual_free(&b);
+    }
+    const float sums[8] = {4.0f, 9.0f, 0.0f, 1.0f, 2.5f, 0.0f, 3e3f, 1e-8f};
+    float *trust[2];
+    for (int s = CPU; s <= GPU; s++) {
+        trust[s] = be[s]->alloc(4 * sizeof(float));
+        be[s]->upload(out[s], sums, sizeof sums);
+        be[s]->lars_trust(4, out[s], 0.001f, 5e-4f, 0.125f, trust[s]);
+    }
+    float *c = download(CPU, trust[CPU], 4), *g = download(GPU, trust[GPU], 4);
+    tu_assert_bitwise_equal_f("lars_trust", c, g, 4);
+    assert_true(g[1] == 1.0f && g[2] == 1.0f);
+    free(c);
+    free(g);
+    for (int s = CPU; s <= GPU; s++) {
+        be[s]->free(trust[s]);
+        be[s]->free(out[s]);
     }
 }
 
@@ -2242,7 +2300,7 @@ static void resnet20_train_step(int layout) {
     float *mom[2];
     for (int s = CPU; s <= GPU; s++) {
         mom[s] = be[s]->alloc(np * sizeof(float));
-        be[s]->sgd_update(np, nt[s]->params, nt[s]->grads, mom[s], 0.1f, 0.9f, 5e-4f, 0, 1.0f, NULL);
+        be[s]->sgd_update(np, nt[s]->params, nt[s]->grads, mom[s], 0.1f, 0.9f, 5e-4f, 0, 1.0f, NULL, NULL);
     }
     float *p1c = download(CPU, nt[CPU]->params, np), *p1g = download(GPU, nt[GPU]->params, np);
     for (int t = nt[CPU]->n_param_tensors - 1; t >= 0; t--) {
@@ -2855,6 +2913,7 @@ int main(void) {
         cmocka_unit_test_setup(test_convert_layout, fp32_math),
         cmocka_unit_test_setup(test_softmax_xent, fp32_math),
         cmocka_unit_test_setup(test_sgd_update, fp32_math),
+        cmocka_unit_test_setup(test_lars_ops, fp32_math),
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),

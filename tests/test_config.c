@@ -45,7 +45,8 @@ static const char *const all_keys[] = {
     "train.log_every", "train.out_dir", "train.tensorboard", "train.threads", "train.label_smoothing",
     "train.aux_weight", "train.memory_check",
     "train.emulate_compute",
-    "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "optim.wd_on_bn_bias", "optim.schedule",
+    "optim.name", "optim.lars_eta", "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay",
+    "optim.wd_on_bn_bias", "optim.schedule",
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
     "dist.overlap", "dist.progress", "dist.comm_nice", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
     "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
@@ -411,7 +412,7 @@ static void test_unknown_key(void **state) {
     expect_load_error("[train]\nlr = 0.1\n", 2, "unknown key 'lr' in [train]", "did you mean optim.lr?", NULL);
     /* Nothing close: list the section's keys instead. */
     expect_load_error("[optim]\nfrobnicate = 1\n", 2, "unknown key 'frobnicate' in [optim]",
-                      "keys in [optim]: lr momentum nesterov", NULL);
+                      "keys in [optim]: name lars_eta lr momentum nesterov", NULL);
     config c;
     char path[64];
     config_defaults(&c);

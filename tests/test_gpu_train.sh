@@ -8,7 +8,7 @@
 # through MPI (the log says why not NCCL) with bit-identical parameters; one
 # rank runs the NCCL path, and on a one-GPU node two ranks that NCCL takes for
 # two hosts train through it with bit-identical parameters; two ranks asking for NCCL on one GPU are refused
-# with a message; --bench runs on the GPU; --eval scores a checkpoint there
+# with a message; LARS's first steps match the CPU's, recorded or not; --bench runs on the GPU; --eval scores a checkpoint there
 # as the run did. Run from the repository root after
 # `make`.
 set -u
@@ -165,6 +165,30 @@ check "cuda_graph with dropout (VGG-11): recorded, not refused: ${launched:-no} 
     test "${launched:-0}" -ge 8
 check "cuda_graph with dropout (VGG-11): 12 losses, each replay's masks new, the op-by-op run's within 2e-3" \
     same_losses "$tmp/vgg-true" "$tmp/vgg-false" 2e-3
+# LARS (optim.name = lars): its norms and trust ratios on the device, in the recording too; the GPU's
+# first losses the CPU's (the same updates up to the order of sums), and a recorded step's the op-by-op one's
+lars=(optim.name=lars optim.lr=2)
+for g in false true; do
+    "${T[@]}" ./trainer "${rn20[@]}" "${cmp_run[@]}" "${lars[@]}" train.cuda_graph=$g train.out_dir="$tmp/lars-$g" \
+        >"$tmp/lars-$g.log" 2>&1
+    check "LARS, ResNet-20, 20 steps, cuda_graph=$g: exit 0" test $? -eq 0
+done
+"${T[@]}" ./trainer "${rn20[@]}" "${cmp_run[@]}" "${lars[@]}" train.device=cpu train.max_steps=4 \
+    train.out_dir="$tmp/lars-cpu" >"$tmp/lars-cpu.log" 2>&1
+check "LARS on the CPU, 4 steps: exit 0" test $? -eq 0
+check "LARS: the GPU's first 4 losses the CPU's within 1e-3" python3 - "$tmp/lars-false" "$tmp/lars-cpu" <<'PY'
+import json, sys
+def losses(d):
+    return [r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if r.get("kind") == "step"][:4]
+g, c = losses(sys.argv[1]), losses(sys.argv[2])
+print("gpu", g, "cpu", c)
+sys.exit(0 if len(g) == len(c) == 4 and all(abs(a - b) <= 1e-3 * b for a, b in zip(g, c)) else 1)
+PY
+launched=$(grep -oE '^cuda graph: [0-9]+ steps were one launch' "$tmp/lars-true.log" | grep -oE '[0-9]+')
+check "LARS with cuda_graph: ${launched:-no} of 20 steps launches of a recording (at least 16)" \
+    test "${launched:-0}" -ge 16
+check "LARS with cuda_graph: 20 losses, the op-by-op run's within 2e-3" same_losses "$tmp/lars-true" \
+    "$tmp/lars-false" 2e-3
 "${T[@]}" ./trainer "${rn20[@]}" train.device=cuda train.cuda_graph=true train.precision=fp16 train.max_steps=3 \
     train.out_dir="$tmp/graph16" >"$tmp/graph16.log" 2>&1
 check "cuda_graph with fp16's loss scaling: refused with a warning, the run goes on" \

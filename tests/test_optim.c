@@ -1,8 +1,9 @@
 /*
- * tests/test_optim.c - learning-rate schedules and the SGD step over the flat
- * parameter buffer: warm-up ramp, step milestones, cosine end points, and
- * weight decay applied to exactly the tensors it should be (checked against
- * the double-precision reference update, tensor by tensor).
+ * tests/test_optim.c - learning-rate schedules and the SGD (and LARS) step
+ * over the flat parameter buffer: warm-up ramp, step milestones, cosine end
+ * points, weight decay applied to exactly the tensors it should be, LARS's
+ * trust ratios on exactly the weight tensors (checked against the
+ * double-precision reference update, tensor by tensor).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -195,7 +196,7 @@ static void test_sgd_ranges(void **state) {
         size_t lo[16], hi[16];
         float wd[16];
         assert_true(nt->n_param_tensors <= 16);
-        int k = optim_ranges(&opt, nt, begin, end, lo, hi, wd);
+        int k = optim_ranges(&opt, nt, begin, end, lo, hi, wd, NULL);
         float *want = tu_alloc_f(n);
         int *seen = calloc(n, sizeof *seen);
         for (int t = 0; t < nt->n_param_tensors; t++) {
@@ -225,7 +226,7 @@ static void test_sgd_ranges(void **state) {
  * hold their shard alone, cut through the middle of tensors, must leave
  * every parameter and momentum value bit for bit as optim_step on the whole
  * net does, with and without Nesterov momentum. */
-static void check_shard(int nesterov) {
+static void check_shard(int nesterov, int lars) {
     net *nt = small_net(), *desc = build_small_net(1);
     const backend *be = nt->be;
     size_t n = nt->n_params;
@@ -233,10 +234,15 @@ static void check_shard(int nesterov) {
     assert_null(desc->params); /* nothing allocated */
     for (int t = 0; t < nt->n_param_tensors; t++)
         assert_int_equal(desc->param_info[t].offset, nt->param_info[t].offset);
-    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f, .nesterov = nesterov};
+    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f, .nesterov = nesterov, .lars = lars, .lars_eta = 0.3f};
     optimizer whole, shard[2];
     optim_init(&whole, nt, &oo);
     size_t cut[3] = {0, n / 2 + 3, n}; /* n / 2 + 3: inside a tensor */
+    if (lars) /* LARS: shards of whole tensors, as ps_plan cuts them: the first tensor boundary past n / 2 */
+        for (int t = 0; t < nt->n_param_tensors; t++)
+            if (nt->param_info[t].offset > n / 2 && (cut[1] == n / 2 + 3 || nt->param_info[t].offset < cut[1]))
+                cut[1] = nt->param_info[t].offset;
+    assert_true(cut[1] > 0 && cut[1] < n);
     float *sp[2], *sg[2], *host = tu_alloc_f(n), *g = tu_alloc_f(n);
     be->download(host, nt->params, n * sizeof(float));
     for (int s = 0; s < 2; s++) {
@@ -278,8 +284,126 @@ static void check_shard(int nesterov) {
 
 static void test_sgd_shard(void **state) {
     (void)state;
-    check_shard(0);
-    check_shard(1);
+    check_shard(0, 0);
+    check_shard(1, 0);
+}
+
+static void test_lars_shard(void **state) {
+    (void)state;
+    check_shard(0, 1);
+    check_shard(1, 1);
+}
+
+/* LARS against the double-precision reference: each weight tensor's step
+ * scaled by eta ||w|| / (||g|| + wd ||w||) from this step's values (g after
+ * grad_scale), batch-norm and bias parameters stepped as SGD; a weight
+ * tensor of zeros (a zero-initialised layer) gets a trust ratio of 1. The
+ * change of the parameters over 3 steps is compared, so that a trust ratio
+ * off by a few per cent shows. */
+static void check_lars(int wd_on_bn_bias, int nesterov, int zero_conv2) {
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "optim.name=lars");
+    set(&cfg, "optim.lars_eta=0.3");
+    set(&cfg, "optim.momentum=0.9");
+    set(&cfg, "optim.weight_decay=0.01");
+    set(&cfg, nesterov ? "optim.nesterov=true" : "optim.nesterov=false");
+    set(&cfg, wd_on_bn_bias ? "optim.wd_on_bn_bias=true" : "optim.wd_on_bn_bias=false");
+    net *nt = small_net();
+    const backend *be = nt->be;
+    size_t n = nt->n_params;
+    if (zero_conv2) {
+        const param_info *pi = &nt->param_info[net_find_param(nt, "conv2.weight")];
+        be->zero(nt->params + pi->offset, pi->count * sizeof(float));
+    }
+    rng r;
+    rng_seed(&r, 13, 0);
+    double *p = tu_alloc(n), *p0 = tu_alloc(n), *g = tu_alloc(n), *m = tu_alloc(n), *got = tu_alloc(n);
+    float *pf = tu_alloc_f(n);
+    be->download(pf, nt->params, n * sizeof(float));
+    tu_to_double(pf, p, n);
+    memcpy(p0, p, n * sizeof(double));
+    optimizer opt;
+    optim_opts oo = config_optim_opts(&cfg);
+    assert_true(oo.lars && oo.lars_eta == 0.3f);
+    optim_init(&opt, nt, &oo);
+    int ones = 0;
+    for (int step = 0; step < 3; step++) {
+        tu_fill_normal(&r, g, n, 0.0, 1.0);
+        float *gd = tu_dev_from_double(be, g, n);
+        be->copy(nt->grads, gd, n * sizeof(float));
+        be->free(gd);
+        optim_step(&opt, nt, 0.05f, 0.5f);
+        for (int t = 0; t < nt->n_param_tensors; t++) {
+            const param_info *pi = &nt->param_info[t];
+            double wd = (!pi->no_decay || wd_on_bn_bias) ? 0.01 : 0.0, trust = 1.0;
+            if (!pi->no_decay) {
+                double w2 = 0, g2 = 0;
+                for (size_t i = pi->offset; i < pi->offset + pi->count; i++) {
+                    w2 += p[i] * p[i];
+                    g2 += g[i] * g[i];
+                }
+                double w = sqrt(w2), gn = 0.5 * sqrt(g2);
+                if (w > 0 && gn > 0) trust = 0.3 * w / (gn + 0.01 * w);
+                else ones++;
+            }
+            ref_sgd_update(pi->count, p + pi->offset, g + pi->offset, m + pi->offset, 0.05, 0.9, trust * wd,
+                           nesterov, trust * 0.5);
+        }
+    }
+    assert_int_equal(ones, zero_conv2 ? 1 : 0); /* conv2's first step only: it is not zero after it */
+    be->download(pf, nt->params, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        got[i] = (double)pf[i] - p0[i];
+        p[i] -= p0[i];
+    }
+    tu_assert_close("parameter changes over 3 LARS steps", p, got, n, 1e-4, 1e-7);
+    optim_free(&opt);
+    free(p);
+    free(p0);
+    free(g);
+    free(m);
+    free(got);
+    free(pf);
+    net_free(nt);
+}
+
+static void test_lars(void **state) {
+    (void)state;
+    check_lars(0, 0, 0);
+    check_lars(0, 1, 0);
+    check_lars(1, 0, 0);
+    check_lars(0, 0, 1);
+}
+
+/* optim_ranges with LARS: each weight tensor a range of its own, flagged
+ * adapted; batch-norm and bias parameters merged as for SGD, not adapted. */
+static void test_lars_ranges(void **state) {
+    (void)state;
+    net *nt = small_net();
+    optimizer opt;
+    optim_opts oo = {.momentum = 0.9f, .weight_decay = 0.01f, .lars = 1, .lars_eta = 0.001f};
+    optim_init(&opt, nt, &oo);
+    size_t lo[16], hi[16];
+    float wd[16];
+    int adapt[16];
+    int k = optim_ranges(&opt, nt, 0, nt->n_params, lo, hi, wd, adapt), adapted = 0;
+    for (int r = 0; r < k; r++) {
+        int whole = 0, no_decay = -1;
+        for (int t = 0; t < nt->n_param_tensors; t++) {
+            const param_info *pi = &nt->param_info[t];
+            if (pi->offset == lo[r] && pi->offset + pi->count == hi[r]) whole = 1;
+            if (pi->offset >= lo[r] && pi->offset < hi[r]) no_decay = pi->no_decay;
+        }
+        assert_int_equal(adapt[r], !no_decay);
+        if (adapt[r]) {
+            assert_true(whole);
+            adapted++;
+        }
+    }
+    assert_int_equal(adapted, 3); /* conv.weight, conv2.weight, fc.weight */
+    optim_free(&opt);
+    net_free(nt);
 }
 
 static void test_no_decay_flags(void **state) {
@@ -302,6 +426,9 @@ int main(void) {
         cmocka_unit_test(test_sgd_decay_everywhere),
         cmocka_unit_test(test_sgd_ranges),
         cmocka_unit_test(test_sgd_shard),
+        cmocka_unit_test(test_lars),
+        cmocka_unit_test(test_lars_ranges),
+        cmocka_unit_test(test_lars_shard),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }

@@ -9,6 +9,9 @@
 #   - one worker with one server equals a single process;
 #   - with gradient accumulation (train.accumulate = 2) 2 workers + 1 server
 #     equal 2 allreduce ranks too, loss for loss and weight for weight;
+#   - LARS (optim.name = lars): 2 workers + 2 servers, each server's trust
+#     ratios from its shard's whole tensors, equal 2 allreduce ranks, loss
+#     for loss and bit for bit, and end elsewhere than SGD;
 #   - the timeline holds the workers' round trips per server and the
 #     servers' own tracks, on one time axis; the servers' parts go once
 #     it is written, and a killed run keeps the server's part;
@@ -108,6 +111,22 @@ weights "$tmp/acc-ar" "$tmp/acc-ar.safetensors"
 weights "$tmp/acc-ps" "$tmp/acc-ps.safetensors"
 check "accumulate 2: ps and allreduce leave the same weights, bit for bit" \
     cmp -s "$tmp/acc-ps.safetensors" "$tmp/acc-ar.safetensors"
+# LARS: a trust ratio per weight tensor, from the whole tensor: the servers' shards are whole tensors, so
+# their updates are allreduce's, bit for bit
+lars=("${small[@]}" optim.name=lars optim.lr=2)
+"${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${lars[@]}" train.out_dir="$tmp/lars-ar" \
+    >"$tmp/lars-ar.log" 2>&1
+check "LARS, allreduce 2 ranks: exits 0, the start-up line says LARS" grep -q "^train: .*; LARS (eta 0.001), " \
+    "$tmp/lars-ar.log"
+"${MPI[@]}" -np 4 ./trainer configs/resnet20-fashion.ini "${lars[@]}" dist.mode=ps dist.ps_servers=2 \
+    train.out_dir="$tmp/lars-ps" >"$tmp/lars-ps.log" 2>&1
+check "LARS: ps (2 servers) and allreduce give the same 6 losses" \
+    test "$(losses "$tmp/lars-ps" | wc -l)" -eq 6 -a "$(losses "$tmp/lars-ps")" = "$(losses "$tmp/lars-ar")"
+weights "$tmp/lars-ar" "$tmp/lars-ar.safetensors"
+weights "$tmp/lars-ps" "$tmp/lars-ps.safetensors"
+check "LARS: ps and allreduce leave the same weights, bit for bit" \
+    cmp -s "$tmp/lars-ps.safetensors" "$tmp/lars-ar.safetensors"
+check "LARS: other weights than SGD's" bash -c '! cmp -s "$1" "$2"' _ "$tmp/lars-ar.safetensors" "$tmp/ar.safetensors"
 
 # The servers spool their events as they serve, as workers do, and their
 # parts go once rank 0 has written the trace (servers had kept everything in

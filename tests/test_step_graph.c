@@ -86,9 +86,11 @@ static void fake_dropout_mask(size_t n, float p, uint64_t seed, float *mask) {
 }
 /* and an update with its rate by value, every replay's rate */
 static void fake_sgd_update(size_t n, float *param, const float *grad, float *momentum_buf, float lr, float momentum,
-                            float weight_decay, int nesterov, float grad_scale, const float *lr_at) {
+                            float weight_decay, int nesterov, float grad_scale, const float *lr_at,
+                            const float *scale_at) {
     fk.forbidden += fk.capturing && !lr_at;
-    backend_cpu()->sgd_update(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov, grad_scale, lr_at);
+    backend_cpu()->sgd_update(n, param, grad, momentum_buf, lr, momentum, weight_decay, nesterov, grad_scale, lr_at,
+                              scale_at);
 }
 /* host copies, fences and memory queries are the host's, not the step's: none while recording */
 static void fake_upload(void *dst, const void *src, size_t bytes) {

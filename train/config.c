@@ -149,6 +149,7 @@ static const choice devices[] = {{"auto", BACKEND_DEVICE_AUTO}, {"cpu", BACKEND_
                                  {"cuda", BACKEND_DEVICE_CUDA}, {0}};
 static const choice schedules[] = {{"constant", LR_SCHEDULE_CONSTANT}, {"step", LR_SCHEDULE_STEP},
                                    {"cosine", LR_SCHEDULE_COSINE}, {0}};
+static const choice optim_kinds[] = {{"sgd", OPTIM_SGD}, {"lars", OPTIM_LARS}, {0}};
 static const choice lr_scalings[] = {{"linear", LR_SCALING_LINEAR}, {"none", LR_SCALING_NONE}, {0}};
 static const choice warmup_starts[] = {{"zero", WARMUP_FROM_ZERO}, {"lr", WARMUP_FROM_LR}, {0}};
 static const choice dist_progresses[] = {{"sleep", DIST_PROGRESS_SLEEP}, {"spin", DIST_PROGRESS_SPIN}, {0}};
@@ -348,6 +349,12 @@ static const key_def key_table[] = {
                    "dist.mode = ps: pushed to the servers, which update for real, and pulled back); evaluation is "
                    "skipped. Use with data.kind = synthetic (docs/scaling.md). Empty: real compute"),
 
+    K_ENUM("optim", "name", optim, "sgd", .choices = optim_kinds,
+         .help = "sgd: SGD with momentum (PyTorch's); lars: the same with each weight tensor's step scaled by "
+                 "its trust ratio eta x ||w|| / (||g|| + weight_decay x ||w||), batch-norm and bias parameters "
+                 "left as SGD has them (You et al. 2017: large global batches; docs/data-parallel.md)"),
+    K_FLOAT("optim", "lars_eta", lars_eta, "0.001", ABOVE(0, 1),
+          .help = "LARS's trust coefficient eta (optim.name = lars)"),
     K_FLOAT("optim", "lr", lr, "0.1", ABOVE(0, 100),
           .help = "base learning rate of each worker"),
     K_FLOAT("optim", "momentum", momentum, "0.9", BETWEEN(0, 0.999),
@@ -1477,7 +1484,8 @@ int config_parse_choice(const char *key, const char *value, int *out) {
 
 optim_opts config_optim_opts(const config *cfg) {
     return (optim_opts){.momentum = cfg->momentum, .weight_decay = cfg->weight_decay, .nesterov = cfg->nesterov,
-                        .wd_on_bn_bias = cfg->wd_on_bn_bias};
+                        .wd_on_bn_bias = cfg->wd_on_bn_bias, .lars = cfg->optim == OPTIM_LARS,
+                        .lars_eta = cfg->lars_eta};
 }
 
 schedule config_schedule(const config *cfg, int world, long steps_per_epoch) {

@@ -56,6 +56,7 @@ typedef enum data_remainder { DATA_REMAINDER_DROP, DATA_REMAINDER_WRAP } data_re
 typedef enum data_decoder { DATA_DECODER_AUTO, DATA_DECODER_CPU, DATA_DECODER_NVJPEG } data_decoder;
 typedef enum warmup_from { WARMUP_FROM_ZERO, WARMUP_FROM_LR } warmup_from;
 typedef enum lr_scaling { LR_SCALING_LINEAR, LR_SCALING_NONE } lr_scaling;
+typedef enum optim_kind { OPTIM_SGD, OPTIM_LARS } optim_kind;
 /* checkpoint.resume: "none", "auto", or a checkpoint file's path. */
 typedef enum resume_mode { RESUME_NONE, RESUME_AUTO, RESUME_FILE } resume_mode;
 
@@ -125,6 +126,8 @@ typedef struct config {
                                        * (train/emulate.h); "": real compute */
 
     /* [optim] */
+    optim_kind optim;                /* optim.name */
+    float lars_eta;                  /* LARS's trust coefficient */
     float lr;                        /* per-worker base learning rate */
     float momentum;
     int nesterov;                    /* bool */

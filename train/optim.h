@@ -1,5 +1,5 @@
 /*
- * train/optim.h - SGD with momentum and the learning-rate schedules.
+ * train/optim.h - SGD with momentum, LARS, and the learning-rate schedules.
  *
  * The optimizer keeps one momentum buffer with the layout of net->grads (the
  * flat, reverse-forward-order buffer) and updates every parameter tensor with
@@ -7,6 +7,21 @@
  * weight decay (none on batch-norm and bias parameters unless
  * optim.wd_on_bn_bias). (All ranges in one GPU launch measured within noise
  * of this on an H200: docs/benchmarks.md.)
+ *
+ * LARS (optim.name = lars; You, Gitman and Ginsburg 2017, "Large Batch
+ * Training of Convolutional Networks") is that SGD with each weight tensor's
+ * step multiplied by its trust ratio, computed on the device every step
+ * (the backend's sumsq2 and lars_trust):
+ *   g = grad_scale * grad, w = params,
+ *   trust = ||w|| > 0 && ||g|| > 0 ? eta * ||w|| / (||g|| + weight_decay * ||w||) : 1
+ *   buf = momentum * buf + trust * (g + weight_decay * w);  w -= lr * buf
+ * Batch-norm and bias parameters are not adapted (trust 1), as in MLPerf's
+ * reference. The rate multiplies the momentum buffer on its way out, as
+ * PyTorch's SGD (and with it apex's LARC and torchlars) has it; the paper's
+ * Algorithm 1 multiplies each step's term on its way in: the same updates
+ * while the rate is constant. Adapted tensors are never merged into one
+ * range, and a range given to optim_step_range/_shard must hold every
+ * adapted tensor it touches whole (a parameter server's shards do).
  *
  * Schedules (per step, so warm-up is smooth within an epoch):
  *   constant: lr
@@ -27,6 +42,8 @@ typedef struct optim_opts {
     float weight_decay;
     int nesterov;       /* bool */
     int wd_on_bn_bias;  /* bool: decay batch-norm and bias parameters too */
+    int lars;           /* bool: LARS's trust ratio on every weight tensor */
+    float lars_eta;     /* LARS's trust coefficient */
 } optim_opts;
 
 typedef struct optimizer {
@@ -37,6 +54,9 @@ typedef struct optimizer {
     /* the ranges of one update (optim_ranges), host arrays of n_param_tensors */
     size_t *r_lo, *r_hi;
     float *r_wd;
+    int *r_adapt;        /* LARS: the range's index into lars_trust, or -1 (not adapted) */
+    float *lars_sums;    /* LARS: device, 2 per adapted tensor (sumsq2's pairs) */
+    float *lars_trust;   /* LARS: device, 1 per adapted tensor */
     /* NULL, or a device float the updates read the rate from instead of
      * their lr argument (sgd_update's lr_at): whoever sets it writes the
      * step's rate there first (a recorded step: train/step.c) */
@@ -70,9 +90,12 @@ void optim_drop_momentum(optimizer *opt);
 void optim_free(optimizer *opt);
 /* The update of [begin, end) as ranges of the flat buffers, each with its
  * weight decay (0 on batch-norm and bias parameters unless
- * optim.wd_on_bn_bias; neighbouring tensors with the same decay merged):
- * written to lo/hi/wd (room for n_param_tensors), their number returned. */
-int optim_ranges(const optimizer *opt, const net *nt, size_t begin, size_t end, size_t *lo, size_t *hi, float *wd);
+ * optim.wd_on_bn_bias; neighbouring tensors with the same decay merged,
+ * but for LARS's adapted tensors, a range each): written to lo/hi/wd (room
+ * for n_param_tensors), and when adapt is not NULL whether LARS adapts the
+ * range (0 or 1); their number returned. */
+int optim_ranges(const optimizer *opt, const net *nt, size_t begin, size_t end, size_t *lo, size_t *hi, float *wd,
+                 int *adapt);
 
 #define SCHEDULE_MAX_MILESTONES 16
 

@@ -176,9 +176,16 @@ static void log_plan(const run *r) {
     char acc[128] = "";
     if (cfg->accumulate > 1)
         snprintf(acc, sizeof acc, " x %d micro-batches accumulated (train.accumulate)", cfg->accumulate);
-    log_info("train: %d epochs x %ld steps (batch %d%s), %ld steps in all; %s schedule, warm-up %g epochs; out %s",
-             cfg->epochs, r->steps_per_epoch, cfg->batch_size, acc, r->total_steps, config_name(cfg, &cfg->schedule),
-             (double)cfg->warmup_epochs, cfg->out_dir);
+    char opt[96];
+    if (cfg->optim == OPTIM_LARS) snprintf(opt, sizeof opt, "LARS (eta %g)", (double)cfg->lars_eta);
+    else snprintf(opt, sizeof opt, "SGD");
+    if (cfg->momentum > 0.0f)
+        snprintf(opt + strlen(opt), sizeof opt - strlen(opt), ", %smomentum %g", cfg->nesterov ? "Nesterov " : "",
+                 (double)cfg->momentum);
+    log_info("train: %d epochs x %ld steps (batch %d%s), %ld steps in all; %s, %s schedule, warm-up %g epochs; "
+             "out %s",
+             cfg->epochs, r->steps_per_epoch, cfg->batch_size, acc, r->total_steps, opt,
+             config_name(cfg, &cfg->schedule), (double)cfg->warmup_epochs, cfg->out_dir);
     if (r->emu.n_nodes)
         log_info("emulated compute (train.emulate_compute = %s, a profile taken on %s in %s): each %s sleeps "
                  "forward %.3f ms, backward %.3f ms layer by layer (gradients handed to the reducer after each "
