@@ -47,7 +47,7 @@ static const char *const all_keys[] = {
     "train.emulate_compute",
     "optim.name", "optim.lars_eta", "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay",
     "optim.wd_on_bn_bias", "optim.schedule",
-    "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
+    "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.poly_power", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
     "dist.overlap", "dist.progress", "dist.comm_nice", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
     "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
     "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",

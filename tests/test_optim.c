@@ -83,6 +83,32 @@ static void test_step_schedule(void **state) {
     assert_float_equal(lr_at(&cfg, 1.0, 0.0, 79, 10, 80), 0.01, 1e-12);
 }
 
+/* poly (MLPerf's with LARS): min_lr + (lr - min_lr) (1 - t)^power, t =
+ * step / total steps, held at min_lr past the end; warm-up multiplies in as
+ * for the others; a min_lr above lr refused naming the schedule. */
+static void test_poly_schedule(void **state) {
+    (void)state;
+    config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "optim.schedule=poly");
+    set(&cfg, "optim.warmup_epochs=0");
+    set(&cfg, "optim.min_lr=0.0001");
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 0, 10, 100), 2.0, 1e-12);
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 25, 10, 100), 0.0001 + 1.9999 * 0.75 * 0.75, 1e-12);
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 90, 10, 100), 0.0001 + 1.9999 * 0.1 * 0.1, 1e-12);
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 100, 10, 100), 0.0001, 1e-12);
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 150, 10, 100), 0.0001, 1e-12);
+    set(&cfg, "optim.poly_power=1"); /* linear decay */
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 50, 10, 100), 0.0001 + 1.9999 * 0.5, 1e-12);
+    set(&cfg, "optim.warmup_epochs=1");
+    double plain = 0.0001 + 1.9999 * (1.0 - 4 / 100.0);
+    assert_float_equal(lr_at(&cfg, 2.0, 0.0, 4, 10, 100), plain * 5 / 10, 1e-12);
+    set(&cfg, "optim.lr=0.1");
+    set(&cfg, "optim.min_lr=0.2");
+    assert_int_equal(config_validate(&cfg), CNT_ERR);
+    tu_assert_contains(cnt_err_msg(), "optim.min_lr (0.2) is above optim.lr (0.1): the poly schedule");
+}
+
 static void test_cosine_schedule(void **state) {
     (void)state;
     config cfg;
@@ -421,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_constant_and_warmup),
         cmocka_unit_test(test_step_schedule),
         cmocka_unit_test(test_cosine_schedule),
+        cmocka_unit_test(test_poly_schedule),
         cmocka_unit_test(test_no_decay_flags),
         cmocka_unit_test(test_sgd_no_decay_on_bn_bias),
         cmocka_unit_test(test_sgd_decay_everywhere),

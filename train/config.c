@@ -148,7 +148,7 @@ static const choice compressions[] = {{"none", REDUCER_COMPRESS_NONE}, {"fp16", 
 static const choice devices[] = {{"auto", BACKEND_DEVICE_AUTO}, {"cpu", BACKEND_DEVICE_CPU},
                                  {"cuda", BACKEND_DEVICE_CUDA}, {0}};
 static const choice schedules[] = {{"constant", LR_SCHEDULE_CONSTANT}, {"step", LR_SCHEDULE_STEP},
-                                   {"cosine", LR_SCHEDULE_COSINE}, {0}};
+                                   {"cosine", LR_SCHEDULE_COSINE}, {"poly", LR_SCHEDULE_POLY}, {0}};
 static const choice optim_kinds[] = {{"sgd", OPTIM_SGD}, {"lars", OPTIM_LARS}, {0}};
 static const choice lr_scalings[] = {{"linear", LR_SCALING_LINEAR}, {"none", LR_SCALING_NONE}, {0}};
 static const choice warmup_starts[] = {{"zero", WARMUP_FROM_ZERO}, {"lr", WARMUP_FROM_LR}, {0}};
@@ -377,7 +377,9 @@ static const key_def key_table[] = {
          .help = "where the warm-up starts: zero, or lr (optim.lr, one worker's rate, rising to the scaled "
                  "rate: Goyal et al.'s gradual warm-up; a single rank without train.accumulate then has no warm-up)"),
     K_FLOAT("optim", "min_lr", min_lr, "0", AT_LEAST(0),
-          .help = "final learning rate of the cosine schedule"),
+          .help = "final learning rate of the cosine and poly schedules"),
+    K_FLOAT("optim", "poly_power", poly_power, "2", BETWEEN(0.1, 10),
+          .help = "the poly schedule's exponent: lr falls as (1 - step / total steps)^power to optim.min_lr"),
     K_ENUM("optim", "lr_scaling", lr_scaling, "linear", .choices = lr_scalings,
          .help = "linear: the effective rate is optim.lr x world size x train.accumulate, the global batch's "
                  "multiple of one rank's batch (Goyal et al. 2017); none: optim.lr"),
@@ -1320,10 +1322,10 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: optim.schedule = step needs optim.milestones (e.g. 30,60,90)");
     if (cfg->nesterov && cfg->momentum == 0.0f)
         return cnt_err_set("invalid configuration: optim.nesterov = true needs optim.momentum > 0");
-    if (cfg->schedule == LR_SCHEDULE_COSINE && cfg->min_lr > cfg->lr)
-        return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the cosine schedule "
+    if ((cfg->schedule == LR_SCHEDULE_COSINE || cfg->schedule == LR_SCHEDULE_POLY) && cfg->min_lr > cfg->lr)
+        return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the %s schedule "
                            "would raise the rate",
-                           (double)cfg->min_lr, (double)cfg->lr);
+                           (double)cfg->min_lr, (double)cfg->lr, config_name(cfg, &cfg->schedule));
     if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->compress != REDUCER_COMPRESS_NONE)
         return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi, ring or hier; NCCL "
                            "sums fp32 gradients on the GPUs (dist.compress = none)",
@@ -1489,7 +1491,7 @@ optim_opts config_optim_opts(const config *cfg) {
 }
 
 schedule config_schedule(const config *cfg, int world, long steps_per_epoch) {
-    schedule s = {.kind = cfg->schedule, .gamma = cfg->gamma, .min_lr = cfg->min_lr,
+    schedule s = {.kind = cfg->schedule, .gamma = cfg->gamma, .min_lr = cfg->min_lr, .poly_power = cfg->poly_power,
                   .warmup_epochs = cfg->warmup_epochs, .steps_per_epoch = steps_per_epoch,
                   .total_steps = steps_per_epoch * cfg->epochs, .n_milestones = cfg->n_milestones};
     memcpy(s.milestones, cfg->milestones, sizeof s.milestones);

@@ -139,7 +139,8 @@ typedef struct config {
     float gamma;                     /* step schedule factor */
     float warmup_epochs;             /* linear warm-up length, may be fractional */
     warmup_from warmup_start;        /* where the warm-up ramp starts */
-    float min_lr;                    /* cosine floor */
+    float min_lr;                    /* cosine and poly floor */
+    float poly_power;                /* poly schedule's exponent */
     lr_scaling lr_scaling;
 
     /* [dist] */

@@ -140,6 +140,10 @@ double schedule_lr(const schedule *s, long step) {
         double t = s->total_steps > 0 ? (double)step / (double)s->total_steps : 0.0;
         if (t > 1.0) t = 1.0;
         lr = s->min_lr + (s->base_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
+    } else if (s->kind == LR_SCHEDULE_POLY) {
+        double t = s->total_steps > 0 ? (double)step / (double)s->total_steps : 0.0;
+        if (t > 1.0) t = 1.0;
+        lr = s->min_lr + (s->base_lr - s->min_lr) * pow(1.0 - t, s->poly_power);
     }
     double warmup_steps = s->warmup_epochs * (double)s->steps_per_epoch;
     if (warmup_steps > 0 && (double)step < warmup_steps) {

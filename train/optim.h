@@ -27,6 +27,8 @@
  *   constant: lr
  *   step:     lr * gamma^(number of milestones <= current epoch)
  *   cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * step / total_steps)) / 2
+ *   poly:     min_lr + (lr - min_lr) * (1 - step / total_steps)^power
+ *             (MLPerf's ResNet-50 with LARS: power 2)
  * during the first warmup_epochs replaced by a linear ramp from warmup_start
  * (0, or optim.lr with optim.warmup_start = lr) to the schedule's value:
  * start + (value - start) * (step + 1) / warmup_steps, so the first step is
@@ -99,7 +101,7 @@ int optim_ranges(const optimizer *opt, const net *nt, size_t begin, size_t end, 
 
 #define SCHEDULE_MAX_MILESTONES 16
 
-typedef enum lr_schedule { LR_SCHEDULE_CONSTANT, LR_SCHEDULE_STEP, LR_SCHEDULE_COSINE } lr_schedule;
+typedef enum lr_schedule { LR_SCHEDULE_CONSTANT, LR_SCHEDULE_STEP, LR_SCHEDULE_COSINE, LR_SCHEDULE_POLY } lr_schedule;
 
 /* A run's learning-rate schedule (config_schedule builds it from [optim]). */
 typedef struct schedule {
@@ -110,7 +112,8 @@ typedef struct schedule {
     int milestones[SCHEDULE_MAX_MILESTONES]; /* epochs, ascending (step) */
     int n_milestones;
     double gamma;           /* step: factor per milestone passed */
-    double min_lr;          /* cosine: floor */
+    double min_lr;          /* cosine, poly: floor */
+    double poly_power;      /* poly: the exponent */
     long steps_per_epoch;
     long total_steps;       /* the schedule's length: train.epochs x steps per epoch
                              * (train.max_steps does not shorten it) */
