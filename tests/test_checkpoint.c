@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -34,13 +35,16 @@
 
 /* Bytes before the tensor signature entries: magic 8, version 4, meta 92,
  * model block 28, loss-scaling block 32 (from version 3), position block 20
- * plus the config text (version 4), two tensor counts 8. */
+ * plus the config text (from version 4), normalisation block 28 (version 5),
+ * two tensor counts 8. */
 #define CONFIG_TEXT "[model]\nname = tiny_cnn\n"
-#define FIXED_BYTES (192L + (long)sizeof CONFIG_TEXT - 1)
+#define FIXED_BYTES (220L + (long)sizeof CONFIG_TEXT - 1)
 #define SCALE_BLOCK_AT 132L
 #define SCALE_BLOCK_BYTES 32L
 #define POS_BLOCK_AT 164L
 #define POS_BLOCK_BYTES (20L + (long)sizeof CONFIG_TEXT - 1)
+#define NORM_BLOCK_AT (POS_BLOCK_AT + POS_BLOCK_BYTES)
+#define NORM_BLOCK_BYTES 28L
 
 /* ---------------------------------------------------------------- fixtures */
 
@@ -100,6 +104,10 @@ static int setup(void **state) {
     fx->meta.world = 4;
     fx->meta.batch = 32;
     snprintf(fx->meta.config, sizeof fx->meta.config, "%s", CONFIG_TEXT);
+    fx->meta.norm_channels = 3;
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    memcpy(fx->meta.mean, mean, sizeof mean);
+    memcpy(fx->meta.std, std, sizeof std);
     *state = fx;
     return 0;
 }
@@ -218,6 +226,9 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_int_equal(meta.world, 4);
     assert_int_equal(meta.batch, 32);
     assert_string_equal(meta.config, CONFIG_TEXT);
+    assert_int_equal(meta.norm_channels, 3);
+    assert_memory_equal(meta.mean, fx->meta.mean, sizeof meta.mean);
+    assert_memory_equal(meta.std, fx->meta.std, sizeof meta.std);
     ckpt_meta head;
     memset(&head, 0xff, sizeof head);
     if (ckpt_read_meta(path, &head) != CNT_OK) fail_msg("ckpt_read_meta: %s", cnt_err_msg());
@@ -233,6 +244,8 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     assert_true(head.loss_scale == fx->meta.loss_scale);
     assert_true(head.epoch_samples == fx->meta.epoch_samples);
     assert_string_equal(head.config, CONFIG_TEXT);
+    assert_int_equal(head.norm_channels, 3);
+    assert_memory_equal(head.std, fx->meta.std, sizeof head.std);
     free(p);
     free(b);
     free(m);
@@ -472,19 +485,23 @@ static void write_older(const char *path, const char *out, uint32_t version, con
     free(buf);
 }
 
-/* Version-2 and version-3 files (written before the loss-scaling block, and
- * before the position block) still read: loss_scale 0 ("not recorded") for
- * version 2; an epoch boundary with no config text for both. */
-static void test_versions_2_and_3(void **state) {
+/* Version-2, 3 and 4 files (written before the loss-scaling block, before
+ * the position block, before the normalisation block) still read:
+ * loss_scale 0 ("not recorded") for version 2; an epoch boundary with no
+ * config text for 2 and 3; no normalisation recorded for all three. */
+static void test_versions_2_to_4(void **state) {
     fixture *fx = *state;
     char dir[256], path[512], old[512];
     sub(fx, "v2", dir, sizeof dir);
     write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     const net *nt = fx->nt;
-    for (uint32_t version = 2; version <= 3; version++) {
-        long at[2] = {SCALE_BLOCK_AT, POS_BLOCK_AT}, bytes[2] = {SCALE_BLOCK_BYTES, POS_BLOCK_BYTES};
+    for (uint32_t version = 2; version <= 4; version++) {
+        /* the position and normalisation blocks are neighbours: cut as one */
+        long at[2] = {SCALE_BLOCK_AT, POS_BLOCK_AT}, bytes[2] = {SCALE_BLOCK_BYTES, POS_BLOCK_BYTES + NORM_BLOCK_BYTES};
+        long norm_at = NORM_BLOCK_AT, norm_bytes = NORM_BLOCK_BYTES;
         if (version == 2) write_older(path, (sub(fx, "v2/old2.cnt", old, sizeof old), old), 2, at, bytes, 2);
-        else write_older(path, (sub(fx, "v2/old3.cnt", old, sizeof old), old), 3, at + 1, bytes + 1, 1);
+        else if (version == 3) write_older(path, (sub(fx, "v2/old3.cnt", old, sizeof old), old), 3, at + 1, bytes + 1, 1);
+        else write_older(path, (sub(fx, "v2/old4.cnt", old, sizeof old), old), 4, &norm_at, &norm_bytes, 1);
         float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers), *m = tu_alloc_f(nt->n_params);
         ckpt_meta meta;
         int has = -1;
@@ -496,14 +513,51 @@ static void test_versions_2_and_3(void **state) {
         assert_true(meta.dropout == fx->meta.dropout);
         if (version == 2) assert_true(meta.loss_scale == 0.0 && meta.skipped_steps == 0);
         else assert_true(meta.loss_scale == fx->meta.loss_scale && meta.skipped_steps == fx->meta.skipped_steps);
-        assert_true(meta.epoch_samples == 0 && meta.world == 0 && meta.config[0] == '\0');
+        if (version < 4) assert_true(meta.epoch_samples == 0 && meta.world == 0 && meta.config[0] == '\0');
+        else assert_true(meta.world == 4 && strcmp(meta.config, CONFIG_TEXT) == 0);
+        assert_int_equal(meta.norm_channels, 0);
         ckpt_meta head;
         assert_int_equal(ckpt_read_meta(old, &head), CNT_OK);
-        assert_true(head.classes == 5 && head.epoch_samples == 0);
+        assert_true(head.classes == 5 && head.norm_channels == 0);
+        if (version < 4) assert_true(head.epoch_samples == 0);
         free(p);
         free(b);
         free(m);
     }
+}
+
+/* An implausible normalisation block under a correct checksum (a channel
+ * count outside 0..3, a std of 0 or NaN, an infinite mean) is refused by
+ * name; ckpt_write refuses a channel count outside 0..3. */
+static void test_bad_normalisation(void **state) {
+    fixture *fx = *state;
+    char dir[256], path[512], bad[512];
+    sub(fx, "norm", dir, sizeof dir);
+    write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
+    static const struct {
+        long off; /* from the block's start */
+        float value;
+        int as_int;
+    } cases[] = {{0, 4, 1}, {0, -1, 1}, {16, 0.0f, 0}, {24, NAN, 0}, {4, INFINITY, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sub(fx, "norm/patched.cnt", bad, sizeof bad);
+        copy_prefix(path, bad, -1);
+        FILE *f = fopen(bad, "r+b");
+        assert_non_null(f);
+        assert_int_equal(fseek(f, NORM_BLOCK_AT + cases[i].off, SEEK_SET), 0);
+        int32_t n = (int32_t)cases[i].value;
+        assert_int_equal(cases[i].as_int ? fwrite(&n, sizeof n, 1, f) : fwrite(&cases[i].value, 4, 1, f), 1);
+        assert_int_equal(fclose(f), 0);
+        char fixed[512];
+        sub(fx, "norm/bad.cnt", fixed, sizeof fixed);
+        write_older(bad, fixed, CKPT_VERSION, NULL, NULL, 0); /* the checksum made right again */
+        expect_read_error(fx, fixed, "implausible normalisation block");
+    }
+    fx->meta.norm_channels = 4;
+    char out[512];
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, out, sizeof out), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "normalisation channels"));
+    fx->meta.norm_channels = 3;
 }
 
 static void test_truncated(void **state) {
@@ -688,7 +742,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_versions_2_and_3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_versions_2_to_4, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_normalisation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mid_epoch_names_and_supersede, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta_checks_checksum, setup, teardown),

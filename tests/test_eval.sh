@@ -7,7 +7,11 @@
 # holds its lock); the refusals (no file, a checkpoint of another model, a
 # safetensors file of another class count, a file of neither kind, bad
 # arguments, a result that cannot be written) exit non-zero naming the file
-# or the key.
+# or the key. A checkpoint records the normalisation its run used: with
+# data.mean and data.std auto, --eval scores with it (another
+# data.train_limit, which would estimate others, scores the same; an image
+# folder's training split is not needed), and given values that differ are
+# warned about.
 # Run from the repository root after `make`.
 set -u
 tmp=$(mktemp -d)
@@ -43,6 +47,18 @@ check "--eval wrote nothing in train.out_dir" \
     test "$(cd "$tmp/run" && find . -type f -printf '%p %s %T@\n' | sort | md5sum)" = "$before"
 run timeout 120 ./trainer --eval "${C[@]}" "$ckpt" train.out_dir="$tmp/none"
 check "--eval does not create train.out_dir" test $rc -eq 0 -a ! -e "$tmp/none"
+# the whole training set (no data.train_limit), whose mean and std differ from the 256 images' the run
+# estimated: the checkpoint's normalisation is used, so the scores are the run's
+run timeout 120 ./trainer --eval "${C[@]}" data.train_limit=0 "$ckpt"
+check "--eval with another data.train_limit: normalised as the run was, said in the log" \
+    grep -qE "^eval: normalised as the checkpoint's run normalised \(data.mean, data.std = auto\): data.mean=0\.[0-9]+ " \
+    <<<"$out"
+check "--eval with another data.train_limit: the run's last top-1 and top-5 ($want)" \
+    grep -qF "eval: $ckpt: 200 test images, $want, loss " <<<"$out"
+run timeout 120 ./trainer --eval "${C[@]}" data.mean=0.5 data.std=0.5 "$ckpt"
+check "--eval with other data.mean and data.std than the run's: a warning naming both (rc=$rc)" \
+    bash -c '[ $1 -eq 0 ] && grep -q "^warning: eval: data.mean = 0.5, data.std = 0.5: not what .*ckpt-000001.cnt was trained with" <<<"$2"' \
+    _ $rc "$out"
 
 ./trainer --export "$ckpt" "$tmp/w.safetensors" >/dev/null 2>&1
 run timeout 120 ./trainer --eval "${C[@]}" "$tmp/w.safetensors"
@@ -61,8 +77,10 @@ check "--eval in two ranks: loss $(loss_of "$out"), the run's $want_loss" close_
 
 # An image folder, as ImageNet's val/ is scored: with data.mean and data.std
 # given (the training run logs what it estimated), --eval lists only the test
-# folder, so it runs where the training folder is absent; with them left to
-# auto it needs the training folder to estimate them, and says so.
+# folder, so it runs where the training folder is absent; left to auto, a
+# checkpoint's recorded normalisation serves the same, while a safetensors
+# file (which records none) needs the training folder to estimate them, and
+# says so.
 ./build/tools/to_imagefolder idx /usr/share/datasets/fashion-mnist "$tmp/f" --limit 64 >/dev/null 2>&1
 F=(configs/resnet20-fashion.ini data.kind=imagefolder data.root="$tmp/f" train.batch_size=32 train.epochs=1
    train.threads=1 data.workers=1 train.eval_batch_size=50)
@@ -82,7 +100,11 @@ run timeout 120 mpirun --oversubscribe --bind-to none -np 2 ./trainer --eval "${
 check "--eval, no training folder, two ranks: the run's last $fwant (rc=$rc)" \
     grep -qF "test images, $fwant, top-5" <<<"$out"
 run timeout 120 ./trainer --eval "${F[@]}" "$tmp/frun/checkpoints/ckpt-000001.cnt"
-check "--eval, no training folder, data.mean = auto: exit 1 naming data.mean and the folder" \
+check "--eval of a checkpoint, no training folder, data.mean = auto: the run's last $fwant (rc=$rc)" \
+    bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -qF "listed only $3/val" <<<"$2"' _ "$fwant" "$out" "$tmp/f"
+./trainer --export "$tmp/frun/checkpoints/ckpt-000001.cnt" "$tmp/fw.safetensors" >/dev/null 2>&1
+run timeout 120 ./trainer --eval "${F[@]}" "$tmp/fw.safetensors"
+check "--eval of a safetensors file, no training folder, data.mean = auto: exit 1 naming data.mean and the folder" \
     bash -c '[ $1 -eq 1 ] && grep -q "data.mean" <<<"$2" && grep -q "$3" <<<"$2"' _ $rc "$out" "$tmp/f/train"
 # the same from a shard set of the test folder alone (data.kind = shards)
 ./build/tools/make_shards "$tmp/f/val" "$tmp/s/val" >/dev/null 2>&1

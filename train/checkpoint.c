@@ -34,14 +34,17 @@
 #define CKPT_NAME_LEN 128
 #define CKPT_ENTRY_BYTES ((uint64_t)CKPT_NAME_LEN + 8 + 8)
 /* magic, version, meta (4 + 8 + 8 + 8 + 64), model block (7 x 4), [from
- * version 3: the loss-scaling block (8 + 8 + 8 + 8)], [version 4: the
- * position block (8 + 4 + 4 + 4 + config_len)], two tensor counts */
+ * version 3: the loss-scaling block (8 + 8 + 8 + 8)], [from version 4: the
+ * position block (8 + 4 + 4 + 4 + config_len)], [version 5: the
+ * normalisation block (4 + 12 + 12)], two tensor counts */
 #define CKPT_MODEL_BYTES 28
 #define CKPT_SCALE_BYTES 32
 #define CKPT_POS_BYTES 20 /* version 4: epoch_samples, world, batch, config_len (then the config text) */
 #define CKPT_V2_FIXED_BYTES ((uint64_t)CKPT_MAGIC_LEN + 4 + 92 + CKPT_MODEL_BYTES + 4 + 4)
 #define CKPT_V3_FIXED_BYTES (CKPT_V2_FIXED_BYTES + CKPT_SCALE_BYTES)
-#define CKPT_FIXED_BYTES (CKPT_V3_FIXED_BYTES + CKPT_POS_BYTES) /* plus config_len */
+#define CKPT_NORM_BYTES 28 /* version 5: norm_channels, mean[3], std[3] */
+#define CKPT_V4_FIXED_BYTES (CKPT_V3_FIXED_BYTES + CKPT_POS_BYTES) /* plus config_len */
+#define CKPT_FIXED_BYTES (CKPT_V4_FIXED_BYTES + CKPT_NORM_BYTES) /* plus config_len */
 #define CKPT_PATH_MAX 4096
 #define CKPT_CHUNK ((size_t)1 << 20)
 
@@ -199,6 +202,8 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     size_t config_len = strnlen(meta->config, sizeof meta->config);
     if (config_len >= sizeof meta->config)
         return cnt_err_set("checkpoint in '%s': the config text is longer than %d bytes", dir, CKPT_CONFIG_MAX - 1);
+    if (meta->norm_channels < 0 || meta->norm_channels > 3)
+        return cnt_err_set("checkpoint in '%s': %d normalisation channels is outside 0..3", dir, meta->norm_channels);
     ckpt_pos pos = {meta->epoch, meta->epoch_samples};
     char path[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
     if (ckpt_name(path, sizeof path, dir, "", pos, "") != CNT_OK || ckpt_name(tmp, sizeof tmp, dir, ".", pos, ".tmp"))
@@ -240,6 +245,14 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     put(&w, geometry, sizeof geometry);
     put_u32(&w, (uint32_t)config_len);
     put(&w, meta->config, config_len);
+    int32_t norm_channels = meta->norm_channels;
+    float norm[6] = {0};
+    for (int c = 0; c < norm_channels; c++) {
+        norm[c] = meta->mean[c];
+        norm[3 + c] = meta->std[c];
+    }
+    put(&w, &norm_channels, sizeof norm_channels);
+    put(&w, norm, sizeof norm);
     put_u32(&w, (uint32_t)nt->n_param_tensors);
     put_u32(&w, (uint32_t)nt->n_buffer_tensors);
     for (int i = 0; i < nt->n_param_tensors; i++) {
@@ -351,7 +364,10 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
     if (version < 2 || version > CKPT_VERSION)
         return cnt_err_set("checkpoint '%s' has unsupported version %u (this build reads versions 2 to %d)", path,
                            version, CKPT_VERSION);
-    *fixed = version == 2 ? CKPT_V2_FIXED_BYTES : version == 3 ? CKPT_V3_FIXED_BYTES : CKPT_FIXED_BYTES;
+    *fixed = version == 2   ? CKPT_V2_FIXED_BYTES
+             : version == 3 ? CKPT_V3_FIXED_BYTES
+             : version == 4 ? CKPT_V4_FIXED_BYTES
+                            : CKPT_FIXED_BYTES;
     if (size < *fixed)
         return cnt_err_set("checkpoint '%s' is truncated: %llu bytes, shorter than the %llu-byte header", path,
                            (unsigned long long)size, (unsigned long long)*fixed);
@@ -413,6 +429,25 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
         m->epoch_samples = (long)samples;
         m->world = geometry[0];
         m->batch = geometry[1];
+    }
+    if (version >= 5) {
+        int32_t channels;
+        float norm[6];
+        if (get(f, path, &channels, sizeof channels) != CNT_OK || get(f, path, norm, sizeof norm) != CNT_OK)
+            return CNT_ERR;
+        int bad = channels < 0 || channels > 3;
+        for (int c = 0; !bad && c < channels; c++)
+            bad = !isfinite(norm[c]) || !isfinite(norm[3 + c]) || !(norm[3 + c] > 0.0f);
+        if (bad)
+            return cnt_err_set("checkpoint '%s' is corrupt: implausible normalisation block (%d channels, mean %g "
+                               "%g %g, std %g %g %g)",
+                               path, channels, (double)norm[0], (double)norm[1], (double)norm[2], (double)norm[3],
+                               (double)norm[4], (double)norm[5]);
+        m->norm_channels = channels;
+        for (int c = 0; c < channels; c++) {
+            m->mean[c] = norm[c];
+            m->std[c] = norm[3 + c];
+        }
     }
     const int32_t big = 1 << 20;
     if (block[0] < 1 || block[0] > big || block[1] < 1 || block[1] > big || block[2] < 1 || block[2] > big ||

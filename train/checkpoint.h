@@ -14,7 +14,8 @@
  * data, which means the same at any world size or batch size (step numbers
  * do not).
  *
- * File layout, version 4 (version 3 lacked the position block and is read as
+ * File layout, version 5 (version 4 lacked the normalisation block and is
+ * read with none recorded; version 3 also lacked the position block and is read as
  * an epoch-boundary checkpoint with no config text; version 2 also lacked the
  * loss-scaling block and is read with loss_scale 0, "not recorded"; version 1
  * lacked the model block and is rejected with a message saying so). Integers
@@ -23,7 +24,7 @@
  * to move between machines of different endianness.
  *
  *   char     magic[8]          "CNTCKPT\0"
- *   u32      version           4
+ *   u32      version           5
  *   i32      epoch             ckpt_meta, field by field, no padding
  *   i64      step
  *   u64      dropout_seed
@@ -42,6 +43,9 @@
  *   i32      world, batch      all ranks'; the writing run's ranks and batch per rank
  *   u32      config_len        then its effective config (config.ini's text),
  *   char     config[config_len]  not NUL-terminated, < CKPT_CONFIG_MAX bytes
+ *   i32      norm_channels     normalisation block: 0 (none recorded) to 3, then
+ *   f32      mean[3], std[3]   the per-channel values the run normalised its
+ *                              inputs with (zeros past norm_channels)
  *   u32      n_param_tensors   model signature: net->param_info in order ...
  *   u32      n_buffer_tensors  ... then net->buffer_info in order
  *   { char name[128]; u64 offset; u64 count; } x (n_param_tensors + n_buffer_tensors)
@@ -61,7 +65,7 @@
 
 #include "model/net.h"
 
-#define CKPT_VERSION 4
+#define CKPT_VERSION 5
 #define CKPT_CONFIG_MAX 16384 /* bytes of config text, the NUL included */
 #define CKPT_MAX_EPOCH 999999 /* six digits in the file name */
 
@@ -94,6 +98,11 @@ typedef struct ckpt_meta {
     long epoch_samples;
     int world, batch;
     char config[CKPT_CONFIG_MAX];
+    /* The normalisation the run fed the net (version 5; 0 channels from older
+     * files): data.mean and data.std as given or estimated (auto), so that
+     * `trainer --eval` can score the checkpoint as the run did. */
+    int norm_channels;
+    float mean[3], std[3];
 } ckpt_meta;
 
 /* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits; with

@@ -8,6 +8,9 @@
  */
 #include "train/trainer.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -52,7 +55,62 @@ static int read_weights(const char *path, const net *nt, const config *cfg, host
     return CNT_OK;
 }
 
-int trainer_eval(const config *cfg, const char *weights, eval_result *er, long *skipped) {
+/* n values as data.mean or data.std takes them, exact for floats */
+static void norm_text(char *s, size_t len, const float *v, int n) {
+    int o = 0;
+    for (int c = 0; c < n && (size_t)o < len; c++) o += snprintf(s + o, len - (size_t)o, "%s%.9g", c ? "," : "", (double)v[c]);
+}
+
+/* The normalisation the checkpoint's run fed its net (checkpoint version 5),
+ * as data.mean and data.std in *out (cfg otherwise): where cfg says auto,
+ * the test set is scored as the run scored it, and an image folder's
+ * training split need not be read to estimate them; where cfg gives values
+ * that differ, a warning. Collective: rank 0 reads the file's header and
+ * broadcasts; a file it cannot read is left for read_weights to name. */
+static int norm_from_checkpoint(const config *cfg, const char *weights, config *out) {
+    *out = *cfg;
+    float v[7] = {0}; /* channels, mean[3], std[3] */
+    if (dist_rank() == 0 && !is_safetensors(weights)) {
+        ckpt_meta *m = cnt_calloc(1, sizeof *m);
+        if (ckpt_read_meta(weights, m) == CNT_OK && (m->norm_channels == 1 || m->norm_channels == 3)) {
+            v[0] = (float)m->norm_channels;
+            memcpy(v + 1, m->mean, sizeof m->mean);
+            memcpy(v + 4, m->std, sizeof m->std);
+        }
+        free(m);
+    }
+    if (dist_world() > 1) {
+        dist_phase("eval: the checkpoint's normalisation");
+        dist_broadcast(v, sizeof v, 0);
+    }
+    int n = (int)v[0];
+    if (n == 0) return CNT_OK;
+    float given[2][3];
+    int is_auto[2];
+    for (int k = 0; k < 2; k++)
+        if (config_norm_values(cfg, k, given[k], &is_auto[k]) != CNT_OK) return CNT_ERR;
+    char text[2][128];
+    int differ = 0;
+    for (int k = 0; k < 2; k++) {
+        norm_text(text[k], sizeof text[k], v + 1 + 3 * k, n);
+        for (int c = 0; c < n && !is_auto[k]; c++)
+            differ |= fabsf(given[k][c] - v[1 + 3 * k + c]) > 1e-5f * fabsf(v[1 + 3 * k + c]) + 1e-7f;
+    }
+    if (is_auto[0]) snprintf(out->mean, sizeof out->mean, "%s", text[0]);
+    if (is_auto[1]) snprintf(out->std, sizeof out->std, "%s", text[1]);
+    if (dist_rank() != 0) return CNT_OK;
+    if (is_auto[0] || is_auto[1])
+        log_info("eval: normalised as the checkpoint's run normalised (data.mean, data.std = auto): data.mean=%s "
+                 "data.std=%s",
+                 out->mean, out->std);
+    if (differ)
+        log_warn("eval: data.mean = %s, data.std = %s: not what %s was trained with (data.mean=%s data.std=%s): "
+                 "the scores are of inputs the model never saw; leave both auto to use the checkpoint's",
+                 cfg->mean, cfg->std, weights, text[0], text[1]);
+    return CNT_OK;
+}
+
+int trainer_eval(const config *cfg_given, const char *weights, eval_result *er, long *skipped) {
     memset(er, 0, sizeof *er);
     *skipped = 0;
     stop_install();
@@ -66,7 +124,9 @@ int trainer_eval(const config *cfg, const char *weights, eval_result *er, long *
     int have_stepper = 0;
     const backend *be = NULL;
     /* the ranks agree on the config first: they meet in the same collectives */
-    int rc = run_check_same_config(cfg, 0);
+    int rc = run_check_same_config(cfg_given, 0);
+    config *cfg = cnt_calloc(1, sizeof *cfg);
+    if (rc == CNT_OK) rc = norm_from_checkpoint(cfg_given, weights, cfg);
     if (rc == CNT_OK && !(be = run_choose_device(cfg))) rc = CNT_ERR;
     if (rc == CNT_OK) rc = input_load_test(cfg, &data);
     if (rc == CNT_OK && cfg->decoder == DATA_DECODER_NVJPEG && be->is_cpu)
@@ -116,6 +176,7 @@ int trainer_eval(const config *cfg, const char *weights, eval_result *er, long *
     loader_free(ld);
     net_free(nt);
     input_free(&data);
+    free(cfg);
     stop_restore();
     return rc;
 }

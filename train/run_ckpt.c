@@ -297,6 +297,10 @@ int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     char *text = run_config_text(cfg, 0, &len);
     snprintf(meta->config, sizeof meta->config, "%s", text);
     free(text);
+    /* the normalisation the net was fed, given or estimated: what --eval scores with */
+    meta->norm_channels = r->data.train.c < 3 ? r->data.train.c : 3;
+    memcpy(meta->mean, r->data.mean, sizeof meta->mean);
+    memcpy(meta->std, r->data.std, sizeof meta->std);
     snprintf(meta->model_name, sizeof meta->model_name, "%.*s", (int)sizeof meta->model_name - 1, cfg->model_name);
     /* What zoo_build needs besides the net's shape (ckpt_write takes that from nt). */
     meta->zero_init_residual = cfg->zero_init_residual;
