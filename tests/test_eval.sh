@@ -51,7 +51,7 @@ check "--eval does not create train.out_dir" test $rc -eq 0 -a ! -e "$tmp/none"
 # estimated: the checkpoint's normalisation is used, so the scores are the run's
 run timeout 120 ./trainer --eval "${C[@]}" data.train_limit=0 "$ckpt"
 check "--eval with another data.train_limit: normalised as the run was, said in the log" \
-    grep -qE "^eval: normalised as the checkpoint's run normalised \(data.mean, data.std = auto\): data.mean=0\.[0-9]+ " \
+    grep -qE "^eval: normalised as the training run did, as .*ckpt-000001.cnt records it \(data.mean, data.std = auto\): data.mean=0\.[0-9]+ " \
     <<<"$out"
 check "--eval with another data.train_limit: the run's last top-1 and top-5 ($want)" \
     grep -qF "eval: $ckpt: 200 test images, $want, loss " <<<"$out"
@@ -102,9 +102,25 @@ check "--eval, no training folder, two ranks: the run's last $fwant (rc=$rc)" \
 run timeout 120 ./trainer --eval "${F[@]}" "$tmp/frun/checkpoints/ckpt-000001.cnt"
 check "--eval of a checkpoint, no training folder, data.mean = auto: the run's last $fwant (rc=$rc)" \
     bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -qF "listed only $3/val" <<<"$2"' _ "$fwant" "$out" "$tmp/f"
+# its export carries the same in its metadata ("mean", "std"); a safetensors file without them (torchvision's
+# own, say: the export's tensors written again without metadata) needs the training folder, and says so
 ./trainer --export "$tmp/frun/checkpoints/ckpt-000001.cnt" "$tmp/fw.safetensors" >/dev/null 2>&1
 run timeout 120 ./trainer --eval "${F[@]}" "$tmp/fw.safetensors"
-check "--eval of a safetensors file, no training folder, data.mean = auto: exit 1 naming data.mean and the folder" \
+check "--eval of its export, no training folder, data.mean = auto: the run's last $fwant (rc=$rc)" \
+    bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -q "^eval: normalised as the training run did" <<<"$2"' \
+    _ "$fwant" "$out"
+python3 - "$tmp/fw.safetensors" "$tmp/fbare.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+head.pop("__metadata__")
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-(8 + len(text)) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+run timeout 120 ./trainer --eval "${F[@]}" "$tmp/fbare.safetensors"
+check "--eval of a safetensors file without metadata, no training folder, data.mean = auto: exit 1 naming data.mean and the folder" \
     bash -c '[ $1 -eq 1 ] && grep -q "data.mean" <<<"$2" && grep -q "$3" <<<"$2"' _ $rc "$out" "$tmp/f/train"
 # the same from a shard set of the test folder alone (data.kind = shards)
 ./build/tools/make_shards "$tmp/f/val" "$tmp/s/val" >/dev/null 2>&1

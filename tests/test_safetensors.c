@@ -221,6 +221,14 @@ static void round_trip(net *nt, net *fresh, const char *name, char *path, size_t
     assert_int_equal(count_substr(h, ".num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],"), count_bn(nt));
     assert_non_null(strstr(h, "\"__metadata__\":{\"format\":\"pt\""));
     free(h);
+    /* safetensors_metadata: a key's value (escapes undone), a key not there */
+    char v[64];
+    int found = -1;
+    assert_int_equal(safetensors_metadata(path, "note", v, sizeof v, &found), CNT_OK);
+    assert_int_equal(found, 1);
+    assert_string_equal(v, "quote \" and backslash \\ and tab \t");
+    assert_int_equal(safetensors_metadata(path, "mean", v, sizeof v, &found), CNT_OK);
+    assert_int_equal(found, 0);
     check_with_python(path, nt);
     free(p);
     free(b);
@@ -793,6 +801,10 @@ static void test_export_checkpoint(void **state) {
     meta.world = meta.batch = 1;
     meta.step = 123;
     meta.dropout = -1;
+    meta.norm_channels = 3; /* the normalisation: the export's "mean" and "std" metadata */
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    memcpy(meta.mean, mean, sizeof mean);
+    memcpy(meta.std, std, sizeof std);
     snprintf(meta.model_name, sizeof meta.model_name, "resnet20");
     char dir[512], ckpt[512], out[512];
     path_in_root("ckpts", dir, sizeof dir);
@@ -806,6 +818,8 @@ static void test_export_checkpoint(void **state) {
     tu_assert_bitwise_equal_f("params", p, p2, nt->n_params);
     tu_assert_bitwise_equal_f("buffers", b, b2, nt->n_buffers);
     expect_in_header(out, "\"model\":\"resnet20\"");
+    expect_in_header(out, "\"mean\":\"0.485000014,0.456,0.405999988\"");
+    expect_in_header(out, "\"std\":\"0.229000002,0.224000007,0.224999994\"");
     expect_in_header(out, "\"conv1.weight\":{\"dtype\":\"F32\",\"shape\":[16,3,3,3],");
     check_with_python(out, nt);
     long size;

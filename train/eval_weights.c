@@ -61,16 +61,14 @@ static void norm_text(char *s, size_t len, const float *v, int n) {
     for (int c = 0; c < n && (size_t)o < len; c++) o += snprintf(s + o, len - (size_t)o, "%s%.9g", c ? "," : "", (double)v[c]);
 }
 
-/* The normalisation the checkpoint's run fed its net (checkpoint version 5),
- * as data.mean and data.std in *out (cfg otherwise): where cfg says auto,
- * the test set is scored as the run scored it, and an image folder's
- * training split need not be read to estimate them; where cfg gives values
- * that differ, a warning. Collective: rank 0 reads the file's header and
- * broadcasts; a file it cannot read is left for read_weights to name. */
-static int norm_from_checkpoint(const config *cfg, const char *weights, config *out) {
-    *out = *cfg;
-    float v[7] = {0}; /* channels, mean[3], std[3] */
-    if (dist_rank() == 0 && !is_safetensors(weights)) {
+/* The normalisation a weights file records into v (channels, mean[3],
+ * std[3]; channels 0: none): a checkpoint's normalisation block (version 5),
+ * or the "mean" and "std" metadata of a safetensors file (--export writes
+ * them). A file that cannot be read records none here: read_weights names
+ * it. */
+static void recorded_norm(const config *cfg, const char *weights, float v[7]) {
+    memset(v, 0, 7 * sizeof *v);
+    if (!is_safetensors(weights)) {
         ckpt_meta *m = cnt_calloc(1, sizeof *m);
         if (ckpt_read_meta(weights, m) == CNT_OK && (m->norm_channels == 1 || m->norm_channels == 3)) {
             v[0] = (float)m->norm_channels;
@@ -78,7 +76,39 @@ static int norm_from_checkpoint(const config *cfg, const char *weights, config *
             memcpy(v + 4, m->std, sizeof m->std);
         }
         free(m);
+        return;
     }
+    config *t = cnt_malloc(sizeof *t);
+    *t = *cfg;
+    int found[2] = {0, 0}, is_auto[2];
+    float mean[3], std[3];
+    if (safetensors_metadata(weights, "mean", t->mean, sizeof t->mean, &found[0]) == CNT_OK &&
+        safetensors_metadata(weights, "std", t->std, sizeof t->std, &found[1]) == CNT_OK && found[0] && found[1]) {
+        int n = strchr(t->mean, ',') ? 3 : 1;
+        if (config_norm_values(t, 0, mean, &is_auto[0]) == CNT_OK &&
+            config_norm_values(t, 1, std, &is_auto[1]) == CNT_OK && !is_auto[0] && !is_auto[1] &&
+            (n == 3) == (strchr(t->std, ',') != NULL)) {
+            v[0] = (float)n;
+            memcpy(v + 1, mean, sizeof mean);
+            memcpy(v + 4, std, sizeof std);
+        } else {
+            log_warn("eval: %s: its mean and std metadata ('%s', '%s') are not 1 or 3 numbers each: not used", weights,
+                     t->mean, t->std);
+        }
+    }
+    free(t);
+}
+
+/* The normalisation the weights' run fed its net (recorded_norm), as
+ * data.mean and data.std in *out (cfg otherwise): where cfg says auto, the
+ * test set is scored as the run scored it, and an image folder's training
+ * split need not be read to estimate them; where cfg gives values that
+ * differ, a warning. Collective: rank 0 reads the file's header and
+ * broadcasts. */
+static int recorded_normalisation(const config *cfg, const char *weights, config *out) {
+    *out = *cfg;
+    float v[7] = {0}; /* channels, mean[3], std[3] */
+    if (dist_rank() == 0) recorded_norm(cfg, weights, v);
     if (dist_world() > 1) {
         dist_phase("eval: the checkpoint's normalisation");
         dist_broadcast(v, sizeof v, 0);
@@ -100,9 +130,9 @@ static int norm_from_checkpoint(const config *cfg, const char *weights, config *
     if (is_auto[1]) snprintf(out->std, sizeof out->std, "%s", text[1]);
     if (dist_rank() != 0) return CNT_OK;
     if (is_auto[0] || is_auto[1])
-        log_info("eval: normalised as the checkpoint's run normalised (data.mean, data.std = auto): data.mean=%s "
-                 "data.std=%s",
-                 out->mean, out->std);
+        log_info("eval: normalised as the training run did, as %s records it (data.mean, data.std = auto): "
+                 "data.mean=%s data.std=%s",
+                 weights, out->mean, out->std);
     if (differ)
         log_warn("eval: data.mean = %s, data.std = %s: not what %s was trained with (data.mean=%s data.std=%s): "
                  "the scores are of inputs the model never saw; leave both auto to use the checkpoint's",
@@ -126,7 +156,7 @@ int trainer_eval(const config *cfg_given, const char *weights, eval_result *er, 
     /* the ranks agree on the config first: they meet in the same collectives */
     int rc = run_check_same_config(cfg_given, 0);
     config *cfg = cnt_calloc(1, sizeof *cfg);
-    if (rc == CNT_OK) rc = norm_from_checkpoint(cfg_given, weights, cfg);
+    if (rc == CNT_OK) rc = recorded_normalisation(cfg_given, weights, cfg);
     if (rc == CNT_OK && !(be = run_choose_device(cfg))) rc = CNT_ERR;
     if (rc == CNT_OK) rc = input_load_test(cfg, &data);
     if (rc == CNT_OK && cfg->decoder == DATA_DECODER_NVJPEG && be->is_cpu)

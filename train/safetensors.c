@@ -584,6 +584,28 @@ static int load_open(FILE *f, const char *path, const net *nt, float *params, fl
     return rc;
 }
 
+int safetensors_metadata(const char *path, const char *key, char *out, size_t len, int *found) {
+    *found = 0;
+    FILE *f = file_open_regular(path, "safetensors file", NULL);
+    if (!f) return CNT_ERR;
+    uint64_t size = 0, hlen = 0;
+    char *text = NULL;
+    int rc = read_header_text(f, path, &size, &hlen, &text);
+    fclose(f);
+    json_t *root = NULL;
+    if (rc == CNT_OK && json_parse(text, (size_t)hlen, "JSON header", &root) != CNT_OK)
+        rc = cnt_err_prefix("safetensors file '%s' has a bad header", path);
+    free(text);
+    const json_t *meta = rc == CNT_OK && json_is_object(root) ? json_object_get(root, "__metadata__") : NULL;
+    const json_t *v = meta && json_is_object(meta) ? json_object_get(meta, key) : NULL;
+    if (v && json_is_string(v)) {
+        snprintf(out, len, "%s", json_string_value(v));
+        *found = 1;
+    }
+    json_decref(root);
+    return rc;
+}
+
 int safetensors_load(const char *path, const net *nt, float *params, float *buffers, safetensors_report *rep) {
     FILE *f = file_open_regular(path, "safetensors file", NULL);
     if (!f) return CNT_ERR;

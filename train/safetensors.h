@@ -78,5 +78,10 @@ int safetensors_write(const char *path, const net *nt, const float *params, cons
  * data_offsets' size); data_offsets out of range, overlapping, or leaving
  * bytes unused; a missing tensor; an unsupported dtype or a wrong shape. */
 int safetensors_load(const char *path, const net *nt, float *params, float *buffers, safetensors_report *rep);
+/* The string value of `key` in the file's "__metadata__" into out (len
+ * bytes, cut to fit), *found 1; *found 0 where the file has none. Reads the
+ * header only, and checks no more of it than that it is JSON. CNT_ERR
+ * naming the file when it cannot be read as one. */
+int safetensors_metadata(const char *path, const char *key, char *out, size_t len, int *found);
 
 #endif

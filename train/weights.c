@@ -33,8 +33,15 @@ int weights_export(const char *ckpt_path, const char *out_path, int *n_tensors) 
         snprintf(step, sizeof step, "%ld", m.step);
         snprintf(shape, sizeof shape, "%dx%dx%d", m.in_c, m.in_h, m.in_w);
         snprintf(classes, sizeof classes, "%d", m.classes);
+        /* the normalisation the inputs need, as torchvision's Normalize takes it, where the checkpoint has it */
+        char mean[64] = "", std[64] = "";
+        for (int c = 0, o = 0, q = 0; c < m.norm_channels; c++) {
+            o += snprintf(mean + o, sizeof mean - (size_t)o, "%s%.9g", c ? "," : "", (double)m.mean[c]);
+            q += snprintf(std + q, sizeof std - (size_t)q, "%s%.9g", c ? "," : "", (double)m.std[c]);
+        }
         const char *metadata[] = {"format", "pt", "producer", "cnntrain", "model", m.model_name, "input_shape", shape,
-                                  "classes", classes, "epoch", epoch, "step", step, NULL};
+                                  "classes", classes, "epoch", epoch, "step", step,
+                                  m.norm_channels ? "mean" : NULL, mean, "std", std, NULL};
         /* num_batches_tracked: the optimizer steps taken, i.e. the training
          * batches every batch-norm layer has seen (on one rank). PyTorch reads
          * it only when a BatchNorm's momentum is None. */
