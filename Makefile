@@ -290,7 +290,9 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-trainer: $(BUILD)/train/main.o $(LIB)
+# ./trainer, and $(BUILD)/trainer: the same link, for builds beside the normal
+# one (the sanitized tests'), which must not overwrite ./trainer
+trainer $(BUILD)/trainer: $(BUILD)/train/main.o $(LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB) $(BUILD)/config.sig
@@ -363,9 +365,6 @@ test-sanitize:
 	  $(SAN_FLAGS_$(SAN))" sanitized-tests
 sanitized-tests: $(SAN_TESTS_$(SAN)) $(MPI_TEST_BIN) $(BUILD)/trainer $(BUILD)/tools/to_imagefolder
 	@$(SAN_OPTIONS) OMP_NUM_THREADS=1 CNT_SAN_BUILD=$(BUILD) tests/run_tests.sh $(SAN_TESTS_$(SAN)) tests/san_dist.sh
-# the trainer as the sanitized tests build it (./trainer stays the normal build's)
-$(BUILD)/trainer: $(BUILD)/train/main.o $(LIB)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The file readers under libFuzzer (tests/fuzz_readers.c: images, safetensors,
 # checkpoints, profiles, shard indexes, listings, configs, IDX files) with
