@@ -7,7 +7,8 @@
 # checkpoint.resume = auto give the losses of an uninterrupted run bit for
 # bit (CPU), and metrics.jsonl holds each step once; a resume at another
 # world size keeps the schedule and the epochs; a resume may not change the
-# model; a rollback or a fresh start moves newer checkpoints aside instead of
+# model, and a resume whose inputs are normalised otherwise (data.mean = auto
+# on other data) says so with the values that continue the run; a rollback or a fresh start moves newer checkpoints aside instead of
 # overwriting them, and auto then picks the latest run's.
 # Every run is small (256 Fashion-MNIST images, batch 16: 16 steps an epoch
 # on one rank) and bounded by timeout. Run from the repository root after `make`.
@@ -56,6 +57,8 @@ check "max_steps resume: exit 0" test $? -eq 0
 check "max_steps resume: resumed 176 samples into epoch 1" \
     grep -q "resumed from .*ckpt-000000-0000000176.cnt: 0 epochs and 176 samples of epoch 1 (step 11 of its 16)" <<<"$out"
 check "max_steps resume: the changed key is named" grep -q "keys changed since the checkpoint: train.max_steps 11 -> 0" <<<"$out"
+check "max_steps resume: the same data, the same normalisation: no warning" \
+    bash -c '! grep -q "resume: this run normalises" <<<"$1"' _ "$out"
 check "max_steps resume: losses and lrs equal the uninterrupted run's" diff "$tmp/ref.steps" <(steps "$tmp/ms/metrics.jsonl")
 check "max_steps resume: each step once in metrics.jsonl" each_step_once "$tmp/ms/metrics.jsonl"
 # the first record describes the run; "time" and "images" go on across the resume and end where the
@@ -427,6 +430,12 @@ out=$("${T[@]}" train.out_dir="$tmp/ms" checkpoint.resume=auto model.dropout=0.5
 rc=$?
 check "resume with another model.dropout: refused naming the key (rc=$rc)" \
     grep -q "may not change the model's keys: model.dropout" <<<"$out"
+# ... and other data under data.mean = auto: other estimated values, named with the checkpoint's (a copy of
+# the run, so the runs above keep theirs)
+cp -a "$tmp/ms" "$tmp/norm"
+out=$("${T[@]}" train.out_dir="$tmp/norm" checkpoint.resume=auto data.train_limit=512 train.max_steps=33 2>&1)
+check "resume on other data, data.mean = auto: a warning with both normalisations and the keys to give" \
+    grep -qE "^warning: resume: this run normalises its inputs with data.mean=[0-9.]+ data.std=[0-9.]+, the run that wrote .*ckpt-0000(01|02).*cnt with data.mean=[0-9.]+ data.std=[0-9.]+: give those two" <<<"$out"
 
 # Two runs in one train.out_dir: the second is refused, naming the first
 # (which runs long enough to still hold the directory on a fast machine: 2

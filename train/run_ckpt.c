@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -100,6 +101,26 @@ static int check_resume_fits(const run *r, const char *path, const ckpt_meta *me
         return cnt_err_set("checkpoint '%s' has %d classes, this run's data %d (data.root, data.kind): a resume may "
                            "not change the classes",
                            path, meta->classes, d->classes);
+    /* the inputs normalised otherwise than the run before normalised them
+     * (another data.train_limit, a changed folder, other given values) */
+    int differ = 0;
+    for (int c = 0; c < meta->norm_channels && c < 3; c++)
+        differ |= fabsf(meta->mean[c] - r->data.mean[c]) > 1e-5f * fabsf(meta->mean[c]) + 1e-7f ||
+                  fabsf(meta->std[c] - r->data.std[c]) > 1e-5f * fabsf(meta->std[c]) + 1e-7f;
+    if (differ) {
+        char was[2][96], now[2][96];
+        for (int k = 0; k < 2; k++) {
+            const float *a = k ? meta->std : meta->mean, *b = k ? r->data.std : r->data.mean;
+            int o = 0, q = 0;
+            for (int c = 0; c < meta->norm_channels && c < 3; c++) {
+                o += snprintf(was[k] + o, sizeof was[k] - (size_t)o, "%s%.9g", c ? "," : "", (double)a[c]);
+                q += snprintf(now[k] + q, sizeof now[k] - (size_t)q, "%s%.9g", c ? "," : "", (double)b[c]);
+            }
+        }
+        log_warn("resume: this run normalises its inputs with data.mean=%s data.std=%s, the run that wrote %s with "
+                 "data.mean=%s data.std=%s: give those two to go on as it did",
+                 now[0], now[1], path, was[0], was[1]);
+    }
     if (!meta->config[0]) return CNT_OK; /* written before checkpoints held their config */
     size_t len;
     char *now = run_config_text(cfg, 0, &len);
