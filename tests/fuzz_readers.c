@@ -8,7 +8,7 @@
  *                  the input's first bytes, with and without DCT scaling
  *                  (JPEG through libjpeg-turbo's partial decoding, PNG and
  *                  the rest through stb_image)
- *   safetensors    safetensors_load into ResNet-20 (1x28x28, 10 classes)
+ *   safetensors    safetensors_load into ResNet-20 (1x28x28, 10 classes), safetensors_metadata
  *   checkpoint     ckpt_read_meta and ckpt_read into the same net; the
  *                  input's last 4 bytes are replaced by the CRC-32 of the
  *                  rest, so the fuzzer explores what lies behind the checksum
@@ -141,6 +141,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     put_file("w.safetensors", data, n, 0, path, sizeof path);
     safetensors_report rep;
     (void)safetensors_load(path, nt, params, buffers, &rep);
+    char value[64];
+    int found;
+    (void)safetensors_metadata(path, "mean", value, sizeof value, &found);
 #elif defined(FUZZ_checkpoint)
     make_net();
     put_file("ckpt.cnt", data, n, 1, path, sizeof path);
