@@ -153,46 +153,8 @@ static net *build_small_net(int described) {
 
 static net *small_net(void) { return build_small_net(0); }
 
-static void check_sgd(int wd_on_bn_bias, int nesterov) {
-    config cfg;
-    config_defaults(&cfg);
-    set(&cfg, "optim.momentum=0.9");
-    set(&cfg, "optim.weight_decay=0.01");
-    set(&cfg, nesterov ? "optim.nesterov=true" : "optim.nesterov=false");
-    set(&cfg, wd_on_bn_bias ? "optim.wd_on_bn_bias=true" : "optim.wd_on_bn_bias=false");
-    net *nt = small_net();
-    const backend *be = nt->be;
-    size_t n = nt->n_params;
-    rng r;
-    rng_seed(&r, 11, 0);
-    double *p = tu_alloc(n), *g = tu_alloc(n), *m = tu_alloc(n);
-    float *pf = tu_alloc_f(n);
-    be->download(pf, nt->params, n * sizeof(float));
-    tu_to_double(pf, p, n);
-    optimizer opt;
-    optim_opts oo = config_optim_opts(&cfg);
-    optim_init(&opt, nt, &oo);
-    for (int step = 0; step < 3; step++) {
-        tu_fill_normal(&r, g, n, 0.0, 1.0);
-        float *gd = tu_dev_from_double(be, g, n);
-        be->copy(nt->grads, gd, n * sizeof(float));
-        be->free(gd);
-        optim_step(&opt, nt, 0.05f, 0.5f);
-        for (int t = 0; t < nt->n_param_tensors; t++) {
-            const param_info *pi = &nt->param_info[t];
-            double wd = (!pi->no_decay || wd_on_bn_bias) ? 0.01 : 0.0;
-            ref_sgd_update(pi->count, p + pi->offset, g + pi->offset, m + pi->offset, 0.05, 0.9, wd, nesterov, 0.5);
-        }
-    }
-    be->download(pf, nt->params, n * sizeof(float));
-    tu_assert_close_f("parameters after 3 SGD steps", p, pf, n, 1e-5, 1e-6);
-    optim_free(&opt);
-    free(p);
-    free(g);
-    free(m);
-    free(pf);
-    net_free(nt);
-}
+static void check_update(int lars, int wd_on_bn_bias, int nesterov, int zero_conv2);
+static void check_sgd(int wd_on_bn_bias, int nesterov) { check_update(0, wd_on_bn_bias, nesterov, 0); }
 
 static void test_sgd_no_decay_on_bn_bias(void **state) {
     (void)state;
@@ -320,16 +282,17 @@ static void test_lars_shard(void **state) {
     check_shard(1, 1);
 }
 
-/* LARS against the double-precision reference: each weight tensor's step
- * scaled by eta ||w|| / (||g|| + wd ||w||) from this step's values (g after
- * grad_scale), batch-norm and bias parameters stepped as SGD; a weight
- * tensor of zeros (a zero-initialised layer) gets a trust ratio of 1. The
- * change of the parameters over 3 steps is compared, so that a trust ratio
+/* SGD, and LARS, against the double-precision reference over 3 steps:
+ * weight decay on exactly the tensors it should be; with LARS each weight
+ * tensor's step scaled by eta ||w|| / (||g|| + wd ||w||) from this step's
+ * values (g after grad_scale), batch-norm and bias parameters stepped as
+ * SGD, and a weight tensor of zeros (a zero-initialised layer) given a trust
+ * ratio of 1. The parameters' changes are compared, so that a trust ratio
  * off by a few per cent shows. */
-static void check_lars(int wd_on_bn_bias, int nesterov, int zero_conv2) {
+static void check_update(int lars, int wd_on_bn_bias, int nesterov, int zero_conv2) {
     config cfg;
     config_defaults(&cfg);
-    set(&cfg, "optim.name=lars");
+    if (lars) set(&cfg, "optim.name=lars");
     set(&cfg, "optim.lars_eta=0.3");
     set(&cfg, "optim.momentum=0.9");
     set(&cfg, "optim.weight_decay=0.01");
@@ -351,7 +314,7 @@ static void check_lars(int wd_on_bn_bias, int nesterov, int zero_conv2) {
     memcpy(p0, p, n * sizeof(double));
     optimizer opt;
     optim_opts oo = config_optim_opts(&cfg);
-    assert_true(oo.lars && oo.lars_eta == 0.3f);
+    assert_true(oo.lars == lars && oo.lars_eta == 0.3f);
     optim_init(&opt, nt, &oo);
     int ones = 0;
     for (int step = 0; step < 3; step++) {
@@ -363,7 +326,7 @@ static void check_lars(int wd_on_bn_bias, int nesterov, int zero_conv2) {
         for (int t = 0; t < nt->n_param_tensors; t++) {
             const param_info *pi = &nt->param_info[t];
             double wd = (!pi->no_decay || wd_on_bn_bias) ? 0.01 : 0.0, trust = 1.0;
-            if (!pi->no_decay) {
+            if (lars && !pi->no_decay) {
                 double w2 = 0, g2 = 0;
                 for (size_t i = pi->offset; i < pi->offset + pi->count; i++) {
                     w2 += p[i] * p[i];
@@ -383,7 +346,8 @@ static void check_lars(int wd_on_bn_bias, int nesterov, int zero_conv2) {
         got[i] = (double)pf[i] - p0[i];
         p[i] -= p0[i];
     }
-    tu_assert_close("parameter changes over 3 LARS steps", p, got, n, 1e-4, 1e-7);
+    tu_assert_close(lars ? "parameter changes over 3 LARS steps" : "parameter changes over 3 SGD steps", p, got, n,
+                    1e-4, 1e-7);
     optim_free(&opt);
     free(p);
     free(p0);
@@ -396,10 +360,10 @@ static void check_lars(int wd_on_bn_bias, int nesterov, int zero_conv2) {
 
 static void test_lars(void **state) {
     (void)state;
-    check_lars(0, 0, 0);
-    check_lars(0, 1, 0);
-    check_lars(1, 0, 0);
-    check_lars(0, 0, 1);
+    check_update(1, 0, 0, 0);
+    check_update(1, 0, 1, 0);
+    check_update(1, 1, 0, 0);
+    check_update(1, 0, 0, 1);
 }
 
 /* optim_ranges with LARS: each weight tensor a range of its own, flagged
