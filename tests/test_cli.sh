@@ -140,6 +140,11 @@ run $T --bench resnet20 1x28x28 4 1 layout=chwn
 check "--bench unknown layout: exit 2 naming the layouts" test "$rc" -eq 2 -a -n "$(grep -o 'layout=auto|nchw|nhwc' <<<"$out")"
 run $T --bench resnet20 1x28x28 4 1 device=cpu precision=tf32 classes=3 layout=nchw
 check "--bench key=value options: device, precision, classes" grep -q "on cpu, .*img/s" <<<"$out"
+run $T --bench resnet20 1x28x28 4 1 device=cpu layout=nchw optim=lars
+check "--bench optim=lars: the line says LARS, with the update's time" \
+    grep -q "on cpu, LARS, .*img/s.*update [0-9.]* ms per step" <<<"$out"
+run $T --bench resnet20 1x28x28 4 1 optim=adam
+check "--bench optim=adam: exit 2 naming the optimizers" test "$rc" -eq 2 -a -n "$(grep -o 'optim=sgd|lars' <<<"$out")"
 # The CPU's blocked layout (oneDNN): the default where built in, refused elsewhere.
 run $T --devices
 if grep -q "oneDNN" <<<"$out"; then

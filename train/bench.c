@@ -152,6 +152,8 @@ int bench_run(const config *cfg, int steps, int warmup, bench_result *res, FILE 
     if (gpu)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), ", %s convolutions",
                  nt->ctx.conv_api == BACKEND_CONV_API_GRAPH ? "graph-API" : "legacy");
+    if (cfg->optim == OPTIM_LARS)
+        snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note), ", LARS");
     /* train.cuda_graph: pass 1's steps replayed a recording (pass 2 runs op by op) */
     if (s.replayed)
         snprintf(prec_note + strlen(prec_note), sizeof prec_note - strlen(prec_note),

@@ -43,7 +43,7 @@ static void usage(FILE *out) {
             "       trainer --summary MODEL          (a zoo model at ImageNet shape)\n"
             "       trainer " BENCH_SYNOPSIS "\n"
             "                                        (training speed on random data; KEY: device, precision,\n"
-            "                                         layout, activations, fuse, classes)\n"
+            "                                         layout, activations, fuse, optim, classes)\n"
             "       trainer --bench-data CONFIG.ini [section.key=value ...]   (loader images/s, 1, 2, 4... workers)\n"
             "       trainer --profile CONFIG.ini OUT.json [section.key=value ...]   (one step, layer by layer, as JSON)\n"
             "       trainer --export CHECKPOINT OUT.safetensors   (weights with torchvision's names, for PyTorch)\n"
@@ -108,8 +108,8 @@ static int parse_count(const char *arg, const char *what, int min, int *out) {
 /* One `--bench` key=value option into cfg: device, precision, layout,
  * activations, fuse, conv_api and cuda_graph are train.device,
  * train.precision, train.layout, train.activations, train.fuse,
- * train.conv_api and train.cuda_graph (the config's table parses them),
- * classes a count. Prints why and returns
+ * train.conv_api and train.cuda_graph, optim is optim.name (the config's
+ * table parses them), classes a count. Prints why and returns
  * CNT_ERR. */
 static int parse_bench_option(const char *arg, config *cfg) {
     static const char *const keys[] = {"device", "precision", "layout", "activations", "fuse", "conv_api",
@@ -120,6 +120,11 @@ static int parse_bench_option(const char *arg, config *cfg) {
         return CNT_ERR;
     }
     size_t kl = (size_t)(eq - arg);
+    if (kl == 5 && strncmp(arg, "optim", kl) == 0) {
+        char setting[256];
+        snprintf(setting, sizeof setting, "optim.name%s", eq);
+        if (config_override(cfg, setting) == CNT_OK) return CNT_OK;
+    }
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         if (strlen(keys[k]) != kl || strncmp(arg, keys[k], kl) != 0) continue;
         char setting[256];
@@ -137,7 +142,7 @@ static int parse_bench_option(const char *arg, config *cfg) {
     }
     fprintf(stderr,
             "trainer: --bench: unknown option '%s' (device=%s, precision=%s, layout=%s, activations=%s, "
-            "fuse=true|false, conv_api=%s, cuda_graph=true|false, classes=N)\n",
+            "fuse=true|false, conv_api=%s, cuda_graph=true|false, optim=sgd|lars, classes=N)\n",
             arg, choices[0], choices[1], choices[2], choices[3], choices[5]);
     return CNT_ERR;
 }
