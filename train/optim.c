@@ -132,17 +132,16 @@ void optim_free(optimizer *opt) {
 
 double schedule_lr(const schedule *s, long step) {
     double lr = s->base_lr;
+    /* cosine and poly: the fraction of the schedule done, held at 1 past its end */
+    double t = s->total_steps > 0 ? (double)step / (double)s->total_steps : 0.0;
+    if (t > 1.0) t = 1.0;
     if (s->kind == LR_SCHEDULE_STEP) {
         long epoch = step / s->steps_per_epoch;
         for (int k = 0; k < s->n_milestones; k++)
             if (epoch >= s->milestones[k]) lr *= s->gamma;
     } else if (s->kind == LR_SCHEDULE_COSINE) {
-        double t = s->total_steps > 0 ? (double)step / (double)s->total_steps : 0.0;
-        if (t > 1.0) t = 1.0;
         lr = s->min_lr + (s->base_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
     } else if (s->kind == LR_SCHEDULE_POLY) {
-        double t = s->total_steps > 0 ? (double)step / (double)s->total_steps : 0.0;
-        if (t > 1.0) t = 1.0;
         lr = s->min_lr + (s->base_lr - s->min_lr) * pow(1.0 - t, s->poly_power);
     }
     double warmup_steps = s->warmup_epochs * (double)s->steps_per_epoch;
