@@ -744,6 +744,24 @@ static void test_norm_values(void **state) {
     assert_true(v[0] == 0.485f && v[1] == 0.456f && v[2] == 0.406f);
     assert_int_equal(config_norm_values(&c, 1, v, &is_auto), CNT_OK);
     assert_true(v[0] == 0.5f && v[1] == 0.5f && v[2] == 0.5f);
+    /* the text of values, parsed back bit for bit, with their count; one normalisation up to 1e-5 */
+    const float three[3] = {0.485f, 0.456f, 1.0f / 3.0f};
+    char text[128];
+    int n = -1;
+    config_norm_text(three, 3, text, sizeof text);
+    assert_string_equal(text, "0.485000014,0.456,0.333333343");
+    assert_int_equal(config_norm_parse("data.mean", text, 0, v, &n), CNT_OK);
+    assert_int_equal(n, 3);
+    assert_memory_equal(v, three, sizeof three);
+    config_norm_text(three, 1, text, sizeof text);
+    assert_int_equal(config_norm_parse("data.std", text, 1, v, &n), CNT_OK);
+    assert_true(n == 1 && v[2] == three[0]);
+    assert_int_equal(config_norm_parse("data.std", "auto", 1, v, &n), CNT_OK);
+    assert_int_equal(n, 0);
+    const float near[3] = {0.485001f, 0.456f, 1.0f / 3.0f}, far[3] = {0.4851f, 0.456f, 1.0f / 3.0f};
+    assert_true(config_norm_same(near, three, 3));
+    assert_false(config_norm_same(far, three, 3));
+    assert_true(config_norm_same(far, three, 0));
     static const char *const bad_std[] = {"0", "-1", "0.2,0.2", "0.1,0.2,0.3,0.4", "x", "0.2,", "0.2;0.3", ""};
     for (size_t i = 0; i < sizeof bad_std / sizeof bad_std[0]; i++) {
         config_defaults(&c);

@@ -1248,10 +1248,31 @@ int config_synthetic_shape(const config *cfg, int *c, int *h, int *w) {
 }
 
 int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto) {
-    const char *key = want_std ? "data.std" : "data.mean";
-    const char *s = want_std ? cfg->std : cfg->mean;
-    *is_auto = strcmp(s, "auto") == 0;
-    if (*is_auto) {
+    int n;
+    int rc = config_norm_parse(want_std ? "data.std" : "data.mean", want_std ? cfg->std : cfg->mean, want_std, v, &n);
+    *is_auto = rc == CNT_OK && n == 0;
+    return rc;
+}
+
+void config_norm_text(const float *v, int n, char *out, size_t len) {
+    size_t o = 0;
+    out[0] = '\0';
+    for (int c = 0; c < n && o < len; c++) {
+        int w = snprintf(out + o, len - o, "%s%.9g", c ? "," : "", (double)v[c]);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}
+
+int config_norm_same(const float *a, const float *b, int n) {
+    for (int c = 0; c < n; c++)
+        if (fabsf(a[c] - b[c]) > 1e-5f * fabsf(b[c]) + 1e-7f) return 0;
+    return 1;
+}
+
+int config_norm_parse(const char *key, const char *s, int want_std, float v[3], int *count) {
+    *count = 0;
+    if (strcmp(s, "auto") == 0) {
         for (int i = 0; i < 3; i++) v[i] = want_std ? 1.0f : 0.0f;
         return CNT_OK;
     }
@@ -1275,6 +1296,7 @@ int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto
     }
     if (n == 2) return cnt_err_set("invalid configuration: %s: '%.64s' has 2 numbers; give 1 or 3", key, s);
     if (n == 1) v[1] = v[2] = v[0];
+    *count = n;
     return CNT_OK;
 }
 

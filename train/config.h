@@ -197,6 +197,15 @@ int config_synthetic_shape(const config *cfg, int *c, int *h, int *w);
  * into v[0..2] (one number is used for every channel); *is_auto is set for
  * "auto". Errors: CNT_ERR naming the key and the value. */
 int config_norm_values(const config *cfg, int want_std, float v[3], int *is_auto);
+/* The same for a value s of `key` given elsewhere (a file's metadata): *n
+ * gets how many numbers s holds, 1 or 3, or 0 for "auto". */
+int config_norm_parse(const char *key, const char *s, int want_std, float v[3], int *n);
+/* v[0..n) as data.mean or data.std takes them: comma-separated, each exact
+ * for a float ("%.9g"). */
+void config_norm_text(const float *v, int n, char *out, size_t len);
+/* Whether a[0..n) and b[0..n) are one normalisation, up to the rounding of
+ * a value copied from a log line (1e-5 relative). */
+int config_norm_same(const float *a, const float *b, int n);
 
 /* The name of an enumerated key's value as a user writes it ("fp16" for
  * cfg->precision == BACKEND_MATH_FP16): field points into cfg at an enum

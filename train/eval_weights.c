@@ -8,7 +8,6 @@
  */
 #include "train/trainer.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,18 +54,12 @@ static int read_weights(const char *path, const net *nt, const config *cfg, host
     return CNT_OK;
 }
 
-/* n values as data.mean or data.std takes them, exact for floats */
-static void norm_text(char *s, size_t len, const float *v, int n) {
-    int o = 0;
-    for (int c = 0; c < n && (size_t)o < len; c++) o += snprintf(s + o, len - (size_t)o, "%s%.9g", c ? "," : "", (double)v[c]);
-}
-
 /* The normalisation a weights file records into v (channels, mean[3],
  * std[3]; channels 0: none): a checkpoint's normalisation block (version 5),
  * or the "mean" and "std" metadata of a safetensors file (--export writes
  * them). A file that cannot be read records none here: read_weights names
  * it. */
-static void recorded_norm(const config *cfg, const char *weights, float v[7]) {
+static void recorded_norm(const char *weights, float v[7]) {
     memset(v, 0, 7 * sizeof *v);
     if (!is_safetensors(weights)) {
         ckpt_meta *m = cnt_calloc(1, sizeof *m);
@@ -78,25 +71,19 @@ static void recorded_norm(const config *cfg, const char *weights, float v[7]) {
         free(m);
         return;
     }
-    config *t = cnt_malloc(sizeof *t);
-    *t = *cfg;
-    int found[2] = {0, 0}, is_auto[2];
-    float mean[3], std[3];
-    if (safetensors_metadata(weights, "mean", t->mean, sizeof t->mean, &found[0]) == CNT_OK &&
-        safetensors_metadata(weights, "std", t->std, sizeof t->std, &found[1]) == CNT_OK && found[0] && found[1]) {
-        int n = strchr(t->mean, ',') ? 3 : 1;
-        if (config_norm_values(t, 0, mean, &is_auto[0]) == CNT_OK &&
-            config_norm_values(t, 1, std, &is_auto[1]) == CNT_OK && !is_auto[0] && !is_auto[1] &&
-            (n == 3) == (strchr(t->std, ',') != NULL)) {
-            v[0] = (float)n;
-            memcpy(v + 1, mean, sizeof mean);
-            memcpy(v + 4, std, sizeof std);
-        } else {
-            log_warn("eval: %s: its mean and std metadata ('%s', '%s') are not 1 or 3 numbers each: not used", weights,
-                     t->mean, t->std);
-        }
+    char text[2][CONFIG_STR];
+    int found[2] = {0, 0}, n[2] = {0, 0};
+    if (safetensors_metadata(weights, "mean", text[0], sizeof text[0], &found[0]) != CNT_OK ||
+        safetensors_metadata(weights, "std", text[1], sizeof text[1], &found[1]) != CNT_OK || !found[0] || !found[1])
+        return;
+    if (config_norm_parse("mean", text[0], 0, v + 1, &n[0]) == CNT_OK &&
+        config_norm_parse("std", text[1], 1, v + 4, &n[1]) == CNT_OK && n[0] && n[0] == n[1]) {
+        v[0] = (float)n[0];
+        return;
     }
-    free(t);
+    memset(v, 0, 7 * sizeof *v);
+    log_warn("eval: %s: its mean and std metadata ('%s', '%s') are not 1 or 3 numbers each: not used", weights,
+             text[0], text[1]);
 }
 
 /* The normalisation the weights' run fed its net (recorded_norm), as
@@ -108,7 +95,7 @@ static void recorded_norm(const config *cfg, const char *weights, float v[7]) {
 static int recorded_normalisation(const config *cfg, const char *weights, config *out) {
     *out = *cfg;
     float v[7] = {0}; /* channels, mean[3], std[3] */
-    if (dist_rank() == 0) recorded_norm(cfg, weights, v);
+    if (dist_rank() == 0) recorded_norm(weights, v);
     if (dist_world() > 1) {
         dist_phase("eval: the checkpoint's normalisation");
         dist_broadcast(v, sizeof v, 0);
@@ -117,14 +104,12 @@ static int recorded_normalisation(const config *cfg, const char *weights, config
     if (n == 0) return CNT_OK;
     float given[2][3];
     int is_auto[2];
-    for (int k = 0; k < 2; k++)
-        if (config_norm_values(cfg, k, given[k], &is_auto[k]) != CNT_OK) return CNT_ERR;
     char text[2][128];
     int differ = 0;
     for (int k = 0; k < 2; k++) {
-        norm_text(text[k], sizeof text[k], v + 1 + 3 * k, n);
-        for (int c = 0; c < n && !is_auto[k]; c++)
-            differ |= fabsf(given[k][c] - v[1 + 3 * k + c]) > 1e-5f * fabsf(v[1 + 3 * k + c]) + 1e-7f;
+        if (config_norm_values(cfg, k, given[k], &is_auto[k]) != CNT_OK) return CNT_ERR;
+        config_norm_text(v + 1 + 3 * k, n, text[k], sizeof text[k]);
+        differ |= !is_auto[k] && !config_norm_same(given[k], v + 1 + 3 * k, n);
     }
     if (is_auto[0]) snprintf(out->mean, sizeof out->mean, "%s", text[0]);
     if (is_auto[1]) snprintf(out->std, sizeof out->std, "%s", text[1]);

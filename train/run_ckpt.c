@@ -10,7 +10,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <math.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -103,19 +102,12 @@ static int check_resume_fits(const run *r, const char *path, const ckpt_meta *me
                            path, meta->classes, d->classes);
     /* the inputs normalised otherwise than the run before normalised them
      * (another data.train_limit, a changed folder, other given values) */
-    int differ = 0;
-    for (int c = 0; c < meta->norm_channels && c < 3; c++)
-        differ |= fabsf(meta->mean[c] - r->data.mean[c]) > 1e-5f * fabsf(meta->mean[c]) + 1e-7f ||
-                  fabsf(meta->std[c] - r->data.std[c]) > 1e-5f * fabsf(meta->std[c]) + 1e-7f;
-    if (differ) {
+    int nc = meta->norm_channels;
+    if (!config_norm_same(r->data.mean, meta->mean, nc) || !config_norm_same(r->data.std, meta->std, nc)) {
         char was[2][96], now[2][96];
         for (int k = 0; k < 2; k++) {
-            const float *a = k ? meta->std : meta->mean, *b = k ? r->data.std : r->data.mean;
-            int o = 0, q = 0;
-            for (int c = 0; c < meta->norm_channels && c < 3; c++) {
-                o += snprintf(was[k] + o, sizeof was[k] - (size_t)o, "%s%.9g", c ? "," : "", (double)a[c]);
-                q += snprintf(now[k] + q, sizeof now[k] - (size_t)q, "%s%.9g", c ? "," : "", (double)b[c]);
-            }
+            config_norm_text(k ? meta->std : meta->mean, nc, was[k], sizeof was[k]);
+            config_norm_text(k ? r->data.std : r->data.mean, nc, now[k], sizeof now[k]);
         }
         log_warn("resume: this run normalises its inputs with data.mean=%s data.std=%s, the run that wrote %s with "
                  "data.mean=%s data.std=%s: give those two to go on as it did",

@@ -12,6 +12,7 @@
 #include "model/backend.h"
 #include "model/zoo.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/safetensors.h"
 #include "train/state.h"
 
@@ -34,11 +35,9 @@ int weights_export(const char *ckpt_path, const char *out_path, int *n_tensors) 
         snprintf(shape, sizeof shape, "%dx%dx%d", m.in_c, m.in_h, m.in_w);
         snprintf(classes, sizeof classes, "%d", m.classes);
         /* the normalisation the inputs need, as torchvision's Normalize takes it, where the checkpoint has it */
-        char mean[64] = "", std[64] = "";
-        for (int c = 0, o = 0, q = 0; c < m.norm_channels; c++) {
-            o += snprintf(mean + o, sizeof mean - (size_t)o, "%s%.9g", c ? "," : "", (double)m.mean[c]);
-            q += snprintf(std + q, sizeof std - (size_t)q, "%s%.9g", c ? "," : "", (double)m.std[c]);
-        }
+        char mean[64], std[64];
+        config_norm_text(m.mean, m.norm_channels, mean, sizeof mean);
+        config_norm_text(m.std, m.norm_channels, std, sizeof std);
         const char *metadata[] = {"format", "pt", "producer", "cnntrain", "model", m.model_name, "input_shape", shape,
                                   "classes", classes, "epoch", epoch, "step", step,
                                   m.norm_channels ? "mean" : NULL, mean, "std", std, NULL};
