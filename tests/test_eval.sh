@@ -9,9 +9,9 @@
 # arguments, a result that cannot be written) exit non-zero naming the file
 # or the key. A checkpoint records the normalisation its run used: with
 # data.mean and data.std auto, --eval scores with it (another
-# data.train_limit, which would estimate others, scores the same; an image
-# folder's training split is not needed), and given values that differ are
-# warned about.
+# data.train_limit, which would estimate others, scores the same; neither an
+# image folder's training split nor an IDX set's training files are needed),
+# and given values that differ are warned about.
 # Run from the repository root after `make`.
 set -u
 tmp=$(mktemp -d)
@@ -20,6 +20,19 @@ export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 fails=0
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 run() { out=$("$@" 2>&1); rc=$?; }
+# strip_metadata IN OUT: a safetensors file's tensors written again without its __metadata__
+strip_metadata() {
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+head.pop("__metadata__")
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-(8 + len(text)) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+}
 C=(configs/resnet20-fashion.ini data.train_limit=256 data.test_limit=200 train.batch_size=32 train.epochs=1
    train.threads=1 data.workers=1 train.eval_batch_size=50)
 
@@ -75,6 +88,22 @@ check "--eval in two ranks: exit 0 (rc=$rc), one result line" \
 check "--eval in two ranks: top-1 and top-5 the one-process run's" grep -qF "200 test images, $want, loss " <<<"$out"
 check "--eval in two ranks: loss $(loss_of "$out"), the run's $want_loss" close_to "$(loss_of "$out")" "$want_loss" 1e-3
 
+# An in-memory set (IDX) is read whole, both splits, for training; --eval
+# needs only the test files when the normalisation is known (given, or
+# recorded in the checkpoint): a directory holding only t10k-* scores the same.
+mkdir -p "$tmp/t10k" && cp /usr/share/datasets/fashion-mnist/t10k-* "$tmp/t10k/"
+run timeout 120 ./trainer --eval "${C[@]}" data.root="$tmp/t10k" "$ckpt"
+check "--eval of an IDX directory without its training files, data.mean = auto: the run's $want (rc=$rc)" \
+    grep -qF "eval: $ckpt: 200 test images, $want, loss " <<<"$out"
+[ $rc -eq 0 ] || tail -n 3 <<<"$out" | sed 's/^/    /'
+run timeout 120 ./trainer --eval "${C[@]}" data.root="$tmp/t10k" "$tmp/w.safetensors"
+check "--eval of the export, IDX without training files: the run's $want (rc=$rc)" \
+    grep -qF "test images, $want, loss " <<<"$out"
+strip_metadata "$tmp/w.safetensors" "$tmp/wbare.safetensors"
+run timeout 120 ./trainer --eval "${C[@]}" data.root="$tmp/t10k" "$tmp/wbare.safetensors"
+check "--eval, IDX without training files, no recorded mean, data.mean = auto: exit 1 naming the training file" \
+    bash -c '[ $1 -eq 1 ] && grep -q "train-images" <<<"$2" && grep -q "data.mean" <<<"$2"' _ $rc "$out"
+
 # An image folder, as ImageNet's val/ is scored: with data.mean and data.std
 # given (the training run logs what it estimated), --eval lists only the test
 # folder, so it runs where the training folder is absent; left to auto, a
@@ -109,16 +138,7 @@ run timeout 120 ./trainer --eval "${F[@]}" "$tmp/fw.safetensors"
 check "--eval of its export, no training folder, data.mean = auto: the run's last $fwant (rc=$rc)" \
     bash -c 'grep -qF "test images, $1, top-5" <<<"$2" && grep -q "^eval: normalised as the training run did" <<<"$2"' \
     _ "$fwant" "$out"
-python3 - "$tmp/fw.safetensors" "$tmp/fbare.safetensors" <<'PY'
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-head.pop("__metadata__")
-text = json.dumps(head, separators=(",", ":")).encode()
-text += b" " * (-(8 + len(text)) % 8)
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
-PY
+strip_metadata "$tmp/fw.safetensors" "$tmp/fbare.safetensors"
 run timeout 120 ./trainer --eval "${F[@]}" "$tmp/fbare.safetensors"
 check "--eval of a safetensors file without metadata, no training folder, data.mean = auto: exit 1 naming data.mean and the folder" \
     bash -c '[ $1 -eq 1 ] && grep -q "data.mean" <<<"$2" && grep -q "$3" <<<"$2"' _ $rc "$out" "$tmp/f/train"

@@ -22,20 +22,20 @@ enum { SYNTHETIC_STREAM_TRAIN = 0x5d7a0001, SYNTHETIC_STREAM_TEST = 0x5d7a0002 }
 /* Images of an image folder estimated for data.mean / data.std = auto. */
 #define STATS_IMAGES 1024
 
-static int load_in_memory(const config *cfg, input_data *d) {
+static int load_in_memory(const config *cfg, input_data *d, int with_train) {
     switch (cfg->data_kind) {
     case DATA_KIND_IDX:
-        if (dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
+        if (with_train && dataset_load_mnist_dir(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
         return dataset_load_mnist_dir(&d->test, cfg->data_root, 0);
     case DATA_KIND_CIFAR:
-        if (dataset_load_cifar(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
+        if (with_train && dataset_load_cifar(&d->train, cfg->data_root, 1) != CNT_OK) return CNT_ERR;
         return dataset_load_cifar(&d->test, cfg->data_root, 0);
     case DATA_KIND_SYNTHETIC: {
         /* Train and test are two streams of the same seed: different images. */
         int c, h, w;
         if (config_synthetic_shape(cfg, &c, &h, &w) != CNT_OK) return CNT_ERR;
-        if (dataset_make_synthetic(&d->train, c, h, w, cfg->synthetic_classes, cfg->synthetic_train, cfg->seed,
-                                   SYNTHETIC_STREAM_TRAIN) != CNT_OK)
+        if (with_train && dataset_make_synthetic(&d->train, c, h, w, cfg->synthetic_classes, cfg->synthetic_train,
+                                                 cfg->seed, SYNTHETIC_STREAM_TRAIN) != CNT_OK)
             return CNT_ERR;
         return dataset_make_synthetic(&d->test, c, h, w, cfg->synthetic_classes, cfg->synthetic_test, cfg->seed,
                                       SYNTHETIC_STREAM_TEST);
@@ -199,8 +199,8 @@ static int folder_stats(const config *cfg, input_data *d) {
     return CNT_OK;
 }
 
-/* input_load, and with test_only input_load_test: a file-backed set's
- * training split is left out unless mean or std is auto. */
+/* input_load, and with test_only input_load_test: the training split is
+ * left out unless mean or std is auto. */
 static int load(const config *cfg, input_data *d, int test_only) {
     memset(d, 0, sizeof *d);
     int folder = config_file_backed(cfg);
@@ -208,14 +208,11 @@ static int load(const config *cfg, input_data *d, int test_only) {
     int mean_auto, std_auto;
     if (config_norm_values(cfg, 0, mean, &mean_auto) != CNT_OK || config_norm_values(cfg, 1, std, &std_auto) != CNT_OK)
         return CNT_ERR;
-    int with_train = !(test_only && folder && !mean_auto && !std_auto);
+    int with_train = !(test_only && !mean_auto && !std_auto);
     int rc;
     if (folder) {
         rc = cfg->data_kind == DATA_KIND_SHARDS ? open_shard_sets(cfg, d, with_train)
                                                 : list_folders(cfg, d, with_train);
-        if (rc != CNT_OK && test_only && with_train && !d->train.root)
-            cnt_err_suffix(" (data.mean or data.std is auto: they are estimated from the training set; give both, as "
-                           "the training run logged them, to score without it)");
         if (rc == CNT_OK) {
             /* 0: the side torchvision trains the model at (299 for inception_v3) */
             int zc, zh, zw;
@@ -227,14 +224,17 @@ static int load(const config *cfg, input_data *d, int test_only) {
         }
     } else {
         /* data.image_size and data.channels apply to image folders only. */
-        rc = load_in_memory(cfg, d);
-        if (rc == CNT_OK && (d->train.c > 3 || d->test.c != d->train.c || d->test.h != d->train.h ||
-                             d->test.w != d->train.w))
+        rc = load_in_memory(cfg, d, with_train);
+        if (rc == CNT_OK && (d->test.c > 3 || (with_train && (d->test.c != d->train.c || d->test.h != d->train.h ||
+                                                               d->test.w != d->train.w))))
             rc = cnt_err_set("%s %s: test images are %dx%dx%d but training images are %dx%dx%d (at most 3 "
                              "channels)",
                              config_name(cfg, &cfg->data_kind), cfg->data_root, d->test.c, d->test.h, d->test.w, d->train.c,
                              d->train.h, d->train.w);
     }
+    if (rc != CNT_OK && test_only && with_train && !d->train.n)
+        cnt_err_suffix(" (data.mean or data.std is auto: they are estimated from the training set; give both, as "
+                       "the training run logged them, to score without it)");
     if (rc != CNT_OK) {
         input_free(d);
         return CNT_ERR;
@@ -341,5 +341,5 @@ void input_loader_options(const config *cfg, const input_data *d, const backend 
     eval->wrap = 0;
     eval->augment = 0;
     /* Decoding files is the expensive part: evaluation gets the same workers. */
-    eval->workers = d->train.pixels ? 1 : cfg->workers;
+    eval->workers = d->test.pixels ? 1 : cfg->workers;
 }
