@@ -354,7 +354,7 @@ SAN_FLAGS_address := -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_FLAGS_thread := -fsanitize=thread
 SAN_TESTS_address = $(TEST_BIN)
 SAN_TESTS_thread = $(addprefix $(BUILD)/tests/test_,data image imagefolder shards reducer exchange stager wait net \
-  accumulate)
+  accumulate powersgd)
 # (history_size=7: the earlier access's stack restored, which the suppressions need)
 SAN_OPTIONS := ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1 TSAN_OPTIONS='suppressions=$(CURDIR)/tests/support/sanitizers.supp \

@@ -23,6 +23,7 @@ typedef struct allreduce_x {
     const backend *be;
     dist_nccl *nccl;         /* NULL: gradients go through host memory */
     char auto_why[96];       /* dist.backend = auto through host memory: the shape it chose by */
+    char psgd_what[192];     /* dist.compress = powersgd: what travels */
     reducer *rd;             /* from exchange_attach */
 } allreduce_x;
 
@@ -106,8 +107,25 @@ static int ar_attach(exchange *x, net *nt) {
         ro.in_flight = 1;
     }
     x->o.reducer.in_flight = ro.in_flight > 1 ? ro.in_flight : 1;
+    powersgd_tensor *tensors = NULL;
+    if (ro.compress == REDUCER_COMPRESS_POWERSGD) {
+        tensors = powersgd_net_tensors(nt);
+        ro.tensors = tensors;
+        ro.n_tensors = nt->n_param_tensors;
+    }
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);
+    if (tensors) {
+        size_t values, wire;
+        int k = powersgd_summary(tensors, ro.n_tensors, ro.psgd_rank, &values, &wire);
+        snprintf(a->psgd_what, sizeof a->psgd_what,
+                 "PowerSGD rank %d after %ld uncompressed step%s (%d of %d tensors, %.1f%% of the values; %.2f MiB "
+                 "a step instead of %.2f)",
+                 ro.psgd_rank, ro.psgd_start, ro.psgd_start == 1 ? "" : "s", k, ro.n_tensors,
+                 100.0 * (double)values / (double)nt->n_params, (double)wire * sizeof(float) / 1048576.0,
+                 (double)nt->n_params * sizeof(float) / 1048576.0);
+    }
+    free(tensors);
     net_set_grad_hook(nt, reducer_grads_ready, a->rd);
     return CNT_OK;
 }
@@ -140,7 +158,7 @@ static void ar_describe(const exchange *x, int batch, char *buf, size_t len) {
              world, world > 1 ? "s" : "", dist_local_world(), batch * world, comm_name, buckets,
              buckets == 1 ? "" : "s", o->bucket_mb, o->first_bucket_mb, flight,
              o->reducer.overlap ? "during backward" : "after backward",
-             o->reducer.compress == REDUCER_COMPRESS_FP16 ? "fp16" : "fp32",
+             o->reducer.compress == REDUCER_COMPRESS_FP16 ? "fp16" : a->psgd_what[0] ? a->psgd_what : "fp32",
              o->reducer.stall_warn_s > 0 || o->reducer.stall_abort_s > 0 ? "on" : "off", o->reducer.stall_warn_s,
              o->reducer.stall_abort_s);
 }

@@ -15,7 +15,8 @@
 reducer *reducer_create(const backend *be, float *grads, size_t n, const reducer_opts *opts) {
     size_t first_bucket = opts->first_bucket, bucket_size = opts->bucket;
     CNT_ASSERT(n > 0 && first_bucket > 0 && bucket_size > 0);
-    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE || opts->compress == REDUCER_COMPRESS_FP16);
+    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE || opts->compress == REDUCER_COMPRESS_FP16 ||
+               opts->compress == REDUCER_COMPRESS_POWERSGD);
     reducer *rd = cnt_calloc(1, sizeof *rd);
     rd->be = be;
     rd->grads = grads;

@@ -9,9 +9,9 @@
  * the ranks as soon as backward has written it; reducer_finish leaves the
  * sums in the buffer (the caller divides by the world size). Two strategies,
  * chosen by reducer_opts.nccl: a communication thread through host memory
- * (MPI_Allreduce or our ring, optionally fp16 on the wire), or NCCL on the
- * GPU. Both can run under the stall watchdog, which warns about or ends a job
- * whose ranks do not reach a bucket together. The design (ordering against
+ * (MPI_Allreduce or our ring, optionally fp16 or PowerSGD-compressed on the
+ * wire), or NCCL on the GPU. Both can run under the stall watchdog, which
+ * warns about or ends a job whose ranks do not reach a bucket together. The design (ordering against
  * the compute stream, what the times measure, the watchdog's two halves,
  * compression): docs/ARCHITECTURE.md, "Data parallelism".
  *
@@ -38,6 +38,7 @@
 
 #include "dist/dist.h"
 #include "dist/nccl.h"
+#include "dist/powersgd.h"
 #include "dist/timeline.h"
 #include "model/backend.h"
 
@@ -54,8 +55,9 @@ typedef struct reducer_stats {
 } reducer_stats;
 
 typedef enum reducer_compress {
-    REDUCER_COMPRESS_NONE, /* fp32 on the wire */
-    REDUCER_COMPRESS_FP16  /* IEEE binary16 on the wire, summed through fp32 */
+    REDUCER_COMPRESS_NONE,    /* fp32 on the wire */
+    REDUCER_COMPRESS_FP16,    /* IEEE binary16 on the wire, summed through fp32 */
+    REDUCER_COMPRESS_POWERSGD /* weight matrices as rank-r factors, error feedback (dist/powersgd.h) */
 } reducer_compress;
 
 typedef struct reducer_opts {
@@ -77,6 +79,16 @@ typedef struct reducer_opts {
      * from backward; refused (no privilege): said once, and the run goes on. */
     int comm_nice;
     reducer_compress compress;
+    /* compress = POWERSGD: the rank, the steps summed uncompressed first
+     * (reducer_begin's numbers, from 1, up to psgd_start), the seed of Q (the same
+     * on every rank), and the parameter tensors tiling the buffer in offset
+     * order (not owned; read by reducer_create only). One bucket at a time
+     * (in_flight 1). */
+    int psgd_rank;
+    long psgd_start;
+    uint64_t psgd_seed;
+    const powersgd_tensor *tensors;
+    int n_tensors;
     double stall_warn_s;      /* watchdog warning after this wait; 0: off */
     double stall_abort_s;     /* watchdog ends the job after this wait; 0: off */
     /* NULL: the MPI path (a communication thread, staged through host

@@ -1,10 +1,11 @@
 /*
  * dist/reducer_mpi.c - the reducer's communication-thread strategy: each
  * launched bucket is copied to host memory after its fence, optionally
- * converted to fp16, allreduced there (MPI_Allreduce or our ring) and copied
- * back, while the training thread goes on with backward. reducer_finish
- * waits for the last bucket and measures that wait (exposed_ms). Design:
- * docs/ARCHITECTURE.md, "Data parallelism".
+ * converted to fp16 or compressed with PowerSGD, allreduced there
+ * (MPI_Allreduce or our ring) and copied back, while the training thread
+ * goes on with backward. reducer_finish waits for the last bucket and
+ * measures that wait (exposed_ms). Design: docs/ARCHITECTURE.md, "Data
+ * parallelism".
  */
 #include "dist/reducer_impl.h"
 #include "common/check.h"
@@ -24,11 +25,14 @@
 typedef struct mpi_bucket {
     void *fence;             /* marks the ops that wrote the bucket */
     double t_start, t_end;   /* its allreduce, on the communication thread */
+    size_t up_lo, up_hi;     /* what goes back to the device: the bucket, or with PowerSGD its region */
 } mpi_bucket;
 
 typedef struct reducer_mpi {
     float *host;         /* [n] host staging, from the backend's host_alloc (page-locked on a GPU) */
     uint16_t *half;      /* [n] host fp16 staging (compress = fp16), else NULL */
+    powersgd *psgd;      /* compress = powersgd, else NULL: buckets one at a time, blocking */
+    long psgd_start;     /* steps 1 to psgd_start are summed uncompressed */
     dist_algo algo;
     /* Buckets whose sums move at once: 1 for MPI_Allreduce (blocking, one at a
      * time); with the ring or hier, bucket b runs in ops[b % in_flight]. */
@@ -50,9 +54,17 @@ typedef struct reducer_mpi {
     pthread_t thread;
 } reducer_mpi;
 
+/* PowerSGD's sums over the ranks (powersgd_sum_fn). */
+static void psgd_sum(float *buf, size_t n, void *ctx) {
+    const reducer_mpi *m = ctx;
+    dist_allreduce_sum(buf, n, m->algo);
+}
+
 /* Bucket b's allreduce starts: its gradients to host memory (after its
  * fence), fp16 when compressed, the watchdog's arrival barrier, then the
- * sum: to its end through MPI_Allreduce, else started in its op. */
+ * sum: to its end through MPI_Allreduce or PowerSGD (whose region, the
+ * tensors that end in the bucket, is what goes back), else started in its
+ * op. */
 static void bucket_start(reducer *rd, int b, long step) {
     reducer_mpi *m = rd->state;
     const bucket *bk = &rd->buckets[b];
@@ -71,7 +83,12 @@ static void bucket_start(reducer *rd, int b, long step) {
     char phase[64];
     snprintf(phase, sizeof phase, "gradient allreduce (step %ld, bucket %d)", step, b);
     dist_phase(phase);
-    if (m->algo == DIST_ALGO_MPI) {
+    mbk->up_lo = bk->begin;
+    mbk->up_hi = bk->end;
+    if (m->psgd && step > m->psgd_start) {
+        powersgd_region(m->psgd, bk->begin, bk->end, &mbk->up_lo, &mbk->up_hi);
+        powersgd_reduce(m->psgd, m->host, mbk->up_lo, mbk->up_hi, psgd_sum, m);
+    } else if (m->algo == DIST_ALGO_MPI || m->psgd) {
         if (m->half) dist_allreduce_sum_f16(m->half + bk->begin, len, m->algo);
         else dist_allreduce_sum(h, len, m->algo);
     } else {
@@ -89,7 +106,9 @@ static void bucket_end(reducer *rd, int b) {
     if (m->half) fp16_to_float_array(m->host + bk->begin, m->half + bk->begin, len);
     /* Returns once the sum is on the device; nothing queued touches a
      * finished bucket before the optimizer, issued after reducer_finish. */
-    rd->be->upload_sync(rd->grads + bk->begin, m->host + bk->begin, len * sizeof(float));
+    const mpi_bucket *mbk = &m->mb[b];
+    if (mbk->up_hi > mbk->up_lo)
+        rd->be->upload_sync(rd->grads + mbk->up_lo, m->host + mbk->up_lo, (mbk->up_hi - mbk->up_lo) * sizeof(float));
     m->mb[b].t_end = time_now();
     if (m->tl) reducer_record_bucket(m->tl, b, rd->buckets[b].t_ready, m->mb[b].t_start, m->mb[b].t_end);
     /* Why the lock: done is the report finish waits on. */
@@ -134,7 +153,7 @@ static void *comm_main(void *arg) {
         /* Buckets start in launch order, the same order on every rank, so
          * the ranks' collectives (and each slot's messages) always match;
          * they end in that order too. */
-        if (m->algo == DIST_ALGO_MPI) {
+        if (m->algo == DIST_ALGO_MPI || m->psgd) {
             bucket_start(rd, pos.started++, step);
             bucket_end(rd, pos.ended++);
         } else {
@@ -244,6 +263,7 @@ static void mpi_free(reducer *rd) {
     for (int i = 0; i < m->in_flight; i++) dist_iallreduce_free(m->ops[i]);
     rd->be->host_free(m->host);
     free(m->half);
+    powersgd_free(m->psgd);
     free(m);
 }
 
@@ -269,6 +289,11 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
      * a staged one; plain memory on the CPU */
     m->host = rd->be->host_alloc(rd->n * sizeof(float));
     if (opts->compress == REDUCER_COMPRESS_FP16) m->half = cnt_malloc(rd->n * sizeof(uint16_t));
+    if (opts->compress == REDUCER_COMPRESS_POWERSGD) {
+        CNT_ASSERT(m->in_flight == 1 && opts->tensors && opts->n_tensors > 0);
+        m->psgd = powersgd_create(opts->tensors, opts->n_tensors, rd->n, opts->psgd_rank, opts->psgd_seed);
+        m->psgd_start = opts->psgd_start;
+    }
     m->mb = cnt_calloc((size_t)rd->n_buckets, sizeof *m->mb);
     for (int b = 0; b < rd->n_buckets; b++) m->mb[b].fence = rd->be->fence_create();
     cnt_mutex_init(&m->mu);

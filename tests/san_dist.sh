@@ -4,10 +4,10 @@
 # buckets in flight and its watchdog under mpirun (tests/mpi_ring), and the
 # trainer in 2 ranks, whose loader threads, communication thread and stall
 # monitor run beside its steps: with the ring (2 buckets in flight,
-# checkpoints), MPI_Allreduce with fp16 compression, a parameter server,
-# the hierarchical allreduce (with the timeline and TensorBoard files), and
-# from a folder of JPEGs. Each run must exit 0 with no sanitizer report on
-# stderr.
+# checkpoints), MPI_Allreduce with fp16 compression, the ring with PowerSGD,
+# a parameter server, the hierarchical allreduce (with the timeline and
+# TensorBoard files), and from a folder of JPEGs. Each run must exit 0 with
+# no sanitizer report on stderr.
 # Run by tests/run_tests.sh from `make test-sanitize`: CNT_SAN_BUILD names
 # the sanitized build folder (its trainer and tests/mpi_ring).
 set -u
@@ -47,6 +47,8 @@ san "trainer, ring, 2 buckets in flight, checkpoints" 900 "$B/trainer" "${C[@]}"
     dist.bucket_mb=0.25 dist.buckets_in_flight=2 checkpoint.every_steps=3 train.out_dir="$tmp/ring"
 san "trainer, MPI_Allreduce, fp16 compression" 900 "$B/trainer" "${C[@]}" dist.backend=mpi dist.compress=fp16 \
     train.out_dir="$tmp/mpi"
+san "trainer, ring, PowerSGD (buckets cutting tensors)" 900 "$B/trainer" "${C[@]}" dist.backend=ring \
+    dist.compress=powersgd dist.powersgd_start=2 dist.bucket_mb=0.05 dist.first_bucket_mb=0.05 train.out_dir="$tmp/psgd"
 san "trainer, a parameter server" 900 "$B/trainer" "${C[@]}" dist.mode=ps dist.ps_servers=1 train.out_dir="$tmp/ps"
 san "trainer, hierarchical allreduce, timeline, TensorBoard" 900 "$B/trainer" "${C[@]}" dist.backend=hier \
     dist.timeline="$tmp/hier/timeline.json" train.tensorboard=true train.out_dir="$tmp/hier"

@@ -226,6 +226,22 @@ check "dist.backend=nccl on device cpu: exit 2 naming both keys" \
     test "$rc" -eq 2 -a -n "$(grep -o 'dist.backend = nccl needs GPUs (train.device' <<<"$out")"
 run $T configs/resnet20-fashion.ini dist.backend=nccl dist.compress=fp16
 check "dist.backend=nccl with fp16 compression: exit 2" test "$rc" -eq 2 -a -n "$(grep -o 'dist.compress = fp16' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.backend=nccl dist.compress=powersgd
+check "dist.backend=nccl with powersgd: exit 2" test "$rc" -eq 2 -a -n "$(grep -o 'dist.compress = powersgd' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.compress=powersgd dist.buckets_in_flight=2 dist.backend=ring
+check "powersgd with 2 buckets in flight: exit 2 naming both keys" \
+    test "$rc" -eq 2 -a -n "$(grep -o 'dist.buckets_in_flight = 2 with dist.compress = powersgd' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.compress=powersgd dist.bucket_mb=auto
+check "powersgd with dist.bucket_mb = auto: exit 2 naming both keys" \
+    test "$rc" -eq 2 -a -n "$(grep -o 'dist.bucket_mb = auto .*dist.compress = powersgd' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.compress=powersgd train.precision=fp16
+check "powersgd with fp16 loss scaling: exit 2 naming both" \
+    test "$rc" -eq 2 -a -n "$(grep -o 'dist.compress = powersgd keeps .*train.precision = fp16' <<<"$out")"
+run $T configs/resnet20-fashion.ini dist.compress=powersgd dist.powersgd_rank=0
+check "dist.powersgd_rank=0: exit 2 naming the key" test "$rc" -eq 2 -a -n "$(grep -o 'dist.powersgd_rank' <<<"$out")"
+run $T --summary configs/resnet20-fashion.ini dist.compress=powersgd dist.powersgd_rank=4
+check "--summary with powersgd: what travels once compressed" \
+    grep -q "0.10 MiB on the wire once compressed (dist.compress = powersgd, rank 4: 19 of 59 tensors)" <<<"$out"
 if [ "$gpu" -eq 0 ]; then
     run $T configs/resnet20-fashion.ini train.device=cuda train.out_dir="$tmp/nogpu"
     check "train.device=cuda without a usable GPU: exit 1 with the reason" \

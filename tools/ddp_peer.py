@@ -200,6 +200,10 @@ def main():
     ap.add_argument("--broadcast-buffers", action="store_true", help="DDP's default: broadcast BN buffers each step")
     ap.add_argument("--no-bucket-view", action="store_true", help="DDP's default: copy gradients into the buckets")
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--powersgd-rank", type=int, default=0,
+                    help="register DDP's PowerSGD comm hook with this matrix_approximation_rank (0: none)")
+    ap.add_argument("--powersgd-start", type=int, default=2,
+                    help="its start_powerSGD_iter (at least 2 with error feedback)")
     a = ap.parse_args()
     try:
         c, h, w = (int(v) for v in a.shape.lower().split("x"))
@@ -252,6 +256,14 @@ def main():
             else "broadcast_buffers")
     ddp = DDP(model, bucket_cap_mb=cap, gradient_as_bucket_view=not a.no_bucket_view,
               **{sync: a.broadcast_buffers})
+    if a.powersgd_rank > 0:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                                   start_powerSGD_iter=a.powersgd_start)
+        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        if rank == 0:
+            sys.stderr.write(f"ddp_peer.py: PowerSGD hook, rank {a.powersgd_rank}, from iteration "
+                             f"{a.powersgd_start}\n")
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9, weight_decay=1e-4)
     g = torch.Generator().manual_seed(1 + rank)
     x = torch.randn(a.batch, c, h, w, generator=g)

@@ -37,6 +37,9 @@
 #                        btl_tcp_links 2"; they only change cnntrain's traffic: DDP's
 #                        goes through gloo, MPI only starts its ranks)
 #   --cnt "k=v ..."      more cnntrain settings (e.g. "dist.overlap=false")
+#   --ddp "ARGS"         more tools/ddp_peer.py options (e.g. "--powersgd-rank 2
+#                        --powersgd-start 2": DDP's PowerSGD hook, beside --cnt
+#                        "dist.compress=powersgd dist.powersgd_start=2")
 #
 # Each cnntrain run: mpirun $(tools/cluster.sh mpirun-args) -np N ./trainer
 # DIR/cnntrain.ini train.out_dir=... (train.layout = auto, as its users run
@@ -54,11 +57,11 @@ cd "$(dirname "$0")/.."
 
 model=resnet50 shape=3x32x32 classes=10 batch=16 hosts="1 2 3 4" rates="1gbit 5gbit" rounds=3
 warmup=2 steps=6 threads=1 bucket_mb=25 first_bucket_mb=1 backend=ring prefix=peer net=10.76.0
-out=runs/peer-ddp trace=0 tmo=300 extra='' cnt_extra=''
+out=runs/peer-ddp trace=0 tmo=300 extra='' cnt_extra='' ddp_extra=''
 py=${TORCH_PYTHON:-}
 if [ -z "$py" ]; then if [ -x /opt/torch-venv/bin/python ]; then py=/opt/torch-venv/bin/python; else py=python3; fi; fi
 
-usage() { echo "peer_ddp.sh: $*" >&2; echo "usage: tools/peer_ddp.sh [--model M] [--shape CxHxW] [--classes K] [--batch B] [--hosts \"1 2 3 4\"] [--rates \"1gbit 5gbit\"] [--rounds R] [--warmup W] [--steps S] [--threads T] [--bucket-mb X] [--first-bucket-mb Y] [--backend ring|mpi] [--prefix P] [--net A.B.C] [--python PY] [--out DIR] [--trace] [--timeout SEC] [--mpirun-extra \"ARGS\"] [--cnt \"k=v ...\"]" >&2; exit 2; }
+usage() { echo "peer_ddp.sh: $*" >&2; echo "usage: tools/peer_ddp.sh [--model M] [--shape CxHxW] [--classes K] [--batch B] [--hosts \"1 2 3 4\"] [--rates \"1gbit 5gbit\"] [--rounds R] [--warmup W] [--steps S] [--threads T] [--bucket-mb X] [--first-bucket-mb Y] [--backend ring|mpi] [--prefix P] [--net A.B.C] [--python PY] [--out DIR] [--trace] [--timeout SEC] [--mpirun-extra \"ARGS\"] [--cnt \"k=v ...\"] [--ddp \"ARGS\"]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --trace) trace=1; shift; continue ;;
@@ -67,7 +70,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --model | --shape | --classes | --batch | --hosts | --rates | --rounds | --warmup | --steps | --threads | \
         --bucket-mb | --first-bucket-mb | --backend | --prefix | --net | --python | --out | --timeout | \
-        --mpirun-extra | --cnt) [ $# -ge 2 ] || usage "$1 needs a value" ;;
+        --mpirun-extra | --cnt | --ddp) [ $# -ge 2 ] || usage "$1 needs a value" ;;
     *) usage "unknown option $1" ;;
     esac
     case $1 in
@@ -76,7 +79,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2 ;; --threads) threads=$2 ;; --bucket-mb) bucket_mb=$2 ;;
     --first-bucket-mb) first_bucket_mb=$2 ;; --backend) backend=$2 ;; --prefix) prefix=$2 ;;
     --net) net=$2 ;; --python) py=$2 ;; --out) out=$2 ;; --timeout) tmo=$2 ;;
-    --mpirun-extra) extra=$2 ;; --cnt) cnt_extra=$2 ;;
+    --mpirun-extra) extra=$2 ;; --cnt) cnt_extra=$2 ;; --ddp) ddp_extra=$2 ;;
     *) usage "unknown option $1" ;;
     esac
     shift 2
@@ -94,6 +97,7 @@ done
 [ "$maxn" -ge 1 ] || usage "--hosts: no host count"
 [ -n "$rates" ] || usage "--rates: no rate"
 read -ra CX <<< "$cnt_extra"
+read -ra DX <<< "$ddp_extra"
 
 [ "$(id -u)" -eq 0 ] || { echo "peer_ddp.sh: needs root (tools/cluster.sh makes network namespaces)" >&2; exit 2; }
 [ -x ./trainer ] || { echo "peer_ddp.sh: run make first" >&2; exit 2; }
@@ -200,7 +204,7 @@ ddp_run() {
     if ! timeout -k 10 "$tmo" "${M[@]}" -np "$n" "$py" tools/ddp_peer.py "$model" "$shape" "$batch" \
         --classes "$classes" --threads "$threads" --warmup "$warmup" --steps "$steps" \
         --bucket-mb "$bucket_mb" --first-bucket-mb "$first_bucket_mb" --master-addr "$net.1" \
-        --master-port "$port" --ifname eth0 --expect-params "$params" "$@" > "$log" 2>&1; then
+        --master-port "$port" --ifname eth0 --expect-params "$params" "${DX[@]}" "$@" > "$log" 2>&1; then
         echo "peer_ddp.sh: DDP failed at $n hosts ($tag): $log" >&2
         tail -n 5 "$log" >&2
         return 1

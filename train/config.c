@@ -144,7 +144,10 @@ static const choice batch_dtypes[] = {
     {"auto", DATA_BATCH_AUTO}, {"uint8", DATA_BATCH_UINT8}, {"fp32", DATA_BATCH_FP32}, {0}};
 static const choice remainders[] = {{"drop", DATA_REMAINDER_DROP}, {"wrap", DATA_REMAINDER_WRAP}, {0}};
 static const choice dist_modes[] = {{"allreduce", DIST_MODE_ALLREDUCE}, {"ps", DIST_MODE_PS}, {0}};
-static const choice compressions[] = {{"none", REDUCER_COMPRESS_NONE}, {"fp16", REDUCER_COMPRESS_FP16}, {0}};
+static const choice compressions[] = {{"none", REDUCER_COMPRESS_NONE},
+                                      {"fp16", REDUCER_COMPRESS_FP16},
+                                      {"powersgd", REDUCER_COMPRESS_POWERSGD},
+                                      {0}};
 static const choice devices[] = {{"auto", BACKEND_DEVICE_AUTO}, {"cpu", BACKEND_DEVICE_CPU},
                                  {"cuda", BACKEND_DEVICE_CUDA}, {0}};
 static const choice schedules[] = {{"constant", LR_SCHEDULE_CONSTANT}, {"step", LR_SCHEDULE_STEP},
@@ -443,8 +446,17 @@ static const key_def key_table[] = {
            .help = "the steps the timeline records, A:B (inclusive, from 1), so a long run's trace stays small "
                    "(every step of a 90-epoch ImageNet run would be gigabytes per rank); empty: every step"),
     K_ENUM("dist", "compress", compress, "none", .choices = compressions,
-         .help = "gradient format on the wire: none (fp32) or fp16 (half the bytes; summed in fp32, as Horovod's "
-                 "fp16 compression; the allreduce through host memory only, not NCCL or parameter servers)"),
+         .help = "gradient format on the wire: none (fp32), fp16 (half the bytes; summed in fp32, as Horovod's "
+                 "fp16 compression) or powersgd (each weight matrix's gradient as two rank-r factors with error "
+                 "feedback, as PyTorch DDP's PowerSGD hook: dist.powersgd_rank, dist.powersgd_start); the "
+                 "allreduce through host memory only, not NCCL or parameter servers"),
+    K_INT("dist", "powersgd_rank", powersgd_rank, "2", BETWEEN(1, 32),
+          .help = "dist.compress = powersgd: the rank r of each weight matrix's approximation; an n x m gradient "
+                  "sends r(n + m) values instead of nm (tensors that would not shrink twofold, biases and batch "
+                  "norm among them, go whole). Higher: closer to the uncompressed sum, more bytes"),
+    K_INT("dist", "powersgd_start", powersgd_start, "1000", AT_LEAST(0),
+          .help = "dist.compress = powersgd: optimizer steps summed uncompressed first (fp32), as DDP's "
+                  "start_powerSGD_iter: compression from the start costs accuracy"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
                   "names the late ranks, the step and the bucket; any other collective names itself, the "
@@ -1359,6 +1371,14 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: dist.bucket_mb = auto times the allreduce through host memory; "
                            "with dist.backend = nccl give a size (tools/simulate --bucket-mb auto on a profile "
                            "with NCCL's curve suggests one)");
+    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && cfg->buckets_in_flight > 1)
+        return cnt_err_set("invalid configuration: dist.buckets_in_flight = %d with dist.compress = powersgd: each "
+                           "bucket's two sums depend on each other, so buckets are compressed one at a time "
+                           "(dist.buckets_in_flight = 1)",
+                           cfg->buckets_in_flight);
+    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && cfg->bucket_mb == 0.0f)
+        return cnt_err_set("invalid configuration: dist.bucket_mb = auto models the allreduce of fp32 or fp16 "
+                           "buckets; with dist.compress = powersgd give a size");
     if (cfg->buckets_in_flight > 1 &&
         (cfg->dist_backend == DIST_BACKEND_MPI || cfg->dist_backend == DIST_BACKEND_NCCL))
         return cnt_err_set("invalid configuration: dist.buckets_in_flight = %d needs dist.backend = ring or hier; "
@@ -1372,13 +1392,17 @@ int config_validate(const config *cfg) {
     if (cfg->dist_mode == DIST_MODE_PS && cfg->dist_backend == DIST_BACKEND_NCCL)
         return cnt_err_set("invalid configuration: dist.mode = ps sends gradients and parameters over MPI through "
                            "host memory; dist.backend = nccl is for dist.mode = allreduce");
-    if (cfg->dist_mode == DIST_MODE_PS && (cfg->loss_scaling == LOSS_SCALE_DYNAMIC ||
-                                           cfg->loss_scaling == LOSS_SCALE_STATIC ||
-                                           (cfg->loss_scaling == LOSS_SCALE_AUTO &&
-                                            cfg->precision == BACKEND_MATH_FP16)))
+    int loss_scaled = cfg->loss_scaling == LOSS_SCALE_DYNAMIC || cfg->loss_scaling == LOSS_SCALE_STATIC ||
+                      (cfg->loss_scaling == LOSS_SCALE_AUTO && cfg->precision == BACKEND_MATH_FP16);
+    if (cfg->dist_mode == DIST_MODE_PS && loss_scaled)
         return cnt_err_set("invalid configuration: dist.mode = ps does not do loss scaling (train.precision = fp16 "
                            "or train.loss_scaling = dynamic/static): use fp32, tf32 or bf16, or dist.mode = "
                            "allreduce");
+    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && loss_scaled)
+        return cnt_err_set("invalid configuration: dist.compress = powersgd keeps each rank's compression error "
+                           "from step to step, which a loss scale that changes (or an overflowing step) would "
+                           "corrupt; it does not go with loss scaling (train.precision = fp16 or "
+                           "train.loss_scaling = dynamic/static): use fp32, tf32 or bf16, or dist.compress = fp16");
     if ((cfg->activations == BACKEND_DTYPE_BF16 && cfg->precision != BACKEND_MATH_BF16) ||
         (cfg->activations == BACKEND_DTYPE_FP16 && cfg->precision != BACKEND_MATH_FP16))
         return cnt_err_set("invalid configuration: train.activations = %s goes with train.precision = %s (found "
@@ -1544,7 +1568,8 @@ reducer_opts config_reducer_opts(const config *cfg) {
     return (reducer_opts){.first_bucket = first ? first : 1, .bucket = bucket ? bucket : 1,
                           .algo = dist_backend_algo(cfg->dist_backend),
                           .in_flight = cfg->buckets_in_flight, .overlap = cfg->overlap, .comm_nice = cfg->comm_nice,
-                          .compress = cfg->compress, .stall_warn_s = cfg->stall_warn_s,
+                          .compress = cfg->compress, .psgd_rank = cfg->powersgd_rank,
+                          .psgd_start = cfg->powersgd_start, .psgd_seed = cfg->seed, .stall_warn_s = cfg->stall_warn_s,
                           .stall_abort_s = cfg->stall_abort_s, .nccl = NULL};
 }
 

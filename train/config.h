@@ -159,6 +159,8 @@ typedef struct config {
     char timeline[CONFIG_STR];       /* Chrome-trace file, relative: inside out_dir; "": off */
     char timeline_steps[CONFIG_STR]; /* "A:B": the steps the timeline records; "": all */
     reducer_compress compress;       /* gradient format on the wire */
+    int powersgd_rank;               /* compress = powersgd: r */
+    int powersgd_start;              /* compress = powersgd: steps summed uncompressed first */
     float stall_warn_s;              /* warn when a collective waits this long; 0: off */
     float stall_abort_s;             /* end the job when a collective waits this long; 0: off */
 

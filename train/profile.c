@@ -130,6 +130,14 @@ void profile_print_buckets(const config *cfg, const net *nt, FILE *out) {
     double bytes = (double)nt->n_params * sizeof(float);
     fprintf(out, "gradients: %zu values, %.2f MiB as fp32", nt->n_params, bytes / mib);
     if (ro.compress == REDUCER_COMPRESS_FP16) fprintf(out, ", %.2f MiB on the wire (dist.compress = fp16)", bytes / 2 / mib);
+    if (ro.compress == REDUCER_COMPRESS_POWERSGD) {
+        powersgd_tensor *t = powersgd_net_tensors(nt);
+        size_t values, wire;
+        int k = powersgd_summary(t, nt->n_param_tensors, ro.psgd_rank, &values, &wire);
+        fprintf(out, ", %.2f MiB on the wire once compressed (dist.compress = powersgd, rank %d: %d of %d tensors)",
+                (double)wire * sizeof(float) / mib, ro.psgd_rank, k, nt->n_param_tensors);
+        free(t);
+    }
     fprintf(out, "\n");
     int nb, *done_at;
     size_t *ends = bucket_plan(cfg, nt, &nb, &done_at);

@@ -1,0 +1,273 @@
+/*
+ * dist/powersgd.c - PowerSGD gradient compression (dist/powersgd.h): the
+ * algorithm's host arithmetic, one thread, with the sums over the ranks
+ * handed in by the caller (the reducer's communication thread).
+ *
+ * Q is kept transposed, r rows of m values, so that each product is a
+ * loop over a contiguous row: P[i][k] is the dot product of M's row i with
+ * Q's row k; M^T P and P Q^T add multiples of rows. The loops' order is
+ * fixed, so a given input gives the same bits on every rank.
+ */
+#include "dist/powersgd.h"
+#include "common/check.h"
+#include "common/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ptensor {
+    size_t offset, count;
+    int rows, cols;
+    int compressed;
+    size_t q_off; /* compressed: its Q (r x cols) in p->q */
+    size_t e_off; /* compressed: its error (count) in p->e */
+} ptensor;
+
+struct powersgd {
+    int n_t, r;
+    ptensor *t;
+    size_t n;
+    float *q;    /* every compressed tensor's Q, transposed (r x cols), the last sum's */
+    float *e;    /* every compressed tensor's error, this rank's */
+    float *a;    /* the first sum: P of each compressed tensor (rows x r), the others' values */
+    float *b;    /* the second sum: this rank's Q of each compressed tensor (r x cols) */
+    rng g;       /* Q's random values: the same draws on every rank */
+};
+
+powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t n, int rank, uint64_t seed) {
+    CNT_ASSERT(n_tensors > 0 && rank >= 1);
+    powersgd *p = cnt_calloc(1, sizeof *p);
+    p->n_t = n_tensors;
+    p->r = rank;
+    p->n = n;
+    p->t = cnt_calloc((size_t)n_tensors, sizeof *p->t);
+    size_t next = 0, q_len = 0, e_len = 0, a_len = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        const powersgd_tensor *s = &tensors[i];
+        ptensor *t = &p->t[i];
+        CNT_ASSERT(s->offset == next && s->count > 0);
+        next += s->count;
+        t->offset = s->offset;
+        t->count = s->count;
+        t->compressed = powersgd_compresses(s, rank);
+        t->rows = t->compressed ? s->rows : 1;
+        t->cols = (int)(s->count / (size_t)t->rows);
+        if (t->compressed) {
+            t->q_off = q_len;
+            t->e_off = e_len;
+            q_len += (size_t)rank * (size_t)t->cols;
+            e_len += t->count;
+            a_len += (size_t)t->rows * (size_t)rank;
+        } else {
+            a_len += t->count;
+        }
+    }
+    CNT_ASSERT(next == n);
+    p->q = cnt_malloc((q_len ? q_len : 1) * sizeof(float));
+    p->e = cnt_calloc(e_len ? e_len : 1, sizeof(float));
+    p->a = cnt_malloc((a_len ? a_len : 1) * sizeof(float));
+    p->b = cnt_malloc((q_len ? q_len : 1) * sizeof(float));
+    rng_seed(&p->g, seed, 0x5053474455ull); /* "PSGDU": a stream of its own */
+    for (size_t i = 0; i < q_len; i++) p->q[i] = rng_normal(&p->g);
+    return p;
+}
+
+void powersgd_free(powersgd *p) {
+    if (!p) return;
+    free(p->t);
+    free(p->q);
+    free(p->e);
+    free(p->a);
+    free(p->b);
+    free(p);
+}
+
+/* The tensors [*t0, *t1) that start at or after lo and end at or before hi. */
+static void tensors_in(const powersgd *p, size_t lo, size_t hi, int *t0, int *t1) {
+    int i = 0;
+    while (i < p->n_t && p->t[i].offset < lo) i++;
+    int j = i;
+    while (j < p->n_t && p->t[j].offset + p->t[j].count <= hi) j++;
+    *t0 = i;
+    *t1 = j;
+}
+
+void powersgd_region(const powersgd *p, size_t begin, size_t end, size_t *lo, size_t *hi) {
+    CNT_ASSERT(begin <= end && end <= p->n);
+    /* the first tensor ending after begin, then every tensor ending by end */
+    int i = 0;
+    while (i < p->n_t && p->t[i].offset + p->t[i].count <= begin) i++;
+    int j = i;
+    while (j < p->n_t && p->t[j].offset + p->t[j].count <= end) j++;
+    if (j == i) {
+        *lo = *hi = end;
+        return;
+    }
+    *lo = p->t[i].offset;
+    *hi = p->t[j - 1].offset + p->t[j - 1].count;
+}
+
+static float dot(const float *x, const float *y, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n; j++) s += x[j] * y[j];
+    return s;
+}
+
+static void axpy(float a, const float *x, float *y, int n) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) y[j] += a * x[j];
+}
+
+/* The r columns of P (rows x r, row-major) made orthonormal in order
+ * (Gram-Schmidt, sums in double); a column with nothing left stays 0. */
+static void orthonormalise(float *P, int rows, int r) {
+    for (int k = 0; k < r; k++) {
+        for (int c = 0; c < k; c++) {
+            double d = 0.0;
+            for (int i = 0; i < rows; i++) d += (double)P[(size_t)i * r + c] * P[(size_t)i * r + k];
+            float f = (float)d;
+            for (int i = 0; i < rows; i++) P[(size_t)i * r + k] -= f * P[(size_t)i * r + c];
+        }
+        double s = 0.0;
+        for (int i = 0; i < rows; i++) s += (double)P[(size_t)i * r + k] * P[(size_t)i * r + k];
+        float inv = s > 0.0 ? (float)(1.0 / sqrt(s)) : 0.0f;
+        for (int i = 0; i < rows; i++) P[(size_t)i * r + k] *= inv;
+    }
+}
+
+/* Qt (r x cols) = (M^T P)^T: M rows x cols, P rows x r. */
+static void mt_p(const float *M, const float *P, int rows, int cols, int r, float *Qt) {
+    memset(Qt, 0, (size_t)r * (size_t)cols * sizeof(float));
+    for (int i = 0; i < rows; i++)
+        for (int k = 0; k < r; k++) axpy(P[(size_t)i * r + k], M + (size_t)i * cols, Qt + (size_t)k * cols, cols);
+}
+
+/* out = base - sign * P Qt^T, row by row (base may be out). */
+static void p_qt(const float *P, const float *Qt, int rows, int cols, int r, const float *base, float sign,
+                 float *out) {
+    for (int i = 0; i < rows; i++) {
+        float *o = out + (size_t)i * cols;
+        if (base) {
+            if (base + (size_t)i * cols != o) memcpy(o, base + (size_t)i * cols, (size_t)cols * sizeof(float));
+        } else {
+            memset(o, 0, (size_t)cols * sizeof(float));
+        }
+        for (int k = 0; k < r; k++) axpy(sign * P[(size_t)i * r + k], Qt + (size_t)k * cols, o, cols);
+    }
+}
+
+void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_sum_fn sum, void *ctx) {
+    int t0, t1;
+    tensors_in(p, lo, hi, &t0, &t1);
+    CNT_ASSERT(lo == hi || (t0 < t1 && p->t[t0].offset == lo && p->t[t1 - 1].offset + p->t[t1 - 1].count == hi));
+    if (t0 == t1) return;
+    const int r = p->r;
+    /* The first sum: P = (M + e) Q of each compressed tensor, the others whole. */
+    size_t na = 0;
+    int any = 0;
+    for (int i = t0; i < t1; i++) {
+        const ptensor *t = &p->t[i];
+        float *M = grads + t->offset;
+        if (!t->compressed) {
+            memcpy(p->a + na, M, t->count * sizeof(float));
+            na += t->count;
+            continue;
+        }
+        any = 1;
+        const float *e = p->e + t->e_off;
+#pragma omp simd
+        for (size_t j = 0; j < t->count; j++) M[j] += e[j];
+        const float *Qt = p->q + t->q_off;
+        for (int row = 0; row < t->rows; row++)
+            for (int k = 0; k < r; k++)
+                p->a[na + (size_t)row * r + k] = dot(M + (size_t)row * t->cols, Qt + (size_t)k * t->cols, t->cols);
+        na += (size_t)t->rows * r;
+    }
+    sum(p->a, na, ctx);
+    /* P orthonormal; this rank's Q = M^T P and its error; the others' sums back. */
+    size_t ia = 0, nb = 0;
+    for (int i = t0; i < t1; i++) {
+        const ptensor *t = &p->t[i];
+        float *M = grads + t->offset;
+        if (!t->compressed) {
+            memcpy(M, p->a + ia, t->count * sizeof(float));
+            ia += t->count;
+            continue;
+        }
+        float *P = p->a + ia;
+        orthonormalise(P, t->rows, r);
+        float *Qt = p->b + nb;
+        mt_p(M, P, t->rows, t->cols, r, Qt);
+        p_qt(P, Qt, t->rows, t->cols, r, M, -1.0f, p->e + t->e_off);
+        ia += (size_t)t->rows * r;
+        nb += (size_t)r * t->cols;
+    }
+    if (!any) return;
+    sum(p->b, nb, ctx);
+    /* The sum's approximation P Q_sum^T; Q_sum kept for the next step. */
+    ia = 0;
+    nb = 0;
+    for (int i = t0; i < t1; i++) {
+        const ptensor *t = &p->t[i];
+        if (!t->compressed) {
+            ia += t->count;
+            continue;
+        }
+        const float *P = p->a + ia, *Qs = p->b + nb;
+        p_qt(P, Qs, t->rows, t->cols, r, NULL, 1.0f, grads + t->offset);
+        float *Qt = p->q + t->q_off;
+        memcpy(Qt, Qs, (size_t)r * t->cols * sizeof(float));
+        /* A column that summed to zero (a gradient of zeros) would stay zero
+         * for ever as a warm start: drawn again, the same on every rank. */
+        for (int k = 0; k < r; k++) {
+            float *col = Qt + (size_t)k * t->cols;
+            int zero = 1;
+            for (int j = 0; j < t->cols && zero; j++) zero = col[j] == 0.0f;
+            if (zero)
+                for (int j = 0; j < t->cols; j++) col[j] = rng_normal(&p->g);
+        }
+        ia += (size_t)t->rows * r;
+        nb += (size_t)r * t->cols;
+    }
+}
+
+static int by_offset(const void *a, const void *b) {
+    size_t x = ((const powersgd_tensor *)a)->offset, y = ((const powersgd_tensor *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+powersgd_tensor *powersgd_net_tensors(const net *nt) {
+    int k = nt->n_param_tensors;
+    powersgd_tensor *t = cnt_calloc((size_t)(k ? k : 1), sizeof *t);
+    for (int i = 0; i < k; i++) {
+        const param_info *pi = &nt->param_info[i];
+        t[i] = (powersgd_tensor){.offset = pi->offset, .count = pi->count, .rows = pi->ndim >= 2 ? pi->shape[0] : 1};
+    }
+    qsort(t, (size_t)k, sizeof *t, by_offset);
+    return t;
+}
+
+int powersgd_compresses(const powersgd_tensor *t, int rank) {
+    if (t->rows < 2 || t->count % (size_t)t->rows != 0) return 0;
+    size_t cols = t->count / (size_t)t->rows;
+    return cols >= 2 && (double)t->count >= POWERSGD_MIN_RATE * rank * ((double)t->rows + (double)cols);
+}
+
+int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *values, size_t *wire) {
+    int k = 0;
+    size_t v = 0, w = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        if (powersgd_compresses(&t[i], rank)) {
+            k++;
+            v += t[i].count;
+            w += (size_t)rank * ((size_t)t[i].rows + t[i].count / (size_t)t[i].rows);
+        } else {
+            w += t[i].count;
+        }
+    }
+    if (values) *values = v;
+    if (wire) *wire = w;
+    return k;
+}

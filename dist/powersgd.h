@@ -1,0 +1,88 @@
+/*
+ * dist/powersgd.h - PowerSGD gradient compression (Vogels, Karimireddy and
+ * Jaggi, NeurIPS 2019; PyTorch DDP's powerSGD_hook): dist.compress =
+ * powersgd.
+ *
+ * Each weight matrix's gradient M (a convolution's [K, C, R, S] read as K
+ * rows of C*R*S, a linear layer's [out, in]) travels as two thin factors
+ * instead of its n*m values. With Q (m x r) kept from the step before (warm
+ * start; at first random, the same on every rank):
+ *
+ *   M += e                  error feedback: what earlier steps left out
+ *   P  = M Q                (n x r)   summed over the ranks
+ *   P  = orthonormal(P)     Gram-Schmidt on its r columns
+ *   Q  = M^T P              (m x r)   this rank's, then summed over the ranks
+ *   e  = M - P Q^T          with this rank's Q (the paper's local error)
+ *   M  = P Q_sum^T          the sum's rank-r approximation, written back
+ *
+ * so r*(n + m) values cross the wire instead of n*m. Tensors that would not
+ * shrink by at least POWERSGD_MIN_RATE (vectors: biases, batch norm; small
+ * matrices) are summed whole, in the first of the two sums. The result
+ * replaces the gradients with the (approximate) sum over the ranks, as an
+ * uncompressed allreduce would leave it: the caller divides by the world.
+ *
+ * Determinism: every rank gets the same P sum and the same Q sum, and runs
+ * the same code on them, so every rank writes the same bits and parameters
+ * stay identical across ranks. The error e and this rank's Q differ between
+ * ranks, by design.
+ *
+ * Not thread-safe: one thread (the reducer's communication thread) makes
+ * every call on an object. Errors: none returned; invalid arguments fail an
+ * assertion.
+ */
+#ifndef CNT_POWERSGD_H
+#define CNT_POWERSGD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/net.h"
+
+/* PyTorch's min_compression_rate default: a tensor is compressed only when
+ * n*m >= POWERSGD_MIN_RATE * r*(n + m). */
+#define POWERSGD_MIN_RATE 2.0
+
+/* One parameter tensor of the flat gradient buffer: [offset, offset+count),
+ * `rows` rows of count/rows values (torchvision's first dimension); rows <= 1
+ * for a vector. */
+typedef struct powersgd_tensor {
+    size_t offset, count;
+    int rows;
+} powersgd_tensor;
+
+typedef struct powersgd powersgd;
+
+/* The sum over every rank of buf[0, n), in place: each rank calls it with the
+ * same n, in the same order (the reducer's allreduce). */
+typedef void (*powersgd_sum_fn)(float *buf, size_t n, void *ctx);
+
+/* tensors: n_tensors tensors that tile [0, n) in offset order (copied).
+ * rank: the approximation's rank, 1 or more. seed: Q's first values (every
+ * rank must pass the same). Never fails. */
+powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t n, int rank, uint64_t seed);
+void powersgd_free(powersgd *p);
+
+/* The part of the buffer that a bucket [begin, end) completes: the tensors
+ * whose last value lies in it, [*lo, *hi) (lo == hi: none; a tensor larger
+ * than the bucket waits for the bucket holding its end). Buckets that tile
+ * the buffer give regions that tile it too. */
+void powersgd_region(const powersgd *p, size_t begin, size_t end, size_t *lo, size_t *hi);
+
+/* Compresses grads[lo, hi) (host memory, a region from powersgd_region),
+ * sums it over the ranks through sum (called twice, or once when nothing in
+ * the region is compressed, never when it is empty), and writes the result
+ * back into grads[lo, hi). Updates the error and Q of the tensors there. */
+void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_sum_fn sum, void *ctx);
+
+/* nt's parameter tensors as a table in offset order (backward's, not
+ * registration's), nt->n_param_tensors of them; the caller frees it. */
+powersgd_tensor *powersgd_net_tensors(const net *nt);
+
+/* Whether tensor t is compressed at rank r: a matrix (rows > 1, at least 2
+ * columns) with count >= POWERSGD_MIN_RATE * r * (rows + cols). */
+int powersgd_compresses(const powersgd_tensor *t, int rank);
+/* A table's compressed tensors (returned), their values and the floats
+ * both sums carry per step for the whole buffer. Never fails. */
+int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *values, size_t *wire);
+
+#endif

@@ -1,0 +1,298 @@
+/*
+ * tests/test_powersgd.c - PowerSGD compression (dist/powersgd.h) against
+ * references in double: regions that tile the buffer whatever the buckets;
+ * which tensors are compressed and the floats on the wire; a matrix of rank
+ * <= r reproduced; vectors and small matrices summed exactly; several ranks
+ * (threads whose sum is an in-order addition) writing the same bits, the
+ * sum of rank-1 gradients reproduced; error feedback making the mean of the
+ * outputs converge to the true sum of a full-rank gradient (without it the
+ * mean stays a rank-1 approximation); a zero gradient not freezing Q.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "dist/powersgd.h"
+
+static void no_sum(float *buf, size_t n, void *ctx) {
+    (void)buf;
+    (void)n;
+    (*(int *)ctx)++;
+}
+
+/* tensors: a 16x36 matrix (576: compressed at r 2: 2*(16+36) = 104), a
+ * vector of 16, a 4x4 matrix (16 < 2*2*8: not compressed), a 10x300 matrix. */
+static const powersgd_tensor T4[] = {{0, 576, 16}, {576, 16, 1}, {592, 16, 4}, {608, 3000, 10}};
+#define T4_N 3608
+
+static void test_regions_tile(void **state) {
+    (void)state;
+    powersgd *p = powersgd_create(T4, 4, T4_N, 2, 1);
+    size_t values, wire;
+    assert_int_equal(powersgd_summary(T4, 4, 2, &values, &wire), 2);
+    assert_int_equal(values, 576 + 3000);
+    assert_int_equal(wire, 2 * (16 + 36) + 16 + 16 + 2 * (10 + 300));
+    assert_int_equal(powersgd_summary(T4, 4, 1, &values, &wire), 3); /* the 4x4: 16 >= 2 * 1 * (4 + 4) */
+    assert_int_equal(wire, 52 + 16 + 8 + 310);
+    /* bucket sizes that cut tensors anywhere: the regions tile [0, n) in order */
+    size_t sizes[] = {1, 7, 100, 577, 600, 5000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t covered = 0;
+        for (size_t begin = 0; begin < T4_N; begin += sizes[s]) {
+            size_t end = begin + sizes[s] < T4_N ? begin + sizes[s] : T4_N, lo, hi;
+            powersgd_region(p, begin, end, &lo, &hi);
+            assert_true(lo <= hi && hi <= end);
+            if (lo == hi) continue;
+            assert_int_equal(lo, covered);
+            covered = hi;
+        }
+        assert_int_equal(covered, T4_N);
+    }
+    size_t lo, hi;
+    powersgd_region(p, 0, 600, &lo, &hi); /* ends inside the 4x4 matrix: the first two tensors */
+    assert_int_equal(lo, 0);
+    assert_int_equal(hi, 592);
+    powersgd_region(p, 600, 700, &lo, &hi); /* the 4x4 ends here; the big one does not */
+    assert_int_equal(lo, 592);
+    assert_int_equal(hi, 608);
+    powersgd_region(p, 700, 800, &lo, &hi);
+    assert_int_equal(lo, hi);
+    int calls = 0;
+    float g[1] = {0};
+    powersgd_reduce(p, g, 800, 800, no_sum, &calls); /* empty: no sum */
+    assert_int_equal(calls, 0);
+    powersgd_free(p);
+}
+
+/* One rank: the sum is the identity. */
+static void identity_sum(float *buf, size_t n, void *ctx) {
+    (void)buf;
+    (void)n;
+    (*(int *)ctx)++;
+}
+
+static void fill_normal(float *x, size_t n, uint64_t seed) {
+    rng g;
+    rng_seed(&g, seed, 7);
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal(&g);
+}
+
+static double rel_err(const float *x, const double *ref, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += (x[i] - ref[i]) * (x[i] - ref[i]);
+        s += ref[i] * ref[i];
+    }
+    return sqrt(d / (s > 0 ? s : 1));
+}
+
+/* M = U V^T of rank 2 at r 2 is reproduced; the vector and the 4x4 matrix
+ * pass through bit for bit; two sums for the region. */
+static void test_low_rank_reproduced(void **state) {
+    (void)state;
+    powersgd *p = powersgd_create(T4, 4, T4_N, 2, 3);
+    float *g = malloc(T4_N * sizeof(float)), *want = malloc(T4_N * sizeof(float));
+    double *ref = malloc(T4_N * sizeof(double));
+    float U[16 * 2], V[36 * 2], U2[10 * 2], V2[300 * 2];
+    fill_normal(U, 32, 1);
+    fill_normal(V, 72, 2);
+    fill_normal(U2, 20, 3);
+    fill_normal(V2, 600, 4);
+    fill_normal(g, T4_N, 5);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 36; j++) g[i * 36 + j] = U[i * 2] * V[j * 2] + U[i * 2 + 1] * V[j * 2 + 1];
+    for (int i = 0; i < 10; i++)
+        for (int j = 0; j < 300; j++) g[608 + i * 300 + j] = U2[i * 2] * V2[j * 2] + U2[i * 2 + 1] * V2[j * 2 + 1];
+    memcpy(want, g, T4_N * sizeof(float));
+    for (size_t i = 0; i < T4_N; i++) ref[i] = want[i];
+    int calls = 0;
+    powersgd_reduce(p, g, 0, T4_N, identity_sum, &calls);
+    assert_int_equal(calls, 2);
+    assert_memory_equal(g + 576, want + 576, 32 * sizeof(float));
+    assert_true(rel_err(g, ref, 576) < 1e-5);
+    assert_true(rel_err(g + 608, ref + 608, 3000) < 1e-5);
+    /* a region of uncompressed tensors alone: one sum, the values unchanged */
+    calls = 0;
+    powersgd_reduce(p, g, 576, 608, identity_sum, &calls);
+    assert_int_equal(calls, 1);
+    assert_memory_equal(g + 576, want + 576, 32 * sizeof(float));
+    free(g);
+    free(want);
+    free(ref);
+    powersgd_free(p);
+}
+
+/* W ranks as threads; the sum adds the ranks' buffers in rank order. */
+#define W 3
+typedef struct world {
+    pthread_barrier_t bar;
+    float *bufs[W];
+} world;
+
+typedef struct rank_ctx {
+    world *w;
+    int rank;
+    float *tmp;
+    powersgd *p;
+    float *g;    /* this rank's gradient buffer */
+    float *grad; /* what it starts each step from */
+    int steps;
+    float *mean; /* sum of the outputs over the steps */
+} rank_ctx;
+
+static void world_sum(float *buf, size_t n, void *ctx) {
+    rank_ctx *c = ctx;
+    c->w->bufs[c->rank] = buf;
+    pthread_barrier_wait(&c->w->bar);
+    for (size_t j = 0; j < n; j++) {
+        float s = 0;
+        for (int q = 0; q < W; q++) s += c->w->bufs[q][j];
+        c->tmp[j] = s;
+    }
+    pthread_barrier_wait(&c->w->bar);
+    memcpy(buf, c->tmp, n * sizeof(float));
+}
+
+static void *rank_main(void *arg) {
+    rank_ctx *c = arg;
+    for (int s = 0; s < c->steps; s++) {
+        memcpy(c->g, c->grad, T4_N * sizeof(float));
+        powersgd_reduce(c->p, c->g, 0, T4_N, world_sum, c);
+        if (c->mean)
+            for (size_t i = 0; i < T4_N; i++) c->mean[i] += c->g[i];
+    }
+    return NULL;
+}
+
+static void run_world(float *grads[W], int steps, float *out[W], float *mean[W], int rank_r) {
+    world w;
+    pthread_barrier_init(&w.bar, NULL, W);
+    rank_ctx c[W];
+    pthread_t th[W];
+    for (int q = 0; q < W; q++) {
+        c[q] = (rank_ctx){.w = &w, .rank = q, .tmp = malloc(T4_N * sizeof(float)),
+                          .p = powersgd_create(T4, 4, T4_N, rank_r, 11), .g = out[q], .grad = grads[q],
+                          .steps = steps, .mean = mean ? mean[q] : NULL};
+        pthread_create(&th[q], NULL, rank_main, &c[q]);
+    }
+    for (int q = 0; q < W; q++) {
+        pthread_join(th[q], NULL);
+        free(c[q].tmp);
+        powersgd_free(c[q].p);
+    }
+    pthread_barrier_destroy(&w.bar);
+}
+
+/* Each rank's matrices u v_q^T share u: their sum is rank 1, reproduced at
+ * r 1; every rank writes the same bits; the uncompressed tensors are the
+ * in-order sums exactly. */
+static void test_ranks_agree_and_sum(void **state) {
+    (void)state;
+    float *grads[W], *out[W];
+    float u[16], u2[10];
+    fill_normal(u, 16, 21);
+    fill_normal(u2, 10, 22);
+    double *ref = calloc(T4_N, sizeof(double));
+    for (int q = 0; q < W; q++) {
+        grads[q] = malloc(T4_N * sizeof(float));
+        out[q] = malloc(T4_N * sizeof(float));
+        fill_normal(grads[q], T4_N, 30 + (uint64_t)q);
+        float v[36], v2[300];
+        fill_normal(v, 36, 40 + (uint64_t)q);
+        fill_normal(v2, 300, 50 + (uint64_t)q);
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 36; j++) grads[q][i * 36 + j] = u[i] * v[j];
+        for (int i = 0; i < 10; i++)
+            for (int j = 0; j < 300; j++) grads[q][608 + i * 300 + j] = u2[i] * v2[j];
+        for (size_t i = 0; i < T4_N; i++) ref[i] += grads[q][i];
+    }
+    run_world(grads, 1, out, NULL, 1);
+    for (int q = 1; q < W; q++) assert_memory_equal(out[q], out[0], T4_N * sizeof(float));
+    for (size_t i = 576; i < 592; i++) { /* the vector (the 4x4 matrix is compressed at r 1) */
+        float s = 0;
+        for (int q = 0; q < W; q++) s += grads[q][i];
+        assert_true(out[0][i] == s);
+    }
+    assert_true(rel_err(out[0], ref, 576) < 1e-5);
+    assert_true(rel_err(out[0] + 608, ref + 608, 3000) < 1e-5);
+    for (int q = 0; q < W; q++) {
+        free(grads[q]);
+        free(out[q]);
+    }
+    free(ref);
+}
+
+/* Full-rank gradients, the same every step, at r 1: one output is a rank-1
+ * approximation far from the sum (94 % off here), but with error feedback
+ * what is left out comes back later, and the mean over 1000 steps is within
+ * 2 % of the sum (measured 0.6 % and 1.0 %; 93 % without the error). */
+static void test_error_feedback_converges(void **state) {
+    (void)state;
+    float *grads[W], *out[W], *mean[W];
+    double *ref = calloc(T4_N, sizeof(double));
+    for (int q = 0; q < W; q++) {
+        grads[q] = malloc(T4_N * sizeof(float));
+        out[q] = malloc(T4_N * sizeof(float));
+        mean[q] = calloc(T4_N, sizeof(float));
+        fill_normal(grads[q], T4_N, 60 + (uint64_t)q);
+        for (size_t i = 0; i < T4_N; i++) ref[i] += grads[q][i];
+    }
+    run_world(grads, 1, out, NULL, 1);
+    double one = rel_err(out[0] + 608, ref + 608, 3000);
+    assert_true(one > 0.5); /* a rank-1 approximation of a random 10x300 matrix */
+    const int steps = 1000;
+    run_world(grads, steps, out, mean, 1);
+    for (int q = 1; q < W; q++) assert_memory_equal(mean[q], mean[0], T4_N * sizeof(float));
+    for (size_t i = 0; i < T4_N; i++) mean[0][i] /= (float)steps;
+    double big = rel_err(mean[0] + 608, ref + 608, 3000), small = rel_err(mean[0], ref, 576);
+    if (getenv("PSGD_DEBUG")) fprintf(stderr, "one step %.4f; mean of %d: %.4f %.4f\n", one, steps, big, small);
+    assert_true(big < 0.02);
+    assert_true(small < 0.02);
+    for (int q = 0; q < W; q++) {
+        free(grads[q]);
+        free(out[q]);
+        free(mean[q]);
+    }
+    free(ref);
+}
+
+/* A step of zero gradients leaves Q zero; it is drawn again, so the next
+ * step's rank-1 gradient is still reproduced. */
+static void test_zero_gradient_does_not_freeze(void **state) {
+    (void)state;
+    powersgd *p = powersgd_create(T4, 4, T4_N, 1, 5);
+    float *g = calloc(T4_N, sizeof(float));
+    int calls = 0;
+    powersgd_reduce(p, g, 0, T4_N, identity_sum, &calls);
+    for (size_t i = 0; i < T4_N; i++) assert_true(g[i] == 0.0f);
+    float u[16], v[36];
+    fill_normal(u, 16, 70);
+    fill_normal(v, 36, 71);
+    double ref[576];
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 36; j++) ref[i * 36 + j] = g[i * 36 + j] = u[i] * v[j];
+    powersgd_reduce(p, g, 0, T4_N, identity_sum, &calls);
+    assert_true(rel_err(g, ref, 576) < 1e-5);
+    free(g);
+    powersgd_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_regions_tile),
+        cmocka_unit_test(test_low_rank_reproduced),
+        cmocka_unit_test(test_ranks_agree_and_sum),
+        cmocka_unit_test(test_error_feedback_converges),
+        cmocka_unit_test(test_zero_gradient_does_not_freeze),
+    };
+    return cmocka_run_group_tests_name("powersgd", tests, NULL, NULL);
+}
