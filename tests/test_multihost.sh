@@ -9,7 +9,8 @@
 # dist.backend=ring and =mpi give the same losses on 2 hosts (bit for bit)
 # and both train on 3; on 2 hosts x 2 ranks auto chooses the hierarchical
 # allreduce, which sums bitwise, trains with bit-identical ranks and puts
-# 2/3 of the flat ring's bytes on the links; a checkpoint written by rank 0 on host 0 resumes a
+# 2/3 of the flat ring's bytes on the links (with dist.compress = powersgd
+# at most 0.3x its own uncompressed bytes); a checkpoint written by rank 0 on host 0 resumes a
 # 3-host run exactly; the links hold their rate; a rank stopped inside a
 # blocking MPI_Allreduce on another host is named by the others, which do
 # not spin meanwhile, and the run goes on after it; a rank killed mid-run, and a
@@ -163,20 +164,32 @@ check "mpirun-args --shm: shared memory between the ranks of a host" grep -q -- 
 out=$("${M2[@]}" "${P2[@]}" build/tests/mpi_ring --expect-world 4 --expect-nodes 2 2>&1)
 check "mpi_ring on 2 hosts x 2 ranks: exit 0, hier finds 2 nodes, sums bitwise ($(grep -c '^ok ' <<< "$out") checks ok)" \
     grep -q "^mpi_ring: world 4, all checks passed" <<< "$out"
-for be in auto ring; do # auto: hier, as the start-up line must say
+# hier_run TAG SETTINGS...: a 2 hosts x 2 ranks run; sets sent_TAG to the bytes the hosts sent into the links
+hier_run() {
+    local tag=$1 k rx0 tx0 rx1 tx1 sent=0
+    shift
     for k in 0 1; do before[k]=$(link_bytes $k); done
-    "${M2[@]}" "${P2[@]}" ./trainer "${small[@]}" dist.backend=$be train.out_dir="$tmp/hier-$be" > "$tmp/hier-$be.log" 2>&1
-    sent=0
+    "${M2[@]}" "${P2[@]}" ./trainer "${small[@]}" "$@" train.out_dir="$tmp/hier-$tag" > "$tmp/hier-$tag.log" 2>&1
     for k in 0 1; do
         after[k]=$(link_bytes $k)
         read -r rx0 tx0 <<< "${before[k]}"
         read -r rx1 tx1 <<< "${after[k]}"
         sent=$((sent + rx1 - rx0))
     done
-    eval "sent_$be=$sent"
+    eval "sent_$tag=$sent"
+}
+for be in auto ring; do # auto: hier, as the start-up line must say
+    hier_run $be dist.backend=$be
     check "2 hosts x 2 ranks, dist.backend=$be: exits 0 with bit-identical parameters" \
         grep -q "parameters bit-identical on all 4 ranks" "$tmp/hier-$be.log"
 done
+# PowerSGD from the first step (ResNet-20's 1.03 MiB of gradients as 0.05 MiB): the leaders' traffic shrinks
+# (the start-up broadcast of the weights and the evaluation stay)
+hier_run psgd dist.backend=hier dist.compress=powersgd dist.powersgd_start=0
+check "2 hosts x 2 ranks, hier with PowerSGD: exits 0 with bit-identical parameters" \
+    grep -q "parameters bit-identical on all 4 ranks" "$tmp/hier-psgd.log"
+check "2 hosts x 2 ranks, hier with PowerSGD: at most 0.3x the bytes of hier uncompressed ($((sent_psgd / 1000)) kB against $((sent_auto / 1000)) kB)" \
+    test "$sent_psgd" -gt 0 -a $((sent_psgd * 10)) -le $((sent_auto * 3))
 check "2 hosts x 2 ranks: dist.backend=auto chose the hierarchy, saying why" grep -q \
     "^dist: 4 ranks (2 on this node), .*the hierarchical allreduce (2 nodes.*(dist.backend = auto: 2 nodes, several ranks each)" \
     "$tmp/hier-auto.log"
