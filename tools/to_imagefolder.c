@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
     const char *out = synthetic ? argv[2] : argv[3];
     options o = {.format = synthetic ? "jpg" : "png", .quality = 90, .limit = 0, .classes = 10, .n_train = 1000,
                  .n_val = 200, .width = 500, .height = 375, .seed = 1};
-    for (int i = first_opt; i < argc; i++) {
+    for (int i = first_opt; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -239,7 +239,6 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (rc != CNT_OK) return 2;
-        i++;
     }
     if (synthetic) {
         int nt = o.limit && o.limit < o.n_train ? o.limit : o.n_train;
