@@ -50,7 +50,7 @@ static const char *const all_keys[] = {
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.poly_power", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
     "dist.overlap", "dist.progress", "dist.comm_nice", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
     "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
-    "dist.compress", "dist.stall_warn_s", "dist.stall_abort_s",
+    "dist.compress", "dist.powersgd_rank", "dist.powersgd_start", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.keep_best",
     "checkpoint.resume",
 };
@@ -222,6 +222,8 @@ static void assert_config_equal(const config *a, const config *b) {
     assert_string_equal(a->mean, b->mean);
     assert_string_equal(a->std, b->std);
     assert_int_equal(a->compress, b->compress);
+    assert_int_equal(a->powersgd_rank, b->powersgd_rank);
+    assert_int_equal(a->powersgd_start, b->powersgd_start);
     assert_float_bits(a->stall_warn_s, b->stall_warn_s);
     assert_float_bits(a->stall_abort_s, b->stall_abort_s);
 }
@@ -663,6 +665,30 @@ static void test_validate(void **state) {
     assert_contains(cnt_err_msg(), "dist.compress = fp16 compresses the allreduce's buckets; dist.mode = ps");
     override_ok(&c, "dist.compress=none");
     assert_int_equal(config_validate(&c), CNT_OK);
+
+    /* PowerSGD: the exchange's two sums per bucket, its errors across steps. */
+    const char *psgd_bad[][2] = {
+        {"dist.mode=ps", "dist.compress = powersgd compresses the allreduce's buckets; dist.mode = ps"},
+        {"dist.buckets_in_flight=2", "dist.buckets_in_flight = 2 with dist.compress = powersgd"},
+        {"dist.bucket_mb=auto", "dist.bucket_mb = auto models the allreduce of fp32 or fp16 buckets"},
+        {"train.loss_scaling=dynamic", "dist.compress = powersgd keeps each rank's compression error"},
+        {"dist.backend=nccl", "dist.compress = powersgd works with dist.backend = mpi, ring or hier"},
+    };
+    for (size_t i = 0; i < sizeof psgd_bad / sizeof psgd_bad[0]; i++) {
+        config_defaults(&c);
+        override_ok(&c, "dist.compress=powersgd");
+        override_ok(&c, "dist.backend=ring");
+        override_ok(&c, psgd_bad[i][0]);
+        assert_int_equal(config_validate(&c), CNT_ERR);
+        assert_contains(cnt_err_msg(), psgd_bad[i][1]);
+    }
+    config_defaults(&c);
+    override_ok(&c, "dist.compress=powersgd");
+    override_ok(&c, "dist.powersgd_rank=4");
+    override_ok(&c, "dist.powersgd_start=0");
+    assert_int_equal(config_validate(&c), CNT_OK);
+    assert_int_equal(config_reducer_opts(&c).psgd_rank, 4);
+    assert_int_equal(config_reducer_opts(&c).psgd_start, 0);
 
     /* Input channels: 0, 1 or 3. */
     config_defaults(&c);
