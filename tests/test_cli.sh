@@ -3,8 +3,9 @@
 # and messages for configuration mistakes, --summary, --help, --version, the
 # data kinds (synthetic training, CIFAR errors), inputs that are not regular
 # files (a FIFO, directory or device), the ImageNet configs, devices
-# and the GPU-only keys' mistakes (cuda without a GPU, nccl on the CPU), and the
-# config reference in docs/usage.md being the one the parser uses.
+# and the GPU-only keys' mistakes (cuda without a GPU, nccl on the CPU),
+# PowerSGD's refusals and tools/bench_powersgd's output, and the config
+# reference in docs/usage.md being the one the parser uses.
 # Run from the repository root after `make`. Exits non-zero on the first failure.
 set -u
 T=./trainer
@@ -239,6 +240,12 @@ check "powersgd with fp16 loss scaling: exit 2 naming both" \
     test "$rc" -eq 2 -a -n "$(grep -o 'dist.compress = powersgd keeps .*train.precision = fp16' <<<"$out")"
 run $T configs/resnet20-fashion.ini dist.compress=powersgd dist.powersgd_rank=0
 check "dist.powersgd_rank=0: exit 2 naming the key" test "$rc" -eq 2 -a -n "$(grep -o 'dist.powersgd_rank' <<<"$out")"
+run build/tools/bench_powersgd --model resnet20 --shape 1x28x28 --classes 10 --reps 1
+check "bench_powersgd: what travels, and both sides timed (rc=$rc)" bash -c '[ $1 -eq 0 ] &&
+     grep -q "^resnet20 1x28x28, 10 classes: 269434 gradient values (1.03 MiB); PowerSGD rank 2 compresses 20 of 59 tensors (99.5% of the values) and sends 0.05 MiB a step$" <<<"$2" &&
+     grep -qE "PowerSGD.s arithmetic [0-9.]+ ms .* fp16.s conversions [0-9.]+ ms .*: [0-9.]+x$" <<<"$2"' _ $rc "$out"
+run build/tools/bench_powersgd --rank 0
+check "bench_powersgd --rank 0: exit 2 naming the option" test "$rc" -eq 2 -a -n "$(grep -o -- '--rank: 1 to 32' <<<"$out")"
 run $T --summary configs/resnet20-fashion.ini dist.compress=powersgd dist.powersgd_rank=4
 check "--summary with powersgd: what travels once compressed" \
     grep -q "0.10 MiB on the wire once compressed (dist.compress = powersgd, rank 4: 19 of 59 tensors)" <<<"$out"
