@@ -11,9 +11,10 @@
  * chosen by reducer_opts.nccl: a communication thread through host memory
  * (MPI_Allreduce or our ring, optionally fp16 or PowerSGD-compressed on the
  * wire), or NCCL on the GPU. Both can run under the stall watchdog, which
- * warns about or ends a job whose ranks do not reach a bucket together. The design (ordering against
- * the compute stream, what the times measure, the watchdog's two halves,
- * compression): docs/ARCHITECTURE.md, "Data parallelism".
+ * warns about or ends a job whose ranks do not reach a bucket together. The
+ * design (ordering against the compute stream, what the times measure, the
+ * watchdog's two halves, compression): docs/ARCHITECTURE.md, "Data
+ * parallelism".
  *
  * Each step: reducer_begin, reducer_grads_ready for contiguous slices that
  * cover the buffer in increasing order, reducer_finish, then optionally
@@ -80,10 +81,10 @@ typedef struct reducer_opts {
     int comm_nice;
     reducer_compress compress;
     /* compress = POWERSGD: the rank, the steps summed uncompressed first
-     * (reducer_begin's numbers, from 1, up to psgd_start), the seed of Q (the same
-     * on every rank), and the parameter tensors tiling the buffer in offset
-     * order (not owned; read by reducer_create only). One bucket at a time
-     * (in_flight 1). */
+     * (reducer_begin's numbers, from 1, up to psgd_start), the seed of Q
+     * (the same on every rank), and the parameter tensors tiling the buffer
+     * in offset order (not owned; read by reducer_create only). One bucket
+     * at a time (in_flight 1). */
     int psgd_rank;
     long psgd_start;
     uint64_t psgd_seed;

@@ -23,7 +23,8 @@
 #include "common/rng.h"
 #include "dist/powersgd.h"
 
-static void no_sum(float *buf, size_t n, void *ctx) {
+/* One rank: the sum over the ranks is the identity; counts its calls in *ctx. */
+static void count_sum(float *buf, size_t n, void *ctx) {
     (void)buf;
     (void)n;
     (*(int *)ctx)++;
@@ -68,17 +69,11 @@ static void test_regions_tile(void **state) {
     assert_int_equal(lo, hi);
     int calls = 0;
     float g[1] = {0};
-    powersgd_reduce(p, g, 800, 800, no_sum, &calls); /* empty: no sum */
+    powersgd_reduce(p, g, 800, 800, count_sum, &calls); /* empty: no sum */
     assert_int_equal(calls, 0);
     powersgd_free(p);
 }
 
-/* One rank: the sum is the identity. */
-static void identity_sum(float *buf, size_t n, void *ctx) {
-    (void)buf;
-    (void)n;
-    (*(int *)ctx)++;
-}
 
 static void fill_normal(float *x, size_t n, uint64_t seed) {
     rng g;
@@ -115,14 +110,14 @@ static void test_low_rank_reproduced(void **state) {
     memcpy(want, g, T4_N * sizeof(float));
     for (size_t i = 0; i < T4_N; i++) ref[i] = want[i];
     int calls = 0;
-    powersgd_reduce(p, g, 0, T4_N, identity_sum, &calls);
+    powersgd_reduce(p, g, 0, T4_N, count_sum, &calls);
     assert_int_equal(calls, 2);
     assert_memory_equal(g + 576, want + 576, 32 * sizeof(float));
     assert_true(rel_err(g, ref, 576) < 1e-5);
     assert_true(rel_err(g + 608, ref + 608, 3000) < 1e-5);
     /* a region of uncompressed tensors alone: one sum, the values unchanged */
     calls = 0;
-    powersgd_reduce(p, g, 576, 608, identity_sum, &calls);
+    powersgd_reduce(p, g, 576, 608, count_sum, &calls);
     assert_int_equal(calls, 1);
     assert_memory_equal(g + 576, want + 576, 32 * sizeof(float));
     free(g);
@@ -272,7 +267,7 @@ static void test_zero_gradient_does_not_freeze(void **state) {
     powersgd *p = powersgd_create(T4, 4, T4_N, 1, 5);
     float *g = calloc(T4_N, sizeof(float));
     int calls = 0;
-    powersgd_reduce(p, g, 0, T4_N, identity_sum, &calls);
+    powersgd_reduce(p, g, 0, T4_N, count_sum, &calls);
     for (size_t i = 0; i < T4_N; i++) assert_true(g[i] == 0.0f);
     float u[16], v[36];
     fill_normal(u, 16, 70);
@@ -280,7 +275,7 @@ static void test_zero_gradient_does_not_freeze(void **state) {
     double ref[576];
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 36; j++) ref[i * 36 + j] = g[i * 36 + j] = u[i] * v[j];
-    powersgd_reduce(p, g, 0, T4_N, identity_sum, &calls);
+    powersgd_reduce(p, g, 0, T4_N, count_sum, &calls);
     assert_true(rel_err(g, ref, 576) < 1e-5);
     free(g);
     powersgd_free(p);
