@@ -34,6 +34,8 @@ int exchange_create(const exchange_opts *opts, exchange **out) {
 
 ps *exchange_server(exchange *x) { return x->ops->server ? x->ops->server(x) : NULL; }
 
+powersgd *exchange_powersgd(exchange *x) { return x->ops->powersgd ? x->ops->powersgd(x) : NULL; }
+
 int exchange_is_server(const exchange *x) { return exchange_server((exchange *)x) != NULL; }
 
 int exchange_connect(exchange *x, const backend *be) { return x->ops->connect ? x->ops->connect(x, be) : CNT_OK; }

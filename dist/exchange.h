@@ -157,6 +157,10 @@ exchange_traits exchange_traits_of(const exchange *x);
  * servers): *shard_end a new array of `servers` ends. CNT_ERR with ps_plan's
  * message (the caller names the model). */
 int exchange_shards(int servers, const net *nt, size_t **shard_end);
+/* dist.compress = powersgd: the compression's state (reducer_powersgd),
+ * after exchange_attach, between steps once exchange_wait_sums has
+ * returned; NULL otherwise (another mode, before attach, exchange_none). */
+powersgd *exchange_powersgd(exchange *x);
 /* Ranks whose gradients are combined in each update (the workers; 1 alone). */
 int exchange_workers(const exchange *x);
 

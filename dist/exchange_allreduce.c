@@ -199,6 +199,8 @@ static void ar_free(exchange *x, int failed) {
 #endif
 }
 
+static powersgd *ar_powersgd(exchange *x) { return of(x)->rd ? reducer_powersgd(of(x)->rd) : NULL; }
+
 static const exchange_ops allreduce_ops = {
     .connect = ar_connect,
     .attach = ar_attach,
@@ -212,6 +214,7 @@ static const exchange_ops allreduce_ops = {
     .replayed = ar_replayed,
     .agree_stop = exchange_agree_lagged,
     .free = ar_free,
+    .powersgd = ar_powersgd,
 };
 
 exchange *exchange_allreduce_create(const exchange_opts *o) {

@@ -33,6 +33,7 @@ typedef struct exchange_ops {
     void (*trace_written)(exchange *x, int written); /* rank 0, after the trace */
     void (*free)(exchange *x, int failed); /* the version's own fields; exchange.c frees the struct */
     ps *(*server)(exchange *x);            /* this rank's server link, NULL on a worker */
+    powersgd *(*powersgd)(exchange *x);    /* dist.compress = powersgd's state, NULL: none */
 } exchange_ops;
 
 struct exchange {

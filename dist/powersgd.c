@@ -28,6 +28,7 @@ struct powersgd {
     int n_t, r;
     ptensor *t;
     size_t n;
+    size_t n_q, n_e;
     float *q;    /* every compressed tensor's Q, transposed (r x cols), the last sum's */
     float *e;    /* every compressed tensor's error, this rank's */
     float *a;    /* the first sum: P of each compressed tensor (rows x r), the others' values */
@@ -64,6 +65,8 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
         }
     }
     CNT_ASSERT(next == n);
+    p->n_q = q_len;
+    p->n_e = e_len;
     p->q = cnt_malloc((q_len ? q_len : 1) * sizeof(float));
     p->e = cnt_calloc(e_len ? e_len : 1, sizeof(float));
     p->a = cnt_malloc((a_len ? a_len : 1) * sizeof(float));
@@ -270,4 +273,25 @@ int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *
     if (values) *values = v;
     if (wire) *wire = w;
     return k;
+}
+
+void powersgd_state_size(const powersgd *p, int *rank, size_t *n_q, size_t *n_e) {
+    *rank = p->r;
+    *n_q = p->n_q;
+    *n_e = p->n_e;
+}
+
+void powersgd_state_get(const powersgd *p, float *q, float *e, uint64_t draws[2]) {
+    memcpy(q, p->q, p->n_q * sizeof(float));
+    memcpy(e, p->e, p->n_e * sizeof(float));
+    draws[0] = p->g.state;
+    draws[1] = p->g.inc;
+}
+
+void powersgd_state_set(powersgd *p, const float *q, const float *e, const uint64_t draws[2]) {
+    memcpy(p->q, q, p->n_q * sizeof(float));
+    if (e) memcpy(p->e, e, p->n_e * sizeof(float));
+    else memset(p->e, 0, p->n_e * sizeof(float));
+    p->g.state = draws[0];
+    p->g.inc = draws[1];
 }

@@ -85,4 +85,25 @@ int powersgd_compresses(const powersgd_tensor *t, int rank);
  * both sums carry per step for the whole buffer. Never fails. */
 int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *values, size_t *wire);
 
+/* What a checkpoint keeps of the compression (train/checkpoint.h), between
+ * steps only (no powersgd_reduce running): the rank r, Q of every compressed
+ * tensor (n_q values, the same on every rank), this rank's error (n_e
+ * values: the compressed tensors' counts) and the state of Q's random draws
+ * (the same on every rank).
+ *
+ * Why one error is enough for a resume at any world size: every sum the
+ * ranks make (P = sum_i (M_i + e_i) Q, then Q = sum_i (M_i + e_i)^T P) is
+ * linear in the ranks' M_i + e_i, so the sums, the result and the sum of the
+ * next errors depend on the errors only through their sum. A resumed run
+ * that gives rank 0 the sum of the ranks' errors and the others none makes
+ * the same sums as the uninterrupted run, up to the rounding of the order
+ * of additions (the same bits at one rank). */
+void powersgd_state_size(const powersgd *p, int *rank, size_t *n_q, size_t *n_e);
+/* Copies Q into q[n_q], the error into e[n_e] and the draws' state into
+ * draws[2]. */
+void powersgd_state_get(const powersgd *p, float *q, float *e, uint64_t draws[2]);
+/* Sets Q, the error (e NULL: zero) and the draws' state, sized as
+ * powersgd_state_size gives them (the caller checks the sizes first). */
+void powersgd_state_set(powersgd *p, const float *q, const float *e, const uint64_t draws[2]);
+
 #endif

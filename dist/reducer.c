@@ -100,6 +100,8 @@ void reducer_replayed(reducer *rd, long step, int set, reducer_stats *st) {
     if (st) *st = s;
 }
 
+powersgd *reducer_powersgd(reducer *rd) { return rd->psgd; }
+
 void reducer_wait_sums(reducer *rd) {
     if (rd->ops->wait_sums) rd->ops->wait_sums(rd);
 }

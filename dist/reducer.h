@@ -157,6 +157,11 @@ int reducer_bucket_layout(size_t n, size_t first_bucket, size_t bucket_size, siz
  * profile (train/profile.c) and the step simulator (train/sim.c),
  * so neither re-derives the rule. Never fails. */
 void reducer_bucket_ready_after(const size_t *ends, int nb, const size_t *slice_end, int n_slices, int *ready_after);
+/* compress = POWERSGD: the compression's state (errors, Q; the reducer
+ * owns it), for a checkpoint to save or a resume to restore between steps,
+ * once reducer_finish has returned (the communication thread is idle then).
+ * NULL without compression. */
+powersgd *reducer_powersgd(reducer *rd);
 /* The number of buckets the buffer was cut into (at least 1). */
 int reducer_bucket_count(const reducer *rd);
 /* From now on every bucket is recorded as "allreduce bucket k" on tl's comm

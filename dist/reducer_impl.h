@@ -59,6 +59,7 @@ struct reducer {
     long step;           /* training thread only: as given to reducer_begin */
     size_t ready_upto;   /* training thread only: gradients final below this offset */
     int next_launch;     /* training thread only: first bucket not yet launched */
+    powersgd *psgd;      /* the strategy's compression state (it owns it), NULL: none */
 };
 
 /* Called last by reducer_create, once the rest of rd is filled: set rd->ops

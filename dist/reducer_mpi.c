@@ -293,6 +293,7 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
         CNT_ASSERT(m->in_flight == 1 && opts->tensors && opts->n_tensors > 0);
         m->psgd = powersgd_create(opts->tensors, opts->n_tensors, rd->n, opts->psgd_rank, opts->psgd_seed);
         m->psgd_start = opts->psgd_start;
+        rd->psgd = m->psgd;
     }
     m->mb = cnt_calloc((size_t)rd->n_buckets, sizeof *m->mb);
     for (int b = 0; b < rd->n_buckets; b++) m->mb[b].fence = rd->be->fence_create();

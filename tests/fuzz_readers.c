@@ -150,7 +150,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     ckpt_meta meta;
     int has_momentum;
     (void)ckpt_read_meta(path, &meta);
-    (void)ckpt_read(path, nt, params, buffers, momentum, &has_momentum, &meta);
+    ckpt_powersgd psgd;
+    if (ckpt_read(path, nt, params, buffers, momentum, &has_momentum, &psgd, &meta) == CNT_OK)
+        ckpt_powersgd_free(&psgd);
 #elif defined(FUZZ_profile)
     profile p;
     memset(&p, 0, sizeof p);

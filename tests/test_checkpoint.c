@@ -179,7 +179,7 @@ static int count_entries(const char *dir, const char *part) {
 /* ckpt_read must fail, with a message naming path and containing `what`. */
 static void expect_read_error(const fixture *fx, const char *path, const char *what) {
     float *p = tu_alloc_f(fx->nt->n_params), *b = tu_alloc_f(fx->nt->n_buffers), *m = tu_alloc_f(fx->nt->n_params);
-    int rc = ckpt_read(path, fx->nt, p, b, m, NULL, NULL);
+    int rc = ckpt_read(path, fx->nt, p, b, m, NULL, NULL, NULL);
     if (rc != CNT_ERR || !strstr(cnt_err_msg(), path) || !strstr(cnt_err_msg(), what))
         fail_msg("ckpt_read('%s'): rc %d, message \"%s\"; expected CNT_ERR naming the path and containing \"%s\"",
                  path, rc, cnt_err_msg(), what);
@@ -196,7 +196,7 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
     int has = -1;
     ckpt_meta meta;
     memset(&meta, 0xff, sizeof meta);
-    if (ckpt_read(path, nt, p, b, m, &has, &meta) != CNT_OK) fail_msg("ckpt_read: %s", cnt_err_msg());
+    if (ckpt_read(path, nt, p, b, m, &has, NULL, &meta) != CNT_OK) fail_msg("ckpt_read: %s", cnt_err_msg());
     tu_assert_bitwise_equal_f("params", fx->params, p, nt->n_params);
     tu_assert_bitwise_equal_f("buffers", fx->buffers, b, nt->n_buffers);
     assert_int_equal(has, with_momentum);
@@ -254,7 +254,7 @@ static void expect_round_trip(const fixture *fx, const char *path, int with_mome
 static void write_ok(fixture *fx, const char *dir, int epoch, int keep, const float *momentum, char *path,
                      size_t len) {
     fx->meta.epoch = epoch;
-    if (ckpt_write(dir, fx->nt, fx->params, fx->buffers, momentum, &fx->meta, keep, path, len) != CNT_OK)
+    if (ckpt_write(dir, fx->nt, fx->params, fx->buffers, momentum, NULL, &fx->meta, keep, path, len) != CNT_OK)
         fail_msg("ckpt_write(%s, epoch %d): %s", dir, epoch, cnt_err_msg());
 }
 
@@ -275,7 +275,7 @@ static void test_round_trip(void **state) {
     /* momentum not requested: params and buffers still read */
     float *p = tu_alloc_f(fx->nt->n_params), *b = tu_alloc_f(fx->nt->n_buffers);
     int has = -1;
-    assert_int_equal(ckpt_read(path, fx->nt, p, b, NULL, &has, NULL), CNT_OK);
+    assert_int_equal(ckpt_read(path, fx->nt, p, b, NULL, &has, NULL, NULL), CNT_OK);
     assert_int_equal(has, 1);
     tu_assert_bitwise_equal_f("params", fx->params, p, fx->nt->n_params);
     free(p);
@@ -485,45 +485,128 @@ static void write_older(const char *path, const char *out, uint32_t version, con
     free(buf);
 }
 
-/* Version-2, 3 and 4 files (written before the loss-scaling block, before
- * the position block, before the normalisation block) still read:
- * loss_scale 0 ("not recorded") for version 2; an epoch boundary with no
- * config text for 2 and 3; no normalisation recorded for all three. */
-static void test_versions_2_to_4(void **state) {
+/* Version-2 to 5 files (written before the loss-scaling block, before the
+ * position block, before the normalisation block, before the PowerSGD
+ * block) still read: loss_scale 0 ("not recorded") for version 2; an epoch
+ * boundary with no config text for 2 and 3; no normalisation recorded for
+ * 2 to 4; no PowerSGD state for all four. */
+static void test_versions_2_to_5(void **state) {
     fixture *fx = *state;
     char dir[256], path[512], old[512];
     sub(fx, "v2", dir, sizeof dir);
     write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     const net *nt = fx->nt;
-    for (uint32_t version = 2; version <= 4; version++) {
+    long psgd_at = file_size(path) - 8; /* the PowerSGD block's rank (0: none), before the checksum */
+    for (uint32_t version = 2; version <= 5; version++) {
         /* the position and normalisation blocks are neighbours: cut as one */
-        long at[2] = {SCALE_BLOCK_AT, POS_BLOCK_AT}, bytes[2] = {SCALE_BLOCK_BYTES, POS_BLOCK_BYTES + NORM_BLOCK_BYTES};
-        long norm_at = NORM_BLOCK_AT, norm_bytes = NORM_BLOCK_BYTES;
-        if (version == 2) write_older(path, (sub(fx, "v2/old2.cnt", old, sizeof old), old), 2, at, bytes, 2);
-        else if (version == 3) write_older(path, (sub(fx, "v2/old3.cnt", old, sizeof old), old), 3, at + 1, bytes + 1, 1);
-        else write_older(path, (sub(fx, "v2/old4.cnt", old, sizeof old), old), 4, &norm_at, &norm_bytes, 1);
+        long at[3] = {SCALE_BLOCK_AT, POS_BLOCK_AT, psgd_at},
+             bytes[3] = {SCALE_BLOCK_BYTES, POS_BLOCK_BYTES + NORM_BLOCK_BYTES, 4};
+        long at4[2] = {NORM_BLOCK_AT, psgd_at}, bytes4[2] = {NORM_BLOCK_BYTES, 4};
+        char name[32];
+        snprintf(name, sizeof name, "v2/old%u.cnt", version);
+        sub(fx, name, old, sizeof old);
+        if (version == 2) write_older(path, old, 2, at, bytes, 3);
+        else if (version == 3) write_older(path, old, 3, at + 1, bytes + 1, 2);
+        else if (version == 4) write_older(path, old, 4, at4, bytes4, 2);
+        else write_older(path, old, 5, at + 2, bytes + 2, 1);
         float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers), *m = tu_alloc_f(nt->n_params);
         ckpt_meta meta;
+        ckpt_powersgd ps;
+        memset(&ps, 0xff, sizeof ps);
         int has = -1;
-        if (ckpt_read(old, nt, p, b, m, &has, &meta) != CNT_OK) fail_msg("version-%u file: %s", version, cnt_err_msg());
+        if (ckpt_read(old, nt, p, b, m, &has, &ps, &meta) != CNT_OK)
+            fail_msg("version-%u file: %s", version, cnt_err_msg());
         tu_assert_bitwise_equal_f("params", fx->params, p, nt->n_params);
         tu_assert_bitwise_equal_f("momentum", fx->momentum, m, nt->n_params);
         assert_int_equal(has, 1);
+        assert_int_equal(meta.version, (int)version);
+        assert_int_equal(ps.rank, 0);
+        assert_null(ps.q);
+        assert_null(ps.e);
         assert_int_equal(meta.epoch, 1);
         assert_true(meta.dropout == fx->meta.dropout);
         if (version == 2) assert_true(meta.loss_scale == 0.0 && meta.skipped_steps == 0);
         else assert_true(meta.loss_scale == fx->meta.loss_scale && meta.skipped_steps == fx->meta.skipped_steps);
         if (version < 4) assert_true(meta.epoch_samples == 0 && meta.world == 0 && meta.config[0] == '\0');
         else assert_true(meta.world == 4 && strcmp(meta.config, CONFIG_TEXT) == 0);
-        assert_int_equal(meta.norm_channels, 0);
+        assert_int_equal(meta.norm_channels, version < 5 ? 0 : 3);
         ckpt_meta head;
         assert_int_equal(ckpt_read_meta(old, &head), CNT_OK);
-        assert_true(head.classes == 5 && head.norm_channels == 0);
+        assert_true(head.classes == 5 && head.norm_channels == (version < 5 ? 0 : 3));
         if (version < 4) assert_true(head.epoch_samples == 0);
         free(p);
         free(b);
         free(m);
     }
+}
+
+/* The PowerSGD block: written and read back bit for bit (Q, the summed
+ * error, the draws); a file without one reads rank 0; an implausible block
+ * under a correct checksum (rank 0 with a block after it, a rank above
+ * CKPT_PSGD_MAX_RANK, an even draws[1], more errors than parameters, a
+ * block cut short) is refused by name, and ckpt_write refuses one too. */
+static void test_powersgd_block(void **state) {
+    fixture *fx = *state;
+    const net *nt = fx->nt;
+    char dir[256], path[512], bad[512];
+    sub(fx, "psgd", dir, sizeof dir);
+    size_t nq = 7, ne = nt->n_params / 2;
+    ckpt_powersgd in = {.rank = 3, .n_q = nq, .n_e = ne, .draws = {0x123456789abcdefull, 0x55}};
+    in.q = tu_alloc_f(nq);
+    in.e = tu_alloc_f(ne);
+    for (size_t i = 0; i < nq; i++) in.q[i] = 0.25f * (float)i - 1.0f;
+    for (size_t i = 0; i < ne; i++) in.e[i] = 1e-3f * (float)(i % 97) - 0.04f;
+    fx->meta.epoch = 2;
+    if (ckpt_write(dir, nt, fx->params, fx->buffers, fx->momentum, &in, &fx->meta, 0, path, sizeof path) != CNT_OK)
+        fail_msg("ckpt_write with PowerSGD: %s", cnt_err_msg());
+    expect_round_trip(fx, path, 1); /* the rest as without the block */
+    float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers);
+    ckpt_powersgd out;
+    assert_int_equal(ckpt_read(path, nt, p, b, NULL, NULL, &out, NULL), CNT_OK);
+    assert_int_equal(out.rank, 3);
+    assert_true(out.n_q == nq && out.n_e == ne);
+    assert_true(out.draws[0] == in.draws[0] && out.draws[1] == in.draws[1]);
+    tu_assert_bitwise_equal_f("q", in.q, out.q, nq);
+    tu_assert_bitwise_equal_f("e", in.e, out.e, ne);
+    ckpt_powersgd_free(&out);
+    assert_null(out.q);
+    assert_int_equal(out.rank, 0);
+
+    /* block at: rank (4), n_q (8), n_e (8), draws (16), q, e, then the checksum */
+    long at = file_size(path) - 4 - 4 * (long)(nq + ne) - 36;
+    static const struct {
+        long off;   /* from the block's start */
+        uint64_t value;
+        int bytes;
+    } cases[] = {{0, 0, 4}, {0, CKPT_PSGD_MAX_RANK + 1, 4}, {28, 0x54, 8}, {12, 1u << 30, 8}, {4, 0, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sub(fx, "psgd/patched.cnt", bad, sizeof bad);
+        copy_prefix(path, bad, -1);
+        FILE *f = fopen(bad, "r+b");
+        assert_non_null(f);
+        assert_int_equal(fseek(f, at + cases[i].off, SEEK_SET), 0);
+        assert_int_equal(fwrite(&cases[i].value, (size_t)cases[i].bytes, 1, f), 1);
+        assert_int_equal(fclose(f), 0);
+        char fixed[512];
+        sub(fx, "psgd/bad.cnt", fixed, sizeof fixed);
+        write_older(bad, fixed, CKPT_VERSION, NULL, NULL, 0); /* the checksum made right again */
+        /* rank 0 leaves the rest of the block as bytes after the end */
+        expect_read_error(fx, fixed, i == 0 ? "bytes, its header describes only" : "implausible PowerSGD block");
+    }
+    /* cut inside the block, the checksum made right: truncated */
+    long cut_at = at + 36 + 4 * (long)nq, cut = 4;
+    sub(fx, "psgd/cut.cnt", bad, sizeof bad);
+    write_older(path, bad, CKPT_VERSION, &cut_at, &cut, 1);
+    expect_read_error(fx, bad, "truncated");
+
+    in.draws[1] = 0x54;
+    char o[512];
+    assert_int_equal(ckpt_write(dir, nt, fx->params, fx->buffers, NULL, &in, &fx->meta, 0, o, sizeof o), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "implausible PowerSGD state"));
+    free(in.q);
+    free(in.e);
+    free(p);
+    free(b);
 }
 
 /* An implausible normalisation block under a correct checksum (a channel
@@ -555,7 +638,8 @@ static void test_bad_normalisation(void **state) {
     }
     fx->meta.norm_channels = 4;
     char out[512];
-    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, out, sizeof out), CNT_ERR);
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, NULL, &fx->meta, 0, out, sizeof out),
+                     CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "normalisation channels"));
     fx->meta.norm_channels = 3;
 }
@@ -603,7 +687,7 @@ static void test_flipped_byte(void **state) {
     }
     /* The caller's arrays are untouched by a rejected file. */
     float *p = tu_alloc_f(nt->n_params), *b = tu_alloc_f(nt->n_buffers);
-    assert_int_equal(ckpt_read(bad, nt, p, b, NULL, NULL, NULL), CNT_ERR);
+    assert_int_equal(ckpt_read(bad, nt, p, b, NULL, NULL, NULL, NULL), CNT_ERR);
     for (size_t i = 0; i < nt->n_params; i++) assert_true(p[i] == 0.0f);
     free(p);
     free(b);
@@ -616,7 +700,7 @@ static void test_other_model(void **state) {
     write_ok(fx, dir, 1, 0, fx->momentum, path, sizeof path);
     net *other = build_net(6); /* conv1 with 6 output channels instead of 4 */
     float *p = tu_alloc_f(other->n_params), *b = tu_alloc_f(other->n_buffers);
-    assert_int_equal(ckpt_read(path, other, p, b, NULL, NULL, NULL), CNT_ERR);
+    assert_int_equal(ckpt_read(path, other, p, b, NULL, NULL, NULL, NULL), CNT_ERR);
     const char *msg = cnt_err_msg();
     if (!strstr(msg, path) || !strstr(msg, "conv1.weight") || !strstr(msg, "tiny_cnn"))
         fail_msg("model mismatch message should name the path, 'conv1.weight' and 'tiny_cnn': %s", msg);
@@ -632,7 +716,7 @@ static void test_other_model(void **state) {
     assert_int_equal(net_finalize(other, fc, -1, 2), CNT_OK);
     p = tu_alloc_f(other->n_params);
     b = tu_alloc_f(other->n_buffers + 1);
-    assert_int_equal(ckpt_read(path, other, p, b, NULL, NULL, NULL), CNT_ERR);
+    assert_int_equal(ckpt_read(path, other, p, b, NULL, NULL, NULL, NULL), CNT_ERR);
     msg = cnt_err_msg();
     if (!strstr(msg, path) || !strstr(msg, "bn1.weight") || !strstr(msg, "fc.weight"))
         fail_msg("model mismatch message should name 'bn1.weight' and 'fc.weight': %s", msg);
@@ -653,12 +737,12 @@ static void test_missing_and_uncreatable(void **state) {
     fclose(f);
     snprintf(dir, sizeof dir, "%s/sub", file);
     fx->meta.epoch = 1;
-    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), dir));
     /* Epoch out of range. */
     sub(fx, "range", dir, sizeof dir);
     fx->meta.epoch = 1000000;
-    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, NULL, &fx->meta, 0, NULL, 0), CNT_ERR);
 }
 
 /* Only regular files are read: a FIFO (whose open would wait for a writer
@@ -703,13 +787,13 @@ static void test_failed_write_keeps_previous(void **state) {
     char file[256];
     sub(fx, "fail/ckpt-000002.cnt", file, sizeof file);
     fx->meta.epoch = 2;
-    assert_int_equal(ckpt_write(file, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 1, NULL, 0), CNT_ERR);
+    assert_int_equal(ckpt_write(file, fx->nt, fx->params, fx->buffers, NULL, NULL, &fx->meta, 1, NULL, 0), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), file));
 
     /* (2) the temporary file cannot be created. */
     snprintf(tmp, sizeof tmp, "%s/.ckpt-000002.cnt.tmp", dir);
     assert_int_equal(mkdir(tmp, 0700), 0);
-    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, &fx->meta, 1, NULL, 0), CNT_ERR);
+    assert_int_equal(ckpt_write(dir, fx->nt, fx->params, fx->buffers, NULL, NULL, &fx->meta, 1, NULL, 0), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), tmp));
     assert_int_equal(rmdir(tmp), 0);
 
@@ -720,7 +804,7 @@ static void test_failed_write_keeps_previous(void **state) {
     lim.rlim_cur = 200;
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    int rc = ckpt_write(dir, fx->nt, fx->params, fx->buffers, fx->momentum, &fx->meta, 1, NULL, 0);
+    int rc = ckpt_write(dir, fx->nt, fx->params, fx->buffers, fx->momentum, NULL, &fx->meta, 1, NULL, 0);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, prev);
     assert_int_equal(rc, CNT_ERR);
@@ -742,7 +826,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_wrong_magic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_versions_2_to_4, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_versions_2_to_5, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_powersgd_block, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_normalisation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mid_epoch_names_and_supersede, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),

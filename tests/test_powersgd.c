@@ -6,7 +6,8 @@
  * (threads whose sum is an in-order addition) writing the same bits, the
  * sum of rank-1 gradients reproduced; error feedback making the mean of the
  * outputs converge to the true sum of a full-rank gradient (without it the
- * mean stays a rank-1 approximation); a zero gradient not freezing Q.
+ * mean stays a rank-1 approximation); a zero gradient not freezing Q; the
+ * state a checkpoint keeps resuming the same sums from the errors' sum.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -168,23 +169,30 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-static void run_world(float *grads[W], int steps, float *out[W], float *mean[W], int rank_r) {
+/* The W ranks p[] take `steps` steps from grads[], writing out[] (and
+ * adding the outputs into mean[] when mean is not NULL). */
+static void run_ranks(powersgd *p[W], float *grads[W], int steps, float *out[W], float *mean[W]) {
     world w;
     pthread_barrier_init(&w.bar, NULL, W);
     rank_ctx c[W];
     pthread_t th[W];
     for (int q = 0; q < W; q++) {
-        c[q] = (rank_ctx){.w = &w, .rank = q, .tmp = malloc(T4_N * sizeof(float)),
-                          .p = powersgd_create(T4, 4, T4_N, rank_r, 11), .g = out[q], .grad = grads[q],
-                          .steps = steps, .mean = mean ? mean[q] : NULL};
+        c[q] = (rank_ctx){.w = &w, .rank = q, .tmp = malloc(T4_N * sizeof(float)), .p = p[q], .g = out[q],
+                          .grad = grads[q], .steps = steps, .mean = mean ? mean[q] : NULL};
         pthread_create(&th[q], NULL, rank_main, &c[q]);
     }
     for (int q = 0; q < W; q++) {
         pthread_join(th[q], NULL);
         free(c[q].tmp);
-        powersgd_free(c[q].p);
     }
     pthread_barrier_destroy(&w.bar);
+}
+
+static void run_world(float *grads[W], int steps, float *out[W], float *mean[W], int rank_r) {
+    powersgd *p[W];
+    for (int q = 0; q < W; q++) p[q] = powersgd_create(T4, 4, T4_N, rank_r, 11);
+    run_ranks(p, grads, steps, out, mean);
+    for (int q = 0; q < W; q++) powersgd_free(p[q]);
 }
 
 /* Each rank's matrices u v_q^T share u: their sum is rank 1, reproduced at
@@ -281,6 +289,73 @@ static void test_zero_gradient_does_not_freeze(void **state) {
     powersgd_free(p);
 }
 
+/* A resume (what a checkpoint keeps, dist/powersgd.h): after 5 steps of
+ * full-rank gradients at r 1, new ranks given Q, the draws and the ranks'
+ * summed error on rank 0 alone (none on the others) go on as the old ranks
+ * do, up to rounding (5 more steps within 1e-4 of the sum's size; the same
+ * bits on every new rank); with Q alone (the error lost), or each rank's
+ * own error without the others', they do not (above 1e-2). */
+static double resume_gap(int mode) {
+    float *grads[W], *out[W], *again[W];
+    powersgd *p[W], *r[W];
+    for (int q = 0; q < W; q++) {
+        grads[q] = malloc(T4_N * sizeof(float));
+        out[q] = malloc(T4_N * sizeof(float));
+        again[q] = malloc(T4_N * sizeof(float));
+        fill_normal(grads[q], T4_N, 70 + (uint64_t)q);
+        p[q] = powersgd_create(T4, 4, T4_N, 1, 5);
+        r[q] = powersgd_create(T4, 4, T4_N, 1, 99); /* another seed: everything must come from the state */
+    }
+    run_ranks(p, grads, 5, out, NULL);
+    int rank;
+    size_t nq, ne;
+    powersgd_state_size(p[0], &rank, &nq, &ne);
+    assert_int_equal(rank, 1);
+    assert_true(nq == 36 + 4 + 300 && ne == 576 + 16 + 3000); /* r x cols; the compressed values */
+    float *q = malloc(nq * sizeof(float)), *q1 = malloc(nq * sizeof(float)), *e = calloc(ne, sizeof(float));
+    float *e1 = malloc(ne * sizeof(float)), *sum = calloc(ne, sizeof(float));
+    uint64_t draws[2], draws1[2];
+    for (int k = 0; k < W; k++) {
+        powersgd_state_get(p[k], k ? q1 : q, e1, k ? draws1 : draws);
+        if (k) assert_memory_equal(q1, q, nq * sizeof(float)); /* Q and the draws: every rank's */
+        if (k) assert_true(draws1[0] == draws[0] && draws1[1] == draws[1]);
+        for (size_t i = 0; i < ne; i++) sum[i] += e1[i];
+        if (k == 0) memcpy(e, e1, ne * sizeof(float));
+    }
+    for (int k = 0; k < W; k++)
+        powersgd_state_set(r[k], q, k > 0 ? NULL : mode == 0 ? sum : mode == 1 ? NULL : e, draws);
+    run_ranks(p, grads, 5, out, NULL);
+    run_ranks(r, grads, 5, again, NULL);
+    for (int k = 1; k < W; k++) assert_memory_equal(again[k], again[0], T4_N * sizeof(float));
+    double d = 0, n = 0;
+    for (size_t i = 0; i < T4_N; i++) {
+        d += ((double)again[0][i] - out[0][i]) * ((double)again[0][i] - out[0][i]);
+        n += (double)out[0][i] * out[0][i];
+    }
+    for (int k = 0; k < W; k++) {
+        free(grads[k]);
+        free(out[k]);
+        free(again[k]);
+        powersgd_free(p[k]);
+        powersgd_free(r[k]);
+    }
+    free(q);
+    free(q1);
+    free(e);
+    free(e1);
+    free(sum);
+    return sqrt(d / n);
+}
+
+static void test_state_resumes(void **state) {
+    (void)state;
+    double summed = resume_gap(0), lost = resume_gap(1), own = resume_gap(2);
+    printf("    resumed with the summed error %.2e, without it %.2e, with rank 0's own %.2e\n", summed, lost, own);
+    assert_true(summed < 1e-4);
+    assert_true(lost > 1e-2);
+    assert_true(own > 1e-2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regions_tile),
@@ -288,6 +363,7 @@ int main(void) {
         cmocka_unit_test(test_ranks_agree_and_sum),
         cmocka_unit_test(test_error_feedback_converges),
         cmocka_unit_test(test_zero_gradient_does_not_freeze),
+        cmocka_unit_test(test_state_resumes),
     };
     return cmocka_run_group_tests_name("powersgd", tests, NULL, NULL);
 }

@@ -808,7 +808,7 @@ static void test_export_checkpoint(void **state) {
     snprintf(meta.model_name, sizeof meta.model_name, "resnet20");
     char dir[512], ckpt[512], out[512];
     path_in_root("ckpts", dir, sizeof dir);
-    assert_int_equal(ckpt_write(dir, nt, p, b, NULL, &meta, 0, ckpt, sizeof ckpt), CNT_OK);
+    assert_int_equal(ckpt_write(dir, nt, p, b, NULL, NULL, &meta, 0, ckpt, sizeof ckpt), CNT_OK);
     path_in_root("export.safetensors", out, sizeof out);
     int n = 0;
     if (weights_export(ckpt, out, &n) != CNT_OK) fail_msg("weights_export: %s", cnt_err_msg());

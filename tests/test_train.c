@@ -207,7 +207,7 @@ static void read_ckpt_of(const char *path, const char *model, int c, int hw, ckp
     a->buffers = malloc(a->n_buffers * sizeof(float));
     a->momentum = malloc(a->n_params * sizeof(float));
     int has_momentum = 0;
-    if (ckpt_read(path, nt, a->params, a->buffers, a->momentum, &has_momentum, &a->meta) != CNT_OK)
+    if (ckpt_read(path, nt, a->params, a->buffers, a->momentum, &has_momentum, NULL, &a->meta) != CNT_OK)
         fail_msg("%s", cnt_err_msg());
     assert_true(has_momentum);
     net_free(nt);

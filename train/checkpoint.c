@@ -190,7 +190,11 @@ static void prune(const char *dir, int keep) {
 }
 
 int ckpt_write(const char *dir, const net *nt, const float *params, const float *buffers, const float *momentum,
-               const ckpt_meta *meta, int keep, char *path_out, size_t path_len) {
+               const ckpt_powersgd *psgd, const ckpt_meta *meta, int keep, char *path_out, size_t path_len) {
+    if (psgd && (psgd->rank < 1 || psgd->rank > CKPT_PSGD_MAX_RANK || psgd->n_q < 1 || psgd->n_e < 1 ||
+                 psgd->n_q > nt->n_params || psgd->n_e > nt->n_params || !(psgd->draws[1] & 1)))
+        return cnt_err_set("checkpoint in '%s': implausible PowerSGD state (rank %d, %zu Q values, %zu errors)", dir,
+                           psgd->rank, psgd->n_q, psgd->n_e);
     if (meta->epoch < 0 || meta->epoch > CKPT_MAX_EPOCH)
         return cnt_err_set("checkpoint in '%s': epoch %d is outside 0..%d", dir, meta->epoch, CKPT_MAX_EPOCH);
     if (meta->epoch_samples < 0 || meta->epoch_samples > CKPT_MAX_SAMPLES)
@@ -271,6 +275,14 @@ int ckpt_write(const char *dir, const net *nt, const float *params, const float 
     put(&w, buffers, nt->n_buffers * sizeof(float));
     put_u32(&w, momentum ? 1u : 0u);
     if (momentum) put(&w, momentum, nt->n_params * sizeof(float));
+    put_u32(&w, psgd ? (uint32_t)psgd->rank : 0u);
+    if (psgd) {
+        put_u64(&w, psgd->n_q);
+        put_u64(&w, psgd->n_e);
+        put(&w, psgd->draws, sizeof psgd->draws);
+        put(&w, psgd->q, psgd->n_q * sizeof(float));
+        put(&w, psgd->e, psgd->n_e * sizeof(float));
+    }
     uint32_t crc = (uint32_t)w.crc;
     put(&w, &crc, sizeof crc);
 
@@ -376,6 +388,7 @@ static int read_header(FILE *f, const char *path, uint64_t size, ckpt_meta *m, u
     int32_t block[6];
     float dropout;
     memset(m, 0, sizeof *m);
+    m->version = (int)version;
     if (get(f, path, &epoch, sizeof epoch) != CNT_OK || get(f, path, &step, sizeof step) != CNT_OK ||
         get(f, path, &m->dropout_seed, sizeof m->dropout_seed) != CNT_OK ||
         get(f, path, &m->config_hash, sizeof m->config_hash) != CNT_OK ||
@@ -485,7 +498,7 @@ static int check_crc(FILE *f, const char *path, uint64_t size) {
 
 /* Everything after the file is open: see ckpt_read. */
 static int read_open(FILE *f, const char *path, const net *nt, float *params, float *buffers, float *momentum,
-                     int *has_momentum, ckpt_meta *meta) {
+                     int *has_momentum, ckpt_powersgd *psgd, ckpt_meta *meta) {
     struct stat st;
     if (fstat(fileno(f), &st) != 0) return cnt_err_set("cannot stat checkpoint '%s': %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return cnt_err_set("checkpoint '%s' is a directory", path);
@@ -534,6 +547,38 @@ static int read_open(FILE *f, const char *path, const net *nt, float *params, fl
         goto out;
     }
     uint64_t expected = flag_at + 4 + (flag ? 4 * n_params : 0) + 4;
+    /* version 6: the PowerSGD block after the momentum */
+    uint64_t psgd_at = expected - 4;
+    ckpt_powersgd ps = {0};
+    if (m.version >= 6) {
+        uint32_t rank = 0;
+        if (size < expected + 4 || seek_to(f, path, psgd_at) != CNT_OK || get(f, path, &rank, sizeof rank) != CNT_OK) {
+            cnt_err_set("checkpoint '%s' is truncated: %llu bytes, its header describes at least %llu", path,
+                        (unsigned long long)size, (unsigned long long)(expected + 4));
+            goto out;
+        }
+        expected += 4;
+        if (rank > 0) {
+            uint64_t nq = 0, ne = 0;
+            if (size < expected + 32 || get(f, path, &nq, 8) != CNT_OK || get(f, path, &ne, 8) != CNT_OK ||
+                get(f, path, ps.draws, sizeof ps.draws) != CNT_OK) {
+                cnt_err_set("checkpoint '%s' is truncated: %llu bytes, too short for its PowerSGD block", path,
+                            (unsigned long long)size);
+                goto out;
+            }
+            if (rank > CKPT_PSGD_MAX_RANK || nq < 1 || ne < 1 || nq > n_params || ne > n_params ||
+                !(ps.draws[1] & 1)) {
+                cnt_err_set("checkpoint '%s' is corrupt: implausible PowerSGD block (rank %u, %llu Q values, %llu "
+                            "errors, %llu parameters)",
+                            path, rank, (unsigned long long)nq, (unsigned long long)ne, (unsigned long long)n_params);
+                goto out;
+            }
+            ps.rank = (int)rank;
+            ps.n_q = (size_t)nq;
+            ps.n_e = (size_t)ne;
+            expected += 32 + 4 * (nq + ne);
+        }
+    }
     if (size < expected) {
         cnt_err_set("checkpoint '%s' is truncated: %llu bytes, its header describes %llu", path,
                     (unsigned long long)size, (unsigned long long)expected);
@@ -572,6 +617,18 @@ static int read_open(FILE *f, const char *path, const net *nt, float *params, fl
             memset(momentum, 0, nt->n_params * sizeof(float));
         }
     }
+    if (psgd) {
+        *psgd = ps;
+        if (ps.rank > 0) {
+            psgd->q = cnt_malloc(ps.n_q * sizeof(float));
+            psgd->e = cnt_malloc(ps.n_e * sizeof(float));
+            if (seek_to(f, path, psgd_at + 36) != CNT_OK || get(f, path, psgd->q, ps.n_q * sizeof(float)) != CNT_OK ||
+                get(f, path, psgd->e, ps.n_e * sizeof(float)) != CNT_OK) {
+                ckpt_powersgd_free(psgd);
+                goto out;
+            }
+        }
+    }
     if (has_momentum) *has_momentum = (int)flag;
     if (meta) *meta = m;
     rc = CNT_OK;
@@ -580,11 +637,19 @@ out:
     return rc;
 }
 
+void ckpt_powersgd_free(ckpt_powersgd *psgd) {
+    if (!psgd) return;
+    free(psgd->q);
+    free(psgd->e);
+    *psgd = (ckpt_powersgd){0};
+}
+
 int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
-              ckpt_meta *meta) {
+              ckpt_powersgd *psgd, ckpt_meta *meta) {
+    if (psgd) *psgd = (ckpt_powersgd){0};
     FILE *f = file_open_regular(path, "checkpoint", NULL);
     if (!f) return CNT_ERR;
-    int rc = read_open(f, path, nt, params, buffers, momentum, has_momentum, meta);
+    int rc = read_open(f, path, nt, params, buffers, momentum, has_momentum, psgd, meta);
     fclose(f);
     return rc;
 }

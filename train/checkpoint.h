@@ -14,7 +14,8 @@
  * data, which means the same at any world size or batch size (step numbers
  * do not).
  *
- * File layout, version 5 (version 4 lacked the normalisation block and is
+ * File layout, version 6 (version 5 lacked the PowerSGD block and is read
+ * with none; version 4 also lacked the normalisation block and is
  * read with none recorded; version 3 also lacked the position block and is read as
  * an epoch-boundary checkpoint with no config text; version 2 also lacked the
  * loss-scaling block and is read with loss_scale 0, "not recorded"; version 1
@@ -24,7 +25,7 @@
  * to move between machines of different endianness.
  *
  *   char     magic[8]          "CNTCKPT\0"
- *   u32      version           5
+ *   u32      version           6
  *   i32      epoch             ckpt_meta, field by field, no padding
  *   i64      step
  *   u64      dropout_seed
@@ -55,6 +56,13 @@
  *   f32      buffers[n_buffers]
  *   u32      has_momentum      0 or 1
  *   f32      momentum[n_params]   only when has_momentum is 1
+ *   u32      psgd_rank         PowerSGD block (dist.compress = powersgd, once
+ *                              compressing): its rank r, 0 when none; then
+ *   u64      n_q, n_e          Q's values and the errors' (dist/powersgd.h),
+ *   u64      draws[2]          the state of Q's random draws,
+ *   f32      q[n_q]            Q of every compressed tensor (every rank's),
+ *   f32      e[n_e]            the sum of the ranks' errors (a resume gives
+ *                              it to rank 0: powersgd_state_size says why)
  *   u32      crc32             zlib crc32 of every byte before it
  */
 #ifndef CNT_CHECKPOINT_H
@@ -65,11 +73,13 @@
 
 #include "model/net.h"
 
-#define CKPT_VERSION 5
+#define CKPT_VERSION 6
+#define CKPT_PSGD_MAX_RANK 32 /* dist.powersgd_rank's largest */
 #define CKPT_CONFIG_MAX 16384 /* bytes of config text, the NUL included */
 #define CKPT_MAX_EPOCH 999999 /* six digits in the file name */
 
 typedef struct ckpt_meta {
+    int version;           /* the file's (ckpt_read, ckpt_read_meta); ckpt_write writes CKPT_VERSION */
     int epoch;             /* epochs completed */
     long step;             /* optimizer steps taken */
     uint64_t dropout_seed; /* net->dropout_seed */
@@ -105,11 +115,23 @@ typedef struct ckpt_meta {
     float mean[3], std[3];
 } ckpt_meta;
 
+/* dist.compress = powersgd's state (dist/powersgd.h): rank 0 means none. */
+typedef struct ckpt_powersgd {
+    int rank;              /* the approximation's rank r, 1 to CKPT_PSGD_MAX_RANK; 0: none */
+    size_t n_q, n_e;       /* values of q and e, at least 1 each */
+    uint64_t draws[2];     /* the random draws' state (draws[1] odd) */
+    float *q, *e;          /* Q of the compressed tensors; the ranks' errors summed */
+} ckpt_powersgd;
+
+/* Frees what ckpt_read allocated in *psgd and zeroes it. NULL is fine. */
+void ckpt_powersgd_free(ckpt_powersgd *psgd);
+
 /* Writes dir/ckpt-EEEEEE.cnt (EEEEEE = meta->epoch, 6 digits; with
  * meta->epoch_samples > 0 dir/ckpt-EEEEEE-NNNNNNNNNN.cnt) holding meta, the
  * model signature of nt, params and buffers (host arrays of nt->n_params and
  * nt->n_buffers floats in net->params' / net->buffers' layout) and momentum
- * (n_params floats, or NULL: recorded as absent). Creates dir (and parents) if
+ * (n_params floats, or NULL: recorded as absent) and psgd (NULL: none).
+ * Creates dir (and parents) if
  * needed. Atomic: writes dir/.ckpt-EEEEEE.cnt.tmp, flushes and fsyncs it,
  * renames it over the final name and fsyncs dir. Then removes the oldest
  * checkpoints (by position) so that at most `keep` remain (keep <= 0 keeps all); a
@@ -118,27 +140,30 @@ typedef struct ckpt_meta {
  * Errors: CNT_ERR with a message naming the path (epoch out of 0..999999,
  * epoch_samples out of 0..9999999999, config text too long,
  * path_out too small, directory cannot be created, open/write/fsync/rename
- * failure). On error the temporary file is removed and any earlier checkpoint,
+ * failure, an implausible psgd). On error the temporary file is removed and any earlier checkpoint,
  * including one of the same epoch, is left as it was. */
 int ckpt_write(const char *dir, const net *nt, const float *params, const float *buffers, const float *momentum,
-               const ckpt_meta *meta, int keep, char *path_out, size_t path_len);
+               const ckpt_powersgd *psgd, const ckpt_meta *meta, int keep, char *path_out, size_t path_len);
 
 /* Reads the checkpoint at path into host arrays sized for nt: params
  * (n_params), buffers (n_buffers) and momentum (n_params, or NULL to skip).
  * When the file has no momentum and momentum is non-NULL, momentum is zero-filled
  * and *has_momentum set to 0 (not an error); otherwise *has_momentum is 1 if the
- * file has one. has_momentum and meta may be NULL.
+ * file has one. has_momentum and meta may be NULL. psgd (NULL: not read)
+ * gets the PowerSGD block, its q and e allocated (ckpt_powersgd_free), or
+ * rank 0 when the file has none (versions before 6 never do).
  * The whole file is validated (size, checksum, model signature) before any of
  * the caller's arrays is written, so on error they are unchanged.
  * Errors: CNT_ERR with a message naming path: cannot open or not a regular
  * file (a FIFO, directory or device, refused unread); truncated (too
  * short for what its header describes); "not a cnntrain checkpoint" (magic);
  * unsupported version (version 1: "has no model block"); "corrupt" (checksum
- * mismatch, bad momentum flag, bytes after the end, implausible model block); model mismatch (the first parameter or buffer tensor whose
+ * mismatch, bad momentum flag, bytes after the end, implausible model or
+ * PowerSGD block); model mismatch (the first parameter or buffer tensor whose
  * name, size or offset differs, or the differing tensor counts, and the
  * checkpoint's model_name). */
 int ckpt_read(const char *path, const net *nt, float *params, float *buffers, float *momentum, int *has_momentum,
-              ckpt_meta *meta);
+              ckpt_powersgd *psgd, ckpt_meta *meta);
 
 /* Reads the header of the checkpoint at path (magic, version, meta with the
  * model block) into *meta, enough to rebuild the net with zoo_build, once the

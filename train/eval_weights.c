@@ -35,7 +35,7 @@ static int is_safetensors(const char *path) {
 static int read_weights(const char *path, const net *nt, const config *cfg, host_state *hs) {
     if (!is_safetensors(path)) {
         ckpt_meta meta;
-        if (ckpt_read(path, nt, hs->params, hs->buffers, NULL, NULL, &meta) != CNT_OK) {
+        if (ckpt_read(path, nt, hs->params, hs->buffers, NULL, NULL, NULL, &meta) != CNT_OK) {
             if (strstr(cnt_err_msg(), "not a cnntrain checkpoint"))
                 cnt_err_suffix(" (--eval reads a cnntrain checkpoint, or a safetensors file named *.safetensors)");
             return CNT_ERR;

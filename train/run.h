@@ -154,8 +154,10 @@ int run_check_params_identical(const net *nt, float *host);
  * its state and position; checkpoints beyond it moved aside; metrics.jsonl
  * and config.ini). CNT_ERR with a message. */
 int run_resume(run *r);
-/* Rank 0: the state after `epochs_done` complete epochs and `epoch_samples`
- * samples (all ranks') of the next. */
+/* Every rank at the same point (a collective with dist.compress =
+ * powersgd, whose errors it sums); rank 0 writes the checkpoint of the
+ * state after `epochs_done` complete epochs and `epoch_samples` samples (all
+ * ranks') of the next, the others return CNT_OK. */
 int run_save_checkpoint(run *r, int epochs_done, long epoch_samples);
 
 #endif

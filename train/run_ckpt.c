@@ -128,17 +128,22 @@ static int check_resume_fits(const run *r, const char *path, const ckpt_meta *me
 /* Rank 0 (which holds train.out_dir's lock): reads the checkpoint
  * checkpoint.resume names (if any) into ss and meta and checks that it fits
  * this run: *found 1 with its path in path. CNT_ERR with a message. */
-static int read_checkpoint(run *r, step_state *ss, ckpt_meta *meta, char *path, size_t len, int64_t *found) {
+static int read_checkpoint(run *r, step_state *ss, ckpt_powersgd *psgd, ckpt_meta *meta, char *path, size_t len,
+                           int64_t *found) {
     if (!run_resume_path(r->cfg, path, len, 1)) return CNT_OK;
     int has_momentum = 0;
-    if (ckpt_read(path, r->nt, ss->hs.params, ss->hs.buffers, ss->hs.momentum, &has_momentum, meta) != CNT_OK) {
+    if (ckpt_read(path, r->nt, ss->hs.params, ss->hs.buffers, ss->hs.momentum, &has_momentum, psgd, meta) !=
+        CNT_OK) {
         /* the header, when the file holds one, can name the key that differs */
         char why[1024];
         snprintf(why, sizeof why, "%s", cnt_err_msg());
         if (ckpt_read_meta(path, meta) != CNT_OK || check_resume_fits(r, path, meta) == CNT_OK) cnt_err_set("%s", why);
         return CNT_ERR;
     }
-    if (check_resume_fits(r, path, meta) != CNT_OK) return CNT_ERR;
+    if (check_resume_fits(r, path, meta) != CNT_OK) {
+        ckpt_powersgd_free(psgd);
+        return CNT_ERR;
+    }
     *found = 1;
     if (ss->hs.momentum && !has_momentum) log_warn("%s holds no momentum buffer; momentum restarts at zero", path);
     return CNT_OK;
@@ -154,6 +159,51 @@ static void restore_state(run *r, step_state *ss, const ckpt_meta *meta) {
     ss->skipped_in_a_row = meta->skipped_in_a_row;
     stepper_restore(&r->st, ss);
     r->step = meta->step;
+}
+
+/* Every rank: dist.compress = powersgd's state from the checkpoint (saved,
+ * read on rank 0), when this run compresses at the same rank: Q and the
+ * draws on every rank, the ranks' summed error on rank 0 and none on the
+ * others, which makes the same sums (dist/powersgd.h says why). Otherwise
+ * rank 0 says what restarts. */
+static void restore_powersgd(run *r, const ckpt_powersgd *saved, const ckpt_meta *meta, const char *path) {
+    const config *cfg = r->cfg;
+    powersgd *p = exchange_powersgd(r->x); /* the same on every rank: the config and the world decide */
+    int rank = 0;
+    size_t n_q = 0, n_e = 0;
+    if (p) powersgd_state_size(p, &rank, &n_q, &n_e);
+    int64_t restore = 0;
+    if (r->rank == 0) {
+        restore = p && saved->rank == rank && saved->n_q == n_q && saved->n_e == n_e;
+        if (saved->rank > 0 && !p)
+            log_warn("resume: %s holds PowerSGD's error (%zu values its compression held back), which this run "
+                     "drops: it does not compress with PowerSGD (%s)",
+                     path, saved->n_e,
+                     cfg->compress != REDUCER_COMPRESS_POWERSGD ? "dist.compress is not powersgd"
+                                                                 : "one rank sums nothing");
+        else if (saved->rank > 0 && !restore)
+            log_warn("resume: %s holds PowerSGD's state at rank %d, this run compresses at dist.powersgd_rank = %d: "
+                     "its error and factors start afresh",
+                     path, saved->rank, rank);
+        else if (p && !saved->rank && meta->step > cfg->powersgd_start)
+            log_info("resume: %s holds no PowerSGD state (written without it, or by a cnntrain before checkpoint "
+                     "version 6): its error and factors start afresh",
+                     path);
+    }
+    if (!p) return;
+    dist_phase("resume broadcast (PowerSGD)");
+    dist_broadcast(&restore, sizeof restore, 0);
+    if (!restore) return;
+    float *q = r->rank == 0 ? saved->q : cnt_malloc(n_q * sizeof(float));
+    uint64_t draws[2] = {saved->draws[0], saved->draws[1]};
+    dist_broadcast(q, n_q * sizeof(float), 0);
+    dist_broadcast(draws, sizeof draws, 0);
+    powersgd_state_set(p, q, r->rank == 0 ? saved->e : NULL, draws);
+    if (r->rank != 0) free(q);
+    if (r->rank == 0)
+        log_info("resume: PowerSGD's factors and the error it held back (%zu values, the ranks' sum, on rank 0) "
+                 "restored",
+                 n_e);
 }
 
 /* The checkpoint's position (samples of epoch meta->epoch + 1 done), in this
@@ -273,16 +323,19 @@ int run_resume(run *r) {
     stepper_state_alloc(&r->st, &ss);
     char path[2 * CONFIG_STR + 64];
     int64_t found = 0; /* rank 0 tells the others whether a checkpoint was loaded */
-    int rc = r->rank == 0 ? read_checkpoint(r, &ss, meta, path, sizeof path, &found) : CNT_OK;
+    ckpt_powersgd psgd = {0};
+    int rc = r->rank == 0 ? read_checkpoint(r, &ss, &psgd, meta, path, sizeof path, &found) : CNT_OK;
     if (rc == CNT_OK) {
         dist_phase("resume broadcast");
         dist_broadcast(&found, sizeof found, 0);
         if (found) {
             dist_broadcast(meta, sizeof *meta, 0);
             restore_state(r, &ss, meta);
+            restore_powersgd(r, &psgd, meta, path);
             resume_position(r, meta, path);
         }
     }
+    ckpt_powersgd_free(&psgd);
     host_state_free(&ss.hs);
     if (rc == CNT_OK) {
         plan_total_steps(r, (int)found);
@@ -292,8 +345,31 @@ int run_resume(run *r) {
     return rc;
 }
 
+/* Every rank: dist.compress = powersgd's state once it compresses (after
+ * powersgd_start steps), for rank 0's checkpoint: Q and the draws (the same
+ * on every rank) and the ranks' errors summed (a collective, after the
+ * step's sums: the communication thread is idle). 0, and *ps untouched,
+ * where there is none. The caller frees ps->q and ps->e. */
+static int save_powersgd(run *r, ckpt_powersgd *out) {
+    powersgd *p = exchange_powersgd(r->x);
+    if (!p || r->step <= r->cfg->powersgd_start) return 0;
+    powersgd_state_size(p, &out->rank, &out->n_q, &out->n_e);
+    out->q = cnt_malloc(out->n_q * sizeof(float));
+    out->e = cnt_malloc(out->n_e * sizeof(float));
+    powersgd_state_get(p, out->q, out->e, out->draws);
+    dist_phase("checkpoint: PowerSGD's errors summed");
+    dist_allreduce_sum(out->e, out->n_e, DIST_ALGO_MPI);
+    return 1;
+}
+
 int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     const config *cfg = r->cfg;
+    ckpt_powersgd psgd = {0};
+    int have_psgd = save_powersgd(r, &psgd);
+    if (r->rank != 0) {
+        ckpt_powersgd_free(&psgd);
+        return CNT_OK;
+    }
     plans_share(r->be, cfg->out_dir, 0); /* rank 0 only: the plans chosen since, evaluation's too */
     step_state ss;
     stepper_state_alloc(&r->st, &ss);
@@ -326,14 +402,15 @@ int run_save_checkpoint(run *r, int epochs_done, long epoch_samples) {
     run_path_in_out_dir(cfg, cfg->ckpt_dir, dir, sizeof dir);
     dist_phase("checkpoint write"); /* rank 0 alone: named for CNT_TEST_STALL_IN and the stall lines */
     double t_ckpt = time_now();
-    int status = ckpt_write(dir, r->nt, ss.hs.params, ss.hs.buffers, ss.hs.momentum, meta, cfg->ckpt_keep, path,
-                            sizeof path);
+    int status = ckpt_write(dir, r->nt, ss.hs.params, ss.hs.buffers, ss.hs.momentum, have_psgd ? &psgd : NULL, meta,
+                            cfg->ckpt_keep, path, sizeof path);
     if (r->tl) timeline_record(r->tl, "checkpoint", "checkpoint", TIMELINE_TID_TRAIN, t_ckpt, time_now());
     if (status == CNT_OK) {
         log_info("checkpoint: %s (step %ld)", path, r->step);
         run_set_last_checkpoint(path, r->step);
     }
     host_state_free(&ss.hs);
+    ckpt_powersgd_free(&psgd);
     free(meta);
     return status;
 }

@@ -187,7 +187,7 @@ static int run_epoch_steps(run *r, int epoch, int *done) {
             }
         }
         long samples = r->epoch_step * run_samples_per_step(r);
-        if (save && !epoch_end && r->rank == 0 && run_save_checkpoint(r, epoch, samples) != CNT_OK) return CNT_ERR;
+        if (save && !epoch_end && run_save_checkpoint(r, epoch, samples) != CNT_OK) return CNT_ERR;
         if (save && !epoch_end && !stop && !last) {
             /* A stop signal that came while the checkpoint was written stops
              * the run on it, not a step and a checkpoint later: the ranks
@@ -254,8 +254,7 @@ static int stop_in_eval(run *r, int epoch, int signal) {
              complete ? "; a resume evaluates it first" : "");
     if (progress_epoch_end(r->pg, NULL, why, loader_skipped(r->train_ld), loader_skipped(r->test_ld)) != CNT_OK)
         return CNT_ERR;
-    if (r->rank == 0 && eval_stop_saves(r) &&
-        run_save_checkpoint(r, epoch, r->epoch_step * run_samples_per_step(r)) != CNT_OK)
+    if (eval_stop_saves(r) && run_save_checkpoint(r, epoch, r->epoch_step * run_samples_per_step(r)) != CNT_OK)
         return CNT_ERR;
     return CNT_OK;
 }
@@ -296,15 +295,19 @@ static int end_epoch(run *r, int epoch) {
      * writes, and knows the best so far) */
     int best = r->rank == 0 && cfg->ckpt_keep_best && ckpt_on(cfg) && evaluated && complete && !r->diverged &&
                er.top1 > r->best_top1;
-    int saved = complete && (r->save_at_epoch_end || best);
-    if (r->rank == 0 && saved && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK) return CNT_ERR;
+    int64_t saved = complete && (r->save_at_epoch_end || best);
+    if (r->world > 1) { /* rank 0's decision (best), every rank's call */
+        dist_phase("checkpoint decision");
+        dist_broadcast(&saved, sizeof saved, 0);
+    }
+    if (saved && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK) return CNT_ERR;
     if (best) run_keep_best(r, epoch + 1, &er);
     r->save_at_epoch_end = 0;
     /* A stop signal that came after this rank's evaluation or during the
      * checkpoint stops the run here, not one step into the next epoch. */
     if (r->stopped || r->diverged || r->step >= r->total_steps) return CNT_OK;
     if ((r->stopped = agree_stop_now("stop-signal check after an epoch")) != 0 && !saved && complete && ckpt_on(cfg) &&
-        r->rank == 0 && run_save_checkpoint(r, epoch + 1, 0) != CNT_OK)
+        run_save_checkpoint(r, epoch + 1, 0) != CNT_OK)
         return CNT_ERR;
     return CNT_OK;
 }

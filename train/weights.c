@@ -27,7 +27,7 @@ int weights_export(const char *ckpt_path, const char *out_path, int *n_tensors) 
                               ckpt_path, m.model_name, m.in_c, m.in_h, m.in_w, m.classes);
     host_state hs;
     host_state_alloc(&hs, nt, 0);
-    int rc = ckpt_read(ckpt_path, nt, hs.params, hs.buffers, NULL, NULL, NULL);
+    int rc = ckpt_read(ckpt_path, nt, hs.params, hs.buffers, NULL, NULL, NULL, NULL);
     if (rc == CNT_OK) {
         char epoch[32], step[32], shape[64], classes[32];
         snprintf(epoch, sizeof epoch, "%d", m.epoch);
