@@ -27,6 +27,7 @@ typedef struct ptensor {
 struct powersgd {
     int n_t, r;
     ptensor *t;
+    powersgd_tensor *src; /* the table as given (powersgd_region) */
     size_t n;
     size_t n_q, n_e;
     float *q;    /* every compressed tensor's Q, transposed (r x cols), the last sum's */
@@ -43,6 +44,8 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
     p->r = rank;
     p->n = n;
     p->t = cnt_calloc((size_t)n_tensors, sizeof *p->t);
+    p->src = cnt_malloc((size_t)n_tensors * sizeof *p->src);
+    memcpy(p->src, tensors, (size_t)n_tensors * sizeof *p->src);
     size_t next = 0, q_len = 0, e_len = 0, a_len = 0;
     for (int i = 0; i < n_tensors; i++) {
         const powersgd_tensor *s = &tensors[i];
@@ -79,6 +82,7 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
 void powersgd_free(powersgd *p) {
     if (!p) return;
     free(p->t);
+    free(p->src);
     free(p->q);
     free(p->e);
     free(p->a);
@@ -96,19 +100,26 @@ static void tensors_in(const powersgd *p, size_t lo, size_t hi, int *t0, int *t1
     *t1 = j;
 }
 
-void powersgd_region(const powersgd *p, size_t begin, size_t end, size_t *lo, size_t *hi) {
-    CNT_ASSERT(begin <= end && end <= p->n);
+void powersgd_bucket_tensors(const powersgd_tensor *t, int n, size_t begin, size_t end, int *first, int *last) {
     /* the first tensor ending after begin, then every tensor ending by end */
     int i = 0;
-    while (i < p->n_t && p->t[i].offset + p->t[i].count <= begin) i++;
+    while (i < n && t[i].offset + t[i].count <= begin) i++;
     int j = i;
-    while (j < p->n_t && p->t[j].offset + p->t[j].count <= end) j++;
+    while (j < n && t[j].offset + t[j].count <= end) j++;
+    *first = i;
+    *last = j;
+}
+
+void powersgd_region(const powersgd *p, size_t begin, size_t end, size_t *lo, size_t *hi) {
+    CNT_ASSERT(begin <= end && end <= p->n);
+    int i, j;
+    powersgd_bucket_tensors(p->src, p->n_t, begin, end, &i, &j);
     if (j == i) {
         *lo = *hi = end;
         return;
     }
-    *lo = p->t[i].offset;
-    *hi = p->t[j - 1].offset + p->t[j - 1].count;
+    *lo = p->src[i].offset;
+    *hi = p->src[j - 1].offset + p->src[j - 1].count;
 }
 
 static float dot(const float *x, const float *y, int n) {

@@ -62,6 +62,12 @@ typedef void (*powersgd_sum_fn)(float *buf, size_t n, void *ctx);
 powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t n, int rank, uint64_t seed);
 void powersgd_free(powersgd *p);
 
+/* The tensors of a table t[0, n) (tiling a buffer in offset order) that a
+ * bucket [begin, end) completes: those whose last value lies in it,
+ * [*first, *last) (first == last: none). What powersgd_region covers, for
+ * callers without a powersgd object (the step simulator, train/sim.c). */
+void powersgd_bucket_tensors(const powersgd_tensor *t, int n, size_t begin, size_t end, int *first, int *last);
+
 /* The part of the buffer that a bucket [begin, end) completes: the tensors
  * whose last value lies in it, [*lo, *hi) (lo == hi: none; a tensor larger
  * than the bucket waits for the bucket holding its end). Buckets that tile

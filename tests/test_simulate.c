@@ -151,6 +151,54 @@ static void test_fp16_halves_the_network_term(void **state) {
     profile_free(&p);
 }
 
+/* PowerSGD at rank 1 on tensors fc.weight 20 x 25 [0,500), fc.bias [500,600),
+ * conv.weight 10 x 40 [600,1000): bucket 0 completes fc's two, sent as a P
+ * sum of 20 + 100 floats (480 bytes: 0.48 ms) and a Q sum of 25 (0.1 ms);
+ * bucket 1 conv's, 10 floats (0.04 ms) then 40 (0.16 ms). At 1000 ns a
+ * compressed value, bucket 0's arithmetic is 0.5 ms (0.2 before each sum,
+ * 0.1 after), bucket 1's 0.4 ms (0.16, 0.16, 0.08). Bucket 0, ready at 2:
+ * P 2.2..2.68, Q 2.88..2.98, free at 3.08; bucket 1, ready at 5: P
+ * 5.16..5.2, Q 5.36..5.52, free at 5.6: 0.6 ms exposed, the step 3 + 5.6 +
+ * 1 + 0.5. Without the tensors, or with fp16, it is refused. */
+static void test_powersgd(void **state) {
+    (void)state;
+    profile p;
+    assert_int_equal(load(&p, base_layers, ",\"tensors\":[[0,500,20],[500,100,1],[600,400,10]]"), CNT_OK);
+    assert_int_equal(p.n_tensors, 3);
+    sim_cluster c = slow_net();
+    c.powersgd_rank = 1;
+    c.powersgd_ns = 1000;
+    sim_result r;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 4);
+    static const double start[4] = {2.2, 2.88, 5.16, 5.36}, end[4] = {2.68, 2.98, 5.2, 5.52};
+    static const double bytes[4] = {480, 100, 40, 160};
+    for (int k = 0; k < 4; k++) {
+        NEAR(r.msgs[k].start_ms, start[k]);
+        NEAR(r.msgs[k].end_ms, end[k]);
+        NEAR(r.msgs[k].bytes, bytes[k]);
+        assert_int_equal(r.msgs[k].shard, k / 2);
+        assert_int_equal(r.msgs[k].part, 1 + k % 2);
+    }
+    NEAR(r.exposed_ms, 0.6);
+    NEAR(r.comm_ms, 1.08 + 0.6);
+    NEAR(r.step_ms, 3 + 5.6 + 1 + 0.5);
+    sim_result_free(&r);
+    /* one worker sends nothing */
+    assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 0);
+    sim_result_free(&r);
+    c.fp16 = 1;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "--powersgd: not with --fp16"));
+    profile_free(&p);
+    c.fp16 = 0;
+    assert_int_equal(load(&p, base_layers, ""), CNT_OK);
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_ERR);
+    assert_non_null(strstr(cnt_err_msg(), "the profile has no \"tensors\""));
+    profile_free(&p);
+}
+
 static void test_hierarchical(void **state) {
     (void)state;
     profile p;
@@ -455,6 +503,11 @@ static void test_malformed_profiles(void **state) {
         {base_layers, ",\"extra\":1,", "t.json:1:"},
         {"\"layers\":[1,]", "", "t.json:1:"},
         {base_layers, ",\"batch\":3", "duplicate object key near '\"batch\"'"},
+        {base_layers, ",\"tensors\":[[0,500,20],[600,400,10]]",
+         "t.json: tensors[1]: [600, 400, 10] does not go on from 500"},
+        {base_layers, ",\"tensors\":[[0,500,20]]", "t.json: tensors: they end at 500, not at params (1000)"},
+        {base_layers, ",\"tensors\":[[0,1000,1001]]", "t.json: tensors[0]: [0, 1000, 1001] does not go on"},
+        {base_layers, ",\"tensors\":[[0,1000]]", "t.json: tensors[0]: expected [offset, count, rows]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         profile p;
@@ -566,6 +619,7 @@ int main(void) {
         cmocka_unit_test(test_overlap_hides_the_early_bucket),
         cmocka_unit_test(test_alpha_beta_ring_exact),
         cmocka_unit_test(test_fp16_halves_the_network_term),
+        cmocka_unit_test(test_powersgd),
         cmocka_unit_test(test_hierarchical),
         cmocka_unit_test(test_horovod_cycles_and_fusion),
         cmocka_unit_test(test_other_bucket_sizes_recut),

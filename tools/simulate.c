@@ -26,6 +26,11 @@
  *                           column and each choice's reason follows it)
  *   --first-bucket-mb F     first bucket, MiB [the profile's]
  *   --fp16                  half the bytes on the wire
+ *   --powersgd R[,NS]       dist.compress = powersgd at rank R: each bucket's
+ *                           region as P and Q sums, NS ns of host arithmetic
+ *                           per compressed value [NS: 1.2 + 0.5 R, fitted to
+ *                           the development VM's bench_powersgd, train/sim.h];
+ *                           needs a profile with its "tensors" (train/profile.h)
  *   --algo ring|hier|curve  alpha-beta ring over all workers; hierarchical
  *                           (intra-node reduce-scatter, ring over nodes on
  *                           bytes/G, intra-node allgather); the profile's
@@ -64,7 +69,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: simulate PROFILE.json [--workers 1,2,4,...] [--gpus-per-node G] [--bw GBIT] [--intra-bw GBIT]\n"
                "       [--latency US] [--speed X | --images-per-s X] [--batch B] [--backward-ratio R] [--overlap on|off] [--bucket-mb M|auto]\n"
-               "       [--first-bucket-mb F] [--fp16]\n"
+               "       [--first-bucket-mb F] [--fp16 | --powersgd R[,NS]]\n"
                "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT] [--ps-servers K]\n"
                "       [--csv FILE] [--trace FILE] [--trace-workers N]\n");
 }
@@ -194,6 +199,13 @@ int main(int argc, char **argv) {
             *comma = '\0';
             c.horovod_cycle_ms = num_arg("--horovod (cycle ms)", buf, 0, 1e6);
             c.horovod_fusion_mb = num_arg("--horovod (fusion MB)", comma + 1, 0, 1 << 20);
+        } else if (!strcmp(a, "--powersgd")) {
+            char buf[128], *comma;
+            snprintf(buf, sizeof buf, "%s", v);
+            if ((comma = strchr(buf, ','))) *comma = '\0';
+            c.powersgd_rank = whole_arg("--powersgd (rank)", buf, 1, 32);
+            c.powersgd_ns = comma ? num_arg("--powersgd (ns a value)", comma + 1, -1e-300, 1e9)
+                                  : SIM_POWERSGD_NS_BASE + SIM_POWERSGD_NS_PER_RANK * c.powersgd_rank;
         } else if (!strcmp(a, "--jitter")) {
             c.jitter_pct = num_arg(a, v, -1e-300, 1000);
         } else if (!strcmp(a, "--csv")) {
@@ -222,9 +234,19 @@ int main(int argc, char **argv) {
                         "--bucket-mb / --first-bucket-mb\n");
         return 2;
     }
+    if (c.powersgd_rank > 0 && (c.fp16 || c.horovod_cycle_ms > 0 || c.ps_servers > 0)) {
+        fprintf(stderr, "simulate: --powersgd replaces what travels: not with --fp16, --horovod or --ps-servers\n");
+        return 2;
+    }
     profile p;
     if (profile_load(profile_path, &p) != CNT_OK) {
         fprintf(stderr, "simulate: %s\n", cnt_err_msg());
+        return 1;
+    }
+    if (c.powersgd_rank > 0 && !p.n_tensors) {
+        fprintf(stderr, "simulate: --powersgd: %s has no \"tensors\" (written before profiles recorded them): "
+                        "profile the step again with trainer --profile\n", profile_path);
+        profile_free(&p);
         return 1;
     }
     if (images_per_s > 0 && speed_set) {
@@ -268,22 +290,28 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    char net[160];
+    char where[160];
     if (c.algo == SIM_ALGO_CURVE)
-        snprintf(net, sizeof net, "the measured %s curve at %d workers", c.curve_ring ? "ring" : "MPI_Allreduce",
+        snprintf(where, sizeof where, "the measured %s curve at %d workers", c.curve_ring ? "ring" : "MPI_Allreduce",
                  p.curve_world);
     else if (c.algo == SIM_ALGO_HIER)
-        snprintf(net, sizeof net, "hier, %g Gbit/s between nodes, %g Gbit/s inside, %g us, G=%d", c.bw_gbit,
+        snprintf(where, sizeof where, "hier, %g Gbit/s between nodes, %g Gbit/s inside, %g us, G=%d", c.bw_gbit,
                  c.intra_bw_gbit, c.latency_us, c.gpus_per_node);
     else if (c.ps_servers > 0)
-        snprintf(net, sizeof net, "%d synchronous parameter server%s, %g Gbit/s links, %g us", c.ps_servers,
+        snprintf(where, sizeof where, "%d synchronous parameter server%s, %g Gbit/s links, %g us", c.ps_servers,
                  c.ps_servers == 1 ? "" : "s", c.bw_gbit, c.latency_us);
     else
-        snprintf(net, sizeof net, "ring, %g Gbit/s, %g us", c.bw_gbit, c.latency_us);
+        snprintf(where, sizeof where, "ring, %g Gbit/s, %g us", c.bw_gbit, c.latency_us);
     printf("%s, batch %d per worker, one worker %.1f images/s, %.2f MB of gradients; %s%s, overlap %s, speed %g", p.model, p.batch,
            1e3 * p.batch / (p.forward_ms + p.backward_ms + p.update_ms + p.data_wait_ms),
-           4.0 * (double)p.params / 1e6, net, c.fp16 ? ", fp16" : "", c.overlap ? "on" : "off", c.speed);
+           4.0 * (double)p.params / 1e6, where, c.fp16 ? ", fp16" : "", c.overlap ? "on" : "off", c.speed);
     if (c.horovod_cycle_ms > 0) printf(", Horovod cycle %g ms, fusion %g MB", c.horovod_cycle_ms, c.horovod_fusion_mb);
+    if (c.powersgd_rank > 0) {
+        size_t values, wire;
+        int k = powersgd_summary(p.tensors, p.n_tensors, c.powersgd_rank, &values, &wire);
+        printf(", PowerSGD rank %d (%d of %d tensors; %.2f MB a step on the wire; %g ns a value of host arithmetic)",
+               c.powersgd_rank, k, p.n_tensors, 4.0 * (double)wire / 1e6, c.powersgd_ns);
+    }
     if (c.jitter_pct > 0) printf(", jitter %g %%", c.jitter_pct);
     printf("\n");
     printf("%7s %10s %11s %6s %13s %11s %5s%s  %s\n", "workers", "step_ms", "images/s", "eff", "allreduce_ms",

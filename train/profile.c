@@ -257,6 +257,13 @@ static void write_json(FILE *out, const config *cfg, const net *nt, const datase
             fprintf(out, "%s%d", first ? "" : ",", next_bucket);
         fprintf(out, "]}");
     }
+    /* the parameter tensors in buffer order, [offset, count, rows]: what
+     * dist.compress = powersgd compresses (the simulator's --powersgd) */
+    powersgd_tensor *t = powersgd_net_tensors(nt);
+    fprintf(out, "],\"tensors\":[");
+    for (int i = 0; i < nt->n_param_tensors; i++)
+        fprintf(out, "%s[%zu,%zu,%d]", i ? "," : "", t[i].offset, t[i].count, t[i].rows);
+    free(t);
     fprintf(out, "]}\n");
     free(ends);
     free(done_at);

@@ -14,7 +14,8 @@
  *    "buckets":[{"begin":b,"end":e,"bytes":x},...],
  *    "layers":[{"name":n,"kind":k,["runs":s,]["forward_stream_ms":f2,"backward_stream_ms":r2,]
  *               "forward_ms":f,"backward_ms":r,
- *               "grad_begin":b,"grad_end":e,"grad_bytes":x,"completes":[k,...]},...]}
+ *               "grad_begin":b,"grad_end":e,"grad_bytes":x,"completes":[k,...]},...],
+ *    "tensors":[[offset,count,rows],...]}
  *
  * Every time is the median over the timed steps (ms). step_ms is the whole
  * step (stepper_run) and data_wait_ms the wait for the loader's batch before
@@ -26,7 +27,10 @@
  * the gradient range its backward writes (empty for a node without
  * parameters: grad_begin = grad_end) and the buckets that range completes,
  * i.e. the buckets a reducer with overlap on launches right after this
- * node's backward. On a GPU each node is synchronised before its time is
+ * node's backward. `tensors` lists the parameter tensors in buffer order
+ * (powersgd_net_tensors: each one's offset and values, and its first
+ * dimension, 1 for a vector), which tell the simulator what
+ * dist.compress = powersgd would compress. On a GPU each node is synchronised before its time is
  * taken (the profile's times are the device's; the step runs slower than in
  * training while profiled). Where the backend has timing marks (the GPU),
  * the same number of steps then runs again with a mark on the compute
@@ -49,7 +53,9 @@
  * ending at params, `buckets` the reducer's own cut of params at
  * first_bucket_values / bucket_values (reducer_bucket_layout), and each
  * layer's `completes` the buckets the reducer's rule completes after it
- * (reducer_bucket_ready_after). steps, warmup, layout and a layer's kind
+ * (reducer_bucket_ready_after); `tensors`, optional (profiles written
+ * before it lack it), tiling [0, params) in order with rows >= 1. steps,
+ * warmup, layout and a layer's kind
  * and runs are for people and not read. The optional "allreduce" block of
  * tools/profile.sh: {"world": N >= 2, "curves": {"mpi": [{"bytes": B,
  * "us": T}, ...], "ring": [...]}}, each curve non-empty with bytes
@@ -67,6 +73,8 @@
 
 #include <stddef.h>
 #include <stdio.h>
+
+#include "dist/powersgd.h"
 
 struct config;
 struct net;
@@ -92,6 +100,8 @@ typedef struct profile {
     double step_ms, forward_ms, backward_ms, update_ms, data_wait_ms;
     int n_layers;
     profile_layer *layers;              /* [n_layers], backward order */
+    int n_tensors;                      /* 0: the profile has no "tensors" */
+    powersgd_tensor *tensors;           /* [n_tensors], buffer order */
     int curve_world;                    /* 0: no allreduce block */
     profile_curve curve_mpi, curve_ring;
 } profile;

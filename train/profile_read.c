@@ -123,6 +123,37 @@ static int read_run(const char *file, const json_t *root, profile *p) {
     return CNT_OK;
 }
 
+/* "tensors", when present: [offset, count, rows] each, tiling [0, params)
+ * in order. */
+static int read_tensors(const char *file, const json_t *root, profile *p) {
+    const json_t *a = json_object_get(root, "tensors");
+    if (!a) return CNT_OK;
+    if (!json_is_array(a)) return refuse(file, "tensors: expected an array, found %s", json_kind(a));
+    size_t n = json_array_size(a);
+    if (n < 1 || n > 1000000) return refuse(file, "tensors: expected 1 to 1000000 tensors, found %zu", n);
+    p->tensors = cnt_calloc(n, sizeof *p->tensors);
+    p->n_tensors = (int)n;
+    size_t next = 0;
+    char where[48];
+    for (int i = 0; i < p->n_tensors; i++) {
+        const json_t *e = json_array_get(a, i);
+        snprintf(where, sizeof where, "tensors[%d]", i);
+        if (!json_is_array(e) || json_array_size(e) != 3)
+            return refuse(file, "%s: expected [offset, count, rows], found %s", where, json_kind(e));
+        size_t v[3];
+        for (int k = 0; k < 3; k++)
+            if (whole(file, where, json_array_get(e, k), k ? 1 : 0, k == 2 ? 2147483647.0 : 1e15, &v[k]) != CNT_OK)
+                return CNT_ERR;
+        if (v[0] != next || v[1] > p->params - next || v[2] > v[1])
+            return refuse(file, "%s: [%zu, %zu, %zu] does not go on from %zu within params (%zu) with at most "
+                          "count rows", where, v[0], v[1], v[2], next, p->params);
+        p->tensors[i] = (powersgd_tensor){.offset = v[0], .count = v[1], .rows = (int)v[2]};
+        next += v[1];
+    }
+    if (next != p->params) return refuse(file, "tensors: they end at %zu, not at params (%zu)", next, p->params);
+    return CNT_OK;
+}
+
 /* The layers in backward order: times and gradient ranges, which together
  * end at params. */
 static int read_layers(const char *file, const json_t *layers, profile *p) {
@@ -259,7 +290,7 @@ static int read_tree(const char *file, const json_t *root, profile *p) {
                       json_kind(root));
     if (read_run(file, root, p) != CNT_OK || field(file, "", root, "layers", WANT_ARRAY, &layers) != CNT_OK ||
         read_layers(file, layers, p) != CNT_OK || check_buckets(file, root, layers, p) != CNT_OK ||
-        read_allreduce(file, root, p) != CNT_OK)
+        read_tensors(file, root, p) != CNT_OK || read_allreduce(file, root, p) != CNT_OK)
         return CNT_ERR;
     return CNT_OK;
 }
@@ -287,6 +318,7 @@ int profile_load(const char *path, profile *p) {
 void profile_free(profile *p) {
     for (int i = 0; p->layers && i < p->n_layers; i++) free(p->layers[i].name);
     free(p->layers);
+    free(p->tensors);
     free(p->curve_mpi.bytes);
     free(p->curve_mpi.us);
     free(p->curve_ring.bytes);

@@ -257,6 +257,49 @@ static void bucket_messages(const profile *p, const sim_cluster *c, sim_result *
     free(done_by);
 }
 
+/* PowerSGD: each bucket's region as one or two sums (the model in
+ * train/sim.h), ready when the bucket is. */
+static void powersgd_messages(const profile *p, const sim_cluster *c, sim_result *r, int *cap, double bwd_end) {
+    size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
+    size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
+    int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0), rank = c->powersgd_rank;
+    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
+    int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
+    reducer_bucket_layout(p->params, first, rest, ends, nb);
+    bucket_completion(p, ends, nb, done_by);
+    for (int b = 0; b < nb; b++) {
+        int t0, t1;
+        powersgd_bucket_tensors(p->tensors, p->n_tensors, b ? ends[b - 1] : 0, ends[b], &t0, &t1);
+        double a = 0, q = 0, compressed = 0; /* floats of the two sums; values compressed */
+        for (int i = t0; i < t1; i++) {
+            const powersgd_tensor *t = &p->tensors[i];
+            if (!powersgd_compresses(t, rank)) {
+                a += (double)t->count;
+                continue;
+            }
+            a += (double)t->rows * rank;
+            q += (double)rank * (double)(t->count / (size_t)t->rows);
+            compressed += (double)t->count;
+        }
+        if (t0 == t1) continue;
+        double ready = c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end;
+        double host = c->powersgd_ns * compressed * 1e-6; /* ms */
+        sim_msg *m = add_msg(r, cap, ready, 4.0 * a);
+        m->shard = b;
+        m->part = 1;
+        m->host_before_ms = 0.4 * host;
+        if (q > 0) {
+            m = add_msg(r, cap, ready, 4.0 * q);
+            m->shard = b;
+            m->part = 2;
+            m->host_before_ms = 0.4 * host;
+            m->host_after_ms = 0.2 * host;
+        }
+    }
+    free(ends);
+    free(done_by);
+}
+
 /* The verdict: what the step waits for beyond its own compute. */
 static void set_verdict(sim_result *r, int n) {
     if (r->exposed_ms <= 0.05 * r->step_ms && r->jitter_ms <= 0.05 * r->step_ms) {
@@ -290,6 +333,11 @@ static void replay_backward(const profile *p, sim_result *r) {
 
 int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
     memset(r, 0, sizeof *r);
+    if (c->powersgd_rank > 0 && (c->fp16 || c->horovod_cycle_ms > 0 || c->ps_servers > 0))
+        return cnt_err_set("--powersgd: not with --fp16, --horovod or --ps-servers (each replaces what it sends)");
+    if (c->powersgd_rank > 0 && !p->n_tensors)
+        return cnt_err_set("--powersgd: the profile has no \"tensors\" (it was written before they were "
+                           "recorded): profile the step again with trainer --profile");
     r->workers = n;
     double speed = c->speed > 0 ? c->speed : 1;
     r->forward_ms = p->forward_ms / speed;
@@ -310,6 +358,8 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
         }
     } else if (n > 1 && c->horovod_cycle_ms > 0) {
         if (horovod_messages(p, c, n, r, &cap, bwd_end) != CNT_OK) return CNT_ERR;
+    } else if (n > 1 && c->powersgd_rank > 0) {
+        powersgd_messages(p, c, r, &cap, bwd_end);
     } else if (n > 1) {
         bucket_messages(p, c, r, &cap, bwd_end);
     }
@@ -323,10 +373,10 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
             sim_result_free(r);
             return CNT_ERR;
         }
-        m->start_ms = m->ready_ms > net_free ? m->ready_ms : net_free;
+        m->start_ms = (m->ready_ms > net_free ? m->ready_ms : net_free) + m->host_before_ms;
         m->end_ms = m->start_ms + ms;
-        net_free = m->end_ms;
-        r->comm_ms += ms;
+        net_free = m->end_ms + m->host_after_ms;
+        r->comm_ms += m->host_before_ms + ms + m->host_after_ms;
         r->latency_ms += m->latency_ms;
     }
     double end = net_free > bwd_end ? net_free : bwd_end;
@@ -426,10 +476,16 @@ int sim_write_trace(const profile *p, const sim_result *r, const char *path) {
     double end = r->backward_ms;
     for (int k = 0; k < r->n_msgs; k++) {
         const sim_msg *m = &r->msgs[k];
-        if (m->kind == SIM_MSG_ALLREDUCE) snprintf(name, sizeof name, "allreduce bucket %d", k);
+        if (m->part) snprintf(name, sizeof name, "allreduce bucket %d (%s sum)", m->shard, m->part == 1 ? "P" : "Q");
+        else if (m->kind == SIM_MSG_ALLREDUCE) snprintf(name, sizeof name, "allreduce bucket %d", k);
         else snprintf(name, sizeof name, "%s shard %d", m->kind == SIM_MSG_PUSH ? "push" : "pull", m->shard);
-        trace_event(f, &first, name, "comm", 1, bwd0 + r->msgs[k].start_ms, r->msgs[k].end_ms - r->msgs[k].start_ms);
-        if (r->msgs[k].end_ms > end) end = r->msgs[k].end_ms;
+        if (m->host_before_ms > 0)
+            trace_event(f, &first, "PowerSGD arithmetic", "comm", 1, bwd0 + m->start_ms - m->host_before_ms,
+                        m->host_before_ms);
+        trace_event(f, &first, name, "comm", 1, bwd0 + m->start_ms, m->end_ms - m->start_ms);
+        if (m->host_after_ms > 0)
+            trace_event(f, &first, "PowerSGD arithmetic", "comm", 1, bwd0 + m->end_ms, m->host_after_ms);
+        if (m->end_ms + m->host_after_ms > end) end = m->end_ms + m->host_after_ms;
     }
     int servers = r->n_msgs && r->msgs[0].kind != SIM_MSG_ALLREDUCE;
     if (end > r->backward_ms)

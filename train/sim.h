@@ -16,6 +16,16 @@
  *   - buckets cross the network one after another: a bucket starts at
  *     max(its ready time, the previous bucket's end) and takes
  *     sim_allreduce_ms of its bytes (halved with fp16);
+ *   - PowerSGD (powersgd_rank = r > 0, dist.compress = powersgd): each
+ *     bucket sums its region (the tensors whose last value lies in it,
+ *     powersgd_bucket_tensors; none: nothing is sent) in two allreduces,
+ *     one after the other: the compressed tensors' P (rows x r each) with
+ *     the others whole, then their Q (r x cols each; only when the region
+ *     compresses one). The host arithmetic, powersgd_ns per compressed
+ *     value, occupies the communication thread as the reducer runs it, in
+ *     its five passes over each matrix: two before the first sum (error
+ *     added, P), two between (Q, the error), one after the second (the
+ *     result); the next bucket starts after it. comm_ms counts it;
  *   - Horovod mode replaces the buckets with Horovod's background loop
  *     (horovod/common/operations.cc): sleep one cycle, fuse the layers'
  *     gradients that are ready and not yet sent, in order, into allreduces
@@ -43,7 +53,9 @@
  *
  * Errors: sim_step returns CNT_ERR with a message for a cluster
  * it cannot model (curve mode at another world size, N not a multiple of the
- * GPUs per node, more servers than layers with parameters). Allocation failure is fatal.
+ * GPUs per node, more servers than layers with parameters, PowerSGD with
+ * fp16, Horovod's loop or servers, or on a profile without its tensors).
+ * Allocation failure is fatal.
  */
 #ifndef CNT_SIMULATE_ENGINE_H
 #define CNT_SIMULATE_ENGINE_H
@@ -64,6 +76,8 @@ typedef struct sim_cluster {
     int overlap;            /* 1: buckets start during backward */
     size_t first_bucket_values, bucket_values; /* 0: the profile's */
     int fp16;               /* half the bytes on the wire */
+    int powersgd_rank;      /* > 0: PowerSGD at this rank (needs the profile's tensors) */
+    double powersgd_ns;     /* its host arithmetic, ns per compressed gradient value */
     sim_algo algo;
     int curve_ring;         /* curve mode: 1 the ring's curve, 0 MPI_Allreduce's */
     double horovod_cycle_ms; /* > 0: Horovod mode */
@@ -77,8 +91,10 @@ typedef enum sim_msg_kind { SIM_MSG_ALLREDUCE, SIM_MSG_PUSH, SIM_MSG_PULL } sim_
 
 typedef struct sim_msg {
     sim_msg_kind kind;
-    int shard;                         /* push and pull: the server */
+    int shard;                         /* push and pull: the server; PowerSGD's sums: the bucket */
+    int part;                          /* PowerSGD: 1 the P sum, 2 the Q sum; else 0 */
     double ready_ms, start_ms, end_ms; /* relative to the start of backward */
+    double host_before_ms, host_after_ms; /* PowerSGD's arithmetic on the thread just before start, after end */
     double bytes;
     double latency_ms;                 /* the per-message part of its time */
 } sim_msg;
@@ -95,6 +111,13 @@ typedef struct sim_result {
     double *layer_end_ms; /* [n_layers], backward end of each layer */
     char verdict[160];
 } sim_result;
+
+/* PowerSGD's host arithmetic by default, ns per compressed value at rank
+ * r: BASE + PER_RANK x r, fitted to build/tools/bench_powersgd on the
+ * development VM (ResNet-50: 1.7, 2.4 and 3.1 ns at r 1, 2 and 4; one core,
+ * docs/scaling.md). */
+#define SIM_POWERSGD_NS_BASE 1.2
+#define SIM_POWERSGD_NS_PER_RANK 0.5
 
 /* A cluster with the defaults of tools/simulate (G=1, 10 Gbit/s, 40 Gbit/s
  * intra, 5 us, speed 1, overlap on, the profile's buckets, ring). */
