@@ -5,7 +5,8 @@
 # 28x28 images); bf16 and fp16 (dynamic loss scaling) learn as the CPU's
 # emulation of them does; NHWC batch norm takes cuDNN's persistent kernels
 # though ResNet-20's parameters are misaligned; two ranks share the one GPU
-# through MPI (the log says why not NCCL) with bit-identical parameters; one
+# through MPI (the log says why not NCCL) with bit-identical parameters, with
+# PowerSGD too (and its resume); one
 # rank runs the NCCL path, and on a one-GPU node two ranks that NCCL takes for
 # two hosts train through it with bit-identical parameters; two ranks asking for NCCL on one GPU are refused
 # with a message; LARS's first steps match the CPU's, recorded or not; --bench runs on the GPU; --eval scores a checkpoint there
@@ -250,6 +251,26 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
         grep -qE 'loss scale [0-9.e+]+ \([1-9][0-9]* steps? skipped\)' "$tmp/mpi16.log"
     check "$np ranks, fp16 from scale 2^40: parameters bit-identical" \
         grep -q "parameters bit-identical on all $np ranks" "$tmp/mpi16.log"
+    # PowerSGD with the GPU's gradients through host memory (each bucket
+    # downloaded after its fence, its region uploaded): bit-identical ranks,
+    # and a resume from step 10 restores Q and the summed error and goes on
+    # as the uninterrupted run (to cuDNN's run-to-run rounding)
+    psgd=(train.device=cuda train.max_steps=20 train.log_every=10 dist.backend=ring dist.compress=powersgd
+          dist.powersgd_rank=1 dist.powersgd_start=4)
+    "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" "${psgd[@]}" checkpoint.every_steps=10 \
+        train.out_dir="$tmp/psgd" >"$tmp/psgd.log" 2>&1
+    check "$np ranks, PowerSGD on $gpus GPU(s): exit 0, compressing" \
+        grep -q 'PowerSGD rank 1 after 4 uncompressed steps' "$tmp/psgd.log"
+    check "$np ranks, PowerSGD: parameters bit-identical" grep -q "parameters bit-identical on all $np ranks" "$tmp/psgd.log"
+    ck10=$(ls "$tmp"/psgd/checkpoints/ckpt-000000-*.cnt 2>/dev/null | head -n 1)
+    "${MPI[@]}" -np $np ./trainer configs/resnet20-fashion.ini "${small[@]}" "${psgd[@]}" checkpoint.resume="$ck10" \
+        train.out_dir="$tmp/psgd-res" >"$tmp/psgd-res.log" 2>&1
+    check "$np ranks, PowerSGD resume on the GPU: the state restored" \
+        grep -q "resume: PowerSGD's factors and the error it held back" "$tmp/psgd-res.log"
+    lp=$(grep -m1 -oE 'step 20/[0-9]+  loss [0-9.]+' "$tmp/psgd.log" | awk '{print $4}')
+    lr=$(grep -m1 -oE 'step 20/[0-9]+  loss [0-9.]+' "$tmp/psgd-res.log" | awk '{print $4}')
+    check "$np ranks, PowerSGD resume on the GPU: step 20's loss the uninterrupted run's within 1e-2 ($lr, $lp)" \
+        close_to "$lr" "$lp" 1e-2
     if ./trainer --version | grep -q '^nccl: built in'; then
         "${MPI[@]}" -np 1 ./trainer configs/resnet20-fashion.ini "${small[@]}" train.device=cuda dist.backend=nccl \
             train.max_steps=20 train.log_every=10 train.out_dir="$tmp/nccl1" >"$tmp/nccl1.log" 2>&1
