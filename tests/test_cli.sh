@@ -232,9 +232,6 @@ check "dist.backend=nccl with powersgd: exit 2" test "$rc" -eq 2 -a -n "$(grep -
 run $T configs/resnet20-fashion.ini dist.compress=powersgd dist.buckets_in_flight=2 dist.backend=ring
 check "powersgd with 2 buckets in flight: exit 2 naming both keys" \
     test "$rc" -eq 2 -a -n "$(grep -o 'dist.buckets_in_flight = 2 with dist.compress = powersgd' <<<"$out")"
-run $T configs/resnet20-fashion.ini dist.compress=powersgd dist.bucket_mb=auto
-check "powersgd with dist.bucket_mb = auto: exit 2 naming both keys" \
-    test "$rc" -eq 2 -a -n "$(grep -o 'dist.bucket_mb = auto .*dist.compress = powersgd' <<<"$out")"
 run $T configs/resnet20-fashion.ini dist.compress=powersgd train.precision=fp16
 check "powersgd with fp16 loss scaling: exit 2 naming both" \
     test "$rc" -eq 2 -a -n "$(grep -o 'dist.compress = powersgd keeps .*train.precision = fp16' <<<"$out")"

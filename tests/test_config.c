@@ -670,7 +670,6 @@ static void test_validate(void **state) {
     const char *psgd_bad[][2] = {
         {"dist.mode=ps", "dist.compress = powersgd compresses the allreduce's buckets; dist.mode = ps"},
         {"dist.buckets_in_flight=2", "dist.buckets_in_flight = 2 with dist.compress = powersgd"},
-        {"dist.bucket_mb=auto", "dist.bucket_mb = auto models the allreduce of fp32 or fp16 buckets"},
         {"train.loss_scaling=dynamic", "dist.compress = powersgd keeps each rank's compression error"},
         {"dist.backend=nccl", "dist.compress = powersgd works with dist.backend = mpi, ring or hier"},
     };

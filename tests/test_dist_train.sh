@@ -279,6 +279,20 @@ rc=$?
 want="dist.bucket_mb = auto: the profile $tmp/p20.json is of a model with 269434 parameters (resnet20); this run's"
 check "bucket_mb = auto, another model's profile: refused naming the file and both parameter counts" \
     test $rc -ne 0 -a -n "$(grep "$want resnet32 has" <<<"$out")"
+# with dist.compress = powersgd auto sizes the compressed steps' buckets (two sums each, and the arithmetic:
+# the simulator's PowerSGD model), which needs the profile's tensors: one without them is refused
+out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.compress=powersgd dist.powersgd_start=0 \
+    dist.bucket_profile="$tmp/p20.json" train.out_dir="$tmp/au4" 2>&1)
+check "bucket_mb = auto with PowerSGD: the choice logged, every rank cuts it, bit-identical" \
+    test -n "$(grep "dist.bucket_mb = auto: [0-9.]* MiB: predicted step [0-9.]* ms.*from $tmp/p20.json" <<<"$out")" \
+    -a -n "$(grep 'PowerSGD rank 2' <<<"$out")" -a -n "$(grep 'parameters bit-identical on all 2 ranks' <<<"$out")"
+python3 -c 'import json,sys
+p = json.load(open(sys.argv[1])); del p["tensors"]; json.dump(p, open(sys.argv[2], "w"))' "$tmp/p20.json" "$tmp/p20old.json"
+out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.compress=powersgd dist.bucket_profile="$tmp/p20old.json" \
+    train.out_dir="$tmp/au5" 2>&1)
+rc=$?
+check "bucket_mb = auto with PowerSGD, a profile without tensors: refused naming what to do" \
+    test $rc -ne 0 -a -n "$(grep 'dist.bucket_mb = auto: PowerSGD: the profile has no "tensors"' <<<"$out")"
 
 # Checkpoints: only rank 0 writes them (one file per epoch, nothing else in
 # the directory), and a 2-rank job resumes from one.

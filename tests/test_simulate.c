@@ -190,7 +190,7 @@ static void test_powersgd(void **state) {
     sim_result_free(&r);
     c.fp16 = 1;
     assert_int_equal(sim_step(&p, &c, 2, &r), CNT_ERR);
-    assert_non_null(strstr(cnt_err_msg(), "--powersgd: not with --fp16"));
+    assert_non_null(strstr(cnt_err_msg(), "PowerSGD: not with fp16"));
     profile_free(&p);
     c.fp16 = 0;
     assert_int_equal(load(&p, base_layers, ""), CNT_OK);

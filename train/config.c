@@ -1376,9 +1376,6 @@ int config_validate(const config *cfg) {
                            "bucket's two sums depend on each other, so buckets are compressed one at a time "
                            "(dist.buckets_in_flight = 1)",
                            cfg->buckets_in_flight);
-    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && cfg->bucket_mb == 0.0f)
-        return cnt_err_set("invalid configuration: dist.bucket_mb = auto models the allreduce of fp32 or fp16 "
-                           "buckets; with dist.compress = powersgd give a size");
     if (cfg->buckets_in_flight > 1 &&
         (cfg->dist_backend == DIST_BACKEND_MPI || cfg->dist_backend == DIST_BACKEND_NCCL))
         return cnt_err_set("invalid configuration: dist.buckets_in_flight = %d needs dist.backend = ring or hier; "

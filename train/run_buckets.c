@@ -106,6 +106,10 @@ static int choose_on_rank0(const run *r, dist_algo algo, const double *bytes, co
     c.curve_ring = 1;
     c.overlap = cfg->overlap;
     c.fp16 = cfg->compress == REDUCER_COMPRESS_FP16;
+    if (cfg->compress == REDUCER_COMPRESS_POWERSGD) { /* the buckets of the compressed steps, most of a run's */
+        c.powersgd_rank = cfg->powersgd_rank;
+        c.powersgd_ns = SIM_POWERSGD_NS_BASE + SIM_POWERSGD_NS_PER_RANK * cfg->powersgd_rank;
+    }
     c.first_bucket_values = config_reducer_opts(cfg).first_bucket;
     sim_bucket_choice ch;
     if (sim_choose_bucket(p, &c, r->world, &ch) != CNT_OK) return cnt_err_prefix("dist.bucket_mb = auto");

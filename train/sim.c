@@ -334,9 +334,10 @@ static void replay_backward(const profile *p, sim_result *r) {
 int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
     memset(r, 0, sizeof *r);
     if (c->powersgd_rank > 0 && (c->fp16 || c->horovod_cycle_ms > 0 || c->ps_servers > 0))
-        return cnt_err_set("--powersgd: not with --fp16, --horovod or --ps-servers (each replaces what it sends)");
+        return cnt_err_set("PowerSGD: not with fp16, Horovod's loop or parameter servers (each replaces what is "
+                           "sent)");
     if (c->powersgd_rank > 0 && !p->n_tensors)
-        return cnt_err_set("--powersgd: the profile has no \"tensors\" (it was written before they were "
+        return cnt_err_set("PowerSGD: the profile has no \"tensors\" (it was written before they were "
                            "recorded): profile the step again with trainer --profile");
     r->workers = n;
     double speed = c->speed > 0 ? c->speed : 1;
