@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What the arithmetic needs of a tensor beside its place (p->src[i]). */
 typedef struct ptensor {
-    size_t offset, count;
     int rows, cols;
     int compressed;
     size_t q_off; /* compressed: its Q (r x cols) in p->q */
@@ -27,7 +27,7 @@ typedef struct ptensor {
 struct powersgd {
     int n_t, r;
     ptensor *t;
-    powersgd_tensor *src; /* the table as given (powersgd_region) */
+    powersgd_tensor *src; /* the table as given: each tensor's offset and count */
     size_t n;
     size_t n_q, n_e;
     float *q;    /* every compressed tensor's Q, transposed (r x cols), the last sum's */
@@ -52,8 +52,6 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
         ptensor *t = &p->t[i];
         CNT_ASSERT(s->offset == next && s->count > 0);
         next += s->count;
-        t->offset = s->offset;
-        t->count = s->count;
         t->compressed = powersgd_compresses(s, rank);
         t->rows = t->compressed ? s->rows : 1;
         t->cols = (int)(s->count / (size_t)t->rows);
@@ -61,10 +59,10 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
             t->q_off = q_len;
             t->e_off = e_len;
             q_len += (size_t)rank * (size_t)t->cols;
-            e_len += t->count;
+            e_len += s->count;
             a_len += (size_t)t->rows * (size_t)rank;
         } else {
-            a_len += t->count;
+            a_len += s->count;
         }
     }
     CNT_ASSERT(next == n);
@@ -88,16 +86,6 @@ void powersgd_free(powersgd *p) {
     free(p->a);
     free(p->b);
     free(p);
-}
-
-/* The tensors [*t0, *t1) that start at or after lo and end at or before hi. */
-static void tensors_in(const powersgd *p, size_t lo, size_t hi, int *t0, int *t1) {
-    int i = 0;
-    while (i < p->n_t && p->t[i].offset < lo) i++;
-    int j = i;
-    while (j < p->n_t && p->t[j].offset + p->t[j].count <= hi) j++;
-    *t0 = i;
-    *t1 = j;
 }
 
 void powersgd_bucket_tensors(const powersgd_tensor *t, int n, size_t begin, size_t end, int *first, int *last) {
@@ -173,9 +161,10 @@ static void p_qt(const float *P, const float *Qt, int rows, int cols, int r, con
 }
 
 void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_sum_fn sum, void *ctx) {
-    int t0, t1;
-    tensors_in(p, lo, hi, &t0, &t1);
-    CNT_ASSERT(lo == hi || (t0 < t1 && p->t[t0].offset == lo && p->t[t1 - 1].offset + p->t[t1 - 1].count == hi));
+    int t0, t1; /* a region: the tensors that end in it are those inside it */
+    powersgd_bucket_tensors(p->src, p->n_t, lo, hi, &t0, &t1);
+    CNT_ASSERT(lo == hi ||
+               (t0 < t1 && p->src[t0].offset == lo && p->src[t1 - 1].offset + p->src[t1 - 1].count == hi));
     if (t0 == t1) return;
     const int r = p->r;
     /* The first sum: P = (M + e) Q of each compressed tensor, the others whole. */
@@ -183,16 +172,17 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
     int any = 0;
     for (int i = t0; i < t1; i++) {
         const ptensor *t = &p->t[i];
-        float *M = grads + t->offset;
+        const size_t count = p->src[i].count;
+        float *M = grads + p->src[i].offset;
         if (!t->compressed) {
-            memcpy(p->a + na, M, t->count * sizeof(float));
-            na += t->count;
+            memcpy(p->a + na, M, count * sizeof(float));
+            na += count;
             continue;
         }
         any = 1;
         const float *e = p->e + t->e_off;
 #pragma omp simd
-        for (size_t j = 0; j < t->count; j++) M[j] += e[j];
+        for (size_t j = 0; j < count; j++) M[j] += e[j];
         const float *Qt = p->q + t->q_off;
         for (int row = 0; row < t->rows; row++)
             for (int k = 0; k < r; k++)
@@ -204,10 +194,10 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
     size_t ia = 0, nb = 0;
     for (int i = t0; i < t1; i++) {
         const ptensor *t = &p->t[i];
-        float *M = grads + t->offset;
+        float *M = grads + p->src[i].offset;
         if (!t->compressed) {
-            memcpy(M, p->a + ia, t->count * sizeof(float));
-            ia += t->count;
+            memcpy(M, p->a + ia, p->src[i].count * sizeof(float));
+            ia += p->src[i].count;
             continue;
         }
         float *P = p->a + ia;
@@ -226,11 +216,11 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
     for (int i = t0; i < t1; i++) {
         const ptensor *t = &p->t[i];
         if (!t->compressed) {
-            ia += t->count;
+            ia += p->src[i].count;
             continue;
         }
         const float *P = p->a + ia, *Qs = p->b + nb;
-        p_qt(P, Qs, t->rows, t->cols, r, NULL, 1.0f, grads + t->offset);
+        p_qt(P, Qs, t->rows, t->cols, r, NULL, 1.0f, grads + p->src[i].offset);
         float *Qt = p->q + t->q_off;
         memcpy(Qt, Qs, (size_t)r * t->cols * sizeof(float));
         /* A column that summed to zero (a gradient of zeros) would stay zero
