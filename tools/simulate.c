@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
             if ((comma = strchr(buf, ','))) *comma = '\0';
             c.powersgd_rank = whole_arg("--powersgd (rank)", buf, 1, 32);
             c.powersgd_ns = comma ? num_arg("--powersgd (ns a value)", comma + 1, -1e-300, 1e9)
-                                  : SIM_POWERSGD_NS_BASE + SIM_POWERSGD_NS_PER_RANK * c.powersgd_rank;
+                                  : sim_powersgd_ns(c.powersgd_rank);
         } else if (!strcmp(a, "--jitter")) {
             c.jitter_pct = num_arg(a, v, -1e-300, 1000);
         } else if (!strcmp(a, "--csv")) {

@@ -108,7 +108,7 @@ static int choose_on_rank0(const run *r, dist_algo algo, const double *bytes, co
     c.fp16 = cfg->compress == REDUCER_COMPRESS_FP16;
     if (cfg->compress == REDUCER_COMPRESS_POWERSGD) { /* the buckets of the compressed steps, most of a run's */
         c.powersgd_rank = cfg->powersgd_rank;
-        c.powersgd_ns = SIM_POWERSGD_NS_BASE + SIM_POWERSGD_NS_PER_RANK * cfg->powersgd_rank;
+        c.powersgd_ns = sim_powersgd_ns(cfg->powersgd_rank);
     }
     c.first_bucket_values = config_reducer_opts(cfg).first_bucket;
     sim_bucket_choice ch;

@@ -240,8 +240,41 @@ static int horovod_messages(const profile *p, const sim_cluster *c, int n, sim_r
     return CNT_OK;
 }
 
+/* PowerSGD: bucket b [begin, end)'s region as one or two sums, ready at
+ * `ready` (the model in train/sim.h); nothing when the region is empty. */
+static void powersgd_bucket(const profile *p, const sim_cluster *c, sim_result *r, int *cap, int b, size_t begin,
+                            size_t end, double ready) {
+    int t0, t1, rank = c->powersgd_rank;
+    powersgd_bucket_tensors(p->tensors, p->n_tensors, begin, end, &t0, &t1);
+    if (t0 == t1) return;
+    double a = 0, q = 0, compressed = 0; /* floats of the two sums; values compressed */
+    for (int i = t0; i < t1; i++) {
+        const powersgd_tensor *t = &p->tensors[i];
+        if (!powersgd_compresses(t, rank)) {
+            a += (double)t->count;
+            continue;
+        }
+        a += (double)t->rows * rank;
+        q += (double)rank * (double)(t->count / (size_t)t->rows);
+        compressed += (double)t->count;
+    }
+    double host = c->powersgd_ns * compressed * 1e-6; /* ms */
+    sim_msg *m = add_msg(r, cap, ready, 4.0 * a);
+    m->shard = b;
+    m->part = 1;
+    m->host_before_ms = 0.4 * host;
+    if (q > 0) {
+        m = add_msg(r, cap, ready, 4.0 * q);
+        m->shard = b;
+        m->part = 2;
+        m->host_before_ms = 0.4 * host;
+        m->host_after_ms = 0.2 * host;
+    }
+}
+
 /* The reducer's buckets (the cluster's sizes, else the profile's), each
- * ready when backward completes it, or when backward ends with overlap off. */
+ * ready when backward completes it, or when backward ends with overlap off:
+ * one allreduce each, or PowerSGD's sums. */
 static void bucket_messages(const profile *p, const sim_cluster *c, sim_result *r, int *cap, double bwd_end) {
     size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
     size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
@@ -250,51 +283,11 @@ static void bucket_messages(const profile *p, const sim_cluster *c, sim_result *
     int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
     reducer_bucket_layout(p->params, first, rest, ends, nb);
     bucket_completion(p, ends, nb, done_by);
-    for (int b = 0; b < nb; b++)
-        add_msg(r, cap, c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end,
-                4.0 * (double)(ends[b] - (b ? ends[b - 1] : 0)));
-    free(ends);
-    free(done_by);
-}
-
-/* PowerSGD: each bucket's region as one or two sums (the model in
- * train/sim.h), ready when the bucket is. */
-static void powersgd_messages(const profile *p, const sim_cluster *c, sim_result *r, int *cap, double bwd_end) {
-    size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
-    size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
-    int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0), rank = c->powersgd_rank;
-    size_t *ends = cnt_malloc((size_t)nb * sizeof *ends);
-    int *done_by = cnt_malloc((size_t)nb * sizeof *done_by);
-    reducer_bucket_layout(p->params, first, rest, ends, nb);
-    bucket_completion(p, ends, nb, done_by);
     for (int b = 0; b < nb; b++) {
-        int t0, t1;
-        powersgd_bucket_tensors(p->tensors, p->n_tensors, b ? ends[b - 1] : 0, ends[b], &t0, &t1);
-        double a = 0, q = 0, compressed = 0; /* floats of the two sums; values compressed */
-        for (int i = t0; i < t1; i++) {
-            const powersgd_tensor *t = &p->tensors[i];
-            if (!powersgd_compresses(t, rank)) {
-                a += (double)t->count;
-                continue;
-            }
-            a += (double)t->rows * rank;
-            q += (double)rank * (double)(t->count / (size_t)t->rows);
-            compressed += (double)t->count;
-        }
-        if (t0 == t1) continue;
+        size_t begin = b ? ends[b - 1] : 0;
         double ready = c->overlap ? r->layer_end_ms[done_by[b]] : bwd_end;
-        double host = c->powersgd_ns * compressed * 1e-6; /* ms */
-        sim_msg *m = add_msg(r, cap, ready, 4.0 * a);
-        m->shard = b;
-        m->part = 1;
-        m->host_before_ms = 0.4 * host;
-        if (q > 0) {
-            m = add_msg(r, cap, ready, 4.0 * q);
-            m->shard = b;
-            m->part = 2;
-            m->host_before_ms = 0.4 * host;
-            m->host_after_ms = 0.2 * host;
-        }
+        if (c->powersgd_rank > 0) powersgd_bucket(p, c, r, cap, b, begin, ends[b], ready);
+        else add_msg(r, cap, ready, 4.0 * (double)(ends[b] - begin));
     }
     free(ends);
     free(done_by);
@@ -359,8 +352,6 @@ int sim_step(const profile *p, const sim_cluster *c, int n, sim_result *r) {
         }
     } else if (n > 1 && c->horovod_cycle_ms > 0) {
         if (horovod_messages(p, c, n, r, &cap, bwd_end) != CNT_OK) return CNT_ERR;
-    } else if (n > 1 && c->powersgd_rank > 0) {
-        powersgd_messages(p, c, r, &cap, bwd_end);
     } else if (n > 1) {
         bucket_messages(p, c, r, &cap, bwd_end);
     }
@@ -431,6 +422,8 @@ void sim_bucket_choice_text(const sim_bucket_choice *ch, char *buf, size_t cap) 
     }
     if (ch->tried > 1 && len < cap) snprintf(buf + len, cap - len, ")");
 }
+
+double sim_powersgd_ns(int rank) { return SIM_POWERSGD_NS_BASE + SIM_POWERSGD_NS_PER_RANK * rank; }
 
 void sim_result_free(sim_result *r) {
     free(r->msgs);

@@ -115,9 +115,10 @@ typedef struct sim_result {
 /* PowerSGD's host arithmetic by default, ns per compressed value at rank
  * r: BASE + PER_RANK x r, fitted to build/tools/bench_powersgd on the
  * development VM (ResNet-50: 1.7, 2.4 and 3.1 ns at r 1, 2 and 4; one core,
- * docs/scaling.md). */
+ * docs/scaling.md): sim_powersgd_ns(r), for sim_cluster.powersgd_ns. */
 #define SIM_POWERSGD_NS_BASE 1.2
 #define SIM_POWERSGD_NS_PER_RANK 0.5
+double sim_powersgd_ns(int rank);
 
 /* A cluster with the defaults of tools/simulate (G=1, 10 Gbit/s, 40 Gbit/s
  * intra, 5 us, speed 1, overlap on, the profile's buckets, ring). */
