@@ -383,6 +383,14 @@ print("    uninterrupted:", " ".join("%.6f" % loss[0].get(s, -1) for s in steps)
 sys.exit(0 if all(s in loss[0] and s in loss[1] and abs(loss[1][s] - loss[0][s]) <= 1e-3 * loss[0][s]
                   for s in steps) else 1)
 PY
+# checkpoint.keep_best alone (no checkpoint due at the epoch's end): rank 0 decides to save the best and
+# tells rank 1, which must take part in summing the errors (without that, the ranks' collectives part
+# after epoch 1: the stall limit ends the job, seen with the broadcast removed)
+out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${psr[@]}" train.max_steps=0 train.epochs=2 \
+      data.train_limit=256 checkpoint.every_epochs=0 checkpoint.every_steps=1000 checkpoint.keep_best=true dist.stall_abort_s=20 \
+      train.out_dir="$tmp/psrbest" 2>&1)
+check "powersgd with keep_best: both ranks write the best checkpoint together" \
+    test $? -eq 0 -a -f "$tmp/psrbest/checkpoints/best.cnt"
 out=$("${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${psr[@]}" checkpoint.resume="$ck16" \
       dist.compress=none train.max_steps=17 train.out_dir="$tmp/psrnone" 2>&1)
 check "powersgd resume without compression: exits 0, says the error is dropped" \

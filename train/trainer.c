@@ -296,7 +296,7 @@ static int end_epoch(run *r, int epoch) {
     int best = r->rank == 0 && cfg->ckpt_keep_best && ckpt_on(cfg) && evaluated && complete && !r->diverged &&
                er.top1 > r->best_top1;
     int64_t saved = complete && (r->save_at_epoch_end || best);
-    if (r->world > 1) { /* rank 0's decision (best), every rank's call */
+    if (r->world > 1 && cfg->ckpt_keep_best) { /* best is rank 0's alone; every rank makes the call */
         dist_phase("checkpoint decision");
         dist_broadcast(&saved, sizeof saved, 0);
     }
