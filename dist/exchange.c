@@ -43,9 +43,15 @@ int exchange_connect(exchange *x, const backend *be) { return x->ops->connect ? 
 exchange_footprint exchange_footprint_for(const exchange_opts *opts, int world, int nccl) {
     if (opts->mode == DIST_MODE_PS) /* a worker stages its gradients and the parameters (dist/ps.c) */
         return (exchange_footprint){.host_per_param_byte = 2, .momentum_on_worker = 0};
-    if (world == 1 || nccl) return (exchange_footprint){.host_per_param_byte = 0, .momentum_on_worker = 1};
-    /* the reducer's staging buffer (dist/reducer_mpi.c), and its fp16 copy */
-    double host = 1 + (opts->reducer.compress == REDUCER_COMPRESS_FP16 ? 0.5 : 0);
+    reducer_compress z = opts->reducer.compress;
+    if (world == 1) return (exchange_footprint){.momentum_on_worker = 1};
+    if (nccl) /* NCCL's fp16 halves (dist_nccl_half_staging) */
+        return (exchange_footprint){.device_per_param_byte = z == REDUCER_COMPRESS_FP16 ? 0.5 : 0,
+                                    .momentum_on_worker = 1};
+    /* the reducer's staging buffer (dist/reducer_mpi.c), and its fp16 copy or
+     * PowerSGD's error (a value per compressed value, nearly all of them; its
+     * factors and the tensors it sends whole take a few percent more) */
+    double host = 1 + (z == REDUCER_COMPRESS_FP16 ? 0.5 : z == REDUCER_COMPRESS_POWERSGD ? 1 : 0);
     return (exchange_footprint){.host_per_param_byte = host, .momentum_on_worker = 1};
 }
 

@@ -119,7 +119,8 @@ typedef struct exchange_stats {
 /* What an exchange keeps beside the net, per rank (the memory check,
  * train/memory.c, adds it up before anything is allocated). */
 typedef struct exchange_footprint {
-    double host_per_param_byte; /* host staging, in bytes per byte of parameters */
+    double host_per_param_byte;   /* host staging, in bytes per byte of parameters */
+    double device_per_param_byte; /* the same on the rank's device (NCCL's fp16 halves) */
     int momentum_on_worker;     /* the optimizer's momentum stays on this rank's device */
 } exchange_footprint;
 

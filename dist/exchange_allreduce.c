@@ -6,8 +6,9 @@
  *
  * The transport is decided at exchange_connect, the same way on every rank
  * (it rests on a sum over the ranks): NCCL when dist.backend names it, or
- * with auto when every rank has a GPU, the gradients travel uncompressed and
- * the build has NCCL; through host memory otherwise, by the named algorithm
+ * with auto when every rank has a GPU, the gradients travel in fp32 or fp16
+ * (not PowerSGD, whose arithmetic is the host's) and the build has NCCL;
+ * through host memory otherwise, by the named algorithm
  * or, with auto, by the job's shape (dist_auto_host_backend).
  */
 #include <stdio.h>
@@ -41,7 +42,8 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
     double cpu_ranks = be->is_cpu;
     dist_phase("start-up: gradient transport choice");
     if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
-    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || o->reducer.compress != REDUCER_COMPRESS_NONE)) return CNT_OK;
+    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || o->reducer.compress == REDUCER_COMPRESS_POWERSGD))
+        return CNT_OK;
     if (named && cpu_ranks > 0)
         return cnt_err_set("dist.backend = nccl: %g rank%s run%s on the CPU (train.device = %s); NCCL needs a GPU "
                            "per rank (see ./trainer --devices)",

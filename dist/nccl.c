@@ -22,6 +22,8 @@
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "dist/wait.h"
+#include "model/backend.h"
+#include "model/cuda_kernels.h"
 
 /* Rounds whose events are kept: the one being queued, the one just closed
  * and the one before it (which the reducer reads). */
@@ -58,6 +60,9 @@ struct dist_nccl {
     round_events recorded[DIST_NCCL_RECORDINGS]; /* recorded steps' */
     int recording;         /* the set being recorded (dist_nccl_record); -1: none */
     int any_recorded;      /* a recording was made: graphs may hold collectives of this communicator */
+    void *half;            /* dist_nccl_half_staging's buffer, half_n values; NULL: none */
+    size_t half_n;
+    int half_recorded;     /* a recording converted through it */
     size_t own_bytes;      /* GPU memory NCCL took by the end of dist_nccl_create */
 };
 
@@ -252,6 +257,7 @@ void dist_nccl_free(dist_nccl *c) {
     CUDA_CHECK(cudaEventDestroy(c->done));
     CUDA_CHECK(cudaEventDestroy(c->anchor));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
+    if (c->half) CUDA_CHECK(cudaFree(c->half)); /* the stream has finished: nothing reads it */
     free(c);
 }
 
@@ -275,6 +281,20 @@ void dist_nccl_abort(dist_nccl *c) {
 
 /* ------------------------------------------------------------ queueing */
 
+void *dist_nccl_half_staging(dist_nccl *c, size_t n) {
+    CNT_ASSERT(c && n > 0 && c->recording < 0);
+    if (c->half && n <= c->half_n) return c->half;
+    /* a recorded step holds the old buffer's address: it cannot move */
+    CNT_ASSERT(!c->half_recorded);
+    if (c->half) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream)); /* queued conversions may still use it */
+        CUDA_CHECK(cudaFree(c->half));
+    }
+    CUDA_CHECK(cudaMalloc(&c->half, n * sizeof(uint16_t)));
+    c->half_n = n;
+    return c->half;
+}
+
 /* The slot of the round being queued, opened (reset) by its first use:
  * with events of its own, or a recording's while one is made. */
 static round_slot *open_slot(dist_nccl *c) {
@@ -296,7 +316,7 @@ static void record_timing(const dist_nccl *c, cudaEvent_t ev, cudaStream_t s) {
     else CUDA_CHECK(cudaEventRecord(ev, s));
 }
 
-void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n) {
+void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n, void *half) {
     CNT_ASSERT(c && buf && n > 0);
     cudaStream_t cs = (cudaStream_t)compute_stream;
     round_events *ev = open_slot(c)->ev;
@@ -320,7 +340,16 @@ void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, s
     CUDA_CHECK(cudaEventRecord(c->ready, cs));
     CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));
     record_timing(c, ev->start[k], c->stream);
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
+    if (half) {
+        CNT_ASSERT(c->half && (uint16_t *)half >= (uint16_t *)c->half &&
+                   (uint16_t *)half + n <= (uint16_t *)c->half + c->half_n);
+        if (c->recording >= 0) c->half_recorded = 1;
+        CUDA_CHECK(cuk_narrow(c->stream, BACKEND_MATH_FP16, n, buf, half));
+        NCCL_CHECK(ncclAllReduce(half, half, n, ncclFloat16, ncclSum, c->comm, c->stream));
+        CUDA_CHECK(cuk_widen(c->stream, BACKEND_MATH_FP16, n, half, buf, 0));
+    } else {
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream));
+    }
     record_timing(c, ev->end[k], c->stream);
 }
 

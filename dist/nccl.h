@@ -81,9 +81,30 @@ void dist_nccl_abort(dist_nccl *c);
  * on the communication stream, after every op issued so far on
  * compute_stream (a cudaStream_t): cudaEventRecord on compute_stream,
  * cudaStreamWaitEvent on the communication stream, then the start event,
- * ncclAllReduce and the end event. No host wait. Every rank must queue the
- * same sequence of sizes. Opens a round if none is open. */
-void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n);
+ * the allreduce and the end event. No host wait. Every rank must queue the
+ * same sequence of sizes, with half NULL on all or on none. Opens a round if
+ * none is open.
+ *
+ * half NULL: ncclAllReduce of the floats. half: n 2-byte values inside
+ * dist_nccl_half_staging's buffer (dist.compress = fp16): buf rounded to IEEE half into half (to
+ * nearest even; beyond +-65504: inf), ncclAllReduce of the halves (ncclFloat16,
+ * half the bytes on the wire; NCCL adds halves with half arithmetic, so each
+ * partial sum is rounded to half as the host ring's fp16 sum rounds it at
+ * every hop, dist/ring.c), then widened back into buf, all on the
+ * communication stream and inside the timing events (the conversions count
+ * as communication). With 2 ranks the result is the rounded sum of the two
+ * rounded values, the same as dist.backend = ring or mpi with fp16. */
+void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, size_t n, void *half);
+/* dist.compress = fp16: a device buffer of n 2-byte values for
+ * dist_nccl_allreduce_after's `half`, owned by the communicator, which frees
+ * it once its stream has finished (dist_nccl_free; dist_nccl_abort waits for
+ * nothing and leaves it to the process's end: a cudaFree would wait for
+ * collectives a failed peer never joins). A later call with n no larger
+ * returns the same buffer; a larger n moves it (after the stream's queued
+ * work), which no recorded step that converted through it may outlive: it
+ * fails an assertion then. Not while recording. `half` passed to
+ * dist_nccl_allreduce_after lies inside it. */
+void *dist_nccl_half_staging(dist_nccl *c, size_t n);
 /* Makes compute_stream wait, on the device, for every allreduce queued so far
  * (no host wait), after marking on it where the wait begins (for exposed_ms).
  * Closes the current round (possibly empty) and returns its number. */

@@ -1,7 +1,8 @@
 /*
  * dist/reducer_nccl.c - the reducer's NCCL strategy: no thread; the training
- * thread queues each launched bucket's allreduce on NCCL's communication
- * stream after the compute stream's ops so far (dist/nccl.h), and
+ * thread queues each launched bucket's allreduce (fp32, or fp16 on the wire
+ * with dist.compress = fp16) on NCCL's communication stream after the
+ * compute stream's ops so far (dist/nccl.h), and
  * reducer_finish makes the compute stream wait for them. Times come from CUDA
  * events, read one step late. Design: docs/ARCHITECTURE.md, "Data
  * parallelism". Built only when the Makefile finds NCCL (CNT_HAVE_NCCL=1);
@@ -12,12 +13,14 @@
 
 #if CNT_HAVE_NCCL
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 typedef struct reducer_nccl {
     dist_nccl *nccl;     /* not owned */
     void *stream;        /* be->native_stream(): the compute stream */
+    void *half;          /* [n] device fp16 (dist.compress = fp16; the communicator's), else NULL */
     double stall_warn_s, stall_abort_s;
     timeline *tl;        /* NULL, or where buckets are recorded */
     long pending_round;  /* the last step's round, not yet read; -1: none */
@@ -36,7 +39,8 @@ static void nccl_launch(reducer *rd, int from, int upto) {
     for (int b = from; b < upto; b++) {
         const bucket *bk = &rd->buckets[b];
         dist_watchdog_arrive(rd->wd, rd->step, b);
-        dist_nccl_allreduce_after(c->nccl, c->stream, rd->grads + bk->begin, bk->end - bk->begin);
+        dist_nccl_allreduce_after(c->nccl, c->stream, rd->grads + bk->begin, bk->end - bk->begin,
+                                  c->half ? (uint16_t *)c->half + bk->begin : NULL);
     }
 }
 
@@ -125,14 +129,16 @@ static const reducer_ops nccl_ops = {
 };
 
 void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
-    /* fp16 with NCCL would need a device conversion kernel; the trainer
-     * rejects dist.compress=fp16 with dist.backend=nccl as a config error. */
-    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE);
+    /* PowerSGD's arithmetic is the host's (dist/powersgd.h): the trainer
+     * rejects dist.compress=powersgd with dist.backend=nccl as a config error. */
+    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE || opts->compress == REDUCER_COMPRESS_FP16);
     /* NCCL orders itself against the compute stream: a GPU backend's. */
     CNT_ASSERT(rd->be->native_stream() != NULL);
     reducer_nccl *c = cnt_calloc(1, sizeof *c);
     c->nccl = opts->nccl;
     c->stream = rd->be->native_stream();
+    /* each bucket's halves at the bucket's own offset: buckets never share them */
+    if (opts->compress == REDUCER_COMPRESS_FP16) c->half = dist_nccl_half_staging(c->nccl, rd->n);
     c->stall_warn_s = opts->stall_warn_s;
     c->stall_abort_s = opts->stall_abort_s;
     c->pending_round = -1;

@@ -14,7 +14,10 @@
  * issued after it copies the gradients out; the result must equal
  * dist_allreduce_sum (MPI, on the host) of every rank's values: bitwise for
  * small integers (exact in any summation order), within a rounding bound for
- * fractional values. Each step's values differ, and the buffer starts at
+ * fractional values. With dist.compress = fp16 (REDUCER_COMPRESS_FP16) on
+ * both paths the result must equal MPI_Allreduce of the rounded halves
+ * (dist_allreduce_sum_f16), widened: bitwise for integers and, at 2 ranks
+ * (one rounding), for fractions too. Each step's values differ, and the buffer starts at
  * zero, so an allreduce that ran before the copy that wrote its bucket (a
  * missing fence or event wait) reads stale values and fails. Also: the
  * reducer's stats (buckets, early, comm_step one step late on NCCL), the
@@ -45,6 +48,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/half.h"
 #include "common/timer.h"
 #include "dist/dist.h"
 #include "tests/support/mpi_check.h"
@@ -93,15 +97,17 @@ typedef struct layout {
 /* Three steps of imitated backward + reducer on one layout (path: NCCL when
  * nc, else MPI staged through host memory), checked against MPI on the host. */
 static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout L, int overlap, int fractional,
-                        timeline *tl) {
-    const char *path = nc ? "nccl" : "mpi-staged";
+                        int fp16, timeline *tl) {
+    const char *path = nc ? (fp16 ? "nccl fp16" : "nccl") : (fp16 ? "mpi-staged fp16" : "mpi-staged");
     size_t n = L.n;
     float *src_h = cnt_malloc(n * sizeof(float)), *want = cnt_malloc(n * sizeof(float));
     float *got = cnt_malloc(n * sizeof(float));
+    uint16_t *half = fp16 ? cnt_malloc(n * sizeof(uint16_t)) : NULL;
     float *src = be->alloc(n * sizeof(float)), *grads = be->alloc(n * sizeof(float));
     float *out = be->alloc(n * sizeof(float));
     reducer_opts ro = {.first_bucket = L.first, .bucket = L.bucket, .algo = DIST_ALGO_MPI, .overlap = overlap,
-                       .compress = REDUCER_COMPRESS_NONE, .stall_warn_s = 10, .stall_abort_s = 60, .nccl = nc};
+                       .compress = fp16 ? REDUCER_COMPRESS_FP16 : REDUCER_COMPRESS_NONE, .stall_warn_s = 10,
+                       .stall_abort_s = 60, .nccl = nc};
     reducer *rd = reducer_create(be, grads, n, &ro);
     if (tl) reducer_set_timeline(rd, tl);
     int nb = reducer_bucket_count(rd);
@@ -131,14 +137,22 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
         reducer_wait_sums(rd);
         be->download(got, out, n * sizeof(float));
 
-        memcpy(want, src_h, n * sizeof(float));
-        dist_allreduce_sum(want, n, DIST_ALGO_MPI);
-        if (fractional) {
+        if (fp16) { /* MPI_Allreduce of the halves (dist.h's fp16 sum), widened */
+            fp16_from_float_array(half, src_h, n);
+            dist_allreduce_sum_f16(half, n, DIST_ALGO_MPI);
+            fp16_to_float_array(want, half, n);
+        } else {
+            memcpy(want, src_h, n * sizeof(float));
+            dist_allreduce_sum(want, n, DIST_ALGO_MPI);
+        }
+        /* 2 ranks: one rounding, the same bits in any order */
+        if (fractional && !(fp16 && world_ == 2)) {
             for (size_t i = 0; i < n; i++) {
                 double err = fabs((double)got[i] - (double)want[i]);
                 /* Each of the world-1 additions rounds once, at most half an
-                 * ulp of a partial sum (|partial| <= world). */
-                double tol = world_ * (double)world_ * ldexp(1.0, -23);
+                 * ulp of a partial sum (|partial| <= world): 2^-23 of it in
+                 * float, 2^-10 in half. */
+                double tol = world_ * (double)world_ * ldexp(1.0, fp16 ? -10 : -23);
                 if (!(err <= tol)) ok_sum = 0;
                 if (err > worst) worst = err;
             }
@@ -159,7 +173,7 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
     if (tl) reducer_set_timeline(rd, NULL);
     tu_mpi_check(ok_sum, "%s n=%zu buckets=%d (first %zu, then %zu) overlap=%d %s: 3 steps of sums %s", path, n, nb,
                  L.first, L.bucket, overlap, fractional ? "fractional" : "integer",
-                 fractional ? "within the rounding bound" : "bitwise equal to MPI_Allreduce");
+                 fractional && !(fp16 && world_ == 2) ? "within the rounding bound" : "bitwise equal to MPI_Allreduce");
     if (fractional && rank_ == 0 && worst > 0) printf("     (largest difference from MPI: %.3g)\n", worst);
     tu_mpi_check(ok_stats, "%s n=%zu overlap=%d: stats (buckets %d, early, comm_step %s)", path, n, overlap, nb,
                  nc ? "one step late" : "this step");
@@ -170,6 +184,7 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
     free(src_h);
     free(want);
     free(got);
+    free(half);
 }
 
 /* dist_nccl directly: one round of allreduces, joined and timed. */
@@ -184,7 +199,7 @@ static void test_rounds(const backend *be, dist_nccl *nc) {
     double t0 = time_now();
     long r0 = -1, r1 = -1;
     for (int round = 0; round < 2; round++) {
-        for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n);
+        for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n, NULL);
         long r = dist_nccl_join(nc, stream);
         if (round == 0) r0 = r; else r1 = r;
     }
@@ -255,7 +270,7 @@ static void test_recorded_rounds(const backend *be, dist_nccl *nc) {
     dist_nccl_record(nc, 1);
     be->capture_begin();
     be->copy(buf, src, bytes); /* each launch sums this launch's values */
-    for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n);
+    for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n, NULL);
     long r = dist_nccl_join(nc, stream);
     char why[256] = "";
     void *graph = be->capture_end(why, sizeof why);
@@ -283,7 +298,7 @@ static void test_recorded_rounds(const backend *be, dist_nccl *nc) {
         if (step == 2) { /* an eager round between replays */
             for (size_t i = 0; i < K * n; i++) h[i] = int_value(rank_, i, 9);
             be->upload(buf, h, bytes);
-            for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n);
+            for (int k = 0; k < K; k++) dist_nccl_allreduce_after(nc, stream, buf + k * n, n, NULL);
             long re = dist_nccl_join(nc, stream);
             ok = re == rr + 1 && round_ok(nc, re, K, end_s, &end_s, &ms) && sums_ok(be, buf, K * n, 9);
             tu_mpi_check(ok, "an eager round between replays: its own events, after the replay's, summed");
@@ -299,7 +314,7 @@ static void test_recorded_rounds(const backend *be, dist_nccl *nc) {
 static void test_timeline(const backend *be, dist_nccl *nc, const busy *w) {
     timeline *tl = timeline_create(); /* a collective */
     layout L = {100003, 4000, 30000}; /* 5 buckets */
-    run_reducer(be, nc, w, L, 1, 0, tl);
+    run_reducer(be, nc, w, L, 1, 0, 0, tl);
     /* 3 steps x 5 buckets: the last step's by reducer_set_timeline(NULL) */
     tu_mpi_check(timeline_count(tl) == 15, "timeline: every NCCL bucket of every step recorded (%ld of 15)",
                  timeline_count(tl));
@@ -322,13 +337,18 @@ static void run_all(const backend *be, dist_nccl *nc) {
         for (size_t l = 0; l < sizeof ls / sizeof ls[0]; l++) {
             if (quick_ && l == 1 && n > 70000) continue;
             for (int overlap = 1; overlap >= 0; overlap--) {
-                run_reducer(be, nc, &w, ls[l], overlap, 0, NULL);
-                run_reducer(be, NULL, &w, ls[l], overlap, 0, NULL);
+                run_reducer(be, nc, &w, ls[l], overlap, 0, 0, NULL);
+                run_reducer(be, NULL, &w, ls[l], overlap, 0, 0, NULL);
             }
         }
         layout lf = {n, n / 5 + 1, n / 4 + 1};
-        run_reducer(be, nc, &w, lf, 1, 1, NULL);
-        run_reducer(be, NULL, &w, lf, 1, 1, NULL);
+        run_reducer(be, nc, &w, lf, 1, 1, 0, NULL);
+        run_reducer(be, NULL, &w, lf, 1, 1, 0, NULL);
+        /* dist.compress = fp16, both paths: integers (exact in half) and fractions */
+        for (int fractional = 0; fractional <= 1; fractional++) {
+            run_reducer(be, nc, &w, lf, 1, fractional, 1, NULL);
+            run_reducer(be, NULL, &w, lf, 1, fractional, 1, NULL);
+        }
     }
     test_timeline(be, nc, &w);
     be->free(w.a);

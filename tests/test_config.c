@@ -665,6 +665,12 @@ static void test_validate(void **state) {
     assert_contains(cnt_err_msg(), "dist.compress = fp16 compresses the allreduce's buckets; dist.mode = ps");
     override_ok(&c, "dist.compress=none");
     assert_int_equal(config_validate(&c), CNT_OK);
+    /* fp16 through NCCL: converted on the GPU (dist/nccl.h) */
+    config_defaults(&c);
+    override_ok(&c, "dist.backend=nccl");
+    override_ok(&c, "train.device=cuda");
+    override_ok(&c, "dist.compress=fp16");
+    assert_int_equal(config_validate(&c), CNT_OK);
 
     /* PowerSGD: the exchange's two sums per bucket, its errors across steps. */
     const char *psgd_bad[][2] = {

@@ -158,9 +158,9 @@ static void test_state_save_restore_continues_exactly(void **state) {
 }
 
 /* What each version keeps beside the net: the reducer's host staging (and
- * its fp16 copy) with several ranks over MPI, nothing with NCCL or alone,
- * the servers' gradients and parameters on the host and no momentum on the
- * worker. */
+ * its fp16 copy, or PowerSGD's error) with several ranks over MPI, nothing
+ * with NCCL or alone but NCCL's fp16 halves on the device, the servers'
+ * gradients and parameters on the host and no momentum on the worker. */
 static void test_footprints(void **state) {
     (void)state;
     exchange_opts ar = {.mode = DIST_MODE_ALLREDUCE}, servers = {.mode = DIST_MODE_PS};
@@ -172,7 +172,14 @@ static void test_footprints(void **state) {
     assert_true(f.host_per_param_byte == 0 && f.momentum_on_worker);
     ar.reducer.compress = REDUCER_COMPRESS_FP16;
     f = exchange_footprint_for(&ar, 4, 0);
-    assert_true(f.host_per_param_byte == 1.5 && f.momentum_on_worker);
+    assert_true(f.host_per_param_byte == 1.5 && f.device_per_param_byte == 0 && f.momentum_on_worker);
+    f = exchange_footprint_for(&ar, 4, 1);
+    assert_true(f.host_per_param_byte == 0 && f.device_per_param_byte == 0.5 && f.momentum_on_worker);
+    ar.reducer.compress = REDUCER_COMPRESS_POWERSGD;
+    f = exchange_footprint_for(&ar, 4, 0);
+    assert_true(f.host_per_param_byte == 2 && f.device_per_param_byte == 0 && f.momentum_on_worker);
+    f = exchange_footprint_for(&ar, 1, 0); /* one rank never compresses */
+    assert_true(f.host_per_param_byte == 0 && f.device_per_param_byte == 0);
     f = exchange_footprint_for(&servers, 1, 0);
     assert_true(f.host_per_param_byte == 2 && !f.momentum_on_worker);
     f = exchange_footprint_of(exchange_none());

@@ -8,7 +8,8 @@
 # through MPI (the log says why not NCCL) with bit-identical parameters, with
 # PowerSGD too (and its resume); one
 # rank runs the NCCL path, and on a one-GPU node two ranks that NCCL takes for
-# two hosts train through it with bit-identical parameters; two ranks asking for NCCL on one GPU are refused
+# two hosts train through it with bit-identical parameters (in fp16 on the
+# wire too, as host memory's fp16 sums do); two ranks asking for NCCL on one GPU are refused
 # with a message; LARS's first steps match the CPU's, recorded or not; --bench runs on the GPU; --eval scores a checkpoint there
 # as the run did. Run from the repository root after
 # `make`.
@@ -316,6 +317,28 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             comm=$(grep '"step":18,' "$tmp/ncclg-true/metrics.jsonl" | grep -oE '"comm_ms":[0-9.]+' | cut -d: -f2)
             check "2 NCCL hosts, cuda_graph: a replayed step's allreduces timed (comm_ms ${comm:-?} > 0)" \
                 awk -v c="${comm:-0}" 'BEGIN { exit !(c > 0) }'
+            # dist.compress = fp16 through NCCL (halves converted on the GPU,
+            # inside the recorded step) against the same fp16 sums through
+            # host memory: with 2 ranks both round each sum once, so the
+            # losses agree to cuDNN's run-to-run rounding; a sum never
+            # widened back (tools/dev/gpu_mutants.sh's nccl_fp16_no_widen) or
+            # sent as fp32 is far off, and the halves' log line says which
+            for via in nccl ring; do
+                rec=false && [ $via = nccl ] && rec=true
+                "${MPI[@]}" -np 2 -x NCCL_SOCKET_IFNAME=lo \
+                    bash -c 'NCCL_HOSTID=cnt-test-f16-$OMPI_COMM_WORLD_RANK exec "$@"' trainer ./trainer \
+                    configs/resnet20-fashion.ini "${ncclg[@]}" dist.backend=$via train.cuda_graph=$rec \
+                    dist.compress=fp16 train.out_dir="$tmp/f16-$via" >"$tmp/f16-$via.log" 2>&1
+                check "2 ranks, dist.compress=fp16 through $via (cuda_graph $rec): exit 0" test $? -eq 0
+            done
+            check "fp16 through NCCL: the halves on the wire of NCCL's allreduces" \
+                grep -q 'allreduced with NCCL.*fp16 on the wire' "$tmp/f16-nccl.log"
+            check "fp16 through NCCL, recorded: steps replayed a recording" \
+                grep -qE '^cuda graph: 1[0-9] steps were one launch' "$tmp/f16-nccl.log"
+            check "fp16 through NCCL: parameters bit-identical after each epoch" \
+                test "$(grep -c "parameters bit-identical on all 2 ranks" "$tmp/f16-nccl.log")" -eq 2
+            check "fp16 through NCCL: 20 losses those of fp16 through host memory within 2e-3" \
+                same_losses "$tmp/f16-nccl" "$tmp/f16-ring" 2e-3
             # a node's 8 GPUs as far as one GPU can show them: 8 ranks as 8
             # NCCL hosts train as the MPI backend does, up to the order of
             # the sums (so the losses agree closely, not bit for bit). At

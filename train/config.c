@@ -446,10 +446,11 @@ static const key_def key_table[] = {
            .help = "the steps the timeline records, A:B (inclusive, from 1), so a long run's trace stays small "
                    "(every step of a 90-epoch ImageNet run would be gigabytes per rank); empty: every step"),
     K_ENUM("dist", "compress", compress, "none", .choices = compressions,
-         .help = "gradient format on the wire: none (fp32), fp16 (half the bytes; summed in fp32, as Horovod's "
-                 "fp16 compression) or powersgd (each weight matrix's gradient as two rank-r factors with error "
-                 "feedback, as PyTorch DDP's PowerSGD hook: dist.powersgd_rank, dist.powersgd_start); the "
-                 "allreduce through host memory only, not NCCL or parameter servers"),
+         .help = "gradient format on the wire: none (fp32), fp16 (half the bytes; the partial sums rounded to fp16, "
+                 "as Horovod's fp16 compression; with NCCL too, converted on the GPU) or powersgd (each weight "
+                 "matrix's gradient as two rank-r factors with error feedback, as PyTorch DDP's PowerSGD hook: "
+                 "dist.powersgd_rank, dist.powersgd_start; through host memory only, not NCCL); not with "
+                 "parameter servers"),
     K_INT("dist", "powersgd_rank", powersgd_rank, "2", BETWEEN(1, 32),
           .help = "dist.compress = powersgd: the rank r of each weight matrix's approximation; an n x m gradient "
                   "sends r(n + m) values instead of nm (tensors that would not shrink twofold, biases and batch "
@@ -1360,10 +1361,10 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the %s schedule "
                            "would raise the rate",
                            (double)cfg->min_lr, (double)cfg->lr, config_name(cfg, &cfg->schedule));
-    if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->compress != REDUCER_COMPRESS_NONE)
-        return cnt_err_set("invalid configuration: dist.compress = %s works with dist.backend = mpi, ring or hier; NCCL "
-                           "sums fp32 gradients on the GPUs (dist.compress = none)",
-                           config_name(cfg, &cfg->compress));
+    if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->compress == REDUCER_COMPRESS_POWERSGD)
+        return cnt_err_set("invalid configuration: dist.compress = powersgd works with dist.backend = mpi, ring or "
+                           "hier (its arithmetic runs on the host, the GPUs' gradients staged there); with "
+                           "dist.backend = nccl use dist.compress = none or fp16");
     if (cfg->bucket_mb == 0.0f && cfg->dist_mode == DIST_MODE_PS)
         return cnt_err_set("invalid configuration: dist.bucket_mb = auto sizes the allreduce's buckets; dist.mode = "
                            "ps sends whole shards (set a size, or leave the key out)");

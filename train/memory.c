@@ -80,10 +80,14 @@ int memory_estimate(const config *cfg, const backend *be, const input_data *d, c
     m->host_copies += (size_t)(xf->host_per_param_byte * (double)P); /* the exchange's staging (dist/exchange.h) */
     if ((dist_rank() == 0 && (cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0)) || config_resume(cfg) != RESUME_NONE)
         m->host_copies += P + Bf + m->momentum; /* a checkpoint's state on the host (train/state.c) */
+    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && world > 1 &&
+        (cfg->ckpt_every > 0 || cfg->ckpt_every_steps > 0 || config_resume(cfg) != RESUME_NONE))
+        m->host_copies += P; /* every rank: PowerSGD's error summed for a checkpoint (train/run_ckpt.c) */
 
     /* parameter-server workers keep no momentum on the device (the servers do) */
     m->device_momentum = xf->momentum_on_worker ? m->momentum : 0;
-    m->device = m->net.total + m->device_momentum + m->step + m->accumulated;
+    m->device_exchange = (size_t)(xf->device_per_param_byte * (double)P); /* dist/exchange.h */
+    m->device = m->net.total + m->device_momentum + m->step + m->accumulated + m->device_exchange;
     m->host = m->loader + m->host_copies;
     if (cfg->dist_mode == DIST_MODE_PS) m->server = memory_server_bytes(P, cfg->ps_servers, world);
     return CNT_OK;
@@ -172,6 +176,7 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
         if (n->kept) add_part(parts, sizeof parts, "kept filters", n->kept);
         add_part(parts, sizeof parts, "stager and logits", m->step);
         if (m->accumulated) add_part(parts, sizeof parts, "accumulated gradients", m->accumulated);
+        if (m->device_exchange) add_part(parts, sizeof parts, "fp16 gradients for NCCL", m->device_exchange);
     }
     if (p->kind != POOL_DEVICE) {
         add_part(parts, sizeof parts, "loader", m->loader);

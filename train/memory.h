@@ -8,10 +8,13 @@
  * layer shapes (net_memory_estimate on a net built but not finalized) and
  * the configuration: the net at the largest batch (parameters, gradients,
  * batch-norm statistics, every node's output and gradient, the backend's
- * scratch and the forms of the filters it keeps for the backward), the optimizer's momentum, the stepper's device buffers, the
- * loaders' rings of prefetched batches, and host copies (pinned stager slots
- * on a GPU, the reducer's staging buffer, parameter copies for the ranks'
- * comparison and for checkpoints, evaluation logits). Not counted: the
+ * scratch and the forms of the filters it keeps for the backward), the
+ * optimizer's momentum, the stepper's device buffers, the exchange's device
+ * staging (NCCL's fp16 gradients), the loaders' rings of prefetched batches,
+ * and host copies (pinned stager slots on a GPU, the reducer's staging
+ * buffer and its fp16 copy or PowerSGD's error, parameter copies for the
+ * ranks' comparison and for checkpoints, PowerSGD's error summed into a
+ * checkpoint, evaluation logits). Not counted: the
  * process itself (libraries, MPI, thread stacks), the data set already
  * loaded (the available memory is measured after it), cuDNN's workspace
  * (sized to what is free when algorithms are chosen), per-image decoding
@@ -40,10 +43,11 @@ typedef struct run_memory {
     size_t step;             /* the stepper's device buffers: the stager's two slots, the logits' gradients,
                               * the batch-norm statistics a skipped step restores (loss scaling) */
     size_t accumulated;      /* the gradients summed over micro-batches (train.accumulate > 1), loss's sum */
+    size_t device_exchange;  /* what the exchange stages on the device: NCCL's fp16 gradients (dist.compress) */
     size_t loader;           /* host: both loaders' rings (data.prefetch + 1 batches each) and per-sample tables */
     size_t host_copies;      /* host: the stager's pinned slots (GPU backends), the reducer's staging buffer,
                               * copies of the parameters (ranks' comparison, checkpoints), evaluation logits */
-    size_t device;           /* net + momentum + step + accumulated: on the backend's memory */
+    size_t device;           /* net + momentum + step + accumulated + device_exchange: on the backend's memory */
     size_t host;             /* loader + host_copies: host memory (the same memory as `device` on the CPU) */
     size_t server;           /* one parameter server's host memory (memory_server_bytes); 0 without servers */
 } run_memory;

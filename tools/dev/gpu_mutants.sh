@@ -27,6 +27,8 @@ mutants=(
     # NCCL's two event waits (tests/mpi_nccl.c at 2 ranks)
     'nccl_no_ready|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));/(void)0;/|build/tests/mpi_nccl|-'
     'nccl_no_done|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));/(void)0;/|build/tests/mpi_nccl|-'
+    # dist.compress = fp16 through NCCL: the sums of the halves never widened back (tests/mpi_nccl.c)
+    'nccl_fp16_no_widen|dist/nccl.c|s/        CUDA_CHECK(cuk_widen(c->stream, BACKEND_MATH_FP16, n, half, buf, 0));/        (void)0;/|build/tests/mpi_nccl|-'
     # the kept filters reused under another weights epoch (test_backend_gpu, test_conv_filter_cache)
     'fcache_no_forget|model/backend_cuda.c|s/        same = same \&\& e->epoch == ctx->weights_epoch;/        (void)0;/|build/tests/test_backend_gpu|test_conv_filter_cache'
     # NHWC batch norm's aligned stand-ins not copied back (test_backend_gpu, test_bn_nhwc_unaligned)
