@@ -672,8 +672,13 @@ double dist_allreduce_time_us(dist_algo algo, size_t bytes, int reps) {
         if (k == 0 || t < best) best = t;
     }
     free(buf);
+    return dist_slowest_us(best);
+}
+
+double dist_slowest_us(double seconds) {
+    int world = dist_world();
     uint64_t *all = cnt_malloc((size_t)world * sizeof *all);
-    dist_allgather_u64((uint64_t)(best * 1e9), all);
+    dist_allgather_u64((uint64_t)(seconds * 1e9), all);
     uint64_t slowest = 0;
     for (int r = 0; r < world; r++)
         if (all[r] > slowest) slowest = all[r];

@@ -180,6 +180,9 @@ void dist_allreduce_sum(float *buf, size_t n, dist_algo algo);
  * slowest rank's of those. A collective (every rank, the same arguments);
  * 0 at one rank. For dist.bucket_mb = auto's curve. */
 double dist_allreduce_time_us(dist_algo algo, size_t bytes, int reps);
+/* The largest over the ranks of each rank's `seconds` (to the nanosecond),
+ * in microseconds: a timing's slowest rank. A collective. */
+double dist_slowest_us(double seconds);
 /* In-place sum over ranks of n doubles (metrics: loss sums, hit counts). */
 void dist_allreduce_sum_f64(double *buf, size_t n);
 

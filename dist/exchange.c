@@ -61,10 +61,20 @@ exchange_traits exchange_traits_of(const exchange *x) { return x->traits; }
 
 int exchange_workers(const exchange *x) { return x->world; }
 
-int exchange_host_allreduce(const exchange *x, dist_algo *algo) {
-    if (x->o.mode != DIST_MODE_ALLREDUCE || x->nccl || x->world < 2) return 0;
-    *algo = dist_backend_algo(x->o.backend);
+int exchange_sized_allreduce(const exchange *x, const char **name) {
+    if (!x->ops->allreduce_time_us || x->world < 2) return 0;
+    if (x->nccl) *name = "NCCL";
+    else {
+        dist_algo a = dist_backend_algo(x->o.backend);
+        *name = a == DIST_ALGO_RING ? "the ring" : a == DIST_ALGO_HIER ? "the hierarchical allreduce" : "MPI_Allreduce";
+    }
     return 1;
+}
+
+double exchange_allreduce_time_us(exchange *x, size_t bytes, int reps) {
+    const char *name;
+    CNT_ASSERT(exchange_sized_allreduce(x, &name));
+    return x->ops->allreduce_time_us(x, bytes, reps);
 }
 
 void exchange_set_bucket(exchange *x, size_t values, double mb) {

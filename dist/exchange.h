@@ -165,11 +165,19 @@ powersgd *exchange_powersgd(exchange *x);
 /* Ranks whose gradients are combined in each update (the workers; 1 alone). */
 int exchange_workers(const exchange *x);
 
-/* dist.bucket_mb = auto: whether this exchange sums gradients over ranks
- * through host memory, and with which algorithm (*algo), after
- * exchange_connect: 1 for the allreduce versions without NCCL at two or more
- * ranks, 0 otherwise (nothing to size: one rank, NCCL, servers). */
-int exchange_host_allreduce(const exchange *x, dist_algo *algo);
+/* dist.bucket_mb = auto: whether this exchange sums gradients over ranks by
+ * an allreduce whose buckets can be sized, after exchange_connect: 1 for
+ * the allreduce version at two or more ranks, naming its transport in *name
+ * ("the ring", "MPI_Allreduce", "the hierarchical allreduce", "NCCL"); 0
+ * otherwise (nothing to size: one rank, servers). */
+int exchange_sized_allreduce(const exchange *x, const char **name);
+/* Where exchange_sized_allreduce says 1: the time of one sum over the ranks
+ * of `bytes` bytes of floats on this exchange's transport, in microseconds,
+ * each rank's fastest of `reps`, the slowest rank's of those: through host
+ * memory dist_allreduce_time_us, with NCCL a device buffer's allreduce timed
+ * by CUDA events on the communication stream (dist_nccl_allreduce_time_us).
+ * A collective, before exchange_attach. */
+double exchange_allreduce_time_us(exchange *x, size_t bytes, int reps);
 /* Before exchange_attach: every bucket after the first holds `values`
  * gradient values (`mb` MiB, for the start-up line). The same on every
  * rank. */

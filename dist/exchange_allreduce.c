@@ -203,6 +203,22 @@ static void ar_free(exchange *x, int failed) {
 
 static powersgd *ar_powersgd(exchange *x) { return of(x)->rd ? reducer_powersgd(of(x)->rd) : NULL; }
 
+static double ar_allreduce_time_us(exchange *x, size_t bytes, int reps) {
+    allreduce_x *a = of(x);
+    if (!a->nccl) return dist_allreduce_time_us(dist_backend_algo(x->o.backend), bytes, reps);
+#if CNT_HAVE_NCCL
+    size_t n = bytes / sizeof(float) ? bytes / sizeof(float) : 1;
+    float *buf = a->be->alloc(n * sizeof(float));
+    double us = dist_nccl_allreduce_time_us(a->nccl, a->be->native_stream(), buf, n, reps,
+                                            x->o.reducer.stall_warn_s, x->o.reducer.stall_abort_s);
+    a->be->free(buf);
+    return us;
+#else
+    CNT_ASSERT(!"an exchange without NCCL built in chose NCCL");
+    return 0;
+#endif
+}
+
 static const exchange_ops allreduce_ops = {
     .connect = ar_connect,
     .attach = ar_attach,
@@ -217,6 +233,7 @@ static const exchange_ops allreduce_ops = {
     .agree_stop = exchange_agree_lagged,
     .free = ar_free,
     .powersgd = ar_powersgd,
+    .allreduce_time_us = ar_allreduce_time_us,
 };
 
 exchange *exchange_allreduce_create(const exchange_opts *o) {

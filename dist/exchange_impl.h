@@ -34,6 +34,8 @@ typedef struct exchange_ops {
     void (*free)(exchange *x, int failed); /* the version's own fields; exchange.c frees the struct */
     ps *(*server)(exchange *x);            /* this rank's server link, NULL on a worker */
     powersgd *(*powersgd)(exchange *x);    /* dist.compress = powersgd's state, NULL: none */
+    /* exchange_allreduce_time_us; NULL where there is no allreduce to size */
+    double (*allreduce_time_us)(exchange *x, size_t bytes, int reps);
 } exchange_ops;
 
 struct exchange {

@@ -365,6 +365,24 @@ long dist_nccl_join(dist_nccl *c, void *compute_stream) {
     return c->last_closed;
 }
 
+double dist_nccl_allreduce_time_us(dist_nccl *c, void *compute_stream, float *buf, size_t n, int reps,
+                                   double warn_s, double abort_s) {
+    CNT_ASSERT(c && buf && n > 0 && reps >= 1 && c->recording < 0);
+    double best = 0;
+    for (int k = 0; k < reps; k++) {
+        /* Why the barrier: the time is the sum's, not the wait inside NCCL's
+         * kernel for a rank still finishing the one before. */
+        dist_barrier();
+        dist_nccl_allreduce_after(c, compute_stream, buf, n, NULL);
+        long round = dist_nccl_join(c, compute_stream);
+        dist_nccl_round r;
+        dist_nccl_round_wait(c, round, warn_s, abort_s, "the allreduce timed for dist.bucket_mb = auto", &r);
+        double t = r.comm_ms * 1e-3;
+        if (k == 0 || t < best) best = t;
+    }
+    return dist_slowest_us(best);
+}
+
 void dist_nccl_record(dist_nccl *c, int set) {
     CNT_ASSERT(c && set >= -1 && set < DIST_NCCL_RECORDINGS);
     /* a round is recorded whole: from its first allreduce to its join */

@@ -110,6 +110,16 @@ void *dist_nccl_half_staging(dist_nccl *c, size_t n);
  * Closes the current round (possibly empty) and returns its number. */
 long dist_nccl_join(dist_nccl *c, void *compute_stream);
 
+/* dist.bucket_mb = auto's curve through NCCL: the device time of one
+ * in-place fp32 allreduce of buf[0, n) (device memory) on the communication
+ * stream, in microseconds: each rank's fastest of `reps` (each after a
+ * barrier, its round waited for within warn_s / abort_s as
+ * dist_nccl_round_wait waits), the slowest rank's of those. A collective,
+ * with no round open and nothing being recorded; buf's contents are
+ * summed over (left as garbage). */
+double dist_nccl_allreduce_time_us(dist_nccl *c, void *compute_stream, float *buf, size_t n, int reps,
+                                   double warn_s, double abort_s);
+
 /* Recorded steps (train.cuda_graph). dist_nccl_record(c, k), k in [0,
  * DIST_NCCL_RECORDINGS), with no round open: the next round (its allreduces
  * and its join, made while the compute stream is being captured) records

@@ -263,6 +263,10 @@ check "bucket_mb = auto, 2 ranks: the choice, its prediction and the curve it ti
 check "bucket_mb = auto: every rank cuts it (2 buckets: 0.05 MiB, then 1 MiB) and trains bit-identically" \
     test -n "$(grep 'in 2 buckets (1 MiB, first 0.05 MiB)' "$tmp/au.log")" \
     -a -n "$(grep 'parameters bit-identical on all 2 ranks' "$tmp/au.log")"
+# one process: nothing to size, said so, and the default buckets
+out=$(./trainer "${au[@]}" train.out_dir="$tmp/au0" 2>&1)
+check "bucket_mb = auto, one process: no allreduce to size, the default 25 MiB, exit 0" \
+    test $? -eq 0 -a -n "$(grep 'dist.bucket_mb = auto: no allreduce here (one rank); buckets of 25 MiB' <<<"$out")"
 # without a profile file rank 0 profiles the step itself, before the model is built
 out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" train.out_dir="$tmp/au1" 2>&1)
 check "bucket_mb = auto without a profile: rank 0 profiles 3 steps at start-up, the ranks train bit-identically" \

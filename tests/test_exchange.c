@@ -184,6 +184,8 @@ static void test_footprints(void **state) {
     assert_true(f.host_per_param_byte == 2 && !f.momentum_on_worker);
     f = exchange_footprint_of(exchange_none());
     assert_true(f.host_per_param_byte == 0 && f.momentum_on_worker);
+    const char *via = NULL; /* one process: no allreduce for dist.bucket_mb = auto to size */
+    assert_int_equal(exchange_sized_allreduce(exchange_none(), &via), 0);
 }
 
 /* The none version: nothing to wait for, nothing kept, the run record's

@@ -322,15 +322,21 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             # host memory: with 2 ranks both round each sum once, so the
             # losses agree to cuDNN's run-to-run rounding; a sum never
             # widened back (tools/dev/gpu_mutants.sh's nccl_fp16_no_widen) or
-            # sent as fp32 is far off, and the halves' log line says which
+            # sent as fp32 is far off, and the halves' log line says which.
+            # The NCCL run also sizes its buckets (dist.bucket_mb = auto: rank
+            # 0 profiles the step on the GPU, NCCL's allreduce timed by its
+            # events); buckets do not change an elementwise sum
             for via in nccl ring; do
                 rec=false && [ $via = nccl ] && rec=true
+                auto=dist.bucket_mb=25 && [ $via = nccl ] && auto=dist.bucket_mb=auto
                 "${MPI[@]}" -np 2 -x NCCL_SOCKET_IFNAME=lo \
                     bash -c 'NCCL_HOSTID=cnt-test-f16-$OMPI_COMM_WORLD_RANK exec "$@"' trainer ./trainer \
-                    configs/resnet20-fashion.ini "${ncclg[@]}" dist.backend=$via train.cuda_graph=$rec \
+                    configs/resnet20-fashion.ini "${ncclg[@]}" dist.backend=$via train.cuda_graph=$rec $auto \
                     dist.compress=fp16 train.out_dir="$tmp/f16-$via" >"$tmp/f16-$via.log" 2>&1
-                check "2 ranks, dist.compress=fp16 through $via (cuda_graph $rec): exit 0" test $? -eq 0
+                check "2 ranks, dist.compress=fp16 through $via (cuda_graph $rec, $auto): exit 0" test $? -eq 0
             done
+            check "NCCL, dist.bucket_mb = auto: NCCL's allreduce timed and a size chosen" \
+                grep -qE 'dist.bucket_mb = auto: .* and NCCL timed over these 2 ranks at start-up' "$tmp/f16-nccl.log"
             check "fp16 through NCCL: the halves on the wire of NCCL's allreduces" \
                 grep -q 'allreduced with NCCL.*fp16 on the wire' "$tmp/f16-nccl.log"
             check "fp16 through NCCL, recorded: steps replayed a recording" \

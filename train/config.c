@@ -428,7 +428,7 @@ static const key_def key_table[] = {
                 "cluster, where a second bucket slows backward more than it speeds the link (docs/scaling.md)"),
     K_FLOAT("dist", "bucket_mb", bucket_mb, "25", BETWEEN(0.001, 4096), .auto_ok = 1,
           .help = "gradient bucket size in MiB (Horovod fuses up to 64 MiB, PyTorch DDP uses 25); auto: at start-up "
-                  "the ranks time the allreduce from 64 KiB to 64 MiB, and the step simulator picks the size it "
+                  "the ranks time their allreduce (through host memory or NCCL) from 64 KiB to 64 MiB, and the step simulator picks the size it "
                   "predicts fastest for this model and world from a profile of its layers (dist.bucket_profile), "
                   "logging why (docs/data-parallel.md)"),
     K_STRING("dist", "bucket_profile", bucket_profile, "", .empty_ok = 1,
@@ -1368,10 +1368,6 @@ int config_validate(const config *cfg) {
     if (cfg->bucket_mb == 0.0f && cfg->dist_mode == DIST_MODE_PS)
         return cnt_err_set("invalid configuration: dist.bucket_mb = auto sizes the allreduce's buckets; dist.mode = "
                            "ps sends whole shards (set a size, or leave the key out)");
-    if (cfg->bucket_mb == 0.0f && cfg->dist_backend == DIST_BACKEND_NCCL)
-        return cnt_err_set("invalid configuration: dist.bucket_mb = auto times the allreduce through host memory; "
-                           "with dist.backend = nccl give a size (tools/simulate --bucket-mb auto on a profile "
-                           "with NCCL's curve suggests one)");
     if (cfg->compress == REDUCER_COMPRESS_POWERSGD && cfg->buckets_in_flight > 1)
         return cnt_err_set("invalid configuration: dist.buckets_in_flight = %d with dist.compress = powersgd: each "
                            "bucket's two sums depend on each other, so buckets are compressed one at a time "

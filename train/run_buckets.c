@@ -2,8 +2,8 @@
  * train/run_buckets.c - dist.bucket_mb = auto: the size of the gradient
  * buckets, chosen at start-up by the step simulator (train/sim.h) from a
  * profile of this model's layers and the allreduce timed on this job's own
- * ranks and transport (docs/data-parallel.md, "Buckets sized to the
- * network").
+ * ranks and transport, through host memory or NCCL (docs/data-parallel.md,
+ * "Buckets sized to the network").
  *
  * Rank 0 takes the profile from dist.bucket_profile or
  * train.emulate_compute, or measures one (`trainer --profile`'s steps, in
@@ -40,8 +40,8 @@ static const char *profile_file(const config *cfg) {
 
 int run_bucket_profile(run *r) {
     const config *cfg = r->cfg;
-    dist_algo algo;
-    if (r->rank != 0 || cfg->bucket_mb != 0.0f || !exchange_host_allreduce(r->x, &algo)) return CNT_OK;
+    const char *via;
+    if (r->rank != 0 || cfg->bucket_mb != 0.0f || !exchange_sized_allreduce(r->x, &via)) return CNT_OK;
     r->bucket_prof = cnt_calloc(1, sizeof *r->bucket_prof);
     const char *path = profile_file(cfg);
     if (path[0]) {
@@ -73,13 +73,9 @@ typedef struct bucket_choice_msg {
     uint64_t values;
 } bucket_choice_msg;
 
-static const char *algo_name(dist_algo a) {
-    return a == DIST_ALGO_RING ? "the ring" : a == DIST_ALGO_HIER ? "the hierarchical allreduce" : "MPI_Allreduce";
-}
-
 /* Rank 0: its profile (run_bucket_profile), moved to this run's batch, with
  * the measured curve; the simulator's choice into *msg and the log line. */
-static int choose_on_rank0(const run *r, dist_algo algo, const double *bytes, const double *us,
+static int choose_on_rank0(const run *r, const char *via, const double *bytes, const double *us,
                            bucket_choice_msg *msg) {
     const config *cfg = r->cfg;
     profile *p = r->bucket_prof;
@@ -121,28 +117,27 @@ static int choose_on_rank0(const run *r, dist_algo algo, const double *bytes, co
                                 bytes[k] / 1048576.0, us[k] / 1e3);
     log_info("dist.bucket_mb = auto: %s; from %s (batch %d, run at %d) and %s timed over these %d ranks at "
              "start-up (%s)",
-             why, r->bucket_prof_from, profiled_batch, cfg->batch_size, algo_name(algo), r->world, curve);
+             why, r->bucket_prof_from, profiled_batch, cfg->batch_size, via, r->world, curve);
     *msg = (bucket_choice_msg){.ok = 1, .mb = ch.mb, .values = ch.values};
     return CNT_OK;
 }
 
 int run_choose_buckets(run *r) {
-    dist_algo algo;
-    if (!exchange_host_allreduce(r->x, &algo)) {
+    const char *via;
+    if (!exchange_sized_allreduce(r->x, &via)) {
         if (r->rank == 0)
-            log_info("dist.bucket_mb = auto: no allreduce through host memory here (one rank); buckets of %g MiB",
-                     CONFIG_BUCKET_MB_DEFAULT);
+            log_info("dist.bucket_mb = auto: no allreduce here (one rank); buckets of %g MiB", CONFIG_BUCKET_MB_DEFAULT);
         return CNT_OK;
     }
     dist_phase("start-up: dist.bucket_mb = auto, timing the allreduce");
     double bytes[CURVE_POINTS], us[CURVE_POINTS];
     for (int k = 0; k < CURVE_POINTS; k++) {
         bytes[k] = (double)(CURVE_MIN_BYTES << (2 * k));
-        us[k] = dist_allreduce_time_us(algo, (size_t)bytes[k], CURVE_REPS);
+        us[k] = exchange_allreduce_time_us(r->x, (size_t)bytes[k], CURVE_REPS);
     }
     CNT_ASSERT(bytes[CURVE_POINTS - 1] == (double)CURVE_MAX_BYTES);
     bucket_choice_msg msg = {0};
-    int status = r->rank == 0 ? choose_on_rank0(r, algo, bytes, us, &msg) : CNT_OK;
+    int status = r->rank == 0 ? choose_on_rank0(r, via, bytes, us, &msg) : CNT_OK;
     dist_phase("start-up: dist.bucket_mb = auto, the choice");
     dist_broadcast(&msg, sizeof msg, 0);
     if (r->bucket_prof) {
