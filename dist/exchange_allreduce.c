@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "common/check.h"
+#include "common/cpus.h"
 #include "dist/dist.h"
 #include "dist/exchange_impl.h"
 #include "dist/nccl.h"
@@ -96,6 +97,21 @@ static int ar_connect(exchange *x, const backend *be) {
     return CNT_OK;
 }
 
+/* dist.powersgd_threads = auto: 1 on a CPU rank (its cores compute
+ * backward while the communication thread compresses); on a GPU rank, whose
+ * host cores wait for the GPU, half its share of the node's CPUs (those it
+ * may run on, or the node's split among its ranks, whichever is fewer), at
+ * most 8: the passes are bound by memory, which a few threads fill. */
+static int powersgd_auto_threads(const backend *be) {
+    if (be->is_cpu) return 1;
+    cpus_mask m;
+    int allowed = cpus_process(&m), ranks = dist_local_world() > 0 ? dist_local_world() : 1;
+    int share = cpus_online() / ranks;
+    if (allowed < share) share = allowed;
+    int t = share / 2;
+    return t < 1 ? 1 : t > 8 ? 8 : t;
+}
+
 static int ar_attach(exchange *x, net *nt) {
     allreduce_x *a = of(x);
     reducer_opts ro = x->o.reducer;
@@ -114,6 +130,7 @@ static int ar_attach(exchange *x, net *nt) {
         tensors = powersgd_net_tensors(nt);
         ro.tensors = tensors;
         ro.n_tensors = nt->n_param_tensors;
+        if (ro.psgd_threads == 0) ro.psgd_threads = powersgd_auto_threads(a->be);
     }
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);
@@ -122,10 +139,10 @@ static int ar_attach(exchange *x, net *nt) {
         int k = powersgd_summary(tensors, ro.n_tensors, ro.psgd_rank, &values, &wire);
         snprintf(a->psgd_what, sizeof a->psgd_what,
                  "PowerSGD rank %d after %ld uncompressed step%s (%d of %d tensors, %.1f%% of the values; %.2f MiB "
-                 "a step instead of %.2f)",
+                 "a step instead of %.2f; its arithmetic on %d thread%s)",
                  ro.psgd_rank, ro.psgd_start, ro.psgd_start == 1 ? "" : "s", k, ro.n_tensors,
                  100.0 * (double)values / (double)nt->n_params, (double)wire * sizeof(float) / 1048576.0,
-                 (double)nt->n_params * sizeof(float) / 1048576.0);
+                 (double)nt->n_params * sizeof(float) / 1048576.0, ro.psgd_threads, ro.psgd_threads == 1 ? "" : "s");
     }
     free(tensors);
     net_set_grad_hook(nt, reducer_grads_ready, a->rd);

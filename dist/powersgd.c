@@ -1,12 +1,17 @@
 /*
  * dist/powersgd.c - PowerSGD gradient compression (dist/powersgd.h): the
- * algorithm's host arithmetic, one thread, with the sums over the ranks
- * handed in by the caller (the reducer's communication thread).
+ * algorithm's host arithmetic, on the caller's thread (the reducer's
+ * communication thread) or a team of it, with the sums over the ranks
+ * handed in by the caller.
  *
  * Q is kept transposed, r rows of m values, so that each product is a
  * loop over a contiguous row: P[i][k] is the dot product of M's row i with
  * Q's row k; M^T P and P Q^T add multiples of rows. The loops' order is
- * fixed, so a given input gives the same bits on every rank.
+ * fixed, so a given input gives the same bits on every rank; a team splits
+ * rows (M + e with P, the error, the result) or Q's columns (M^T P), so
+ * each value is computed in that same order whatever the number of
+ * threads. Four passes over each matrix: M + e and P in one, M^T P, the
+ * error, the result.
  */
 #include "dist/powersgd.h"
 #include "common/check.h"
@@ -26,6 +31,7 @@ typedef struct ptensor {
 
 struct powersgd {
     int n_t, r;
+    int threads; /* of the arithmetic (powersgd_set_threads) */
     ptensor *t;
     powersgd_tensor *src; /* the table as given: each tensor's offset and count */
     size_t n;
@@ -42,6 +48,7 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
     powersgd *p = cnt_calloc(1, sizeof *p);
     p->n_t = n_tensors;
     p->r = rank;
+    p->threads = 1;
     p->n = n;
     p->t = cnt_calloc((size_t)n_tensors, sizeof *p->t);
     p->src = cnt_malloc((size_t)n_tensors * sizeof *p->src);
@@ -139,16 +146,52 @@ static void orthonormalise(float *P, int rows, int r) {
     }
 }
 
-/* Qt (r x cols) = (M^T P)^T: M rows x cols, P rows x r. */
-static void mt_p(const float *M, const float *P, int rows, int cols, int r, float *Qt) {
-    memset(Qt, 0, (size_t)r * (size_t)cols * sizeof(float));
-    for (int i = 0; i < rows; i++)
-        for (int k = 0; k < r; k++) axpy(P[(size_t)i * r + k], M + (size_t)i * cols, Qt + (size_t)k * cols, cols);
+/* Below this many values a tensor's passes run on the calling thread alone:
+ * a team's start costs more than they take. */
+#define PAR_MIN_VALUES 65536
+
+/* Whether a tensor of `count` values is worth a team of p->threads. */
+static int par(const powersgd *p, size_t count) { return p->threads > 1 && count >= PAR_MIN_VALUES; }
+
+/* The first sum's pass over one compressed tensor, row by row: M += e, then
+ * P[i][k] = M's row i . Qt's row k (while the row is in cache). */
+static void add_error_project(const powersgd *p, float *M, const float *e, const float *Qt, int rows, int cols,
+                              float *P) {
+    const int r = p->r;
+#pragma omp parallel for schedule(static) num_threads(p->threads) if (par(p, (size_t)rows * cols))
+    for (int i = 0; i < rows; i++) {
+        float *row = M + (size_t)i * cols;
+        const float *er = e + (size_t)i * cols;
+#pragma omp simd
+        for (int j = 0; j < cols; j++) row[j] += er[j];
+        for (int k = 0; k < r; k++) P[(size_t)i * r + k] = dot(row, Qt + (size_t)k * cols, cols);
+    }
 }
 
-/* out = base - sign * P Qt^T, row by row (base may be out). */
-static void p_qt(const float *P, const float *Qt, int rows, int cols, int r, const float *base, float sign,
-                 float *out) {
+/* Qt (r x cols) = (M^T P)^T: M rows x cols, P rows x r. The threads split
+ * the columns, so each value adds the rows in the same order whatever their
+ * number. */
+static void mt_p(const powersgd *p, const float *M, const float *P, int rows, int cols, float *Qt) {
+    const int r = p->r;
+    int teams = par(p, (size_t)rows * cols) ? p->threads : 1;
+#pragma omp parallel for schedule(static) num_threads(teams) if (teams > 1)
+    for (int part = 0; part < teams; part++) {
+        /* columns [c0, c1): multiples of 16 floats (a cache line) but the last */
+        int per = ((cols + teams - 1) / teams + 15) / 16 * 16;
+        int c0 = part * per, c1 = c0 + per < cols ? c0 + per : cols;
+        if (c0 >= c1) continue;
+        for (int k = 0; k < r; k++) memset(Qt + (size_t)k * cols + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+        for (int i = 0; i < rows; i++)
+            for (int k = 0; k < r; k++)
+                axpy(P[(size_t)i * r + k], M + (size_t)i * cols + c0, Qt + (size_t)k * cols + c0, c1 - c0);
+    }
+}
+
+/* out = base - sign * P Qt^T, row by row (base may be out; NULL: 0). */
+static void p_qt(const powersgd *p, const float *P, const float *Qt, int rows, int cols, const float *base,
+                 float sign, float *out) {
+    const int r = p->r;
+#pragma omp parallel for schedule(static) num_threads(p->threads) if (par(p, (size_t)rows * cols))
     for (int i = 0; i < rows; i++) {
         float *o = out + (size_t)i * cols;
         if (base) {
@@ -158,6 +201,11 @@ static void p_qt(const float *P, const float *Qt, int rows, int cols, int r, con
         }
         for (int k = 0; k < r; k++) axpy(sign * P[(size_t)i * r + k], Qt + (size_t)k * cols, o, cols);
     }
+}
+
+void powersgd_set_threads(powersgd *p, int threads) {
+    CNT_ASSERT(threads >= 1);
+    p->threads = threads;
 }
 
 void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_sum_fn sum, void *ctx) {
@@ -180,13 +228,7 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
             continue;
         }
         any = 1;
-        const float *e = p->e + t->e_off;
-#pragma omp simd
-        for (size_t j = 0; j < count; j++) M[j] += e[j];
-        const float *Qt = p->q + t->q_off;
-        for (int row = 0; row < t->rows; row++)
-            for (int k = 0; k < r; k++)
-                p->a[na + (size_t)row * r + k] = dot(M + (size_t)row * t->cols, Qt + (size_t)k * t->cols, t->cols);
+        add_error_project(p, M, p->e + t->e_off, p->q + t->q_off, t->rows, t->cols, p->a + na);
         na += (size_t)t->rows * r;
     }
     sum(p->a, na, ctx);
@@ -203,8 +245,8 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
         float *P = p->a + ia;
         orthonormalise(P, t->rows, r);
         float *Qt = p->b + nb;
-        mt_p(M, P, t->rows, t->cols, r, Qt);
-        p_qt(P, Qt, t->rows, t->cols, r, M, -1.0f, p->e + t->e_off);
+        mt_p(p, M, P, t->rows, t->cols, Qt);
+        p_qt(p, P, Qt, t->rows, t->cols, M, -1.0f, p->e + t->e_off);
         ia += (size_t)t->rows * r;
         nb += (size_t)r * t->cols;
     }
@@ -220,7 +262,7 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
             continue;
         }
         const float *P = p->a + ia, *Qs = p->b + nb;
-        p_qt(P, Qs, t->rows, t->cols, r, NULL, 1.0f, grads + p->src[i].offset);
+        p_qt(p, P, Qs, t->rows, t->cols, NULL, 1.0f, grads + p->src[i].offset);
         float *Qt = p->q + t->q_off;
         memcpy(Qt, Qs, (size_t)r * t->cols * sizeof(float));
         /* A column that summed to zero (a gradient of zeros) would stay zero

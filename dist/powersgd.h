@@ -27,8 +27,9 @@
  * ranks, by design.
  *
  * Not thread-safe: one thread (the reducer's communication thread) makes
- * every call on an object. Errors: none returned; invalid arguments fail an
- * assertion.
+ * every call on an object; the arithmetic may run on a team of that
+ * thread's (powersgd_set_threads). Errors: none returned; invalid arguments
+ * fail an assertion.
  */
 #ifndef CNT_POWERSGD_H
 #define CNT_POWERSGD_H
@@ -73,6 +74,15 @@ void powersgd_bucket_tensors(const powersgd_tensor *t, int n, size_t begin, size
  * than the bucket waits for the bucket holding its end). Buckets that tile
  * the buffer give regions that tile it too. */
 void powersgd_region(const powersgd *p, size_t begin, size_t end, size_t *lo, size_t *hi);
+
+/* The arithmetic of powersgd_reduce on `threads` threads (>= 1; 1 at
+ * creation): an OpenMP team of the calling thread's, for the passes over
+ * tensors of 64 K values or more. The results are the same bits whatever
+ * the number: the threads split rows, or Q's columns, never a sum. What it
+ * is for: on a GPU rank the host's cores are idle while PowerSGD's passes
+ * over the gradients (memory-bound) hold back the step; on a CPU rank they
+ * compute backward meanwhile. */
+void powersgd_set_threads(powersgd *p, int threads);
 
 /* Compresses grads[lo, hi) (host memory, a region from powersgd_region),
  * sums it over the ranks through sum (called twice, or once when nothing in

@@ -81,12 +81,14 @@ typedef struct reducer_opts {
     int comm_nice;
     reducer_compress compress;
     /* compress = POWERSGD: the rank, the steps summed uncompressed first
-     * (reducer_begin's numbers, from 1, up to psgd_start), the seed of Q
+     * (reducer_begin's numbers, from 1, up to psgd_start), the threads of
+     * its arithmetic (1 or more by reducer_create), the seed of Q
      * (the same on every rank), and the parameter tensors tiling the buffer
      * in offset order (not owned; read by reducer_create only). One bucket
      * at a time (in_flight 1). */
     int psgd_rank;
     long psgd_start;
+    int psgd_threads;   /* of the arithmetic (powersgd_set_threads); 0: auto (exchange_allreduce.c resolves it) */
     uint64_t psgd_seed;
     const powersgd_tensor *tensors;
     int n_tensors;

@@ -291,7 +291,9 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts) {
     if (opts->compress == REDUCER_COMPRESS_FP16) m->half = cnt_malloc(rd->n * sizeof(uint16_t));
     if (opts->compress == REDUCER_COMPRESS_POWERSGD) {
         CNT_ASSERT(m->in_flight == 1 && opts->tensors && opts->n_tensors > 0);
+        CNT_ASSERT(opts->psgd_threads >= 1);
         m->psgd = powersgd_create(opts->tensors, opts->n_tensors, rd->n, opts->psgd_rank, opts->psgd_seed);
+        powersgd_set_threads(m->psgd, opts->psgd_threads);
         m->psgd_start = opts->psgd_start;
         rd->psgd = m->psgd;
     }

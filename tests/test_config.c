@@ -50,7 +50,7 @@ static const char *const all_keys[] = {
     "optim.milestones", "optim.gamma", "optim.warmup_epochs", "optim.warmup_start", "optim.min_lr", "optim.poly_power", "optim.lr_scaling", "dist.mode", "dist.ps_servers", "dist.ps_sync", "dist.ps_max_staleness", "dist.backend",
     "dist.overlap", "dist.progress", "dist.comm_nice", "dist.buckets_in_flight", "dist.bucket_mb", "dist.bucket_profile",
     "dist.first_bucket_mb", "dist.timeline", "dist.timeline_steps",
-    "dist.compress", "dist.powersgd_rank", "dist.powersgd_start", "dist.stall_warn_s", "dist.stall_abort_s",
+    "dist.compress", "dist.powersgd_rank", "dist.powersgd_start", "dist.powersgd_threads", "dist.stall_warn_s", "dist.stall_abort_s",
     "checkpoint.dir", "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.keep_best",
     "checkpoint.resume",
 };

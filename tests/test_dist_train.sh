@@ -344,7 +344,7 @@ for be in mpi ring; do
     rc=$?
     check "powersgd ($be): training exits 0" test $rc -eq 0
     check "powersgd ($be): the start-up line says what travels" \
-        grep -q "dist: 2 ranks.*PowerSGD rank 1 after 4 uncompressed steps (20 of 59 tensors, 99.5% of the values; 0.03 MiB a step instead of 1.03) on the wire" <<<"$out"
+        grep -q "dist: 2 ranks.*PowerSGD rank 1 after 4 uncompressed steps (20 of 59 tensors, 99.5% of the values; 0.03 MiB a step instead of 1.03; its arithmetic on 1 thread) on the wire" <<<"$out"
     check "powersgd ($be): parameters bit-identical on both ranks" grep -q "parameters bit-identical on all 2 ranks" <<<"$out"
     "${MPI[@]}" -np 2 ./trainer configs/resnet20-fashion.ini "${ps[@]}" dist.backend=$be dist.compress=none \
         train.out_dir="$tmp/psnone$be" >/dev/null 2>&1
@@ -361,6 +361,22 @@ print("    powersgd losses:", " ".join("%.4f" % l for l in loss[0]), "| none:", 
 sys.exit(0 if len(loss[0]) == 4 and loss[0][0] != loss[1][0] and loss[0][-1] < 0.8 * loss[0][0] else 1)
 PY
 done
+
+# dist.powersgd_threads: the arithmetic on 2 threads writes the one thread's
+# bits. ResNet-18's convolutions (up to 2.4 M values) are above the 64 K
+# values where the threads start (ResNet-20's are not): 8 steps, compressed
+# from step 3, the same losses to 9 digits, and the start-up line says so.
+r18=(configs/resnet20-fashion.ini model.name=resnet18 train.device=cpu data.train_limit=256 data.test_limit=100
+     train.batch_size=8 train.epochs=1 train.max_steps=8 train.threads=1 data.workers=1 train.log_every=1
+     optim.lr=0.01 dist.backend=ring dist.compress=powersgd dist.powersgd_start=2 dist.powersgd_rank=1)
+for t in 1 2; do
+    "${MPI[@]}" -np 2 ./trainer "${r18[@]}" dist.powersgd_threads=$t train.out_dir="$tmp/pst$t" >"$tmp/pst$t.log" 2>&1
+    check "powersgd, dist.powersgd_threads=$t: exit 0, its arithmetic on $t thread(s), ranks bit-identical" \
+        test $? -eq 0 -a -n "$(grep "its arithmetic on $t thread" "$tmp/pst$t.log")" \
+        -a -n "$(grep 'parameters bit-identical on all 2 ranks' "$tmp/pst$t.log")"
+done
+check "powersgd on 2 threads: the 8 losses of 1 thread, bit for bit ($(losses "$tmp/pst2/metrics.jsonl" | cut -c1-40)...)" \
+    test -n "$(losses "$tmp/pst1/metrics.jsonl")" -a "$(losses "$tmp/pst2/metrics.jsonl")" = "$(losses "$tmp/pst1/metrics.jsonl")"
 
 # PowerSGD's state in a checkpoint: a run of 32 steps (compressed from step
 # 5) writes one at step 16; a resume from it restores Q and the ranks'

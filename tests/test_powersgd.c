@@ -7,7 +7,8 @@
  * sum of rank-1 gradients reproduced; error feedback making the mean of the
  * outputs converge to the true sum of a full-rank gradient (without it the
  * mean stays a rank-1 approximation); a zero gradient not freezing Q; the
- * state a checkpoint keeps resuming the same sums from the errors' sum.
+ * state a checkpoint keeps resuming the same sums from the errors' sum; the
+ * arithmetic on several threads writing the one thread's bits.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -356,6 +357,65 @@ static void test_state_resumes(void **state) {
     assert_true(own > 1e-2);
 }
 
+/* The arithmetic on 2 and 3 threads writes the one thread's bits, output
+ * and state, step after step: tensors above the 64 K values where the
+ * threads start (one with a column count that is no multiple of the
+ * threads' 16-float column blocks, one with fewer rows than threads), one
+ * below, and a vector; bucket regions as the reducer cuts them. */
+static void test_threads_same_bits(void **state) {
+    (void)state;
+    static const powersgd_tensor T[] = {{0, 70000, 100},      /* 100 x 700 */
+                                        {70000, 65, 1},       /* a vector */
+                                        {70065, 150000, 3},   /* 3 x 50000 (at r 1): rows split 2 + 1 */
+                                        {220065, 3000, 10},   /* below the threshold */
+                                        {223065, 69993, 33}}; /* 33 x 2121 */
+    enum { NT = 5, N = 293058, STEPS = 3 };
+    for (int r = 1; r <= 3; r += 2) {
+        powersgd *one = powersgd_create(T, NT, N, r, 11);
+        powersgd *two = powersgd_create(T, NT, N, r, 11), *three = powersgd_create(T, NT, N, r, 11);
+        powersgd_set_threads(two, 2);
+        powersgd_set_threads(three, 3);
+        powersgd *ps[3] = {one, two, three};
+        float *g[3], *in = malloc(N * sizeof(float));
+        for (int k = 0; k < 3; k++) g[k] = malloc(N * sizeof(float));
+        for (int step = 0; step < STEPS; step++) {
+            fill_normal(in, N, 100 + (uint64_t)step);
+            for (int k = 0; k < 3; k++) {
+                memcpy(g[k], in, N * sizeof(float));
+                int calls = 0;
+                size_t cut[] = {0, 100000, 230000, N}, lo, hi;
+                for (int b = 0; b < 3; b++) {
+                    powersgd_region(ps[k], cut[b], cut[b + 1], &lo, &hi);
+                    powersgd_reduce(ps[k], g[k], lo, hi, count_sum, &calls);
+                }
+            }
+            assert_memory_equal(g[1], g[0], N * sizeof(float));
+            assert_memory_equal(g[2], g[0], N * sizeof(float));
+        }
+        int rk;
+        size_t nq, ne;
+        powersgd_state_size(one, &rk, &nq, &ne);
+        float *q[3], *e[3];
+        uint64_t d[3][2];
+        for (int k = 0; k < 3; k++) {
+            q[k] = malloc(nq * sizeof(float));
+            e[k] = malloc(ne * sizeof(float));
+            powersgd_state_get(ps[k], q[k], e[k], d[k]);
+        }
+        for (int k = 1; k < 3; k++) {
+            assert_memory_equal(q[k], q[0], nq * sizeof(float));
+            assert_memory_equal(e[k], e[0], ne * sizeof(float));
+        }
+        for (int k = 0; k < 3; k++) {
+            free(q[k]);
+            free(e[k]);
+            free(g[k]);
+            powersgd_free(ps[k]);
+        }
+        free(in);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regions_tile),
@@ -364,6 +424,7 @@ int main(void) {
         cmocka_unit_test(test_error_feedback_converges),
         cmocka_unit_test(test_zero_gradient_does_not_freeze),
         cmocka_unit_test(test_state_resumes),
+        cmocka_unit_test(test_threads_same_bits),
     };
     return cmocka_run_group_tests_name("powersgd", tests, NULL, NULL);
 }

@@ -5,11 +5,14 @@
  * in turns on one thread: what each costs the communication thread per
  * step, sums over the ranks left out (a world of one).
  *
- *   build/tools/bench_powersgd [--model M] [--shape CxHxW] [--classes K] [--rank R] [--reps N]
+ *   build/tools/bench_powersgd [--model M] [--shape CxHxW] [--classes K] [--rank R] [--reps N] [--threads T]
  *
  * Defaults: resnet50, 3x224x224, 1000 classes, rank 2, 7 rounds. Prints the
  * gradient's size, what PowerSGD compresses and sends, and the median time
  * of each side with their ratio. docs/data-parallel.md (e4) quotes it.
+ * --threads T (2 or more): PowerSGD on T threads too (powersgd_set_threads),
+ * a third side in the turns, its median and speed-up over one thread, and
+ * whether its results were the one thread's bit for bit (exit 1 if not).
  * Exit status 0; 2 for usage errors; 1 when the model cannot be built.
  */
 #include <stdint.h>
@@ -38,13 +41,13 @@ static int cmp_double(const void *a, const void *b) {
 
 static int usage(const char *why) {
     fprintf(stderr, "bench_powersgd: %s\nusage: bench_powersgd [--model M] [--shape CxHxW] [--classes K] "
-                    "[--rank R] [--reps N]\n", why);
+                    "[--rank R] [--reps N] [--threads T]\n", why);
     return 2;
 }
 
 int main(int argc, char **argv) {
     const char *model = "resnet50";
-    int c = 3, h = 224, w = 224, classes = 1000, rank = 2, reps = 7;
+    int c = 3, h = 224, w = 224, classes = 1000, rank = 2, reps = 7, threads = 1;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) return usage("every option takes a value");
         const char *a = argv[i], *v = argv[i + 1];
@@ -57,6 +60,8 @@ int main(int argc, char **argv) {
             if ((rank = atoi(v)) < 1 || rank > 32) return usage("--rank: 1 to 32");
         } else if (strcmp(a, "--reps") == 0) {
             if ((reps = atoi(v)) < 1 || reps > 1000) return usage("--reps: 1 to 1000");
+        } else if (strcmp(a, "--threads") == 0) {
+            if ((threads = atoi(v)) < 2 || threads > 256) return usage("--threads: 2 to 256");
         } else {
             return usage("unknown option");
         }
@@ -72,26 +77,44 @@ int main(int argc, char **argv) {
     powersgd_tensor *t = powersgd_net_tensors(nt);
     int k = powersgd_summary(t, nt->n_param_tensors, rank, &values, &wire);
     powersgd *p = powersgd_create(t, nt->n_param_tensors, n, rank, 1);
+    /* the same state on T threads: each round both start from the same error and Q */
+    powersgd *pt = threads > 1 ? powersgd_create(t, nt->n_param_tensors, n, rank, 1) : NULL;
+    if (pt) powersgd_set_threads(pt, threads);
     float *g = cnt_malloc(n * sizeof(float)), *g0 = cnt_malloc(n * sizeof(float));
+    float *gt = pt ? cnt_malloc(n * sizeof(float)) : NULL;
+    int same = 1;
     uint16_t *half = cnt_malloc(n * sizeof(uint16_t));
     rng r;
     rng_seed(&r, 1, 1);
     for (size_t i = 0; i < n; i++) g0[i] = rng_normal(&r) * 1e-3f;
     double *tp = cnt_malloc((size_t)reps * sizeof(double)), *th = cnt_malloc((size_t)reps * sizeof(double));
-    /* one round of each first (page faults, the error's first use), then in turns */
+    double *tt = cnt_malloc((size_t)reps * sizeof(double));
+    /* one round of each first (page faults, the error's first use), then in
+     * turns; p and pt see the same gradients, so their outputs (and states)
+     * must stay the same bits */
+    float *gh = cnt_malloc(n * sizeof(float));
     for (int i = -1; i < reps; i++) {
         memcpy(g, g0, n * sizeof(float));
         double t0 = time_now();
         powersgd_reduce(p, g, 0, n, no_sum, NULL);
         double t1 = time_now();
         fp16_from_float_array(half, g0, n);
-        fp16_to_float_array(g, half, n);
-        double t2 = time_now();
+        fp16_to_float_array(gh, half, n);
+        double t2h = time_now(), t2 = t2h, t3 = t2;
+        if (pt) {
+            memcpy(gt, g0, n * sizeof(float));
+            t2 = time_now();
+            powersgd_reduce(pt, gt, 0, n, no_sum, NULL);
+            t3 = time_now();
+            same &= memcmp(g, gt, n * sizeof(float)) == 0;
+        }
         if (i >= 0) {
             tp[i] = (t1 - t0) * 1e3;
-            th[i] = (t2 - t1) * 1e3;
+            th[i] = (t2h - t1) * 1e3;
+            tt[i] = (t3 - t2) * 1e3;
         }
     }
+    free(gh);
     qsort(tp, (size_t)reps, sizeof *tp, cmp_double);
     qsort(th, (size_t)reps, sizeof *th, cmp_double);
     double mp = tp[reps / 2], mh = th[reps / 2], mib = 1048576.0;
@@ -102,13 +125,24 @@ int main(int argc, char **argv) {
     printf("one thread, median of %d: PowerSGD's arithmetic %.1f ms (%.0f to %.0f), fp16's conversions %.1f ms (%.0f "
            "to %.0f): %.2fx\n",
            reps, mp, tp[0], tp[reps - 1], mh, th[0], th[reps - 1], mp / mh);
+    if (pt) {
+        qsort(tt, (size_t)reps, sizeof *tt, cmp_double);
+        double mt = tt[reps / 2];
+        printf("%d threads, median of %d: PowerSGD's arithmetic %.1f ms (%.0f to %.0f): %.2fx one thread's speed; "
+               "results %s\n",
+               threads, reps, mt, tt[0], tt[reps - 1], mp / mt,
+               same ? "the same bits as one thread's" : "DIFFERENT from one thread's");
+    }
     free(tp);
     free(th);
+    free(tt);
+    free(gt);
+    powersgd_free(pt);
     free(g);
     free(g0);
     free(half);
     free(t);
     powersgd_free(p);
     net_free(nt);
-    return 0;
+    return same ? 0 : 1;
 }

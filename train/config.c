@@ -458,6 +458,10 @@ static const key_def key_table[] = {
     K_INT("dist", "powersgd_start", powersgd_start, "1000", AT_LEAST(0),
           .help = "dist.compress = powersgd: optimizer steps summed uncompressed first (fp32), as DDP's "
                   "start_powerSGD_iter: compression from the start costs accuracy"),
+    K_INT("dist", "powersgd_threads", powersgd_threads, "auto", BETWEEN(1, 256), .auto_ok = 1,
+          .help = "dist.compress = powersgd: threads of its host arithmetic (passes over the gradients, bound by "
+                  "memory; the same bits whatever the number); auto: 1 on a CPU rank, whose cores compute "
+                  "backward meanwhile, and on a GPU rank half its share of the node's CPUs, at most 8"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
                   "names the late ranks, the step and the bucket; any other collective names itself, the "
@@ -1563,7 +1567,8 @@ reducer_opts config_reducer_opts(const config *cfg) {
                           .algo = dist_backend_algo(cfg->dist_backend),
                           .in_flight = cfg->buckets_in_flight, .overlap = cfg->overlap, .comm_nice = cfg->comm_nice,
                           .compress = cfg->compress, .psgd_rank = cfg->powersgd_rank,
-                          .psgd_start = cfg->powersgd_start, .psgd_seed = cfg->seed, .stall_warn_s = cfg->stall_warn_s,
+                          .psgd_start = cfg->powersgd_start, .psgd_threads = cfg->powersgd_threads,
+                          .psgd_seed = cfg->seed, .stall_warn_s = cfg->stall_warn_s,
                           .stall_abort_s = cfg->stall_abort_s, .nccl = NULL};
 }
 

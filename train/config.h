@@ -161,6 +161,7 @@ typedef struct config {
     reducer_compress compress;       /* gradient format on the wire */
     int powersgd_rank;               /* compress = powersgd: r */
     int powersgd_start;              /* compress = powersgd: steps summed uncompressed first */
+    int powersgd_threads;            /* compress = powersgd: its arithmetic's threads; 0: auto */
     float stall_warn_s;              /* warn when a collective waits this long; 0: off */
     float stall_abort_s;             /* end the job when a collective waits this long; 0: off */
 
