@@ -7,6 +7,7 @@
 #ifndef CNT_RNG_HASH_H
 #define CNT_RNG_HASH_H
 
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -22,6 +23,15 @@ RNG_HASH_FN float rng_hash_uniform_inline(uint64_t seed, uint64_t counter) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     z ^= z >> 31;
     return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+/* A standard normal from (seed, counter): Box-Muller on two of the draws
+ * above (counters 2c and 2c + 1). In float: the host's and the device's
+ * logf and cosf may differ in the last bit, so the same (seed, counter)
+ * gives the same value on every rank of one kind of device. */
+RNG_HASH_FN float rng_hash_normal_inline(uint64_t seed, uint64_t counter) {
+    float u1 = rng_hash_uniform_inline(seed, 2 * counter), u2 = rng_hash_uniform_inline(seed, 2 * counter + 1);
+    return sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.28318530718f * u2);
 }
 
 /* The seed of one dropout node's mask in one training step: the net's step

@@ -45,8 +45,10 @@ exchange_footprint exchange_footprint_for(const exchange_opts *opts, int world, 
         return (exchange_footprint){.host_per_param_byte = 2, .momentum_on_worker = 0};
     reducer_compress z = opts->reducer.compress;
     if (world == 1) return (exchange_footprint){.momentum_on_worker = 1};
-    if (nccl) /* NCCL's fp16 halves (dist_nccl_half_staging) */
-        return (exchange_footprint){.device_per_param_byte = z == REDUCER_COMPRESS_FP16 ? 0.5 : 0,
+    if (nccl) /* NCCL's fp16 halves (dist_nccl_half_staging), or PowerSGD's error on the GPU */
+        return (exchange_footprint){.device_per_param_byte = z == REDUCER_COMPRESS_FP16       ? 0.5
+                                                             : z == REDUCER_COMPRESS_POWERSGD ? 1
+                                                                                              : 0,
                                     .momentum_on_worker = 1};
     /* the reducer's staging buffer (dist/reducer_mpi.c), and its fp16 copy or
      * PowerSGD's error (a value per compressed value, nearly all of them; its
@@ -70,6 +72,8 @@ int exchange_sized_allreduce(const exchange *x, const char **name) {
     }
     return 1;
 }
+
+int exchange_nccl(const exchange *x) { return x->nccl; }
 
 double exchange_allreduce_time_us(exchange *x, size_t bytes, int reps) {
     const char *name;

@@ -120,7 +120,7 @@ typedef struct exchange_stats {
  * train/memory.c, adds it up before anything is allocated). */
 typedef struct exchange_footprint {
     double host_per_param_byte;   /* host staging, in bytes per byte of parameters */
-    double device_per_param_byte; /* the same on the rank's device (NCCL's fp16 halves) */
+    double device_per_param_byte; /* the same on the rank's device (NCCL's fp16 halves, PowerSGD's error) */
     int momentum_on_worker;     /* the optimizer's momentum stays on this rank's device */
 } exchange_footprint;
 
@@ -171,6 +171,8 @@ int exchange_workers(const exchange *x);
  * ("the ring", "MPI_Allreduce", "the hierarchical allreduce", "NCCL"); 0
  * otherwise (nothing to size: one rank, servers). */
 int exchange_sized_allreduce(const exchange *x, const char **name);
+/* Whether exchange_connect chose NCCL (the gradients stay on the GPUs). */
+int exchange_nccl(const exchange *x);
 /* Where exchange_sized_allreduce says 1: the time of one sum over the ranks
  * of `bytes` bytes of floats on this exchange's transport, in microseconds,
  * each rank's fastest of `reps`, the slowest rank's of those: through host

@@ -6,9 +6,9 @@
  *
  * The transport is decided at exchange_connect, the same way on every rank
  * (it rests on a sum over the ranks): NCCL when dist.backend names it, or
- * with auto when every rank has a GPU, the gradients travel in fp32 or fp16
- * (not PowerSGD, whose arithmetic is the host's) and the build has NCCL;
- * through host memory otherwise, by the named algorithm
+ * with auto when every rank has a GPU and the build has NCCL (in fp32, fp16
+ * or PowerSGD's factors, its arithmetic then on the GPU); through host
+ * memory otherwise, by the named algorithm
  * or, with auto, by the job's shape (dist_auto_host_backend).
  */
 #include <stdio.h>
@@ -25,7 +25,7 @@ typedef struct allreduce_x {
     const backend *be;
     dist_nccl *nccl;         /* NULL: gradients go through host memory */
     char auto_why[96];       /* dist.backend = auto through host memory: the shape it chose by */
-    char psgd_what[192];     /* dist.compress = powersgd: what travels */
+    char psgd_what[320];     /* dist.compress = powersgd: what travels */
     reducer *rd;             /* from exchange_attach */
 } allreduce_x;
 
@@ -43,8 +43,7 @@ static int choose_nccl(const exchange_opts *o, const backend *be, dist_nccl **ou
     double cpu_ranks = be->is_cpu;
     dist_phase("start-up: gradient transport choice");
     if (dist_world() > 1) dist_allreduce_sum_f64(&cpu_ranks, 1);
-    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL || o->reducer.compress == REDUCER_COMPRESS_POWERSGD))
-        return CNT_OK;
+    if (is_auto && (cpu_ranks > 0 || !CNT_HAVE_NCCL)) return CNT_OK;
     if (named && cpu_ranks > 0)
         return cnt_err_set("dist.backend = nccl: %g rank%s run%s on the CPU (train.device = %s); NCCL needs a GPU "
                            "per rank (see ./trainer --devices)",
@@ -130,19 +129,22 @@ static int ar_attach(exchange *x, net *nt) {
         tensors = powersgd_net_tensors(nt);
         ro.tensors = tensors;
         ro.n_tensors = nt->n_param_tensors;
-        if (ro.psgd_threads == 0) ro.psgd_threads = powersgd_auto_threads(a->be);
+        if (ro.psgd_threads == 0) ro.psgd_threads = ro.nccl ? 1 : powersgd_auto_threads(a->be);
     }
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);
     if (tensors) {
+        char how[80];
+        if (ro.nccl) snprintf(how, sizeof how, "on the GPU after backward, the whole gradient at once");
+        else snprintf(how, sizeof how, "on %d thread%s", ro.psgd_threads, ro.psgd_threads == 1 ? "" : "s");
         size_t values, wire;
         int k = powersgd_summary(tensors, ro.n_tensors, ro.psgd_rank, &values, &wire);
         snprintf(a->psgd_what, sizeof a->psgd_what,
                  "PowerSGD rank %d after %ld uncompressed step%s (%d of %d tensors, %.1f%% of the values; %.2f MiB "
-                 "a step instead of %.2f; its arithmetic on %d thread%s)",
+                 "a step instead of %.2f; its arithmetic %s)",
                  ro.psgd_rank, ro.psgd_start, ro.psgd_start == 1 ? "" : "s", k, ro.n_tensors,
                  100.0 * (double)values / (double)nt->n_params, (double)wire * sizeof(float) / 1048576.0,
-                 (double)nt->n_params * sizeof(float) / 1048576.0, ro.psgd_threads, ro.psgd_threads == 1 ? "" : "s");
+                 (double)nt->n_params * sizeof(float) / 1048576.0, how);
     }
     free(tensors);
     net_set_grad_hook(nt, reducer_grads_ready, a->rd);
@@ -194,7 +196,11 @@ static void ar_wait_sums(exchange *x) { reducer_wait_sums(of(x)->rd); }
 
 static const char *ar_record_why(const exchange *x) {
     /* known from exchange_connect on: the stepper asks before exchange_attach */
-    if (((const allreduce_x *)x)->nccl) return NULL;
+    if (((const allreduce_x *)x)->nccl) {
+        if (x->o.reducer.compress != REDUCER_COMPRESS_POWERSGD) return NULL;
+        return "dist.compress = powersgd changes the step at dist.powersgd_start (its buckets give way to the "
+               "compression's two sums), which one recording cannot follow";
+    }
     return "with more than one rank the gradients go through host memory, summed by the host (dist.backend = nccl "
            "records NCCL's allreduces with the step)";
 }
@@ -207,14 +213,21 @@ static void ar_replayed(exchange *x, long step, int set, exchange_stats *st) {
 
 static void ar_free(exchange *x, int failed) {
     allreduce_x *a = of(x);
-    reducer_free(a->rd);
 #if CNT_HAVE_NCCL
-    /* after the reducer that used it; a failed run may have left collectives
-     * no peer will join, so it aborts instead of waiting for them */
-    if (failed) dist_nccl_abort(a->nccl);
-    else dist_nccl_free(a->nccl);
+    /* A failed run may have left collectives no peer will join: it aborts
+     * them before the reducer frees its device buffers (PowerSGD's), whose
+     * cudaFree would wait for them; otherwise the communicator goes after
+     * the reducer that used it. */
+    if (failed) {
+        dist_nccl_abort(a->nccl);
+        reducer_free(a->rd);
+    } else {
+        reducer_free(a->rd);
+        dist_nccl_free(a->nccl);
+    }
 #else
     (void)failed;
+    reducer_free(a->rd);
 #endif
 }
 

@@ -35,7 +35,8 @@
 typedef struct round_events {
     int count, cap;        /* allreduces queued; events created */
     cudaEvent_t *start, *end;   /* [cap] timing events on the communication stream */
-    cudaEvent_t mark;      /* on the compute stream, where the join's wait begins */
+    cudaEvent_t mark;      /* on the compute stream, where its first wait (dist_nccl_wait or the join's) begins */
+    int marked;            /* mark recorded in this round */
     double *start_s, *end_s;    /* [cap] filled by dist_nccl_round_wait */
 } round_events;
 
@@ -304,6 +305,7 @@ static round_slot *open_slot(dist_nccl *c) {
         sl->closed = 0;
         sl->ev = c->recording >= 0 ? &c->recorded[c->recording] : &c->own[c->next_round % ROUND_SLOTS];
         sl->ev->count = 0;
+        sl->ev->marked = 0;
     }
     return sl;
 }
@@ -353,13 +355,27 @@ void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, s
     record_timing(c, ev->end[k], c->stream);
 }
 
-long dist_nccl_join(dist_nccl *c, void *compute_stream) {
-    CNT_ASSERT(c);
-    cudaStream_t cs = (cudaStream_t)compute_stream;
+/* compute_stream waits for everything queued on the communication stream,
+ * the round's mark recorded first if no wait of this round has. */
+static round_slot *compute_waits(dist_nccl *c, cudaStream_t cs) {
     round_slot *sl = open_slot(c);
-    record_timing(c, sl->ev->mark, cs);
+    if (!sl->ev->marked) {
+        record_timing(c, sl->ev->mark, cs);
+        sl->ev->marked = 1;
+    }
     CUDA_CHECK(cudaEventRecord(c->done, c->stream));
     CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));
+    return sl;
+}
+
+void dist_nccl_wait(dist_nccl *c, void *compute_stream) {
+    CNT_ASSERT(c && c->recording < 0);
+    compute_waits(c, (cudaStream_t)compute_stream);
+}
+
+long dist_nccl_join(dist_nccl *c, void *compute_stream) {
+    CNT_ASSERT(c);
+    round_slot *sl = compute_waits(c, (cudaStream_t)compute_stream);
     sl->closed = 1;
     c->last_closed = c->next_round++;
     return c->last_closed;

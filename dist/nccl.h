@@ -106,9 +106,15 @@ void dist_nccl_allreduce_after(dist_nccl *c, void *compute_stream, float *buf, s
  * dist_nccl_allreduce_after lies inside it. */
 void *dist_nccl_half_staging(dist_nccl *c, size_t n);
 /* Makes compute_stream wait, on the device, for every allreduce queued so far
- * (no host wait), after marking on it where the wait begins (for exposed_ms).
- * Closes the current round (possibly empty) and returns its number. */
+ * (no host wait), after marking on it where the wait begins (for exposed_ms;
+ * a dist_nccl_wait of the round marked it already). Closes the current round
+ * (possibly empty) and returns its number. */
 long dist_nccl_join(dist_nccl *c, void *compute_stream);
+/* The same wait in the middle of a round, which stays open: the compute
+ * stream's next ops read the sums queued so far (PowerSGD's second sum needs
+ * its first, dist/reducer_nccl.c). Its first call in a round marks where
+ * exposed_ms begins. Not while recording. */
+void dist_nccl_wait(dist_nccl *c, void *compute_stream);
 
 /* dist.bucket_mb = auto's curve through NCCL: the device time of one
  * in-place fp32 allreduce of buf[0, n) (device memory) on the communication

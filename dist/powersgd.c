@@ -16,6 +16,7 @@
 #include "dist/powersgd.h"
 #include "common/check.h"
 #include "common/rng.h"
+#include "common/rng_hash.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -41,11 +42,24 @@ struct powersgd {
     float *a;    /* the first sum: P of each compressed tensor (rows x r), the others' values */
     float *b;    /* the second sum: this rank's Q of each compressed tensor (r x cols) */
     rng g;       /* Q's random values: the same draws on every rank */
+    /* powersgd_create_on: q, e, a, b are device memory of be, and the
+     * arithmetic is be's ops; NULL: host memory and the loops below */
+    const backend *be;
+    uint64_t seed;  /* the device's redraws: keyed by it, reduce_calls and the tensor */
+    uint64_t reduce_calls;
 };
 
 powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t n, int rank, uint64_t seed) {
+    return powersgd_create_on(NULL, tensors, n_tensors, n, rank, seed);
+}
+
+powersgd *powersgd_create_on(const backend *be, const powersgd_tensor *tensors, int n_tensors, size_t n, int rank,
+                             uint64_t seed) {
     CNT_ASSERT(n_tensors > 0 && rank >= 1);
+    CNT_ASSERT(!be || (be->gemm && be->axpy && be->lowrank_orthonormalise && be->lowrank_redraw));
     powersgd *p = cnt_calloc(1, sizeof *p);
+    p->be = be;
+    p->seed = seed;
     p->n_t = n_tensors;
     p->r = rank;
     p->threads = 1;
@@ -75,23 +89,36 @@ powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t 
     CNT_ASSERT(next == n);
     p->n_q = q_len;
     p->n_e = e_len;
-    p->q = cnt_malloc((q_len ? q_len : 1) * sizeof(float));
-    p->e = cnt_calloc(e_len ? e_len : 1, sizeof(float));
-    p->a = cnt_malloc((a_len ? a_len : 1) * sizeof(float));
-    p->b = cnt_malloc((q_len ? q_len : 1) * sizeof(float));
+    size_t sz_q = (q_len ? q_len : 1) * sizeof(float), sz_e = (e_len ? e_len : 1) * sizeof(float);
+    size_t sz_a = (a_len ? a_len : 1) * sizeof(float);
+    float *q = cnt_malloc(sz_q); /* drawn on the host either way: the same Q on every kind of rank */
     rng_seed(&p->g, seed, 0x5053474455ull); /* "PSGDU": a stream of its own */
-    for (size_t i = 0; i < q_len; i++) p->q[i] = rng_normal(&p->g);
+    for (size_t i = 0; i < q_len; i++) q[i] = rng_normal(&p->g);
+    if (be) { /* be->alloc zero-fills: the error starts at 0 */
+        p->q = be->alloc(sz_q);
+        be->upload(p->q, q, sz_q);
+        free(q);
+        p->e = be->alloc(sz_e);
+        p->a = be->alloc(sz_a);
+        p->b = be->alloc(sz_q);
+    } else {
+        p->q = q;
+        p->e = cnt_calloc(1, sz_e);
+        p->a = cnt_malloc(sz_a);
+        p->b = cnt_malloc(sz_q);
+    }
     return p;
 }
 
 void powersgd_free(powersgd *p) {
     if (!p) return;
+    void (*release)(void *) = p->be ? p->be->free : free;
+    release(p->q);
+    release(p->e);
+    release(p->a);
+    release(p->b);
     free(p->t);
     free(p->src);
-    free(p->q);
-    free(p->e);
-    free(p->a);
-    free(p->b);
     free(p);
 }
 
@@ -129,22 +156,6 @@ static void axpy(float a, const float *x, float *y, int n) {
     for (int j = 0; j < n; j++) y[j] += a * x[j];
 }
 
-/* The r columns of P (rows x r, row-major) made orthonormal in order
- * (Gram-Schmidt, sums in double); a column with nothing left stays 0. */
-static void orthonormalise(float *P, int rows, int r) {
-    for (int k = 0; k < r; k++) {
-        for (int c = 0; c < k; c++) {
-            double d = 0.0;
-            for (int i = 0; i < rows; i++) d += (double)P[(size_t)i * r + c] * P[(size_t)i * r + k];
-            float f = (float)d;
-            for (int i = 0; i < rows; i++) P[(size_t)i * r + k] -= f * P[(size_t)i * r + c];
-        }
-        double s = 0.0;
-        for (int i = 0; i < rows; i++) s += (double)P[(size_t)i * r + k] * P[(size_t)i * r + k];
-        float inv = s > 0.0 ? (float)(1.0 / sqrt(s)) : 0.0f;
-        for (int i = 0; i < rows; i++) P[(size_t)i * r + k] *= inv;
-    }
-}
 
 /* Below this many values a tensor's passes run on the calling thread alone:
  * a team's start costs more than they take. */
@@ -203,6 +214,71 @@ static void p_qt(const powersgd *p, const float *P, const float *Qt, int rows, i
     }
 }
 
+/* The values [n) from src to dst: host memory, or p->be's. */
+static void copy_values(const powersgd *p, float *dst, const float *src, size_t n) {
+    if (p->be) p->be->copy(dst, src, n * sizeof(float));
+    else memcpy(dst, src, n * sizeof(float));
+}
+
+/* A compressed tensor's arithmetic before the first sum: M += e, then P = M Q
+ * (Qt = Q transposed, r x cols). On p->be's device: GEMMs in fp32 (no TF32)
+ * and ops queued in order on the backend; on the host: the loops above. */
+static void phase_project(const powersgd *p, const ptensor *t, float *M, float *P) {
+    const float *e = p->e + t->e_off, *Qt = p->q + t->q_off;
+    if (!p->be) {
+        add_error_project(p, M, e, Qt, t->rows, t->cols, P);
+        return;
+    }
+    const backend_ctx fp32 = {0};
+    p->be->axpy((size_t)t->rows * t->cols, 1.0f, e, M, 1);
+    p->be->gemm(&fp32, 0, 1, t->rows, p->r, t->cols, 1.0f, M, t->cols, Qt, t->cols, 0.0f, P, p->r, 0);
+}
+
+/* Between the sums: P (summed) orthonormal, this rank's Qt = P^T M, its
+ * error e = M - P Qt. */
+static void phase_error(const powersgd *p, const ptensor *t, const float *M, float *P, float *Qt) {
+    float *e = p->e + t->e_off;
+    if (!p->be) { /* host memory: the CPU backend's Gram-Schmidt */
+        backend_cpu()->lowrank_orthonormalise(t->rows, p->r, P);
+        mt_p(p, M, P, t->rows, t->cols, Qt);
+        p_qt(p, P, Qt, t->rows, t->cols, M, -1.0f, e);
+        return;
+    }
+    const backend_ctx fp32 = {0};
+    const backend *be = p->be;
+    be->lowrank_orthonormalise(t->rows, p->r, P);
+    be->gemm(&fp32, 1, 0, p->r, t->cols, t->rows, 1.0f, P, p->r, M, t->cols, 0.0f, Qt, t->cols, 0);
+    be->copy(e, M, (size_t)t->rows * t->cols * sizeof(float));
+    be->gemm(&fp32, 0, 0, t->rows, t->cols, p->r, -1.0f, P, p->r, Qt, t->cols, 1.0f, e, t->cols, 0);
+}
+
+/* After the second sum: M = P Qs (Qs the summed Qt), Qs kept as the next
+ * step's Q, a column of it that summed to zero (a gradient of zeros), which
+ * would stay zero for ever as a warm start, drawn again, the same on every
+ * rank: on the host from p->g, on the device keyed by (seed, call, tensor
+ * i). */
+static void phase_result(powersgd *p, const ptensor *t, int i, uint64_t call, float *M, const float *P,
+                         const float *Qs) {
+    float *Qt = p->q + t->q_off;
+    if (p->be) {
+        const backend_ctx fp32 = {0};
+        p->be->gemm(&fp32, 0, 0, t->rows, t->cols, p->r, 1.0f, P, p->r, Qs, t->cols, 0.0f, M, t->cols, 0);
+        p->be->copy(Qt, Qs, (size_t)p->r * t->cols * sizeof(float));
+        uint64_t key = rng_hash_dropout_seed(rng_hash_dropout_seed(p->seed, call), (uint64_t)i);
+        p->be->lowrank_redraw(p->r, t->cols, Qt, key);
+        return;
+    }
+    p_qt(p, P, Qs, t->rows, t->cols, NULL, 1.0f, M);
+    memcpy(Qt, Qs, (size_t)p->r * t->cols * sizeof(float));
+    for (int k = 0; k < p->r; k++) {
+        float *col = Qt + (size_t)k * t->cols;
+        int zero = 1;
+        for (int j = 0; j < t->cols && zero; j++) zero = col[j] == 0.0f;
+        if (zero)
+            for (int j = 0; j < t->cols; j++) col[j] = rng_normal(&p->g);
+    }
+}
+
 void powersgd_set_threads(powersgd *p, int threads) {
     CNT_ASSERT(threads >= 1);
     p->threads = threads;
@@ -215,20 +291,20 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
                (t0 < t1 && p->src[t0].offset == lo && p->src[t1 - 1].offset + p->src[t1 - 1].count == hi));
     if (t0 == t1) return;
     const int r = p->r;
+    uint64_t call = p->reduce_calls++;
     /* The first sum: P = (M + e) Q of each compressed tensor, the others whole. */
     size_t na = 0;
     int any = 0;
     for (int i = t0; i < t1; i++) {
         const ptensor *t = &p->t[i];
-        const size_t count = p->src[i].count;
         float *M = grads + p->src[i].offset;
         if (!t->compressed) {
-            memcpy(p->a + na, M, count * sizeof(float));
-            na += count;
+            copy_values(p, p->a + na, M, p->src[i].count);
+            na += p->src[i].count;
             continue;
         }
         any = 1;
-        add_error_project(p, M, p->e + t->e_off, p->q + t->q_off, t->rows, t->cols, p->a + na);
+        phase_project(p, t, M, p->a + na);
         na += (size_t)t->rows * r;
     }
     sum(p->a, na, ctx);
@@ -238,15 +314,11 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
         const ptensor *t = &p->t[i];
         float *M = grads + p->src[i].offset;
         if (!t->compressed) {
-            memcpy(M, p->a + ia, p->src[i].count * sizeof(float));
+            copy_values(p, M, p->a + ia, p->src[i].count);
             ia += p->src[i].count;
             continue;
         }
-        float *P = p->a + ia;
-        orthonormalise(P, t->rows, r);
-        float *Qt = p->b + nb;
-        mt_p(p, M, P, t->rows, t->cols, Qt);
-        p_qt(p, P, Qt, t->rows, t->cols, M, -1.0f, p->e + t->e_off);
+        phase_error(p, t, M, p->a + ia, p->b + nb);
         ia += (size_t)t->rows * r;
         nb += (size_t)r * t->cols;
     }
@@ -261,19 +333,7 @@ void powersgd_reduce(powersgd *p, float *grads, size_t lo, size_t hi, powersgd_s
             ia += p->src[i].count;
             continue;
         }
-        const float *P = p->a + ia, *Qs = p->b + nb;
-        p_qt(p, P, Qs, t->rows, t->cols, NULL, 1.0f, grads + p->src[i].offset);
-        float *Qt = p->q + t->q_off;
-        memcpy(Qt, Qs, (size_t)r * t->cols * sizeof(float));
-        /* A column that summed to zero (a gradient of zeros) would stay zero
-         * for ever as a warm start: drawn again, the same on every rank. */
-        for (int k = 0; k < r; k++) {
-            float *col = Qt + (size_t)k * t->cols;
-            int zero = 1;
-            for (int j = 0; j < t->cols && zero; j++) zero = col[j] == 0.0f;
-            if (zero)
-                for (int j = 0; j < t->cols; j++) col[j] = rng_normal(&p->g);
-        }
+        phase_result(p, t, i, call, grads + p->src[i].offset, p->a + ia, p->b + nb);
         ia += (size_t)t->rows * r;
         nb += (size_t)r * t->cols;
     }
@@ -325,16 +385,27 @@ void powersgd_state_size(const powersgd *p, int *rank, size_t *n_q, size_t *n_e)
 }
 
 void powersgd_state_get(const powersgd *p, float *q, float *e, uint64_t draws[2]) {
-    memcpy(q, p->q, p->n_q * sizeof(float));
-    memcpy(e, p->e, p->n_e * sizeof(float));
+    if (p->be) { /* download waits for the ops queued before it */
+        p->be->download(q, p->q, p->n_q * sizeof(float));
+        p->be->download(e, p->e, p->n_e * sizeof(float));
+    } else {
+        memcpy(q, p->q, p->n_q * sizeof(float));
+        memcpy(e, p->e, p->n_e * sizeof(float));
+    }
     draws[0] = p->g.state;
     draws[1] = p->g.inc;
 }
 
 void powersgd_state_set(powersgd *p, const float *q, const float *e, const uint64_t draws[2]) {
-    memcpy(p->q, q, p->n_q * sizeof(float));
-    if (e) memcpy(p->e, e, p->n_e * sizeof(float));
-    else memset(p->e, 0, p->n_e * sizeof(float));
+    if (p->be) {
+        p->be->upload(p->q, q, p->n_q * sizeof(float));
+        if (e) p->be->upload(p->e, e, p->n_e * sizeof(float));
+        else p->be->zero(p->e, p->n_e * sizeof(float));
+    } else {
+        memcpy(p->q, q, p->n_q * sizeof(float));
+        if (e) memcpy(p->e, e, p->n_e * sizeof(float));
+        else memset(p->e, 0, p->n_e * sizeof(float));
+    }
     p->g.state = draws[0];
     p->g.inc = draws[1];
 }

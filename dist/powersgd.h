@@ -61,6 +61,21 @@ typedef void (*powersgd_sum_fn)(float *buf, size_t n, void *ctx);
  * rank: the approximation's rank, 1 or more. seed: Q's first values (every
  * rank must pass the same). Never fails. */
 powersgd *powersgd_create(const powersgd_tensor *tensors, int n_tensors, size_t n, int rank, uint64_t seed);
+/* The same on a backend's device (be NULL: powersgd_create): its state (Q,
+ * the error, the two sums' buffers) in be's memory, and powersgd_reduce
+ * takes device gradients and hands sum device buffers, its arithmetic be's
+ * ops queued in order (GEMMs in fp32, lowrank_orthonormalise, axpy,
+ * copies), made by the thread that makes be's other calls. What differs
+ * from the host's: the rounding of be's GEMMs, and a column of Q that summed
+ * to zero is drawn again from a stateless hash of (seed, the call's number,
+ * the tensor) on the device (lowrank_redraw) instead of the host's stream,
+ * which then only makes Q's first values (draws[] below). powersgd_state_get
+ * and _set copy through host memory (download waits for what is queued).
+ * For NCCL's ranks (dist/reducer_nccl.c); the CPU backend runs it too, which
+ * is how the tests check it without a GPU. powersgd_set_threads does not
+ * apply. */
+powersgd *powersgd_create_on(const backend *be, const powersgd_tensor *tensors, int n_tensors, size_t n, int rank,
+                             uint64_t seed);
 void powersgd_free(powersgd *p);
 
 /* The tensors of a table t[0, n) (tiling a buffer in offset order) that a

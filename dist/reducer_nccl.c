@@ -2,7 +2,12 @@
  * dist/reducer_nccl.c - the reducer's NCCL strategy: no thread; the training
  * thread queues each launched bucket's allreduce (fp32, or fp16 on the wire
  * with dist.compress = fp16) on NCCL's communication stream after the
- * compute stream's ops so far (dist/nccl.h), and
+ * compute stream's ops so far (dist/nccl.h). With dist.compress = powersgd,
+ * once compression has started, nothing is queued during backward:
+ * reducer_finish queues PowerSGD's arithmetic on the GPU for the whole
+ * gradient (powersgd_create_on) and its two sums, the compute stream
+ * waiting for the first before it goes on (a few MiB, not worth cutting
+ * into buckets); and
  * reducer_finish makes the compute stream wait for them. Times come from CUDA
  * events, read one step late. Design: docs/ARCHITECTURE.md, "Data
  * parallelism". Built only when the Makefile finds NCCL (CNT_HAVE_NCCL=1);
@@ -29,13 +34,27 @@ typedef struct reducer_nccl {
     double prev_comm_ms, prev_exposed_ms;
     long prev_step;
     int recording;       /* the recording being made (reducer_record); -1: none */
+    powersgd *psgd;      /* compress = powersgd (its state on the GPU), else NULL */
+    long psgd_start;     /* ... compressed steps: after this one */
+    int pending_count;   /* the allreduces of the pending round */
+    int psgd_sums;       /* PowerSGD's sums queued this step (psgd_sum) */
     int early[DIST_NCCL_RECORDINGS]; /* each recording's buckets launched during backward */
 } reducer_nccl;
 
 /* Queues buckets [from, upto) on the communication stream after the compute
  * stream's ops so far, each after the host-side half of the watchdog. */
+/* Whether this step is compressed (PowerSGD at finish, no buckets). */
+static int compressing(const reducer *rd) {
+    const reducer_nccl *c = rd->state;
+    return c->psgd && rd->step > c->psgd_start;
+}
+
 static void nccl_launch(reducer *rd, int from, int upto) {
     reducer_nccl *c = rd->state;
+    if (compressing(rd)) { /* the ranks still meet the watchdog at every bucket */
+        for (int b = from; b < upto; b++) dist_watchdog_arrive(rd->wd, rd->step, b);
+        return;
+    }
     for (int b = from; b < upto; b++) {
         const bucket *bk = &rd->buckets[b];
         dist_watchdog_arrive(rd->wd, rd->step, b);
@@ -54,7 +73,7 @@ static void nccl_read_pending(reducer *rd) {
     snprintf(what, sizeof what, "the gradient allreduces of step %ld", c->pending_step);
     dist_nccl_round r;
     dist_nccl_round_wait(c->nccl, c->pending_round, c->stall_warn_s, c->stall_abort_s, what, &r);
-    CNT_ASSERT(r.count == rd->n_buckets);
+    CNT_ASSERT(r.count == c->pending_count);
     if (c->tl)
         for (int b = 0; b < r.count; b++) reducer_record_bucket(c->tl, b, -1, r.start_s[b], r.end_s[b]); /* device times: no arrow */
     c->have_prev = 1;
@@ -80,13 +99,32 @@ static void nccl_round_queued(reducer *rd, long round, reducer_stats *st) {
     c->pending_step = rd->step;
 }
 
+/* PowerSGD's sums (powersgd_sum_fn): queued on the communication stream,
+ * and the compute stream, which goes on with the arithmetic that reads
+ * them, waits for them there. */
+static void psgd_sum(float *buf, size_t n, void *ctx) {
+    reducer *rd = ctx;
+    reducer_nccl *c = rd->state;
+    dist_nccl_allreduce_after(c->nccl, c->stream, buf, n, NULL);
+    dist_nccl_wait(c->nccl, c->stream);
+    c->psgd_sums++;
+}
+
 static void nccl_finish(reducer *rd, double t0, reducer_stats *st) {
     (void)t0;
     reducer_nccl *c = rd->state;
+    int count = rd->n_buckets;
+    if (compressing(rd)) {
+        c->psgd_sums = 0;
+        powersgd_reduce(c->psgd, rd->grads, 0, rd->n, psgd_sum, rd);
+        count = c->psgd_sums;
+        st->early = 0;
+    }
     /* The optimizer ops issued after this return run after the sums. */
     long round = dist_nccl_join(c->nccl, c->stream);
     if (c->recording >= 0) c->early[c->recording] = st->early;
     nccl_round_queued(rd, round, st);
+    c->pending_count = count;
 }
 
 static void nccl_record(reducer *rd, int set) {
@@ -106,6 +144,7 @@ static void nccl_replayed(reducer *rd, int set, reducer_stats *st) {
     for (int b = 0; b < rd->n_buckets; b++) dist_watchdog_arrive(rd->wd, rd->step, b);
     st->early = c->early[set];
     nccl_round_queued(rd, dist_nccl_replay(c->nccl, set), st);
+    c->pending_count = rd->n_buckets; /* recorded steps do not compress (exchange_record_why) */
 }
 
 static void nccl_set_timeline(reducer *rd, timeline *tl) {
@@ -115,7 +154,11 @@ static void nccl_set_timeline(reducer *rd, timeline *tl) {
     c->tl = tl;
 }
 
-static void nccl_free(reducer *rd) { free(rd->state); }
+static void nccl_free(reducer *rd) {
+    reducer_nccl *c = rd->state;
+    powersgd_free(c->psgd); /* device buffers: after the communicator's abort on a failed run (exchange) */
+    free(c);
+}
 
 static const reducer_ops nccl_ops = {
     .begin = NULL,
@@ -129,9 +172,7 @@ static const reducer_ops nccl_ops = {
 };
 
 void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
-    /* PowerSGD's arithmetic is the host's (dist/powersgd.h): the trainer
-     * rejects dist.compress=powersgd with dist.backend=nccl as a config error. */
-    CNT_ASSERT(opts->compress == REDUCER_COMPRESS_NONE || opts->compress == REDUCER_COMPRESS_FP16);
+
     /* NCCL orders itself against the compute stream: a GPU backend's. */
     CNT_ASSERT(rd->be->native_stream() != NULL);
     reducer_nccl *c = cnt_calloc(1, sizeof *c);
@@ -139,6 +180,12 @@ void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
     c->stream = rd->be->native_stream();
     /* each bucket's halves at the bucket's own offset: buckets never share them */
     if (opts->compress == REDUCER_COMPRESS_FP16) c->half = dist_nccl_half_staging(c->nccl, rd->n);
+    if (opts->compress == REDUCER_COMPRESS_POWERSGD) {
+        CNT_ASSERT(opts->tensors && opts->n_tensors > 0);
+        c->psgd = powersgd_create_on(rd->be, opts->tensors, opts->n_tensors, rd->n, opts->psgd_rank, opts->psgd_seed);
+        c->psgd_start = opts->psgd_start;
+        rd->psgd = c->psgd;
+    }
     c->stall_warn_s = opts->stall_warn_s;
     c->stall_abort_s = opts->stall_abort_s;
     c->pending_round = -1;

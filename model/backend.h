@@ -453,6 +453,16 @@ typedef struct backend {
      *   trust[r] = w > 0 && g > 0 ? eta * w / (g + weight_decay * w) : 1
      * sums and trust are device arrays of 2k and k floats. */
     void (*lars_trust)(int k, const float *sums, float eta, float weight_decay, float grad_scale, float *trust);
+    /* PowerSGD's two steps that are not GEMMs (dist/powersgd.h), fp32.
+     * lowrank_orthonormalise: the r columns of P (rows x r, row-major, a
+     * device array) made orthonormal in order by Gram-Schmidt: each column
+     * less its projections on the ones before, dot products and norms summed
+     * in double and rounded to float before use, then scaled to unit norm (a
+     * column with nothing left, norm 0, becomes 0). lowrank_redraw: each row
+     * k < r of Qt (r x cols) whose values are all 0 refilled with
+     * rng_hash_normal_inline(seed, k * cols + j) (common/rng_hash.h). */
+    void (*lowrank_orthonormalise)(int rows, int r, float *P);
+    void (*lowrank_redraw)(int r, int cols, float *Qt, uint64_t seed);
 
     /* ---- recorded steps (optional, all or none; NULL: every op runs as it
      * is called, the CPU's way) ----

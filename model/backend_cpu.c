@@ -1342,6 +1342,31 @@ static void cpu_lars_trust(int k, const float *sums, float eta, float weight_dec
     }
 }
 
+static void cpu_lowrank_orthonormalise(int rows, int r, float *P) {
+    for (int k = 0; k < r; k++) {
+        for (int c = 0; c < k; c++) {
+            double d = 0.0;
+            for (int i = 0; i < rows; i++) d += (double)P[(size_t)i * r + c] * P[(size_t)i * r + k];
+            float f = (float)d;
+            for (int i = 0; i < rows; i++) P[(size_t)i * r + k] -= f * P[(size_t)i * r + c];
+        }
+        double s = 0.0;
+        for (int i = 0; i < rows; i++) s += (double)P[(size_t)i * r + k] * P[(size_t)i * r + k];
+        float inv = s > 0.0 ? (float)(1.0 / sqrt(s)) : 0.0f;
+        for (int i = 0; i < rows; i++) P[(size_t)i * r + k] *= inv;
+    }
+}
+
+static void cpu_lowrank_redraw(int r, int cols, float *Qt, uint64_t seed) {
+    for (int k = 0; k < r; k++) {
+        float *row = Qt + (size_t)k * cols;
+        int zero = 1;
+        for (int j = 0; j < cols && zero; j++) zero = row[j] == 0.0f;
+        if (zero)
+            for (int j = 0; j < cols; j++) row[j] = rng_hash_normal_inline(seed, (uint64_t)k * cols + j);
+    }
+}
+
 /* ----------------------------------------------------------------- threads */
 
 static void cpu_set_threads(int n) {
@@ -1759,6 +1784,8 @@ static const backend cpu_backend = {
     .sgd_update = cpu_sgd_update,
     .sumsq2 = cpu_sumsq2,
     .lars_trust = cpu_lars_trust,
+    .lowrank_orthonormalise = cpu_lowrank_orthonormalise,
+    .lowrank_redraw = cpu_lowrank_redraw,
     .set_threads = cpu_set_threads,
     .find_nonfinite = cpu_find_nonfinite,
     .convert_layout = cpu_convert_layout,

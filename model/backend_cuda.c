@@ -1733,6 +1733,16 @@ static void cuda_lars_trust(int k, const float *sums, float eta, float weight_de
     CUDA_CHECK(cuk_lars_trust(g.stream, k, sums, eta, weight_decay, grad_scale, trust));
 }
 
+static void cuda_lowrank_orthonormalise(int rows, int r, float *P) {
+    on_device();
+    CUDA_CHECK(cuk_lowrank_orthonormalise(g.stream, rows, r, P));
+}
+
+static void cuda_lowrank_redraw(int r, int cols, float *Qt, uint64_t seed) {
+    on_device();
+    CUDA_CHECK(cuk_lowrank_redraw(g.stream, r, cols, Qt, seed));
+}
+
 /* ---- recorded steps (train.cuda_graph): stream capture of g.stream ---- */
 
 static void cuda_capture_begin(void) {
@@ -2037,6 +2047,8 @@ static const backend cuda_backend = {
     .sgd_update = cuda_sgd_update,
     .sumsq2 = cuda_sumsq2,
     .lars_trust = cuda_lars_trust,
+    .lowrank_orthonormalise = cuda_lowrank_orthonormalise,
+    .lowrank_redraw = cuda_lowrank_redraw,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,

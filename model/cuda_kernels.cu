@@ -629,6 +629,44 @@ __global__ void lars_trust_k(int k, const float *sums, float eta, float wd, floa
     trust[r] = w > 0.0 && g > 0.0 ? (float)((double)eta * w / (g + (double)wd * w)) : 1.0f;
 }
 
+/* PowerSGD: the r columns of P (rows x r) orthonormal in order, one block;
+ * the CPU's arithmetic without contractions (__fmul_rn, __fsub_rn), its
+ * double sums in the block's tree order. */
+__global__ void lowrank_orthonormalise_k(int rows, int r, float *P) {
+    __shared__ double sh[kThreads];
+    for (int k = 0; k < r; k++) {
+        for (int c = 0; c < k; c++) {
+            double d = 0.0;
+            for (int i = threadIdx.x; i < rows; i += blockDim.x)
+                d += (double)P[(size_t)i * r + c] * (double)P[(size_t)i * r + k];
+            float f = (float)block_sum(d, sh);
+            for (int i = threadIdx.x; i < rows; i += blockDim.x)
+                P[(size_t)i * r + k] = __fsub_rn(P[(size_t)i * r + k], __fmul_rn(f, P[(size_t)i * r + c]));
+            __syncthreads();
+        }
+        double s = 0.0;
+        for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+            double x = P[(size_t)i * r + k];
+            s += x * x;
+        }
+        s = block_sum(s, sh);
+        float inv = s > 0.0 ? (float)(1.0 / sqrt(s)) : 0.0f;
+        for (int i = threadIdx.x; i < rows; i += blockDim.x) P[(size_t)i * r + k] = __fmul_rn(P[(size_t)i * r + k], inv);
+        __syncthreads();
+    }
+}
+
+/* PowerSGD: row blockIdx.x of Qt (r x cols) refilled with normals when all 0. */
+__global__ void lowrank_redraw_k(int cols, float *Qt, uint64_t seed) {
+    __shared__ double sh[kThreads];
+    float *row = Qt + (size_t)blockIdx.x * cols;
+    double nonzero = 0.0;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) nonzero += row[j] != 0.0f;
+    if (block_sum(nonzero, sh) > 0.0) return;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        row[j] = rng_hash_normal_inline(seed, (uint64_t)blockIdx.x * cols + j);
+}
+
 template <typename T> __global__ void narrow_k(size_t n, const float *x, T *h) {
     GRID_STRIDE(i, n) h[i] = narrow_to<T>(x[i]);
 }
@@ -927,6 +965,16 @@ cudaError_t cuk_lars_trust(cudaStream_t s, int k, const float *sums, float eta, 
     if (k > 0)
         lars_trust_k<<<(unsigned)((k + kThreads - 1) / kThreads), kThreads, 0, s>>>(k, sums, eta, weight_decay,
                                                                                     grad_scale, trust);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_lowrank_orthonormalise(cudaStream_t s, int rows, int r, float *P) {
+    if (rows > 0 && r > 0) lowrank_orthonormalise_k<<<1, kThreads, 0, s>>>(rows, r, P);
+    return cudaGetLastError();
+}
+
+cudaError_t cuk_lowrank_redraw(cudaStream_t s, int r, int cols, float *Qt, uint64_t seed) {
+    if (r > 0 && cols > 0) lowrank_redraw_k<<<(unsigned)r, kThreads, 0, s>>>(cols, Qt, seed);
     return cudaGetLastError();
 }
 

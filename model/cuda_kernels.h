@@ -112,6 +112,10 @@ cudaError_t cuk_sumsq2(cudaStream_t s, size_t n, const float *a, const float *b,
 cudaError_t cuk_lars_trust(cudaStream_t s, int k, const float *sums, float eta, float weight_decay,
                            float grad_scale, float *trust);
 
+/* model/backend.h's lowrank_orthonormalise and lowrank_redraw (PowerSGD) */
+cudaError_t cuk_lowrank_orthonormalise(cudaStream_t s, int rows, int r, float *P);
+cudaError_t cuk_lowrank_redraw(cudaStream_t s, int r, int cols, float *Qt, uint64_t seed);
+
 /* ---- 16-bit copies for the reduced-precision math modes ----
  * `math` is BACKEND_MATH_FP16 (IEEE half) or BACKEND_MATH_BF16 (bfloat16);
  * any other value launches nothing and returns cudaErrorInvalidValue. `h`

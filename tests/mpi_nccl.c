@@ -28,6 +28,8 @@
  * graph launched and then replayed on new values, each replay's round
  * (dist_nccl_replay) timed on its own events after the recording's, the
  * sums right each time, and an eager round between replays still working.
+ * And dist.compress = powersgd through NCCL (its arithmetic on the GPU)
+ * against the same through host memory (test_powersgd_paths).
  *
  * --quick runs fewer sizes (for NCCL over its socket transport, which
  * test_nccl.sh uses to give two ranks on one GPU real allreduces).
@@ -185,6 +187,83 @@ static void run_reducer(const backend *be, dist_nccl *nc, const busy *w, layout 
     free(want);
     free(got);
     free(half);
+}
+
+/* dist.compress = powersgd on both paths from the same gradients: NCCL's
+ * (the arithmetic on the GPU after backward, dist/reducer_nccl.c) against
+ * the host's (the communication thread, bucket by bucket): step 1
+ * uncompressed, steps 2-4 compressed at rank 2; each step's output within
+ * 1e-4 of the host path's (the GEMMs round differently), the same bits on
+ * every rank, NCCL's rounds of 2 sums in its stats (comm_ms), and an
+ * uncompressed first step equal to a plain allreduce bit for bit. */
+static void test_powersgd_paths(const backend *be, dist_nccl *nc, const busy *w) {
+    static const powersgd_tensor T[] = {{0, 36864, 64},       /* 64 x 576 */
+                                        {36864, 64, 1},       /* a vector */
+                                        {36928, 147456, 128}, /* 128 x 1152 */
+                                        {184384, 10, 1}};
+    enum { NT = 4, STEPS = 4 };
+    const size_t n = 184394;
+    float *src_h = cnt_malloc(n * sizeof(float)), *got[2], *want = cnt_malloc(n * sizeof(float));
+    float *src = be->alloc(n * sizeof(float)), *grads[2];
+    reducer *rd[2];
+    for (int k = 0; k < 2; k++) { /* 0: NCCL, 1: MPI through host memory */
+        got[k] = cnt_malloc(n * sizeof(float));
+        grads[k] = be->alloc(n * sizeof(float));
+        reducer_opts ro = {.first_bucket = n / 7 + 1, .bucket = n / 3 + 1, .algo = DIST_ALGO_MPI, .overlap = 1,
+                           .in_flight = 1, .compress = REDUCER_COMPRESS_POWERSGD, .psgd_rank = 2, .psgd_start = 1,
+                           .psgd_threads = 1, .psgd_seed = 7, .tensors = T, .n_tensors = NT, .stall_warn_s = 10,
+                           .stall_abort_s = 60, .nccl = k == 0 ? nc : NULL};
+        rd[k] = reducer_create(be, grads[k], n, &ro);
+    }
+    int ok_close = 1, ok_same = 1, ok_first = 1, ok_stats = 1;
+    double worst = 0;
+    for (long step = 1; step <= STEPS; step++) {
+        for (size_t i = 0; i < n; i++) src_h[i] = frac_value(rank_, i, step);
+        be->upload(src, src_h, n * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            reducer_begin(rd[k], step);
+            size_t half = n / 2; /* backward in two slices */
+            keep_busy(be, w, 2);
+            be->copy(grads[k], src, half * sizeof(float));
+            reducer_grads_ready(rd[k], 0, half);
+            be->copy(grads[k] + half, src + half, (n - half) * sizeof(float));
+            reducer_grads_ready(rd[k], half, n - half);
+            reducer_stats st;
+            reducer_finish(rd[k], &st);
+            reducer_wait_sums(rd[k]);
+            be->download(got[k], grads[k], n * sizeof(float));
+            if (k == 0 && step > 2) ok_stats &= st.comm_step == step - 1 && st.comm_ms > 0;
+        }
+        double d = 0, s = 0;
+        for (size_t i = 0; i < n; i++) {
+            d += ((double)got[0][i] - got[1][i]) * ((double)got[0][i] - got[1][i]);
+            s += (double)got[1][i] * got[1][i];
+        }
+        double rel = sqrt(d / (s > 0 ? s : 1));
+        if (rel > worst) worst = rel;
+        ok_close &= rel < 1e-4;
+        memcpy(want, got[0], n * sizeof(float));
+        dist_broadcast(want, n * sizeof(float), 0);
+        ok_same &= memcmp(want, got[0], n * sizeof(float)) == 0;
+        if (step == 1) { /* uncompressed: the plain sum, exactly as MPI_Allreduce adds (2 ranks: one addition) */
+            memcpy(want, src_h, n * sizeof(float));
+            dist_allreduce_sum(want, n, DIST_ALGO_MPI);
+            if (world_ == 2) ok_first &= memcmp(want, got[0], n * sizeof(float)) == 0;
+        }
+    }
+    tu_mpi_check(ok_close, "powersgd: NCCL's path (on the GPU) within 1e-4 of the host's, %d steps (worst %.2g)",
+                 STEPS, worst);
+    tu_mpi_check(ok_same, "powersgd through NCCL: every rank the same bits");
+    tu_mpi_check(ok_first, "powersgd through NCCL: the uncompressed first step is the plain sum");
+    tu_mpi_check(ok_stats, "powersgd through NCCL: its rounds timed, one step late");
+    for (int k = 0; k < 2; k++) {
+        reducer_free(rd[k]);
+        be->free(grads[k]);
+        free(got[k]);
+    }
+    be->free(src);
+    free(src_h);
+    free(want);
 }
 
 /* dist_nccl directly: one round of allreduces, joined and timed. */
@@ -351,6 +430,7 @@ static void run_all(const backend *be, dist_nccl *nc) {
         }
     }
     test_timeline(be, nc, &w);
+    test_powersgd_paths(be, nc, &w);
     be->free(w.a);
     be->free(w.b);
     be->free(w.c);

@@ -2041,6 +2041,72 @@ static void test_lars_ops(void **state) {
     }
 }
 
+/* PowerSGD's two device ops against the CPU's: Gram-Schmidt on P (rows x r)
+ * for sizes around a block's 256 threads, with a column of zeros (which
+ * stays 0), within 1e-4 and orthonormal (P^T P = I on the other columns;
+ * the sums' orders differ, so a column that depends on the ones before,
+ * whose remainder is rounding noise, could not be compared); the redraw
+ * refilling only Q's all-zero rows, with the CPU's normals (within 1e-5:
+ * logf and cosf on either side) and nothing else changed. */
+static void test_lowrank_ops(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const int shapes[][2] = {{1, 1}, {7, 3}, {256, 2}, {257, 4}, {4096, 8}, {100, 32}};
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        int rows = shapes[t][0], r = shapes[t][1];
+        rng g;
+        rng_seed(&g, 2500 + t, 1);
+        float *h = tu_alloc_f((size_t)rows * r);
+        fill_normal(&g, h, (size_t)rows * r, 0.0f, 1.0f);
+        if (r >= 3)
+            for (int i = 0; i < rows; i++) h[(size_t)i * r + 2] = 0.0f; /* a column of zeros */
+        dual P = dual_of(h, (size_t)rows * r);
+        for (int s = CPU; s <= GPU; s++) be[s]->lowrank_orthonormalise(rows, r, P.p[s]);
+        float *c = download(CPU, P.p[CPU], (size_t)rows * r), *gp = download(GPU, P.p[GPU], (size_t)rows * r);
+        char what[80];
+        snprintf(what, sizeof what, "lowrank_orthonormalise %d x %d", rows, r);
+        double *want = malloc((size_t)rows * r * sizeof(double));
+        for (size_t i = 0; i < (size_t)rows * r; i++) want[i] = c[i];
+        tu_assert_close_f(what, want, gp, (size_t)rows * r, 1e-4, 1e-4);
+        if (r >= 3)
+            for (int i = 0; i < rows; i++) assert_true(gp[(size_t)i * r + 2] == 0.0f);
+        for (int a = 0; a < r; a++) /* orthonormal where the column is not 0 */
+            for (int b = 0; b <= a; b++) {
+                double d = 0.0;
+                for (int i = 0; i < rows; i++) d += (double)gp[(size_t)i * r + a] * gp[(size_t)i * r + b];
+                if (r >= 3 && (a == 2 || b == 2)) continue;
+                assert_true(fabs(d - (a == b ? 1.0 : 0.0)) < 1e-4);
+            }
+        free(want);
+        free(c);
+        free(gp);
+        free(h);
+        dual_free(&P);
+    }
+    enum { R = 4, COLS = 1000 };
+    float q[R * COLS];
+    rng g;
+    rng_seed(&g, 2600, 1);
+    fill_normal(&g, q, R * COLS, 0.0f, 1.0f);
+    for (int j = 0; j < COLS; j++) q[1 * COLS + j] = q[3 * COLS + j] = 0.0f; /* rows 1 and 3 zero */
+    q[3 * COLS + 999] = -0.0f; /* still zero */
+    dual Q = dual_of(q, R * COLS);
+    for (int s = CPU; s <= GPU; s++) be[s]->lowrank_redraw(R, COLS, Q.p[s], 12345);
+    float *c = download(CPU, Q.p[CPU], R * COLS), *gq = download(GPU, Q.p[GPU], R * COLS);
+    double *want = malloc(R * COLS * sizeof(double));
+    for (int i = 0; i < R * COLS; i++) want[i] = c[i];
+    tu_assert_close_f("lowrank_redraw", want, gq, R * COLS, 1e-5, 1e-5);
+    tu_assert_bitwise_equal_f("lowrank_redraw: rows with values untouched", q, gq, COLS);
+    tu_assert_bitwise_equal_f("lowrank_redraw: rows with values untouched", q + 2 * COLS, gq + 2 * COLS, COLS);
+    int filled = 0;
+    for (int j = 0; j < COLS; j++) filled += gq[COLS + j] != 0.0f && gq[3 * COLS + j] != 0.0f;
+    assert_true(filled > COLS - 5);
+    free(want);
+    free(c);
+    free(gq);
+    dual_free(&Q);
+}
+
 /* ---------------------------------------------------------------- ordering */
 
 typedef struct transfer_job {
@@ -2914,6 +2980,7 @@ int main(void) {
         cmocka_unit_test_setup(test_softmax_xent, fp32_math),
         cmocka_unit_test_setup(test_sgd_update, fp32_math),
         cmocka_unit_test_setup(test_lars_ops, fp32_math),
+        cmocka_unit_test_setup(test_lowrank_ops, fp32_math),
         cmocka_unit_test_setup(test_fences_and_sync_transfers, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step, fp32_math),
         cmocka_unit_test_setup(test_resnet20_train_step_nhwc, fp32_math),

@@ -178,6 +178,8 @@ static void test_footprints(void **state) {
     ar.reducer.compress = REDUCER_COMPRESS_POWERSGD;
     f = exchange_footprint_for(&ar, 4, 0);
     assert_true(f.host_per_param_byte == 2 && f.device_per_param_byte == 0 && f.momentum_on_worker);
+    f = exchange_footprint_for(&ar, 4, 1); /* with NCCL its error is on the GPU */
+    assert_true(f.host_per_param_byte == 0 && f.device_per_param_byte == 1 && f.momentum_on_worker);
     f = exchange_footprint_for(&ar, 1, 0); /* one rank never compresses */
     assert_true(f.host_per_param_byte == 0 && f.device_per_param_byte == 0);
     f = exchange_footprint_for(&servers, 1, 0);
@@ -186,6 +188,7 @@ static void test_footprints(void **state) {
     assert_true(f.host_per_param_byte == 0 && f.momentum_on_worker);
     const char *via = NULL; /* one process: no allreduce for dist.bucket_mb = auto to size */
     assert_int_equal(exchange_sized_allreduce(exchange_none(), &via), 0);
+    assert_int_equal(exchange_nccl(exchange_none()), 0);
 }
 
 /* The none version: nothing to wait for, nothing kept, the run record's

@@ -24,6 +24,15 @@
 
 #include "common/rng.h"
 #include "dist/powersgd.h"
+#include "model/backend.h"
+
+/* Where the objects under test keep their state and run their arithmetic:
+ * NULL, the host's loops (powersgd_create); the CPU backend, the device
+ * path (powersgd_create_on), which NCCL's ranks run on a GPU. */
+static const backend *dev_;
+static powersgd *mk(const powersgd_tensor *t, int n_t, size_t n, int r, uint64_t seed) {
+    return powersgd_create_on(dev_, t, n_t, n, r, seed);
+}
 
 /* One rank: the sum over the ranks is the identity; counts its calls in *ctx. */
 static void count_sum(float *buf, size_t n, void *ctx) {
@@ -96,7 +105,7 @@ static double rel_err(const float *x, const double *ref, size_t n) {
  * pass through bit for bit; two sums for the region. */
 static void test_low_rank_reproduced(void **state) {
     (void)state;
-    powersgd *p = powersgd_create(T4, 4, T4_N, 2, 3);
+    powersgd *p = mk(T4, 4, T4_N, 2, 3);
     float *g = malloc(T4_N * sizeof(float)), *want = malloc(T4_N * sizeof(float));
     double *ref = malloc(T4_N * sizeof(double));
     float U[16 * 2], V[36 * 2], U2[10 * 2], V2[300 * 2];
@@ -191,7 +200,7 @@ static void run_ranks(powersgd *p[W], float *grads[W], int steps, float *out[W],
 
 static void run_world(float *grads[W], int steps, float *out[W], float *mean[W], int rank_r) {
     powersgd *p[W];
-    for (int q = 0; q < W; q++) p[q] = powersgd_create(T4, 4, T4_N, rank_r, 11);
+    for (int q = 0; q < W; q++) p[q] = mk(T4, 4, T4_N, rank_r, 11);
     run_ranks(p, grads, steps, out, mean);
     for (int q = 0; q < W; q++) powersgd_free(p[q]);
 }
@@ -273,7 +282,7 @@ static void test_error_feedback_converges(void **state) {
  * step's rank-1 gradient is still reproduced. */
 static void test_zero_gradient_does_not_freeze(void **state) {
     (void)state;
-    powersgd *p = powersgd_create(T4, 4, T4_N, 1, 5);
+    powersgd *p = mk(T4, 4, T4_N, 1, 5);
     float *g = calloc(T4_N, sizeof(float));
     int calls = 0;
     powersgd_reduce(p, g, 0, T4_N, count_sum, &calls);
@@ -304,8 +313,8 @@ static double resume_gap(int mode) {
         out[q] = malloc(T4_N * sizeof(float));
         again[q] = malloc(T4_N * sizeof(float));
         fill_normal(grads[q], T4_N, 70 + (uint64_t)q);
-        p[q] = powersgd_create(T4, 4, T4_N, 1, 5);
-        r[q] = powersgd_create(T4, 4, T4_N, 1, 99); /* another seed: everything must come from the state */
+        p[q] = mk(T4, 4, T4_N, 1, 5);
+        r[q] = mk(T4, 4, T4_N, 1, 99); /* another seed: everything must come from the state */
     }
     run_ranks(p, grads, 5, out, NULL);
     int rank;
@@ -416,7 +425,83 @@ static void test_threads_same_bits(void **state) {
     }
 }
 
+/* The device path (powersgd_create_on) on the CPU backend: the tests above
+ * again, and step by step the host path's outputs and state, to the
+ * rounding of the backend's GEMMs. */
+static void on_device(void (*test)(void **), void **state) {
+    dev_ = backend_cpu();
+    test(state);
+    dev_ = NULL;
+}
+static void test_device_ranks_agree_and_sum(void **state) { on_device(test_ranks_agree_and_sum, state); }
+static void test_device_error_feedback_converges(void **state) { on_device(test_error_feedback_converges, state); }
+static void test_device_zero_gradient_does_not_freeze(void **state) {
+    on_device(test_zero_gradient_does_not_freeze, state);
+}
+static void test_device_low_rank_reproduced(void **state) { on_device(test_low_rank_reproduced, state); }
+static void test_device_state_resumes(void **state) { on_device(test_state_resumes, state); }
+
+static void test_device_matches_host(void **state) {
+    (void)state;
+    for (int r = 1; r <= 2; r++) {
+        powersgd *host = powersgd_create(T4, 4, T4_N, r, 9);
+        powersgd *dev = powersgd_create_on(backend_cpu(), T4, 4, T4_N, r, 9);
+        float *gh = malloc(T4_N * sizeof(float)), *gd = malloc(T4_N * sizeof(float));
+        double *ref = malloc(T4_N * sizeof(double));
+        int calls_h = 0, calls_d = 0;
+        for (int step = 0; step < 6; step++) {
+            fill_normal(gh, T4_N, 80 + (uint64_t)step);
+            memcpy(gd, gh, T4_N * sizeof(float));
+            /* two regions, as two buckets cut them */
+            size_t lo, hi;
+            powersgd_region(host, 0, 600, &lo, &hi);
+            powersgd_reduce(host, gh, lo, hi, count_sum, &calls_h);
+            powersgd_reduce(dev, gd, lo, hi, count_sum, &calls_d);
+            powersgd_region(host, 600, T4_N, &lo, &hi);
+            powersgd_reduce(host, gh, lo, hi, count_sum, &calls_h);
+            powersgd_reduce(dev, gd, lo, hi, count_sum, &calls_d);
+            for (size_t i = 0; i < T4_N; i++) ref[i] = gh[i];
+            assert_true(rel_err(gd, ref, T4_N) < 1e-5);
+        }
+        assert_int_equal(calls_d, calls_h);
+        int rk;
+        size_t nq, ne;
+        powersgd_state_size(dev, &rk, &nq, &ne);
+        float *q[2], *e[2];
+        uint64_t d[2][2];
+        powersgd *both[2] = {host, dev};
+        for (int k = 0; k < 2; k++) {
+            q[k] = malloc(nq * sizeof(float));
+            e[k] = malloc(ne * sizeof(float));
+            powersgd_state_get(both[k], q[k], e[k], d[k]);
+        }
+        double *qr = malloc(nq * sizeof(double)), *er = malloc(ne * sizeof(double));
+        for (size_t i = 0; i < nq; i++) qr[i] = q[0][i];
+        for (size_t i = 0; i < ne; i++) er[i] = e[0][i];
+        assert_true(rel_err(q[1], qr, nq) < 1e-4);
+        assert_true(rel_err(e[1], er, ne) < 1e-4);
+        /* the state set on the device reads back the same */
+        powersgd_state_set(dev, q[0], e[0], d[0]);
+        powersgd_state_get(dev, q[1], e[1], d[1]);
+        assert_memory_equal(q[1], q[0], nq * sizeof(float));
+        assert_memory_equal(e[1], e[0], ne * sizeof(float));
+        assert_memory_equal(d[1], d[0], sizeof d[0]);
+        for (int k = 0; k < 2; k++) {
+            free(q[k]);
+            free(e[k]);
+        }
+        free(qr);
+        free(er);
+        free(gh);
+        free(gd);
+        free(ref);
+        powersgd_free(host);
+        powersgd_free(dev);
+    }
+}
+
 int main(void) {
+    backend_cpu()->set_threads(1); /* the ranks are threads that call the backend at once */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regions_tile),
         cmocka_unit_test(test_low_rank_reproduced),
@@ -425,6 +510,12 @@ int main(void) {
         cmocka_unit_test(test_zero_gradient_does_not_freeze),
         cmocka_unit_test(test_state_resumes),
         cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_device_matches_host),
+        cmocka_unit_test(test_device_low_rank_reproduced),
+        cmocka_unit_test(test_device_ranks_agree_and_sum),
+        cmocka_unit_test(test_device_error_feedback_converges),
+        cmocka_unit_test(test_device_zero_gradient_does_not_freeze),
+        cmocka_unit_test(test_device_state_resumes),
     };
     return cmocka_run_group_tests_name("powersgd", tests, NULL, NULL);
 }

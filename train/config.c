@@ -449,7 +449,7 @@ static const key_def key_table[] = {
          .help = "gradient format on the wire: none (fp32), fp16 (half the bytes; the partial sums rounded to fp16, "
                  "as Horovod's fp16 compression; with NCCL too, converted on the GPU) or powersgd (each weight "
                  "matrix's gradient as two rank-r factors with error feedback, as PyTorch DDP's PowerSGD hook: "
-                 "dist.powersgd_rank, dist.powersgd_start; through host memory only, not NCCL); not with "
+                 "dist.powersgd_rank, dist.powersgd_start; with NCCL its arithmetic runs on the GPU); not with "
                  "parameter servers"),
     K_INT("dist", "powersgd_rank", powersgd_rank, "2", BETWEEN(1, 32),
           .help = "dist.compress = powersgd: the rank r of each weight matrix's approximation; an n x m gradient "
@@ -460,8 +460,9 @@ static const key_def key_table[] = {
                   "start_powerSGD_iter: compression from the start costs accuracy"),
     K_INT("dist", "powersgd_threads", powersgd_threads, "auto", BETWEEN(1, 256), .auto_ok = 1,
           .help = "dist.compress = powersgd: threads of its host arithmetic (passes over the gradients, bound by "
-                  "memory; the same bits whatever the number); auto: 1 on a CPU rank, whose cores compute "
-                  "backward meanwhile, and on a GPU rank half its share of the node's CPUs, at most 8"),
+                  "memory; the same bits whatever the number), through host memory (not NCCL); auto: 1 on a CPU "
+                  "rank, whose cores compute backward meanwhile, and on a GPU rank half its share of the node's "
+                  "CPUs, at most 8"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
                   "names the late ranks, the step and the bucket; any other collective names itself, the "
@@ -1365,10 +1366,6 @@ int config_validate(const config *cfg) {
         return cnt_err_set("invalid configuration: optim.min_lr (%g) is above optim.lr (%g): the %s schedule "
                            "would raise the rate",
                            (double)cfg->min_lr, (double)cfg->lr, config_name(cfg, &cfg->schedule));
-    if (cfg->dist_backend == DIST_BACKEND_NCCL && cfg->compress == REDUCER_COMPRESS_POWERSGD)
-        return cnt_err_set("invalid configuration: dist.compress = powersgd works with dist.backend = mpi, ring or "
-                           "hier (its arithmetic runs on the host, the GPUs' gradients staged there); with "
-                           "dist.backend = nccl use dist.compress = none or fp16");
     if (cfg->bucket_mb == 0.0f && cfg->dist_mode == DIST_MODE_PS)
         return cnt_err_set("invalid configuration: dist.bucket_mb = auto sizes the allreduce's buckets; dist.mode = "
                            "ps sends whole shards (set a size, or leave the key out)");

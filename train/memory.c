@@ -176,7 +176,7 @@ static int refuse(const config *cfg, const run_memory *m, const loader_options *
         if (n->kept) add_part(parts, sizeof parts, "kept filters", n->kept);
         add_part(parts, sizeof parts, "stager and logits", m->step);
         if (m->accumulated) add_part(parts, sizeof parts, "accumulated gradients", m->accumulated);
-        if (m->device_exchange) add_part(parts, sizeof parts, "fp16 gradients for NCCL", m->device_exchange);
+        if (m->device_exchange) add_part(parts, sizeof parts, "compression's buffers", m->device_exchange);
     }
     if (p->kind != POOL_DEVICE) {
         add_part(parts, sizeof parts, "loader", m->loader);

@@ -10,7 +10,7 @@
  * batch-norm statistics, every node's output and gradient, the backend's
  * scratch and the forms of the filters it keeps for the backward), the
  * optimizer's momentum, the stepper's device buffers, the exchange's device
- * staging (NCCL's fp16 gradients), the loaders' rings of prefetched batches,
+ * buffers (with NCCL: fp16 gradients, PowerSGD's error), the loaders' rings of prefetched batches,
  * and host copies (pinned stager slots on a GPU, the reducer's staging
  * buffer and its fp16 copy or PowerSGD's error, parameter copies for the
  * ranks' comparison and for checkpoints, PowerSGD's error summed into a
@@ -43,7 +43,7 @@ typedef struct run_memory {
     size_t step;             /* the stepper's device buffers: the stager's two slots, the logits' gradients,
                               * the batch-norm statistics a skipped step restores (loss scaling) */
     size_t accumulated;      /* the gradients summed over micro-batches (train.accumulate > 1), loss's sum */
-    size_t device_exchange;  /* what the exchange stages on the device: NCCL's fp16 gradients (dist.compress) */
+    size_t device_exchange;  /* what the exchange keeps on the device with NCCL: fp16 gradients, PowerSGD's error */
     size_t loader;           /* host: both loaders' rings (data.prefetch + 1 batches each) and per-sample tables */
     size_t host_copies;      /* host: the stager's pinned slots (GPU backends), the reducer's staging buffer,
                               * copies of the parameters (ranks' comparison, checkpoints), evaluation logits */

@@ -102,7 +102,10 @@ static int choose_on_rank0(const run *r, const char *via, const double *bytes, c
     c.curve_ring = 1;
     c.overlap = cfg->overlap;
     c.fp16 = cfg->compress == REDUCER_COMPRESS_FP16;
-    if (cfg->compress == REDUCER_COMPRESS_POWERSGD) { /* the buckets of the compressed steps, most of a run's */
+    /* the buckets of the compressed steps, most of a run's; with NCCL those
+     * steps compress the whole gradient after backward, in no bucket, so
+     * the buckets are the uncompressed steps' */
+    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && !exchange_nccl(r->x)) {
         c.powersgd_rank = cfg->powersgd_rank;
         c.powersgd_ns = sim_powersgd_ns(cfg->powersgd_rank);
     }

@@ -29,6 +29,11 @@ mutants=(
     'nccl_no_done|dist/nccl.c|s/CUDA_CHECK(cudaStreamWaitEvent(cs, c->done, 0));/(void)0;/|build/tests/mpi_nccl|-'
     # dist.compress = fp16 through NCCL: the sums of the halves never widened back (tests/mpi_nccl.c)
     'nccl_fp16_no_widen|dist/nccl.c|s/        CUDA_CHECK(cuk_widen(c->stream, BACKEND_MATH_FP16, n, half, buf, 0));/        (void)0;/|build/tests/mpi_nccl|-'
+    # PowerSGD through NCCL: the compute stream not waiting for a sum before the arithmetic that reads it
+    # (tests/mpi_nccl.c, test_powersgd_paths); the Gram-Schmidt kernel's columns not normalised
+    # (test_backend_gpu, test_lowrank_ops)
+    'psgd_nccl_no_wait|dist/reducer_nccl.c|s/^    dist_nccl_wait(c->nccl, c->stream);/    (void)0;/|build/tests/mpi_nccl|-'
+    'lowrank_not_normalised|model/cuda_kernels.cu|s/        float inv = s > 0.0 ? (float)(1.0 \/ sqrt(s)) : 0.0f;/        float inv = s > 0.0 ? 1.0f : 0.0f;/|build/tests/test_backend_gpu|test_lowrank_ops'
     # the kept filters reused under another weights epoch (test_backend_gpu, test_conv_filter_cache)
     'fcache_no_forget|model/backend_cuda.c|s/        same = same \&\& e->epoch == ctx->weights_epoch;/        (void)0;/|build/tests/test_backend_gpu|test_conv_filter_cache'
     # NHWC batch norm's aligned stand-ins not copied back (test_backend_gpu, test_bn_nhwc_unaligned)
