@@ -10,7 +10,9 @@
  * sums in the buffer (the caller divides by the world size). Two strategies,
  * chosen by reducer_opts.nccl: a communication thread through host memory
  * (MPI_Allreduce or our ring, optionally fp16 or PowerSGD-compressed on the
- * wire), or NCCL on the GPU. Both can run under the stall watchdog, which
+ * wire), or NCCL on the GPU (fp16 converted there; PowerSGD computed there
+ * after backward, for the whole buffer at once). Both can run under the
+ * stall watchdog, which
  * warns about or ends a job whose ranks do not reach a bucket together. The
  * design (ordering against the compute stream, what the times measure, the
  * watchdog's two halves, compression): docs/ARCHITECTURE.md, "Data
@@ -96,8 +98,10 @@ typedef struct reducer_opts {
     double stall_abort_s;     /* watchdog ends the job after this wait; 0: off */
     /* NULL: the MPI path (a communication thread, staged through host
      * memory, with `algo`). Else the NCCL path over this communicator (not
-     * owned: free it after reducer_free); `algo` is unused, compress must be
-     * NONE and be->native_stream() not NULL. Only in builds with NCCL. */
+     * owned: free it after reducer_free, or abort it before on a failed run);
+     * `algo`, in_flight and psgd_threads are unused, be->native_stream() not
+     * NULL; fp16 is converted on the GPU, PowerSGD computed there after
+     * backward (dist/reducer_nccl.c). Only in builds with NCCL. */
     dist_nccl *nccl;
 } reducer_opts;
 

@@ -41,14 +41,15 @@ typedef struct reducer_nccl {
     int early[DIST_NCCL_RECORDINGS]; /* each recording's buckets launched during backward */
 } reducer_nccl;
 
-/* Queues buckets [from, upto) on the communication stream after the compute
- * stream's ops so far, each after the host-side half of the watchdog. */
 /* Whether this step is compressed (PowerSGD at finish, no buckets). */
 static int compressing(const reducer *rd) {
     const reducer_nccl *c = rd->state;
     return c->psgd && rd->step > c->psgd_start;
 }
 
+/* Queues buckets [from, upto) on the communication stream after the compute
+ * stream's ops so far, each after the host-side half of the watchdog (a
+ * compressed step queues nothing here: reducer_finish does it). */
 static void nccl_launch(reducer *rd, int from, int upto) {
     reducer_nccl *c = rd->state;
     if (compressing(rd)) { /* the ranks still meet the watchdog at every bucket */
