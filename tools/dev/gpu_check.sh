@@ -26,7 +26,8 @@
 #        tests; the accuracy goal of issue 30),
 #        GPU_TORCH_PROFILE ("MODEL|BATCHES|PRECISIONS|LAYOUT" of PyTorch's runs under its
 #        profiler, after the A/B, default "resnet50|64 256|bf16|nhwc"; "none" skips them),
-#        GPU_CAPS ("none" skips cudnn_caps),
+#        GPU_CAPS ("none" skips cudnn_caps), GPU_PSGD ("none" skips bench_powersgd --device cuda,
+#        PowerSGD's arithmetic on the GPU against one host thread, seconds, after cudnn_caps),
 #        GPU_JPEG_TRAIN ("MODEL|BATCH|PRECISION|LAYOUT": issue 31's training from JPEGs against
 #        synthetic data, tools/bench_jpeg_train.py, after the tests; default none), GPU_JPEG_TRAIN_SECONDS
 #        (its limit, default 200)
@@ -72,6 +73,13 @@ if [ -x build/tools/cudnn_caps ] && [ $# -eq 0 ] && [ "${GPU_CAPS:-all}" != none
     echo "=== cudnn_caps"
     timeout -k 5 "$(cap 60)" build/tools/cudnn_caps | tee "$out/cudnn_caps.txt"
     echo "=== cudnn_caps: exit ${PIPESTATUS[0]} at $((SECONDS - t0))s"
+fi
+# PowerSGD's arithmetic on the GPU against one host thread (seconds): the
+# rate tools/simulate --powersgd R,NS has so far assumed for it.
+if [ -x build/tools/bench_powersgd ] && [ $# -eq 0 ] && [ "${GPU_PSGD:-all}" != none ] && [ "$(cap 60)" -gt 0 ]; then
+    echo "=== bench_powersgd --device cuda"
+    timeout -k 5 "$(cap 60)" build/tools/bench_powersgd --device cuda --rank 2 --reps 5 | tee "$out/powersgd_gpu.txt"
+    echo "=== bench_powersgd: exit ${PIPESTATUS[0]} at $((SECONDS - t0))s"
 fi
 # The A/B first: the measurement with its baseline, while the budget is whole.
 # Without a base in the kit (KIT_BASE=none) "old" is this trainer as
