@@ -159,7 +159,8 @@ static void test_fp16_halves_the_network_term(void **state) {
  * 0.1 after), bucket 1's 0.4 ms (0.16, 0.16, 0.08). Bucket 0, ready at 2:
  * P 2.2..2.68, Q 2.88..2.98, free at 3.08; bucket 1, ready at 5: P
  * 5.16..5.2, Q 5.36..5.52, free at 5.6: 0.6 ms exposed, the step 3 + 5.6 +
- * 1 + 0.5. Without the tensors, or with fp16, it is refused. */
+ * 1 + 0.5. Without the tensors, or with fp16, it is refused. As NCCL's
+ * ranks run it (after backward, the whole gradient at once): below. */
 static void test_powersgd(void **state) {
     (void)state;
     profile p;
@@ -188,6 +189,25 @@ static void test_powersgd(void **state) {
     assert_int_equal(sim_step(&p, &c, 1, &r), CNT_OK);
     assert_int_equal(r.n_msgs, 0);
     sim_result_free(&r);
+    /* As with NCCL (powersgd_at_end): after backward (5), the whole gradient
+     * as one region: P 20 + 100 + 10 floats (520 bytes, 0.52 ms) after 0.36
+     * ms of arithmetic (0.4 x 0.9), 5.36..5.88; Q 25 + 40 (0.26 ms) after
+     * 0.36 more, 6.24..6.5; the last 0.18 to 6.68: 1.68 ms exposed, the same
+     * sums in two messages instead of four. */
+    c.powersgd_at_end = 1;
+    assert_int_equal(sim_step(&p, &c, 2, &r), CNT_OK);
+    assert_int_equal(r.n_msgs, 2);
+    NEAR(r.msgs[0].start_ms, 5.36);
+    NEAR(r.msgs[0].end_ms, 5.88);
+    NEAR(r.msgs[0].bytes, 520);
+    NEAR(r.msgs[1].start_ms, 6.24);
+    NEAR(r.msgs[1].end_ms, 6.5);
+    NEAR(r.msgs[1].bytes, 260);
+    assert_int_equal(r.msgs[1].part, 2);
+    NEAR(r.exposed_ms, 1.68);
+    NEAR(r.step_ms, 3 + 6.68 + 1 + 0.5);
+    sim_result_free(&r);
+    c.powersgd_at_end = 0;
     c.fp16 = 1;
     assert_int_equal(sim_step(&p, &c, 2, &r), CNT_ERR);
     assert_non_null(strstr(cnt_err_msg(), "PowerSGD: not with fp16"));

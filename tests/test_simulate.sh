@@ -64,7 +64,7 @@ check "simulate --ps-servers with --algo hier: usage error (exit 2)" test $? -eq
 # between them; a profile without its tensors (an older one) is refused naming it; not with --fp16.
 out=$($sim "$tmp/p.json" --workers 1,4 --bw 1 --powersgd 2 --trace "$tmp/psgd.json" 2>&1)
 check "simulate --powersgd 2: exit 0, the header says what travels" \
-    grep -q "PowerSGD rank 2 (20 of 59 tensors; 0.06 MB a step on the wire; 2.2 ns a value of host arith" <<<"$out"
+    grep -q "PowerSGD rank 2 (20 of 59 tensors; 0.06 MB a step on the wire; 2.2 ns a value of arithmetic; bucket by bucket)" <<<"$out"
 check "simulate --powersgd: P and Q sums and the arithmetic in the trace" python3 -c 'import json,sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = [e["name"] for e in ev if e["tid"] == 1]
@@ -78,6 +78,13 @@ check "simulate --powersgd on a profile without tensors: exit 1 naming it" \
     bash -c "[ $rc -eq 1 ] && grep -q 'old.json has no \"tensors\"' <<<\"\$1\"" _ "$out"
 $sim "$tmp/p.json" --powersgd 2 --fp16 >/dev/null 2>&1
 check "simulate --powersgd with --fp16: usage error (exit 2)" test $? -eq 2
+# as NCCL's ranks run it: after backward, one P and one Q sum for the whole gradient
+out=$($sim "$tmp/p.json" --workers 4 --bw 1 --powersgd 2,0.05 --powersgd-at end 2>&1)
+check "simulate --powersgd-at end: exit 0, the header says so, 2 messages a step" \
+    bash -c 'grep -q "0.05 ns a value of arithmetic; after backward, the whole gradient at once)" <<<"$1" &&
+             grep -qE "^ +4 .* 2 +[a-z]" <<<"$1"' _ "$out"
+$sim "$tmp/p.json" --powersgd 2 --powersgd-at middle >/dev/null 2>&1
+check "simulate --powersgd-at middle: usage error (exit 2)" test $? -eq 2
 
 python3 - "$tmp/p.json" "$tmp/c.json" <<'PY'
 import json, sys
@@ -118,11 +125,11 @@ mkdir -p "$tmp/hv"
 for m in inception3 resnet101 vgg16; do cp "$tmp/p.json" "$tmp/hv/$m.json"; done
 python3 tools/reproduce_horovod.py --profiles "$tmp/hv" --out "$tmp/hv" >"$tmp/hv.out" 2>&1
 rc=$?
-check "reproduce_horovod.py: exit 0, the fitted J and eta, 15 published rows and 14 what-ifs" \
+check "reproduce_horovod.py: exit 0, the fitted J and eta, 15 published rows and 15 what-ifs" \
     bash -c "[ $rc -eq 0 ] && grep -qE '^Fitted on the 16-GPU table: J = [0-9.]+ %' '$tmp/hv/horovod.md' &&
              [ \$(grep -c '^| [0-9]* GPUs' '$tmp/hv/horovod.md') -eq 15 ] &&
-             [ \$(sed -n '/^What-ifs/,\$p' '$tmp/hv/horovod.md' | grep -c '^| ') -eq 15 ] &&
-             [ \$(wc -l <'$tmp/hv/horovod.csv') -eq 58 ]" || cat "$tmp/hv.out"
+             [ \$(sed -n '/^What-ifs/,\$p' '$tmp/hv/horovod.md' | grep -c '^| ') -eq 16 ] &&
+             [ \$(wc -l <'$tmp/hv/horovod.csv') -eq 61 ]" || cat "$tmp/hv.out"
 
 # --bucket-mb auto: at each N the size the model predicts fastest (the rule: tests/test_simulate.c). On
 # ResNet-50's 94 MB at 16 workers, a slow link wants fewer, larger buckets than a fast one, where buckets

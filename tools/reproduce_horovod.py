@@ -213,6 +213,8 @@ def main(argv):
          HIER_100 + ["--powersgd", "4"]),
         ("H100-class compute, hierarchical, 100 MiB buckets, PowerSGD rank 4 50 x faster (on the GPU, assumed)",
          {"speed": 8}, HIER_100 + ["--powersgd", "4,0.064"]),
+        ("H100-class compute, hierarchical, PowerSGD rank 4 as NCCL's ranks run it (after backward, whole "
+         "gradient, 50 x faster, assumed)", {"speed": 8}, HIER_100 + ["--powersgd", "4,0.064", "--powersgd-at", "end"]),
     ]
     lines.append("What-ifs, predicted (same model, J and eta as fitted), 512 GPUs = 128 servers x 4:\n")
     lines.append("| what if | Inception V3 | ResNet-101 | VGG-16 |")

@@ -31,6 +31,10 @@
  *                           per compressed value [NS: 1.2 + 0.5 R, fitted to
  *                           the development VM's bench_powersgd, train/sim.h];
  *                           needs a profile with its "tensors" (train/profile.h)
+ *   --powersgd-at buckets|end  where PowerSGD runs: each bucket's region as
+ *                           the host path does, or after backward, the whole
+ *                           gradient in two sums, as NCCL's ranks do (there
+ *                           the arithmetic is the GPU's: give NS) [buckets]
  *   --algo ring|hier|curve  alpha-beta ring over all workers; hierarchical
  *                           (intra-node reduce-scatter, ring over nodes on
  *                           bytes/G, intra-node allgather); the profile's
@@ -69,7 +73,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: simulate PROFILE.json [--workers 1,2,4,...] [--gpus-per-node G] [--bw GBIT] [--intra-bw GBIT]\n"
                "       [--latency US] [--speed X | --images-per-s X] [--batch B] [--backward-ratio R] [--overlap on|off] [--bucket-mb M|auto]\n"
-               "       [--first-bucket-mb F] [--fp16 | --powersgd R[,NS]]\n"
+               "       [--first-bucket-mb F] [--fp16 | --powersgd R[,NS] [--powersgd-at buckets|end]]\n"
                "       [--algo ring|hier|curve] [--curve mpi|ring] [--horovod CYCLE_MS,FUSION_MB] [--jitter PCT] [--ps-servers K]\n"
                "       [--csv FILE] [--trace FILE] [--trace-workers N]\n");
 }
@@ -206,6 +210,12 @@ int main(int argc, char **argv) {
             c.powersgd_rank = whole_arg("--powersgd (rank)", buf, 1, 32);
             c.powersgd_ns = comma ? num_arg("--powersgd (ns a value)", comma + 1, -1e-300, 1e9)
                                   : sim_powersgd_ns(c.powersgd_rank);
+        } else if (!strcmp(a, "--powersgd-at")) {
+            if (strcmp(v, "buckets") && strcmp(v, "end")) {
+                fprintf(stderr, "simulate: --powersgd-at: expected buckets or end, found '%s'\n", v);
+                return 2;
+            }
+            c.powersgd_at_end = !strcmp(v, "end");
         } else if (!strcmp(a, "--jitter")) {
             c.jitter_pct = num_arg(a, v, -1e-300, 1000);
         } else if (!strcmp(a, "--csv")) {
@@ -309,8 +319,9 @@ int main(int argc, char **argv) {
     if (c.powersgd_rank > 0) {
         size_t values, wire;
         int k = powersgd_summary(p.tensors, p.n_tensors, c.powersgd_rank, &values, &wire);
-        printf(", PowerSGD rank %d (%d of %d tensors; %.2f MB a step on the wire; %g ns a value of host arithmetic)",
-               c.powersgd_rank, k, p.n_tensors, 4.0 * (double)wire / 1e6, c.powersgd_ns);
+        printf(", PowerSGD rank %d (%d of %d tensors; %.2f MB a step on the wire; %g ns a value of arithmetic; %s)",
+               c.powersgd_rank, k, p.n_tensors, 4.0 * (double)wire / 1e6, c.powersgd_ns,
+               c.powersgd_at_end ? "after backward, the whole gradient at once" : "bucket by bucket");
     }
     if (c.jitter_pct > 0) printf(", jitter %g %%", c.jitter_pct);
     printf("\n");

@@ -276,6 +276,10 @@ static void powersgd_bucket(const profile *p, const sim_cluster *c, sim_result *
  * ready when backward completes it, or when backward ends with overlap off:
  * one allreduce each, or PowerSGD's sums. */
 static void bucket_messages(const profile *p, const sim_cluster *c, sim_result *r, int *cap, double bwd_end) {
+    if (c->powersgd_rank > 0 && c->powersgd_at_end) { /* NCCL's: one region, after backward, no buckets */
+        powersgd_bucket(p, c, r, cap, 0, 0, p->params, bwd_end);
+        return;
+    }
     size_t first = c->first_bucket_values ? c->first_bucket_values : p->first_bucket_values;
     size_t rest = c->bucket_values ? c->bucket_values : p->bucket_values;
     int nb = reducer_bucket_layout(p->params, first, rest, NULL, 0);

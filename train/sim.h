@@ -23,9 +23,12 @@
  *     the others whole, then their Q (r x cols each; only when the region
  *     compresses one). The host arithmetic, powersgd_ns per compressed
  *     value, occupies the communication thread as the reducer runs it, in
- *     its five passes over each matrix: two before the first sum (error
- *     added, P), two between (Q, the error), one after the second (the
- *     result); the next bucket starts after it. comm_ms counts it;
+ *     shares of the memory its passes move: 2/5 before the first sum (the
+ *     error added, P), 2/5 between (Q, the error), 1/5 after the second
+ *     (the result); the next bucket starts after it. comm_ms counts it.
+ *     With powersgd_at_end (NCCL's ranks, dist/reducer_nccl.c) there are no
+ *     buckets: the whole gradient is one region, ready when backward ends,
+ *     its arithmetic (on the GPU there: give its rate) split the same way;
  *   - Horovod mode replaces the buckets with Horovod's background loop
  *     (horovod/common/operations.cc): sleep one cycle, fuse the layers'
  *     gradients that are ready and not yet sent, in order, into allreduces
@@ -78,6 +81,7 @@ typedef struct sim_cluster {
     int fp16;               /* half the bytes on the wire */
     int powersgd_rank;      /* > 0: PowerSGD at this rank (needs the profile's tensors) */
     double powersgd_ns;     /* its host arithmetic, ns per compressed gradient value */
+    int powersgd_at_end;    /* 1: as with NCCL, after backward, the whole gradient as one region */
     sim_algo algo;
     int curve_ring;         /* curve mode: 1 the ring's curve, 0 MPI_Allreduce's */
     double horovod_cycle_ms; /* > 0: Horovod mode */
