@@ -130,6 +130,11 @@ static int ar_attach(exchange *x, net *nt) {
         ro.tensors = tensors;
         ro.n_tensors = nt->n_param_tensors;
         if (ro.psgd_threads == 0) ro.psgd_threads = ro.nccl ? 1 : powersgd_auto_threads(a->be);
+        else if (a->be->is_cpu && ro.psgd_threads > 1 && dist_rank() == 0)
+            log_warn("dist.powersgd_threads = %d on CPU ranks: its threads take the cores backward computes on "
+                     "(2 ranks on 2 cores trained 3.5x slower with 2 than with 1, docs/data-parallel.md (e4)); "
+                     "auto takes 1 there",
+                     ro.psgd_threads);
     }
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);

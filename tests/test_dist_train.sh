@@ -375,6 +375,8 @@ for t in 1 2; do
         test $? -eq 0 -a -n "$(grep "its arithmetic on $t thread" "$tmp/pst$t.log")" \
         -a -n "$(grep 'parameters bit-identical on all 2 ranks' "$tmp/pst$t.log")"
 done
+check "powersgd on 2 threads on CPU ranks: a warning that they take backward's cores, once" \
+    test "$(grep -c 'warning: dist.powersgd_threads = 2 on CPU ranks: its threads take the cores' "$tmp/pst2.log")" -eq 1
 check "powersgd on 2 threads: the 8 losses of 1 thread, bit for bit ($(losses "$tmp/pst2/metrics.jsonl" | cut -c1-40)...)" \
     test -n "$(losses "$tmp/pst1/metrics.jsonl")" -a "$(losses "$tmp/pst2/metrics.jsonl")" = "$(losses "$tmp/pst1/metrics.jsonl")"
 
