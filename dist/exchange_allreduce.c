@@ -97,10 +97,12 @@ static int ar_connect(exchange *x, const backend *be) {
 }
 
 /* dist.powersgd_threads = auto: 1 on a CPU rank (its cores compute
- * backward while the communication thread compresses); on a GPU rank, whose
- * host cores wait for the GPU, half its share of the node's CPUs (those it
- * may run on, or the node's split among its ranks, whichever is fewer), at
- * most 8: the passes are bound by memory, which a few threads fill. */
+ * backward while the communication thread compresses: 2 threads there made
+ * a 2-rank run 3.5x slower); on a GPU rank, whose host cores wait for the
+ * GPU, half its share of the node's CPUs (those it may run on, or the
+ * node's split among its ranks, whichever is fewer), at most 4: the passes
+ * are bound by memory, which a few threads fill, and the loader's threads
+ * need the rest. Not measured on a GPU rank yet. */
 static int powersgd_auto_threads(const backend *be) {
     if (be->is_cpu) return 1;
     cpus_mask m;
@@ -108,7 +110,7 @@ static int powersgd_auto_threads(const backend *be) {
     int share = cpus_online() / ranks;
     if (allowed < share) share = allowed;
     int t = share / 2;
-    return t < 1 ? 1 : t > 8 ? 8 : t;
+    return t < 1 ? 1 : t > 4 ? 4 : t;
 }
 
 static int ar_attach(exchange *x, net *nt) {

@@ -462,7 +462,7 @@ static const key_def key_table[] = {
           .help = "dist.compress = powersgd: threads of its host arithmetic (passes over the gradients, bound by "
                   "memory; the same bits whatever the number), through host memory (not NCCL); auto: 1 on a CPU "
                   "rank, whose cores compute backward meanwhile, and on a GPU rank half its share of the node's "
-                  "CPUs, at most 8"),
+                  "CPUs, at most 4"),
     K_FLOAT("dist", "stall_warn_s", stall_warn_s, "60", BETWEEN(0, 86400),
           .help = "warn when a collective has waited this many seconds for the other ranks (a gradient bucket "
                   "names the late ranks, the step and the bucket; any other collective names itself, the "
