@@ -156,7 +156,6 @@ static void axpy(float a, const float *x, float *y, int n) {
     for (int j = 0; j < n; j++) y[j] += a * x[j];
 }
 
-
 /* Below this many values a tensor's passes run on the calling thread alone:
  * a team's start costs more than they take. */
 #define PAR_MIN_VALUES 65536

@@ -2,13 +2,13 @@
  * dist/reducer_nccl.c - the reducer's NCCL strategy: no thread; the training
  * thread queues each launched bucket's allreduce (fp32, or fp16 on the wire
  * with dist.compress = fp16) on NCCL's communication stream after the
- * compute stream's ops so far (dist/nccl.h). With dist.compress = powersgd,
- * once compression has started, nothing is queued during backward:
+ * compute stream's ops so far (dist/nccl.h), and reducer_finish makes the
+ * compute stream wait for them. With dist.compress = powersgd, once
+ * compression has started, nothing is queued during backward:
  * reducer_finish queues PowerSGD's arithmetic on the GPU for the whole
  * gradient (powersgd_create_on) and its two sums, the compute stream
  * waiting for the first before it goes on (a few MiB, not worth cutting
- * into buckets); and
- * reducer_finish makes the compute stream wait for them. Times come from CUDA
+ * into buckets). Times come from CUDA
  * events, read one step late. Design: docs/ARCHITECTURE.md, "Data
  * parallelism". Built only when the Makefile finds NCCL (CNT_HAVE_NCCL=1);
  * otherwise reducer_nccl_init is a stub that reducer_create never reaches.
@@ -173,7 +173,6 @@ static const reducer_ops nccl_ops = {
 };
 
 void reducer_nccl_init(reducer *rd, const reducer_opts *opts) {
-
     /* NCCL orders itself against the compute stream: a GPU backend's. */
     CNT_ASSERT(rd->be->native_stream() != NULL);
     reducer_nccl *c = cnt_calloc(1, sizeof *c);

@@ -101,6 +101,24 @@ static double rel_err(const float *x, const double *ref, size_t n) {
     return sqrt(d / (s > 0 ? s : 1));
 }
 
+/* rel_err against a float reference. */
+static double rel_err_f(const float *x, const float *ref, size_t n) {
+    double *r = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) r[i] = ref[i];
+    double e = rel_err(x, r, n);
+    free(r);
+    return e;
+}
+
+/* p's state (powersgd_state_get) in new arrays *q[*nq], *e[*ne] the caller frees. */
+static void state_copy(const powersgd *p, float **q, size_t *nq, float **e, size_t *ne, uint64_t draws[2]) {
+    int rk;
+    powersgd_state_size(p, &rk, nq, ne);
+    *q = malloc(*nq * sizeof(float));
+    *e = malloc(*ne * sizeof(float));
+    powersgd_state_get(p, *q, *e, draws);
+}
+
 /* M = U V^T of rank 2 at r 2 is reproduced; the vector and the 4x4 matrix
  * pass through bit for bit; two sums for the region. */
 static void test_low_rank_reproduced(void **state) {
@@ -401,16 +419,10 @@ static void test_threads_same_bits(void **state) {
             assert_memory_equal(g[1], g[0], N * sizeof(float));
             assert_memory_equal(g[2], g[0], N * sizeof(float));
         }
-        int rk;
         size_t nq, ne;
-        powersgd_state_size(one, &rk, &nq, &ne);
         float *q[3], *e[3];
         uint64_t d[3][2];
-        for (int k = 0; k < 3; k++) {
-            q[k] = malloc(nq * sizeof(float));
-            e[k] = malloc(ne * sizeof(float));
-            powersgd_state_get(ps[k], q[k], e[k], d[k]);
-        }
+        for (int k = 0; k < 3; k++) state_copy(ps[k], &q[k], &nq, &e[k], &ne, d[k]);
         for (int k = 1; k < 3; k++) {
             assert_memory_equal(q[k], q[0], nq * sizeof(float));
             assert_memory_equal(e[k], e[0], ne * sizeof(float));
@@ -447,7 +459,6 @@ static void test_device_matches_host(void **state) {
         powersgd *host = powersgd_create(T4, 4, T4_N, r, 9);
         powersgd *dev = powersgd_create_on(backend_cpu(), T4, 4, T4_N, r, 9);
         float *gh = malloc(T4_N * sizeof(float)), *gd = malloc(T4_N * sizeof(float));
-        double *ref = malloc(T4_N * sizeof(double));
         int calls_h = 0, calls_d = 0;
         for (int step = 0; step < 6; step++) {
             fill_normal(gh, T4_N, 80 + (uint64_t)step);
@@ -460,26 +471,16 @@ static void test_device_matches_host(void **state) {
             powersgd_region(host, 600, T4_N, &lo, &hi);
             powersgd_reduce(host, gh, lo, hi, count_sum, &calls_h);
             powersgd_reduce(dev, gd, lo, hi, count_sum, &calls_d);
-            for (size_t i = 0; i < T4_N; i++) ref[i] = gh[i];
-            assert_true(rel_err(gd, ref, T4_N) < 1e-5);
+            assert_true(rel_err_f(gd, gh, T4_N) < 1e-5);
         }
         assert_int_equal(calls_d, calls_h);
-        int rk;
         size_t nq, ne;
-        powersgd_state_size(dev, &rk, &nq, &ne);
         float *q[2], *e[2];
         uint64_t d[2][2];
-        powersgd *both[2] = {host, dev};
-        for (int k = 0; k < 2; k++) {
-            q[k] = malloc(nq * sizeof(float));
-            e[k] = malloc(ne * sizeof(float));
-            powersgd_state_get(both[k], q[k], e[k], d[k]);
-        }
-        double *qr = malloc(nq * sizeof(double)), *er = malloc(ne * sizeof(double));
-        for (size_t i = 0; i < nq; i++) qr[i] = q[0][i];
-        for (size_t i = 0; i < ne; i++) er[i] = e[0][i];
-        assert_true(rel_err(q[1], qr, nq) < 1e-4);
-        assert_true(rel_err(e[1], er, ne) < 1e-4);
+        state_copy(host, &q[0], &nq, &e[0], &ne, d[0]);
+        state_copy(dev, &q[1], &nq, &e[1], &ne, d[1]);
+        assert_true(rel_err_f(q[1], q[0], nq) < 1e-4);
+        assert_true(rel_err_f(e[1], e[0], ne) < 1e-4);
         /* the state set on the device reads back the same */
         powersgd_state_set(dev, q[0], e[0], d[0]);
         powersgd_state_get(dev, q[1], e[1], d[1]);
@@ -490,11 +491,8 @@ static void test_device_matches_host(void **state) {
             free(q[k]);
             free(e[k]);
         }
-        free(qr);
-        free(er);
         free(gh);
         free(gd);
-        free(ref);
         powersgd_free(host);
         powersgd_free(dev);
     }
