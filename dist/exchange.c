@@ -75,6 +75,12 @@ int exchange_sized_allreduce(const exchange *x, const char **name) {
 
 int exchange_nccl(const exchange *x) { return x->nccl; }
 
+int exchange_powersgd_threads(const exchange *x) {
+    const reducer_opts *ro = &x->o.reducer;
+    /* the allreduce version resolves the count at connect; the others never compress so (the config) */
+    return ro->compress == REDUCER_COMPRESS_POWERSGD && !x->nccl ? ro->psgd_threads : 0;
+}
+
 double exchange_allreduce_time_us(exchange *x, size_t bytes, int reps) {
     CNT_ASSERT(x->ops->allreduce_time_us && x->world >= 2); /* exchange_sized_allreduce's 1 */
     return x->ops->allreduce_time_us(x, bytes, reps);

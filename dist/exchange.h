@@ -173,6 +173,10 @@ int exchange_workers(const exchange *x);
 int exchange_sized_allreduce(const exchange *x, const char **name);
 /* Whether exchange_connect chose NCCL (the gradients stay on the GPUs). */
 int exchange_nccl(const exchange *x);
+/* After exchange_connect: the threads of PowerSGD's host arithmetic
+ * (dist.powersgd_threads, auto resolved), 0 where there is none (another
+ * dist.compress, servers, NCCL's ranks, which compress on the GPU). */
+int exchange_powersgd_threads(const exchange *x);
 /* Where exchange_sized_allreduce says 1: the time of one sum over the ranks
  * of `bytes` bytes of floats on this exchange's transport, in microseconds,
  * each rank's fastest of `reps`, the slowest rank's of those: through host

@@ -83,19 +83,6 @@ static void choose_host_backend(allreduce_x *a) {
                  crowded == 0 ? "one rank each" : crowded == nodes ? "several ranks each" : "some with several ranks");
 }
 
-static int ar_connect(exchange *x, const backend *be) {
-    allreduce_x *a = of(x);
-    a->be = be;
-    if (choose_nccl(&x->o, be, &a->nccl) != CNT_OK) return CNT_ERR;
-    x->nccl = a->nccl != NULL;
-    choose_host_backend(a);
-    if (x->o.backend == DIST_BACKEND_HIER) {
-        dist_phase("start-up: hierarchical allreduce's communicators");
-        return dist_hier_init();
-    }
-    return CNT_OK;
-}
-
 /* dist.powersgd_threads = auto: 1 on a CPU rank (its cores compute
  * backward while the communication thread compresses: 2 threads there made
  * a 2-rank run 3.5x slower); on a GPU rank, whose host cores wait for the
@@ -111,6 +98,34 @@ static int powersgd_auto_threads(const backend *be) {
     if (allowed < share) share = allowed;
     int t = share / 2;
     return t < 1 ? 1 : t > 4 ? 4 : t;
+}
+
+/* dist.powersgd_threads, once the transport is known: auto resolved (NCCL's
+ * ranks compress on the GPU: 1, unused), a count above 1 on CPU ranks
+ * warned about. */
+static void resolve_powersgd_threads(exchange *x, const backend *be) {
+    reducer_opts *ro = &x->o.reducer;
+    if (ro->compress != REDUCER_COMPRESS_POWERSGD) return;
+    if (ro->psgd_threads == 0) ro->psgd_threads = x->nccl ? 1 : powersgd_auto_threads(be);
+    else if (be->is_cpu && ro->psgd_threads > 1 && dist_rank() == 0)
+        log_warn("dist.powersgd_threads = %d on CPU ranks: its threads take the cores backward computes on "
+                 "(2 ranks on 2 cores trained 3.5x slower with 2 than with 1, docs/data-parallel.md (e4)); "
+                 "auto takes 1 there",
+                 ro->psgd_threads);
+}
+
+static int ar_connect(exchange *x, const backend *be) {
+    allreduce_x *a = of(x);
+    a->be = be;
+    if (choose_nccl(&x->o, be, &a->nccl) != CNT_OK) return CNT_ERR;
+    x->nccl = a->nccl != NULL;
+    choose_host_backend(a);
+    resolve_powersgd_threads(x, be);
+    if (x->o.backend == DIST_BACKEND_HIER) {
+        dist_phase("start-up: hierarchical allreduce's communicators");
+        return dist_hier_init();
+    }
+    return CNT_OK;
 }
 
 static int ar_attach(exchange *x, net *nt) {
@@ -131,12 +146,7 @@ static int ar_attach(exchange *x, net *nt) {
         tensors = powersgd_net_tensors(nt);
         ro.tensors = tensors;
         ro.n_tensors = nt->n_param_tensors;
-        if (ro.psgd_threads == 0) ro.psgd_threads = ro.nccl ? 1 : powersgd_auto_threads(a->be);
-        else if (a->be->is_cpu && ro.psgd_threads > 1 && dist_rank() == 0)
-            log_warn("dist.powersgd_threads = %d on CPU ranks: its threads take the cores backward computes on "
-                     "(2 ranks on 2 cores trained 3.5x slower with 2 than with 1, docs/data-parallel.md (e4)); "
-                     "auto takes 1 there",
-                     ro.psgd_threads);
+        CNT_ASSERT(ro.psgd_threads >= 1); /* resolve_powersgd_threads, at connect */
     }
     dist_phase("start-up: gradient reducer");
     a->rd = reducer_create(nt->be, nt->grads, nt->n_params, &ro);

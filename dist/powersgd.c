@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "common/rng.h"
 #include "common/rng_hash.h"
+#include "common/timer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -375,6 +376,79 @@ int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *
     if (values) *values = v;
     if (wire) *wire = w;
     return k;
+}
+
+/* One rank's sum: nothing to add (the timing is the arithmetic's alone). */
+static void sum_none(float *buf, size_t n, void *ctx) {
+    (void)buf;
+    (void)n;
+    (void)ctx;
+}
+
+/* powersgd_reduce over tensors t[0, k) (their offsets made contiguous from
+ * 0) on `threads` threads: the fastest of `reps` calls after an untimed one
+ * (the pages' first touch), in seconds. */
+static double time_group(const powersgd_tensor *t, int k, int rank, int threads, int reps) {
+    powersgd_tensor *s = cnt_malloc((size_t)k * sizeof *s);
+    size_t n = 0;
+    for (int i = 0; i < k; i++) {
+        s[i] = t[i];
+        s[i].offset = n;
+        n += t[i].count;
+    }
+    float *g = cnt_malloc(n * sizeof *g);
+    /* values in [-1, 1) from a multiplicative hash: no column of Q sums to zero */
+    for (size_t i = 0; i < n; i++) g[i] = (float)((uint32_t)(i * 2654435761u) >> 8) * 0x1p-23f - 1.0f;
+    powersgd *p = powersgd_create(s, k, n, rank, 1);
+    powersgd_set_threads(p, threads);
+    powersgd_reduce(p, g, 0, n, sum_none, NULL);
+    double best = 0;
+    for (int i = 0; i < reps; i++) {
+        double t0 = time_now();
+        powersgd_reduce(p, g, 0, n, sum_none, NULL);
+        double dt = time_now() - t0;
+        if (i == 0 || dt < best) best = dt;
+    }
+    powersgd_free(p);
+    free(g);
+    free(s);
+    return best;
+}
+
+double powersgd_time_ns(const powersgd_tensor *t, int n_tensors, int rank, int threads, size_t budget, int reps) {
+    CNT_ASSERT(threads >= 1 && reps >= 1 && budget > 0);
+    powersgd_tensor *group = cnt_malloc((size_t)(n_tensors > 0 ? n_tensors : 1) * sizeof *group);
+    int k = 0;
+    size_t in_group = 0, total = 0;
+    double seconds = 0;
+    for (int i = 0; i <= n_tensors; i++) {
+        int last = i == n_tensors, take = !last && powersgd_compresses(&t[i], rank);
+        if (!last && !take) continue;
+        if (k > 0 && (last || in_group + t[i].count > budget)) { /* the group so far, timed */
+            seconds += time_group(group, k, rank, threads, reps);
+            k = 0;
+            in_group = 0;
+        }
+        if (last) break;
+        total += t[i].count;
+        if (t[i].count <= budget) {
+            group[k++] = t[i];
+            in_group += t[i].count;
+            continue;
+        }
+        /* larger than a group: fewer rows of the same width (the same passes, beyond the caches either way),
+         * at least as many as still compress, its time scaled up to the whole */
+        powersgd_tensor cut = t[i];
+        size_t cols = t[i].count / (size_t)t[i].rows;
+        cut.rows = (int)(budget / cols > 2 ? budget / cols : 2);
+        for (;; cut.rows++) { /* t[i] itself compresses: ends by rows == t[i].rows */
+            cut.count = (size_t)cut.rows * cols;
+            if (powersgd_compresses(&cut, rank)) break;
+        }
+        seconds += time_group(&cut, 1, rank, threads, reps) * (double)t[i].count / (double)cut.count;
+    }
+    free(group);
+    return total ? seconds * 1e9 / (double)total : 0;
 }
 
 void powersgd_state_size(const powersgd *p, int *rank, size_t *n_q, size_t *n_e) {

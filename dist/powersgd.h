@@ -116,6 +116,17 @@ int powersgd_compresses(const powersgd_tensor *t, int rank);
  * both sums carry per step for the whole buffer. Never fails. */
 int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *values, size_t *wire);
 
+/* The host arithmetic's time on this machine, ns per compressed value:
+ * powersgd_reduce on `threads` threads over every compressed tensor of the
+ * table (gradients of hashed values; sums that add nothing, and the
+ * tensors sent whole left out), in groups of consecutive tensors of at most
+ * `budget` values, each group the fastest of `reps` calls after an untimed
+ * one; a tensor above the budget cut to fewer rows of the same width and
+ * its time scaled to its size. 0 when no tensor is compressed. Holds about
+ * 2 x budget floats at a time. For dist.bucket_mb = auto's model of the
+ * compressed step (train/run_buckets.c). */
+double powersgd_time_ns(const powersgd_tensor *t, int n_tensors, int rank, int threads, size_t budget, int reps);
+
 /* What a checkpoint keeps of the compression (train/checkpoint.h), between
  * steps only (no powersgd_reduce running): the rank r, Q of every compressed
  * tensor (n_q values, the same on every rank), this rank's error (n_e

@@ -283,12 +283,15 @@ rc=$?
 want="dist.bucket_mb = auto: the profile $tmp/p20.json is of a model with 269434 parameters (resnet20); this run's"
 check "bucket_mb = auto, another model's profile: refused naming the file and both parameter counts" \
     test $rc -ne 0 -a -n "$(grep "$want resnet32 has" <<<"$out")"
-# with dist.compress = powersgd auto sizes the compressed steps' buckets (two sums each, and the arithmetic:
-# the simulator's PowerSGD model), which needs the profile's tensors: one without them is refused
+# with dist.compress = powersgd auto sizes the compressed steps' buckets (two sums each, and the arithmetic,
+# timed at start-up: the simulator's PowerSGD model), which needs the profile's tensors: one without them is
+# refused
 out=$("${MPI[@]}" -np 2 ./trainer "${au[@]}" dist.compress=powersgd dist.powersgd_start=0 \
     dist.bucket_profile="$tmp/p20.json" train.out_dir="$tmp/au4" 2>&1)
-check "bucket_mb = auto with PowerSGD: the choice logged, every rank cuts it, bit-identical" \
-    test -n "$(grep "dist.bucket_mb = auto: [0-9.]* MiB: predicted step [0-9.]* ms.*from $tmp/p20.json" <<<"$out")" \
+want="and PowerSGD's arithmetic at [0-9.]* ns a compressed value on 1 thread$"
+check "bucket_mb = auto with PowerSGD: the choice and the arithmetic's time logged, every rank cuts it, bit-identical" \
+    test -n "$(grep "dist.bucket_mb = auto: [0-9.]* MiB: predicted step [0-9.]* ms.*from $tmp/p20.json.*$want" \
+        <<<"$out")" \
     -a -n "$(grep 'PowerSGD rank 2' <<<"$out")" -a -n "$(grep 'parameters bit-identical on all 2 ranks' <<<"$out")"
 python3 -c 'import json,sys
 p = json.load(open(sys.argv[1])); del p["tensors"]; json.dump(p, open(sys.argv[2], "w"))' "$tmp/p20.json" "$tmp/p20old.json"

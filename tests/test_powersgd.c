@@ -8,7 +8,8 @@
  * outputs converge to the true sum of a full-rank gradient (without it the
  * mean stays a rank-1 approximation); a zero gradient not freezing Q; the
  * state a checkpoint keeps resuming the same sums from the errors' sum; the
- * arithmetic on several threads writing the one thread's bits.
+ * arithmetic on several threads writing the one thread's bits; its timing
+ * for dist.bucket_mb = auto, in groups and with a tensor cut.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -85,6 +86,25 @@ static void test_regions_tile(void **state) {
     powersgd_free(p);
 }
 
+
+/* dist.bucket_mb = auto's timing of the arithmetic: 0 with nothing
+ * compressed, positive otherwise; in groups under a budget, and with a
+ * tensor above the budget cut to 16 of its 256 rows, it gives about the
+ * rate of one group of everything (within 4x either way: timings, but a
+ * cut tensor's time left unscaled would be 16x off). */
+static void test_time_ns(void **state) {
+    (void)state;
+    const powersgd_tensor vectors[] = {{0, 16, 1}, {16, 16, 4}};
+    assert_true(powersgd_time_ns(vectors, 2, 2, 1, 1000, 1) == 0.0);
+    double whole = powersgd_time_ns(T4, 4, 2, 1, 1 << 20, 3), groups = powersgd_time_ns(T4, 4, 2, 1, 600, 3);
+    printf("    T4 at r 2: %.2f ns a value in one group, %.2f in groups of 600 values\n", whole, groups);
+    assert_true(whole > 0 && groups > 0);
+    const powersgd_tensor big[] = {{0, 3000, 10}, {3000, 256 * 4096, 256}};
+    whole = powersgd_time_ns(big, 2, 2, 1, 1 << 21, 3);
+    double cut = powersgd_time_ns(big, 2, 2, 1, 16 * 4096, 3);
+    printf("    256x4096 at r 2: %.2f ns a value whole, %.2f cut to 16 rows\n", whole, cut);
+    assert_true(whole > 0 && cut > whole / 4 && cut < whole * 4);
+}
 
 static void fill_normal(float *x, size_t n, uint64_t seed) {
     rng g;
@@ -502,6 +522,7 @@ int main(void) {
     backend_cpu()->set_threads(1); /* the ranks are threads that call the backend at once */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regions_tile),
+        cmocka_unit_test(test_time_ns),
         cmocka_unit_test(test_low_rank_reproduced),
         cmocka_unit_test(test_ranks_agree_and_sum),
         cmocka_unit_test(test_error_feedback_converges),

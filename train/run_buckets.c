@@ -9,8 +9,9 @@
  * train.emulate_compute, or measures one (`trainer --profile`'s steps, in
  * memory) before the model is built, so the two never hold memory at once.
  * Every rank then times the allreduce (a collective: the curve is the
- * slowest rank's); rank 0 simulates each candidate size and broadcasts its
- * choice, so every rank cuts the same buckets.
+ * slowest rank's) and, with PowerSGD through host memory, its arithmetic;
+ * rank 0 simulates each candidate size and broadcasts its choice, so every
+ * rank cuts the same buckets.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "dist/dist.h"
+#include "dist/powersgd.h"
 #include "train/profile.h"
 #include "train/run.h"
 #include "train/sim.h"
@@ -32,6 +34,11 @@
 /* A measured profile: timed steps after untimed ones (medians). */
 #define PROFILE_STEPS 3
 #define PROFILE_WARMUP 2
+/* PowerSGD's host arithmetic, timed on a copy of the model's compressed
+ * tensors cut to about this many values (32 MiB of gradients and as much
+ * error: beyond the caches, as the whole gradient is), the fastest of 2. */
+#define PSGD_TIME_VALUES ((size_t)8 << 20)
+#define PSGD_TIME_REPS 2
 
 /* The profile file auto reads: dist.bucket_profile, else train.emulate_compute's ("": none, measure). */
 static const char *profile_file(const config *cfg) {
@@ -75,7 +82,7 @@ typedef struct bucket_choice_msg {
 
 /* Rank 0: its profile (run_bucket_profile), moved to this run's batch, with
  * the measured curve; the simulator's choice into *msg and the log line. */
-static int choose_on_rank0(const run *r, const char *via, const double *bytes, const double *us,
+static int choose_on_rank0(const run *r, const char *via, const double *bytes, const double *us, double psgd_ns,
                            bucket_choice_msg *msg) {
     const config *cfg = r->cfg;
     profile *p = r->bucket_prof;
@@ -105,9 +112,13 @@ static int choose_on_rank0(const run *r, const char *via, const double *bytes, c
     /* the buckets of the compressed steps, most of a run's; with NCCL those
      * steps compress the whole gradient after backward, in no bucket, so
      * the buckets are the uncompressed steps' */
-    if (cfg->compress == REDUCER_COMPRESS_POWERSGD && !exchange_nccl(r->x)) {
+    char psgd[160] = "";
+    if (psgd_ns > 0) {
         c.powersgd_rank = cfg->powersgd_rank;
-        c.powersgd_ns = sim_powersgd_ns(cfg->powersgd_rank);
+        c.powersgd_ns = psgd_ns;
+        int threads = exchange_powersgd_threads(r->x);
+        snprintf(psgd, sizeof psgd, ", and PowerSGD's arithmetic at %.2f ns a compressed value on %d thread%s", psgd_ns,
+                 threads, threads == 1 ? "" : "s");
     }
     c.first_bucket_values = config_reducer_opts(cfg).first_bucket;
     sim_bucket_choice ch;
@@ -119,10 +130,29 @@ static int choose_on_rank0(const run *r, const char *via, const double *bytes, c
         len += (size_t)snprintf(curve + len, sizeof curve - len, "%s%g MiB %.2f ms", k ? ", " : "",
                                 bytes[k] / 1048576.0, us[k] / 1e3);
     log_info("dist.bucket_mb = auto: %s; from %s (batch %d, run at %d) and %s timed over these %d ranks at "
-             "start-up (%s)",
-             why, r->bucket_prof_from, profiled_batch, cfg->batch_size, via, r->world, curve);
+             "start-up (%s)%s",
+             why, r->bucket_prof_from, profiled_batch, cfg->batch_size, via, r->world, curve, psgd);
     *msg = (bucket_choice_msg){.ok = 1, .mb = ch.mb, .values = ch.values};
     return CNT_OK;
+}
+
+/* dist.compress = powersgd through host memory: its arithmetic's time on
+ * this job, ns per compressed value, the slowest rank's (every rank times
+ * its own, at its dist.powersgd_threads; a collective); 0 where the
+ * compressed steps have none on the host (another mode; NCCL's ranks
+ * compress after backward, in no bucket). What the simulator charges
+ * each compressed bucket besides its two sums. */
+static double psgd_time_ns(run *r) {
+    int threads = exchange_powersgd_threads(r->x);
+    if (threads == 0) return 0;
+    dist_phase("start-up: dist.bucket_mb = auto, timing PowerSGD's arithmetic");
+    powersgd_tensor *t = powersgd_net_tensors(r->nt);
+    double ns = powersgd_time_ns(t, r->nt->n_param_tensors, r->cfg->powersgd_rank, threads, PSGD_TIME_VALUES,
+                                 PSGD_TIME_REPS);
+    free(t);
+    /* a million values' time in seconds, so that the slowest keeps ns's
+     * fractions: dist_slowest_us counts whole nanoseconds */
+    return dist_slowest_us(ns * 1e-3) * 1e-3;
 }
 
 int run_choose_buckets(run *r) {
@@ -139,8 +169,9 @@ int run_choose_buckets(run *r) {
         us[k] = exchange_allreduce_time_us(r->x, (size_t)bytes[k], CURVE_REPS);
     }
     CNT_ASSERT(bytes[CURVE_POINTS - 1] == (double)CURVE_MAX_BYTES);
+    double psgd_ns = psgd_time_ns(r);
     bucket_choice_msg msg = {0};
-    int status = r->rank == 0 ? choose_on_rank0(r, via, bytes, us, &msg) : CNT_OK;
+    int status = r->rank == 0 ? choose_on_rank0(r, via, bytes, us, psgd_ns, &msg) : CNT_OK;
     dist_phase("start-up: dist.bucket_mb = auto, the choice");
     dist_broadcast(&msg, sizeof msg, 0);
     if (r->bucket_prof) {

@@ -119,7 +119,9 @@ typedef struct sim_result {
 /* PowerSGD's host arithmetic by default, ns per compressed value at rank
  * r: BASE + PER_RANK x r, fitted to build/tools/bench_powersgd on the
  * development VM (ResNet-50: 1.7, 2.4 and 3.1 ns at r 1, 2 and 4; one core,
- * docs/scaling.md): sim_powersgd_ns(r), for sim_cluster.powersgd_ns. */
+ * docs/scaling.md): sim_powersgd_ns(r), for sim_cluster.powersgd_ns in
+ * tools/simulate (the trainer's dist.bucket_mb = auto times its own,
+ * powersgd_time_ns). */
 #define SIM_POWERSGD_NS_BASE 1.2
 #define SIM_POWERSGD_NS_PER_RANK 0.5
 double sim_powersgd_ns(int rank);
