@@ -42,9 +42,9 @@ int reducer_bucket_count(const reducer *rd) { return rd->n_buckets; }
 
 void reducer_set_timeline(reducer *rd, timeline *tl) { rd->ops->set_timeline(rd, tl); }
 
-void reducer_record_bucket(timeline *tl, int b, double ready_s, double start_s, double end_s) {
-    char name[48];
-    snprintf(name, sizeof name, "allreduce bucket %d", b);
+void reducer_record_bucket(timeline *tl, int b, const char *what, double ready_s, double start_s, double end_s) {
+    char name[80];
+    snprintf(name, sizeof name, "allreduce bucket %d%s", b, what);
     timeline_record(tl, name, "comm", TIMELINE_TID_COMM, start_s, end_s);
     if (ready_s >= 0) {
         snprintf(name, sizeof name, "bucket %d ready", b);

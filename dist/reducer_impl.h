@@ -71,9 +71,10 @@ void reducer_mpi_init(reducer *rd, const reducer_opts *opts);
 void reducer_nccl_init(reducer *rd, const reducer_opts *opts);
 
 /* Records bucket b's allreduce, [start_s, end_s) on the host clock, on tl as
- * "allreduce bucket b" (TIMELINE_TID_COMM), and, when ready_s >= 0, a flow
- * arrow from the training track at ready_s (the bucket's last gradient
- * written) to the allreduce's start. */
-void reducer_record_bucket(timeline *tl, int b, double ready_s, double start_s, double end_s);
+ * "allreduce bucket b" and `what` after it ("": nothing; " (P sum)", as the
+ * step simulator's traces name PowerSGD's sums) (TIMELINE_TID_COMM), and,
+ * when ready_s >= 0, a flow arrow from the training track at ready_s (the
+ * bucket's last gradient written) to the allreduce's start. */
+void reducer_record_bucket(timeline *tl, int b, const char *what, double ready_s, double start_s, double end_s);
 
 #endif

@@ -110,7 +110,7 @@ static void bucket_end(reducer *rd, int b) {
     if (mbk->up_hi > mbk->up_lo)
         rd->be->upload_sync(rd->grads + mbk->up_lo, m->host + mbk->up_lo, (mbk->up_hi - mbk->up_lo) * sizeof(float));
     m->mb[b].t_end = time_now();
-    if (m->tl) reducer_record_bucket(m->tl, b, rd->buckets[b].t_ready, m->mb[b].t_start, m->mb[b].t_end);
+    if (m->tl) reducer_record_bucket(m->tl, b, "", rd->buckets[b].t_ready, m->mb[b].t_start, m->mb[b].t_end);
     /* Why the lock: done is the report finish waits on. */
     cnt_mutex_lock(&m->mu);
     m->done++;

@@ -37,6 +37,7 @@ typedef struct reducer_nccl {
     powersgd *psgd;      /* compress = powersgd (its state on the GPU), else NULL */
     long psgd_start;     /* ... compressed steps: after this one */
     int pending_count;   /* the allreduces of the pending round */
+    int pending_psgd;    /* they are PowerSGD's sums (P, then Q), not buckets */
     int psgd_sums;       /* PowerSGD's sums queued this step (psgd_sum) */
     int early[DIST_NCCL_RECORDINGS]; /* each recording's buckets launched during backward */
 } reducer_nccl;
@@ -75,8 +76,11 @@ static void nccl_read_pending(reducer *rd) {
     dist_nccl_round r;
     dist_nccl_round_wait(c->nccl, c->pending_round, c->stall_warn_s, c->stall_abort_s, what, &r);
     CNT_ASSERT(r.count == c->pending_count);
-    if (c->tl)
-        for (int b = 0; b < r.count; b++) reducer_record_bucket(c->tl, b, -1, r.start_s[b], r.end_s[b]); /* device times: no arrow */
+    /* device times: no arrow; PowerSGD's sums are the whole gradient's, one region after backward, named
+     * as the simulator's --powersgd-at end names them */
+    for (int b = 0; c->tl && b < r.count; b++)
+        reducer_record_bucket(c->tl, c->pending_psgd ? 0 : b, !c->pending_psgd ? "" : b ? " (Q sum)" : " (P sum)", -1,
+                              r.start_s[b], r.end_s[b]);
     c->have_prev = 1;
     c->prev_comm_ms = r.comm_ms;
     c->prev_exposed_ms = r.exposed_ms;
@@ -126,6 +130,7 @@ static void nccl_finish(reducer *rd, double t0, reducer_stats *st) {
     if (c->recording >= 0) c->early[c->recording] = st->early;
     nccl_round_queued(rd, round, st);
     c->pending_count = count;
+    c->pending_psgd = compressing(rd);
 }
 
 static void nccl_record(reducer *rd, int set) {
@@ -146,6 +151,7 @@ static void nccl_replayed(reducer *rd, int set, reducer_stats *st) {
     st->early = c->early[set];
     nccl_round_queued(rd, dist_nccl_replay(c->nccl, set), st);
     c->pending_count = rd->n_buckets; /* recorded steps do not compress (exchange_record_why) */
+    c->pending_psgd = 0;
 }
 
 static void nccl_set_timeline(reducer *rd, timeline *tl) {

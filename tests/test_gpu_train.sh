@@ -374,11 +374,21 @@ if command -v mpirun >/dev/null 2>&1 && ./trainer --version | grep -q '^mpi: bui
             "${MPI[@]}" -np 2 -x NCCL_SOCKET_IFNAME=lo \
                 bash -c 'NCCL_HOSTID=cnt-test-psgdr-$OMPI_COMM_WORLD_RANK exec "$@"' trainer ./trainer \
                 configs/resnet20-fashion.ini "${psn[@]}" dist.backend=nccl checkpoint.resume="$ck6" \
-                train.out_dir="$tmp/psn-res" >"$tmp/psn-res.log" 2>&1
+                dist.timeline=timeline.json train.out_dir="$tmp/psn-res" >"$tmp/psn-res.log" 2>&1
             check "PowerSGD through NCCL, resumed at step 6: exit 0, the state restored" \
                 grep -q "resume: PowerSGD's factors and the error it held back" "$tmp/psn-res.log"
             check "PowerSGD through NCCL, resumed: steps 7-20 the uninterrupted run's within 1e-2" \
                 same_losses "$tmp/psn-res" "$tmp/psn-nccl" 1e-2
+            # every step of the resumed run compresses: two sums a step, named as
+            # the simulator's traces name them, and no bucket's allreduce
+            check "PowerSGD through NCCL, resumed: the timeline's sums named (P sum) and (Q sum), no bucket" \
+                python3 - "$tmp/psn-res/timeline.json" <<'PY'
+import collections, json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
+names = collections.Counter(e["name"] for e in ev if e["name"].startswith("allreduce bucket"))
+assert set(names) == {"allreduce bucket 0 (P sum)", "allreduce bucket 0 (Q sum)"}, names
+assert names["allreduce bucket 0 (P sum)"] == names["allreduce bucket 0 (Q sum)"] > 0, names
+PY
             # a node's 8 GPUs as far as one GPU can show them: 8 ranks as 8
             # NCCL hosts train as the MPI backend does, up to the order of
             # the sums (so the losses agree closely, not bit for bit). At
