@@ -123,16 +123,6 @@ void powersgd_free(powersgd *p) {
     free(p);
 }
 
-void powersgd_bucket_tensors(const powersgd_tensor *t, int n, size_t begin, size_t end, int *first, int *last) {
-    /* the first tensor ending after begin, then every tensor ending by end */
-    int i = 0;
-    while (i < n && t[i].offset + t[i].count <= begin) i++;
-    int j = i;
-    while (j < n && t[j].offset + t[j].count <= end) j++;
-    *first = i;
-    *last = j;
-}
-
 void powersgd_region(const powersgd *p, size_t begin, size_t end, size_t *lo, size_t *hi) {
     CNT_ASSERT(begin <= end && end <= p->n);
     int i, j;
@@ -353,29 +343,6 @@ powersgd_tensor *powersgd_net_tensors(const net *nt) {
     }
     qsort(t, (size_t)k, sizeof *t, by_offset);
     return t;
-}
-
-int powersgd_compresses(const powersgd_tensor *t, int rank) {
-    if (t->rows < 2 || t->count % (size_t)t->rows != 0) return 0;
-    size_t cols = t->count / (size_t)t->rows;
-    return cols >= 2 && (double)t->count >= POWERSGD_MIN_RATE * rank * ((double)t->rows + (double)cols);
-}
-
-int powersgd_summary(const powersgd_tensor *t, int n_tensors, int rank, size_t *values, size_t *wire) {
-    int k = 0;
-    size_t v = 0, w = 0;
-    for (int i = 0; i < n_tensors; i++) {
-        if (powersgd_compresses(&t[i], rank)) {
-            k++;
-            v += t[i].count;
-            w += (size_t)rank * ((size_t)t[i].rows + t[i].count / (size_t)t[i].rows);
-        } else {
-            w += t[i].count;
-        }
-    }
-    if (values) *values = v;
-    if (wire) *wire = w;
-    return k;
 }
 
 /* One rank's sum: nothing to add (the timing is the arithmetic's alone). */

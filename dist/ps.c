@@ -58,34 +58,6 @@ enum { TID_SERVER0 = 2, TID_SERVE = 0, TID_IN = 1, TID_OUT = 2 };
 #define STALE_DOUBLES (3 + PS_HIST)
 #define STATS_DOUBLES (4 + STALE_DOUBLES)
 
-int ps_plan(const size_t *tensor_end, int n_tensors, int servers, size_t *shard_end) {
-    if (servers < 1) return cnt_err_set("dist.ps_servers = %d: at least one server", servers);
-    if (servers > n_tensors)
-        return cnt_err_set("dist.ps_servers = %d exceeds the model's %d parameter tensors: a shard holds whole "
-                           "tensors, so at most %d servers can each hold one",
-                           servers, n_tensors, n_tensors);
-    size_t n = tensor_end[n_tensors - 1];
-    int j = 0; /* tensors [0, j) are in earlier shards */
-    for (int k = 0; k < servers - 1; k++) {
-        double target = (double)n * (k + 1) / servers;
-        /* the first shard end at or past the target, or the one before if nearer;
-         * every later shard keeps at least one tensor */
-        int lo = j + 1, hi = n_tensors - (servers - 1 - k);
-        int best = lo;
-        for (int e = lo; e <= hi; e++) {
-            best = e;
-            if ((double)tensor_end[e - 1] >= target) {
-                if (e > lo && target - (double)tensor_end[e - 2] < (double)tensor_end[e - 1] - target) best = e - 1;
-                break;
-            }
-        }
-        shard_end[k] = tensor_end[best - 1];
-        j = best;
-    }
-    shard_end[servers - 1] = n;
-    return CNT_OK;
-}
-
 #if CNT_HAVE_MPI
 #include <mpi.h>
 

@@ -6,8 +6,10 @@
 # Python can load (with "allreduce bucket" events on the comm thread), the
 # curve mode refuses another world size, --powersgd sends each bucket as
 # a P and a Q sum and refuses a profile without its tensors, a malformed profile is refused
-# naming the file and field, a bad option exits 2. Run from the repository
-# root after `make`.
+# naming the file and field, a bad option exits 2; the tool links none of
+# the communication or compute libraries (it starts in milliseconds, and
+# reproduce_horovod.py runs it about a thousand times). Run from the
+# repository root after `make`.
 set -u
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -16,6 +18,11 @@ sim=./build/tools/simulate
 fails=0
 source "$(dirname "$0")/support/check.sh" # check DESCRIPTION COMMAND...
 
+# dist/buckets.c holds the cuts the simulator shares with the exchange; a function of the exchange's
+# communication or of a backend that it reaches pulls MPI and cuDNN in (100 ms a start, not 3)
+libs=$(ldd "$sim" 2>&1)
+check "simulate links no MPI, NCCL, CUDA, cuDNN, oneDNN or OpenBLAS" \
+    test -z "$(grep -E 'lib(mpi|nccl|cudart|cudnn|cublas|dnnl|openblas)' <<<"$libs")"
 ./trainer --profile configs/resnet20-fashion.ini "$tmp/p.json" train.device=cpu train.batch_size=8 \
     train.max_steps=2 train.threads=1 data.train_limit=64 data.test_limit=64 >/dev/null 2>&1
 check "trainer --profile wrote a profile" test -s "$tmp/p.json"
