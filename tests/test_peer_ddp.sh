@@ -7,7 +7,8 @@
 # sizes, and writes the table (the ratio, and both tools' allreduce time not
 # hidden by backward) and the CSV; the call removes its cluster. A second
 # call at 2 hosts passes --cnt and --ddp on: both tools compress with
-# PowerSGD. Checks that it works, not how fast: no timing is compared.
+# PowerSGD, beside a busy loop (--load 1) that the call ends. Checks that it
+# works, not how fast: no timing is compared.
 # Run from the repository root after `make`, as root, with PyTorch in
 # $TORCH_PYTHON or /opt/torch-venv/bin/python (not a project dependency:
 #   python3 -m venv /opt/torch-venv && /opt/torch-venv/bin/pip install torch torchvision).
@@ -69,11 +70,14 @@ check "cnntrain at 2 hosts: one rank on each, 2 buckets (25 MiB, first 1 MiB)" \
 check "DDP at 2 hosts: world 2, buckets of 1 MiB then the rest (cnntrain's cut)" \
     grep -qE '"world": 2, .*"buckets_mib": \[1\.0, 0\.029\]' "$tmp/out/logs/ddp-2-1gbit-1.log"
 # Both tools compressed: --cnt to cnntrain, --ddp to tools/ddp_peer.py (DDP's PowerSGD hook, one bucket: with
-# several, torch's hook over gloo stops on a collective mismatch, docs/scaling.md)
+# several, torch's hook over gloo stops on a collective mismatch, docs/scaling.md); with --load 1, a busy loop
+# beside them that the call ends
 t0=$(date +%s)
+busy() { pgrep -xc sha256sum || true; }
+loops=$(busy)
 out=$(tools/peer_ddp.sh --model resnet20 --batch 8 --hosts 2 --rates 1gbit --rounds 1 --warmup 2 --steps 2 \
     --prefix "$prefix" --net "$net" --python "$py" --out "$tmp/psgd" --cnt "dist.compress=powersgd dist.powersgd_start=1" \
-    --ddp "--powersgd-rank 1 --powersgd-start 2 --bucket-mb 1000 --first-bucket-mb 1000" 2>&1)
+    --ddp "--powersgd-rank 1 --powersgd-start 2 --bucket-mb 1000 --first-bucket-mb 1000" --load 1 2>&1)
 rc=$?
 check "peer_ddp.sh, both with PowerSGD: exits 0 ($(($(date +%s) - t0)) s)" test $rc -eq 0
 [ $rc -eq 0 ] || tail -n 15 <<< "$out" | sed 's/^/    /'
@@ -82,6 +86,11 @@ check "peer_ddp.sh --cnt: cnntrain compresses" \
 check "peer_ddp.sh --ddp: DDP registers its PowerSGD hook, in one bucket" bash -c \
     'grep -q "PowerSGD hook, rank 1, from iteration 2" "$1" && grep -q "\"buckets_mib\": \[1.029\]" "$1"' \
     _ "$tmp/psgd/logs/ddp-2-1gbit-1.log"
+check "peer_ddp.sh --load 1: said in its first line and the CSV, the busy loop ended with the call" \
+    test -n "$(grep "; a second job on the cores: 1 busy loop(s)" <<< "$out")" \
+    -a "$(tail -n 1 "$tmp/psgd/peer_ddp.csv" 2> /dev/null | awk -F, '{sub(/\r$/, ""); print $NF}')" = 1 -a "$(busy)" = "$loops"
+out=$(tools/peer_ddp.sh --load x 2>&1)
+check "peer_ddp.sh --load x: exits 2 naming the option" test $? -eq 2 -a -n "$(grep -- '--load: a number' <<< "$out")"
 check "the call removed its cluster" test -z "$(ip netns list | grep "^$prefix-")" -a ! -e "/run/cnt-cluster/$prefix"
 
 echo "    ($(($(date +%s) - t_start)) s in all)"

@@ -40,6 +40,10 @@
 #   --ddp "ARGS"         more tools/ddp_peer.py options (e.g. "--powersgd-rank 2
 #                        --powersgd-start 2": DDP's PowerSGD hook, beside --cnt
 #                        "dist.compress=powersgd dist.powersgd_start=2")
+#   --load N             a second job on the machine's cores: N busy loops
+#                        (sha256sum /dev/zero, at the tools' priority, outside
+#                        the cluster's hosts) from the first run to the end of
+#                        the call, which both tools share alike (default 0)
 #
 # Each cnntrain run: mpirun $(tools/cluster.sh mpirun-args) -np N ./trainer
 # DIR/cnntrain.ini train.out_dir=... (train.layout = auto, as its users run
@@ -57,11 +61,11 @@ cd "$(dirname "$0")/.."
 
 model=resnet50 shape=3x32x32 classes=10 batch=16 hosts="1 2 3 4" rates="1gbit 5gbit" rounds=3
 warmup=2 steps=6 threads=1 bucket_mb=25 first_bucket_mb=1 backend=ring prefix=peer net=10.76.0
-out=runs/peer-ddp trace=0 tmo=300 extra='' cnt_extra='' ddp_extra=''
+out=runs/peer-ddp trace=0 tmo=300 extra='' cnt_extra='' ddp_extra='' load=0
 py=${TORCH_PYTHON:-}
 if [ -z "$py" ]; then if [ -x /opt/torch-venv/bin/python ]; then py=/opt/torch-venv/bin/python; else py=python3; fi; fi
 
-usage() { echo "peer_ddp.sh: $*" >&2; echo "usage: tools/peer_ddp.sh [--model M] [--shape CxHxW] [--classes K] [--batch B] [--hosts \"1 2 3 4\"] [--rates \"1gbit 5gbit\"] [--rounds R] [--warmup W] [--steps S] [--threads T] [--bucket-mb X] [--first-bucket-mb Y] [--backend ring|mpi] [--prefix P] [--net A.B.C] [--python PY] [--out DIR] [--trace] [--timeout SEC] [--mpirun-extra \"ARGS\"] [--cnt \"k=v ...\"] [--ddp \"ARGS\"]" >&2; exit 2; }
+usage() { echo "peer_ddp.sh: $*" >&2; echo "usage: tools/peer_ddp.sh [--model M] [--shape CxHxW] [--classes K] [--batch B] [--hosts \"1 2 3 4\"] [--rates \"1gbit 5gbit\"] [--rounds R] [--warmup W] [--steps S] [--threads T] [--bucket-mb X] [--first-bucket-mb Y] [--backend ring|mpi] [--prefix P] [--net A.B.C] [--python PY] [--out DIR] [--trace] [--timeout SEC] [--mpirun-extra \"ARGS\"] [--cnt \"k=v ...\"] [--ddp \"ARGS\"] [--load N]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --trace) trace=1; shift; continue ;;
@@ -70,7 +74,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --model | --shape | --classes | --batch | --hosts | --rates | --rounds | --warmup | --steps | --threads | \
         --bucket-mb | --first-bucket-mb | --backend | --prefix | --net | --python | --out | --timeout | \
-        --mpirun-extra | --cnt | --ddp) [ $# -ge 2 ] || usage "$1 needs a value" ;;
+        --mpirun-extra | --cnt | --ddp | --load) [ $# -ge 2 ] || usage "$1 needs a value" ;;
     *) usage "unknown option $1" ;;
     esac
     case $1 in
@@ -79,7 +83,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2 ;; --threads) threads=$2 ;; --bucket-mb) bucket_mb=$2 ;;
     --first-bucket-mb) first_bucket_mb=$2 ;; --backend) backend=$2 ;; --prefix) prefix=$2 ;;
     --net) net=$2 ;; --python) py=$2 ;; --out) out=$2 ;; --timeout) tmo=$2 ;;
-    --mpirun-extra) extra=$2 ;; --cnt) cnt_extra=$2 ;; --ddp) ddp_extra=$2 ;;
+    --mpirun-extra) extra=$2 ;; --cnt) cnt_extra=$2 ;; --ddp) ddp_extra=$2 ;; --load) load=$2 ;;
     *) usage "unknown option $1" ;;
     esac
     shift 2
@@ -89,6 +93,7 @@ for v in batch rounds warmup steps threads classes tmo; do
 done
 [[ $shape =~ ^[0-9]+x[0-9]+x[0-9]+$ ]] || usage "--shape '$shape': CxHxW"
 [[ $backend =~ ^(ring|mpi)$ ]] || usage "--backend: ring or mpi"
+[[ $load =~ ^[0-9]{1,2}$ ]] || usage "--load: a number of busy loops, 0 to 99, not '$load'"
 maxn=0
 for n in $hosts; do
     [[ $n =~ ^[1-9][0-9]?$ ]] || usage "--hosts: host counts 1 to 99, not '$n'"
@@ -160,7 +165,14 @@ params=$(./trainer --summary "$cfg" "${CX[@]}" 2> /dev/null | awk '/^params:/ {p
 [ -n "$params" ] || { echo "peer_ddp.sh: ./trainer --summary $cfg failed:" >&2; ./trainer --summary "$cfg" "${CX[@]}" >&2 || true; exit 2; }
 
 C=(tools/cluster.sh --prefix "$prefix" --net "$net")
-cleanup() { "${C[@]}" down > /dev/null 2>&1 || echo "peer_ddp.sh: '${C[*]} down' failed; run it by hand" >&2; }
+loaders=()
+cleanup() {
+    if [ ${#loaders[@]} -gt 0 ]; then
+        kill "${loaders[@]}" 2> /dev/null || true
+        wait "${loaders[@]}" 2> /dev/null || true # gone when the call returns
+    fi
+    "${C[@]}" down > /dev/null 2>&1 || echo "peer_ddp.sh: '${C[*]} down' failed; run it by hand" >&2
+}
 read -ra first_rate <<< "$rates"
 "${C[@]}" up "$maxn" "${first_rate[0]}" > "$out/logs/cluster.log" 2>&1 || { echo "peer_ddp.sh: cluster up failed:" >&2; cat "$out/logs/cluster.log" >&2; exit 1; }
 trap cleanup EXIT
@@ -169,7 +181,15 @@ export OMP_NUM_THREADS=$threads
 read -ra XA <<< "$extra"
 M=(mpirun --allow-run-as-root "${MA[@]}" "${XA[@]}" -x OMP_NUM_THREADS)
 
-echo "peer_ddp: $model $shape, $classes classes, batch $batch per rank, $params parameters in both; buckets $bucket_mb MiB (first $first_bucket_mb); $threads thread(s) per rank; cnntrain dist.backend=$backend; torch $tv; $rounds round(s) of $warmup + $steps steps; hosts: $hosts; rates: $rates; cluster $prefix on $net.0/24${extra:+; mpirun $extra}${cnt_extra:+; cnntrain $cnt_extra}"
+# the second job: started once the cluster is up, ended by cleanup on every exit
+for ((i = 0; i < load; i++)); do
+    sha256sum /dev/zero > /dev/null 2>&1 &
+    loaders+=($!)
+done
+loaded=''
+[ "$load" -eq 0 ] || loaded="; a second job on the cores: $load busy loop(s) (sha256sum /dev/zero)"
+
+echo "peer_ddp: $model $shape, $classes classes, batch $batch per rank, $params parameters in both; buckets $bucket_mb MiB (first $first_bucket_mb); $threads thread(s) per rank; cnntrain dist.backend=$backend; torch $tv; $rounds round(s) of $warmup + $steps steps; hosts: $hosts; rates: $rates; cluster $prefix on $net.0/24${extra:+; mpirun $extra}${cnt_extra:+; cnntrain $cnt_extra}$loaded"
 
 # cnt_run N TAG [k=v...]: one cnntrain run; prints "IMG_S COMM_MS EXPOSED_MS"
 # (medians over the timed steps) or fails naming its log.
@@ -248,9 +268,9 @@ done
 
 printf '%s\n' "${rows[@]}" > "$out/rows.txt"
 python3 - "$out/rows.txt" "$out/peer_ddp.csv" "$out/table.md" "$model" "$shape" "$batch" "$threads" \
-    "$bucket_mb" "$first_bucket_mb" "$backend" "$rounds" << 'PY'
+    "$bucket_mb" "$first_bucket_mb" "$backend" "$rounds" "$load" << 'PY'
 import csv, sys
-rows_path, csv_path, md_path, model, shape, batch, threads, bmb, fbmb, backend, rounds = sys.argv[1:12]
+rows_path, csv_path, md_path, model, shape, batch, threads, bmb, fbmb, backend, rounds, load = sys.argv[1:13]
 rows = [l.split() for l in open(rows_path) if l.strip()]
 one = {}  # (tool, rate) -> images/s at 1 host
 for n, rate, c, d, *_ in rows:
@@ -261,12 +281,12 @@ def eff(tool, n, rate, v):
     return f"{v / (int(n) * base):.3f}" if base else ""
 cols = ["hosts", "rate", "cnntrain_img_s", "ddp_img_s", "cnntrain_eff", "ddp_eff", "cnntrain_comm_ms",
         "cnntrain_exposed_ms", "ddp_exposed_ms", "cnntrain_img_s_rounds", "ddp_img_s_rounds", "model", "shape",
-        "batch", "threads", "bucket_mb", "first_bucket_mb", "backend", "rounds"]
+        "batch", "threads", "bucket_mb", "first_bucket_mb", "backend", "rounds", "load"]
 out = []
 for n, rate, c, d, cm, cx, dx, cr, dr in rows:
     c, d = float(c), float(d)
     out.append([n, rate, f"{c:.1f}", f"{d:.1f}", eff("c", n, rate, c), eff("d", n, rate, d), cm, cx,
-                f"{float(dx):.1f}", cr, dr, model, shape, batch, threads, bmb, fbmb, backend, rounds])
+                f"{float(dx):.1f}", cr, dr, model, shape, batch, threads, bmb, fbmb, backend, rounds, load])
 with open(csv_path, "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(cols)
