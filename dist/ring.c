@@ -35,7 +35,7 @@
  * better served by a tree (MPI_Allreduce picks one for them).
  *
  * Chunking. Each step's segment goes in messages of at most chunk_bytes
- * (default 256 KiB), so a huge buffer never becomes one huge message (MPI counts
+ * (default 1 MiB), so a huge buffer never becomes one huge message (MPI counts
  * are int) and the receive buffer stays small. For each chunk the receive is
  * posted before the send (MPI_Irecv, MPI_Isend, then test both until done), so no
  * rank blocks in a send waiting for its neighbour, whatever the world size:
@@ -77,17 +77,23 @@
 #if CNT_HAVE_MPI
 #include <mpi.h>
 
-/* Why 256 KiB: at each of the 2(N-1) step boundaries the ring's pipeline
+/* Why 1 MiB: at each of the 2(N-1) step boundaries the ring's pipeline
  * drains and refills (the next step's first chunk leaves once the last one
  * of this step has arrived), which costs about one chunk's time on the
- * wire; smaller chunks lose less of it. On 4 namespace hosts at 1 Gbit/s
- * (tools/bench_allreduce, 64 MiB, 3 rounds alternated) 256 KiB gave
- * 0.115-0.116 GB/s of bus bandwidth against 0.105-0.113 with 1 MiB, and
- * 4 MiB sums 0.114-0.118 against 0.105-0.106; 128 KiB was no better at 1
- * Gbit/s; a window of 4 chunks instead of 2 was worse (0.101-0.111); one
- * node's shared memory did not change beyond its noise
- * (docs/scaling.md, "Ring bus bandwidth"). */
-#define RING_DEFAULT_CHUNK_BYTES ((size_t)256 << 10)
+ * wire, so smaller chunks lose less there; but every chunk also costs the
+ * communication thread a few wake-ups (MPI's rendezvous over TCP moves
+ * only while it is polled), and when other work holds the cores each
+ * wake-up waits for one. On 3-4 namespace hosts (tools/bench_allreduce,
+ * 64 MiB, 3 rounds alternated, bus bandwidth; 2026-12-08, 2-core AMD EPYC
+ * VM), 256 KiB against 1 MiB: 1 Gbit/s 0.119 against 0.114-0.116 GB/s
+ * quiet, 0.112-0.113 against 0.112-0.113 with two busy loops on the cores;
+ * 5 Gbit/s 0.495-0.560 against 0.578-0.588 quiet and 0.176-0.223 against
+ * 0.366-0.371 loaded. 256 KiB was the default from 2026-11-28 (measured at
+ * 1 Gbit/s only, quiet: 0.115-0.116 against 0.105-0.113 at 4 hosts); a
+ * window of 4 chunks instead of 2 was worse there (0.101-0.111); one
+ * node's shared memory did not change beyond its noise (docs/scaling.md,
+ * "Ring bus bandwidth"). */
+#define RING_DEFAULT_CHUNK_BYTES ((size_t)1 << 20)
 /* MPI counts are int; stay well below. */
 #define RING_MAX_CHUNK_ELEMS ((size_t)1 << 30)
 /* Our own tag, so the ring's messages cannot match anyone else's. */

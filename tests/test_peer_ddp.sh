@@ -7,8 +7,9 @@
 # sizes, and writes the table (the ratio, and both tools' allreduce time not
 # hidden by backward) and the CSV; the call removes its cluster. A second
 # call at 2 hosts passes --cnt and --ddp on: both tools compress with
-# PowerSGD, beside a busy loop (--load 1) that the call ends. Checks that it
-# works, not how fast: no timing is compared.
+# PowerSGD, beside a busy loop (--load 1) that the call ends. The peer's
+# transport alone (tools/gloo_allreduce.py) times a gloo allreduce at 2
+# hosts. Checks that it works, not how fast: no timing is compared.
 # Run from the repository root after `make`, as root, with PyTorch in
 # $TORCH_PYTHON or /opt/torch-venv/bin/python (not a project dependency:
 #   python3 -m venv /opt/torch-venv && /opt/torch-venv/bin/pip install torch torchvision).
@@ -92,6 +93,18 @@ check "peer_ddp.sh --load 1: said in its first line and the CSV, the busy loop e
 out=$(tools/peer_ddp.sh --load x 2>&1)
 check "peer_ddp.sh --load x: exits 2 naming the option" test $? -eq 2 -a -n "$(grep -- '--load: a number' <<< "$out")"
 check "the call removed its cluster" test -z "$(ip netns list | grep "^$prefix-")" -a ! -e "/run/cnt-cluster/$prefix"
+
+# 3. The peer's transport alone (tools/gloo_allreduce.py): refused outside mpirun; at 2 hosts it times a
+# gloo allreduce and prints the bus bandwidth
+out=$("$py" tools/gloo_allreduce.py --master-addr "$net.1" 2>&1)
+check "gloo_allreduce.py outside mpirun: exits 2 saying so" test $? -eq 2 -a -n "$(grep 'run it under mpirun' <<< "$out")"
+tools/cluster.sh --prefix "$prefix" --net "$net" up 2 1gbit > /dev/null 2>&1
+read -ra MA <<< "$(tools/cluster.sh --prefix "$prefix" --net "$net" mpirun-args)"
+out=$(timeout 120 mpirun --allow-run-as-root "${MA[@]}" -np 2 "$py" tools/gloo_allreduce.py --mib 1 --iters 2 \
+    --master-addr "$net.1" 2>&1)
+check "gloo_allreduce.py at 2 hosts: a median time and a bus bandwidth" \
+    grep -qE '^gloo allreduce, 2 ranks, 1 MiB: median [0-9.]+ ms of 2, bus bandwidth [0-9.]+ GB/s$' <<< "$out"
+tools/cluster.sh --prefix "$prefix" --net "$net" down > /dev/null 2>&1
 
 echo "    ($(($(date +%s) - t_start)) s in all)"
 if [ "$fails" -ne 0 ]; then
