@@ -388,16 +388,14 @@ double powersgd_time_ns(const powersgd_tensor *t, int n_tensors, int rank, int t
     int k = 0;
     size_t in_group = 0, total = 0;
     double seconds = 0;
-    for (int i = 0; i <= n_tensors; i++) {
-        int last = i == n_tensors, take = !last && powersgd_compresses(&t[i], rank);
-        if (!last && !take) continue;
-        if (k > 0 && (last || in_group + t[i].count > budget)) { /* the group so far, timed */
+    for (int i = 0; i < n_tensors; i++) {
+        if (!powersgd_compresses(&t[i], rank)) continue;
+        total += t[i].count;
+        if (k > 0 && in_group + t[i].count > budget) { /* the group so far, timed */
             seconds += time_group(group, k, rank, threads, reps);
             k = 0;
             in_group = 0;
         }
-        if (last) break;
-        total += t[i].count;
         if (t[i].count <= budget) {
             group[k++] = t[i];
             in_group += t[i].count;
@@ -414,6 +412,7 @@ double powersgd_time_ns(const powersgd_tensor *t, int n_tensors, int rank, int t
         }
         seconds += time_group(&cut, 1, rank, threads, reps) * (double)t[i].count / (double)cut.count;
     }
+    if (k > 0) seconds += time_group(group, k, rank, threads, reps);
     free(group);
     return total ? seconds * 1e9 / (double)total : 0;
 }
